@@ -1,0 +1,34 @@
+# EchoMQ: the verbs a newcomer types.
+#   make run    build the module and start valkey-server with module.conf (foreground)
+#   make test   unit tests and integration tests against real servers
+#   make lint   cargo fmt --check and clippy with warnings denied
+
+CARGO  ?= cargo
+MODULE := target/release/libechomq.so
+VALKEY_SERVER ?= valkey-server
+
+.PHONY: all deps build run test unit integration lint clean
+
+all: build
+
+# Installs libclang-dev and valkey-server (bookworm-backports on Debian 12) when missing.
+deps:
+	@bash scripts/install-deps.sh
+	@command -v $(CARGO) >/dev/null 2>&1 || { \
+	  echo "echomq: cargo (Rust >= 1.80) is required; install it with rustup (https://rustup.rs)" >&2; exit 1; }
+
+build: deps
+	$(CARGO) build --release
+
+run: build
+	$(VALKEY_SERVER) module.conf
+
+test: build
+	$(CARGO) test --all-targets
+
+lint: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean

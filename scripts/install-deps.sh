@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Installs what EchoMQ needs to build and test: libclang-dev (bindgen), valkey-server and
+# valkey-tools, and (optionally) redis-server for the Redis 7 compatibility tier.
+# Idempotent: does nothing when everything is already present.
+set -euo pipefail
+
+want_redis=0
+[ "${1:-}" = "--with-redis" ] && want_redis=1
+
+# bindgen needs libclang itself (libclang.so), not just the C++ interface library.
+have_clang() {
+  if command -v dpkg-query >/dev/null 2>&1; then
+    dpkg-query -W -f='${Status}' libclang-dev 2>/dev/null | grep -q "ok installed" && return 0
+  fi
+  ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/*/libclang.so /usr/lib/libclang.so >/dev/null 2>&1
+}
+have_valkey() { command -v valkey-server >/dev/null 2>&1 && command -v valkey-cli >/dev/null 2>&1; }
+have_redis() { command -v redis-server >/dev/null 2>&1; }
+
+missing=()
+have_clang || missing+=(libclang-dev)
+have_valkey || missing+=(valkey-server)
+[ $want_redis = 1 ] && ! have_redis && missing+=(redis-server)
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "echomq: this machine has no apt-get; please install: ${missing[*]} (valkey-server >= 8.0 with valkey-cli, and libclang for bindgen)" >&2
+  exit 1
+fi
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "echomq: need root (or sudo) to install: ${missing[*]}" >&2; exit 1
+  fi
+fi
+
+. /etc/os-release
+codename="${VERSION_CODENAME:-}"
+
+# The Debian mirror this machine already uses, read from apt's own sources (deb822 or one-line).
+debian_mirror() {
+  local f uri
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    uri=$(awk '/^URIs:/{u=$2} /^Suites:/{ if ($0 ~ /(^| )'"$codename"'( |$)/ && u!="") {print u; exit} }' "$f")
+    [ -n "$uri" ] && { echo "$uri"; return; }
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    uri=$(awk '$1=="deb" { for (i=2;i<=NF;i++) if ($i !~ /^\[/ ) { if ($(i+1)=="'"$codename"'") {print $i; exit} break } }' "$f")
+    [ -n "$uri" ] && { echo "$uri"; return; }
+  done
+}
+
+export DEBIAN_FRONTEND=noninteractive
+apt_opts=()
+if [ "${ID:-}" = debian ] && [ "$codename" = bookworm ] && ! have_valkey; then
+  # Debian 12 ships valkey only in bookworm-backports.
+  if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    mirror=$(debian_mirror)
+    if [ -z "$mirror" ]; then
+      echo "echomq: could not find the Debian mirror in apt's sources; add bookworm-backports by hand" >&2
+      exit 1
+    fi
+    echo "echomq: adding bookworm-backports from $mirror"
+    printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$mirror" \
+      | $SUDO tee /etc/apt/sources.list.d/echomq-backports.sources >/dev/null
+  fi
+  apt_opts=(-t bookworm-backports)
+fi
+
+echo "echomq: installing ${missing[*]}"
+$SUDO apt-get update -qq
+pkgs=()
+for p in "${missing[@]}"; do
+  case $p in
+    valkey-server) pkgs+=(valkey-server valkey-tools) ;;
+    *) pkgs+=("$p") ;;
+  esac
+done
+# valkey from backports where needed; the rest from the main archive.
+valkey_pkgs=(); other_pkgs=()
+for p in "${pkgs[@]}"; do case $p in valkey-*) valkey_pkgs+=("$p");; *) other_pkgs+=("$p");; esac; done
+[ ${#other_pkgs[@]} -gt 0 ] && $SUDO apt-get install -y -qq --no-install-recommends "${other_pkgs[@]}"
+[ ${#valkey_pkgs[@]} -gt 0 ] && $SUDO apt-get install -y -qq --no-install-recommends "${apt_opts[@]}" "${valkey_pkgs[@]}"
+# The packaged service would hold port 6379; EchoMQ starts its own servers.
+if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+  $SUDO systemctl disable --now valkey-server >/dev/null 2>&1 || true
+fi
+have_valkey || { echo "echomq: valkey-server still missing after install" >&2; exit 1; }

@@ -1,0 +1,27 @@
+//! `EMQ.DECODE <key>`: the workshop decoder. A key outside the grammar is `EMQKEY`.
+
+use valkey_module::Context;
+
+use crate::error::EmqError;
+use crate::grammar::{decode, slot, Decoded};
+use crate::server::{Args, CommandResult, Reply};
+
+pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
+    if args.len() != 2 {
+        return Err(EmqError::Arity("emq.decode"));
+    }
+    let key = args.bytes(1);
+    let decoded = decode(key).ok_or(EmqError::Key)?;
+    let (queue, ty, id) = match decoded {
+        Decoded::Queue { queue, ty, id } => (Reply::Bulk(queue.as_bytes().to_vec()), ty.name(), id),
+        Decoded::Deployment { name } => (Reply::Null, name, None),
+    };
+    let bulk_or_null = |b: Option<Vec<u8>>| b.map_or(Reply::Null, Reply::Bulk);
+    Ok(Reply::Map(vec![
+        ("queue", queue),
+        ("type", Reply::Bulk(ty.as_bytes().to_vec())),
+        ("id", bulk_or_null(id.map(|i| i.encode().to_vec()))),
+        ("kind", bulk_or_null(id.map(|i| i.kind().to_vec()))),
+        ("slot", Reply::Integer(i64::from(slot(key)))),
+    ]))
+}

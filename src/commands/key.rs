@@ -1,0 +1,29 @@
+//! `EMQ.KEY <queue> <type> [<id>]`: composes a key through the grammar (SPEC §1).
+
+use valkey_module::Context;
+
+use super::{parse_id, parse_queue};
+use crate::error::EmqError;
+use crate::grammar::{job_key, queue_key, KeyType};
+use crate::server::{Args, CommandResult, Reply};
+
+pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
+    if !(3..=4).contains(&args.len()) {
+        return Err(EmqError::Arity("emq.key"));
+    }
+    let queue = parse_queue(args.bytes(1))?;
+    let ty = KeyType::parse(args.bytes(2)).ok_or(EmqError::Type)?;
+    let key = match (ty, args.len()) {
+        (KeyType::Job, 4) => job_key(queue, &parse_id(args.bytes(3))?),
+        (KeyType::Job, _) => {
+            return Err(EmqError::Syntax("a job key needs a branded id".into()));
+        }
+        (_, 3) => queue_key(queue, ty),
+        (_, _) => {
+            return Err(EmqError::Syntax(
+                format!("a {} key takes no id", ty.name()).into(),
+            ));
+        }
+    };
+    Ok(Reply::Bulk(key))
+}

@@ -1,0 +1,14 @@
+//! `EMQ.SLOT <key>`: the cluster slot of any byte string (SPEC §3).
+
+use valkey_module::Context;
+
+use crate::error::EmqError;
+use crate::grammar::slot;
+use crate::server::{Args, CommandResult, Reply};
+
+pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
+    if args.len() != 2 {
+        return Err(EmqError::Arity("emq.slot"));
+    }
+    Ok(Reply::Integer(i64::from(slot(args.bytes(1)))))
+}

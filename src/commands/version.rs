@@ -1,0 +1,14 @@
+//! `EMQ.VERSION`: the protocol version the module speaks.
+
+use valkey_module::Context;
+
+use super::PROTOCOL_VERSION;
+use crate::error::EmqError;
+use crate::server::{Args, CommandResult, Reply};
+
+pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
+    if args.len() != 1 {
+        return Err(EmqError::Arity("emq.version"));
+    }
+    Ok(Reply::Bulk(PROTOCOL_VERSION.as_bytes().to_vec()))
+}

@@ -1,0 +1,111 @@
+//! The error catalogue (SPEC §7): one enum, rendered to a reply in one place.
+
+use std::borrow::Cow;
+
+/// Every way an EchoMQ command can refuse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EmqError {
+    /// The queue name breaks SPEC §1.1.
+    Queue,
+    /// An unknown key type.
+    Type,
+    /// A malformed branded id.
+    Id,
+    /// A well-formed id of a kind other than `JOB` at enqueue.
+    Kind,
+    /// `EMQ.DECODE` of a key outside the grammar.
+    Key,
+    /// A payload over `emq.max-payload-bytes`.
+    Payload { limit: i64 },
+    /// A stale or missing lease token.
+    Lease,
+    /// The user may not touch a derived key.
+    NoPerm,
+    /// A key of the queue holds another type.
+    WrongType,
+    /// Wrong number of arguments for the command.
+    Arity(&'static str),
+    /// A malformed argument, with what was wrong.
+    Syntax(Cow<'static, str>),
+    /// A handler panicked; nothing was written past validation.
+    Internal,
+}
+
+impl EmqError {
+    /// The error reply text, starting with its code.
+    pub fn message(&self) -> Cow<'static, str> {
+        match self {
+            EmqError::Queue => {
+                "EMQQUEUE queue name must be 1-128 printable ASCII bytes without braces".into()
+            }
+            EmqError::Type => {
+                "EMQTYPE unknown key type; expected pending, active, schedule, dead, meta or job"
+                    .into()
+            }
+            EmqError::Id => "EMQID malformed branded id; expected 3 upper-case letters and 11 base62 digits below 2^63".into(),
+            EmqError::Kind => "EMQKIND job id must be JOB-namespaced".into(),
+            EmqError::Key => "EMQKEY key is outside the emq grammar".into(),
+            EmqError::Payload { limit } => {
+                format!("EMQPAYLOAD payload exceeds emq.max-payload-bytes ({limit})").into()
+            }
+            EmqError::Lease => "EMQLEASE stale or missing lease token".into(),
+            EmqError::NoPerm => "NOPERM No permissions to access a key".into(),
+            EmqError::WrongType => {
+                "WRONGTYPE Operation against a key holding the wrong kind of value".into()
+            }
+            EmqError::Arity(cmd) => {
+                format!("ERR wrong number of arguments for '{cmd}' command").into()
+            }
+            EmqError::Syntax(what) => format!("ERR {what}").into(),
+            EmqError::Internal => "ERR internal error in EchoMQ; see the server log".into(),
+        }
+    }
+
+    /// The short reason name used by `INFO emq` refusal counters.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            EmqError::Queue => "queue",
+            EmqError::Type => "type",
+            EmqError::Id => "id",
+            EmqError::Kind => "kind",
+            EmqError::Key => "key",
+            EmqError::Payload { .. } => "payload",
+            EmqError::Lease => "lease",
+            EmqError::NoPerm => "noperm",
+            EmqError::WrongType => "wrongtype",
+            EmqError::Arity(_) | EmqError::Syntax(_) => "syntax",
+            EmqError::Internal => "internal",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_refusal_is_the_exact_reference_text() {
+        assert_eq!(
+            EmqError::Kind.message(),
+            "EMQKIND job id must be JOB-namespaced"
+        );
+    }
+
+    #[test]
+    fn every_message_starts_with_its_code() {
+        for (err, code) in [
+            (EmqError::Queue, "EMQQUEUE "),
+            (EmqError::Type, "EMQTYPE "),
+            (EmqError::Id, "EMQID "),
+            (EmqError::Key, "EMQKEY "),
+            (EmqError::Payload { limit: 5 }, "EMQPAYLOAD "),
+            (EmqError::Lease, "EMQLEASE "),
+            (EmqError::NoPerm, "NOPERM "),
+            (EmqError::WrongType, "WRONGTYPE "),
+            (EmqError::Arity("emq.key"), "ERR "),
+        ] {
+            assert!(err.message().starts_with(code), "{err:?}");
+            assert!(!err.message().contains(['\r', '\n']));
+        }
+    }
+}

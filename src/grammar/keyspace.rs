@@ -1,0 +1,266 @@
+//! The keyspace grammar (SPEC §1): every key is `emq:{<queue>}:<type>`, composed here and
+//! nowhere else. The type set is closed.
+
+use super::branded_id::BrandedId;
+
+/// Longest queue name, in bytes (SPEC §1.1).
+pub const MAX_QUEUE_LEN: usize = 128;
+const PREFIX: &[u8] = b"emq:{";
+const JOB_TYPE: &[u8] = b"job";
+
+/// A queue name that is a valid hashtag: 1–128 bytes of `0x21..=0x7E` without `{` or `}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Queue<'a>(&'a [u8]);
+
+impl<'a> Queue<'a> {
+    pub fn parse(name: &'a [u8]) -> Option<Self> {
+        let ok = (1..=MAX_QUEUE_LEN).contains(&name.len())
+            && name
+                .iter()
+                .all(|&b| (0x21..=0x7E).contains(&b) && b != b'{' && b != b'}');
+        ok.then_some(Self(name))
+    }
+
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.0
+    }
+}
+
+/// The closed set of per-queue key types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyType {
+    /// The ready set (zset, score 0).
+    Pending,
+    /// The claimed set (zset, score = lease deadline).
+    Active,
+    /// The delayed set (zset, score = due time).
+    Schedule,
+    /// Jobs that exhausted their attempts (zset, score = time of death).
+    Dead,
+    /// Per-queue facts (hash).
+    Meta,
+    /// The job row (hash); its key carries a branded id.
+    Job,
+}
+
+impl KeyType {
+    pub const ALL: [KeyType; 6] = [
+        KeyType::Pending,
+        KeyType::Active,
+        KeyType::Schedule,
+        KeyType::Dead,
+        KeyType::Meta,
+        KeyType::Job,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyType::Pending => "pending",
+            KeyType::Active => "active",
+            KeyType::Schedule => "schedule",
+            KeyType::Dead => "dead",
+            KeyType::Meta => "meta",
+            KeyType::Job => "job",
+        }
+    }
+
+    /// The exact, lower-case type name; anything else is not in the grammar.
+    pub fn parse(name: &[u8]) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name().as_bytes() == name)
+    }
+}
+
+/// Appends `emq:{<queue>}:<type>` to `out`. `KeyType::Job` gets the `job:` prefix only;
+/// use [`job_key`] for a whole row key.
+pub fn write_queue_key(out: &mut Vec<u8>, queue: Queue<'_>, ty: KeyType) {
+    out.extend_from_slice(PREFIX);
+    out.extend_from_slice(queue.as_bytes());
+    out.extend_from_slice(b"}:");
+    out.extend_from_slice(ty.name().as_bytes());
+    if ty == KeyType::Job {
+        out.push(b':');
+    }
+}
+
+/// `emq:{<queue>}:<type>`, the per-queue production.
+pub fn queue_key(queue: Queue<'_>, ty: KeyType) -> Vec<u8> {
+    let mut out = Vec::with_capacity(PREFIX.len() + queue.as_bytes().len() + 12);
+    write_queue_key(&mut out, queue, ty);
+    out
+}
+
+/// Appends `emq:{<queue>}:job:<id>` to `out`. The id is already gated by its type.
+pub fn write_job_key(out: &mut Vec<u8>, queue: Queue<'_>, id: &BrandedId) {
+    write_queue_key(out, queue, KeyType::Job);
+    out.extend_from_slice(&id.encode());
+}
+
+/// `emq:{<queue>}:job:<id>`, the job-row production.
+pub fn job_key(queue: Queue<'_>, id: &BrandedId) -> Vec<u8> {
+    let mut out = Vec::with_capacity(PREFIX.len() + queue.as_bytes().len() + 20);
+    write_job_key(&mut out, queue, id);
+    out
+}
+
+/// A key read back through the grammar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decoded<'a> {
+    /// A per-queue key, with its id when it is a job row.
+    Queue {
+        queue: Queue<'a>,
+        ty: KeyType,
+        id: Option<BrandedId>,
+    },
+    /// A deployment-scoped key under the `{emq}` reserve: `version` or `locks`.
+    Deployment { name: &'static str },
+}
+
+/// Reads a key through the grammar; `None` when the key is outside it (never guessed).
+pub fn decode(key: &[u8]) -> Option<Decoded<'_>> {
+    if let Some(name) = key.strip_prefix(b"{emq}:") {
+        for reserved in ["version", "locks"] {
+            if name == reserved.as_bytes() {
+                return Some(Decoded::Deployment { name: reserved });
+            }
+        }
+        return None;
+    }
+    let rest = key.strip_prefix(PREFIX)?;
+    let close = rest.iter().position(|&b| b == b'}')?;
+    let queue = Queue::parse(&rest[..close])?;
+    let ty_part = rest[close + 1..].strip_prefix(b":")?;
+    if let Some(id_part) = ty_part
+        .strip_prefix(JOB_TYPE)
+        .and_then(|r| r.strip_prefix(b":"))
+    {
+        let id = BrandedId::parse(id_part)?;
+        return Some(Decoded::Queue {
+            queue,
+            ty: KeyType::Job,
+            id: Some(id),
+        });
+    }
+    let ty = KeyType::parse(ty_part).filter(|t| *t != KeyType::Job)?;
+    Some(Decoded::Queue {
+        queue,
+        ty,
+        id: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grammar::slot::slot;
+
+    fn q(name: &str) -> Queue<'_> {
+        Queue::parse(name.as_bytes()).expect("valid queue")
+    }
+
+    #[test]
+    fn the_parts_map() {
+        // F1: the map the seeds' transcript asserts.
+        assert_eq!(
+            queue_key(q("orders"), KeyType::Pending),
+            b"emq:{orders}:pending"
+        );
+        let ord = BrandedId::parse(b"ORD0NgWEfAEJfs").expect("id");
+        let row = job_key(q("orders"), &ord);
+        assert_eq!(row, b"emq:{orders}:job:ORD0NgWEfAEJfs");
+        assert_eq!(
+            row.len() - 14,
+            17,
+            "17 bytes of grammar before the identity"
+        );
+    }
+
+    #[test]
+    fn every_type_composes() {
+        for (ty, key) in [
+            (KeyType::Pending, &b"emq:{q}:pending"[..]),
+            (KeyType::Active, b"emq:{q}:active"),
+            (KeyType::Schedule, b"emq:{q}:schedule"),
+            (KeyType::Dead, b"emq:{q}:dead"),
+            (KeyType::Meta, b"emq:{q}:meta"),
+        ] {
+            assert_eq!(queue_key(q("q"), ty), key);
+            assert_eq!(KeyType::parse(ty.name().as_bytes()), Some(ty));
+        }
+        assert_eq!(KeyType::parse(b"PENDING"), None);
+        assert_eq!(KeyType::parse(b"ready"), None);
+    }
+
+    #[test]
+    fn queue_name_rules() {
+        assert!(Queue::parse(b"orders").is_some());
+        assert!(Queue::parse(&[b'a'; 128]).is_some());
+        assert!(Queue::parse(b"!~").is_some());
+        for bad in [
+            &b""[..],
+            &[b'a'; 129],
+            b"a b",
+            b"a{b",
+            b"a}b",
+            b"tab\there",
+            b"caf\xc3\xa9",
+            b"nul\0",
+            b"\x7f",
+        ] {
+            assert!(Queue::parse(bad).is_none(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn decode_reads_the_workshop_key() {
+        let key = b"emq:{quotes}:job:JOB0KHTOWnGLuC";
+        let Some(Decoded::Queue { queue, ty, id }) = decode(key) else {
+            panic!("in grammar")
+        };
+        assert_eq!(queue.as_bytes(), b"quotes");
+        assert_eq!(ty, KeyType::Job);
+        assert_eq!(id.map(|i| i.kind()), Some(*b"JOB"));
+        assert_eq!(slot(key), 3378);
+    }
+
+    #[test]
+    fn decode_round_trips_every_production() {
+        let id = BrandedId::parse(b"JOB0KHTOWnGLuC").expect("id");
+        for ty in KeyType::ALL {
+            let key = if ty == KeyType::Job {
+                job_key(q("fills"), &id)
+            } else {
+                queue_key(q("fills"), ty)
+            };
+            let Some(Decoded::Queue { queue, ty: got, .. }) = decode(&key) else {
+                panic!("{key:?} decodes")
+            };
+            assert_eq!(queue.as_bytes(), b"fills");
+            assert_eq!(got, ty);
+        }
+        assert_eq!(
+            decode(b"{emq}:version"),
+            Some(Decoded::Deployment { name: "version" })
+        );
+    }
+
+    #[test]
+    fn decode_refuses_keys_outside_the_grammar() {
+        for bad in [
+            &b"emq:{orders}:job:12345678901234"[..],
+            b"emq:{orders}:job:",
+            b"emq:{orders}:job",
+            b"emq:{orders}:pending:x",
+            b"emq:{orders}:bogus",
+            b"emq:{}:pending",
+            b"emq:{orders:pending",
+            b"emq:orders:pending",
+            b"EMQ:{orders}:pending",
+            b"emq:{a b}:pending",
+            b"emq:{orders}pending",
+            b"{emq}:other",
+            b"",
+        ] {
+            assert_eq!(decode(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! The protocol itself, with no server types: the keyspace grammar (SPEC §1), branded ids
+//! (SPEC §2) and cluster slots (SPEC §3). Everything here is pure and unit-tested without a
+//! server.
+
+pub mod branded_id;
+pub mod keyspace;
+pub mod slot;
+
+pub use branded_id::{BrandedId, Minter};
+pub use keyspace::{decode, job_key, queue_key, Decoded, KeyType, Queue};
+pub use slot::{hashtag, slot};

@@ -1,0 +1,98 @@
+//! Counters behind `INFO emq`.
+
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::EmqError;
+
+pub static ENQUEUED: AtomicU64 = AtomicU64::new(0);
+pub static DUPLICATES: AtomicU64 = AtomicU64::new(0);
+
+/// Refusals by reason, in the order of [`REFUSAL_REASONS`].
+pub static REFUSALS: [AtomicU64; REFUSAL_REASONS.len()] = [const { AtomicU64::new(0) }; 11];
+
+pub const REFUSAL_REASONS: [&str; 11] = [
+    "queue",
+    "type",
+    "id",
+    "kind",
+    "key",
+    "payload",
+    "lease",
+    "noperm",
+    "wrongtype",
+    "syntax",
+    "internal",
+];
+
+pub fn count(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+pub fn refused(err: &EmqError) {
+    let reason = err.reason();
+    if let Some(i) = REFUSAL_REASONS.iter().position(|r| *r == reason) {
+        REFUSALS[i].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub fn get(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+/// The `INFO emq` section: protocol version and counters.
+pub(crate) extern "C" fn info(
+    ctx: *mut valkey_module::raw::RedisModuleInfoCtx,
+    _for_crash_report: c_int,
+) {
+    use valkey_module::raw;
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY (all calls): the server passes a live info context for this callback.
+        unsafe {
+            let (Some(section), Some(field_str), Some(field_u64)) = (
+                raw::RedisModule_InfoAddSection,
+                raw::RedisModule_InfoAddFieldCString,
+                raw::RedisModule_InfoAddFieldULongLong,
+            ) else {
+                return;
+            };
+            if section(ctx, c"".as_ptr()) != raw::REDISMODULE_OK as c_int {
+                return;
+            }
+            let version =
+                std::ffi::CString::new(crate::commands::PROTOCOL_VERSION).unwrap_or_default();
+            field_str(ctx, c"version".as_ptr(), version.as_ptr());
+            field_u64(ctx, c"enqueued".as_ptr(), get(&ENQUEUED));
+            field_u64(ctx, c"duplicates".as_ptr(), get(&DUPLICATES));
+            for (reason, counter) in REFUSAL_REASONS.iter().zip(REFUSALS.iter()) {
+                if let Ok(name) = std::ffi::CString::new(format!("refused_{reason}")) {
+                    field_u64(ctx, name.as_ptr(), get(counter));
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_reason_has_a_counter() {
+        for err in [
+            EmqError::Queue,
+            EmqError::Type,
+            EmqError::Id,
+            EmqError::Kind,
+            EmqError::Key,
+            EmqError::Payload { limit: 1 },
+            EmqError::Lease,
+            EmqError::NoPerm,
+            EmqError::WrongType,
+            EmqError::Arity("x"),
+            EmqError::Internal,
+        ] {
+            assert!(REFUSAL_REASONS.contains(&err.reason()), "{err:?}");
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Turns the command table in `lib.rs` into server registrations: the command, its key spec,
+//! `COMMAND DOCS` (summary, complexity, arguments) and its ACL category.
+
+use std::ffi::CStr;
+use std::mem::size_of;
+use std::os::raw::{c_char, c_int};
+use std::ptr;
+
+use valkey_module::{raw, Context};
+
+/// The raw command callback the server calls.
+pub type Callback =
+    extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+
+/// How a command argument is documented.
+#[derive(Clone, Copy)]
+pub enum ArgKind {
+    String,
+    Integer,
+}
+
+pub struct Arg {
+    pub name: &'static CStr,
+    pub kind: ArgKind,
+    pub optional: bool,
+    pub multiple: bool,
+}
+
+impl Arg {
+    pub const fn required(name: &'static CStr, kind: ArgKind) -> Self {
+        Self {
+            name,
+            kind,
+            optional: false,
+            multiple: false,
+        }
+    }
+
+    pub const fn optional(name: &'static CStr, kind: ArgKind) -> Self {
+        Self {
+            name,
+            kind,
+            optional: true,
+            multiple: false,
+        }
+    }
+}
+
+pub struct Command {
+    pub name: &'static CStr,
+    pub callback: Callback,
+    pub flags: &'static CStr,
+    pub arity: c_int,
+    /// Argument 1 is the queue: routed like a key (`NotKey`), so the server answers `-MOVED`
+    /// and cluster clients route by it, while the handler checks ACL on the derived keys.
+    pub routes_by_queue: bool,
+    pub summary: &'static CStr,
+    pub complexity: &'static CStr,
+    pub args: &'static [Arg],
+}
+
+/// Wraps a handler in the raw callback the server calls, behind the panic guard.
+#[macro_export]
+macro_rules! callback {
+    ($handler:path) => {{
+        extern "C" fn call(
+            ctx: *mut valkey_module::raw::RedisModuleCtx,
+            argv: *mut *mut valkey_module::raw::RedisModuleString,
+            argc: std::os::raw::c_int,
+        ) -> std::os::raw::c_int {
+            $crate::server::dispatch(ctx, argv, argc, $handler)
+        }
+        call as $crate::register::Callback
+    }};
+}
+
+const COMMAND_INFO_VERSION: raw::RedisModuleCommandInfoVersion =
+    raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
+    };
+
+fn queue_key_spec() -> raw::RedisModuleCommandKeySpec {
+    // SAFETY: the key spec is plain old data; zero is its documented terminator/default.
+    let mut spec: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
+    spec.notes = c"the queue name, routed as its own hashtag; ACL is checked on the derived emq:{queue}:* keys".as_ptr();
+    spec.flags = u64::from(
+        raw::REDISMODULE_CMD_KEY_RW
+            | raw::REDISMODULE_CMD_KEY_UPDATE
+            | raw::REDISMODULE_CMD_KEY_NOT_KEY,
+    );
+    spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    spec.bs.index.pos = 1;
+    spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+    spec.fk.range.lastkey = 0;
+    spec.fk.range.keystep = 1;
+    spec.fk.range.limit = 0;
+    spec
+}
+
+fn doc_arg(arg: &Arg) -> raw::RedisModuleCommandArg {
+    // SAFETY: plain old data; zero means "absent" for every pointer field.
+    let mut out: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
+    out.name = arg.name.as_ptr();
+    out.type_ = match arg.kind {
+        ArgKind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+        ArgKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    };
+    out.key_spec_index = -1;
+    let mut flags = raw::REDISMODULE_CMD_ARG_NONE;
+    if arg.optional {
+        flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL;
+    }
+    if arg.multiple {
+        flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE;
+    }
+    out.flags = flags as c_int;
+    out
+}
+
+/// Registers the `emq` ACL category where the server has them (Valkey 8 / Redis 7.4+).
+pub fn acl_category(ctx: &Context, name: &CStr) {
+    match unsafe { raw::RedisModule_AddACLCategory } {
+        // SAFETY: called from OnLoad with a NUL-terminated name.
+        Some(add) => {
+            if unsafe { add(ctx.ctx, name.as_ptr()) } != raw::REDISMODULE_OK as c_int {
+                ctx.log_warning("EchoMQ: could not add the emq ACL category");
+            }
+        }
+        None => ctx.log_notice("EchoMQ: this server has no module ACL categories; skipping @emq"),
+    }
+}
+
+/// Creates every command in `table`, with key specs, docs and the ACL category.
+pub fn commands(ctx: &Context, table: &[Command], acl: &CStr) -> Result<(), String> {
+    let create = unsafe { raw::RedisModule_CreateCommand }.ok_or("no CreateCommand API")?;
+    for cmd in table {
+        let name = cmd.name.to_string_lossy();
+        // SAFETY: OnLoad context; names and flags are static NUL-terminated strings.
+        let status = unsafe {
+            create(
+                ctx.ctx,
+                cmd.name.as_ptr(),
+                Some(cmd.callback),
+                cmd.flags.as_ptr(),
+                0,
+                0,
+                0,
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(format!("could not create {name}"));
+        }
+        let Some(get) = (unsafe { raw::RedisModule_GetCommand }) else {
+            continue;
+        };
+        // SAFETY: the command was just created under this name.
+        let handle = unsafe { get(ctx.ctx, cmd.name.as_ptr()) };
+        if handle.is_null() {
+            return Err(format!("could not find {name} after creating it"));
+        }
+        set_info(handle, cmd).map_err(|e| format!("{name}: {e}"))?;
+        if let Some(set_acl) = unsafe { raw::RedisModule_SetCommandACLCategories } {
+            // SAFETY: a live command handle and a NUL-terminated category list.
+            if unsafe { set_acl(handle, acl.as_ptr()) } != raw::REDISMODULE_OK as c_int {
+                return Err(format!("could not put {name} in its ACL category"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> Result<(), &'static str> {
+    let Some(set) = (unsafe { raw::RedisModule_SetCommandInfo }) else {
+        return Ok(());
+    };
+    let mut key_specs = Vec::with_capacity(2);
+    if cmd.routes_by_queue {
+        key_specs.push(queue_key_spec());
+    }
+    // SAFETY: the zeroed spec terminates the list.
+    key_specs.push(unsafe { std::mem::zeroed() });
+    let mut args: Vec<raw::RedisModuleCommandArg> = cmd.args.iter().map(doc_arg).collect();
+    // SAFETY: the zeroed arg terminates the list.
+    args.push(unsafe { std::mem::zeroed() });
+    let info = raw::RedisModuleCommandInfo {
+        version: &COMMAND_INFO_VERSION,
+        summary: cmd.summary.as_ptr(),
+        complexity: cmd.complexity.as_ptr(),
+        since: c"0.1.0".as_ptr(),
+        history: ptr::null_mut(),
+        tips: ptr::null::<c_char>(),
+        arity: cmd.arity,
+        key_specs: key_specs.as_mut_ptr(),
+        args: if cmd.args.is_empty() {
+            ptr::null_mut()
+        } else {
+            args.as_mut_ptr()
+        },
+    };
+    // SAFETY: every pointer lives until the call returns; the server copies what it keeps.
+    if unsafe { set(handle, &info) } != raw::REDISMODULE_OK as c_int {
+        return Err("the server refused its command info");
+    }
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! The boundary with the server: arguments in, replies out, and the guard that keeps any
+//! panic from crossing into `valkey-server`.
+
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int, c_long};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use valkey_module::{raw, Context};
+
+use crate::error::EmqError;
+use crate::metrics;
+use crate::store::Str;
+use std::ptr::NonNull;
+
+/// A command's arguments, borrowed from the server for the duration of the call.
+pub struct Args<'a> {
+    argv: &'a [*mut raw::RedisModuleString],
+}
+
+impl<'a> Args<'a> {
+    pub fn len(&self) -> usize {
+        self.argv.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.argv.is_empty()
+    }
+
+    /// The bytes of argument `i` (0 is the command name); empty past the end.
+    pub fn bytes(&self, i: usize) -> &'a [u8] {
+        let Some(&s) = self.argv.get(i) else {
+            return &[];
+        };
+        string_bytes(s)
+    }
+
+    /// The server's own string for argument `i`, to hand back without copying.
+    pub fn string(&self, i: usize) -> Option<Str<'a>> {
+        let p = NonNull::new(*self.argv.get(i)?)?;
+        // SAFETY: the server keeps its arguments alive for the whole call.
+        Some(unsafe { Str::from_raw(p) })
+    }
+}
+
+/// The bytes of a server string.
+pub(crate) fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
+    let Some(ptr_len) = (unsafe { raw::RedisModule_StringPtrLen }) else {
+        return &[];
+    };
+    if s.is_null() {
+        return &[];
+    }
+    let mut len = 0usize;
+    // SAFETY: `s` is a live server string; the server owns the buffer for the call.
+    unsafe {
+        let p = ptr_len(s, &mut len);
+        if p.is_null() {
+            return &[];
+        }
+        std::slice::from_raw_parts(p.cast::<u8>(), len)
+    }
+}
+
+/// What a command answers.
+#[derive(Debug, PartialEq)]
+pub enum Reply {
+    Integer(i64),
+    Bulk(Vec<u8>),
+    Null,
+    Array(Vec<Reply>),
+    /// A RESP3 map (a flat array under RESP2).
+    Map(Vec<(&'static str, Reply)>),
+}
+
+pub type CommandResult = Result<Reply, EmqError>;
+
+/// A command handler: pure parsing and checks, then at most one write through `store`.
+pub type Handler = fn(&Context, &Args) -> CommandResult;
+
+/// Runs `handler` for one call, renders its reply or error, and turns a panic into an error
+/// reply instead of an aborted server.
+pub(crate) fn dispatch(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    handler: Handler,
+) -> c_int {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let argv = match usize::try_from(argc) {
+            // SAFETY: the server passes `argc` valid string pointers in `argv`.
+            Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
+            _ => &[],
+        };
+        let context = Context::new(ctx);
+        let result = handler(&context, &Args { argv });
+        match result {
+            Ok(reply) => render(ctx, &reply),
+            Err(err) => {
+                metrics::refused(&err);
+                reply_error(ctx, &err);
+            }
+        }
+    }));
+    if outcome.is_err() {
+        let _ = catch_unwind(|| {
+            Context::new(ctx)
+                .log_warning("EchoMQ: a command handler panicked; replied with an error");
+            metrics::refused(&EmqError::Internal);
+            reply_error(ctx, &EmqError::Internal);
+        });
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+fn reply_error(ctx: *mut raw::RedisModuleCtx, err: &EmqError) {
+    let text = CString::new(err.message().as_bytes())
+        .unwrap_or_else(|_| CString::from(c"ERR invalid error text"));
+    if let Some(f) = unsafe { raw::RedisModule_ReplyWithError } {
+        // SAFETY: `ctx` is the live call context; `text` is NUL-terminated.
+        unsafe { f(ctx, text.as_ptr()) };
+    }
+}
+
+fn render(ctx: *mut raw::RedisModuleCtx, reply: &Reply) {
+    // SAFETY (all calls): `ctx` is the live call context of this command.
+    unsafe {
+        match reply {
+            Reply::Integer(n) => {
+                if let Some(f) = raw::RedisModule_ReplyWithLongLong {
+                    f(ctx, *n);
+                }
+            }
+            Reply::Bulk(b) => bulk(ctx, b),
+            Reply::Null => {
+                if let Some(f) = raw::RedisModule_ReplyWithNull {
+                    f(ctx);
+                }
+            }
+            Reply::Array(items) => {
+                if let Some(f) = raw::RedisModule_ReplyWithArray {
+                    f(ctx, items.len() as c_long);
+                }
+                for item in items {
+                    render(ctx, item);
+                }
+            }
+            Reply::Map(pairs) => {
+                if let Some(f) = raw::RedisModule_ReplyWithMap {
+                    f(ctx, pairs.len() as c_long);
+                } else if let Some(f) = raw::RedisModule_ReplyWithArray {
+                    f(ctx, (pairs.len() * 2) as c_long);
+                }
+                for (k, v) in pairs {
+                    bulk(ctx, k.as_bytes());
+                    render(ctx, v);
+                }
+            }
+        }
+    }
+}
+
+unsafe fn bulk(ctx: *mut raw::RedisModuleCtx, b: &[u8]) {
+    if let Some(f) = raw::RedisModule_ReplyWithStringBuffer {
+        f(ctx, b.as_ptr().cast::<c_char>(), b.len());
+    }
+}
+
+/// The server's clock, in unix milliseconds.
+pub fn now_ms() -> u64 {
+    match unsafe { raw::RedisModule_Milliseconds } {
+        // SAFETY: a plain clock read.
+        Some(f) => u64::try_from(unsafe { f() }).unwrap_or(0),
+        None => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+    }
+}

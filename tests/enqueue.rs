@@ -1,0 +1,428 @@
+//! EMQ.ENQUEUE on a real server: the reference `@enqueue` behaviour, every refusal in SPEC
+//! order, and nothing half-written.
+
+mod support;
+
+use redis::cmd;
+use support::*;
+
+fn enqueue(queue: &str, id: &str, payload: &[u8]) -> redis::Cmd {
+    let mut c = cmd("EMQ.ENQUEUE");
+    c.arg(queue).arg(id).arg(payload);
+    c
+}
+
+fn row_key(queue: &str, id: &str) -> String {
+    format!("emq:{{{queue}}}:job:{id}")
+}
+
+fn pending_key(queue: &str) -> String {
+    format!("emq:{{{queue}}}:pending")
+}
+
+fn keys_of(con: &mut Connection, queue: &str) -> Vec<String> {
+    let mut keys: Vec<String> = cmd("KEYS")
+        .arg(format!("emq:{{{queue}}}:*"))
+        .query(con)
+        .expect("KEYS");
+    keys.sort();
+    keys
+}
+
+#[test]
+fn enqueue_writes_the_row_and_the_pending_member() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("orders");
+    let id = "JOB0KHTOWnGLuC";
+    let n: i64 = enqueue(&q, id, b"hello").query(&mut con).expect("enqueue");
+    assert_eq!(n, 1);
+
+    let row: Vec<(String, String)> = cmd("HGETALL")
+        .arg(row_key(&q, id))
+        .query(&mut con)
+        .expect("row");
+    assert_eq!(
+        row,
+        vec![
+            ("state".into(), "pending".into()),
+            ("attempts".into(), "0".into()),
+            ("payload".into(), "hello".into()),
+        ],
+        "exactly three fields, in the reference order"
+    );
+    let pending: Vec<(String, f64)> = cmd("ZRANGE")
+        .arg(pending_key(&q))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut con)
+        .expect("pending");
+    assert_eq!(pending, vec![(id.to_string(), 0.0)]);
+}
+
+#[test]
+fn duplicate_enqueue_replies_zero_and_leaves_the_row_untouched() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("dup");
+    let id = job_id(42);
+    assert_eq!(
+        enqueue(&q, &id, b"first")
+            .query::<i64>(&mut con)
+            .expect("first"),
+        1
+    );
+    cmd("HSET")
+        .arg(row_key(&q, &id))
+        .arg("attempts")
+        .arg("3")
+        .query::<i64>(&mut con)
+        .expect("hset");
+    assert_eq!(
+        enqueue(&q, &id, b"second")
+            .query::<i64>(&mut con)
+            .expect("dup"),
+        0
+    );
+    let payload: String = cmd("HGET")
+        .arg(row_key(&q, &id))
+        .arg("payload")
+        .query(&mut con)
+        .expect("hget");
+    assert_eq!(payload, "first");
+    let attempts: String = cmd("HGET")
+        .arg(row_key(&q, &id))
+        .arg("attempts")
+        .query(&mut con)
+        .expect("hget");
+    assert_eq!(attempts, "3", "a duplicate does not reset the row");
+    let card: i64 = cmd("ZCARD")
+        .arg(pending_key(&q))
+        .query(&mut con)
+        .expect("zcard");
+    assert_eq!(card, 1);
+}
+
+#[test]
+fn a_row_of_another_type_counts_as_existing() {
+    // The reference script asks EXISTS, whatever the type.
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("exists");
+    let id = job_id(7);
+    cmd("SET")
+        .arg(row_key(&q, &id))
+        .arg("x")
+        .query::<()>(&mut con)
+        .expect("set");
+    assert_eq!(
+        enqueue(&q, &id, b"p")
+            .query::<i64>(&mut con)
+            .expect("enqueue"),
+        0
+    );
+    assert_eq!(keys_of(&mut con, &q), vec![row_key(&q, &id)]);
+}
+
+#[test]
+fn other_kinds_are_refused_with_the_exact_reference_text() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("kind");
+    let err = expect_err(&mut con, &enqueue(&q, "ORD0NgWEfAEJfs", b"x"));
+    assert_eq!(err, "EMQKIND job id must be JOB-namespaced");
+    assert!(keys_of(&mut con, &q).is_empty());
+}
+
+#[test]
+fn malformed_ids_are_refused_before_any_key_exists() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("gate");
+    // F2: a fourteen-byte decimal and a fourteen-byte slug both refuse.
+    for bad in [
+        "12345678901234",
+        "order-12345678",
+        "JOB0KHTOWnGLu",
+        "job0KHTOWnGLuC",
+        "JOBAzL8n0Y58m8",
+        "",
+    ] {
+        let err = expect_err(&mut con, &enqueue(&q, bad, b"x"));
+        assert!(err.starts_with("EMQID "), "{bad}: {err}");
+    }
+    assert!(keys_of(&mut con, &q).is_empty());
+}
+
+#[test]
+fn bad_queue_names_are_refused() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let long = "q".repeat(129);
+    for bad in ["", "a b", "a{b", "a}b", long.as_str(), "caf\u{e9}"] {
+        let err = expect_err(&mut con, &enqueue(bad, "JOB0KHTOWnGLuC", b"x"));
+        assert!(err.starts_with("EMQQUEUE "), "{bad:?}: {err}");
+    }
+    let ok = "q".repeat(128);
+    let _: redis::Value = cmd("DEL")
+        .arg(row_key(&ok, "JOB0KHTOWnGLuC"))
+        .arg(pending_key(&ok))
+        .query(&mut con)
+        .expect("del");
+    assert_eq!(
+        enqueue(&ok, "JOB0KHTOWnGLuC", b"x")
+            .query::<i64>(&mut con)
+            .expect("128 bytes"),
+        1
+    );
+}
+
+#[test]
+fn checks_run_in_spec_order() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    // queue before id, id before kind, kind before payload.
+    let big = vec![b'x'; 2 << 20];
+    assert!(expect_err(&mut con, &enqueue("a{b", "bad", &big)).starts_with("EMQQUEUE"));
+    assert!(expect_err(&mut con, &enqueue("ok", "bad", &big)).starts_with("EMQID"));
+    assert!(expect_err(&mut con, &enqueue("ok", "ORD0NgWEfAEJfs", &big)).starts_with("EMQKIND"));
+    assert!(expect_err(&mut con, &enqueue("ok", "JOB0KHTOWnGLuC", &big)).starts_with("EMQPAYLOAD"));
+}
+
+#[test]
+fn payload_limit_follows_the_config() {
+    let server = Server::start(Options::default().arg("emq.max-payload-bytes", "16"));
+    let mut con = server.conn();
+    let q = unique_queue("size");
+    let err = expect_err(&mut con, &enqueue(&q, &job_id(1), &[b'x'; 17]));
+    assert_eq!(err, "EMQPAYLOAD payload exceeds emq.max-payload-bytes (16)");
+    assert!(keys_of(&mut con, &q).is_empty());
+    assert_eq!(
+        enqueue(&q, &job_id(1), &[b'x'; 16])
+            .query::<i64>(&mut con)
+            .expect("at the limit"),
+        1
+    );
+
+    let _: () = cmd("CONFIG")
+        .arg("SET")
+        .arg("emq.max-payload-bytes")
+        .arg("32")
+        .query(&mut con)
+        .expect("config set");
+    assert_eq!(
+        enqueue(&q, &job_id(2), &[b'x'; 32])
+            .query::<i64>(&mut con)
+            .expect("raised"),
+        1
+    );
+    let bad = expect_err(
+        &mut con,
+        cmd("CONFIG")
+            .arg("SET")
+            .arg("emq.max-payload-bytes")
+            .arg("0"),
+    );
+    assert!(bad.contains("between"), "{bad}");
+    let bad = expect_err(
+        &mut con,
+        cmd("CONFIG").arg("SET").arg("emq.node-id").arg("1024"),
+    );
+    assert!(bad.contains("between"), "{bad}");
+}
+
+#[test]
+fn wrongtype_leaves_nothing_behind() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("wrong");
+    cmd("SET")
+        .arg(pending_key(&q))
+        .arg("not a zset")
+        .query::<()>(&mut con)
+        .expect("set");
+    let err = expect_err(&mut con, &enqueue(&q, &job_id(9), b"x"));
+    assert!(err.starts_with("WRONGTYPE"), "{err}");
+    assert_eq!(
+        keys_of(&mut con, &q),
+        vec![pending_key(&q)],
+        "no row was written"
+    );
+}
+
+#[test]
+fn minted_ids_are_jobs_and_strictly_increasing() {
+    let server = Server::start(Options::default().arg("emq.node-id", "5"));
+    let mut con = server.conn();
+    let q = unique_queue("mint");
+    let mut prev = String::new();
+    for _ in 0..2000 {
+        let id: String = enqueue(&q, "*", b"m").query(&mut con).expect("mint");
+        assert_eq!(id.len(), 14);
+        assert!(id.starts_with("JOB"));
+        assert!(id > prev, "{id} after {prev}");
+        prev = id;
+    }
+    let card: i64 = cmd("ZCARD")
+        .arg(pending_key(&q))
+        .query(&mut con)
+        .expect("zcard");
+    assert_eq!(card, 2000);
+    let value = echomq::grammar::BrandedId::parse(prev.as_bytes())
+        .expect("parses")
+        .value();
+    assert_eq!((value >> 12) & 1023, 5, "node id from emq.node-id");
+}
+
+#[test]
+fn binary_payloads_survive_round_trips() {
+    // F4: CRLF and NUL survive 500/500 round trips, through two pipelines.
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("binary");
+    let mut rng = Rng::new(0xF4);
+    let payloads: Vec<Vec<u8>> = (0..500)
+        .map(|i| {
+            let mut p = rng.bytes(200, &[0, b'\r', b'\n', b'a', 0xff, b'"', b'\\']);
+            p.extend_from_slice(format!("\r\n\0{i}").as_bytes());
+            p
+        })
+        .collect();
+    let mut write = redis::pipe();
+    for (i, p) in payloads.iter().enumerate() {
+        write.add_command(enqueue(&q, &job_id(i as u64 + 1), p));
+    }
+    let added: Vec<i64> = write.query(&mut con).expect("pipeline of enqueues");
+    assert_eq!(added, vec![1; 500]);
+    let mut read = redis::pipe();
+    for i in 0..500 {
+        read.cmd("HGET")
+            .arg(row_key(&q, &job_id(i + 1)))
+            .arg("payload");
+    }
+    let back: Vec<Vec<u8>> = read.query(&mut con).expect("pipeline of reads");
+    let same = back.iter().zip(&payloads).filter(|(a, b)| a == b).count();
+    assert_eq!(same, 500, "500/500 round trips");
+}
+
+/// Collects keyspace events (key with the queue name replaced by `Q`, event) until `n` arrive.
+fn collect_events(pubsub: &mut redis::PubSub<'_>, queue: &str, n: usize) -> Vec<(String, String)> {
+    let mut events = Vec::new();
+    while events.len() < n {
+        let Ok(msg) = pubsub.get_message() else { break };
+        let channel = msg
+            .get_channel_name()
+            .trim_start_matches("__keyspace@0__:")
+            .replace(queue, "Q");
+        let event: String = msg.get_payload().expect("payload");
+        events.push((channel, event));
+    }
+    events
+}
+
+#[test]
+fn keyspace_notifications_match_native_hset_and_zadd() {
+    // "n" adds the key-creation events to all the others.
+    let server = Server::start(Options::default().arg("notify-keyspace-events", "KEAn"));
+    let mut con = server.conn();
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut sub_con = client.get_connection().expect("sub conn");
+    let mut pubsub = sub_con.as_pubsub();
+    pubsub.psubscribe("__keyspace@0__:*").expect("psubscribe");
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .expect("timeout");
+    let id = job_id(11);
+
+    let native = unique_queue("native");
+    cmd("HSET")
+        .arg(row_key(&native, &id))
+        .arg("state")
+        .arg("pending")
+        .arg("attempts")
+        .arg("0")
+        .arg("payload")
+        .arg("x")
+        .query::<i64>(&mut con)
+        .expect("hset");
+    cmd("ZADD")
+        .arg(pending_key(&native))
+        .arg(0)
+        .arg(&id)
+        .query::<i64>(&mut con)
+        .expect("zadd");
+    let expected = collect_events(&mut pubsub, &native, 4);
+    assert_eq!(
+        expected.len(),
+        4,
+        "native commands fire new+hset, new+zadd: {expected:?}"
+    );
+
+    let q = unique_queue("module");
+    assert_eq!(
+        enqueue(&q, &id, b"x")
+            .query::<i64>(&mut con)
+            .expect("enqueue"),
+        1
+    );
+    let got = collect_events(&mut pubsub, &q, 5);
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn info_reports_version_and_counters() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let q = unique_queue("info");
+    enqueue(&q, &job_id(1), b"x")
+        .query::<i64>(&mut con)
+        .expect("1");
+    enqueue(&q, &job_id(1), b"x")
+        .query::<i64>(&mut con)
+        .expect("dup");
+    let _ = expect_err(&mut con, &enqueue(&q, "ORD0NgWEfAEJfs", b"x"));
+    let _ = expect_err(&mut con, &enqueue("a b", &job_id(2), b"x"));
+    assert_eq!(
+        info_field(&mut con, "emq", "emq_version").as_deref(),
+        Some("echomq:2.0.0")
+    );
+    assert_eq!(
+        info_field(&mut con, "emq", "emq_enqueued").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        info_field(&mut con, "emq", "emq_duplicates").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        info_field(&mut con, "emq", "emq_refused_kind").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        info_field(&mut con, "emq", "emq_refused_queue").as_deref(),
+        Some("1")
+    );
+}
+
+#[test]
+fn enqueue_works_inside_multi_exec() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("multi");
+    let (a, b): (i64, i64) = redis::pipe()
+        .atomic()
+        .add_command(enqueue(&q, &job_id(1), b"a"))
+        .add_command(enqueue(&q, &job_id(1), b"b"))
+        .query(&mut con)
+        .expect("multi");
+    assert_eq!((a, b), (1, 0));
+}
+
+#[test]
+fn wrong_arity_is_a_plain_error() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let err = expect_err(&mut con, cmd("EMQ.ENQUEUE").arg("q").arg(job_id(1)));
+    assert!(err.starts_with("ERR wrong number of arguments"), "{err}");
+}

@@ -1,0 +1,229 @@
+//! The grammar commands on a real server: EMQ.KEY, EMQ.SLOT, EMQ.DECODE, EMQ.VERSION, and
+//! the seeds' transcript (F1 the map, F2 the gate, F5 co-location).
+
+mod support;
+
+use redis::{cmd, Value};
+use support::*;
+
+fn key(args: &[&str]) -> redis::Cmd {
+    let mut c = cmd("EMQ.KEY");
+    for a in args {
+        c.arg(*a);
+    }
+    c
+}
+
+#[test]
+fn f1_the_map() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let pending: String = key(&["orders", "pending"])
+        .query(&mut con)
+        .expect("pending");
+    assert_eq!(pending, "emq:{orders}:pending");
+    let row: String = key(&["orders", "job", "ORD0NgWEfAEJfs"])
+        .query(&mut con)
+        .expect("row");
+    assert_eq!(row, "emq:{orders}:job:ORD0NgWEfAEJfs");
+    for ty in ["active", "schedule", "dead", "meta"] {
+        let k: String = key(&["orders", ty]).query(&mut con).expect("type");
+        assert_eq!(k, format!("emq:{{orders}}:{ty}"));
+    }
+    let version: String = cmd("EMQ.VERSION").query(&mut con).expect("version");
+    assert_eq!(version, "echomq:2.0.0");
+}
+
+#[test]
+fn f2_the_job_position_is_gated() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    for bad in ["12345678901234", "order-12345678"] {
+        let err = expect_err(&mut con, &key(&["orders", "job", bad]));
+        assert!(err.starts_with("EMQID "), "{err}");
+    }
+    // Kind policy is not the key's question: any well-formed kind composes.
+    let ok: String = key(&["orders", "job", "ORD0NgWEfAEJfs"])
+        .query(&mut con)
+        .expect("any kind");
+    assert!(ok.ends_with("ORD0NgWEfAEJfs"));
+}
+
+#[test]
+fn key_refusals() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    assert!(expect_err(&mut con, &key(&["orders", "ready"])).starts_with("EMQTYPE "));
+    assert!(expect_err(&mut con, &key(&["orders", "PENDING"])).starts_with("EMQTYPE "));
+    assert!(expect_err(&mut con, &key(&["a{b", "pending"])).starts_with("EMQQUEUE "));
+    assert!(expect_err(&mut con, &key(&["", "pending"])).starts_with("EMQQUEUE "));
+    assert!(expect_err(&mut con, &key(&["orders", "job"])).starts_with("ERR "));
+    assert!(
+        expect_err(&mut con, &key(&["orders", "pending", "JOB0KHTOWnGLuC"])).starts_with("ERR ")
+    );
+    assert!(expect_err(&mut con, &key(&["orders"])).starts_with("ERR wrong number"));
+}
+
+#[test]
+fn f5_co_location() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let slot =
+        |con: &mut Connection, k: &str| -> i64 { cmd("EMQ.SLOT").arg(k).query(con).expect("slot") };
+    for k in [
+        "emq:{orders}:pending",
+        "emq:{orders}:active",
+        "emq:{orders}:meta",
+        "emq:{orders}:job:JOB0KHTOWnGLuC",
+    ] {
+        assert_eq!(slot(&mut con, k), 105, "{k}");
+    }
+    assert_eq!(slot(&mut con, "emq:{fills}:pending"), 4165);
+    assert_eq!(slot(&mut con, "emq:{quotes}:pending"), 3378);
+    assert_eq!(slot(&mut con, "123456789"), 12739);
+}
+
+fn decode_map(con: &mut Connection, k: &[u8]) -> Vec<(String, Value)> {
+    let v: Value = cmd("EMQ.DECODE").arg(k).query(con).expect("decode");
+    let Value::Map(pairs) = v else {
+        panic!("a map under RESP3, got {v:?}")
+    };
+    pairs
+        .into_iter()
+        .map(|(k, v)| match k {
+            Value::BulkString(b) => (String::from_utf8(b).expect("utf8"), v),
+            other => panic!("key {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn decode_reads_the_workshop_key() {
+    let server = Server::shared();
+    let mut con = server.conn3();
+    let m = decode_map(&mut con, b"emq:{quotes}:job:JOB0KHTOWnGLuC");
+    let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    assert_eq!(
+        m,
+        vec![
+            ("queue".into(), b("quotes")),
+            ("type".into(), b("job")),
+            ("id".into(), b("JOB0KHTOWnGLuC")),
+            ("kind".into(), b("JOB")),
+            ("slot".into(), Value::Int(3378)),
+        ]
+    );
+    let m = decode_map(&mut con, b"emq:{orders}:pending");
+    assert_eq!(m[2], ("id".into(), Value::Nil));
+    assert_eq!(m[4], ("slot".into(), Value::Int(105)));
+    let m = decode_map(&mut con, b"{emq}:version");
+    assert_eq!(m[0], ("queue".into(), Value::Nil));
+    assert_eq!(m[1], ("type".into(), b("version")));
+}
+
+#[test]
+fn decode_under_resp2_is_a_flat_array() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let v: Vec<Value> = cmd("EMQ.DECODE")
+        .arg("emq:{orders}:pending")
+        .query(&mut con)
+        .expect("decode");
+    assert_eq!(v.len(), 10);
+}
+
+#[test]
+fn decode_names_keys_outside_the_grammar_malformed() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    for bad in [
+        "emq:{orders}:job:12345678901234",
+        "emq:{orders}:bogus",
+        "emq:orders:pending",
+        "emq:{}:pending",
+        "plain",
+        "{emq}:other",
+    ] {
+        let err = expect_err(&mut con, cmd("EMQ.DECODE").arg(bad));
+        assert!(err.starts_with("EMQKEY "), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn slot_equals_cluster_keyslot_for_random_keys() {
+    let server = Server::start(
+        Options::default()
+            .arg("cluster-enabled", "yes")
+            .arg("cluster-config-file", "nodes.conf"),
+    );
+    let mut con = server.conn();
+    let mut rng = Rng::new(0x5107);
+    // Every byte, with braces weighted up so most keys carry one or more (possibly empty) tags.
+    let alphabet: Vec<u8> = (0u8..=255).chain([b'{'; 40]).chain([b'}'; 40]).collect();
+    let keys: Vec<Vec<u8>> = (0..5000).map(|_| rng.bytes(24, &alphabet)).collect();
+    let mut ours = redis::pipe();
+    let mut theirs = redis::pipe();
+    for k in &keys {
+        ours.cmd("EMQ.SLOT").arg(k.as_slice());
+        theirs.cmd("CLUSTER").arg("KEYSLOT").arg(k.as_slice());
+    }
+    let a: Vec<i64> = ours.query(&mut con).expect("EMQ.SLOT");
+    let b: Vec<i64> = theirs.query(&mut con).expect("CLUSTER KEYSLOT");
+    let braces = keys
+        .iter()
+        .filter(|k| k.contains(&b'{') && k.contains(&b'}'))
+        .count();
+    assert!(braces > 500, "the sample exercises hashtags ({braces})");
+    for ((k, x), y) in keys.iter().zip(&a).zip(&b) {
+        assert_eq!(x, y, "slot of {k:?}");
+    }
+}
+
+#[test]
+fn command_docs_describe_every_command() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    for (name, args) in [
+        ("emq.enqueue", vec!["queue", "id", "payload"]),
+        ("emq.key", vec!["queue", "type", "id"]),
+        ("emq.slot", vec!["key"]),
+        ("emq.decode", vec!["key"]),
+        ("emq.version", vec![]),
+    ] {
+        let docs: Value = cmd("COMMAND")
+            .arg("DOCS")
+            .arg(name)
+            .query(&mut con)
+            .expect("docs");
+        let text = format!("{docs:?}");
+        assert!(text.contains("summary"), "{name}: {text}");
+        for a in args {
+            assert!(
+                text.contains(&format!("\"{a}\"")) || text.contains(&format!("{:?}", a.as_bytes())),
+                "{name} documents {a}: {text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn pure_commands_are_readonly_fast_and_enqueue_is_write_denyoom() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let info: Vec<Value> = cmd("COMMAND")
+        .arg("INFO")
+        .arg("emq.enqueue")
+        .arg("emq.slot")
+        .query(&mut con)
+        .expect("info");
+    let text = format!("{info:?}");
+    let enqueue = format!("{:?}", info[0]);
+    let slot = format!("{:?}", info[1]);
+    for flag in ["write", "denyoom", "not_key", "@emq"] {
+        assert!(enqueue.contains(flag), "enqueue has {flag}: {enqueue}");
+    }
+    for flag in ["readonly", "fast", "@emq"] {
+        assert!(slot.contains(flag), "slot has {flag}: {slot}");
+    }
+    assert!(!slot.contains("write"), "{text}");
+}

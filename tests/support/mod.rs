@@ -1,0 +1,314 @@
+//! The server harness: every test starts real `valkey-server` processes with the module, on
+//! free loopback ports, in temp dirs, and kills them on drop.
+//!
+//! Environment:
+//! - `VALKEY_SERVER`: the server binary (default `valkey-server`).
+//! - `ECHOMQ_MODULE`: the module to load (default `target/release/libechomq.so`).
+//! - `ECHOMQ_EXTERNAL`: `host:port` of an already-running server with the module; tests that
+//!   only need one plain server use it instead of spawning their own.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use redis::{Connection, Value};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub fn server_binary() -> String {
+    std::env::var("VALKEY_SERVER").unwrap_or_else(|_| "valkey-server".to_string())
+}
+
+pub fn module_path() -> PathBuf {
+    match std::env::var("ECHOMQ_MODULE") {
+        Ok(p) => PathBuf::from(p),
+        Err(_) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/libechomq.so"),
+    }
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local addr").port()
+}
+
+/// How to start one server.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Load the module with `--loadmodule`.
+    pub module: bool,
+    /// Extra `--name value` arguments.
+    pub args: Vec<String>,
+    /// A config file given as the first argument, relative to the repo root.
+    pub config_file: Option<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            module: true,
+            args: Vec::new(),
+            config_file: None,
+        }
+    }
+}
+
+impl Options {
+    pub fn without_module() -> Self {
+        Self {
+            module: false,
+            ..Self::default()
+        }
+    }
+
+    pub fn arg(mut self, name: &str, value: &str) -> Self {
+        self.args.push(format!("--{name}"));
+        self.args.push(value.to_string());
+        self
+    }
+}
+
+/// A running server, or the external one. Killed (if ours) and its dir removed on drop.
+pub struct Server {
+    pub port: u16,
+    pub host: String,
+    child: Option<Child>,
+    pub dir: Option<tempfile::TempDir>,
+    pub log: PathBuf,
+}
+
+impl Server {
+    /// A server with the module for tests that need nothing special: the external one when
+    /// `ECHOMQ_EXTERNAL` is set, else a fresh one.
+    pub fn shared() -> Server {
+        if let Ok(addr) = std::env::var("ECHOMQ_EXTERNAL") {
+            let (host, port) = addr.rsplit_once(':').expect("ECHOMQ_EXTERNAL is host:port");
+            return Server {
+                port: port.parse().expect("numeric port"),
+                host: host.to_string(),
+                child: None,
+                dir: None,
+                log: PathBuf::new(),
+            };
+        }
+        Server::start(Options::default())
+    }
+
+    /// A fresh server of our own, started with `opts`.
+    pub fn start(opts: Options) -> Server {
+        let mut last_err = String::new();
+        for _ in 0..5 {
+            match Self::try_start(&opts) {
+                Ok(s) => return s,
+                Err(e) => last_err = e,
+            }
+        }
+        panic!("could not start {}: {last_err}", server_binary());
+    }
+
+    fn try_start(opts: &Options) -> Result<Server, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let port = free_port();
+        let log = dir.path().join("server.log");
+        let mut cmd = Command::new(server_binary());
+        cmd.current_dir(repo_root());
+        if let Some(conf) = &opts.config_file {
+            cmd.arg(repo_root().join(conf));
+        }
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", &dir.path().display().to_string()])
+            .args(["--logfile", &log.display().to_string()])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"]);
+        if opts.module {
+            cmd.arg("--loadmodule").arg(module_path());
+        }
+        cmd.args(&opts.args);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().map_err(|e| format!("spawn: {e}"))?;
+        let mut server = Server {
+            port,
+            host: "127.0.0.1".to_string(),
+            child: Some(child),
+            dir: Some(dir),
+            log,
+        };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!("exited early with {status}: {}", self.log_tail()));
+                }
+            }
+            if let Ok(mut c) = self.try_conn() {
+                let pong: redis::RedisResult<String> = redis::cmd("PING").query(&mut c);
+                if pong.is_ok() {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!(
+            "not ready in {READY_TIMEOUT:?}: {}",
+            self.log_tail()
+        ))
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://{}:{}/", self.host, self.port)
+    }
+
+    fn try_conn(&self) -> redis::RedisResult<Connection> {
+        let client = redis::Client::open(self.url())?;
+        client.get_connection_with_timeout(Duration::from_secs(5))
+    }
+
+    pub fn conn(&self) -> Connection {
+        self.try_conn().expect("connect to the test server")
+    }
+
+    /// A RESP3 connection (maps come back as maps).
+    pub fn conn3(&self) -> Connection {
+        let client = redis::Client::open(format!("{}?protocol=resp3", self.url())).expect("url");
+        client.get_connection().expect("connect with RESP3")
+    }
+
+    pub fn is_alive(&self) -> bool {
+        match self.try_conn() {
+            Ok(mut c) => redis::cmd("PING").query::<String>(&mut c).is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    pub fn is_external(&self) -> bool {
+        self.child.is_none()
+    }
+
+    pub fn log_tail(&self) -> String {
+        let Ok(f) = std::fs::File::open(&self.log) else {
+            return String::new();
+        };
+        let lines: Vec<String> = BufReader::new(f).lines().map_while(Result::ok).collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A fresh queue name, so tests sharing a server never see each other's keys.
+pub fn unique_queue(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}-{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The server's error text for a failed call: `CODE detail`.
+pub fn error_text(err: &redis::RedisError) -> String {
+    match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => err.to_string(),
+    }
+}
+
+/// Runs a command and returns the error text; panics if it succeeded.
+pub fn expect_err(con: &mut Connection, cmd: &redis::Cmd) -> String {
+    match cmd.query::<Value>(con) {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => error_text(&e),
+    }
+}
+
+/// A deterministic xorshift generator for random test inputs.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.max(1))
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    pub fn bytes(&mut self, max_len: usize, alphabet: &[u8]) -> Vec<u8> {
+        let len = self.below(max_len as u64 + 1) as usize;
+        (0..len)
+            .map(|_| alphabet[self.below(alphabet.len() as u64) as usize])
+            .collect()
+    }
+}
+
+/// A valid `JOB` id for the number `n` (the same encoding the module uses).
+pub fn job_id(n: u64) -> String {
+    echomq::grammar::BrandedId::new(*b"JOB", n)
+        .map(|id| String::from_utf8_lossy(&id.encode()).into_owned())
+        .expect("a valid id")
+}
+
+/// Waits until `f` holds, polling, up to `timeout`.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+/// One field of `INFO <section>`.
+pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<String> {
+    let info: String = redis::cmd("INFO").arg(section).query(con).ok()?;
+    info.lines().find_map(|l| {
+        l.strip_prefix(&format!("{field}:"))
+            .map(|v| v.trim().to_string())
+    })
+}
+
+/// Whether something listens on `port` on loopback (used to wait for a port to be free).
+pub fn port_open(port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
