@@ -121,10 +121,20 @@ impl Server {
         if let Some(conf) = &opts.config_file {
             cmd.arg(repo_root().join(conf));
         }
-        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--dir", &dir.path().display().to_string()])
-            .args(["--logfile", &log.display().to_string()])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"]);
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"]);
+        // A config file's relative loadmodule path resolves against the working directory,
+        // which `--dir` would change before the module loads; such servers write no data.
+        if opts.config_file.is_none() {
+            cmd.args(["--dir", &dir.path().display().to_string()]);
+        }
+        cmd.args(["--logfile", &log.display().to_string()]).args([
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+        ]);
         if opts.module {
             cmd.arg("--loadmodule").arg(module_path());
         }

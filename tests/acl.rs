@@ -1,0 +1,130 @@
+//! ACL on the real derived keys (SPEC §5): a user limited to `~emq:{orders}:*` may enqueue to
+//! `orders` and gets NOPERM, logged in ACL LOG, with nothing written, for any other queue.
+
+mod support;
+
+use redis::{cmd, Value};
+use support::*;
+
+fn login(server: &Server, user: &str) -> Connection {
+    let mut con = server.conn();
+    let _: () = cmd("AUTH")
+        .arg(user)
+        .arg("pw")
+        .query(&mut con)
+        .expect("AUTH");
+    con
+}
+
+#[test]
+fn a_queue_scoped_user_enqueues_only_to_its_queue() {
+    let server = Server::start(Options::default());
+    let mut admin = server.conn();
+    let _: () = cmd("ACL")
+        .arg("SETUSER")
+        .arg("worker")
+        .arg("on")
+        .arg(">pw")
+        .arg("resetkeys")
+        .arg("~emq:{orders}:*")
+        .arg("-@all")
+        .arg("+@emq")
+        .query(&mut admin)
+        .expect("ACL SETUSER");
+    let mut worker = login(&server, "worker");
+
+    let ok: i64 = cmd("EMQ.ENQUEUE")
+        .arg("orders")
+        .arg(job_id(1))
+        .arg("x")
+        .query(&mut worker)
+        .expect("own queue");
+    assert_eq!(ok, 1);
+    let minted: String = cmd("EMQ.ENQUEUE")
+        .arg("orders")
+        .arg("*")
+        .arg("x")
+        .query(&mut worker)
+        .expect("minted");
+    assert!(minted.starts_with("JOB"));
+
+    let err = expect_err(
+        &mut worker,
+        cmd("EMQ.ENQUEUE").arg("payments").arg(job_id(1)).arg("x"),
+    );
+    assert_eq!(err, "NOPERM No permissions to access a key");
+    let keys: Vec<String> = cmd("KEYS")
+        .arg("emq:{payments}:*")
+        .query(&mut admin)
+        .expect("keys");
+    assert!(
+        keys.is_empty(),
+        "nothing written for a refused queue: {keys:?}"
+    );
+
+    let log: Vec<Value> = cmd("ACL")
+        .arg("LOG")
+        .arg(1)
+        .query(&mut admin)
+        .expect("ACL LOG");
+    let entry = format!("{log:?}");
+    assert!(entry.contains("worker"), "{entry}");
+    assert!(
+        entry.contains("emq:{payments}:job:"),
+        "the log names the derived key: {entry}"
+    );
+    assert!(entry.contains("key"), "{entry}");
+
+    // The pure commands need no key permission; a command outside @emq stays refused.
+    let slot: i64 = cmd("EMQ.SLOT")
+        .arg("emq:{payments}:pending")
+        .query(&mut worker)
+        .expect("slot");
+    assert!(slot >= 0);
+    let err = expect_err(&mut worker, cmd("GET").arg("emq:{orders}:meta"));
+    assert!(err.starts_with("NOPERM"), "{err}");
+}
+
+#[test]
+fn a_read_only_user_cannot_enqueue() {
+    let server = Server::start(Options::default());
+    let mut admin = server.conn();
+    let _: () = cmd("ACL")
+        .arg("SETUSER")
+        .arg("reader")
+        .arg("on")
+        .arg(">pw")
+        .arg("%R~emq:*")
+        .arg("+@all")
+        .query(&mut admin)
+        .expect("ACL SETUSER");
+    let mut reader = login(&server, "reader");
+    let err = expect_err(
+        &mut reader,
+        cmd("EMQ.ENQUEUE").arg("orders").arg(job_id(1)).arg("x"),
+    );
+    assert!(err.starts_with("NOPERM"), "{err}");
+    let n: i64 = cmd("DBSIZE").query(&mut admin).expect("dbsize");
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn a_user_without_the_emq_category_is_refused_by_the_server() {
+    let server = Server::start(Options::default());
+    let mut admin = server.conn();
+    let _: () = cmd("ACL")
+        .arg("SETUSER")
+        .arg("plain")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("+@all")
+        .arg("-@emq")
+        .query(&mut admin)
+        .expect("ACL SETUSER");
+    let mut plain = login(&server, "plain");
+    let err = expect_err(&mut plain, &cmd("EMQ.VERSION"));
+    assert!(err.starts_with("NOPERM"), "{err}");
+    let v: String = cmd("PING").query(&mut plain).expect("other commands work");
+    assert_eq!(v, "PONG");
+}

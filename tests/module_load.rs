@@ -1,0 +1,159 @@
+//! The three ways the module arrives: `loadmodule` in a config file (module.conf), runtime
+//! MODULE LOAD / MODULE LOADEX ... CONFIG, and MODULE UNLOAD followed by a fresh load.
+
+mod support;
+
+use redis::{cmd, Value};
+use support::*;
+
+fn module_names(con: &mut Connection) -> Vec<String> {
+    let list: Vec<Value> = cmd("MODULE").arg("LIST").query(con).expect("MODULE LIST");
+    format!("{list:?}")
+        .split("name")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').nth(2).map(str::to_string))
+        .collect()
+}
+
+fn threads(con: &mut Connection) -> usize {
+    let pid = info_field(con, "server", "process_id").expect("pid");
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn module_conf_starts_a_working_server() {
+    let server = Server::start(Options {
+        module: false,
+        config_file: Some("module.conf".into()),
+        args: vec![],
+    });
+    let mut con = server.conn();
+    assert_eq!(module_names(&mut con), vec!["emq".to_string()]);
+    let cfg: Vec<String> = cmd("CONFIG")
+        .arg("GET")
+        .arg("emq.*")
+        .query(&mut con)
+        .expect("config get");
+    assert!(
+        cfg.windows(2)
+            .any(|w| w == ["emq.max-payload-bytes", "1048576"]),
+        "{cfg:?}"
+    );
+    assert!(cfg.windows(2).any(|w| w == ["emq.node-id", "0"]), "{cfg:?}");
+    let n: i64 = cmd("EMQ.ENQUEUE")
+        .arg("orders")
+        .arg(job_id(1))
+        .arg("hello")
+        .query(&mut con)
+        .expect("enqueue");
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn runtime_load_loadex_unload_and_load_again() {
+    let server = Server::start(Options::without_module().arg("enable-module-command", "local"));
+    let mut con = server.conn();
+    let path = module_path().display().to_string();
+    let threads_before = threads(&mut con);
+
+    let err = expect_err(&mut con, &cmd("EMQ.VERSION"));
+    assert!(err.starts_with("ERR unknown command"), "{err}");
+
+    let _: () = cmd("MODULE")
+        .arg("LOAD")
+        .arg(&path)
+        .query(&mut con)
+        .expect("MODULE LOAD");
+    assert_eq!(module_names(&mut con), vec!["emq".to_string()]);
+    let v: String = cmd("EMQ.VERSION").query(&mut con).expect("version");
+    assert_eq!(v, "echomq:2.0.0");
+    let n: i64 = cmd("EMQ.ENQUEUE")
+        .arg("orders")
+        .arg(job_id(1))
+        .arg("x")
+        .query(&mut con)
+        .expect("enqueue");
+    assert_eq!(n, 1);
+
+    let _: () = cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("emq")
+        .query(&mut con)
+        .expect("MODULE UNLOAD");
+    assert!(module_names(&mut con).is_empty());
+    let err = expect_err(
+        &mut con,
+        cmd("EMQ.ENQUEUE").arg("orders").arg(job_id(2)).arg("x"),
+    );
+    assert!(
+        err.starts_with("ERR unknown command"),
+        "commands are gone: {err}"
+    );
+    assert_eq!(threads(&mut con), threads_before, "no thread left behind");
+    assert!(server.is_alive());
+
+    let _: () = cmd("MODULE")
+        .arg("LOADEX")
+        .arg(&path)
+        .arg("CONFIG")
+        .arg("emq.node-id")
+        .arg("7")
+        .query(&mut con)
+        .expect("MODULE LOADEX");
+    let node: Vec<String> = cmd("CONFIG")
+        .arg("GET")
+        .arg("emq.node-id")
+        .query(&mut con)
+        .expect("config");
+    assert_eq!(node, vec!["emq.node-id".to_string(), "7".to_string()]);
+    let id: String = cmd("EMQ.ENQUEUE")
+        .arg("orders")
+        .arg("*")
+        .arg("x")
+        .query(&mut con)
+        .expect("mint");
+    let value = echomq::grammar::BrandedId::parse(id.as_bytes())
+        .expect("id")
+        .value();
+    assert_eq!((value >> 12) & 1023, 7);
+    let dup: i64 = cmd("EMQ.ENQUEUE")
+        .arg("orders")
+        .arg(job_id(1))
+        .arg("x")
+        .query(&mut con)
+        .expect("data survived");
+    assert_eq!(dup, 0);
+
+    let err = expect_err(
+        &mut con,
+        cmd("MODULE")
+            .arg("LOADEX")
+            .arg(&path)
+            .arg("CONFIG")
+            .arg("emq.node-id")
+            .arg("5000"),
+    );
+    assert!(err.starts_with("ERR"), "{err}");
+    assert!(server.is_alive());
+}
+
+#[test]
+fn module_load_is_refused_where_the_server_disables_it() {
+    let server = Server::start(Options::without_module());
+    let mut con = server.conn();
+    let err = expect_err(
+        &mut con,
+        cmd("MODULE")
+            .arg("LOAD")
+            .arg(module_path().display().to_string()),
+    );
+    assert!(
+        err.contains("enable-module-command")
+            || err.contains("not allowed")
+            || err.starts_with("ERR"),
+        "{err}"
+    );
+    assert!(module_names(&mut con).is_empty());
+}

@@ -1,0 +1,198 @@
+//! Replication by effect (SPEC §5): a replica *without* the module follows the primary to the
+//! same data, and refusals and duplicates propagate nothing.
+
+mod support;
+
+use std::time::Duration;
+
+use redis::cmd;
+use support::*;
+
+fn digest(con: &mut Connection) -> String {
+    cmd("DEBUG").arg("DIGEST").query(con).expect("DEBUG DIGEST")
+}
+
+fn offset(con: &mut Connection) -> i64 {
+    info_field(con, "replication", "master_repl_offset")
+        .and_then(|v| v.parse().ok())
+        .expect("master_repl_offset")
+}
+
+fn start_pair() -> (Server, Server) {
+    let primary = Server::start(Options::default().arg("enable-debug-command", "local"));
+    let replica = Server::start(
+        Options::without_module()
+            .arg("enable-debug-command", "local")
+            .arg("replicaof", &format!("127.0.0.1 {}", primary.port)),
+    );
+    let mut r = replica.conn();
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
+        }),
+        "replica linked"
+    );
+    (primary, replica)
+}
+
+fn wait_caught_up(primary: &mut Connection, replica: &mut Connection) {
+    let target = offset(primary);
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            info_field(replica, "replication", "slave_repl_offset")
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|o| o >= target)
+        }),
+        "replica caught up to {target}"
+    );
+}
+
+#[test]
+fn a_replica_without_the_module_reaches_the_same_digest() {
+    let (primary, replica) = start_pair();
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    let q = unique_queue("repl");
+    let mut minted = Vec::new();
+    for i in 0..200u64 {
+        let _: i64 = cmd("EMQ.ENQUEUE")
+            .arg(&q)
+            .arg(job_id(i * 31 + 1))
+            .arg(format!("p{i}\r\n\0"))
+            .query(&mut p)
+            .expect("enqueue");
+        let id: String = cmd("EMQ.ENQUEUE")
+            .arg(&q)
+            .arg("*")
+            .arg(vec![b'x'; (i as usize * 3) % 200])
+            .query(&mut p)
+            .expect("mint");
+        minted.push(id);
+    }
+    wait_caught_up(&mut p, &mut r);
+    let d = digest(&mut p);
+    assert_ne!(d, "0".repeat(40), "the primary holds data");
+    assert_eq!(d, digest(&mut r));
+    // Minted ids reach the replica as resolved values.
+    for id in minted.iter().take(5) {
+        let state: Option<String> = cmd("HGET")
+            .arg(format!("emq:{{{q}}}:job:{id}"))
+            .arg("state")
+            .query(&mut r)
+            .expect("hget");
+        assert_eq!(state.as_deref(), Some("pending"));
+    }
+    let modules: Vec<redis::Value> = cmd("MODULE")
+        .arg("LIST")
+        .query(&mut r)
+        .expect("module list");
+    assert!(
+        modules.is_empty(),
+        "the replica really runs without the module"
+    );
+}
+
+#[test]
+fn refusals_and_duplicates_propagate_nothing() {
+    let (primary, replica) = start_pair();
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    let q = unique_queue("quiet");
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg("x")
+        .query(&mut p)
+        .expect("enqueue");
+    wait_caught_up(&mut p, &mut r);
+    let before = offset(&mut p);
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg("again")
+        .query(&mut p)
+        .expect("duplicate");
+    let _ = expect_err(
+        &mut p,
+        cmd("EMQ.ENQUEUE").arg(&q).arg("ORD0NgWEfAEJfs").arg("x"),
+    );
+    let _ = expect_err(
+        &mut p,
+        cmd("EMQ.ENQUEUE").arg("a b").arg(job_id(2)).arg("x"),
+    );
+    let _: String = cmd("EMQ.KEY")
+        .arg(&q)
+        .arg("pending")
+        .query(&mut p)
+        .expect("key");
+    assert_eq!(
+        offset(&mut p),
+        before,
+        "nothing was written to the replication stream"
+    );
+}
+
+#[test]
+fn the_stream_carries_hset_and_zadd_in_one_transaction() {
+    // The AOF receives the same stream as replicas; read it back from a server with AOF on.
+    let q = unique_queue("stream");
+    let id = job_id(5);
+    let aof_server = Server::start(
+        Options::default()
+            .arg("appendonly", "yes")
+            .arg("appendfsync", "always"),
+    );
+    let mut a = aof_server.conn();
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(&id)
+        .arg("body")
+        .query(&mut a)
+        .expect("enqueue");
+    let dir = aof_server
+        .dir
+        .as_ref()
+        .expect("own dir")
+        .path()
+        .join("appendonlydir");
+    let incr = std::fs::read_dir(&dir)
+        .expect("aof dir")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().contains(".incr.aof"))
+        .expect("an incremental AOF file");
+    let text = String::from_utf8_lossy(&std::fs::read(incr.path()).expect("read aof")).into_owned();
+    let mut words: Vec<&str> = text
+        .split("\r\n")
+        .filter(|l| !l.starts_with('*') && !l.starts_with('$') && !l.is_empty())
+        .collect();
+    let start = words
+        .iter()
+        .position(|w| *w == "MULTI")
+        .expect("MULTI in the AOF");
+    if words[start + 1..].starts_with(&["SELECT", "0"]) {
+        words.drain(start + 1..start + 3);
+    }
+    assert_eq!(
+        &words[start..start + 14],
+        &[
+            "MULTI",
+            "HSET",
+            &format!("emq:{{{q}}}:job:{id}"),
+            "state",
+            "pending",
+            "attempts",
+            "0",
+            "payload",
+            "body",
+            "ZADD",
+            &format!("emq:{{{q}}}:pending"),
+            "0",
+            &id,
+            "EXEC",
+        ],
+    );
+    assert!(
+        !text.contains("EMQ.ENQUEUE"),
+        "effects, not the command, are persisted"
+    );
+}
