@@ -22,3 +22,62 @@ pub fn node_id() -> u16 {
     // Bounded by the server to 0..=1023, so the conversion cannot fail; clamp anyway.
     u16::try_from(NODE_ID.load(Ordering::Relaxed).clamp(0, NODE_ID_MAX)).unwrap_or(0)
 }
+
+/// Default lease of `EMQ.CLAIM`, in ms (`LEASE` overrides it per call).
+pub static LEASE_MS: AtomicI64 = AtomicI64::new(30_000);
+/// Attempts after which `EMQ.FAIL` (or an expired lease) moves a job to `dead`.
+pub static MAX_ATTEMPTS: AtomicI64 = AtomicI64::new(25);
+/// First retry delay of the exponential backoff, in ms.
+pub static BACKOFF_BASE_MS: AtomicI64 = AtomicI64::new(1_000);
+/// Cap of the exponential backoff, in ms.
+pub static BACKOFF_MAX_MS: AtomicI64 = AtomicI64::new(3_600_000);
+/// How long an acknowledged row is kept (so a re-enqueue is still a duplicate), in ms.
+pub static DONE_TTL_MS: AtomicI64 = AtomicI64::new(86_400_000);
+
+/// Upper bound of every duration setting and argument: one year, in ms.
+pub const MAX_DURATION_MS: i64 = 365 * 86_400_000;
+pub const MAX_ATTEMPTS_MAX: i64 = 1_000_000;
+
+fn get(v: &AtomicI64) -> i64 {
+    v.load(Ordering::Relaxed)
+}
+
+pub fn lease_ms() -> i64 {
+    get(&LEASE_MS)
+}
+
+pub fn max_attempts() -> i64 {
+    get(&MAX_ATTEMPTS)
+}
+
+pub fn done_ttl_ms() -> i64 {
+    get(&DONE_TTL_MS)
+}
+
+/// The retry delay after failed attempt number `attempts` (1-based): base * 2^(attempts-1),
+/// capped at `emq.backoff-max-ms`.
+pub fn backoff_ms(attempts: i64) -> i64 {
+    backoff(attempts, get(&BACKOFF_BASE_MS), get(&BACKOFF_MAX_MS))
+}
+
+pub fn backoff(attempts: i64, base: i64, max: i64) -> i64 {
+    let shift = attempts.saturating_sub(1).clamp(0, 62) as u32;
+    base.checked_mul(1i64 << shift)
+        .map_or(max, |d| d.min(max))
+        .max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        assert_eq!(backoff(1, 1000, 60_000), 1000);
+        assert_eq!(backoff(2, 1000, 60_000), 2000);
+        assert_eq!(backoff(6, 1000, 60_000), 32_000);
+        assert_eq!(backoff(7, 1000, 60_000), 60_000);
+        assert_eq!(backoff(500, 1000, 60_000), 60_000, "no overflow");
+        assert_eq!(backoff(0, 1000, 60_000), 1000);
+    }
+}

@@ -5,8 +5,10 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod grammar;
+pub mod lifecycle;
 pub mod metrics;
 pub mod register;
+pub mod scheduler;
 pub mod server;
 pub mod store;
 
@@ -14,7 +16,7 @@ use valkey_module::alloc::ValkeyAlloc;
 use valkey_module::configuration::ConfigurationFlags;
 use valkey_module::{raw, valkey_module, Context, Status, ValkeyString};
 
-use register::{Arg, ArgKind::String as Str, Command};
+use register::{Arg, ArgKind::Integer as Int, ArgKind::String as Str, Command};
 
 const ACL_CATEGORY: &std::ffi::CStr = c"emq";
 
@@ -23,7 +25,7 @@ const COMMANDS: &[Command] = &[
         name: c"EMQ.ENQUEUE",
         callback: callback!(commands::enqueue::run),
         flags: c"write deny-oom",
-        arity: 4,
+        arity: -4,
         routes_by_queue: true,
         summary: c"Enqueue a job: write its row and add it to the queue's pending set, once",
         complexity: c"O(log(N)) with N the number of pending jobs",
@@ -31,7 +33,100 @@ const COMMANDS: &[Command] = &[
             Arg::required(c"queue", Str),
             Arg::required(c"id", Str),
             Arg::required(c"payload", Str),
+            Arg::token(c"delay", c"DELAY", Int),
+            Arg::token(c"at", c"AT", Int),
         ],
+    },
+    Command {
+        name: c"EMQ.CLAIM",
+        callback: callback!(commands::claim::run),
+        flags: c"write deny-oom blocking",
+        arity: -2,
+        routes_by_queue: true,
+        summary: c"Claim up to COUNT ready jobs under a lease, waiting up to BLOCK ms for one",
+        complexity: c"O((P+C)*log(N)) with P jobs promoted and C claimed",
+        args: &[
+            Arg::required(c"queue", Str),
+            Arg::token(c"count", c"COUNT", Int),
+            Arg::token(c"lease", c"LEASE", Int),
+            Arg::token(c"block", c"BLOCK", Int),
+        ],
+    },
+    Command {
+        name: c"EMQ.RENEW",
+        callback: callback!(commands::lease::renew),
+        flags: c"write deny-oom fast",
+        arity: 5,
+        routes_by_queue: true,
+        summary: c"Extend a live lease to now + ms; replies the new deadline",
+        complexity: c"O(log(N))",
+        args: &[
+            Arg::required(c"queue", Str),
+            Arg::required(c"id", Str),
+            Arg::required(c"token", Int),
+            Arg::required(c"ms", Int),
+        ],
+    },
+    Command {
+        name: c"EMQ.ACK",
+        callback: callback!(commands::lease::ack),
+        flags: c"write fast",
+        arity: 4,
+        routes_by_queue: true,
+        summary: c"Acknowledge a claimed job: active -> done, the row kept emq.done-ttl-ms",
+        complexity: c"O(log(N))",
+        args: &[
+            Arg::required(c"queue", Str),
+            Arg::required(c"id", Str),
+            Arg::required(c"token", Int),
+        ],
+    },
+    Command {
+        name: c"EMQ.FAIL",
+        callback: callback!(commands::lease::fail),
+        flags: c"write deny-oom fast",
+        arity: -4,
+        routes_by_queue: true,
+        summary:
+            c"Fail a claimed job: retry after RETRY-IN or backoff, or dead after the last attempt",
+        complexity: c"O(log(N))",
+        args: &[
+            Arg::required(c"queue", Str),
+            Arg::required(c"id", Str),
+            Arg::required(c"token", Int),
+            Arg::token(c"error", c"ERROR", Str),
+            Arg::token(c"retry-in", c"RETRY-IN", Int),
+        ],
+    },
+    Command {
+        name: c"EMQ.CANCEL",
+        callback: callback!(commands::cancel::run),
+        flags: c"write fast",
+        arity: 3,
+        routes_by_queue: true,
+        summary: c"Remove a pending or scheduled job and its row",
+        complexity: c"O(log(N))",
+        args: &[Arg::required(c"queue", Str), Arg::required(c"id", Str)],
+    },
+    Command {
+        name: c"EMQ.REQUEUE",
+        callback: callback!(commands::requeue::run),
+        flags: c"write deny-oom fast",
+        arity: 3,
+        routes_by_queue: true,
+        summary: c"Move a dead job back to pending with its attempts reset",
+        complexity: c"O(log(N))",
+        args: &[Arg::required(c"queue", Str), Arg::required(c"id", Str)],
+    },
+    Command {
+        name: c"EMQ.STATS",
+        callback: callback!(commands::stats::run),
+        flags: c"readonly fast",
+        arity: 2,
+        routes_by_queue: true,
+        summary: c"Counts of pending, active, scheduled and dead jobs of a queue",
+        complexity: c"O(1)",
+        args: &[Arg::required(c"queue", Str)],
     },
     Command {
         name: c"EMQ.KEY",
@@ -85,6 +180,10 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
         ctx.log_warning(&format!("EchoMQ: refusing to load: {e}"));
         return Status::Err;
     }
+    if let Err(e) = scheduler::start(ctx) {
+        ctx.log_warning(&format!("EchoMQ: refusing to load: {e}"));
+        return Status::Err;
+    }
     if let Some(register_info) = unsafe { raw::RedisModule_RegisterInfoFunc } {
         // SAFETY: OnLoad context; the callback lives as long as the module.
         unsafe { register_info(ctx.ctx, Some(metrics::info)) };
@@ -92,7 +191,8 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
     Status::Ok
 }
 
-fn deinit(_ctx: &Context) -> Status {
+fn deinit(ctx: &Context) -> Status {
+    scheduler::stop(ctx);
     Status::Ok
 }
 
@@ -108,6 +208,11 @@ valkey_module! {
         i64: [
             ["max-payload-bytes", &config::MAX_PAYLOAD_BYTES, config::MAX_PAYLOAD_DEFAULT, config::MAX_PAYLOAD_MIN, config::MAX_PAYLOAD_MAX, ConfigurationFlags::DEFAULT, None],
             ["node-id", &config::NODE_ID, 0, 0, config::NODE_ID_MAX, ConfigurationFlags::DEFAULT, None],
+            ["lease-ms", &config::LEASE_MS, 30_000, 1, config::MAX_DURATION_MS, ConfigurationFlags::DEFAULT, None],
+            ["max-attempts", &config::MAX_ATTEMPTS, 25, 1, config::MAX_ATTEMPTS_MAX, ConfigurationFlags::DEFAULT, None],
+            ["backoff-base-ms", &config::BACKOFF_BASE_MS, 1_000, 0, config::MAX_DURATION_MS, ConfigurationFlags::DEFAULT, None],
+            ["backoff-max-ms", &config::BACKOFF_MAX_MS, 3_600_000, 0, config::MAX_DURATION_MS, ConfigurationFlags::DEFAULT, None],
+            ["done-ttl-ms", &config::DONE_TTL_MS, 86_400_000, 0, config::MAX_DURATION_MS, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [],

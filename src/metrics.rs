@@ -7,6 +7,31 @@ use crate::error::EmqError;
 
 pub static ENQUEUED: AtomicU64 = AtomicU64::new(0);
 pub static DUPLICATES: AtomicU64 = AtomicU64::new(0);
+pub static SCHEDULED: AtomicU64 = AtomicU64::new(0);
+pub static CLAIMED: AtomicU64 = AtomicU64::new(0);
+pub static RENEWED: AtomicU64 = AtomicU64::new(0);
+pub static ACKED: AtomicU64 = AtomicU64::new(0);
+pub static RETRIED: AtomicU64 = AtomicU64::new(0);
+pub static DEAD: AtomicU64 = AtomicU64::new(0);
+pub static CANCELLED: AtomicU64 = AtomicU64::new(0);
+pub static REQUEUED: AtomicU64 = AtomicU64::new(0);
+/// Jobs the timer moved to pending (due or lease expired).
+pub static PROMOTED: AtomicU64 = AtomicU64::new(0);
+
+/// The job counters of `INFO emq`, by field name.
+pub static JOB_COUNTERS: [(&str, &AtomicU64); 11] = [
+    ("enqueued", &ENQUEUED),
+    ("duplicates", &DUPLICATES),
+    ("scheduled", &SCHEDULED),
+    ("claimed", &CLAIMED),
+    ("renewed", &RENEWED),
+    ("acked", &ACKED),
+    ("retried", &RETRIED),
+    ("dead", &DEAD),
+    ("cancelled", &CANCELLED),
+    ("requeued", &REQUEUED),
+    ("promoted", &PROMOTED),
+];
 
 /// Refusals by reason, in the order of [`REFUSAL_REASONS`].
 pub static REFUSALS: [AtomicU64; REFUSAL_REASONS.len()] = [const { AtomicU64::new(0) }; 11];
@@ -62,8 +87,16 @@ pub(crate) extern "C" fn info(
             let version =
                 std::ffi::CString::new(crate::commands::PROTOCOL_VERSION).unwrap_or_default();
             field_str(ctx, c"version".as_ptr(), version.as_ptr());
-            field_u64(ctx, c"enqueued".as_ptr(), get(&ENQUEUED));
-            field_u64(ctx, c"duplicates".as_ptr(), get(&DUPLICATES));
+            for (name, counter) in JOB_COUNTERS.iter() {
+                if let Ok(name) = std::ffi::CString::new(*name) {
+                    field_u64(ctx, name.as_ptr(), get(counter));
+                }
+            }
+            field_u64(
+                ctx,
+                c"watched_queues".as_ptr(),
+                crate::scheduler::watched_queues() as u64,
+            );
             for (reason, counter) in REFUSAL_REASONS.iter().zip(REFUSALS.iter()) {
                 if let Ok(name) = std::ffi::CString::new(format!("refused_{reason}")) {
                     field_u64(ctx, name.as_ptr(), get(counter));

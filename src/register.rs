@@ -22,15 +22,40 @@ pub enum ArgKind {
 pub struct Arg {
     pub name: &'static CStr,
     pub kind: ArgKind,
+    /// The keyword that introduces an optional argument (`COUNT 10`).
+    pub token: Option<&'static CStr>,
     pub optional: bool,
     pub multiple: bool,
 }
 
 impl Arg {
+    /// An optional `TOKEN value` pair.
+    pub const fn token(name: &'static CStr, token: &'static CStr, kind: ArgKind) -> Self {
+        Self {
+            name,
+            kind,
+            token: Some(token),
+            optional: true,
+            multiple: false,
+        }
+    }
+
+    /// Repeated values (`id payload [id payload ...]`).
+    pub const fn multiple(name: &'static CStr, kind: ArgKind) -> Self {
+        Self {
+            name,
+            kind,
+            token: None,
+            optional: false,
+            multiple: true,
+        }
+    }
+
     pub const fn required(name: &'static CStr, kind: ArgKind) -> Self {
         Self {
             name,
             kind,
+            token: None,
             optional: false,
             multiple: false,
         }
@@ -40,6 +65,7 @@ impl Arg {
         Self {
             name,
             kind,
+            token: None,
             optional: true,
             multiple: false,
         }
@@ -109,6 +135,9 @@ fn doc_arg(arg: &Arg) -> raw::RedisModuleCommandArg {
         ArgKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
     };
     out.key_spec_index = -1;
+    if let Some(token) = arg.token {
+        out.token = token.as_ptr();
+    }
     let mut flags = raw::REDISMODULE_CMD_ARG_NONE;
     if arg.optional {
         flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL;

@@ -70,6 +70,8 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// A RESP3 map (a flat array under RESP2).
     Map(Vec<(&'static str, Reply)>),
+    /// No reply now: the client is blocked and is answered later.
+    Blocked,
 }
 
 pub type CommandResult = Result<Reply, EmqError>;
@@ -112,6 +114,57 @@ pub(crate) fn dispatch(
     raw::REDISMODULE_OK as c_int
 }
 
+/// A blocked client's reply callback: `handler` answers `None` to keep waiting.
+pub type ReadyHandler = fn(&Context, &Args) -> Option<CommandResult>;
+
+/// Runs the reply callback of a client blocked on a key, behind the panic guard. Returns
+/// `REDISMODULE_ERR` to keep the client blocked.
+pub(crate) fn dispatch_ready(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    handler: ReadyHandler,
+) -> c_int {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let argv = match usize::try_from(argc) {
+            // SAFETY: the server passes `argc` valid string pointers in `argv`.
+            Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
+            _ => &[],
+        };
+        let context = Context::new(ctx);
+        match handler(&context, &Args { argv }) {
+            None => false,
+            Some(Ok(reply)) => {
+                render(ctx, &reply);
+                true
+            }
+            Some(Err(err)) => {
+                metrics::refused(&err);
+                reply_error(ctx, &err);
+                true
+            }
+        }
+    }));
+    match outcome {
+        Ok(true) => raw::REDISMODULE_OK as c_int,
+        Ok(false) => raw::REDISMODULE_ERR as c_int,
+        Err(_) => {
+            let _ = catch_unwind(|| reply_error(ctx, &EmqError::Internal));
+            raw::REDISMODULE_OK as c_int
+        }
+    }
+}
+
+/// A blocked client's timeout: a null reply, as `BLPOP` gives.
+pub(crate) extern "C" fn reply_timeout(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let _ = catch_unwind(|| render(ctx, &Reply::Null));
+    raw::REDISMODULE_OK as c_int
+}
+
 fn reply_error(ctx: *mut raw::RedisModuleCtx, err: &EmqError) {
     let text = CString::new(err.message().as_bytes())
         .unwrap_or_else(|_| CString::from(c"ERR invalid error text"));
@@ -144,6 +197,7 @@ fn render(ctx: *mut raw::RedisModuleCtx, reply: &Reply) {
                     render(ctx, item);
                 }
             }
+            Reply::Blocked => {}
             Reply::Map(pairs) => {
                 if let Some(f) = raw::RedisModule_ReplyWithMap {
                     f(ctx, pairs.len() as c_long);

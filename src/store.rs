@@ -56,6 +56,46 @@ impl OwnedString {
         // SAFETY: alive as long as `self`.
         unsafe { Str::from_raw(self.ptr) }
     }
+
+    /// The decimal text of `n`.
+    pub fn from_i64(ctx: &Context, n: i64) -> Result<Self, EmqError> {
+        let mut buf = itoa_buf(n);
+        Self::new(ctx, buf.as_bytes_mut())
+    }
+
+    /// Takes ownership of a string the server handed us (e.g. a zset element).
+    fn adopt(ctx: *mut raw::RedisModuleCtx, p: *mut raw::RedisModuleString) -> Option<Self> {
+        NonNull::new(p).map(|ptr| Self { ctx, ptr })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        crate::server::string_bytes(self.ptr.as_ptr())
+    }
+}
+
+/// A small stack buffer holding the decimal text of an integer.
+struct ItoaBuf {
+    buf: [u8; 24],
+    len: usize,
+}
+
+impl ItoaBuf {
+    fn as_bytes_mut(&mut self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+fn itoa_buf(n: i64) -> ItoaBuf {
+    use std::io::Write;
+    let mut out = ItoaBuf {
+        buf: [0; 24],
+        len: 0,
+    };
+    let mut cursor = std::io::Cursor::new(&mut out.buf[..]);
+    // 24 bytes always hold an i64.
+    let _ = write!(cursor, "{n}");
+    out.len = cursor.position() as usize;
+    out
 }
 
 impl Drop for OwnedString {
@@ -78,20 +118,192 @@ pub enum Holds {
 
 /// A key opened for writing; closed on drop.
 pub struct Key<'n> {
-    ptr: NonNull<raw::RedisModuleKey>,
+    /// `None` for a missing key opened read-only (the server gives no handle for those).
+    ptr: Option<NonNull<raw::RedisModuleKey>>,
     name: &'n OwnedString,
+    ctx: *mut raw::RedisModuleCtx,
 }
 
 impl<'n> Key<'n> {
     /// Opens `name` for reading and writing (a missing key opens empty).
     pub fn open(ctx: &Context, name: &'n OwnedString) -> Result<Self, EmqError> {
+        Self::open_mode(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
+    }
+
+    /// Opens `name` for reading only.
+    pub fn open_read(ctx: &Context, name: &'n OwnedString) -> Result<Self, EmqError> {
+        Self::open_mode(ctx, name, raw::REDISMODULE_READ)
+    }
+
+    fn open_mode(ctx: &Context, name: &'n OwnedString, mode: u32) -> Result<Self, EmqError> {
         let open = unsafe { raw::RedisModule_OpenKey }.ok_or(EmqError::Internal)?;
-        let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
         // SAFETY: live context and string; the key is closed in Drop.
-        let p = unsafe { open(ctx.ctx, name.as_ptr(), mode) };
-        NonNull::new(p.cast::<raw::RedisModuleKey>())
-            .map(|ptr| Self { ptr, name })
-            .ok_or(EmqError::Internal)
+        let p = unsafe { open(ctx.ctx, name.as_ptr(), mode as c_int) };
+        let ptr = NonNull::new(p.cast::<raw::RedisModuleKey>());
+        if ptr.is_none() && mode & raw::REDISMODULE_WRITE != 0 {
+            return Err(EmqError::Internal);
+        }
+        Ok(Self {
+            ptr,
+            name,
+            ctx: ctx.ctx,
+        })
+    }
+
+    /// The open handle; `Internal` for a missing key opened read-only.
+    fn handle(&self) -> Result<*mut raw::RedisModuleKey, EmqError> {
+        self.ptr.map(NonNull::as_ptr).ok_or(EmqError::Internal)
+    }
+
+    /// `Ok` when the key is empty or a zset; `WRONGTYPE` otherwise.
+    pub fn expect_zset(&self) -> Result<(), EmqError> {
+        match self.holds() {
+            Holds::Nothing | Holds::Zset => Ok(()),
+            _ => Err(EmqError::WrongType),
+        }
+    }
+
+    /// `ZCARD` (0 for a missing key).
+    pub fn len(&self) -> u64 {
+        match (unsafe { raw::RedisModule_ValueLength }, self.ptr) {
+            // SAFETY: the key is open.
+            (Some(f), Some(ptr)) => (unsafe { f(ptr.as_ptr()) }) as u64,
+            _ => 0,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Up to `limit` members with `min <= score <= max`, lowest first (by score, then bytes).
+    pub fn zrange_by_score(
+        &self,
+        min: f64,
+        max: f64,
+        limit: usize,
+    ) -> Result<Vec<(OwnedString, f64)>, EmqError> {
+        let mut out = Vec::new();
+        if limit == 0 || self.holds() != Holds::Zset {
+            return Ok(out);
+        }
+        let (Some(first), Some(current), Some(next), Some(stop)) = (unsafe {
+            (
+                raw::RedisModule_ZsetFirstInScoreRange,
+                raw::RedisModule_ZsetRangeCurrentElement,
+                raw::RedisModule_ZsetRangeNext,
+                raw::RedisModule_ZsetRangeStop,
+            )
+        }) else {
+            return Err(EmqError::Internal);
+        };
+        let key = self.handle()?;
+        // SAFETY: the key is an open zset; the range is stopped before returning.
+        unsafe {
+            if first(key, min, max, 0, 0) != raw::REDISMODULE_OK as c_int {
+                return Ok(out);
+            }
+            loop {
+                let mut score = 0.0;
+                let ele = current(key, &mut score);
+                match OwnedString::adopt(self.ctx, ele) {
+                    Some(member) => out.push((member, score)),
+                    None => break,
+                }
+                if out.len() >= limit || next(key) == 0 {
+                    break;
+                }
+            }
+            stop(key);
+        }
+        Ok(out)
+    }
+
+    /// The score of `member`, if it is in the zset.
+    pub fn zscore(&self, member: Str<'_>) -> Option<f64> {
+        if self.holds() != Holds::Zset {
+            return None;
+        }
+        let f = unsafe { raw::RedisModule_ZsetScore }?;
+        let mut score = 0.0;
+        // SAFETY: the key is an open zset.
+        let ok = unsafe { f(self.ptr?.as_ptr(), member.as_ptr(), &mut score) };
+        (ok == raw::REDISMODULE_OK as c_int).then_some(score)
+    }
+
+    /// `ZREM key member`; whether it was there.
+    pub fn zrem(&self, member: Str<'_>) -> Result<bool, EmqError> {
+        if self.holds() != Holds::Zset {
+            return Ok(false);
+        }
+        let f = unsafe { raw::RedisModule_ZsetRem }.ok_or(EmqError::Internal)?;
+        let mut deleted: c_int = 0;
+        // SAFETY: the key is an open zset.
+        let ok = unsafe { f(self.handle()?, member.as_ptr(), &mut deleted) };
+        if ok != raw::REDISMODULE_OK as c_int {
+            return Err(EmqError::WrongType);
+        }
+        Ok(deleted != 0)
+    }
+
+    /// `HGET key field`.
+    pub fn hash_get(&self, field: &CStr) -> Option<OwnedString> {
+        if self.holds() != Holds::Hash {
+            return None;
+        }
+        let f = unsafe { raw::RedisModule_HashGet }?;
+        let mut value: *mut raw::RedisModuleString = ptr::null_mut();
+        // SAFETY: the key is an open hash; the variadic list is NULL-terminated. The value
+        // is an auto-memory-free string we take ownership of.
+        unsafe {
+            f(
+                self.ptr?.as_ptr(),
+                raw::REDISMODULE_HASH_CFIELDS as c_int,
+                field.as_ptr(),
+                &mut value as *mut *mut raw::RedisModuleString,
+                ptr::null::<c_char>(),
+            )
+        };
+        OwnedString::adopt(self.ctx, value)
+    }
+
+    /// `HSET key field value` for one field.
+    pub fn hash_set(&self, field: &CStr, value: Str<'_>) -> Result<(), EmqError> {
+        let hset = unsafe { raw::RedisModule_HashSet }.ok_or(EmqError::Internal)?;
+        // SAFETY: the key is open for writing; the variadic list is NULL-terminated.
+        let n = unsafe {
+            hset(
+                self.handle()?,
+                raw::REDISMODULE_HASH_CFIELDS as c_int,
+                field.as_ptr(),
+                value.as_ptr(),
+                ptr::null::<c_char>(),
+            )
+        };
+        if n < 0 {
+            return Err(EmqError::WrongType);
+        }
+        Ok(())
+    }
+
+    /// `DEL key`.
+    pub fn delete(&self) -> Result<(), EmqError> {
+        let f = unsafe { raw::RedisModule_DeleteKey }.ok_or(EmqError::Internal)?;
+        // SAFETY: the key is open for writing.
+        if unsafe { f(self.handle()?) } != raw::REDISMODULE_OK as c_int {
+            return Err(EmqError::Internal);
+        }
+        Ok(())
+    }
+
+    /// `PEXPIREAT key at_ms`.
+    pub fn expire_at(&self, at_ms: i64) -> Result<(), EmqError> {
+        let f = unsafe { raw::RedisModule_SetAbsExpire }.ok_or(EmqError::Internal)?;
+        // SAFETY: the key is open for writing and not empty.
+        if unsafe { f(self.handle()?, at_ms) } != raw::REDISMODULE_OK as c_int {
+            return Err(EmqError::Internal);
+        }
+        Ok(())
     }
 
     pub fn name(&self) -> &OwnedString {
@@ -99,11 +311,14 @@ impl<'n> Key<'n> {
     }
 
     pub fn holds(&self) -> Holds {
+        let Some(ptr) = self.ptr else {
+            return Holds::Nothing;
+        };
         let Some(key_type) = (unsafe { raw::RedisModule_KeyType }) else {
             return Holds::Other;
         };
         // SAFETY: the key is open.
-        match unsafe { key_type(self.ptr.as_ptr()) } as isize {
+        match unsafe { key_type(ptr.as_ptr()) } as isize {
             raw::REDISMODULE_KEYTYPE_EMPTY => Holds::Nothing,
             raw::REDISMODULE_KEYTYPE_HASH => Holds::Hash,
             raw::REDISMODULE_KEYTYPE_ZSET => Holds::Zset,
@@ -118,7 +333,7 @@ impl<'n> Key<'n> {
         // SAFETY: the key is open for writing; the variadic list is NULL-terminated.
         let n = unsafe {
             hset(
-                self.ptr.as_ptr(),
+                self.handle()?,
                 raw::REDISMODULE_HASH_CFIELDS as c_int,
                 f1.as_ptr(),
                 v1.as_ptr(),
@@ -139,7 +354,7 @@ impl<'n> Key<'n> {
     pub fn zadd(&self, score: f64, member: Str<'_>) -> Result<(), EmqError> {
         let zadd = unsafe { raw::RedisModule_ZsetAdd }.ok_or(EmqError::Internal)?;
         // SAFETY: the key is open for writing and holds a zset or nothing.
-        let status = unsafe { zadd(self.ptr.as_ptr(), score, member.as_ptr(), ptr::null_mut()) };
+        let status = unsafe { zadd(self.handle()?, score, member.as_ptr(), ptr::null_mut()) };
         if status != raw::REDISMODULE_OK as c_int {
             return Err(EmqError::WrongType);
         }
@@ -149,16 +364,32 @@ impl<'n> Key<'n> {
 
 impl Drop for Key<'_> {
     fn drop(&mut self) {
-        if let Some(close) = unsafe { raw::RedisModule_CloseKey } {
+        if let (Some(close), Some(ptr)) = (unsafe { raw::RedisModule_CloseKey }, self.ptr) {
             // SAFETY: opened by us and closed once.
-            unsafe { close(self.ptr.as_ptr()) };
+            unsafe { close(ptr.as_ptr()) };
         }
     }
+}
+
+/// What a command does with a key, for the ACL check.
+#[derive(Clone, Copy)]
+pub enum Access {
+    Read,
+    ReadWrite,
 }
 
 /// The calling user's read+write permission on each key; a refusal is logged in `ACL LOG`
 /// like the server's own key refusals.
 pub fn check_access(ctx: &Context, keys: &[&OwnedString]) -> Result<(), EmqError> {
+    check_permission(ctx, keys, Access::ReadWrite)
+}
+
+/// The calling user's permission on each key for `access`, logged in `ACL LOG` on refusal.
+pub fn check_permission(
+    ctx: &Context,
+    keys: &[&OwnedString],
+    access: Access,
+) -> Result<(), EmqError> {
     let (Some(user_name), Some(get_user), Some(check), Some(free_user)) = (unsafe {
         (
             raw::RedisModule_GetCurrentUserName,
@@ -169,7 +400,8 @@ pub fn check_access(ctx: &Context, keys: &[&OwnedString]) -> Result<(), EmqError
     }) else {
         return Ok(());
     };
-    // SAFETY: live context; a NULL name means an internal client with full rights.
+    // SAFETY: a command's context; a NULL name means an internal client with full rights.
+    // Only command handlers call this: timer and event contexts have no user to check.
     let name = unsafe { user_name(ctx.ctx) };
     if name.is_null() {
         return Ok(());
@@ -183,7 +415,10 @@ pub fn check_access(ctx: &Context, keys: &[&OwnedString]) -> Result<(), EmqError
     if user.is_null() {
         return Err(EmqError::NoPerm);
     }
-    let flags = (raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE) as c_int;
+    let flags = match access {
+        Access::Read => raw::REDISMODULE_CMD_KEY_ACCESS,
+        Access::ReadWrite => raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+    } as c_int;
     let mut result = Ok(());
     for key in keys {
         // SAFETY: live user and key name.
@@ -218,6 +453,7 @@ pub fn notify(ctx: &Context, class: c_int, event: &CStr, key: &OwnedString) {
 
 pub const NOTIFY_HASH: c_int = raw::REDISMODULE_NOTIFY_HASH;
 pub const NOTIFY_ZSET: c_int = raw::REDISMODULE_NOTIFY_ZSET;
+pub const NOTIFY_GENERIC: c_int = raw::REDISMODULE_NOTIFY_GENERIC;
 
 /// Replicates `HSET row f1 v1 f2 v2 f3 v3` to replicas and the AOF.
 pub fn replicate_hset3(ctx: &Context, row: &OwnedString, fields: [(&CStr, Str<'_>); 3]) {
@@ -241,19 +477,75 @@ pub fn replicate_hset3(ctx: &Context, row: &OwnedString, fields: [(&CStr, Str<'_
     }
 }
 
-/// Replicates `ZADD key <score> member`, the score given as text so it is exact.
-pub fn replicate_zadd(ctx: &Context, key: &OwnedString, score: &CStr, member: Str<'_>) {
-    if let Some(rep) = unsafe { raw::RedisModule_Replicate } {
-        // SAFETY: format "scs" matches the arguments.
-        unsafe {
-            rep(
-                ctx.ctx,
-                c"ZADD".as_ptr(),
-                c"scs".as_ptr(),
-                key.as_ptr(),
-                score.as_ptr(),
-                member.as_ptr(),
-            )
-        };
+/// Replicates `cmd args...` to replicas and the AOF. Several calls within one command (or
+/// timer tick) reach them as one MULTI/EXEC.
+pub fn replicate(ctx: &Context, cmd: &CStr, args: &[Str<'_>]) {
+    let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
+        return;
+    };
+    let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|a| a.as_ptr()).collect();
+    // SAFETY: format "v" takes an array of strings and its length.
+    unsafe {
+        rep(
+            ctx.ctx,
+            cmd.as_ptr(),
+            c"v".as_ptr(),
+            argv.as_mut_ptr(),
+            argv.len(),
+        )
+    };
+}
+
+/// Wakes clients blocked on `key` (a ZADD to an existing zset does not do it by itself).
+pub fn signal_ready(ctx: &Context, key: Str<'_>) {
+    if let Some(f) = unsafe { raw::RedisModule_SignalKeyAsReady } {
+        // SAFETY: live context and key name.
+        unsafe { f(ctx.ctx, key.as_ptr()) };
     }
+}
+
+/// The server's context flags (MULTI, LUA, MASTER, LOADING, ...).
+pub fn context_flags(ctx: &Context) -> u32 {
+    match unsafe { raw::RedisModule_GetContextFlags } {
+        // SAFETY: live context.
+        Some(f) => (unsafe { f(ctx.ctx) }) as u32,
+        None => 0,
+    }
+}
+
+/// The raw callback type of a blocked client's reply and timeout.
+pub type BlockedCallback = unsafe extern "C" fn(
+    *mut raw::RedisModuleCtx,
+    *mut *mut raw::RedisModuleString,
+    c_int,
+) -> c_int;
+
+/// Blocks the calling client until `key` is signalled ready (`on_ready` then decides whether
+/// to answer or keep waiting) or `timeout_ms` passes (0 waits forever).
+pub fn block_on_key(
+    ctx: &Context,
+    key: Str<'_>,
+    timeout_ms: i64,
+    on_ready: BlockedCallback,
+    on_timeout: BlockedCallback,
+) -> Result<(), EmqError> {
+    let block = unsafe { raw::RedisModule_BlockClientOnKeys }.ok_or(EmqError::Internal)?;
+    let mut keys = [key.as_ptr()];
+    // SAFETY: live context; the server copies the key list.
+    let bc = unsafe {
+        block(
+            ctx.ctx,
+            Some(on_ready),
+            Some(on_timeout),
+            None,
+            timeout_ms,
+            keys.as_mut_ptr(),
+            1,
+            ptr::null_mut(),
+        )
+    };
+    if bc.is_null() {
+        return Err(EmqError::Internal);
+    }
+    Ok(())
 }

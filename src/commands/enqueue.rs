@@ -1,15 +1,17 @@
-//! `EMQ.ENQUEUE <queue> <id|*> <payload>` (SPEC §4): the reference `@enqueue` script as one
-//! in-process step. Every check runs before the first write, in SPEC order:
-//! queue -> id -> kind -> payload size -> ACL -> row exists -> types -> write.
+//! `EMQ.ENQUEUE <queue> <id|*> <payload> [DELAY <ms> | AT <unix-ms>]` (SPEC §4, §6): the
+//! reference `@enqueue` script as one in-process step. Every check runs before the first
+//! write, in SPEC order: queue -> id -> kind -> payload size -> ACL -> row exists -> types.
+//! A due time in the future parks the job in `schedule` with `state scheduled`.
 
 use std::sync::Mutex;
 
 use valkey_module::Context;
 
-use super::{parse_id, parse_queue};
+use super::{is_token, parse_id, parse_int, parse_queue};
 use crate::config;
 use crate::error::EmqError;
 use crate::grammar::{job_key, queue_key, BrandedId, KeyType, Minter, Queue};
+use crate::lifecycle::state;
 use crate::metrics;
 use crate::server::{self, Args, CommandResult, Reply};
 use crate::store::{self, Holds, Key, OwnedString, Str};
@@ -26,13 +28,52 @@ fn mint() -> BrandedId {
     minter.mint(server::now_ms(), config::node_id())
 }
 
+/// Where a new job goes: the ready set now, or the delayed set at its due time.
+#[derive(Clone, Copy)]
+pub enum Placement {
+    Ready,
+    Due(i64),
+}
+
 enum Outcome {
     Enqueued,
     Duplicate,
 }
 
+/// `<payload>`'s size against `emq.max-payload-bytes`.
+pub fn check_payload(payload: &[u8]) -> Result<(), EmqError> {
+    let limit = config::max_payload_bytes();
+    if i64::try_from(payload.len()).map_or(true, |n| n > limit) {
+        return Err(EmqError::Payload { limit });
+    }
+    Ok(())
+}
+
+/// `[DELAY <ms> | AT <unix-ms>]` at `args[at..]`, resolved against `now`.
+fn parse_placement(args: &Args, at: usize, now: i64) -> Result<Placement, EmqError> {
+    let due = match args.len() - at {
+        0 => return Ok(Placement::Ready),
+        2 if is_token(args.bytes(at), "DELAY") => {
+            now + parse_int(args.bytes(at + 1), 0, config::MAX_DURATION_MS, "DELAY")?
+        }
+        2 if is_token(args.bytes(at), "AT") => {
+            parse_int(args.bytes(at + 1), 0, i64::MAX / 2, "AT")?
+        }
+        _ => {
+            return Err(EmqError::Syntax(
+                "syntax error: expected DELAY <ms> or AT <unix-ms>".into(),
+            ))
+        }
+    };
+    Ok(if due > now {
+        Placement::Due(due)
+    } else {
+        Placement::Ready
+    })
+}
+
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() != 4 {
+    if args.len() != 4 && args.len() != 6 {
         return Err(EmqError::Arity("emq.enqueue"));
     }
     let queue = parse_queue(args.bytes(1))?;
@@ -43,15 +84,13 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if requested.is_some_and(|id| !id.is_job()) {
         return Err(EmqError::Kind);
     }
-    let limit = config::max_payload_bytes();
-    if i64::try_from(args.bytes(3).len()).map_or(true, |n| n > limit) {
-        return Err(EmqError::Payload { limit });
-    }
+    check_payload(args.bytes(3))?;
+    let placement = parse_placement(args, 4, server::now_ms() as i64)?;
     let payload = args.string(3).ok_or(EmqError::Internal)?;
-    let pending = OwnedString::new(ctx, &queue_key(queue, KeyType::Pending))?;
+    let set = OwnedString::new(ctx, &queue_key(queue, set_type(placement)))?;
 
     let reply = match requested {
-        Some(id) => match enqueue_one(ctx, queue, &id, &pending, payload)? {
+        Some(id) => match enqueue_one(ctx, queue, &id, &set, payload, placement)? {
             Outcome::Enqueued => Reply::Integer(1),
             Outcome::Duplicate => Reply::Integer(0),
         },
@@ -59,7 +98,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             let mut reply = Reply::Integer(0);
             for _ in 0..MINT_TRIES {
                 let id = mint();
-                if let Outcome::Enqueued = enqueue_one(ctx, queue, &id, &pending, payload)? {
+                if let Outcome::Enqueued = enqueue_one(ctx, queue, &id, &set, payload, placement)? {
                     reply = Reply::Bulk(id.encode().to_vec());
                     break;
                 }
@@ -67,46 +106,64 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             reply
         }
     };
-    match reply {
-        Reply::Integer(0) => metrics::count(&metrics::DUPLICATES, 1),
-        _ => metrics::count(&metrics::ENQUEUED, 1),
+    match (&reply, placement) {
+        (Reply::Integer(0), _) => metrics::count(&metrics::DUPLICATES, 1),
+        (_, Placement::Ready) => metrics::count(&metrics::ENQUEUED, 1),
+        (_, Placement::Due(_)) => metrics::count(&metrics::SCHEDULED, 1),
     }
     Ok(reply)
 }
 
-/// ACL -> row exists -> pending type -> write row, ZADD pending, notify, replicate.
+fn set_type(placement: Placement) -> KeyType {
+    match placement {
+        Placement::Ready => KeyType::Pending,
+        Placement::Due(_) => KeyType::Schedule,
+    }
+}
+
+/// ACL -> row exists -> set type -> write the row, ZADD, events, effects. `set_name` is the
+/// pending set (or the schedule set for a delayed job).
 fn enqueue_one(
     ctx: &Context,
     queue: Queue<'_>,
     id: &BrandedId,
-    pending_name: &OwnedString,
+    set_name: &OwnedString,
     payload: Str<'_>,
+    placement: Placement,
 ) -> Result<Outcome, EmqError> {
     let row_name = OwnedString::new(ctx, &job_key(queue, id))?;
-    store::check_access(ctx, &[&row_name, pending_name])?;
+    store::check_access(ctx, &[&row_name, set_name])?;
     let row = Key::open(ctx, &row_name)?;
     if row.holds() != Holds::Nothing {
         return Ok(Outcome::Duplicate);
     }
-    let pending = Key::open(ctx, pending_name)?;
-    if !matches!(pending.holds(), Holds::Nothing | Holds::Zset) {
-        return Err(EmqError::WrongType);
-    }
+    let set = Key::open(ctx, set_name)?;
+    set.expect_zset()?;
 
+    let (state, score) = match placement {
+        Placement::Ready => (state::PENDING, 0),
+        Placement::Due(at) => (state::SCHEDULED, at),
+    };
     let member = OwnedString::new(ctx, &id.encode())?;
-    let state = OwnedString::new(ctx, b"pending")?;
+    let state = OwnedString::new(ctx, state)?;
     let attempts = OwnedString::new(ctx, b"0")?;
+    let score_text = OwnedString::from_i64(ctx, score)?;
     let fields = [
         (c"state", state.as_str()),
         (c"attempts", attempts.as_str()),
         (c"payload", payload),
     ];
     // Each write is followed by its event, in the order the native HSET and ZADD fire them.
+    // The zadd event also wakes claimers blocked on the pending set (see `scheduler`).
     row.hash_set3(fields)?;
     store::notify(ctx, store::NOTIFY_HASH, c"hset", &row_name);
-    pending.zadd(0.0, member.as_str())?;
-    store::notify(ctx, store::NOTIFY_ZSET, c"zadd", pending_name);
+    set.zadd(score as f64, member.as_str())?;
+    store::notify(ctx, store::NOTIFY_ZSET, c"zadd", set_name);
     store::replicate_hset3(ctx, &row_name, fields);
-    store::replicate_zadd(ctx, pending_name, c"0", member.as_str());
+    store::replicate(
+        ctx,
+        c"ZADD",
+        &[set_name.as_str(), score_text.as_str(), member.as_str()],
+    );
     Ok(Outcome::Enqueued)
 }

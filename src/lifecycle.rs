@@ -1,0 +1,363 @@
+//! The job state machine (SPEC §6): jobs move between `pending`, `active`, `schedule` and
+//! `dead`. Every move here does its writes through `store`, fires the keyspace events the
+//! native commands would, and replicates its effects with resolved ids and absolute times.
+//! Callers validate first (see [`Sets::open`] and [`check_row_types`]); these functions then write.
+
+use std::ffi::CStr;
+
+use valkey_module::Context;
+
+use crate::config;
+use crate::error::EmqError;
+use crate::grammar::{job_key, queue_key, BrandedId, KeyType, Queue};
+use crate::store::{self, Holds, Key, OwnedString, Str};
+
+/// Row states.
+pub mod state {
+    pub const PENDING: &[u8] = b"pending";
+    pub const SCHEDULED: &[u8] = b"scheduled";
+    pub const ACTIVE: &[u8] = b"active";
+    pub const DONE: &[u8] = b"done";
+    pub const DEAD: &[u8] = b"dead";
+}
+
+/// Most jobs one call (or one timer tick per queue) promotes from each of `schedule` and
+/// `active`, so no call does unbounded work.
+pub const PROMOTE_BUDGET: usize = 1000;
+
+/// The names of a queue's four sets.
+pub struct QueueKeys {
+    pub pending: OwnedString,
+    pub active: OwnedString,
+    pub schedule: OwnedString,
+    pub dead: OwnedString,
+}
+
+impl QueueKeys {
+    pub fn new(ctx: &Context, queue: Queue<'_>) -> Result<Self, EmqError> {
+        let name = |ty| OwnedString::new(ctx, &queue_key(queue, ty));
+        Ok(Self {
+            pending: name(KeyType::Pending)?,
+            active: name(KeyType::Active)?,
+            schedule: name(KeyType::Schedule)?,
+            dead: name(KeyType::Dead)?,
+        })
+    }
+
+    pub fn all(&self) -> [&OwnedString; 4] {
+        [&self.pending, &self.active, &self.schedule, &self.dead]
+    }
+}
+
+/// The four sets, open, each checked to be a zset or missing.
+pub struct Sets<'k> {
+    pub pending: Key<'k>,
+    pub active: Key<'k>,
+    pub schedule: Key<'k>,
+    pub dead: Key<'k>,
+}
+
+impl<'k> Sets<'k> {
+    pub fn open(ctx: &Context, keys: &'k QueueKeys) -> Result<Self, EmqError> {
+        let sets = Self {
+            pending: Key::open(ctx, &keys.pending)?,
+            active: Key::open(ctx, &keys.active)?,
+            schedule: Key::open(ctx, &keys.schedule)?,
+            dead: Key::open(ctx, &keys.dead)?,
+        };
+        for k in [&sets.pending, &sets.active, &sets.schedule, &sets.dead] {
+            k.expect_zset()?;
+        }
+        Ok(sets)
+    }
+}
+
+/// The row key of a job; `None` for a set member outside the grammar.
+pub fn row_name(
+    ctx: &Context,
+    queue: Queue<'_>,
+    member: &[u8],
+) -> Result<Option<OwnedString>, EmqError> {
+    match BrandedId::parse(member) {
+        Some(id) => Ok(Some(OwnedString::new(ctx, &job_key(queue, &id))?)),
+        None => Ok(None),
+    }
+}
+
+/// The type of every row a call may touch (a hash or nothing): all before the first write.
+/// Commands check ACL on the same rows first, with `store::check_access`.
+pub fn check_row_types(ctx: &Context, rows: &[&OwnedString]) -> Result<(), EmqError> {
+    for name in rows {
+        if !matches!(
+            Key::open_read(ctx, name)?.holds(),
+            Holds::Nothing | Holds::Hash
+        ) {
+            return Err(EmqError::WrongType);
+        }
+    }
+    Ok(())
+}
+
+// ---- single writes with their events and effects ---------------------------------------
+
+pub fn zadd(ctx: &Context, set: &Key<'_>, score: i64, member: Str<'_>) -> Result<(), EmqError> {
+    set.zadd(score as f64, member)?;
+    store::notify(ctx, store::NOTIFY_ZSET, c"zadd", set.name());
+    let score = OwnedString::from_i64(ctx, score)?;
+    store::replicate(ctx, c"ZADD", &[set.name().as_str(), score.as_str(), member]);
+    Ok(())
+}
+
+pub fn zrem(ctx: &Context, set: &Key<'_>, member: Str<'_>) -> Result<bool, EmqError> {
+    if !set.zrem(member)? {
+        return Ok(false);
+    }
+    store::notify(ctx, store::NOTIFY_ZSET, c"zrem", set.name());
+    if set.is_empty() {
+        store::notify(ctx, store::NOTIFY_GENERIC, c"del", set.name());
+    }
+    store::replicate(ctx, c"ZREM", &[set.name().as_str(), member]);
+    Ok(true)
+}
+
+pub fn hset(ctx: &Context, row: &Key<'_>, fields: &[(&CStr, Str<'_>)]) -> Result<(), EmqError> {
+    let mut args = Vec::with_capacity(1 + fields.len() * 2);
+    let names: Vec<OwnedString> = fields
+        .iter()
+        .map(|(f, _)| OwnedString::new(ctx, f.to_bytes()))
+        .collect::<Result<_, _>>()?;
+    args.push(row.name().as_str());
+    for ((field, value), name) in fields.iter().zip(&names) {
+        row.hash_set(field, *value)?;
+        args.push(name.as_str());
+        args.push(*value);
+    }
+    store::notify(ctx, store::NOTIFY_HASH, c"hset", row.name());
+    store::replicate(ctx, c"HSET", &args);
+    Ok(())
+}
+
+pub fn delete(ctx: &Context, row: &Key<'_>) -> Result<(), EmqError> {
+    row.delete()?;
+    store::notify(ctx, store::NOTIFY_GENERIC, c"del", row.name());
+    store::replicate(ctx, c"DEL", &[row.name().as_str()]);
+    Ok(())
+}
+
+pub fn expire_at(ctx: &Context, row: &Key<'_>, at_ms: i64) -> Result<(), EmqError> {
+    row.expire_at(at_ms)?;
+    store::notify(ctx, store::NOTIFY_GENERIC, c"expire", row.name());
+    let at = OwnedString::from_i64(ctx, at_ms)?;
+    store::replicate(ctx, c"PEXPIREAT", &[row.name().as_str(), at.as_str()]);
+    Ok(())
+}
+
+/// The row's `attempts` field as a number (0 when missing or not a number).
+pub fn attempts_of(row: &Key<'_>) -> i64 {
+    row.hash_get(c"attempts")
+        .and_then(|a| std::str::from_utf8(a.bytes()).ok()?.parse().ok())
+        .unwrap_or(0)
+}
+
+// ---- moves ---------------------------------------------------------------------------------
+
+/// What a queue has due at `now`: scheduled jobs whose time came and leases that expired.
+pub struct Due {
+    pub scheduled: Vec<(OwnedString, Option<OwnedString>)>,
+    pub expired: Vec<(OwnedString, Option<OwnedString>)>,
+}
+
+impl Due {
+    /// Reads (without writing) up to `budget` due members of each set, with their row names.
+    pub fn find(
+        ctx: &Context,
+        queue: Queue<'_>,
+        sets: &Sets<'_>,
+        now: i64,
+        budget: usize,
+    ) -> Result<Self, EmqError> {
+        let with_rows = |members: Vec<(OwnedString, f64)>| {
+            members
+                .into_iter()
+                .map(|(m, _)| {
+                    let row = row_name(ctx, queue, m.bytes())?;
+                    Ok((m, row))
+                })
+                .collect::<Result<Vec<_>, EmqError>>()
+        };
+        let horizon = now as f64;
+        Ok(Self {
+            scheduled: with_rows(sets.schedule.zrange_by_score(
+                f64::NEG_INFINITY,
+                horizon,
+                budget,
+            )?)?,
+            expired: with_rows(
+                sets.active
+                    .zrange_by_score(f64::NEG_INFINITY, horizon, budget)?,
+            )?,
+        })
+    }
+
+    pub fn rows(&self) -> impl Iterator<Item = &OwnedString> {
+        self.scheduled
+            .iter()
+            .chain(&self.expired)
+            .filter_map(|(_, row)| row.as_ref())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.scheduled.is_empty() && self.expired.is_empty()
+    }
+
+    /// Moves due scheduled jobs to pending; expired leases to pending, or to dead when their
+    /// attempts are spent. Members without a row are dropped. Returns how many became pending.
+    pub fn promote(&self, ctx: &Context, sets: &Sets<'_>, now: i64) -> Result<usize, EmqError> {
+        let mut promoted = 0;
+        for (member, row) in &self.scheduled {
+            promoted += move_to_pending(ctx, sets, &sets.schedule, member, row.as_ref())? as usize;
+        }
+        for (member, row) in &self.expired {
+            let spent = match row {
+                Some(name) => attempts_of(&Key::open(ctx, name)?) >= config::max_attempts(),
+                None => false,
+            };
+            if spent {
+                if let Some(name) = row {
+                    bury(
+                        ctx,
+                        sets,
+                        &sets.active,
+                        member,
+                        name,
+                        now,
+                        Some(b"lease expired"),
+                    )?;
+                }
+            } else {
+                promoted +=
+                    move_to_pending(ctx, sets, &sets.active, member, row.as_ref())? as usize;
+            }
+        }
+        Ok(promoted)
+    }
+}
+
+fn move_to_pending(
+    ctx: &Context,
+    sets: &Sets<'_>,
+    from: &Key<'_>,
+    member: &OwnedString,
+    row: Option<&OwnedString>,
+) -> Result<bool, EmqError> {
+    zrem(ctx, from, member.as_str())?;
+    let Some(name) = row else { return Ok(false) };
+    let row = Key::open(ctx, name)?;
+    if row.holds() != Holds::Hash {
+        return Ok(false);
+    }
+    set_state(ctx, &row, state::PENDING, None)?;
+    zadd(ctx, &sets.pending, 0, member.as_str())?;
+    Ok(true)
+}
+
+/// Moves a job from `from` to `dead` at `now`, with `state dead` and its last error.
+pub fn bury(
+    ctx: &Context,
+    sets: &Sets<'_>,
+    from: &Key<'_>,
+    member: &OwnedString,
+    row_name: &OwnedString,
+    now: i64,
+    error: Option<&[u8]>,
+) -> Result<(), EmqError> {
+    zrem(ctx, from, member.as_str())?;
+    let row = Key::open(ctx, row_name)?;
+    set_state(ctx, &row, state::DEAD, error)?;
+    zadd(ctx, &sets.dead, now, member.as_str())?;
+    Ok(())
+}
+
+/// `HSET row state <state> [error <error>]`.
+pub fn set_state(
+    ctx: &Context,
+    row: &Key<'_>,
+    new_state: &[u8],
+    error: Option<&[u8]>,
+) -> Result<(), EmqError> {
+    let value = OwnedString::new(ctx, new_state)?;
+    match error {
+        Some(e) => {
+            let e = OwnedString::new(ctx, e)?;
+            hset(
+                ctx,
+                row,
+                &[(c"state", value.as_str()), (c"error", e.as_str())],
+            )
+        }
+        None => hset(ctx, row, &[(c"state", value.as_str())]),
+    }
+}
+
+/// A job handed to a worker by `EMQ.CLAIM`.
+pub struct Claimed {
+    pub id: Vec<u8>,
+    pub payload: Vec<u8>,
+    pub attempts: i64,
+}
+
+/// The lowest `count` pending members and their rows, read without writing.
+pub fn pending_head(
+    ctx: &Context,
+    queue: Queue<'_>,
+    sets: &Sets<'_>,
+    count: usize,
+) -> Result<Vec<(OwnedString, Option<OwnedString>)>, EmqError> {
+    sets.pending
+        .zrange_by_score(f64::NEG_INFINITY, f64::INFINITY, count)?
+        .into_iter()
+        .map(|(m, _)| {
+            let row = row_name(ctx, queue, m.bytes())?;
+            Ok((m, row))
+        })
+        .collect()
+}
+
+/// Moves up to `count` of the lowest pending ids to `active` until `deadline`, with
+/// `state active` and `attempts` + 1. Members without a row are dropped, not handed out.
+pub fn claim(
+    ctx: &Context,
+    queue: Queue<'_>,
+    sets: &Sets<'_>,
+    count: usize,
+    deadline: i64,
+) -> Result<Vec<Claimed>, EmqError> {
+    let mut out = Vec::new();
+    for (member, row) in pending_head(ctx, queue, sets, count)? {
+        zrem(ctx, &sets.pending, member.as_str())?;
+        let Some(name) = row else { continue };
+        let row = Key::open(ctx, &name)?;
+        if row.holds() != Holds::Hash {
+            continue;
+        }
+        let attempts = attempts_of(&row) + 1;
+        let active = OwnedString::new(ctx, state::ACTIVE)?;
+        let n = OwnedString::from_i64(ctx, attempts)?;
+        hset(
+            ctx,
+            &row,
+            &[(c"state", active.as_str()), (c"attempts", n.as_str())],
+        )?;
+        zadd(ctx, &sets.active, deadline, member.as_str())?;
+        let payload = row
+            .hash_get(c"payload")
+            .map(|p| p.bytes().to_vec())
+            .unwrap_or_default();
+        out.push(Claimed {
+            id: member.bytes().to_vec(),
+            payload,
+            attempts,
+        });
+    }
+    Ok(out)
+}

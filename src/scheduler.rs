@@ -1,0 +1,372 @@
+//! Moves due jobs and expired leases back to `pending` without any client process.
+//!
+//! - A module timer ticks every [`TICK_MS`] on primaries only, and promotes what is due on
+//!   the queues it watches, with bounded work per tick.
+//! - The watched queues (those with scheduled or active jobs) are learned from keyspace
+//!   events on their `schedule` and `active` sets — whoever wrote them: this module, a Lua
+//!   speaker, the replication stream or a slot import (`RESTORE`) — and rebuilt by one scan
+//!   after the module loads and after the server loads its data. The tick never scans the
+//!   keyspace.
+//! - The server refuses `MODULE UNLOAD` while a module timer is armed, so a command filter
+//!   stops the timer when `MODULE UNLOAD emq` arrives, and the server's cron re-arms it if the
+//!   module is still loaded afterwards (an unload refused for another reason).
+//! - A write to a `pending` set signals the key ready, which wakes blocked `EMQ.CLAIM`
+//!   callers: a ZADD to an existing zset does not do that by itself.
+
+use std::collections::BTreeSet;
+use std::os::raw::{c_char, c_int, c_void};
+use std::panic::catch_unwind;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use valkey_module::{raw, Context};
+
+use crate::grammar::{decode, Decoded, KeyType, Queue};
+use crate::lifecycle::{self, check_row_types, Due, QueueKeys, Sets};
+use crate::metrics;
+use crate::server::{self, string_bytes};
+use crate::store::{self, OwnedString};
+
+/// How often the timer looks for due work, in ms. A job due at T is claimable by T + a tick.
+pub const TICK_MS: i64 = 10;
+/// Most queues one tick visits; the rest wait for the next tick, in turn.
+const QUEUES_PER_TICK: usize = 256;
+
+/// Queues with scheduled or active jobs, as (db, queue name).
+static WATCHED: Mutex<BTreeSet<(i32, Vec<u8>)>> = Mutex::new(BTreeSet::new());
+/// Where the last tick stopped, so every watched queue gets its turn.
+static CURSOR: Mutex<Option<(i32, Vec<u8>)>> = Mutex::new(None);
+static TIMER: AtomicU64 = AtomicU64::new(0);
+static RUNNING: AtomicBool = AtomicBool::new(false);
+/// A context owned by this module, for stopping the timer from the command filter.
+static MODULE_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
+fn watched() -> std::sync::MutexGuard<'static, BTreeSet<(i32, Vec<u8>)>> {
+    WATCHED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Number of queues the timer watches (for `INFO emq`).
+pub fn watched_queues() -> usize {
+    watched().len()
+}
+
+fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
+    match unsafe { raw::RedisModule_GetSelectedDb } {
+        // SAFETY: live context.
+        Some(f) => unsafe { f(ctx) },
+        None => 0,
+    }
+}
+
+fn select_db(ctx: *mut raw::RedisModuleCtx, db: i32) -> bool {
+    match unsafe { raw::RedisModule_SelectDb } {
+        // SAFETY: live context; an out-of-range db is refused with ERR.
+        Some(f) => (unsafe { f(ctx, db) }) == raw::REDISMODULE_OK as c_int,
+        None => db == 0,
+    }
+}
+
+/// Learns from one key name: a `schedule` or `active` set makes its queue watched; any write
+/// to a `pending` set wakes the claimers blocked on it.
+fn observe(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
+    let name = string_bytes(key);
+    if !name.starts_with(b"emq:{") {
+        return;
+    }
+    if let Some(Decoded::Queue { queue, ty, .. }) = decode(name) {
+        match ty {
+            KeyType::Schedule | KeyType::Active => {
+                watched().insert((selected_db(ctx), queue.as_bytes().to_vec()));
+            }
+            KeyType::Pending => {
+                if let Some(signal) = unsafe { raw::RedisModule_SignalKeyAsReady } {
+                    // SAFETY: live context and key name.
+                    unsafe { signal(ctx, key) };
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+unsafe extern "C" fn on_keyspace_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _class: c_int,
+    _event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    let _ = catch_unwind(|| observe(ctx, key));
+    raw::REDISMODULE_OK as c_int
+}
+
+unsafe extern "C" fn on_scanned_key(
+    ctx: *mut raw::RedisModuleCtx,
+    key: *mut raw::RedisModuleString,
+    _k: *mut raw::RedisModuleKey,
+    _privdata: *mut c_void,
+) {
+    let _ = catch_unwind(|| {
+        let name = string_bytes(key);
+        if let Some(Decoded::Queue {
+            queue,
+            ty: KeyType::Schedule | KeyType::Active,
+            ..
+        }) = decode(name)
+        {
+            watched().insert((selected_db(ctx), queue.as_bytes().to_vec()));
+        }
+    });
+}
+
+/// Rebuilds the watched set from the keyspace: once at load and after the server loads data.
+pub fn rebuild(ctx: &Context) {
+    let (Some(create), Some(scan), Some(destroy)) = (unsafe {
+        (
+            raw::RedisModule_ScanCursorCreate,
+            raw::RedisModule_Scan,
+            raw::RedisModule_ScanCursorDestroy,
+        )
+    }) else {
+        return;
+    };
+    let original = selected_db(ctx.ctx);
+    let mut db = 0;
+    while select_db(ctx.ctx, db) {
+        // SAFETY: the cursor is created, used and destroyed here, on the main thread.
+        unsafe {
+            let cursor = create();
+            while scan(ctx.ctx, cursor, Some(on_scanned_key), std::ptr::null_mut()) != 0 {}
+            destroy(cursor);
+        }
+        db += 1;
+    }
+    select_db(ctx.ctx, original);
+}
+
+unsafe extern "C" fn on_loading(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
+        let _ = catch_unwind(|| rebuild(&Context::new(ctx)));
+    }
+}
+
+/// Subscribes to the events, rebuilds the watched set and starts the timer.
+pub fn start(ctx: &Context) -> Result<(), String> {
+    let subscribe =
+        unsafe { raw::RedisModule_SubscribeToKeyspaceEvents }.ok_or("no keyspace events API")?;
+    // SAFETY: OnLoad context; the callback lives as long as the module.
+    let ok = unsafe {
+        subscribe(
+            ctx.ctx,
+            store::NOTIFY_ZSET | store::NOTIFY_GENERIC,
+            Some(on_keyspace_event),
+        )
+    };
+    if ok != raw::REDISMODULE_OK as c_int {
+        return Err("could not subscribe to keyspace events".into());
+    }
+    if let Some(server_event) = unsafe { raw::RedisModule_SubscribeToServerEvent } {
+        let event = |id| raw::RedisModuleEvent { id, dataver: 1 };
+        // SAFETY: OnLoad context; the callbacks live as long as the module.
+        unsafe {
+            server_event(
+                ctx.ctx,
+                event(raw::REDISMODULE_EVENT_LOADING),
+                Some(on_loading),
+            );
+            server_event(
+                ctx.ctx,
+                event(raw::REDISMODULE_EVENT_CRON_LOOP),
+                Some(on_cron),
+            );
+        }
+    }
+    if let Some(detached) = unsafe { raw::RedisModule_GetDetachedThreadSafeContext } {
+        // SAFETY: OnLoad context; freed in `stop`.
+        MODULE_CTX.store(unsafe { detached(ctx.ctx) }, Ordering::SeqCst);
+    }
+    let filter =
+        unsafe { raw::RedisModule_RegisterCommandFilter }.ok_or("no command filter API")?;
+    // SAFETY: OnLoad context; the server unregisters the filter on unload.
+    let registered = unsafe {
+        filter(
+            ctx.ctx,
+            Some(on_command),
+            raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
+        )
+    };
+    if registered.is_null() {
+        return Err("could not register the unload filter".into());
+    }
+    rebuild(ctx);
+    RUNNING.store(true, Ordering::SeqCst);
+    arm(ctx.ctx);
+    Ok(())
+}
+
+/// Stops the timer, if armed, through a context of this module.
+fn disarm(ctx: *mut raw::RedisModuleCtx) {
+    let id = TIMER.swap(0, Ordering::SeqCst);
+    if id != 0 && !ctx.is_null() {
+        if let Some(stop) = unsafe { raw::RedisModule_StopTimer } {
+            // SAFETY: a timer this module created; its data pointer is unused.
+            unsafe { stop(ctx, id, std::ptr::null_mut()) };
+        }
+    }
+}
+
+/// Stops the timer and forgets the watched queues (module unload).
+pub fn stop(ctx: &Context) {
+    RUNNING.store(false, Ordering::SeqCst);
+    disarm(ctx.ctx);
+    watched().clear();
+    let detached = MODULE_CTX.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    if let (false, Some(free)) = (detached.is_null(), unsafe {
+        raw::RedisModule_FreeThreadSafeContext
+    }) {
+        // SAFETY: created in `start`, freed once.
+        unsafe { free(detached) };
+    }
+}
+
+/// `MODULE UNLOAD emq` is about to run: let it, by disarming the timer.
+fn is_unload_of_this_module(fctx: *mut raw::RedisModuleCommandFilterCtx) -> bool {
+    let (Some(count), Some(arg)) = (unsafe {
+        (
+            raw::RedisModule_CommandFilterArgsCount,
+            raw::RedisModule_CommandFilterArgGet,
+        )
+    }) else {
+        return false;
+    };
+    // SAFETY: the filter context is live for this call.
+    if unsafe { count(fctx) } != 3 {
+        return false;
+    }
+    let word = |i| string_bytes(unsafe { arg(fctx, i) });
+    word(0).eq_ignore_ascii_case(b"MODULE")
+        && word(1).eq_ignore_ascii_case(b"UNLOAD")
+        && word(2) == b"emq"
+}
+
+unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    let _ = catch_unwind(|| {
+        if is_unload_of_this_module(fctx) {
+            disarm(MODULE_CTX.load(Ordering::SeqCst));
+        }
+    });
+}
+
+unsafe extern "C" fn on_cron(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    let _ = catch_unwind(|| {
+        if TIMER.load(Ordering::SeqCst) == 0 {
+            arm(ctx);
+        }
+    });
+}
+
+fn arm(ctx: *mut raw::RedisModuleCtx) {
+    if !RUNNING.load(Ordering::SeqCst) {
+        return;
+    }
+    if let Some(create) = unsafe { raw::RedisModule_CreateTimer } {
+        // SAFETY: live context; the callback lives as long as the module (stopped on unload).
+        let id = unsafe { create(ctx, TICK_MS, Some(on_tick), std::ptr::null_mut()) };
+        TIMER.store(id, Ordering::SeqCst);
+    }
+}
+
+unsafe extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    TIMER.store(0, Ordering::SeqCst);
+    let _ = catch_unwind(|| tick(&Context::new(ctx)));
+    arm(ctx);
+}
+
+/// The next queues to visit, in turn after the last one visited.
+fn next_batch() -> Vec<(i32, Vec<u8>)> {
+    let set = watched();
+    let mut cursor = CURSOR.lock().unwrap_or_else(|p| p.into_inner());
+    let mut batch: Vec<_> = match cursor.as_ref() {
+        Some(after) => set
+            .range::<(i32, Vec<u8>), _>((
+                std::ops::Bound::Excluded(after),
+                std::ops::Bound::Unbounded,
+            ))
+            .take(QUEUES_PER_TICK)
+            .cloned()
+            .collect(),
+        None => Vec::new(),
+    };
+    if batch.len() < QUEUES_PER_TICK {
+        let room = QUEUES_PER_TICK - batch.len();
+        let wrap: Vec<_> = set
+            .iter()
+            .take(room)
+            .filter(|q| !batch.contains(q))
+            .cloned()
+            .collect();
+        batch.extend(wrap);
+    }
+    *cursor = batch.last().cloned();
+    batch
+}
+
+fn tick(ctx: &Context) {
+    let flags = store::context_flags(ctx);
+    let primary = flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0;
+    let loading = flags & raw::REDISMODULE_CTX_FLAGS_LOADING != 0;
+    if !primary || loading || avoid_replica_traffic() {
+        return;
+    }
+    let now = server::now_ms() as i64;
+    let original = selected_db(ctx.ctx);
+    for (db, name) in next_batch() {
+        if !select_db(ctx.ctx, db) {
+            watched().remove(&(db, name));
+            continue;
+        }
+        match promote(ctx, &name, now) {
+            Ok(Some(moved)) => metrics::count(&metrics::PROMOTED, moved as u64),
+            Ok(None) | Err(_) => {
+                watched().remove(&(db, name));
+            }
+        }
+    }
+    select_db(ctx.ctx, original);
+}
+
+fn avoid_replica_traffic() -> bool {
+    match unsafe { raw::RedisModule_AvoidReplicaTraffic } {
+        // SAFETY: a plain flag read.
+        Some(f) => (unsafe { f() }) != 0,
+        None => false,
+    }
+}
+
+/// Promotes what is due on one queue. `None` when the queue has nothing left to watch.
+fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Option<usize>, crate::error::EmqError> {
+    let Some(queue) = Queue::parse(name) else {
+        return Ok(None);
+    };
+    let keys = QueueKeys::new(ctx, queue)?;
+    let sets = Sets::open(ctx, &keys)?;
+    if sets.schedule.is_empty() && sets.active.is_empty() {
+        return Ok(None);
+    }
+    let due = Due::find(ctx, queue, &sets, now, lifecycle::PROMOTE_BUDGET)?;
+    if due.is_empty() {
+        return Ok(Some(0));
+    }
+    let rows: Vec<&OwnedString> = due.rows().collect();
+    check_row_types(ctx, &rows)?;
+    due.promote(ctx, &sets, now).map(Some)
+}
