@@ -24,6 +24,7 @@ run: build
 	$(VALKEY_SERVER) module.conf
 
 test: build
+	$(CARGO) build --examples
 	$(CARGO) test --all-targets
 
 lint: deps

@@ -16,10 +16,13 @@ have_clang() {
 }
 have_valkey() { command -v valkey-server >/dev/null 2>&1 && command -v valkey-cli >/dev/null 2>&1; }
 have_redis() { command -v redis-server >/dev/null 2>&1; }
+# The suite runs the README's Python worker with the stock redis-py client.
+have_pyredis() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import redis" >/dev/null 2>&1; }
 
 missing=()
 have_clang || missing+=(libclang-dev)
 have_valkey || missing+=(valkey-server)
+have_pyredis || missing+=(python3-redis)
 [ $want_redis = 1 ] && ! have_redis && missing+=(redis-server)
 [ ${#missing[@]} -eq 0 ] && exit 0
 

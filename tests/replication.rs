@@ -19,9 +19,17 @@ fn offset(con: &mut Connection) -> i64 {
 }
 
 fn start_pair() -> (Server, Server) {
-    let primary = Server::start(Options::default().arg("enable-debug-command", "local"));
+    start_pair_with(Options::without_module())
+}
+
+fn start_pair_with(replica: Options) -> (Server, Server) {
+    let primary = Server::start(
+        Options::default()
+            .arg("enable-debug-command", "local")
+            .arg("repl-diskless-sync-delay", "0"),
+    );
     let replica = Server::start(
-        Options::without_module()
+        replica
             .arg("enable-debug-command", "local")
             .arg("replicaof", &format!("127.0.0.1 {}", primary.port)),
     );
@@ -195,4 +203,85 @@ fn the_stream_carries_hset_and_zadd_in_one_transaction() {
         !text.contains("EMQ.ENQUEUE"),
         "effects, not the command, are persisted"
     );
+}
+
+#[test]
+fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
+    // The replica loads the module too: its timer must stay idle and its data follow the
+    // primary's effects exactly, including timer promotions and expired leases.
+    let (primary, replica) = start_pair_with(Options::default());
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    let q = unique_queue("life");
+    for i in 1..=40u64 {
+        let _: i64 = cmd("EMQ.ENQUEUE")
+            .arg(&q)
+            .arg(job_id(i))
+            .arg("x")
+            .query(&mut p)
+            .expect("enqueue");
+    }
+    for i in 41..=50u64 {
+        let _: i64 = cmd("EMQ.ENQUEUE")
+            .arg(&q)
+            .arg(job_id(i))
+            .arg("later")
+            .arg("DELAY")
+            .arg(150)
+            .query(&mut p)
+            .expect("delayed");
+    }
+    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
+        .arg(&q)
+        .arg("COUNT")
+        .arg(30)
+        .arg("LEASE")
+        .arg(200)
+        .query(&mut p)
+        .expect("claim");
+    for (n, (id, _, token)) in claimed.iter().enumerate() {
+        match n % 3 {
+            0 => {
+                let _: i64 = cmd("EMQ.ACK")
+                    .arg(&q)
+                    .arg(id)
+                    .arg(token)
+                    .query(&mut p)
+                    .expect("ack");
+            }
+            1 => {
+                let _: String = cmd("EMQ.FAIL")
+                    .arg(&q)
+                    .arg(id)
+                    .arg(token)
+                    .arg("ERROR")
+                    .arg("e")
+                    .arg("RETRY-IN")
+                    .arg(100)
+                    .query(&mut p)
+                    .expect("fail");
+            }
+            _ => {} // left to expire
+        }
+    }
+    let _: i64 = cmd("EMQ.CANCEL")
+        .arg(&q)
+        .arg(job_id(35))
+        .query(&mut p)
+        .expect("cancel");
+    // Let the delayed jobs come due and the leases expire, promoted by the primary's timer.
+    std::thread::sleep(Duration::from_millis(600));
+    let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(&q).query(&mut p).expect("stats");
+    let stats: std::collections::HashMap<_, _> = stats.into_iter().collect();
+    assert_eq!(
+        stats["active"], 0,
+        "expired leases were reclaimed: {stats:?}"
+    );
+    assert!(stats["pending"] >= 20, "{stats:?}");
+    wait_caught_up(&mut p, &mut r);
+    assert_eq!(digest(&mut p), digest(&mut r));
+    let promoted: i64 = info_field(&mut r, "emq", "emq_promoted")
+        .and_then(|v| v.parse().ok())
+        .expect("replica info");
+    assert_eq!(promoted, 0, "the replica's timer never writes");
 }

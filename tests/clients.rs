@@ -1,0 +1,89 @@
+//! "Any client": the README's workers, in Python with the stock redis-py package and in Rust
+//! with the `redis` crate, drain a queue on a real server.
+
+mod support;
+
+use std::collections::HashMap;
+use std::process::Command;
+
+use redis::cmd;
+use support::*;
+
+/// Enqueues 50 jobs, 5 of which fail for good, runs `worker`, and checks what it reports and
+/// what the server holds afterwards.
+fn drain_with(mut worker: Command) {
+    let server = Server::start(Options::default().arg("emq.max-attempts", "1"));
+    let mut con = server.conn();
+    let q = unique_queue("client");
+    for i in 1..=50u64 {
+        let payload = if i % 10 == 0 {
+            format!("fail {i}")
+        } else {
+            format!("ok {i}")
+        };
+        let _: i64 = cmd("EMQ.ENQUEUE")
+            .arg(&q)
+            .arg(job_id(i))
+            .arg(payload)
+            .query(&mut con)
+            .expect("enqueue");
+    }
+    let out = worker
+        .env("EMQ_PORT", server.port.to_string())
+        .env("EMQ_QUEUE", &q)
+        .env("EMQ_IDLE_EXIT", "1")
+        .output()
+        .expect("run the worker");
+    assert!(
+        out.status.success(),
+        "worker failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut outcomes: HashMap<&str, usize> = HashMap::new();
+    for line in stdout.lines() {
+        *outcomes
+            .entry(line.split(' ').next().unwrap_or(""))
+            .or_default() += 1;
+    }
+    assert_eq!(outcomes.get("done"), Some(&45), "{stdout}");
+    assert_eq!(outcomes.get("dead"), Some(&5), "{stdout}");
+    let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(&q).query(&mut con).expect("stats");
+    let stats: HashMap<_, _> = stats.into_iter().collect();
+    assert_eq!(
+        (stats["pending"], stats["active"], stats["dead"]),
+        (0, 0, 5)
+    );
+    let error: String = cmd("HGET")
+        .arg(format!("emq:{{{q}}}:job:{}", job_id(10)))
+        .arg("error")
+        .query(&mut con)
+        .expect("error");
+    assert_eq!(error, "cannot process fail 10");
+}
+
+#[test]
+fn the_python_worker_drains_a_queue_with_redis_py() {
+    // Debian's python3 with python3-redis, installed by `make test`.
+    let python = std::env::var("ECHOMQ_PYTHON").unwrap_or_else(|_| "/usr/bin/python3".into());
+    let mut worker = Command::new(python);
+    worker.arg(repo_root().join("examples/worker.py"));
+    drain_with(worker);
+}
+
+#[test]
+fn the_rust_worker_drains_a_queue_with_the_redis_crate() {
+    // Built by `cargo test --all-targets` (make test) next to the test binaries.
+    let exe = std::env::current_exe().expect("test binary path");
+    let worker = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join("examples/worker"))
+        .expect("target dir");
+    assert!(
+        worker.exists(),
+        "{} is missing: run the suite with `make test`",
+        worker.display()
+    );
+    drain_with(Command::new(worker));
+}

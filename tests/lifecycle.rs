@@ -1,0 +1,694 @@
+//! The job lifecycle in the server (SPEC §6): delayed jobs, claims with leases, blocking
+//! claims, token fencing, ack, retry with backoff, dead jobs, cancel, requeue and stats.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::{cmd, Value};
+use support::*;
+
+/// One claimed job: (id, payload, attempts).
+type Job = (String, Vec<u8>, i64);
+
+fn enqueue(con: &mut Connection, q: &str, id: &str, payload: &str) -> i64 {
+    cmd("EMQ.ENQUEUE")
+        .arg(q)
+        .arg(id)
+        .arg(payload)
+        .query(con)
+        .expect("enqueue")
+}
+
+fn claim(con: &mut Connection, q: &str, opts: &[&str]) -> Option<Vec<Job>> {
+    let mut c = cmd("EMQ.CLAIM");
+    c.arg(q);
+    for o in opts {
+        c.arg(*o);
+    }
+    c.query(con).expect("claim")
+}
+
+fn state(con: &mut Connection, q: &str, id: &str) -> Option<String> {
+    cmd("HGET")
+        .arg(format!("emq:{{{q}}}:job:{id}"))
+        .arg("state")
+        .query(con)
+        .expect("hget")
+}
+
+fn stats(con: &mut Connection, q: &str) -> HashMap<String, i64> {
+    let v: Vec<(String, i64)> = cmd("EMQ.STATS").arg(q).query(con).expect("stats");
+    v.into_iter().collect()
+}
+
+fn score(con: &mut Connection, q: &str, set: &str, id: &str) -> Option<f64> {
+    cmd("ZSCORE")
+        .arg(format!("emq:{{{q}}}:{set}"))
+        .arg(id)
+        .query(con)
+        .expect("zscore")
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[test]
+fn delayed_jobs_wait_in_schedule_until_due() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("delay");
+    let id = job_id(1);
+    let before = now_ms();
+    let n: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(&id)
+        .arg("later")
+        .arg("DELAY")
+        .arg(400)
+        .query(&mut con)
+        .expect("delayed");
+    assert_eq!(n, 1);
+    assert_eq!(state(&mut con, &q, &id).as_deref(), Some("scheduled"));
+    let due = score(&mut con, &q, "schedule", &id).expect("in schedule");
+    assert!(
+        due >= (before + 400) as f64 && due <= (now_ms() + 400) as f64,
+        "absolute due time {due}"
+    );
+    assert_eq!(
+        claim(&mut con, &q, &[]),
+        Some(vec![]),
+        "not claimable before it is due"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || stats(&mut con, &q)["pending"]
+            == 1),
+        "promoted by the timer"
+    );
+    let jobs = claim(&mut con, &q, &[]).expect("claim");
+    assert_eq!(jobs, vec![(id.clone(), b"later".to_vec(), 1)]);
+}
+
+#[test]
+fn a_due_time_in_the_past_is_a_plain_enqueue() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("past");
+    let id = job_id(2);
+    let n: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(&id)
+        .arg("now")
+        .arg("AT")
+        .arg(1000)
+        .query(&mut con)
+        .expect("at");
+    assert_eq!(n, 1);
+    assert_eq!(state(&mut con, &q, &id).as_deref(), Some("pending"));
+    assert_eq!(score(&mut con, &q, "pending", &id), Some(0.0));
+    let s = stats(&mut con, &q);
+    assert_eq!((s["pending"], s["scheduled"]), (1, 0));
+}
+
+#[test]
+fn claim_takes_the_lowest_ids_and_counts_attempts() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("claim");
+    for i in [5u64, 3, 9, 1] {
+        enqueue(&mut con, &q, &job_id(i), &format!("p{i}"));
+    }
+    let before = now_ms();
+    let jobs = claim(&mut con, &q, &["COUNT", "3", "LEASE", "60000"]).expect("claim");
+    let ids: Vec<_> = jobs.iter().map(|j| j.0.clone()).collect();
+    assert_eq!(ids, vec![job_id(1), job_id(3), job_id(5)]);
+    assert!(jobs.iter().all(|j| j.2 == 1));
+    assert_eq!(jobs[0].1, b"p1");
+    for id in &ids {
+        assert_eq!(state(&mut con, &q, id).as_deref(), Some("active"));
+        let deadline = score(&mut con, &q, "active", id).expect("active");
+        assert!(deadline >= (before + 60_000) as f64 && deadline <= (now_ms() + 60_000) as f64);
+    }
+    let attempts: String = cmd("HGET")
+        .arg(format!("emq:{{{q}}}:job:{}", job_id(1)))
+        .arg("attempts")
+        .query(&mut con)
+        .expect("attempts");
+    assert_eq!(attempts, "1");
+    let s = stats(&mut con, &q);
+    assert_eq!((s["pending"], s["active"]), (1, 3));
+}
+
+#[test]
+fn claim_refusals_write_nothing() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("refuse");
+    enqueue(&mut con, &q, &job_id(1), "x");
+    for (opts, code) in [
+        (vec!["COUNT", "0"], "ERR"),
+        (vec!["COUNT", "1001"], "ERR"),
+        (vec!["LEASE", "-5"], "ERR"),
+        (vec!["BLOCK", "soon"], "ERR"),
+        (vec!["COUNT"], "ERR"),
+        (vec!["WAIT", "1"], "ERR"),
+    ] {
+        let mut c = cmd("EMQ.CLAIM");
+        c.arg(&q);
+        for o in &opts {
+            c.arg(*o);
+        }
+        let err = expect_err(&mut con, &c);
+        assert!(err.starts_with(code), "{opts:?}: {err}");
+    }
+    assert!(expect_err(&mut con, cmd("EMQ.CLAIM").arg("a b")).starts_with("EMQQUEUE"));
+    cmd("SET")
+        .arg(format!("emq:{{{q}}}:active"))
+        .arg("oops")
+        .query::<()>(&mut con)
+        .expect("set");
+    assert!(expect_err(&mut con, cmd("EMQ.CLAIM").arg(&q)).starts_with("WRONGTYPE"));
+    assert_eq!(
+        state(&mut con, &q, &job_id(1)).as_deref(),
+        Some("pending"),
+        "nothing moved"
+    );
+}
+
+#[test]
+fn a_blocked_claim_wakes_on_enqueue() {
+    let server = Server::shared();
+    let q = unique_queue("wake");
+    let mut waiter = server.conn();
+    let url = server.url();
+    let q2 = q.clone();
+    let producer = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(300));
+        let mut con = redis::Client::open(url)
+            .expect("client")
+            .get_connection()
+            .expect("conn");
+        enqueue(&mut con, &q2, &job_id(77), "wake up");
+    });
+    let start = Instant::now();
+    let jobs = claim(&mut waiter, &q, &["BLOCK", "10000"]).expect("woken, not timed out");
+    assert_eq!(jobs, vec![(job_id(77), b"wake up".to_vec(), 1)]);
+    assert!(start.elapsed() < Duration::from_secs(9));
+    producer.join().expect("producer");
+}
+
+#[test]
+fn a_blocked_claim_times_out_with_null_and_never_blocks_in_multi() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("timeout");
+    assert_eq!(claim(&mut con, &q, &["BLOCK", "100"]), None);
+    let (r,): (Value,) = redis::pipe()
+        .atomic()
+        .cmd("EMQ.CLAIM")
+        .arg(&q)
+        .arg("BLOCK")
+        .arg(0)
+        .query(&mut con)
+        .expect("multi");
+    assert_eq!(r, Value::Nil, "inside MULTI the claim answers at once");
+}
+
+#[test]
+fn blocked_claimers_are_served_in_arrival_order() {
+    let server = Server::shared();
+    let q = unique_queue("fifo");
+    let mut handles = Vec::new();
+    for n in 0..3u64 {
+        let url = server.url();
+        let q = q.clone();
+        handles.push(thread::spawn(move || {
+            let mut con = redis::Client::open(url)
+                .expect("client")
+                .get_connection()
+                .expect("conn");
+            thread::sleep(Duration::from_millis(100 * n));
+            let jobs = claim(&mut con, &q, &["BLOCK", "10000"]).expect("served");
+            (n, jobs[0].0.clone())
+        }));
+    }
+    let mut con = server.conn();
+    // Wait until all three are blocked, then feed them one job at a time.
+    assert!(wait_until(Duration::from_secs(5), || {
+        info_field(&mut con, "clients", "blocked_clients")
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0)
+            >= 3
+    }));
+    for i in 1..=3 {
+        enqueue(&mut con, &q, &job_id(i), "x");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let mut got: Vec<(u64, String)> = handles
+        .into_iter()
+        .map(|h| h.join().expect("waiter"))
+        .collect();
+    got.sort();
+    assert_eq!(got, vec![(0, job_id(1)), (1, job_id(2)), (2, job_id(3))]);
+}
+
+#[test]
+fn a_blocked_claim_wakes_when_a_scheduled_job_becomes_due() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("duewake");
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(8))
+        .arg("d")
+        .arg("DELAY")
+        .arg(300)
+        .query(&mut con)
+        .expect("delayed");
+    let mut waiter = server.conn();
+    let jobs = claim(&mut waiter, &q, &["BLOCK", "10000"]).expect("woken by the timer");
+    assert_eq!(jobs[0].0, job_id(8));
+}
+
+#[test]
+fn an_expired_lease_returns_the_job_and_fences_the_old_worker() {
+    let server = Server::shared();
+    let q = unique_queue("fence");
+    let mut a = server.conn();
+    enqueue(&mut a, &q, &job_id(1), "work");
+    let first = claim(&mut a, &q, &["LEASE", "200"]).expect("a claims");
+    assert_eq!(first[0].2, 1, "token 1");
+    drop(a); // worker A crashes: its connection closes without an ack
+
+    let mut b = server.conn();
+    let second = claim(&mut b, &q, &["BLOCK", "10000"]).expect("reclaimed after the lease");
+    assert_eq!(second, vec![(job_id(1), b"work".to_vec(), 2)]);
+
+    let mut a_again = server.conn();
+    let err = expect_err(&mut a_again, cmd("EMQ.ACK").arg(&q).arg(job_id(1)).arg(1));
+    assert!(err.starts_with("EMQLEASE"), "{err}");
+    let err = expect_err(
+        &mut a_again,
+        cmd("EMQ.RENEW").arg(&q).arg(job_id(1)).arg(1).arg(1000),
+    );
+    assert!(err.starts_with("EMQLEASE"), "{err}");
+    let err = expect_err(&mut a_again, cmd("EMQ.FAIL").arg(&q).arg(job_id(1)).arg(1));
+    assert!(err.starts_with("EMQLEASE"), "{err}");
+    assert_eq!(
+        state(&mut b, &q, &job_id(1)).as_deref(),
+        Some("active"),
+        "the stale worker changed nothing"
+    );
+    let ok: i64 = cmd("EMQ.ACK")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg(2)
+        .query(&mut b)
+        .expect("b acks");
+    assert_eq!(ok, 1);
+}
+
+#[test]
+fn renew_extends_a_live_lease() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("renew");
+    enqueue(&mut con, &q, &job_id(1), "x");
+    claim(&mut con, &q, &["LEASE", "300"]).expect("claim");
+    let deadline: i64 = cmd("EMQ.RENEW")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg(1)
+        .arg(60_000)
+        .query(&mut con)
+        .expect("renew");
+    assert!(deadline > now_ms() + 50_000);
+    assert_eq!(
+        score(&mut con, &q, "active", &job_id(1)),
+        Some(deadline as f64)
+    );
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        stats(&mut con, &q)["active"],
+        1,
+        "not reclaimed after the old lease"
+    );
+    let err = expect_err(
+        &mut con,
+        cmd("EMQ.RENEW").arg(&q).arg(job_id(1)).arg("x").arg(1000),
+    );
+    assert!(err.starts_with("EMQLEASE"), "{err}");
+    let err = expect_err(
+        &mut con,
+        cmd("EMQ.RENEW").arg(&q).arg(job_id(2)).arg(1).arg(1000),
+    );
+    assert!(
+        err.starts_with("EMQLEASE"),
+        "a job never claimed has no lease: {err}"
+    );
+}
+
+#[test]
+fn ack_keeps_the_row_as_done_so_a_re_enqueue_is_a_duplicate() {
+    let server = Server::start(Options::default().arg("emq.done-ttl-ms", "60000"));
+    let mut con = server.conn();
+    let q = unique_queue("ack");
+    enqueue(&mut con, &q, &job_id(1), "x");
+    claim(&mut con, &q, &[]).expect("claim");
+    let ok: i64 = cmd("EMQ.ACK")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg(1)
+        .query(&mut con)
+        .expect("ack");
+    assert_eq!(ok, 1);
+    assert_eq!(state(&mut con, &q, &job_id(1)).as_deref(), Some("done"));
+    let ttl: i64 = cmd("PTTL")
+        .arg(format!("emq:{{{q}}}:job:{}", job_id(1)))
+        .query(&mut con)
+        .expect("pttl");
+    assert!(ttl > 50_000 && ttl <= 60_000, "{ttl}");
+    assert_eq!(
+        enqueue(&mut con, &q, &job_id(1), "again"),
+        0,
+        "still a duplicate"
+    );
+    let s = stats(&mut con, &q);
+    assert_eq!((s["pending"], s["active"]), (0, 0));
+    let err = expect_err(&mut con, cmd("EMQ.ACK").arg(&q).arg(job_id(1)).arg(1));
+    assert!(err.starts_with("EMQLEASE"), "a second ack: {err}");
+}
+
+#[test]
+fn fail_retries_with_backoff_then_buries_the_job() {
+    let server = Server::start(
+        Options::default()
+            .arg("emq.max-attempts", "3")
+            .arg("emq.backoff-base-ms", "100")
+            .arg("emq.backoff-max-ms", "150"),
+    );
+    let mut con = server.conn();
+    let q = unique_queue("fail");
+    let id = job_id(1);
+    enqueue(&mut con, &q, &id, "x");
+
+    // Attempt 1 fails with an explicit retry time.
+    claim(&mut con, &q, &[]).expect("claim 1");
+    let before = now_ms();
+    let r: String = cmd("EMQ.FAIL")
+        .arg(&q)
+        .arg(&id)
+        .arg(1)
+        .arg("ERROR")
+        .arg("boom 1")
+        .arg("RETRY-IN")
+        .arg(5000)
+        .query(&mut con)
+        .expect("fail 1");
+    assert_eq!(r, "scheduled");
+    assert_eq!(state(&mut con, &q, &id).as_deref(), Some("scheduled"));
+    let due = score(&mut con, &q, "schedule", &id).expect("scheduled");
+    assert!(due >= (before + 5000) as f64 && due <= (now_ms() + 5000) as f64);
+    let error: String = cmd("HGET")
+        .arg(format!("emq:{{{q}}}:job:{id}"))
+        .arg("error")
+        .query(&mut con)
+        .expect("error");
+    assert_eq!(error, "boom 1");
+
+    // Pull it forward, then attempt 2 fails with the default backoff: base * 2 capped at 150.
+    cmd("ZADD")
+        .arg(format!("emq:{{{q}}}:schedule"))
+        .arg(0)
+        .arg(&id)
+        .query::<i64>(&mut con)
+        .expect("due now");
+    let jobs = claim(&mut con, &q, &[]).expect("claim 2");
+    assert_eq!(jobs[0].2, 2);
+    let before = now_ms();
+    let r: String = cmd("EMQ.FAIL")
+        .arg(&q)
+        .arg(&id)
+        .arg(2)
+        .query(&mut con)
+        .expect("fail 2");
+    assert_eq!(r, "scheduled");
+    let due = score(&mut con, &q, "schedule", &id).expect("scheduled");
+    assert!(
+        due >= (before + 150) as f64 && due <= (now_ms() + 150) as f64,
+        "backoff capped at 150: {due}"
+    );
+
+    // Attempt 3 is the last: dead.
+    let mut waiter = server.conn();
+    let jobs = claim(&mut waiter, &q, &["BLOCK", "10000"]).expect("claim 3");
+    assert_eq!(jobs[0].2, 3);
+    let r: String = cmd("EMQ.FAIL")
+        .arg(&q)
+        .arg(&id)
+        .arg(3)
+        .arg("ERROR")
+        .arg("final")
+        .query(&mut con)
+        .expect("fail 3");
+    assert_eq!(r, "dead");
+    assert_eq!(state(&mut con, &q, &id).as_deref(), Some("dead"));
+    assert!(score(&mut con, &q, "dead", &id).is_some());
+    let s = stats(&mut con, &q);
+    assert_eq!(
+        (s["pending"], s["active"], s["scheduled"], s["dead"]),
+        (0, 0, 0, 1)
+    );
+
+    // Requeue brings it back with its attempts reset.
+    let n: i64 = cmd("EMQ.REQUEUE")
+        .arg(&q)
+        .arg(&id)
+        .query(&mut con)
+        .expect("requeue");
+    assert_eq!(n, 1);
+    let jobs = claim(&mut con, &q, &[]).expect("claim again");
+    assert_eq!(jobs[0].2, 1);
+    let n: i64 = cmd("EMQ.REQUEUE")
+        .arg(&q)
+        .arg(&id)
+        .query(&mut con)
+        .expect("requeue of a live job");
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn a_job_whose_worker_keeps_crashing_dies_after_max_attempts() {
+    let server = Server::start(Options::default().arg("emq.max-attempts", "2"));
+    let mut con = server.conn();
+    let q = unique_queue("crashy");
+    enqueue(&mut con, &q, &job_id(1), "x");
+    claim(&mut con, &q, &["LEASE", "50"]).expect("1");
+    let jobs = claim(&mut con, &q, &["LEASE", "50", "BLOCK", "5000"]).expect("2");
+    assert_eq!(jobs[0].2, 2);
+    assert!(wait_until(Duration::from_secs(5), || stats(&mut con, &q)
+        ["dead"]
+        == 1));
+    let error: String = cmd("HGET")
+        .arg(format!("emq:{{{q}}}:job:{}", job_id(1)))
+        .arg("error")
+        .query(&mut con)
+        .expect("error");
+    assert_eq!(error, "lease expired");
+}
+
+#[test]
+fn cancel_removes_pending_and_scheduled_jobs_only() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("cancel");
+    enqueue(&mut con, &q, &job_id(1), "pending");
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(2))
+        .arg("later")
+        .arg("DELAY")
+        .arg(60_000)
+        .query(&mut con)
+        .expect("delayed");
+    enqueue(&mut con, &q, &job_id(3), "active");
+    let cancel = |con: &mut Connection, id: &str| -> i64 {
+        cmd("EMQ.CANCEL")
+            .arg(&q)
+            .arg(id)
+            .query(con)
+            .expect("cancel")
+    };
+    assert_eq!(cancel(&mut con, &job_id(1)), 1);
+    assert_eq!(cancel(&mut con, &job_id(2)), 1);
+    claim(&mut con, &q, &[]).expect("claim 3");
+    assert_eq!(
+        cancel(&mut con, &job_id(3)),
+        0,
+        "an active job is not cancelled"
+    );
+    assert_eq!(cancel(&mut con, &job_id(4)), 0, "no such job");
+    assert_eq!(state(&mut con, &q, &job_id(1)), None, "the row is gone");
+    assert_eq!(state(&mut con, &q, &job_id(2)), None);
+    let s = stats(&mut con, &q);
+    assert_eq!((s["pending"], s["scheduled"], s["active"]), (0, 0, 1));
+    assert!(expect_err(&mut con, cmd("EMQ.CANCEL").arg(&q).arg("bad")).starts_with("EMQID"));
+}
+
+#[test]
+fn lifecycle_commands_check_acl_on_derived_keys() {
+    let server = Server::start(Options::default());
+    let mut admin = server.conn();
+    let _: () = cmd("ACL")
+        .arg("SETUSER")
+        .arg("w")
+        .arg("on")
+        .arg(">pw")
+        .arg("~emq:{orders}:*")
+        .arg("+@emq")
+        .query(&mut admin)
+        .expect("acl");
+    let mut w = server.conn();
+    let _: () = cmd("AUTH").arg("w").arg("pw").query(&mut w).expect("auth");
+    enqueue(&mut w, "orders", &job_id(1), "x");
+    assert_eq!(claim(&mut w, "orders", &[]).map(|j| j.len()), Some(1));
+    enqueue(&mut admin, "payments", &job_id(1), "x");
+    for c in [
+        cmd("EMQ.CLAIM").arg("payments").clone(),
+        cmd("EMQ.STATS").arg("payments").clone(),
+        cmd("EMQ.CANCEL").arg("payments").arg(job_id(1)).clone(),
+        cmd("EMQ.ACK").arg("payments").arg(job_id(1)).arg(1).clone(),
+    ] {
+        let err = expect_err(&mut w, &c);
+        assert!(err.starts_with("NOPERM"), "{err}");
+    }
+    assert_eq!(
+        state(&mut admin, "payments", &job_id(1)).as_deref(),
+        Some("pending")
+    );
+}
+
+#[test]
+fn every_job_ends_done_or_dead_exactly_once_under_concurrency() {
+    const JOBS: u64 = 20_000;
+    const WORKERS: usize = 8;
+    let server = Server::start(
+        Options::default()
+            .arg("emq.max-attempts", "3")
+            .arg("emq.backoff-base-ms", "1")
+            .arg("emq.backoff-max-ms", "5"),
+    );
+    let q = unique_queue("exactly-once");
+    let mut con = server.conn();
+    for chunk in (1..=JOBS).collect::<Vec<_>>().chunks(1000) {
+        let mut p = redis::pipe();
+        for i in chunk {
+            p.cmd("EMQ.ENQUEUE")
+                .arg(&q)
+                .arg(job_id(*i))
+                .arg(format!("job {i}"));
+        }
+        let _: Vec<i64> = p.query(&mut con).expect("enqueue batch");
+    }
+
+    let held: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let outcomes: Arc<Mutex<Vec<(String, &'static str)>>> = Arc::default();
+    let violations: Arc<Mutex<Vec<String>>> = Arc::default();
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let (url, q) = (server.url(), q.clone());
+            let (held, outcomes, violations) = (held.clone(), outcomes.clone(), violations.clone());
+            thread::spawn(move || {
+                let mut con = redis::Client::open(url)
+                    .expect("client")
+                    .get_connection()
+                    .expect("conn");
+                let mut rng = Rng::new(w as u64 + 1);
+                // Until nothing arrives for 1.5 s: the queue is drained.
+                while let Some(jobs) = claim(&mut con, &q, &["COUNT", "10", "BLOCK", "1500"]) {
+                    // Hold the whole batch while working through it, as a real worker would.
+                    for (id, payload, _) in &jobs {
+                        if !held.lock().expect("lock").insert(id.clone()) {
+                            violations
+                                .lock()
+                                .expect("lock")
+                                .push(format!("{id} held twice"));
+                        }
+                        if !payload.starts_with(b"job ") {
+                            violations
+                                .lock()
+                                .expect("lock")
+                                .push(format!("{id} payload"));
+                        }
+                    }
+                    for (id, _, token) in jobs {
+                        held.lock().expect("lock").remove(&id);
+                        if rng.below(10) < 2 {
+                            let r: String = cmd("EMQ.FAIL")
+                                .arg(&q)
+                                .arg(&id)
+                                .arg(token)
+                                .arg("ERROR")
+                                .arg("random")
+                                .query(&mut con)
+                                .expect("fail");
+                            if r == "dead" {
+                                outcomes.lock().expect("lock").push((id, "dead"));
+                            }
+                        } else {
+                            let n: i64 = cmd("EMQ.ACK")
+                                .arg(&q)
+                                .arg(&id)
+                                .arg(token)
+                                .query(&mut con)
+                                .expect("ack");
+                            assert_eq!(n, 1);
+                            outcomes.lock().expect("lock").push((id, "done"));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    assert!(
+        violations.lock().expect("lock").is_empty(),
+        "{:?}",
+        violations.lock().expect("lock")
+    );
+    let outcomes = outcomes.lock().expect("lock").clone();
+    let mut by_id: HashMap<String, Vec<&str>> = HashMap::new();
+    for (id, o) in &outcomes {
+        by_id.entry(id.clone()).or_default().push(o);
+    }
+    assert_eq!(by_id.len() as u64, JOBS, "no job lost");
+    assert!(
+        by_id.values().all(|v| v.len() == 1),
+        "every job ended exactly once"
+    );
+    let dead = outcomes.iter().filter(|(_, o)| *o == "dead").count();
+    assert!(dead > 0, "some jobs exhausted their attempts");
+    let s = stats(&mut con, &q);
+    assert_eq!((s["pending"], s["active"], s["scheduled"]), (0, 0, 0));
+    assert_eq!(s["dead"] as usize, dead);
+    let mut p = redis::pipe();
+    for i in 1..=JOBS {
+        p.cmd("HGET")
+            .arg(format!("emq:{{{q}}}:job:{}", job_id(i)))
+            .arg("state");
+    }
+    let states: Vec<String> = p.query(&mut con).expect("states");
+    for (i, st) in states.iter().enumerate() {
+        let expected = by_id[&job_id(i as u64 + 1)][0];
+        assert_eq!(st, expected, "row state of job {}", i + 1);
+    }
+}
