@@ -22,7 +22,7 @@ const ACL_CATEGORY: &std::ffi::CStr = c"emq";
 
 const COMMANDS: &[Command] = &[
     Command {
-        name: c"EMQ.ENQUEUE",
+        name: c"emq.enqueue",
         callback: callback!(commands::enqueue::run),
         flags: c"write deny-oom",
         arity: -4,
@@ -38,7 +38,20 @@ const COMMANDS: &[Command] = &[
         ],
     },
     Command {
-        name: c"EMQ.CLAIM",
+        name: c"emq.menqueue",
+        callback: callback!(commands::menqueue::run),
+        flags: c"write deny-oom",
+        arity: -4,
+        routes_by_queue: true,
+        summary: c"Enqueue many jobs in one atomic step; one 1/0 (or minted id) per job",
+        complexity: c"O(M*log(N)) with M jobs and N pending jobs",
+        args: &[
+            Arg::required(c"queue", Str),
+            Arg::multiple(c"job", Str),
+        ],
+    },
+    Command {
+        name: c"emq.claim",
         callback: callback!(commands::claim::run),
         flags: c"write deny-oom blocking",
         arity: -2,
@@ -53,7 +66,7 @@ const COMMANDS: &[Command] = &[
         ],
     },
     Command {
-        name: c"EMQ.RENEW",
+        name: c"emq.renew",
         callback: callback!(commands::lease::renew),
         flags: c"write deny-oom fast",
         arity: 5,
@@ -68,7 +81,7 @@ const COMMANDS: &[Command] = &[
         ],
     },
     Command {
-        name: c"EMQ.ACK",
+        name: c"emq.ack",
         callback: callback!(commands::lease::ack),
         flags: c"write fast",
         arity: 4,
@@ -82,7 +95,7 @@ const COMMANDS: &[Command] = &[
         ],
     },
     Command {
-        name: c"EMQ.FAIL",
+        name: c"emq.fail",
         callback: callback!(commands::lease::fail),
         flags: c"write deny-oom fast",
         arity: -4,
@@ -99,7 +112,7 @@ const COMMANDS: &[Command] = &[
         ],
     },
     Command {
-        name: c"EMQ.CANCEL",
+        name: c"emq.cancel",
         callback: callback!(commands::cancel::run),
         flags: c"write fast",
         arity: 3,
@@ -109,7 +122,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::required(c"queue", Str), Arg::required(c"id", Str)],
     },
     Command {
-        name: c"EMQ.REQUEUE",
+        name: c"emq.requeue",
         callback: callback!(commands::requeue::run),
         flags: c"write deny-oom fast",
         arity: 3,
@@ -119,7 +132,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::required(c"queue", Str), Arg::required(c"id", Str)],
     },
     Command {
-        name: c"EMQ.STATS",
+        name: c"emq.stats",
         callback: callback!(commands::stats::run),
         flags: c"readonly fast",
         arity: 2,
@@ -129,7 +142,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::required(c"queue", Str)],
     },
     Command {
-        name: c"EMQ.KEY",
+        name: c"emq.key",
         callback: callback!(commands::key::run),
         flags: c"readonly fast",
         arity: -3,
@@ -143,7 +156,7 @@ const COMMANDS: &[Command] = &[
         ],
     },
     Command {
-        name: c"EMQ.SLOT",
+        name: c"emq.slot",
         callback: callback!(commands::slot::run),
         flags: c"readonly fast",
         arity: 2,
@@ -153,7 +166,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::required(c"key", Str)],
     },
     Command {
-        name: c"EMQ.DECODE",
+        name: c"emq.decode",
         callback: callback!(commands::decode::run),
         flags: c"readonly fast",
         arity: 2,
@@ -163,7 +176,7 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::required(c"key", Str)],
     },
     Command {
-        name: c"EMQ.VERSION",
+        name: c"emq.version",
         callback: callback!(commands::version::run),
         flags: c"readonly fast",
         arity: 1,
@@ -175,6 +188,10 @@ const COMMANDS: &[Command] = &[
 ];
 
 fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
+    if store::init_words().is_err() {
+        ctx.log_warning("EchoMQ: refusing to load: could not create its strings");
+        return Status::Err;
+    }
     register::acl_category(ctx, ACL_CATEGORY);
     if let Err(e) = register::commands(ctx, COMMANDS, ACL_CATEGORY) {
         ctx.log_warning(&format!("EchoMQ: refusing to load: {e}"));
@@ -193,6 +210,7 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
 
 fn deinit(ctx: &Context) -> Status {
     scheduler::stop(ctx);
+    store::free_words();
     Status::Ok
 }
 

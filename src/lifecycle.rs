@@ -3,22 +3,44 @@
 //! native commands would, and replicates its effects with resolved ids and absolute times.
 //! Callers validate first (see [`Sets::open`] and [`check_row_types`]); these functions then write.
 
-use std::ffi::CStr;
-
 use valkey_module::Context;
 
 use crate::config;
 use crate::error::EmqError;
 use crate::grammar::{job_key, queue_key, BrandedId, KeyType, Queue};
-use crate::store::{self, Holds, Key, OwnedString, Str};
+use crate::store::{self, Holds, Key, OwnedString, Str, Words};
 
 /// Row states.
-pub mod state {
-    pub const PENDING: &[u8] = b"pending";
-    pub const SCHEDULED: &[u8] = b"scheduled";
-    pub const ACTIVE: &[u8] = b"active";
-    pub const DONE: &[u8] = b"done";
-    pub const DEAD: &[u8] = b"dead";
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Pending,
+    Scheduled,
+    Active,
+    Done,
+    Dead,
+}
+
+impl State {
+    /// The state's value in the row, as a retained server string.
+    pub fn word(self, words: &'static Words) -> Str<'static> {
+        match self {
+            State::Pending => words.pending,
+            State::Scheduled => words.scheduled,
+            State::Active => words.active,
+            State::Done => words.done,
+            State::Dead => words.dead,
+        }
+    }
+
+    pub fn as_bytes(self) -> &'static [u8] {
+        match self {
+            State::Pending => b"pending",
+            State::Scheduled => b"scheduled",
+            State::Active => b"active",
+            State::Done => b"done",
+            State::Dead => b"dead",
+        }
+    }
 }
 
 /// Most jobs one call (or one timer tick per queue) promotes from each of `schedule` and
@@ -120,16 +142,12 @@ pub fn zrem(ctx: &Context, set: &Key<'_>, member: Str<'_>) -> Result<bool, EmqEr
     Ok(true)
 }
 
-pub fn hset(ctx: &Context, row: &Key<'_>, fields: &[(&CStr, Str<'_>)]) -> Result<(), EmqError> {
+pub fn hset(ctx: &Context, row: &Key<'_>, fields: &[(Str<'_>, Str<'_>)]) -> Result<(), EmqError> {
     let mut args = Vec::with_capacity(1 + fields.len() * 2);
-    let names: Vec<OwnedString> = fields
-        .iter()
-        .map(|(f, _)| OwnedString::new(ctx, f.to_bytes()))
-        .collect::<Result<_, _>>()?;
     args.push(row.name().as_str());
-    for ((field, value), name) in fields.iter().zip(&names) {
-        row.hash_set(field, *value)?;
-        args.push(name.as_str());
+    for (field, value) in fields {
+        row.hash_set(*field, *value)?;
+        args.push(*field);
         args.push(*value);
     }
     store::notify(ctx, store::NOTIFY_HASH, c"hset", row.name());
@@ -256,7 +274,7 @@ fn move_to_pending(
     if row.holds() != Holds::Hash {
         return Ok(false);
     }
-    set_state(ctx, &row, state::PENDING, None)?;
+    set_state(ctx, &row, State::Pending, None)?;
     zadd(ctx, &sets.pending, 0, member.as_str())?;
     Ok(true)
 }
@@ -273,7 +291,7 @@ pub fn bury(
 ) -> Result<(), EmqError> {
     zrem(ctx, from, member.as_str())?;
     let row = Key::open(ctx, row_name)?;
-    set_state(ctx, &row, state::DEAD, error)?;
+    set_state(ctx, &row, State::Dead, error)?;
     zadd(ctx, &sets.dead, now, member.as_str())?;
     Ok(())
 }
@@ -282,20 +300,17 @@ pub fn bury(
 pub fn set_state(
     ctx: &Context,
     row: &Key<'_>,
-    new_state: &[u8],
+    new_state: State,
     error: Option<&[u8]>,
 ) -> Result<(), EmqError> {
-    let value = OwnedString::new(ctx, new_state)?;
+    let words = store::words()?;
+    let value = new_state.word(words);
     match error {
         Some(e) => {
             let e = OwnedString::new(ctx, e)?;
-            hset(
-                ctx,
-                row,
-                &[(c"state", value.as_str()), (c"error", e.as_str())],
-            )
+            hset(ctx, row, &[(words.state, value), (words.error, e.as_str())])
         }
-        None => hset(ctx, row, &[(c"state", value.as_str())]),
+        None => hset(ctx, row, &[(words.state, value)]),
     }
 }
 
@@ -341,12 +356,12 @@ pub fn claim(
             continue;
         }
         let attempts = attempts_of(&row) + 1;
-        let active = OwnedString::new(ctx, state::ACTIVE)?;
+        let words = store::words()?;
         let n = OwnedString::from_i64(ctx, attempts)?;
         hset(
             ctx,
             &row,
-            &[(c"state", active.as_str()), (c"attempts", n.as_str())],
+            &[(words.state, words.active), (words.attempts, n.as_str())],
         )?;
         zadd(ctx, &sets.active, deadline, member.as_str())?;
         let payload = row

@@ -98,6 +98,10 @@ pub(crate) fn dispatch(
         match result {
             Ok(reply) => render(ctx, &reply),
             Err(err) => {
+                if err == EmqError::Internal {
+                    let name = String::from_utf8_lossy(string_bytes(argv.first().copied().unwrap_or(std::ptr::null_mut())));
+                    context.log_warning(&format!("EchoMQ: {name} hit an internal error"));
+                }
                 metrics::refused(&err);
                 reply_error(ctx, &err);
             }

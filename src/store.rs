@@ -268,13 +268,13 @@ impl<'n> Key<'n> {
     }
 
     /// `HSET key field value` for one field.
-    pub fn hash_set(&self, field: &CStr, value: Str<'_>) -> Result<(), EmqError> {
+    pub fn hash_set(&self, field: Str<'_>, value: Str<'_>) -> Result<(), EmqError> {
         let hset = unsafe { raw::RedisModule_HashSet }.ok_or(EmqError::Internal)?;
         // SAFETY: the key is open for writing; the variadic list is NULL-terminated.
         let n = unsafe {
             hset(
                 self.handle()?,
-                raw::REDISMODULE_HASH_CFIELDS as c_int,
+                raw::REDISMODULE_HASH_NONE as c_int,
                 field.as_ptr(),
                 value.as_ptr(),
                 ptr::null::<c_char>(),
@@ -327,14 +327,14 @@ impl<'n> Key<'n> {
     }
 
     /// Sets hash fields in the given order (C-string names, server-string values).
-    pub fn hash_set3(&self, fields: [(&CStr, Str<'_>); 3]) -> Result<(), EmqError> {
+    pub fn hash_set3(&self, fields: [(Str<'_>, Str<'_>); 3]) -> Result<(), EmqError> {
         let hset = unsafe { raw::RedisModule_HashSet }.ok_or(EmqError::Internal)?;
         let [(f1, v1), (f2, v2), (f3, v3)] = fields;
         // SAFETY: the key is open for writing; the variadic list is NULL-terminated.
         let n = unsafe {
             hset(
                 self.handle()?,
-                raw::REDISMODULE_HASH_CFIELDS as c_int,
+                raw::REDISMODULE_HASH_NONE as c_int,
                 f1.as_ptr(),
                 v1.as_ptr(),
                 f2.as_ptr(),
@@ -456,15 +456,15 @@ pub const NOTIFY_ZSET: c_int = raw::REDISMODULE_NOTIFY_ZSET;
 pub const NOTIFY_GENERIC: c_int = raw::REDISMODULE_NOTIFY_GENERIC;
 
 /// Replicates `HSET row f1 v1 f2 v2 f3 v3` to replicas and the AOF.
-pub fn replicate_hset3(ctx: &Context, row: &OwnedString, fields: [(&CStr, Str<'_>); 3]) {
+pub fn replicate_hset3(ctx: &Context, row: &OwnedString, fields: [(Str<'_>, Str<'_>); 3]) {
     if let Some(rep) = unsafe { raw::RedisModule_Replicate } {
         let [(f1, v1), (f2, v2), (f3, v3)] = fields;
-        // SAFETY: format "scscscs" matches the arguments.
+        // SAFETY: format "sssssss" matches the arguments.
         unsafe {
             rep(
                 ctx.ctx,
                 c"HSET".as_ptr(),
-                c"scscscs".as_ptr(),
+                c"sssssss".as_ptr(),
                 row.as_ptr(),
                 f1.as_ptr(),
                 v1.as_ptr(),
@@ -548,4 +548,97 @@ pub fn block_on_key(
         return Err(EmqError::Internal);
     }
     Ok(())
+}
+
+/// Words the hot paths use on every call (field names and fixed values), created once at
+/// load and freed at unload, so no call allocates them.
+pub struct Words {
+    pub state: Str<'static>,
+    pub attempts: Str<'static>,
+    pub payload: Str<'static>,
+    pub error: Str<'static>,
+    pub pending: Str<'static>,
+    pub scheduled: Str<'static>,
+    pub active: Str<'static>,
+    pub done: Str<'static>,
+    pub dead: Str<'static>,
+    pub zero: Str<'static>,
+}
+
+// SAFETY: the strings are only touched on the server's main thread.
+unsafe impl Send for Words {}
+unsafe impl Sync for Words {}
+
+static WORDS: std::sync::atomic::AtomicPtr<Words> =
+    std::sync::atomic::AtomicPtr::new(ptr::null_mut());
+
+impl Words {
+    fn all(&self) -> [Str<'static>; 10] {
+        [
+            self.state,
+            self.attempts,
+            self.payload,
+            self.error,
+            self.pending,
+            self.scheduled,
+            self.active,
+            self.done,
+            self.dead,
+            self.zero,
+        ]
+    }
+}
+
+fn retained(text: &[u8]) -> Option<Str<'static>> {
+    let create = unsafe { raw::RedisModule_CreateString }?;
+    // SAFETY: a NULL context makes a string no call frees; `free_words` frees it.
+    let p = unsafe { create(ptr::null_mut(), text.as_ptr().cast::<c_char>(), text.len()) };
+    // SAFETY: kept alive until `free_words`.
+    NonNull::new(p).map(|p| unsafe { Str::from_raw(p) })
+}
+
+/// Creates the words (module load).
+pub fn init_words() -> Result<(), EmqError> {
+    let w = |t: &[u8]| retained(t).ok_or(EmqError::Internal);
+    let words = Box::new(Words {
+        state: w(b"state")?,
+        attempts: w(b"attempts")?,
+        payload: w(b"payload")?,
+        error: w(b"error")?,
+        pending: w(b"pending")?,
+        scheduled: w(b"scheduled")?,
+        active: w(b"active")?,
+        done: w(b"done")?,
+        dead: w(b"dead")?,
+        zero: w(b"0")?,
+    });
+    let old = WORDS.swap(Box::into_raw(words), std::sync::atomic::Ordering::SeqCst);
+    free(old);
+    Ok(())
+}
+
+/// Frees the words (module unload).
+pub fn free_words() {
+    free(WORDS.swap(ptr::null_mut(), std::sync::atomic::Ordering::SeqCst));
+}
+
+fn free(words: *mut Words) {
+    if words.is_null() {
+        return;
+    }
+    // SAFETY: made by `Box::into_raw` in `init_words`, swapped out exactly once.
+    let words = unsafe { Box::from_raw(words) };
+    if let Some(f) = unsafe { raw::RedisModule_FreeString } {
+        for s in words.all() {
+            // SAFETY: created with a NULL context in `retained`.
+            unsafe { f(ptr::null_mut(), s.as_ptr()) };
+        }
+    }
+}
+
+/// The words, or `Internal` before load.
+pub fn words() -> Result<&'static Words, EmqError> {
+    let p = WORDS.load(std::sync::atomic::Ordering::Acquire);
+    // SAFETY: set at load, cleared only at unload, when no command runs.
+    unsafe { p.as_ref() }.ok_or(EmqError::Internal)
 }

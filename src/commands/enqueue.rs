@@ -11,7 +11,7 @@ use super::{is_token, parse_id, parse_int, parse_queue};
 use crate::config;
 use crate::error::EmqError;
 use crate::grammar::{job_key, queue_key, BrandedId, KeyType, Minter, Queue};
-use crate::lifecycle::state;
+use crate::lifecycle::State;
 use crate::metrics;
 use crate::server::{self, Args, CommandResult, Reply};
 use crate::store::{self, Holds, Key, OwnedString, Str};
@@ -21,7 +21,8 @@ static MINTER: Mutex<Minter> = Mutex::new(Minter::new());
 /// again, at most this many times.
 const MINT_TRIES: usize = 8;
 
-fn mint() -> BrandedId {
+/// A fresh `JOB` id for this node.
+pub fn mint() -> BrandedId {
     let mut minter = MINTER
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -140,18 +141,20 @@ fn enqueue_one(
     let set = Key::open(ctx, set_name)?;
     set.expect_zset()?;
 
+    let words = store::words()?;
     let (state, score) = match placement {
-        Placement::Ready => (state::PENDING, 0),
-        Placement::Due(at) => (state::SCHEDULED, at),
+        Placement::Ready => (State::Pending, 0),
+        Placement::Due(at) => (State::Scheduled, at),
     };
     let member = OwnedString::new(ctx, &id.encode())?;
-    let state = OwnedString::new(ctx, state)?;
-    let attempts = OwnedString::new(ctx, b"0")?;
-    let score_text = OwnedString::from_i64(ctx, score)?;
+    let score_text = match placement {
+        Placement::Ready => None,
+        Placement::Due(_) => Some(OwnedString::from_i64(ctx, score)?),
+    };
     let fields = [
-        (c"state", state.as_str()),
-        (c"attempts", attempts.as_str()),
-        (c"payload", payload),
+        (words.state, state.word(words)),
+        (words.attempts, words.zero),
+        (words.payload, payload),
     ];
     // Each write is followed by its event, in the order the native HSET and ZADD fire them.
     // The zadd event also wakes claimers blocked on the pending set (see `scheduler`).
@@ -163,7 +166,11 @@ fn enqueue_one(
     store::replicate(
         ctx,
         c"ZADD",
-        &[set_name.as_str(), score_text.as_str(), member.as_str()],
+        &[
+            set_name.as_str(),
+            score_text.as_ref().map_or(words.zero, OwnedString::as_str),
+            member.as_str(),
+        ],
     );
     Ok(Outcome::Enqueued)
 }

@@ -7,7 +7,7 @@ use valkey_module::Context;
 use super::{is_token, parse_int, JobTarget};
 use crate::config;
 use crate::error::EmqError;
-use crate::lifecycle::{self, attempts_of, state, Sets};
+use crate::lifecycle::{self, attempts_of, Sets, State};
 use crate::metrics;
 use crate::server::{self, Args, CommandResult, Reply};
 use crate::store::{Holds, Key, OwnedString};
@@ -26,7 +26,7 @@ fn check_lease(
     let active = row.holds() == Holds::Hash
         && row
             .hash_get(c"state")
-            .is_some_and(|s| s.bytes() == state::ACTIVE)
+            .is_some_and(|s| s.bytes() == State::Active.as_bytes())
         && sets.active.zscore(member.as_str()).is_some();
     let attempts = attempts_of(row);
     if !active || attempts != token {
@@ -65,7 +65,7 @@ pub fn ack(ctx: &Context, args: &Args) -> CommandResult {
     if ttl == 0 {
         lifecycle::delete(ctx, &row)?;
     } else {
-        lifecycle::set_state(ctx, &row, state::DONE, None)?;
+        lifecycle::set_state(ctx, &row, State::Done, None)?;
         lifecycle::expire_at(ctx, &row, server::now_ms() as i64 + ttl)?;
     }
     metrics::count(&metrics::ACKED, 1);
@@ -111,7 +111,7 @@ pub fn fail(ctx: &Context, args: &Args) -> CommandResult {
     if attempts < config::max_attempts() {
         let due = now + retry_in.unwrap_or_else(|| config::backoff_ms(attempts));
         lifecycle::zrem(ctx, &sets.active, target.member.as_str())?;
-        lifecycle::set_state(ctx, &row, state::SCHEDULED, error)?;
+        lifecycle::set_state(ctx, &row, State::Scheduled, error)?;
         lifecycle::zadd(ctx, &sets.schedule, due, target.member.as_str())?;
         metrics::count(&metrics::RETRIED, 1);
         Ok(Reply::Bulk(b"scheduled".to_vec()))

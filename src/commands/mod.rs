@@ -6,6 +6,7 @@ pub mod decode;
 pub mod enqueue;
 pub mod key;
 pub mod lease;
+pub mod menqueue;
 pub mod requeue;
 pub mod slot;
 pub mod stats;

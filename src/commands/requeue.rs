@@ -5,10 +5,10 @@ use valkey_module::Context;
 
 use super::JobTarget;
 use crate::error::EmqError;
-use crate::lifecycle::{self, state};
+use crate::lifecycle;
 use crate::metrics;
 use crate::server::{Args, CommandResult, Reply};
-use crate::store::{Holds, OwnedString};
+use crate::store::{self, Holds};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() != 3 {
@@ -21,12 +21,11 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         return Ok(Reply::Integer(0));
     }
     lifecycle::zrem(ctx, &sets.dead, member)?;
-    let pending = OwnedString::new(ctx, state::PENDING)?;
-    let zero = OwnedString::new(ctx, b"0")?;
+    let words = store::words()?;
     lifecycle::hset(
         ctx,
         &row,
-        &[(c"state", pending.as_str()), (c"attempts", zero.as_str())],
+        &[(words.state, words.pending), (words.attempts, words.zero)],
     )?;
     lifecycle::zadd(ctx, &sets.pending, 0, member)?;
     metrics::count(&metrics::REQUEUED, 1);
