@@ -7,6 +7,8 @@
 mod support;
 
 use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -60,7 +62,9 @@ struct Sample {
 
 fn ids_for(ids: Ids, jobs: usize, round: u64) -> Vec<String> {
     match ids {
-        Ids::Monotonic => (0..jobs as u64).map(|i| job_id((round << 40) + i + 1)).collect(),
+        Ids::Monotonic => (0..jobs as u64)
+            .map(|i| job_id((round << 40) + i + 1))
+            .collect(),
         Ids::Random => {
             let mut rng = Rng::new(0x5EED + round);
             (0..jobs).map(|_| job_id(rng.next_u64() >> 2)).collect()
@@ -83,54 +87,180 @@ fn server_usec(con: &mut redis::Connection, names: &[&str]) -> f64 {
     total
 }
 
-/// One timed run: `jobs` ids enqueued by `CONNECTIONS` clients, `depth` commands in flight each.
+/// Appends one RESP command.
+fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The end of one complete reply at `pos`, and whether it is an error; `None` if incomplete.
+fn reply_end(buf: &[u8], pos: usize) -> Option<(usize, bool)> {
+    let line_end = pos + buf.get(pos..)?.windows(2).position(|w| w == b"\r\n")?;
+    let line = std::str::from_utf8(&buf[pos + 1..line_end]).ok()?;
+    let next = line_end + 2;
+    match buf[pos] {
+        b'+' | b':' => Some((next, false)),
+        b'-' => Some((next, true)),
+        b'$' => {
+            let n: i64 = line.parse().ok()?;
+            if n < 0 {
+                return Some((next, false));
+            }
+            let end = next + n as usize + 2;
+            (end <= buf.len()).then_some((end, false))
+        }
+        b'*' => {
+            let n: i64 = line.parse().ok()?;
+            let mut at = next;
+            let mut error = false;
+            for _ in 0..n.max(0) {
+                let (e, err) = reply_end(buf, at)?;
+                at = e;
+                error |= err;
+            }
+            Some((at, error))
+        }
+        _ => None,
+    }
+}
+
+/// Reads exactly `replies` replies; panics on an error reply.
+fn read_replies(stream: &mut TcpStream, buf: &mut Vec<u8>, replies: usize) {
+    let mut seen = 0;
+    let mut pos = 0;
+    let mut chunk = [0u8; 65536];
+    while seen < replies {
+        while seen < replies {
+            match reply_end(buf, pos) {
+                Some((end, error)) => {
+                    assert!(
+                        !error,
+                        "error reply: {}",
+                        String::from_utf8_lossy(&buf[pos..end])
+                    );
+                    pos = end;
+                    seen += 1;
+                }
+                None => break,
+            }
+        }
+        if seen < replies {
+            let n = stream.read(&mut chunk).expect("read");
+            assert!(n > 0, "server closed the connection");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+    buf.drain(..pos);
+}
+
+/// One timed run: `ids` enqueued by `CONNECTIONS` clients, `depth` commands in flight each.
+/// Commands are encoded to RESP before the clock starts, so the client spends its time on
+/// the wire, not on building commands: the server is what is measured.
 fn run(server: &Server, variant: Variant, ids: &[String], depth: usize) -> Sample {
     let mut admin = server.conn();
     let _: () = cmd("FLUSHALL").query(&mut admin).expect("flush");
-    let _: () = cmd("CONFIG").arg("RESETSTAT").query(&mut admin).expect("resetstat");
-    let sha: String = cmd("SCRIPT").arg("LOAD").arg(ENQUEUE_LUA).query(&mut admin).expect("load");
+    let _: () = cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut admin)
+        .expect("resetstat");
+    let sha: String = cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(ENQUEUE_LUA)
+        .query(&mut admin)
+        .expect("load");
     let queue = "bench";
+    let pending = format!("emq:{{{queue}}}:pending");
+    let per_call = match variant {
+        Variant::Batch(n) => n,
+        _ => 1,
+    };
     let barrier = Arc::new(Barrier::new(CONNECTIONS + 1));
-    let shares: Vec<Vec<String>> = (0..CONNECTIONS)
-        .map(|c| ids.iter().skip(c).step_by(CONNECTIONS).cloned().collect())
-        .collect();
-    let handles: Vec<_> = shares
-        .into_iter()
-        .map(|share| {
-            let mut con = server.conn();
-            let (barrier, sha) = (barrier.clone(), sha.clone());
-            thread::spawn(move || {
-                let per_call = match variant {
-                    Variant::Batch(n) => n,
-                    _ => 1,
-                };
-                let calls: Vec<&[String]> = share.chunks(per_call).collect();
-                barrier.wait();
-                for window in calls.chunks(depth) {
-                    let mut p = redis::pipe();
-                    for call in window {
-                        match variant {
-                            Variant::Lua => {
-                                let id = &call[0];
-                                p.cmd("EVALSHA").arg(&sha).arg(2).arg(format!("emq:{{{queue}}}:job:{id}")).arg(format!("emq:{{{queue}}}:pending")).arg(id).arg(&PAYLOAD[..]);
+    let handles: Vec<_> = (0..CONNECTIONS)
+        .map(|c| {
+            let share: Vec<&String> = ids.iter().skip(c).step_by(CONNECTIONS).collect();
+            // One buffer and its reply count per pipeline window.
+            let mut windows: Vec<(Vec<u8>, usize)> = Vec::new();
+            for window in share.chunks(per_call * depth) {
+                let mut buf = Vec::new();
+                let mut replies = 0;
+                for call in window.chunks(per_call) {
+                    match variant {
+                        Variant::Lua => {
+                            let id = call[0].as_bytes();
+                            let row = format!("emq:{{{queue}}}:job:{}", call[0]);
+                            encode(
+                                &mut buf,
+                                &[
+                                    b"EVALSHA",
+                                    sha.as_bytes(),
+                                    b"2",
+                                    row.as_bytes(),
+                                    pending.as_bytes(),
+                                    id,
+                                    PAYLOAD,
+                                ],
+                            );
+                            replies += 1;
+                        }
+                        Variant::Module => {
+                            encode(
+                                &mut buf,
+                                &[
+                                    b"EMQ.ENQUEUE",
+                                    queue.as_bytes(),
+                                    call[0].as_bytes(),
+                                    PAYLOAD,
+                                ],
+                            );
+                            replies += 1;
+                        }
+                        Variant::Native => {
+                            let row = format!("emq:{{{queue}}}:job:{}", call[0]);
+                            encode(
+                                &mut buf,
+                                &[
+                                    b"HSET",
+                                    row.as_bytes(),
+                                    b"state",
+                                    b"pending",
+                                    b"attempts",
+                                    b"0",
+                                    b"payload",
+                                    PAYLOAD,
+                                ],
+                            );
+                            encode(
+                                &mut buf,
+                                &[b"ZADD", pending.as_bytes(), b"0", call[0].as_bytes()],
+                            );
+                            replies += 2;
+                        }
+                        Variant::Batch(_) => {
+                            let mut args: Vec<&[u8]> = vec![b"EMQ.MENQUEUE", queue.as_bytes()];
+                            for id in call {
+                                args.push(id.as_bytes());
+                                args.push(PAYLOAD);
                             }
-                            Variant::Module => {
-                                p.cmd("EMQ.ENQUEUE").arg(queue).arg(&call[0]).arg(&PAYLOAD[..]);
-                            }
-                            Variant::Native => {
-                                let id = &call[0];
-                                p.cmd("HSET").arg(format!("emq:{{{queue}}}:job:{id}")).arg("state").arg("pending").arg("attempts").arg("0").arg("payload").arg(&PAYLOAD[..]);
-                                p.cmd("ZADD").arg(format!("emq:{{{queue}}}:pending")).arg(0).arg(id);
-                            }
-                            Variant::Batch(_) => {
-                                let c = p.cmd("EMQ.MENQUEUE").arg(queue);
-                                for id in call.iter() {
-                                    c.arg(id).arg(&PAYLOAD[..]);
-                                }
-                            }
+                            encode(&mut buf, &args);
+                            replies += 1;
                         }
                     }
-                    let _: redis::Value = p.query(&mut con).expect("pipeline");
+                }
+                windows.push((buf, replies));
+            }
+            let mut stream = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+            stream.set_nodelay(true).expect("nodelay");
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                let mut inbox = Vec::with_capacity(1 << 16);
+                barrier.wait();
+                for (buf, replies) in &windows {
+                    stream.write_all(buf).expect("write");
+                    read_replies(&mut stream, &mut inbox, *replies);
                 }
             })
         })
@@ -141,7 +271,7 @@ fn run(server: &Server, variant: Variant, ids: &[String], depth: usize) -> Sampl
         h.join().expect("client");
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let card: usize = cmd("ZCARD").arg(format!("emq:{{{queue}}}:pending")).query(&mut admin).expect("zcard");
+    let card: usize = cmd("ZCARD").arg(&pending).query(&mut admin).expect("zcard");
     assert_eq!(card, ids.len(), "{variant:?} enqueued every job");
     let usec = server_usec(&mut admin, variant.stats());
     Sample {
@@ -161,7 +291,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn now_unix_ms() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64() * 1000.0).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .unwrap_or(0.0)
 }
 
 /// Blocked-claim wake-up latency: enqueue -> the blocked claimer has the job, in ms.
@@ -172,13 +305,23 @@ fn wake_up_latency(server: &Server, samples: usize) -> Vec<f64> {
         let mut waiter = server.conn();
         let q = format!("wake{i}");
         let h = thread::spawn(move || {
-            let jobs: Option<Vec<(String, Vec<u8>, i64)>> = cmd("EMQ.CLAIM").arg(&q).arg("BLOCK").arg(5000).query(&mut waiter).expect("claim");
+            let jobs: Option<Vec<(String, Vec<u8>, i64)>> = cmd("EMQ.CLAIM")
+                .arg(&q)
+                .arg("BLOCK")
+                .arg(5000)
+                .query(&mut waiter)
+                .expect("claim");
             (Instant::now(), jobs.map(|j| j.len()))
         });
         // Let the claimer block first.
         thread::sleep(Duration::from_millis(3));
         let sent = Instant::now();
-        let _: i64 = cmd("EMQ.ENQUEUE").arg(format!("wake{i}")).arg(job_id(i as u64 + 1)).arg("x").query(&mut producer).expect("enqueue");
+        let _: i64 = cmd("EMQ.ENQUEUE")
+            .arg(format!("wake{i}"))
+            .arg(job_id(i as u64 + 1))
+            .arg("x")
+            .query(&mut producer)
+            .expect("enqueue");
         let (got, n) = h.join().expect("waiter");
         assert_eq!(n, Some(1));
         out.push(got.duration_since(sent).as_secs_f64() * 1000.0);
@@ -195,8 +338,20 @@ fn delayed_lateness(server: &Server, samples: usize) -> Vec<f64> {
         let mut waiter = server.conn();
         let q = format!("late{i}");
         let due = now_unix_ms().round() as i64 + 30;
-        let _: i64 = cmd("EMQ.ENQUEUE").arg(&q).arg(job_id(i as u64 + 1)).arg("x").arg("AT").arg(due).query(&mut producer).expect("enqueue");
-        let jobs: Option<Vec<(String, Vec<u8>, i64)>> = cmd("EMQ.CLAIM").arg(&q).arg("BLOCK").arg(5000).query(&mut waiter).expect("claim");
+        let _: i64 = cmd("EMQ.ENQUEUE")
+            .arg(&q)
+            .arg(job_id(i as u64 + 1))
+            .arg("x")
+            .arg("AT")
+            .arg(due)
+            .query(&mut producer)
+            .expect("enqueue");
+        let jobs: Option<Vec<(String, Vec<u8>, i64)>> = cmd("EMQ.CLAIM")
+            .arg(&q)
+            .arg("BLOCK")
+            .arg(5000)
+            .query(&mut waiter)
+            .expect("claim");
         assert!(jobs.is_some());
         out.push(now_unix_ms() - due as f64);
     }
@@ -207,28 +362,47 @@ fn delayed_lateness(server: &Server, samples: usize) -> Vec<f64> {
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown".into())
 }
 
 fn main() {
-    let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
-    let jobs: usize = std::env::var("BENCH_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let jobs: usize = std::env::var("BENCH_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
     let server = Server::start(Options::default().arg("maxclients", "1000"));
     let version: String = {
         let mut c = server.conn();
         support::info_field(&mut c, "server", "valkey_version").unwrap_or_else(|| "?".into())
     };
-    let variants = [Variant::Lua, Variant::Module, Variant::Native, Variant::Batch(10), Variant::Batch(100)];
+    let variants = [
+        Variant::Lua,
+        Variant::Module,
+        Variant::Native,
+        Variant::Batch(10),
+        Variant::Batch(100),
+    ];
     let mut md = String::new();
     let _ = writeln!(md, "# EchoMQ benchmarks\n");
     let _ = writeln!(
         md,
-        "Produced by `make bench` (`BENCH_ROUNDS={rounds} BENCH_JOBS={jobs} cargo bench --bench enqueue`) on {} ({} cores), valkey-server {version}, the module built with `cargo build --release`. One server; {CONNECTIONS} client connections; the same valid 14-byte `JOB` ids and the same 48-byte payload for every variant; variants interleaved (A B C D E, A B C D E, ...) over {rounds} rounds of {jobs} jobs, with `FLUSHALL` and `CONFIG RESETSTAT` before each run. Server µs/job is the `INFO commandstats` time of the variant's commands divided by the jobs; jobs/s is measured by the client. Figures are medians with the min–max spread.\n",
+        "Produced by `make bench` (`BENCH_ROUNDS={rounds} BENCH_JOBS={jobs} cargo bench --bench enqueue`) on {} ({} cores), valkey-server {version}, the module built with `cargo build --release`. One server; {CONNECTIONS} client connections; the same valid 14-byte `JOB` ids and the same 48-byte payload for every variant; variants interleaved (A B C D E, A B C D E, ...) over {rounds} rounds of {jobs} jobs, with `FLUSHALL` and `CONFIG RESETSTAT` before each run. Clients send pre-encoded RESP (the time measured is the server's, not the client's command building). Server µs/job is the `INFO commandstats` time of the variant's commands divided by the jobs; jobs/s is measured by the client. Figures are medians with the min–max spread.\n",
         cpu_model(),
         thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     );
-    for (ids, ids_name) in [(Ids::Monotonic, "monotonic ids (as minted)"), (Ids::Random, "random ids")] {
+    for (ids, ids_name) in [
+        (Ids::Monotonic, "monotonic ids (as minted)"),
+        (Ids::Random, "random ids"),
+    ] {
         for depth in [16usize, 1] {
             let mut samples: Vec<Vec<Sample>> = variants.iter().map(|_| Vec::new()).collect();
             for round in 0..rounds {
@@ -272,13 +446,30 @@ fn main() {
     let _ = writeln!(md, "## Lifecycle latency\n");
     let _ = writeln!(md, "| measure | samples | p50 ms | p99 ms | max ms |");
     let _ = writeln!(md, "|---|---|---|---|---|");
-    let _ = writeln!(md, "| blocked `EMQ.CLAIM` wake-up after `EMQ.ENQUEUE` | {} | {:.3} | {:.3} | {:.3} |", wake.len(), percentile(&wake, 0.5), percentile(&wake, 0.99), wake[wake.len() - 1]);
-    let _ = writeln!(md, "| delayed job (`AT`) lateness at a blocked claimer | {} | {:.1} | {:.1} | {:.1} |", late.len(), percentile(&late, 0.5), percentile(&late, 0.99), late[late.len() - 1]);
+    let _ = writeln!(
+        md,
+        "| blocked `EMQ.CLAIM` wake-up after `EMQ.ENQUEUE` | {} | {:.3} | {:.3} | {:.3} |",
+        wake.len(),
+        percentile(&wake, 0.5),
+        percentile(&wake, 0.99),
+        wake[wake.len() - 1]
+    );
+    let _ = writeln!(
+        md,
+        "| delayed job (`AT`) lateness at a blocked claimer | {} | {:.1} | {:.1} | {:.1} |",
+        late.len(),
+        percentile(&late, 0.5),
+        percentile(&late, 0.99),
+        late[late.len() - 1]
+    );
     let _ = writeln!(md);
     print!("{md}");
     let path = support::repo_root().join("docs/bench.md");
     let previous = std::fs::read_to_string(&path).unwrap_or_default();
     // Keep the hand-written optimisation log below the generated figures.
-    let log = previous.split_once("<!-- optimisation log -->").map(|(_, l)| l.to_string()).unwrap_or_default();
+    let log = previous
+        .split_once("<!-- optimisation log -->")
+        .map(|(_, l)| l.to_string())
+        .unwrap_or_default();
     let _ = std::fs::write(&path, format!("{md}<!-- optimisation log -->{log}"));
 }

@@ -45,10 +45,7 @@ const COMMANDS: &[Command] = &[
         routes_by_queue: true,
         summary: c"Enqueue many jobs in one atomic step; one 1/0 (or minted id) per job",
         complexity: c"O(M*log(N)) with M jobs and N pending jobs",
-        args: &[
-            Arg::required(c"queue", Str),
-            Arg::multiple(c"job", Str),
-        ],
+        args: &[Arg::required(c"queue", Str), Arg::multiple(c"job", Str)],
     },
     Command {
         name: c"emq.claim",

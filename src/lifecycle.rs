@@ -7,7 +7,7 @@ use valkey_module::Context;
 
 use crate::config;
 use crate::error::EmqError;
-use crate::grammar::{job_key, queue_key, BrandedId, KeyType, Queue};
+use crate::grammar::{BrandedId, KeyBuf, KeyType, Queue};
 use crate::store::{self, Holds, Key, OwnedString, Str, Words};
 
 /// Row states.
@@ -57,7 +57,7 @@ pub struct QueueKeys {
 
 impl QueueKeys {
     pub fn new(ctx: &Context, queue: Queue<'_>) -> Result<Self, EmqError> {
-        let name = |ty| OwnedString::new(ctx, &queue_key(queue, ty));
+        let name = |ty| OwnedString::new(ctx, KeyBuf::queue(queue, ty).as_bytes());
         Ok(Self {
             pending: name(KeyType::Pending)?,
             active: name(KeyType::Active)?,
@@ -101,7 +101,10 @@ pub fn row_name(
     member: &[u8],
 ) -> Result<Option<OwnedString>, EmqError> {
     match BrandedId::parse(member) {
-        Some(id) => Ok(Some(OwnedString::new(ctx, &job_key(queue, &id))?)),
+        Some(id) => Ok(Some(OwnedString::new(
+            ctx,
+            KeyBuf::job(queue, &id).as_bytes(),
+        )?)),
         None => Ok(None),
     }
 }

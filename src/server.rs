@@ -99,7 +99,9 @@ pub(crate) fn dispatch(
             Ok(reply) => render(ctx, &reply),
             Err(err) => {
                 if err == EmqError::Internal {
-                    let name = String::from_utf8_lossy(string_bytes(argv.first().copied().unwrap_or(std::ptr::null_mut())));
+                    let name = String::from_utf8_lossy(string_bytes(
+                        argv.first().copied().unwrap_or(std::ptr::null_mut()),
+                    ));
                     context.log_warning(&format!("EchoMQ: {name} hit an internal error"));
                 }
                 metrics::refused(&err);

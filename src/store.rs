@@ -483,7 +483,18 @@ pub fn replicate(ctx: &Context, cmd: &CStr, args: &[Str<'_>]) {
     let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
         return;
     };
-    let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|a| a.as_ptr()).collect();
+    // Short argument lists (every command but a batch's ZADD) stay on the stack.
+    let mut small = [ptr::null_mut::<raw::RedisModuleString>(); 16];
+    let mut large = Vec::new();
+    let argv: &mut [*mut raw::RedisModuleString] = if args.len() <= small.len() {
+        for (slot, a) in small.iter_mut().zip(args) {
+            *slot = a.as_ptr();
+        }
+        &mut small[..args.len()]
+    } else {
+        large.extend(args.iter().map(|a| a.as_ptr()));
+        &mut large
+    };
     // SAFETY: format "v" takes an array of strings and its length.
     unsafe {
         rep(

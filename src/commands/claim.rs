@@ -9,7 +9,7 @@ use valkey_module::{raw, Context};
 use super::{is_token, parse_int, parse_queue};
 use crate::config;
 use crate::error::EmqError;
-use crate::grammar::{queue_key, KeyType, Queue};
+use crate::grammar::{KeyBuf, KeyType, Queue};
 use crate::lifecycle::{self, check_row_types, pending_head, Claimed, Due, QueueKeys, Sets};
 use crate::metrics;
 use crate::server::{self, Args, CommandResult, Reply};
@@ -110,7 +110,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         // Inside MULTI or a script nothing can arrive while we wait: answer as a timeout.
         return Ok(Reply::Null);
     }
-    let pending = OwnedString::new(ctx, &queue_key(req.queue, KeyType::Pending))?;
+    let pending = OwnedString::new(ctx, KeyBuf::queue(req.queue, KeyType::Pending).as_bytes())?;
     store::block_on_key(
         ctx,
         pending.as_str(),

@@ -10,7 +10,7 @@ use valkey_module::Context;
 use super::{is_token, parse_id, parse_int, parse_queue};
 use crate::config;
 use crate::error::EmqError;
-use crate::grammar::{job_key, queue_key, BrandedId, KeyType, Minter, Queue};
+use crate::grammar::{BrandedId, KeyBuf, KeyType, Minter, Queue};
 use crate::lifecycle::State;
 use crate::metrics;
 use crate::server::{self, Args, CommandResult, Reply};
@@ -19,7 +19,7 @@ use crate::store::{self, Holds, Key, OwnedString, Str};
 static MINTER: Mutex<Minter> = Mutex::new(Minter::new());
 /// A minted id that collides with an existing row (a clock far behind the data) is minted
 /// again, at most this many times.
-const MINT_TRIES: usize = 8;
+pub const MINT_TRIES: usize = 8;
 
 /// A fresh `JOB` id for this node.
 pub fn mint() -> BrandedId {
@@ -88,10 +88,10 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     check_payload(args.bytes(3))?;
     let placement = parse_placement(args, 4, server::now_ms() as i64)?;
     let payload = args.string(3).ok_or(EmqError::Internal)?;
-    let set = OwnedString::new(ctx, &queue_key(queue, set_type(placement)))?;
+    let set = OwnedString::new(ctx, KeyBuf::queue(queue, set_type(placement)).as_bytes())?;
 
     let reply = match requested {
-        Some(id) => match enqueue_one(ctx, queue, &id, &set, payload, placement)? {
+        Some(id) => match enqueue_one(ctx, queue, &id, args.string(2), &set, payload, placement)? {
             Outcome::Enqueued => Reply::Integer(1),
             Outcome::Duplicate => Reply::Integer(0),
         },
@@ -99,7 +99,9 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             let mut reply = Reply::Integer(0);
             for _ in 0..MINT_TRIES {
                 let id = mint();
-                if let Outcome::Enqueued = enqueue_one(ctx, queue, &id, &set, payload, placement)? {
+                if let Outcome::Enqueued =
+                    enqueue_one(ctx, queue, &id, None, &set, payload, placement)?
+                {
                     reply = Reply::Bulk(id.encode().to_vec());
                     break;
                 }
@@ -123,16 +125,18 @@ fn set_type(placement: Placement) -> KeyType {
 }
 
 /// ACL -> row exists -> set type -> write the row, ZADD, events, effects. `set_name` is the
-/// pending set (or the schedule set for a delayed job).
+/// pending set (or the schedule set for a delayed job); `id_arg` the client's id argument,
+/// when it gave one.
 fn enqueue_one(
     ctx: &Context,
     queue: Queue<'_>,
     id: &BrandedId,
+    id_arg: Option<Str<'_>>,
     set_name: &OwnedString,
     payload: Str<'_>,
     placement: Placement,
 ) -> Result<Outcome, EmqError> {
-    let row_name = OwnedString::new(ctx, &job_key(queue, id))?;
+    let row_name = OwnedString::new(ctx, KeyBuf::job(queue, id).as_bytes())?;
     store::check_access(ctx, &[&row_name, set_name])?;
     let row = Key::open(ctx, &row_name)?;
     if row.holds() != Holds::Nothing {
@@ -146,7 +150,16 @@ fn enqueue_one(
         Placement::Ready => (State::Pending, 0),
         Placement::Due(at) => (State::Scheduled, at),
     };
-    let member = OwnedString::new(ctx, &id.encode())?;
+    // A well-formed id is canonical (parse and encode are inverse), so the client's own
+    // argument string is the member: no copy. A minted id needs a string of its own.
+    let minted;
+    let member = match id_arg {
+        Some(arg) => arg,
+        None => {
+            minted = OwnedString::new(ctx, &id.encode())?;
+            minted.as_str()
+        }
+    };
     let score_text = match placement {
         Placement::Ready => None,
         Placement::Due(_) => Some(OwnedString::from_i64(ctx, score)?),
@@ -160,7 +173,7 @@ fn enqueue_one(
     // The zadd event also wakes claimers blocked on the pending set (see `scheduler`).
     row.hash_set3(fields)?;
     store::notify(ctx, store::NOTIFY_HASH, c"hset", &row_name);
-    set.zadd(score as f64, member.as_str())?;
+    set.zadd(score as f64, member)?;
     store::notify(ctx, store::NOTIFY_ZSET, c"zadd", set_name);
     store::replicate_hset3(ctx, &row_name, fields);
     store::replicate(
@@ -169,7 +182,7 @@ fn enqueue_one(
         &[
             set_name.as_str(),
             score_text.as_ref().map_or(words.zero, OwnedString::as_str),
-            member.as_str(),
+            member,
         ],
     );
     Ok(Outcome::Enqueued)

@@ -5,13 +5,14 @@
 //! `HSET` per new row and one variadic `ZADD`.
 
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use valkey_module::Context;
 
-use super::enqueue::{check_payload, mint};
+use super::enqueue::{check_payload, mint, MINT_TRIES};
 use super::{parse_id, parse_queue};
 use crate::error::EmqError;
-use crate::grammar::{job_key, queue_key, BrandedId, KeyType};
+use crate::grammar::{BrandedId, KeyBuf, KeyType};
 use crate::lifecycle::State;
 use crate::metrics;
 use crate::server::{Args, CommandResult, Reply};
@@ -27,7 +28,9 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let queue = parse_queue(args.bytes(1))?;
     let n = (args.len() - 2) / 2;
     if n > MAX_JOBS {
-        return Err(EmqError::Syntax(format!("at most {MAX_JOBS} jobs per call").into()));
+        return Err(EmqError::Syntax(
+            format!("at most {MAX_JOBS} jobs per call").into(),
+        ));
     }
     // Every id, kind and payload first.
     let mut requested = Vec::with_capacity(n);
@@ -42,45 +45,56 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         check_payload(args.bytes(3 + 2 * j))?;
         requested.push(id);
     }
-    let pending_name = OwnedString::new(ctx, &queue_key(queue, KeyType::Pending))?;
+    let pending_name = OwnedString::new(ctx, KeyBuf::queue(queue, KeyType::Pending).as_bytes())?;
     let mut rows = Vec::with_capacity(n);
     for id in &requested {
         let id = id.unwrap_or_else(mint);
-        rows.push((id, OwnedString::new(ctx, &job_key(queue, &id))?));
+        rows.push((
+            id,
+            OwnedString::new(ctx, KeyBuf::job(queue, &id).as_bytes())?,
+        ));
     }
     let mut names: Vec<&OwnedString> = rows.iter().map(|(_, row)| row).collect();
     names.push(&pending_name);
     store::check_access(ctx, &names)?;
 
-    // Duplicates, already present or earlier in the batch: still nothing written. A minted
-    // id that collides is minted again (its new row checked on its own).
-    let mut seen: HashSet<BrandedId> = HashSet::with_capacity(n);
-    let mut plan: Vec<Option<(BrandedId, OwnedString)>> = Vec::with_capacity(n);
-    for (requested, (mut id, mut row)) in requested.iter().zip(rows) {
-        loop {
-            let exists = Key::open_read(ctx, &row)?.holds() != Holds::Nothing;
-            if !exists && seen.insert(id) {
-                plan.push(Some((id, row)));
-                break;
-            }
-            if requested.is_some() {
-                plan.push(None);
-                break;
-            }
-            id = mint();
-            row = OwnedString::new(ctx, &job_key(queue, &id))?;
-            store::check_access(ctx, &[&row])?;
+    // A minted id that collides with an existing row is minted again (the new row checked on
+    // its own). Still nothing written.
+    for (requested, (id, row)) in requested.iter().zip(rows.iter_mut()) {
+        if requested.is_some() {
+            continue;
         }
+        for _ in 0..MINT_TRIES {
+            if Key::open_read(ctx, row)?.holds() == Holds::Nothing {
+                break;
+            }
+            *id = mint();
+            *row = OwnedString::new(ctx, KeyBuf::job(queue, id).as_bytes())?;
+            store::check_access(ctx, &[row])?;
+        }
+    }
+    // Each row opened once: a duplicate, already present or earlier in the batch, is skipped.
+    let mut seen: HashSet<BrandedId, BuildHasherDefault<IdHasher>> =
+        HashSet::with_capacity_and_hasher(n, Default::default());
+    let mut plan: Vec<Option<Key<'_>>> = Vec::with_capacity(n);
+    for (id, row) in &rows {
+        if !seen.insert(*id) {
+            plan.push(None);
+            continue;
+        }
+        let key = Key::open(ctx, row)?;
+        plan.push((key.holds() == Holds::Nothing).then_some(key));
     }
     let pending = Key::open(ctx, &pending_name)?;
     pending.expect_zset()?;
 
     // Write.
     let words = store::words()?;
-    let mut members = Vec::new();
+    let mut members = Vec::with_capacity(n);
+    let mut minted = Vec::new();
     let mut replies = Vec::with_capacity(n);
-    for (j, entry) in plan.iter().enumerate() {
-        let Some((id, row_name)) = entry else {
+    for (j, (entry, (id, row_name))) in plan.iter().zip(&rows).enumerate() {
+        let Some(row) = entry else {
             replies.push(Reply::Integer(0));
             continue;
         };
@@ -90,23 +104,34 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             (words.attempts, words.zero),
             (words.payload, payload),
         ];
-        let row = Key::open(ctx, row_name)?;
         row.hash_set3(fields)?;
         store::notify(ctx, store::NOTIFY_HASH, c"hset", row_name);
         store::replicate_hset3(ctx, row_name, fields);
-        members.push(OwnedString::new(ctx, &id.encode())?);
-        replies.push(match args.bytes(2 + 2 * j) {
-            b"*" => Reply::Bulk(id.encode().to_vec()),
-            _ => Reply::Integer(1),
-        });
+        // A given id is canonical, so its argument string is the member (no copy).
+        match args.bytes(2 + 2 * j) {
+            b"*" => {
+                let member = id.encode();
+                minted.push(OwnedString::new(ctx, &member)?);
+                replies.push(Reply::Bulk(member.to_vec()));
+            }
+            _ => replies.push(Reply::Integer(1)),
+        }
+        members.push(j);
     }
+    drop(plan);
     if !members.is_empty() {
         let mut zadd_args = Vec::with_capacity(1 + members.len() * 2);
         zadd_args.push(pending_name.as_str());
-        for m in &members {
-            pending.zadd(0.0, m.as_str())?;
+        let mut minted = minted.iter();
+        for &j in &members {
+            let member = match args.bytes(2 + 2 * j) {
+                b"*" => minted.next().map(OwnedString::as_str),
+                _ => args.string(2 + 2 * j),
+            }
+            .ok_or(EmqError::Internal)?;
+            pending.zadd(0.0, member)?;
             zadd_args.push(words.zero);
-            zadd_args.push(m.as_str());
+            zadd_args.push(member);
         }
         store::notify(ctx, store::NOTIFY_ZSET, c"zadd", &pending_name);
         store::replicate(ctx, c"ZADD", &zadd_args);
@@ -114,4 +139,25 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     metrics::count(&metrics::ENQUEUED, members.len() as u64);
     metrics::count(&metrics::DUPLICATES, (n - members.len()) as u64);
     Ok(Reply::Array(replies))
+}
+
+/// Branded ids are already well-mixed 64-bit values: a multiply is hash enough for the
+/// in-batch duplicate check (no need for SipHash on the hot path).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }

@@ -15,7 +15,7 @@ pub mod version;
 use valkey_module::Context;
 
 use crate::error::EmqError;
-use crate::grammar::{job_key, BrandedId, Queue};
+use crate::grammar::{BrandedId, KeyBuf, Queue};
 use crate::lifecycle::{QueueKeys, Sets};
 use crate::server::Args;
 use crate::store::{self, Holds, Key, OwnedString};
@@ -63,7 +63,7 @@ impl JobTarget {
         let queue = parse_queue(args.bytes(1))?;
         let id = parse_id(args.bytes(2))?;
         let keys = QueueKeys::new(ctx, queue)?;
-        let row = OwnedString::new(ctx, &job_key(queue, &id))?;
+        let row = OwnedString::new(ctx, KeyBuf::job(queue, &id).as_bytes())?;
         let member = OwnedString::new(ctx, &id.encode())?;
         let [a, b, c, d] = keys.all();
         store::check_access(ctx, &[a, b, c, d, &row])?;

@@ -70,36 +70,62 @@ impl KeyType {
     }
 }
 
-/// Appends `emq:{<queue>}:<type>` to `out`. `KeyType::Job` gets the `job:` prefix only;
-/// use [`job_key`] for a whole row key.
-pub fn write_queue_key(out: &mut Vec<u8>, queue: Queue<'_>, ty: KeyType) {
-    out.extend_from_slice(PREFIX);
-    out.extend_from_slice(queue.as_bytes());
-    out.extend_from_slice(b"}:");
-    out.extend_from_slice(ty.name().as_bytes());
-    if ty == KeyType::Job {
-        out.push(b':');
+/// Longest key the grammar composes: `emq:{` + 128-byte queue + `}:job:` + 14-byte id.
+pub const MAX_KEY_LEN: usize = PREFIX.len() + MAX_QUEUE_LEN + 6 + 14;
+
+/// A composed key on the stack, so the hot paths build keys without allocating.
+#[derive(Clone, Copy)]
+pub struct KeyBuf {
+    buf: [u8; MAX_KEY_LEN],
+    len: usize,
+}
+
+impl KeyBuf {
+    fn push(&mut self, bytes: &[u8]) {
+        // Every production fits MAX_KEY_LEN by construction (the queue is at most 128 bytes).
+        let end = (self.len + bytes.len()).min(MAX_KEY_LEN);
+        let n = end - self.len;
+        self.buf[self.len..end].copy_from_slice(&bytes[..n]);
+        self.len = end;
+    }
+
+    /// `emq:{<queue>}:<type>`, the per-queue production. `KeyType::Job` gets `job:` only;
+    /// use [`KeyBuf::job`] for a row key.
+    pub fn queue(queue: Queue<'_>, ty: KeyType) -> Self {
+        let mut k = KeyBuf {
+            buf: [0; MAX_KEY_LEN],
+            len: 0,
+        };
+        k.push(PREFIX);
+        k.push(queue.as_bytes());
+        k.push(b"}:");
+        k.push(ty.name().as_bytes());
+        if ty == KeyType::Job {
+            k.push(b":");
+        }
+        k
+    }
+
+    /// `emq:{<queue>}:job:<id>`, the job-row production. The id is gated by its type.
+    pub fn job(queue: Queue<'_>, id: &BrandedId) -> Self {
+        let mut k = Self::queue(queue, KeyType::Job);
+        k.push(&id.encode());
+        k
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
     }
 }
 
 /// `emq:{<queue>}:<type>`, the per-queue production.
 pub fn queue_key(queue: Queue<'_>, ty: KeyType) -> Vec<u8> {
-    let mut out = Vec::with_capacity(PREFIX.len() + queue.as_bytes().len() + 12);
-    write_queue_key(&mut out, queue, ty);
-    out
-}
-
-/// Appends `emq:{<queue>}:job:<id>` to `out`. The id is already gated by its type.
-pub fn write_job_key(out: &mut Vec<u8>, queue: Queue<'_>, id: &BrandedId) {
-    write_queue_key(out, queue, KeyType::Job);
-    out.extend_from_slice(&id.encode());
+    KeyBuf::queue(queue, ty).as_bytes().to_vec()
 }
 
 /// `emq:{<queue>}:job:<id>`, the job-row production.
 pub fn job_key(queue: Queue<'_>, id: &BrandedId) -> Vec<u8> {
-    let mut out = Vec::with_capacity(PREFIX.len() + queue.as_bytes().len() + 20);
-    write_job_key(&mut out, queue, id);
-    out
+    KeyBuf::job(queue, id).as_bytes().to_vec()
 }
 
 /// A key read back through the grammar.
@@ -188,6 +214,17 @@ mod tests {
         }
         assert_eq!(KeyType::parse(b"PENDING"), None);
         assert_eq!(KeyType::parse(b"ready"), None);
+    }
+
+    #[test]
+    fn the_longest_key_fits_the_stack_buffer() {
+        let long = [b'q'; MAX_QUEUE_LEN];
+        let id = BrandedId::parse(b"JOBAzL8n0Y58m7").expect("id");
+        let key = job_key(Queue::parse(&long).expect("queue"), &id);
+        assert_eq!(key.len(), MAX_KEY_LEN);
+        assert!(key.ends_with(b"}:job:JOBAzL8n0Y58m7"));
+        let schedule = queue_key(Queue::parse(&long).expect("queue"), KeyType::Schedule);
+        assert!(schedule.ends_with(b"}:schedule"));
     }
 
     #[test]

@@ -7,5 +7,5 @@ pub mod keyspace;
 pub mod slot;
 
 pub use branded_id::{BrandedId, Minter};
-pub use keyspace::{decode, job_key, queue_key, Decoded, KeyType, Queue};
+pub use keyspace::{decode, job_key, queue_key, Decoded, KeyBuf, KeyType, Queue};
 pub use slot::{hashtag, slot};

@@ -1,0 +1,243 @@
+//! EMQ.MENQUEUE: many jobs in one atomic step, all or nothing.
+
+mod support;
+
+use redis::{cmd, Value};
+use support::*;
+
+fn menqueue(q: &str, jobs: &[(&str, &[u8])]) -> redis::Cmd {
+    let mut c = cmd("EMQ.MENQUEUE");
+    c.arg(q);
+    for (id, payload) in jobs {
+        c.arg(*id).arg(*payload);
+    }
+    c
+}
+
+fn keys_of(con: &mut Connection, q: &str) -> Vec<String> {
+    let mut k: Vec<String> = cmd("KEYS")
+        .arg(format!("emq:{{{q}}}:*"))
+        .query(con)
+        .expect("keys");
+    k.sort();
+    k
+}
+
+#[test]
+fn replies_one_flag_per_job_with_duplicates_as_zero() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("batch");
+    let (a, b, c) = (job_id(1), job_id(2), job_id(3));
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(&b)
+        .arg("old")
+        .query(&mut con)
+        .expect("existing");
+    let r: Vec<Value> = menqueue(
+        &q,
+        &[
+            (&a, b"a"),
+            (&b, b"b"),
+            (&c, b"c"),
+            (&a, b"again"),
+            ("*", b"minted"),
+        ],
+    )
+    .query(&mut con)
+    .expect("menqueue");
+    assert_eq!(
+        &r[..4],
+        &[Value::Int(1), Value::Int(0), Value::Int(1), Value::Int(0)]
+    );
+    let Value::BulkString(minted) = &r[4] else {
+        panic!("a minted id: {r:?}")
+    };
+    assert!(minted.starts_with(b"JOB") && minted.len() == 14);
+    let payload: String = cmd("HGET")
+        .arg(format!("emq:{{{q}}}:job:{a}"))
+        .arg("payload")
+        .query(&mut con)
+        .expect("hget");
+    assert_eq!(payload, "a", "the first of two in-batch duplicates wins");
+    let payload: String = cmd("HGET")
+        .arg(format!("emq:{{{q}}}:job:{b}"))
+        .arg("payload")
+        .query(&mut con)
+        .expect("hget");
+    assert_eq!(payload, "old", "an existing row is untouched");
+    let card: i64 = cmd("ZCARD")
+        .arg(format!("emq:{{{q}}}:pending"))
+        .query(&mut con)
+        .expect("zcard");
+    assert_eq!(card, 4);
+}
+
+#[test]
+fn one_refusal_refuses_the_whole_batch() {
+    let server = Server::start(Options::default().arg("emq.max-payload-bytes", "8"));
+    let mut con = server.conn();
+    let q = unique_queue("refuse");
+    let good = job_id(1);
+    for (jobs, code) in [
+        (
+            vec![(good.as_str(), &b"ok"[..]), ("ORD0NgWEfAEJfs", b"x")],
+            "EMQKIND",
+        ),
+        (vec![(good.as_str(), &b"ok"[..]), ("bad", b"x")], "EMQID"),
+        (
+            vec![(good.as_str(), &b"ok"[..]), ("*", b"far too long")],
+            "EMQPAYLOAD",
+        ),
+    ] {
+        let err = expect_err(&mut con, &menqueue(&q, &jobs));
+        assert!(err.starts_with(code), "{err}");
+    }
+    assert!(expect_err(&mut con, &menqueue("a b", &[(&good, b"x")])).starts_with("EMQQUEUE"));
+    assert!(expect_err(&mut con, cmd("EMQ.MENQUEUE").arg(&q).arg(&good))
+        .starts_with("ERR wrong number"));
+    assert!(keys_of(&mut con, &q).is_empty(), "nothing written");
+    cmd("SET")
+        .arg(format!("emq:{{{q}}}:pending"))
+        .arg("x")
+        .query::<()>(&mut con)
+        .expect("set");
+    let err = expect_err(
+        &mut con,
+        &menqueue(&q, &[(&good, b"x"), (&job_id(2), b"y")]),
+    );
+    assert!(err.starts_with("WRONGTYPE"), "{err}");
+    assert_eq!(
+        keys_of(&mut con, &q),
+        vec![format!("emq:{{{q}}}:pending")],
+        "no row written"
+    );
+}
+
+#[test]
+fn acl_refusal_of_any_row_refuses_the_batch() {
+    let server = Server::start(Options::default());
+    let mut admin = server.conn();
+    let _: () = cmd("ACL")
+        .arg("SETUSER")
+        .arg("w")
+        .arg("on")
+        .arg(">pw")
+        .arg(format!("~emq:{{orders}}:pending"))
+        .arg(format!("~emq:{{orders}}:job:{}", job_id(1)))
+        .arg("+@emq")
+        .query(&mut admin)
+        .expect("acl");
+    let mut w = server.conn();
+    let _: () = cmd("AUTH").arg("w").arg("pw").query(&mut w).expect("auth");
+    let err = expect_err(
+        &mut w,
+        &menqueue(
+            "orders",
+            &[(&job_id(1), b"ok"), (&job_id(2), b"not allowed")],
+        ),
+    );
+    assert!(err.starts_with("NOPERM"), "{err}");
+    let n: i64 = cmd("DBSIZE").query(&mut admin).expect("dbsize");
+    assert_eq!(n, 0);
+    let r: Vec<i64> = menqueue("orders", &[(&job_id(1), b"ok")])
+        .query(&mut w)
+        .expect("allowed row");
+    assert_eq!(r, vec![1]);
+}
+
+#[test]
+fn rows_are_dump_identical_to_single_enqueues() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let (single, batch) = (unique_queue("single"), unique_queue("batch"));
+    let ids: Vec<String> = (1..=150).map(|i| job_id(i * 7)).collect();
+    let payloads: Vec<Vec<u8>> = (0..150).map(|i| vec![b'p'; 1 + i * 3]).collect();
+    for (id, p) in ids.iter().zip(&payloads) {
+        let _: i64 = cmd("EMQ.ENQUEUE")
+            .arg(&single)
+            .arg(id)
+            .arg(p.as_slice())
+            .query(&mut con)
+            .expect("single");
+    }
+    let jobs: Vec<(&str, &[u8])> = ids
+        .iter()
+        .map(String::as_str)
+        .zip(payloads.iter().map(Vec::as_slice))
+        .collect();
+    let _: Vec<i64> = menqueue(&batch, &jobs).query(&mut con).expect("batch");
+    for id in &ids {
+        let a: Vec<u8> = cmd("DUMP")
+            .arg(format!("emq:{{{single}}}:job:{id}"))
+            .query(&mut con)
+            .expect("dump");
+        let b: Vec<u8> = cmd("DUMP")
+            .arg(format!("emq:{{{batch}}}:job:{id}"))
+            .query(&mut con)
+            .expect("dump");
+        assert_eq!(a, b, "row {id}");
+    }
+    let a: Vec<u8> = cmd("DUMP")
+        .arg(format!("emq:{{{single}}}:pending"))
+        .query(&mut con)
+        .expect("dump");
+    let b: Vec<u8> = cmd("DUMP")
+        .arg(format!("emq:{{{batch}}}:pending"))
+        .query(&mut con)
+        .expect("dump");
+    assert_eq!(a, b, "pending set");
+}
+
+#[test]
+fn a_batch_replicates_in_one_transaction_with_one_zadd() {
+    let server = Server::start(
+        Options::default()
+            .arg("appendonly", "yes")
+            .arg("appendfsync", "always"),
+    );
+    let mut con = server.conn();
+    let q = unique_queue("aof");
+    let ids: Vec<String> = (1..=3).map(job_id).collect();
+    let jobs: Vec<(&str, &[u8])> = ids.iter().map(|i| (i.as_str(), &b"x"[..])).collect();
+    let _: Vec<i64> = menqueue(&q, &jobs).query(&mut con).expect("menqueue");
+    let dir = server
+        .dir
+        .as_ref()
+        .expect("own dir")
+        .path()
+        .join("appendonlydir");
+    let incr = std::fs::read_dir(&dir)
+        .expect("aof dir")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().contains(".incr.aof"))
+        .expect("incremental AOF");
+    let text = String::from_utf8_lossy(&std::fs::read(incr.path()).expect("read")).into_owned();
+    let words: Vec<&str> = text
+        .split("\r\n")
+        .filter(|l| !l.starts_with('*') && !l.starts_with('$') && !l.is_empty())
+        .collect();
+    let commands: Vec<&str> = words
+        .iter()
+        .copied()
+        .filter(|w| ["MULTI", "EXEC", "HSET", "ZADD"].contains(w))
+        .collect();
+    assert_eq!(
+        commands,
+        vec!["MULTI", "HSET", "HSET", "HSET", "ZADD", "EXEC"]
+    );
+    let zadd = words.iter().position(|w| *w == "ZADD").expect("zadd");
+    assert_eq!(
+        &words[zadd + 1..zadd + 8],
+        &[
+            format!("emq:{{{q}}}:pending").as_str(),
+            "0",
+            &ids[0],
+            "0",
+            &ids[1],
+            "0",
+            &ids[2]
+        ]
+    );
+}
