@@ -124,7 +124,7 @@ fn acl_refusal_of_any_row_refuses_the_batch() {
         .arg("w")
         .arg("on")
         .arg(">pw")
-        .arg(format!("~emq:{{orders}}:pending"))
+        .arg("~emq:{orders}:pending")
         .arg(format!("~emq:{{orders}}:job:{}", job_id(1)))
         .arg("+@emq")
         .query(&mut admin)

@@ -22,7 +22,7 @@ use crate::store::{self, Holds, Key, OwnedString};
 pub const MAX_JOBS: usize = 10_000;
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 4 || args.len() % 2 != 0 {
+    if args.len() < 4 || !args.len().is_multiple_of(2) {
         return Err(EmqError::Arity("emq.menqueue"));
     }
     let queue = parse_queue(args.bytes(1))?;
