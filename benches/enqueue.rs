@@ -280,7 +280,10 @@ fn run(server: &Server, variant: Variant, ids: &[String], depth: usize) -> Sampl
     }
 }
 
-fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+/// A median with its min and max.
+type Spread = (f64, f64, f64);
+
+fn median(mut v: Vec<f64>) -> Spread {
     v.sort_by(|a, b| a.total_cmp(b));
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
@@ -411,7 +414,7 @@ fn main() {
                     samples[v].push(run(&server, *variant, &id_list, depth));
                 }
             }
-            let stats: Vec<((f64, f64, f64), (f64, f64, f64))> = samples
+            let stats: Vec<(Spread, Spread)> = samples
                 .iter()
                 .map(|s| {
                     (
