@@ -27,6 +27,8 @@ pub enum EmqError {
     Arity(&'static str),
     /// A malformed argument, with what was wrong.
     Syntax(Cow<'static, str>),
+    /// The queue's slot is being migrated: retry (as the server's multi-key commands do).
+    TryAgain,
     /// A handler panicked; nothing was written past validation.
     Internal,
 }
@@ -57,6 +59,9 @@ impl EmqError {
                 format!("ERR wrong number of arguments for '{cmd}' command").into()
             }
             EmqError::Syntax(what) => format!("ERR {what}").into(),
+            EmqError::TryAgain => {
+                "TRYAGAIN Multiple keys request during rehashing of slot".into()
+            }
             EmqError::Internal => "ERR internal error in EchoMQ; see the server log".into(),
         }
     }
@@ -74,6 +79,7 @@ impl EmqError {
             EmqError::NoPerm => "noperm",
             EmqError::WrongType => "wrongtype",
             EmqError::Arity(_) | EmqError::Syntax(_) => "syntax",
+            EmqError::TryAgain => "tryagain",
             EmqError::Internal => "internal",
         }
     }

@@ -1,6 +1,7 @@
 //! EchoMQ: a job queue whose rules run inside Valkey. This file is the one registration
 //! block: commands, flags, key specs, configs, `INFO emq` and the `emq` ACL category.
 
+pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod error;
@@ -189,6 +190,7 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
         ctx.log_warning("EchoMQ: refusing to load: could not create its strings");
         return Status::Err;
     }
+    cluster::init(ctx);
     register::acl_category(ctx, ACL_CATEGORY);
     if let Err(e) = register::commands(ctx, COMMANDS, ACL_CATEGORY) {
         ctx.log_warning(&format!("EchoMQ: refusing to load: {e}"));

@@ -34,9 +34,9 @@ pub static JOB_COUNTERS: [(&str, &AtomicU64); 11] = [
 ];
 
 /// Refusals by reason, in the order of [`REFUSAL_REASONS`].
-pub static REFUSALS: [AtomicU64; REFUSAL_REASONS.len()] = [const { AtomicU64::new(0) }; 11];
+pub static REFUSALS: [AtomicU64; REFUSAL_REASONS.len()] = [const { AtomicU64::new(0) }; 12];
 
-pub const REFUSAL_REASONS: [&str; 11] = [
+pub const REFUSAL_REASONS: [&str; 12] = [
     "queue",
     "type",
     "id",
@@ -47,6 +47,7 @@ pub const REFUSAL_REASONS: [&str; 11] = [
     "noperm",
     "wrongtype",
     "syntax",
+    "tryagain",
     "internal",
 ];
 
@@ -123,6 +124,7 @@ mod tests {
             EmqError::NoPerm,
             EmqError::WrongType,
             EmqError::Arity("x"),
+            EmqError::TryAgain,
             EmqError::Internal,
         ] {
             assert!(REFUSAL_REASONS.contains(&err.reason()), "{err:?}");

@@ -21,6 +21,7 @@ use std::sync::Mutex;
 
 use valkey_module::{raw, Context};
 
+use crate::cluster;
 use crate::grammar::{decode, Decoded, KeyType, Queue};
 use crate::lifecycle::{self, check_row_types, Due, QueueKeys, Sets};
 use crate::metrics;
@@ -233,32 +234,27 @@ pub fn stop(ctx: &Context) {
     }
 }
 
-/// `MODULE UNLOAD emq` is about to run: let it, by disarming the timer.
-fn is_unload_of_this_module(fctx: *mut raw::RedisModuleCommandFilterCtx) -> bool {
-    let (Some(count), Some(arg)) = (unsafe {
-        (
-            raw::RedisModule_CommandFilterArgsCount,
-            raw::RedisModule_CommandFilterArgGet,
-        )
-    }) else {
-        return false;
+/// Every command passes here before it runs; only two matter, and the first word tells them
+/// apart without allocating: `MODULE UNLOAD emq` (disarm the timer so the unload can happen)
+/// and `CLUSTER SETSLOT ...` (slot migrations, see `cluster`).
+fn on_any_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    let Some(arg) = (unsafe { raw::RedisModule_CommandFilterArgGet }) else {
+        return;
     };
     // SAFETY: the filter context is live for this call.
-    if unsafe { count(fctx) } != 3 {
-        return false;
+    let first = string_bytes(unsafe { arg(fctx, 0) });
+    if first.eq_ignore_ascii_case(b"MODULE") {
+        let args = cluster::filter_args(fctx);
+        if args.len() == 3 && args[1].eq_ignore_ascii_case(b"UNLOAD") && args[2] == b"emq" {
+            disarm(MODULE_CTX.load(Ordering::SeqCst));
+        }
+    } else if first.eq_ignore_ascii_case(b"CLUSTER") {
+        cluster::observe_command(&cluster::filter_args(fctx));
     }
-    let word = |i| string_bytes(unsafe { arg(fctx, i) });
-    word(0).eq_ignore_ascii_case(b"MODULE")
-        && word(1).eq_ignore_ascii_case(b"UNLOAD")
-        && word(2) == b"emq"
 }
 
 unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    let _ = catch_unwind(|| {
-        if is_unload_of_this_module(fctx) {
-            disarm(MODULE_CTX.load(Ordering::SeqCst));
-        }
-    });
+    let _ = catch_unwind(|| on_any_command(fctx));
 }
 
 unsafe extern "C" fn on_cron(
@@ -271,6 +267,7 @@ unsafe extern "C" fn on_cron(
         if TIMER.load(Ordering::SeqCst) == 0 {
             arm(ctx);
         }
+        cluster::reconcile(&Context::new(ctx), server::now_ms());
     });
 }
 
@@ -357,6 +354,10 @@ fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Option<usize>, crate:
     let Some(queue) = Queue::parse(name) else {
         return Ok(None);
     };
+    if cluster::check_stable(queue).is_err() {
+        // Keys in flight between nodes: leave them be until the migration settles.
+        return Ok(Some(0));
+    }
     let keys = QueueKeys::new(ctx, queue)?;
     let sets = Sets::open(ctx, &keys)?;
     if sets.schedule.is_empty() && sets.active.is_empty() {

@@ -7,6 +7,7 @@ use std::os::raw::c_int;
 use valkey_module::{raw, Context};
 
 use super::{is_token, parse_int, parse_queue};
+use crate::cluster;
 use crate::config;
 use crate::error::EmqError;
 use crate::grammar::{KeyBuf, KeyType, Queue};
@@ -61,6 +62,7 @@ fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
 
 /// Promote what is due, then claim: every check first, then the writes.
 fn claim_now(ctx: &Context, req: &Request<'_>) -> Result<Vec<Claimed>, EmqError> {
+    cluster::check_stable(req.queue)?;
     let keys = QueueKeys::new(ctx, req.queue)?;
     store::check_access(ctx, &keys.all())?;
     let sets = Sets::open(ctx, &keys)?;

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use valkey_module::Context;
 
 use super::{is_token, parse_id, parse_int, parse_queue};
+use crate::cluster;
 use crate::config;
 use crate::error::EmqError;
 use crate::grammar::{BrandedId, KeyBuf, KeyType, Minter, Queue};
@@ -87,6 +88,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     }
     check_payload(args.bytes(3))?;
     let placement = parse_placement(args, 4, server::now_ms() as i64)?;
+    cluster::check_stable(queue)?;
     let payload = args.string(3).ok_or(EmqError::Internal)?;
     let set = OwnedString::new(ctx, KeyBuf::queue(queue, set_type(placement)).as_bytes())?;
 

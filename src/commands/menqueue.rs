@@ -11,6 +11,7 @@ use valkey_module::Context;
 
 use super::enqueue::{check_payload, mint, MINT_TRIES};
 use super::{parse_id, parse_queue};
+use crate::cluster;
 use crate::error::EmqError;
 use crate::grammar::{BrandedId, KeyBuf, KeyType};
 use crate::lifecycle::State;
@@ -45,6 +46,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         check_payload(args.bytes(3 + 2 * j))?;
         requested.push(id);
     }
+    cluster::check_stable(queue)?;
     let pending_name = OwnedString::new(ctx, KeyBuf::queue(queue, KeyType::Pending).as_bytes())?;
     let mut rows = Vec::with_capacity(n);
     for id in &requested {

@@ -14,6 +14,7 @@ pub mod version;
 
 use valkey_module::Context;
 
+use crate::cluster;
 use crate::error::EmqError;
 use crate::grammar::{BrandedId, KeyBuf, Queue};
 use crate::lifecycle::{QueueKeys, Sets};
@@ -62,6 +63,7 @@ impl JobTarget {
     pub fn parse(ctx: &Context, args: &Args) -> Result<Self, EmqError> {
         let queue = parse_queue(args.bytes(1))?;
         let id = parse_id(args.bytes(2))?;
+        cluster::check_stable(queue)?;
         let keys = QueueKeys::new(ctx, queue)?;
         let row = OwnedString::new(ctx, KeyBuf::job(queue, &id).as_bytes())?;
         let member = OwnedString::new(ctx, &id.encode())?;

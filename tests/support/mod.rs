@@ -8,6 +8,8 @@
 //!   only need one plain server use it instead of spawning their own.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -33,7 +35,7 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     l.local_addr().expect("local addr").port()
 }
@@ -81,6 +83,7 @@ pub struct Server {
     child: Option<Child>,
     pub dir: Option<tempfile::TempDir>,
     pub log: PathBuf,
+    opts: Options,
 }
 
 impl Server {
@@ -95,6 +98,7 @@ impl Server {
                 child: None,
                 dir: None,
                 log: PathBuf::new(),
+                opts: Options::default(),
             };
         }
         Server::start(Options::default())
@@ -116,6 +120,27 @@ impl Server {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let port = free_port();
         let log = dir.path().join("server.log");
+        let mut server = Server {
+            port,
+            host: "127.0.0.1".to_string(),
+            child: None,
+            dir: Some(dir),
+            log,
+            opts: opts.clone(),
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    /// Starts (again) this server's process with its options, port and directory.
+    fn spawn(&mut self) -> Result<(), String> {
+        let opts = self.opts.clone();
+        let port = self.port;
+        let dir = self
+            .dir
+            .as_ref()
+            .ok_or("an external server cannot be spawned")?;
+        let log = self.log.clone();
         let mut cmd = Command::new(server_binary());
         cmd.current_dir(repo_root());
         if let Some(conf) = &opts.config_file {
@@ -142,16 +167,38 @@ impl Server {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = cmd.spawn().map_err(|e| format!("spawn: {e}"))?;
-        let mut server = Server {
-            port,
-            host: "127.0.0.1".to_string(),
-            child: Some(child),
-            dir: Some(dir),
-            log,
-        };
-        server.wait_ready()?;
-        Ok(server)
+        self.child = Some(cmd.spawn().map_err(|e| format!("spawn: {e}"))?);
+        self.wait_ready()
+    }
+
+    /// Kills the process at once (SIGKILL) and starts it again on the same port and data
+    /// directory, as after a crash. `module` overrides whether the module is loaded.
+    pub fn restart(&mut self, module: bool) {
+        self.kill();
+        self.opts.module = module;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if Instant::now() > deadline => panic!("restart failed: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Replaces one `--name value` option for the next restart.
+    pub fn set_option(&mut self, name: &str, value: &str) {
+        let flag = format!("--{name}");
+        if let Some(i) = self.opts.args.iter().position(|a| *a == flag) {
+            self.opts.args[i + 1] = value.to_string();
+        } else {
+            self.opts.args.push(flag);
+            self.opts.args.push(value.to_string());
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     fn wait_ready(&mut self) -> Result<(), String> {

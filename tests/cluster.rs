@@ -1,0 +1,429 @@
+//! EchoMQ on a real Valkey Cluster (3 primaries, 3 replicas, every node with the module):
+//! routing, resharding under load, failover under load, and the lifecycle's timers per node.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use redis::{cmd, Value};
+use support::cluster::{Cluster, Router};
+use support::*;
+
+fn slot_of(queue: &str) -> u16 {
+    echomq::grammar::slot(queue.as_bytes())
+}
+
+fn count_in_slot(server: &Server, slot: u16) -> i64 {
+    cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut server.conn())
+        .expect("count")
+}
+
+#[test]
+fn routing_moved_and_key_specs() {
+    let cluster = Cluster::start(3, 1);
+    let mut client = cluster.client();
+    let queues: Vec<String> = (0..200).map(|i| format!("q{i}")).collect();
+    for (i, q) in queues.iter().enumerate() {
+        let n: i64 = cmd("EMQ.ENQUEUE")
+            .arg(q)
+            .arg(job_id(i as u64 + 1))
+            .arg("x")
+            .query(&mut client)
+            .expect("routed enqueue");
+        assert_eq!(n, 1);
+    }
+    let topology = cluster.topology();
+    let primaries: Vec<_> = topology.iter().filter(|n| n.primary).collect();
+    assert_eq!(primaries.len(), 3);
+    for (i, q) in queues.iter().enumerate() {
+        let slot = slot_of(q);
+        let owner = cluster.owner(slot);
+        // The row and the pending set, both in the queue's slot, on its owner only.
+        assert_eq!(
+            count_in_slot(cluster.node(owner.port), slot),
+            2,
+            "{q} on its owner"
+        );
+        for other in primaries.iter().filter(|n| n.port != owner.port) {
+            assert_eq!(
+                count_in_slot(cluster.node(other.port), slot),
+                0,
+                "{q} elsewhere"
+            );
+        }
+        let state: String = cmd("HGET")
+            .arg(format!("emq:{{{q}}}:job:{}", job_id(i as u64 + 1)))
+            .arg("state")
+            .query(&mut cluster.node(owner.port).conn())
+            .expect("row");
+        assert_eq!(state, "pending");
+    }
+
+    // A node asked for a queue it does not own answers MOVED, before the handler runs.
+    let q = "orders";
+    let owner = cluster.owner(slot_of(q));
+    let other = primaries
+        .iter()
+        .find(|n| n.port != owner.port)
+        .expect("another primary");
+    let mut con = cluster.node(other.port).conn();
+    let before: i64 = cmd("DBSIZE").query(&mut con).expect("dbsize");
+    let err = expect_err(&mut con, cmd("EMQ.ENQUEUE").arg(q).arg(job_id(1)).arg("x"));
+    assert_eq!(
+        err,
+        format!("MOVED {} 127.0.0.1:{}", slot_of(q), owner.port)
+    );
+    let after: i64 = cmd("DBSIZE").query(&mut con).expect("dbsize");
+    assert_eq!(before, after, "nothing written on the wrong node");
+
+    // Clients route by the key spec COMMAND INFO exposes.
+    let info: Value = cmd("COMMAND")
+        .arg("INFO")
+        .arg("emq.enqueue")
+        .query(&mut con)
+        .expect("info");
+    let text = format!("{info:?}");
+    assert!(
+        text.contains("not_key") && text.contains("begin_search"),
+        "{text}"
+    );
+    let err = expect_err(
+        &mut con,
+        cmd("COMMAND")
+            .arg("GETKEYS")
+            .arg("EMQ.ENQUEUE")
+            .arg(q)
+            .arg(job_id(1))
+            .arg("x"),
+    );
+    assert!(
+        err.contains("no key arguments") || err.contains("Invalid arguments"),
+        "{err}"
+    );
+
+    // valkey-cli -c follows the redirection.
+    let out = std::process::Command::new(support::cluster::cli_binary())
+        .args([
+            "-c",
+            "-p",
+            &other.port.to_string(),
+            "EMQ.ENQUEUE",
+            q,
+            &job_id(2),
+            "via cli",
+        ])
+        .output()
+        .expect("valkey-cli -c");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+}
+
+/// Enqueues `jobs` ids into `queue` through the router, recording each acknowledged id.
+fn enqueue_load(
+    ports: Vec<u16>,
+    queue: String,
+    jobs: u64,
+    acked: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    wait_replica: bool,
+) -> thread::JoinHandle<(u64, Router)> {
+    thread::spawn(move || {
+        let mut router = Router::new(ports);
+        let slot = slot_of(&queue);
+        let mut tried = 0;
+        for i in 1..=jobs {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            tried += 1;
+            let id = job_id(i);
+            let mut c = cmd("EMQ.ENQUEUE");
+            c.arg(&queue).arg(&id).arg(format!("payload {i}"));
+            let Ok(Value::Int(_)) = router.call(slot, &c, 200) else {
+                continue;
+            };
+            if wait_replica {
+                // Acknowledged only once a replica has it, as a careful producer would.
+                let mut w = cmd("WAIT");
+                w.arg(1).arg(1000);
+                match router.call(slot, &w, 5) {
+                    Ok(Value::Int(n)) if n >= 1 => {}
+                    _ => continue,
+                }
+            }
+            acked.lock().expect("lock").push(id);
+        }
+        (tried, router)
+    })
+}
+
+fn assert_present(cluster: &Cluster, queue: &str, acked: &[String]) -> usize {
+    let owner = cluster.owner(slot_of(queue));
+    let mut con = cluster.node(owner.port).conn();
+    let members: Vec<String> = cmd("ZRANGE")
+        .arg(format!("emq:{{{queue}}}:pending"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .expect("pending");
+    let members: HashSet<String> = members.into_iter().collect();
+    let mut found = 0;
+    for id in acked {
+        let exists: i64 = cmd("EXISTS")
+            .arg(format!("emq:{{{queue}}}:job:{id}"))
+            .query(&mut con)
+            .expect("exists");
+        if exists == 1 && members.contains(id) {
+            found += 1;
+        }
+    }
+    found
+}
+
+#[test]
+fn resharding_a_busy_queue_loses_and_duplicates_nothing() {
+    let cluster = Cluster::start(3, 1);
+    let queue = "busy".to_string();
+    let slot = slot_of(&queue);
+    let from = cluster.owner(slot);
+    let to = cluster
+        .topology()
+        .into_iter()
+        .find(|n| n.primary && n.port != from.port)
+        .expect("target");
+    let ports: Vec<u16> = cluster
+        .topology()
+        .iter()
+        .filter(|n| n.primary)
+        .map(|n| n.port)
+        .collect();
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = enqueue_load(
+        ports,
+        queue.clone(),
+        1_000_000,
+        acked.clone(),
+        stop.clone(),
+        false,
+    );
+    assert!(wait_until(Duration::from_secs(20), || acked
+        .lock()
+        .expect("lock")
+        .len()
+        >= 500));
+
+    // Move the slot by hand: IMPORTING, MIGRATING, MIGRATE key batches, then NODE everywhere.
+    let mut src = cluster.node(from.port).conn();
+    let mut dst = cluster.node(to.port).conn();
+    let _: () = cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("IMPORTING")
+        .arg(&from.id)
+        .query(&mut dst)
+        .expect("importing");
+    let _: () = cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("MIGRATING")
+        .arg(&to.id)
+        .query(&mut src)
+        .expect("migrating");
+    let mut moved = 0;
+    loop {
+        let keys: Vec<String> = cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(10)
+            .query(&mut src)
+            .expect("keys");
+        if keys.is_empty() {
+            break;
+        }
+        let mut m = cmd("MIGRATE");
+        m.arg("127.0.0.1")
+            .arg(to.port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS");
+        for k in &keys {
+            m.arg(k);
+        }
+        let _: Value = m
+            .query(&mut src)
+            .expect("MIGRATE without REPLACE: no key collides");
+        moved += keys.len();
+        thread::sleep(Duration::from_millis(20));
+    }
+    for node in &cluster.topology() {
+        if node.primary {
+            let _: () = cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&to.id)
+                .query(&mut cluster.node(node.port).conn())
+                .expect("node");
+        }
+    }
+    // Keep the load going on the new owner for a moment, then stop it.
+    let at_switch = acked.lock().expect("lock").len();
+    assert!(wait_until(Duration::from_secs(20), || acked
+        .lock()
+        .expect("lock")
+        .len()
+        >= at_switch + 200));
+    stop.store(true, Ordering::Relaxed);
+    let (tried, router) = load.join().expect("load");
+    let acked = acked.lock().expect("lock").clone();
+    assert!(moved > 2, "keys were migrated under load ({moved})");
+    assert!(
+        router.asked + router.retried > 0,
+        "the load met the migration (ASK/TRYAGAIN)"
+    );
+    assert!(router.moved > 0, "and was moved to the new owner");
+    assert!(acked.len() > 100, "the load kept going ({})", acked.len());
+    assert_eq!(cluster.owner(slot).port, to.port);
+    let found = assert_present(&cluster, &queue, &acked);
+    let unique: HashSet<&String> = acked.iter().collect();
+    let card: i64 = cmd("ZCARD")
+        .arg(format!("emq:{{{queue}}}:pending"))
+        .query(&mut cluster.node(to.port).conn())
+        .expect("zcard");
+    println!(
+        "RELIABILITY resharding tried={tried} acknowledged={} found={found} migrated_keys={moved} ask={} tryagain={} moved={}",
+        acked.len(),
+        router.asked,
+        router.retried,
+        router.moved
+    );
+    assert_eq!(
+        found,
+        acked.len(),
+        "every acknowledged job is on the new owner"
+    );
+    assert_eq!(
+        card as usize,
+        unique.len(),
+        "exactly once in the pending set"
+    );
+    assert_eq!(
+        count_in_slot(cluster.node(from.port), slot),
+        0,
+        "nothing left behind"
+    );
+}
+
+#[test]
+fn failover_loses_no_job_acknowledged_by_a_replica() {
+    let mut cluster = Cluster::start(3, 1);
+    let queue = "orders".to_string();
+    let slot = slot_of(&queue);
+    let victim = cluster.owner(slot);
+    let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port).collect();
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = enqueue_load(
+        ports,
+        queue.clone(),
+        1_000_000,
+        acked.clone(),
+        stop.clone(),
+        true,
+    );
+    assert!(wait_until(Duration::from_secs(20), || acked
+        .lock()
+        .expect("lock")
+        .len()
+        >= 300));
+    cluster.kill(victim.port);
+    // A replica is promoted; the load goes on against it.
+    let promoted = wait_until(Duration::from_secs(30), || {
+        cluster.topology().iter().any(|n| {
+            n.primary
+                && n.port != victim.port
+                && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+        })
+    });
+    assert!(promoted, "a replica took over the slot");
+    // The old primary comes back as a replica of the new one, so WAIT can acknowledge again.
+    cluster.restart(victim.port);
+    let after_kill = acked.lock().expect("lock").len();
+    assert!(
+        wait_until(Duration::from_secs(60), || acked
+            .lock()
+            .expect("lock")
+            .len()
+            >= after_kill + 200),
+        "acknowledged enqueues resumed on the new primary"
+    );
+    stop.store(true, Ordering::Relaxed);
+    let (tried, _) = load.join().expect("load");
+    let acked = acked.lock().expect("lock").clone();
+    let found = assert_present(&cluster, &queue, &acked);
+    println!(
+        "RELIABILITY failover tried={tried} acknowledged={} found={found} lost={}",
+        acked.len(),
+        acked.len() - found
+    );
+    assert_eq!(found, acked.len(), "0 acknowledged jobs lost");
+}
+
+#[test]
+fn the_lifecycle_runs_on_every_primary() {
+    let cluster = Cluster::start(3, 1);
+    let mut client = cluster.client();
+    // Queues spread over all three primaries; each one's timer promotes its own.
+    let queues: Vec<String> = (0..30).map(|i| format!("life{i}")).collect();
+    let owners: HashSet<u16> = queues
+        .iter()
+        .map(|q| cluster.owner(slot_of(q)).port)
+        .collect();
+    assert_eq!(owners.len(), 3, "the queues cover every primary");
+    for q in &queues {
+        let _: i64 = cmd("EMQ.ENQUEUE")
+            .arg(q)
+            .arg(job_id(1))
+            .arg("later")
+            .arg("DELAY")
+            .arg(200)
+            .query(&mut client)
+            .expect("delayed");
+        let _: i64 = cmd("EMQ.ENQUEUE")
+            .arg(q)
+            .arg(job_id(2))
+            .arg("now")
+            .query(&mut client)
+            .expect("now");
+        let jobs: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
+            .arg(q)
+            .arg("LEASE")
+            .arg(150)
+            .query(&mut client)
+            .expect("claim");
+        assert_eq!(jobs.len(), 1);
+    }
+    for q in &queues {
+        // Both the due job and the expired lease come back, without any claim promoting them.
+        let ready = wait_until(Duration::from_secs(10), || {
+            let stats: Vec<(String, i64)> =
+                cmd("EMQ.STATS").arg(q).query(&mut client).expect("stats");
+            stats.contains(&("pending".to_string(), 2))
+        });
+        assert!(ready, "{q} promoted by its node's timer");
+    }
+    // Replicas with the module hold the same data and never run the timer.
+    for node in cluster.topology().iter().filter(|n| !n.primary) {
+        let mut con = cluster.node(node.port).conn();
+        let promoted = info_field(&mut con, "emq", "emq_promoted").expect("info");
+        assert_eq!(promoted, "0");
+    }
+}

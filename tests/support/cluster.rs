@@ -1,0 +1,271 @@
+//! A real local Valkey Cluster: primaries and replicas as `valkey-server` processes with the
+//! module, on loopback ports, created with `valkey-cli --cluster create`, torn down on drop.
+
+use std::process::Command;
+use std::time::Duration;
+
+use redis::{cmd, Connection, Value};
+
+use super::{free_port, wait_until, Options, Server};
+
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+pub fn cli_binary() -> String {
+    std::env::var("VALKEY_CLI").unwrap_or_else(|_| "valkey-cli".to_string())
+}
+
+/// One node as `CLUSTER SHARDS`/`NODES` describe it.
+#[derive(Clone, Debug)]
+pub struct NodeInfo {
+    pub id: String,
+    pub port: u16,
+    pub primary: bool,
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl Cluster {
+    /// `primaries` primaries with `replicas` replicas each, every node with the module.
+    pub fn start(primaries: usize, replicas: usize) -> Cluster {
+        let nodes: Vec<Server> = (0..primaries * (1 + replicas))
+            .map(|_| {
+                Server::start(
+                    Options::default()
+                        .arg("cluster-enabled", "yes")
+                        .arg("cluster-config-file", "nodes.conf")
+                        .arg("cluster-port", &free_port().to_string())
+                        .arg("cluster-node-timeout", "2000")
+                        .arg("repl-diskless-sync-delay", "0")
+                        .arg("appendonly", "no"),
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new(cli_binary())
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("run valkey-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = Cluster { nodes };
+        cluster.wait_healthy(primaries * (1 + replicas));
+        cluster
+    }
+
+    /// Waits (bounded) until every live node says `cluster_state:ok` and knows every node.
+    pub fn wait_healthy(&self, known: usize) {
+        let ok = wait_until(Duration::from_secs(60), || {
+            self.nodes.iter().filter(|n| n.pid().is_some()).all(|n| {
+                let Ok(mut c) = std::panic::catch_unwind(|| n.conn()) else {
+                    return false;
+                };
+                let info: String = cmd("CLUSTER").arg("INFO").query(&mut c).unwrap_or_default();
+                let field = |name: &str| {
+                    info.lines().find_map(|l| {
+                        l.strip_prefix(&format!("{name}:"))
+                            .map(|v| v.trim().to_string())
+                    })
+                };
+                field("cluster_state").as_deref() == Some("ok")
+                    && field("cluster_known_nodes")
+                        .and_then(|v| v.parse::<usize>().ok())
+                        .is_some_and(|k| k >= known)
+            })
+        });
+        assert!(ok, "the cluster did not become healthy");
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.pid().is_some())
+            .map(Server::url)
+            .collect()
+    }
+
+    pub fn client(&self) -> redis::cluster::ClusterConnection {
+        redis::cluster::ClusterClient::new(self.urls())
+            .expect("cluster client")
+            .get_connection()
+            .expect("cluster connection")
+    }
+
+    pub fn node(&self, port: u16) -> &Server {
+        self.nodes
+            .iter()
+            .find(|n| n.port == port)
+            .expect("a node of this cluster")
+    }
+
+    /// The topology as one live node sees it (`CLUSTER NODES`).
+    pub fn topology(&self) -> Vec<NodeInfo> {
+        let live = self
+            .nodes
+            .iter()
+            .find(|n| n.is_alive())
+            .expect("a live node");
+        let text: String = cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut live.conn())
+            .expect("CLUSTER NODES");
+        text.lines()
+            .filter(|l| !l.contains("fail") && !l.contains("noaddr"))
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                let port = f.get(1)?.split(['@', ':']).nth(1)?.parse().ok()?;
+                let primary = f.get(2)?.contains("master");
+                let slots = f
+                    .iter()
+                    .skip(8)
+                    .filter(|s| !s.starts_with('['))
+                    .filter_map(|s| {
+                        let mut r = s.split('-');
+                        let a: u16 = r.next()?.parse().ok()?;
+                        let b: u16 = r.next().map_or(Some(a), |b| b.parse().ok())?;
+                        Some((a, b))
+                    })
+                    .collect();
+                Some(NodeInfo {
+                    id: f[0].to_string(),
+                    port,
+                    primary,
+                    slots,
+                })
+            })
+            .collect()
+    }
+
+    /// The primary that owns `slot`.
+    pub fn owner(&self, slot: u16) -> NodeInfo {
+        self.topology()
+            .into_iter()
+            .find(|n| n.primary && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+            .expect("an owner for every slot")
+    }
+
+    /// Starts a killed node again with its data and cluster config.
+    pub fn restart(&mut self, port: u16) {
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.port == port) {
+            n.restart(true);
+        }
+    }
+
+    /// Kills one node at once (SIGKILL).
+    pub fn kill(&mut self, port: u16) {
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.port == port) {
+            n.kill();
+        }
+    }
+}
+
+/// A minimal cluster client for fault tests: follows `MOVED` and `ASK`, retries `TRYAGAIN`,
+/// `CLUSTERDOWN` and lost connections, and keeps one connection per node.
+pub struct Router {
+    ports: Vec<u16>,
+    conns: std::collections::HashMap<u16, Connection>,
+    /// Where each slot was last served.
+    route: std::collections::HashMap<u16, u16>,
+    /// Redirections and retries seen: MOVED, ASK, TRYAGAIN/CLUSTERDOWN, lost connections.
+    pub moved: u64,
+    pub asked: u64,
+    pub retried: u64,
+    pub reconnected: u64,
+}
+
+impl Router {
+    pub fn new(ports: Vec<u16>) -> Router {
+        Router {
+            ports,
+            conns: Default::default(),
+            route: Default::default(),
+            moved: 0,
+            asked: 0,
+            retried: 0,
+            reconnected: 0,
+        }
+    }
+
+    fn conn(&mut self, port: u16) -> redis::RedisResult<&mut Connection> {
+        if !self.conns.contains_key(&port) {
+            let con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?
+                .get_connection_with_timeout(Duration::from_secs(1))?;
+            con.set_read_timeout(Some(Duration::from_secs(5)))?;
+            self.conns.insert(port, con);
+        }
+        Ok(self.conns.get_mut(&port).expect("just inserted"))
+    }
+
+    /// Runs `c` for a key in `slot`, giving up after `attempts` tries.
+    pub fn call(
+        &mut self,
+        slot: u16,
+        c: &redis::Cmd,
+        attempts: usize,
+    ) -> redis::RedisResult<Value> {
+        let mut port = *self.route.get(&slot).unwrap_or(&self.ports[0]);
+        let mut asking = false;
+        let mut last = None;
+        for n in 0..attempts {
+            let result = self.conn(port).and_then(|con| {
+                if asking {
+                    cmd("ASKING").query::<()>(con)?;
+                }
+                c.query::<Value>(con)
+            });
+            match result {
+                Ok(v) => {
+                    if !asking {
+                        self.route.insert(slot, port);
+                    }
+                    return Ok(v);
+                }
+                Err(e) => {
+                    let to = e
+                        .redirect_node()
+                        .and_then(|(addr, _)| addr.rsplit(':').next()?.parse::<u16>().ok());
+                    asking = false;
+                    match (e.code(), to) {
+                        (Some("MOVED"), Some(p)) => {
+                            self.moved += 1;
+                            port = p;
+                        }
+                        (Some("ASK"), Some(p)) => {
+                            self.asked += 1;
+                            port = p;
+                            asking = true;
+                        }
+                        (Some("TRYAGAIN"), _) | (Some("CLUSTERDOWN"), _) => {
+                            self.retried += 1;
+                            std::thread::sleep(Duration::from_millis(20))
+                        }
+                        _ if e.is_io_error()
+                            || e.is_connection_dropped()
+                            || e.is_timeout()
+                            || e.code() == Some("LOADING")
+                            || e.code() == Some("READONLY") =>
+                        {
+                            self.reconnected += 1;
+                            self.conns.remove(&port);
+                            // Try the nodes in turn: one of them knows the new owner.
+                            port = self.ports[n % self.ports.len()];
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        _ => return Err(e),
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| redis::RedisError::from((redis::ErrorKind::Io, "gave up"))))
+    }
+}
