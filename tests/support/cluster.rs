@@ -196,13 +196,13 @@ impl Router {
     }
 
     fn conn(&mut self, port: u16) -> redis::RedisResult<&mut Connection> {
-        if !self.conns.contains_key(&port) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.conns.entry(port) {
             let con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?
                 .get_connection_with_timeout(Duration::from_secs(1))?;
             con.set_read_timeout(Some(Duration::from_secs(5)))?;
-            self.conns.insert(port, con);
+            slot.insert(con);
         }
-        Ok(self.conns.get_mut(&port).expect("just inserted"))
+        Ok(self.conns.get_mut(&port).expect("present"))
     }
 
     /// Runs `c` for a key in `slot`, giving up after `attempts` tries.
