@@ -2,13 +2,16 @@
 #   make run    build the module and start valkey-server with module.conf (foreground)
 #   make test   unit tests and integration tests against real servers
 #   make lint   cargo fmt --check and clippy with warnings denied
+#   make test-redis7  the core suites against redis-server 7.0
+#   make test-valgrind  the suites with valkey-server under valgrind memcheck
+#   make docker-image / docker-up / docker-down / docker-test
 #   make bench  EMQ.ENQUEUE against the reference Lua script and native commands
 
 CARGO  ?= cargo
 MODULE := target/release/libechomq.so
 VALKEY_SERVER ?= valkey-server
 
-.PHONY: all deps build run test lint bench clean
+.PHONY: all deps build run test test-redis7 test-valgrind lint bench clean docker-image docker-up docker-down docker-test
 
 all: build
 
@@ -27,6 +30,50 @@ run: build
 test: build
 	$(CARGO) build --examples
 	$(CARGO) test --all-targets
+
+# The core suites against Debian's redis-server 7.0 (installed if missing).
+REDIS7_SUITES := enqueue grammar interop replication menqueue lifecycle hostile persistence module_load oom
+test-redis7: build
+	@bash scripts/install-deps.sh --with-redis
+	VALKEY_SERVER=redis-server VALKEY_CLI=redis-cli $(CARGO) test $(addprefix --test ,$(REDIS7_SUITES))
+
+# The integration suites with every server under valgrind memcheck; fails on any error or
+# leak whose stack passes through the module. Slow: not part of every CI run.
+VALGRIND_SUITES := enqueue grammar menqueue acl module_load replication interop lifecycle hostile
+VALGRIND_DIR := target/valgrind
+test-valgrind: build
+	@command -v valgrind >/dev/null 2>&1 || { apt-get install -y -qq valgrind || { echo "echomq: install valgrind" >&2; exit 1; }; }
+	rm -rf $(VALGRIND_DIR) && mkdir -p $(VALGRIND_DIR)
+	ECHOMQ_VALGRIND_DIR=$(CURDIR)/$(VALGRIND_DIR) ECHOMQ_GRACEFUL_STOP=1 \
+	  VALKEY_SERVER=$(CURDIR)/scripts/valgrind-server.sh \
+	  $(CARGO) test $(addprefix --test ,$(VALGRIND_SUITES)) -- --test-threads=1
+	bash scripts/valgrind-report.sh $(VALGRIND_DIR)
+
+# Docker. The image builds on VALKEY_IMAGE (default: the official valkey/valkey:8.0). When that
+# cannot be pulled (no registry), a local stand-in is assembled from this machine's Debian
+# packages once and cached as echomq/valkey-base:8.0.
+VALKEY_IMAGE ?= valkey/valkey:8.0
+LOCAL_BASE := echomq/valkey-base:8.0
+COMPOSE := docker-compose -f docker/compose.yml
+
+docker-image: build
+	@base="$(VALKEY_IMAGE)"; \
+	if ! docker image inspect "$$base" >/dev/null 2>&1 && ! timeout 60 docker pull -q "$$base" >/dev/null 2>&1; then \
+	  echo "docker: $$base cannot be pulled here; using the local base $(LOCAL_BASE)"; \
+	  docker image inspect $(LOCAL_BASE) >/dev/null 2>&1 || bash scripts/docker-base.sh $(LOCAL_BASE) target/release/libechomq.so; \
+	  base=$(LOCAL_BASE); \
+	fi; \
+	docker build -q -f docker/Dockerfile --build-arg VALKEY_IMAGE="$$base" -t echomq:dev .
+
+docker-up: docker-image
+	$(COMPOSE) up -d
+
+docker-down:
+	$(COMPOSE) --profile cluster down -v --remove-orphans
+
+docker-test: docker-image
+	$(CARGO) build --examples
+	bash scripts/docker-test.sh
 
 # Figures, not assertions: writes docs/bench.md (BENCH_ROUNDS, BENCH_JOBS tune it).
 bench: build

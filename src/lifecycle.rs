@@ -197,15 +197,7 @@ impl Due {
         now: i64,
         budget: usize,
     ) -> Result<Self, EmqError> {
-        let with_rows = |members: Vec<(OwnedString, f64)>| {
-            members
-                .into_iter()
-                .map(|(m, _)| {
-                    let row = row_name(ctx, queue, m.bytes())?;
-                    Ok((m, row))
-                })
-                .collect::<Result<Vec<_>, EmqError>>()
-        };
+        let with_rows = |members| with_rows(ctx, queue, members);
         let horizon = now as f64;
         Ok(Self {
             scheduled: with_rows(sets.schedule.zrange_by_score(
@@ -331,8 +323,19 @@ pub fn pending_head(
     sets: &Sets<'_>,
     count: usize,
 ) -> Result<Vec<(OwnedString, Option<OwnedString>)>, EmqError> {
-    sets.pending
-        .zrange_by_score(f64::NEG_INFINITY, f64::INFINITY, count)?
+    let head = sets
+        .pending
+        .zrange_by_score(f64::NEG_INFINITY, f64::INFINITY, count)?;
+    with_rows(ctx, queue, head)
+}
+
+/// Set members (scores dropped) with the names of their rows.
+fn with_rows(
+    ctx: &Context,
+    queue: Queue<'_>,
+    members: Vec<(OwnedString, f64)>,
+) -> Result<Vec<(OwnedString, Option<OwnedString>)>, EmqError> {
+    members
         .into_iter()
         .map(|(m, _)| {
             let row = row_name(ctx, queue, m.bytes())?;

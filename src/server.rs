@@ -87,37 +87,9 @@ pub(crate) fn dispatch(
     argc: c_int,
     handler: Handler,
 ) -> c_int {
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        let argv = match usize::try_from(argc) {
-            // SAFETY: the server passes `argc` valid string pointers in `argv`.
-            Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
-            _ => &[],
-        };
-        let context = Context::new(ctx);
-        let result = handler(&context, &Args { argv });
-        match result {
-            Ok(reply) => render(ctx, &reply),
-            Err(err) => {
-                if err == EmqError::Internal {
-                    let name = String::from_utf8_lossy(string_bytes(
-                        argv.first().copied().unwrap_or(std::ptr::null_mut()),
-                    ));
-                    context.log_warning(&format!("EchoMQ: {name} hit an internal error"));
-                }
-                metrics::refused(&err);
-                reply_error(ctx, &err);
-            }
-        }
-    }));
-    if outcome.is_err() {
-        let _ = catch_unwind(|| {
-            Context::new(ctx)
-                .log_warning("EchoMQ: a command handler panicked; replied with an error");
-            metrics::refused(&EmqError::Internal);
-            reply_error(ctx, &EmqError::Internal);
-        });
-    }
-    raw::REDISMODULE_OK as c_int
+    guarded(ctx, argv, argc, |context, args| {
+        Some(handler(context, args))
+    })
 }
 
 /// A blocked client's reply callback: `handler` answers `None` to keep waiting.
@@ -131,6 +103,17 @@ pub(crate) fn dispatch_ready(
     argc: c_int,
     handler: ReadyHandler,
 ) -> c_int {
+    guarded(ctx, argv, argc, handler)
+}
+
+/// The one entry from the server into a handler: arguments in, the answer out, no panic
+/// across. `REDISMODULE_ERR` when the handler chose not to answer (a blocked client waits on).
+fn guarded(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    handler: impl FnOnce(&Context, &Args) -> Option<CommandResult>,
+) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let argv = match usize::try_from(argc) {
             // SAFETY: the server passes `argc` valid string pointers in `argv`.
@@ -138,13 +121,18 @@ pub(crate) fn dispatch_ready(
             _ => &[],
         };
         let context = Context::new(ctx);
-        match handler(&context, &Args { argv }) {
+        let args = Args { argv };
+        match handler(&context, &args) {
             None => false,
             Some(Ok(reply)) => {
                 render(ctx, &reply);
                 true
             }
             Some(Err(err)) => {
+                if err == EmqError::Internal {
+                    let name = String::from_utf8_lossy(args.bytes(0));
+                    context.log_warning(&format!("EchoMQ: {name} hit an internal error"));
+                }
                 metrics::refused(&err);
                 reply_error(ctx, &err);
                 true
@@ -155,7 +143,11 @@ pub(crate) fn dispatch_ready(
         Ok(true) => raw::REDISMODULE_OK as c_int,
         Ok(false) => raw::REDISMODULE_ERR as c_int,
         Err(_) => {
-            let _ = catch_unwind(|| reply_error(ctx, &EmqError::Internal));
+            let _ = catch_unwind(|| {
+                Context::new(ctx).log_warning("EchoMQ: a handler panicked; replied with an error");
+                metrics::refused(&EmqError::Internal);
+                reply_error(ctx, &EmqError::Internal);
+            });
             raw::REDISMODULE_OK as c_int
         }
     }

@@ -552,7 +552,7 @@ fn lifecycle_commands_check_acl_on_derived_keys() {
         .arg("on")
         .arg(">pw")
         .arg("~emq:{orders}:*")
-        .arg("+@emq")
+        .arg("+@all")
         .query(&mut admin)
         .expect("acl");
     let mut w = server.conn();

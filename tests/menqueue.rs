@@ -126,7 +126,7 @@ fn acl_refusal_of_any_row_refuses_the_batch() {
         .arg(">pw")
         .arg("~emq:{orders}:pending")
         .arg(format!("~emq:{{orders}}:job:{}", job_id(1)))
-        .arg("+@emq")
+        .arg("+@all")
         .query(&mut admin)
         .expect("acl");
     let mut w = server.conn();
@@ -202,22 +202,8 @@ fn a_batch_replicates_in_one_transaction_with_one_zadd() {
     let ids: Vec<String> = (1..=3).map(job_id).collect();
     let jobs: Vec<(&str, &[u8])> = ids.iter().map(|i| (i.as_str(), &b"x"[..])).collect();
     let _: Vec<i64> = menqueue(&q, &jobs).query(&mut con).expect("menqueue");
-    let dir = server
-        .dir
-        .as_ref()
-        .expect("own dir")
-        .path()
-        .join("appendonlydir");
-    let incr = std::fs::read_dir(&dir)
-        .expect("aof dir")
-        .filter_map(Result::ok)
-        .find(|e| e.file_name().to_string_lossy().contains(".incr.aof"))
-        .expect("incremental AOF");
-    let text = String::from_utf8_lossy(&std::fs::read(incr.path()).expect("read")).into_owned();
-    let words: Vec<&str> = text
-        .split("\r\n")
-        .filter(|l| !l.starts_with('*') && !l.starts_with('$') && !l.is_empty())
-        .collect();
+    let words = aof_words(&server);
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
     let commands: Vec<&str> = words
         .iter()
         .copied()

@@ -18,21 +18,54 @@ fn digest(con: &mut Connection) -> String {
 /// Jobs in every state, none of which the timer will touch for a minute.
 fn populate(con: &mut Connection, q: &str) {
     for i in 1..=50u64 {
-        let _: i64 = cmd("EMQ.ENQUEUE").arg(q).arg(job_id(i)).arg(format!("p{i}\r\n\0")).query(con).expect("enqueue");
+        let _: i64 = cmd("EMQ.ENQUEUE")
+            .arg(q)
+            .arg(job_id(i))
+            .arg(format!("p{i}\r\n\0"))
+            .query(con)
+            .expect("enqueue");
     }
     for i in 51..=60u64 {
-        let _: i64 = cmd("EMQ.ENQUEUE").arg(q).arg(job_id(i)).arg("later").arg("DELAY").arg(60_000).query(con).expect("delayed");
+        let _: i64 = cmd("EMQ.ENQUEUE")
+            .arg(q)
+            .arg(job_id(i))
+            .arg("later")
+            .arg("DELAY")
+            .arg(60_000)
+            .query(con)
+            .expect("delayed");
     }
-    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM").arg(q).arg("COUNT").arg(20).arg("LEASE").arg(60_000).query(con).expect("claim");
+    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
+        .arg(q)
+        .arg("COUNT")
+        .arg(20)
+        .arg("LEASE")
+        .arg(60_000)
+        .query(con)
+        .expect("claim");
     for (id, _, token) in claimed.iter().take(5) {
-        let _: i64 = cmd("EMQ.ACK").arg(q).arg(id).arg(token).query(con).expect("ack");
+        let _: i64 = cmd("EMQ.ACK")
+            .arg(q)
+            .arg(id)
+            .arg(token)
+            .query(con)
+            .expect("ack");
     }
-    let _: Vec<String> = cmd("EMQ.MENQUEUE").arg(q).arg("*").arg("a").arg("*").arg("b").query(con).expect("menqueue");
+    let _: Vec<String> = cmd("EMQ.MENQUEUE")
+        .arg(q)
+        .arg("*")
+        .arg("a")
+        .arg("*")
+        .arg("b")
+        .query(con)
+        .expect("menqueue");
 }
 
 fn wait_for(con: &mut Connection, section: &str, field: &str, value: &str) {
     assert!(
-        wait_until(Duration::from_secs(30), || info_field(con, section, field).as_deref() == Some(value)),
+        wait_until(Duration::from_secs(30), || info_field(con, section, field)
+            .as_deref()
+            == Some(value)),
         "{field} never became {value}"
     );
 }
@@ -70,14 +103,21 @@ fn the_aof_keeps_every_acknowledged_job_through_kill_9() {
     let producer = {
         let (url, acked, stop) = (server.url(), acked.clone(), stop.clone());
         thread::spawn(move || {
-            let mut con = redis::Client::open(url).expect("client").get_connection().expect("conn");
+            let mut con = redis::Client::open(url)
+                .expect("client")
+                .get_connection()
+                .expect("conn");
             let mut tried = 0u64;
             for i in 1.. {
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
                 tried += 1;
-                let r: redis::RedisResult<i64> = cmd("EMQ.ENQUEUE").arg("aof").arg(job_id(i)).arg("x").query(&mut con);
+                let r: redis::RedisResult<i64> = cmd("EMQ.ENQUEUE")
+                    .arg("aof")
+                    .arg(job_id(i))
+                    .arg("x")
+                    .query(&mut con);
                 match r {
                     Ok(1) => acked.lock().expect("lock").push(job_id(i)),
                     _ => break, // the server died mid-load
@@ -86,7 +126,11 @@ fn the_aof_keeps_every_acknowledged_job_through_kill_9() {
             tried
         })
     };
-    assert!(wait_until(Duration::from_secs(20), || acked.lock().expect("lock").len() >= 2000));
+    assert!(wait_until(Duration::from_secs(20), || acked
+        .lock()
+        .expect("lock")
+        .len()
+        >= 2000));
     server.kill();
     stop.store(true, Ordering::Relaxed);
     let tried = producer.join().expect("producer");
@@ -99,8 +143,15 @@ fn the_aof_keeps_every_acknowledged_job_through_kill_9() {
     }
     let scores: Vec<Option<f64>> = p.query(&mut con).expect("scores");
     let found = scores.iter().filter(|s| s.is_some()).count();
-    println!("RELIABILITY aof-kill-9 tried={tried} acknowledged={} found={found}", acked.len());
-    assert_eq!(found, acked.len(), "every acknowledged job survived kill -9");
+    println!(
+        "RELIABILITY aof-kill-9 tried={tried} acknowledged={} found={found}",
+        acked.len()
+    );
+    assert_eq!(
+        found,
+        acked.len(),
+        "every acknowledged job survived kill -9"
+    );
 }
 
 #[test]
@@ -125,7 +176,14 @@ fn an_aof_written_with_the_module_loads_without_it() {
     let mut con = server.conn();
     populate(&mut con, "portable");
     for i in 1..=3u64 {
-        let _: String = cmd("EMQ.FAIL").arg("portable").arg(job_id(i + 5)).arg(1).arg("ERROR").arg("e").query(&mut con).expect("fail");
+        let _: String = cmd("EMQ.FAIL")
+            .arg("portable")
+            .arg(job_id(i + 5))
+            .arg(1)
+            .arg("ERROR")
+            .arg("e")
+            .query(&mut con)
+            .expect("fail");
     }
     let before = digest(&mut con);
     server.restart(false);

@@ -6,6 +6,9 @@ pub mod branded_id;
 pub mod keyspace;
 pub mod slot;
 
+#[cfg(test)]
+mod properties;
+
 pub use branded_id::{BrandedId, Minter};
 pub use keyspace::{decode, job_key, queue_key, Decoded, KeyBuf, KeyType, Queue};
 pub use slot::{hashtag, slot};

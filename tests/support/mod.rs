@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 pub use redis::{Connection, Value};
 
-const READY_TIMEOUT: Duration = Duration::from_secs(20);
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn server_binary() -> String {
     std::env::var("VALKEY_SERVER").unwrap_or_else(|_| "valkey-server".to_string())
@@ -272,6 +272,22 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // Under valgrind the server must exit normally to write its leak report.
+        if std::env::var("ECHOMQ_GRACEFUL_STOP").is_ok_and(|v| v == "1") {
+            if let Ok(mut c) = self.try_conn() {
+                let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut c);
+            }
+            if let Some(child) = self.child.as_mut() {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        self.child = None;
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
         self.kill();
     }
 }
@@ -368,4 +384,25 @@ pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<St
 /// Whether something listens on `port` on loopback (used to wait for a port to be free).
 pub fn port_open(port: u16) -> bool {
     TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// The words of a server's incremental AOF, in order (RESP framing dropped).
+pub fn aof_words(server: &Server) -> Vec<String> {
+    let dir = server
+        .dir
+        .as_ref()
+        .expect("a server of our own")
+        .path()
+        .join("appendonlydir");
+    let incr = std::fs::read_dir(&dir)
+        .expect("an AOF directory")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().contains(".incr.aof"))
+        .expect("an incremental AOF file");
+    let text =
+        String::from_utf8_lossy(&std::fs::read(incr.path()).expect("read the AOF")).into_owned();
+    text.split("\r\n")
+        .filter(|l| !l.starts_with('*') && !l.starts_with('$') && !l.is_empty())
+        .map(str::to_string)
+        .collect()
 }
