@@ -11,7 +11,7 @@ CARGO  ?= cargo
 MODULE := target/release/libechomq.so
 VALKEY_SERVER ?= valkey-server
 
-.PHONY: all deps build run test test-redis7 test-valgrind lint bench clean docker-image docker-up docker-down docker-test
+.PHONY: all deps build run test test-redis7 test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability
 
 all: build
 
@@ -48,6 +48,10 @@ test-valgrind: build
 	  VALKEY_SERVER=$(CURDIR)/scripts/valgrind-server.sh \
 	  $(CARGO) test $(addprefix --test ,$(VALGRIND_SUITES)) -- --test-threads=1
 	bash scripts/valgrind-report.sh $(VALGRIND_DIR)
+
+# The fault tests' figures (failover, resharding, kill -9) into docs/reliability.md.
+reliability: build
+	bash scripts/reliability-report.sh
 
 # Docker. The image builds on VALKEY_IMAGE (default: the official valkey/valkey:8.0). When that
 # cannot be pulled (no registry), a local stand-in is assembled from this machine's Debian

@@ -1,7 +1,10 @@
 //! The `emq.*` settings, settable in `module.conf` (after `loadmodule`), with
 //! `MODULE LOADEX ... CONFIG` and with `CONFIG SET`. The server enforces the bounds.
 
+use std::os::raw::{c_char, c_int, c_longlong, c_void};
 use std::sync::atomic::{AtomicI64, Ordering};
+
+use valkey_module::{raw, Context};
 
 /// Largest payload `EMQ.ENQUEUE` accepts, in bytes.
 pub static MAX_PAYLOAD_BYTES: AtomicI64 = AtomicI64::new(MAX_PAYLOAD_DEFAULT);
@@ -65,6 +68,125 @@ pub fn backoff(attempts: i64, base: i64, max: i64) -> i64 {
     base.checked_mul(1i64 << shift)
         .map_or(max, |d| d.min(max))
         .max(0)
+}
+
+/// One numeric setting: its name under `emq.`, where it lives, its default and bounds.
+struct Setting {
+    name: &'static std::ffi::CStr,
+    value: &'static AtomicI64,
+    default: i64,
+    min: i64,
+    max: i64,
+}
+
+const SETTINGS: [Setting; 7] = [
+    Setting {
+        name: c"max-payload-bytes",
+        value: &MAX_PAYLOAD_BYTES,
+        default: MAX_PAYLOAD_DEFAULT,
+        min: MAX_PAYLOAD_MIN,
+        max: MAX_PAYLOAD_MAX,
+    },
+    Setting {
+        name: c"node-id",
+        value: &NODE_ID,
+        default: 0,
+        min: 0,
+        max: NODE_ID_MAX,
+    },
+    Setting {
+        name: c"lease-ms",
+        value: &LEASE_MS,
+        default: 30_000,
+        min: 1,
+        max: MAX_DURATION_MS,
+    },
+    Setting {
+        name: c"max-attempts",
+        value: &MAX_ATTEMPTS,
+        default: 25,
+        min: 1,
+        max: MAX_ATTEMPTS_MAX,
+    },
+    Setting {
+        name: c"backoff-base-ms",
+        value: &BACKOFF_BASE_MS,
+        default: 1_000,
+        min: 0,
+        max: MAX_DURATION_MS,
+    },
+    Setting {
+        name: c"backoff-max-ms",
+        value: &BACKOFF_MAX_MS,
+        default: 3_600_000,
+        min: 0,
+        max: MAX_DURATION_MS,
+    },
+    Setting {
+        name: c"done-ttl-ms",
+        value: &DONE_TTL_MS,
+        default: 86_400_000,
+        min: 0,
+        max: MAX_DURATION_MS,
+    },
+];
+
+unsafe extern "C" fn get_setting(_name: *const c_char, privdata: *mut c_void) -> c_longlong {
+    // SAFETY: `privdata` is the `&'static AtomicI64` given at registration.
+    match unsafe { privdata.cast::<AtomicI64>().as_ref() } {
+        Some(v) => v.load(Ordering::Relaxed),
+        None => 0,
+    }
+}
+
+unsafe extern "C" fn set_setting(
+    _name: *const c_char,
+    value: c_longlong,
+    privdata: *mut c_void,
+    _err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    // SAFETY: as above; the server has already checked the bounds.
+    if let Some(v) = unsafe { privdata.cast::<AtomicI64>().as_ref() } {
+        v.store(value, Ordering::Relaxed);
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Registers every `emq.*` setting (their values live in statics, so nothing is allocated
+/// and nothing leaks on unload), then applies the config file's or LOADEX's values.
+pub fn register(ctx: &Context) -> Result<(), String> {
+    let register =
+        unsafe { raw::RedisModule_RegisterNumericConfig }.ok_or("no module configs API")?;
+    for s in &SETTINGS {
+        s.value.store(s.default, Ordering::Relaxed);
+        // SAFETY: OnLoad context; `privdata` points to a static that outlives the module.
+        let status = unsafe {
+            register(
+                ctx.ctx,
+                s.name.as_ptr(),
+                s.default,
+                raw::REDISMODULE_CONFIG_DEFAULT,
+                s.min,
+                s.max,
+                Some(get_setting),
+                Some(set_setting),
+                None,
+                std::ptr::from_ref(s.value).cast_mut().cast::<c_void>(),
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(format!(
+                "could not register emq.{}",
+                s.name.to_string_lossy()
+            ));
+        }
+    }
+    let load = unsafe { raw::RedisModule_LoadConfigs }.ok_or("no module configs API")?;
+    // SAFETY: OnLoad context, after every setting is registered.
+    if unsafe { load(ctx.ctx) } != raw::REDISMODULE_OK as c_int {
+        return Err("a configured emq.* value was refused".into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

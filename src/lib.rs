@@ -14,7 +14,6 @@ pub mod server;
 pub mod store;
 
 use valkey_module::alloc::ValkeyAlloc;
-use valkey_module::configuration::ConfigurationFlags;
 use valkey_module::{raw, valkey_module, Context, Status, ValkeyString};
 
 use register::{Arg, ArgKind::Integer as Int, ArgKind::String as Str, Command};
@@ -81,7 +80,7 @@ const COMMANDS: &[Command] = &[
     Command {
         name: c"emq.ack",
         callback: callback!(commands::lease::ack),
-        flags: c"write fast",
+        flags: c"write deny-oom fast",
         arity: 4,
         routes_by_queue: true,
         summary: c"Acknowledge a claimed job: active -> done, the row kept emq.done-ttl-ms",
@@ -112,7 +111,7 @@ const COMMANDS: &[Command] = &[
     Command {
         name: c"emq.cancel",
         callback: callback!(commands::cancel::run),
-        flags: c"write fast",
+        flags: c"write deny-oom fast",
         arity: 3,
         routes_by_queue: true,
         summary: c"Remove a pending or scheduled job and its row",
@@ -186,25 +185,30 @@ const COMMANDS: &[Command] = &[
 ];
 
 fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
-    if store::init_words().is_err() {
-        ctx.log_warning("EchoMQ: refusing to load: could not create its strings");
-        return Status::Err;
+    match load(ctx) {
+        Ok(()) => Status::Ok,
+        Err(e) => {
+            ctx.log_warning(&format!("EchoMQ: refusing to load: {e}"));
+            // Undo what was set up; the server discards the rest of a failed load.
+            scheduler::stop(ctx);
+            store::free_words();
+            Status::Err
+        }
     }
+}
+
+fn load(ctx: &Context) -> Result<(), String> {
+    config::register(ctx)?;
+    store::init_words().map_err(|_| "could not create its strings".to_string())?;
     cluster::init(ctx);
     register::acl_category(ctx, ACL_CATEGORY);
-    if let Err(e) = register::commands(ctx, COMMANDS, ACL_CATEGORY) {
-        ctx.log_warning(&format!("EchoMQ: refusing to load: {e}"));
-        return Status::Err;
-    }
-    if let Err(e) = scheduler::start(ctx) {
-        ctx.log_warning(&format!("EchoMQ: refusing to load: {e}"));
-        return Status::Err;
-    }
+    register::commands(ctx, COMMANDS, ACL_CATEGORY)?;
+    scheduler::start(ctx)?;
     if let Some(register_info) = unsafe { raw::RedisModule_RegisterInfoFunc } {
         // SAFETY: OnLoad context; the callback lives as long as the module.
         unsafe { register_info(ctx.ctx, Some(metrics::info)) };
     }
-    Status::Ok
+    Ok(())
 }
 
 fn deinit(ctx: &Context) -> Status {
@@ -221,19 +225,4 @@ valkey_module! {
     init: init,
     deinit: deinit,
     commands: [],
-    configurations: [
-        i64: [
-            ["max-payload-bytes", &config::MAX_PAYLOAD_BYTES, config::MAX_PAYLOAD_DEFAULT, config::MAX_PAYLOAD_MIN, config::MAX_PAYLOAD_MAX, ConfigurationFlags::DEFAULT, None],
-            ["node-id", &config::NODE_ID, 0, 0, config::NODE_ID_MAX, ConfigurationFlags::DEFAULT, None],
-            ["lease-ms", &config::LEASE_MS, 30_000, 1, config::MAX_DURATION_MS, ConfigurationFlags::DEFAULT, None],
-            ["max-attempts", &config::MAX_ATTEMPTS, 25, 1, config::MAX_ATTEMPTS_MAX, ConfigurationFlags::DEFAULT, None],
-            ["backoff-base-ms", &config::BACKOFF_BASE_MS, 1_000, 0, config::MAX_DURATION_MS, ConfigurationFlags::DEFAULT, None],
-            ["backoff-max-ms", &config::BACKOFF_MAX_MS, 3_600_000, 0, config::MAX_DURATION_MS, ConfigurationFlags::DEFAULT, None],
-            ["done-ttl-ms", &config::DONE_TTL_MS, 86_400_000, 0, config::MAX_DURATION_MS, ConfigurationFlags::DEFAULT, None],
-        ],
-        string: [],
-        bool: [],
-        enum: [],
-        module_args_as_configuration: true,
-    ]
 }

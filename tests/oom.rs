@@ -41,3 +41,72 @@ fn maxmemory_refuses_the_write_and_writes_nothing() {
         .expect("pure commands still answer");
     assert_eq!(slot, 105);
 }
+
+#[test]
+fn every_lifecycle_write_is_refused_under_maxmemory() {
+    let server = Server::start(Options::default().arg("enable-debug-command", "local"));
+    let mut con = server.conn();
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg("orders")
+        .arg(job_id(1))
+        .arg("x")
+        .query(&mut con)
+        .expect("enqueue");
+    let _: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
+        .arg("orders")
+        .query(&mut con)
+        .expect("claim");
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg("orders")
+        .arg(job_id(2))
+        .arg("y")
+        .query(&mut con)
+        .expect("enqueue");
+    let before: String = cmd("DEBUG")
+        .arg("DIGEST")
+        .query(&mut con)
+        .unwrap_or_default();
+    let _: () = cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query(&mut con)
+        .expect("maxmemory");
+    for c in [
+        cmd("EMQ.MENQUEUE")
+            .arg("orders")
+            .arg(job_id(3))
+            .arg("z")
+            .clone(),
+        cmd("EMQ.CLAIM").arg("orders").clone(),
+        cmd("EMQ.RENEW")
+            .arg("orders")
+            .arg(job_id(1))
+            .arg(1)
+            .arg(1000)
+            .clone(),
+        cmd("EMQ.ACK").arg("orders").arg(job_id(1)).arg(1).clone(),
+        cmd("EMQ.FAIL").arg("orders").arg(job_id(1)).arg(1).clone(),
+        cmd("EMQ.CANCEL").arg("orders").arg(job_id(2)).clone(),
+        cmd("EMQ.REQUEUE").arg("orders").arg(job_id(1)).clone(),
+    ] {
+        let err = expect_err(&mut con, &c);
+        assert!(err.starts_with("OOM"), "{err}");
+    }
+    let stats: Vec<(String, i64)> = cmd("EMQ.STATS")
+        .arg("orders")
+        .query(&mut con)
+        .expect("reads go on");
+    assert!(stats.contains(&("active".to_string(), 1)), "{stats:?}");
+    let _: () = cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("0")
+        .query(&mut con)
+        .expect("reset");
+    let after: String = cmd("DEBUG")
+        .arg("DIGEST")
+        .query(&mut con)
+        .unwrap_or_default();
+    assert_eq!(before, after, "nothing was written");
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# make reliability: runs the fault tests (failover, resharding, kill -9 with the AOF) and
+# writes their figures to docs/reliability.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+cargo test --test cluster --test persistence -- --nocapture --test-threads=1 2>&1 | tee "$log" | grep -E "^test |test result" || true
+grep -q "test result: ok" "$log" || { echo "reliability: the fault tests failed" >&2; exit 1; }
+field() { grep "^RELIABILITY $1 " "$log" | tail -1 | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+{
+  echo "# EchoMQ reliability figures"
+  echo
+  echo "From the last run of \`make reliability\` ($(date -u +%Y-%m-%d), valkey-server $(valkey-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), $(nproc) cores): the fault tests in \`tests/cluster.rs\` and \`tests/persistence.rs\`, which assert every figure below."
+  echo
+  echo "| fault | what the client did | tried | acknowledged | found afterwards | lost |"
+  echo "|---|---|---|---|---|---|"
+  a=$(field failover acknowledged); f=$(field failover found)
+  echo "| \`kill -9\` of the primary owning the queue, replica promoted (3+3 cluster) | \`EMQ.ENQUEUE\` then \`WAIT 1 1000\`; acknowledged when a replica has it | $(field failover tried) | $a | $f | $((a - f)) |"
+  a=$(field resharding acknowledged); f=$(field resharding found)
+  echo "| the busy queue's slot moved to another primary (\`SETSLOT\` + \`MIGRATE\` of $(field resharding migrated_keys) keys) under load | \`EMQ.ENQUEUE\`, following $(field resharding ask) ASK and $(field resharding moved) MOVED redirections, retrying $(field resharding tryagain) TRYAGAIN | $(field resharding tried) | $a | $f (exactly once) | $((a - f)) |"
+  a=$(field aof-kill-9 acknowledged); f=$(field aof-kill-9 found)
+  echo "| \`kill -9\` of a single node with \`appendfsync always\`, restarted | \`EMQ.ENQUEUE\` in a loop | $(field aof-kill-9 tried) | $a | $f | $((a - f)) |"
+  echo
+  echo "Also asserted by the same suites: an RDB snapshot and an AOF rewrite reload to the same \`DEBUG DIGEST\`; an AOF written with the module replays on a server without it; replicas with and without the module reach the primary's digest (\`tests/replication.rs\`)."
+} > docs/reliability.md
+cat docs/reliability.md
