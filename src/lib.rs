@@ -13,8 +13,11 @@ pub mod scheduler;
 pub mod server;
 pub mod store;
 
+use std::os::raw::c_int;
+use std::panic::catch_unwind;
 use valkey_module::alloc::ValkeyAlloc;
-use valkey_module::{raw, valkey_module, Context, Status, ValkeyString};
+
+use valkey_module::{raw, Context, Status};
 
 use register::{Arg, ArgKind::Integer as Int, ArgKind::String as Str, Command};
 
@@ -184,7 +187,7 @@ const COMMANDS: &[Command] = &[
     },
 ];
 
-fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
+fn init(ctx: &Context) -> Status {
     match load(ctx) {
         Ok(()) => Status::Ok,
         Err(e) => {
@@ -217,12 +220,47 @@ fn deinit(ctx: &Context) -> Status {
     Status::Ok
 }
 
-valkey_module! {
-    name: "emq",
-    version: 1,
-    allocator: (ValkeyAlloc, ValkeyAlloc),
-    data_types: [],
-    init: init,
-    deinit: deinit,
-    commands: [],
+/// Every allocation of the module goes through the server's allocator (and its accounting).
+#[global_allocator]
+static ALLOCATOR: ValkeyAlloc = ValkeyAlloc;
+
+const MODULE_VERSION: c_int = 1;
+
+/// The server's entry point at load. Only `RedisModule_Init` runs before the module's API
+/// (allocator included) is usable; everything after it is behind the panic guard.
+///
+/// # Safety
+/// Called by the server with a live load context.
+#[no_mangle]
+pub unsafe extern "C" fn RedisModule_OnLoad(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the server's load context; the name is a static NUL-terminated string.
+    let status = unsafe {
+        raw::Export_RedisModule_Init(
+            ctx,
+            c"emq".as_ptr(),
+            MODULE_VERSION,
+            raw::REDISMODULE_APIVER_1 as c_int,
+        )
+    };
+    if status != raw::REDISMODULE_OK as c_int {
+        return raw::REDISMODULE_ERR as c_int;
+    }
+    match catch_unwind(|| init(&Context::new(ctx))) {
+        Ok(Status::Ok) => raw::REDISMODULE_OK as c_int,
+        _ => raw::REDISMODULE_ERR as c_int,
+    }
+}
+
+/// The server's entry point at `MODULE UNLOAD emq`.
+///
+/// # Safety
+/// Called by the server with a live context.
+#[no_mangle]
+pub unsafe extern "C" fn RedisModule_OnUnload(ctx: *mut raw::RedisModuleCtx) -> c_int {
+    let _ = catch_unwind(|| deinit(&Context::new(ctx)));
+    raw::REDISMODULE_OK as c_int
 }
