@@ -57,7 +57,22 @@ enum Ids {
 
 struct Sample {
     server_us_per_job: f64,
+    cpu_us_per_job: f64,
     jobs_per_sec: f64,
+}
+
+/// CPU seconds the server's main thread has used (`INFO cpu`): parsing, dispatch, the
+/// commands, replies and the network, all of it.
+fn main_thread_cpu(con: &mut redis::Connection) -> f64 {
+    let info: String = cmd("INFO").arg("cpu").query(con).expect("INFO cpu");
+    ["used_cpu_user_main_thread", "used_cpu_sys_main_thread"]
+        .iter()
+        .filter_map(|f| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(&format!("{f}:")))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .sum()
 }
 
 fn ids_for(ids: Ids, jobs: usize, round: u64) -> Vec<String> {
@@ -265,17 +280,20 @@ fn run(server: &Server, variant: Variant, ids: &[String], depth: usize) -> Sampl
             })
         })
         .collect();
+    let cpu_before = main_thread_cpu(&mut admin);
     barrier.wait();
     let start = Instant::now();
     for h in handles {
         h.join().expect("client");
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu = main_thread_cpu(&mut admin) - cpu_before;
     let card: usize = cmd("ZCARD").arg(&pending).query(&mut admin).expect("zcard");
     assert_eq!(card, ids.len(), "{variant:?} enqueued every job");
     let usec = server_usec(&mut admin, variant.stats());
     Sample {
         server_us_per_job: usec / ids.len() as f64,
+        cpu_us_per_job: cpu * 1e6 / ids.len() as f64,
         jobs_per_sec: ids.len() as f64 / elapsed,
     }
 }
@@ -398,7 +416,7 @@ fn main() {
     let _ = writeln!(md, "# EchoMQ benchmarks\n");
     let _ = writeln!(
         md,
-        "Produced by `make bench` (`BENCH_ROUNDS={rounds} BENCH_JOBS={jobs} cargo bench --bench enqueue`) on {} ({} cores), valkey-server {version}, the module built with `cargo build --release`. One server; {CONNECTIONS} client connections; the same valid 14-byte `JOB` ids and the same 48-byte payload for every variant; variants interleaved (A B C D E, A B C D E, ...) over {rounds} rounds of {jobs} jobs, with `FLUSHALL` and `CONFIG RESETSTAT` before each run. Clients send pre-encoded RESP (the time measured is the server's, not the client's command building). Server µs/job is the `INFO commandstats` time of the variant's commands divided by the jobs; jobs/s is measured by the client. Figures are medians with the min–max spread.\n",
+        "Produced by `make bench` (`BENCH_ROUNDS={rounds} BENCH_JOBS={jobs} cargo bench --bench enqueue`) on {} ({} cores), valkey-server {version}, the module built with `cargo build --release`. One server; {CONNECTIONS} client connections; the same valid 14-byte `JOB` ids and the same 48-byte payload for every variant; variants interleaved (A B C D E, A B C D E, ...) over {rounds} rounds of {jobs} jobs, with `FLUSHALL` and `CONFIG RESETSTAT` before each run. Clients send pre-encoded RESP (the time measured is the server's, not the client's command building). Two server figures per job: the `INFO commandstats` time of the variant's commands (the command bodies only: for native commands it leaves out parsing, dispatch and propagation, which the module pays inside its command for its two replicated effects), and the main thread's CPU time from `INFO cpu` (everything the server did: reading, parsing, dispatch, the commands, replies). Jobs/s is measured by the client. Figures are medians with the min–max spread.\n",
         cpu_model(),
         thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     );
@@ -414,28 +432,31 @@ fn main() {
                     samples[v].push(run(&server, *variant, &id_list, depth));
                 }
             }
-            let stats: Vec<(Spread, Spread)> = samples
+            let stats: Vec<(Spread, Spread, Spread)> = samples
                 .iter()
                 .map(|s| {
                     (
                         median(s.iter().map(|x| x.server_us_per_job).collect()),
                         median(s.iter().map(|x| x.jobs_per_sec).collect()),
+                        median(s.iter().map(|x| x.cpu_us_per_job).collect()),
                     )
                 })
                 .collect();
-            let (lua_us, lua_tp) = (stats[0].0 .0, stats[0].1 .0);
-            let (nat_us, nat_tp) = (stats[2].0 .0, stats[2].1 .0);
+            let (lua_us, lua_tp, lua_cpu) = (stats[0].0 .0, stats[0].1 .0, stats[0].2 .0);
+            let (nat_us, nat_tp, nat_cpu) = (stats[2].0 .0, stats[2].1 .0, stats[2].2 .0);
             let _ = writeln!(md, "## {ids_name}, pipeline depth {depth}\n");
-            let _ = writeln!(md, "| variant | server µs/job | jobs/s | server time vs Lua | vs native | throughput vs Lua | vs native |");
-            let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+            let _ = writeln!(md, "| variant | commandstats µs/job | vs Lua | vs native | main-thread CPU µs/job | vs Lua | vs native | jobs/s | vs Lua | vs native |");
+            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
             for (v, variant) in variants.iter().enumerate() {
-                let ((us, us_lo, us_hi), (tp, tp_lo, tp_hi)) = stats[v];
+                let ((us, us_lo, us_hi), (tp, tp_lo, tp_hi), (cpu, cpu_lo, cpu_hi)) = stats[v];
                 let _ = writeln!(
                     md,
-                    "| {} | {us:.2} ({us_lo:.2}–{us_hi:.2}) | {tp:.0} ({tp_lo:.0}–{tp_hi:.0}) | {:.2}× | {:.2}× | {:.2}× | {:.2}× |",
+                    "| {} | {us:.2} ({us_lo:.2}–{us_hi:.2}) | {:.2}× | {:.2}× | {cpu:.2} ({cpu_lo:.2}–{cpu_hi:.2}) | {:.2}× | {:.2}× | {tp:.0} ({tp_lo:.0}–{tp_hi:.0}) | {:.2}× | {:.2}× |",
                     variant.name(),
                     us / lua_us,
                     us / nat_us,
+                    cpu / lua_cpu,
+                    cpu / nat_cpu,
                     tp / lua_tp,
                     tp / nat_tp,
                 );

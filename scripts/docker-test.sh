@@ -33,5 +33,13 @@ for ((i = 0; i < 300; i++)); do
 done
 code="$(docker inspect --format '{{.State.ExitCode}}' "$creator")"
 [ "$code" = 0 ] || { docker logs "$creator" >&2; echo "docker-test: cluster create failed" >&2; exit 1; }
+# Every node agrees the cluster is up before the tests start (gossip takes a moment).
+for port in 7001 7002 7003 7004 7005 7006; do
+  for ((i = 0; i < 300; i++)); do
+    valkey-cli -p "$port" CLUSTER INFO 2>/dev/null | grep -q '^cluster_state:ok' && break
+    sleep 0.2
+  done
+  valkey-cli -p "$port" CLUSTER INFO | grep -q '^cluster_state:ok' || { echo "docker-test: node $port never saw the cluster up" >&2; exit 1; }
+done
 ECHOMQ_CLUSTER_PORTS=7001,7002,7003,7004,7005,7006 cargo test --test docker_cluster -- --ignored
 echo "docker-test: passed"

@@ -25,15 +25,25 @@ fn conn(port: u16) -> Connection {
 
 /// The port of the primary that owns `slot`, from CLUSTER SLOTS.
 fn owner(port: u16, slot: i64) -> u16 {
-    let slots: Vec<(i64, i64, (String, u16))> = cmd("CLUSTER")
+    // Each range: [start, end, [ip, port, id, ...] (the primary), replicas...].
+    let ranges: Vec<Vec<redis::Value>> = cmd("CLUSTER")
         .arg("SLOTS")
         .query(&mut conn(port))
         .expect("slots");
-    slots
-        .into_iter()
-        .find(|(a, b, _)| (*a..=*b).contains(&slot))
-        .map(|(_, _, (_, p))| p)
-        .expect("owner")
+    ranges
+        .iter()
+        .find_map(|r| match (r.first(), r.get(1), r.get(2)) {
+            (
+                Some(redis::Value::Int(a)),
+                Some(redis::Value::Int(b)),
+                Some(redis::Value::Array(node)),
+            ) if (*a..=*b).contains(&slot) => match node.get(1) {
+                Some(redis::Value::Int(p)) => u16::try_from(*p).ok(),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("an owner for the slot")
 }
 
 #[test]
