@@ -7,7 +7,7 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 cargo test --test cluster --test persistence -- --nocapture --test-threads=1 2>&1 | tee "$log" | grep -E "^test |test result" || true
 grep -q "test result: ok" "$log" || { echo "reliability: the fault tests failed" >&2; exit 1; }
-field() { grep "^RELIABILITY $1 " "$log" | tail -1 | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+field() { grep -o "RELIABILITY $1 .*" "$log" | tail -1 | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 {
   echo "# EchoMQ reliability figures"
   echo
@@ -22,6 +22,10 @@ field() { grep "^RELIABILITY $1 " "$log" | tail -1 | tr ' ' '\n' | sed -n "s/^$2
   a=$(field aof-kill-9 acknowledged); f=$(field aof-kill-9 found)
   echo "| \`kill -9\` of a single node with \`appendfsync always\`, restarted | \`EMQ.ENQUEUE\` in a loop | $(field aof-kill-9 tried) | $a | $f | $((a - f)) |"
   echo
+  if [ -f target/valgrind/summary.txt ]; then
+    echo "Memory: $(cat target/valgrind/summary.txt)"
+    echo
+  fi
   echo "Also asserted by the same suites: an RDB snapshot and an AOF rewrite reload to the same \`DEBUG DIGEST\`; an AOF written with the module replays on a server without it; replicas with and without the module reach the primary's digest (\`tests/replication.rs\`)."
 } > docs/reliability.md
 cat docs/reliability.md
