@@ -19,7 +19,7 @@ use valkey_module::alloc::ValkeyAlloc;
 
 use valkey_module::{raw, Context, Status};
 
-use register::{Arg, ArgKind::Integer as Int, ArgKind::String as Str, Command};
+use register::{Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command};
 
 const ACL_CATEGORY: &std::ffi::CStr = c"emq";
 
@@ -48,7 +48,13 @@ const COMMANDS: &[Command] = &[
         routes_by_queue: true,
         summary: c"Enqueue many jobs in one atomic step; one 1/0 (or minted id) per job",
         complexity: c"O(M*log(N)) with M jobs and N pending jobs",
-        args: &[Arg::required(c"queue", Str), Arg::multiple(c"job", Str)],
+        args: &[
+            Arg::required(c"queue", Str),
+            Arg::multiple(
+                c"job",
+                Block(&[Arg::required(c"id", Str), Arg::required(c"payload", Str)]),
+            ),
+        ],
     },
     Command {
         name: c"emq.claim",

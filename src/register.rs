@@ -17,6 +17,8 @@ pub type Callback =
 pub enum ArgKind {
     String,
     Integer,
+    /// A group of arguments that go together (`id payload`).
+    Block(&'static [Arg]),
 }
 
 pub struct Arg {
@@ -133,6 +135,7 @@ fn doc_arg(arg: &Arg) -> raw::RedisModuleCommandArg {
     out.type_ = match arg.kind {
         ArgKind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
         ArgKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+        ArgKind::Block(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
     };
     out.key_spec_index = -1;
     if let Some(token) = arg.token {
@@ -211,7 +214,32 @@ fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> Result<(), &
     }
     // SAFETY: the zeroed spec terminates the list.
     key_specs.push(unsafe { std::mem::zeroed() });
-    let mut args: Vec<raw::RedisModuleCommandArg> = cmd.args.iter().map(doc_arg).collect();
+    // A block's members, each list zero-terminated; kept alive until the server has copied them.
+    let mut blocks: Vec<Vec<raw::RedisModuleCommandArg>> = cmd
+        .args
+        .iter()
+        .map(|a| match a.kind {
+            ArgKind::Block(members) => members
+                .iter()
+                .map(doc_arg)
+                // SAFETY: the zeroed arg terminates the list.
+                .chain(std::iter::once(unsafe { std::mem::zeroed() }))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let mut args: Vec<raw::RedisModuleCommandArg> = cmd
+        .args
+        .iter()
+        .zip(blocks.iter_mut())
+        .map(|(a, members)| {
+            let mut doc = doc_arg(a);
+            if !members.is_empty() {
+                doc.subargs = members.as_mut_ptr();
+            }
+            doc
+        })
+        .collect();
     // SAFETY: the zeroed arg terminates the list.
     args.push(unsafe { std::mem::zeroed() });
     let info = raw::RedisModuleCommandInfo {
