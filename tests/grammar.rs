@@ -189,11 +189,20 @@ fn command_docs_describe_every_command() {
         ("emq.slot", vec!["key"]),
         ("emq.decode", vec!["key"]),
         ("emq.version", vec![]),
-        ("emq.menqueue", vec!["queue", "job", "id", "payload", "block"]),
-        ("emq.claim", vec!["queue", "count", "lease", "block", "COUNT"]),
+        (
+            "emq.menqueue",
+            vec!["queue", "job", "id", "payload", "block"],
+        ),
+        (
+            "emq.claim",
+            vec!["queue", "count", "lease", "block", "COUNT"],
+        ),
         ("emq.renew", vec!["queue", "id", "token", "ms"]),
         ("emq.ack", vec!["queue", "id", "token"]),
-        ("emq.fail", vec!["queue", "id", "token", "error", "retry-in", "RETRY-IN"]),
+        (
+            "emq.fail",
+            vec!["queue", "id", "token", "error", "retry-in", "RETRY-IN"],
+        ),
         ("emq.cancel", vec!["queue", "id"]),
         ("emq.requeue", vec!["queue", "id"]),
         ("emq.stats", vec!["queue"]),

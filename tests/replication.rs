@@ -271,3 +271,63 @@ fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
         .expect("replica info");
     assert_eq!(promoted, 0, "the replica's timer never writes");
 }
+
+#[test]
+fn delayed_jobs_and_leases_replicate_as_absolute_times() {
+    let server = Server::start(
+        Options::default()
+            .arg("appendonly", "yes")
+            .arg("appendfsync", "always"),
+    );
+    let mut con = server.conn();
+    let q = unique_queue("abs");
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg("later")
+        .arg("DELAY")
+        .arg(60_000)
+        .query(&mut con)
+        .expect("delayed");
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(2))
+        .arg("now")
+        .query(&mut con)
+        .expect("enqueue");
+    let _: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
+        .arg(&q)
+        .arg("LEASE")
+        .arg(60_000)
+        .query(&mut con)
+        .expect("claim");
+    let due: f64 = cmd("ZSCORE")
+        .arg(format!("emq:{{{q}}}:schedule"))
+        .arg(job_id(1))
+        .query(&mut con)
+        .expect("due");
+    let deadline: f64 = cmd("ZSCORE")
+        .arg(format!("emq:{{{q}}}:active"))
+        .arg(job_id(2))
+        .query(&mut con)
+        .expect("deadline");
+    let words = aof_words(&server);
+    let zadd_score = |set: &str| {
+        let key = format!("emq:{{{q}}}:{set}");
+        words
+            .windows(3)
+            .find(|w| w[0] == "ZADD" && w[1] == key)
+            .map(|w| w[2].parse::<f64>().expect("a number"))
+    };
+    assert_eq!(
+        zadd_score("schedule"),
+        Some(due),
+        "the due time, not the delay"
+    );
+    assert_eq!(
+        zadd_score("active"),
+        Some(deadline),
+        "the deadline, not the lease"
+    );
+    assert!(due > 1.7e12 && deadline > 1.7e12, "unix milliseconds");
+}
