@@ -223,6 +223,11 @@ impl Due {
         self.scheduled.is_empty() && self.expired.is_empty()
     }
 
+    /// Whether a set gave all `budget` members it could: more may be due.
+    pub fn is_full(&self, budget: usize) -> bool {
+        self.scheduled.len() >= budget || self.expired.len() >= budget
+    }
+
     /// Moves due scheduled jobs to pending; expired leases to pending, or to dead when their
     /// attempts are spent. Members without a row are dropped. Returns how many became pending.
     pub fn promote(&self, ctx: &Context, sets: &Sets<'_>, now: i64) -> Result<usize, EmqError> {
@@ -307,6 +312,21 @@ pub fn set_state(
         }
         None => hset(ctx, row, &[(words.state, value)]),
     }
+}
+
+/// The earliest due time or lease deadline of the queue (unix ms), if it has any.
+pub fn next_due(sets: &Sets<'_>) -> Result<Option<i64>, EmqError> {
+    let first = |set: &Key<'_>| -> Result<Option<f64>, EmqError> {
+        Ok(set
+            .zrange_by_score(f64::NEG_INFINITY, f64::INFINITY, 1)?
+            .first()
+            .map(|(_, s)| *s))
+    };
+    let earliest = match (first(&sets.schedule)?, first(&sets.active)?) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(earliest.map(|at| at as i64))
 }
 
 /// A job handed to a worker by `EMQ.CLAIM`.

@@ -13,7 +13,7 @@
 //! - A write to a `pending` set signals the key ready, which wakes blocked `EMQ.CLAIM`
 //!   callers: a ZADD to an existing zset does not do that by itself.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
@@ -32,9 +32,13 @@ use crate::store::{self, OwnedString};
 pub const TICK_MS: i64 = 10;
 /// Most queues one tick visits; the rest wait for the next tick, in turn.
 const QUEUES_PER_TICK: usize = 256;
+/// How soon a queue whose slot is migrating is looked at again.
+const RETRY_MIGRATING_MS: i64 = 100;
 
-/// Queues with scheduled or active jobs, as (db, queue name).
-static WATCHED: Mutex<BTreeSet<(i32, Vec<u8>)>> = Mutex::new(BTreeSet::new());
+/// Queues with scheduled or active jobs, as (db, queue name), each with the unix ms before
+/// which a visit would find nothing due (0: visit at the next tick). Any write to the queue's
+/// `schedule` or `active` set resets it to 0, so an earlier due time is never missed.
+static WATCHED: Mutex<BTreeMap<(i32, Vec<u8>), i64>> = Mutex::new(BTreeMap::new());
 /// Where the last tick stopped, so every watched queue gets its turn.
 static CURSOR: Mutex<Option<(i32, Vec<u8>)>> = Mutex::new(None);
 static TIMER: AtomicU64 = AtomicU64::new(0);
@@ -42,7 +46,7 @@ static RUNNING: AtomicBool = AtomicBool::new(false);
 /// A context owned by this module, for stopping the timer from the command filter.
 static MODULE_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
 
-fn watched() -> std::sync::MutexGuard<'static, BTreeSet<(i32, Vec<u8>)>> {
+fn watched() -> std::sync::MutexGuard<'static, BTreeMap<(i32, Vec<u8>), i64>> {
     WATCHED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -77,7 +81,7 @@ fn observe(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
     if let Some(Decoded::Queue { queue, ty, .. }) = decode(name) {
         match ty {
             KeyType::Schedule | KeyType::Active => {
-                watched().insert((selected_db(ctx), queue.as_bytes().to_vec()));
+                watched().insert((selected_db(ctx), queue.as_bytes().to_vec()), 0);
             }
             KeyType::Pending => {
                 if let Some(signal) = unsafe { raw::RedisModule_SignalKeyAsReady } {
@@ -114,7 +118,7 @@ unsafe extern "C" fn on_scanned_key(
             ..
         }) = decode(name)
         {
-            watched().insert((selected_db(ctx), queue.as_bytes().to_vec()));
+            watched().insert((selected_db(ctx), queue.as_bytes().to_vec()), 0);
         }
     });
 }
@@ -288,33 +292,41 @@ unsafe extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
     arm(ctx);
 }
 
-/// The next queues to visit, in turn after the last one visited.
-fn next_batch() -> Vec<(i32, Vec<u8>)> {
-    let set = watched();
+/// The next queues with something due, in turn after the last one visited.
+fn next_batch(now: i64) -> Vec<(i32, Vec<u8>)> {
+    let map = watched();
     let mut cursor = CURSOR.lock().unwrap_or_else(|p| p.into_inner());
-    let mut batch: Vec<_> = match cursor.as_ref() {
-        Some(after) => set
-            .range::<(i32, Vec<u8>), _>((
-                std::ops::Bound::Excluded(after),
-                std::ops::Bound::Unbounded,
-            ))
+    let due = |(k, at): (&(i32, Vec<u8>), &i64)| (*at <= now).then(|| k.clone());
+    let after = match cursor.as_ref() {
+        Some(c) => map
+            .range::<(i32, Vec<u8>), _>((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded))
+            .filter_map(due)
             .take(QUEUES_PER_TICK)
-            .cloned()
             .collect(),
         None => Vec::new(),
     };
+    let mut batch: Vec<_> = after;
     if batch.len() < QUEUES_PER_TICK {
         let room = QUEUES_PER_TICK - batch.len();
-        let wrap: Vec<_> = set
+        let first = batch.first().cloned();
+        let wrapped: Vec<_> = map
             .iter()
+            .filter_map(due)
+            .take_while(|k| Some(k) != first.as_ref())
             .take(room)
-            .filter(|q| !batch.contains(q))
-            .cloned()
             .collect();
-        batch.extend(wrap);
+        batch.extend(wrapped);
     }
     *cursor = batch.last().cloned();
     batch
+}
+
+/// What one visit found.
+enum Visit {
+    /// Nothing scheduled or active any more: stop watching.
+    Forget,
+    /// `moved` jobs promoted; look again at `next` (unix ms).
+    Done { moved: usize, next: i64 },
 }
 
 fn tick(ctx: &Context) {
@@ -326,15 +338,19 @@ fn tick(ctx: &Context) {
     }
     let now = server::now_ms() as i64;
     let original = selected_db(ctx.ctx);
-    for (db, name) in next_batch() {
-        if !select_db(ctx.ctx, db) {
-            watched().remove(&(db, name));
-            continue;
-        }
-        match promote(ctx, &name, now) {
-            Ok(Some(moved)) => metrics::count(&metrics::PROMOTED, moved as u64),
-            Ok(None) | Err(_) => {
+    for (db, name) in next_batch(now) {
+        let visit = if select_db(ctx.ctx, db) {
+            promote(ctx, &name, now).unwrap_or(Visit::Forget)
+        } else {
+            Visit::Forget
+        };
+        match visit {
+            Visit::Forget => {
                 watched().remove(&(db, name));
+            }
+            Visit::Done { moved, next } => {
+                metrics::count(&metrics::PROMOTED, moved as u64);
+                watched().insert((db, name), next);
             }
         }
     }
@@ -349,25 +365,31 @@ fn avoid_replica_traffic() -> bool {
     }
 }
 
-/// Promotes what is due on one queue. `None` when the queue has nothing left to watch.
-fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Option<usize>, crate::error::EmqError> {
+/// Promotes what is due on one queue and says when to look again.
+fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Visit, crate::error::EmqError> {
     let Some(queue) = Queue::parse(name) else {
-        return Ok(None);
+        return Ok(Visit::Forget);
     };
     if cluster::check_stable(queue).is_err() {
         // Keys in flight between nodes: leave them be until the migration settles.
-        return Ok(Some(0));
+        return Ok(Visit::Done {
+            moved: 0,
+            next: now + RETRY_MIGRATING_MS,
+        });
     }
     let keys = QueueKeys::new(ctx, queue)?;
     let sets = Sets::open(ctx, &keys)?;
-    if sets.schedule.is_empty() && sets.active.is_empty() {
-        return Ok(None);
-    }
     let due = Due::find(ctx, queue, &sets, now, lifecycle::PROMOTE_BUDGET)?;
-    if due.is_empty() {
-        return Ok(Some(0));
-    }
     let rows: Vec<&OwnedString> = due.rows().collect();
     check_row_types(ctx, &rows)?;
-    due.promote(ctx, &sets, now).map(Some)
+    let moved = due.promote(ctx, &sets, now)?;
+    let next = if due.is_full(lifecycle::PROMOTE_BUDGET) {
+        now // more was due than one visit moves
+    } else {
+        match lifecycle::next_due(&sets)? {
+            Some(at) => at,
+            None => return Ok(Visit::Forget),
+        }
+    };
+    Ok(Visit::Done { moved, next })
 }

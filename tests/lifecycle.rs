@@ -692,3 +692,63 @@ fn every_job_ends_done_or_dead_exactly_once_under_concurrency() {
         assert_eq!(st, expected, "row state of job {}", i + 1);
     }
 }
+
+#[test]
+fn an_earlier_due_time_written_later_is_not_missed() {
+    // The timer looks at a queue again at its earliest due time; a later write of an earlier
+    // one (by this module or by any other writer) must bring that visit forward.
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("earlier");
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg("far")
+        .arg("DELAY")
+        .arg(600_000)
+        .query(&mut con)
+        .expect("far");
+    thread::sleep(Duration::from_millis(50)); // the timer has seen the queue and its far due time
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(2))
+        .arg("soon")
+        .arg("DELAY")
+        .arg(100)
+        .query(&mut con)
+        .expect("soon");
+    assert!(
+        wait_until(Duration::from_secs(5), || stats(&mut con, &q)["pending"]
+            == 1),
+        "the module's own write"
+    );
+
+    // A plain writer (a Lua speaker, say) schedules a job for right now.
+    let id = job_id(3);
+    cmd("HSET")
+        .arg(format!("emq:{{{q}}}:job:{id}"))
+        .arg("state")
+        .arg("scheduled")
+        .arg("attempts")
+        .arg("0")
+        .arg("payload")
+        .arg("foreign")
+        .query::<i64>(&mut con)
+        .expect("row");
+    cmd("ZADD")
+        .arg(format!("emq:{{{q}}}:schedule"))
+        .arg(now_ms())
+        .arg(&id)
+        .query::<i64>(&mut con)
+        .expect("zadd");
+    assert!(
+        wait_until(Duration::from_secs(5), || stats(&mut con, &q)["pending"]
+            == 2),
+        "a foreign write"
+    );
+    assert_eq!(
+        stats(&mut con, &q)["scheduled"],
+        1,
+        "the far job still waits"
+    );
+}
