@@ -11,7 +11,7 @@ CARGO  ?= cargo
 MODULE := target/release/libechomq.so
 VALKEY_SERVER ?= valkey-server
 
-.PHONY: all deps build run test test-redis7 test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability
+.PHONY: all deps build run test test-redis7 test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability compose
 
 all: build
 
@@ -69,13 +69,16 @@ docker-image: build
 	fi; \
 	docker build -q -f docker/Dockerfile --build-arg VALKEY_IMAGE="$$base" -t echomq:dev .
 
-docker-up: docker-image
+compose:
+	@bash scripts/install-deps.sh --with-compose
+
+docker-up: docker-image compose
 	$(COMPOSE) up -d
 
-docker-down:
+docker-down: compose
 	$(COMPOSE) --profile cluster down -v --remove-orphans
 
-docker-test: docker-image
+docker-test: docker-image compose
 	$(CARGO) build --examples
 	bash scripts/docker-test.sh
 

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # Installs what EchoMQ needs to build and test: libclang-dev (bindgen), valkey-server and
-# valkey-tools, and (optionally) redis-server for the Redis 7 compatibility tier.
+# valkey-tools, python3-redis (the Python example worker), and on request redis-server
+# (--with-redis, the Redis 7 tier) and docker-compose (--with-compose, the docker tier).
 # Idempotent: does nothing when everything is already present.
 set -euo pipefail
 
 want_redis=0
-[ "${1:-}" = "--with-redis" ] && want_redis=1
+want_compose=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-redis) want_redis=1 ;;
+    --with-compose) want_compose=1 ;;
+  esac
+done
 
 # bindgen needs libclang itself (libclang.so), not just the C++ interface library.
 have_clang() {
@@ -24,6 +31,7 @@ have_clang || missing+=(libclang-dev)
 have_valkey || missing+=(valkey-server)
 have_pyredis || missing+=(python3-redis)
 [ $want_redis = 1 ] && ! have_redis && missing+=(redis-server)
+[ $want_compose = 1 ] && ! command -v docker-compose >/dev/null 2>&1 && missing+=(docker-compose)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then
