@@ -6,9 +6,13 @@
 //! commands, EchoMQ answers `TRYAGAIN` to writes for a slot in migration on this node, and its
 //! timer leaves such slots alone. Clients retry; the migration of one slot takes moments.
 //!
-//! The state is learned at once from `CLUSTER SETSLOT` (a command filter sees it before it
-//! runs) and reconciled every second from `CLUSTER NODES`, which also covers a restart in the
-//! middle of a migration.
+//! A slot is marked as soon as `CLUSTER SETSLOT <slot> IMPORTING|MIGRATING` arrives (a command
+//! filter sees it before it runs; the command itself may then wait for replicas before the
+//! server shows the new state). Every second `CLUSTER NODES` is read again: it marks what it
+//! shows (which also covers a restart in the middle of a migration) and settles a slot once it
+//! no longer shows it, but never within [`GRACE_MS`] of a `SETSLOT` mark, so a reading taken
+//! while that command waits cannot unmark the slot early. Settling late only means a few more
+//! `TRYAGAIN`s; settling early could lose jobs.
 
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,8 +27,12 @@ use crate::server::string_bytes;
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static IN_MIGRATION: [AtomicBool; SLOTS as usize] =
     [const { AtomicBool::new(false) }; SLOTS as usize];
+/// When `CLUSTER SETSLOT` last marked each slot (unix ms).
+static MARKED_AT: [AtomicU64; SLOTS as usize] = [const { AtomicU64::new(0) }; SLOTS as usize];
 static LAST_RECONCILE_MS: AtomicU64 = AtomicU64::new(0);
 const RECONCILE_EVERY_MS: u64 = 1000;
+/// How long a `SETSLOT` mark holds against a `CLUSTER NODES` reading that does not show it.
+pub const GRACE_MS: u64 = 10_000;
 
 /// Whether this server runs in cluster mode (learned at load).
 pub fn enabled() -> bool {
@@ -81,13 +89,30 @@ pub fn observe_command(args: &[&[u8]]) {
     let Some(slot) = parse_slot(args[2]) else {
         return;
     };
-    let migrating =
-        args[3].eq_ignore_ascii_case(b"IMPORTING") || args[3].eq_ignore_ascii_case(b"MIGRATING");
-    let settled = args[3].eq_ignore_ascii_case(b"NODE") || args[3].eq_ignore_ascii_case(b"STABLE");
-    if migrating {
-        IN_MIGRATION[usize::from(slot)].store(true, Ordering::Relaxed);
-    } else if settled {
-        IN_MIGRATION[usize::from(slot)].store(false, Ordering::Relaxed);
+    if args[3].eq_ignore_ascii_case(b"IMPORTING") || args[3].eq_ignore_ascii_case(b"MIGRATING") {
+        MARKED_AT[usize::from(slot)].store(crate::server::now_ms(), Ordering::Relaxed);
+        set(slot, true, "CLUSTER SETSLOT");
+    } else if args[3].eq_ignore_ascii_case(b"NODE") || args[3].eq_ignore_ascii_case(b"STABLE") {
+        // Settled by `reconcile` once the server shows it (the command may still be waiting
+        // for replicas): no grace to wait out.
+        MARKED_AT[usize::from(slot)].store(0, Ordering::Relaxed);
+    }
+}
+
+/// Records a slot's state, and says so in the server log when it changes.
+fn set(slot: u16, migrating: bool, why: &str) {
+    let was = IN_MIGRATION[usize::from(slot)].swap(migrating, Ordering::Relaxed);
+    if was != migrating {
+        let state = if migrating {
+            "is migrating: writes to its queues answer TRYAGAIN"
+        } else {
+            "is settled"
+        };
+        crate::server::log(
+            crate::scheduler::module_ctx(),
+            c"notice",
+            &format!("EchoMQ: slot {slot} {state} ({why})"),
+        );
     }
 }
 
@@ -123,12 +148,19 @@ pub fn reconcile(ctx: &Context, now_ms: u64) {
         Ok(ValkeyValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
         _ => return,
     };
-    let mut now = vec![false; SLOTS as usize];
+    let mut shown = vec![false; SLOTS as usize];
     for s in migrating_slots(&text) {
-        now[usize::from(s)] = true;
+        shown[usize::from(s)] = true;
     }
-    for (flag, on) in IN_MIGRATION.iter().zip(now) {
-        flag.store(on, Ordering::Relaxed);
+    for (slot, shown) in (0..SLOTS).zip(shown) {
+        let i = usize::from(slot);
+        if shown {
+            set(slot, true, "CLUSTER NODES");
+        } else if IN_MIGRATION[i].load(Ordering::Relaxed)
+            && now_ms.saturating_sub(MARKED_AT[i].load(Ordering::Relaxed)) >= GRACE_MS
+        {
+            set(slot, false, "CLUSTER NODES");
+        }
     }
 }
 

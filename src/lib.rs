@@ -197,7 +197,11 @@ fn init(ctx: &Context) -> Status {
     match load(ctx) {
         Ok(()) => Status::Ok,
         Err(e) => {
-            ctx.log_warning(&format!("EchoMQ: refusing to load: {e}"));
+            server::log(
+                ctx.ctx,
+                c"warning",
+                &format!("EchoMQ: refusing to load: {e}"),
+            );
             // Undo what was set up; the server discards the rest of a failed load.
             scheduler::stop(ctx);
             store::free_words();

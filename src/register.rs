@@ -158,10 +158,18 @@ pub fn acl_category(ctx: &Context, name: &CStr) {
         // SAFETY: called from OnLoad with a NUL-terminated name.
         Some(add) => {
             if unsafe { add(ctx.ctx, name.as_ptr()) } != raw::REDISMODULE_OK as c_int {
-                ctx.log_warning("EchoMQ: could not add the emq ACL category");
+                crate::server::log(
+                    ctx.ctx,
+                    c"warning",
+                    "EchoMQ: could not add the emq ACL category",
+                );
             }
         }
-        None => ctx.log_notice("EchoMQ: this server has no module ACL categories; skipping @emq"),
+        None => crate::server::log(
+            ctx.ctx,
+            c"notice",
+            "EchoMQ: this server has no module ACL categories; skipping @emq",
+        ),
     }
 }
 

@@ -213,6 +213,12 @@ pub fn start(ctx: &Context) -> Result<(), String> {
     Ok(())
 }
 
+/// A context of this module for code that runs without one (the command filter), or null
+/// before load.
+pub(crate) fn module_ctx() -> *mut raw::RedisModuleCtx {
+    MODULE_CTX.load(Ordering::SeqCst)
+}
+
 /// Stops the timer, if armed, through a context of this module.
 fn disarm(ctx: *mut raw::RedisModuleCtx) {
     let id = TIMER.swap(0, Ordering::SeqCst);

@@ -131,7 +131,11 @@ fn guarded(
             Some(Err(err)) => {
                 if err == EmqError::Internal {
                     let name = String::from_utf8_lossy(args.bytes(0));
-                    context.log_warning(&format!("EchoMQ: {name} hit an internal error"));
+                    log(
+                        ctx,
+                        c"warning",
+                        &format!("EchoMQ: {name} hit an internal error"),
+                    );
                 }
                 metrics::refused(&err);
                 reply_error(ctx, &err);
@@ -144,7 +148,11 @@ fn guarded(
         Ok(false) => raw::REDISMODULE_ERR as c_int,
         Err(_) => {
             let _ = catch_unwind(|| {
-                Context::new(ctx).log_warning("EchoMQ: a handler panicked; replied with an error");
+                log(
+                    ctx,
+                    c"warning",
+                    "EchoMQ: a handler panicked; replied with an error",
+                );
                 metrics::refused(&EmqError::Internal);
                 reply_error(ctx, &EmqError::Internal);
             });
@@ -227,4 +235,15 @@ pub fn now_ms() -> u64 {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0),
     }
+}
+
+/// Writes `message` to the server log at `level` (`notice`, `warning`, ...). The message is an
+/// argument of a `%s` format, never a format itself. `ctx` may be null (no module prefix).
+pub(crate) fn log(ctx: *mut raw::RedisModuleCtx, level: &std::ffi::CStr, message: &str) {
+    let Some(log) = (unsafe { raw::RedisModule_Log }) else {
+        return;
+    };
+    let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    // SAFETY: NUL-terminated strings; "%s" takes exactly one string argument.
+    unsafe { log(ctx, level.as_ptr(), c"%s".as_ptr(), text.as_ptr()) };
 }

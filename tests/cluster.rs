@@ -239,7 +239,7 @@ fn resharding_a_busy_queue_loses_and_duplicates_nothing() {
         let keys: Vec<String> = cmd("CLUSTER")
             .arg("GETKEYSINSLOT")
             .arg(slot)
-            .arg(10)
+            .arg(50)
             .query(&mut src)
             .expect("keys");
         if keys.is_empty() {
@@ -255,11 +255,18 @@ fn resharding_a_busy_queue_loses_and_duplicates_nothing() {
         for k in &keys {
             m.arg(k);
         }
-        let _: Value = m
-            .query(&mut src)
-            .expect("MIGRATE without REPLACE: no key collides");
+        if let Err(e) = m.query::<Value>(&mut src) {
+            // A collision means a write reached the importing node before the keys did.
+            let log = std::fs::read_to_string(&cluster.node(to.port).log).unwrap_or_default();
+            let slot_lines: Vec<&str> = log.lines().filter(|l| l.contains("slot")).collect();
+            panic!(
+                "MIGRATE of {keys:?} collided: {e}\n{}",
+                slot_lines.join("\n")
+            );
+        }
         moved += keys.len();
-        thread::sleep(Duration::from_millis(20));
+        // Let the load run between batches: the migration happens under it.
+        thread::sleep(Duration::from_millis(10));
     }
     for node in &cluster.topology() {
         if node.primary {
