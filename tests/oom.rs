@@ -65,7 +65,7 @@ fn every_lifecycle_write_is_refused_under_maxmemory() {
     let before: String = cmd("DEBUG")
         .arg("DIGEST")
         .query(&mut con)
-        .unwrap_or_default();
+        .expect("DEBUG DIGEST");
     let _: () = cmd("CONFIG")
         .arg("SET")
         .arg("maxmemory")
@@ -107,6 +107,6 @@ fn every_lifecycle_write_is_refused_under_maxmemory() {
     let after: String = cmd("DEBUG")
         .arg("DIGEST")
         .query(&mut con)
-        .unwrap_or_default();
+        .expect("DEBUG DIGEST");
     assert_eq!(before, after, "nothing was written");
 }
