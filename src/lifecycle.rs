@@ -128,8 +128,44 @@ pub fn check_row_types(ctx: &Context, rows: &[&OwnedString]) -> Result<(), EmqEr
 pub fn zadd(ctx: &Context, set: &Key<'_>, score: i64, member: Str<'_>) -> Result<(), EmqError> {
     set.zadd(score as f64, member)?;
     store::notify(ctx, store::NOTIFY_ZSET, c"zadd", set.name());
-    let score = OwnedString::from_i64(ctx, score)?;
-    store::replicate(ctx, c"ZADD", &[set.name().as_str(), score.as_str(), member]);
+    // Pending scores are always 0: no string to make for those.
+    let text = match score {
+        0 => None,
+        n => Some(OwnedString::from_i64(ctx, n)?),
+    };
+    let score = text
+        .as_ref()
+        .map_or(store::words()?.zero, OwnedString::as_str);
+    store::replicate(ctx, c"ZADD", &[set.name().as_str(), score, member]);
+    Ok(())
+}
+
+/// Writes a new job row as SPEC §1.2 and the reference script have it (`state`,
+/// `attempts 0`, `payload`, in that order), with its `hset` event and replicated `HSET`.
+pub fn write_row(
+    ctx: &Context,
+    row: &Key<'_>,
+    state: State,
+    payload: Str<'_>,
+) -> Result<(), EmqError> {
+    let words = store::words()?;
+    let (state, attempts, payload) = (
+        (words.state, state.word(words)),
+        (words.attempts, words.zero),
+        (words.payload, payload),
+    );
+    row.hash_set3([state, attempts, payload])?;
+    store::notify(ctx, store::NOTIFY_HASH, c"hset", row.name());
+    let args = [
+        row.name().as_str(),
+        state.0,
+        state.1,
+        attempts.0,
+        attempts.1,
+        payload.0,
+        payload.1,
+    ];
+    store::replicate(ctx, c"HSET", &args);
     Ok(())
 }
 

@@ -326,7 +326,7 @@ impl<'n> Key<'n> {
         }
     }
 
-    /// Sets hash fields in the given order (C-string names, server-string values).
+    /// Sets three hash fields in the given order, in one call.
     pub fn hash_set3(&self, fields: [(Str<'_>, Str<'_>); 3]) -> Result<(), EmqError> {
         let hset = unsafe { raw::RedisModule_HashSet }.ok_or(EmqError::Internal)?;
         let [(f1, v1), (f2, v2), (f3, v3)] = fields;
@@ -454,28 +454,6 @@ pub fn notify(ctx: &Context, class: c_int, event: &CStr, key: &OwnedString) {
 pub const NOTIFY_HASH: c_int = raw::REDISMODULE_NOTIFY_HASH;
 pub const NOTIFY_ZSET: c_int = raw::REDISMODULE_NOTIFY_ZSET;
 pub const NOTIFY_GENERIC: c_int = raw::REDISMODULE_NOTIFY_GENERIC;
-
-/// Replicates `HSET row f1 v1 f2 v2 f3 v3` to replicas and the AOF.
-pub fn replicate_hset3(ctx: &Context, row: &OwnedString, fields: [(Str<'_>, Str<'_>); 3]) {
-    if let Some(rep) = unsafe { raw::RedisModule_Replicate } {
-        let [(f1, v1), (f2, v2), (f3, v3)] = fields;
-        // SAFETY: format "sssssss" matches the arguments.
-        unsafe {
-            rep(
-                ctx.ctx,
-                c"HSET".as_ptr(),
-                c"sssssss".as_ptr(),
-                row.as_ptr(),
-                f1.as_ptr(),
-                v1.as_ptr(),
-                f2.as_ptr(),
-                v2.as_ptr(),
-                f3.as_ptr(),
-                v3.as_ptr(),
-            )
-        };
-    }
-}
 
 /// Replicates `cmd args...` to replicas and the AOF. Several calls within one command (or
 /// timer tick) reach them as one MULTI/EXEC.

@@ -12,7 +12,7 @@ use crate::cluster;
 use crate::config;
 use crate::error::EmqError;
 use crate::grammar::{BrandedId, KeyBuf, KeyType, Minter, Queue};
-use crate::lifecycle::State;
+use crate::lifecycle::{self, State};
 use crate::metrics;
 use crate::server::{self, Args, CommandResult, Reply};
 use crate::store::{self, Holds, Key, OwnedString, Str};
@@ -147,7 +147,6 @@ fn enqueue_one(
     let set = Key::open(ctx, set_name)?;
     set.expect_zset()?;
 
-    let words = store::words()?;
     let (state, score) = match placement {
         Placement::Ready => (State::Pending, 0),
         Placement::Due(at) => (State::Scheduled, at),
@@ -162,30 +161,10 @@ fn enqueue_one(
             minted.as_str()
         }
     };
-    let score_text = match placement {
-        Placement::Ready => None,
-        Placement::Due(_) => Some(OwnedString::from_i64(ctx, score)?),
-    };
-    let fields = [
-        (words.state, state.word(words)),
-        (words.attempts, words.zero),
-        (words.payload, payload),
-    ];
-    // Each write is followed by its event, in the order the native HSET and ZADD fire them.
-    // The zadd event also wakes claimers blocked on the pending set (see `scheduler`).
-    row.hash_set3(fields)?;
-    store::notify(ctx, store::NOTIFY_HASH, c"hset", &row_name);
-    set.zadd(score as f64, member)?;
-    store::notify(ctx, store::NOTIFY_ZSET, c"zadd", set_name);
-    store::replicate_hset3(ctx, &row_name, fields);
-    store::replicate(
-        ctx,
-        c"ZADD",
-        &[
-            set_name.as_str(),
-            score_text.as_ref().map_or(words.zero, OwnedString::as_str),
-            member,
-        ],
-    );
+    // The row, then the set, each with its event and effect, in the order the reference
+    // script's HSET and ZADD run. The zadd event also wakes claimers blocked on the pending
+    // set (see `scheduler`).
+    lifecycle::write_row(ctx, &row, state, payload)?;
+    lifecycle::zadd(ctx, &set, score, member)?;
     Ok(Outcome::Enqueued)
 }

@@ -14,7 +14,7 @@ use super::{parse_id, parse_queue};
 use crate::cluster;
 use crate::error::EmqError;
 use crate::grammar::{BrandedId, KeyBuf, KeyType};
-use crate::lifecycle::State;
+use crate::lifecycle::{self, State};
 use crate::metrics;
 use crate::server::{Args, CommandResult, Reply};
 use crate::store::{self, Holds, Key, OwnedString};
@@ -95,20 +95,13 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let mut members = Vec::with_capacity(n);
     let mut minted = Vec::new();
     let mut replies = Vec::with_capacity(n);
-    for (j, (entry, (id, row_name))) in plan.iter().zip(&rows).enumerate() {
+    for (j, (entry, (id, _))) in plan.iter().zip(&rows).enumerate() {
         let Some(row) = entry else {
             replies.push(Reply::Integer(0));
             continue;
         };
         let payload = args.string(3 + 2 * j).ok_or(EmqError::Internal)?;
-        let fields = [
-            (words.state, State::Pending.word(words)),
-            (words.attempts, words.zero),
-            (words.payload, payload),
-        ];
-        row.hash_set3(fields)?;
-        store::notify(ctx, store::NOTIFY_HASH, c"hset", row_name);
-        store::replicate_hset3(ctx, row_name, fields);
+        lifecycle::write_row(ctx, row, State::Pending, payload)?;
         // A given id is canonical, so its argument string is the member (no copy).
         match args.bytes(2 + 2 * j) {
             b"*" => {
