@@ -461,28 +461,37 @@ pub fn replicate(ctx: &Context, cmd: &CStr, args: &[Str<'_>]) {
     let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
         return;
     };
-    // Short argument lists (every command but a batch's ZADD) stay on the stack.
-    let mut small = [ptr::null_mut::<raw::RedisModuleString>(); 16];
-    let mut large = Vec::new();
-    let argv: &mut [*mut raw::RedisModuleString] = if args.len() <= small.len() {
-        for (slot, a) in small.iter_mut().zip(args) {
-            *slot = a.as_ptr();
-        }
-        &mut small[..args.len()]
-    } else {
-        large.extend(args.iter().map(|a| a.as_ptr()));
-        &mut large
-    };
-    // SAFETY: format "v" takes an array of strings and its length.
+    let (c, a) = (ctx.ctx, cmd.as_ptr());
+    let p = |i: usize| args[i].as_ptr();
+    // The effects of single jobs (up to HSET's seven arguments) go as "s" arguments: the "v"
+    // form costs the server an extra argument-vector reallocation per call.
+    // SAFETY (each call): the format has one "s" per string argument that follows.
     unsafe {
-        rep(
-            ctx.ctx,
-            cmd.as_ptr(),
-            c"v".as_ptr(),
-            argv.as_mut_ptr(),
-            argv.len(),
-        )
-    };
+        match args.len() {
+            1 => rep(c, a, c"s".as_ptr(), p(0)),
+            2 => rep(c, a, c"ss".as_ptr(), p(0), p(1)),
+            3 => rep(c, a, c"sss".as_ptr(), p(0), p(1), p(2)),
+            5 => rep(c, a, c"sssss".as_ptr(), p(0), p(1), p(2), p(3), p(4)),
+            7 => rep(
+                c,
+                a,
+                c"sssssss".as_ptr(),
+                p(0),
+                p(1),
+                p(2),
+                p(3),
+                p(4),
+                p(5),
+                p(6),
+            ),
+            _ => {
+                let mut argv: Vec<*mut raw::RedisModuleString> =
+                    args.iter().map(|s| s.as_ptr()).collect();
+                // SAFETY: format "v" takes an array of strings and its length.
+                rep(c, a, c"v".as_ptr(), argv.as_mut_ptr(), argv.len())
+            }
+        };
+    }
 }
 
 /// Wakes clients blocked on `key` (a ZADD to an existing zset does not do it by itself).
