@@ -11,7 +11,7 @@ CARGO  ?= cargo
 MODULE := target/release/libechomq.so
 VALKEY_SERVER ?= valkey-server
 
-.PHONY: all deps build run test test-redis7 test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability compose
+.PHONY: all deps build run test test-redis7 test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability compose profile
 
 all: build
 
@@ -48,6 +48,11 @@ test-valgrind: build
 	  VALKEY_SERVER=$(CURDIR)/scripts/valgrind-server.sh \
 	  $(CARGO) test $(addprefix --test ,$(VALGRIND_SUITES)) -- --test-threads=1
 	bash scripts/valgrind-report.sh $(VALGRIND_DIR)
+
+# Instruction counts per job under callgrind (repeatable, unlike timings).
+profile: build
+	@command -v valgrind >/dev/null 2>&1 || apt-get install -y -qq valgrind
+	bash scripts/profile.sh
 
 # The fault tests' figures (failover, resharding, kill -9) into docs/reliability.md.
 reliability: build

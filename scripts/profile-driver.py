@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Sends N enqueues of one kind to a server as one pipelined write, waits for every reply,
+then shuts the server down. Used by scripts/profile.sh under callgrind.
+
+    profile-driver.py <module|batch|native|lua> <port> <jobs> <lua-script>
+"""
+import socket
+import sys
+
+ALPHABET = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+PAYLOAD = b'{"sku":4242,"qty":1,"note":"forty-eight bytes!"}'
+
+
+def resp(*args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
+def job_id(n):
+    digits = b""
+    for _ in range(11):
+        digits = ALPHABET[n % 62:n % 62 + 1] + digits
+        n //= 62
+    return b"JOB" + digits
+
+
+def read_replies(sock, count):
+    """Reads until `count` top-level replies have arrived (integers, bulk strings, arrays)."""
+    buf, pos, seen = b"", 0, 0
+
+    def end_of(at):
+        line_end = buf.find(b"\r\n", at)
+        if line_end < 0:
+            return None
+        kind, body, nxt = buf[at:at + 1], buf[at + 1:line_end], line_end + 2
+        if kind in b"+-:":
+            if kind == b"-":
+                raise SystemExit("error reply: " + body.decode(errors="replace"))
+            return nxt
+        if kind == b"$":
+            n = int(body)
+            return nxt if n < 0 else (nxt + n + 2 if nxt + n + 2 <= len(buf) else None)
+        if kind == b"*":
+            for _ in range(int(body)):
+                nxt = end_of(nxt)
+                if nxt is None:
+                    return None
+            return nxt
+        raise SystemExit("unexpected reply")
+
+    while seen < count:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            raise SystemExit("connection closed")
+        buf += chunk
+        while seen < count:
+            end = end_of(pos)
+            if end is None:
+                break
+            pos, seen = end, seen + 1
+    return buf[pos:]
+
+
+def main():
+    mode, port, jobs, script_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    sock = socket.create_connection(("127.0.0.1", port))
+    row = lambda i: b"emq:{bench}:job:" + job_id(i)
+    if mode == "module":
+        buf, replies = b"".join(resp("EMQ.ENQUEUE", "bench", job_id(i + 1), PAYLOAD) for i in range(jobs)), jobs
+    elif mode == "batch":
+        calls = []
+        for start in range(0, jobs, 100):
+            args = ["EMQ.MENQUEUE", "bench"]
+            for i in range(start, min(start + 100, jobs)):
+                args += [job_id(i + 1), PAYLOAD]
+            calls.append(resp(*args))
+        buf, replies = b"".join(calls), len(calls)
+    elif mode == "native":
+        buf = b"".join(
+            resp("HSET", row(i + 1), "state", "pending", "attempts", "0", "payload", PAYLOAD)
+            + resp("ZADD", "emq:{bench}:pending", "0", job_id(i + 1))
+            for i in range(jobs)
+        )
+        replies = 2 * jobs
+    elif mode == "lua":
+        sock.sendall(resp("SCRIPT", "LOAD", open(script_path, "rb").read()))
+        sha = b""
+        while sha.count(b"\r\n") < 2:
+            sha += sock.recv(4096)
+        sha = sha.split(b"\r\n")[1]
+        buf = b"".join(
+            resp("EVALSHA", sha, "2", row(i + 1), "emq:{bench}:pending", job_id(i + 1), PAYLOAD)
+            for i in range(jobs)
+        )
+        replies = jobs
+    else:
+        raise SystemExit("mode: module, batch, native or lua")
+    sock.sendall(buf)
+    read_replies(sock, replies)
+    sock.sendall(resp("SHUTDOWN", "NOSAVE"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# make profile: instruction counts per job, from valgrind --tool=callgrind on valkey-server,
+# for EMQ.ENQUEUE, EMQ.MENQUEUE (100 per call), native HSET+ZADD and the Lua @enqueue, each
+# driven by the same pipelined jobs (monotonic ids, 48-byte payload). Unlike timings, the
+# counts hardly move between runs (about 1%: the server's cron and hash seeds vary).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="${PROFILE_JOBS:-20000}"
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+[ -n "${PROFILE_KEEP:-}" ] && trap - EXIT && echo "profile: outputs in $dir" >&2
+module="$PWD/target/release/libechomq.so"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Inclusive instructions of one function in a callgrind output, or 0.
+# (A line reads: "446,135,401 (75.51%)  ???:ValkeyModuleCommandDispatcher [/usr/bin/...]";
+# a small percentage has a space inside its parentheses, so the name's field number varies.)
+cost() {
+  callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
+    awk -v f="???:$2" '!found { for (i = 2; i <= NF; i++) if ($i == f) { gsub(",", "", $1); print $1; found = 1 } } END { if (!found) print 0 }'
+}
+
+run() { # <mode> -> $dir/<mode>.out
+  local mode="$1" port
+  port="$(free_port)"
+  valgrind --tool=callgrind --callgrind-out-file="$dir/$mode.out" \
+    valkey-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --loadmodule "$module" >/dev/null 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 300); do valkey-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
+  python3 scripts/profile-driver.py "$mode" "$port" "$jobs" lua/enqueue.lua
+  wait "$pid" || true
+}
+
+for mode in module batch native lua; do run "$mode"; done
+per_job() { echo $(( $1 / jobs )); }
+echo "| where | instructions/job |"
+echo "|---|---|"
+echo "| \`EMQ.ENQUEUE\` handler (\`ValkeyModuleCommandDispatcher\`) | $(per_job "$(cost "$dir/module.out" ValkeyModuleCommandDispatcher)") |"
+for f in VM_HashSet VM_Replicate VM_ZsetAdd VM_OpenKey VM_NotifyKeyspaceEvent; do
+  echo "| of which \`$f\` | $(per_job "$(cost "$dir/module.out" "$f")") |"
+done
+echo "| native \`HSET\` + \`ZADD\` bodies (\`hsetCommand\` + \`zaddCommand\`) | $(per_job $(( $(cost "$dir/native.out" hsetCommand) + $(cost "$dir/native.out" zaddCommand) ))) |"
+echo "| the Lua script (\`evalShaCommand\`) | $(per_job "$(cost "$dir/lua.out" evalShaCommand)") |"
+for mode in lua native module batch; do
+  label="$(case $mode in lua) echo '`EVALSHA`';; native) echo 'native `HSET` + `ZADD`';; module) echo '`EMQ.ENQUEUE`';; batch) echo '`EMQ.MENQUEUE` ×100';; esac)"
+  echo "| whole requests (\`processInputBuffer\`): $label | $(per_job "$(cost "$dir/$mode.out" processInputBuffer)") |"
+done
