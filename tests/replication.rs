@@ -270,6 +270,14 @@ fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
         .and_then(|v| v.parse().ok())
         .expect("replica info");
     assert_eq!(promoted, 0, "the replica's timer never writes");
+    // ... but it already knows the queue, from the effects it replayed, should it be promoted.
+    let watched: i64 = info_field(&mut r, "emq", "emq_watched_queues")
+        .and_then(|v| v.parse().ok())
+        .expect("replica info");
+    assert!(
+        watched >= 1,
+        "the replica learned its queues from the stream"
+    );
 }
 
 #[test]
