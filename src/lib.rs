@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod commands;
 pub mod config;
+pub mod effects;
 pub mod error;
 pub mod grammar;
 pub mod lifecycle;

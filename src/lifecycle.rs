@@ -1,11 +1,12 @@
 //! The job state machine (SPEC §6): jobs move between `pending`, `active`, `schedule` and
 //! `dead`. Every move here does its writes through `store`, fires the keyspace events the
-//! native commands would, and replicates its effects with resolved ids and absolute times.
+//! native commands would, and replicates its effects (through `effects`) with resolved ids and absolute times.
 //! Callers validate first (see [`Sets::open`] and [`check_row_types`]); these functions then write.
 
 use valkey_module::Context;
 
 use crate::config;
+use crate::effects;
 use crate::error::EmqError;
 use crate::grammar::{BrandedId, KeyBuf, KeyType, Queue};
 use crate::store::{self, Holds, Key, OwnedString, Str, Words};
@@ -136,7 +137,7 @@ pub fn zadd(ctx: &Context, set: &Key<'_>, score: i64, member: Str<'_>) -> Result
     let score = text
         .as_ref()
         .map_or(store::words()?.zero, OwnedString::as_str);
-    store::replicate(ctx, c"ZADD", &[set.name().as_str(), score, member]);
+    effects::emit(ctx, c"ZADD", &[set.name().as_str(), score, member]);
     Ok(())
 }
 
@@ -165,7 +166,7 @@ pub fn write_row(
         payload.0,
         payload.1,
     ];
-    store::replicate(ctx, c"HSET", &args);
+    effects::emit(ctx, c"HSET", &args);
     Ok(())
 }
 
@@ -177,7 +178,7 @@ pub fn zrem(ctx: &Context, set: &Key<'_>, member: Str<'_>) -> Result<bool, EmqEr
     if set.is_empty() {
         store::notify(ctx, store::NOTIFY_GENERIC, c"del", set.name());
     }
-    store::replicate(ctx, c"ZREM", &[set.name().as_str(), member]);
+    effects::emit(ctx, c"ZREM", &[set.name().as_str(), member]);
     Ok(true)
 }
 
@@ -190,14 +191,14 @@ pub fn hset(ctx: &Context, row: &Key<'_>, fields: &[(Str<'_>, Str<'_>)]) -> Resu
         args.push(*value);
     }
     store::notify(ctx, store::NOTIFY_HASH, c"hset", row.name());
-    store::replicate(ctx, c"HSET", &args);
+    effects::emit(ctx, c"HSET", &args);
     Ok(())
 }
 
 pub fn delete(ctx: &Context, row: &Key<'_>) -> Result<(), EmqError> {
     row.delete()?;
     store::notify(ctx, store::NOTIFY_GENERIC, c"del", row.name());
-    store::replicate(ctx, c"DEL", &[row.name().as_str()]);
+    effects::emit(ctx, c"DEL", &[row.name().as_str()]);
     Ok(())
 }
 
@@ -205,7 +206,7 @@ pub fn expire_at(ctx: &Context, row: &Key<'_>, at_ms: i64) -> Result<(), EmqErro
     row.expire_at(at_ms)?;
     store::notify(ctx, store::NOTIFY_GENERIC, c"expire", row.name());
     let at = OwnedString::from_i64(ctx, at_ms)?;
-    store::replicate(ctx, c"PEXPIREAT", &[row.name().as_str(), at.as_str()]);
+    effects::emit(ctx, c"PEXPIREAT", &[row.name().as_str(), at.as_str()]);
     Ok(())
 }
 

@@ -95,6 +95,11 @@ pub(crate) extern "C" fn info(
             }
             field_u64(
                 ctx,
+                c"effects_replicated".as_ptr(),
+                u64::from(crate::effects::open()),
+            );
+            field_u64(
+                ctx,
                 c"watched_queues".as_ptr(),
                 crate::scheduler::watched_queues() as u64,
             );

@@ -22,6 +22,7 @@ use std::sync::Mutex;
 use valkey_module::{raw, Context};
 
 use crate::cluster;
+use crate::effects;
 use crate::grammar::{decode, Decoded, KeyType, Queue};
 use crate::lifecycle::{self, check_row_types, Due, QueueKeys, Sets};
 use crate::metrics;
@@ -83,14 +84,16 @@ fn observe(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
             KeyType::Schedule | KeyType::Active => {
                 watched().insert((selected_db(ctx), queue.as_bytes().to_vec()), 0);
             }
-            KeyType::Pending => {
-                if let Some(signal) = unsafe { raw::RedisModule_SignalKeyAsReady } {
-                    // SAFETY: live context and key name.
-                    unsafe { signal(ctx, key) };
-                }
-            }
+            KeyType::Pending => signal_ready(ctx, key),
             _ => {}
         }
+    }
+}
+
+fn signal_ready(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
+    if let Some(signal) = unsafe { raw::RedisModule_SignalKeyAsReady } {
+        // SAFETY: live context and key name.
+        unsafe { signal(ctx, key) };
     }
 }
 
@@ -188,6 +191,11 @@ pub fn start(ctx: &Context) -> Result<(), String> {
                 event(raw::REDISMODULE_EVENT_CRON_LOOP),
                 Some(on_cron),
             );
+            server_event(
+                ctx.ctx,
+                event(raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED),
+                Some(on_role_change),
+            );
         }
     }
     if let Some(detached) = unsafe { raw::RedisModule_GetDetachedThreadSafeContext } {
@@ -244,15 +252,17 @@ pub fn stop(ctx: &Context) {
     }
 }
 
-/// Every command passes here before it runs; only two matter, and the first word tells them
-/// apart without allocating: `MODULE UNLOAD emq` (disarm the timer so the unload can happen)
-/// and `CLUSTER SETSLOT ...` (slot migrations, see `cluster`).
+/// Every command passes here before it runs, and the first word tells the few that matter
+/// apart without allocating: `MODULE UNLOAD emq` (disarm the timer so the unload can happen),
+/// `CLUSTER SETSLOT ...` (slot migrations, see `cluster`), and those after which replicas
+/// or the AOF may start receiving writes (see `effects`).
 fn on_any_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     let Some(arg) = (unsafe { raw::RedisModule_CommandFilterArgGet }) else {
         return;
     };
     // SAFETY: the filter context is live for this call.
     let first = string_bytes(unsafe { arg(fctx, 0) });
+    effects::observe_command(first);
     if first.eq_ignore_ascii_case(b"MODULE") {
         let args = cluster::filter_args(fctx);
         if args.len() == 3 && args[1].eq_ignore_ascii_case(b"UNLOAD") && args[2] == b"emq" {
@@ -277,8 +287,20 @@ unsafe extern "C" fn on_cron(
         if TIMER.load(Ordering::SeqCst) == 0 {
             arm(ctx);
         }
-        cluster::reconcile(&Context::new(ctx), server::now_ms());
+        let context = Context::new(ctx);
+        let now = server::now_ms();
+        effects::probe(&context, now);
+        cluster::reconcile(&context, now);
     });
+}
+
+unsafe extern "C" fn on_role_change(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    effects::role_changed();
 }
 
 fn arm(ctx: *mut raw::RedisModuleCtx) {

@@ -494,6 +494,57 @@ pub fn replicate(ctx: &Context, cmd: &CStr, args: &[Str<'_>]) {
     }
 }
 
+/// Counts one change toward the server's save points (`server.dirty`), as a replicated
+/// effect would, through `RM_ReplicateVerbatim`. Only for when the server propagates nothing
+/// (see `effects`): the server then drops the call before propagating anything.
+pub fn count_change(ctx: &Context) {
+    if let Some(f) = unsafe { raw::RedisModule_ReplicateVerbatim } {
+        // SAFETY: live context.
+        unsafe { f(ctx.ctx) };
+    }
+}
+
+/// What `INFO replication` says about who may receive propagated commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicationView {
+    pub primary: bool,
+    pub replicas: i64,
+    pub backlog: bool,
+}
+
+/// Reads `role`, `connected_slaves` and `repl_backlog_active` from `INFO replication`;
+/// `None` if any of them is missing.
+pub fn replication_view(ctx: &Context) -> Option<ReplicationView> {
+    let (get, free, field_c, field_i) = unsafe {
+        (
+            raw::RedisModule_GetServerInfo?,
+            raw::RedisModule_FreeServerInfo?,
+            raw::RedisModule_ServerInfoGetFieldC?,
+            raw::RedisModule_ServerInfoGetFieldSigned?,
+        )
+    };
+    // SAFETY: live context; the data is freed below, and the role text is read before that.
+    unsafe {
+        let data = get(ctx.ctx, c"replication".as_ptr());
+        if data.is_null() {
+            return None;
+        }
+        let role = field_c(data, c"role".as_ptr());
+        let primary = (!role.is_null()).then(|| CStr::from_ptr(role).to_bytes() == b"master");
+        let (mut e1, mut e2) = (0, 0);
+        let replicas = field_i(data, c"connected_slaves".as_ptr(), &mut e1);
+        let backlog = field_i(data, c"repl_backlog_active".as_ptr(), &mut e2);
+        free(ctx.ctx, data);
+        let ok = raw::REDISMODULE_OK as c_int;
+        (e1 == ok && e2 == ok).then_some(())?;
+        Some(ReplicationView {
+            primary: primary?,
+            replicas,
+            backlog: backlog != 0,
+        })
+    }
+}
+
 /// Wakes clients blocked on `key` (a ZADD to an existing zset does not do it by itself).
 pub fn signal_ready(ctx: &Context, key: Str<'_>) {
     if let Some(f) = unsafe { raw::RedisModule_SignalKeyAsReady } {

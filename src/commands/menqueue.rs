@@ -12,6 +12,7 @@ use valkey_module::Context;
 use super::enqueue::{check_payload, mint, MINT_TRIES};
 use super::{parse_id, parse_queue};
 use crate::cluster;
+use crate::effects;
 use crate::error::EmqError;
 use crate::grammar::{BrandedId, KeyBuf, KeyType};
 use crate::lifecycle::{self, State};
@@ -129,7 +130,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             zadd_args.push(member);
         }
         store::notify(ctx, store::NOTIFY_ZSET, c"zadd", &pending_name);
-        store::replicate(ctx, c"ZADD", &zadd_args);
+        effects::emit(ctx, c"ZADD", &zadd_args);
     }
     metrics::count(&metrics::ENQUEUED, members.len() as u64);
     metrics::count(&metrics::DUPLICATES, (n - members.len()) as u64);

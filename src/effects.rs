@@ -1,0 +1,107 @@
+//! Replication by effect, paid for only when something can receive it.
+//!
+//! Every write of EchoMQ reaches replicas and the AOF as the plain commands it amounts to
+//! (`HSET`, `ZADD`, ...). The server itself propagates nothing when nothing can receive it:
+//! it writes to the AOF only when AOF is on, and to the replication stream only on a
+//! primary with replicas or with a replication backlog (a replica that went away resumes
+//! from it); otherwise it drops a propagated command before looking at it, so a native
+//! `HSET` pays nothing. `RM_Replicate` does its own work before that drop: it looks the
+//! command up by name and builds an argument vector, about a quarter of an `EMQ.ENQUEUE`.
+//! EchoMQ therefore skips it when the server would drop the effect anyway, and only then:
+//!
+//! - **open** (effects go to `RM_Replicate`) at load, and at once, before the command runs,
+//!   whenever something could start receiving: a `SYNC` or `PSYNC` (a replica attaching
+//!   creates the backlog), `REPLICAOF`, `SLAVEOF`, `FAILOVER`, `CLUSTER`, `CONFIG`, `DEBUG`
+//!   (seen by the command filter), or a replication role change (a server event);
+//! - AOF is read from the context flags on every effect, so AOF turned on by any path is
+//!   seen by the next write;
+//! - **closed** only by [`probe`], on the server cron about once a second, when
+//!   `INFO replication` shows a primary with no replicas and no backlog. Every path that
+//!   creates a replica or a backlog on a primary runs in a command the filter sees first,
+//!   or in a role change, so nothing can start receiving while the gate is closed.
+//!
+//! A skipped effect still counts as a change for the server's `save` points: it goes to
+//! `RM_ReplicateVerbatim`, which adds one to the server's change counter, as
+//! `RM_Replicate` does, after the server has dropped the propagation itself.
+
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use valkey_module::{raw, Context};
+
+use crate::server;
+use crate::store::{self, Str};
+
+/// Whether effects go to `RM_Replicate` whatever the AOF says (see the module docs).
+static OPEN: AtomicBool = AtomicBool::new(true);
+static LAST_PROBE_MS: AtomicU64 = AtomicU64::new(0);
+const PROBE_EVERY_MS: u64 = 1000;
+
+/// Commands after which something may receive propagated writes.
+const OPENING_COMMANDS: [&[u8]; 8] = [
+    b"SYNC",
+    b"PSYNC",
+    b"REPLICAOF",
+    b"SLAVEOF",
+    b"FAILOVER",
+    b"CLUSTER",
+    b"CONFIG",
+    b"DEBUG",
+];
+
+/// Replicates `cmd args...` as an effect when anything can receive it (several effects of
+/// one command reach replicas and the AOF as one MULTI/EXEC); otherwise counts the change.
+pub fn emit(ctx: &Context, cmd: &CStr, args: &[Str<'_>]) {
+    if propagating(ctx) {
+        store::replicate(ctx, cmd, args);
+    } else {
+        store::count_change(ctx);
+    }
+}
+
+/// Whether effects are being propagated: the gate is open or AOF is on.
+pub fn propagating(ctx: &Context) -> bool {
+    OPEN.load(Ordering::Relaxed) || store::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_AOF != 0
+}
+
+/// The command filter's hook: `first` is the command's name as the client sent it.
+pub fn observe_command(first: &[u8]) {
+    if OPENING_COMMANDS
+        .iter()
+        .any(|name| first.eq_ignore_ascii_case(name))
+    {
+        OPEN.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A replication role change (this server became a replica, or a primary again).
+pub fn role_changed() {
+    OPEN.store(true, Ordering::Relaxed);
+}
+
+/// Re-reads who can receive propagated writes, at most once a second (the server cron).
+pub fn probe(ctx: &Context, now_ms: u64) {
+    if now_ms.saturating_sub(LAST_PROBE_MS.load(Ordering::Relaxed)) < PROBE_EVERY_MS {
+        return;
+    }
+    LAST_PROBE_MS.store(now_ms, Ordering::Relaxed);
+    let listened = match store::replication_view(ctx) {
+        Some(view) => !view.primary || view.replicas > 0 || view.backlog,
+        None => true,
+    };
+    let was_open = OPEN.swap(listened, Ordering::Relaxed);
+    if listened && !was_open {
+        // Every path to a replica or a backlog should have opened the gate before it ran.
+        server::log(
+            ctx.ctx,
+            c"warning",
+            "EchoMQ: found replicas or a replication backlog with effects unreplicated; \
+             replicating from now on",
+        );
+    }
+}
+
+/// For `INFO emq`: 1 while effects go to `RM_Replicate` whatever the AOF says.
+pub fn open() -> bool {
+    OPEN.load(Ordering::Relaxed)
+}

@@ -1,0 +1,275 @@
+//! Effects skipped while nothing can receive them (`src/effects.rs`): a primary alone does
+//! not pay for replication, and every way something can start receiving — a replica
+//! attaching, a replica resuming from the backlog, AOF turned on at runtime, a restart with
+//! replication history — still gets every write. Each test first checks that the scenario
+//! it needs really happened (gate closed, partial resync, ...), so a pass means something.
+
+mod support;
+
+use std::time::Duration;
+
+use redis::cmd;
+use support::*;
+
+fn digest(con: &mut Connection) -> String {
+    cmd("DEBUG").arg("DIGEST").query(con).expect("DEBUG DIGEST")
+}
+
+fn int_field(con: &mut Connection, section: &str, field: &str) -> i64 {
+    info_field(con, section, field)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} {field}"))
+}
+
+fn effects_replicated(con: &mut Connection) -> i64 {
+    int_field(con, "emq", "emq_effects_replicated")
+}
+
+/// Waits until the once-a-second probe has closed the gate (a primary alone).
+fn wait_gate_closed(con: &mut Connection) {
+    assert!(
+        wait_until(Duration::from_secs(10), || effects_replicated(con) == 0),
+        "a primary with no replica, no backlog and no AOF stops replicating effects"
+    );
+}
+
+fn primary_options() -> Options {
+    Options::default()
+        .arg("enable-debug-command", "local")
+        .arg("repl-diskless-sync-delay", "0")
+}
+
+fn replica_of(primary: &Server) -> Server {
+    Server::start(
+        Options::without_module()
+            .arg("enable-debug-command", "local")
+            .arg("replicaof", &format!("127.0.0.1 {}", primary.port)),
+    )
+}
+
+fn wait_link_up(replica: &mut Connection) {
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            info_field(replica, "replication", "master_link_status").as_deref() == Some("up")
+        }),
+        "replica linked"
+    );
+}
+
+fn wait_caught_up(primary: &mut Connection, replica: &mut Connection) {
+    let target = int_field(primary, "replication", "master_repl_offset");
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            info_field(replica, "replication", "slave_repl_offset")
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|o| o >= target)
+        }),
+        "replica caught up to {target}"
+    );
+}
+
+/// `n` jobs with ids from `first`, one `EMQ.ENQUEUE` each, and one `EMQ.MENQUEUE` of five.
+fn write_jobs(con: &mut Connection, q: &str, first: u64, n: u64) {
+    for i in first..first + n {
+        let added: i64 = cmd("EMQ.ENQUEUE")
+            .arg(q)
+            .arg(job_id(i))
+            .arg(format!("p{i}"))
+            .query(con)
+            .expect("enqueue");
+        assert_eq!(added, 1);
+    }
+    let mut batch = cmd("EMQ.MENQUEUE");
+    batch.arg(q);
+    for i in 0..5 {
+        batch.arg(job_id(1_000_000 + first + i)).arg("batch");
+    }
+    let _: Vec<i64> = batch.query(con).expect("menqueue");
+}
+
+#[test]
+fn a_primary_alone_still_counts_every_change_for_its_save_points() {
+    let primary = Server::start(primary_options());
+    let mut p = primary.conn();
+    wait_gate_closed(&mut p);
+    let q = unique_queue("dirty");
+    let before = int_field(&mut p, "persistence", "rdb_changes_since_last_save");
+    write_jobs(&mut p, &q, 1, 10);
+    let closed = int_field(&mut p, "persistence", "rdb_changes_since_last_save") - before;
+
+    // The same writes with a replica attached, when every effect goes to RM_Replicate.
+    let replica = replica_of(&primary);
+    let mut r = replica.conn();
+    wait_link_up(&mut r);
+    assert_eq!(effects_replicated(&mut p), 1);
+    let q2 = unique_queue("dirty");
+    let before = int_field(&mut p, "persistence", "rdb_changes_since_last_save");
+    write_jobs(&mut p, &q2, 1, 10);
+    let open = int_field(&mut p, "persistence", "rdb_changes_since_last_save") - before;
+
+    // One change per effect: HSET + ZADD per job, five HSETs and one ZADD for the batch.
+    assert_eq!(closed, 10 * 2 + 5 + 1);
+    assert_eq!(open, closed);
+}
+
+#[test]
+fn a_replica_attaching_after_a_quiet_spell_gets_every_write() {
+    let primary = Server::start(primary_options());
+    let mut p = primary.conn();
+    wait_gate_closed(&mut p);
+    let q = unique_queue("late");
+    write_jobs(&mut p, &q, 1, 200);
+
+    let replica = replica_of(&primary);
+    // Writes while the replica attaches and loads its snapshot.
+    let writer = {
+        let url = primary.url();
+        let q = q.clone();
+        std::thread::spawn(move || {
+            let mut con = redis::Client::open(url)
+                .and_then(|c| c.get_connection())
+                .expect("connect");
+            write_jobs(&mut con, &q, 10_000, 300);
+        })
+    };
+    let mut r = replica.conn();
+    wait_link_up(&mut r);
+    writer.join().expect("writer");
+    write_jobs(&mut p, &q, 20_000, 50);
+    assert_eq!(effects_replicated(&mut p), 1);
+    wait_caught_up(&mut p, &mut r);
+    let pending: i64 = cmd("ZCARD")
+        .arg(format!("emq:{{{q}}}:pending"))
+        .query(&mut r)
+        .expect("zcard");
+    assert_eq!(pending, 200 + 300 + 50 + 3 * 5);
+    assert_eq!(digest(&mut p), digest(&mut r));
+}
+
+#[test]
+fn a_replica_resuming_from_the_backlog_misses_nothing() {
+    let primary = Server::start(primary_options());
+    let replica = replica_of(&primary);
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    wait_link_up(&mut r);
+    let q = unique_queue("resume");
+    write_jobs(&mut p, &q, 1, 50);
+    wait_caught_up(&mut p, &mut r);
+
+    // The replica goes away for a while (stopped, its link cut); the primary keeps its
+    // backlog for it.
+    let signal = |sig: &str| {
+        let pid = replica.pid().expect("replica pid").to_string();
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    let _: i64 = cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut p)
+        .expect("client kill");
+    assert_eq!(int_field(&mut p, "replication", "connected_slaves"), 0);
+    // Long enough for the probe to run with no replica connected.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(int_field(&mut p, "replication", "repl_backlog_active"), 1);
+    assert_eq!(
+        effects_replicated(&mut p),
+        1,
+        "a backlog keeps effects replicated"
+    );
+    let partial_before = int_field(&mut p, "stats", "sync_partial_ok");
+    write_jobs(&mut p, &q, 1_000, 100);
+    signal("-CONT");
+    assert!(
+        wait_until(Duration::from_secs(20), || int_field(
+            &mut p,
+            "stats",
+            "sync_partial_ok"
+        ) > partial_before),
+        "the replica resumed from the backlog"
+    );
+    let mut r = replica.conn();
+    wait_caught_up(&mut p, &mut r);
+    assert_eq!(digest(&mut p), digest(&mut r));
+}
+
+#[test]
+fn aof_turned_on_at_runtime_receives_every_write() {
+    let mut server = Server::start(primary_options());
+    let mut con = server.conn();
+    wait_gate_closed(&mut con);
+    let q = unique_queue("aof");
+    write_jobs(&mut con, &q, 1, 20);
+    let _: String = cmd("CONFIG")
+        .arg("SET")
+        .arg("appendfsync")
+        .arg("always")
+        .query(&mut con)
+        .expect("appendfsync");
+    let _: String = cmd("CONFIG")
+        .arg("SET")
+        .arg("appendonly")
+        .arg("yes")
+        .query(&mut con)
+        .expect("appendonly");
+    write_jobs(&mut con, &q, 100, 20);
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            info_field(&mut con, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
+                && info_field(&mut con, "persistence", "aof_rewrite_scheduled").as_deref()
+                    == Some("0")
+        }),
+        "the first AOF rewrite finished"
+    );
+    // AOF alone does not open the gate: each write reads the AOF state itself.
+    wait_gate_closed(&mut con);
+    write_jobs(&mut con, &q, 200, 20);
+    let before = digest(&mut con);
+
+    server.set_option("appendonly", "yes");
+    server.restart(false);
+    let mut con = server.conn();
+    assert_eq!(digest(&mut con), before);
+    let pending: i64 = cmd("ZCARD")
+        .arg(format!("emq:{{{q}}}:pending"))
+        .query(&mut con)
+        .expect("zcard");
+    assert_eq!(pending, 3 * 20 + 3 * 5);
+}
+
+#[test]
+fn a_primary_restarted_with_replication_history_keeps_replicating() {
+    let mut primary = Server::start(primary_options());
+    let replica = replica_of(&primary);
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    wait_link_up(&mut r);
+    let q = unique_queue("restart");
+    write_jobs(&mut p, &q, 1, 50);
+    wait_caught_up(&mut p, &mut r);
+    // The snapshot carries the replication id and offset, so the restarted primary keeps
+    // a backlog and the replica can resume from it.
+    let _: String = cmd("SAVE").query(&mut p).expect("save");
+    primary.restart(true);
+    let mut p = primary.conn();
+    let partial_before = int_field(&mut p, "stats", "sync_partial_ok");
+    write_jobs(&mut p, &q, 1_000, 100);
+    wait_link_up(&mut r);
+    assert!(
+        wait_until(Duration::from_secs(20), || int_field(
+            &mut p,
+            "stats",
+            "sync_partial_ok"
+        ) > partial_before),
+        "the replica resumed from the restarted primary's backlog"
+    );
+    wait_caught_up(&mut p, &mut r);
+    assert_eq!(digest(&mut p), digest(&mut r));
+}
