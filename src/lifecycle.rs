@@ -58,7 +58,7 @@ pub struct QueueKeys {
 
 impl QueueKeys {
     pub fn new(ctx: &Context, queue: Queue<'_>) -> Result<Self, EmqError> {
-        let name = |ty| OwnedString::new(ctx, KeyBuf::queue(queue, ty).as_bytes());
+        let name = |ty| OwnedString::cached(ctx, KeyBuf::queue(queue, ty).as_bytes());
         Ok(Self {
             pending: name(KeyType::Pending)?,
             active: name(KeyType::Active)?,

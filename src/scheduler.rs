@@ -79,6 +79,12 @@ fn observe(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
     if !name.starts_with(b"emq:{") {
         return;
     }
+    // The hot case, every enqueue: no need to read the rest of the name to wake claimers
+    // (a name outside the grammar has none blocked on it).
+    if name.ends_with(b"}:pending") {
+        signal_ready(ctx, key);
+        return;
+    }
     if let Some(Decoded::Queue { queue, ty, .. }) = decode(name) {
         match ty {
             KeyType::Schedule | KeyType::Active => {

@@ -5,6 +5,7 @@ use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::os::raw::{c_char, c_int};
 use std::ptr::{self, NonNull};
+use std::sync::Mutex;
 
 use valkey_module::{raw, Context};
 
@@ -17,7 +18,7 @@ pub struct Str<'a> {
     _life: PhantomData<&'a raw::RedisModuleString>,
 }
 
-impl Str<'_> {
+impl<'a> Str<'a> {
     /// # Safety
     /// `ptr` must be a live server string for the chosen lifetime.
     pub(crate) unsafe fn from_raw(ptr: NonNull<raw::RedisModuleString>) -> Self {
@@ -29,6 +30,10 @@ impl Str<'_> {
 
     fn as_ptr(self) -> *mut raw::RedisModuleString {
         self.ptr.as_ptr()
+    }
+
+    pub fn bytes(self) -> &'a [u8] {
+        crate::server::string_bytes(self.ptr.as_ptr())
     }
 }
 
@@ -666,9 +671,10 @@ pub fn init_words() -> Result<(), EmqError> {
     Ok(())
 }
 
-/// Frees the words (module unload).
+/// Frees the words and the cached key names (module unload).
 pub fn free_words() {
     free(WORDS.swap(ptr::null_mut(), std::sync::atomic::Ordering::SeqCst));
+    free_names();
 }
 
 fn free(words: *mut Words) {
@@ -690,4 +696,76 @@ pub fn words() -> Result<&'static Words, EmqError> {
     let p = WORDS.load(std::sync::atomic::Ordering::Acquire);
     // SAFETY: set at load, cleared only at unload, when no command runs.
     unsafe { p.as_ref() }.ok_or(EmqError::Internal)
+}
+
+// ---- hot key names ----------------------------------------------------------------------
+
+/// A key name kept as a server string by the name cache.
+struct Name {
+    bytes: Vec<u8>,
+    ptr: NonNull<raw::RedisModuleString>,
+}
+
+// SAFETY: the cache is used on the server's main thread only (commands and timers); the
+// mutex orders any other access.
+unsafe impl Send for Name {}
+
+/// How many key names the cache keeps; beyond that, the oldest is replaced.
+const NAME_SLOTS: usize = 16;
+
+/// The key names every call of a queue's hot paths opens (its `pending` set, ...), kept as
+/// server strings so a command takes a reference instead of creating and freeing a string.
+/// A server string never changes once made and the server only takes references to key
+/// names, so one string can serve every call.
+static NAMES: Mutex<(Vec<Name>, usize)> = Mutex::new((Vec::new(), 0));
+
+impl OwnedString {
+    /// `bytes` as a server string, shared through the name cache: for key names that many
+    /// calls open, such as a queue's `pending` set.
+    pub fn cached(ctx: &Context, bytes: &[u8]) -> Result<Self, EmqError> {
+        let hold = unsafe { raw::RedisModule_HoldString }.ok_or(EmqError::Internal)?;
+        let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+        let (slots, next) = &mut *names;
+        let found = slots.iter().find(|n| n.bytes == bytes).map(|n| n.ptr);
+        let ptr = match found {
+            Some(ptr) => ptr,
+            None => {
+                let made = retained(bytes).ok_or(EmqError::Internal)?;
+                let name = Name {
+                    bytes: bytes.to_vec(),
+                    ptr: made.ptr,
+                };
+                if slots.len() < NAME_SLOTS {
+                    slots.push(name);
+                } else {
+                    let old = std::mem::replace(&mut slots[*next], name);
+                    *next = (*next + 1) % NAME_SLOTS;
+                    release(old.ptr);
+                }
+                made.ptr
+            }
+        };
+        // SAFETY: a live string of the cache; the reference taken here is dropped by the
+        // returned value's FreeString.
+        let held = unsafe { hold(ctx.ctx, ptr.as_ptr()) };
+        NonNull::new(held)
+            .map(|ptr| Self { ctx: ctx.ctx, ptr })
+            .ok_or(EmqError::Internal)
+    }
+}
+
+/// Drops the cache's own reference to a name (callers may still hold theirs).
+fn release(ptr: NonNull<raw::RedisModuleString>) {
+    if let Some(f) = unsafe { raw::RedisModule_FreeString } {
+        // SAFETY: created with a NULL context in `retained`, released once by the cache.
+        unsafe { f(ptr::null_mut(), ptr.as_ptr()) };
+    }
+}
+
+fn free_names() {
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    for name in names.0.drain(..) {
+        release(name.ptr);
+    }
+    names.1 = 0;
 }

@@ -61,6 +61,42 @@ fn enqueue_writes_the_row_and_the_pending_member() {
     assert_eq!(pending, vec![(id.to_string(), 0.0)]);
 }
 
+/// Many queues in turn, more than the module keeps hot key names for, each getting exactly
+/// its own jobs: a set name is never confused with another queue's, whether it was cached,
+/// replaced or made anew.
+#[test]
+fn many_queues_in_turn_each_get_their_own_jobs() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let queues: Vec<String> = (0..40).map(|i| unique_queue(&format!("turn{i}"))).collect();
+    for round in 0..3u64 {
+        for (i, q) in queues.iter().enumerate() {
+            let id = job_id(round * 1000 + i as u64 + 1);
+            let n: i64 = enqueue(q, &id, b"p").query(&mut con).expect("enqueue");
+            assert_eq!(n, 1);
+            // Reads every set name of the queue, as a claim would.
+            let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(q).query(&mut con).expect("stats");
+            assert!(
+                stats.contains(&("pending".to_string(), round as i64 + 1)),
+                "{stats:?}"
+            );
+        }
+    }
+    for (i, q) in queues.iter().enumerate() {
+        let pending: Vec<String> = cmd("ZRANGE")
+            .arg(pending_key(q))
+            .arg(0)
+            .arg(-1)
+            .query(&mut con)
+            .expect("pending");
+        let want: Vec<String> = (0..3u64).map(|r| job_id(r * 1000 + i as u64 + 1)).collect();
+        let (mut got, mut want) = (pending, want);
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "queue {q}");
+    }
+}
+
 #[test]
 fn duplicate_enqueue_replies_zero_and_leaves_the_row_untouched() {
     let server = Server::shared();

@@ -112,7 +112,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         // Inside MULTI or a script nothing can arrive while we wait: answer as a timeout.
         return Ok(Reply::Null);
     }
-    let pending = OwnedString::new(ctx, KeyBuf::queue(req.queue, KeyType::Pending).as_bytes())?;
+    let pending = OwnedString::cached(ctx, KeyBuf::queue(req.queue, KeyType::Pending).as_bytes())?;
     store::block_on_key(
         ctx,
         pending.as_str(),

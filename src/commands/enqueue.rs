@@ -90,7 +90,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let placement = parse_placement(args, 4, server::now_ms() as i64)?;
     cluster::check_stable(queue)?;
     let payload = args.string(3).ok_or(EmqError::Internal)?;
-    let set = OwnedString::new(ctx, KeyBuf::queue(queue, set_type(placement)).as_bytes())?;
+    let set = OwnedString::cached(ctx, KeyBuf::queue(queue, set_type(placement)).as_bytes())?;
 
     let reply = match requested {
         Some(id) => match enqueue_one(ctx, queue, &id, args.string(2), &set, payload, placement)? {
@@ -138,7 +138,11 @@ fn enqueue_one(
     payload: Str<'_>,
     placement: Placement,
 ) -> Result<Outcome, EmqError> {
-    let row_name = OwnedString::new(ctx, KeyBuf::job(queue, id).as_bytes())?;
+    let row_key = match id_arg.and_then(|arg| arg.bytes().try_into().ok()) {
+        Some(text) => KeyBuf::job_text(queue, text),
+        None => KeyBuf::job(queue, id),
+    };
+    let row_name = OwnedString::new(ctx, row_key.as_bytes())?;
     store::check_access(ctx, &[&row_name, set_name])?;
     let row = Key::open(ctx, &row_name)?;
     if row.holds() != Holds::Nothing {

@@ -48,7 +48,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         requested.push(id);
     }
     cluster::check_stable(queue)?;
-    let pending_name = OwnedString::new(ctx, KeyBuf::queue(queue, KeyType::Pending).as_bytes())?;
+    let pending_name = OwnedString::cached(ctx, KeyBuf::queue(queue, KeyType::Pending).as_bytes())?;
     let mut rows = Vec::with_capacity(n);
     for id in &requested {
         let id = id.unwrap_or_else(mint);

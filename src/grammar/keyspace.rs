@@ -1,7 +1,7 @@
 //! The keyspace grammar (SPEC §1): every key is `emq:{<queue>}:<type>`, composed here and
 //! nowhere else. The type set is closed.
 
-use super::branded_id::BrandedId;
+use super::branded_id::{BrandedId, LEN as ID_LEN};
 
 /// Longest queue name, in bytes (SPEC §1.1).
 pub const MAX_QUEUE_LEN: usize = 128;
@@ -108,8 +108,15 @@ impl KeyBuf {
 
     /// `emq:{<queue>}:job:<id>`, the job-row production. The id is gated by its type.
     pub fn job(queue: Queue<'_>, id: &BrandedId) -> Self {
+        Self::job_text(queue, &id.encode())
+    }
+
+    /// [`KeyBuf::job`] from the id's text, for a client's id argument that parsed: a
+    /// well-formed id is canonical (parsing and encoding are inverse), so its text is the
+    /// encoding and need not be made again.
+    pub fn job_text(queue: Queue<'_>, id: &[u8; ID_LEN]) -> Self {
         let mut k = Self::queue(queue, KeyType::Job);
-        k.push(&id.encode());
+        k.push(id);
         k
     }
 
