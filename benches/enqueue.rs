@@ -380,6 +380,60 @@ fn delayed_lateness(server: &Server, samples: usize) -> Vec<f64> {
     out
 }
 
+/// `rounds` rounds of every variant, interleaved, on the same ids per round.
+fn measure(
+    server: &Server,
+    variants: &[Variant],
+    ids: Ids,
+    depth: usize,
+    rounds: usize,
+    jobs: usize,
+) -> Vec<Vec<Sample>> {
+    let mut samples: Vec<Vec<Sample>> = variants.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        let id_list = ids_for(ids, jobs, round as u64 + 1);
+        for (v, variant) in variants.iter().enumerate() {
+            samples[v].push(run(server, *variant, &id_list, depth));
+        }
+    }
+    samples
+}
+
+/// One Markdown table of medians (min–max) and ratios against Lua (variant 0) and native
+/// (variant 2).
+fn table(md: &mut String, title: &str, variants: &[Variant], samples: &[Vec<Sample>]) {
+    let stats: Vec<(Spread, Spread, Spread)> = samples
+        .iter()
+        .map(|s| {
+            (
+                median(s.iter().map(|x| x.server_us_per_job).collect()),
+                median(s.iter().map(|x| x.jobs_per_sec).collect()),
+                median(s.iter().map(|x| x.cpu_us_per_job).collect()),
+            )
+        })
+        .collect();
+    let (lua_us, lua_tp, lua_cpu) = (stats[0].0 .0, stats[0].1 .0, stats[0].2 .0);
+    let (nat_us, nat_tp, nat_cpu) = (stats[2].0 .0, stats[2].1 .0, stats[2].2 .0);
+    let _ = writeln!(md, "## {title}\n");
+    let _ = writeln!(md, "| variant | commandstats µs/job | vs Lua | vs native | main-thread CPU µs/job | vs Lua | vs native | jobs/s | vs Lua | vs native |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+    for (v, variant) in variants.iter().enumerate() {
+        let ((us, us_lo, us_hi), (tp, tp_lo, tp_hi), (cpu, cpu_lo, cpu_hi)) = stats[v];
+        let _ = writeln!(
+            md,
+            "| {} | {us:.2} ({us_lo:.2}–{us_hi:.2}) | {:.2}× | {:.2}× | {cpu:.2} ({cpu_lo:.2}–{cpu_hi:.2}) | {:.2}× | {:.2}× | {tp:.0} ({tp_lo:.0}–{tp_hi:.0}) | {:.2}× | {:.2}× |",
+            variant.name(),
+            us / lua_us,
+            us / nat_us,
+            cpu / lua_cpu,
+            cpu / nat_cpu,
+            tp / lua_tp,
+            tp / nat_tp,
+        );
+    }
+    let _ = writeln!(md);
+}
+
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -392,14 +446,20 @@ fn cpu_model() -> String {
 }
 
 fn main() {
-    let rounds: usize = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
-    let jobs: usize = std::env::var("BENCH_JOBS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary without it,
+    // and then gets a smoke run (one small round, nothing written) instead of the benchmark.
+    let benchmark = std::env::args().any(|a| a == "--bench");
+    let setting = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (rounds, jobs) = if benchmark {
+        (setting("BENCH_ROUNDS", 5), setting("BENCH_JOBS", 100_000))
+    } else {
+        (1, 2_000)
+    };
     let server = Server::start(Options::default().arg("maxclients", "1000"));
     let version: String = {
         let mut c = server.conn();
@@ -416,7 +476,7 @@ fn main() {
     let _ = writeln!(md, "# EchoMQ benchmarks\n");
     let _ = writeln!(
         md,
-        "Produced by `make bench` (`BENCH_ROUNDS={rounds} BENCH_JOBS={jobs} cargo bench --bench enqueue`) on {} ({} cores), valkey-server {version}, the module built with `cargo build --release`. One server; {CONNECTIONS} client connections; the same valid 14-byte `JOB` ids and the same 48-byte payload for every variant; variants interleaved (A B C D E, A B C D E, ...) over {rounds} rounds of {jobs} jobs, with `FLUSHALL` and `CONFIG RESETSTAT` before each run. Clients send pre-encoded RESP (the time measured is the server's, not the client's command building). Two server figures per job: the `INFO commandstats` time of the variant's commands (the command bodies only: for native commands it leaves out parsing, dispatch and propagation, which the module pays inside its command for its two replicated effects), and the main thread's CPU time from `INFO cpu` (everything the server did: reading, parsing, dispatch, the commands, replies). Jobs/s is measured by the client. Figures are medians with the min–max spread.\n",
+        "Produced by `make bench` (`BENCH_ROUNDS={rounds} BENCH_JOBS={jobs} cargo bench --bench enqueue`) on {} ({} cores), valkey-server {version}, the module built with `cargo build --release`. One server, no replica and no AOF (as the server itself, EchoMQ then propagates nothing; a last table adds a replica); {CONNECTIONS} client connections; the same valid 14-byte `JOB` ids and the same 48-byte payload for every variant; variants interleaved (A B C D E, A B C D E, ...) over {rounds} rounds of {jobs} jobs, with `FLUSHALL` and `CONFIG RESETSTAT` before each run. Clients send pre-encoded RESP (the time measured is the server's, not the client's command building). Two server figures per job: the `INFO commandstats` time of the variant's commands (the command bodies only: a native command's window leaves out its request's parsing, argument objects and dispatch, while the module's covers composing its keys from the queue name, the ACL check of those derived keys and the key-name strings), and the main thread's CPU time from `INFO cpu` (everything the server did: reading, parsing, dispatch, the commands, replies). Jobs/s is measured by the client. Figures are medians with the min–max spread.\n",
         cpu_model(),
         thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     );
@@ -425,48 +485,47 @@ fn main() {
         (Ids::Random, "random ids"),
     ] {
         for depth in [16usize, 1] {
-            let mut samples: Vec<Vec<Sample>> = variants.iter().map(|_| Vec::new()).collect();
-            for round in 0..rounds {
-                let id_list = ids_for(ids, jobs, round as u64 + 1);
-                for (v, variant) in variants.iter().enumerate() {
-                    samples[v].push(run(&server, *variant, &id_list, depth));
-                }
-            }
-            let stats: Vec<(Spread, Spread, Spread)> = samples
-                .iter()
-                .map(|s| {
-                    (
-                        median(s.iter().map(|x| x.server_us_per_job).collect()),
-                        median(s.iter().map(|x| x.jobs_per_sec).collect()),
-                        median(s.iter().map(|x| x.cpu_us_per_job).collect()),
-                    )
-                })
-                .collect();
-            let (lua_us, lua_tp, lua_cpu) = (stats[0].0 .0, stats[0].1 .0, stats[0].2 .0);
-            let (nat_us, nat_tp, nat_cpu) = (stats[2].0 .0, stats[2].1 .0, stats[2].2 .0);
-            let _ = writeln!(md, "## {ids_name}, pipeline depth {depth}\n");
-            let _ = writeln!(md, "| variant | commandstats µs/job | vs Lua | vs native | main-thread CPU µs/job | vs Lua | vs native | jobs/s | vs Lua | vs native |");
-            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
-            for (v, variant) in variants.iter().enumerate() {
-                let ((us, us_lo, us_hi), (tp, tp_lo, tp_hi), (cpu, cpu_lo, cpu_hi)) = stats[v];
-                let _ = writeln!(
-                    md,
-                    "| {} | {us:.2} ({us_lo:.2}–{us_hi:.2}) | {:.2}× | {:.2}× | {cpu:.2} ({cpu_lo:.2}–{cpu_hi:.2}) | {:.2}× | {:.2}× | {tp:.0} ({tp_lo:.0}–{tp_hi:.0}) | {:.2}× | {:.2}× |",
-                    variant.name(),
-                    us / lua_us,
-                    us / nat_us,
-                    cpu / lua_cpu,
-                    cpu / nat_cpu,
-                    tp / lua_tp,
-                    tp / nat_tp,
-                );
-            }
-            let _ = writeln!(md);
+            let samples = measure(&server, &variants, ids, depth, rounds, jobs);
+            table(
+                &mut md,
+                &format!("{ids_name}, pipeline depth {depth}"),
+                &variants,
+                &samples,
+            );
             eprintln!("done: {ids_name}, depth {depth}");
         }
     }
-    let wake = wake_up_latency(&server, 300);
-    let late = delayed_lateness(&server, 200);
+    // The same work while a replica (without the module) receives it: every variant now
+    // propagates, the module through RM_Replicate.
+    {
+        let replica = Server::start(
+            Options::without_module().arg("replicaof", &format!("127.0.0.1 {}", server.port)),
+        );
+        let mut r = replica.conn();
+        let linked = support::wait_until(Duration::from_secs(30), || {
+            support::info_field(&mut r, "replication", "master_link_status").as_deref()
+                == Some("up")
+        });
+        if linked {
+            let samples = measure(&server, &variants, Ids::Monotonic, 16, rounds, jobs);
+            let _ = writeln!(
+                md,
+                "With a replica attached (a second `valkey-server` on loopback, without the module), every variant propagates its writes; `EMQ.ENQUEUE` and `EMQ.MENQUEUE` hand theirs to `RM_Replicate`.\n"
+            );
+            table(
+                &mut md,
+                "monotonic ids, pipeline depth 16, a replica attached",
+                &variants,
+                &samples,
+            );
+            eprintln!("done: with a replica");
+        } else {
+            eprintln!("the replica never linked; no replica figures");
+        }
+    }
+    let (wake_samples, late_samples) = if benchmark { (300, 200) } else { (20, 10) };
+    let wake = wake_up_latency(&server, wake_samples);
+    let late = delayed_lateness(&server, late_samples);
     let _ = writeln!(md, "## Lifecycle latency\n");
     let _ = writeln!(md, "| measure | samples | p50 ms | p99 ms | max ms |");
     let _ = writeln!(md, "|---|---|---|---|---|");
@@ -488,6 +547,9 @@ fn main() {
     );
     let _ = writeln!(md);
     print!("{md}");
+    if !benchmark {
+        return;
+    }
     let path = support::repo_root().join("docs/bench.md");
     let previous = std::fs::read_to_string(&path).unwrap_or_default();
     // Keep the hand-written optimisation log below the generated figures.
