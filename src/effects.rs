@@ -13,8 +13,8 @@
 //!   whenever something could start receiving: a `SYNC` or `PSYNC` (a replica attaching
 //!   creates the backlog), `REPLICAOF`, `SLAVEOF`, `FAILOVER`, `CLUSTER`, `CONFIG`, `DEBUG`
 //!   (seen by the command filter), or a replication role change (a server event);
-//! - AOF is read from the context flags on every effect, so AOF turned on by any path is
-//!   seen by the next write;
+//! - AOF is read from the context flags by every command (once, for all its effects) and by
+//!   every effect of a timer tick, so AOF turned on by any path is seen by the next write;
 //! - **closed** only by [`probe`], on the server cron about once a second, when
 //!   `INFO replication` shows a primary with no replicas and no backlog. Every path that
 //!   creates a replica or a backlog on a primary runs in a command the filter sees first,
@@ -25,7 +25,7 @@
 //! `RM_Replicate` does, after the server has dropped the propagation itself.
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 use valkey_module::{raw, Context};
 
@@ -35,6 +35,14 @@ use crate::store::{self, Str};
 /// Whether effects go to `RM_Replicate` whatever the AOF says (see the module docs).
 static OPEN: AtomicBool = AtomicBool::new(true);
 static LAST_PROBE_MS: AtomicU64 = AtomicU64::new(0);
+/// The AOF state as read by the running command: a command cannot turn AOF on while it runs,
+/// so one read serves all its effects (a batch has one per job). A command nested in another
+/// (through a keyspace event) resets it to `OUTSIDE`, which only means reading every time.
+static AOF_MEMO: AtomicU8 = AtomicU8::new(OUTSIDE);
+const OUTSIDE: u8 = 0;
+const UNREAD: u8 = 1;
+const AOF_ON: u8 = 2;
+const AOF_OFF: u8 = 3;
 const PROBE_EVERY_MS: u64 = 1000;
 
 /// Commands after which something may receive propagated writes.
@@ -61,7 +69,30 @@ pub fn emit(ctx: &Context, cmd: &CStr, args: &[Str<'_>]) {
 
 /// Whether effects are being propagated: the gate is open or AOF is on.
 pub fn propagating(ctx: &Context) -> bool {
-    OPEN.load(Ordering::Relaxed) || store::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_AOF != 0
+    if OPEN.load(Ordering::Relaxed) {
+        return true;
+    }
+    match AOF_MEMO.load(Ordering::Relaxed) {
+        AOF_ON => true,
+        AOF_OFF => false,
+        memo => {
+            let on = store::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_AOF != 0;
+            if memo == UNREAD {
+                AOF_MEMO.store(if on { AOF_ON } else { AOF_OFF }, Ordering::Relaxed);
+            }
+            on
+        }
+    }
+}
+
+/// A command of this module starts: the AOF state is read at most once until it finishes.
+pub fn command_started() {
+    AOF_MEMO.store(UNREAD, Ordering::Relaxed);
+}
+
+/// The command finished: outside commands (timer ticks), every effect reads the AOF state.
+pub fn command_finished() {
+    AOF_MEMO.store(OUTSIDE, Ordering::Relaxed);
 }
 
 /// The command filter's hook: `first` is the command's name as the client sent it.

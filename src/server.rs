@@ -114,6 +114,7 @@ fn guarded(
     argc: c_int,
     handler: impl FnOnce(&Context, &Args) -> Option<CommandResult>,
 ) -> c_int {
+    crate::effects::command_started();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let argv = match usize::try_from(argc) {
             // SAFETY: the server passes `argc` valid string pointers in `argv`.
@@ -143,6 +144,7 @@ fn guarded(
             }
         }
     }));
+    crate::effects::command_finished();
     match outcome {
         Ok(true) => raw::REDISMODULE_OK as c_int,
         Ok(false) => raw::REDISMODULE_ERR as c_int,

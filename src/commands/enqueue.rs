@@ -51,10 +51,14 @@ pub fn check_payload(payload: &[u8]) -> Result<(), EmqError> {
     Ok(())
 }
 
-/// `[DELAY <ms> | AT <unix-ms>]` at `args[at..]`, resolved against `now`.
-fn parse_placement(args: &Args, at: usize, now: i64) -> Result<Placement, EmqError> {
+/// `[DELAY <ms> | AT <unix-ms>]` at `args[at..]`, resolved against the clock (read only
+/// when there is a due time to compare).
+fn parse_placement(args: &Args, at: usize) -> Result<Placement, EmqError> {
+    if args.len() == at {
+        return Ok(Placement::Ready);
+    }
+    let now = server::now_ms() as i64;
     let due = match args.len() - at {
-        0 => return Ok(Placement::Ready),
         2 if is_token(args.bytes(at), "DELAY") => {
             now + parse_int(args.bytes(at + 1), 0, config::MAX_DURATION_MS, "DELAY")?
         }
@@ -87,7 +91,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         return Err(EmqError::Kind);
     }
     check_payload(args.bytes(3))?;
-    let placement = parse_placement(args, 4, server::now_ms() as i64)?;
+    let placement = parse_placement(args, 4)?;
     cluster::check_stable(queue)?;
     let payload = args.string(3).ok_or(EmqError::Internal)?;
     let set = OwnedString::cached(ctx, KeyBuf::queue(queue, set_type(placement)).as_bytes())?;

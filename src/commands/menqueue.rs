@@ -14,7 +14,7 @@ use super::{parse_id, parse_queue};
 use crate::cluster;
 use crate::effects;
 use crate::error::EmqError;
-use crate::grammar::{BrandedId, KeyBuf, KeyType};
+use crate::grammar::{BrandedId, KeyBuf, KeyType, ID_LEN};
 use crate::lifecycle::{self, State};
 use crate::metrics;
 use crate::server::{Args, CommandResult, Reply};
@@ -50,12 +50,17 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     cluster::check_stable(queue)?;
     let pending_name = OwnedString::cached(ctx, KeyBuf::queue(queue, KeyType::Pending).as_bytes())?;
     let mut rows = Vec::with_capacity(n);
-    for id in &requested {
-        let id = id.unwrap_or_else(mint);
-        rows.push((
-            id,
-            OwnedString::new(ctx, KeyBuf::job(queue, &id).as_bytes())?,
-        ));
+    for (j, id) in requested.iter().enumerate() {
+        // A given id's argument is its canonical text; a minted one is encoded.
+        let key = match (id, <&[u8; ID_LEN]>::try_from(args.bytes(2 + 2 * j))) {
+            (Some(id), Ok(text)) => (*id, KeyBuf::job_text(queue, text)),
+            (Some(id), Err(_)) => (*id, KeyBuf::job(queue, id)),
+            (None, _) => {
+                let id = mint();
+                (id, KeyBuf::job(queue, &id))
+            }
+        };
+        rows.push((key.0, OwnedString::new(ctx, key.1.as_bytes())?));
     }
     let mut names: Vec<&OwnedString> = rows.iter().map(|(_, row)| row).collect();
     names.push(&pending_name);

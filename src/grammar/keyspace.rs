@@ -1,7 +1,7 @@
 //! The keyspace grammar (SPEC §1): every key is `emq:{<queue>}:<type>`, composed here and
 //! nowhere else. The type set is closed.
 
-use super::branded_id::{BrandedId, LEN as ID_LEN};
+use super::{BrandedId, ID_LEN};
 
 /// Longest queue name, in bytes (SPEC §1.1).
 pub const MAX_QUEUE_LEN: usize = 128;

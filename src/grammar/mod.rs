@@ -9,6 +9,6 @@ pub mod slot;
 #[cfg(test)]
 mod properties;
 
-pub use branded_id::{BrandedId, Minter};
+pub use branded_id::{BrandedId, Minter, LEN as ID_LEN};
 pub use keyspace::{decode, job_key, queue_key, Decoded, KeyBuf, KeyType, Queue};
 pub use slot::{hashtag, slot};
