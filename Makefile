@@ -39,7 +39,7 @@ test-redis7: build
 
 # The integration suites with every server under valgrind memcheck; fails on any error or
 # leak whose stack passes through the module. Slow: not part of every CI run.
-VALGRIND_SUITES := enqueue grammar menqueue acl module_load replication interop lifecycle hostile
+VALGRIND_SUITES := enqueue grammar menqueue acl module_load replication effects interop lifecycle hostile
 VALGRIND_DIR := target/valgrind
 test-valgrind: build
 	@command -v valgrind >/dev/null 2>&1 || { apt-get install -y -qq valgrind || { echo "echomq: install valgrind" >&2; exit 1; }; }

@@ -762,9 +762,10 @@ fn release(ptr: NonNull<raw::RedisModuleString>) {
     }
 }
 
+/// Empties the cache, its own buffer included (the module's memory must be gone at unload).
 fn free_names() {
     let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
-    for name in names.0.drain(..) {
+    for name in std::mem::take(&mut names.0) {
         release(name.ptr);
     }
     names.1 = 0;
