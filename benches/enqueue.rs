@@ -456,7 +456,7 @@ fn main() {
             .unwrap_or(default)
     };
     let (rounds, jobs) = if benchmark {
-        (setting("BENCH_ROUNDS", 5), setting("BENCH_JOBS", 100_000))
+        (setting("BENCH_ROUNDS", 7), setting("BENCH_JOBS", 100_000))
     } else {
         (1, 2_000)
     };

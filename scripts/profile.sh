@@ -21,19 +21,33 @@ cost() {
     awk -v f="???:$2" '!found { for (i = 2; i <= NF; i++) if ($i == f) { gsub(",", "", $1); print $1; found = 1 } } END { if (!found) print 0 }'
 }
 
-run() { # <mode> -> $dir/<mode>.out
-  local mode="$1" port
+run() { # <mode> [replica] -> $dir/<mode>[-replica].out
+  local mode="$1" out="$1${2:+-$2}" port rport rpid=""
   port="$(free_port)"
-  valgrind --tool=callgrind --callgrind-out-file="$dir/$mode.out" \
+  valgrind --tool=callgrind --callgrind-out-file="$dir/$out.out" \
     valkey-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
     --loadmodule "$module" >/dev/null 2>&1 &
   local pid=$!
   for _ in $(seq 1 300); do valkey-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
+  if [ "${2:-}" = replica ]; then
+    # A plain replica (no module, not profiled): the module's effects now go to RM_Replicate.
+    rport="$(free_port)"
+    valkey-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
+      --replicaof 127.0.0.1 "$port" --dir "$dir" --dbfilename replica.rdb >/dev/null 2>&1 &
+    rpid=$!
+    for _ in $(seq 1 600); do
+      valkey-cli -p "$rport" INFO replication 2>/dev/null | grep -q 'master_link_status:up' && break
+      sleep 0.1
+    done
+  fi
   python3 scripts/profile-driver.py "$mode" "$port" "$jobs" lua/enqueue.lua
   wait "$pid" || true
+  [ -n "$rpid" ] && kill "$rpid" 2>/dev/null && wait "$rpid" 2>/dev/null
+  true
 }
 
 for mode in module batch native lua; do run "$mode"; done
+run module replica
 per_job() { echo $(( $1 / jobs )); }
 echo "| where | instructions/job |"
 echo "|---|---|"
@@ -41,6 +55,8 @@ echo "| \`EMQ.ENQUEUE\` handler (\`ValkeyModuleCommandDispatcher\`) | $(per_job 
 for f in VM_HashSet VM_Replicate VM_ZsetAdd VM_OpenKey VM_NotifyKeyspaceEvent; do
   echo "| of which \`$f\` | $(per_job "$(cost "$dir/module.out" "$f")") |"
 done
+echo "| \`EMQ.ENQUEUE\` handler, a replica attached | $(per_job "$(cost "$dir/module-replica.out" ValkeyModuleCommandDispatcher)") |"
+echo "| of which \`VM_Replicate\` | $(per_job "$(cost "$dir/module-replica.out" VM_Replicate)") |"
 echo "| native \`HSET\` + \`ZADD\` bodies (\`hsetCommand\` + \`zaddCommand\`) | $(per_job $(( $(cost "$dir/native.out" hsetCommand) + $(cost "$dir/native.out" zaddCommand) ))) |"
 echo "| the Lua script (\`evalShaCommand\`) | $(per_job "$(cost "$dir/lua.out" evalShaCommand)") |"
 for mode in lua native module batch; do
