@@ -14,7 +14,7 @@ use super::{parse_id, parse_queue};
 use crate::cluster;
 use crate::effects;
 use crate::error::EmqError;
-use crate::grammar::{BrandedId, KeyBuf, KeyType, ID_LEN};
+use crate::grammar::{BrandedId, KeyBuf, KeyType, RowPrefix, ID_LEN};
 use crate::lifecycle::{self, State};
 use crate::metrics;
 use crate::server::{Args, CommandResult, Reply};
@@ -49,15 +49,16 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     }
     cluster::check_stable(queue)?;
     let pending_name = OwnedString::cached(ctx, KeyBuf::queue(queue, KeyType::Pending).as_bytes())?;
+    let prefix = RowPrefix::new(queue);
     let mut rows = Vec::with_capacity(n);
     for (j, id) in requested.iter().enumerate() {
         // A given id's argument is its canonical text; a minted one is encoded.
         let key = match (id, <&[u8; ID_LEN]>::try_from(args.bytes(2 + 2 * j))) {
-            (Some(id), Ok(text)) => (*id, KeyBuf::job_text(queue, text)),
-            (Some(id), Err(_)) => (*id, KeyBuf::job(queue, id)),
+            (Some(id), Ok(text)) => (*id, prefix.row_text(text)),
+            (Some(id), Err(_)) => (*id, prefix.row(id)),
             (None, _) => {
                 let id = mint();
-                (id, KeyBuf::job(queue, &id))
+                (id, prefix.row(&id))
             }
         };
         rows.push((key.0, OwnedString::new(ctx, key.1.as_bytes())?));
@@ -77,7 +78,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
                 break;
             }
             *id = mint();
-            *row = OwnedString::new(ctx, KeyBuf::job(queue, id).as_bytes())?;
+            *row = OwnedString::new(ctx, prefix.row(id).as_bytes())?;
             store::check_access(ctx, &[row])?;
         }
     }

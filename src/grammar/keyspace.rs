@@ -115,13 +115,33 @@ impl KeyBuf {
     /// well-formed id is canonical (parsing and encoding are inverse), so its text is the
     /// encoding and need not be made again.
     pub fn job_text(queue: Queue<'_>, id: &[u8; ID_LEN]) -> Self {
-        let mut k = Self::queue(queue, KeyType::Job);
-        k.push(id);
-        k
+        RowPrefix::new(queue).row_text(id)
     }
 
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len]
+    }
+}
+
+/// `emq:{<queue>}:job:`, composed once for the many row keys of a batch.
+#[derive(Clone, Copy)]
+pub struct RowPrefix(KeyBuf);
+
+impl RowPrefix {
+    pub fn new(queue: Queue<'_>) -> Self {
+        Self(KeyBuf::queue(queue, KeyType::Job))
+    }
+
+    /// The row key of `id`.
+    pub fn row(&self, id: &BrandedId) -> KeyBuf {
+        self.row_text(&id.encode())
+    }
+
+    /// The row key of an id given as its canonical text (see [`KeyBuf::job_text`]).
+    pub fn row_text(&self, id: &[u8; ID_LEN]) -> KeyBuf {
+        let mut k = self.0;
+        k.push(id);
+        k
     }
 }
 

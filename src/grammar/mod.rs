@@ -10,5 +10,5 @@ pub mod slot;
 mod properties;
 
 pub use branded_id::{BrandedId, Minter, LEN as ID_LEN};
-pub use keyspace::{decode, job_key, queue_key, Decoded, KeyBuf, KeyType, Queue};
+pub use keyspace::{decode, job_key, queue_key, Decoded, KeyBuf, KeyType, Queue, RowPrefix};
 pub use slot::{hashtag, slot};

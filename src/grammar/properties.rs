@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use super::branded_id::{BrandedId, LEN};
-use super::keyspace::{decode, job_key, queue_key, Decoded, KeyType, Queue};
+use super::keyspace::{decode, job_key, queue_key, Decoded, KeyBuf, KeyType, Queue, RowPrefix};
 use super::slot::{hashtag, slot};
 
 /// CRC16-XMODEM bit by bit (poly 0x1021, init 0), as the spec defines it.
@@ -93,5 +93,21 @@ proptest! {
         prop_assert_eq!(got, ty);
         prop_assert_eq!(got_id, (ty == KeyType::Job).then_some(id));
         prop_assert_eq!(slot(&key), slot(&name));
+    }
+
+    #[test]
+    fn every_way_to_compose_a_row_key_agrees(name in queue_name(), value in 0u64..=i64::MAX as u64) {
+        let queue = Queue::parse(&name).expect("a valid name");
+        let id = BrandedId::new(*b"JOB", value).expect("valid");
+        let want = job_key(queue, &id);
+        let prefix = RowPrefix::new(queue);
+        for made in [
+            KeyBuf::job(queue, &id),
+            KeyBuf::job_text(queue, &id.encode()),
+            prefix.row(&id),
+            prefix.row_text(&id.encode()),
+        ] {
+            prop_assert_eq!(made.as_bytes(), want.as_slice());
+        }
     }
 }
