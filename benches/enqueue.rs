@@ -393,7 +393,15 @@ fn measure(
     for round in 0..rounds {
         let id_list = ids_for(ids, jobs, round as u64 + 1);
         for (v, variant) in variants.iter().enumerate() {
-            samples[v].push(run(server, *variant, &id_list, depth));
+            let sample = run(server, *variant, &id_list, depth);
+            eprintln!(
+                "round {round} {:<28} commandstats {:.3} cpu {:.3} jobs/s {:.0}",
+                variant.name(),
+                sample.server_us_per_job,
+                sample.cpu_us_per_job,
+                sample.jobs_per_sec
+            );
+            samples[v].push(sample);
         }
     }
     samples

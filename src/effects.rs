@@ -11,8 +11,9 @@
 //!
 //! - **open** (effects go to `RM_Replicate`) at load, and at once, before the command runs,
 //!   whenever something could start receiving: a `SYNC` or `PSYNC` (a replica attaching
-//!   creates the backlog), `REPLICAOF`, `SLAVEOF`, `FAILOVER`, `CLUSTER`, `CONFIG`, `DEBUG`
-//!   (seen by the command filter), or a replication role change (a server event);
+//!   creates the backlog), `REPLICAOF`, `SLAVEOF` or `FAILOVER` (seen by the command
+//!   filter), or a replication role change (a server event, whatever caused it: a cluster
+//!   failover, `CLUSTER REPLICATE`, ...);
 //! - AOF is read from the context flags by every command (once, for all its effects) and by
 //!   every effect of a timer tick, so AOF turned on by any path is seen by the next write;
 //! - **closed** only by [`probe`], on the server cron about once a second, when
@@ -45,17 +46,11 @@ const AOF_ON: u8 = 2;
 const AOF_OFF: u8 = 3;
 const PROBE_EVERY_MS: u64 = 1000;
 
-/// Commands after which something may receive propagated writes.
-const OPENING_COMMANDS: [&[u8]; 8] = [
-    b"SYNC",
-    b"PSYNC",
-    b"REPLICAOF",
-    b"SLAVEOF",
-    b"FAILOVER",
-    b"CLUSTER",
-    b"CONFIG",
-    b"DEBUG",
-];
+/// Commands after which something may receive propagated writes: a replica attaching (the
+/// only way a primary gets replicas or a backlog) and the role changes (also reported by the
+/// role-change event). Commands that clients poll (`CONFIG GET`, `CLUSTER SLOTS`, ...) are
+/// not here, so they never cost the gate a second of replicating for nothing.
+const OPENING_COMMANDS: [&[u8]; 5] = [b"SYNC", b"PSYNC", b"REPLICAOF", b"SLAVEOF", b"FAILOVER"];
 
 /// Replicates `cmd args...` as an effect when anything can receive it (several effects of
 /// one command reach replicas and the AOF as one MULTI/EXEC); otherwise counts the change.

@@ -273,3 +273,34 @@ fn a_primary_restarted_with_replication_history_keeps_replicating() {
     wait_caught_up(&mut p, &mut r);
     assert_eq!(digest(&mut p), digest(&mut r));
 }
+
+#[test]
+fn commands_clients_poll_leave_the_gate_closed() {
+    let server = Server::start(primary_options());
+    let mut con = server.conn();
+    wait_gate_closed(&mut con);
+    let _: Vec<String> = cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory")
+        .query(&mut con)
+        .expect("config get");
+    let _: String = cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-samples")
+        .arg("5")
+        .query(&mut con)
+        .expect("config set");
+    let _: redis::RedisResult<redis::Value> = cmd("CLUSTER").arg("INFO").query(&mut con);
+    let _: String = cmd("ROLE")
+        .query::<redis::Value>(&mut con)
+        .map(|_| String::new())
+        .expect("role");
+    assert_eq!(effects_replicated(&mut con), 0);
+    // While a command that can start replication opens it at once.
+    let _: String = cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut con)
+        .expect("replicaof no one");
+    assert_eq!(effects_replicated(&mut con), 1);
+}
