@@ -34,10 +34,11 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             format!("at most {MAX_JOBS} jobs per call").into(),
         ));
     }
-    // Every id, kind and payload first.
+    // Every id, kind and payload first. Each job's id: `None` for `*`, with the argument.
     let mut requested = Vec::with_capacity(n);
     for j in 0..n {
-        let id = match args.bytes(2 + 2 * j) {
+        let text = args.bytes(2 + 2 * j);
+        let id = match text {
             b"*" => None,
             id => Some(parse_id(id)?),
         };
@@ -45,15 +46,15 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             return Err(EmqError::Kind);
         }
         check_payload(args.bytes(3 + 2 * j))?;
-        requested.push(id);
+        requested.push((id, text));
     }
     cluster::check_stable(queue)?;
     let pending_name = OwnedString::cached(ctx, KeyBuf::queue(queue, KeyType::Pending).as_bytes())?;
     let prefix = RowPrefix::new(queue);
     let mut rows = Vec::with_capacity(n);
-    for (j, id) in requested.iter().enumerate() {
+    for (id, text) in &requested {
         // A given id's argument is its canonical text; a minted one is encoded.
-        let key = match (id, <&[u8; ID_LEN]>::try_from(args.bytes(2 + 2 * j))) {
+        let key = match (id, <&[u8; ID_LEN]>::try_from(*text)) {
             (Some(id), Ok(text)) => (*id, prefix.row_text(text)),
             (Some(id), Err(_)) => (*id, prefix.row(id)),
             (None, _) => {
@@ -69,7 +70,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
 
     // A minted id that collides with an existing row is minted again (the new row checked on
     // its own). Still nothing written.
-    for (requested, (id, row)) in requested.iter().zip(rows.iter_mut()) {
+    for ((requested, _), (id, row)) in requested.iter().zip(rows.iter_mut()) {
         if requested.is_some() {
             continue;
         }
@@ -110,13 +111,12 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         let payload = args.string(3 + 2 * j).ok_or(EmqError::Internal)?;
         lifecycle::write_row(ctx, row, State::Pending, payload)?;
         // A given id is canonical, so its argument string is the member (no copy).
-        match args.bytes(2 + 2 * j) {
-            b"*" => {
-                let member = id.encode();
-                minted.push(OwnedString::new(ctx, &member)?);
-                replies.push(Reply::Bulk(member.to_vec()));
-            }
-            _ => replies.push(Reply::Integer(1)),
+        if requested[j].0.is_none() {
+            let member = id.encode();
+            minted.push(OwnedString::new(ctx, &member)?);
+            replies.push(Reply::Bulk(member.to_vec()));
+        } else {
+            replies.push(Reply::Integer(1));
         }
         members.push(j);
     }
@@ -126,9 +126,9 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         zadd_args.push(pending_name.as_str());
         let mut minted = minted.iter();
         for &j in &members {
-            let member = match args.bytes(2 + 2 * j) {
-                b"*" => minted.next().map(OwnedString::as_str),
-                _ => args.string(2 + 2 * j),
+            let member = match requested[j].0 {
+                None => minted.next().map(OwnedString::as_str),
+                Some(_) => args.string(2 + 2 * j),
             }
             .ok_or(EmqError::Internal)?;
             pending.zadd(0.0, member)?;
