@@ -407,37 +407,39 @@ fn measure(
     samples
 }
 
-/// One Markdown table of medians (min–max) and ratios against Lua (variant 0) and native
-/// (variant 2).
+/// One Markdown table: each figure's median (min–max) over the rounds, and its ratios against
+/// Lua (variant 0) and native (variant 2) as the median of the per-round ratios. The variants
+/// of a round run back to back, so a ratio within a round compares runs that met the same
+/// machine (this VM's speed drifts between rounds), and the median of those ratios keeps the
+/// pairing.
 fn table(md: &mut String, title: &str, variants: &[Variant], samples: &[Vec<Sample>]) {
-    let stats: Vec<(Spread, Spread, Spread)> = samples
-        .iter()
-        .map(|s| {
-            (
-                median(s.iter().map(|x| x.server_us_per_job).collect()),
-                median(s.iter().map(|x| x.jobs_per_sec).collect()),
-                median(s.iter().map(|x| x.cpu_us_per_job).collect()),
-            )
-        })
-        .collect();
-    let (lua_us, lua_tp, lua_cpu) = (stats[0].0 .0, stats[0].1 .0, stats[0].2 .0);
-    let (nat_us, nat_tp, nat_cpu) = (stats[2].0 .0, stats[2].1 .0, stats[2].2 .0);
+    type Figure = fn(&Sample) -> f64;
+    let figures: [Figure; 3] = [
+        |x| x.server_us_per_job,
+        |x| x.cpu_us_per_job,
+        |x| x.jobs_per_sec,
+    ];
+    let spread = |v: usize, f: Figure| median(samples[v].iter().map(f).collect());
+    let ratio = |v: usize, base: usize, f: Figure| {
+        let paired = samples[v].iter().zip(&samples[base]);
+        median(paired.map(|(x, b)| f(x) / f(b)).collect()).0
+    };
     let _ = writeln!(md, "## {title}\n");
     let _ = writeln!(md, "| variant | commandstats µs/job | vs Lua | vs native | main-thread CPU µs/job | vs Lua | vs native | jobs/s | vs Lua | vs native |");
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
     for (v, variant) in variants.iter().enumerate() {
-        let ((us, us_lo, us_hi), (tp, tp_lo, tp_hi), (cpu, cpu_lo, cpu_hi)) = stats[v];
-        let _ = writeln!(
-            md,
-            "| {} | {us:.2} ({us_lo:.2}–{us_hi:.2}) | {:.2}× | {:.2}× | {cpu:.2} ({cpu_lo:.2}–{cpu_hi:.2}) | {:.2}× | {:.2}× | {tp:.0} ({tp_lo:.0}–{tp_hi:.0}) | {:.2}× | {:.2}× |",
-            variant.name(),
-            us / lua_us,
-            us / nat_us,
-            cpu / lua_cpu,
-            cpu / nat_cpu,
-            tp / lua_tp,
-            tp / nat_tp,
-        );
+        let mut row = format!("| {} |", variant.name());
+        for (i, f) in figures.into_iter().enumerate() {
+            let (mid, lo, hi) = spread(v, f);
+            let cell = if i == 2 {
+                format!(" {mid:.0} ({lo:.0}–{hi:.0}) |")
+            } else {
+                format!(" {mid:.2} ({lo:.2}–{hi:.2}) |")
+            };
+            row.push_str(&cell);
+            let _ = write!(row, " {:.2}× | {:.2}× |", ratio(v, 0, f), ratio(v, 2, f));
+        }
+        let _ = writeln!(md, "{row}");
     }
     let _ = writeln!(md);
 }
@@ -484,7 +486,7 @@ fn main() {
     let _ = writeln!(md, "# EchoMQ benchmarks\n");
     let _ = writeln!(
         md,
-        "Produced by `make bench` (`BENCH_ROUNDS={rounds} BENCH_JOBS={jobs} cargo bench --bench enqueue`) on {} ({} cores), valkey-server {version}, the module built with `cargo build --release`. One server, no replica and no AOF (as the server itself, EchoMQ then propagates nothing; a last table adds a replica); {CONNECTIONS} client connections; the same valid 14-byte `JOB` ids and the same 48-byte payload for every variant; variants interleaved (A B C D E, A B C D E, ...) over {rounds} rounds of {jobs} jobs, with `FLUSHALL` and `CONFIG RESETSTAT` before each run. Clients send pre-encoded RESP (the time measured is the server's, not the client's command building). Two server figures per job: the `INFO commandstats` time of the variant's commands (the command bodies only: a native command's window leaves out its request's parsing, argument objects and dispatch, while the module's covers composing its keys from the queue name, the ACL check of those derived keys and the key-name strings), and the main thread's CPU time from `INFO cpu` (everything the server did: reading, parsing, dispatch, the commands, replies). Jobs/s is measured by the client. Figures are medians with the min–max spread.\n",
+        "Produced by `make bench` (`BENCH_ROUNDS={rounds} BENCH_JOBS={jobs} cargo bench --bench enqueue`) on {} ({} cores), valkey-server {version}, the module built with `cargo build --release`. One server, no replica and no AOF (as the server itself, EchoMQ then propagates nothing; a last table adds a replica); {CONNECTIONS} client connections; the same valid 14-byte `JOB` ids and the same 48-byte payload for every variant; variants interleaved (A B C D E, A B C D E, ...) over {rounds} rounds of {jobs} jobs, with `FLUSHALL` and `CONFIG RESETSTAT` before each run. Clients send pre-encoded RESP (the time measured is the server's, not the client's command building). Two server figures per job: the `INFO commandstats` time of the variant's commands (the command bodies only: a native command's window leaves out its request's parsing, argument objects and dispatch, while the module's covers composing its keys from the queue name, the ACL check of those derived keys and the key-name strings), and the main thread's CPU time from `INFO cpu` (everything the server did: reading, parsing, dispatch, the commands, replies). Jobs/s is measured by the client. Figures are medians over the rounds with the min–max spread; a ratio is the median of the per-round ratios (the variants of a round run back to back, so each ratio pairs runs that met the same machine).\n",
         cpu_model(),
         thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     );
