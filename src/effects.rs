@@ -90,6 +90,14 @@ pub fn command_finished() {
     AOF_MEMO.store(OUTSIDE, Ordering::Relaxed);
 }
 
+/// Module load: the gate starts open (a module loaded again after an unload must not trust
+/// what it saw before; replicas may have attached in between) and the next cron probes.
+pub fn reset() {
+    OPEN.store(true, Ordering::Relaxed);
+    AOF_MEMO.store(OUTSIDE, Ordering::Relaxed);
+    LAST_PROBE_MS.store(0, Ordering::Relaxed);
+}
+
 /// The command filter's hook: `first` is the command's name as the client sent it.
 pub fn observe_command(first: &[u8]) {
     if OPENING_COMMANDS

@@ -214,6 +214,7 @@ fn init(ctx: &Context) -> Status {
 fn load(ctx: &Context) -> Result<(), String> {
     config::register(ctx)?;
     store::init_words().map_err(|_| "could not create its strings".to_string())?;
+    effects::reset();
     cluster::init(ctx);
     register::acl_category(ctx, ACL_CATEGORY);
     register::commands(ctx, COMMANDS, ACL_CATEGORY)?;
