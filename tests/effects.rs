@@ -33,6 +33,15 @@ fn wait_gate_closed(con: &mut Connection) {
     );
 }
 
+/// The probe's fallback never fired: every path to a listener opened the gate before it ran.
+fn assert_gate_opened_in_time(primary: &Server) {
+    let log = std::fs::read_to_string(&primary.log).unwrap_or_default();
+    assert!(
+        !log.contains("effects unreplicated"),
+        "the probe found a listener the hooks missed:\n{log}"
+    );
+}
+
 fn primary_options() -> Options {
     Options::default()
         .arg("enable-debug-command", "local")
@@ -114,13 +123,47 @@ fn a_primary_alone_still_counts_every_change_for_its_save_points() {
 
 #[test]
 fn a_replica_attaching_after_a_quiet_spell_gets_every_write() {
-    let primary = Server::start(primary_options());
+    late_replica(false);
+}
+
+/// Valkey 8's dual-channel replication: the snapshot comes over a second connection, which
+/// starts with its own `SYNC`, while the primary keeps the stream for the main one.
+#[test]
+fn a_dual_channel_replica_attaching_late_gets_every_write() {
+    let probe = Server::start(Options::without_module());
+    let known: redis::RedisResult<Vec<String>> = cmd("CONFIG")
+        .arg("GET")
+        .arg("dual-channel-replication-enabled")
+        .query(&mut probe.conn());
+    if known.map_or(true, |v| v.is_empty()) {
+        eprintln!(
+            "skipped: {} has no dual-channel replication",
+            server_binary()
+        );
+        return;
+    }
+    late_replica(true);
+}
+
+fn late_replica(dual_channel: bool) {
+    let (mut primary_options, mut replica_options) = (primary_options(), Options::without_module());
+    if dual_channel {
+        primary_options = primary_options
+            .arg("repl-diskless-sync", "yes")
+            .arg("dual-channel-replication-enabled", "yes");
+        replica_options = replica_options.arg("dual-channel-replication-enabled", "yes");
+    }
+    let primary = Server::start(primary_options);
     let mut p = primary.conn();
     wait_gate_closed(&mut p);
     let q = unique_queue("late");
     write_jobs(&mut p, &q, 1, 200);
 
-    let replica = replica_of(&primary);
+    let replica = Server::start(
+        replica_options
+            .arg("enable-debug-command", "local")
+            .arg("replicaof", &format!("127.0.0.1 {}", primary.port)),
+    );
     // Writes while the replica attaches and loads its snapshot.
     let writer = {
         let url = primary.url();
@@ -144,6 +187,7 @@ fn a_replica_attaching_after_a_quiet_spell_gets_every_write() {
         .expect("zcard");
     assert_eq!(pending, 200 + 300 + 50 + 3 * 5);
     assert_eq!(digest(&mut p), digest(&mut r));
+    assert_gate_opened_in_time(&primary);
 }
 
 #[test]
@@ -198,6 +242,7 @@ fn a_replica_resuming_from_the_backlog_misses_nothing() {
     let mut r = replica.conn();
     wait_caught_up(&mut p, &mut r);
     assert_eq!(digest(&mut p), digest(&mut r));
+    assert_gate_opened_in_time(&primary);
 }
 
 #[test]
@@ -272,6 +317,7 @@ fn a_primary_restarted_with_replication_history_keeps_replicating() {
     );
     wait_caught_up(&mut p, &mut r);
     assert_eq!(digest(&mut p), digest(&mut r));
+    assert_gate_opened_in_time(&primary);
 }
 
 #[test]
@@ -303,4 +349,65 @@ fn commands_clients_poll_leave_the_gate_closed() {
         .query(&mut con)
         .expect("replicaof no one");
     assert_eq!(effects_replicated(&mut con), 1);
+}
+
+/// `valkey-cli --replica` attaches with a plain `SYNC` and prints the stream it receives.
+#[test]
+fn a_sync_client_receives_the_effects_at_once() {
+    use std::io::BufRead;
+    let primary = Server::start(primary_options());
+    let mut p = primary.conn();
+    wait_gate_closed(&mut p);
+    let cli = std::env::var("VALKEY_CLI").unwrap_or_else(|_| "valkey-cli".to_string());
+    let mut child = std::process::Command::new(&cli)
+        .args(["-p", &primary.port.to_string(), "--replica"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the cli");
+    // Progress goes to stderr, the received commands to stdout: one channel for both.
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let out = child.stdout.take().expect("stdout");
+    let err = child.stderr.take().expect("stderr");
+    for stream in [
+        Box::new(out) as Box<dyn std::io::Read + Send>,
+        Box::new(err) as Box<dyn std::io::Read + Send>,
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stream)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let wait_for = |what: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains(what) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    };
+    assert!(wait_for("Logging commands"), "the cli finished its sync");
+    let q = unique_queue("sync");
+    let id = job_id(42);
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(&id)
+        .arg("p")
+        .query(&mut p)
+        .expect("enqueue");
+    let found = wait_for(&format!("\"ZADD\",\"emq:{{{q}}}:pending\",\"0\",\"{id}\""));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(found, "the ZADD effect reached the SYNC client");
+    assert_gate_opened_in_time(&primary);
 }
