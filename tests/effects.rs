@@ -33,6 +33,17 @@ fn wait_gate_closed(con: &mut Connection) {
     );
 }
 
+/// Sends `sig` to a server's process (`-STOP` and `-CONT` to pause one).
+fn signal(server: &Server, sig: &str) {
+    let pid = server.pid().expect("a server of our own").to_string();
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill {sig}");
+}
+
 /// The probe's fallback never fired: every path to a listener opened the gate before it ran.
 fn assert_gate_opened_in_time(primary: &Server) {
     let log = std::fs::read_to_string(&primary.log).unwrap_or_default();
@@ -203,16 +214,7 @@ fn a_replica_resuming_from_the_backlog_misses_nothing() {
 
     // The replica goes away for a while (stopped, its link cut); the primary keeps its
     // backlog for it.
-    let signal = |sig: &str| {
-        let pid = replica.pid().expect("replica pid").to_string();
-        let ok = std::process::Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .expect("kill")
-            .success();
-        assert!(ok, "kill {sig}");
-    };
-    signal("-STOP");
+    signal(&replica, "-STOP");
     let _: i64 = cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -230,7 +232,7 @@ fn a_replica_resuming_from_the_backlog_misses_nothing() {
     );
     let partial_before = int_field(&mut p, "stats", "sync_partial_ok");
     write_jobs(&mut p, &q, 1_000, 100);
-    signal("-CONT");
+    signal(&replica, "-CONT");
     assert!(
         wait_until(Duration::from_secs(20), || int_field(
             &mut p,
@@ -299,21 +301,34 @@ fn a_primary_restarted_with_replication_history_keeps_replicating() {
     let q = unique_queue("restart");
     write_jobs(&mut p, &q, 1, 50);
     wait_caught_up(&mut p, &mut r);
-    // The snapshot carries the replication id and offset, so the restarted primary keeps
-    // a backlog and the replica can resume from it.
+    // The replica waits, stopped, while the primary saves and restarts. The snapshot carries
+    // the replication id and offset, so the restarted primary has a backlog from its first
+    // moment, and the replica can resume from it.
+    signal(&replica, "-STOP");
     let _: String = cmd("SAVE").query(&mut p).expect("save");
     primary.restart(true);
     let mut p = primary.conn();
+    // Long enough for the probe to run: a backlog and no replica keep the gate open.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(int_field(&mut p, "replication", "connected_slaves"), 0);
+    assert_eq!(int_field(&mut p, "replication", "repl_backlog_active"), 1);
+    assert_eq!(
+        effects_replicated(&mut p),
+        1,
+        "a backlog keeps effects replicated"
+    );
     let partial_before = int_field(&mut p, "stats", "sync_partial_ok");
     write_jobs(&mut p, &q, 1_000, 100);
-    wait_link_up(&mut r);
+    signal(&replica, "-CONT");
     assert!(
-        wait_until(Duration::from_secs(20), || int_field(
+        wait_until(Duration::from_secs(30), || int_field(
             &mut p,
             "stats",
             "sync_partial_ok"
         ) > partial_before),
-        "the replica resumed from the restarted primary's backlog"
+        "the replica resumed from the restarted primary's backlog\nprimary: {}\nreplica: {}",
+        primary.log_tail(),
+        replica.log_tail()
     );
     wait_caught_up(&mut p, &mut r);
     assert_eq!(digest(&mut p), digest(&mut r));
