@@ -14,8 +14,9 @@
 //!   creates the backlog), `REPLICAOF`, `SLAVEOF` or `FAILOVER` (seen by the command
 //!   filter), or a replication role change (a server event, whatever caused it: a cluster
 //!   failover, `CLUSTER REPLICATE`, ...);
-//! - AOF is read from the context flags by every command (once, for all its effects) and by
-//!   every effect of a timer tick, so AOF turned on by any path is seen by the next write;
+//! - AOF is read from the context flags by every command (once, for all its effects), so AOF
+//!   turned on by any path is seen by the next write; writes outside a command (the timer's)
+//!   always replicate;
 //! - **closed** only by [`probe`], on the server cron about once a second, when
 //!   `INFO replication` shows a primary with no replicas and no backlog. Every path that
 //!   creates a replica or a backlog on a primary runs in a command the filter sees first,
@@ -37,8 +38,9 @@ use crate::store::{self, Str};
 static OPEN: AtomicBool = AtomicBool::new(true);
 static LAST_PROBE_MS: AtomicU64 = AtomicU64::new(0);
 /// The AOF state as read by the running command: a command cannot turn AOF on while it runs,
-/// so one read serves all its effects (a batch has one per job). A command nested in another
-/// (through a keyspace event) resets it to `OUTSIDE`, which only means reading every time.
+/// so one read serves all its effects (a batch has one per job). `OUTSIDE` between commands,
+/// and after a command nested in another (through a keyspace event) finishes: effects then
+/// replicate whatever the gate says.
 static AOF_MEMO: AtomicU8 = AtomicU8::new(OUTSIDE);
 const OUTSIDE: u8 = 0;
 const UNREAD: u8 = 1;
@@ -62,19 +64,19 @@ pub fn emit(ctx: &Context, cmd: &CStr, args: &[Str<'_>]) {
     }
 }
 
-/// Whether effects are being propagated: the gate is open or AOF is on.
+/// Whether effects go to `RM_Replicate`: the gate is open, AOF is on, or the write happens
+/// outside a command (a timer tick). Those few writes always replicate: counting a skipped
+/// change goes through `RM_ReplicateVerbatim`, which belongs to a command's own arguments.
 pub fn propagating(ctx: &Context) -> bool {
     if OPEN.load(Ordering::Relaxed) {
         return true;
     }
     match AOF_MEMO.load(Ordering::Relaxed) {
-        AOF_ON => true,
+        AOF_ON | OUTSIDE => true,
         AOF_OFF => false,
-        memo => {
+        _ => {
             let on = store::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_AOF != 0;
-            if memo == UNREAD {
-                AOF_MEMO.store(if on { AOF_ON } else { AOF_OFF }, Ordering::Relaxed);
-            }
+            AOF_MEMO.store(if on { AOF_ON } else { AOF_OFF }, Ordering::Relaxed);
             on
         }
     }
@@ -85,7 +87,7 @@ pub fn command_started() {
     AOF_MEMO.store(UNREAD, Ordering::Relaxed);
 }
 
-/// The command finished: outside commands (timer ticks), every effect reads the AOF state.
+/// The command finished: outside commands (timer ticks), every effect replicates.
 pub fn command_finished() {
     AOF_MEMO.store(OUTSIDE, Ordering::Relaxed);
 }
