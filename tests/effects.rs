@@ -11,10 +11,6 @@ use std::time::Duration;
 use redis::cmd;
 use support::*;
 
-fn digest(con: &mut Connection) -> String {
-    cmd("DEBUG").arg("DIGEST").query(con).expect("DEBUG DIGEST")
-}
-
 fn int_field(con: &mut Connection, section: &str, field: &str) -> i64 {
     info_field(con, section, field)
         .and_then(|v| v.parse().ok())
@@ -44,6 +40,35 @@ fn signal(server: &Server, sig: &str) {
     assert!(ok, "kill {sig}");
 }
 
+/// With `replica` paused (SIGSTOP) and gone from the primary: waits for the probe, checks that
+/// the backlog alone keeps the gate open, writes jobs the replica has never seen, resumes
+/// it, and checks that it resynchronized from the backlog (a partial resync).
+fn resume_from_the_backlog(primary: &Server, replica: &Server, q: &str) {
+    let mut p = primary.conn();
+    // Long enough for the probe to run with no replica connected.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(int_field(&mut p, "replication", "connected_slaves"), 0);
+    assert_eq!(int_field(&mut p, "replication", "repl_backlog_active"), 1);
+    assert_eq!(
+        effects_replicated(&mut p),
+        1,
+        "a backlog keeps effects replicated"
+    );
+    let partial_before = int_field(&mut p, "stats", "sync_partial_ok");
+    write_jobs(&mut p, q, 1_000, 100);
+    signal(replica, "-CONT");
+    assert!(
+        wait_until(Duration::from_secs(30), || int_field(
+            &mut p,
+            "stats",
+            "sync_partial_ok"
+        ) > partial_before),
+        "the replica resumed from the backlog\nprimary: {}\nreplica: {}",
+        primary.log_tail(),
+        replica.log_tail()
+    );
+}
+
 /// The probe's fallback never fired: every path to a listener opened the gate before it ran.
 fn assert_gate_opened_in_time(primary: &Server) {
     let log = std::fs::read_to_string(&primary.log).unwrap_or_default();
@@ -65,27 +90,6 @@ fn replica_of(primary: &Server) -> Server {
             .arg("enable-debug-command", "local")
             .arg("replicaof", &format!("127.0.0.1 {}", primary.port)),
     )
-}
-
-fn wait_link_up(replica: &mut Connection) {
-    assert!(
-        wait_until(Duration::from_secs(20), || {
-            info_field(replica, "replication", "master_link_status").as_deref() == Some("up")
-        }),
-        "replica linked"
-    );
-}
-
-fn wait_caught_up(primary: &mut Connection, replica: &mut Connection) {
-    let target = int_field(primary, "replication", "master_repl_offset");
-    assert!(
-        wait_until(Duration::from_secs(20), || {
-            info_field(replica, "replication", "slave_repl_offset")
-                .and_then(|v| v.parse::<i64>().ok())
-                .is_some_and(|o| o >= target)
-        }),
-        "replica caught up to {target}"
-    );
 }
 
 /// `n` jobs with ids from `first`, one `EMQ.ENQUEUE` each, and one `EMQ.MENQUEUE` of five.
@@ -221,27 +225,7 @@ fn a_replica_resuming_from_the_backlog_misses_nothing() {
         .arg("replica")
         .query(&mut p)
         .expect("client kill");
-    assert_eq!(int_field(&mut p, "replication", "connected_slaves"), 0);
-    // Long enough for the probe to run with no replica connected.
-    std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(int_field(&mut p, "replication", "repl_backlog_active"), 1);
-    assert_eq!(
-        effects_replicated(&mut p),
-        1,
-        "a backlog keeps effects replicated"
-    );
-    let partial_before = int_field(&mut p, "stats", "sync_partial_ok");
-    write_jobs(&mut p, &q, 1_000, 100);
-    signal(&replica, "-CONT");
-    assert!(
-        wait_until(Duration::from_secs(20), || int_field(
-            &mut p,
-            "stats",
-            "sync_partial_ok"
-        ) > partial_before),
-        "the replica resumed from the backlog"
-    );
-    let mut r = replica.conn();
+    resume_from_the_backlog(&primary, &replica, &q);
     wait_caught_up(&mut p, &mut r);
     assert_eq!(digest(&mut p), digest(&mut r));
     assert_gate_opened_in_time(&primary);
@@ -307,29 +291,8 @@ fn a_primary_restarted_with_replication_history_keeps_replicating() {
     signal(&replica, "-STOP");
     let _: String = cmd("SAVE").query(&mut p).expect("save");
     primary.restart(true);
+    resume_from_the_backlog(&primary, &replica, &q);
     let mut p = primary.conn();
-    // Long enough for the probe to run: a backlog and no replica keep the gate open.
-    std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(int_field(&mut p, "replication", "connected_slaves"), 0);
-    assert_eq!(int_field(&mut p, "replication", "repl_backlog_active"), 1);
-    assert_eq!(
-        effects_replicated(&mut p),
-        1,
-        "a backlog keeps effects replicated"
-    );
-    let partial_before = int_field(&mut p, "stats", "sync_partial_ok");
-    write_jobs(&mut p, &q, 1_000, 100);
-    signal(&replica, "-CONT");
-    assert!(
-        wait_until(Duration::from_secs(30), || int_field(
-            &mut p,
-            "stats",
-            "sync_partial_ok"
-        ) > partial_before),
-        "the replica resumed from the restarted primary's backlog\nprimary: {}\nreplica: {}",
-        primary.log_tail(),
-        replica.log_tail()
-    );
     wait_caught_up(&mut p, &mut r);
     assert_eq!(digest(&mut p), digest(&mut r));
     assert_gate_opened_in_time(&primary);

@@ -11,10 +11,6 @@ use std::time::Duration;
 use redis::cmd;
 use support::*;
 
-fn digest(con: &mut Connection) -> String {
-    cmd("DEBUG").arg("DIGEST").query(con).expect("DEBUG DIGEST")
-}
-
 /// Jobs in every state, none of which the timer will touch for a minute.
 fn populate(con: &mut Connection, q: &str) {
     for i in 1..=50u64 {

@@ -8,10 +8,6 @@ use std::time::Duration;
 use redis::cmd;
 use support::*;
 
-fn digest(con: &mut Connection) -> String {
-    cmd("DEBUG").arg("DIGEST").query(con).expect("DEBUG DIGEST")
-}
-
 fn offset(con: &mut Connection) -> i64 {
     info_field(con, "replication", "master_repl_offset")
         .and_then(|v| v.parse().ok())
@@ -33,26 +29,8 @@ fn start_pair_with(replica: Options) -> (Server, Server) {
             .arg("enable-debug-command", "local")
             .arg("replicaof", &format!("127.0.0.1 {}", primary.port)),
     );
-    let mut r = replica.conn();
-    assert!(
-        wait_until(Duration::from_secs(20), || {
-            info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
-        }),
-        "replica linked"
-    );
+    wait_link_up(&mut replica.conn());
     (primary, replica)
-}
-
-fn wait_caught_up(primary: &mut Connection, replica: &mut Connection) {
-    let target = offset(primary);
-    assert!(
-        wait_until(Duration::from_secs(20), || {
-            info_field(replica, "replication", "slave_repl_offset")
-                .and_then(|v| v.parse::<i64>().ok())
-                .is_some_and(|o| o >= target)
-        }),
-        "replica caught up to {target}"
-    );
 }
 
 #[test]

@@ -406,3 +406,36 @@ pub fn aof_words(server: &Server) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// `DEBUG DIGEST` of the whole dataset (the server needs `enable-debug-command`).
+pub fn digest(con: &mut Connection) -> String {
+    redis::cmd("DEBUG")
+        .arg("DIGEST")
+        .query(con)
+        .expect("DEBUG DIGEST")
+}
+
+/// Waits until a replica's link to its primary is up.
+pub fn wait_link_up(replica: &mut Connection) {
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            info_field(replica, "replication", "master_link_status").as_deref() == Some("up")
+        }),
+        "replica linked"
+    );
+}
+
+/// Waits until a replica has processed everything its primary has propagated so far.
+pub fn wait_caught_up(primary: &mut Connection, replica: &mut Connection) {
+    let target: i64 = info_field(primary, "replication", "master_repl_offset")
+        .and_then(|v| v.parse().ok())
+        .expect("master_repl_offset");
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            info_field(replica, "replication", "slave_repl_offset")
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|o| o >= target)
+        }),
+        "replica caught up to {target}"
+    );
+}
