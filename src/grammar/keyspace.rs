@@ -64,6 +64,19 @@ impl KeyType {
         }
     }
 
+    /// What follows the queue name in this type's key: `}:<type>` (`}:job:` for a row, whose
+    /// id comes next).
+    fn key_suffix(self) -> &'static [u8] {
+        match self {
+            KeyType::Pending => b"}:pending",
+            KeyType::Active => b"}:active",
+            KeyType::Schedule => b"}:schedule",
+            KeyType::Dead => b"}:dead",
+            KeyType::Meta => b"}:meta",
+            KeyType::Job => b"}:job:",
+        }
+    }
+
     /// The exact, lower-case type name; anything else is not in the grammar.
     pub fn parse(name: &[u8]) -> Option<Self> {
         Self::ALL.into_iter().find(|t| t.name().as_bytes() == name)
@@ -98,11 +111,7 @@ impl KeyBuf {
         };
         k.push(PREFIX);
         k.push(queue.as_bytes());
-        k.push(b"}:");
-        k.push(ty.name().as_bytes());
-        if ty == KeyType::Job {
-            k.push(b":");
-        }
+        k.push(ty.key_suffix());
         k
     }
 
@@ -225,6 +234,15 @@ mod tests {
             17,
             "17 bytes of grammar before the identity"
         );
+    }
+
+    #[test]
+    fn each_key_suffix_spells_its_type_name() {
+        for ty in KeyType::ALL {
+            let row = if ty == KeyType::Job { ":" } else { "" };
+            let want = format!("}}:{}{row}", ty.name());
+            assert_eq!(ty.key_suffix(), want.as_bytes());
+        }
     }
 
     #[test]
