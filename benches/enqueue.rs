@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::cmd;
-use support::{job_id, Options, Rng, Server};
+use support::{job_id, row_key, set_key, Options, Rng, Server};
 
 const ENQUEUE_LUA: &str = include_str!("../lua/enqueue.lua");
 const CONNECTIONS: usize = 50;
@@ -188,7 +188,7 @@ fn run(server: &Server, variant: Variant, ids: &[String], depth: usize) -> Sampl
         .query(&mut admin)
         .expect("load");
     let queue = "bench";
-    let pending = format!("emq:{{{queue}}}:pending");
+    let pending = set_key(queue, "pending");
     let per_call = match variant {
         Variant::Batch(n) => n,
         _ => 1,
@@ -206,7 +206,7 @@ fn run(server: &Server, variant: Variant, ids: &[String], depth: usize) -> Sampl
                     match variant {
                         Variant::Lua => {
                             let id = call[0].as_bytes();
-                            let row = format!("emq:{{{queue}}}:job:{}", call[0]);
+                            let row = row_key(queue, call[0]);
                             encode(
                                 &mut buf,
                                 &[
@@ -234,7 +234,7 @@ fn run(server: &Server, variant: Variant, ids: &[String], depth: usize) -> Sampl
                             replies += 1;
                         }
                         Variant::Native => {
-                            let row = format!("emq:{{{queue}}}:job:{}", call[0]);
+                            let row = row_key(queue, call[0]);
                             encode(
                                 &mut buf,
                                 &[

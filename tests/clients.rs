@@ -55,7 +55,7 @@ fn drain_with(mut worker: Command) {
         (0, 0, 5)
     );
     let error: String = cmd("HGET")
-        .arg(format!("emq:{{{q}}}:job:{}", job_id(10)))
+        .arg(row_key(&q, &job_id(10)))
         .arg("error")
         .query(&mut con)
         .expect("error");

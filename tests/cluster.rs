@@ -59,7 +59,7 @@ fn routing_moved_and_key_specs() {
             );
         }
         let state: String = cmd("HGET")
-            .arg(format!("emq:{{{q}}}:job:{}", job_id(i as u64 + 1)))
+            .arg(row_key(q, &job_id(i as u64 + 1)))
             .arg("state")
             .query(&mut cluster.node(owner.port).conn())
             .expect("row");
@@ -165,7 +165,7 @@ fn assert_present(cluster: &Cluster, queue: &str, acked: &[String]) -> usize {
     let owner = cluster.owner(slot_of(queue));
     let mut con = cluster.node(owner.port).conn();
     let members: Vec<String> = cmd("ZRANGE")
-        .arg(format!("emq:{{{queue}}}:pending"))
+        .arg(set_key(queue, "pending"))
         .arg(0)
         .arg(-1)
         .query(&mut con)
@@ -174,7 +174,7 @@ fn assert_present(cluster: &Cluster, queue: &str, acked: &[String]) -> usize {
     let mut found = 0;
     for id in acked {
         let exists: i64 = cmd("EXISTS")
-            .arg(format!("emq:{{{queue}}}:job:{id}"))
+            .arg(row_key(queue, id))
             .query(&mut con)
             .expect("exists");
         if exists == 1 && members.contains(id) {
@@ -300,7 +300,7 @@ fn resharding_a_busy_queue_loses_and_duplicates_nothing() {
     let found = assert_present(&cluster, &queue, &acked);
     let unique: HashSet<&String> = acked.iter().collect();
     let card: i64 = cmd("ZCARD")
-        .arg(format!("emq:{{{queue}}}:pending"))
+        .arg(set_key(&queue, "pending"))
         .query(&mut cluster.node(to.port).conn())
         .expect("zcard");
     println!(

@@ -77,7 +77,7 @@ fn the_compose_cluster_routes_enqueues_across_50_queues() {
         // The job is on the owner of the queue's slot.
         let slot: i64 = cmd("EMQ.SLOT").arg(&q).query(&mut client).expect("slot");
         let exists: i64 = cmd("EXISTS")
-            .arg(format!("emq:{{{q}}}:job:{}", job_id(i + 1)))
+            .arg(row_key(&q, &job_id(i + 1)))
             .query(&mut conn(owner(ports[0], slot)))
             .expect("exists");
         assert_eq!(exists, 1);

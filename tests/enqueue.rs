@@ -12,23 +12,6 @@ fn enqueue(queue: &str, id: &str, payload: &[u8]) -> redis::Cmd {
     c
 }
 
-fn row_key(queue: &str, id: &str) -> String {
-    format!("emq:{{{queue}}}:job:{id}")
-}
-
-fn pending_key(queue: &str) -> String {
-    format!("emq:{{{queue}}}:pending")
-}
-
-fn keys_of(con: &mut Connection, queue: &str) -> Vec<String> {
-    let mut keys: Vec<String> = cmd("KEYS")
-        .arg(format!("emq:{{{queue}}}:*"))
-        .query(con)
-        .expect("KEYS");
-    keys.sort();
-    keys
-}
-
 #[test]
 fn enqueue_writes_the_row_and_the_pending_member() {
     let server = Server::shared();
@@ -52,7 +35,7 @@ fn enqueue_writes_the_row_and_the_pending_member() {
         "exactly three fields, in the reference order"
     );
     let pending: Vec<(String, f64)> = cmd("ZRANGE")
-        .arg(pending_key(&q))
+        .arg(set_key(&q, "pending"))
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES")
@@ -84,7 +67,7 @@ fn many_queues_in_turn_each_get_their_own_jobs() {
     }
     for (i, q) in queues.iter().enumerate() {
         let pending: Vec<String> = cmd("ZRANGE")
-            .arg(pending_key(q))
+            .arg(set_key(q, "pending"))
             .arg(0)
             .arg(-1)
             .query(&mut con)
@@ -134,7 +117,7 @@ fn duplicate_enqueue_replies_zero_and_leaves_the_row_untouched() {
         .expect("hget");
     assert_eq!(attempts, "3", "a duplicate does not reset the row");
     let card: i64 = cmd("ZCARD")
-        .arg(pending_key(&q))
+        .arg(set_key(&q, "pending"))
         .query(&mut con)
         .expect("zcard");
     assert_eq!(card, 1);
@@ -203,7 +186,7 @@ fn bad_queue_names_are_refused() {
     let ok = "q".repeat(128);
     let _: redis::Value = cmd("DEL")
         .arg(row_key(&ok, "JOB0KHTOWnGLuC"))
-        .arg(pending_key(&ok))
+        .arg(set_key(&ok, "pending"))
         .query(&mut con)
         .expect("del");
     assert_eq!(
@@ -274,7 +257,7 @@ fn wrongtype_leaves_nothing_behind() {
     let mut con = server.conn();
     let q = unique_queue("wrong");
     cmd("SET")
-        .arg(pending_key(&q))
+        .arg(set_key(&q, "pending"))
         .arg("not a zset")
         .query::<()>(&mut con)
         .expect("set");
@@ -282,7 +265,7 @@ fn wrongtype_leaves_nothing_behind() {
     assert!(err.starts_with("WRONGTYPE"), "{err}");
     assert_eq!(
         keys_of(&mut con, &q),
-        vec![pending_key(&q)],
+        vec![set_key(&q, "pending")],
         "no row was written"
     );
 }
@@ -301,7 +284,7 @@ fn minted_ids_are_jobs_and_strictly_increasing() {
         prev = id;
     }
     let card: i64 = cmd("ZCARD")
-        .arg(pending_key(&q))
+        .arg(set_key(&q, "pending"))
         .query(&mut con)
         .expect("zcard");
     assert_eq!(card, 2000);
@@ -383,7 +366,7 @@ fn keyspace_notifications_match_native_hset_and_zadd() {
         .query::<i64>(&mut con)
         .expect("hset");
     cmd("ZADD")
-        .arg(pending_key(&native))
+        .arg(set_key(&native, "pending"))
         .arg(0)
         .arg(&id)
         .query::<i64>(&mut con)

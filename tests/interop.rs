@@ -26,8 +26,8 @@ fn assert_same_dumps(con: &mut Connection, jobs: &[(String, Vec<u8>)]) {
             .query(con)
             .expect("module");
         let b: i64 = script
-            .key(format!("emq:{{{by_lua}}}:job:{id}"))
-            .key(format!("emq:{{{by_lua}}}:pending"))
+            .key(row_key(&by_lua, id))
+            .key(set_key(&by_lua, "pending"))
             .arg(id)
             .arg(payload)
             .invoke(con)
@@ -35,13 +35,13 @@ fn assert_same_dumps(con: &mut Connection, jobs: &[(String, Vec<u8>)]) {
         assert_eq!(a, b, "same reply for {id}");
     }
     for (id, _) in jobs {
-        let m = dump(con, &format!("emq:{{{by_module}}}:job:{id}"));
-        let l = dump(con, &format!("emq:{{{by_lua}}}:job:{id}"));
+        let m = dump(con, &row_key(&by_module, id));
+        let l = dump(con, &row_key(&by_lua, id));
         assert!(m.is_some());
         assert_eq!(m, l, "row {id}");
     }
-    let m = dump(con, &format!("emq:{{{by_module}}}:pending"));
-    let l = dump(con, &format!("emq:{{{by_lua}}}:pending"));
+    let m = dump(con, &set_key(&by_module, "pending"));
+    let l = dump(con, &set_key(&by_lua, "pending"));
     assert!(m.is_some());
     assert_eq!(m, l, "pending set");
 }
@@ -93,8 +93,8 @@ fn the_script_and_the_module_refuse_kinds_alike() {
     let q = unique_queue("kind");
     let script = redis::Script::new(ENQUEUE_LUA);
     let lua_err = script
-        .key(format!("emq:{{{q}}}:job:ORD0NgWEfAEJfs"))
-        .key(format!("emq:{{{q}}}:pending"))
+        .key(row_key(&q, "ORD0NgWEfAEJfs"))
+        .key(set_key(&q, "pending"))
         .arg("ORD0NgWEfAEJfs")
         .arg("x")
         .invoke::<i64>(&mut con)

@@ -34,7 +34,7 @@ fn claim(con: &mut Connection, q: &str, opts: &[&str]) -> Option<Vec<Job>> {
 
 fn state(con: &mut Connection, q: &str, id: &str) -> Option<String> {
     cmd("HGET")
-        .arg(format!("emq:{{{q}}}:job:{id}"))
+        .arg(row_key(q, id))
         .arg("state")
         .query(con)
         .expect("hget")
@@ -47,7 +47,7 @@ fn stats(con: &mut Connection, q: &str) -> HashMap<String, i64> {
 
 fn score(con: &mut Connection, q: &str, set: &str, id: &str) -> Option<f64> {
     cmd("ZSCORE")
-        .arg(format!("emq:{{{q}}}:{set}"))
+        .arg(set_key(q, set))
         .arg(id)
         .query(con)
         .expect("zscore")
@@ -137,7 +137,7 @@ fn claim_takes_the_lowest_ids_and_counts_attempts() {
         assert!(deadline >= (before + 60_000) as f64 && deadline <= (now_ms() + 60_000) as f64);
     }
     let attempts: String = cmd("HGET")
-        .arg(format!("emq:{{{q}}}:job:{}", job_id(1)))
+        .arg(row_key(&q, &job_id(1)))
         .arg("attempts")
         .query(&mut con)
         .expect("attempts");
@@ -170,7 +170,7 @@ fn claim_refusals_write_nothing() {
     }
     assert!(expect_err(&mut con, cmd("EMQ.CLAIM").arg("a b")).starts_with("EMQQUEUE"));
     cmd("SET")
-        .arg(format!("emq:{{{q}}}:active"))
+        .arg(set_key(&q, "active"))
         .arg("oops")
         .query::<()>(&mut con)
         .expect("set");
@@ -371,7 +371,7 @@ fn ack_keeps_the_row_as_done_so_a_re_enqueue_is_a_duplicate() {
     assert_eq!(ok, 1);
     assert_eq!(state(&mut con, &q, &job_id(1)).as_deref(), Some("done"));
     let ttl: i64 = cmd("PTTL")
-        .arg(format!("emq:{{{q}}}:job:{}", job_id(1)))
+        .arg(row_key(&q, &job_id(1)))
         .query(&mut con)
         .expect("pttl");
     assert!(ttl > 50_000 && ttl <= 60_000, "{ttl}");
@@ -417,7 +417,7 @@ fn fail_retries_with_backoff_then_buries_the_job() {
     let due = score(&mut con, &q, "schedule", &id).expect("scheduled");
     assert!(due >= (before + 5000) as f64 && due <= (now_ms() + 5000) as f64);
     let error: String = cmd("HGET")
-        .arg(format!("emq:{{{q}}}:job:{id}"))
+        .arg(row_key(&q, &id))
         .arg("error")
         .query(&mut con)
         .expect("error");
@@ -425,7 +425,7 @@ fn fail_retries_with_backoff_then_buries_the_job() {
 
     // Pull it forward, then attempt 2 fails with the default backoff: base * 2 capped at 150.
     cmd("ZADD")
-        .arg(format!("emq:{{{q}}}:schedule"))
+        .arg(set_key(&q, "schedule"))
         .arg(0)
         .arg(&id)
         .query::<i64>(&mut con)
@@ -497,7 +497,7 @@ fn a_job_whose_worker_keeps_crashing_dies_after_max_attempts() {
         ["dead"]
         == 1));
     let error: String = cmd("HGET")
-        .arg(format!("emq:{{{q}}}:job:{}", job_id(1)))
+        .arg(row_key(&q, &job_id(1)))
         .arg("error")
         .query(&mut con)
         .expect("error");
@@ -682,9 +682,7 @@ fn every_job_ends_done_or_dead_exactly_once_under_concurrency() {
     assert_eq!(s["dead"] as usize, dead);
     let mut p = redis::pipe();
     for i in 1..=JOBS {
-        p.cmd("HGET")
-            .arg(format!("emq:{{{q}}}:job:{}", job_id(i)))
-            .arg("state");
+        p.cmd("HGET").arg(row_key(&q, &job_id(i))).arg("state");
     }
     let states: Vec<String> = p.query(&mut con).expect("states");
     for (i, st) in states.iter().enumerate() {
@@ -726,7 +724,7 @@ fn an_earlier_due_time_written_later_is_not_missed() {
     // A plain writer (a Lua speaker, say) schedules a job for right now.
     let id = job_id(3);
     cmd("HSET")
-        .arg(format!("emq:{{{q}}}:job:{id}"))
+        .arg(row_key(&q, &id))
         .arg("state")
         .arg("scheduled")
         .arg("attempts")
@@ -736,7 +734,7 @@ fn an_earlier_due_time_written_later_is_not_missed() {
         .query::<i64>(&mut con)
         .expect("row");
     cmd("ZADD")
-        .arg(format!("emq:{{{q}}}:schedule"))
+        .arg(set_key(&q, "schedule"))
         .arg(now_ms())
         .arg(&id)
         .query::<i64>(&mut con)

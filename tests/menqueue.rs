@@ -14,15 +14,6 @@ fn menqueue(q: &str, jobs: &[(&str, &[u8])]) -> redis::Cmd {
     c
 }
 
-fn keys_of(con: &mut Connection, q: &str) -> Vec<String> {
-    let mut k: Vec<String> = cmd("KEYS")
-        .arg(format!("emq:{{{q}}}:*"))
-        .query(con)
-        .expect("keys");
-    k.sort();
-    k
-}
-
 #[test]
 fn replies_one_flag_per_job_with_duplicates_as_zero() {
     let server = Server::shared();
@@ -56,19 +47,19 @@ fn replies_one_flag_per_job_with_duplicates_as_zero() {
     };
     assert!(minted.starts_with(b"JOB") && minted.len() == 14);
     let payload: String = cmd("HGET")
-        .arg(format!("emq:{{{q}}}:job:{a}"))
+        .arg(row_key(&q, &a))
         .arg("payload")
         .query(&mut con)
         .expect("hget");
     assert_eq!(payload, "a", "the first of two in-batch duplicates wins");
     let payload: String = cmd("HGET")
-        .arg(format!("emq:{{{q}}}:job:{b}"))
+        .arg(row_key(&q, &b))
         .arg("payload")
         .query(&mut con)
         .expect("hget");
     assert_eq!(payload, "old", "an existing row is untouched");
     let card: i64 = cmd("ZCARD")
-        .arg(format!("emq:{{{q}}}:pending"))
+        .arg(set_key(&q, "pending"))
         .query(&mut con)
         .expect("zcard");
     assert_eq!(card, 4);
@@ -99,7 +90,7 @@ fn one_refusal_refuses_the_whole_batch() {
         .starts_with("ERR wrong number"));
     assert!(keys_of(&mut con, &q).is_empty(), "nothing written");
     cmd("SET")
-        .arg(format!("emq:{{{q}}}:pending"))
+        .arg(set_key(&q, "pending"))
         .arg("x")
         .query::<()>(&mut con)
         .expect("set");
@@ -110,7 +101,7 @@ fn one_refusal_refuses_the_whole_batch() {
     assert!(err.starts_with("WRONGTYPE"), "{err}");
     assert_eq!(
         keys_of(&mut con, &q),
-        vec![format!("emq:{{{q}}}:pending")],
+        vec![set_key(&q, "pending")],
         "no row written"
     );
 }
@@ -170,21 +161,21 @@ fn rows_are_dump_identical_to_single_enqueues() {
     let _: Vec<i64> = menqueue(&batch, &jobs).query(&mut con).expect("batch");
     for id in &ids {
         let a: Vec<u8> = cmd("DUMP")
-            .arg(format!("emq:{{{single}}}:job:{id}"))
+            .arg(row_key(&single, id))
             .query(&mut con)
             .expect("dump");
         let b: Vec<u8> = cmd("DUMP")
-            .arg(format!("emq:{{{batch}}}:job:{id}"))
+            .arg(row_key(&batch, id))
             .query(&mut con)
             .expect("dump");
         assert_eq!(a, b, "row {id}");
     }
     let a: Vec<u8> = cmd("DUMP")
-        .arg(format!("emq:{{{single}}}:pending"))
+        .arg(set_key(&single, "pending"))
         .query(&mut con)
         .expect("dump");
     let b: Vec<u8> = cmd("DUMP")
-        .arg(format!("emq:{{{batch}}}:pending"))
+        .arg(set_key(&batch, "pending"))
         .query(&mut con)
         .expect("dump");
     assert_eq!(a, b, "pending set");
@@ -217,7 +208,7 @@ fn a_batch_replicates_in_one_transaction_with_one_zadd() {
     assert_eq!(
         &words[zadd + 1..zadd + 8],
         &[
-            format!("emq:{{{q}}}:pending").as_str(),
+            set_key(&q, "pending").as_str(),
             "0",
             &ids[0],
             "0",

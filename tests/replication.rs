@@ -8,27 +8,13 @@ use std::time::Duration;
 use redis::cmd;
 use support::*;
 
-fn offset(con: &mut Connection) -> i64 {
-    info_field(con, "replication", "master_repl_offset")
-        .and_then(|v| v.parse().ok())
-        .expect("master_repl_offset")
-}
-
 fn start_pair() -> (Server, Server) {
     start_pair_with(Options::without_module())
 }
 
 fn start_pair_with(replica: Options) -> (Server, Server) {
-    let primary = Server::start(
-        Options::default()
-            .arg("enable-debug-command", "local")
-            .arg("repl-diskless-sync-delay", "0"),
-    );
-    let replica = Server::start(
-        replica
-            .arg("enable-debug-command", "local")
-            .arg("replicaof", &format!("127.0.0.1 {}", primary.port)),
-    );
+    let primary = Server::start(Options::primary());
+    let replica = Server::replica_of(&primary, replica);
     wait_link_up(&mut replica.conn());
     (primary, replica)
 }
@@ -62,7 +48,7 @@ fn a_replica_without_the_module_reaches_the_same_digest() {
     // Minted ids reach the replica as resolved values.
     for id in minted.iter().take(5) {
         let state: Option<String> = cmd("HGET")
-            .arg(format!("emq:{{{q}}}:job:{id}"))
+            .arg(row_key(&q, id))
             .arg("state")
             .query(&mut r)
             .expect("hget");
@@ -91,7 +77,7 @@ fn refusals_and_duplicates_propagate_nothing() {
         .query(&mut p)
         .expect("enqueue");
     wait_caught_up(&mut p, &mut r);
-    let before = offset(&mut p);
+    let before = info_int(&mut p, "replication", "master_repl_offset");
     let _: i64 = cmd("EMQ.ENQUEUE")
         .arg(&q)
         .arg(job_id(1))
@@ -112,7 +98,7 @@ fn refusals_and_duplicates_propagate_nothing() {
         .query(&mut p)
         .expect("key");
     assert_eq!(
-        offset(&mut p),
+        info_int(&mut p, "replication", "master_repl_offset"),
         before,
         "nothing was written to the replication stream"
     );
@@ -149,7 +135,7 @@ fn the_stream_carries_hset_and_zadd_in_one_transaction() {
         &[
             "MULTI",
             "HSET",
-            &format!("emq:{{{q}}}:job:{id}"),
+            &row_key(&q, &id),
             "state",
             "pending",
             "attempts",
@@ -157,7 +143,7 @@ fn the_stream_carries_hset_and_zadd_in_one_transaction() {
             "payload",
             "body",
             "ZADD",
-            &format!("emq:{{{q}}}:pending"),
+            &set_key(&q, "pending"),
             "0",
             &id,
             "EXEC",
@@ -244,14 +230,10 @@ fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
     assert!(stats["pending"] >= 20, "{stats:?}");
     wait_caught_up(&mut p, &mut r);
     assert_eq!(digest(&mut p), digest(&mut r));
-    let promoted: i64 = info_field(&mut r, "emq", "emq_promoted")
-        .and_then(|v| v.parse().ok())
-        .expect("replica info");
+    let promoted = info_int(&mut r, "emq", "emq_promoted");
     assert_eq!(promoted, 0, "the replica's timer never writes");
     // ... but it already knows the queue, from the effects it replayed, should it be promoted.
-    let watched: i64 = info_field(&mut r, "emq", "emq_watched_queues")
-        .and_then(|v| v.parse().ok())
-        .expect("replica info");
+    let watched = info_int(&mut r, "emq", "emq_watched_queues");
     assert!(
         watched >= 1,
         "the replica learned its queues from the stream"
@@ -288,18 +270,18 @@ fn delayed_jobs_and_leases_replicate_as_absolute_times() {
         .query(&mut con)
         .expect("claim");
     let due: f64 = cmd("ZSCORE")
-        .arg(format!("emq:{{{q}}}:schedule"))
+        .arg(set_key(&q, "schedule"))
         .arg(job_id(1))
         .query(&mut con)
         .expect("due");
     let deadline: f64 = cmd("ZSCORE")
-        .arg(format!("emq:{{{q}}}:active"))
+        .arg(set_key(&q, "active"))
         .arg(job_id(2))
         .query(&mut con)
         .expect("deadline");
     let words = aof_words(&server);
     let zadd_score = |set: &str| {
-        let key = format!("emq:{{{q}}}:{set}");
+        let key = set_key(&q, set);
         words
             .windows(3)
             .find(|w| w[0] == "ZADD" && w[1] == key)
