@@ -54,7 +54,7 @@ fn resume_from_the_backlog(primary: &Server, replica: &Server, q: &str) {
 
 /// The probe's fallback never fired: every path to a listener opened the gate before it ran.
 fn assert_gate_opened_in_time(primary: &Server) {
-    let log = std::fs::read_to_string(&primary.log).unwrap_or_default();
+    let log = std::fs::read_to_string(&primary.log).expect("the primary's log");
     assert!(
         !log.contains("effects unreplicated"),
         "the probe found a listener the hooks missed:\n{log}"
