@@ -62,10 +62,15 @@ impl OwnedString {
         unsafe { Str::from_raw(self.ptr) }
     }
 
-    /// The decimal text of `n`.
+    /// The decimal text of `n`, made by the server (`CreateStringFromLongLong`).
     pub fn from_i64(ctx: &Context, n: i64) -> Result<Self, EmqError> {
-        let mut buf = itoa_buf(n);
-        Self::new(ctx, buf.as_bytes_mut())
+        let create =
+            unsafe { raw::RedisModule_CreateStringFromLongLong }.ok_or(EmqError::Internal)?;
+        // SAFETY: live context; the string is freed on drop.
+        let p = unsafe { create(ctx.ctx, n as std::os::raw::c_longlong) };
+        NonNull::new(p)
+            .map(|ptr| Self { ctx: ctx.ctx, ptr })
+            .ok_or(EmqError::Internal)
     }
 
     /// Takes ownership of a string the server handed us (e.g. a zset element).
@@ -76,31 +81,6 @@ impl OwnedString {
     pub fn bytes(&self) -> &[u8] {
         crate::server::string_bytes(self.ptr.as_ptr())
     }
-}
-
-/// A small stack buffer holding the decimal text of an integer.
-struct ItoaBuf {
-    buf: [u8; 24],
-    len: usize,
-}
-
-impl ItoaBuf {
-    fn as_bytes_mut(&mut self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
-fn itoa_buf(n: i64) -> ItoaBuf {
-    use std::io::Write;
-    let mut out = ItoaBuf {
-        buf: [0; 24],
-        len: 0,
-    };
-    let mut cursor = std::io::Cursor::new(&mut out.buf[..]);
-    // 24 bytes always hold an i64.
-    let _ = write!(cursor, "{n}");
-    out.len = cursor.position() as usize;
-    out
 }
 
 impl Drop for OwnedString {
