@@ -81,7 +81,7 @@ fn observe(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
     }
     // The hot case, every enqueue: no need to read the rest of the name to wake claimers
     // (a name outside the grammar has none blocked on it).
-    if name.ends_with(b"}:pending") {
+    if name.ends_with(KeyType::Pending.key_suffix()) {
         signal_ready(ctx, key);
         return;
     }

@@ -11,7 +11,7 @@ use super::{is_token, parse_id, parse_int, parse_queue};
 use crate::cluster;
 use crate::config;
 use crate::error::EmqError;
-use crate::grammar::{BrandedId, KeyBuf, KeyType, Minter, Queue};
+use crate::grammar::{BrandedId, KeyBuf, KeyType, Minter, Queue, RowPrefix};
 use crate::lifecycle::{self, State};
 use crate::metrics;
 use crate::server::{self, Args, CommandResult, Reply};
@@ -143,7 +143,7 @@ fn enqueue_one(
     placement: Placement,
 ) -> Result<Outcome, EmqError> {
     let row_key = match id_arg.and_then(|arg| arg.bytes().try_into().ok()) {
-        Some(text) => KeyBuf::job_text(queue, text),
+        Some(text) => RowPrefix::new(queue).row_text(text),
         None => KeyBuf::job(queue, id),
     };
     let row_name = OwnedString::new(ctx, row_key.as_bytes())?;

@@ -66,7 +66,7 @@ impl KeyType {
 
     /// What follows the queue name in this type's key: `}:<type>` (`}:job:` for a row, whose
     /// id comes next).
-    fn key_suffix(self) -> &'static [u8] {
+    pub fn key_suffix(self) -> &'static [u8] {
         match self {
             KeyType::Pending => b"}:pending",
             KeyType::Active => b"}:active",
@@ -117,14 +117,7 @@ impl KeyBuf {
 
     /// `emq:{<queue>}:job:<id>`, the job-row production. The id is gated by its type.
     pub fn job(queue: Queue<'_>, id: &BrandedId) -> Self {
-        Self::job_text(queue, &id.encode())
-    }
-
-    /// [`KeyBuf::job`] from the id's text, for a client's id argument that parsed: a
-    /// well-formed id is canonical (parsing and encoding are inverse), so its text is the
-    /// encoding and need not be made again.
-    pub fn job_text(queue: Queue<'_>, id: &[u8; ID_LEN]) -> Self {
-        RowPrefix::new(queue).row_text(id)
+        RowPrefix::new(queue).row(id)
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -146,7 +139,9 @@ impl RowPrefix {
         self.row_text(&id.encode())
     }
 
-    /// The row key of an id given as its canonical text (see [`KeyBuf::job_text`]).
+    /// The row key of an id given as its text, for a client's id argument that parsed: a
+    /// well-formed id is canonical (parsing and encoding are inverse), so its text is the
+    /// encoding and need not be made again.
     pub fn row_text(&self, id: &[u8; ID_LEN]) -> KeyBuf {
         let mut k = self.0;
         k.push(id);

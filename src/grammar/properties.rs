@@ -103,7 +103,6 @@ proptest! {
         let prefix = RowPrefix::new(queue);
         for made in [
             KeyBuf::job(queue, &id),
-            KeyBuf::job_text(queue, &id.encode()),
             prefix.row(&id),
             prefix.row_text(&id.encode()),
         ] {
