@@ -110,15 +110,18 @@ const COMMAND_INFO_VERSION: raw::RedisModuleCommandInfoVersion =
         sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
     };
 
-fn queue_key_spec() -> raw::RedisModuleCommandKeySpec {
+/// The queue argument's key spec: read-only access for a `readonly` command (`EMQ.STATS`),
+/// read-write update for the others, as the derived keys are used.
+fn queue_key_spec(read_only: bool) -> raw::RedisModuleCommandKeySpec {
     // SAFETY: the key spec is plain old data; zero is its documented terminator/default.
     let mut spec: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
     spec.notes = c"the queue name, routed as its own hashtag; ACL is checked on the derived emq:{queue}:* keys".as_ptr();
-    spec.flags = u64::from(
-        raw::REDISMODULE_CMD_KEY_RW
-            | raw::REDISMODULE_CMD_KEY_UPDATE
-            | raw::REDISMODULE_CMD_KEY_NOT_KEY,
-    );
+    let access = if read_only {
+        raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS
+    } else {
+        raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE
+    };
+    spec.flags = u64::from(access | raw::REDISMODULE_CMD_KEY_NOT_KEY);
     spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
     spec.bs.index.pos = 1;
     spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
@@ -218,7 +221,12 @@ fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> Result<(), &
     };
     let mut key_specs = Vec::with_capacity(2);
     if cmd.routes_by_queue {
-        key_specs.push(queue_key_spec());
+        let read_only = cmd
+            .flags
+            .to_bytes()
+            .split(|&b| b == b' ')
+            .any(|flag| flag == b"readonly");
+        key_specs.push(queue_key_spec(read_only));
     }
     // SAFETY: the zeroed spec terminates the list.
     key_specs.push(unsafe { std::mem::zeroed() });

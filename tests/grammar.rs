@@ -249,4 +249,38 @@ fn pure_commands_are_readonly_fast_and_enqueue_is_write_denyoom() {
         assert!(enqueue.contains("@emq") && slot.contains("@emq"), "{text}");
     }
     assert!(!slot.contains("write"), "{text}");
+    // The queue's key spec says how the derived keys are used: read-only for EMQ.STATS.
+    let specs: Vec<Value> = cmd("COMMAND")
+        .arg("INFO")
+        .arg("emq.enqueue")
+        .arg("emq.stats")
+        .query(&mut con)
+        .expect("info");
+    let spec_flags = |info: &Value| -> Vec<String> {
+        let Value::Array(fields) = info else {
+            panic!("COMMAND INFO entry: {info:?}")
+        };
+        let Some(Value::Array(specs)) = fields.get(8) else {
+            panic!("key specs: {info:?}")
+        };
+        let Some(Value::Array(spec)) = specs.first() else {
+            panic!("one key spec: {info:?}")
+        };
+        let at = spec
+            .iter()
+            .position(|v| matches!(v, Value::BulkString(b) if b == b"flags"))
+            .expect("flags field");
+        let Some(Value::Array(flags)) = spec.get(at + 1) else {
+            panic!("flags: {spec:?}")
+        };
+        flags
+            .iter()
+            .map(|f| match f {
+                Value::SimpleString(s) => s.clone(),
+                other => panic!("flag: {other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(spec_flags(&specs[0]), ["RW", "update", "not_key"]);
+    assert_eq!(spec_flags(&specs[1]), ["RO", "access", "not_key"]);
 }
