@@ -218,3 +218,24 @@ fn a_batch_replicates_in_one_transaction_with_one_zadd() {
         ]
     );
 }
+
+#[test]
+fn a_batch_takes_at_most_ten_thousand_jobs() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("cap");
+    let ids: Vec<String> = (1..=10_001).map(job_id).collect();
+    let jobs: Vec<(&str, &[u8])> = ids.iter().map(|i| (i.as_str(), &b"x"[..])).collect();
+    let err = expect_err(&mut con, &menqueue(&q, &jobs));
+    assert_eq!(err, "ERR at most 10000 jobs per call");
+    assert!(keys_of(&mut con, &q).is_empty(), "nothing written");
+    let flags: Vec<i64> = menqueue(&q, &jobs[..10_000])
+        .query(&mut con)
+        .expect("a full batch");
+    assert_eq!(flags, vec![1; 10_000]);
+    let card: i64 = cmd("ZCARD")
+        .arg(set_key(&q, "pending"))
+        .query(&mut con)
+        .expect("zcard");
+    assert_eq!(card, 10_000);
+}
