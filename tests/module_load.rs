@@ -155,3 +155,60 @@ fn module_load_is_refused_where_the_server_disables_it() {
     );
     assert!(module_names(&mut con).is_empty());
 }
+
+#[test]
+fn settings_survive_config_rewrite_and_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("echomq.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "loadmodule {}\nemq.lease-ms 5000\n",
+            module_path().display()
+        ),
+    )
+    .expect("write the config file");
+    let mut server = Server::start(Options {
+        module: false,
+        config_file: Some(conf.clone()),
+        args: vec![],
+    });
+    let mut con = server.conn();
+    let _: () = cmd("CONFIG")
+        .arg("SET")
+        .arg("emq.node-id")
+        .arg("7")
+        .arg("emq.max-attempts")
+        .arg("3")
+        .query(&mut con)
+        .expect("config set");
+    let _: () = cmd("CONFIG")
+        .arg("REWRITE")
+        .query(&mut con)
+        .expect("config rewrite");
+    let text = std::fs::read_to_string(&conf).expect("the rewritten file");
+    let line = |l: &str| text.lines().position(|x| x == l);
+    let load = text
+        .lines()
+        .position(|x| x.starts_with("loadmodule "))
+        .expect("loadmodule kept");
+    for setting in ["emq.node-id 7", "emq.max-attempts 3", "emq.lease-ms 5000"] {
+        let at = line(setting).unwrap_or_else(|| panic!("{setting} in:\n{text}"));
+        assert!(at > load, "{setting} after loadmodule:\n{text}");
+    }
+
+    server.restart(false);
+    let mut con = server.conn();
+    let cfg: Vec<String> = cmd("CONFIG")
+        .arg("GET")
+        .arg("emq.*")
+        .query(&mut con)
+        .expect("config get");
+    for pair in [
+        ["emq.node-id", "7"],
+        ["emq.max-attempts", "3"],
+        ["emq.lease-ms", "5000"],
+    ] {
+        assert!(cfg.chunks(2).any(|kv| kv == pair), "{pair:?} in {cfg:?}");
+    }
+}
