@@ -128,3 +128,92 @@ fn a_user_without_the_emq_category_is_refused_by_the_server() {
     let v: String = cmd("PING").query(&mut plain).expect("other commands work");
     assert_eq!(v, "PONG");
 }
+
+#[test]
+fn scripts_and_functions_run_echomq_as_their_caller() {
+    let server = Server::start(Options::default());
+    let mut admin = server.conn();
+    let _: () = cmd("ACL")
+        .arg("SETUSER")
+        .arg("worker")
+        .arg("on")
+        .arg(">pw")
+        .arg("resetkeys")
+        .arg("~emq:{orders}:*")
+        .arg("-@all")
+        .arg("+@emq")
+        .arg("+eval")
+        .arg("+fcall")
+        .query(&mut admin)
+        .expect("ACL SETUSER");
+    let _: String = cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(
+            "#!lua name=emqtest\n\
+             redis.register_function('enqueue', function(keys, args) \
+             return redis.call('EMQ.ENQUEUE', args[1], args[2], 'from a function') end)",
+        )
+        .query(&mut admin)
+        .expect("FUNCTION LOAD");
+    let mut worker = login(&server, "worker");
+    let script = "return redis.call('EMQ.ENQUEUE', ARGV[1], ARGV[2], 'from a script')";
+
+    let ok: i64 = cmd("EVAL")
+        .arg(script)
+        .arg(0)
+        .arg("orders")
+        .arg(job_id(1))
+        .query(&mut worker)
+        .expect("a script on the worker's own queue");
+    assert_eq!(ok, 1);
+    let ok: i64 = cmd("FCALL")
+        .arg("enqueue")
+        .arg(0)
+        .arg("orders")
+        .arg(job_id(2))
+        .query(&mut worker)
+        .expect("a function on the worker's own queue");
+    assert_eq!(ok, 1);
+    let payloads: Vec<String> = [1, 2]
+        .iter()
+        .map(|n| {
+            cmd("HGET")
+                .arg(row_key("orders", &job_id(*n)))
+                .arg("payload")
+                .query(&mut admin)
+                .expect("hget")
+        })
+        .collect();
+    assert_eq!(payloads, ["from a script", "from a function"]);
+
+    for call in [
+        cmd("EVAL")
+            .arg(script)
+            .arg(0)
+            .arg("payments")
+            .arg(job_id(3))
+            .clone(),
+        cmd("FCALL")
+            .arg("enqueue")
+            .arg(0)
+            .arg("payments")
+            .arg(job_id(3))
+            .clone(),
+    ] {
+        let err = expect_err(&mut worker, &call);
+        assert!(err.starts_with("NOPERM"), "{err}");
+    }
+    assert!(
+        keys_of(&mut admin, "payments").is_empty(),
+        "nothing written"
+    );
+    // The same script run by a user with the rights writes there: the refusal was the caller's.
+    let ok: i64 = cmd("EVAL")
+        .arg(script)
+        .arg(0)
+        .arg("payments")
+        .arg(job_id(3))
+        .query(&mut admin)
+        .expect("the admin's script");
+    assert_eq!(ok, 1);
+}

@@ -205,7 +205,7 @@ fn a_blocked_claim_wakes_on_enqueue() {
 }
 
 #[test]
-fn a_blocked_claim_times_out_with_null_and_never_blocks_in_multi() {
+fn a_blocked_claim_times_out_with_null_and_never_blocks_in_multi_or_a_script() {
     let server = Server::shared();
     let mut con = server.conn();
     let q = unique_queue("timeout");
@@ -219,6 +219,15 @@ fn a_blocked_claim_times_out_with_null_and_never_blocks_in_multi() {
         .query(&mut con)
         .expect("multi");
     assert_eq!(r, Value::Nil, "inside MULTI the claim answers at once");
+    let start = Instant::now();
+    let r: Value = cmd("EVAL")
+        .arg("return redis.call('EMQ.CLAIM', ARGV[1], 'BLOCK', 0)")
+        .arg(0)
+        .arg(&q)
+        .query(&mut con)
+        .expect("eval");
+    assert_eq!(r, Value::Nil, "inside a script the claim answers at once");
+    assert!(start.elapsed() < Duration::from_secs(5));
 }
 
 #[test]

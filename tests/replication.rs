@@ -299,3 +299,51 @@ fn delayed_jobs_and_leases_replicate_as_absolute_times() {
     );
     assert!(due > 1.7e12 && deadline > 1.7e12, "unix milliseconds");
 }
+
+#[test]
+fn echomq_called_from_scripts_and_functions_replicates_its_effects() {
+    let (primary, replica) = start_pair();
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    let q = unique_queue("scripted");
+    let _: String = cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(
+            "#!lua name=emqrepl\n\
+             redis.register_function('enqueue', function(keys, args) \
+             return redis.call('EMQ.ENQUEUE', args[1], '*', 'from a function') end)",
+        )
+        .query(&mut p)
+        .expect("FUNCTION LOAD");
+    // Minted ids, a batch, a claim (leases are absolute times) and a refusal caught by pcall:
+    // the replica, which has no module, must end up with the same data.
+    let script = "redis.call('EMQ.ENQUEUE', ARGV[1], '*', 'a'); \
+                  redis.call('EMQ.MENQUEUE', ARGV[1], '*', 'b', '*', 'c'); \
+                  redis.pcall('EMQ.ENQUEUE', ARGV[1], 'ORD0NgWEfAEJfs', 'refused'); \
+                  return redis.call('EMQ.CLAIM', ARGV[1], 'COUNT', 2)";
+    for _ in 0..20 {
+        let _: Value = cmd("EVAL")
+            .arg(script)
+            .arg(0)
+            .arg(&q)
+            .query(&mut p)
+            .expect("eval");
+        let _: String = cmd("FCALL")
+            .arg("enqueue")
+            .arg(0)
+            .arg(&q)
+            .query(&mut p)
+            .expect("fcall");
+    }
+    wait_caught_up(&mut p, &mut r);
+    let pending: i64 = cmd("ZCARD")
+        .arg(set_key(&q, "pending"))
+        .query(&mut r)
+        .expect("zcard");
+    let active: i64 = cmd("ZCARD")
+        .arg(set_key(&q, "active"))
+        .query(&mut r)
+        .expect("zcard");
+    assert_eq!((pending, active), (40, 40), "on the replica");
+    assert_eq!(digest(&mut p), digest(&mut r));
+}
