@@ -355,12 +355,20 @@ fn next_batch(now: i64) -> Vec<(i32, Vec<u8>)> {
     batch
 }
 
-/// What one visit found.
-enum Visit {
-    /// Nothing scheduled or active any more: stop watching.
-    Forget,
-    /// `moved` jobs promoted; look again at `next` (unix ms).
-    Done { moved: usize, next: i64 },
+/// What one visit did and found.
+struct Visit {
+    /// Jobs moved to `pending`.
+    moved: usize,
+    /// When to look again (unix ms); `None`: nothing scheduled or active any more, so stop
+    /// watching the queue.
+    next: Option<i64>,
+}
+
+impl Visit {
+    const FORGET: Visit = Visit {
+        moved: 0,
+        next: None,
+    };
 }
 
 fn tick(ctx: &Context) {
@@ -374,16 +382,16 @@ fn tick(ctx: &Context) {
     let original = selected_db(ctx.ctx);
     for (db, name) in next_batch(now) {
         let visit = if select_db(ctx.ctx, db) {
-            promote(ctx, &name, now).unwrap_or(Visit::Forget)
+            promote(ctx, &name, now).unwrap_or(Visit::FORGET)
         } else {
-            Visit::Forget
+            Visit::FORGET
         };
-        match visit {
-            Visit::Forget => {
+        metrics::count(&metrics::PROMOTED, visit.moved as u64);
+        match visit.next {
+            None => {
                 watched().remove(&(db, name));
             }
-            Visit::Done { moved, next } => {
-                metrics::count(&metrics::PROMOTED, moved as u64);
+            Some(next) => {
                 watched().insert((db, name), next);
             }
         }
@@ -402,13 +410,13 @@ fn avoid_replica_traffic() -> bool {
 /// Promotes what is due on one queue and says when to look again.
 fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Visit, crate::error::EmqError> {
     let Some(queue) = Queue::parse(name) else {
-        return Ok(Visit::Forget);
+        return Ok(Visit::FORGET);
     };
     if cluster::check_stable(queue).is_err() {
         // Keys in flight between nodes: leave them be until the migration settles.
-        return Ok(Visit::Done {
+        return Ok(Visit {
             moved: 0,
-            next: now + RETRY_MIGRATING_MS,
+            next: Some(now + RETRY_MIGRATING_MS),
         });
     }
     let keys = QueueKeys::new(ctx, queue)?;
@@ -418,12 +426,9 @@ fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Visit, crate::error::
     check_row_types(ctx, &rows)?;
     let moved = due.promote(ctx, &sets, now)?;
     let next = if due.is_full(lifecycle::PROMOTE_BUDGET) {
-        now // more was due than one visit moves
+        Some(now) // more was due than one visit moves
     } else {
-        match lifecycle::next_due(&sets)? {
-            Some(at) => at,
-            None => return Ok(Visit::Forget),
-        }
+        lifecycle::next_due(&sets)?
     };
-    Ok(Visit::Done { moved, next })
+    Ok(Visit { moved, next })
 }

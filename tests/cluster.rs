@@ -432,6 +432,14 @@ fn the_lifecycle_runs_on_every_primary() {
         });
         assert!(ready, "{q} promoted by its node's timer");
     }
+    // Each primary counts what its own timer moved: a due job and an expired lease a queue.
+    let moved: i64 = cluster
+        .topology()
+        .iter()
+        .filter(|n| n.primary)
+        .map(|n| info_int(&mut cluster.node(n.port).conn(), "emq", "emq_promoted"))
+        .sum();
+    assert_eq!(moved, 2 * queues.len() as i64);
     // Replicas with the module hold the same data and never run the timer.
     for node in cluster.topology().iter().filter(|n| !n.primary) {
         let mut con = cluster.node(node.port).conn();

@@ -66,6 +66,7 @@ fn delayed_jobs_wait_in_schedule_until_due() {
     let mut con = server.conn();
     let q = unique_queue("delay");
     let id = job_id(1);
+    let promoted_before = info_int(&mut con, "emq", "emq_promoted");
     let before = now_ms();
     let n: i64 = cmd("EMQ.ENQUEUE")
         .arg(&q)
@@ -92,6 +93,8 @@ fn delayed_jobs_wait_in_schedule_until_due() {
             == 1),
         "promoted by the timer"
     );
+    // Counted in INFO (at least this job: an external server may promote others meanwhile).
+    assert!(info_int(&mut con, "emq", "emq_promoted") > promoted_before);
     let jobs = claim(&mut con, &q, &[]).expect("claim");
     assert_eq!(jobs, vec![(id.clone(), b"later".to_vec(), 1)]);
 }
