@@ -267,10 +267,11 @@ impl Due {
 
     /// Moves due scheduled jobs to pending; expired leases to pending, or to dead when their
     /// attempts are spent. Members without a row are dropped. Returns how many became pending.
-    pub fn promote(&self, ctx: &Context, sets: &Sets<'_>, now: i64) -> Result<usize, EmqError> {
-        let mut promoted = 0;
+    pub fn promote(&self, ctx: &Context, sets: &Sets<'_>, now: i64) -> Result<Moved, EmqError> {
+        let mut moved = Moved::default();
         for (member, row) in &self.scheduled {
-            promoted += move_to_pending(ctx, sets, &sets.schedule, member, row.as_ref())? as usize;
+            moved.to_pending +=
+                move_to_pending(ctx, sets, &sets.schedule, member, row.as_ref())? as usize;
         }
         for (member, row) in &self.expired {
             let spent = match row {
@@ -288,14 +289,24 @@ impl Due {
                         now,
                         Some(b"lease expired"),
                     )?;
+                    moved.buried += 1;
                 }
             } else {
-                promoted +=
+                moved.to_pending +=
                     move_to_pending(ctx, sets, &sets.active, member, row.as_ref())? as usize;
             }
         }
-        Ok(promoted)
+        Ok(moved)
     }
+}
+
+/// What [`Due::promote`] did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Moved {
+    /// Jobs back in `pending`.
+    pub to_pending: usize,
+    /// Jobs whose lease expired on their last attempt, moved to `dead`.
+    pub buried: usize,
 }
 
 fn move_to_pending(

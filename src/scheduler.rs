@@ -24,7 +24,7 @@ use valkey_module::{raw, Context};
 use crate::cluster;
 use crate::effects;
 use crate::grammar::{decode, Decoded, KeyType, Queue};
-use crate::lifecycle::{self, check_row_types, Due, QueueKeys, Sets};
+use crate::lifecycle::{self, check_row_types, Due, Moved, QueueKeys, Sets};
 use crate::metrics;
 use crate::server::{self, string_bytes};
 use crate::store::{self, OwnedString};
@@ -357,8 +357,8 @@ fn next_batch(now: i64) -> Vec<(i32, Vec<u8>)> {
 
 /// What one visit did and found.
 struct Visit {
-    /// Jobs moved to `pending`.
-    moved: usize,
+    /// Jobs moved to `pending` and to `dead`.
+    moved: Moved,
     /// When to look again (unix ms); `None`: nothing scheduled or active any more, so stop
     /// watching the queue.
     next: Option<i64>,
@@ -366,7 +366,10 @@ struct Visit {
 
 impl Visit {
     const FORGET: Visit = Visit {
-        moved: 0,
+        moved: Moved {
+            to_pending: 0,
+            buried: 0,
+        },
         next: None,
     };
 }
@@ -386,7 +389,8 @@ fn tick(ctx: &Context) {
         } else {
             Visit::FORGET
         };
-        metrics::count(&metrics::PROMOTED, visit.moved as u64);
+        metrics::count(&metrics::PROMOTED, visit.moved.to_pending as u64);
+        metrics::count(&metrics::DEAD, visit.moved.buried as u64);
         match visit.next {
             None => {
                 watched().remove(&(db, name));
@@ -415,7 +419,7 @@ fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Visit, crate::error::
     if cluster::check_stable(queue).is_err() {
         // Keys in flight between nodes: leave them be until the migration settles.
         return Ok(Visit {
-            moved: 0,
+            moved: Moved::default(),
             next: Some(now + RETRY_MIGRATING_MS),
         });
     }

@@ -514,6 +514,8 @@ fn a_job_whose_worker_keeps_crashing_dies_after_max_attempts() {
         .query(&mut con)
         .expect("error");
     assert_eq!(error, "lease expired");
+    // A death by lease counts in INFO like one by FAIL.
+    assert_eq!(info_int(&mut con, "emq", "emq_dead"), 1);
 }
 
 #[test]

@@ -75,7 +75,8 @@ fn claim_now(ctx: &Context, req: &Request<'_>) -> Result<Vec<Claimed>, EmqError>
         .collect();
     store::check_access(ctx, &rows)?;
     check_row_types(ctx, &rows)?;
-    due.promote(ctx, &sets, now)?;
+    let moved = due.promote(ctx, &sets, now)?;
+    metrics::count(&metrics::DEAD, moved.buried as u64);
     let claimed = lifecycle::claim(ctx, req.queue, &sets, req.count, now + req.lease_ms)?;
     metrics::count(&metrics::CLAIMED, claimed.len() as u64);
     Ok(claimed)
