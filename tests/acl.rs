@@ -6,7 +6,16 @@ mod support;
 use redis::{cmd, Value};
 use support::*;
 
-fn login(server: &Server, user: &str) -> Connection {
+/// Creates `user` (password `pw`) with the ACL `rules` and logs a new connection in as it.
+fn user_with(server: &Server, user: &str, rules: &[&str]) -> Connection {
+    let _: () = cmd("ACL")
+        .arg("SETUSER")
+        .arg(user)
+        .arg("on")
+        .arg(">pw")
+        .arg(rules)
+        .query(&mut server.conn())
+        .expect("ACL SETUSER");
     let mut con = server.conn();
     let _: () = cmd("AUTH")
         .arg(user)
@@ -20,18 +29,11 @@ fn login(server: &Server, user: &str) -> Connection {
 fn a_queue_scoped_user_enqueues_only_to_its_queue() {
     let server = Server::start(Options::default());
     let mut admin = server.conn();
-    let _: () = cmd("ACL")
-        .arg("SETUSER")
-        .arg("worker")
-        .arg("on")
-        .arg(">pw")
-        .arg("resetkeys")
-        .arg("~emq:{orders}:*")
-        .arg("-@all")
-        .arg("+@emq")
-        .query(&mut admin)
-        .expect("ACL SETUSER");
-    let mut worker = login(&server, "worker");
+    let mut worker = user_with(
+        &server,
+        "worker",
+        &["resetkeys", "~emq:{orders}:*", "-@all", "+@emq"],
+    );
 
     let ok: i64 = cmd("EMQ.ENQUEUE")
         .arg("orders")
@@ -89,16 +91,7 @@ fn a_queue_scoped_user_enqueues_only_to_its_queue() {
 fn a_read_only_user_cannot_enqueue() {
     let server = Server::start(Options::default());
     let mut admin = server.conn();
-    let _: () = cmd("ACL")
-        .arg("SETUSER")
-        .arg("reader")
-        .arg("on")
-        .arg(">pw")
-        .arg("%R~emq:*")
-        .arg("+@all")
-        .query(&mut admin)
-        .expect("ACL SETUSER");
-    let mut reader = login(&server, "reader");
+    let mut reader = user_with(&server, "reader", &["%R~emq:*", "+@all"]);
     let err = expect_err(
         &mut reader,
         cmd("EMQ.ENQUEUE").arg("orders").arg(job_id(1)).arg("x"),
@@ -111,18 +104,7 @@ fn a_read_only_user_cannot_enqueue() {
 #[test]
 fn a_user_without_the_emq_category_is_refused_by_the_server() {
     let server = Server::start(Options::default());
-    let mut admin = server.conn();
-    let _: () = cmd("ACL")
-        .arg("SETUSER")
-        .arg("plain")
-        .arg("on")
-        .arg(">pw")
-        .arg("~*")
-        .arg("+@all")
-        .arg("-@emq")
-        .query(&mut admin)
-        .expect("ACL SETUSER");
-    let mut plain = login(&server, "plain");
+    let mut plain = user_with(&server, "plain", &["~*", "+@all", "-@emq"]);
     let err = expect_err(&mut plain, &cmd("EMQ.VERSION"));
     assert!(err.starts_with("NOPERM"), "{err}");
     let v: String = cmd("PING").query(&mut plain).expect("other commands work");
@@ -133,19 +115,18 @@ fn a_user_without_the_emq_category_is_refused_by_the_server() {
 fn scripts_and_functions_run_echomq_as_their_caller() {
     let server = Server::start(Options::default());
     let mut admin = server.conn();
-    let _: () = cmd("ACL")
-        .arg("SETUSER")
-        .arg("worker")
-        .arg("on")
-        .arg(">pw")
-        .arg("resetkeys")
-        .arg("~emq:{orders}:*")
-        .arg("-@all")
-        .arg("+@emq")
-        .arg("+eval")
-        .arg("+fcall")
-        .query(&mut admin)
-        .expect("ACL SETUSER");
+    let mut worker = user_with(
+        &server,
+        "worker",
+        &[
+            "resetkeys",
+            "~emq:{orders}:*",
+            "-@all",
+            "+@emq",
+            "+eval",
+            "+fcall",
+        ],
+    );
     let _: String = cmd("FUNCTION")
         .arg("LOAD")
         .arg(
@@ -155,7 +136,6 @@ fn scripts_and_functions_run_echomq_as_their_caller() {
         )
         .query(&mut admin)
         .expect("FUNCTION LOAD");
-    let mut worker = login(&server, "worker");
     let script = "return redis.call('EMQ.ENQUEUE', ARGV[1], ARGV[2], 'from a script')";
 
     let ok: i64 = cmd("EVAL")
