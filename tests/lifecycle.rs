@@ -234,6 +234,44 @@ fn a_blocked_claim_times_out_with_null_and_never_blocks_in_multi_or_a_script() {
 }
 
 #[test]
+fn client_unblock_answers_a_blocked_claim() {
+    let server = Server::shared();
+    let q = unique_queue("unblock");
+    let mut admin = server.conn();
+    for (how, expected) in [(None, Ok(Value::Nil)), (Some("ERROR"), Err("UNBLOCKED"))] {
+        let mut waiter = server.conn();
+        let id: i64 = cmd("CLIENT").arg("ID").query(&mut waiter).expect("id");
+        let queue = q.clone();
+        let blocked = thread::spawn(move || {
+            cmd("EMQ.CLAIM")
+                .arg(&queue)
+                .arg("BLOCK")
+                .arg(0)
+                .query::<Value>(&mut waiter)
+                .map_err(|e| error_text(&e))
+        });
+        let mut unblock = cmd("CLIENT");
+        unblock.arg("UNBLOCK").arg(id);
+        if let Some(how) = how {
+            unblock.arg(how);
+        }
+        // The claim may not have reached the server yet: retry until it is blocked.
+        assert!(wait_until(Duration::from_secs(5), || unblock
+            .query::<i64>(&mut admin)
+            .expect("unblock")
+            == 1));
+        let reply = blocked.join().expect("waiter");
+        match expected {
+            Ok(v) => assert_eq!(reply, Ok(v)),
+            Err(prefix) => assert!(
+                reply.as_ref().is_err_and(|e| e.starts_with(prefix)),
+                "{reply:?}"
+            ),
+        }
+    }
+}
+
+#[test]
 fn blocked_claimers_are_served_in_arrival_order() {
     let server = Server::shared();
     let q = unique_queue("fifo");
