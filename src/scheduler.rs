@@ -202,6 +202,11 @@ pub fn start(ctx: &Context) -> Result<(), String> {
                 event(raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED),
                 Some(on_role_change),
             );
+            server_event(
+                ctx.ctx,
+                event(raw::REDISMODULE_EVENT_SWAPDB),
+                Some(on_swapdb),
+            );
         }
     }
     if let Some(detached) = unsafe { raw::RedisModule_GetDetachedThreadSafeContext } {
@@ -307,6 +312,40 @@ unsafe extern "C" fn on_role_change(
     _data: *mut c_void,
 ) {
     effects::role_changed();
+}
+
+unsafe extern "C" fn on_swapdb(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
+    let _ = catch_unwind(|| {
+        if data.is_null() {
+            return;
+        }
+        // SAFETY: for this event the server passes its swap description, valid for the call.
+        let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
+        swap_watched(info.dbnum_first, info.dbnum_second);
+    });
+}
+
+/// `SWAPDB a b` exchanges the two databases' contents (no keyspace event says so): the queues
+/// watched in each now live in the other.
+fn swap_watched(a: i32, b: i32) {
+    let mut map = watched();
+    let before = std::mem::take(&mut *map);
+    *map = before
+        .into_iter()
+        .map(|((db, queue), at)| {
+            let db = match db {
+                db if db == a => b,
+                db if db == b => a,
+                db => db,
+            };
+            ((db, queue), at)
+        })
+        .collect();
 }
 
 fn arm(ctx: *mut raw::RedisModuleCtx) {

@@ -100,6 +100,56 @@ fn delayed_jobs_wait_in_schedule_until_due() {
 }
 
 #[test]
+fn delayed_jobs_and_leases_follow_their_database_through_swapdb() {
+    // SWAPDB touches the whole server: a server of its own.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let (q0, q1) = (unique_queue("swap-zero"), unique_queue("swap-one"));
+    let in_db = |con: &mut Connection, db: i64| {
+        let _: () = cmd("SELECT").arg(db).query(con).expect("select");
+    };
+    // Database 0: a delayed job and a job under a short lease. Database 1: a delayed job.
+    in_db(&mut con, 0);
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q0)
+        .arg(job_id(1))
+        .arg("later")
+        .arg("DELAY")
+        .arg(300)
+        .query(&mut con)
+        .expect("delayed");
+    enqueue(&mut con, &q0, &job_id(2), "leased");
+    let jobs = claim(&mut con, &q0, &["LEASE", "300"]).expect("claim");
+    assert_eq!(jobs.len(), 1);
+    in_db(&mut con, 1);
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q1)
+        .arg(job_id(3))
+        .arg("later")
+        .arg("DELAY")
+        .arg(300)
+        .query(&mut con)
+        .expect("delayed");
+    let _: () = cmd("SWAPDB").arg(0).arg(1).query(&mut con).expect("swapdb");
+
+    // The timer promotes each queue where it now lives, without any claim or write to it.
+    in_db(&mut con, 1);
+    assert!(
+        wait_until(Duration::from_secs(5), || stats(&mut con, &q0)["pending"]
+            == 2),
+        "database 0's due job and expired lease, now in database 1: {:?}",
+        stats(&mut con, &q0)
+    );
+    in_db(&mut con, 0);
+    assert!(
+        wait_until(Duration::from_secs(5), || stats(&mut con, &q1)["pending"]
+            == 1),
+        "database 1's due job, now in database 0: {:?}",
+        stats(&mut con, &q1)
+    );
+}
+
+#[test]
 fn a_due_time_in_the_past_is_a_plain_enqueue() {
     let server = Server::shared();
     let mut con = server.conn();
