@@ -24,8 +24,9 @@ deps:
 build: deps
 	$(CARGO) build --release
 
+# PORT=6380 picks another port when 6379 is taken (by a packaged valkey-server, say).
 run: build
-	$(VALKEY_SERVER) module.conf
+	$(VALKEY_SERVER) module.conf $(if $(PORT),--port $(PORT))
 
 test: build
 	$(CARGO) build --examples
