@@ -439,6 +439,57 @@ fn enqueue_works_inside_multi_exec() {
 }
 
 #[test]
+fn an_enqueue_touches_watched_keys_and_tracked_ones() {
+    let server = Server::shared();
+    let q = unique_queue("watch");
+    let pending = set_key(&q, "pending");
+    let mut watcher = server.conn();
+    let mut other = server.conn();
+    // WATCH: a transaction over the pending set fails once another client enqueues.
+    let _: () = cmd("WATCH")
+        .arg(&pending)
+        .query(&mut watcher)
+        .expect("watch");
+    let _: i64 = enqueue(&q, &job_id(1), b"x")
+        .query(&mut other)
+        .expect("enqueue");
+    let r: Value = redis::pipe()
+        .atomic()
+        .cmd("ZCARD")
+        .arg(&pending)
+        .query(&mut watcher)
+        .expect("exec");
+    assert_eq!(r, Value::Nil, "EXEC aborted: {r:?}");
+    // Client-side caching: a client tracking the row hears it is invalidated (redirected to a
+    // RESP2 subscriber of __redis__:invalidate).
+    let mut sub_con = server.conn();
+    let sub_id: i64 = cmd("CLIENT").arg("ID").query(&mut sub_con).expect("id");
+    let mut invalidations = sub_con.as_pubsub();
+    invalidations
+        .subscribe("__redis__:invalidate")
+        .expect("subscribe");
+    invalidations
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    let mut tracker = server.conn();
+    let _: () = cmd("CLIENT")
+        .arg("TRACKING")
+        .arg("ON")
+        .arg("REDIRECT")
+        .arg(sub_id)
+        .query(&mut tracker)
+        .expect("tracking");
+    let row = row_key(&q, &job_id(2));
+    let _: Value = cmd("HGETALL").arg(&row).query(&mut tracker).expect("read");
+    let _: i64 = enqueue(&q, &job_id(2), b"y")
+        .query(&mut other)
+        .expect("enqueue");
+    let msg = invalidations.get_message().expect("an invalidation");
+    let keys: Vec<String> = msg.get_payload().expect("invalidated keys");
+    assert_eq!(keys, vec![row]);
+}
+
+#[test]
 fn wrong_arity_is_a_plain_error() {
     let server = Server::shared();
     let mut con = server.conn();
