@@ -11,7 +11,7 @@ CARGO  ?= cargo
 MODULE := target/release/libechomq.so
 VALKEY_SERVER ?= valkey-server
 
-.PHONY: all deps build run test test-redis7 test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability compose profile
+.PHONY: all deps build run test test-modules test-redis7 test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability compose profile
 
 all: build
 
@@ -28,7 +28,11 @@ build: deps
 run: build
 	$(VALKEY_SERVER) module.conf $(if $(PORT),--port $(PORT))
 
-test: build
+# The test-only module (testing/caller-module) that the acl suite loads beside EchoMQ.
+test-modules: build
+	$(CARGO) build --release -p emq-test-caller
+
+test: build test-modules
 	$(CARGO) build --examples
 	$(CARGO) test --all-targets
 
@@ -42,7 +46,7 @@ test-redis7: build
 # leak whose stack passes through the module. Slow: not part of every CI run.
 VALGRIND_SUITES := enqueue grammar menqueue acl module_load replication effects interop lifecycle hostile
 VALGRIND_DIR := target/valgrind
-test-valgrind: build
+test-valgrind: build test-modules
 	@command -v valgrind >/dev/null 2>&1 || { apt-get install -y -qq valgrind || { echo "echomq: install valgrind" >&2; exit 1; }; }
 	rm -rf $(VALGRIND_DIR) && mkdir -p $(VALGRIND_DIR)
 	ECHOMQ_VALGRIND_DIR=$(CURDIR)/$(VALGRIND_DIR) ECHOMQ_GRACEFUL_STOP=1 \
@@ -96,7 +100,7 @@ bench: build
 
 lint: deps
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 clean:
 	$(CARGO) clean

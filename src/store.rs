@@ -375,9 +375,8 @@ pub fn check_permission(
     keys: &[&OwnedString],
     access: Access,
 ) -> Result<(), EmqError> {
-    let (Some(user_name), Some(get_user), Some(check), Some(free_user)) = (unsafe {
+    let (Some(get_user), Some(check), Some(free_user)) = (unsafe {
         (
-            raw::RedisModule_GetCurrentUserName,
             raw::RedisModule_GetModuleUserFromUserName,
             raw::RedisModule_ACLCheckKeyPermissions,
             raw::RedisModule_FreeModuleUser,
@@ -385,15 +384,9 @@ pub fn check_permission(
     }) else {
         return Ok(());
     };
-    // SAFETY: a command's context; a NULL name means an internal client with full rights.
     // Only command handlers call this: timer and event contexts have no user to check.
-    let name = unsafe { user_name(ctx.ctx) };
-    if name.is_null() {
+    let Some(name) = current_user_name(ctx)? else {
         return Ok(());
-    }
-    let name = OwnedString {
-        ctx: ctx.ctx,
-        ptr: NonNull::new(name).ok_or(EmqError::Internal)?,
     };
     // SAFETY: `name` is a live string; the user is freed below.
     let user = unsafe { get_user(name.as_ptr()) };
@@ -426,6 +419,71 @@ pub fn check_permission(
     // SAFETY: obtained above, freed once.
     unsafe { free_user(user) };
     result
+}
+
+/// The name of the user the command runs as, or `None` for a client that has none: the
+/// primary's replication link, or another module's `RM_Call` made without its `C` flag. Such a
+/// client may do everything (the server does not check its native commands either).
+///
+/// `RM_GetCurrentUserName` reads the client's user without looking whether there is one, so it
+/// is asked only once that is known. A connected client is looked up by id; a client that is
+/// not connected (a script's or function's, the AOF loader's, another module's `RM_Call`) is
+/// probed with an `RM_Call` run as its user, which the server refuses with `ENOTSUP`, before
+/// running anything, when there is none.
+fn current_user_name(ctx: &Context) -> Result<Option<OwnedString>, EmqError> {
+    let current = unsafe { raw::RedisModule_GetCurrentUserName }.ok_or(EmqError::Internal)?;
+    let owned = |ptr: *mut raw::RedisModuleString| {
+        NonNull::new(ptr).map(|ptr| OwnedString { ctx: ctx.ctx, ptr })
+    };
+    let has_user = match unsafe {
+        (
+            raw::RedisModule_GetClientId,
+            raw::RedisModule_GetClientUserNameById,
+        )
+    } {
+        (Some(client_id), Some(name_by_id)) => {
+            // SAFETY: a command's context; the id is that of its own client.
+            if let Some(name) = owned(unsafe { name_by_id(ctx.ctx, client_id(ctx.ctx)) }) {
+                return Ok(Some(name));
+            }
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(ENOTSUP) => false, // connected, without a user: the primary
+                _ => client_has_user(ctx),
+            }
+        }
+        _ => client_has_user(ctx),
+    };
+    if !has_user {
+        return Ok(None);
+    }
+    // SAFETY: the client has a user, which is what this call reads.
+    owned(unsafe { current(ctx.ctx) })
+        .map(Some)
+        .ok_or(EmqError::Internal)
+}
+
+/// `ENOTSUP`, as Linux numbers it: what the server sets when a client has no user.
+const ENOTSUP: i32 = 95;
+
+/// Whether this command's client has a user, asked by running, as that user, a command that
+/// cannot exist: the server checks for the user first (`ENOTSUP` without one) and then fails
+/// the lookup, so nothing runs and nothing is logged.
+fn client_has_user(ctx: &Context) -> bool {
+    let Some(call) = (unsafe { raw::RedisModule_Call }) else {
+        return false;
+    };
+    // SAFETY: a command's context; "C" runs the call as the client's user, no arguments. A
+    // name with spaces is no command's.
+    let reply = unsafe { call(ctx.ctx, c"emq user probe".as_ptr(), c"C".as_ptr()) };
+    let missing_user =
+        reply.is_null() && std::io::Error::last_os_error().raw_os_error() == Some(ENOTSUP);
+    if !reply.is_null() {
+        if let Some(free) = unsafe { raw::RedisModule_FreeCallReply } {
+            // SAFETY: the reply of the call above, freed once.
+            unsafe { free(reply) };
+        }
+    }
+    !missing_user
 }
 
 /// Fires a keyspace event as the native command would.

@@ -197,3 +197,92 @@ fn scripts_and_functions_run_echomq_as_their_caller() {
         .expect("the admin's script");
     assert_eq!(ok, 1);
 }
+
+/// The test-only module of testing/caller-module (`make test` builds it).
+fn caller_module() -> String {
+    let path = repo_root().join("target/release/libemq_test_caller.so");
+    assert!(
+        path.exists(),
+        "{} is missing: cargo build --release -p emq-test-caller (make test does)",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+fn module_call(mode: &str, args: &[&str]) -> redis::Cmd {
+    let mut c = cmd("EMQCALLER.CALL");
+    c.arg(mode).arg(args);
+    c
+}
+
+#[test]
+fn other_modules_call_echomq_as_their_caller_or_with_every_right() {
+    let server = Server::start(Options::default().arg("loadmodule", &caller_module()));
+    let mut admin = server.conn();
+    let mut worker = user_with(
+        &server,
+        "worker",
+        &[
+            "resetkeys",
+            "~emq:{orders}:*",
+            "-@all",
+            "+@emq",
+            "+emqcaller.call",
+        ],
+    );
+    let (one, two) = (job_id(1), job_id(2));
+
+    // With the C flag, the call runs as the worker: its ACL holds on the derived keys.
+    let ok: i64 = module_call("AS-CALLER", &["EMQ.ENQUEUE", "orders", &one, "x"])
+        .query(&mut worker)
+        .expect("own queue");
+    assert_eq!(ok, 1);
+    let err = expect_err(
+        &mut worker,
+        &module_call("AS-CALLER", &["EMQ.ENQUEUE", "payments", &one, "x"]),
+    );
+    assert!(err.starts_with("NOPERM"), "{err}");
+    assert!(
+        keys_of(&mut admin, "payments").is_empty(),
+        "nothing written"
+    );
+
+    // Without it the call has no user, and every right, as for the server's own commands:
+    // also through a script that such a call runs. The server stays up throughout.
+    let ok: i64 = module_call("AS-ROOT", &["EMQ.ENQUEUE", "payments", &one, "x"])
+        .query(&mut worker)
+        .expect("a call without a user");
+    assert_eq!(ok, 1);
+    let script = "return redis.call('EMQ.ENQUEUE', 'payments', ARGV[1], 'y')";
+    let ok: i64 = module_call("AS-ROOT", &["EVAL", script, "0", &two])
+        .query(&mut worker)
+        .expect("a script inside a call without a user");
+    assert_eq!(ok, 1);
+    let jobs: Vec<(String, String, i64)> =
+        module_call("AS-ROOT", &["EMQ.CLAIM", "payments", "COUNT", "2"])
+            .query(&mut worker)
+            .expect("claim");
+    assert_eq!(jobs.len(), 2);
+    let acked: i64 = module_call("AS-ROOT", &["EMQ.ACK", "payments", &one, "1"])
+        .query(&mut worker)
+        .expect("ack");
+    assert_eq!(acked, 1);
+    let batch: Vec<i64> = module_call("AS-ROOT", &["EMQ.MENQUEUE", "payments", &job_id(3), "z"])
+        .query(&mut worker)
+        .expect("menqueue");
+    assert_eq!(batch, vec![1]);
+    let stats: Vec<(String, i64)> = module_call("AS-ROOT", &["EMQ.STATS", "payments"])
+        .query(&mut worker)
+        .expect("stats");
+    assert_eq!(stats[0], ("pending".to_string(), 1));
+    assert!(server.is_alive());
+
+    // Finding out whether a call has a user leaves nothing in ACL LOG.
+    let log: Value = cmd("ACL").arg("LOG").query(&mut admin).expect("acl log");
+    let log = format!("{log:?}");
+    assert!(!log.contains("probe"), "{log}");
+    assert!(
+        log.contains("payments"),
+        "the worker's refusal is logged: {log}"
+    );
+}
