@@ -5,6 +5,7 @@ use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::os::raw::{c_char, c_int};
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use valkey_module::{raw, Context};
@@ -435,23 +436,27 @@ fn current_user_name(ctx: &Context) -> Result<Option<OwnedString>, EmqError> {
     let owned = |ptr: *mut raw::RedisModuleString| {
         NonNull::new(ptr).map(|ptr| OwnedString { ctx: ctx.ctx, ptr })
     };
-    let has_user = match unsafe {
-        (
-            raw::RedisModule_GetClientId,
-            raw::RedisModule_GetClientUserNameById,
-        )
-    } {
-        (Some(client_id), Some(name_by_id)) => {
-            // SAFETY: a command's context; the id is that of its own client.
-            if let Some(name) = owned(unsafe { name_by_id(ctx.ctx, client_id(ctx.ctx)) }) {
-                return Ok(Some(name));
-            }
-            match std::io::Error::last_os_error().raw_os_error() {
-                Some(ENOTSUP) => false, // connected, without a user: the primary
-                _ => client_has_user(ctx),
-            }
+    let id = match unsafe { raw::RedisModule_GetClientId } {
+        // SAFETY: a command's context.
+        Some(client_id) => unsafe { client_id(ctx.ctx) },
+        None => 0,
+    };
+    let has_user = if id != 0 && USER_CLIENT.load(Ordering::Relaxed) == id {
+        true // the last connected client found to have a user (its pipeline goes on)
+    } else if let Some(name_by_id) = unsafe { raw::RedisModule_GetClientUserNameById } {
+        // SAFETY: a command's context; the id is that of its own client.
+        if let Some(name) = owned(unsafe { name_by_id(ctx.ctx, id) }) {
+            // Ids are never reused, and a connected client's user is never taken away
+            // (deleting it moves the client to the default user before closing it).
+            USER_CLIENT.store(id, Ordering::Relaxed);
+            return Ok(Some(name));
         }
-        _ => client_has_user(ctx),
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(ENOTSUP) => false, // connected, without a user: the primary
+            _ => client_has_user(ctx),
+        }
+    } else {
+        client_has_user(ctx)
     };
     if !has_user {
         return Ok(None);
@@ -461,6 +466,9 @@ fn current_user_name(ctx: &Context) -> Result<Option<OwnedString>, EmqError> {
         .map(Some)
         .ok_or(EmqError::Internal)
 }
+
+/// The id of the last connected client found to have a user (0: none yet).
+static USER_CLIENT: AtomicU64 = AtomicU64::new(0);
 
 /// `ENOTSUP`, as Linux numbers it: what the server sets when a client has no user.
 const ENOTSUP: i32 = 95;
