@@ -275,6 +275,11 @@ fn other_modules_call_echomq_as_their_caller_or_with_every_right() {
         .query(&mut worker)
         .expect("stats");
     assert_eq!(stats[0], ("pending".to_string(), 1));
+    // A module's call cannot block: a claim with nothing ready answers null at once.
+    let nothing: Value = module_call("AS-ROOT", &["EMQ.CLAIM", "empty", "BLOCK", "0"])
+        .query(&mut worker)
+        .expect("claim");
+    assert_eq!(nothing, Value::Nil);
     assert!(server.is_alive());
 
     // Finding out whether a call has a user leaves nothing in ACL LOG.
