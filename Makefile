@@ -38,7 +38,7 @@ test: build test-modules
 
 # The core suites against Debian's redis-server 7.0 (installed if missing).
 REDIS7_SUITES := enqueue grammar interop replication effects menqueue lifecycle hostile persistence module_load oom readme
-test-redis7: build
+test-redis7: build test-modules
 	@bash scripts/install-deps.sh --with-redis
 	VALKEY_SERVER=redis-server VALKEY_CLI=redis-cli $(CARGO) test $(addprefix --test ,$(REDIS7_SUITES))
 

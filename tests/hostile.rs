@@ -1,20 +1,15 @@
-//! Hostile input: random argument vectors to every EMQ.* command never crash the server, and
-//! every reply is a typed error or a well-formed value.
+//! Hostile input: random argument vectors to every EMQ.* command, sent by a client or through
+//! another module's `RM_Call` with no user, never crash the server, and every reply is a typed
+//! error or a well-formed value.
 
 mod support;
 
 use redis::{cmd, Value};
 use support::*;
 
-const COMMANDS: [&str; 5] = [
-    "EMQ.ENQUEUE",
-    "EMQ.KEY",
-    "EMQ.SLOT",
-    "EMQ.DECODE",
-    "EMQ.VERSION",
-];
-const ERROR_CODES: [&str; 10] = [
+const ERROR_CODES: [&str; 11] = [
     "EMQQUEUE",
+    "EMQLEASE",
     "EMQTYPE",
     "EMQID",
     "EMQKIND",
@@ -27,7 +22,18 @@ const ERROR_CODES: [&str; 10] = [
 ];
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
-    let tokens: [&[u8]; 16] = [
+    let tokens: [&[u8]; 27] = [
+        b"COUNT",
+        b"LEASE",
+        b"BLOCK",
+        b"DELAY",
+        b"at",
+        b"ERROR",
+        b"RETRY-IN",
+        b"0",
+        b"1",
+        b"2",
+        b"30000",
         b"orders",
         b"*",
         b"job",
@@ -82,10 +88,35 @@ fn check_reply(v: &Value) -> Result<(), String> {
     }
 }
 
+/// A test-only module (testing/caller-module, built by `make test`) that runs a command
+/// through `RM_Call` with no user, as other modules may.
+fn caller_module() -> String {
+    let path = repo_root().join("target/release/libemq_test_caller.so");
+    assert!(
+        path.exists(),
+        "{} is missing: cargo build --release -p emq-test-caller (make test does)",
+        path.display()
+    );
+    path.display().to_string()
+}
+
 #[test]
 fn random_argument_vectors_never_crash_the_server() {
-    let server = Server::start(Options::default().arg("emq.max-payload-bytes", "2048"));
+    let server = Server::start(
+        Options::default()
+            .arg("emq.max-payload-bytes", "2048")
+            .arg("loadmodule", &caller_module()),
+    );
     let mut con = server.conn();
+    // Every command the module registers, whatever is added later.
+    let commands: Vec<String> = cmd("COMMAND")
+        .arg("LIST")
+        .arg("FILTERBY")
+        .arg("MODULE")
+        .arg("emq")
+        .query(&mut con)
+        .expect("COMMAND LIST");
+    assert!(commands.len() >= 13, "{commands:?}");
     let mut rng = Rng::new(0xBAD5EED);
     let total = 100_000;
     let chunk = 1000;
@@ -94,12 +125,19 @@ fn random_argument_vectors_never_crash_the_server() {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for _ in 0..chunk {
-            let name = COMMANDS[rng.below(COMMANDS.len() as u64) as usize];
-            let mut c = cmd(name);
+            let name = commands[rng.below(commands.len() as u64) as usize].as_str();
+            // One vector in five arrives through another module's RM_Call, with no user.
+            let mut c = if rng.below(5) == 0 {
+                let mut c = cmd("EMQCALLER.CALL");
+                c.arg("AS-ROOT").arg(name);
+                c
+            } else {
+                cmd(name)
+            };
             for _ in 0..rng.below(7) {
                 let arg = random_arg(&mut rng);
                 // A blocking claim would stall the pipeline; the blocking path has its own tests.
-                if name == "EMQ.CLAIM" && arg.eq_ignore_ascii_case(b"BLOCK") {
+                if name == "emq.claim" && arg.eq_ignore_ascii_case(b"BLOCK") {
                     c.arg("LEASE");
                 } else {
                     c.arg(arg);
@@ -107,9 +145,12 @@ fn random_argument_vectors_never_crash_the_server() {
             }
             pipe.add_command(c);
         }
-        let replies: Vec<Value> = pipe
-            .query(&mut con)
-            .expect("the server answers every vector");
+        let replies: Vec<Value> = pipe.query(&mut con).unwrap_or_else(|e| {
+            panic!(
+                "the server answers every vector: {e}\n{}",
+                std::fs::read_to_string(&server.log).unwrap_or_default()
+            )
+        });
         assert_eq!(replies.len(), chunk);
         for r in &replies {
             check_reply(r).unwrap_or_else(|e| panic!("{e}"));
@@ -120,6 +161,14 @@ fn random_argument_vectors_never_crash_the_server() {
     assert!(
         errors > total / 10 && errors < total,
         "a mix of refusals and answers ({errors})"
+    );
+    let stats: Vec<(String, i64)> = cmd("EMQ.STATS")
+        .arg("orders")
+        .query(&mut con)
+        .expect("stats");
+    assert!(
+        stats.iter().any(|(_, n)| *n > 0),
+        "the vectors reached a live queue: {stats:?}"
     );
     assert!(
         !server.log_tail().contains("panicked"),

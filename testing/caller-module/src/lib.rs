@@ -2,31 +2,59 @@
 //! other module would, either with the calling client's ACL (`AS-CALLER`, the `C` flag) or
 //! with none (`AS-ROOT`, the server's default for module calls).
 //!
-//! `EMQCALLER.CALL <AS-CALLER|AS-ROOT> <command> [<arg> ...]` replies what the command replied.
+//! `EMQCALLER.CALL <AS-CALLER|AS-ROOT> <command> [<arg> ...]` replies what the command replied,
+//! passed on untouched (`RM_ReplyWithCallReply`), errors included.
+
+use std::os::raw::c_char;
 
 use valkey_module::alloc::ValkeyAlloc;
 use valkey_module::{
-    valkey_module, CallOptionsBuilder, CallResult, Context, ValkeyError, ValkeyResult,
-    ValkeyString, ValkeyValue,
+    raw, valkey_module, Context, ValkeyError, ValkeyResult, ValkeyString, ValkeyValue,
 };
 
 fn call(ctx: &Context, args: Vec<ValkeyString>) -> ValkeyResult {
     let [_, mode, command, rest @ ..] = args.as_slice() else {
         return Err(ValkeyError::WrongArity);
     };
-    let options = match mode.as_slice() {
-        b"AS-CALLER" => CallOptionsBuilder::new().verify_acl(),
-        b"AS-ROOT" => CallOptionsBuilder::new(),
+    // "v": the arguments as an array; "E": errors come back as replies; "C": as the caller.
+    let format: &[u8] = match mode.as_slice() {
+        b"AS-CALLER" => b"vEC\0",
+        b"AS-ROOT" => b"vE\0",
         _ => return Err(ValkeyError::Str("ERR the mode is AS-CALLER or AS-ROOT")),
+    };
+    let mut name = command.as_slice().to_vec();
+    name.push(0);
+    let mut argv: Vec<*mut raw::RedisModuleString> = rest.iter().map(|a| a.inner).collect();
+    let (Some(rm_call), Some(reply_with), Some(free)) = (unsafe {
+        (
+            raw::RedisModule_Call,
+            raw::RedisModule_ReplyWithCallReply,
+            raw::RedisModule_FreeCallReply,
+        )
+    }) else {
+        return Err(ValkeyError::Str("ERR the server lacks RM_Call"));
+    };
+    // SAFETY: a command's context, NUL-terminated name and format, and `argv.len()` live
+    // strings, as the "v" format expects.
+    let reply = unsafe {
+        rm_call(
+            ctx.ctx,
+            name.as_ptr().cast::<c_char>(),
+            format.as_ptr().cast::<c_char>(),
+            argv.as_mut_ptr(),
+            argv.len(),
+        )
+    };
+    if reply.is_null() {
+        let errno = std::io::Error::last_os_error();
+        return Err(ValkeyError::String(format!("ERR the call failed: {errno}")));
     }
-    .errors_as_replies()
-    .build();
-    let rest: Vec<&ValkeyString> = rest.iter().collect();
-    let reply: CallResult = ctx.call_ext(&command.to_string_lossy(), &options, rest.as_slice());
-    match reply {
-        Ok(reply) => Ok(ValkeyValue::from(&reply)),
-        Err(err) => Err(ValkeyError::from(err)),
+    // SAFETY: a live reply, passed on and then freed once.
+    unsafe {
+        reply_with(ctx.ctx, reply);
+        free(reply);
     }
+    Ok(ValkeyValue::NoReply)
 }
 
 valkey_module! {
