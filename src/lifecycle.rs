@@ -266,7 +266,7 @@ impl Due {
     }
 
     /// Moves due scheduled jobs to pending; expired leases to pending, or to dead when their
-    /// attempts are spent. Members without a row are dropped. Returns how many became pending.
+    /// attempts are spent. Members without a row are dropped. Returns how many went where.
     pub fn promote(&self, ctx: &Context, sets: &Sets<'_>, now: i64) -> Result<Moved, EmqError> {
         let mut moved = Moved::default();
         for (member, row) in &self.scheduled {
