@@ -347,3 +347,38 @@ fn echomq_called_from_scripts_and_functions_replicates_its_effects() {
     assert_eq!((pending, active), (40, 40), "on the replica");
     assert_eq!(digest(&mut p), digest(&mut r));
 }
+
+#[test]
+fn a_replica_runs_echomq_commands_from_its_primarys_link_with_every_right() {
+    // EchoMQ replicates effects, so its commands never arrive over a replication link; a
+    // primary can still send one (here, a module-less primary whose HSET is renamed). That
+    // link has no ACL user: the replica runs the command with every right and stays up.
+    let mut opts = Options::without_module().arg("repl-diskless-sync-delay", "0");
+    opts.args
+        .extend(["--rename-command", "HSET", "EMQ.ENQUEUE"].map(String::from));
+    let primary = Server::start(opts);
+    let replica = Server::replica_of(&primary, Options::default());
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    wait_link_up(&mut r);
+    let id = job_id(1);
+    // (HSET tells itself from HMSET by its name's second letter, so it answers OK.)
+    let _: () = cmd("EMQ.ENQUEUE")
+        .arg("q")
+        .arg(&id)
+        .arg("x")
+        .query(&mut p)
+        .expect("the primary's renamed HSET");
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let n: i64 = cmd("EXISTS")
+                .arg(row_key("q", &id))
+                .query(&mut r)
+                .expect("exists");
+            n == 1
+        }),
+        "the replica ran EMQ.ENQUEUE: {}",
+        replica.log_tail()
+    );
+    assert!(replica.is_alive());
+}
