@@ -1,6 +1,6 @@
-//! Hostile input: random argument vectors to every EMQ.* command, sent by a client or through
-//! another module's `RM_Call` with no user, never crash the server, and every reply is a typed
-//! error or a well-formed value.
+//! Hostile input: random argument vectors to every EMQ.* command, sent by a RESP2 or RESP3
+//! client or through another module's `RM_Call` with no user, never crash the server, and
+//! every reply is a typed error or a well-formed value.
 
 mod support;
 
@@ -108,6 +108,8 @@ fn random_argument_vectors_never_crash_the_server() {
             .arg("loadmodule", &caller_module()),
     );
     let mut con = server.conn();
+    // Every other chunk goes over RESP3, where replies such as EMQ.STATS are maps.
+    let mut con3 = server.conn3();
     // Every command the module registers, whatever is added later.
     let commands: Vec<String> = cmd("COMMAND")
         .arg("LIST")
@@ -121,7 +123,7 @@ fn random_argument_vectors_never_crash_the_server() {
     let total = 100_000;
     let chunk = 1000;
     let mut errors = 0usize;
-    for _ in 0..total / chunk {
+    for round in 0..total / chunk {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for _ in 0..chunk {
@@ -145,7 +147,8 @@ fn random_argument_vectors_never_crash_the_server() {
             }
             pipe.add_command(c);
         }
-        let replies: Vec<Value> = pipe.query(&mut con).unwrap_or_else(|e| {
+        let client = if round % 2 == 0 { &mut con } else { &mut con3 };
+        let replies: Vec<Value> = pipe.query(client).unwrap_or_else(|e| {
             panic!(
                 "the server answers every vector: {e}\n{}",
                 std::fs::read_to_string(&server.log).unwrap_or_default()
