@@ -852,3 +852,77 @@ fn an_earlier_due_time_written_later_is_not_missed() {
         "the far job still waits"
     );
 }
+
+#[test]
+fn lifecycle_writes_fire_the_keyspace_events_native_commands_would() {
+    let server = Server::start(Options::default().arg("notify-keyspace-events", "KEA"));
+    let mut con = server.conn();
+    let mut sub_con = server.conn();
+    let mut events = sub_con.as_pubsub();
+    events.psubscribe("__keyspace@0__:*").expect("psubscribe");
+    events
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let q = unique_queue("events");
+    let id = job_id(1);
+    enqueue(&mut con, &q, &id, "x");
+    claim(&mut con, &q, &[]).expect("claim");
+    let _: i64 = cmd("EMQ.ACK")
+        .arg(&q)
+        .arg(&id)
+        .arg(1)
+        .query(&mut con)
+        .expect("ack");
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(2))
+        .arg("later")
+        .arg("DELAY")
+        .arg(60_000)
+        .query(&mut con)
+        .expect("delayed");
+    let _: i64 = cmd("EMQ.CANCEL")
+        .arg(&q)
+        .arg(job_id(2))
+        .query(&mut con)
+        .expect("cancel");
+    let expected = [
+        // ENQUEUE: HSET row, ZADD pending.
+        ("job:1", "hset"),
+        ("pending", "zadd"),
+        // CLAIM: ZREM pending (now empty, so deleted), HSET row, ZADD active.
+        ("pending", "zrem"),
+        ("pending", "del"),
+        ("job:1", "hset"),
+        ("active", "zadd"),
+        // ACK: ZREM active, HSET row, PEXPIREAT row.
+        ("active", "zrem"),
+        ("active", "del"),
+        ("job:1", "hset"),
+        ("job:1", "expire"),
+        // ENQUEUE ... DELAY: HSET row, ZADD schedule.
+        ("job:2", "hset"),
+        ("schedule", "zadd"),
+        // CANCEL: ZREM schedule, DEL row.
+        ("schedule", "zrem"),
+        ("schedule", "del"),
+        ("job:2", "del"),
+    ];
+    let mut seen = Vec::new();
+    while seen.len() < expected.len() {
+        let msg = events.get_message().expect("an event");
+        let key = msg
+            .get_channel_name()
+            .trim_start_matches("__keyspace@0__:")
+            .replace(&format!("emq:{{{q}}}:"), "")
+            .replace(&job_id(1), "1")
+            .replace(&job_id(2), "2");
+        let event: String = msg.get_payload().expect("event");
+        seen.push((key, event));
+    }
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(k, e)| (k.to_string(), e.to_string()))
+        .collect();
+    assert_eq!(seen, expected);
+}
