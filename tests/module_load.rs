@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::time::Duration;
+
 use redis::{cmd, Value};
 use support::*;
 
@@ -211,4 +213,65 @@ fn settings_survive_config_rewrite_and_a_restart() {
     ] {
         assert!(cfg.chunks(2).any(|kv| kv == pair), "{pair:?} in {cfg:?}");
     }
+}
+
+#[test]
+fn unload_is_refused_while_an_acl_rule_names_a_command() {
+    // The server cannot unload a module whose commands an ACL rule names (Valkey 8.0 crashes
+    // recomputing the rules): EchoMQ refuses, keeps running, and says why in the log.
+    let server = Server::start(Options::default().arg("enable-module-command", "local"));
+    let mut con = server.conn();
+    let _: () = cmd("ACL")
+        .arg("SETUSER")
+        .arg("worker")
+        .arg("on")
+        .arg("nopass")
+        .arg("~*")
+        .arg("+emq.enqueue")
+        .query(&mut con)
+        .expect("ACL SETUSER");
+    let err = expect_err(&mut con, cmd("MODULE").arg("UNLOAD").arg("emq"));
+    assert!(err.contains("Error unloading module"), "{err}");
+    assert_eq!(module_names(&mut con), vec!["emq".to_string()]);
+    assert!(
+        server
+            .log_tail()
+            .contains("ACL rules name its commands (worker +emq.enqueue)"),
+        "{}",
+        server.log_tail()
+    );
+    // Everything still runs, the timer included.
+    let q = unique_queue("kept");
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg("x")
+        .arg("DELAY")
+        .arg(200)
+        .query(&mut con)
+        .expect("enqueue");
+    assert!(wait_until(Duration::from_secs(5), || {
+        let n: i64 = cmd("ZCARD")
+            .arg(set_key(&q, "pending"))
+            .query(&mut con)
+            .expect("zcard");
+        n == 1
+    }));
+
+    // Once no rule names a command (here `-@all`; `+@emq` grants them by category where the
+    // server has module categories), the module unloads and the server stays up.
+    let _: () = cmd("ACL")
+        .arg("SETUSER")
+        .arg("worker")
+        .arg("-@all")
+        .query(&mut con)
+        .expect("ACL SETUSER");
+    let _: () = cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("emq")
+        .query(&mut con)
+        .expect("unload");
+    assert!(module_names(&mut con).is_empty());
+    let pong: String = cmd("PING").query(&mut con).expect("ping");
+    assert_eq!(pong, "PONG");
 }
