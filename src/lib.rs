@@ -18,7 +18,7 @@ use std::os::raw::c_int;
 use std::panic::catch_unwind;
 use valkey_module::alloc::ValkeyAlloc;
 
-use valkey_module::{raw, Context, Status, ValkeyValue};
+use valkey_module::{raw, Context, Status};
 
 use register::{Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command};
 
@@ -229,7 +229,7 @@ fn load(ctx: &Context) -> Result<(), String> {
 fn deinit(ctx: &Context) -> Status {
     // Valkey 8.0 crashes when it unloads a module whose commands an ACL rule names (`+emq.ack`,
     // `-emq.claim`): refuse, with everything still running, and say why in the log.
-    let rules = acl_rules_naming_commands(ctx);
+    let rules = register::acl_rules_naming_commands(ctx);
     if !rules.is_empty() {
         server::log(
             ctx.ctx,
@@ -247,42 +247,6 @@ fn deinit(ctx: &Context) -> Status {
     scheduler::stop(ctx);
     store::free_words();
     Status::Ok
-}
-
-/// The rules of `ACL LIST` that name one of EchoMQ's commands, as `<user> <rule>`.
-fn acl_rules_naming_commands(ctx: &Context) -> Vec<String> {
-    let Ok(ValkeyValue::Array(users)) = ctx.call("ACL", &["LIST"]) else {
-        return Vec::new();
-    };
-    users
-        .iter()
-        .filter_map(|line| match line {
-            ValkeyValue::SimpleString(s) | ValkeyValue::BulkString(s) => Some(s.clone()),
-            ValkeyValue::StringBuffer(b) => Some(String::from_utf8_lossy(b).into_owned()),
-            _ => None,
-        })
-        .flat_map(|line| {
-            let user = line.split_whitespace().nth(1).unwrap_or("?").to_string();
-            command_rules(&line)
-                .into_iter()
-                .map(|rule| format!("{user} {rule}"))
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// The rules of one `ACL LIST` line that name an `emq.*` command, selectors' included
-/// (`+emq.enqueue`, `(~k -emq.ack)`); a category rule such as `+@emq` names none.
-fn command_rules(line: &str) -> Vec<&str> {
-    line.split_whitespace()
-        .map(|token| token.trim_start_matches('(').trim_end_matches(')'))
-        .filter(|rule| {
-            rule.strip_prefix(['+', '-']).is_some_and(|name| {
-                name.get(..4)
-                    .is_some_and(|head| head.eq_ignore_ascii_case("emq."))
-            })
-        })
-        .collect()
 }
 
 /// Every allocation of the module goes through the server's allocator (and its accounting).
@@ -329,25 +293,5 @@ pub unsafe extern "C" fn RedisModule_OnUnload(ctx: *mut raw::RedisModuleCtx) -> 
     match catch_unwind(|| deinit(&Context::new(ctx))) {
         Ok(Status::Err) => raw::REDISMODULE_ERR as c_int, // unload refused
         _ => raw::REDISMODULE_OK as c_int,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::command_rules;
-
-    #[test]
-    fn acl_rules_that_name_commands_are_found() {
-        assert_eq!(
-            command_rules("user w on nopass ~* resetchannels -@all +emq.enqueue +EMQ.Ack"),
-            ["+emq.enqueue", "+EMQ.Ack"]
-        );
-        assert_eq!(
-            command_rules("user w on nopass ~* +@all (~emq:* -emq.claim)"),
-            ["-emq.claim"]
-        );
-        assert!(command_rules("user w on nopass ~emq:* +@all -@emq +@emq").is_empty());
-        assert!(command_rules("user default on nopass ~* &* +@all").is_empty());
-        assert!(command_rules("user emq.x on nopass ~emq.x +get").is_empty());
     }
 }

@@ -1,12 +1,13 @@
 //! Turns the command table in `lib.rs` into server registrations: the command, its key spec,
-//! `COMMAND DOCS` (summary, complexity, arguments) and its ACL category.
+//! `COMMAND DOCS` (summary, complexity, arguments) and its ACL category; and finds the ACL rules
+//! that name those commands (which the server cannot unload a module under).
 
 use std::ffi::CStr;
 use std::mem::size_of;
 use std::os::raw::{c_char, c_int};
 use std::ptr;
 
-use valkey_module::{raw, Context};
+use valkey_module::{raw, Context, ValkeyValue};
 
 /// The raw command callback the server calls.
 pub type Callback =
@@ -278,4 +279,60 @@ fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> Result<(), &
         return Err("the server refused its command info");
     }
     Ok(())
+}
+
+/// The rules of `ACL LIST` that name one of EchoMQ's commands, as `<user> <rule>`.
+pub fn acl_rules_naming_commands(ctx: &Context) -> Vec<String> {
+    let Ok(ValkeyValue::Array(users)) = ctx.call("ACL", &["LIST"]) else {
+        return Vec::new();
+    };
+    users
+        .iter()
+        .filter_map(|line| match line {
+            ValkeyValue::SimpleString(s) | ValkeyValue::BulkString(s) => Some(s.clone()),
+            ValkeyValue::StringBuffer(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        })
+        .flat_map(|line| {
+            let user = line.split_whitespace().nth(1).unwrap_or("?").to_string();
+            command_rules(&line)
+                .into_iter()
+                .map(|rule| format!("{user} {rule}"))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The rules of one `ACL LIST` line that name an `emq.*` command, selectors' included
+/// (`+emq.enqueue`, `(~k -emq.ack)`); a category rule such as `+@emq` names none.
+fn command_rules(line: &str) -> Vec<&str> {
+    line.split_whitespace()
+        .map(|token| token.trim_start_matches('(').trim_end_matches(')'))
+        .filter(|rule| {
+            rule.strip_prefix(['+', '-']).is_some_and(|name| {
+                name.get(..4)
+                    .is_some_and(|head| head.eq_ignore_ascii_case("emq."))
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::command_rules;
+
+    #[test]
+    fn acl_rules_that_name_commands_are_found() {
+        assert_eq!(
+            command_rules("user w on nopass ~* resetchannels -@all +emq.enqueue +EMQ.Ack"),
+            ["+emq.enqueue", "+EMQ.Ack"]
+        );
+        assert_eq!(
+            command_rules("user w on nopass ~* +@all (~emq:* -emq.claim)"),
+            ["-emq.claim"]
+        );
+        assert!(command_rules("user w on nopass ~emq:* +@all -@emq +@emq").is_empty());
+        assert!(command_rules("user default on nopass ~* &* +@all").is_empty());
+        assert!(command_rules("user emq.x on nopass ~emq.x +get").is_empty());
+    }
 }
