@@ -21,6 +21,9 @@ pub enum EmqError {
     Lease,
     /// The user may not touch a derived key.
     NoPerm,
+    /// The client's user cannot be looked up to check its key permissions: a user a module
+    /// created (`RM_CreateModuleUser`), which the server keeps out of its ACL list.
+    UncheckableUser,
     /// A key of the queue holds another type.
     WrongType,
     /// Wrong number of arguments for the command.
@@ -52,6 +55,10 @@ impl EmqError {
             }
             EmqError::Lease => "EMQLEASE stale or missing lease token".into(),
             EmqError::NoPerm => "NOPERM No permissions to access a key".into(),
+            EmqError::UncheckableUser => "NOPERM EchoMQ cannot check the key permissions of \
+                                          this client's user, which is not in the ACL list \
+                                          (a module-created user)"
+                .into(),
             EmqError::WrongType => {
                 "WRONGTYPE Operation against a key holding the wrong kind of value".into()
             }
@@ -76,7 +83,7 @@ impl EmqError {
             EmqError::Key => "key",
             EmqError::Payload { .. } => "payload",
             EmqError::Lease => "lease",
-            EmqError::NoPerm => "noperm",
+            EmqError::NoPerm | EmqError::UncheckableUser => "noperm",
             EmqError::WrongType => "wrongtype",
             EmqError::Arity(_) | EmqError::Syntax(_) => "syntax",
             EmqError::TryAgain => "tryagain",
@@ -107,6 +114,7 @@ mod tests {
             (EmqError::Payload { limit: 5 }, "EMQPAYLOAD "),
             (EmqError::Lease, "EMQLEASE "),
             (EmqError::NoPerm, "NOPERM "),
+            (EmqError::UncheckableUser, "NOPERM "),
             (EmqError::WrongType, "WRONGTYPE "),
             (EmqError::Arity("emq.key"), "ERR "),
         ] {

@@ -127,6 +127,7 @@ mod tests {
             EmqError::Payload { limit: 1 },
             EmqError::Lease,
             EmqError::NoPerm,
+            EmqError::UncheckableUser,
             EmqError::WrongType,
             EmqError::Arity("x"),
             EmqError::TryAgain,

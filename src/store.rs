@@ -392,7 +392,8 @@ pub fn check_permission(
     // SAFETY: `name` is a live string; the user is freed below.
     let user = unsafe { get_user(name.as_ptr()) };
     if user.is_null() {
-        return Err(EmqError::NoPerm);
+        // Not in the ACL list: a module-created user, whose rules cannot be read by name.
+        return Err(EmqError::UncheckableUser);
     }
     let flags = match access {
         Access::Read => raw::REDISMODULE_CMD_KEY_ACCESS,

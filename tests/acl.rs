@@ -291,3 +291,31 @@ fn other_modules_call_echomq_as_their_caller_or_with_every_right() {
         "the worker's refusal is logged: {log}"
     );
 }
+
+#[test]
+fn a_module_created_user_is_refused_with_a_reason() {
+    // Such a user is outside the ACL list, so its key rules cannot be read: EchoMQ refuses
+    // rather than guess, and says why.
+    let server = Server::start(Options::default().arg("loadmodule", &caller_module()));
+    let mut admin = server.conn();
+    let mut client = server.conn();
+    let _: () = cmd("EMQCALLER.LOGIN").query(&mut client).expect("login");
+    let who: String = cmd("ACL").arg("WHOAMI").query(&mut client).expect("whoami");
+    assert_eq!(who, "emqcaller-user");
+    let err = expect_err(
+        &mut client,
+        cmd("EMQ.ENQUEUE").arg("orders").arg(job_id(1)).arg("x"),
+    );
+    assert!(
+        err.starts_with("NOPERM EchoMQ cannot check the key permissions"),
+        "{err}"
+    );
+    assert!(keys_of(&mut admin, "orders").is_empty(), "nothing written");
+    // The user's own rights are intact for the server's commands.
+    let _: () = cmd("SET")
+        .arg("k")
+        .arg("v")
+        .query(&mut client)
+        .expect("set");
+    assert_eq!(info_int(&mut admin, "emq", "emq_refused_noperm"), 1);
+}

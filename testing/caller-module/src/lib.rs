@@ -4,8 +4,13 @@
 //!
 //! `EMQCALLER.CALL <AS-CALLER|AS-ROOT> <command> [<arg> ...]` replies what the command replied,
 //! passed on untouched (`RM_ReplyWithCallReply`), errors included.
+//!
+//! `EMQCALLER.LOGIN` authenticates the calling client as `emqcaller-user`, a user this module
+//! creates (`RM_CreateModuleUser`: outside the server's ACL list) with every right.
 
 use std::os::raw::c_char;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use valkey_module::alloc::ValkeyAlloc;
 use valkey_module::{
@@ -57,6 +62,38 @@ fn call(ctx: &Context, args: Vec<ValkeyString>) -> ValkeyResult {
     Ok(ValkeyValue::NoReply)
 }
 
+/// The module-created user, made on first use.
+static USER: AtomicPtr<raw::RedisModuleUser> = AtomicPtr::new(ptr::null_mut());
+
+fn login(ctx: &Context, _args: Vec<ValkeyString>) -> ValkeyResult {
+    let (Some(create), Some(set_acl), Some(authenticate)) = (unsafe {
+        (
+            raw::RedisModule_CreateModuleUser,
+            raw::RedisModule_SetModuleUserACL,
+            raw::RedisModule_AuthenticateClientWithUser,
+        )
+    }) else {
+        return Err(ValkeyError::Str("ERR the server lacks module users"));
+    };
+    let mut user = USER.load(Ordering::SeqCst);
+    if user.is_null() {
+        // SAFETY: NUL-terminated name and rules; the user lives as long as the module.
+        unsafe {
+            user = create(c"emqcaller-user".as_ptr());
+            for rule in [c"on", c"~*", c"&*", c"+@all"] {
+                set_acl(user, rule.as_ptr());
+            }
+        }
+        USER.store(user, Ordering::SeqCst);
+    }
+    // SAFETY: a command's context and a live user; no callback.
+    let status = unsafe { authenticate(ctx.ctx, user, None, ptr::null_mut(), ptr::null_mut()) };
+    if status != raw::REDISMODULE_OK as i32 {
+        return Err(ValkeyError::Str("ERR could not authenticate"));
+    }
+    Ok(ValkeyValue::SimpleStringStatic("OK"))
+}
+
 valkey_module! {
     name: "emqcaller",
     version: 1,
@@ -64,5 +101,6 @@ valkey_module! {
     data_types: [],
     commands: [
         ["emqcaller.call", call, "write", 0, 0, 0],
+        ["emqcaller.login", login, "", 0, 0, 0],
     ],
 }
