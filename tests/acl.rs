@@ -198,17 +198,6 @@ fn scripts_and_functions_run_echomq_as_their_caller() {
     assert_eq!(ok, 1);
 }
 
-/// The test-only module of testing/caller-module (`make test` builds it).
-fn caller_module() -> String {
-    let path = repo_root().join("target/release/libemq_test_caller.so");
-    assert!(
-        path.exists(),
-        "{} is missing: cargo build --release -p emq-test-caller (make test does)",
-        path.display()
-    );
-    path.display().to_string()
-}
-
 fn module_call(mode: &str, args: &[&str]) -> redis::Cmd {
     let mut c = cmd("EMQCALLER.CALL");
     c.arg(mode).arg(args);

@@ -88,18 +88,6 @@ fn check_reply(v: &Value) -> Result<(), String> {
     }
 }
 
-/// A test-only module (testing/caller-module, built by `make test`) that runs a command
-/// through `RM_Call` with no user, as other modules may.
-fn caller_module() -> String {
-    let path = repo_root().join("target/release/libemq_test_caller.so");
-    assert!(
-        path.exists(),
-        "{} is missing: cargo build --release -p emq-test-caller (make test does)",
-        path.display()
-    );
-    path.display().to_string()
-}
-
 #[test]
 fn random_argument_vectors_never_crash_the_server() {
     let server = Server::start(

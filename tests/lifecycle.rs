@@ -322,6 +322,49 @@ fn client_unblock_answers_a_blocked_claim() {
 }
 
 #[test]
+fn another_modules_blocking_call_of_claim_is_served_when_a_job_arrives() {
+    // A module may let an RM_Call block (its K flag): the claim then waits on a client of the
+    // server's own, with no ACL user, and is served like any other waiter.
+    let server = Server::start(Options::default().arg("loadmodule", &caller_module()));
+    let mut con = server.conn();
+    let q = unique_queue("module-wait");
+    if info_field(&mut con, "server", "valkey_version").is_none() {
+        // Redis 7.0 has no K flag: the call is refused before EchoMQ runs.
+        let err = expect_err(
+            &mut con,
+            cmd("EMQCALLER.CALL")
+                .arg("AS-ROOT-BLOCKING")
+                .arg("EMQ.CLAIM")
+                .arg(&q),
+        );
+        assert!(err.contains("the call failed"), "{err}");
+        assert!(server.is_alive());
+        return;
+    }
+    for block in ["0", "100"] {
+        let reply: String = cmd("EMQCALLER.CALL")
+            .arg("AS-ROOT-BLOCKING")
+            .arg("EMQ.CLAIM")
+            .arg(&q)
+            .arg("BLOCK")
+            .arg(block)
+            .query(&mut con)
+            .expect("a blocking call");
+        assert_eq!(reply, "PROMISE", "nothing ready: the call waits");
+    }
+    std::thread::sleep(Duration::from_millis(300)); // the second one times out
+    enqueue(&mut con, &q, &job_id(1), "for the module");
+    assert!(
+        wait_until(Duration::from_secs(5), || stats(&mut con, &q)["active"]
+            == 1),
+        "the waiting call claimed the job: {:?}",
+        stats(&mut con, &q)
+    );
+    assert_eq!(state(&mut con, &q, &job_id(1)).as_deref(), Some("active"));
+    assert!(server.is_alive());
+}
+
+#[test]
 fn blocked_claimers_are_served_in_arrival_order() {
     let server = Server::shared();
     let q = unique_queue("fifo");

@@ -35,6 +35,19 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The test-only module of `testing/caller-module` (`make test` builds it), which calls
+/// commands through `RM_Call` the way other modules do; load it with
+/// `Options::default().arg("loadmodule", &caller_module())`.
+pub fn caller_module() -> String {
+    let path = repo_root().join("target/release/libemq_test_caller.so");
+    assert!(
+        path.exists(),
+        "{} is missing: cargo build --release -p emq-test-caller (make test does)",
+        path.display()
+    );
+    path.display().to_string()
+}
+
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     l.local_addr().expect("local addr").port()

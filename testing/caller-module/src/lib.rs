@@ -2,8 +2,10 @@
 //! other module would, either with the calling client's ACL (`AS-CALLER`, the `C` flag) or
 //! with none (`AS-ROOT`, the server's default for module calls).
 //!
-//! `EMQCALLER.CALL <AS-CALLER|AS-ROOT> <command> [<arg> ...]` replies what the command replied,
-//! passed on untouched (`RM_ReplyWithCallReply`), errors included.
+//! `EMQCALLER.CALL <AS-CALLER|AS-ROOT|AS-ROOT-BLOCKING> <command> [<arg> ...]` replies what the
+//! command replied, passed on untouched (`RM_ReplyWithCallReply`), errors included. With
+//! `AS-ROOT-BLOCKING` (the `K` flag) a command may block: the reply is then `PROMISE`, and the
+//! command's eventual reply is dropped when it comes.
 //!
 //! `EMQCALLER.LOGIN` authenticates the calling client as `emqcaller-user`, a user this module
 //! creates (`RM_CreateModuleUser`: outside the server's ACL list) with every right.
@@ -25,7 +27,12 @@ fn call(ctx: &Context, args: Vec<ValkeyString>) -> ValkeyResult {
     let format: &[u8] = match mode.as_slice() {
         b"AS-CALLER" => b"vEC\0",
         b"AS-ROOT" => b"vE\0",
-        _ => return Err(ValkeyError::Str("ERR the mode is AS-CALLER or AS-ROOT")),
+        b"AS-ROOT-BLOCKING" => b"vEK\0",
+        _ => {
+            return Err(ValkeyError::Str(
+                "ERR the mode is AS-CALLER, AS-ROOT or AS-ROOT-BLOCKING",
+            ))
+        }
     };
     let mut name = command.as_slice().to_vec();
     name.push(0);
@@ -54,12 +61,33 @@ fn call(ctx: &Context, args: Vec<ValkeyString>) -> ValkeyResult {
         let errno = std::io::Error::last_os_error();
         return Err(ValkeyError::String(format!("ERR the call failed: {errno}")));
     }
-    // SAFETY: a live reply, passed on and then freed once.
+    // SAFETY: a live reply, freed once (a promise lives on until its command replies).
     unsafe {
+        if raw::RedisModule_CallReplyType
+            .is_some_and(|kind| kind(reply) == raw::REDISMODULE_REPLY_PROMISE as i32)
+        {
+            if let Some(set_handler) = raw::RedisModule_CallReplyPromiseSetUnblockHandler {
+                set_handler(reply, Some(drop_reply), ptr::null_mut());
+            }
+            free(reply);
+            return Ok(ValkeyValue::SimpleStringStatic("PROMISE"));
+        }
         reply_with(ctx.ctx, reply);
         free(reply);
     }
     Ok(ValkeyValue::NoReply)
+}
+
+/// A blocked call's eventual reply, which nobody waits for.
+unsafe extern "C" fn drop_reply(
+    _ctx: *mut raw::RedisModuleCtx,
+    reply: *mut raw::RedisModuleCallReply,
+    _private: *mut std::os::raw::c_void,
+) {
+    if let Some(free) = unsafe { raw::RedisModule_FreeCallReply } {
+        // SAFETY: the server hands the reply over to this handler.
+        unsafe { free(reply) };
+    }
 }
 
 /// The module-created user, made on first use.
