@@ -6,6 +6,9 @@ mod support;
 use redis::{cmd, Value};
 use support::*;
 
+/// The rules of a worker that may use EchoMQ on the queue `orders` only.
+const ORDERS_WORKER: [&str; 4] = ["resetkeys", "~emq:{orders}:*", "-@all", "+@emq"];
+
 /// Creates `user` (password `pw`) with the ACL `rules` and logs a new connection in as it.
 fn user_with(server: &Server, user: &str, rules: &[&str]) -> Connection {
     let _: () = cmd("ACL")
@@ -29,11 +32,7 @@ fn user_with(server: &Server, user: &str, rules: &[&str]) -> Connection {
 fn a_queue_scoped_user_enqueues_only_to_its_queue() {
     let server = Server::start(Options::default());
     let mut admin = server.conn();
-    let mut worker = user_with(
-        &server,
-        "worker",
-        &["resetkeys", "~emq:{orders}:*", "-@all", "+@emq"],
-    );
+    let mut worker = user_with(&server, "worker", &ORDERS_WORKER);
 
     let ok: i64 = cmd("EMQ.ENQUEUE")
         .arg("orders")
@@ -118,14 +117,7 @@ fn scripts_and_functions_run_echomq_as_their_caller() {
     let mut worker = user_with(
         &server,
         "worker",
-        &[
-            "resetkeys",
-            "~emq:{orders}:*",
-            "-@all",
-            "+@emq",
-            "+eval",
-            "+fcall",
-        ],
+        &[&ORDERS_WORKER[..], &["+eval", "+fcall"]].concat(),
     );
     let _: String = cmd("FUNCTION")
         .arg("LOAD")
@@ -211,13 +203,7 @@ fn other_modules_call_echomq_as_their_caller_or_with_every_right() {
     let mut worker = user_with(
         &server,
         "worker",
-        &[
-            "resetkeys",
-            "~emq:{orders}:*",
-            "-@all",
-            "+@emq",
-            "+emqcaller.call",
-        ],
+        &[&ORDERS_WORKER[..], &["+emqcaller.call"]].concat(),
     );
     let (one, two) = (job_id(1), job_id(2));
 

@@ -99,13 +99,7 @@ fn random_argument_vectors_never_crash_the_server() {
     // Every other chunk goes over RESP3, where replies such as EMQ.STATS are maps.
     let mut con3 = server.conn3();
     // Every command the module registers, whatever is added later.
-    let commands: Vec<String> = cmd("COMMAND")
-        .arg("LIST")
-        .arg("FILTERBY")
-        .arg("MODULE")
-        .arg("emq")
-        .query(&mut con)
-        .expect("COMMAND LIST");
+    let commands = emq_commands(&mut con);
     assert!(commands.len() >= 13, "{commands:?}");
     let mut rng = Rng::new(0xBAD5EED);
     let total = 100_000;

@@ -48,6 +48,17 @@ pub fn caller_module() -> String {
     path.display().to_string()
 }
 
+/// Every command the module registers (`COMMAND LIST FILTERBY MODULE emq`), lower-case.
+pub fn emq_commands(con: &mut Connection) -> Vec<String> {
+    redis::cmd("COMMAND")
+        .arg("LIST")
+        .arg("FILTERBY")
+        .arg("MODULE")
+        .arg("emq")
+        .query(con)
+        .expect("COMMAND LIST")
+}
+
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     l.local_addr().expect("local addr").port()
