@@ -401,14 +401,7 @@ fn the_lifecycle_runs_on_every_primary() {
         .collect();
     assert_eq!(owners.len(), 3, "the queues cover every primary");
     for q in &queues {
-        let _: i64 = cmd("EMQ.ENQUEUE")
-            .arg(q)
-            .arg(job_id(1))
-            .arg("later")
-            .arg("DELAY")
-            .arg(200)
-            .query(&mut client)
-            .expect("delayed");
+        enqueue_delayed(&mut client, q, &job_id(1), "later", 200);
         let _: i64 = cmd("EMQ.ENQUEUE")
             .arg(q)
             .arg(job_id(2))

@@ -68,14 +68,7 @@ fn delayed_jobs_wait_in_schedule_until_due() {
     let id = job_id(1);
     let promoted_before = info_int(&mut con, "emq", "emq_promoted");
     let before = now_ms();
-    let n: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(&id)
-        .arg("later")
-        .arg("DELAY")
-        .arg(400)
-        .query(&mut con)
-        .expect("delayed");
+    let n: i64 = enqueue_delayed(&mut con, &q, &id, "later", 400);
     assert_eq!(n, 1);
     assert_eq!(state(&mut con, &q, &id).as_deref(), Some("scheduled"));
     let due = score(&mut con, &q, "schedule", &id).expect("in schedule");
@@ -110,26 +103,12 @@ fn delayed_jobs_and_leases_follow_their_database_through_swapdb() {
     };
     // Database 0: a delayed job and a job under a short lease. Database 1: a delayed job.
     in_db(&mut con, 0);
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q0)
-        .arg(job_id(1))
-        .arg("later")
-        .arg("DELAY")
-        .arg(300)
-        .query(&mut con)
-        .expect("delayed");
+    enqueue_delayed(&mut con, &q0, &job_id(1), "later", 300);
     enqueue(&mut con, &q0, &job_id(2), "leased");
     let jobs = claim(&mut con, &q0, &["LEASE", "300"]).expect("claim");
     assert_eq!(jobs.len(), 1);
     in_db(&mut con, 1);
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q1)
-        .arg(job_id(3))
-        .arg("later")
-        .arg("DELAY")
-        .arg(300)
-        .query(&mut con)
-        .expect("delayed");
+    enqueue_delayed(&mut con, &q1, &job_id(3), "later", 300);
     let _: () = cmd("SWAPDB").arg(0).arg(1).query(&mut con).expect("swapdb");
 
     // The timer promotes each queue where it now lives, without any claim or write to it.
@@ -407,14 +386,7 @@ fn a_blocked_claim_wakes_when_a_scheduled_job_becomes_due() {
     let server = Server::shared();
     let mut con = server.conn();
     let q = unique_queue("duewake");
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(8))
-        .arg("d")
-        .arg("DELAY")
-        .arg(300)
-        .query(&mut con)
-        .expect("delayed");
+    enqueue_delayed(&mut con, &q, &job_id(8), "d", 300);
     let mut waiter = server.conn();
     let jobs = claim(&mut waiter, &q, &["BLOCK", "10000"]).expect("woken by the timer");
     assert_eq!(jobs[0].0, job_id(8));
@@ -655,14 +627,7 @@ fn cancel_removes_pending_and_scheduled_jobs_only() {
     let mut con = server.conn();
     let q = unique_queue("cancel");
     enqueue(&mut con, &q, &job_id(1), "pending");
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(2))
-        .arg("later")
-        .arg("DELAY")
-        .arg(60_000)
-        .query(&mut con)
-        .expect("delayed");
+    enqueue_delayed(&mut con, &q, &job_id(2), "later", 60_000);
     enqueue(&mut con, &q, &job_id(3), "active");
     let cancel = |con: &mut Connection, id: &str| -> i64 {
         cmd("EMQ.CANCEL")
@@ -843,23 +808,9 @@ fn an_earlier_due_time_written_later_is_not_missed() {
     let server = Server::shared();
     let mut con = server.conn();
     let q = unique_queue("earlier");
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(1))
-        .arg("far")
-        .arg("DELAY")
-        .arg(600_000)
-        .query(&mut con)
-        .expect("far");
+    enqueue_delayed(&mut con, &q, &job_id(1), "far", 600_000);
     thread::sleep(Duration::from_millis(50)); // the timer has seen the queue and its far due time
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(2))
-        .arg("soon")
-        .arg("DELAY")
-        .arg(100)
-        .query(&mut con)
-        .expect("soon");
+    enqueue_delayed(&mut con, &q, &job_id(2), "soon", 100);
     assert!(
         wait_until(Duration::from_secs(5), || stats(&mut con, &q)["pending"]
             == 1),
@@ -916,14 +867,7 @@ fn lifecycle_writes_fire_the_keyspace_events_native_commands_would() {
         .arg(1)
         .query(&mut con)
         .expect("ack");
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(2))
-        .arg("later")
-        .arg("DELAY")
-        .arg(60_000)
-        .query(&mut con)
-        .expect("delayed");
+    enqueue_delayed(&mut con, &q, &job_id(2), "later", 60_000);
     let _: i64 = cmd("EMQ.CANCEL")
         .arg(&q)
         .arg(job_id(2))

@@ -242,14 +242,7 @@ fn unload_is_refused_while_an_acl_rule_names_a_command() {
     );
     // Everything still runs, the timer included.
     let q = unique_queue("kept");
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(1))
-        .arg("x")
-        .arg("DELAY")
-        .arg(200)
-        .query(&mut con)
-        .expect("enqueue");
+    enqueue_delayed(&mut con, &q, &job_id(1), "x", 200);
     assert!(wait_until(Duration::from_secs(5), || {
         let n: i64 = cmd("ZCARD")
             .arg(set_key(&q, "pending"))

@@ -22,14 +22,7 @@ fn populate(con: &mut Connection, q: &str) {
             .expect("enqueue");
     }
     for i in 51..=60u64 {
-        let _: i64 = cmd("EMQ.ENQUEUE")
-            .arg(q)
-            .arg(job_id(i))
-            .arg("later")
-            .arg("DELAY")
-            .arg(60_000)
-            .query(con)
-            .expect("delayed");
+        enqueue_delayed(con, q, &job_id(i), "later", 60_000);
     }
     let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
         .arg(q)

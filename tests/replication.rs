@@ -172,14 +172,7 @@ fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
             .expect("enqueue");
     }
     for i in 41..=50u64 {
-        let _: i64 = cmd("EMQ.ENQUEUE")
-            .arg(&q)
-            .arg(job_id(i))
-            .arg("later")
-            .arg("DELAY")
-            .arg(150)
-            .query(&mut p)
-            .expect("delayed");
+        enqueue_delayed(&mut p, &q, &job_id(i), "later", 150);
     }
     let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
         .arg(&q)
@@ -249,14 +242,7 @@ fn delayed_jobs_and_leases_replicate_as_absolute_times() {
     );
     let mut con = server.conn();
     let q = unique_queue("abs");
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(1))
-        .arg("later")
-        .arg("DELAY")
-        .arg(60_000)
-        .query(&mut con)
-        .expect("delayed");
+    enqueue_delayed(&mut con, &q, &job_id(1), "later", 60_000);
     let _: i64 = cmd("EMQ.ENQUEUE")
         .arg(&q)
         .arg(job_id(2))

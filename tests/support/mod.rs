@@ -48,6 +48,24 @@ pub fn caller_module() -> String {
     path.display().to_string()
 }
 
+/// `EMQ.ENQUEUE <q> <id> <payload> DELAY <ms>`: a job due `delay_ms` from now.
+pub fn enqueue_delayed(
+    con: &mut impl redis::ConnectionLike,
+    q: &str,
+    id: &str,
+    payload: &str,
+    delay_ms: u64,
+) -> i64 {
+    redis::cmd("EMQ.ENQUEUE")
+        .arg(q)
+        .arg(id)
+        .arg(payload)
+        .arg("DELAY")
+        .arg(delay_ms)
+        .query(con)
+        .expect("delayed enqueue")
+}
+
 /// Every command the module registers (`COMMAND LIST FILTERBY MODULE emq`), lower-case.
 pub fn emq_commands(con: &mut Connection) -> Vec<String> {
     redis::cmd("COMMAND")
