@@ -128,21 +128,26 @@ fn scripts_and_functions_run_echomq_as_their_caller() {
         )
         .query(&mut admin)
         .expect("FUNCTION LOAD");
-    let script = "return redis.call('EMQ.ENQUEUE', ARGV[1], ARGV[2], 'from a script')";
+    // EMQ.ENQUEUE <queue> <id> through a script, and through the function loaded above.
+    let eval = |queue: &str, id: &str| {
+        let mut c = cmd("EVAL");
+        c.arg("return redis.call('EMQ.ENQUEUE', ARGV[1], ARGV[2], 'from a script')")
+            .arg(0)
+            .arg(queue)
+            .arg(id);
+        c
+    };
+    let fcall = |queue: &str, id: &str| {
+        let mut c = cmd("FCALL");
+        c.arg("enqueue").arg(0).arg(queue).arg(id);
+        c
+    };
 
-    let ok: i64 = cmd("EVAL")
-        .arg(script)
-        .arg(0)
-        .arg("orders")
-        .arg(job_id(1))
+    let ok: i64 = eval("orders", &job_id(1))
         .query(&mut worker)
         .expect("a script on the worker's own queue");
     assert_eq!(ok, 1);
-    let ok: i64 = cmd("FCALL")
-        .arg("enqueue")
-        .arg(0)
-        .arg("orders")
-        .arg(job_id(2))
+    let ok: i64 = fcall("orders", &job_id(2))
         .query(&mut worker)
         .expect("a function on the worker's own queue");
     assert_eq!(ok, 1);
@@ -158,20 +163,7 @@ fn scripts_and_functions_run_echomq_as_their_caller() {
         .collect();
     assert_eq!(payloads, ["from a script", "from a function"]);
 
-    for call in [
-        cmd("EVAL")
-            .arg(script)
-            .arg(0)
-            .arg("payments")
-            .arg(job_id(3))
-            .clone(),
-        cmd("FCALL")
-            .arg("enqueue")
-            .arg(0)
-            .arg("payments")
-            .arg(job_id(3))
-            .clone(),
-    ] {
+    for call in [eval("payments", &job_id(3)), fcall("payments", &job_id(3))] {
         let err = expect_err(&mut worker, &call);
         assert!(err.starts_with("NOPERM"), "{err}");
     }
@@ -180,11 +172,7 @@ fn scripts_and_functions_run_echomq_as_their_caller() {
         "nothing written"
     );
     // The same script run by a user with the rights writes there: the refusal was the caller's.
-    let ok: i64 = cmd("EVAL")
-        .arg(script)
-        .arg(0)
-        .arg("payments")
-        .arg(job_id(3))
+    let ok: i64 = eval("payments", &job_id(3))
         .query(&mut admin)
         .expect("the admin's script");
     assert_eq!(ok, 1);
