@@ -173,11 +173,9 @@ fn late_replica(dual_channel: bool) {
 
 #[test]
 fn a_replica_resuming_from_the_backlog_misses_nothing() {
-    let primary = Server::start(Options::primary());
-    let replica = Server::replica_of(&primary, Options::without_module());
+    let (primary, replica) = primary_and_replica(Options::without_module());
     let mut p = primary.conn();
     let mut r = replica.conn();
-    wait_link_up(&mut r);
     let q = unique_queue("resume");
     write_jobs(&mut p, &q, 1, 50);
     wait_caught_up(&mut p, &mut r);
@@ -243,11 +241,9 @@ fn aof_turned_on_at_runtime_receives_every_write() {
 
 #[test]
 fn a_primary_restarted_with_replication_history_keeps_replicating() {
-    let mut primary = Server::start(Options::primary());
-    let replica = Server::replica_of(&primary, Options::without_module());
+    let (mut primary, replica) = primary_and_replica(Options::without_module());
     let mut p = primary.conn();
     let mut r = replica.conn();
-    wait_link_up(&mut r);
     let q = unique_queue("restart");
     write_jobs(&mut p, &q, 1, 50);
     wait_caught_up(&mut p, &mut r);

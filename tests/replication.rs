@@ -9,14 +9,7 @@ use redis::cmd;
 use support::*;
 
 fn start_pair() -> (Server, Server) {
-    start_pair_with(Options::without_module())
-}
-
-fn start_pair_with(replica: Options) -> (Server, Server) {
-    let primary = Server::start(Options::primary());
-    let replica = Server::replica_of(&primary, replica);
-    wait_link_up(&mut replica.conn());
-    (primary, replica)
+    primary_and_replica(Options::without_module())
 }
 
 #[test]
@@ -159,7 +152,7 @@ fn the_stream_carries_hset_and_zadd_in_one_transaction() {
 fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
     // The replica loads the module too: its timer must stay idle and its data follow the
     // primary's effects exactly, including timer promotions and expired leases.
-    let (primary, replica) = start_pair_with(Options::default());
+    let (primary, replica) = primary_and_replica(Options::default());
     let mut p = primary.conn();
     let mut r = replica.conn();
     let q = unique_queue("life");

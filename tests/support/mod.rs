@@ -48,6 +48,14 @@ pub fn caller_module() -> String {
     path.display().to_string()
 }
 
+/// A primary (`Options::primary()`) and a replica of it started with `replica`, its link up.
+pub fn primary_and_replica(replica: Options) -> (Server, Server) {
+    let primary = Server::start(Options::primary());
+    let replica = Server::replica_of(&primary, replica);
+    wait_link_up(&mut replica.conn());
+    (primary, replica)
+}
+
 /// `EMQ.ENQUEUE <q> <id> <payload> DELAY <ms>`: a job due `delay_ms` from now.
 pub fn enqueue_delayed(
     con: &mut impl redis::ConnectionLike,
