@@ -184,29 +184,18 @@ pub fn start(ctx: &Context) -> Result<(), String> {
         return Err("could not subscribe to keyspace events".into());
     }
     if let Some(server_event) = unsafe { raw::RedisModule_SubscribeToServerEvent } {
-        let event = |id| raw::RedisModuleEvent { id, dataver: 1 };
-        // SAFETY: OnLoad context; the callbacks live as long as the module.
-        unsafe {
-            server_event(
-                ctx.ctx,
-                event(raw::REDISMODULE_EVENT_LOADING),
-                Some(on_loading),
-            );
-            server_event(
-                ctx.ctx,
-                event(raw::REDISMODULE_EVENT_CRON_LOOP),
-                Some(on_cron),
-            );
-            server_event(
-                ctx.ctx,
-                event(raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED),
+        let events: [(u64, raw::RedisModuleEventCallback); 4] = [
+            (raw::REDISMODULE_EVENT_LOADING, Some(on_loading)),
+            (raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron)),
+            (
+                raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
                 Some(on_role_change),
-            );
-            server_event(
-                ctx.ctx,
-                event(raw::REDISMODULE_EVENT_SWAPDB),
-                Some(on_swapdb),
-            );
+            ),
+            (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
+        ];
+        for (id, callback) in events {
+            // SAFETY: OnLoad context; the callbacks live as long as the module.
+            unsafe { server_event(ctx.ctx, raw::RedisModuleEvent { id, dataver: 1 }, callback) };
         }
     }
     if let Some(detached) = unsafe { raw::RedisModule_GetDetachedThreadSafeContext } {
