@@ -299,10 +299,7 @@ fn resharding_a_busy_queue_loses_and_duplicates_nothing() {
     assert_eq!(cluster.owner(slot).port, to.port);
     let found = assert_present(&cluster, &queue, &acked);
     let unique: HashSet<&String> = acked.iter().collect();
-    let card: i64 = cmd("ZCARD")
-        .arg(set_key(&queue, "pending"))
-        .query(&mut cluster.node(to.port).conn())
-        .expect("zcard");
+    let card = set_len(&mut cluster.node(to.port).conn(), &queue, "pending");
     println!(
         "RELIABILITY resharding tried={tried} acknowledged={} found={found} migrated_keys={moved} ask={} tryagain={} moved={}",
         acked.len(),

@@ -116,10 +116,7 @@ fn duplicate_enqueue_replies_zero_and_leaves_the_row_untouched() {
         .query(&mut con)
         .expect("hget");
     assert_eq!(attempts, "3", "a duplicate does not reset the row");
-    let card: i64 = cmd("ZCARD")
-        .arg(set_key(&q, "pending"))
-        .query(&mut con)
-        .expect("zcard");
+    let card = set_len(&mut con, &q, "pending");
     assert_eq!(card, 1);
 }
 
@@ -283,10 +280,7 @@ fn minted_ids_are_jobs_and_strictly_increasing() {
         assert!(id > prev, "{id} after {prev}");
         prev = id;
     }
-    let card: i64 = cmd("ZCARD")
-        .arg(set_key(&q, "pending"))
-        .query(&mut con)
-        .expect("zcard");
+    let card = set_len(&mut con, &q, "pending");
     assert_eq!(card, 2000);
     let value = echomq::grammar::BrandedId::parse(prev.as_bytes())
         .expect("parses")

@@ -58,10 +58,7 @@ fn replies_one_flag_per_job_with_duplicates_as_zero() {
         .query(&mut con)
         .expect("hget");
     assert_eq!(payload, "old", "an existing row is untouched");
-    let card: i64 = cmd("ZCARD")
-        .arg(set_key(&q, "pending"))
-        .query(&mut con)
-        .expect("zcard");
+    let card = set_len(&mut con, &q, "pending");
     assert_eq!(card, 4);
 }
 
@@ -233,9 +230,6 @@ fn a_batch_takes_at_most_ten_thousand_jobs() {
         .query(&mut con)
         .expect("a full batch");
     assert_eq!(flags, vec![1; 10_000]);
-    let card: i64 = cmd("ZCARD")
-        .arg(set_key(&q, "pending"))
-        .query(&mut con)
-        .expect("zcard");
+    let card = set_len(&mut con, &q, "pending");
     assert_eq!(card, 10_000);
 }

@@ -243,13 +243,9 @@ fn unload_is_refused_while_an_acl_rule_names_a_command() {
     // Everything still runs, the timer included.
     let q = unique_queue("kept");
     enqueue_delayed(&mut con, &q, &job_id(1), "x", 200);
-    assert!(wait_until(Duration::from_secs(5), || {
-        let n: i64 = cmd("ZCARD")
-            .arg(set_key(&q, "pending"))
-            .query(&mut con)
-            .expect("zcard");
-        n == 1
-    }));
+    assert!(wait_until(Duration::from_secs(5), || set_len(
+        &mut con, &q, "pending"
+    ) == 1));
 
     // Once no rule names a command (here `-@all`; `+@emq` grants them by category where the
     // server has module categories), the module unloads and the server stays up.

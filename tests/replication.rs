@@ -315,14 +315,8 @@ fn echomq_called_from_scripts_and_functions_replicates_its_effects() {
             .expect("fcall");
     }
     wait_caught_up(&mut p, &mut r);
-    let pending: i64 = cmd("ZCARD")
-        .arg(set_key(&q, "pending"))
-        .query(&mut r)
-        .expect("zcard");
-    let active: i64 = cmd("ZCARD")
-        .arg(set_key(&q, "active"))
-        .query(&mut r)
-        .expect("zcard");
+    let pending = set_len(&mut r, &q, "pending");
+    let active = set_len(&mut r, &q, "active");
     assert_eq!((pending, active), (40, 40), "on the replica");
     assert_eq!(digest(&mut p), digest(&mut r));
 }

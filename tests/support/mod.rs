@@ -534,6 +534,14 @@ pub fn set_key(queue: &str, ty: &str) -> String {
     format!("emq:{{{queue}}}:{ty}")
 }
 
+/// How many members the queue's `ty` set (`pending`, `active`, ...) holds.
+pub fn set_len(con: &mut Connection, queue: &str, ty: &str) -> i64 {
+    redis::cmd("ZCARD")
+        .arg(set_key(queue, ty))
+        .query(con)
+        .expect("ZCARD")
+}
+
 /// Every key of a queue, sorted.
 pub fn keys_of(con: &mut Connection, queue: &str) -> Vec<String> {
     let mut keys: Vec<String> = redis::cmd("KEYS")
