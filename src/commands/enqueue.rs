@@ -142,8 +142,8 @@ fn enqueue_one(
     payload: Str<'_>,
     placement: Placement,
 ) -> Result<Outcome, EmqError> {
-    let row_key = match id_arg.and_then(|arg| arg.bytes().try_into().ok()) {
-        Some(text) => RowPrefix::new(queue).row_text(text),
+    let row_key = match id_arg {
+        Some(arg) => RowPrefix::new(queue).row_arg(id, arg.bytes()),
         None => KeyBuf::job(queue, id),
     };
     let row_name = OwnedString::new(ctx, row_key.as_bytes())?;

@@ -14,7 +14,7 @@ use super::{parse_id, parse_queue};
 use crate::cluster;
 use crate::effects;
 use crate::error::EmqError;
-use crate::grammar::{BrandedId, KeyBuf, KeyType, RowPrefix, ID_LEN};
+use crate::grammar::{BrandedId, KeyBuf, KeyType, RowPrefix};
 use crate::lifecycle::{self, State};
 use crate::metrics;
 use crate::server::{Args, CommandResult, Reply};
@@ -53,16 +53,14 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let prefix = RowPrefix::new(queue);
     let mut rows = Vec::with_capacity(n);
     for (id, text) in &requested {
-        // A given id's argument is its canonical text; a minted one is encoded.
-        let key = match (id, <&[u8; ID_LEN]>::try_from(*text)) {
-            (Some(id), Ok(text)) => (*id, prefix.row_text(text)),
-            (Some(id), Err(_)) => (*id, prefix.row(id)),
-            (None, _) => {
+        let (id, key) = match id {
+            Some(id) => (*id, prefix.row_arg(id, text)),
+            None => {
                 let id = mint();
                 (id, prefix.row(&id))
             }
         };
-        rows.push((key.0, OwnedString::new(ctx, key.1.as_bytes())?));
+        rows.push((id, OwnedString::new(ctx, key.as_bytes())?));
     }
     let mut names: Vec<&OwnedString> = rows.iter().map(|(_, row)| row).collect();
     names.push(&pending_name);

@@ -139,10 +139,17 @@ impl RowPrefix {
         self.row_text(&id.encode())
     }
 
-    /// The row key of an id given as its text, for a client's id argument that parsed: a
-    /// well-formed id is canonical (parsing and encoding are inverse), so its text is the
-    /// encoding and need not be made again.
-    pub fn row_text(&self, id: &[u8; ID_LEN]) -> KeyBuf {
+    /// The row key of `id` as a client gave it, `arg`: a well-formed id is canonical (parsing
+    /// and encoding are inverse), so the argument it parsed from is its encoding and need not
+    /// be made again.
+    pub fn row_arg(&self, id: &BrandedId, arg: &[u8]) -> KeyBuf {
+        match <&[u8; ID_LEN]>::try_from(arg) {
+            Ok(text) => self.row_text(text),
+            Err(_) => self.row(id),
+        }
+    }
+
+    fn row_text(&self, id: &[u8; ID_LEN]) -> KeyBuf {
         let mut k = self.0;
         k.push(id);
         k

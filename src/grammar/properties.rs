@@ -104,7 +104,7 @@ proptest! {
         for made in [
             KeyBuf::job(queue, &id),
             prefix.row(&id),
-            prefix.row_text(&id.encode()),
+            prefix.row_arg(&id, &id.encode()),
         ] {
             prop_assert_eq!(made.as_bytes(), want.as_slice());
         }
