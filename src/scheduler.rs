@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::catch_unwind;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -27,7 +28,7 @@ use crate::grammar::{decode, Decoded, KeyType, Queue};
 use crate::lifecycle::{self, check_row_types, Due, Moved, QueueKeys, Sets};
 use crate::metrics;
 use crate::server::{self, string_bytes};
-use crate::store::{self, OwnedString};
+use crate::store::{self, OwnedString, Str};
 
 /// How often the timer looks for due work, in ms. A job due at T is claimable by T + a tick.
 pub const TICK_MS: i64 = 10;
@@ -75,31 +76,28 @@ fn select_db(ctx: *mut raw::RedisModuleCtx, db: i32) -> bool {
 /// Learns from one key name: a `schedule` or `active` set makes its queue watched; any write
 /// to a `pending` set wakes the claimers blocked on it.
 fn observe(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
-    let name = string_bytes(key);
+    let Some(key) = NonNull::new(key) else {
+        return;
+    };
+    // SAFETY: the event's key name, live for this callback.
+    let key = unsafe { Str::from_raw(key) };
+    let name = key.bytes();
     if !name.starts_with(b"emq:{") {
         return;
     }
     // The hot case, every enqueue: no need to read the rest of the name to wake claimers
     // (a name outside the grammar has none blocked on it).
     if name.ends_with(KeyType::Pending.key_suffix()) {
-        signal_ready(ctx, key);
+        store::signal_ready(&Context::new(ctx), key);
         return;
     }
-    if let Some(Decoded::Queue { queue, ty, .. }) = decode(name) {
-        match ty {
-            KeyType::Schedule | KeyType::Active => {
-                watched().insert((selected_db(ctx), queue.as_bytes().to_vec()), 0);
-            }
-            KeyType::Pending => signal_ready(ctx, key),
-            _ => {}
-        }
-    }
-}
-
-fn signal_ready(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
-    if let Some(signal) = unsafe { raw::RedisModule_SignalKeyAsReady } {
-        // SAFETY: live context and key name.
-        unsafe { signal(ctx, key) };
+    if let Some(Decoded::Queue {
+        queue,
+        ty: KeyType::Schedule | KeyType::Active,
+        ..
+    }) = decode(name)
+    {
+        watched().insert((selected_db(ctx), queue.as_bytes().to_vec()), 0);
     }
 }
 
