@@ -1,7 +1,8 @@
 //! The job state machine (SPEC §6): jobs move between `pending`, `active`, `schedule` and
 //! `dead`. Every move here does its writes through `store`, fires the keyspace events the
-//! native commands would, and replicates its effects (through `effects`) with resolved ids and absolute times.
-//! Callers validate first (see [`Sets::open`] and [`check_row_types`]); these functions then write.
+//! native commands would, and replicates its effects (through `effects`) with resolved ids
+//! and absolute times. Callers validate first (see [`Sets::open`] and [`check_row_types`]);
+//! these functions then write.
 
 use valkey_module::Context;
 

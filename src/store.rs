@@ -454,10 +454,10 @@ fn current_user_name(ctx: &Context) -> Result<Option<OwnedString>, EmqError> {
         }
         match std::io::Error::last_os_error().raw_os_error() {
             Some(ENOTSUP) => false, // connected, without a user: the primary
-            _ => client_has_user(ctx),
+            _ => client_has_user(ctx)?,
         }
     } else {
-        client_has_user(ctx)
+        client_has_user(ctx)?
     };
     if !has_user {
         return Ok(None);
@@ -476,11 +476,10 @@ const ENOTSUP: i32 = 95;
 
 /// Whether this command's client has a user, asked by running, as that user, a command that
 /// cannot exist: the server checks for the user first (`ENOTSUP` without one) and then fails
-/// the lookup, so nothing runs and nothing is logged.
-fn client_has_user(ctx: &Context) -> bool {
-    let Some(call) = (unsafe { raw::RedisModule_Call }) else {
-        return false;
-    };
+/// the lookup, so nothing runs and nothing is logged. Without `RM_Call` the command is
+/// refused rather than run with rights nobody checked.
+fn client_has_user(ctx: &Context) -> Result<bool, EmqError> {
+    let call = unsafe { raw::RedisModule_Call }.ok_or(EmqError::Internal)?;
     // SAFETY: a command's context; "C" runs the call as the client's user, no arguments. A
     // name with spaces is no command's.
     let reply = unsafe { call(ctx.ctx, c"emq user probe".as_ptr(), c"C".as_ptr()) };
@@ -492,7 +491,7 @@ fn client_has_user(ctx: &Context) -> bool {
             unsafe { free(reply) };
         }
     }
-    !missing_user
+    Ok(!missing_user)
 }
 
 /// Fires a keyspace event as the native command would.
