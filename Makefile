@@ -28,7 +28,8 @@ build: deps
 run: build
 	$(VALKEY_SERVER) module.conf $(if $(PORT),--port $(PORT))
 
-# The test-only module (testing/caller-module) that the acl suite loads beside EchoMQ.
+# The test-only module (testing/caller-module) that the acl, hostile and lifecycle suites load
+# beside EchoMQ, to call it as another module would.
 test-modules: build
 	$(CARGO) build --release -p emq-test-caller
 
