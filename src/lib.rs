@@ -214,6 +214,8 @@ fn init(ctx: &Context) -> Status {
 fn load(ctx: &Context) -> Result<(), String> {
     config::register(ctx)?;
     store::init_words().map_err(|_| "could not create its strings".to_string())?;
+    store::signal_only_changes(ctx)
+        .map_err(|_| "the server cannot signal modified keys explicitly".to_string())?;
     effects::reset();
     cluster::init(ctx);
     register::acl_category(ctx, ACL_CATEGORY);

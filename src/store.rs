@@ -1,6 +1,7 @@
 //! The only code that touches the server's low-level key API: strings, keys, the hash row,
 //! the zsets, ACL checks, keyspace notifications and replication by effect.
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::os::raw::{c_char, c_int};
@@ -102,12 +103,18 @@ pub enum Holds {
     Other,
 }
 
-/// A key opened for writing; closed on drop.
+/// An open key; closed on drop.
+///
+/// The server signals a key as modified (aborting `WATCH`es, invalidating tracked copies)
+/// only when a write changed it, as a native command does: EchoMQ loads with
+/// `NO_IMPLICIT_SIGNAL_MODIFIED`, every write below marks its key, and drop signals the
+/// marked ones. A duplicate enqueue or a claim that finds nothing leaves watchers alone.
 pub struct Key<'n> {
     /// `None` for a missing key opened read-only (the server gives no handle for those).
     ptr: Option<NonNull<raw::RedisModuleKey>>,
     name: &'n OwnedString,
     ctx: *mut raw::RedisModuleCtx,
+    modified: Cell<bool>,
 }
 
 impl<'n> Key<'n> {
@@ -133,12 +140,21 @@ impl<'n> Key<'n> {
             ptr,
             name,
             ctx: ctx.ctx,
+            modified: Cell::new(false),
         })
     }
 
     /// The open handle; `Internal` for a missing key opened read-only.
     fn handle(&self) -> Result<*mut raw::RedisModuleKey, EmqError> {
         self.ptr.map(NonNull::as_ptr).ok_or(EmqError::Internal)
+    }
+
+    /// The handle for a write, which marks the key as modified (signalled when it closes).
+    /// Marked before the write: a write that failed half-way must still be signalled.
+    fn write_handle(&self) -> Result<*mut raw::RedisModuleKey, EmqError> {
+        let handle = self.handle()?;
+        self.modified.set(true);
+        Ok(handle)
     }
 
     /// `Ok` when the key is empty or a zset; `WRONGTYPE` otherwise.
@@ -229,6 +245,9 @@ impl<'n> Key<'n> {
         if ok != raw::REDISMODULE_OK as c_int {
             return Err(EmqError::WrongType);
         }
+        if deleted != 0 {
+            self.modified.set(true);
+        }
         Ok(deleted != 0)
     }
 
@@ -259,7 +278,7 @@ impl<'n> Key<'n> {
         // SAFETY: the key is open for writing; the variadic list is NULL-terminated.
         let n = unsafe {
             hset(
-                self.handle()?,
+                self.write_handle()?,
                 raw::REDISMODULE_HASH_NONE as c_int,
                 field.as_ptr(),
                 value.as_ptr(),
@@ -276,7 +295,7 @@ impl<'n> Key<'n> {
     pub fn delete(&self) -> Result<(), EmqError> {
         let f = unsafe { raw::RedisModule_DeleteKey }.ok_or(EmqError::Internal)?;
         // SAFETY: the key is open for writing.
-        if unsafe { f(self.handle()?) } != raw::REDISMODULE_OK as c_int {
+        if unsafe { f(self.write_handle()?) } != raw::REDISMODULE_OK as c_int {
             return Err(EmqError::Internal);
         }
         Ok(())
@@ -286,7 +305,7 @@ impl<'n> Key<'n> {
     pub fn expire_at(&self, at_ms: i64) -> Result<(), EmqError> {
         let f = unsafe { raw::RedisModule_SetAbsExpire }.ok_or(EmqError::Internal)?;
         // SAFETY: the key is open for writing and not empty.
-        if unsafe { f(self.handle()?, at_ms) } != raw::REDISMODULE_OK as c_int {
+        if unsafe { f(self.write_handle()?, at_ms) } != raw::REDISMODULE_OK as c_int {
             return Err(EmqError::Internal);
         }
         Ok(())
@@ -319,7 +338,7 @@ impl<'n> Key<'n> {
         // SAFETY: the key is open for writing; the variadic list is NULL-terminated.
         let n = unsafe {
             hset(
-                self.handle()?,
+                self.write_handle()?,
                 raw::REDISMODULE_HASH_NONE as c_int,
                 f1.as_ptr(),
                 v1.as_ptr(),
@@ -340,7 +359,14 @@ impl<'n> Key<'n> {
     pub fn zadd(&self, score: f64, member: Str<'_>) -> Result<(), EmqError> {
         let zadd = unsafe { raw::RedisModule_ZsetAdd }.ok_or(EmqError::Internal)?;
         // SAFETY: the key is open for writing and holds a zset or nothing.
-        let status = unsafe { zadd(self.handle()?, score, member.as_ptr(), ptr::null_mut()) };
+        let status = unsafe {
+            zadd(
+                self.write_handle()?,
+                score,
+                member.as_ptr(),
+                ptr::null_mut(),
+            )
+        };
         if status != raw::REDISMODULE_OK as c_int {
             return Err(EmqError::WrongType);
         }
@@ -350,6 +376,12 @@ impl<'n> Key<'n> {
 
 impl Drop for Key<'_> {
     fn drop(&mut self) {
+        if self.modified.get() {
+            if let Some(signal) = unsafe { raw::RedisModule_SignalModifiedKey } {
+                // SAFETY: live context and key name.
+                unsafe { signal(self.ctx, self.name.as_ptr()) };
+            }
+        }
         if let (Some(close), Some(ptr)) = (unsafe { raw::RedisModule_CloseKey }, self.ptr) {
             // SAFETY: opened by us and closed once.
             unsafe { close(ptr.as_ptr()) };
@@ -698,6 +730,26 @@ fn retained(text: &[u8]) -> Option<Str<'static>> {
 }
 
 /// Creates the words (module load).
+/// At load: keys are signalled as modified only when a write changed them (see [`Key`]).
+pub fn signal_only_changes(ctx: &Context) -> Result<(), EmqError> {
+    let (Some(set_options), Some(_)) = (unsafe {
+        (
+            raw::RedisModule_SetModuleOptions,
+            raw::RedisModule_SignalModifiedKey,
+        )
+    }) else {
+        return Err(EmqError::Internal);
+    };
+    // SAFETY: the load context.
+    unsafe {
+        set_options(
+            ctx.ctx,
+            raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int,
+        )
+    };
+    Ok(())
+}
+
 pub fn init_words() -> Result<(), EmqError> {
     let w = |t: &[u8]| retained(t).ok_or(EmqError::Internal);
     let words = Box::new(Words {

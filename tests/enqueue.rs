@@ -490,3 +490,125 @@ fn wrong_arity_is_a_plain_error() {
     let err = expect_err(&mut con, cmd("EMQ.ENQUEUE").arg("q").arg(job_id(1)));
     assert!(err.starts_with("ERR wrong number of arguments"), "{err}");
 }
+
+/// Something a second client does.
+type Act<'a> = Box<dyn FnOnce(&mut redis::Connection) + 'a>;
+
+/// WATCHes every key of `q` (and the row of `id`) on `watcher`, runs `act` on another
+/// client, and says whether the watcher's transaction still commits.
+fn watched_keys_survive(
+    server: &Server,
+    q: &str,
+    id: &str,
+    act: impl FnOnce(&mut redis::Connection),
+) -> bool {
+    let mut watcher = server.conn();
+    let mut other = server.conn();
+    let mut watch = cmd("WATCH");
+    watch.arg(row_key(q, id));
+    for ty in ["pending", "active", "schedule", "dead"] {
+        watch.arg(set_key(q, ty));
+    }
+    let _: () = watch.query(&mut watcher).expect("watch");
+    act(&mut other);
+    let r: Value = redis::pipe()
+        .atomic()
+        .cmd("PING")
+        .query(&mut watcher)
+        .expect("exec");
+    r != Value::Nil
+}
+
+/// As native commands do (`HSETNX` on an existing field, `ZPOPMIN` on an empty set), a
+/// command that changes nothing signals nothing: it aborts no `WATCH` and invalidates no
+/// tracked key. One that changes something does.
+#[test]
+fn a_command_that_changes_nothing_touches_no_watched_key() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("nochange");
+    let id = job_id(1);
+    let _: i64 = enqueue(&q, &id, b"x").query(&mut con).expect("enqueue");
+    let unchanged: [(&str, Act<'_>); 6] = [
+        (
+            "a duplicate EMQ.ENQUEUE",
+            Box::new(|c| {
+                let n: i64 = enqueue(&q, &id, b"y").query(c).expect("enqueue");
+                assert_eq!(n, 0);
+            }),
+        ),
+        (
+            "a duplicate EMQ.MENQUEUE",
+            Box::new(|c| {
+                let n: Vec<i64> = cmd("EMQ.MENQUEUE")
+                    .arg(&q)
+                    .arg(&id)
+                    .arg("y")
+                    .query(c)
+                    .expect("menqueue");
+                assert_eq!(n, vec![0]);
+            }),
+        ),
+        (
+            "EMQ.CANCEL of a missing job",
+            Box::new(|c| {
+                let n: i64 = cmd("EMQ.CANCEL")
+                    .arg(&q)
+                    .arg(job_id(2))
+                    .query(c)
+                    .expect("cancel");
+                assert_eq!(n, 0);
+            }),
+        ),
+        (
+            "EMQ.REQUEUE of a job that is not dead",
+            Box::new(|c| {
+                let n: i64 = cmd("EMQ.REQUEUE")
+                    .arg(&q)
+                    .arg(&id)
+                    .query(c)
+                    .expect("requeue");
+                assert_eq!(n, 0);
+            }),
+        ),
+        (
+            "a refused EMQ.ACK",
+            Box::new(|c| {
+                let _ = expect_err(c, cmd("EMQ.ACK").arg(&q).arg(&id).arg(7));
+            }),
+        ),
+        (
+            "EMQ.STATS",
+            Box::new(|c| {
+                let _: Value = cmd("EMQ.STATS").arg(&q).query(c).expect("stats");
+            }),
+        ),
+    ];
+    for (what, act) in unchanged {
+        assert!(
+            watched_keys_survive(&server, &q, &id, act),
+            "{what} aborted a WATCH"
+        );
+    }
+    // A claim on a queue with nothing ready, after the only job was claimed.
+    let other = unique_queue("nochange");
+    let _: i64 = enqueue(&other, &id, b"x").query(&mut con).expect("enqueue");
+    let _: Value = cmd("EMQ.CLAIM").arg(&other).query(&mut con).expect("claim");
+    let empty_claim = |c: &mut redis::Connection| {
+        let jobs: Vec<Value> = cmd("EMQ.CLAIM").arg(&other).query(c).expect("claim");
+        assert!(jobs.is_empty());
+    };
+    assert!(
+        watched_keys_survive(&server, &other, &id, empty_claim),
+        "an empty EMQ.CLAIM aborted a WATCH"
+    );
+    // The control: a change aborts the transaction.
+    let changed = |c: &mut redis::Connection| {
+        let n: i64 = cmd("EMQ.CANCEL").arg(&q).arg(&id).query(c).expect("cancel");
+        assert_eq!(n, 1);
+    };
+    assert!(
+        !watched_keys_survive(&server, &q, &id, changed),
+        "EMQ.CANCEL left the WATCH intact"
+    );
+}
