@@ -4,9 +4,6 @@
 //! duplicate, already present or earlier in the batch, is `0`. The effects replicate as one
 //! `HSET` per new row and one variadic `ZADD`.
 
-use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use valkey_module::Context;
 
 use super::enqueue::{check_payload, mint, MINT_TRIES};
@@ -14,7 +11,7 @@ use super::{parse_id, parse_queue};
 use crate::cluster;
 use crate::effects;
 use crate::error::EmqError;
-use crate::grammar::{BrandedId, KeyBuf, KeyType, RowPrefix};
+use crate::grammar::{KeyBuf, KeyType, RowPrefix};
 use crate::lifecycle::{self, State};
 use crate::metrics;
 use crate::server::{Args, CommandResult, Reply};
@@ -81,33 +78,23 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             store::check_access(ctx, &[row])?;
         }
     }
-    // Each row opened once: a duplicate, already present or earlier in the batch, is skipped.
-    let mut seen: HashSet<BrandedId, BuildHasherDefault<IdHasher>> =
-        HashSet::with_capacity_and_hasher(n, Default::default());
-    let mut plan: Vec<Option<Key<'_>>> = Vec::with_capacity(n);
-    for (id, row) in &rows {
-        if !seen.insert(*id) {
-            plan.push(None);
-            continue;
-        }
-        let key = Key::open(ctx, row)?;
-        plan.push((key.holds() == Holds::Nothing).then_some(key));
-    }
     let pending = Key::open(ctx, &pending_name)?;
     pending.expect_zset()?;
 
-    // Write.
+    // Write. Each row is opened once: one that exists already, because it was there before or
+    // an earlier job of this batch wrote it, is a duplicate and stays as it is.
     let words = store::words()?;
     let mut members = Vec::with_capacity(n);
     let mut minted = Vec::new();
     let mut replies = Vec::with_capacity(n);
-    for (j, (entry, (id, _))) in plan.iter().zip(&rows).enumerate() {
-        let Some(row) = entry else {
+    for (j, (id, row_name)) in rows.iter().enumerate() {
+        let row = Key::open(ctx, row_name)?;
+        if row.holds() != Holds::Nothing {
             replies.push(Reply::Integer(0));
             continue;
-        };
+        }
         let payload = args.string(3 + 2 * j).ok_or(EmqError::Internal)?;
-        lifecycle::write_row(ctx, row, State::Pending, payload)?;
+        lifecycle::write_row(ctx, &row, State::Pending, payload)?;
         // A given id is canonical, so its argument string is the member (no copy).
         if requested[j].0.is_none() {
             let member = id.encode();
@@ -118,7 +105,6 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         }
         members.push(j);
     }
-    drop(plan);
     if !members.is_empty() {
         let mut zadd_args = Vec::with_capacity(1 + members.len() * 2);
         zadd_args.push(pending_name.as_str());
@@ -139,25 +125,4 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     metrics::count(&metrics::ENQUEUED, members.len() as u64);
     metrics::count(&metrics::DUPLICATES, (n - members.len()) as u64);
     Ok(Reply::Array(replies))
-}
-
-/// Branded ids are already well-mixed 64-bit values: a multiply is hash enough for the
-/// in-batch duplicate check (no need for SipHash on the hot path).
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
 }
