@@ -233,3 +233,38 @@ fn a_batch_takes_at_most_ten_thousand_jobs() {
     let card = set_len(&mut con, &q, "pending");
     assert_eq!(card, 10_000);
 }
+
+#[test]
+fn a_batch_wakes_a_blocked_claimer_with_every_job() {
+    let server = Server::shared();
+    let q = unique_queue("mwake");
+    let url = server.url();
+    let q2 = q.clone();
+    let producer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut con = redis::Client::open(url)
+            .expect("client")
+            .get_connection()
+            .expect("conn");
+        let flags: Vec<i64> = menqueue(&q2, &[(&job_id(1), b"a"), (&job_id(2), b"b")])
+            .query(&mut con)
+            .expect("menqueue");
+        assert_eq!(flags, vec![1, 1]);
+    });
+    let mut waiter = server.conn();
+    let start = std::time::Instant::now();
+    let jobs: Option<Vec<(String, Vec<u8>, i64)>> = cmd("EMQ.CLAIM")
+        .arg(&q)
+        .arg("COUNT")
+        .arg(5)
+        .arg("BLOCK")
+        .arg(10_000)
+        .query(&mut waiter)
+        .expect("claim");
+    assert_eq!(
+        jobs.expect("woken, not timed out"),
+        vec![(job_id(1), b"a".to_vec(), 1), (job_id(2), b"b".to_vec(), 1)]
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(9));
+    producer.join().expect("producer");
+}
