@@ -128,7 +128,10 @@ pub fn check_row_types(ctx: &Context, rows: &[&OwnedString]) -> Result<(), EmqEr
 // ---- single writes with their events and effects ---------------------------------------
 
 pub fn zadd(ctx: &Context, set: &Key<'_>, score: i64, member: Str<'_>) -> Result<(), EmqError> {
-    set.zadd(score as f64, member)?;
+    if !set.zadd(score as f64, member)? {
+        // Already there with this score: as a native `ZADD`, no event and no effect.
+        return Ok(());
+    }
     store::notify(ctx, store::NOTIFY_ZSET, c"zadd", set.name());
     // Pending scores are always 0: no string to make for those.
     let text = match score {

@@ -355,22 +355,22 @@ impl<'n> Key<'n> {
         Ok(())
     }
 
-    /// `ZADD key score member`.
-    pub fn zadd(&self, score: f64, member: Str<'_>) -> Result<(), EmqError> {
+    /// `ZADD key score member`; whether the member was added or its score changed.
+    pub fn zadd(&self, score: f64, member: Str<'_>) -> Result<bool, EmqError> {
         let zadd = unsafe { raw::RedisModule_ZsetAdd }.ok_or(EmqError::Internal)?;
+        // In: no NX/XX; out: whether the member was added, its score changed, or neither.
+        let mut flags: c_int = 0;
         // SAFETY: the key is open for writing and holds a zset or nothing.
-        let status = unsafe {
-            zadd(
-                self.write_handle()?,
-                score,
-                member.as_ptr(),
-                ptr::null_mut(),
-            )
-        };
+        let status = unsafe { zadd(self.handle()?, score, member.as_ptr(), &mut flags) };
         if status != raw::REDISMODULE_OK as c_int {
             return Err(EmqError::WrongType);
         }
-        Ok(())
+        let changed =
+            flags & (raw::REDISMODULE_ZADD_ADDED | raw::REDISMODULE_ZADD_UPDATED) as c_int != 0;
+        if changed {
+            self.modified.set(true);
+        }
+        Ok(changed)
     }
 }
 
@@ -729,7 +729,6 @@ fn retained(text: &[u8]) -> Option<Str<'static>> {
     NonNull::new(p).map(|p| unsafe { Str::from_raw(p) })
 }
 
-/// Creates the words (module load).
 /// At load: keys are signalled as modified only when a write changed them (see [`Key`]).
 pub fn signal_only_changes(ctx: &Context) -> Result<(), EmqError> {
     let (Some(set_options), Some(_)) = (unsafe {
@@ -750,6 +749,7 @@ pub fn signal_only_changes(ctx: &Context) -> Result<(), EmqError> {
     Ok(())
 }
 
+/// Creates the words (module load).
 pub fn init_words() -> Result<(), EmqError> {
     let w = |t: &[u8]| retained(t).ok_or(EmqError::Internal);
     let words = Box::new(Words {

@@ -612,3 +612,50 @@ fn a_command_that_changes_nothing_touches_no_watched_key() {
         "EMQ.CANCEL left the WATCH intact"
     );
 }
+
+/// A member already in a set with the same score is no change, as for a native `ZADD`: an
+/// enqueue that writes again the row of a job still pending (its row deleted by hand) fires
+/// `hset` but no `zadd`, and leaves watchers of the pending set alone.
+#[test]
+fn a_member_added_again_with_its_score_is_no_change() {
+    let server = Server::start(Options::default().arg("notify-keyspace-events", "KEA"));
+    let mut con = server.conn();
+    let q = unique_queue("readd");
+    let id = job_id(1);
+    let pending = set_key(&q, "pending");
+    let _: i64 = enqueue(&q, &id, b"x").query(&mut con).expect("enqueue");
+    let _: i64 = cmd("DEL")
+        .arg(row_key(&q, &id))
+        .query(&mut con)
+        .expect("del");
+    let mut watcher = server.conn();
+    let _: () = cmd("WATCH")
+        .arg(&pending)
+        .query(&mut watcher)
+        .expect("watch");
+    let mut subscriber = server.conn();
+    let mut events = subscriber.as_pubsub();
+    events.psubscribe("__keyevent@0__:*").expect("psubscribe");
+    events
+        .set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .expect("timeout");
+    let n: i64 = enqueue(&q, &id, b"y").query(&mut con).expect("enqueue");
+    assert_eq!(n, 1, "the row was missing, so this is a new job");
+    let mut seen = Vec::new();
+    while let Ok(msg) = events.get_message() {
+        let key: String = msg.get_payload().expect("key");
+        seen.push((msg.get_channel_name().to_string(), key));
+    }
+    let hset = ("__keyevent@0__:hset".to_string(), row_key(&q, &id));
+    assert!(seen.contains(&hset), "{seen:?}");
+    assert!(
+        !seen.iter().any(|(channel, _)| channel.ends_with(":zadd")),
+        "{seen:?}"
+    );
+    let r: Value = redis::pipe()
+        .atomic()
+        .cmd("PING")
+        .query(&mut watcher)
+        .expect("exec");
+    assert_ne!(r, Value::Nil, "the pending set did not change");
+}
