@@ -388,19 +388,6 @@ pub struct Claimed {
     pub attempts: i64,
 }
 
-/// The lowest `count` pending members and their rows, read without writing.
-pub fn pending_head(
-    ctx: &Context,
-    queue: Queue<'_>,
-    sets: &Sets<'_>,
-    count: usize,
-) -> Result<Vec<(OwnedString, Option<OwnedString>)>, EmqError> {
-    let head = sets
-        .pending
-        .zrange_by_score(f64::NEG_INFINITY, f64::INFINITY, count)?;
-    with_rows(ctx, queue, head)
-}
-
 /// Set members (scores dropped) with the names of their rows.
 fn with_rows(
     ctx: &Context,
@@ -416,17 +403,81 @@ fn with_rows(
         .collect()
 }
 
-/// Moves up to `count` of the lowest pending ids to `active` until `deadline`, with
-/// `state active` and `attempts` + 1. Members without a row are dropped, not handed out.
-pub fn claim(
+/// A pending member at the head of the queue, read without writing.
+pub struct Head {
+    pub member: OwnedString,
+    /// Its row's name; `None` for a member outside the grammar.
+    pub row: Option<OwnedString>,
+    /// What the row held when read: `Nothing` for a row that is gone.
+    pub holds: Holds,
+}
+
+/// Most pending members without a row (deleted by hand, evicted under an `allkeys-*` policy)
+/// one claim passes over, so no call does unbounded work.
+pub const ORPHAN_BUDGET: usize = 1000;
+
+/// The lowest pending members, in order, up to the `count`-th whose row exists, read without
+/// writing. Members whose row is gone are passed over, at most [`ORPHAN_BUDGET`] of them, so
+/// the claim that drops them still hands out the jobs behind them.
+pub fn pending_head(
     ctx: &Context,
     queue: Queue<'_>,
     sets: &Sets<'_>,
     count: usize,
+) -> Result<Vec<Head>, EmqError> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let mut limit = count;
+    loop {
+        let members = sets
+            .pending
+            .zrange_by_score(f64::NEG_INFINITY, f64::INFINITY, limit)?;
+        let exhausted = members.len() < limit;
+        let mut head = Vec::with_capacity(members.len());
+        let mut live = 0;
+        for (member, _) in members {
+            let row = row_name(ctx, queue, member.bytes())?;
+            let holds = match &row {
+                Some(name) => Key::open_read(ctx, name)?.holds(),
+                None => Holds::Nothing,
+            };
+            live += usize::from(holds != Holds::Nothing);
+            head.push(Head { member, row, holds });
+            if live == count {
+                return Ok(head);
+            }
+        }
+        if exhausted || head.len() - live >= ORPHAN_BUDGET {
+            return Ok(head);
+        }
+        limit = (limit * 2).min(count + ORPHAN_BUDGET);
+    }
+}
+
+/// `WRONGTYPE` when a row of the head is neither a hash nor gone (checked after ACL, before
+/// the first write).
+pub fn check_head_types(head: &[Head]) -> Result<(), EmqError> {
+    match head
+        .iter()
+        .all(|h| matches!(h.holds, Holds::Nothing | Holds::Hash))
+    {
+        true => Ok(()),
+        false => Err(EmqError::WrongType),
+    }
+}
+
+/// Moves the jobs of `head` (from [`pending_head`]) to `active` until `deadline`, with
+/// `state active` and `attempts` + 1, in order. Members without a row are dropped, not handed
+/// out.
+pub fn claim(
+    ctx: &Context,
+    sets: &Sets<'_>,
+    head: Vec<Head>,
     deadline: i64,
 ) -> Result<Vec<Claimed>, EmqError> {
     let mut out = Vec::new();
-    for (member, row) in pending_head(ctx, queue, sets, count)? {
+    for Head { member, row, .. } in head {
         zrem(ctx, &sets.pending, member.as_str())?;
         let Some(name) = row else { continue };
         let row = Key::open(ctx, &name)?;

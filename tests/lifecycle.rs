@@ -913,3 +913,49 @@ fn lifecycle_writes_fire_the_keyspace_events_native_commands_would() {
         .collect();
     assert_eq!(seen, expected);
 }
+
+/// Pending members whose rows are gone (deleted by hand, evicted under an `allkeys-*` policy)
+/// are dropped by the claim that meets them, which still hands out the jobs behind them, and
+/// a blocking claim does not go to sleep while such jobs wait.
+#[test]
+fn a_claim_passes_over_pending_members_whose_row_is_gone() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("orphans");
+    for n in 1..=3 {
+        enqueue(&mut con, &q, &job_id(n), &format!("job {n}"));
+    }
+    let _: i64 = cmd("DEL")
+        .arg(row_key(&q, &job_id(1)))
+        .arg(row_key(&q, &job_id(2)))
+        .query(&mut con)
+        .expect("del");
+    let jobs = claim(&mut con, &q, &[]).expect("a reply");
+    assert_eq!(jobs, vec![(job_id(3), b"job 3".to_vec(), 1)]);
+    assert_eq!(set_len(&mut con, &q, "pending"), 0, "both orphans dropped");
+
+    // More orphans than one claim passes over: a blocking claim still gets the job behind
+    // them, at once.
+    let q = unique_queue("orphans");
+    let total = 2_500u64;
+    let mut batch = cmd("EMQ.MENQUEUE");
+    batch.arg(&q);
+    for n in 1..=total {
+        batch.arg(job_id(n)).arg("x");
+    }
+    let _: Vec<i64> = batch.query(&mut con).expect("menqueue");
+    let mut del = cmd("DEL");
+    for n in 1..total {
+        del.arg(row_key(&q, &job_id(n)));
+    }
+    let _: i64 = del.query(&mut con).expect("del");
+    let start = Instant::now();
+    let jobs = claim(&mut con, &q, &["BLOCK", "5000"]).expect("not timed out");
+    assert_eq!(jobs, vec![(job_id(total), b"x".to_vec(), 1)]);
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(set_len(&mut con, &q, "pending"), 0);
+}

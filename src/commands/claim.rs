@@ -11,7 +11,9 @@ use crate::cluster;
 use crate::config;
 use crate::error::EmqError;
 use crate::grammar::{KeyBuf, KeyType, Queue};
-use crate::lifecycle::{self, check_row_types, pending_head, Claimed, Due, QueueKeys, Sets};
+use crate::lifecycle::{
+    self, check_head_types, check_row_types, pending_head, Claimed, Due, QueueKeys, Sets,
+};
 use crate::metrics;
 use crate::server::{self, Args, CommandResult, Reply};
 use crate::store::{self, OwnedString};
@@ -60,8 +62,15 @@ fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
     Ok(req)
 }
 
+/// What a claim did: the jobs it took, and whether it met only members without a row, as many
+/// as one claim passes over, with more members waiting behind them.
+struct Outcome {
+    claimed: Vec<Claimed>,
+    more_behind: bool,
+}
+
 /// Promote what is due, then claim: every check first, then the writes.
-fn claim_now(ctx: &Context, req: &Request<'_>) -> Result<Vec<Claimed>, EmqError> {
+fn claim_now(ctx: &Context, req: &Request<'_>) -> Result<Outcome, EmqError> {
     cluster::check_stable(req.queue)?;
     let keys = QueueKeys::new(ctx, req.queue)?;
     store::check_access(ctx, &keys.all())?;
@@ -71,15 +80,38 @@ fn claim_now(ctx: &Context, req: &Request<'_>) -> Result<Vec<Claimed>, EmqError>
     let head = pending_head(ctx, req.queue, &sets, req.count)?;
     let rows: Vec<&OwnedString> = due
         .rows()
-        .chain(head.iter().filter_map(|(_, row)| row.as_ref()))
+        .chain(head.iter().filter_map(|h| h.row.as_ref()))
         .collect();
     store::check_access(ctx, &rows)?;
-    check_row_types(ctx, &rows)?;
+    check_row_types(ctx, &due.rows().collect::<Vec<_>>())?;
+    check_head_types(&head)?;
     let moved = due.promote(ctx, &sets, now)?;
     metrics::count(&metrics::DEAD, moved.buried as u64);
-    let claimed = lifecycle::claim(ctx, req.queue, &sets, req.count, now + req.lease_ms)?;
+    // Promoted jobs may now come first: read the head again. Its rows are among those checked
+    // (the first head's and the promoted jobs').
+    let head = match moved.to_pending {
+        0 => head,
+        _ => pending_head(ctx, req.queue, &sets, req.count)?,
+    };
+    let claimed = lifecycle::claim(ctx, &sets, head, now + req.lease_ms)?;
     metrics::count(&metrics::CLAIMED, claimed.len() as u64);
-    Ok(claimed)
+    // A head with no job in it, and members still pending: the head was all rowless members
+    // (now dropped) up to the budget.
+    let more_behind = claimed.is_empty() && !sets.pending.is_empty();
+    Ok(Outcome {
+        claimed,
+        more_behind,
+    })
+}
+
+/// Wakes the claimers blocked on the queue (one that just blocked among them), so that they
+/// go on past the rowless members a claim dropped.
+fn go_on(ctx: &Context, req: &Request<'_>) {
+    if let Ok(pending) =
+        OwnedString::cached(ctx, KeyBuf::queue(req.queue, KeyType::Pending).as_bytes())
+    {
+        store::signal_ready(ctx, pending.as_str());
+    }
 }
 
 fn reply(claimed: Vec<Claimed>) -> Reply {
@@ -99,7 +131,10 @@ fn reply(claimed: Vec<Claimed>) -> Reply {
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let req = parse(args)?;
-    let claimed = claim_now(ctx, &req)?;
+    let Outcome {
+        claimed,
+        more_behind,
+    } = claim_now(ctx, &req)?;
     let Some(timeout) = req.block_ms else {
         return Ok(reply(claimed));
     };
@@ -121,6 +156,9 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         on_ready,
         server::reply_timeout,
     )?;
+    if more_behind {
+        store::signal_ready(ctx, pending.as_str());
+    }
     Ok(Reply::Blocked)
 }
 
@@ -131,8 +169,16 @@ fn ready(ctx: &Context, args: &Args) -> Option<CommandResult> {
         Err(e) => return Some(Err(e)),
     };
     match claim_now(ctx, &req) {
-        Ok(claimed) if claimed.is_empty() => None,
-        Ok(claimed) => Some(Ok(reply(claimed))),
+        Ok(Outcome {
+            claimed,
+            more_behind,
+        }) if claimed.is_empty() => {
+            if more_behind {
+                go_on(ctx, &req);
+            }
+            None
+        }
+        Ok(Outcome { claimed, .. }) => Some(Ok(reply(claimed))),
         Err(e) => Some(Err(e)),
     }
 }
