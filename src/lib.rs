@@ -6,6 +6,7 @@ pub mod commands;
 pub mod config;
 pub mod effects;
 pub mod error;
+pub mod eviction;
 pub mod grammar;
 pub mod lifecycle;
 pub mod metrics;
@@ -221,6 +222,7 @@ fn load(ctx: &Context) -> Result<(), String> {
     register::acl_category(ctx, ACL_CATEGORY);
     register::commands(ctx, COMMANDS, ACL_CATEGORY)?;
     scheduler::start(ctx)?;
+    eviction::check(ctx);
     if let Some(register_info) = unsafe { raw::RedisModule_RegisterInfoFunc } {
         // SAFETY: OnLoad context; the callback lives as long as the module.
         unsafe { register_info(ctx.ctx, Some(metrics::info)) };

@@ -24,6 +24,7 @@ use valkey_module::{raw, Context};
 
 use crate::cluster;
 use crate::effects;
+use crate::eviction;
 use crate::grammar::{decode, Decoded, KeyType, Queue};
 use crate::lifecycle::{self, check_row_types, Due, Moved, QueueKeys, Sets};
 use crate::metrics;
@@ -182,8 +183,12 @@ pub fn start(ctx: &Context) -> Result<(), String> {
         return Err("could not subscribe to keyspace events".into());
     }
     if let Some(server_event) = unsafe { raw::RedisModule_SubscribeToServerEvent } {
-        let events: [(u64, raw::RedisModuleEventCallback); 4] = [
+        let events: [(u64, raw::RedisModuleEventCallback); 5] = [
             (raw::REDISMODULE_EVENT_LOADING, Some(on_loading)),
+            (
+                raw::REDISMODULE_EVENT_CONFIG,
+                Some(eviction::on_config_change),
+            ),
             (raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron)),
             (
                 raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,

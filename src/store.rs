@@ -628,6 +628,28 @@ pub fn replication_view(ctx: &Context) -> Option<ReplicationView> {
     }
 }
 
+/// One text field of an `INFO` section (`maxmemory_policy` of `memory`, say).
+pub fn info_field(ctx: &Context, section: &CStr, field: &CStr) -> Option<Vec<u8>> {
+    let (get, free, field_c) = unsafe {
+        (
+            raw::RedisModule_GetServerInfo?,
+            raw::RedisModule_FreeServerInfo?,
+            raw::RedisModule_ServerInfoGetFieldC?,
+        )
+    };
+    // SAFETY: live context; the field is copied before the data is freed.
+    unsafe {
+        let data = get(ctx.ctx, section.as_ptr());
+        if data.is_null() {
+            return None;
+        }
+        let value = field_c(data, field.as_ptr());
+        let value = (!value.is_null()).then(|| CStr::from_ptr(value).to_bytes().to_vec());
+        free(ctx.ctx, data);
+        value
+    }
+}
+
 /// Wakes clients blocked on `key` (a ZADD to an existing zset does not do it by itself).
 pub fn signal_ready(ctx: &Context, key: Str<'_>) {
     if let Some(f) = unsafe { raw::RedisModule_SignalKeyAsReady } {

@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::time::Duration;
+
 use redis::cmd;
 use support::*;
 
@@ -109,4 +111,55 @@ fn every_lifecycle_write_is_refused_under_maxmemory() {
         .query(&mut con)
         .expect("DEBUG DIGEST");
     assert_eq!(before, after, "nothing was written");
+}
+
+/// How many times the server log warns that the eviction policy may evict queues.
+fn eviction_warnings(server: &Server) -> usize {
+    server
+        .log()
+        .matches("EchoMQ: maxmemory-policy is allkeys-")
+        .count()
+}
+
+/// An `allkeys-*` policy may evict rows and whole sets: the log says so at load and whenever
+/// the policy is set to one; `noeviction` and `volatile-*` draw no warning.
+#[test]
+fn an_eviction_policy_that_may_evict_queues_is_warned_about() {
+    let evicting = Server::start(Options::default().arg("maxmemory-policy", "allkeys-lru"));
+    assert!(
+        evicting
+            .log()
+            .contains("EchoMQ: maxmemory-policy is allkeys-lru"),
+        "{}",
+        evicting.log_tail()
+    );
+
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    assert_eq!(eviction_warnings(&server), 0, "noeviction is safe");
+    let set = |con: &mut Connection, policy: &str| {
+        let _: () = cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg(policy)
+            .query(con)
+            .expect("config set");
+    };
+    set(&mut con, "volatile-lru");
+    set(&mut con, "allkeys-lfu");
+    assert!(
+        wait_until(Duration::from_secs(5), || eviction_warnings(&server) == 1),
+        "{}",
+        server.log_tail()
+    );
+    assert!(server.log().contains("maxmemory-policy is allkeys-lfu"));
+    set(&mut con, "noeviction");
+    let _: () = cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("0")
+        .query(&mut con)
+        .expect("config set");
+    let _: String = cmd("PING").query(&mut con).expect("ping");
+    assert_eq!(eviction_warnings(&server), 1, "no warning for noeviction");
 }

@@ -311,6 +311,11 @@ impl Server {
         self.child.is_none()
     }
 
+    /// The whole server log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     pub fn log_tail(&self) -> String {
         let Ok(f) = std::fs::File::open(&self.log) else {
             return String::new();
