@@ -458,12 +458,13 @@ pub fn pending_head(
 /// `WRONGTYPE` when a row of the head is neither a hash nor gone (checked after ACL, before
 /// the first write).
 pub fn check_head_types(head: &[Head]) -> Result<(), EmqError> {
-    match head
+    if head
         .iter()
         .all(|h| matches!(h.holds, Holds::Nothing | Holds::Hash))
     {
-        true => Ok(()),
-        false => Err(EmqError::WrongType),
+        Ok(())
+    } else {
+        Err(EmqError::WrongType)
     }
 }
 
