@@ -10,6 +10,7 @@ use crate::config;
 use crate::effects;
 use crate::error::EmqError;
 use crate::grammar::{BrandedId, KeyBuf, KeyType, Queue};
+use crate::metrics;
 use crate::store::{self, Holds, Key, OwnedString, Str, Words};
 
 /// Row states.
@@ -321,14 +322,25 @@ fn move_to_pending(
     row: Option<&OwnedString>,
 ) -> Result<bool, EmqError> {
     zrem(ctx, from, member.as_str())?;
-    let Some(name) = row else { return Ok(false) };
-    let row = Key::open(ctx, name)?;
+    let row = match row {
+        Some(name) => Key::open(ctx, name)?,
+        None => {
+            count_dropped();
+            return Ok(false);
+        }
+    };
     if row.holds() != Holds::Hash {
+        count_dropped();
         return Ok(false);
     }
     set_state(ctx, &row, State::Pending, None)?;
     zadd(ctx, &sets.pending, 0, member.as_str())?;
     Ok(true)
+}
+
+/// Counts a set member dropped because its row was gone.
+fn count_dropped() {
+    metrics::count(&metrics::DROPPED, 1);
 }
 
 /// Moves a job from `from` to `dead` at `now`, with `state dead` and its last error.
@@ -480,9 +492,13 @@ pub fn claim(
     let mut out = Vec::new();
     for Head { member, row, .. } in head {
         zrem(ctx, &sets.pending, member.as_str())?;
-        let Some(name) = row else { continue };
+        let Some(name) = row else {
+            count_dropped();
+            continue;
+        };
         let row = Key::open(ctx, &name)?;
         if row.holds() != Holds::Hash {
+            count_dropped();
             continue;
         }
         let attempts = attempts_of(&row) + 1;

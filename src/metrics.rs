@@ -17,9 +17,11 @@ pub static CANCELLED: AtomicU64 = AtomicU64::new(0);
 pub static REQUEUED: AtomicU64 = AtomicU64::new(0);
 /// Jobs the timer moved to pending (due or lease expired).
 pub static PROMOTED: AtomicU64 = AtomicU64::new(0);
+/// Set members whose row was gone (deleted by hand, evicted), dropped by a claim or a move.
+pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// The job counters of `INFO emq`, by field name.
-pub static JOB_COUNTERS: [(&str, &AtomicU64); 11] = [
+pub static JOB_COUNTERS: [(&str, &AtomicU64); 12] = [
     ("enqueued", &ENQUEUED),
     ("duplicates", &DUPLICATES),
     ("scheduled", &SCHEDULED),
@@ -31,6 +33,7 @@ pub static JOB_COUNTERS: [(&str, &AtomicU64); 11] = [
     ("cancelled", &CANCELLED),
     ("requeued", &REQUEUED),
     ("promoted", &PROMOTED),
+    ("dropped", &DROPPED),
 ];
 
 /// Refusals by reason, in the order of [`REFUSAL_REASONS`].

@@ -919,8 +919,9 @@ fn lifecycle_writes_fire_the_keyspace_events_native_commands_would() {
 /// a blocking claim does not go to sleep while such jobs wait.
 #[test]
 fn a_claim_passes_over_pending_members_whose_row_is_gone() {
-    let server = Server::shared();
+    let server = Server::start(Options::default());
     let mut con = server.conn();
+    let dropped = |con: &mut Connection| info_int(con, "emq", "emq_dropped");
     let q = unique_queue("orphans");
     for n in 1..=3 {
         enqueue(&mut con, &q, &job_id(n), &format!("job {n}"));
@@ -933,6 +934,7 @@ fn a_claim_passes_over_pending_members_whose_row_is_gone() {
     let jobs = claim(&mut con, &q, &[]).expect("a reply");
     assert_eq!(jobs, vec![(job_id(3), b"job 3".to_vec(), 1)]);
     assert_eq!(set_len(&mut con, &q, "pending"), 0, "both orphans dropped");
+    assert_eq!(dropped(&mut con), 2);
 
     // More orphans than one claim passes over: a blocking claim still gets the job behind
     // them, at once.
@@ -958,4 +960,25 @@ fn a_claim_passes_over_pending_members_whose_row_is_gone() {
         start.elapsed()
     );
     assert_eq!(set_len(&mut con, &q, "pending"), 0);
+    assert_eq!(dropped(&mut con), 2 + (total as i64 - 1));
+
+    // A scheduled job whose row is gone is dropped when it comes due, not moved to pending.
+    let q = unique_queue("orphans");
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg("x")
+        .arg("DELAY")
+        .arg(50)
+        .query(&mut con)
+        .expect("enqueue");
+    let _: i64 = cmd("DEL")
+        .arg(row_key(&q, &job_id(1)))
+        .query(&mut con)
+        .expect("del");
+    assert!(wait_until(Duration::from_secs(5), || {
+        set_len(&mut con, &q, "schedule") == 0
+    }));
+    assert_eq!(set_len(&mut con, &q, "pending"), 0);
+    assert_eq!(dropped(&mut con), 2 + total as i64);
 }
