@@ -355,3 +355,35 @@ fn a_replica_runs_echomq_commands_from_its_primarys_link_with_every_right() {
     );
     assert!(replica.is_alive());
 }
+
+#[test]
+fn ids_dropped_for_a_missing_row_are_dropped_on_the_replica_too() {
+    let (primary, replica) = start_pair();
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    let q = unique_queue("dropped");
+    for i in 1..=5u64 {
+        let _: i64 = cmd("EMQ.ENQUEUE")
+            .arg(&q)
+            .arg(job_id(i))
+            .arg("x")
+            .query(&mut p)
+            .expect("enqueue");
+    }
+    let _: i64 = cmd("DEL")
+        .arg(row_key(&q, &job_id(1)))
+        .arg(row_key(&q, &job_id(2)))
+        .query(&mut p)
+        .expect("del");
+    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
+        .arg(&q)
+        .arg("COUNT")
+        .arg(2)
+        .query(&mut p)
+        .expect("claim");
+    let ids: Vec<&str> = claimed.iter().map(|(id, _, _)| id.as_str()).collect();
+    assert_eq!(ids, vec![job_id(3), job_id(4)]);
+    wait_caught_up(&mut p, &mut r);
+    assert_eq!(set_len(&mut r, &q, "pending"), 1, "only job 5 is left");
+    assert_eq!(digest(&mut p), digest(&mut r));
+}
