@@ -56,16 +56,13 @@ pub unsafe extern "C" fn on_config_change(
         // SAFETY: for this event and subevent the server passes its config-change record,
         // whose `num_changes` names are live NUL-terminated strings during the call.
         let change = unsafe { &*(data as *const raw::RedisModuleConfigChange) };
-        let names = (0..change.num_changes as usize).filter_map(|i| {
+        let mut names = (0..change.num_changes as usize).filter_map(|i| {
             // SAFETY: `i` is within `num_changes`.
             let name = unsafe { *change.config_names.add(i) };
             // SAFETY: a live NUL-terminated string, as above.
             (!name.is_null()).then(|| unsafe { CStr::from_ptr(name) })
         });
-        if names
-            .into_iter()
-            .any(|n| n.to_bytes().eq_ignore_ascii_case(b"maxmemory-policy"))
-        {
+        if names.any(|n| n.to_bytes().eq_ignore_ascii_case(b"maxmemory-policy")) {
             check(&Context::new(ctx));
         }
     });

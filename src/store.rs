@@ -598,56 +598,61 @@ pub struct ReplicationView {
 /// Reads `role`, `connected_slaves` and `repl_backlog_active` from `INFO replication`;
 /// `None` if any of them is missing.
 pub fn replication_view(ctx: &Context) -> Option<ReplicationView> {
-    let (get, free, field_c, field_i) = unsafe {
-        (
-            raw::RedisModule_GetServerInfo?,
-            raw::RedisModule_FreeServerInfo?,
-            raw::RedisModule_ServerInfoGetFieldC?,
-            raw::RedisModule_ServerInfoGetFieldSigned?,
-        )
-    };
-    // SAFETY: live context; the data is freed below, and the role text is read before that.
-    unsafe {
-        let data = get(ctx.ctx, c"replication".as_ptr());
-        if data.is_null() {
-            return None;
-        }
-        let role = field_c(data, c"role".as_ptr());
-        let primary = (!role.is_null()).then(|| CStr::from_ptr(role).to_bytes() == b"master");
+    let field_i = unsafe { raw::RedisModule_ServerInfoGetFieldSigned? };
+    with_server_info(ctx, c"replication", |data| {
+        let primary = info_text(data, c"role")? == b"master";
         let (mut e1, mut e2) = (0, 0);
-        let replicas = field_i(data, c"connected_slaves".as_ptr(), &mut e1);
-        let backlog = field_i(data, c"repl_backlog_active".as_ptr(), &mut e2);
-        free(ctx.ctx, data);
+        // SAFETY: `data` is live for this closure.
+        let (replicas, backlog) = unsafe {
+            (
+                field_i(data, c"connected_slaves".as_ptr(), &mut e1),
+                field_i(data, c"repl_backlog_active".as_ptr(), &mut e2),
+            )
+        };
         let ok = raw::REDISMODULE_OK as c_int;
-        (e1 == ok && e2 == ok).then_some(())?;
-        Some(ReplicationView {
-            primary: primary?,
+        (e1 == ok && e2 == ok).then_some(ReplicationView {
+            primary,
             replicas,
             backlog: backlog != 0,
         })
-    }
+    })
 }
 
 /// One text field of an `INFO` section (`maxmemory_policy` of `memory`, say).
 pub fn info_field(ctx: &Context, section: &CStr, field: &CStr) -> Option<Vec<u8>> {
-    let (get, free, field_c) = unsafe {
+    with_server_info(ctx, section, |data| info_text(data, field))
+}
+
+/// Runs `read` on one `INFO` section, freed afterwards.
+fn with_server_info<T>(
+    ctx: &Context,
+    section: &CStr,
+    read: impl FnOnce(*mut raw::RedisModuleServerInfoData) -> Option<T>,
+) -> Option<T> {
+    let (get, free) = unsafe {
         (
             raw::RedisModule_GetServerInfo?,
             raw::RedisModule_FreeServerInfo?,
-            raw::RedisModule_ServerInfoGetFieldC?,
         )
     };
-    // SAFETY: live context; the field is copied before the data is freed.
-    unsafe {
-        let data = get(ctx.ctx, section.as_ptr());
-        if data.is_null() {
-            return None;
-        }
-        let value = field_c(data, field.as_ptr());
-        let value = (!value.is_null()).then(|| CStr::from_ptr(value).to_bytes().to_vec());
-        free(ctx.ctx, data);
-        value
+    // SAFETY: live context; the data is freed once, after `read`.
+    let data = unsafe { get(ctx.ctx, section.as_ptr()) };
+    if data.is_null() {
+        return None;
     }
+    let value = read(data);
+    // SAFETY: as above.
+    unsafe { free(ctx.ctx, data) };
+    value
+}
+
+/// A text field of live `INFO` data, copied.
+fn info_text(data: *mut raw::RedisModuleServerInfoData, field: &CStr) -> Option<Vec<u8>> {
+    let field_c = unsafe { raw::RedisModule_ServerInfoGetFieldC? };
+    // SAFETY: live data; the text is copied before the data can be freed.
+    let value = unsafe { field_c(data, field.as_ptr()) };
+    // SAFETY: a NUL-terminated string owned by `data`.
+    (!value.is_null()).then(|| unsafe { CStr::from_ptr(value) }.to_bytes().to_vec())
 }
 
 /// Wakes clients blocked on `key` (a ZADD to an existing zset does not do it by itself).

@@ -107,11 +107,14 @@ fn claim_now(ctx: &Context, req: &Request<'_>) -> Result<Outcome, EmqError> {
 /// Wakes the claimers blocked on the queue (one that just blocked among them), so that they
 /// go on past the rowless members a claim dropped.
 fn go_on(ctx: &Context, req: &Request<'_>) {
-    if let Ok(pending) =
-        OwnedString::cached(ctx, KeyBuf::queue(req.queue, KeyType::Pending).as_bytes())
-    {
+    if let Ok(pending) = pending_name(ctx, req) {
         store::signal_ready(ctx, pending.as_str());
     }
+}
+
+/// The queue's pending set, which blocked claimers wait on.
+fn pending_name(ctx: &Context, req: &Request<'_>) -> Result<OwnedString, EmqError> {
+    OwnedString::cached(ctx, KeyBuf::queue(req.queue, KeyType::Pending).as_bytes())
 }
 
 fn reply(claimed: Vec<Claimed>) -> Reply {
@@ -148,7 +151,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         // Inside MULTI or a script nothing can arrive while we wait: answer as a timeout.
         return Ok(Reply::Null);
     }
-    let pending = OwnedString::cached(ctx, KeyBuf::queue(req.queue, KeyType::Pending).as_bytes())?;
+    let pending = pending_name(ctx, &req)?;
     store::block_on_key(
         ctx,
         pending.as_str(),
@@ -157,7 +160,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         server::reply_timeout,
     )?;
     if more_behind {
-        store::signal_ready(ctx, pending.as_str());
+        go_on(ctx, &req);
     }
     Ok(Reply::Blocked)
 }
