@@ -14,15 +14,6 @@ use support::*;
 /// One claimed job: (id, payload, attempts).
 type Job = (String, Vec<u8>, i64);
 
-fn enqueue(con: &mut Connection, q: &str, id: &str, payload: &str) -> i64 {
-    cmd("EMQ.ENQUEUE")
-        .arg(q)
-        .arg(id)
-        .arg(payload)
-        .query(con)
-        .expect("enqueue")
-}
-
 fn claim(con: &mut Connection, q: &str, opts: &[&str]) -> Option<Vec<Job>> {
     let mut c = cmd("EMQ.CLAIM");
     c.arg(q);
@@ -964,14 +955,7 @@ fn a_claim_passes_over_pending_members_whose_row_is_gone() {
 
     // A scheduled job whose row is gone is dropped when it comes due, not moved to pending.
     let q = unique_queue("orphans");
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(1))
-        .arg("x")
-        .arg("DELAY")
-        .arg(50)
-        .query(&mut con)
-        .expect("enqueue");
+    enqueue_delayed(&mut con, &q, &job_id(1), "x", 50);
     let _: i64 = cmd("DEL")
         .arg(row_key(&q, &job_id(1)))
         .query(&mut con)

@@ -63,20 +63,10 @@ fn refusals_and_duplicates_propagate_nothing() {
     let mut p = primary.conn();
     let mut r = replica.conn();
     let q = unique_queue("quiet");
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(1))
-        .arg("x")
-        .query(&mut p)
-        .expect("enqueue");
+    enqueue(&mut p, &q, &job_id(1), "x");
     wait_caught_up(&mut p, &mut r);
     let before = info_int(&mut p, "replication", "master_repl_offset");
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(1))
-        .arg("again")
-        .query(&mut p)
-        .expect("duplicate");
+    enqueue(&mut p, &q, &job_id(1), "again");
     let _ = expect_err(
         &mut p,
         cmd("EMQ.ENQUEUE").arg(&q).arg("ORD0NgWEfAEJfs").arg("x"),
@@ -108,12 +98,7 @@ fn the_stream_carries_hset_and_zadd_in_one_transaction() {
             .arg("appendfsync", "always"),
     );
     let mut a = aof_server.conn();
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(&id)
-        .arg("body")
-        .query(&mut a)
-        .expect("enqueue");
+    enqueue(&mut a, &q, &id, "body");
     let words = aof_words(&aof_server);
     let mut words: Vec<&str> = words.iter().map(String::as_str).collect();
     let start = words
@@ -157,12 +142,7 @@ fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
     let mut r = replica.conn();
     let q = unique_queue("life");
     for i in 1..=40u64 {
-        let _: i64 = cmd("EMQ.ENQUEUE")
-            .arg(&q)
-            .arg(job_id(i))
-            .arg("x")
-            .query(&mut p)
-            .expect("enqueue");
+        enqueue(&mut p, &q, &job_id(i), "x");
     }
     for i in 41..=50u64 {
         enqueue_delayed(&mut p, &q, &job_id(i), "later", 150);
@@ -236,12 +216,7 @@ fn delayed_jobs_and_leases_replicate_as_absolute_times() {
     let mut con = server.conn();
     let q = unique_queue("abs");
     enqueue_delayed(&mut con, &q, &job_id(1), "later", 60_000);
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(2))
-        .arg("now")
-        .query(&mut con)
-        .expect("enqueue");
+    enqueue(&mut con, &q, &job_id(2), "now");
     let _: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
         .arg(&q)
         .arg("LEASE")
@@ -363,12 +338,7 @@ fn ids_dropped_for_a_missing_row_are_dropped_on_the_replica_too() {
     let mut r = replica.conn();
     let q = unique_queue("dropped");
     for i in 1..=5u64 {
-        let _: i64 = cmd("EMQ.ENQUEUE")
-            .arg(&q)
-            .arg(job_id(i))
-            .arg("x")
-            .query(&mut p)
-            .expect("enqueue");
+        enqueue(&mut p, &q, &job_id(i), "x");
     }
     let _: i64 = cmd("DEL")
         .arg(row_key(&q, &job_id(1)))

@@ -56,6 +56,16 @@ pub fn primary_and_replica(replica: Options) -> (Server, Server) {
     (primary, replica)
 }
 
+/// `EMQ.ENQUEUE <q> <id> <payload>`: `1` enqueued, `0` a duplicate.
+pub fn enqueue(con: &mut impl redis::ConnectionLike, q: &str, id: &str, payload: &str) -> i64 {
+    redis::cmd("EMQ.ENQUEUE")
+        .arg(q)
+        .arg(id)
+        .arg(payload)
+        .query(con)
+        .expect("enqueue")
+}
+
 /// `EMQ.ENQUEUE <q> <id> <payload> DELAY <ms>`: a job due `delay_ms` from now.
 pub fn enqueue_delayed(
     con: &mut impl redis::ConnectionLike,
