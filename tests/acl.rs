@@ -9,25 +9,6 @@ use support::*;
 /// The rules of a worker that may use EchoMQ on the queue `orders` only.
 const ORDERS_WORKER: [&str; 4] = ["resetkeys", "~emq:{orders}:*", "-@all", "+@emq"];
 
-/// Creates `user` (password `pw`) with the ACL `rules` and logs a new connection in as it.
-fn user_with(server: &Server, user: &str, rules: &[&str]) -> Connection {
-    let _: () = cmd("ACL")
-        .arg("SETUSER")
-        .arg(user)
-        .arg("on")
-        .arg(">pw")
-        .arg(rules)
-        .query(&mut server.conn())
-        .expect("ACL SETUSER");
-    let mut con = server.conn();
-    let _: () = cmd("AUTH")
-        .arg(user)
-        .arg("pw")
-        .query(&mut con)
-        .expect("AUTH");
-    con
-}
-
 #[test]
 fn a_queue_scoped_user_enqueues_only_to_its_queue() {
     let server = Server::start(Options::default());

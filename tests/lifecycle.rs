@@ -647,17 +647,7 @@ fn cancel_removes_pending_and_scheduled_jobs_only() {
 fn lifecycle_commands_check_acl_on_derived_keys() {
     let server = Server::start(Options::default());
     let mut admin = server.conn();
-    let _: () = cmd("ACL")
-        .arg("SETUSER")
-        .arg("w")
-        .arg("on")
-        .arg(">pw")
-        .arg("~emq:{orders}:*")
-        .arg("+@all")
-        .query(&mut admin)
-        .expect("acl");
-    let mut w = server.conn();
-    let _: () = cmd("AUTH").arg("w").arg("pw").query(&mut w).expect("auth");
+    let mut w = user_with(&server, "w", &["~emq:{orders}:*", "+@all"]);
     enqueue(&mut w, "orders", &job_id(1), "x");
     assert_eq!(claim(&mut w, "orders", &[]).map(|j| j.len()), Some(1));
     enqueue(&mut admin, "payments", &job_id(1), "x");

@@ -107,18 +107,8 @@ fn one_refusal_refuses_the_whole_batch() {
 fn acl_refusal_of_any_row_refuses_the_batch() {
     let server = Server::start(Options::default());
     let mut admin = server.conn();
-    let _: () = cmd("ACL")
-        .arg("SETUSER")
-        .arg("w")
-        .arg("on")
-        .arg(">pw")
-        .arg("~emq:{orders}:pending")
-        .arg(format!("~emq:{{orders}}:job:{}", job_id(1)))
-        .arg("+@all")
-        .query(&mut admin)
-        .expect("acl");
-    let mut w = server.conn();
-    let _: () = cmd("AUTH").arg("w").arg("pw").query(&mut w).expect("auth");
+    let row_1 = format!("~emq:{{orders}}:job:{}", job_id(1));
+    let mut w = user_with(&server, "w", &["~emq:{orders}:pending", &row_1, "+@all"]);
     let err = expect_err(
         &mut w,
         &menqueue(

@@ -56,6 +56,25 @@ pub fn primary_and_replica(replica: Options) -> (Server, Server) {
     (primary, replica)
 }
 
+/// Creates `user` (password `pw`) with the ACL `rules` and logs a new connection in as it.
+pub fn user_with(server: &Server, user: &str, rules: &[&str]) -> Connection {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(user)
+        .arg("on")
+        .arg(">pw")
+        .arg(rules)
+        .query(&mut server.conn())
+        .expect("ACL SETUSER");
+    let mut con = server.conn();
+    let _: () = redis::cmd("AUTH")
+        .arg(user)
+        .arg("pw")
+        .query(&mut con)
+        .expect("AUTH");
+    con
+}
+
 /// `EMQ.ENQUEUE <q> <id> <payload>`: `1` enqueued, `0` a duplicate.
 pub fn enqueue(con: &mut impl redis::ConnectionLike, q: &str, id: &str, payload: &str) -> i64 {
     redis::cmd("EMQ.ENQUEUE")
