@@ -257,7 +257,7 @@ fn resharding_a_busy_queue_loses_and_duplicates_nothing() {
         }
         if let Err(e) = m.query::<Value>(&mut src) {
             // A collision means a write reached the importing node before the keys did.
-            let log = std::fs::read_to_string(&cluster.node(to.port).log).unwrap_or_default();
+            let log = cluster.node(to.port).log();
             let slot_lines: Vec<&str> = log.lines().filter(|l| l.contains("slot")).collect();
             panic!(
                 "MIGRATE of {keys:?} collided: {e}\n{}",
