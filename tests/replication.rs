@@ -357,3 +357,148 @@ fn ids_dropped_for_a_missing_row_are_dropped_on_the_replica_too() {
     assert_eq!(set_len(&mut r, &q, "pending"), 1, "only job 5 is left");
     assert_eq!(digest(&mut p), digest(&mut r));
 }
+
+/// The replication role a server reports (`master` or `slave`).
+fn role(con: &mut Connection) -> String {
+    info_field(con, "replication", "role").unwrap_or_default()
+}
+
+#[test]
+fn the_timer_writes_nothing_while_client_writes_are_paused() {
+    // `CLIENT PAUSE ... WRITE`, and the pause a failover takes while its replica catches up to
+    // a fixed offset, hold back the server's own expiry and eviction. EchoMQ's timer holds
+    // back its promotions and reclaimed leases the same way.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let q = unique_queue("paused");
+    enqueue(&mut con, &q, &job_id(1), "leased");
+    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
+        .arg(&q)
+        .arg("LEASE")
+        .arg(100)
+        .query(&mut con)
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+    enqueue_delayed(&mut con, &q, &job_id(2), "later", 100);
+    let _: () = cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(10_000)
+        .arg("WRITE")
+        .query(&mut con)
+        .expect("CLIENT PAUSE");
+    std::thread::sleep(Duration::from_millis(600));
+    let mut reader = server.conn();
+    assert_eq!(
+        set_len(&mut reader, &q, "active"),
+        1,
+        "an expired lease stays while writes are paused"
+    );
+    assert_eq!(
+        set_len(&mut reader, &q, "schedule"),
+        1,
+        "a due job stays while writes are paused"
+    );
+    assert_eq!(info_int(&mut reader, "emq", "emq_promoted"), 0);
+    let _: () = cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut con)
+        .expect("CLIENT UNPAUSE");
+    let resumed = wait_until(Duration::from_secs(5), || {
+        set_len(&mut reader, &q, "pending") == 2
+    });
+    assert!(resumed, "both jobs back in pending once writes resume");
+    assert_eq!(info_int(&mut reader, "emq", "emq_promoted"), 2);
+}
+
+#[test]
+fn a_coordinated_failover_hands_the_timer_over_and_loses_no_job() {
+    // Both nodes load the module. `FAILOVER` pauses the primary's writes, lets the replica
+    // catch up, and swaps the roles while delayed jobs come due and leases run out: the new
+    // primary's timer finishes the work, every job ends up pending exactly once, and the old
+    // primary follows the new one to the same data.
+    let (primary, replica) = primary_and_replica(Options::default());
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    let q = unique_queue("failover");
+    for i in 1..=20u64 {
+        enqueue(&mut p, &q, &job_id(i), "ready");
+    }
+    for i in 21..=40u64 {
+        enqueue_delayed(&mut p, &q, &job_id(i), "later", 100 + 25 * (i - 21));
+    }
+    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
+        .arg(&q)
+        .arg("COUNT")
+        .arg(10)
+        .arg("LEASE")
+        .arg(300)
+        .query(&mut p)
+        .expect("claim");
+    assert_eq!(claimed.len(), 10);
+    let online = wait_until(Duration::from_secs(20), || {
+        info_field(&mut p, "replication", "slave0").is_some_and(|r| r.contains("state=online"))
+    });
+    assert!(online, "the primary sees its replica online");
+    // A worker blocked on an empty queue of the primary that steps down.
+    let mut waiter = primary.conn();
+    let idle = unique_queue("idle");
+    let blocked = std::thread::spawn(move || {
+        cmd("EMQ.CLAIM")
+            .arg(&idle)
+            .arg("BLOCK")
+            .arg(0)
+            .query::<redis::Value>(&mut waiter)
+            .map_err(|e| error_text(&e))
+    });
+    let waiting = wait_until(Duration::from_secs(5), || {
+        info_int(&mut p, "clients", "blocked_clients") == 1
+    });
+    assert!(waiting, "the worker is blocked");
+    let _: () = cmd("FAILOVER")
+        .arg("TO")
+        .arg("127.0.0.1")
+        .arg(replica.port)
+        .arg("TIMEOUT")
+        .arg(10_000)
+        .query(&mut p)
+        .expect("FAILOVER");
+    let swapped = wait_until(Duration::from_secs(20), || {
+        role(&mut r) == "master" && role(&mut p) == "slave"
+    });
+    assert!(swapped, "roles swapped: {}", primary.log_tail());
+    wait_link_up(&mut p);
+    // The server ends the wait with an error, so the worker claims again on the new primary
+    // and its claim never runs on a replica.
+    let reply = blocked.join().expect("waiter");
+    assert!(
+        reply.as_ref().is_err_and(|e| e.starts_with("UNBLOCKED")),
+        "{reply:?}"
+    );
+    let settled = wait_until(Duration::from_secs(10), || {
+        set_len(&mut r, &q, "pending") == 40
+    });
+    assert!(
+        settled,
+        "the new primary promoted what came due and reclaimed the leases"
+    );
+    assert_eq!(set_len(&mut r, &q, "schedule"), 0);
+    assert_eq!(set_len(&mut r, &q, "active"), 0);
+    let pending: Vec<String> = cmd("ZRANGE")
+        .arg(set_key(&q, "pending"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut r)
+        .expect("ZRANGE");
+    let expected: Vec<String> = (1..=40u64).map(job_id).collect();
+    assert_eq!(pending, expected, "every job once, in id order");
+    for id in &expected {
+        let state: Option<String> = cmd("HGET")
+            .arg(row_key(&q, id))
+            .arg("state")
+            .query(&mut r)
+            .expect("HGET");
+        assert_eq!(state.as_deref(), Some("pending"), "{id}");
+    }
+    wait_caught_up(&mut r, &mut p);
+    assert_eq!(digest(&mut r), digest(&mut p), "the old primary follows");
+}
