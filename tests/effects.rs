@@ -199,18 +199,8 @@ fn aof_turned_on_at_runtime_receives_every_write() {
     wait_gate_closed(&mut con);
     let q = unique_queue("aof");
     write_jobs(&mut con, &q, 1, 20);
-    let _: String = cmd("CONFIG")
-        .arg("SET")
-        .arg("appendfsync")
-        .arg("always")
-        .query(&mut con)
-        .expect("appendfsync");
-    let _: String = cmd("CONFIG")
-        .arg("SET")
-        .arg("appendonly")
-        .arg("yes")
-        .query(&mut con)
-        .expect("appendonly");
+    config_set(&mut con, "appendfsync", "always");
+    config_set(&mut con, "appendonly", "yes");
     write_jobs(&mut con, &q, 100, 20);
     assert!(
         wait_until(Duration::from_secs(30), || {
@@ -264,12 +254,7 @@ fn commands_clients_poll_leave_the_gate_closed() {
         .arg("maxmemory")
         .query(&mut con)
         .expect("config get");
-    let _: String = cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-samples")
-        .arg("5")
-        .query(&mut con)
-        .expect("config set");
+    config_set(&mut con, "maxmemory-samples", "5");
     let _: redis::RedisResult<redis::Value> = cmd("CLUSTER").arg("INFO").query(&mut con);
     let _: redis::Value = cmd("ROLE").query(&mut con).expect("role");
     assert_eq!(effects_replicated(&mut con), 0);

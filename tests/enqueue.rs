@@ -221,12 +221,7 @@ fn payload_limit_follows_the_config() {
         1
     );
 
-    let _: () = cmd("CONFIG")
-        .arg("SET")
-        .arg("emq.max-payload-bytes")
-        .arg("32")
-        .query(&mut con)
-        .expect("config set");
+    config_set(&mut con, "emq.max-payload-bytes", "32");
     assert_eq!(
         enqueue(&q, &job_id(2), &[b'x'; 32])
             .query::<i64>(&mut con)

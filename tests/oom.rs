@@ -12,31 +12,16 @@ use support::*;
 fn maxmemory_refuses_the_write_and_writes_nothing() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
-    let _: () = cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg("1")
-        .query(&mut con)
-        .expect("maxmemory");
+    config_set(&mut con, "maxmemory", "1");
     let err = expect_err(
         &mut con,
         cmd("EMQ.ENQUEUE").arg("orders").arg(job_id(1)).arg("x"),
     );
     assert!(err.starts_with("OOM"), "{err}");
-    let _: () = cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg("0")
-        .query(&mut con)
-        .expect("reset");
+    config_set(&mut con, "maxmemory", "0");
     let n: i64 = cmd("DBSIZE").query(&mut con).expect("dbsize");
     assert_eq!(n, 0, "nothing written under OOM");
-    let _: () = cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg("1")
-        .query(&mut con)
-        .expect("maxmemory");
+    config_set(&mut con, "maxmemory", "1");
     let slot: i64 = cmd("EMQ.SLOT")
         .arg("orders")
         .query(&mut con)
@@ -68,12 +53,7 @@ fn every_lifecycle_write_is_refused_under_maxmemory() {
         .arg("DIGEST")
         .query(&mut con)
         .expect("DEBUG DIGEST");
-    let _: () = cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg("1")
-        .query(&mut con)
-        .expect("maxmemory");
+    config_set(&mut con, "maxmemory", "1");
     for c in [
         cmd("EMQ.MENQUEUE")
             .arg("orders")
@@ -100,12 +80,7 @@ fn every_lifecycle_write_is_refused_under_maxmemory() {
         .query(&mut con)
         .expect("reads go on");
     assert!(stats.contains(&("active".to_string(), 1)), "{stats:?}");
-    let _: () = cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg("0")
-        .query(&mut con)
-        .expect("reset");
+    config_set(&mut con, "maxmemory", "0");
     let after: String = cmd("DEBUG")
         .arg("DIGEST")
         .query(&mut con)
@@ -137,16 +112,8 @@ fn an_eviction_policy_that_may_evict_queues_is_warned_about() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     assert_eq!(eviction_warnings(&server), 0, "noeviction is safe");
-    let set = |con: &mut Connection, policy: &str| {
-        let _: () = cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory-policy")
-            .arg(policy)
-            .query(con)
-            .expect("config set");
-    };
-    set(&mut con, "volatile-lru");
-    set(&mut con, "allkeys-lfu");
+    config_set(&mut con, "maxmemory-policy", "volatile-lru");
+    config_set(&mut con, "maxmemory-policy", "allkeys-lfu");
     assert!(
         wait_until(Duration::from_secs(5), || eviction_warnings(&server) == 1),
         "{}",
@@ -154,6 +121,6 @@ fn an_eviction_policy_that_may_evict_queues_is_warned_about() {
     );
     assert!(server.log().contains("maxmemory-policy is allkeys-lfu"));
     // The config-change event runs inside CONFIG SET, so its warning would be logged by now.
-    set(&mut con, "noeviction");
+    config_set(&mut con, "maxmemory-policy", "noeviction");
     assert_eq!(eviction_warnings(&server), 1, "no warning for noeviction");
 }
