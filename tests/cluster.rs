@@ -1,5 +1,6 @@
 //! EchoMQ on a real Valkey Cluster (3 primaries, 3 replicas, every node with the module):
-//! routing, resharding under load, failover under load, and the lifecycle's timers per node.
+//! routing, resharding under load, failover under load, a manual failover, and the lifecycle's
+//! timers per node.
 
 mod support;
 
@@ -436,4 +437,71 @@ fn the_lifecycle_runs_on_every_primary() {
         let promoted = info_field(&mut con, "emq", "emq_promoted").expect("info");
         assert_eq!(promoted, "0");
     }
+}
+
+#[test]
+fn a_manual_failover_hands_a_queue_and_its_timer_to_the_replica() {
+    // `CLUSTER FAILOVER` pauses the owner's writes while its replica catches up, then swaps
+    // the roles, while the queue's delayed jobs come due and its leases run out. The old
+    // owner stays up (nothing may be propagated in that pause), and the new owner's timer
+    // finishes the work: every job ends up pending exactly once.
+    let cluster = Cluster::start(3, 1);
+    let queue = "handover";
+    let slot = slot_of(queue);
+    let old = cluster.owner(slot).port;
+    let new = cluster
+        .nodes
+        .iter()
+        .map(|n| n.port)
+        .find(|&port| {
+            info_field(&mut cluster.node(port).conn(), "replication", "master_port")
+                == Some(old.to_string())
+        })
+        .expect("a replica of the owner");
+    let mut p = cluster.node(old).conn();
+    let mut r = cluster.node(new).conn();
+    for i in 1..=20u64 {
+        enqueue(&mut p, queue, &job_id(i), "ready");
+    }
+    // Due one every 5 ms for a second, so the timer has work on every tick of the failover.
+    for i in 21..=220u64 {
+        enqueue_delayed(&mut p, queue, &job_id(i), "later", 5 * (i - 20));
+    }
+    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
+        .arg(queue)
+        .arg("COUNT")
+        .arg(10)
+        .arg("LEASE")
+        .arg(300)
+        .query(&mut p)
+        .expect("claim");
+    assert_eq!(claimed.len(), 10);
+    let _: () = cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut r)
+        .expect("CLUSTER FAILOVER");
+    let handed_over = wait_until(Duration::from_secs(30), || cluster.owner(slot).port == new);
+    assert!(handed_over, "the replica owns the slot");
+    assert!(
+        cluster.node(old).is_alive(),
+        "the old owner is up: {}",
+        cluster.node(old).log_tail()
+    );
+    let settled = wait_until(Duration::from_secs(10), || {
+        set_len(&mut r, queue, "pending") == 220
+    });
+    assert!(
+        settled,
+        "the new owner promoted what came due and reclaimed the leases"
+    );
+    assert_eq!(set_len(&mut r, queue, "schedule"), 0);
+    assert_eq!(set_len(&mut r, queue, "active"), 0);
+    let pending: Vec<String> = cmd("ZRANGE")
+        .arg(set_key(queue, "pending"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut r)
+        .expect("ZRANGE");
+    let expected: Vec<String> = (1..=220u64).map(job_id).collect();
+    assert_eq!(pending, expected, "every job once, in id order");
 }

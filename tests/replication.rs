@@ -423,8 +423,9 @@ fn a_coordinated_failover_hands_the_timer_over_and_loses_no_job() {
     for i in 1..=20u64 {
         enqueue(&mut p, &q, &job_id(i), "ready");
     }
-    for i in 21..=40u64 {
-        enqueue_delayed(&mut p, &q, &job_id(i), "later", 100 + 25 * (i - 21));
+    // Due one every 5 ms for a second, so the timer has work on every tick of the failover.
+    for i in 21..=220u64 {
+        enqueue_delayed(&mut p, &q, &job_id(i), "later", 5 * (i - 20));
     }
     let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
         .arg(&q)
@@ -463,8 +464,10 @@ fn a_coordinated_failover_hands_the_timer_over_and_loses_no_job() {
         .query(&mut p)
         .expect("FAILOVER");
     let swapped = wait_until(Duration::from_secs(20), || {
-        role(&mut r) == "master" && role(&mut p) == "slave"
+        !primary.is_alive() || role(&mut r) == "master" && role(&mut p) == "slave"
     });
+    // Anything propagated during the failover's pause stops the server.
+    assert!(primary.is_alive(), "{}", primary.log_tail());
     assert!(swapped, "roles swapped: {}", primary.log_tail());
     wait_link_up(&mut p);
     // The server ends the wait with an error, so the worker claims again on the new primary
@@ -475,7 +478,7 @@ fn a_coordinated_failover_hands_the_timer_over_and_loses_no_job() {
         "{reply:?}"
     );
     let settled = wait_until(Duration::from_secs(10), || {
-        set_len(&mut r, &q, "pending") == 40
+        set_len(&mut r, &q, "pending") == 220
     });
     assert!(
         settled,
@@ -489,7 +492,7 @@ fn a_coordinated_failover_hands_the_timer_over_and_loses_no_job() {
         .arg(-1)
         .query(&mut r)
         .expect("ZRANGE");
-    let expected: Vec<String> = (1..=40u64).map(job_id).collect();
+    let expected: Vec<String> = (1..=220u64).map(job_id).collect();
     assert_eq!(pending, expected, "every job once, in id order");
     for id in &expected {
         let state: Option<String> = cmd("HGET")
