@@ -13,7 +13,7 @@
 //! - A write to a `pending` set signals the key ready, which wakes blocked `EMQ.CLAIM`
 //!   callers: a ZADD to an existing zset does not do that by itself.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::catch_unwind;
 use std::ptr::NonNull;
@@ -42,6 +42,9 @@ const RETRY_MIGRATING_MS: i64 = 100;
 /// which a visit would find nothing due (0: visit at the next tick). Any write to the queue's
 /// `schedule` or `active` set resets it to 0, so an earlier due time is never missed.
 static WATCHED: Mutex<BTreeMap<(i32, Vec<u8>), i64>> = Mutex::new(BTreeMap::new());
+/// Pending sets, as (db, key name), whose blocked claimers were woken while client writes were
+/// paused and left waiting; the first tick after the pause wakes them again.
+static DEFERRED: Mutex<BTreeSet<(i32, Vec<u8>)>> = Mutex::new(BTreeSet::new());
 /// Where the last tick stopped, so every watched queue gets its turn.
 static CURSOR: Mutex<Option<(i32, Vec<u8>)>> = Mutex::new(None);
 static TIMER: AtomicU64 = AtomicU64::new(0);
@@ -51,6 +54,10 @@ static MODULE_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::nul
 
 fn watched() -> std::sync::MutexGuard<'static, BTreeMap<(i32, Vec<u8>), i64>> {
     WATCHED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn deferred() -> std::sync::MutexGuard<'static, BTreeSet<(i32, Vec<u8>)>> {
+    DEFERRED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Number of queues the timer watches (for `INFO emq`).
@@ -414,6 +421,7 @@ fn tick(ctx: &Context) {
     }
     let now = server::now_ms() as i64;
     let original = selected_db(ctx.ctx);
+    wake_deferred(ctx);
     for (db, name) in next_batch(now) {
         let visit = if select_db(ctx.ctx, db) {
             promote(ctx, &name, now).unwrap_or(Visit::FORGET)
@@ -439,6 +447,32 @@ fn avoid_replica_traffic() -> bool {
         // SAFETY: a plain flag read.
         Some(f) => (unsafe { f() }) != 0,
         None => false,
+    }
+}
+
+/// Whether client writes are paused (`CLIENT PAUSE ... WRITE`, or a failover waiting for its
+/// replica). Outside a client's own command nothing may be propagated then: the server stops
+/// on its own assertion, where it would postpone a native command.
+pub fn writes_paused() -> bool {
+    avoid_replica_traffic()
+}
+
+/// Leaves the claimers blocked on the pending set `key` (in the context's db) waiting until
+/// client writes resume, when the timer wakes them again.
+pub fn wake_after_pause(ctx: &Context, key: &[u8]) {
+    deferred().insert((selected_db(ctx.ctx), key.to_vec()));
+}
+
+/// Wakes the claimers left waiting while writes were paused; the caller restores the db.
+fn wake_deferred(ctx: &Context) {
+    let keys = std::mem::take(&mut *deferred());
+    for (db, name) in keys {
+        if !select_db(ctx.ctx, db) {
+            continue;
+        }
+        if let Ok(key) = OwnedString::new(ctx, &name) {
+            store::signal_ready(ctx, key.as_str());
+        }
     }
 }
 

@@ -505,3 +505,58 @@ fn a_coordinated_failover_hands_the_timer_over_and_loses_no_job() {
     wait_caught_up(&mut r, &mut p);
     assert_eq!(digest(&mut r), digest(&mut p), "the old primary follows");
 }
+
+#[test]
+fn a_claimer_woken_inside_a_write_pause_waits_for_the_pause_to_end() {
+    // A transaction that enqueues and then pauses client writes wakes a blocked claimer once
+    // the pause has begun. A claim then would be propagated inside the pause (the server stops
+    // on its own assertion, where it would postpone a native blocked command), so the claimer
+    // waits until writes resume, then gets the job.
+    let (primary, replica) = start_pair();
+    let mut p = primary.conn();
+    let q = unique_queue("woken-paused");
+    let mut waiter = primary.conn();
+    let queue = q.clone();
+    let blocked = std::thread::spawn(move || {
+        cmd("EMQ.CLAIM")
+            .arg(&queue)
+            .arg("BLOCK")
+            .arg(10_000)
+            .query::<Vec<(String, Vec<u8>, i64)>>(&mut waiter)
+    });
+    let waiting = wait_until(Duration::from_secs(5), || {
+        info_int(&mut p, "clients", "blocked_clients") == 1
+    });
+    assert!(waiting, "the worker is blocked");
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg("x")
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(10_000)
+        .arg("WRITE")
+        .query(&mut p)
+        .expect("MULTI EMQ.ENQUEUE CLIENT PAUSE EXEC");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(primary.is_alive(), "{}", primary.log_tail());
+    let mut reader = primary.conn();
+    assert_eq!(
+        set_len(&mut reader, &q, "pending"),
+        1,
+        "not claimed in the pause"
+    );
+    assert_eq!(set_len(&mut reader, &q, "active"), 0);
+    let _: () = cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut reader)
+        .expect("CLIENT UNPAUSE");
+    let jobs = blocked.join().expect("waiter").expect("claim");
+    let ids: Vec<&str> = jobs.iter().map(|(id, _, _)| id.as_str()).collect();
+    assert_eq!(ids, vec![job_id(1)], "served once writes resumed");
+    let mut r = replica.conn();
+    wait_caught_up(&mut reader, &mut r);
+    assert_eq!(digest(&mut reader), digest(&mut r));
+}

@@ -15,6 +15,7 @@ use crate::lifecycle::{
     self, check_head_types, check_row_types, pending_head, Claimed, Due, QueueKeys, Sets,
 };
 use crate::metrics;
+use crate::scheduler;
 use crate::server::{self, Args, CommandResult, Reply};
 use crate::store::{self, OwnedString};
 
@@ -171,6 +172,14 @@ fn ready(ctx: &Context, args: &Args) -> Option<CommandResult> {
         Ok(req) => req,
         Err(e) => return Some(Err(e)),
     };
+    if scheduler::writes_paused() {
+        // Woken after a transaction that paused client writes: a claim now would propagate
+        // inside the pause. Wait on, as the server would postpone a native command.
+        if let Ok(pending) = pending_name(ctx, &req) {
+            scheduler::wake_after_pause(ctx, pending.bytes());
+        }
+        return None;
+    }
     match claim_now(ctx, &req) {
         Ok(Outcome {
             claimed,
