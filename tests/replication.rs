@@ -560,3 +560,34 @@ fn a_claimer_woken_inside_a_write_pause_waits_for_the_pause_to_end() {
     wait_caught_up(&mut reader, &mut r);
     assert_eq!(digest(&mut reader), digest(&mut r));
 }
+
+#[test]
+fn a_blocking_claim_from_the_primarys_link_never_stalls_the_replica() {
+    // EchoMQ never sends its commands down a replication link, but a primary can (here a
+    // module-less one whose SADD is renamed). A claim arriving there must not block: the
+    // link would stop applying the stream behind it. It answers as a timeout at once, as it
+    // does inside MULTI.
+    let mut opts = Options::without_module().arg("repl-diskless-sync-delay", "0");
+    opts.args
+        .extend(["--rename-command", "SADD", "EMQ.CLAIM"].map(String::from));
+    let primary = Server::start(opts);
+    let replica = Server::replica_of(&primary, Options::default());
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    wait_link_up(&mut r);
+    let _: i64 = cmd("EMQ.CLAIM")
+        .arg("idle")
+        .arg("BLOCK")
+        .arg(0)
+        .query(&mut p)
+        .expect("the primary's renamed SADD");
+    let _: () = cmd("SET").arg("after").arg("1").query(&mut p).expect("set");
+    let applied = wait_until(Duration::from_secs(10), || {
+        cmd("EXISTS")
+            .arg("after")
+            .query::<i64>(&mut r)
+            .is_ok_and(|n| n == 1)
+    });
+    assert!(applied, "the replica applies what follows the claim");
+    assert_eq!(info_int(&mut r, "clients", "blocked_clients"), 0);
+}

@@ -147,9 +147,11 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     }
     let no_blocking = raw::REDISMODULE_CTX_FLAGS_MULTI
         | raw::REDISMODULE_CTX_FLAGS_LUA
-        | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING;
+        | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
+        | raw::REDISMODULE_CTX_FLAGS_REPLICATED;
     if store::context_flags(ctx) & no_blocking != 0 {
-        // Inside MULTI or a script nothing can arrive while we wait: answer as a timeout.
+        // Inside MULTI or a script nothing can arrive while we wait, and a claim sent down a
+        // replication link would stop the stream behind it: answer as a timeout.
         return Ok(Reply::Null);
     }
     let pending = pending_name(ctx, &req)?;
