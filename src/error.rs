@@ -32,6 +32,9 @@ pub enum EmqError {
     Syntax(Cow<'static, str>),
     /// The queue's slot is being migrated: retry (as the server's multi-key commands do).
     TryAgain,
+    /// Past `maxmemory`, a blocked claim that was woken: the server refuses a new one with the
+    /// same reply before it runs.
+    Oom,
     /// A handler panicked; nothing was written past validation.
     Internal,
 }
@@ -69,6 +72,7 @@ impl EmqError {
             EmqError::TryAgain => {
                 "TRYAGAIN Multiple keys request during rehashing of slot".into()
             }
+            EmqError::Oom => "OOM command not allowed when used memory > 'maxmemory'.".into(),
             EmqError::Internal => "ERR internal error in EchoMQ; see the server log".into(),
         }
     }
@@ -87,6 +91,7 @@ impl EmqError {
             EmqError::WrongType => "wrongtype",
             EmqError::Arity(_) | EmqError::Syntax(_) => "syntax",
             EmqError::TryAgain => "tryagain",
+            EmqError::Oom => "oom",
             EmqError::Internal => "internal",
         }
     }
@@ -117,6 +122,7 @@ mod tests {
             (EmqError::UncheckableUser, "NOPERM "),
             (EmqError::WrongType, "WRONGTYPE "),
             (EmqError::Arity("emq.key"), "ERR "),
+            (EmqError::Oom, "OOM "),
         ] {
             assert!(err.message().starts_with(code), "{err:?}");
             assert!(!err.message().contains(['\r', '\n']));

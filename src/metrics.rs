@@ -37,9 +37,9 @@ pub static JOB_COUNTERS: [(&str, &AtomicU64); 12] = [
 ];
 
 /// Refusals by reason, in the order of [`REFUSAL_REASONS`].
-pub static REFUSALS: [AtomicU64; REFUSAL_REASONS.len()] = [const { AtomicU64::new(0) }; 12];
+pub static REFUSALS: [AtomicU64; REFUSAL_REASONS.len()] = [const { AtomicU64::new(0) }; 13];
 
-pub const REFUSAL_REASONS: [&str; 12] = [
+pub const REFUSAL_REASONS: [&str; 13] = [
     "queue",
     "type",
     "id",
@@ -51,6 +51,7 @@ pub const REFUSAL_REASONS: [&str; 12] = [
     "wrongtype",
     "syntax",
     "tryagain",
+    "oom",
     "internal",
 ];
 
@@ -134,6 +135,7 @@ mod tests {
             EmqError::WrongType,
             EmqError::Arity("x"),
             EmqError::TryAgain,
+            EmqError::Oom,
             EmqError::Internal,
         ] {
             assert!(REFUSAL_REASONS.contains(&err.reason()), "{err:?}");

@@ -88,6 +88,39 @@ fn every_lifecycle_write_is_refused_under_maxmemory() {
     assert_eq!(before, after, "nothing was written");
 }
 
+#[test]
+fn a_claimer_woken_under_maxmemory_is_refused_as_a_new_claim_would_be() {
+    // The timer still promotes a due job past maxmemory, which wakes a blocked claimer. Its
+    // claim would write, so it gets the OOM error a new `EMQ.CLAIM` gets, as a native blocked
+    // command woken then does; the job stays pending.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let mut waiter = server.conn();
+    let blocked = std::thread::spawn(move || {
+        cmd("EMQ.CLAIM")
+            .arg("orders")
+            .arg("BLOCK")
+            .arg(5_000)
+            .query::<redis::Value>(&mut waiter)
+            .map_err(|e| error_text(&e))
+    });
+    let waiting = wait_until(Duration::from_secs(5), || {
+        info_int(&mut con, "clients", "blocked_clients") == 1
+    });
+    assert!(waiting, "the worker is blocked");
+    enqueue_delayed(&mut con, "orders", &job_id(1), "x", 200);
+    config_set(&mut con, "maxmemory", "1");
+    let reply = blocked.join().expect("waiter");
+    assert!(
+        reply.as_ref().is_err_and(|e| e.starts_with("OOM")),
+        "{reply:?}"
+    );
+    config_set(&mut con, "maxmemory", "0");
+    assert_eq!(info_int(&mut con, "emq", "emq_refused_oom"), 1);
+    assert_eq!(set_len(&mut con, "orders", "pending"), 1, "the job waits");
+    assert_eq!(set_len(&mut con, "orders", "active"), 0);
+}
+
 /// How many times the server log warns that the eviction policy may evict queues.
 fn eviction_warnings(server: &Server) -> usize {
     server

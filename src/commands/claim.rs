@@ -174,6 +174,11 @@ fn ready(ctx: &Context, args: &Args) -> Option<CommandResult> {
         Ok(req) => req,
         Err(e) => return Some(Err(e)),
     };
+    if store::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_OOM != 0 {
+        // The server checks maxmemory before a command runs, not before a blocked module
+        // command is served: refuse as it refuses a new claim (and a woken native command).
+        return Some(Err(EmqError::Oom));
+    }
     if scheduler::writes_paused() {
         // Woken after a transaction that paused client writes: a claim now would propagate
         // inside the pause. Wait on, as the server would postpone a native command.
