@@ -21,6 +21,8 @@ pub enum EmqError {
     Lease,
     /// The user may not touch a derived key.
     NoPerm,
+    /// The user may no longer run the command: its rules changed while the command waited.
+    NoPermCommand,
     /// The client's user cannot be looked up to check its key permissions: a user a module
     /// created (`RM_CreateModuleUser`), which the server keeps out of its ACL list.
     UncheckableUser,
@@ -58,6 +60,7 @@ impl EmqError {
             }
             EmqError::Lease => "EMQLEASE stale or missing lease token".into(),
             EmqError::NoPerm => "NOPERM No permissions to access a key".into(),
+            EmqError::NoPermCommand => "NOPERM No permissions to run this command".into(),
             EmqError::UncheckableUser => "NOPERM EchoMQ cannot check the key permissions of \
                                           this client's user, which is not in the ACL list \
                                           (a module-created user)"
@@ -87,7 +90,7 @@ impl EmqError {
             EmqError::Key => "key",
             EmqError::Payload { .. } => "payload",
             EmqError::Lease => "lease",
-            EmqError::NoPerm | EmqError::UncheckableUser => "noperm",
+            EmqError::NoPerm | EmqError::NoPermCommand | EmqError::UncheckableUser => "noperm",
             EmqError::WrongType => "wrongtype",
             EmqError::Arity(_) | EmqError::Syntax(_) => "syntax",
             EmqError::TryAgain => "tryagain",
@@ -119,6 +122,7 @@ mod tests {
             (EmqError::Payload { limit: 5 }, "EMQPAYLOAD "),
             (EmqError::Lease, "EMQLEASE "),
             (EmqError::NoPerm, "NOPERM "),
+            (EmqError::NoPermCommand, "NOPERM "),
             (EmqError::UncheckableUser, "NOPERM "),
             (EmqError::WrongType, "WRONGTYPE "),
             (EmqError::Arity("emq.key"), "ERR "),

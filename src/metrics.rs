@@ -131,6 +131,7 @@ mod tests {
             EmqError::Payload { limit: 1 },
             EmqError::Lease,
             EmqError::NoPerm,
+            EmqError::NoPermCommand,
             EmqError::UncheckableUser,
             EmqError::WrongType,
             EmqError::Arity("x"),

@@ -34,6 +34,11 @@ impl<'a> Args<'a> {
         string_bytes(s)
     }
 
+    /// The whole argument vector, command name first, as the server passed it.
+    pub fn raw(&self) -> &'a [*mut raw::RedisModuleString] {
+        self.argv
+    }
+
     /// The server's own string for argument `i`, to hand back without copying.
     pub fn string(&self, i: usize) -> Option<Str<'a>> {
         let p = NonNull::new(*self.argv.get(i)?)?;

@@ -408,10 +408,65 @@ pub fn check_permission(
     keys: &[&OwnedString],
     access: Access,
 ) -> Result<(), EmqError> {
-    let (Some(get_user), Some(check), Some(free_user)) = (unsafe {
+    let Some(check) = (unsafe { raw::RedisModule_ACLCheckKeyPermissions }) else {
+        return Ok(());
+    };
+    let flags = match access {
+        Access::Read => raw::REDISMODULE_CMD_KEY_ACCESS,
+        Access::ReadWrite => raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+    } as c_int;
+    with_acl_user(ctx, |user| {
+        for key in keys {
+            // SAFETY: live user and key name.
+            if unsafe { check(user, key.as_ptr(), flags) } != raw::REDISMODULE_OK as c_int {
+                acl_log(
+                    ctx,
+                    user,
+                    key.as_ptr(),
+                    raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_KEY,
+                );
+                return Err(EmqError::NoPerm);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The calling user's permission to run the command `argv` (name first), logged in `ACL LOG`
+/// on refusal. The server checks this before a command runs; a blocked command served later
+/// asks again, since the user's rules may have changed while it waited.
+pub fn check_command(ctx: &Context, argv: &[*mut raw::RedisModuleString]) -> Result<(), EmqError> {
+    let Some(check) = (unsafe { raw::RedisModule_ACLCheckCommandPermissions }) else {
+        return Ok(());
+    };
+    let (Some(&name), Ok(argc)) = (argv.first(), c_int::try_from(argv.len())) else {
+        return Err(EmqError::Internal);
+    };
+    with_acl_user(ctx, |user| {
+        // SAFETY: live user; the server only reads the argument vector.
+        if unsafe { check(user, argv.as_ptr().cast_mut(), argc) } != raw::REDISMODULE_OK as c_int {
+            acl_log(
+                ctx,
+                user,
+                name,
+                raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_CMD,
+            );
+            return Err(EmqError::NoPermCommand);
+        }
+        Ok(())
+    })
+}
+
+/// Runs `check` with the calling client's ACL user, looked up by name and freed after. A
+/// client without a user (the primary's link, another module's `RM_Call` without `C`) may do
+/// everything; a user that is not in the ACL list cannot be checked and is refused.
+fn with_acl_user(
+    ctx: &Context,
+    check: impl FnOnce(*mut raw::RedisModuleUser) -> Result<(), EmqError>,
+) -> Result<(), EmqError> {
+    let (Some(get_user), Some(free_user)) = (unsafe {
         (
             raw::RedisModule_GetModuleUserFromUserName,
-            raw::RedisModule_ACLCheckKeyPermissions,
             raw::RedisModule_FreeModuleUser,
         )
     }) else {
@@ -427,32 +482,23 @@ pub fn check_permission(
         // Not in the ACL list: a module-created user, whose rules cannot be read by name.
         return Err(EmqError::UncheckableUser);
     }
-    let flags = match access {
-        Access::Read => raw::REDISMODULE_CMD_KEY_ACCESS,
-        Access::ReadWrite => raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
-    } as c_int;
-    let mut result = Ok(());
-    for key in keys {
-        // SAFETY: live user and key name.
-        if unsafe { check(user, key.as_ptr(), flags) } != raw::REDISMODULE_OK as c_int {
-            if let Some(log) = unsafe { raw::RedisModule_ACLAddLogEntry } {
-                // SAFETY: live context, user and key name.
-                unsafe {
-                    log(
-                        ctx.ctx,
-                        user,
-                        key.as_ptr(),
-                        raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_KEY,
-                    )
-                };
-            }
-            result = Err(EmqError::NoPerm);
-            break;
-        }
-    }
+    let result = check(user);
     // SAFETY: obtained above, freed once.
     unsafe { free_user(user) };
     result
+}
+
+/// An `ACL LOG` entry for `user` refused `object` (a key or a command name) for `reason`.
+fn acl_log(
+    ctx: &Context,
+    user: *mut raw::RedisModuleUser,
+    object: *mut raw::RedisModuleString,
+    reason: raw::RedisModuleACLLogEntryReason,
+) {
+    if let Some(log) = unsafe { raw::RedisModule_ACLAddLogEntry } {
+        // SAFETY: live context, user and object name.
+        unsafe { log(ctx.ctx, user, object, reason) };
+    }
 }
 
 /// The name of the user the command runs as, or `None` for a client that has none: the

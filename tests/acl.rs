@@ -263,3 +263,58 @@ fn a_module_created_user_is_refused_with_a_reason() {
         .expect("set");
     assert_eq!(info_int(&mut admin, "emq", "emq_refused_noperm"), 1);
 }
+
+#[test]
+fn rules_changed_while_a_claim_waits_apply_when_it_is_woken() {
+    // The server checks a command's ACL before it runs, but serves a blocked claim later
+    // without looking again; EchoMQ looks again, as the server does for a native blocked
+    // command. Revoking the command refuses the woken claim, and revoking the queue's keys
+    // refuses it too; the job stays pending.
+    let server = Server::start(Options::default());
+    let mut admin = server.conn();
+    for (revoke, logged) in [("-emq.claim", "command"), ("resetkeys", "key")] {
+        let mut worker = user_with(&server, "worker", &ORDERS_WORKER);
+        let blocked = std::thread::spawn(move || {
+            cmd("EMQ.CLAIM")
+                .arg("orders")
+                .arg("BLOCK")
+                .arg(5_000)
+                .query::<Value>(&mut worker)
+                .map_err(|e| error_text(&e))
+        });
+        let waiting = wait_until(std::time::Duration::from_secs(5), || {
+            info_int(&mut admin, "clients", "blocked_clients") == 1
+        });
+        assert!(waiting, "the worker is blocked");
+        let _: () = cmd("ACL")
+            .arg("SETUSER")
+            .arg("worker")
+            .arg(revoke)
+            .query(&mut admin)
+            .expect("ACL SETUSER");
+        let _: () = cmd("ACL")
+            .arg("LOG")
+            .arg("RESET")
+            .query(&mut admin)
+            .expect("reset");
+        enqueue(&mut admin, "orders", &job_id(1), "x");
+        let reply = blocked.join().expect("waiter");
+        assert!(
+            reply.as_ref().is_err_and(|e| e.starts_with("NOPERM")),
+            "{revoke}: {reply:?}"
+        );
+        assert_eq!(set_len(&mut admin, "orders", "pending"), 1, "{revoke}");
+        let log: Vec<Value> = cmd("ACL")
+            .arg("LOG")
+            .arg(1)
+            .query(&mut admin)
+            .expect("ACL LOG");
+        let entry = format!("{log:?}");
+        assert!(entry.contains(logged), "{revoke}: {entry}");
+        let _: i64 = cmd("DEL")
+            .arg(set_key("orders", "pending"))
+            .arg(row_key("orders", &job_id(1)))
+            .query(&mut admin)
+            .expect("del");
+    }
+}

@@ -174,9 +174,13 @@ fn ready(ctx: &Context, args: &Args) -> Option<CommandResult> {
         Ok(req) => req,
         Err(e) => return Some(Err(e)),
     };
+    // What the server checks before a command runs, but not before it serves a blocked
+    // module command: the user's right to the command, and maxmemory.
+    if let Err(e) = store::check_command(ctx, args.raw()) {
+        return Some(Err(e));
+    }
     if store::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_OOM != 0 {
-        // The server checks maxmemory before a command runs, not before a blocked module
-        // command is served: refuse as it refuses a new claim (and a woken native command).
+        // Refused as a new claim is (and a woken native command).
         return Some(Err(EmqError::Oom));
     }
     if scheduler::writes_paused() {
