@@ -66,12 +66,7 @@ fn many_queues_in_turn_each_get_their_own_jobs() {
         }
     }
     for (i, q) in queues.iter().enumerate() {
-        let pending: Vec<String> = cmd("ZRANGE")
-            .arg(set_key(q, "pending"))
-            .arg(0)
-            .arg(-1)
-            .query(&mut con)
-            .expect("pending");
+        let pending = set_members(&mut con, q, "pending");
         let want: Vec<String> = (0..3u64).map(|r| job_id(r * 1000 + i as u64 + 1)).collect();
         let (mut got, mut want) = (pending, want);
         got.sort();

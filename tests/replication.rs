@@ -420,22 +420,8 @@ fn a_coordinated_failover_hands_the_timer_over_and_loses_no_job() {
     let mut p = primary.conn();
     let mut r = replica.conn();
     let q = unique_queue("failover");
-    for i in 1..=20u64 {
-        enqueue(&mut p, &q, &job_id(i), "ready");
-    }
-    // Due one every 5 ms for a second, so the timer has work on every tick of the failover.
-    for i in 21..=220u64 {
-        enqueue_delayed(&mut p, &q, &job_id(i), "later", 5 * (i - 20));
-    }
-    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
-        .arg(&q)
-        .arg("COUNT")
-        .arg(10)
-        .arg("LEASE")
-        .arg(300)
-        .query(&mut p)
-        .expect("claim");
-    assert_eq!(claimed.len(), 10);
+    // Jobs coming due through the whole failover, so the timer has work on every tick.
+    let expected = jobs_coming_due(&mut p, &q);
     let online = wait_until(Duration::from_secs(20), || {
         info_field(&mut p, "replication", "slave0").is_some_and(|r| r.contains("state=online"))
     });
@@ -478,7 +464,7 @@ fn a_coordinated_failover_hands_the_timer_over_and_loses_no_job() {
         "{reply:?}"
     );
     let settled = wait_until(Duration::from_secs(10), || {
-        set_len(&mut r, &q, "pending") == 220
+        set_len(&mut r, &q, "pending") == expected.len() as i64
     });
     assert!(
         settled,
@@ -486,14 +472,11 @@ fn a_coordinated_failover_hands_the_timer_over_and_loses_no_job() {
     );
     assert_eq!(set_len(&mut r, &q, "schedule"), 0);
     assert_eq!(set_len(&mut r, &q, "active"), 0);
-    let pending: Vec<String> = cmd("ZRANGE")
-        .arg(set_key(&q, "pending"))
-        .arg(0)
-        .arg(-1)
-        .query(&mut r)
-        .expect("ZRANGE");
-    let expected: Vec<String> = (1..=220u64).map(job_id).collect();
-    assert_eq!(pending, expected, "every job once, in id order");
+    assert_eq!(
+        set_members(&mut r, &q, "pending"),
+        expected,
+        "every job once, in id order"
+    );
     for id in &expected {
         let state: Option<String> = cmd("HGET")
             .arg(row_key(&q, id))

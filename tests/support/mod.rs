@@ -586,6 +586,38 @@ pub fn set_len(con: &mut Connection, queue: &str, ty: &str) -> i64 {
         .expect("ZCARD")
 }
 
+/// The members of the queue's `ty` set, lowest score first.
+pub fn set_members(con: &mut Connection, queue: &str, ty: &str) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg(set_key(queue, ty))
+        .arg(0)
+        .arg(-1)
+        .query(con)
+        .expect("ZRANGE")
+}
+
+/// Work that keeps a primary's timer busy for about a second: jobs 1–20 ready (10 of them
+/// claimed on 300 ms leases) and jobs 21–220 due one every 5 ms. Returns all 220 ids, in order:
+/// once the second is over, every one of them is pending again.
+pub fn jobs_coming_due(con: &mut Connection, queue: &str) -> Vec<String> {
+    for i in 1..=20u64 {
+        enqueue(con, queue, &job_id(i), "ready");
+    }
+    for i in 21..=220u64 {
+        enqueue_delayed(con, queue, &job_id(i), "later", 5 * (i - 20));
+    }
+    let claimed: Vec<(String, Vec<u8>, i64)> = redis::cmd("EMQ.CLAIM")
+        .arg(queue)
+        .arg("COUNT")
+        .arg(10)
+        .arg("LEASE")
+        .arg(300)
+        .query(con)
+        .expect("claim");
+    assert_eq!(claimed.len(), 10);
+    (1..=220u64).map(job_id).collect()
+}
+
 /// Every key of a queue, sorted.
 pub fn keys_of(con: &mut Connection, queue: &str) -> Vec<String> {
     let mut keys: Vec<String> = redis::cmd("KEYS")
