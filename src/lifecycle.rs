@@ -490,17 +490,14 @@ pub fn claim(
     deadline: i64,
 ) -> Result<Vec<Claimed>, EmqError> {
     let mut out = Vec::new();
-    for Head { member, row, .. } in head {
+    for Head { member, row, holds } in head {
         zrem(ctx, &sets.pending, member.as_str())?;
-        let Some(name) = row else {
+        // What the row held was read with the head (and checked by `check_head_types`).
+        let (Some(name), Holds::Hash) = (row, holds) else {
             count_dropped();
             continue;
         };
         let row = Key::open(ctx, &name)?;
-        if row.holds() != Holds::Hash {
-            count_dropped();
-            continue;
-        }
         let attempts = attempts_of(&row) + 1;
         let words = store::words()?;
         let n = OwnedString::from_i64(ctx, attempts)?;

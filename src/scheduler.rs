@@ -416,7 +416,7 @@ fn tick(ctx: &Context) {
     let flags = store::context_flags(ctx);
     let primary = flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0;
     let loading = flags & raw::REDISMODULE_CTX_FLAGS_LOADING != 0;
-    if !primary || loading || avoid_replica_traffic() {
+    if !primary || loading || writes_paused() {
         return;
     }
     let now = server::now_ms() as i64;
@@ -442,19 +442,15 @@ fn tick(ctx: &Context) {
     select_db(ctx.ctx, original);
 }
 
-fn avoid_replica_traffic() -> bool {
+/// Whether client writes are paused (`CLIENT PAUSE ... WRITE`, or a failover waiting for its
+/// replica). Outside a client's own command nothing may be propagated then: the server stops
+/// on its own assertion, where it would postpone a native command.
+pub fn writes_paused() -> bool {
     match unsafe { raw::RedisModule_AvoidReplicaTraffic } {
         // SAFETY: a plain flag read.
         Some(f) => (unsafe { f() }) != 0,
         None => false,
     }
-}
-
-/// Whether client writes are paused (`CLIENT PAUSE ... WRITE`, or a failover waiting for its
-/// replica). Outside a client's own command nothing may be propagated then: the server stops
-/// on its own assertion, where it would postpone a native command.
-pub fn writes_paused() -> bool {
-    avoid_replica_traffic()
 }
 
 /// Leaves the claimers blocked on the pending set `key` (in the context's db) waiting until
