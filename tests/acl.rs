@@ -9,6 +9,12 @@ use support::*;
 /// The rules of a worker that may use EchoMQ on the queue `orders` only.
 const ORDERS_WORKER: [&str; 4] = ["resetkeys", "~emq:{orders}:*", "-@all", "+@emq"];
 
+/// The newest `ACL LOG` entry, as text to search.
+fn last_acl_log_entry(admin: &mut Connection) -> String {
+    let log: Vec<Value> = cmd("ACL").arg("LOG").arg(1).query(admin).expect("ACL LOG");
+    format!("{log:?}")
+}
+
 #[test]
 fn a_queue_scoped_user_enqueues_only_to_its_queue() {
     let server = Server::start(Options::default());
@@ -44,12 +50,7 @@ fn a_queue_scoped_user_enqueues_only_to_its_queue() {
         "nothing written for a refused queue: {keys:?}"
     );
 
-    let log: Vec<Value> = cmd("ACL")
-        .arg("LOG")
-        .arg(1)
-        .query(&mut admin)
-        .expect("ACL LOG");
-    let entry = format!("{log:?}");
+    let entry = last_acl_log_entry(&mut admin);
     assert!(entry.contains("worker"), "{entry}");
     assert!(
         entry.contains("emq:{payments}:job:"),
@@ -273,19 +274,8 @@ fn rules_changed_while_a_claim_waits_apply_when_it_is_woken() {
     let server = Server::start(Options::default());
     let mut admin = server.conn();
     for (revoke, logged) in [("-emq.claim", "command"), ("resetkeys", "key")] {
-        let mut worker = user_with(&server, "worker", &ORDERS_WORKER);
-        let blocked = std::thread::spawn(move || {
-            cmd("EMQ.CLAIM")
-                .arg("orders")
-                .arg("BLOCK")
-                .arg(5_000)
-                .query::<Value>(&mut worker)
-                .map_err(|e| error_text(&e))
-        });
-        let waiting = wait_until(std::time::Duration::from_secs(5), || {
-            info_int(&mut admin, "clients", "blocked_clients") == 1
-        });
-        assert!(waiting, "the worker is blocked");
+        let worker = user_with(&server, "worker", &ORDERS_WORKER);
+        let blocked = blocked_claim(&mut admin, worker, "orders", 5_000);
         let _: () = cmd("ACL")
             .arg("SETUSER")
             .arg("worker")
@@ -304,12 +294,7 @@ fn rules_changed_while_a_claim_waits_apply_when_it_is_woken() {
             "{revoke}: {reply:?}"
         );
         assert_eq!(set_len(&mut admin, "orders", "pending"), 1, "{revoke}");
-        let log: Vec<Value> = cmd("ACL")
-            .arg("LOG")
-            .arg(1)
-            .query(&mut admin)
-            .expect("ACL LOG");
-        let entry = format!("{log:?}");
+        let entry = last_acl_log_entry(&mut admin);
         assert!(entry.contains(logged), "{revoke}: {entry}");
         let _: i64 = cmd("DEL")
             .arg(set_key("orders", "pending"))

@@ -95,19 +95,7 @@ fn a_claimer_woken_under_maxmemory_is_refused_as_a_new_claim_would_be() {
     // command woken then does; the job stays pending.
     let server = Server::start(Options::default());
     let mut con = server.conn();
-    let mut waiter = server.conn();
-    let blocked = std::thread::spawn(move || {
-        cmd("EMQ.CLAIM")
-            .arg("orders")
-            .arg("BLOCK")
-            .arg(5_000)
-            .query::<redis::Value>(&mut waiter)
-            .map_err(|e| error_text(&e))
-    });
-    let waiting = wait_until(Duration::from_secs(5), || {
-        info_int(&mut con, "clients", "blocked_clients") == 1
-    });
-    assert!(waiting, "the worker is blocked");
+    let blocked = blocked_claim(&mut con, server.conn(), "orders", 5_000);
     enqueue_delayed(&mut con, "orders", &job_id(1), "x", 200);
     config_set(&mut con, "maxmemory", "1");
     let reply = blocked.join().expect("waiter");

@@ -12,6 +12,18 @@ fn start_pair() -> (Server, Server) {
     primary_and_replica(Options::without_module())
 }
 
+/// A module-less primary whose `native` command is renamed `emq`, so that it sends an EchoMQ
+/// command down its replication link, and a replica with the module, its link up.
+fn primary_sending(native: &str, emq: &str) -> (Server, Server) {
+    let mut opts = Options::without_module().arg("repl-diskless-sync-delay", "0");
+    opts.args
+        .extend(["--rename-command", native, emq].map(String::from));
+    let primary = Server::start(opts);
+    let replica = Server::replica_of(&primary, Options::default());
+    wait_link_up(&mut replica.conn());
+    (primary, replica)
+}
+
 #[test]
 fn a_replica_without_the_module_reaches_the_same_digest() {
     let (primary, replica) = start_pair();
@@ -301,14 +313,9 @@ fn a_replica_runs_echomq_commands_from_its_primarys_link_with_every_right() {
     // EchoMQ replicates effects, so its commands never arrive over a replication link; a
     // primary can still send one (here, a module-less primary whose HSET is renamed). That
     // link has no ACL user: the replica runs the command with every right and stays up.
-    let mut opts = Options::without_module().arg("repl-diskless-sync-delay", "0");
-    opts.args
-        .extend(["--rename-command", "HSET", "EMQ.ENQUEUE"].map(String::from));
-    let primary = Server::start(opts);
-    let replica = Server::replica_of(&primary, Options::default());
+    let (primary, replica) = primary_sending("HSET", "EMQ.ENQUEUE");
     let mut p = primary.conn();
     let mut r = replica.conn();
-    wait_link_up(&mut r);
     let id = job_id(1);
     // (HSET tells itself from HMSET by its name's second letter, so it answers OK.)
     let _: () = cmd("EMQ.ENQUEUE")
@@ -427,20 +434,7 @@ fn a_coordinated_failover_hands_the_timer_over_and_loses_no_job() {
     });
     assert!(online, "the primary sees its replica online");
     // A worker blocked on an empty queue of the primary that steps down.
-    let mut waiter = primary.conn();
-    let idle = unique_queue("idle");
-    let blocked = std::thread::spawn(move || {
-        cmd("EMQ.CLAIM")
-            .arg(&idle)
-            .arg("BLOCK")
-            .arg(0)
-            .query::<redis::Value>(&mut waiter)
-            .map_err(|e| error_text(&e))
-    });
-    let waiting = wait_until(Duration::from_secs(5), || {
-        info_int(&mut p, "clients", "blocked_clients") == 1
-    });
-    assert!(waiting, "the worker is blocked");
+    let blocked = blocked_claim(&mut p, primary.conn(), &unique_queue("idle"), 0);
     let _: () = cmd("FAILOVER")
         .arg("TO")
         .arg("127.0.0.1")
@@ -498,19 +492,7 @@ fn a_claimer_woken_inside_a_write_pause_waits_for_the_pause_to_end() {
     let (primary, replica) = start_pair();
     let mut p = primary.conn();
     let q = unique_queue("woken-paused");
-    let mut waiter = primary.conn();
-    let queue = q.clone();
-    let blocked = std::thread::spawn(move || {
-        cmd("EMQ.CLAIM")
-            .arg(&queue)
-            .arg("BLOCK")
-            .arg(10_000)
-            .query::<Vec<(String, Vec<u8>, i64)>>(&mut waiter)
-    });
-    let waiting = wait_until(Duration::from_secs(5), || {
-        info_int(&mut p, "clients", "blocked_clients") == 1
-    });
-    assert!(waiting, "the worker is blocked");
+    let blocked = blocked_claim(&mut p, primary.conn(), &q, 10_000);
     let _: redis::Value = redis::pipe()
         .atomic()
         .cmd("EMQ.ENQUEUE")
@@ -536,7 +518,8 @@ fn a_claimer_woken_inside_a_write_pause_waits_for_the_pause_to_end() {
         .arg("UNPAUSE")
         .query(&mut reader)
         .expect("CLIENT UNPAUSE");
-    let jobs = blocked.join().expect("waiter").expect("claim");
+    let reply = blocked.join().expect("waiter").expect("claim");
+    let jobs: Vec<(String, Vec<u8>, i64)> = redis::from_redis_value(reply).expect("jobs");
     let ids: Vec<&str> = jobs.iter().map(|(id, _, _)| id.as_str()).collect();
     assert_eq!(ids, vec![job_id(1)], "served once writes resumed");
     let mut r = replica.conn();
@@ -550,14 +533,9 @@ fn a_blocking_claim_from_the_primarys_link_never_stalls_the_replica() {
     // module-less one whose SADD is renamed). A claim arriving there must not block: the
     // link would stop applying the stream behind it. It answers as a timeout at once, as it
     // does inside MULTI.
-    let mut opts = Options::without_module().arg("repl-diskless-sync-delay", "0");
-    opts.args
-        .extend(["--rename-command", "SADD", "EMQ.CLAIM"].map(String::from));
-    let primary = Server::start(opts);
-    let replica = Server::replica_of(&primary, Options::default());
+    let (primary, replica) = primary_sending("SADD", "EMQ.CLAIM");
     let mut p = primary.conn();
     let mut r = replica.conn();
-    wait_link_up(&mut r);
     let _: i64 = cmd("EMQ.CLAIM")
         .arg("idle")
         .arg("BLOCK")

@@ -586,6 +586,33 @@ pub fn set_len(con: &mut Connection, queue: &str, ty: &str) -> i64 {
         .expect("ZCARD")
 }
 
+/// `EMQ.CLAIM <queue> BLOCK <block_ms>` sent on `worker` from a thread of its own; returns
+/// once the server (asked on `admin`) counts one more blocked client. Joining the thread gives
+/// the claim's reply, or its error text.
+pub fn blocked_claim(
+    admin: &mut Connection,
+    mut worker: Connection,
+    queue: &str,
+    block_ms: u64,
+) -> std::thread::JoinHandle<Result<Value, String>> {
+    let blocked_clients = |con: &mut Connection| info_int(con, "clients", "blocked_clients");
+    let before = blocked_clients(admin);
+    let queue = queue.to_string();
+    let claim = std::thread::spawn(move || {
+        redis::cmd("EMQ.CLAIM")
+            .arg(&queue)
+            .arg("BLOCK")
+            .arg(block_ms)
+            .query::<Value>(&mut worker)
+            .map_err(|e| error_text(&e))
+    });
+    let waiting = wait_until(Duration::from_secs(5), || {
+        blocked_clients(admin) == before + 1
+    });
+    assert!(waiting, "the claim is blocked");
+    claim
+}
+
 /// The members of the queue's `ty` set, lowest score first.
 pub fn set_members(con: &mut Connection, queue: &str, ty: &str) -> Vec<String> {
     redis::cmd("ZRANGE")
