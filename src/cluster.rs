@@ -11,7 +11,9 @@
 //! server shows the new state). Every second `CLUSTER NODES` is read again: it marks what it
 //! shows (which also covers a restart in the middle of a migration) and settles a slot once it
 //! no longer shows it, but never within [`GRACE_MS`] of a `SETSLOT` mark, so a reading taken
-//! while that command waits cannot unmark the slot early. Settling late only means a few more
+//! while that command waits cannot unmark the slot early. `SETSLOT ... NODE` or `STABLE` lifts
+//! that grace and has `CLUSTER NODES` read on every cron tick for a while, so the slot settles
+//! within a tick of the server applying it. Settling late only means a few more
 //! `TRYAGAIN`s; settling early could lose jobs.
 
 use std::os::raw::c_int;
@@ -31,6 +33,13 @@ static IN_MIGRATION: [AtomicBool; SLOTS as usize] =
 static MARKED_AT: [AtomicU64; SLOTS as usize] = [const { AtomicU64::new(0) }; SLOTS as usize];
 static LAST_RECONCILE_MS: AtomicU64 = AtomicU64::new(0);
 const RECONCILE_EVERY_MS: u64 = 1000;
+/// Until when (unix ms) `CLUSTER NODES` is read on every cron tick, not once a second: a
+/// `SETSLOT ... NODE` or `STABLE` just arrived, and its slot settles as soon as the server
+/// shows it.
+static SETTLING_UNTIL_MS: AtomicU64 = AtomicU64::new(0);
+/// How long a `SETSLOT` waits for the replicas to acknowledge it (the server's default) before
+/// the server applies it.
+const SETSLOT_WAIT_MS: u64 = 2000;
 /// How long a `SETSLOT` mark holds against a `CLUSTER NODES` reading that does not show it.
 pub const GRACE_MS: u64 = 10_000;
 
@@ -94,8 +103,9 @@ pub fn observe_command(args: &[&[u8]]) {
         set(slot, true, "CLUSTER SETSLOT");
     } else if args[3].eq_ignore_ascii_case(b"NODE") || args[3].eq_ignore_ascii_case(b"STABLE") {
         // Settled by `reconcile` once the server shows it (the command may still be waiting
-        // for replicas): no grace to wait out.
+        // for replicas): no grace to wait out, and readings on every cron tick meanwhile.
         MARKED_AT[usize::from(slot)].store(0, Ordering::Relaxed);
+        SETTLING_UNTIL_MS.store(crate::server::now_ms() + SETSLOT_WAIT_MS, Ordering::Relaxed);
     }
 }
 
@@ -135,10 +145,14 @@ pub fn migrating_slots(nodes: &str) -> Vec<u16> {
         .collect()
 }
 
-/// Re-reads the migration state from `CLUSTER NODES`, at most once a second.
+/// Re-reads the migration state from `CLUSTER NODES`: once a second, or on every cron tick
+/// while a slot settles.
 pub fn reconcile(ctx: &Context, now_ms: u64) {
+    let settling = now_ms < SETTLING_UNTIL_MS.load(Ordering::Relaxed);
     if !enabled()
-        || now_ms.saturating_sub(LAST_RECONCILE_MS.load(Ordering::Relaxed)) < RECONCILE_EVERY_MS
+        || (!settling
+            && now_ms.saturating_sub(LAST_RECONCILE_MS.load(Ordering::Relaxed))
+                < RECONCILE_EVERY_MS)
     {
         return;
     }

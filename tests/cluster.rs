@@ -1,6 +1,6 @@
-//! EchoMQ on a real Valkey Cluster (3 primaries, 3 replicas, every node with the module):
-//! routing, resharding under load, failover under load, a manual failover, and the lifecycle's
-//! timers per node.
+//! EchoMQ on a real Valkey Cluster (3 primaries, most tests with a replica each, every node
+//! with the module): routing, resharding under load, a blocked claim whose slot moves,
+//! failover under load, a manual failover, and the lifecycle's timers per node.
 
 mod support;
 
@@ -214,68 +214,11 @@ fn resharding_a_busy_queue_loses_and_duplicates_nothing() {
         .len()
         >= 500));
 
-    // Move the slot by hand: IMPORTING, MIGRATING, MIGRATE key batches, then NODE everywhere.
-    let mut src = cluster.node(from.port).conn();
-    let mut dst = cluster.node(to.port).conn();
-    let _: () = cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg("IMPORTING")
-        .arg(&from.id)
-        .query(&mut dst)
-        .expect("importing");
-    let _: () = cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg("MIGRATING")
-        .arg(&to.id)
-        .query(&mut src)
-        .expect("migrating");
-    let mut moved = 0;
-    loop {
-        let keys: Vec<String> = cmd("CLUSTER")
-            .arg("GETKEYSINSLOT")
-            .arg(slot)
-            .arg(50)
-            .query(&mut src)
-            .expect("keys");
-        if keys.is_empty() {
-            break;
-        }
-        let mut m = cmd("MIGRATE");
-        m.arg("127.0.0.1")
-            .arg(to.port)
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("KEYS");
-        for k in &keys {
-            m.arg(k);
-        }
-        if let Err(e) = m.query::<Value>(&mut src) {
-            // A collision means a write reached the importing node before the keys did.
-            let log = cluster.node(to.port).log();
-            let slot_lines: Vec<&str> = log.lines().filter(|l| l.contains("slot")).collect();
-            panic!(
-                "MIGRATE of {keys:?} collided: {e}\n{}",
-                slot_lines.join("\n")
-            );
-        }
-        moved += keys.len();
-        // Let the load run between batches: the migration happens under it.
-        thread::sleep(Duration::from_millis(10));
-    }
-    for node in &cluster.topology() {
-        if node.primary {
-            let _: () = cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg("NODE")
-                .arg(&to.id)
-                .query(&mut cluster.node(node.port).conn())
-                .expect("node");
-        }
-    }
+    // Move the slot by hand, letting the load run between batches: the migration happens
+    // under it.
+    let moved = cluster.move_slot(slot, &from, &to, || {
+        thread::sleep(Duration::from_millis(10))
+    });
     // Keep the load going on the new owner for a moment, then stop it.
     let at_switch = acked.lock().expect("lock").len();
     assert!(wait_until(Duration::from_secs(20), || acked
@@ -482,5 +425,54 @@ fn a_manual_failover_hands_a_queue_and_its_timer_to_the_replica() {
         set_members(&mut r, queue, "pending"),
         expected,
         "every job once, in id order"
+    );
+}
+
+#[test]
+fn a_claimer_blocked_on_a_queue_whose_slot_moves_is_sent_to_the_new_owner() {
+    // The claim blocks on the queue's pending set, a key of the queue's slot, so when the slot
+    // moves away the server ends the wait with MOVED, as for a native blocking command. The
+    // delayed job moves with the slot and comes due on the new owner, whose timer learned the
+    // queue from the import, and the claim sent there gets it.
+    let cluster = Cluster::start(3, 0);
+    let queue = "moving";
+    let slot = slot_of(queue);
+    let from = cluster.owner(slot);
+    let to = cluster
+        .topology()
+        .into_iter()
+        .find(|n| n.primary && n.port != from.port)
+        .expect("another primary");
+    let mut src = cluster.node(from.port).conn();
+    enqueue_delayed(&mut src, queue, &job_id(1), "due after the move", 4000);
+    let claim = blocked_claim(&mut src, cluster.node(from.port).conn(), queue, 30_000);
+    let moved = cluster.move_slot(slot, &from, &to, || {});
+    assert_eq!(moved, 2, "the row and the schedule set");
+    let reply = claim.join().expect("claim thread");
+    assert_eq!(
+        reply,
+        Err(format!("MOVED {slot} 127.0.0.1:{}", to.port)),
+        "the wait ends with a redirection"
+    );
+    assert!(cluster.node(from.port).is_alive());
+    let mut dst = cluster.node(to.port).conn();
+    assert_eq!(set_len(&mut dst, queue, "schedule"), 1, "not due yet");
+    // As a cluster client would, retry the TRYAGAIN answered until the new owner's EchoMQ
+    // has seen the slot settle.
+    let mut claim = cmd("EMQ.CLAIM");
+    claim.arg(queue).arg("BLOCK").arg(30_000);
+    let mut jobs = None;
+    let served = wait_until(Duration::from_secs(10), || {
+        match claim.query::<Vec<(String, String, i64)>>(&mut dst) {
+            Ok(got) => jobs = Some(got),
+            Err(e) if e.code() == Some("TRYAGAIN") => {}
+            Err(e) => panic!("claim on the new owner: {e}"),
+        }
+        jobs.is_some()
+    });
+    assert!(served, "the new owner settled the slot");
+    assert_eq!(
+        jobs,
+        Some(vec![(job_id(1), "due after the move".to_string(), 1)])
     );
 }

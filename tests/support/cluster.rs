@@ -153,6 +153,70 @@ impl Cluster {
             .expect("an owner for every slot")
     }
 
+    /// Moves `slot` from the primary `from` to the primary `to` as an operator would:
+    /// `IMPORTING` on `to`, `MIGRATING` on `from`, its keys over in `MIGRATE` batches of 50
+    /// (calling `between` after each batch), then `NODE` on every primary. Returns how many
+    /// keys moved; a batch that collides (a key already on `to`) fails the test with `to`'s
+    /// log lines about slots.
+    pub fn move_slot(
+        &self,
+        slot: u16,
+        from: &NodeInfo,
+        to: &NodeInfo,
+        mut between: impl FnMut(),
+    ) -> usize {
+        let mut src = self.node(from.port).conn();
+        let mut dst = self.node(to.port).conn();
+        let setslot = |con: &mut Connection, how: &str, id: &str| {
+            let _: () = cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(how)
+                .arg(id)
+                .query(con)
+                .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {how}: {e}"));
+        };
+        setslot(&mut dst, "IMPORTING", &from.id);
+        setslot(&mut src, "MIGRATING", &to.id);
+        let mut moved = 0;
+        loop {
+            let keys: Vec<String> = cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(50)
+                .query(&mut src)
+                .expect("keys");
+            if keys.is_empty() {
+                break;
+            }
+            let mut m = cmd("MIGRATE");
+            m.arg("127.0.0.1")
+                .arg(to.port)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS");
+            for k in &keys {
+                m.arg(k);
+            }
+            if let Err(e) = m.query::<Value>(&mut src) {
+                // A collision means a write reached the importing node before the keys did.
+                let log = self.node(to.port).log();
+                let slot_lines: Vec<&str> = log.lines().filter(|l| l.contains("slot")).collect();
+                panic!(
+                    "MIGRATE of {keys:?} collided: {e}\n{}",
+                    slot_lines.join("\n")
+                );
+            }
+            moved += keys.len();
+            between();
+        }
+        for node in self.topology().iter().filter(|n| n.primary) {
+            setslot(&mut self.node(node.port).conn(), "NODE", &to.id);
+        }
+        moved
+    }
+
     /// Starts a killed node again with its data and cluster config.
     pub fn restart(&mut self, port: u16) {
         if let Some(n) = self.nodes.iter_mut().find(|n| n.port == port) {
