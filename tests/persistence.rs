@@ -181,3 +181,42 @@ fn an_aof_written_with_the_module_loads_without_it() {
     assert!(modules.is_empty(), "no module this time");
     assert_eq!(digest(&mut con), before);
 }
+
+#[test]
+fn delayed_jobs_and_leases_saved_in_a_snapshot_come_due_after_a_restart() {
+    // An RDB load fires no keyspace event, so the timer learns the queues with delayed jobs
+    // and leases from the scan after loading; no client command is needed to promote them.
+    let mut server = Server::start(persistent(false));
+    let mut con = server.conn();
+    for i in 1..=3u64 {
+        enqueue_delayed(&mut con, "restarted", &job_id(i), "later", 1500);
+    }
+    for i in 4..=5u64 {
+        enqueue(&mut con, "restarted", &job_id(i), "now");
+    }
+    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
+        .arg("restarted")
+        .arg("COUNT")
+        .arg(2)
+        .arg("LEASE")
+        .arg(1500)
+        .query(&mut con)
+        .expect("claim");
+    assert_eq!(claimed.len(), 2);
+    let _: String = cmd("SAVE").query(&mut con).expect("save");
+    server.restart(true);
+    let mut con = server.conn();
+    let promoted = wait_until(Duration::from_secs(20), || {
+        set_len(&mut con, "restarted", "pending") == 5
+    });
+    assert!(
+        promoted,
+        "the timer promoted the saved jobs: pending {}, schedule {}, active {}",
+        set_len(&mut con, "restarted", "pending"),
+        set_len(&mut con, "restarted", "schedule"),
+        set_len(&mut con, "restarted", "active")
+    );
+    assert_eq!(set_len(&mut con, "restarted", "schedule"), 0);
+    assert_eq!(set_len(&mut con, "restarted", "active"), 0);
+    assert_eq!(info_int(&mut con, "emq", "emq_promoted"), 5);
+}
