@@ -380,6 +380,44 @@ fn delayed_lateness(server: &Server, samples: usize) -> Vec<f64> {
     out
 }
 
+/// The timer with `queues` queues watched, each holding one job due in an hour: the main
+/// thread's idle CPU (% of one core, over `secs` seconds, once the timer has visited each
+/// queue) and the lateness of `samples` delayed jobs of other queues meanwhile. Then the same
+/// idle CPU with the queues flushed, which the timer forgets.
+fn timer_load(server: &Server, queues: usize, secs: u64, samples: usize) -> (f64, Vec<f64>, f64) {
+    let mut con = server.conn();
+    let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
+    for chunk in (0..queues).collect::<Vec<_>>().chunks(1000) {
+        let mut p = redis::pipe();
+        for &i in chunk {
+            p.cmd("EMQ.ENQUEUE")
+                .arg(format!("idle{i}"))
+                .arg(job_id(i as u64 + 1))
+                .arg("x")
+                .arg("DELAY")
+                .arg(3_600_000)
+                .ignore();
+        }
+        let _: () = p.query(&mut con).expect("enqueue delayed");
+    }
+    let watched = support::info_int(&mut con, "emq", "emq_watched_queues");
+    assert_eq!(watched, queues as i64, "every queue watched");
+    // A tick visits at most 256 queues (each first visit learns its due time), every 10 ms.
+    thread::sleep(Duration::from_millis((queues / 256 + 100) as u64 * 10));
+    let idle = |con: &mut redis::Connection| {
+        let before = main_thread_cpu(con);
+        thread::sleep(Duration::from_secs(secs));
+        (main_thread_cpu(con) - before) / secs as f64 * 100.0
+    };
+    let busy = idle(&mut con);
+    let late = delayed_lateness(server, samples);
+    let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
+    let watched = support::info_int(&mut con, "emq", "emq_watched_queues");
+    assert_eq!(watched, 0, "flushed queues forgotten");
+    let empty = idle(&mut con);
+    (busy, late, empty)
+}
+
 /// `rounds` rounds of every variant, interleaved, on the same ids per round.
 fn measure(
     server: &Server,
@@ -555,7 +593,25 @@ fn main() {
         percentile(&late, 0.99),
         late[late.len() - 1]
     );
+    let (queues, secs, samples) = if benchmark {
+        (100_000, 5, 100)
+    } else {
+        (2_000, 1, 5)
+    };
+    let (busy, late, empty) = timer_load(&server, queues, secs, samples);
+    let _ = writeln!(
+        md,
+        "| delayed job lateness, {queues} other queues watched (each a job due in an hour) | {} | {:.1} | {:.1} | {:.1} |",
+        late.len(),
+        percentile(&late, 0.5),
+        percentile(&late, 0.99),
+        late[late.len() - 1]
+    );
     let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "The timer's idle cost: the main thread's CPU over {secs} s with nothing due, as % of one core: {busy:.1}% with {queues} queues watched (each holding a job due in an hour, after the timer's first visit to each), {empty:.1}% once they are flushed.\n"
+    );
     print!("{md}");
     if !benchmark {
         return;

@@ -14,6 +14,7 @@ pub mod register;
 pub mod scheduler;
 pub mod server;
 pub mod store;
+pub mod watchlist;
 
 use std::os::raw::c_int;
 use std::panic::catch_unwind;

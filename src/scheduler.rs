@@ -13,7 +13,7 @@
 //! - A write to a `pending` set signals the key ready, which wakes blocked `EMQ.CLAIM`
 //!   callers: a ZADD to an existing zset does not do that by itself.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::catch_unwind;
 use std::ptr::NonNull;
@@ -30,6 +30,7 @@ use crate::lifecycle::{self, check_row_types, Due, Moved, QueueKeys, Sets};
 use crate::metrics;
 use crate::server::{self, string_bytes};
 use crate::store::{self, OwnedString, Str};
+use crate::watchlist::Watchlist;
 
 /// How often the timer looks for due work, in ms. A job due at T is claimable by T + a tick.
 pub const TICK_MS: i64 = 10;
@@ -41,18 +42,16 @@ const RETRY_MIGRATING_MS: i64 = 100;
 /// Queues with scheduled or active jobs, as (db, queue name), each with the unix ms before
 /// which a visit would find nothing due (0: visit at the next tick). Any write to the queue's
 /// `schedule` or `active` set resets it to 0, so an earlier due time is never missed.
-static WATCHED: Mutex<BTreeMap<(i32, Vec<u8>), i64>> = Mutex::new(BTreeMap::new());
+static WATCHED: Mutex<Watchlist> = Mutex::new(Watchlist::new());
 /// Pending sets, as (db, key name), whose blocked claimers were woken while client writes were
 /// paused and left waiting; the first tick after the pause wakes them again.
 static DEFERRED: Mutex<BTreeSet<(i32, Vec<u8>)>> = Mutex::new(BTreeSet::new());
-/// Where the last tick stopped, so every watched queue gets its turn.
-static CURSOR: Mutex<Option<(i32, Vec<u8>)>> = Mutex::new(None);
 static TIMER: AtomicU64 = AtomicU64::new(0);
 static RUNNING: AtomicBool = AtomicBool::new(false);
 /// A context owned by this module, for stopping the timer from the command filter.
 static MODULE_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
 
-fn watched() -> std::sync::MutexGuard<'static, BTreeMap<(i32, Vec<u8>), i64>> {
+fn watched() -> std::sync::MutexGuard<'static, Watchlist> {
     WATCHED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -105,7 +104,7 @@ fn observe(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
         ..
     }) = decode(name)
     {
-        watched().insert((selected_db(ctx), queue.as_bytes().to_vec()), 0);
+        watched().visit_at(selected_db(ctx), queue.as_bytes(), 0);
     }
 }
 
@@ -133,7 +132,7 @@ unsafe extern "C" fn on_scanned_key(
             ..
         }) = decode(name)
         {
-            watched().insert((selected_db(ctx), queue.as_bytes().to_vec()), 0);
+            watched().visit_at(selected_db(ctx), queue.as_bytes(), 0);
         }
     });
 }
@@ -190,7 +189,7 @@ pub fn start(ctx: &Context) -> Result<(), String> {
         return Err("could not subscribe to keyspace events".into());
     }
     if let Some(server_event) = unsafe { raw::RedisModule_SubscribeToServerEvent } {
-        let events: [(u64, raw::RedisModuleEventCallback); 5] = [
+        let events: [(u64, raw::RedisModuleEventCallback); 6] = [
             (raw::REDISMODULE_EVENT_LOADING, Some(on_loading)),
             (
                 raw::REDISMODULE_EVENT_CONFIG,
@@ -202,6 +201,7 @@ pub fn start(ctx: &Context) -> Result<(), String> {
                 Some(on_role_change),
             ),
             (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
+            (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush)),
         ];
         for (id, callback) in events {
             // SAFETY: OnLoad context; the callbacks live as long as the module.
@@ -325,26 +325,27 @@ unsafe extern "C" fn on_swapdb(
         }
         // SAFETY: for this event the server passes its swap description, valid for the call.
         let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
-        swap_watched(info.dbnum_first, info.dbnum_second);
+        // `SWAPDB a b` exchanges the two databases' contents (no keyspace event says so).
+        watched().swap_dbs(info.dbnum_first, info.dbnum_second);
     });
 }
 
-/// `SWAPDB a b` exchanges the two databases' contents (no keyspace event says so): the queues
-/// watched in each now live in the other.
-fn swap_watched(a: i32, b: i32) {
-    let mut map = watched();
-    let before = std::mem::take(&mut *map);
-    *map = before
-        .into_iter()
-        .map(|((db, queue), at)| {
-            let db = match db {
-                db if db == a => b,
-                db if db == b => a,
-                db => db,
-            };
-            ((db, queue), at)
-        })
-        .collect();
+/// `FLUSHDB`, `FLUSHALL`, or a replica emptying its data for a full sync: no keyspace event
+/// names the keys, and the queues of an emptied database have nothing left to visit.
+unsafe extern "C" fn on_flush(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    let _ = catch_unwind(|| {
+        if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END || data.is_null() {
+            return;
+        }
+        // SAFETY: for this event the server passes its flush description, valid for the call.
+        let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
+        watched().forget_db(info.dbnum);
+    });
 }
 
 fn arm(ctx: *mut raw::RedisModuleCtx) {
@@ -362,35 +363,6 @@ unsafe extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) 
     TIMER.store(0, Ordering::SeqCst);
     let _ = catch_unwind(|| tick(&Context::new(ctx)));
     arm(ctx);
-}
-
-/// The next queues with something due, in turn after the last one visited.
-fn next_batch(now: i64) -> Vec<(i32, Vec<u8>)> {
-    let map = watched();
-    let mut cursor = CURSOR.lock().unwrap_or_else(|p| p.into_inner());
-    let due = |(k, at): (&(i32, Vec<u8>), &i64)| (*at <= now).then(|| k.clone());
-    let after = match cursor.as_ref() {
-        Some(c) => map
-            .range::<(i32, Vec<u8>), _>((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded))
-            .filter_map(due)
-            .take(QUEUES_PER_TICK)
-            .collect(),
-        None => Vec::new(),
-    };
-    let mut batch: Vec<_> = after;
-    if batch.len() < QUEUES_PER_TICK {
-        let room = QUEUES_PER_TICK - batch.len();
-        let first = batch.first().cloned();
-        let wrapped: Vec<_> = map
-            .iter()
-            .filter_map(due)
-            .take_while(|k| Some(k) != first.as_ref())
-            .take(room)
-            .collect();
-        batch.extend(wrapped);
-    }
-    *cursor = batch.last().cloned();
-    batch
 }
 
 /// What one visit did and found.
@@ -422,7 +394,8 @@ fn tick(ctx: &Context) {
     let now = server::now_ms() as i64;
     let original = selected_db(ctx.ctx);
     wake_deferred(ctx);
-    for (db, name) in next_batch(now) {
+    let batch = watched().due(now, QUEUES_PER_TICK);
+    for (db, name) in batch {
         let visit = if select_db(ctx.ctx, db) {
             promote(ctx, &name, now).unwrap_or(Visit::FORGET)
         } else {
@@ -431,12 +404,8 @@ fn tick(ctx: &Context) {
         metrics::count(&metrics::PROMOTED, visit.moved.to_pending as u64);
         metrics::count(&metrics::DEAD, visit.moved.buried as u64);
         match visit.next {
-            None => {
-                watched().remove(&(db, name));
-            }
-            Some(next) => {
-                watched().insert((db, name), next);
-            }
+            None => watched().forget(db, &name),
+            Some(next) => watched().visit_at(db, &name, next),
         }
     }
     select_db(ctx.ctx, original);

@@ -120,6 +120,42 @@ fn delayed_jobs_and_leases_follow_their_database_through_swapdb() {
 }
 
 #[test]
+fn the_timer_forgets_the_queues_of_a_flushed_database() {
+    // FLUSHDB and FLUSHALL name no key in a keyspace event: the timer would go on watching
+    // the queues of an emptied database, each visit costing a tick's time for nothing.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let watched = |con: &mut Connection| info_int(con, "emq", "emq_watched_queues");
+    let in_db = |con: &mut Connection, db: i64| {
+        let _: () = cmd("SELECT").arg(db).query(con).expect("select");
+    };
+    for db in [0, 1] {
+        in_db(&mut con, db);
+        for q in ["a", "b"] {
+            enqueue_delayed(&mut con, q, &job_id(1), "in an hour", 3_600_000);
+        }
+    }
+    assert_eq!(watched(&mut con), 4);
+    let _: () = cmd("FLUSHDB").query(&mut con).expect("flushdb");
+    assert_eq!(
+        watched(&mut con),
+        2,
+        "database 0's queues are still watched"
+    );
+    let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
+    assert_eq!(watched(&mut con), 0);
+    // Queues written after the flush are watched and promoted as ever.
+    enqueue_delayed(&mut con, "a", &job_id(2), "soon", 100);
+    assert_eq!(watched(&mut con), 1);
+    assert!(
+        wait_until(Duration::from_secs(5), || stats(&mut con, "a")["pending"]
+            == 1),
+        "{:?}",
+        stats(&mut con, "a")
+    );
+}
+
+#[test]
 fn a_due_time_in_the_past_is_a_plain_enqueue() {
     let server = Server::shared();
     let mut con = server.conn();
