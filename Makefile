@@ -19,7 +19,7 @@ all: build
 deps:
 	@bash scripts/install-deps.sh
 	@command -v $(CARGO) >/dev/null 2>&1 || { \
-	  echo "echomq: cargo (Rust >= 1.87) is required; install it with rustup (https://rustup.rs)" >&2; exit 1; }
+	  echo "echomq: cargo (Rust >= 1.88) is required; install it with rustup (https://rustup.rs)" >&2; exit 1; }
 
 build: deps
 	$(CARGO) build --release
