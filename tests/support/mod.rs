@@ -362,13 +362,14 @@ impl Server {
         )
     }
 
-    /// Sends `sig` to the server's process (`-STOP` and `-CONT` pause and resume it).
+    /// Sends `sig` to the server's process (`-STOP` and `-CONT` pause and resume it), with the
+    /// shell's own `kill`: a minimal system (a slim container) has no `kill` program.
     pub fn signal(&self, sig: &str) {
         let pid = self.pid().expect("a server of our own").to_string();
-        let ok = Command::new("kill")
-            .args([sig, &pid])
+        let ok = Command::new("sh")
+            .args(["-c", "kill \"$0\" \"$1\"", sig, &pid])
             .status()
-            .expect("kill")
+            .expect("sh")
             .success();
         assert!(ok, "kill {sig}");
     }
