@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what EchoMQ needs to build and test: libclang-dev (bindgen), valkey-server and
+# Installs what EchoMQ needs to build and test: a C compiler and the C library's headers (Rust
+# links through cc, and build scripts compile C), libclang-dev (bindgen), valkey-server and
 # valkey-tools, python3-redis (the Python example worker), and on request redis-server
 # (--with-redis, the Redis 7 tier) and docker-compose (--with-compose, the docker tier).
 # Idempotent: does nothing when everything is already present.
@@ -21,12 +22,15 @@ have_clang() {
   fi
   ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/*/libclang.so /usr/lib/libclang.so >/dev/null 2>&1
 }
+# Rust links through cc; a linker alone is not enough without the C library's startup files.
+have_cc() { command -v cc >/dev/null 2>&1 && [ -e /usr/include/stdlib.h ]; }
 have_valkey() { command -v valkey-server >/dev/null 2>&1 && command -v valkey-cli >/dev/null 2>&1; }
 have_redis() { command -v redis-server >/dev/null 2>&1; }
 # The suite runs the README's Python worker with the stock redis-py client.
 have_pyredis() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import redis" >/dev/null 2>&1; }
 
 missing=()
+have_cc || missing+=(gcc libc6-dev)
 have_clang || missing+=(libclang-dev)
 have_valkey || missing+=(valkey-server)
 have_pyredis || missing+=(python3-redis)
