@@ -264,3 +264,27 @@ fn unload_is_refused_while_an_acl_rule_names_a_command() {
     let pong: String = cmd("PING").query(&mut con).expect("ping");
     assert_eq!(pong, "PONG");
 }
+
+#[test]
+fn unload_is_refused_while_a_claim_waits_and_the_waiter_is_still_served() {
+    // The server refuses to unload a module with blocked clients. EchoMQ stopped its timer when
+    // the unload arrived; it is armed again, so a delayed job still reaches the waiter.
+    let server = Server::start(Options::default().arg("enable-module-command", "local"));
+    let mut con = server.conn();
+    let q = unique_queue("waiting");
+    let claim = blocked_claim(&mut con, server.conn(), &q, 10_000);
+    let err = expect_err(&mut con, cmd("MODULE").arg("UNLOAD").arg("emq"));
+    assert!(err.contains("blocked clients"), "{err}");
+    assert_eq!(module_names(&mut con), vec!["emq".to_string()]);
+    enqueue_delayed(&mut con, &q, &job_id(1), "due soon", 200);
+    let reply = claim.join().expect("claim thread").expect("a claim");
+    let jobs: Vec<(String, String, i64)> = redis::from_redis_value(reply).expect("jobs");
+    assert_eq!(jobs, vec![(job_id(1), "due soon".to_string(), 1)]);
+    // With no one waiting, the unload goes through.
+    let _: () = cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("emq")
+        .query(&mut con)
+        .expect("unload");
+    assert!(module_names(&mut con).is_empty());
+}
