@@ -187,11 +187,7 @@ fn resharding_a_busy_queue_loses_and_duplicates_nothing() {
     let queue = "busy".to_string();
     let slot = slot_of(&queue);
     let from = cluster.owner(slot);
-    let to = cluster
-        .topology()
-        .into_iter()
-        .find(|n| n.primary && n.port != from.port)
-        .expect("target");
+    let to = cluster.another_primary(&from);
     let ports: Vec<u16> = cluster
         .topology()
         .iter()
@@ -438,11 +434,7 @@ fn a_claimer_blocked_on_a_queue_whose_slot_moves_is_sent_to_the_new_owner() {
     let queue = "moving";
     let slot = slot_of(queue);
     let from = cluster.owner(slot);
-    let to = cluster
-        .topology()
-        .into_iter()
-        .find(|n| n.primary && n.port != from.port)
-        .expect("another primary");
+    let to = cluster.another_primary(&from);
     let mut src = cluster.node(from.port).conn();
     enqueue_delayed(&mut src, queue, &job_id(1), "due after the move", 4000);
     let claim = blocked_claim(&mut src, cluster.node(from.port).conn(), queue, 30_000);

@@ -24,6 +24,16 @@ fn threads(con: &mut Connection) -> usize {
         .count()
 }
 
+/// `MODULE UNLOAD emq`, which must succeed and leave no module loaded.
+fn unload(con: &mut Connection) {
+    let _: () = cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("emq")
+        .query(con)
+        .expect("MODULE UNLOAD");
+    assert!(module_names(con).is_empty());
+}
+
 #[test]
 fn module_conf_starts_a_working_server() {
     let server = Server::start(Options {
@@ -79,12 +89,7 @@ fn runtime_load_loadex_unload_and_load_again() {
         .expect("enqueue");
     assert_eq!(n, 1);
 
-    let _: () = cmd("MODULE")
-        .arg("UNLOAD")
-        .arg("emq")
-        .query(&mut con)
-        .expect("MODULE UNLOAD");
-    assert!(module_names(&mut con).is_empty());
+    unload(&mut con);
     let err = expect_err(
         &mut con,
         cmd("EMQ.ENQUEUE").arg("orders").arg(job_id(2)).arg("x"),
@@ -255,12 +260,7 @@ fn unload_is_refused_while_an_acl_rule_names_a_command() {
         .arg("-@all")
         .query(&mut con)
         .expect("ACL SETUSER");
-    let _: () = cmd("MODULE")
-        .arg("UNLOAD")
-        .arg("emq")
-        .query(&mut con)
-        .expect("unload");
-    assert!(module_names(&mut con).is_empty());
+    unload(&mut con);
     let pong: String = cmd("PING").query(&mut con).expect("ping");
     assert_eq!(pong, "PONG");
 }
@@ -281,10 +281,5 @@ fn unload_is_refused_while_a_claim_waits_and_the_waiter_is_still_served() {
     let jobs: Vec<(String, String, i64)> = redis::from_redis_value(reply).expect("jobs");
     assert_eq!(jobs, vec![(job_id(1), "due soon".to_string(), 1)]);
     // With no one waiting, the unload goes through.
-    let _: () = cmd("MODULE")
-        .arg("UNLOAD")
-        .arg("emq")
-        .query(&mut con)
-        .expect("unload");
-    assert!(module_names(&mut con).is_empty());
+    unload(&mut con);
 }

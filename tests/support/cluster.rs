@@ -153,6 +153,14 @@ impl Cluster {
             .expect("an owner for every slot")
     }
 
+    /// A primary other than `node`.
+    pub fn another_primary(&self, node: &NodeInfo) -> NodeInfo {
+        self.topology()
+            .into_iter()
+            .find(|n| n.primary && n.port != node.port)
+            .expect("another primary")
+    }
+
     /// Moves `slot` from the primary `from` to the primary `to` as an operator would:
     /// `IMPORTING` on `to`, `MIGRATING` on `from`, its keys over in `MIGRATE` batches of 50
     /// (calling `between` after each batch), then `NODE` on every primary. Returns how many
