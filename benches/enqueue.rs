@@ -311,6 +311,19 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
+/// One row of the latency table: the samples (sorted, in ms), their median, p99 and maximum,
+/// with `decimals` places.
+fn latency_row(md: &mut String, measure: &str, sorted: &[f64], decimals: usize) {
+    let _ = writeln!(
+        md,
+        "| {measure} | {} | {:.decimals$} | {:.decimals$} | {:.decimals$} |",
+        sorted.len(),
+        percentile(sorted, 0.5),
+        percentile(sorted, 0.99),
+        sorted.last().copied().unwrap_or(0.0)
+    );
+}
+
 fn now_unix_ms() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -577,21 +590,17 @@ fn main() {
     let _ = writeln!(md, "## Lifecycle latency\n");
     let _ = writeln!(md, "| measure | samples | p50 ms | p99 ms | max ms |");
     let _ = writeln!(md, "|---|---|---|---|---|");
-    let _ = writeln!(
-        md,
-        "| blocked `EMQ.CLAIM` wake-up after `EMQ.ENQUEUE` | {} | {:.3} | {:.3} | {:.3} |",
-        wake.len(),
-        percentile(&wake, 0.5),
-        percentile(&wake, 0.99),
-        wake[wake.len() - 1]
+    latency_row(
+        &mut md,
+        "blocked `EMQ.CLAIM` wake-up after `EMQ.ENQUEUE`",
+        &wake,
+        3,
     );
-    let _ = writeln!(
-        md,
-        "| delayed job (`AT`) lateness at a blocked claimer | {} | {:.1} | {:.1} | {:.1} |",
-        late.len(),
-        percentile(&late, 0.5),
-        percentile(&late, 0.99),
-        late[late.len() - 1]
+    latency_row(
+        &mut md,
+        "delayed job (`AT`) lateness at a blocked claimer",
+        &late,
+        1,
     );
     let (queues, secs, samples) = if benchmark {
         (100_000, 5, 100)
@@ -599,13 +608,11 @@ fn main() {
         (2_000, 1, 5)
     };
     let (busy, late, empty) = timer_load(&server, queues, secs, samples);
-    let _ = writeln!(
-        md,
-        "| delayed job lateness, {queues} other queues watched (each a job due in an hour) | {} | {:.1} | {:.1} | {:.1} |",
-        late.len(),
-        percentile(&late, 0.5),
-        percentile(&late, 0.99),
-        late[late.len() - 1]
+    latency_row(
+        &mut md,
+        &format!("delayed job lateness, {queues} other queues watched (each a job due in an hour)"),
+        &late,
+        1,
     );
     let _ = writeln!(md);
     let _ = writeln!(
