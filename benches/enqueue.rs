@@ -431,6 +431,56 @@ fn timer_load(server: &Server, queues: usize, secs: u64, samples: usize) -> (f64
     (busy, late, empty)
 }
 
+/// A backlog: `queues` queues of `per_queue` jobs each, all due at the same moment, which the
+/// timer then promotes while a client sends `PING` every millisecond. Returns the `PING`
+/// round trips (sorted, ms) from the due time until every job was pending, and how long after
+/// the due time that was (ms).
+fn backlog(server: &Server, queues: usize, per_queue: usize) -> (Vec<f64>, f64) {
+    let mut con = server.conn();
+    let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
+    let _: () = cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .expect("resetstat");
+    let jobs = queues * per_queue;
+    // Enqueueing takes a while: due once the last job is in.
+    let due = now_unix_ms() as i64 + 2_000 + (jobs / 50) as i64;
+    for q in 0..queues {
+        let mut p = redis::pipe();
+        for j in 0..per_queue {
+            p.cmd("EMQ.ENQUEUE")
+                .arg(format!("backlog{q}"))
+                .arg(job_id((q * per_queue + j) as u64 + 1))
+                .arg(PAYLOAD)
+                .arg("AT")
+                .arg(due)
+                .ignore();
+        }
+        let _: () = p.query(&mut con).expect("enqueue due jobs");
+    }
+    assert!(
+        now_unix_ms() < due as f64,
+        "every job enqueued before its due time"
+    );
+    while now_unix_ms() < due as f64 {
+        thread::sleep(Duration::from_millis(1));
+    }
+    let mut pings = Vec::new();
+    let mut promoted = 0;
+    while promoted < jobs as i64 {
+        let sent = Instant::now();
+        let _: String = cmd("PING").query(&mut con).expect("ping");
+        pings.push(sent.elapsed().as_secs_f64() * 1000.0);
+        if pings.len() % 50 == 0 {
+            promoted = support::info_int(&mut con, "emq", "emq_promoted");
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    let took = now_unix_ms() - due as f64;
+    pings.sort_by(|a, b| a.total_cmp(b));
+    (pings, took)
+}
+
 /// `rounds` rounds of every variant, interleaved, on the same ids per round.
 fn measure(
     server: &Server,
@@ -613,6 +663,18 @@ fn main() {
         &format!("delayed job lateness, {queues} other queues watched (each a job due in an hour)"),
         &late,
         1,
+    );
+    let (queues_due, per_queue) = if benchmark { (200, 1_000) } else { (10, 100) };
+    let (pings, took) = backlog(&server, queues_due, per_queue);
+    latency_row(
+        &mut md,
+        &format!(
+            "`PING` while the timer promotes {} jobs due at once ({queues_due} queues), all pending {:.0} ms after",
+            queues_due * per_queue,
+            took
+        ),
+        &pings,
+        2,
     );
     let _ = writeln!(md);
     let _ = writeln!(

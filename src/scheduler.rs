@@ -1,7 +1,7 @@
 //! Moves due jobs and expired leases back to `pending` without any client process.
 //!
 //! - A module timer ticks every [`TICK_MS`] on primaries only, and promotes what is due on
-//!   the queues it watches, with bounded work per tick.
+//!   the queues it watches, spending at most [`TICK_BUDGET`] per tick.
 //! - The watched queues (those with scheduled or active jobs) are learned from keyspace
 //!   events on their `schedule` and `active` sets — whoever wrote them: this module, a Lua
 //!   speaker, the replication stream or a slot import (`RESTORE`) — and rebuilt by one scan
@@ -19,6 +19,7 @@ use std::panic::catch_unwind;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use valkey_module::{raw, Context};
 
@@ -34,8 +35,15 @@ use crate::watchlist::Watchlist;
 
 /// How often the timer looks for due work, in ms. A job due at T is claimable by T + a tick.
 pub const TICK_MS: i64 = 10;
-/// Most queues one tick visits; the rest wait for the next tick, in turn.
-const QUEUES_PER_TICK: usize = 256;
+/// How long one tick may spend visiting queues: a quarter of its period, as the server's own
+/// active expiry takes at most a quarter of its cycle. What is left waits for the next tick,
+/// the longest waiting first, so a backlog of due jobs never stalls the server.
+const TICK_BUDGET: Duration = Duration::from_micros(2_500);
+/// Most jobs one visit moves from each set (about half a millisecond of work): a queue with
+/// more due is visited again while the tick has time, and at the next tick.
+const VISIT_BUDGET: usize = 100;
+/// Most queues read from the watched list at once.
+const QUEUES_PER_BATCH: usize = 256;
 /// How soon a queue whose slot is migrating is looked at again.
 const RETRY_MIGRATING_MS: i64 = 100;
 
@@ -391,21 +399,30 @@ fn tick(ctx: &Context) {
     if !primary || loading || writes_paused() {
         return;
     }
+    let started = Instant::now();
     let now = server::now_ms() as i64;
     let original = selected_db(ctx.ctx);
     wake_deferred(ctx);
-    let batch = watched().due(now, QUEUES_PER_TICK);
-    for (db, name) in batch {
-        let visit = if select_db(ctx.ctx, db) {
-            promote(ctx, &name, now).unwrap_or(Visit::FORGET)
-        } else {
-            Visit::FORGET
-        };
-        metrics::count(&metrics::PROMOTED, visit.moved.to_pending as u64);
-        metrics::count(&metrics::DEAD, visit.moved.buried as u64);
-        match visit.next {
-            None => watched().forget(db, &name),
-            Some(next) => watched().visit_at(db, &name, next),
+    'tick: loop {
+        let batch = watched().due(now, QUEUES_PER_BATCH);
+        if batch.is_empty() {
+            break;
+        }
+        for (db, name) in batch {
+            if started.elapsed() >= TICK_BUDGET {
+                break 'tick;
+            }
+            let visit = if select_db(ctx.ctx, db) {
+                promote(ctx, &name, now).unwrap_or(Visit::FORGET)
+            } else {
+                Visit::FORGET
+            };
+            metrics::count(&metrics::PROMOTED, visit.moved.to_pending as u64);
+            metrics::count(&metrics::DEAD, visit.moved.buried as u64);
+            match visit.next {
+                None => watched().forget(db, &name),
+                Some(next) => watched().visit_at(db, &name, next),
+            }
         }
     }
     select_db(ctx.ctx, original);
@@ -455,11 +472,11 @@ fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Visit, crate::error::
     }
     let keys = QueueKeys::new(ctx, queue)?;
     let sets = Sets::open(ctx, &keys)?;
-    let due = Due::find(ctx, queue, &sets, now, lifecycle::PROMOTE_BUDGET)?;
+    let due = Due::find(ctx, queue, &sets, now, VISIT_BUDGET)?;
     let rows: Vec<&OwnedString> = due.rows().collect();
     check_row_types(ctx, &rows)?;
     let moved = due.promote(ctx, &sets, now)?;
-    let next = if due.is_full(lifecycle::PROMOTE_BUDGET) {
+    let next = if due.is_full(VISIT_BUDGET) {
         Some(now) // more was due than one visit moves
     } else {
         lifecycle::next_due(&sets)?

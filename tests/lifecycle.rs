@@ -156,6 +156,67 @@ fn the_timer_forgets_the_queues_of_a_flushed_database() {
 }
 
 #[test]
+fn a_backlog_larger_than_a_visit_or_a_batch_is_promoted_in_full() {
+    // The timer moves a bounded number of jobs per visit and spends a bounded time per tick:
+    // a queue with over a thousand jobs coming due and over a thousand leases running out at
+    // the same moment, and more queues than one batch reads, all end up pending, with no claim.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let due = now_ms() + 1_000;
+    let mut p = redis::pipe();
+    for i in 1..=1_050u64 {
+        p.cmd("EMQ.ENQUEUE")
+            .arg("big")
+            .arg(job_id(i))
+            .arg("due")
+            .arg("AT")
+            .arg(due)
+            .ignore();
+        p.cmd("EMQ.ENQUEUE")
+            .arg("big")
+            .arg(job_id(10_000 + i))
+            .arg("leased")
+            .ignore();
+    }
+    let others: Vec<String> = (0..300).map(|i| format!("small{i}")).collect();
+    for q in &others {
+        p.cmd("EMQ.ENQUEUE")
+            .arg(q)
+            .arg(job_id(1))
+            .arg("due")
+            .arg("AT")
+            .arg(due)
+            .ignore();
+    }
+    let _: () = p.query(&mut con).expect("enqueue");
+    for count in [1_000, 50] {
+        let lease = (due - now_ms()).to_string();
+        let jobs = claim(
+            &mut con,
+            "big",
+            &["COUNT", &count.to_string(), "LEASE", &lease],
+        );
+        assert_eq!(jobs.map(|j| j.len()), Some(count));
+    }
+    assert!(now_ms() < due, "everything set up before the due time");
+    let promoted = wait_until(Duration::from_secs(30), || {
+        info_int(&mut con, "emq", "emq_promoted") == 2_100 + 300
+    });
+    assert!(
+        promoted,
+        "promoted {} of 2400",
+        info_int(&mut con, "emq", "emq_promoted")
+    );
+    assert_eq!(set_len(&mut con, "big", "pending"), 2_100);
+    assert_eq!(set_len(&mut con, "big", "schedule"), 0);
+    assert_eq!(set_len(&mut con, "big", "active"), 0);
+    for q in &others {
+        assert_eq!(set_len(&mut con, q, "pending"), 1, "{q}");
+    }
+    assert_eq!(info_int(&mut con, "emq", "emq_watched_queues"), 0);
+}
+
+#[test]
 fn a_due_time_in_the_past_is_a_plain_enqueue() {
     let server = Server::shared();
     let mut con = server.conn();
