@@ -26,11 +26,11 @@ use valkey_module::{raw, Context};
 use crate::cluster;
 use crate::effects;
 use crate::eviction;
-use crate::grammar::{decode, Decoded, KeyType, Queue};
+use crate::grammar::{decode, Decoded, KeyBuf, KeyType, Queue};
 use crate::lifecycle::{self, check_row_types, Due, Moved, QueueKeys, Sets};
 use crate::metrics;
 use crate::server::{self, string_bytes};
-use crate::store::{self, OwnedString, Str};
+use crate::store::{self, Holds, Key, OwnedString, Str};
 use crate::watchlist::Watchlist;
 
 /// How often the timer looks for due work, in ms. A job due at T is claimable by T + a tick.
@@ -88,9 +88,14 @@ fn select_db(ctx: *mut raw::RedisModuleCtx, db: i32) -> bool {
     }
 }
 
-/// Learns from one key name: a `schedule` or `active` set makes its queue watched; any write
-/// to a `pending` set wakes the claimers blocked on it.
-fn observe(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
+/// Events that take a key away from where it was: the queue may have nothing left to watch.
+const GONE: [&[u8]; 5] = [b"del", b"expired", b"evicted", b"rename_from", b"move_from"];
+
+/// Learns from one event on one key: a write to a `schedule` or `active` set makes its queue
+/// watched, and the removal of the last of the two unwatches it (a replica, which never
+/// visits its queues, would otherwise keep every queue it ever saw); any write to a `pending`
+/// set wakes the claimers blocked on it.
+fn observe(ctx: *mut raw::RedisModuleCtx, event: &[u8], key: *mut raw::RedisModuleString) {
     let Some(key) = NonNull::new(key) else {
         return;
     };
@@ -112,17 +117,38 @@ fn observe(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
         ..
     }) = decode(name)
     {
-        watched().visit_at(selected_db(ctx), queue.as_bytes(), 0);
+        let db = selected_db(ctx);
+        if GONE.contains(&event) && !has_timed_sets(&Context::new(ctx), queue) {
+            watched().forget(db, queue.as_bytes());
+        } else {
+            watched().visit_at(db, queue.as_bytes(), 0);
+        }
     }
+}
+
+/// Whether the queue has a `schedule` or an `active` set in the context's database.
+fn has_timed_sets(ctx: &Context, queue: Queue<'_>) -> bool {
+    [KeyType::Schedule, KeyType::Active].into_iter().any(|ty| {
+        OwnedString::new(ctx, KeyBuf::queue(queue, ty).as_bytes())
+            .and_then(|name| Ok(Key::open_read(ctx, &name)?.holds() != Holds::Nothing))
+            .unwrap_or(true)
+    })
 }
 
 unsafe extern "C" fn on_keyspace_event(
     ctx: *mut raw::RedisModuleCtx,
     _class: c_int,
-    _event: *const c_char,
+    event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    let _ = catch_unwind(|| observe(ctx, key));
+    let _ = catch_unwind(|| {
+        let event = match NonNull::new(event.cast_mut()) {
+            // SAFETY: the server's event name, a C string live for this callback.
+            Some(e) => unsafe { std::ffi::CStr::from_ptr(e.as_ptr()) }.to_bytes(),
+            None => b"",
+        };
+        observe(ctx, event, key)
+    });
     raw::REDISMODULE_OK as c_int
 }
 
@@ -189,7 +215,10 @@ pub fn start(ctx: &Context) -> Result<(), String> {
     let ok = unsafe {
         subscribe(
             ctx.ctx,
-            store::NOTIFY_ZSET | store::NOTIFY_GENERIC,
+            store::NOTIFY_ZSET
+                | store::NOTIFY_GENERIC
+                | store::NOTIFY_EXPIRED
+                | store::NOTIFY_EVICTED,
             Some(on_keyspace_event),
         )
     };

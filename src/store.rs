@@ -583,6 +583,8 @@ pub fn notify(ctx: &Context, class: c_int, event: &CStr, key: &OwnedString) {
 pub const NOTIFY_HASH: c_int = raw::REDISMODULE_NOTIFY_HASH;
 pub const NOTIFY_ZSET: c_int = raw::REDISMODULE_NOTIFY_ZSET;
 pub const NOTIFY_GENERIC: c_int = raw::REDISMODULE_NOTIFY_GENERIC;
+pub const NOTIFY_EXPIRED: c_int = raw::REDISMODULE_NOTIFY_EXPIRED;
+pub const NOTIFY_EVICTED: c_int = raw::REDISMODULE_NOTIFY_EVICTED;
 
 /// Replicates `cmd args...` to replicas and the AOF. Several calls within one command (or
 /// timer tick) reach them as one MULTI/EXEC.

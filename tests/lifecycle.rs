@@ -156,6 +156,48 @@ fn the_timer_forgets_the_queues_of_a_flushed_database() {
 }
 
 #[test]
+fn a_queue_whose_timed_sets_are_gone_is_unwatched_at_once() {
+    // Deleted, expired or renamed away: a queue left with neither a `schedule` nor an `active`
+    // set is forgotten when that happens, not at its next visit (a replica never visits).
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let watched = |con: &mut Connection| info_int(con, "emq", "emq_watched_queues");
+    for q in ["deleted", "expiring", "renamed", "kept"] {
+        enqueue_delayed(&mut con, q, &job_id(1), "in an hour", 3_600_000);
+    }
+    enqueue(&mut con, "kept", &job_id(2), "now");
+    let jobs = claim(&mut con, "kept", &["LEASE", "3600000"]).expect("claim");
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(watched(&mut con), 4);
+    let _: i64 = cmd("DEL")
+        .arg(set_key("deleted", "schedule"))
+        .query(&mut con)
+        .expect("del");
+    assert_eq!(watched(&mut con), 3);
+    let _: () = cmd("RENAME")
+        .arg(set_key("renamed", "schedule"))
+        .arg("not-a-queue-key")
+        .query(&mut con)
+        .expect("rename");
+    assert_eq!(watched(&mut con), 2);
+    let _: i64 = cmd("PEXPIRE")
+        .arg(set_key("expiring", "schedule"))
+        .arg(1)
+        .query(&mut con)
+        .expect("pexpire");
+    assert!(
+        wait_until(Duration::from_secs(5), || watched(&mut con) == 1),
+        "the expired set's queue is forgotten"
+    );
+    // `kept` loses its schedule set but still has an active one.
+    let _: i64 = cmd("DEL")
+        .arg(set_key("kept", "schedule"))
+        .query(&mut con)
+        .expect("del");
+    assert_eq!(watched(&mut con), 1);
+}
+
+#[test]
 fn a_backlog_larger_than_a_visit_or_a_batch_is_promoted_in_full() {
     // The timer moves a bounded number of jobs per visit and spends a bounded time per tick:
     // a queue with over a thousand jobs coming due and over a thousand leases running out at

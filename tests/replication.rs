@@ -197,6 +197,9 @@ fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
         .arg(job_id(35))
         .query(&mut p)
         .expect("cancel");
+    // A queue whose job stays scheduled through the test.
+    let later = unique_queue("life-later");
+    enqueue_delayed(&mut p, &later, &job_id(1), "in an hour", 3_600_000);
     // Let the delayed jobs come due and the leases expire, promoted by the primary's timer.
     std::thread::sleep(Duration::from_millis(600));
     let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(&q).query(&mut p).expect("stats");
@@ -210,11 +213,22 @@ fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
     assert_eq!(digest(&mut p), digest(&mut r));
     let promoted = info_int(&mut r, "emq", "emq_promoted");
     assert_eq!(promoted, 0, "the replica's timer never writes");
-    // ... but it already knows the queue, from the effects it replayed, should it be promoted.
-    let watched = info_int(&mut r, "emq", "emq_watched_queues");
-    assert!(
-        watched >= 1,
-        "the replica learned its queues from the stream"
+    // ... but it already knows the queues that have scheduled or active jobs, from the effects
+    // it replayed, should it be promoted; and has forgotten those that no longer have any.
+    let timed = |con: &mut Connection, q: &str| {
+        let n: i64 = cmd("EXISTS")
+            .arg(set_key(q, "schedule"))
+            .arg(set_key(q, "active"))
+            .query(con)
+            .expect("exists");
+        n > 0
+    };
+    assert!(timed(&mut p, &later));
+    let expected = [&q, &later].iter().filter(|q| timed(&mut p, q)).count() as i64;
+    assert_eq!(
+        info_int(&mut r, "emq", "emq_watched_queues"),
+        expected,
+        "the replica watches the queues with timed jobs, learned from the stream"
     );
 }
 
