@@ -204,35 +204,18 @@ fn a_backlog_larger_than_a_visit_or_a_batch_is_promoted_in_full() {
     // the same moment, and more queues than one batch reads, all end up pending, with no claim.
     let server = Server::start(Options::default());
     let mut con = server.conn();
-    let due = now_ms() + 1_000;
+    let in_an_hour = 3_600_000u64;
     let mut p = redis::pipe();
     for i in 1..=1_050u64 {
-        p.cmd("EMQ.ENQUEUE")
-            .arg("big")
-            .arg(job_id(i))
-            .arg("due")
-            .arg("AT")
-            .arg(due)
-            .ignore();
         p.cmd("EMQ.ENQUEUE")
             .arg("big")
             .arg(job_id(10_000 + i))
             .arg("leased")
             .ignore();
     }
-    let others: Vec<String> = (0..300).map(|i| format!("small{i}")).collect();
-    for q in &others {
-        p.cmd("EMQ.ENQUEUE")
-            .arg(q)
-            .arg(job_id(1))
-            .arg("due")
-            .arg("AT")
-            .arg(due)
-            .ignore();
-    }
     let _: () = p.query(&mut con).expect("enqueue");
     for count in [1_000, 50] {
-        let lease = (due - now_ms()).to_string();
+        let lease = in_an_hour.to_string();
         let jobs = claim(
             &mut con,
             "big",
@@ -240,8 +223,52 @@ fn a_backlog_larger_than_a_visit_or_a_batch_is_promoted_in_full() {
         );
         assert_eq!(jobs.map(|j| j.len()), Some(count));
     }
-    assert!(now_ms() < due, "everything set up before the due time");
-    let promoted = wait_until(Duration::from_secs(30), || {
+    let others: Vec<String> = (0..300).map(|i| format!("small{i}")).collect();
+    let mut p = redis::pipe();
+    for i in 1..=1_050u64 {
+        p.cmd("EMQ.ENQUEUE")
+            .arg("big")
+            .arg(job_id(i))
+            .arg("due")
+            .arg("DELAY")
+            .arg(in_an_hour)
+            .ignore();
+    }
+    for q in &others {
+        p.cmd("EMQ.ENQUEUE")
+            .arg(q)
+            .arg(job_id(1))
+            .arg("due")
+            .arg("DELAY")
+            .arg(in_an_hour)
+            .ignore();
+    }
+    let _: () = p.query(&mut con).expect("enqueue delayed");
+    // Now everything comes due at once: the sets rescored in one transaction, as a script
+    // sharing the keys might do.
+    let mut p = redis::pipe();
+    p.atomic();
+    let big_schedule: Vec<String> = set_members(&mut con, "big", "schedule");
+    let big_active: Vec<String> = set_members(&mut con, "big", "active");
+    assert_eq!((big_schedule.len(), big_active.len()), (1_050, 1_050));
+    for (ty, members) in [("schedule", &big_schedule), ("active", &big_active)] {
+        let mut zadd = cmd("ZADD");
+        zadd.arg(set_key("big", ty)).arg("XX");
+        for m in members {
+            zadd.arg(0).arg(m);
+        }
+        p.add_command(zadd).ignore();
+    }
+    for q in &others {
+        p.cmd("ZADD")
+            .arg(set_key(q, "schedule"))
+            .arg("XX")
+            .arg(0)
+            .arg(job_id(1))
+            .ignore();
+    }
+    let _: () = p.query(&mut con).expect("all due");
+    let promoted = wait_until(Duration::from_secs(60), || {
         info_int(&mut con, "emq", "emq_promoted") == 2_100 + 300
     });
     assert!(
