@@ -1,7 +1,7 @@
 //! Moves due jobs and expired leases back to `pending` without any client process.
 //!
 //! - A module timer ticks every [`TICK_MS`] on primaries only, and promotes what is due on
-//!   the queues it watches, spending at most [`TICK_BUDGET`] per tick.
+//!   the queues it watches, starting no visit after [`TICK_BUDGET`] into a tick.
 //! - The watched queues (those with scheduled or active jobs) are learned from keyspace
 //!   events on their `schedule` and `active` sets — whoever wrote them: this module, a Lua
 //!   speaker, the replication stream or a slot import (`RESTORE`) — and rebuilt by one scan
@@ -35,9 +35,10 @@ use crate::watchlist::Watchlist;
 
 /// How often the timer looks for due work, in ms. A job due at T is claimable by T + a tick.
 pub const TICK_MS: i64 = 10;
-/// How long one tick may spend visiting queues: a quarter of its period, as the server's own
-/// active expiry takes at most a quarter of its cycle. What is left waits for the next tick,
-/// the longest waiting first, so a backlog of due jobs never stalls the server.
+/// After how long a tick starts no new visit: a quarter of its period, as the server's own
+/// active expiry takes at most a quarter of its cycle (a visit under way finishes, bounded by
+/// [`VISIT_BUDGET`]). What is left waits for the next tick, the longest waiting first, so a
+/// backlog of due jobs never stalls the server.
 const TICK_BUDGET: Duration = Duration::from_micros(2_500);
 /// Most jobs one visit moves from each set (about half a millisecond of work): a queue with
 /// more due is visited again while the tick has time, and at the next tick.
