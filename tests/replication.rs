@@ -566,3 +566,27 @@ fn a_blocking_claim_from_the_primarys_link_never_stalls_the_replica() {
     assert!(applied, "the replica applies what follows the claim");
     assert_eq!(info_int(&mut r, "clients", "blocked_clients"), 0);
 }
+
+#[test]
+fn a_replica_with_the_module_attaching_late_learns_the_queues_from_the_snapshot() {
+    // A full sync empties the replica's data (which unwatches its queues) and loads the
+    // primary's snapshot, which fires no keyspace event: the scan after loading finds the
+    // queues again, from a file or straight from the socket into a spare database.
+    let primary = Server::start(Options::primary());
+    let mut p = primary.conn();
+    for q in ["late-one", "late-two"] {
+        enqueue_delayed(&mut p, q, &job_id(1), "in an hour", 3_600_000);
+    }
+    for load in ["disabled", "swapdb"] {
+        let replica =
+            Server::replica_of(&primary, Options::default().arg("repl-diskless-load", load));
+        let mut r = replica.conn();
+        wait_link_up(&mut r);
+        wait_caught_up(&mut p, &mut r);
+        assert_eq!(
+            info_int(&mut r, "emq", "emq_watched_queues"),
+            2,
+            "repl-diskless-load {load}"
+        );
+    }
+}
