@@ -20,6 +20,10 @@ pub static PROMOTED: AtomicU64 = AtomicU64::new(0);
 /// Set members whose row was gone (deleted by hand, evicted), dropped by a claim or a move.
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 
+/// Timer ticks that reached their time budget with queues still due (their visits wait for the
+/// next tick).
+pub static TICKS_AT_BUDGET: AtomicU64 = AtomicU64::new(0);
+
 /// The job counters of `INFO emq`, by field name.
 pub static JOB_COUNTERS: [(&str, &AtomicU64); 12] = [
     ("enqueued", &ENQUEUED),
@@ -106,6 +110,16 @@ pub(crate) extern "C" fn info(
                 ctx,
                 c"watched_queues".as_ptr(),
                 crate::scheduler::watched_queues() as u64,
+            );
+            field_u64(
+                ctx,
+                c"timer_due_queues".as_ptr(),
+                crate::scheduler::due_queues() as u64,
+            );
+            field_u64(
+                ctx,
+                c"timer_ticks_at_budget".as_ptr(),
+                get(&TICKS_AT_BUDGET),
             );
             for (reason, counter) in REFUSAL_REASONS.iter().zip(REFUSALS.iter()) {
                 if let Ok(name) = std::ffi::CString::new(format!("refused_{reason}")) {

@@ -73,6 +73,12 @@ pub fn watched_queues() -> usize {
     watched().len()
 }
 
+/// Number of watched queues whose visit is due and has not happened yet (for `INFO emq`): those
+/// written to since the last tick, and more if the timer is behind or writes are paused.
+pub fn due_queues() -> usize {
+    watched().due_count(server::now_ms() as i64)
+}
+
 fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
     match unsafe { raw::RedisModule_GetSelectedDb } {
         // SAFETY: live context.
@@ -440,6 +446,7 @@ fn tick(ctx: &Context) {
         }
         for (db, name) in batch {
             if started.elapsed() >= TICK_BUDGET {
+                metrics::count(&metrics::TICKS_AT_BUDGET, 1);
                 break 'tick;
             }
             let visit = if select_db(ctx.ctx, db) {

@@ -67,6 +67,11 @@ impl Watchlist {
             .collect()
     }
 
+    /// How many queues' visit time has come by `now`.
+    pub fn due_count(&self, now: i64) -> usize {
+        self.by_time.iter().take_while(|(at, _)| *at <= now).count()
+    }
+
     pub fn clear(&mut self) {
         self.by_queue.clear();
         self.by_time.clear();
@@ -119,6 +124,9 @@ mod tests {
             vec![(1, "now".to_string()), (0, "soon".to_string())]
         );
         assert_eq!(names(&list, 1000, 2).len(), 2);
+        assert_eq!(list.due_count(99), 1);
+        assert_eq!(list.due_count(100), 2);
+        assert_eq!(list.due_count(1000), 3);
         assert_eq!(names(&list, 1000, 10).len(), 3);
     }
 

@@ -276,6 +276,10 @@ fn a_backlog_larger_than_a_visit_or_a_batch_is_promoted_in_full() {
         "promoted {} of 2400",
         info_int(&mut con, "emq", "emq_promoted")
     );
+    assert!(
+        info_int(&mut con, "emq", "emq_timer_ticks_at_budget") > 0,
+        "the backlog took more than one tick"
+    );
     assert_eq!(set_len(&mut con, "big", "pending"), 2_100);
     assert_eq!(set_len(&mut con, "big", "schedule"), 0);
     assert_eq!(set_len(&mut con, "big", "active"), 0);

@@ -420,6 +420,11 @@ fn the_timer_writes_nothing_while_client_writes_are_paused() {
         "a due job stays while writes are paused"
     );
     assert_eq!(info_int(&mut reader, "emq", "emq_promoted"), 0);
+    assert_eq!(
+        info_int(&mut reader, "emq", "emq_timer_due_queues"),
+        1,
+        "INFO shows the queue waiting for the timer"
+    );
     let _: () = cmd("CLIENT")
         .arg("UNPAUSE")
         .query(&mut con)
@@ -429,6 +434,7 @@ fn the_timer_writes_nothing_while_client_writes_are_paused() {
     });
     assert!(resumed, "both jobs back in pending once writes resume");
     assert_eq!(info_int(&mut reader, "emq", "emq_promoted"), 2);
+    assert_eq!(info_int(&mut reader, "emq", "emq_timer_due_queues"), 0);
 }
 
 #[test]
