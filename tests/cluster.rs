@@ -401,7 +401,11 @@ fn a_manual_failover_hands_a_queue_and_its_timer_to_the_replica() {
         .arg("FAILOVER")
         .query(&mut r)
         .expect("CLUSTER FAILOVER");
-    let handed_over = wait_until(Duration::from_secs(30), || cluster.owner(slot).port == new);
+    let handed_over = wait_until(Duration::from_secs(30), || {
+        cluster
+            .try_owner(slot)
+            .is_some_and(|owner| owner.port == new)
+    });
     assert!(handed_over, "the replica owns the slot");
     assert!(
         cluster.node(old).is_alive(),

@@ -147,10 +147,15 @@ impl Cluster {
 
     /// The primary that owns `slot`.
     pub fn owner(&self, slot: u16) -> NodeInfo {
+        self.try_owner(slot).expect("an owner for every slot")
+    }
+
+    /// The primary that owns `slot`, if the node asked shows one (during a failover it may
+    /// show none for a moment).
+    pub fn try_owner(&self, slot: u16) -> Option<NodeInfo> {
         self.topology()
             .into_iter()
             .find(|n| n.primary && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
-            .expect("an owner for every slot")
     }
 
     /// A primary other than `node`.
