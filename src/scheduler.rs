@@ -26,7 +26,7 @@ use valkey_module::{raw, Context};
 use crate::cluster;
 use crate::effects;
 use crate::eviction;
-use crate::grammar::{decode, Decoded, KeyBuf, KeyType, Queue};
+use crate::grammar::{decode, Decoded, KeyType, Queue};
 use crate::lifecycle::{self, check_row_types, Due, Moved, QueueKeys, Sets};
 use crate::metrics;
 use crate::server::{self, string_bytes};
@@ -133,13 +133,14 @@ fn observe(ctx: *mut raw::RedisModuleCtx, event: &[u8], key: *mut raw::RedisModu
     }
 }
 
-/// Whether the queue has a `schedule` or an `active` set in the context's database.
+/// Whether the queue has a `schedule` or an `active` set in the context's database (when
+/// unsure, that it has).
 fn has_timed_sets(ctx: &Context, queue: Queue<'_>) -> bool {
-    [KeyType::Schedule, KeyType::Active].into_iter().any(|ty| {
-        OwnedString::new(ctx, KeyBuf::queue(queue, ty).as_bytes())
-            .and_then(|name| Ok(Key::open_read(ctx, &name)?.holds() != Holds::Nothing))
-            .unwrap_or(true)
-    })
+    let Ok(keys) = QueueKeys::new(ctx, queue) else {
+        return true;
+    };
+    let exists = |name| Key::open_read(ctx, name).map_or(true, |k| k.holds() != Holds::Nothing);
+    exists(&keys.schedule) || exists(&keys.active)
 }
 
 unsafe extern "C" fn on_keyspace_event(
