@@ -44,6 +44,11 @@ fn score(con: &mut Connection, q: &str, set: &str, id: &str) -> Option<f64> {
         .expect("zscore")
 }
 
+/// `SELECT db` on this connection.
+fn in_db(con: &mut Connection, db: i64) {
+    let _: () = cmd("SELECT").arg(db).query(con).expect("select");
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -89,9 +94,6 @@ fn delayed_jobs_and_leases_follow_their_database_through_swapdb() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     let (q0, q1) = (unique_queue("swap-zero"), unique_queue("swap-one"));
-    let in_db = |con: &mut Connection, db: i64| {
-        let _: () = cmd("SELECT").arg(db).query(con).expect("select");
-    };
     // Database 0: a delayed job and a job under a short lease. Database 1: a delayed job.
     in_db(&mut con, 0);
     enqueue_delayed(&mut con, &q0, &job_id(1), "later", 300);
@@ -126,9 +128,6 @@ fn the_timer_forgets_the_queues_of_a_flushed_database() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     let watched = |con: &mut Connection| info_int(con, "emq", "emq_watched_queues");
-    let in_db = |con: &mut Connection, db: i64| {
-        let _: () = cmd("SELECT").arg(db).query(con).expect("select");
-    };
     for db in [0, 1] {
         in_db(&mut con, db);
         for q in ["a", "b"] {
