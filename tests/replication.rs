@@ -577,12 +577,14 @@ fn a_blocking_claim_from_the_primarys_link_never_stalls_the_replica() {
 fn a_replica_with_the_module_attaching_late_learns_the_queues_from_the_snapshot() {
     // A full sync empties the replica's data (which unwatches its queues) and loads the
     // primary's snapshot, which fires no keyspace event: the scan after loading finds the
-    // queues again, from a file or straight from the socket into a spare database.
+    // queues again, from a file or straight from the socket into a spare database, and a
+    // sync from a primary without them leaves none watched.
     let primary = Server::start(Options::primary());
     let mut p = primary.conn();
     for q in ["late-one", "late-two"] {
         enqueue_delayed(&mut p, q, &job_id(1), "in an hour", 3_600_000);
     }
+    let empty = Server::start(Options::primary());
     for load in ["disabled", "swapdb"] {
         let replica =
             Server::replica_of(&primary, Options::default().arg("repl-diskless-load", load));
@@ -594,5 +596,22 @@ fn a_replica_with_the_module_attaching_late_learns_the_queues_from_the_snapshot(
             2,
             "repl-diskless-load {load}"
         );
+        // Synced again, from a primary without queues: the emptied data's queues are gone.
+        let _: () = cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(empty.port)
+            .query(&mut r)
+            .expect("REPLICAOF");
+        let resynced = wait_until(Duration::from_secs(20), || {
+            info_field(&mut r, "replication", "master_port") == Some(empty.port.to_string())
+                && info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
+                && info_int(&mut r, "emq", "emq_watched_queues") == 0
+        });
+        assert!(
+            resynced,
+            "after a full sync from a primary without queues, repl-diskless-load {load}: {} watched",
+            info_int(&mut r, "emq", "emq_watched_queues")
+        );
+        assert_eq!(keys_of(&mut r, "late-one"), Vec::<String>::new());
     }
 }
