@@ -23,6 +23,9 @@ pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 /// Timer ticks that reached their time budget with queues still due (their visits wait for the
 /// next tick).
 pub static TICKS_AT_BUDGET: AtomicU64 = AtomicU64::new(0);
+/// Timer visits refused before writing (a key of the queue holds another type); the queue is
+/// tried again a second later.
+pub static VISITS_REFUSED: AtomicU64 = AtomicU64::new(0);
 
 /// The job counters of `INFO emq`, by field name.
 pub static JOB_COUNTERS: [(&str, &AtomicU64); 12] = [
@@ -121,6 +124,7 @@ pub(crate) extern "C" fn info(
                 c"timer_ticks_at_budget".as_ptr(),
                 get(&TICKS_AT_BUDGET),
             );
+            field_u64(ctx, c"timer_visits_refused".as_ptr(), get(&VISITS_REFUSED));
             for (reason, counter) in REFUSAL_REASONS.iter().zip(REFUSALS.iter()) {
                 if let Ok(name) = std::ffi::CString::new(format!("refused_{reason}")) {
                     field_u64(ctx, name.as_ptr(), get(counter));

@@ -25,6 +25,7 @@ use valkey_module::{raw, Context};
 
 use crate::cluster;
 use crate::effects;
+use crate::error::EmqError;
 use crate::eviction;
 use crate::grammar::{decode, Decoded, KeyType, Queue};
 use crate::lifecycle::{self, check_row_types, Due, Moved, QueueKeys, Sets};
@@ -47,6 +48,12 @@ const VISIT_BUDGET: usize = 100;
 const QUEUES_PER_BATCH: usize = 256;
 /// How soon a queue whose slot is migrating is looked at again.
 const RETRY_MIGRATING_MS: i64 = 100;
+/// How soon a queue whose visit was refused (a key of it holds another type, written by hand)
+/// is looked at again: its due jobs wait, and move within this once the key is put right.
+const RETRY_REFUSED_MS: i64 = 1000;
+/// At most one server-log warning about refused visits in this many ms.
+const WARN_REFUSED_EVERY_MS: u64 = 60_000;
+static LAST_REFUSED_WARNING_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Queues with scheduled or active jobs, as (db, queue name), each with the unix ms before
 /// which a visit would find nothing due (0: visit at the next tick). Any write to the queue's
@@ -451,7 +458,7 @@ fn tick(ctx: &Context) {
                 break 'tick;
             }
             let visit = if select_db(ctx.ctx, db) {
-                promote(ctx, &name, now).unwrap_or(Visit::FORGET)
+                promote(ctx, &name, now).unwrap_or_else(|e| refused(ctx, db, &name, &e, now))
             } else {
                 Visit::FORGET
             };
@@ -464,6 +471,32 @@ fn tick(ctx: &Context) {
         }
     }
     select_db(ctx.ctx, original);
+}
+
+/// A visit refused before it moved anything: the queue stays watched and is tried again in
+/// [`RETRY_REFUSED_MS`], so its due jobs move once the key is put right. Counted in `INFO emq`
+/// and logged, at most once a minute.
+fn refused(ctx: &Context, db: i32, name: &[u8], error: &EmqError, now: i64) -> Visit {
+    metrics::count(&metrics::VISITS_REFUSED, 1);
+    let now_ms = u64::try_from(now).unwrap_or(0);
+    let last = LAST_REFUSED_WARNING_MS.load(Ordering::Relaxed);
+    if last == 0 || now_ms.saturating_sub(last) >= WARN_REFUSED_EVERY_MS {
+        LAST_REFUSED_WARNING_MS.store(now_ms, Ordering::Relaxed);
+        server::log(
+            ctx.ctx,
+            c"warning",
+            &format!(
+                "EchoMQ: the timer cannot move the due jobs of queue '{}' (db {db}): {}; \
+                 it tries again every second",
+                String::from_utf8_lossy(name),
+                error.message()
+            ),
+        );
+    }
+    Visit {
+        moved: Moved::default(),
+        next: Some(now + RETRY_REFUSED_MS),
+    }
 }
 
 /// Whether client writes are paused (`CLIENT PAUSE ... WRITE`, or a failover waiting for its
@@ -497,7 +530,7 @@ fn wake_deferred(ctx: &Context) {
 }
 
 /// Promotes what is due on one queue and says when to look again.
-fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Visit, crate::error::EmqError> {
+fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Visit, EmqError> {
     let Some(queue) = Queue::parse(name) else {
         return Ok(Visit::FORGET);
     };

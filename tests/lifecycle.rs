@@ -197,6 +197,57 @@ fn a_queue_whose_timed_sets_are_gone_is_unwatched_at_once() {
 }
 
 #[test]
+fn a_queue_the_timer_cannot_visit_is_tried_again_once_its_key_is_put_right() {
+    // A pending set overwritten by hand with a string: the timer's visit is refused before it
+    // moves anything, and the job waits in `schedule`. Once the key is deleted, the job comes
+    // due without any claim or write to the queue.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let (q, id) = ("broken", job_id(1));
+    enqueue_delayed(&mut con, q, &id, "due soon", 200);
+    let _: () = cmd("SET")
+        .arg(set_key(q, "pending"))
+        .arg("oops")
+        .query(&mut con)
+        .expect("set");
+    let refused = |con: &mut Connection| info_int(con, "emq", "emq_timer_visits_refused");
+    assert!(
+        wait_until(Duration::from_secs(5), || refused(&mut con) >= 2),
+        "visits refused and tried again: {}",
+        refused(&mut con)
+    );
+    assert_eq!(state(&mut con, q, &id).as_deref(), Some("scheduled"));
+    assert!(
+        score(&mut con, q, "schedule", &id).is_some(),
+        "still in schedule"
+    );
+    assert_eq!(info_int(&mut con, "emq", "emq_watched_queues"), 1);
+    let warnings = server
+        .log()
+        .matches("the timer cannot move the due jobs of queue 'broken' (db 0): WRONGTYPE")
+        .count();
+    assert_eq!(
+        warnings,
+        1,
+        "one warning a minute at most:\n{}",
+        server.log()
+    );
+    let _: i64 = cmd("DEL")
+        .arg(set_key(q, "pending"))
+        .query(&mut con)
+        .expect("del");
+    assert!(
+        wait_until(Duration::from_secs(5), || state(&mut con, q, &id)
+            .as_deref()
+            == Some("pending")),
+        "the job comes due once the key is put right"
+    );
+    assert_eq!(set_members(&mut con, q, "pending"), vec![id.clone()]);
+    assert_eq!(set_len(&mut con, q, "schedule"), 0);
+    assert!(server.is_alive());
+}
+
+#[test]
 fn a_backlog_larger_than_a_visit_or_a_batch_is_promoted_in_full() {
     // The timer moves a bounded number of jobs per visit and spends a bounded time per tick:
     // a queue with over a thousand jobs coming due and over a thousand leases running out at
