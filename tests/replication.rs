@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use redis::cmd;
+use redis::{cmd, Value};
 use support::*;
 
 fn start_pair() -> (Server, Server) {
@@ -230,6 +230,68 @@ fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
         expected,
         "the replica watches the queues with timed jobs, learned from the stream"
     );
+}
+
+#[test]
+fn a_read_only_replica_refuses_every_echomq_write_and_answers_its_reads() {
+    // A replica with the module, read-only as replicas are by default: every EchoMQ command
+    // that writes is refused with the server's READONLY, a blocking claim included, and the
+    // replica's data stays the primary's; the reads and the pure commands answer.
+    let (primary, replica) = primary_and_replica(Options::default());
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    let q = "orders";
+    enqueue(&mut p, q, &job_id(1), "x");
+    let claimed: Vec<(String, Vec<u8>, i64)> =
+        cmd("EMQ.CLAIM").arg(q).query(&mut p).expect("claim");
+    let (id, token) = (claimed[0].0.clone(), claimed[0].2.to_string());
+    wait_caught_up(&mut p, &mut r);
+    let before = digest(&mut r);
+    let writes: [(&str, Vec<&str>); 8] = [
+        ("emq.enqueue", vec![q, "*", "y"]),
+        ("emq.menqueue", vec![q, "*", "y", "*", "z"]),
+        ("emq.claim", vec![q, "BLOCK", "0"]),
+        ("emq.renew", vec![q, &id, &token, "1000"]),
+        ("emq.ack", vec![q, &id, &token]),
+        ("emq.fail", vec![q, &id, &token]),
+        ("emq.cancel", vec![q, &id]),
+        ("emq.requeue", vec![q, &id]),
+    ];
+    // Every command the module flags `write` is among them.
+    let mut flagged: Vec<String> = emq_commands(&mut r)
+        .into_iter()
+        .filter(|name| {
+            let info: Vec<Value> = cmd("COMMAND")
+                .arg("INFO")
+                .arg(name)
+                .query(&mut r)
+                .expect("command info");
+            format!("{:?}", info[0]).contains("\"write\"")
+        })
+        .collect();
+    let mut listed: Vec<String> = writes.iter().map(|(n, _)| n.to_string()).collect();
+    flagged.sort();
+    listed.sort();
+    assert_eq!(flagged, listed, "the write commands");
+    for (name, args) in &writes {
+        let mut c = cmd(name);
+        for a in args {
+            c.arg(*a);
+        }
+        let err = expect_err(&mut r, &c);
+        assert!(err.starts_with("READONLY"), "{name}: {err}");
+    }
+    let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(q).query(&mut r).expect("stats");
+    assert!(stats.contains(&("active".to_string(), 1)), "{stats:?}");
+    let key: String = cmd("EMQ.KEY")
+        .arg(q)
+        .arg("pending")
+        .query(&mut r)
+        .expect("key");
+    assert_eq!(key, set_key(q, "pending"));
+    assert_eq!(digest(&mut r), before, "the replica wrote nothing");
+    wait_caught_up(&mut p, &mut r);
+    assert_eq!(digest(&mut r), digest(&mut p));
 }
 
 #[test]
