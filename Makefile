@@ -39,7 +39,7 @@ test: build test-modules
 
 # The core suites against Debian's redis-server 7.0 (installed if missing). Redis 7 only: a
 # later Redis loads modules of its own, which the suites' exact module lists do not expect.
-REDIS7_SUITES := enqueue grammar interop replication effects menqueue lifecycle hostile persistence module_load oom readme
+REDIS7_SUITES := enqueue grammar interop replication effects menqueue lifecycle model hostile persistence module_load oom readme
 test-redis7: build test-modules
 	@bash scripts/install-deps.sh --with-redis
 	@redis-server --version | grep -q ' v=7\.' || { \

@@ -1,0 +1,489 @@
+//! The job lifecycle against a reference model (SPEC §6): random sequences of enqueues,
+//! batches, claims, acks, failures, renewals, cancels and requeues, with valid and stale
+//! tokens, each reply compared with the model's, and the whole queue (every row and every set)
+//! compared after each stretch of operations. Delays and leases are an hour long, so the timer
+//! has nothing to do and every outcome is determined by the sequence.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use redis::{cmd, Value};
+use support::*;
+
+const MAX_ATTEMPTS: i64 = 3;
+const HOUR_MS: i64 = 3_600_000;
+/// Ids drawn from a small range, so that operations keep meeting the same jobs.
+const IDS: u64 = 40;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Pending,
+    Active,
+    Scheduled,
+    Dead,
+    Done,
+}
+
+impl State {
+    fn word(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Active => "active",
+            State::Scheduled => "scheduled",
+            State::Dead => "dead",
+            State::Done => "done",
+        }
+    }
+
+    /// The queue's set that holds a job in this state, if any.
+    fn set(self) -> Option<&'static str> {
+        match self {
+            State::Pending => Some("pending"),
+            State::Active => Some("active"),
+            State::Scheduled => Some("schedule"),
+            State::Dead => Some("dead"),
+            State::Done => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Job {
+    state: State,
+    attempts: i64,
+    payload: String,
+    error: Option<String>,
+}
+
+/// What a command answered, in a form both the server's reply and the model give.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    Int(i64),
+    Text(String),
+    Error(String),
+    Ints(Vec<i64>),
+    Jobs(Vec<(String, String, i64)>),
+    /// A lease deadline: any time an hour or so from now.
+    Deadline,
+}
+
+/// The model: every job the queue has a row for, by id.
+#[derive(Default)]
+struct Model {
+    jobs: BTreeMap<String, Job>,
+}
+
+impl Model {
+    fn enqueue(&mut self, id: &str, payload: &str, delayed: bool) -> i64 {
+        if self.jobs.contains_key(id) {
+            return 0;
+        }
+        let state = if delayed {
+            State::Scheduled
+        } else {
+            State::Pending
+        };
+        self.jobs.insert(
+            id.to_string(),
+            Job {
+                state,
+                attempts: 0,
+                payload: payload.to_string(),
+                error: None,
+            },
+        );
+        1
+    }
+
+    fn claim(&mut self, count: usize) -> Vec<(String, String, i64)> {
+        // Pending ids all score 0: the lowest ids first (base62 digits sort as bytes).
+        let ids: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == State::Pending)
+            .map(|(id, _)| id.clone())
+            .take(count)
+            .collect();
+        ids.into_iter()
+            .map(|id| {
+                let job = self.jobs.get_mut(&id).expect("listed");
+                job.state = State::Active;
+                job.attempts += 1;
+                (id, job.payload.clone(), job.attempts)
+            })
+            .collect()
+    }
+
+    /// The job, if `token` is its live lease.
+    fn leased(&mut self, id: &str, token: i64) -> Option<&mut Job> {
+        self.jobs
+            .get_mut(id)
+            .filter(|j| j.state == State::Active && j.attempts == token)
+    }
+
+    fn ack(&mut self, id: &str, token: i64) -> Answer {
+        match self.leased(id, token) {
+            Some(job) => {
+                job.state = State::Done;
+                Answer::Int(1)
+            }
+            None => lease_error(),
+        }
+    }
+
+    fn fail(&mut self, id: &str, token: i64, error: Option<&str>) -> Answer {
+        match self.leased(id, token) {
+            Some(job) => {
+                if let Some(e) = error {
+                    job.error = Some(e.to_string());
+                }
+                if job.attempts < MAX_ATTEMPTS {
+                    job.state = State::Scheduled;
+                    Answer::Text("scheduled".into())
+                } else {
+                    job.state = State::Dead;
+                    Answer::Text("dead".into())
+                }
+            }
+            None => lease_error(),
+        }
+    }
+
+    fn renew(&mut self, id: &str, token: i64) -> Answer {
+        match self.leased(id, token) {
+            Some(_) => Answer::Deadline,
+            None => lease_error(),
+        }
+    }
+
+    fn cancel(&mut self, id: &str) -> i64 {
+        match self.jobs.get(id).map(|j| j.state) {
+            Some(State::Pending | State::Scheduled) => {
+                self.jobs.remove(id);
+                1
+            }
+            _ => 0,
+        }
+    }
+
+    fn requeue(&mut self, id: &str) -> i64 {
+        match self.jobs.get_mut(id) {
+            Some(job) if job.state == State::Dead => {
+                job.state = State::Pending;
+                job.attempts = 0;
+                1
+            }
+            _ => 0,
+        }
+    }
+
+    /// One of the jobs in `state`, chosen by `r`.
+    fn pick(&self, state: State, r: u64) -> Option<String> {
+        let ids: Vec<&String> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == state)
+            .map(|(id, _)| id)
+            .collect();
+        (!ids.is_empty()).then(|| ids[r as usize % ids.len()].clone())
+    }
+
+    /// The job's due time or lease deadline has passed: a scheduled job becomes pending; an
+    /// expired lease returns the job to pending, or buries it on its last attempt. Returns the
+    /// new state.
+    fn time_passes(&mut self, id: &str) -> State {
+        let job = self.jobs.get_mut(id).expect("picked");
+        job.state = match job.state {
+            State::Active if job.attempts >= MAX_ATTEMPTS => {
+                job.error = Some("lease expired".into());
+                State::Dead
+            }
+            _ => State::Pending,
+        };
+        job.state
+    }
+
+    fn count(&self, state: State) -> i64 {
+        self.jobs.values().filter(|j| j.state == state).count() as i64
+    }
+}
+
+fn lease_error() -> Answer {
+    Answer::Error("EMQLEASE stale or missing lease token".into())
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        other => panic!("a string: {other:?}"),
+    }
+}
+
+/// The server's answer to `c`, read as the model's answer `like` is shaped.
+fn ask(con: &mut Connection, c: &redis::Cmd, like: &Answer) -> Answer {
+    let v = match c.query::<Value>(con) {
+        Ok(v) => v,
+        Err(e) => return Answer::Error(error_text(&e)),
+    };
+    match (like, &v) {
+        (Answer::Int(_), Value::Int(n)) => Answer::Int(*n),
+        (Answer::Deadline, Value::Int(n)) => {
+            let now = now_ms();
+            assert!(
+                (now + HOUR_MS - 60_000..=now + HOUR_MS).contains(n),
+                "deadline {n}"
+            );
+            Answer::Deadline
+        }
+        (Answer::Text(_), v) => Answer::Text(text(v)),
+        (Answer::Ints(_), Value::Array(items)) => Answer::Ints(
+            items
+                .iter()
+                .map(|i| match i {
+                    Value::Int(n) => *n,
+                    other => panic!("an integer: {other:?}"),
+                })
+                .collect(),
+        ),
+        (Answer::Jobs(_), Value::Array(items)) => Answer::Jobs(
+            items
+                .iter()
+                .map(|job| match job {
+                    Value::Array(f) if f.len() == 3 => match &f[2] {
+                        Value::Int(n) => (text(&f[0]), text(&f[1]), *n),
+                        other => panic!("attempts: {other:?}"),
+                    },
+                    other => panic!("a claimed job: {other:?}"),
+                })
+                .collect(),
+        ),
+        _ => Answer::Text(format!("{v:?}")),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Every row and set of the queue equals the model: each job's state, attempts, payload and
+/// error, which one set holds it, the counts of `EMQ.STATS`, and no other key.
+fn check_queue(con: &mut Connection, q: &str, model: &Model, step: usize) {
+    let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(q).query(con).expect("stats");
+    let expected = [
+        ("pending", State::Pending),
+        ("active", State::Active),
+        ("scheduled", State::Scheduled),
+        ("dead", State::Dead),
+    ]
+    .map(|(name, s)| (name.to_string(), model.count(s)));
+    assert_eq!(stats, expected.to_vec(), "EMQ.STATS at step {step}");
+    let mut keys: Vec<String> = model.jobs.keys().map(|id| row_key(q, id)).collect();
+    for s in [State::Pending, State::Active, State::Scheduled, State::Dead] {
+        if let (Some(set), true) = (s.set(), model.count(s) > 0) {
+            keys.push(set_key(q, set));
+        }
+    }
+    keys.sort();
+    assert_eq!(keys_of(con, q), keys, "the queue's keys at step {step}");
+    for n in 1..=IDS {
+        let id = job_id(n);
+        let row: BTreeMap<String, String> =
+            cmd("HGETALL").arg(row_key(q, &id)).query(con).expect("row");
+        let Some(job) = model.jobs.get(&id) else {
+            assert!(row.is_empty(), "{id} has no row at step {step}: {row:?}");
+            continue;
+        };
+        let mut fields = BTreeMap::from([
+            ("state".to_string(), job.state.word().to_string()),
+            ("attempts".to_string(), job.attempts.to_string()),
+            ("payload".to_string(), job.payload.clone()),
+        ]);
+        if let Some(e) = &job.error {
+            fields.insert("error".into(), e.clone());
+        }
+        assert_eq!(row, fields, "{id}'s row at step {step}");
+        for set in ["pending", "active", "schedule", "dead"] {
+            let score: Option<f64> = cmd("ZSCORE")
+                .arg(set_key(q, set))
+                .arg(&id)
+                .query(con)
+                .expect("zscore");
+            assert_eq!(
+                score.is_some(),
+                job.state.set() == Some(set),
+                "{id} ({:?}) in {set} at step {step}",
+                job.state
+            );
+        }
+        let ttl: i64 = cmd("PTTL").arg(row_key(q, &id)).query(con).expect("pttl");
+        assert_eq!(
+            ttl > 0,
+            job.state == State::Done,
+            "{id}'s TTL at step {step}"
+        );
+    }
+}
+
+#[test]
+fn random_lifecycle_sequences_match_the_reference_model() {
+    let server =
+        Server::start(Options::default().arg("emq.max-attempts", &MAX_ATTEMPTS.to_string()));
+    let mut con = server.conn();
+    let q = "model";
+    let mut model = Model::default();
+    let mut rng = Rng::new(0x5EED_11FE);
+    let hour = HOUR_MS.to_string();
+    let steps = 4_000;
+    let mut reached: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for step in 0..steps {
+        let id = job_id(1 + rng.below(IDS));
+        // A job's live token half of the time; otherwise one off by one (stale or never
+        // issued), or any token for a job that is not active.
+        let live = model.jobs.get(&id).map_or(1, |j| j.attempts);
+        let token = match rng.below(4) {
+            0 | 1 => live,
+            2 => live - 1,
+            _ => live + 1,
+        }
+        .max(1);
+        let payload = format!("p{step}");
+        let op = rng.below(22);
+        if op >= 20 {
+            // Time passes for one job: its due time or its lease deadline is moved to the
+            // past, and the timer moves it on its own.
+            let (state, set) = if op == 20 {
+                (State::Scheduled, "schedule")
+            } else {
+                (State::Active, "active")
+            };
+            let Some(id) = model.pick(state, rng.next_u64()) else {
+                continue;
+            };
+            let _: i64 = cmd("ZADD")
+                .arg(set_key(q, set))
+                .arg("XX")
+                .arg(0)
+                .arg(&id)
+                .query(&mut con)
+                .expect("zadd");
+            let to = model.time_passes(&id);
+            assert!(
+                wait_until(std::time::Duration::from_secs(5), || {
+                    let st: Option<String> = cmd("HGET")
+                        .arg(row_key(q, &id))
+                        .arg("state")
+                        .query(&mut con)
+                        .expect("hget");
+                    st.as_deref() == Some(to.word())
+                }),
+                "step {step}: the timer moves {id} from {state:?} to {to:?}"
+            );
+            *reached
+                .entry((set.to_string(), format!("{to:?}")))
+                .or_insert(0) += 1;
+            continue;
+        }
+        let (c, expected) = match op {
+            0..=3 => {
+                let mut c = cmd("EMQ.ENQUEUE");
+                c.arg(q).arg(&id).arg(&payload);
+                (c, Answer::Int(model.enqueue(&id, &payload, false)))
+            }
+            4 => {
+                let mut c = cmd("EMQ.ENQUEUE");
+                c.arg(q).arg(&id).arg(&payload).arg("DELAY").arg(&hour);
+                (c, Answer::Int(model.enqueue(&id, &payload, true)))
+            }
+            5 => {
+                let mut c = cmd("EMQ.MENQUEUE");
+                c.arg(q);
+                let mut replies = Vec::new();
+                for k in 0..1 + rng.below(4) {
+                    let id = job_id(1 + rng.below(IDS));
+                    let payload = format!("p{step}.{k}");
+                    c.arg(&id).arg(&payload);
+                    replies.push(model.enqueue(&id, &payload, false));
+                }
+                (c, Answer::Ints(replies))
+            }
+            6..=9 => {
+                let count = 1 + rng.below(3) as usize;
+                let mut c = cmd("EMQ.CLAIM");
+                c.arg(q).arg("COUNT").arg(count).arg("LEASE").arg(&hour);
+                (c, Answer::Jobs(model.claim(count)))
+            }
+            10..=12 => {
+                let mut c = cmd("EMQ.ACK");
+                c.arg(q).arg(&id).arg(token);
+                (c, model.ack(&id, token))
+            }
+            13..=15 => {
+                let mut c = cmd("EMQ.FAIL");
+                c.arg(q).arg(&id).arg(token);
+                let error = (rng.below(2) == 0).then(|| format!("e{step}"));
+                if let Some(e) = &error {
+                    c.arg("ERROR").arg(e);
+                }
+                c.arg("RETRY-IN").arg(&hour);
+                (c, model.fail(&id, token, error.as_deref()))
+            }
+            16 => {
+                let mut c = cmd("EMQ.RENEW");
+                c.arg(q).arg(&id).arg(token).arg(&hour);
+                (c, model.renew(&id, token))
+            }
+            17 => {
+                let mut c = cmd("EMQ.CANCEL");
+                c.arg(q).arg(&id);
+                (c, Answer::Int(model.cancel(&id)))
+            }
+            _ => {
+                let mut c = cmd("EMQ.REQUEUE");
+                c.arg(q).arg(&id);
+                (c, Answer::Int(model.requeue(&id)))
+            }
+        };
+        let got = ask(&mut con, &c, &expected);
+        let packed = String::from_utf8_lossy(&c.get_packed_command()).into_owned();
+        assert_eq!(got, expected, "step {step}: {packed:?}");
+        let name = packed.split("\r\n").nth(2).unwrap_or("").to_string();
+        *reached.entry((name, format!("{expected:?}"))).or_insert(0) += 1;
+        if step % 200 == 199 {
+            check_queue(&mut con, q, &model, step);
+        }
+    }
+    check_queue(&mut con, q, &model, steps);
+    // The sequences reached every outcome of every command (or the test proves little).
+    let outcomes = |name: &str| -> Vec<String> {
+        reached
+            .keys()
+            .filter(|(n, _)| n == name)
+            .map(|(_, a)| a.clone())
+            .collect()
+    };
+    for (name, needles) in [
+        ("EMQ.ENQUEUE", &["Int(1)", "Int(0)"][..]),
+        ("EMQ.MENQUEUE", &["1", "0"]),
+        ("EMQ.CLAIM", &["Jobs([])", "Jobs([("]),
+        ("EMQ.ACK", &["Int(1)", "EMQLEASE"]),
+        ("EMQ.FAIL", &["scheduled", "dead", "EMQLEASE"]),
+        ("EMQ.RENEW", &["Deadline", "EMQLEASE"]),
+        ("EMQ.CANCEL", &["Int(1)", "Int(0)"]),
+        ("EMQ.REQUEUE", &["Int(1)", "Int(0)"]),
+        ("schedule", &["Pending"]),
+        ("active", &["Pending", "Dead"]),
+    ] {
+        let seen = outcomes(name);
+        for needle in needles {
+            assert!(
+                seen.iter().any(|a| a.contains(needle)),
+                "{name} never answered {needle}: {seen:?}"
+            );
+        }
+    }
+}
