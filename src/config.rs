@@ -39,6 +39,9 @@ pub static DONE_TTL_MS: AtomicI64 = AtomicI64::new(86_400_000);
 
 /// Upper bound of every duration setting and argument: one year, in ms.
 pub const MAX_DURATION_MS: i64 = 365 * 86_400_000;
+/// Latest due time `AT` takes, in unix ms: the largest integer a zset score (a double) holds
+/// exactly, so the schedule set and its replicated `ZADD` keep the very time given.
+pub const MAX_UNIX_MS: i64 = (1 << 53) - 1;
 pub const MAX_ATTEMPTS_MAX: i64 = 1_000_000;
 
 fn get(v: &AtomicI64) -> i64 {

@@ -361,6 +361,50 @@ fn a_due_time_in_the_past_is_a_plain_enqueue() {
 }
 
 #[test]
+fn a_due_time_is_kept_exactly_and_one_a_score_cannot_hold_is_refused() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("far");
+    let latest = (1i64 << 53) - 1;
+    let n: i64 = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg("far")
+        .arg("AT")
+        .arg(latest)
+        .query(&mut con)
+        .expect("at");
+    assert_eq!(n, 1);
+    let due: String = cmd("ZSCORE")
+        .arg(set_key(&q, "schedule"))
+        .arg(job_id(1))
+        .query(&mut con)
+        .expect("zscore");
+    assert_eq!(due, latest.to_string(), "the very time given");
+    // One more would be stored as another time (2^53 + 1 is no double).
+    for at in [latest + 1, latest + 2, i64::MAX / 2] {
+        let err = expect_err(
+            &mut con,
+            cmd("EMQ.ENQUEUE")
+                .arg(&q)
+                .arg(job_id(2))
+                .arg("x")
+                .arg("AT")
+                .arg(at),
+        );
+        assert_eq!(
+            err, "ERR AT must be an integer from 0 to 9007199254740991",
+            "AT {at}"
+        );
+    }
+    assert_eq!(
+        keys_of(&mut con, &q).len(),
+        2,
+        "one row and the schedule set"
+    );
+}
+
+#[test]
 fn claim_takes_the_lowest_ids_and_counts_attempts() {
     let server = Server::shared();
     let mut con = server.conn();

@@ -63,7 +63,7 @@ fn parse_placement(args: &Args, at: usize) -> Result<Placement, EmqError> {
             now + parse_int(args.bytes(at + 1), 0, config::MAX_DURATION_MS, "DELAY")?
         }
         2 if is_token(args.bytes(at), "AT") => {
-            parse_int(args.bytes(at + 1), 0, i64::MAX / 2, "AT")?
+            parse_int(args.bytes(at + 1), 0, config::MAX_UNIX_MS, "AT")?
         }
         _ => {
             return Err(EmqError::Syntax(
