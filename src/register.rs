@@ -156,17 +156,22 @@ fn doc_arg(arg: &Arg) -> raw::RedisModuleCommandArg {
     out
 }
 
-/// Registers the `emq` ACL category where the server has them (Valkey 8 / Redis 7.4+).
+/// Registers the `emq` ACL category where the server has them (Valkey 8 / Redis 7.4+). The
+/// server never removes a category, so after an unload it is already there (`EBUSY`), and the
+/// commands loaded again join it.
 pub fn acl_category(ctx: &Context, name: &CStr) {
     match unsafe { raw::RedisModule_AddACLCategory } {
         // SAFETY: called from OnLoad with a NUL-terminated name.
         Some(add) => {
             if unsafe { add(ctx.ctx, name.as_ptr()) } != raw::REDISMODULE_OK as c_int {
-                crate::server::log(
-                    ctx.ctx,
-                    c"warning",
-                    "EchoMQ: could not add the emq ACL category",
-                );
+                let why = std::io::Error::last_os_error();
+                if why.kind() != std::io::ErrorKind::ResourceBusy {
+                    crate::server::log(
+                        ctx.ctx,
+                        c"warning",
+                        &format!("EchoMQ: could not add the emq ACL category: {why}"),
+                    );
+                }
             }
         }
         None => crate::server::log(

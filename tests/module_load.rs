@@ -125,6 +125,16 @@ fn runtime_load_loadex_unload_and_load_again() {
         .expect("id")
         .value();
     assert_eq!((value >> 12) & 1023, 7);
+    // The `emq` ACL category outlives an unload (the server never removes one); loaded again,
+    // the commands join it, and nothing is wrong enough to warn about.
+    if info_field(&mut con, "server", "valkey_version").is_some() {
+        let mut worker = user_with(&server, "reloaded", &["-@all", "+@emq", "~*"]);
+        let v: String = cmd("EMQ.VERSION")
+            .query(&mut worker)
+            .expect("granted by @emq");
+        assert_eq!(v, "echomq:2.0.0");
+        assert!(!server.log().contains("ACL category"), "{}", server.log());
+    }
     let dup: i64 = cmd("EMQ.ENQUEUE")
         .arg("orders")
         .arg(job_id(1))
