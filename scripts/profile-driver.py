@@ -96,8 +96,17 @@ def main():
             for i in range(jobs)
         )
         replies = jobs
+    elif mode == "foreign":
+        # Keys that are not EchoMQ's: what loading the module costs other workloads.
+        buf = b"".join(
+            resp("ZADD", b"other:%d" % i, "1", "m")
+            + resp("SET", b"cache:%d" % i, "v", "EX", "100")
+            + resp("DEL", b"other:%d" % i)
+            for i in range(jobs)
+        )
+        replies = 3 * jobs
     else:
-        raise SystemExit("mode: module, batch, native or lua")
+        raise SystemExit("mode: module, batch, native, lua or foreign")
     sock.sendall(buf)
     read_replies(sock, replies)
     sock.sendall(resp("SHUTDOWN", "NOSAVE"))

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make profile: instruction counts per job, from valgrind --tool=callgrind on valkey-server,
 # for EMQ.ENQUEUE, EMQ.MENQUEUE (100 per call), native HSET+ZADD and the Lua @enqueue, each
-# driven by the same pipelined jobs (monotonic ids, 48-byte payload). Unlike timings, the
-# counts hardly move between runs (about 1%: the server's cron and hash seeds vary).
+# driven by the same pipelined jobs (monotonic ids, 48-byte payload); and what loading the
+# module costs commands on other keys (ZADD, SET ... EX, DEL, with and without it). Unlike
+# timings, the counts hardly move between runs (about 1%: the server's cron and hash seeds vary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${PROFILE_JOBS:-20000}"
@@ -21,12 +22,13 @@ cost() {
     awk -v f="???:$2" '!found { for (i = 2; i <= NF; i++) if ($i == f) { gsub(",", "", $1); print $1; found = 1 } } END { if (!found) print 0 }'
 }
 
-run() { # <mode> [replica] -> $dir/<mode>[-replica].out
-  local mode="$1" out="$1${2:+-$2}" port rport rpid=""
+run() { # <mode> [replica|bare] -> $dir/<mode>[-replica|-bare].out (bare: without the module)
+  local mode="$1" out="$1${2:+-$2}" port rport rpid="" load=(--loadmodule "$module")
+  [ "${2:-}" = bare ] && load=()
   port="$(free_port)"
   valgrind --tool=callgrind --callgrind-out-file="$dir/$out.out" \
     valkey-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-    --loadmodule "$module" >/dev/null 2>&1 &
+    "${load[@]}" >/dev/null 2>&1 &
   local pid=$!
   for _ in $(seq 1 300); do valkey-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
   if [ "${2:-}" = replica ]; then
@@ -48,6 +50,8 @@ run() { # <mode> [replica] -> $dir/<mode>[-replica].out
 
 for mode in module batch native lua; do run "$mode"; done
 run module replica
+run foreign
+run foreign bare
 per_job() { echo $(( $1 / jobs )); }
 echo "| where | instructions/job |"
 echo "|---|---|"
@@ -63,3 +67,5 @@ for mode in lua native module batch; do
   label="$(case $mode in lua) echo '`EVALSHA`';; native) echo 'native `HSET` + `ZADD`';; module) echo '`EMQ.ENQUEUE`';; batch) echo '`EMQ.MENQUEUE` ×100';; esac)"
   echo "| whole requests (\`processInputBuffer\`): $label | $(per_job "$(cost "$dir/$mode.out" processInputBuffer)") |"
 done
+echo "| other keys, whole requests per round of \`ZADD\` + \`SET ... EX\` + \`DEL\`: without EchoMQ | $(per_job "$(cost "$dir/foreign-bare.out" processInputBuffer)") |"
+echo "| the same, EchoMQ loaded | $(per_job "$(cost "$dir/foreign.out" processInputBuffer)") |"
