@@ -121,6 +121,43 @@ fn routing_moved_and_key_specs() {
         .output()
         .expect("valkey-cli -c");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+
+    // A replica of the owner serves EMQ.STATS once the client says READONLY, as for a native
+    // read, and redirects the rest: before READONLY, a write, a queue of another primary.
+    let replica = topology
+        .iter()
+        .filter(|n| !n.primary)
+        .find(|n| {
+            let role: Vec<Value> = cmd("ROLE")
+                .query(&mut cluster.node(n.port).conn())
+                .expect("role");
+            role.get(2) == Some(&Value::Int(i64::from(owner.port)))
+        })
+        .expect("a replica of the owner");
+    let mut r = cluster.node(replica.port).conn();
+    let moved = format!("MOVED {} 127.0.0.1:{}", slot_of(q), owner.port);
+    assert_eq!(expect_err(&mut r, cmd("EMQ.STATS").arg(q)), moved);
+    let _: () = cmd("READONLY").query(&mut r).expect("readonly");
+    let pending = |r: &mut Connection| -> i64 {
+        let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(q).query(r).expect("stats");
+        stats
+            .iter()
+            .find(|(k, _)| k == "pending")
+            .map_or(-1, |(_, n)| *n)
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || pending(&mut r) == 1),
+        "the replica's copy: {}",
+        pending(&mut r)
+    );
+    let err = expect_err(&mut r, cmd("EMQ.ENQUEUE").arg(q).arg(job_id(3)).arg("x"));
+    assert_eq!(err, moved, "a write goes to the owner");
+    let elsewhere = (0..)
+        .map(|i| format!("elsewhere{i}"))
+        .find(|name| cluster.owner(slot_of(name)).port != owner.port)
+        .expect("a queue of another primary");
+    let err = expect_err(&mut r, cmd("EMQ.STATS").arg(&elsewhere));
+    assert!(err.starts_with("MOVED "), "{err}");
 }
 
 /// Enqueues `jobs` ids into `queue` through the router, recording each acknowledged id.
