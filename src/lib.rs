@@ -22,7 +22,9 @@ use valkey_module::alloc::ValkeyAlloc;
 
 use valkey_module::{raw, Context, Status};
 
-use register::{Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command};
+use register::{
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::String as Str, Command,
+};
 
 const ACL_CATEGORY: &std::ffi::CStr = c"emq";
 
@@ -39,8 +41,13 @@ const COMMANDS: &[Command] = &[
             Arg::required(c"queue", Str),
             Arg::required(c"id", Str),
             Arg::required(c"payload", Str),
-            Arg::token(c"delay", c"DELAY", Int),
-            Arg::token(c"at", c"AT", Int),
+            Arg::optional(
+                c"due",
+                OneOf(&[
+                    Arg::keyword(c"delay", c"DELAY", Int),
+                    Arg::keyword(c"at", c"AT", Int),
+                ]),
+            ),
         ],
     },
     Command {

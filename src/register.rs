@@ -20,6 +20,8 @@ pub enum ArgKind {
     Integer,
     /// A group of arguments that go together (`id payload`).
     Block(&'static [Arg]),
+    /// Exactly one of the arguments (`DELAY <ms> | AT <unix-ms>`).
+    OneOf(&'static [Arg]),
 }
 
 pub struct Arg {
@@ -39,6 +41,17 @@ impl Arg {
             kind,
             token: Some(token),
             optional: true,
+            multiple: false,
+        }
+    }
+
+    /// A `TOKEN value` pair that is one choice of a [`ArgKind::OneOf`].
+    pub const fn keyword(name: &'static CStr, token: &'static CStr, kind: ArgKind) -> Self {
+        Self {
+            name,
+            kind,
+            token: Some(token),
+            optional: false,
             multiple: false,
         }
     }
@@ -140,6 +153,7 @@ fn doc_arg(arg: &Arg) -> raw::RedisModuleCommandArg {
         ArgKind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
         ArgKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
         ArgKind::Block(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
+        ArgKind::OneOf(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
     };
     out.key_spec_index = -1;
     if let Some(token) = arg.token {
@@ -236,12 +250,13 @@ fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> Result<(), &
     }
     // SAFETY: the zeroed spec terminates the list.
     key_specs.push(unsafe { std::mem::zeroed() });
-    // A block's members, each list zero-terminated; kept alive until the server has copied them.
+    // A block's or a choice's members, each list zero-terminated; kept alive until the server
+    // has copied them.
     let mut blocks: Vec<Vec<raw::RedisModuleCommandArg>> = cmd
         .args
         .iter()
         .map(|a| match a.kind {
-            ArgKind::Block(members) => members
+            ArgKind::Block(members) | ArgKind::OneOf(members) => members
                 .iter()
                 .map(doc_arg)
                 // SAFETY: the zeroed arg terminates the list.

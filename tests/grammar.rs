@@ -179,6 +179,85 @@ fn slot_equals_cluster_keyslot_for_random_keys() {
     }
 }
 
+/// A flat `[field, value, ...]` reply (a RESP2 map) as pairs.
+fn fields(v: &Value) -> Vec<(String, Value)> {
+    let Value::Array(items) = v else {
+        panic!("a flat map: {v:?}")
+    };
+    items
+        .chunks(2)
+        .map(|kv| match &kv[0] {
+            Value::BulkString(k) => (String::from_utf8_lossy(k).into_owned(), kv[1].clone()),
+            Value::SimpleString(k) => (k.clone(), kv[1].clone()),
+            other => panic!("a field name: {other:?}"),
+        })
+        .collect()
+}
+
+fn field<'a>(pairs: &'a [(String, Value)], name: &str) -> &'a Value {
+    &pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .unwrap_or_else(|| panic!("no {name} in {pairs:?}"))
+        .1
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[test]
+fn command_docs_give_delay_and_at_as_one_optional_choice() {
+    let server = Server::shared();
+    let mut con = server.conn();
+    let docs: Vec<Value> = cmd("COMMAND")
+        .arg("DOCS")
+        .arg("emq.enqueue")
+        .query(&mut con)
+        .expect("docs");
+    let doc = fields(&docs[1]);
+    let Value::Array(args) = field(&doc, "arguments") else {
+        panic!("arguments: {doc:?}")
+    };
+    let args: Vec<Vec<(String, Value)>> = args.iter().map(fields).collect();
+    let names: Vec<String> = args.iter().map(|a| text_of(field(a, "name"))).collect();
+    assert_eq!(names, ["queue", "id", "payload", "due"]);
+    let due = &args[3];
+    assert_eq!(text_of(field(due, "type")), "oneof");
+    assert_eq!(
+        format!("{:?}", field(due, "flags"))
+            .matches("optional")
+            .count(),
+        1
+    );
+    let Value::Array(choices) = field(due, "arguments") else {
+        panic!("choices: {due:?}")
+    };
+    let choices: Vec<(String, String, bool)> = choices
+        .iter()
+        .map(|c| {
+            let c = fields(c);
+            let optional = c.iter().any(|(k, _)| k == "flags");
+            (
+                text_of(field(&c, "token")),
+                text_of(field(&c, "type")),
+                optional,
+            )
+        })
+        .collect();
+    assert_eq!(
+        choices,
+        [
+            ("DELAY".to_string(), "integer".to_string(), false),
+            ("AT".to_string(), "integer".to_string(), false)
+        ]
+    );
+}
+
 #[test]
 fn command_docs_describe_every_command() {
     let server = Server::shared();
