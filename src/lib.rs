@@ -203,8 +203,27 @@ const COMMANDS: &[Command] = &[
     },
 ];
 
-fn init(ctx: &Context) -> Status {
-    match load(ctx) {
+/// EchoMQ takes its settings as `emq.*` configs, never as load arguments: an argument is a
+/// setting written the wrong way (`loadmodule libechomq.so emq.node-id 5`), and ignoring it
+/// would leave, say, every primary minting with node id 0.
+fn check_no_arguments(args: &[&[u8]]) -> Result<(), String> {
+    if args.is_empty() {
+        return Ok(());
+    }
+    let given: Vec<String> = args
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    Err(format!(
+        "it takes no load arguments (got: {}); give its settings as emq.* lines after the \
+         loadmodule line (emq.node-id 5), as --emq.node-id 5 on the command line, or with \
+         MODULE LOADEX <path> CONFIG emq.node-id 5",
+        given.join(" ")
+    ))
+}
+
+fn init(ctx: &Context, args: &[&[u8]]) -> Status {
+    match check_no_arguments(args).and_then(|()| load(ctx)) {
         Ok(()) => Status::Ok,
         Err(e) => {
             server::log(
@@ -275,8 +294,8 @@ const MODULE_VERSION: c_int = 1;
 #[no_mangle]
 pub unsafe extern "C" fn RedisModule_OnLoad(
     ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
 ) -> c_int {
     // SAFETY: the server's load context; the name is a static NUL-terminated string.
     let status = unsafe {
@@ -290,7 +309,17 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
     if status != raw::REDISMODULE_OK as c_int {
         return raw::REDISMODULE_ERR as c_int;
     }
-    match catch_unwind(|| init(&Context::new(ctx))) {
+    match catch_unwind(|| {
+        let args: Vec<&[u8]> = match usize::try_from(argc) {
+            // SAFETY: the server passes `argc` live strings for the duration of the call.
+            Ok(n) if n > 0 && !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) }
+                .iter()
+                .map(|&a| server::string_bytes(a))
+                .collect(),
+            _ => Vec::new(),
+        };
+        init(&Context::new(ctx), &args)
+    }) {
         Ok(Status::Ok) => raw::REDISMODULE_OK as c_int,
         _ => raw::REDISMODULE_ERR as c_int,
     }

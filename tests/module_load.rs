@@ -157,6 +157,46 @@ fn runtime_load_loadex_unload_and_load_again() {
 }
 
 #[test]
+fn load_arguments_are_refused_with_the_way_to_give_settings() {
+    // A setting written as a load argument would otherwise be ignored (every primary minting
+    // with node id 0): the load fails and the log says how to give it.
+    let server = Server::start(Options::without_module().arg("enable-module-command", "local"));
+    let mut con = server.conn();
+    let path = module_path().display().to_string();
+    let err = expect_err(
+        &mut con,
+        cmd("MODULE")
+            .arg("LOAD")
+            .arg(&path)
+            .arg("emq.node-id")
+            .arg("5"),
+    );
+    assert!(err.starts_with("ERR Error loading the extension"), "{err}");
+    assert!(module_names(&mut con).is_empty());
+    assert!(
+        server
+            .log()
+            .contains("EchoMQ: refusing to load: it takes no load arguments (got: emq.node-id 5)"),
+        "{}",
+        server.log()
+    );
+    let _: () = cmd("MODULE")
+        .arg("LOADEX")
+        .arg(&path)
+        .arg("CONFIG")
+        .arg("emq.node-id")
+        .arg("5")
+        .query(&mut con)
+        .expect("the way the log names");
+    let node: Vec<String> = cmd("CONFIG")
+        .arg("GET")
+        .arg("emq.node-id")
+        .query(&mut con)
+        .expect("config");
+    assert_eq!(node, ["emq.node-id", "5"]);
+}
+
+#[test]
 fn module_load_is_refused_where_the_server_disables_it() {
     let server = Server::start(Options::without_module());
     let mut con = server.conn();
