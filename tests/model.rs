@@ -73,6 +73,8 @@ enum Answer {
 #[derive(Default)]
 struct Model {
     jobs: BTreeMap<String, Job>,
+    /// `emq.done-ttl-ms 0`: an acknowledged job's row is deleted at once.
+    keep_no_done: bool,
 }
 
 impl Model {
@@ -127,6 +129,9 @@ impl Model {
         match self.leased(id, token) {
             Some(job) => {
                 job.state = State::Done;
+                if self.keep_no_done {
+                    self.jobs.remove(id);
+                }
                 Answer::Int(1)
             }
             None => lease_error(),
@@ -332,16 +337,33 @@ fn check_queue(con: &mut Connection, q: &str, model: &Model, step: usize) {
 
 #[test]
 fn random_lifecycle_sequences_match_the_reference_model() {
+    run_sequences(0x5EED_11FE, false);
+}
+
+#[test]
+fn random_lifecycle_sequences_match_the_model_when_done_rows_are_deleted() {
+    // `emq.done-ttl-ms 0`: an acked job's row goes at once, so its id may be enqueued again.
+    run_sequences(0xD0E_5EED, true);
+}
+
+fn run_sequences(seed: u64, keep_no_done: bool) {
     // A replica without the module follows along: the effects of every sequence replicate.
-    let server =
-        Server::start(Options::primary().arg("emq.max-attempts", &MAX_ATTEMPTS.to_string()));
+    let done_ttl = if keep_no_done { "0" } else { "86400000" };
+    let server = Server::start(
+        Options::primary()
+            .arg("emq.max-attempts", &MAX_ATTEMPTS.to_string())
+            .arg("emq.done-ttl-ms", done_ttl),
+    );
     let replica = Server::replica_of(&server, Options::without_module());
     let mut con = server.conn();
     let mut r = replica.conn();
     wait_link_up(&mut r);
     let q = "model";
-    let mut model = Model::default();
-    let mut rng = Rng::new(0x5EED_11FE);
+    let mut model = Model {
+        keep_no_done,
+        ..Model::default()
+    };
+    let mut rng = Rng::new(seed);
     let hour = HOUR_MS.to_string();
     let steps = 4_000;
     let mut reached: BTreeMap<(String, String), usize> = BTreeMap::new();
