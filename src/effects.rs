@@ -117,10 +117,9 @@ pub fn role_changed() {
 
 /// Re-reads who can receive propagated writes, at most once a second (the server cron).
 pub fn probe(ctx: &Context, now_ms: u64) {
-    if now_ms.saturating_sub(LAST_PROBE_MS.load(Ordering::Relaxed)) < PROBE_EVERY_MS {
+    if !server::once_every(&LAST_PROBE_MS, now_ms, PROBE_EVERY_MS) {
         return;
     }
-    LAST_PROBE_MS.store(now_ms, Ordering::Relaxed);
     let listened = match store::replication_view(ctx) {
         Some(view) => !view.primary || view.replicas > 0 || view.backlog,
         None => true,

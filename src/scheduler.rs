@@ -479,9 +479,7 @@ fn tick(ctx: &Context) {
 fn refused(ctx: &Context, db: i32, name: &[u8], error: &EmqError, now: i64) -> Visit {
     metrics::count(&metrics::VISITS_REFUSED, 1);
     let now_ms = u64::try_from(now).unwrap_or(0);
-    let last = LAST_REFUSED_WARNING_MS.load(Ordering::Relaxed);
-    if last == 0 || now_ms.saturating_sub(last) >= WARN_REFUSED_EVERY_MS {
-        LAST_REFUSED_WARNING_MS.store(now_ms, Ordering::Relaxed);
+    if server::once_every(&LAST_REFUSED_WARNING_MS, now_ms, WARN_REFUSED_EVERY_MS) {
         server::log(
             ctx.ctx,
             c"warning",
