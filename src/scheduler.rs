@@ -434,6 +434,14 @@ impl Visit {
         },
         next: None,
     };
+
+    /// Nothing moved; look again at `at` (unix ms).
+    fn later(at: i64) -> Visit {
+        Visit {
+            moved: Moved::default(),
+            next: Some(at),
+        }
+    }
 }
 
 fn tick(ctx: &Context) {
@@ -491,10 +499,7 @@ fn refused(ctx: &Context, db: i32, name: &[u8], error: &EmqError, now: i64) -> V
             ),
         );
     }
-    Visit {
-        moved: Moved::default(),
-        next: Some(now + RETRY_REFUSED_MS),
-    }
+    Visit::later(now + RETRY_REFUSED_MS)
 }
 
 /// Whether client writes are paused (`CLIENT PAUSE ... WRITE`, or a failover waiting for its
@@ -534,10 +539,7 @@ fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Visit, EmqError> {
     };
     if cluster::check_stable(queue).is_err() {
         // Keys in flight between nodes: leave them be until the migration settles.
-        return Ok(Visit {
-            moved: Moved::default(),
-            next: Some(now + RETRY_MIGRATING_MS),
-        });
+        return Ok(Visit::later(now + RETRY_MIGRATING_MS));
     }
     let keys = QueueKeys::new(ctx, queue)?;
     let sets = Sets::open(ctx, &keys)?;
