@@ -85,16 +85,7 @@ fn f5_co_location() {
 
 fn decode_map(con: &mut Connection, k: &[u8]) -> Vec<(String, Value)> {
     let v: Value = cmd("EMQ.DECODE").arg(k).query(con).expect("decode");
-    let Value::Map(pairs) = v else {
-        panic!("a map under RESP3, got {v:?}")
-    };
-    pairs
-        .into_iter()
-        .map(|(k, v)| match k {
-            Value::BulkString(b) => (String::from_utf8(b).expect("utf8"), v),
-            other => panic!("key {other:?}"),
-        })
-        .collect()
+    map_pairs(&v)
 }
 
 #[test]
@@ -179,21 +170,7 @@ fn slot_equals_cluster_keyslot_for_random_keys() {
     }
 }
 
-/// A flat `[field, value, ...]` reply (a RESP2 map) as pairs.
-fn fields(v: &Value) -> Vec<(String, Value)> {
-    let Value::Array(items) = v else {
-        panic!("a flat map: {v:?}")
-    };
-    items
-        .chunks(2)
-        .map(|kv| match &kv[0] {
-            Value::BulkString(k) => (String::from_utf8_lossy(k).into_owned(), kv[1].clone()),
-            Value::SimpleString(k) => (k.clone(), kv[1].clone()),
-            other => panic!("a field name: {other:?}"),
-        })
-        .collect()
-}
-
+/// The value of `name` in a map reply's pairs.
 fn field<'a>(pairs: &'a [(String, Value)], name: &str) -> &'a Value {
     &pairs
         .iter()
@@ -202,32 +179,24 @@ fn field<'a>(pairs: &'a [(String, Value)], name: &str) -> &'a Value {
         .1
 }
 
-fn text_of(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        other => format!("{other:?}"),
-    }
-}
-
 #[test]
 fn command_docs_give_delay_and_at_as_one_optional_choice() {
     let server = Server::shared();
-    let mut con = server.conn();
-    let docs: Vec<Value> = cmd("COMMAND")
+    let mut con = server.conn3();
+    let docs: Value = cmd("COMMAND")
         .arg("DOCS")
         .arg("emq.enqueue")
         .query(&mut con)
         .expect("docs");
-    let doc = fields(&docs[1]);
+    let doc = map_pairs(field(&map_pairs(&docs), "emq.enqueue"));
     let Value::Array(args) = field(&doc, "arguments") else {
         panic!("arguments: {doc:?}")
     };
-    let args: Vec<Vec<(String, Value)>> = args.iter().map(fields).collect();
-    let names: Vec<String> = args.iter().map(|a| text_of(field(a, "name"))).collect();
+    let args: Vec<Vec<(String, Value)>> = args.iter().map(map_pairs).collect();
+    let names: Vec<String> = args.iter().map(|a| text(field(a, "name"))).collect();
     assert_eq!(names, ["queue", "id", "payload", "due"]);
     let due = &args[3];
-    assert_eq!(text_of(field(due, "type")), "oneof");
+    assert_eq!(text(field(due, "type")), "oneof");
     assert_eq!(
         format!("{:?}", field(due, "flags"))
             .matches("optional")
@@ -240,13 +209,9 @@ fn command_docs_give_delay_and_at_as_one_optional_choice() {
     let choices: Vec<(String, String, bool)> = choices
         .iter()
         .map(|c| {
-            let c = fields(c);
+            let c = map_pairs(c);
             let optional = c.iter().any(|(k, _)| k == "flags");
-            (
-                text_of(field(&c, "token")),
-                text_of(field(&c, "type")),
-                optional,
-            )
+            (text(field(&c, "token")), text(field(&c, "type")), optional)
         })
         .collect();
     assert_eq!(

@@ -44,16 +44,14 @@ fn score(con: &mut Connection, q: &str, set: &str, id: &str) -> Option<f64> {
         .expect("zscore")
 }
 
+/// `emq_watched_queues` of `INFO emq`: the queues the timer watches.
+fn watched(con: &mut Connection) -> i64 {
+    info_int(con, "emq", "emq_watched_queues")
+}
+
 /// `SELECT db` on this connection.
 fn in_db(con: &mut Connection, db: i64) {
     let _: () = cmd("SELECT").arg(db).query(con).expect("select");
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 #[test]
@@ -127,7 +125,6 @@ fn the_timer_forgets_the_queues_of_a_flushed_database() {
     // the queues of an emptied database, each visit costing a tick's time for nothing.
     let server = Server::start(Options::default());
     let mut con = server.conn();
-    let watched = |con: &mut Connection| info_int(con, "emq", "emq_watched_queues");
     for db in [0, 1] {
         in_db(&mut con, db);
         for q in ["a", "b"] {
@@ -160,7 +157,6 @@ fn a_queue_whose_timed_sets_are_gone_is_unwatched_at_once() {
     // set is forgotten when that happens, not at its next visit (a replica never visits).
     let server = Server::start(Options::default());
     let mut con = server.conn();
-    let watched = |con: &mut Connection| info_int(con, "emq", "emq_watched_queues");
     for q in ["deleted", "expiring", "renamed", "kept"] {
         enqueue_delayed(&mut con, q, &job_id(1), "in an hour", 3_600_000);
     }
@@ -221,7 +217,7 @@ fn a_queue_the_timer_cannot_visit_is_tried_again_once_its_key_is_put_right() {
         score(&mut con, q, "schedule", &id).is_some(),
         "still in schedule"
     );
-    assert_eq!(info_int(&mut con, "emq", "emq_watched_queues"), 1);
+    assert_eq!(watched(&mut con), 1);
     let warnings = server
         .log()
         .matches("the timer cannot move the due jobs of queue 'broken' (db 0): WRONGTYPE")
@@ -336,7 +332,7 @@ fn a_backlog_larger_than_a_visit_or_a_batch_is_promoted_in_full() {
     for q in &others {
         assert_eq!(set_len(&mut con, q, "pending"), 1, "{q}");
     }
-    assert_eq!(info_int(&mut con, "emq", "emq_watched_queues"), 0);
+    assert_eq!(watched(&mut con), 0);
 }
 
 #[test]
@@ -375,12 +371,11 @@ fn a_due_time_is_kept_exactly_and_one_a_score_cannot_hold_is_refused() {
         .query(&mut con)
         .expect("at");
     assert_eq!(n, 1);
-    let due: String = cmd("ZSCORE")
-        .arg(set_key(&q, "schedule"))
-        .arg(job_id(1))
-        .query(&mut con)
-        .expect("zscore");
-    assert_eq!(due, latest.to_string(), "the very time given");
+    assert_eq!(
+        score(&mut con, &q, "schedule", &job_id(1)),
+        Some(latest as f64),
+        "the very time given (an f64 holds it exactly)"
+    );
     // One more would be stored as another time (2^53 + 1 is no double).
     for at in [latest + 1, latest + 2, i64::MAX / 2] {
         let err = expect_err(

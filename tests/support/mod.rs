@@ -437,6 +437,31 @@ pub fn expect_err(con: &mut Connection, cmd: &redis::Cmd) -> String {
     }
 }
 
+/// The wall clock in unix ms, as the server's due times and lease deadlines count it.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A reply that is a string (bulk or simple), as text; panics on anything else.
+pub fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        other => panic!("a string: {other:?}"),
+    }
+}
+
+/// A RESP3 map reply as (field name, value) pairs, in the server's order.
+pub fn map_pairs(v: &Value) -> Vec<(String, Value)> {
+    let Value::Map(pairs) = v else {
+        panic!("a map under RESP3, got {v:?}")
+    };
+    pairs.iter().map(|(k, v)| (text(k), v.clone())).collect()
+}
+
 /// A deterministic xorshift generator for random test inputs.
 pub struct Rng(u64);
 
