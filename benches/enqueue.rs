@@ -172,16 +172,21 @@ fn read_replies(stream: &mut TcpStream, buf: &mut Vec<u8>, replies: usize) {
     buf.drain(..pos);
 }
 
+/// An empty server with its statistics reset (`FLUSHALL`, `CONFIG RESETSTAT`).
+fn fresh(con: &mut support::Connection) {
+    let _: () = cmd("FLUSHALL").query(con).expect("flushall");
+    let _: () = cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(con)
+        .expect("resetstat");
+}
+
 /// One timed run: `ids` enqueued by `CONNECTIONS` clients, `depth` commands in flight each.
 /// Commands are encoded to RESP before the clock starts, so the client spends its time on
 /// the wire, not on building commands: the server is what is measured.
 fn run(server: &Server, variant: Variant, ids: &[String], depth: usize) -> Sample {
     let mut admin = server.conn();
-    let _: () = cmd("FLUSHALL").query(&mut admin).expect("flush");
-    let _: () = cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut admin)
-        .expect("resetstat");
+    fresh(&mut admin);
     let sha: String = cmd("SCRIPT")
         .arg("LOAD")
         .arg(ENQUEUE_LUA)
@@ -437,11 +442,7 @@ fn timer_load(server: &Server, queues: usize, secs: u64, samples: usize) -> (f64
 /// the due time that was (ms).
 fn backlog(server: &Server, queues: usize, per_queue: usize) -> (Vec<f64>, f64) {
     let mut con = server.conn();
-    let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
-    let _: () = cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut con)
-        .expect("resetstat");
+    fresh(&mut con);
     let jobs = queues * per_queue;
     // Enqueueing takes a while: due once the last job is in.
     let due = now_unix_ms() as i64 + 2_000 + (jobs / 50) as i64;
