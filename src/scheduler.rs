@@ -109,7 +109,7 @@ const GONE: [&[u8]; 5] = [b"del", b"expired", b"evicted", b"rename_from", b"move
 /// watched, and the removal of the last of the two unwatches it (a replica, which never
 /// visits its queues, would otherwise keep every queue it ever saw); any write to a `pending`
 /// set wakes the claimers blocked on it.
-fn observe(ctx: *mut raw::RedisModuleCtx, event: &[u8], key: *mut raw::RedisModuleString) {
+fn observe(ctx: *mut raw::RedisModuleCtx, event: *const c_char, key: *mut raw::RedisModuleString) {
     let Some(key) = NonNull::new(key) else {
         return;
     };
@@ -132,6 +132,13 @@ fn observe(ctx: *mut raw::RedisModuleCtx, event: &[u8], key: *mut raw::RedisModu
     }) = decode(name)
     {
         let db = selected_db(ctx);
+        // The event's name is read only here, for a queue's timed set: every other key the
+        // server reports (any zset or generic write on the server) costs no more than above.
+        let event = match NonNull::new(event.cast_mut()) {
+            // SAFETY: the server's event name, a C string live for this callback.
+            Some(e) => unsafe { std::ffi::CStr::from_ptr(e.as_ptr()) }.to_bytes(),
+            None => b"",
+        };
         if GONE.contains(&event) && !has_timed_sets(&Context::new(ctx), queue) {
             watched().forget(db, queue.as_bytes());
         } else {
@@ -156,14 +163,7 @@ unsafe extern "C" fn on_keyspace_event(
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    let _ = catch_unwind(|| {
-        let event = match NonNull::new(event.cast_mut()) {
-            // SAFETY: the server's event name, a C string live for this callback.
-            Some(e) => unsafe { std::ffi::CStr::from_ptr(e.as_ptr()) }.to_bytes(),
-            None => b"",
-        };
-        observe(ctx, event, key)
-    });
+    let _ = catch_unwind(|| observe(ctx, event, key));
     raw::REDISMODULE_OK as c_int
 }
 
