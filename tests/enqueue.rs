@@ -279,6 +279,46 @@ fn minted_ids_are_jobs_and_strictly_increasing() {
 }
 
 #[test]
+fn minted_ids_keep_increasing_when_the_node_id_is_lowered() {
+    let server = Server::start(Options::default().arg("emq.node-id", "900"));
+    let mut con = server.conn();
+    let q = unique_queue("renode");
+    // One pipeline: the mints around each change fall in the same millisecond.
+    let mut p = redis::pipe();
+    for node in ["900", "3", "900", "0"] {
+        p.cmd("CONFIG")
+            .arg("SET")
+            .arg("emq.node-id")
+            .arg(node)
+            .ignore();
+        for _ in 0..3 {
+            p.add_command(enqueue(&q, "*", b"m"));
+        }
+    }
+    let ids: Vec<String> = p.query(&mut con).expect("mints");
+    for pair in ids.windows(2) {
+        assert!(pair[1] > pair[0], "{} after {}", pair[1], pair[0]);
+    }
+    let nodes: Vec<u64> = ids
+        .iter()
+        .map(|id| {
+            let value = echomq::grammar::BrandedId::parse(id.as_bytes())
+                .expect("parses")
+                .value();
+            (value >> 12) & 1023
+        })
+        .collect();
+    assert_eq!(nodes, [900, 900, 900, 3, 3, 3, 900, 900, 900, 0, 0, 0]);
+    let pending: Vec<String> = cmd("ZRANGE")
+        .arg(set_key(&q, "pending"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .expect("zrange");
+    assert_eq!(pending, ids, "the pending set's order is the mint order");
+}
+
+#[test]
 fn binary_payloads_survive_round_trips() {
     // F4: CRLF and NUL survive 500/500 round trips, through two pipelines.
     let server = Server::shared();

@@ -86,34 +86,42 @@ impl BrandedId {
     }
 }
 
-/// Mints strictly increasing `JOB` snowflakes for one node: 41 bits of ms since [`EPOCH_MS`],
-/// 10 bits of node id, 12 bits of sequence. If the clock steps back, minting continues from
-/// the last millisecond used, so ids never repeat or go backwards.
+/// Mints strictly increasing `JOB` snowflakes: 41 bits of ms since [`EPOCH_MS`], 10 bits of
+/// node id, 12 bits of sequence. If the clock steps back, minting continues from the last
+/// millisecond used, and a new node id (`emq.node-id` set at runtime) starts a new millisecond,
+/// so ids never repeat or go backwards.
 #[derive(Debug, Default)]
 pub struct Minter {
     last_ms: u64,
+    node: u64,
     seq: u64,
 }
 
 impl Minter {
     pub const fn new() -> Self {
-        Self { last_ms: 0, seq: 0 }
+        Self {
+            last_ms: 0,
+            node: 0,
+            seq: 0,
+        }
     }
 
     /// The next id for `node` (masked to 10 bits) at wall-clock `now_unix_ms`.
     pub fn mint(&mut self, now_unix_ms: u64, node: u16) -> BrandedId {
         let now = now_unix_ms.saturating_sub(EPOCH_MS).min(MAX_MS);
+        let node = u64::from(node & MAX_NODE);
         if now > self.last_ms {
             self.last_ms = now;
             self.seq = 0;
-        } else if self.seq < MAX_SEQ {
+        } else if self.seq < MAX_SEQ && node == self.node {
             self.seq += 1;
         } else {
-            // Sequence exhausted within one millisecond: borrow the next one.
+            // Sequence exhausted within one millisecond, or another node id whose ids in this
+            // millisecond could sort below those just minted: borrow the next one.
             self.last_ms = (self.last_ms + 1).min(MAX_MS);
             self.seq = 0;
         }
-        let node = u64::from(node & MAX_NODE);
+        self.node = node;
         let value = (self.last_ms << (NODE_BITS + SEQ_BITS)) | (node << SEQ_BITS) | self.seq;
         BrandedId {
             kind: JOB_KIND,
@@ -216,6 +224,22 @@ mod tests {
             prev = next;
         }
         assert!(prev.minted_at_ms() > t);
+    }
+
+    #[test]
+    fn a_new_node_id_never_mints_below_the_ids_before_it() {
+        let mut m = Minter::new();
+        let t = 1_780_000_000_000;
+        let mut prev = m.mint(t, 900);
+        for node in [3, 3, 900, 0, 1023, 1] {
+            let next = m.mint(t, node);
+            assert!(next > prev, "node {node}");
+            assert_eq!(
+                (next.value() >> SEQ_BITS) & u64::from(MAX_NODE),
+                u64::from(node)
+            );
+            prev = next;
+        }
     }
 
     #[test]
