@@ -215,11 +215,12 @@ pub fn expire_at(ctx: &Context, row: &Key<'_>, at_ms: i64) -> Result<(), EmqErro
     Ok(())
 }
 
-/// The row's `attempts` field as a number (0 when missing or not a number).
+/// The row's `attempts` field as a number: 0 when missing, not a number or negative (a row
+/// written by hand), so a claim's token is always at least 1.
 pub fn attempts_of(row: &Key<'_>) -> i64 {
     row.hash_get(c"attempts")
-        .and_then(|a| std::str::from_utf8(a.bytes()).ok()?.parse().ok())
-        .unwrap_or(0)
+        .and_then(|a| std::str::from_utf8(a.bytes()).ok()?.parse::<i64>().ok())
+        .map_or(0, |a| a.max(0))
 }
 
 // ---- moves ---------------------------------------------------------------------------------
@@ -498,7 +499,7 @@ pub fn claim(
             continue;
         };
         let row = Key::open(ctx, &name)?;
-        let attempts = attempts_of(&row) + 1;
+        let attempts = attempts_of(&row).saturating_add(1);
         let words = store::words()?;
         let n = OwnedString::from_i64(ctx, attempts)?;
         hset(

@@ -429,6 +429,53 @@ fn claim_takes_the_lowest_ids_and_counts_attempts() {
 }
 
 #[test]
+fn attempts_written_by_hand_give_a_token_the_lease_commands_take() {
+    // A row whose `attempts` someone overwrote: a claim still counts from something sane and
+    // hands out a token that RENEW, ACK and FAIL accept (they take 1 up to 2^63-1).
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("handmade");
+    let cases = [
+        (
+            "9223372036854775807",
+            9223372036854775807,
+            "the largest stays the largest",
+        ),
+        ("-5", 1, "a negative count is none"),
+        ("many", 1, "not a number is none"),
+    ];
+    for (i, (written, token, why)) in cases.iter().enumerate() {
+        let id = job_id(i as u64 + 1);
+        enqueue(&mut con, &q, &id, "p");
+        cmd("HSET")
+            .arg(row_key(&q, &id))
+            .arg("attempts")
+            .arg(*written)
+            .query::<i64>(&mut con)
+            .expect("hset");
+        let jobs = claim(&mut con, &q, &[]).expect("claim");
+        assert_eq!(
+            (jobs[0].0.as_str(), jobs[0].2),
+            (id.as_str(), *token),
+            "{why}"
+        );
+        let attempts: String = cmd("HGET")
+            .arg(row_key(&q, &id))
+            .arg("attempts")
+            .query(&mut con)
+            .expect("attempts");
+        assert_eq!(attempts, token.to_string(), "{why}");
+        let acked: i64 = cmd("EMQ.ACK")
+            .arg(&q)
+            .arg(&id)
+            .arg(*token)
+            .query(&mut con)
+            .expect("the token is accepted");
+        assert_eq!(acked, 1, "{why}");
+    }
+}
+
+#[test]
 fn claim_refusals_write_nothing() {
     let server = Server::shared();
     let mut con = server.conn();
