@@ -1,6 +1,7 @@
 //! Hostile input: random argument vectors to every EMQ.* command, sent by a RESP2 or RESP3
 //! client or through another module's `RM_Call` with no user, never crash the server, and
-//! every reply is a typed error or a well-formed value.
+//! every reply is a typed error or a well-formed value. Lifecycle commands on a queue whose
+//! keys are overwritten at random are refused with nothing written, or succeed.
 
 mod support;
 
@@ -157,4 +158,201 @@ fn random_argument_vectors_never_crash_the_server() {
         "{}",
         server.log_tail()
     );
+}
+
+/// One random overwrite of a key of queue `q`: any type, rows with odd fields, set members
+/// without a row, scores of ±inf, or the key deleted.
+fn damage(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
+    let pick =
+        |rng: &mut Rng, from: &[&str]| from[rng.below(from.len() as u64) as usize].to_string();
+    let key = match rng.below(10) {
+        0..=4 => row_key(q, &ids[rng.below(ids.len() as u64) as usize]),
+        _ => set_key(
+            q,
+            &pick(rng, &["pending", "active", "schedule", "dead", "meta"]),
+        ),
+    };
+    let member = if rng.below(4) == 0 {
+        "JOB0000000000z".to_string() // a member with no row
+    } else {
+        ids[rng.below(ids.len() as u64) as usize].clone()
+    };
+    let mut c = redis::Cmd::new();
+    match rng.below(8) {
+        0 => c.arg("DEL").arg(&key),
+        1 => c.arg("SET").arg(&key).arg("garbage"),
+        2 => c.arg("RPUSH").arg(&key).arg("a"),
+        3 => c.arg("SADD").arg(&key).arg("a"),
+        4 | 5 => c
+            .arg("HSET")
+            .arg(&key)
+            .arg("state")
+            .arg(pick(
+                rng,
+                &["pending", "active", "scheduled", "dead", "done", "?"],
+            ))
+            .arg("attempts")
+            .arg(pick(
+                rng,
+                &["0", "1", "3", "-2", "x", "9223372036854775807"],
+            )),
+        _ => {
+            let now = now_ms();
+            let score = match rng.below(5) {
+                0 => "-inf".to_string(),
+                1 => "+inf".to_string(),
+                2 => "0".to_string(),
+                3 => (now - 1000).to_string(),
+                _ => (now + 600_000).to_string(),
+            };
+            c.arg("ZADD").arg(&key).arg(score).arg(member)
+        }
+    };
+    c
+}
+
+/// A random, well-formed EchoMQ command on queue `q` (a claim never blocks inside `MULTI`).
+fn lifecycle_command(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
+    let id = ids[rng.below(ids.len() as u64) as usize].clone();
+    let token = 1 + rng.below(3);
+    match rng.below(9) {
+        0 => {
+            let mut c = cmd("EMQ.ENQUEUE");
+            c.arg(q).arg(&id).arg("p");
+            if rng.below(3) == 0 {
+                c.arg("DELAY").arg(rng.below(2) * 600_000);
+            }
+            c
+        }
+        1 => cmd("EMQ.MENQUEUE")
+            .arg(q)
+            .arg(&id)
+            .arg("p")
+            .arg(&ids[rng.below(ids.len() as u64) as usize])
+            .arg("q")
+            .clone(),
+        2 => cmd("EMQ.CLAIM")
+            .arg(q)
+            .arg("COUNT")
+            .arg(1 + rng.below(3))
+            .arg("LEASE")
+            .arg(if rng.below(2) == 0 { 1 } else { 60_000 })
+            .clone(),
+        3 => cmd("EMQ.RENEW")
+            .arg(q)
+            .arg(&id)
+            .arg(token)
+            .arg(60_000)
+            .clone(),
+        4 => cmd("EMQ.ACK").arg(q).arg(&id).arg(token).clone(),
+        5 => {
+            let mut c = cmd("EMQ.FAIL");
+            c.arg(q).arg(&id).arg(token);
+            if rng.below(2) == 0 {
+                c.arg("RETRY-IN").arg(rng.below(2) * 50);
+            }
+            c
+        }
+        6 => cmd("EMQ.CANCEL").arg(q).arg(&id).clone(),
+        7 => cmd("EMQ.REQUEUE").arg(q).arg(&id).clone(),
+        _ => cmd("EMQ.STATS").arg(q).clone(),
+    }
+}
+
+#[test]
+fn on_a_damaged_queue_a_refused_command_changes_nothing() {
+    // Keys of one queue are overwritten at random with every type and with odd rows and
+    // scores, between random lifecycle commands. Each command runs between two `DEBUG DIGEST`s
+    // in one transaction (so the timer cannot run in between): a refusal must be typed and
+    // leave the dataset as it was. A replica without the module follows every step.
+    let (primary, replica) = primary_and_replica(Options::without_module());
+    let mut con = primary.conn();
+    let q = "damaged";
+    let ids: Vec<String> = (1..=5).map(job_id).collect();
+    let mut rng = Rng::new(0xDA4A6E);
+    let (mut refused, mut answered, mut changed) = (std::collections::BTreeMap::new(), 0, 0);
+    for step in 0..5000 {
+        if rng.below(8) == 0 {
+            // Keys of another type deleted, as an operator would, so the queue works again.
+            let mut keys: Vec<String> = ids.iter().map(|id| row_key(q, id)).collect();
+            keys.extend(["pending", "active", "schedule", "dead"].map(|t| set_key(q, t)));
+            for key in keys {
+                let ty: String = cmd("TYPE").arg(&key).query(&mut con).expect("type");
+                let wanted = if key.contains(":job:") {
+                    "hash"
+                } else {
+                    "zset"
+                };
+                if ty != wanted && ty != "none" {
+                    let _: i64 = cmd("DEL").arg(&key).query(&mut con).expect("del");
+                }
+            }
+            continue;
+        }
+        if rng.below(4) == 0 {
+            // A write to a key of another type is refused (WRONGTYPE): damage of another kind.
+            let _ = damage(&mut rng, q, &ids).query::<Value>(&mut con);
+            continue;
+        }
+        let command = lifecycle_command(&mut rng, q, &ids);
+        let replies: Vec<Value> = redis::pipe()
+            .atomic()
+            .ignore_errors()
+            .cmd("DEBUG")
+            .arg("DIGEST")
+            .add_command(command.clone())
+            .cmd("DEBUG")
+            .arg("DIGEST")
+            .query(&mut con)
+            .unwrap_or_else(|e| panic!("step {step}: {e}\n{}", primary.log_tail()));
+        let [before, reply, after] = &replies[..] else {
+            panic!("step {step}: {replies:?}");
+        };
+        check_reply(reply).unwrap_or_else(|e| panic!("step {step}: {e}"));
+        if let Value::ServerError(e) = reply {
+            assert_eq!(
+                before,
+                after,
+                "step {step}: {:?} was refused ({e:?}) but changed the dataset",
+                command
+                    .args_iter()
+                    .map(|a| match a {
+                        redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                        _ => "<cursor>".into(),
+                    })
+                    .collect::<Vec<_>>()
+            );
+            *refused.entry(e.code().to_string()).or_insert(0) += 1;
+        } else {
+            answered += 1;
+            changed += (before != after) as usize;
+        }
+    }
+    assert_eq!(info_int(&mut con, "emq", "emq_refused_internal"), 0);
+    for code in ["WRONGTYPE", "EMQLEASE"] {
+        assert!(
+            refused.get(code).is_some_and(|&n| n > 50),
+            "{code}: {refused:?}"
+        );
+    }
+    assert!(
+        answered > 500 && changed > 150,
+        "answered {answered} (of which {changed} wrote), refused {refused:?}"
+    );
+
+    // Writes paused (the timer with them), the replica has every step.
+    let _: () = cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(10_000)
+        .arg("WRITE")
+        .query(&mut con)
+        .expect("pause");
+    let mut rep = replica.conn();
+    wait_caught_up(&mut con, &mut rep);
+    assert_eq!(digest(&mut con), digest(&mut rep), "the replica followed");
+    let _: () = cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut con)
+        .expect("unpause");
+    assert!(primary.is_alive() && !primary.log_tail().contains("panicked"));
 }
