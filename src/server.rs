@@ -232,7 +232,6 @@ unsafe fn bulk(ctx: *mut raw::RedisModuleCtx, b: &[u8]) {
     }
 }
 
-/// The server's clock, in unix milliseconds.
 /// Whether `every_ms` has passed since the time stamped in `last` (0: never); if so, stamps
 /// `now_ms`. For work done at most so often from the cron or the timer (main thread only).
 pub(crate) fn once_every(last: &std::sync::atomic::AtomicU64, now_ms: u64, every_ms: u64) -> bool {
@@ -244,6 +243,7 @@ pub(crate) fn once_every(last: &std::sync::atomic::AtomicU64, now_ms: u64, every
     true
 }
 
+/// The server's clock, in unix milliseconds.
 pub fn now_ms() -> u64 {
     match unsafe { raw::RedisModule_Milliseconds } {
         // SAFETY: a plain clock read.
