@@ -84,6 +84,11 @@ impl BrandedId {
     pub fn minted_at_ms(&self) -> u64 {
         (self.value >> (NODE_BITS + SEQ_BITS)) + EPOCH_MS
     }
+
+    /// The node id (`emq.node-id`) a module-minted snowflake carries.
+    pub fn node_id(&self) -> u16 {
+        ((self.value >> SEQ_BITS) & u64::from(MAX_NODE)) as u16
+    }
 }
 
 /// Mints strictly increasing `JOB` snowflakes: 41 bits of ms since [`EPOCH_MS`], 10 bits of
@@ -234,10 +239,7 @@ mod tests {
         for node in [3, 3, 900, 0, 1023, 1] {
             let next = m.mint(t, node);
             assert!(next > prev, "node {node}");
-            assert_eq!(
-                (next.value() >> SEQ_BITS) & u64::from(MAX_NODE),
-                u64::from(node)
-            );
+            assert_eq!(next.node_id(), node);
             prev = next;
         }
     }
@@ -246,6 +248,6 @@ mod tests {
     fn node_id_is_carried() {
         let mut m = Minter::new();
         let id = m.mint(1_780_000_000_000, 1023);
-        assert_eq!((id.value() >> SEQ_BITS) & u64::from(MAX_NODE), 1023);
+        assert_eq!(id.node_id(), 1023);
     }
 }

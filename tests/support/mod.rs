@@ -491,6 +491,13 @@ impl Rng {
     }
 }
 
+/// The node id a minted id carries (`emq.node-id` when it was minted).
+pub fn node_of(id: &str) -> u16 {
+    echomq::grammar::BrandedId::parse(id.as_bytes())
+        .expect("a well-formed id")
+        .node_id()
+}
+
 /// A valid `JOB` id for the number `n` (the same encoding the module uses).
 pub fn job_id(n: u64) -> String {
     echomq::grammar::BrandedId::new(*b"JOB", n)
