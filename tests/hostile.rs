@@ -53,7 +53,7 @@ fn random_arg(rng: &mut Rng) -> Vec<u8> {
         b"emq:{orders}:pending",
     ];
     match rng.below(6) {
-        0 | 1 => tokens[rng.below(tokens.len() as u64) as usize].to_vec(),
+        0 | 1 => rng.pick(&tokens).to_vec(),
         2 => rng.bytes(40, &(0u8..=255).collect::<Vec<_>>()),
         3 => {
             let mut k = b"emq:{".to_vec();
@@ -110,7 +110,7 @@ fn random_argument_vectors_never_crash_the_server() {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for _ in 0..chunk {
-            let name = commands[rng.below(commands.len() as u64) as usize].as_str();
+            let name = rng.pick(&commands).as_str();
             // One vector in five arrives through another module's RM_Call, with no user.
             let mut c = if rng.below(5) == 0 {
                 let mut c = cmd("EMQCALLER.CALL");
@@ -163,19 +163,17 @@ fn random_argument_vectors_never_crash_the_server() {
 /// One random overwrite of a key of queue `q`: any type, rows with odd fields, set members
 /// without a row, scores of ±inf, or the key deleted.
 fn damage(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
-    let pick =
-        |rng: &mut Rng, from: &[&str]| from[rng.below(from.len() as u64) as usize].to_string();
     let key = match rng.below(10) {
-        0..=4 => row_key(q, &ids[rng.below(ids.len() as u64) as usize]),
-        _ => set_key(
-            q,
-            &pick(rng, &["pending", "active", "schedule", "dead", "meta"]),
-        ),
+        0..=4 => row_key(q, rng.pick(ids).as_str()),
+        _ => {
+            let set = *rng.pick(&["pending", "active", "schedule", "dead", "meta"]);
+            set_key(q, set)
+        }
     };
     let member = if rng.below(4) == 0 {
         "JOB0000000000z".to_string() // a member with no row
     } else {
-        ids[rng.below(ids.len() as u64) as usize].clone()
+        rng.pick(ids).clone()
     };
     let mut c = redis::Cmd::new();
     match rng.below(8) {
@@ -187,15 +185,9 @@ fn damage(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
             .arg("HSET")
             .arg(&key)
             .arg("state")
-            .arg(pick(
-                rng,
-                &["pending", "active", "scheduled", "dead", "done", "?"],
-            ))
+            .arg(rng.pick(&["pending", "active", "scheduled", "dead", "done", "?"]))
             .arg("attempts")
-            .arg(pick(
-                rng,
-                &["0", "1", "3", "-2", "x", "9223372036854775807"],
-            )),
+            .arg(rng.pick(&["0", "1", "3", "-2", "x", "9223372036854775807"])),
         _ => {
             let now = now_ms();
             let score = match rng.below(5) {
@@ -213,7 +205,7 @@ fn damage(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
 
 /// A random, well-formed EchoMQ command on queue `q` (a claim never blocks inside `MULTI`).
 fn lifecycle_command(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
-    let id = ids[rng.below(ids.len() as u64) as usize].clone();
+    let id = rng.pick(ids).clone();
     let token = 1 + rng.below(3);
     match rng.below(9) {
         0 => {
@@ -228,7 +220,7 @@ fn lifecycle_command(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
             .arg(q)
             .arg(&id)
             .arg("p")
-            .arg(&ids[rng.below(ids.len() as u64) as usize])
+            .arg(rng.pick(ids))
             .arg("q")
             .clone(),
         2 => cmd("EMQ.CLAIM")

@@ -483,6 +483,11 @@ impl Rng {
         self.next_u64() % n.max(1)
     }
 
+    /// One of `from`, at random.
+    pub fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
+        &from[self.below(from.len() as u64) as usize]
+    }
+
     pub fn bytes(&mut self, max_len: usize, alphabet: &[u8]) -> Vec<u8> {
         let len = self.below(max_len as u64 + 1) as usize;
         (0..len)
