@@ -476,6 +476,38 @@ fn attempts_written_by_hand_give_a_token_the_lease_commands_take() {
 }
 
 #[test]
+fn a_row_overwritten_with_another_type_stops_claims_until_it_is_removed() {
+    // README: a queue key of another type is refused by every command that reaches it, a
+    // claim included once that job is first in `pending`; deleting the key lets the queue go on.
+    let server = Server::shared();
+    let mut con = server.conn();
+    let q = unique_queue("badrow");
+    for i in 1..=2 {
+        enqueue(&mut con, &q, &job_id(i), &format!("p{i}"));
+    }
+    let _: () = cmd("SET")
+        .arg(row_key(&q, &job_id(1)))
+        .arg("not a row")
+        .query(&mut con)
+        .expect("set");
+    let err = expect_err(&mut con, cmd("EMQ.CLAIM").arg(&q));
+    assert!(err.starts_with("WRONGTYPE"), "{err}");
+    assert_eq!(
+        set_members(&mut con, &q, "pending"),
+        vec![job_id(1), job_id(2)],
+        "nothing moved"
+    );
+    let _: i64 = cmd("DEL")
+        .arg(row_key(&q, &job_id(1)))
+        .query(&mut con)
+        .expect("del");
+    let jobs = claim(&mut con, &q, &["COUNT", "2"]).expect("claim");
+    let ids: Vec<_> = jobs.iter().map(|j| j.0.clone()).collect();
+    assert_eq!(ids, vec![job_id(2)], "the id without a row is dropped");
+    assert_eq!(set_len(&mut con, &q, "pending"), 0);
+}
+
+#[test]
 fn claim_refusals_write_nothing() {
     let server = Server::shared();
     let mut con = server.conn();
