@@ -711,6 +711,71 @@ fn blocked_claimers_are_served_in_arrival_order() {
 }
 
 #[test]
+fn a_claimer_that_goes_away_while_blocked_takes_no_job() {
+    // Two waiters ahead of a live one go away: one closes its socket, one is killed by
+    // `CLIENT KILL`. The job goes to the live waiter, with attempts 1; the next one, with no
+    // waiter left, stays pending. No lease is held for a worker that is gone.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let q = unique_queue("gone");
+    let blocked = |con: &mut Connection| info_int(con, "clients", "blocked_clients");
+
+    let mut closing = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    let request = format!(
+        "*4\r\n$9\r\nEMQ.CLAIM\r\n${}\r\n{q}\r\n$5\r\nBLOCK\r\n$1\r\n0\r\n",
+        q.len()
+    );
+    std::io::Write::write_all(&mut closing, request.as_bytes()).expect("send the claim");
+    assert!(wait_until(Duration::from_secs(5), || blocked(&mut con) == 1));
+
+    let mut killed = server.conn();
+    let killed_id: i64 = cmd("CLIENT").arg("ID").query(&mut killed).expect("id");
+    let queue = q.clone();
+    let killed = thread::spawn(move || {
+        cmd("EMQ.CLAIM")
+            .arg(&queue)
+            .arg("BLOCK")
+            .arg(0)
+            .query::<Value>(&mut killed)
+    });
+    assert!(wait_until(Duration::from_secs(5), || blocked(&mut con) == 2));
+
+    let mut live = server.conn();
+    let queue = q.clone();
+    let live = thread::spawn(move || claim(&mut live, &queue, &["BLOCK", "10000"]));
+    assert!(wait_until(Duration::from_secs(5), || blocked(&mut con) == 3));
+
+    drop(closing);
+    let n: i64 = cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(killed_id)
+        .query(&mut con)
+        .expect("client kill");
+    assert_eq!(n, 1);
+    assert!(killed.join().expect("killed waiter").is_err());
+    assert!(
+        wait_until(Duration::from_secs(5), || blocked(&mut con) == 1),
+        "the server let both waiters go"
+    );
+
+    enqueue(&mut con, &q, &job_id(1), "for the live one");
+    let jobs = live.join().expect("live waiter").expect("served");
+    assert_eq!(jobs, vec![(job_id(1), b"for the live one".to_vec(), 1)]);
+    enqueue(&mut con, &q, &job_id(2), "for nobody yet");
+    thread::sleep(Duration::from_millis(50));
+    let counts = stats(&mut con, &q);
+    assert_eq!((counts["pending"], counts["active"]), (1, 1), "{counts:?}");
+    assert_eq!(state(&mut con, &q, &job_id(2)).as_deref(), Some("pending"));
+    let attempts: i64 = cmd("HGET")
+        .arg(row_key(&q, &job_id(1)))
+        .arg("attempts")
+        .query(&mut con)
+        .expect("attempts");
+    assert_eq!(attempts, 1, "claimed once, by the live waiter");
+}
+
+#[test]
 fn a_blocked_claim_wakes_when_a_scheduled_job_becomes_due() {
     let server = Server::shared();
     let mut con = server.conn();
