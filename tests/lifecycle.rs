@@ -193,6 +193,84 @@ fn a_queue_whose_timed_sets_are_gone_is_unwatched_at_once() {
 }
 
 #[test]
+fn delayed_jobs_come_due_wherever_a_command_puts_their_keys() {
+    // The timer learns a queue from any write to its `schedule` set, whoever makes it: a copy,
+    // a move to another database, a restore from a dump, a rename, and `DEBUG RELOAD`, which
+    // empties the data and loads it again. Each job comes due where its keys now are, with no
+    // client command, and a queue its keys left is forgotten.
+    let server = Server::start(Options::default().arg("enable-debug-command", "local"));
+    let mut con = server.conn();
+    let mut db1 = server.conn();
+    in_db(&mut db1, 1);
+    let id = job_id(1);
+    for q in ["copied", "moved", "restored", "renamed"] {
+        enqueue_delayed(&mut con, q, &id, q, 500);
+    }
+    // Rows first, so that no set ever names a job whose row is not beside it yet.
+    for (from, to) in [
+        (row_key("copied", &id), row_key("copy", &id)),
+        (set_key("copied", "schedule"), set_key("copy", "schedule")),
+    ] {
+        let copied: i64 = cmd("COPY").arg(from).arg(to).query(&mut con).expect("copy");
+        assert_eq!(copied, 1);
+    }
+    for key in [row_key("moved", &id), set_key("moved", "schedule")] {
+        let moved: i64 = cmd("MOVE").arg(key).arg(1).query(&mut con).expect("move");
+        assert_eq!(moved, 1);
+    }
+    let restored: String = cmd("EVAL")
+        .arg(
+            "local d = redis.call('DUMP', KEYS[1]); redis.call('DEL', KEYS[1]); \
+             return redis.call('RESTORE', KEYS[1], 0, d)",
+        )
+        .arg(1)
+        .arg(set_key("restored", "schedule"))
+        .query(&mut con)
+        .expect("restore");
+    assert_eq!(restored, "OK");
+    for (from, to) in [
+        (row_key("renamed", &id), row_key("renamed-to", &id)),
+        (
+            set_key("renamed", "schedule"),
+            set_key("renamed-to", "schedule"),
+        ),
+    ] {
+        let _: () = cmd("RENAME")
+            .arg(from)
+            .arg(to)
+            .query(&mut con)
+            .expect("rename");
+    }
+    // copied, copy, restored and renamed-to here, moved in database 1.
+    assert_eq!(watched(&mut con), 5);
+
+    let pending = |con: &mut Connection, q: &str| score(con, q, "pending", &id).is_some();
+    let in_db0 = ["copied", "copy", "restored", "renamed-to"];
+    assert!(
+        wait_until(Duration::from_secs(5), || in_db0
+            .iter()
+            .all(|q| pending(&mut con, q))
+            && pending(&mut db1, "moved")),
+        "every job came due where its keys are"
+    );
+    for q in in_db0 {
+        assert_eq!(state(&mut con, q, &id).as_deref(), Some("pending"), "{q}");
+    }
+    assert_eq!(state(&mut db1, "moved", &id).as_deref(), Some("pending"));
+    assert_eq!(info_int(&mut con, "emq", "emq_promoted"), 5);
+    assert_eq!(watched(&mut con), 0, "every schedule set is gone");
+
+    enqueue_delayed(&mut con, "reloaded", &id, "across a reload", 500);
+    let _: () = cmd("DEBUG").arg("RELOAD").query(&mut con).expect("reload");
+    assert_eq!(watched(&mut con), 1, "the reloaded data is watched again");
+    assert!(
+        wait_until(Duration::from_secs(5), || pending(&mut con, "reloaded")),
+        "the reloaded job came due"
+    );
+    assert_eq!(state(&mut con, "reloaded", &id).as_deref(), Some("pending"));
+}
+
+#[test]
 fn a_queue_the_timer_cannot_visit_is_tried_again_once_its_key_is_put_right() {
     // A pending set overwritten by hand with a string: the timer's visit is refused before it
     // moves anything, and the job waits in `schedule`. Once the key is deleted, the job comes
