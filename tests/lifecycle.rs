@@ -789,6 +789,42 @@ fn blocked_claimers_are_served_in_arrival_order() {
 }
 
 #[test]
+fn a_blocked_claim_is_served_from_its_database_through_swapdb_and_flushall() {
+    // A waiter waits on its queue in its own database, as `BLPOP` does: `SWAPDB` bringing a
+    // job there serves it, and `FLUSHALL` under it leaves it waiting for the next enqueue.
+    // SWAPDB and FLUSHALL touch the whole server: a server of its own.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let blocked = |con: &mut Connection| info_int(con, "clients", "blocked_clients");
+    let waiter = |q: &'static str| {
+        let mut waiter = server.conn();
+        thread::spawn(move || claim(&mut waiter, q, &["BLOCK", "10000"]))
+    };
+
+    let swapped = waiter("swapped");
+    assert!(wait_until(Duration::from_secs(5), || blocked(&mut con) == 1));
+    in_db(&mut con, 1);
+    enqueue(&mut con, "swapped", &job_id(1), "from database 1");
+    let _: () = cmd("SWAPDB").arg(0).arg(1).query(&mut con).expect("swapdb");
+    let jobs = swapped.join().expect("waiter").expect("served");
+    assert_eq!(jobs, vec![(job_id(1), b"from database 1".to_vec(), 1)]);
+    in_db(&mut con, 0);
+    assert_eq!(
+        state(&mut con, "swapped", &job_id(1)).as_deref(),
+        Some("active")
+    );
+
+    let flushed = waiter("flushed");
+    assert!(wait_until(Duration::from_secs(5), || blocked(&mut con) == 1));
+    let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(blocked(&mut con), 1, "still waiting after FLUSHALL");
+    enqueue(&mut con, "flushed", &job_id(3), "after the flush");
+    let jobs = flushed.join().expect("waiter").expect("served");
+    assert_eq!(jobs, vec![(job_id(3), b"after the flush".to_vec(), 1)]);
+}
+
+#[test]
 fn a_claimer_that_goes_away_while_blocked_takes_no_job() {
     // Two waiters ahead of a live one go away: one closes its socket, one is killed by
     // `CLIENT KILL`. The job goes to the live waiter, with attempts 1; the next one, with no
