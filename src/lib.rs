@@ -284,7 +284,29 @@ fn deinit(ctx: &Context) -> Status {
 #[global_allocator]
 static ALLOCATOR: ValkeyAlloc = ValkeyAlloc;
 
-const MODULE_VERSION: c_int = 1;
+/// The version `MODULE LIST` shows: the crate's, as major × 10000 + minor × 100 + patch (the
+/// convention of Valkey's modules; 0.1.0 is 100).
+const MODULE_VERSION: c_int = version_number(
+    env!("CARGO_PKG_VERSION_MAJOR"),
+    env!("CARGO_PKG_VERSION_MINOR"),
+    env!("CARGO_PKG_VERSION_PATCH"),
+);
+
+const fn version_number(major: &str, minor: &str, patch: &str) -> c_int {
+    decimal(major) * 10_000 + decimal(minor) * 100 + decimal(patch)
+}
+
+/// A version part's decimal digits, read at compile time (Cargo allows only digits there).
+const fn decimal(text: &str) -> c_int {
+    let bytes = text.as_bytes();
+    let mut n = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        n = n * 10 + (bytes[i] - b'0') as c_int;
+        i += 1;
+    }
+    n
+}
 
 /// The server's entry point at load. Only `RedisModule_Init` runs before the module's API
 /// (allocator included) is usable; everything after it is behind the panic guard.
@@ -334,5 +356,17 @@ pub unsafe extern "C" fn RedisModule_OnUnload(ctx: *mut raw::RedisModuleCtx) -> 
     match catch_unwind(|| deinit(&Context::new(ctx))) {
         Ok(Status::Err) => raw::REDISMODULE_ERR as c_int, // unload refused
         _ => raw::REDISMODULE_OK as c_int,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_module_version_packs_major_minor_and_patch() {
+        assert_eq!(version_number("0", "1", "0"), 100);
+        assert_eq!(version_number("1", "2", "3"), 10_203);
+        assert_eq!(version_number("12", "34", "56"), 123_456);
     }
 }

@@ -35,6 +35,30 @@ fn unload(con: &mut Connection) {
 }
 
 #[test]
+fn module_list_shows_the_crate_version() {
+    // major × 10000 + minor × 100 + patch, as Valkey's modules number themselves.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let list: Vec<Vec<Value>> = cmd("MODULE")
+        .arg("LIST")
+        .query(&mut con)
+        .expect("MODULE LIST");
+    let fields: Vec<(String, Value)> = list[0]
+        .chunks(2)
+        .map(|pair| (text(&pair[0]), pair[1].clone()))
+        .collect();
+    let ver = fields
+        .iter()
+        .find(|(name, _)| name == "ver")
+        .map(|(_, v)| v.clone());
+    let part = |name: &str| name.parse::<i64>().expect("a version part");
+    let expected = part(env!("CARGO_PKG_VERSION_MAJOR")) * 10_000
+        + part(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + part(env!("CARGO_PKG_VERSION_PATCH"));
+    assert_eq!(ver, Some(Value::Int(expected)), "{fields:?}");
+}
+
+#[test]
 fn module_conf_starts_a_working_server() {
     let server = Server::start(Options {
         module: false,
