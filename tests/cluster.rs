@@ -160,43 +160,71 @@ fn routing_moved_and_key_specs() {
     assert!(err.starts_with("MOVED "), "{err}");
 }
 
-/// Enqueues `jobs` ids into `queue` through the router, recording each acknowledged id.
-fn enqueue_load(
-    ports: Vec<u16>,
-    queue: String,
-    jobs: u64,
+/// A producer in a thread of its own: enqueues ids 1, 2, ... into one queue through the
+/// router until stopped, recording each acknowledged id.
+struct Load {
     acked: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
-    wait_replica: bool,
-) -> thread::JoinHandle<(u64, Router)> {
-    thread::spawn(move || {
-        let mut router = Router::new(ports);
-        let slot = slot_of(&queue);
-        let mut tried = 0;
-        for i in 1..=jobs {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            tried += 1;
-            let id = job_id(i);
-            let mut c = cmd("EMQ.ENQUEUE");
-            c.arg(&queue).arg(&id).arg(format!("payload {i}"));
-            let Ok(Value::Int(_)) = router.call(slot, &c, 1000) else {
-                continue;
-            };
-            if wait_replica {
-                // Acknowledged only once a replica has it, as a careful producer would.
-                let mut w = cmd("WAIT");
-                w.arg(1).arg(1000);
-                match router.call(slot, &w, 5) {
-                    Ok(Value::Int(n)) if n >= 1 => {}
-                    _ => continue,
+    thread: thread::JoinHandle<(u64, Router)>,
+}
+
+impl Load {
+    /// With `wait_replica`, an enqueue counts as acknowledged only once `WAIT 1` says a
+    /// replica has it, as a careful producer would.
+    fn start(ports: Vec<u16>, queue: &str, wait_replica: bool) -> Load {
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (queue, acks, stopped) = (queue.to_string(), acked.clone(), stop.clone());
+        let thread = thread::spawn(move || {
+            let mut router = Router::new(ports);
+            let slot = slot_of(&queue);
+            let mut tried = 0;
+            for i in 1.. {
+                if stopped.load(Ordering::Relaxed) {
+                    break;
                 }
+                tried += 1;
+                let id = job_id(i);
+                let mut c = cmd("EMQ.ENQUEUE");
+                c.arg(&queue).arg(&id).arg(format!("payload {i}"));
+                let Ok(Value::Int(_)) = router.call(slot, &c, 1000) else {
+                    continue;
+                };
+                if wait_replica {
+                    let mut w = cmd("WAIT");
+                    w.arg(1).arg(1000);
+                    match router.call(slot, &w, 5) {
+                        Ok(Value::Int(n)) if n >= 1 => {}
+                        _ => continue,
+                    }
+                }
+                acks.lock().expect("lock").push(id);
             }
-            acked.lock().expect("lock").push(id);
+            (tried, router)
+        });
+        Load {
+            acked,
+            stop,
+            thread,
         }
-        (tried, router)
-    })
+    }
+
+    fn acked(&self) -> usize {
+        self.acked.lock().expect("lock").len()
+    }
+
+    /// Whether `n` enqueues were acknowledged within `timeout`.
+    fn reaches(&self, n: usize, timeout: Duration) -> bool {
+        wait_until(timeout, || self.acked() >= n)
+    }
+
+    /// Stops the producer: how many enqueues it tried, its router, the acknowledged ids.
+    fn finish(self) -> (u64, Router, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let (tried, router) = self.thread.join().expect("load");
+        let acked = self.acked.lock().expect("lock").clone();
+        (tried, router, acked)
+    }
 }
 
 fn assert_present(cluster: &Cluster, queue: &str, acked: &[String]) -> usize {
@@ -231,21 +259,8 @@ fn resharding_a_busy_queue_loses_and_duplicates_nothing() {
         .filter(|n| n.primary)
         .map(|n| n.port)
         .collect();
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = enqueue_load(
-        ports,
-        queue.clone(),
-        1_000_000,
-        acked.clone(),
-        stop.clone(),
-        false,
-    );
-    assert!(wait_until(Duration::from_secs(20), || acked
-        .lock()
-        .expect("lock")
-        .len()
-        >= 500));
+    let load = Load::start(ports, &queue, false);
+    assert!(load.reaches(500, Duration::from_secs(20)));
 
     // Move the slot by hand, letting the load run between batches: the migration happens
     // under it.
@@ -253,15 +268,9 @@ fn resharding_a_busy_queue_loses_and_duplicates_nothing() {
         thread::sleep(Duration::from_millis(10))
     });
     // Keep the load going on the new owner for a moment, then stop it.
-    let at_switch = acked.lock().expect("lock").len();
-    assert!(wait_until(Duration::from_secs(20), || acked
-        .lock()
-        .expect("lock")
-        .len()
-        >= at_switch + 200));
-    stop.store(true, Ordering::Relaxed);
-    let (tried, router) = load.join().expect("load");
-    let acked = acked.lock().expect("lock").clone();
+    let at_switch = load.acked();
+    assert!(load.reaches(at_switch + 200, Duration::from_secs(20)));
+    let (tried, router, acked) = load.finish();
     assert!(moved > 2, "keys were migrated under load ({moved})");
     assert!(
         router.asked + router.retried > 0,
@@ -311,21 +320,8 @@ fn failover_loses_no_job_acknowledged_by_a_replica() {
     let slot = slot_of(&queue);
     let victim = cluster.owner(slot);
     let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port).collect();
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = enqueue_load(
-        ports,
-        queue.clone(),
-        1_000_000,
-        acked.clone(),
-        stop.clone(),
-        true,
-    );
-    assert!(wait_until(Duration::from_secs(20), || acked
-        .lock()
-        .expect("lock")
-        .len()
-        >= 300));
+    let load = Load::start(ports, &queue, true);
+    assert!(load.reaches(300, Duration::from_secs(20)));
     cluster.kill(victim.port);
     // A replica is promoted; the load goes on against it.
     let promoted = wait_until(Duration::from_secs(30), || {
@@ -338,18 +334,12 @@ fn failover_loses_no_job_acknowledged_by_a_replica() {
     assert!(promoted, "a replica took over the slot");
     // The old primary comes back as a replica of the new one, so WAIT can acknowledge again.
     cluster.restart(victim.port);
-    let after_kill = acked.lock().expect("lock").len();
+    let after_kill = load.acked();
     assert!(
-        wait_until(Duration::from_secs(60), || acked
-            .lock()
-            .expect("lock")
-            .len()
-            >= after_kill + 200),
+        load.reaches(after_kill + 200, Duration::from_secs(60)),
         "acknowledged enqueues resumed on the new primary"
     );
-    stop.store(true, Ordering::Relaxed);
-    let (tried, _) = load.join().expect("load");
-    let acked = acked.lock().expect("lock").clone();
+    let (tried, _, acked) = load.finish();
     let found = assert_present(&cluster, &queue, &acked);
     println!(
         "RELIABILITY failover tried={tried} acknowledged={} found={found} lost={}",
