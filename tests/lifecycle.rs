@@ -901,6 +901,79 @@ fn a_blocked_claim_wakes_when_a_scheduled_job_becomes_due() {
 }
 
 #[test]
+fn a_lease_past_its_deadline_holds_until_the_job_is_taken_back() {
+    // Inside one transaction the timer cannot take the job back: an ACK, RENEW or FAIL just
+    // after the deadline is still the worker's. Once the timer has run, it is stale.
+    let server = Server::start(Options::default().arg("enable-debug-command", "local"));
+    let mut con = server.conn();
+    let late = |con: &mut Connection, q: &str, then: &mut redis::Cmd| -> Vec<Value> {
+        enqueue(con, q, &job_id(1), "work");
+        redis::pipe()
+            .atomic()
+            .cmd("EMQ.CLAIM")
+            .arg(q)
+            .arg("LEASE")
+            .arg(1)
+            .cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("0.01")
+            .add_command(then.clone())
+            .query(con)
+            .expect("transaction")
+    };
+    let replies = late(
+        &mut con,
+        "late-ack",
+        cmd("EMQ.ACK").arg("late-ack").arg(job_id(1)).arg(1),
+    );
+    assert_eq!(replies[2], Value::Int(1));
+    assert_eq!(
+        state(&mut con, "late-ack", &job_id(1)).as_deref(),
+        Some("done")
+    );
+    let replies = late(
+        &mut con,
+        "late-renew",
+        cmd("EMQ.RENEW")
+            .arg("late-renew")
+            .arg(job_id(1))
+            .arg(1)
+            .arg(60_000),
+    );
+    assert!(matches!(replies[2], Value::Int(deadline) if deadline > now_ms() + 50_000));
+    let replies = late(
+        &mut con,
+        "late-fail",
+        cmd("EMQ.FAIL")
+            .arg("late-fail")
+            .arg(job_id(1))
+            .arg(1)
+            .arg("RETRY-IN")
+            .arg(60_000),
+    );
+    assert_eq!(text(&replies[2]), "scheduled");
+
+    enqueue(&mut con, "taken-back", &job_id(1), "work");
+    let jobs = claim(&mut con, "taken-back", &["LEASE", "1"]).expect("claim");
+    assert_eq!(jobs[0].2, 1);
+    assert!(
+        wait_until(Duration::from_secs(5), || score(
+            &mut con,
+            "taken-back",
+            "pending",
+            &job_id(1)
+        )
+        .is_some()),
+        "the timer takes the job back"
+    );
+    let err = expect_err(
+        &mut con,
+        cmd("EMQ.ACK").arg("taken-back").arg(job_id(1)).arg(1),
+    );
+    assert!(err.starts_with("EMQLEASE"), "{err}");
+}
+
+#[test]
 fn an_expired_lease_returns_the_job_and_fences_the_old_worker() {
     let server = Server::shared();
     let q = unique_queue("fence");
