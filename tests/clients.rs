@@ -4,7 +4,8 @@
 mod support;
 
 use std::collections::HashMap;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use redis::cmd;
 use support::*;
@@ -62,17 +63,82 @@ fn drain_with(mut worker: Command) {
     assert_eq!(error, "cannot process fail 10");
 }
 
-#[test]
-fn the_python_worker_drains_a_queue_with_redis_py() {
+/// A job's lease runs out while `worker` works on it (a `slow` job takes a second, the lease is
+/// 300 ms), and another worker, this test, claims and acknowledges it. `worker`'s own ACK then
+/// gets `EMQLEASE`: it reports the job lost, not done, and goes on to the next job.
+fn lose_a_lease_with(mut worker: Command) {
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let q = unique_queue("lost");
+    enqueue(&mut con, &q, &job_id(1), "slow");
+    let child = worker
+        .env("EMQ_PORT", server.port.to_string())
+        .env("EMQ_QUEUE", &q)
+        .env("EMQ_LEASE_MS", "300")
+        .env("EMQ_IDLE_EXIT", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the worker");
+    let attempts = |con: &mut Connection| -> Option<i64> {
+        cmd("HGET")
+            .arg(row_key(&q, &job_id(1)))
+            .arg("attempts")
+            .query(con)
+            .expect("attempts")
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || attempts(&mut con) == Some(1)),
+        "the worker claimed the job"
+    );
+    // Taken back by the timer once the lease runs out, while the worker still works on it.
+    let jobs: Option<Vec<(String, Vec<u8>, i64)>> = cmd("EMQ.CLAIM")
+        .arg(&q)
+        .arg("BLOCK")
+        .arg(5000)
+        .query(&mut con)
+        .expect("claim");
+    assert_eq!(jobs, Some(vec![(job_id(1), b"slow".to_vec(), 2)]));
+    let acked: i64 = cmd("EMQ.ACK")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg(2)
+        .query(&mut con)
+        .expect("ack");
+    assert_eq!(acked, 1);
+    enqueue(&mut con, &q, &job_id(2), "next");
+
+    let out = child.wait_with_output().expect("the worker's output");
+    assert!(
+        out.status.success(),
+        "worker failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        vec![format!("lost {}", job_id(1)), format!("done {}", job_id(2))],
+        "{stdout}"
+    );
+    let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(&q).query(&mut con).expect("stats");
+    let stats: HashMap<_, _> = stats.into_iter().collect();
+    assert_eq!((stats["pending"], stats["active"]), (0, 0));
+    assert_eq!(
+        attempts(&mut con),
+        Some(2),
+        "claimed twice, acknowledged once"
+    );
+}
+
+fn python_worker() -> Command {
     // Debian's python3 with python3-redis, installed by `make test`.
     let python = std::env::var("ECHOMQ_PYTHON").unwrap_or_else(|_| "/usr/bin/python3".into());
     let mut worker = Command::new(python);
     worker.arg(repo_root().join("examples/worker.py"));
-    drain_with(worker);
+    worker
 }
 
-#[test]
-fn the_rust_worker_drains_a_queue_with_the_redis_crate() {
+fn rust_worker() -> Command {
     // Built by `cargo test --all-targets` (make test) next to the test binaries.
     let exe = std::env::current_exe().expect("test binary path");
     let worker = exe
@@ -85,5 +151,25 @@ fn the_rust_worker_drains_a_queue_with_the_redis_crate() {
         "{} is missing: run the suite with `make test`",
         worker.display()
     );
-    drain_with(Command::new(worker));
+    Command::new(worker)
+}
+
+#[test]
+fn the_python_worker_drains_a_queue_with_redis_py() {
+    drain_with(python_worker());
+}
+
+#[test]
+fn the_rust_worker_drains_a_queue_with_the_redis_crate() {
+    drain_with(rust_worker());
+}
+
+#[test]
+fn the_python_worker_goes_on_after_losing_a_lease() {
+    lose_a_lease_with(python_worker());
+}
+
+#[test]
+fn the_rust_worker_goes_on_after_losing_a_lease() {
+    lose_a_lease_with(rust_worker());
 }
