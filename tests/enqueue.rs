@@ -435,6 +435,15 @@ fn info_reports_version_and_counters() {
         info_field(&mut con, "emq", "emq_refused_queue").as_deref(),
         Some("1")
     );
+    // The server tells modules nothing of `CONFIG RESETSTAT`: it resets its own figures only.
+    let _: () = cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .expect("resetstat");
+    assert_eq!(
+        info_field(&mut con, "emq", "emq_enqueued").as_deref(),
+        Some("1")
+    );
 }
 
 #[test]
