@@ -105,3 +105,45 @@ fn the_script_and_the_module_refuse_kinds_alike() {
     );
     assert_eq!(error_text(&lua_err), mod_err);
 }
+
+#[test]
+fn a_claimer_blocked_in_the_module_is_woken_by_the_scripts_enqueue() {
+    // A Lua speaker's job reaches a worker waiting in `EMQ.CLAIM`, whose lifecycle then runs
+    // in the module, as if the module had enqueued it.
+    let server = Server::shared();
+    let q = unique_queue("lua-wake");
+    let script = redis::Script::new(ENQUEUE_LUA);
+    let mut con = server.conn();
+    for n in 1..=3u64 {
+        let mut waiter = server.conn();
+        let queue = q.clone();
+        let claimed = std::thread::spawn(move || {
+            let jobs: Option<Vec<(String, Vec<u8>, i64)>> = cmd("EMQ.CLAIM")
+                .arg(&queue)
+                .arg("BLOCK")
+                .arg(5000)
+                .query(&mut waiter)
+                .expect("claim");
+            jobs
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100)); // let the claim block
+        let id = job_id(n);
+        let added: i64 = script
+            .key(row_key(&q, &id))
+            .key(set_key(&q, "pending"))
+            .arg(&id)
+            .arg("from lua")
+            .invoke(&mut con)
+            .expect("lua");
+        assert_eq!(added, 1);
+        let jobs = claimed.join().expect("waiter");
+        assert_eq!(jobs, Some(vec![(id.clone(), b"from lua".to_vec(), 1)]));
+        let acked: i64 = cmd("EMQ.ACK")
+            .arg(&q)
+            .arg(&id)
+            .arg(1)
+            .query(&mut con)
+            .expect("ack");
+        assert_eq!(acked, 1);
+    }
+}
