@@ -348,7 +348,7 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
         keep_no_done,
         ..Model::default()
     };
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::seeded(seed);
     let hour = HOUR_MS.to_string();
     let steps = 4_000;
     let mut reached: BTreeMap<(String, String), usize> = BTreeMap::new();

@@ -470,6 +470,24 @@ impl Rng {
         Rng(seed.max(1))
     }
 
+    /// A suite's generator: from `default`, or, with `ECHOMQ_SEED` set (decimal or `0x` hex),
+    /// from that seed mixed with `default`, to explore other sequences than the suite's own.
+    /// The seed is printed (shown when the test fails), so a failing run can be repeated.
+    pub fn seeded(default: u64) -> Self {
+        let given = std::env::var("ECHOMQ_SEED").ok();
+        let parsed = given.as_deref().map(|s| match s.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => s.parse(),
+        });
+        let seed = match parsed {
+            None => default,
+            Some(Ok(s)) => s ^ default,
+            Some(Err(_)) => panic!("ECHOMQ_SEED is not a number: {given:?}"),
+        };
+        eprintln!("random inputs from seed {seed:#x} (ECHOMQ_SEED {given:?})");
+        Rng::new(seed)
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x << 13;
