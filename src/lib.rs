@@ -1,6 +1,7 @@
 //! EchoMQ: a job queue whose rules run inside Valkey. This file is the one registration
 //! block: commands, flags, key specs, configs, `INFO emq` and the `emq` ACL category.
 
+pub mod client_db;
 pub mod cluster;
 pub mod commands;
 pub mod config;

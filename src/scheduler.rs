@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use valkey_module::{raw, Context};
 
+use crate::client_db;
 use crate::cluster;
 use crate::effects;
 use crate::error::EmqError;
@@ -86,22 +87,6 @@ pub fn due_queues() -> usize {
     watched().due_count(server::now_ms() as i64)
 }
 
-fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
-    match unsafe { raw::RedisModule_GetSelectedDb } {
-        // SAFETY: live context.
-        Some(f) => unsafe { f(ctx) },
-        None => 0,
-    }
-}
-
-fn select_db(ctx: *mut raw::RedisModuleCtx, db: i32) -> bool {
-    match unsafe { raw::RedisModule_SelectDb } {
-        // SAFETY: live context; an out-of-range db is refused with ERR.
-        Some(f) => (unsafe { f(ctx, db) }) == raw::REDISMODULE_OK as c_int,
-        None => db == 0,
-    }
-}
-
 /// Events that take a key away from where it was: the queue may have nothing left to watch.
 const GONE: [&[u8]; 5] = [b"del", b"expired", b"evicted", b"rename_from", b"move_from"];
 
@@ -131,7 +116,7 @@ fn observe(ctx: *mut raw::RedisModuleCtx, event: *const c_char, key: *mut raw::R
         ..
     }) = decode(name)
     {
-        let db = selected_db(ctx);
+        let db = store::selected_db(ctx);
         // The event's name is read only here, for a queue's timed set: every other key the
         // server reports (any zset or generic write on the server) costs no more than above.
         let event = match NonNull::new(event.cast_mut()) {
@@ -159,11 +144,14 @@ fn has_timed_sets(ctx: &Context, queue: Queue<'_>) -> bool {
 
 unsafe extern "C" fn on_keyspace_event(
     ctx: *mut raw::RedisModuleCtx,
-    _class: c_int,
+    class: c_int,
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    let _ = catch_unwind(|| observe(ctx, event, key));
+    let _ = catch_unwind(|| {
+        observe(ctx, event, key);
+        client_db::after_event(ctx, class, event);
+    });
     raw::REDISMODULE_OK as c_int
 }
 
@@ -181,7 +169,7 @@ unsafe extern "C" fn on_scanned_key(
             ..
         }) = decode(name)
         {
-            watched().visit_at(selected_db(ctx), queue.as_bytes(), 0);
+            watched().visit_at(store::selected_db(ctx), queue.as_bytes(), 0);
         }
     });
 }
@@ -197,9 +185,9 @@ pub fn rebuild(ctx: &Context) {
     }) else {
         return;
     };
-    let original = selected_db(ctx.ctx);
+    let original = store::selected_db(ctx.ctx);
     let mut db = 0;
-    while select_db(ctx.ctx, db) {
+    while store::select_db(ctx.ctx, db) {
         // SAFETY: the cursor is created, used and destroyed here, on the main thread.
         unsafe {
             let cursor = create();
@@ -208,7 +196,7 @@ pub fn rebuild(ctx: &Context) {
         }
         db += 1;
     }
-    select_db(ctx.ctx, original);
+    store::select_db(ctx.ctx, original);
 }
 
 unsafe extern "C" fn on_loading(
@@ -325,6 +313,7 @@ fn on_any_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     // SAFETY: the filter context is live for this call.
     let first = string_bytes(unsafe { arg(fctx, 0) });
     effects::observe_command(first);
+    client_db::observe_command(fctx, first);
     if first.eq_ignore_ascii_case(b"MODULE") {
         let args = cluster::filter_args(fctx);
         if args.len() == 3 && args[1].eq_ignore_ascii_case(b"UNLOAD") && args[2] == b"emq" {
@@ -453,7 +442,7 @@ fn tick(ctx: &Context) {
     }
     let started = Instant::now();
     let now = server::now_ms() as i64;
-    let original = selected_db(ctx.ctx);
+    let original = store::selected_db(ctx.ctx);
     wake_deferred(ctx);
     'tick: loop {
         let batch = watched().due(now, QUEUES_PER_BATCH);
@@ -465,7 +454,7 @@ fn tick(ctx: &Context) {
                 metrics::count(&metrics::TICKS_AT_BUDGET, 1);
                 break 'tick;
             }
-            let visit = if select_db(ctx.ctx, db) {
+            let visit = if store::select_db(ctx.ctx, db) {
                 promote(ctx, &name, now).unwrap_or_else(|e| refused(ctx, db, &name, &e, now))
             } else {
                 Visit::FORGET
@@ -478,7 +467,7 @@ fn tick(ctx: &Context) {
             }
         }
     }
-    select_db(ctx.ctx, original);
+    store::select_db(ctx.ctx, original);
 }
 
 /// A visit refused before it moved anything: the queue stays watched and is tried again in
@@ -516,14 +505,14 @@ pub fn writes_paused() -> bool {
 /// Leaves the claimers blocked on the pending set `key` (in the context's db) waiting until
 /// client writes resume, when the timer wakes them again.
 pub fn wake_after_pause(ctx: &Context, key: &[u8]) {
-    deferred().insert((selected_db(ctx.ctx), key.to_vec()));
+    deferred().insert((store::selected_db(ctx.ctx), key.to_vec()));
 }
 
 /// Wakes the claimers left waiting while writes were paused; the caller restores the db.
 fn wake_deferred(ctx: &Context) {
     let keys = std::mem::take(&mut *deferred());
     for (db, name) in keys {
-        if !select_db(ctx.ctx, db) {
+        if !store::select_db(ctx.ctx, db) {
             continue;
         }
         if let Ok(key) = OwnedString::new(ctx, &name) {

@@ -572,6 +572,24 @@ fn client_has_user(ctx: &Context) -> Result<bool, EmqError> {
     Ok(!missing_user)
 }
 
+/// The database selected on the context's client.
+pub(crate) fn selected_db(ctx: *mut raw::RedisModuleCtx) -> i32 {
+    match unsafe { raw::RedisModule_GetSelectedDb } {
+        // SAFETY: live context.
+        Some(f) => unsafe { f(ctx) },
+        None => 0,
+    }
+}
+
+/// Selects `db` on the context's client; whether the server took it.
+pub(crate) fn select_db(ctx: *mut raw::RedisModuleCtx, db: i32) -> bool {
+    match unsafe { raw::RedisModule_SelectDb } {
+        // SAFETY: live context; an out-of-range db is refused with ERR.
+        Some(f) => (unsafe { f(ctx, db) }) == raw::REDISMODULE_OK as c_int,
+        None => db == 0,
+    }
+}
+
 /// Fires a keyspace event as the native command would.
 pub fn notify(ctx: &Context, class: c_int, event: &CStr, key: &OwnedString) {
     if let Some(f) = unsafe { raw::RedisModule_NotifyKeyspaceEvent } {

@@ -354,3 +354,82 @@ fn unload_is_refused_while_a_claim_waits_and_the_waiter_is_still_served() {
     // With no one waiting, the unload goes through.
     unload(&mut con);
 }
+
+#[test]
+fn move_and_copy_on_any_key_leave_the_client_in_its_database() {
+    // Valkey 8.1 runs a module's keyspace callbacks on the client whose command fired the
+    // event, after selecting the event's database on it, and did not select the client's own
+    // back: with a module subscribed to generic events, as EchoMQ is, `MOVE` and `COPY ... DB`
+    // left the client in the other database. EchoMQ selects it back.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let here = |con: &mut Connection| -> Option<String> {
+        cmd("GET").arg("only-in-db-0").query(con).expect("get")
+    };
+    let _: () = cmd("SET")
+        .arg("only-in-db-0")
+        .arg("x")
+        .query(&mut con)
+        .expect("set");
+    for key in ["a", "b", "c"] {
+        let _: () = cmd("SET").arg(key).arg("v").query(&mut con).expect("set");
+    }
+
+    let moved: i64 = cmd("MOVE").arg("a").arg(1).query(&mut con).expect("move");
+    assert_eq!(
+        (moved, here(&mut con).as_deref()),
+        (1, Some("x")),
+        "after MOVE"
+    );
+    let copied: i64 = cmd("COPY")
+        .arg("b")
+        .arg("b2")
+        .arg("DB")
+        .arg(2)
+        .query(&mut con)
+        .expect("copy");
+    assert_eq!(
+        (copied, here(&mut con).as_deref()),
+        (1, Some("x")),
+        "after COPY"
+    );
+
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("COPY")
+        .arg("b")
+        .arg("b3")
+        .arg("DB")
+        .arg(3)
+        .cmd("GET")
+        .arg("only-in-db-0")
+        .cmd("MOVE")
+        .arg("c")
+        .arg(4)
+        .cmd("GET")
+        .arg("only-in-db-0")
+        .query(&mut con)
+        .expect("transaction");
+    let x = Value::BulkString(b"x".to_vec());
+    assert_eq!(
+        replies,
+        vec![Value::Int(1), x.clone(), Value::Int(1), x],
+        "inside a transaction"
+    );
+    assert_eq!(here(&mut con).as_deref(), Some("x"), "after it");
+
+    let _: () = cmd("SET").arg("d").arg("v").query(&mut con).expect("set");
+    let seen: Option<String> = cmd("EVAL")
+        .arg("redis.call('MOVE', 'd', 5); return redis.call('GET', 'only-in-db-0')")
+        .arg(0)
+        .query(&mut con)
+        .expect("script");
+    assert_eq!(seen.as_deref(), Some("x"), "inside a script, after MOVE");
+    assert_eq!(here(&mut con).as_deref(), Some("x"), "after the script");
+    for (db, key) in [(1, "a"), (2, "b2"), (3, "b3"), (4, "c"), (5, "d")] {
+        let mut other = server.conn();
+        let _: () = cmd("SELECT").arg(db).query(&mut other).expect("select");
+        let exists: i64 = cmd("EXISTS").arg(key).query(&mut other).expect("exists");
+        assert_eq!(exists, 1, "{key} in database {db}");
+    }
+}

@@ -1,0 +1,135 @@
+//! Keeps a client in its own database across `MOVE` and `COPY ... DB`.
+//!
+//! Valkey 8.1 runs a module's keyspace callbacks on the client whose command fired the event,
+//! after selecting the event's database on that client, and until valkey-io/valkey#4024 did
+//! not select the client's own database back. EchoMQ subscribes to generic events (to learn
+//! queues whoever writes them), so on such a server `MOVE k 1` or `COPY a b DB 1`, on any key,
+//! left the client in database 1, where its next commands went. EchoMQ selects the client's
+//! database again in the command's last event:
+//!
+//! - `move_to` returns to the database of the `move_from` just before it (the source);
+//! - `copy_to` returns to the database the client had when the command filter saw its `COPY`,
+//!   or the `EXEC` of the transaction it was queued in (the filter sees a queued command when it
+//!   is queued). A transaction that also queued a `SELECT` is left as the server leaves it.
+//!
+//! Where callbacks get a client of their own (Valkey 8.0, Redis 7), selecting on it changes
+//! nothing; where the server restores the database itself, it restores the same one.
+
+use std::collections::BTreeSet;
+use std::os::raw::{c_char, c_int};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use valkey_module::raw;
+
+use crate::store;
+
+/// The client (0: none) and database of the last `move_from`.
+static MOVE_FROM: (AtomicU64, AtomicI32) = (AtomicU64::new(0), AtomicI32::new(0));
+/// The client (0: none) and database of the last `COPY`, or `EXEC`, the filter saw.
+static COPY_FROM: (AtomicU64, AtomicI32) = (AtomicU64::new(0), AtomicI32::new(0));
+/// The clients that queued a `SELECT` in a transaction not yet run (at most [`TRACKED`]; a
+/// client that left in the middle of one stays until the oldest go).
+static SELECT_QUEUED: Mutex<BTreeSet<u64>> = Mutex::new(BTreeSet::new());
+const TRACKED: usize = 1024;
+
+/// The command filter's part: the database of a client about to run a `COPY`, now or in the
+/// transaction it is about to run.
+pub fn observe_command(fctx: *mut raw::RedisModuleCommandFilterCtx, first: &[u8]) {
+    let is = |name: &[u8]| first.eq_ignore_ascii_case(name);
+    if !(is(b"COPY") || is(b"EXEC") || is(b"SELECT") || is(b"DISCARD")) {
+        return;
+    }
+    let Some((id, db, queuing)) = client_of(fctx) else {
+        remember(&COPY_FROM, 0, 0);
+        return;
+    };
+    let mut selected = SELECT_QUEUED.lock().unwrap_or_else(|p| p.into_inner());
+    if is(b"COPY") {
+        // A queued one runs where its `EXEC` finds the client.
+        if !queuing {
+            remember(&COPY_FROM, id, db);
+        }
+    } else if is(b"SELECT") {
+        if queuing {
+            if selected.len() >= TRACKED {
+                selected.pop_first();
+            }
+            selected.insert(id);
+        }
+    } else if selected.remove(&id) {
+        // `EXEC` or `DISCARD` after a queued `SELECT`: where a `COPY` runs is not known here.
+        remember(&COPY_FROM, 0, 0);
+    } else if is(b"EXEC") {
+        remember(&COPY_FROM, id, db);
+    }
+}
+
+/// The filtered command's client: its id, database and whether it is queuing a transaction.
+fn client_of(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Option<(u64, i32, bool)> {
+    let (Some(client_of), Some(info_of)) = (unsafe {
+        (
+            raw::RedisModule_CommandFilterGetClientId,
+            raw::RedisModule_GetClientInfoById,
+        )
+    }) else {
+        return None;
+    };
+    // SAFETY: the filter context is live for this call.
+    let id = unsafe { client_of(fctx) };
+    let mut info = raw::RedisModuleClientInfo {
+        version: 1,
+        flags: 0,
+        id: 0,
+        addr: [0; 46],
+        port: 0,
+        db: 0,
+    };
+    // SAFETY: a version-1 client info, written by the server for a live client id.
+    if unsafe { info_of((&raw mut info).cast(), id) } != raw::REDISMODULE_OK as c_int {
+        return None;
+    }
+    let queuing = info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0;
+    Some((id, i32::from(info.db), queuing))
+}
+
+/// A keyspace event's part, after EchoMQ's own handling of it: selects the client's database
+/// again after the last event of a `MOVE` or `COPY`.
+pub(crate) fn after_event(ctx: *mut raw::RedisModuleCtx, class: c_int, event: *const c_char) {
+    if class & store::NOTIFY_GENERIC == 0 || event.is_null() {
+        return;
+    }
+    // SAFETY: the server's event name, a C string live for this callback.
+    let event = unsafe { std::ffi::CStr::from_ptr(event) }.to_bytes();
+    let from = match event {
+        b"move_from" => {
+            remember(&MOVE_FROM, client_id(ctx), store::selected_db(ctx));
+            return;
+        }
+        b"move_to" => &MOVE_FROM,
+        b"copy_to" => &COPY_FROM,
+        _ => return,
+    };
+    let client = client_id(ctx);
+    if client != 0 && from.0.load(Ordering::Relaxed) == client {
+        store::select_db(ctx, from.1.load(Ordering::Relaxed));
+    }
+    // A `COPY` record holds for the rest of its transaction (which may copy again); the filter
+    // replaces it before the client's next `COPY` or `EXEC`.
+    if event == b"move_to" {
+        remember(from, 0, 0);
+    }
+}
+
+fn remember(slot: &(AtomicU64, AtomicI32), client: u64, db: i32) {
+    slot.0.store(client, Ordering::Relaxed);
+    slot.1.store(db, Ordering::Relaxed);
+}
+
+fn client_id(ctx: *mut raw::RedisModuleCtx) -> u64 {
+    match unsafe { raw::RedisModule_GetClientId } {
+        // SAFETY: live context.
+        Some(f) => unsafe { f(ctx) },
+        None => 0,
+    }
+}
