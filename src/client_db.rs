@@ -12,17 +12,22 @@
 //!   or the `EXEC` of the transaction it was queued in (the filter sees a queued command when it
 //!   is queued). A transaction that also queued a `SELECT` is left as the server leaves it.
 //!
-//! Where callbacks get a client of their own (Valkey 8.0, Redis 7), selecting on it changes
-//! nothing; where the server restores the database itself, it restores the same one.
+//! Servers before Valkey 8.1 give callbacks a client of their own: there this does nothing.
+//! Where the server restores the database itself, it restores the same one.
 
 use std::collections::BTreeSet;
 use std::os::raw::{c_char, c_int};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use valkey_module::raw;
 
 use crate::store;
+
+/// Whether the server runs keyspace callbacks on the executing client: Valkey 8.1 and later
+/// (elsewhere nothing here runs, and costs nothing).
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+const FIRST_AFFECTED_VERSION: c_int = 0x0008_0100;
 
 /// The client (0: none) and database of the last `move_from`.
 static MOVE_FROM: (AtomicU64, AtomicI32) = (AtomicU64::new(0), AtomicI32::new(0));
@@ -33,11 +38,28 @@ static COPY_FROM: (AtomicU64, AtomicI32) = (AtomicU64::new(0), AtomicI32::new(0)
 static SELECT_QUEUED: Mutex<BTreeSet<u64>> = Mutex::new(BTreeSet::new());
 const TRACKED: usize = 1024;
 
+/// Learns at load whether this server needs the correction.
+pub fn init() {
+    // SAFETY: a server function without arguments.
+    let version = unsafe { raw::RedisModule_GetServerVersion }.map_or(0, |f| unsafe { f() });
+    ACTIVE.store(version >= FIRST_AFFECTED_VERSION, Ordering::Relaxed);
+}
+
 /// The command filter's part: the database of a client about to run a `COPY`, now or in the
 /// transaction it is about to run.
 pub fn observe_command(fctx: *mut raw::RedisModuleCommandFilterCtx, first: &[u8]) {
+    if !ACTIVE.load(Ordering::Relaxed) {
+        return;
+    }
     let is = |name: &[u8]| first.eq_ignore_ascii_case(name);
-    if !(is(b"COPY") || is(b"EXEC") || is(b"SELECT") || is(b"DISCARD")) {
+    // Most commands are none of the four: let their length and first letter say so.
+    let candidate = first.first().is_some_and(|c| {
+        matches!(
+            (first.len(), c.to_ascii_uppercase()),
+            (4, b'C' | b'E') | (6, b'S') | (7, b'D')
+        )
+    });
+    if !candidate || !(is(b"COPY") || is(b"EXEC") || is(b"SELECT") || is(b"DISCARD")) {
         return;
     }
     let Some((id, db, queuing)) = client_of(fctx) else {
@@ -96,7 +118,13 @@ fn client_of(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Option<(u64, i32, b
 /// A keyspace event's part, after EchoMQ's own handling of it: selects the client's database
 /// again after the last event of a `MOVE` or `COPY`.
 pub(crate) fn after_event(ctx: *mut raw::RedisModuleCtx, class: c_int, event: *const c_char) {
-    if class & store::NOTIFY_GENERIC == 0 || event.is_null() {
+    // SAFETY (the read of the first byte): the server's event name, a C string live for this
+    // callback. Most generic events (`del`, `expire`, ...) are told apart by it.
+    if !ACTIVE.load(Ordering::Relaxed)
+        || class & store::NOTIFY_GENERIC == 0
+        || event.is_null()
+        || !matches!(unsafe { *event } as u8, b'm' | b'c')
+    {
         return;
     }
     // SAFETY: the server's event name, a C string live for this callback.

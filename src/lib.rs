@@ -247,6 +247,7 @@ fn load(ctx: &Context) -> Result<(), String> {
         .map_err(|_| "the server cannot signal modified keys explicitly".to_string())?;
     effects::reset();
     cluster::init(ctx);
+    client_db::init();
     register::acl_category(ctx, ACL_CATEGORY);
     register::commands(ctx, COMMANDS, ACL_CATEGORY)?;
     scheduler::start(ctx)?;
