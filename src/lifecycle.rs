@@ -116,10 +116,7 @@ pub fn row_name(
 /// Commands check ACL on the same rows first, with `store::check_access`.
 pub fn check_row_types(ctx: &Context, rows: &[&OwnedString]) -> Result<(), EmqError> {
     for name in rows {
-        if !matches!(
-            Key::open_read(ctx, name)?.holds(),
-            Holds::Nothing | Holds::Hash
-        ) {
+        if !matches!(Key::probe(ctx, name)?.holds(), Holds::Nothing | Holds::Hash) {
             return Err(EmqError::WrongType);
         }
     }
@@ -452,7 +449,7 @@ pub fn pending_head(
         for (member, _) in members {
             let row = row_name(ctx, queue, member.bytes())?;
             let holds = match &row {
-                Some(name) => Key::open_read(ctx, name)?.holds(),
+                Some(name) => Key::probe(ctx, name)?.holds(),
                 None => Holds::Nothing,
             };
             live += usize::from(holds != Holds::Nothing);

@@ -138,7 +138,7 @@ fn has_timed_sets(ctx: &Context, queue: Queue<'_>) -> bool {
     let Ok(keys) = QueueKeys::new(ctx, queue) else {
         return true;
     };
-    let exists = |name| Key::open_read(ctx, name).map_or(true, |k| k.holds() != Holds::Nothing);
+    let exists = |name| Key::probe(ctx, name).map_or(true, |k| k.holds() != Holds::Nothing);
     exists(&keys.schedule) || exists(&keys.active)
 }
 

@@ -123,9 +123,20 @@ impl<'n> Key<'n> {
         Self::open_mode(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
     }
 
-    /// Opens `name` for reading only.
+    /// Opens `name` for reading only, as a read command's lookup: counted in the server's
+    /// keyspace hits and misses.
     pub fn open_read(ctx: &Context, name: &'n OwnedString) -> Result<Self, EmqError> {
         Self::open_mode(ctx, name, raw::REDISMODULE_READ)
+    }
+
+    /// Opens `name` to see what it holds, before a write or in the timer: like a write
+    /// command's lookups, not counted in keyspace hits and misses, no `keymiss` event, and the
+    /// key's LRU/LFU left as it is. (Servers that lack these flags ignore them.)
+    pub fn probe(ctx: &Context, name: &'n OwnedString) -> Result<Self, EmqError> {
+        let quiet = raw::REDISMODULE_OPEN_KEY_NOSTATS
+            | raw::REDISMODULE_OPEN_KEY_NONOTIFY
+            | raw::REDISMODULE_OPEN_KEY_NOTOUCH;
+        Self::open_mode(ctx, name, raw::REDISMODULE_READ | quiet)
     }
 
     fn open_mode(ctx: &Context, name: &'n OwnedString, mode: u32) -> Result<Self, EmqError> {

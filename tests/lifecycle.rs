@@ -271,6 +271,82 @@ fn delayed_jobs_come_due_wherever_a_command_puts_their_keys() {
 }
 
 #[test]
+fn keyspace_hits_and_misses_count_only_what_clients_read() {
+    // The server's keyspace statistics (what a cache's hit ratio is read from) count read
+    // commands' lookups. EchoMQ's writes look at keys as native writes do, uncounted, and so
+    // do its timer and its keyspace events; `EMQ.STATS`, a read, counts as `ZCARD` would.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let ks = |con: &mut Connection| {
+        (
+            info_int(con, "stats", "keyspace_hits"),
+            info_int(con, "stats", "keyspace_misses"),
+        )
+    };
+    for i in 1..=5 {
+        enqueue_delayed(&mut con, &format!("due{i}"), &job_id(1), "x", 200);
+    }
+    let _: () = cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .expect("resetstat");
+    assert!(
+        wait_until(Duration::from_secs(5), || (1..=5).all(|i| score(
+            &mut con,
+            &format!("due{i}"),
+            "pending",
+            &job_id(1)
+        )
+        .is_some())),
+        "the timer promoted every job"
+    );
+    let _: () = cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .expect("resetstat");
+    // The timer's visits, and what each kind of write looks at.
+    enqueue_delayed(&mut con, "later", &job_id(1), "x", 100);
+    thread::sleep(Duration::from_millis(300));
+    let _: i64 = cmd("DEL")
+        .arg(set_key("due1", "pending"))
+        .query(&mut con)
+        .expect("del");
+    let jobs = claim(&mut con, "due2", &[]).expect("claim");
+    assert_eq!(jobs.len(), 1);
+    let _: Vec<Value> = cmd("EMQ.MENQUEUE")
+        .arg("batch")
+        .arg("*")
+        .arg("a")
+        .arg("*")
+        .arg("b")
+        .query(&mut con)
+        .expect("menqueue");
+    let jobs = claim(&mut con, "batch", &["COUNT", "5"]).expect("claim");
+    assert_eq!(jobs.len(), 2);
+    let r: String = cmd("EMQ.FAIL")
+        .arg("batch")
+        .arg(&jobs[0].0)
+        .arg(1)
+        .arg("RETRY-IN")
+        .arg(0)
+        .query(&mut con)
+        .expect("fail");
+    assert_eq!(r, "scheduled");
+    thread::sleep(Duration::from_millis(100));
+    let before = ks(&mut con);
+    if info_field(&mut con, "server", "valkey_version").is_some() {
+        assert_eq!(before, (0, 0), "no lookup of EchoMQ's counted");
+    } // Redis 7.0 has no way to open a key uncounted.
+    stats(&mut con, "batch");
+    let after = ks(&mut con);
+    assert_eq!(
+        (after.0 - before.0) + (after.1 - before.1),
+        4,
+        "EMQ.STATS reads four sets"
+    );
+}
+
+#[test]
 fn a_queue_the_timer_cannot_visit_is_tried_again_once_its_key_is_put_right() {
     // A pending set overwritten by hand with a string: the timer's visit is refused before it
     // moves anything, and the job waits in `schedule`. Once the key is deleted, the job comes

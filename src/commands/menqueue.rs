@@ -70,7 +70,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             continue;
         }
         for _ in 0..MINT_TRIES {
-            if Key::open_read(ctx, row)?.holds() == Holds::Nothing {
+            if Key::probe(ctx, row)?.holds() == Holds::Nothing {
                 break;
             }
             *id = mint();
