@@ -131,14 +131,14 @@ pub(crate) fn after_event(ctx: *mut raw::RedisModuleCtx, class: c_int, event: *c
     let event = unsafe { std::ffi::CStr::from_ptr(event) }.to_bytes();
     let from = match event {
         b"move_from" => {
-            remember(&MOVE_FROM, client_id(ctx), store::selected_db(ctx));
+            remember(&MOVE_FROM, store::client_id(ctx), store::selected_db(ctx));
             return;
         }
         b"move_to" => &MOVE_FROM,
         b"copy_to" => &COPY_FROM,
         _ => return,
     };
-    let client = client_id(ctx);
+    let client = store::client_id(ctx);
     if client != 0 && from.0.load(Ordering::Relaxed) == client {
         store::select_db(ctx, from.1.load(Ordering::Relaxed));
     }
@@ -152,12 +152,4 @@ pub(crate) fn after_event(ctx: *mut raw::RedisModuleCtx, class: c_int, event: *c
 fn remember(slot: &(AtomicU64, AtomicI32), client: u64, db: i32) {
     slot.0.store(client, Ordering::Relaxed);
     slot.1.store(db, Ordering::Relaxed);
-}
-
-fn client_id(ctx: *mut raw::RedisModuleCtx) -> u64 {
-    match unsafe { raw::RedisModule_GetClientId } {
-        // SAFETY: live context.
-        Some(f) => unsafe { f(ctx) },
-        None => 0,
-    }
 }

@@ -526,11 +526,7 @@ fn current_user_name(ctx: &Context) -> Result<Option<OwnedString>, EmqError> {
     let owned = |ptr: *mut raw::RedisModuleString| {
         NonNull::new(ptr).map(|ptr| OwnedString { ctx: ctx.ctx, ptr })
     };
-    let id = match unsafe { raw::RedisModule_GetClientId } {
-        // SAFETY: a command's context.
-        Some(client_id) => unsafe { client_id(ctx.ctx) },
-        None => 0,
-    };
+    let id = client_id(ctx.ctx);
     let has_user = if id != 0 && USER_CLIENT.load(Ordering::Relaxed) == id {
         true // the last connected client found to have a user (its pipeline goes on)
     } else if let Some(name_by_id) = unsafe { raw::RedisModule_GetClientUserNameById } {
@@ -581,6 +577,15 @@ fn client_has_user(ctx: &Context) -> Result<bool, EmqError> {
         }
     }
     Ok(!missing_user)
+}
+
+/// The id of the context's client (0 when the server cannot say).
+pub(crate) fn client_id(ctx: *mut raw::RedisModuleCtx) -> u64 {
+    match unsafe { raw::RedisModule_GetClientId } {
+        // SAFETY: live context.
+        Some(f) => unsafe { f(ctx) },
+        None => 0,
+    }
 }
 
 /// The database selected on the context's client.
