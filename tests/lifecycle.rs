@@ -31,6 +31,20 @@ fn state(con: &mut Connection, q: &str, id: &str) -> Option<String> {
         .expect("hget")
 }
 
+/// The row's `attempts` field as stored.
+fn attempts(con: &mut Connection, q: &str, id: &str) -> Option<String> {
+    cmd("HGET")
+        .arg(row_key(q, id))
+        .arg("attempts")
+        .query(con)
+        .expect("hget")
+}
+
+/// How many clients wait in a blocking command, on the whole server.
+fn blocked_clients(con: &mut Connection) -> i64 {
+    info_int(con, "clients", "blocked_clients")
+}
+
 fn stats(con: &mut Connection, q: &str) -> HashMap<String, i64> {
     let v: Vec<(String, i64)> = cmd("EMQ.STATS").arg(q).query(con).expect("stats");
     v.into_iter().collect()
@@ -572,12 +586,7 @@ fn claim_takes_the_lowest_ids_and_counts_attempts() {
         let deadline = score(&mut con, &q, "active", id).expect("active");
         assert!(deadline >= (before + 60_000) as f64 && deadline <= (now_ms() + 60_000) as f64);
     }
-    let attempts: String = cmd("HGET")
-        .arg(row_key(&q, &job_id(1)))
-        .arg("attempts")
-        .query(&mut con)
-        .expect("attempts");
-    assert_eq!(attempts, "1");
+    assert_eq!(attempts(&mut con, &q, &job_id(1)).as_deref(), Some("1"));
     let s = stats(&mut con, &q);
     assert_eq!((s["pending"], s["active"]), (1, 3));
 }
@@ -613,12 +622,11 @@ fn attempts_written_by_hand_give_a_token_the_lease_commands_take() {
             (id.as_str(), *token),
             "{why}"
         );
-        let attempts: String = cmd("HGET")
-            .arg(row_key(&q, &id))
-            .arg("attempts")
-            .query(&mut con)
-            .expect("attempts");
-        assert_eq!(attempts, token.to_string(), "{why}");
+        assert_eq!(
+            attempts(&mut con, &q, &id),
+            Some(token.to_string()),
+            "{why}"
+        );
         let acked: i64 = cmd("EMQ.ACK")
             .arg(&q)
             .arg(&id)
@@ -846,12 +854,9 @@ fn blocked_claimers_are_served_in_arrival_order() {
     }
     let mut con = server.conn();
     // Wait until all three are blocked, then feed them one job at a time.
-    assert!(wait_until(Duration::from_secs(5), || {
-        info_field(&mut con, "clients", "blocked_clients")
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(0)
-            >= 3
-    }));
+    assert!(wait_until(Duration::from_secs(5), || blocked_clients(
+        &mut con
+    ) >= 3));
     for i in 1..=3 {
         enqueue(&mut con, &q, &job_id(i), "x");
         thread::sleep(Duration::from_millis(50));
@@ -871,14 +876,15 @@ fn a_blocked_claim_is_served_from_its_database_through_swapdb_and_flushall() {
     // SWAPDB and FLUSHALL touch the whole server: a server of its own.
     let server = Server::start(Options::default());
     let mut con = server.conn();
-    let blocked = |con: &mut Connection| info_int(con, "clients", "blocked_clients");
     let waiter = |q: &'static str| {
         let mut waiter = server.conn();
         thread::spawn(move || claim(&mut waiter, q, &["BLOCK", "10000"]))
     };
 
     let swapped = waiter("swapped");
-    assert!(wait_until(Duration::from_secs(5), || blocked(&mut con) == 1));
+    assert!(wait_until(Duration::from_secs(5), || blocked_clients(
+        &mut con
+    ) == 1));
     in_db(&mut con, 1);
     enqueue(&mut con, "swapped", &job_id(1), "from database 1");
     let _: () = cmd("SWAPDB").arg(0).arg(1).query(&mut con).expect("swapdb");
@@ -891,10 +897,12 @@ fn a_blocked_claim_is_served_from_its_database_through_swapdb_and_flushall() {
     );
 
     let flushed = waiter("flushed");
-    assert!(wait_until(Duration::from_secs(5), || blocked(&mut con) == 1));
+    assert!(wait_until(Duration::from_secs(5), || blocked_clients(
+        &mut con
+    ) == 1));
     let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
     thread::sleep(Duration::from_millis(100));
-    assert_eq!(blocked(&mut con), 1, "still waiting after FLUSHALL");
+    assert_eq!(blocked_clients(&mut con), 1, "still waiting after FLUSHALL");
     enqueue(&mut con, "flushed", &job_id(3), "after the flush");
     let jobs = flushed.join().expect("waiter").expect("served");
     assert_eq!(jobs, vec![(job_id(3), b"after the flush".to_vec(), 1)]);
@@ -908,7 +916,6 @@ fn a_claimer_that_goes_away_while_blocked_takes_no_job() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     let q = unique_queue("gone");
-    let blocked = |con: &mut Connection| info_int(con, "clients", "blocked_clients");
 
     let mut closing = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
     let request = format!(
@@ -916,7 +923,9 @@ fn a_claimer_that_goes_away_while_blocked_takes_no_job() {
         q.len()
     );
     std::io::Write::write_all(&mut closing, request.as_bytes()).expect("send the claim");
-    assert!(wait_until(Duration::from_secs(5), || blocked(&mut con) == 1));
+    assert!(wait_until(Duration::from_secs(5), || blocked_clients(
+        &mut con
+    ) == 1));
 
     let mut killed = server.conn();
     let killed_id: i64 = cmd("CLIENT").arg("ID").query(&mut killed).expect("id");
@@ -928,12 +937,16 @@ fn a_claimer_that_goes_away_while_blocked_takes_no_job() {
             .arg(0)
             .query::<Value>(&mut killed)
     });
-    assert!(wait_until(Duration::from_secs(5), || blocked(&mut con) == 2));
+    assert!(wait_until(Duration::from_secs(5), || blocked_clients(
+        &mut con
+    ) == 2));
 
     let mut live = server.conn();
     let queue = q.clone();
     let live = thread::spawn(move || claim(&mut live, &queue, &["BLOCK", "10000"]));
-    assert!(wait_until(Duration::from_secs(5), || blocked(&mut con) == 3));
+    assert!(wait_until(Duration::from_secs(5), || blocked_clients(
+        &mut con
+    ) == 3));
 
     drop(closing);
     let n: i64 = cmd("CLIENT")
@@ -945,7 +958,7 @@ fn a_claimer_that_goes_away_while_blocked_takes_no_job() {
     assert_eq!(n, 1);
     assert!(killed.join().expect("killed waiter").is_err());
     assert!(
-        wait_until(Duration::from_secs(5), || blocked(&mut con) == 1),
+        wait_until(Duration::from_secs(5), || blocked_clients(&mut con) == 1),
         "the server let both waiters go"
     );
 
@@ -957,12 +970,11 @@ fn a_claimer_that_goes_away_while_blocked_takes_no_job() {
     let counts = stats(&mut con, &q);
     assert_eq!((counts["pending"], counts["active"]), (1, 1), "{counts:?}");
     assert_eq!(state(&mut con, &q, &job_id(2)).as_deref(), Some("pending"));
-    let attempts: i64 = cmd("HGET")
-        .arg(row_key(&q, &job_id(1)))
-        .arg("attempts")
-        .query(&mut con)
-        .expect("attempts");
-    assert_eq!(attempts, 1, "claimed once, by the live waiter");
+    assert_eq!(
+        attempts(&mut con, &q, &job_id(1)).as_deref(),
+        Some("1"),
+        "claimed once, by the live waiter"
+    );
 }
 
 #[test]
