@@ -116,6 +116,7 @@ fn a_claimer_blocked_in_the_module_is_woken_by_the_scripts_enqueue() {
     let mut con = server.conn();
     for n in 1..=3u64 {
         let mut waiter = server.conn();
+        let waiter_id: i64 = cmd("CLIENT").arg("ID").query(&mut waiter).expect("id");
         let queue = q.clone();
         let claimed = std::thread::spawn(move || {
             let jobs: Option<Vec<(String, Vec<u8>, i64)>> = cmd("EMQ.CLAIM")
@@ -126,7 +127,12 @@ fn a_claimer_blocked_in_the_module_is_woken_by_the_scripts_enqueue() {
                 .expect("claim");
             jobs
         });
-        std::thread::sleep(std::time::Duration::from_millis(100)); // let the claim block
+        assert!(
+            wait_until(std::time::Duration::from_secs(5), || is_blocked(
+                &mut con, waiter_id
+            )),
+            "the claim waits"
+        );
         let id = job_id(n);
         let added: i64 = script
             .key(row_key(&q, &id))

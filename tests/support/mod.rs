@@ -454,6 +454,20 @@ pub fn text(v: &Value) -> String {
     }
 }
 
+/// Whether client `id` waits in a blocking command (`CLIENT LIST ID`, flag `b`).
+pub fn is_blocked(con: &mut Connection, id: i64) -> bool {
+    let line: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("ID")
+        .arg(id)
+        .query(con)
+        .expect("client list");
+    line.split(' ').any(|f| {
+        f.strip_prefix("flags=")
+            .is_some_and(|flags| flags.contains('b'))
+    })
+}
+
 /// A RESP3 map reply as (field name, value) pairs, in the server's order.
 pub fn map_pairs(v: &Value) -> Vec<(String, Value)> {
     let Value::Map(pairs) = v else {
