@@ -107,9 +107,13 @@ fn decode_reads_the_workshop_key() {
     let m = decode_map(&mut con, b"emq:{orders}:pending");
     assert_eq!(m[2], ("id".into(), Value::Nil));
     assert_eq!(m[4], ("slot".into(), Value::Int(105)));
-    let m = decode_map(&mut con, b"{emq}:version");
-    assert_eq!(m[0], ("queue".into(), Value::Nil));
-    assert_eq!(m[1], ("type".into(), b("version")));
+    // The deployment's keys (README: named with a null queue, in slot 9051).
+    for name in ["version", "locks"] {
+        let m = decode_map(&mut con, format!("{{emq}}:{name}").as_bytes());
+        assert_eq!(m[0], ("queue".into(), Value::Nil));
+        assert_eq!(m[1], ("type".into(), b(name)));
+        assert_eq!(m[4], ("slot".into(), Value::Int(9051)));
+    }
 }
 
 #[test]
