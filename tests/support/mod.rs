@@ -445,6 +445,45 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Modules a server lists of its own accord: Valkey 9 lists its Lua scripting engine as the
+/// module `lua`, which nobody loads and nobody can unload.
+const SERVER_MODULES: [&str; 1] = ["lua"];
+
+/// The modules loaded into the server (`MODULE LIST`), each as its fields (`name`, `ver`,
+/// `path`, `args`), without the server's own.
+pub fn loaded_modules(con: &mut Connection) -> Vec<Vec<(String, Value)>> {
+    let list: Vec<Vec<Value>> = redis::cmd("MODULE")
+        .arg("LIST")
+        .query(con)
+        .expect("MODULE LIST");
+    list.iter()
+        .map(|entry| {
+            entry
+                .chunks(2)
+                .map(|pair| (text(&pair[0]), pair[1].clone()))
+                .collect::<Vec<_>>()
+        })
+        .filter(|fields| {
+            !fields
+                .iter()
+                .any(|(k, v)| k == "name" && SERVER_MODULES.contains(&text(v).as_str()))
+        })
+        .collect()
+}
+
+/// The names of the modules loaded into the server, without the server's own.
+pub fn module_names(con: &mut Connection) -> Vec<String> {
+    loaded_modules(con)
+        .iter()
+        .filter_map(|fields| {
+            fields
+                .iter()
+                .find(|(k, _)| k == "name")
+                .map(|(_, v)| text(v))
+        })
+        .collect()
+}
+
 /// A reply that is a string (bulk or simple), as text; panics on anything else.
 pub fn text(v: &Value) -> String {
     match v {
