@@ -15,8 +15,26 @@
 //! that grace and has `CLUSTER NODES` read on every cron tick for a while, so the slot settles
 //! within a tick of the server applying it. Settling late only means a few more
 //! `TRYAGAIN`s; settling early could lose jobs.
+//!
+//! Valkey 9.0 also migrates slots atomically (`CLUSTER MIGRATESLOTS`): the source goes on
+//! serving its slots and streams every write in them to the target, which holds the keys
+//! hidden from clients until ownership changes hands at once. The server refuses such a
+//! migration while a loaded module has not declared that it handles one, and EchoMQ declares
+//! it ([`handles_atomic_migration`]) because it does what such a migration needs:
+//!
+//! - on the target, the slots it imports are in migration as above (writes answer `TRYAGAIN`,
+//!   the timer leaves their queues), from the import's start to its end, so nothing there
+//!   writes to keys the source still owns;
+//! - on the source, nothing changes for clients, and EchoMQ's writes go to `RM_Replicate`
+//!   for as long as an export runs (see `effects`), which is how they reach the target.
+//!
+//! The server's migration events mark and settle the slots at once; `CLUSTER
+//! GETSLOTMIGRATIONS`, read with `CLUSTER NODES`, also covers a module loaded in the middle
+//! of a migration.
 
-use std::os::raw::c_int;
+use std::ffi::c_void;
+use std::os::raw::{c_char, c_int};
+use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use valkey_module::{raw, Context, ValkeyValue};
@@ -43,6 +61,39 @@ const SETSLOT_WAIT_MS: u64 = 2000;
 /// How long a `SETSLOT` mark holds against a `CLUSTER NODES` reading that does not show it.
 pub const GRACE_MS: u64 = 10_000;
 
+/// Whether the server migrates slots atomically (Valkey 9.0 and later), learned at load.
+static ATOMIC: AtomicBool = AtomicBool::new(false);
+/// Slots an atomic migration is importing into this node (or into its primary).
+static IMPORTING: [AtomicBool; SLOTS as usize] = [const { AtomicBool::new(false) }; SLOTS as usize];
+/// Whether an atomic migration exports slots from this node.
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+const FIRST_ATOMIC_VERSION: c_int = 0x0009_0000;
+
+/// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (Valkey 9.0).
+pub const OPTION_HANDLES_ATOMIC_MIGRATION: c_int = 1 << 5;
+/// `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` and its sub-events.
+pub const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+const IMPORT_STARTED: u64 = 0;
+const EXPORT_STARTED: u64 = 1;
+const IMPORT_ABORTED: u64 = 2;
+const IMPORT_COMPLETED: u64 = 4;
+
+/// `ValkeyModuleSlotRange`: first and last slot, inclusive.
+#[repr(C)]
+struct SlotRange {
+    start: c_int,
+    end: c_int,
+}
+
+/// `ValkeyModuleAtomicSlotMigrationInfoV1`, the data of a migration event.
+#[repr(C)]
+struct MigrationInfo {
+    version: u64,
+    job_name: [c_char; 41],
+    slot_ranges: *const SlotRange,
+    num_slot_ranges: u32,
+}
+
 /// Whether this server runs in cluster mode (learned at load).
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
@@ -54,14 +105,37 @@ pub fn init(ctx: &Context) {
         flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0,
         Ordering::Relaxed,
     );
-    for s in &IN_MIGRATION {
+    for s in IN_MIGRATION.iter().chain(&IMPORTING) {
         s.store(false, Ordering::Relaxed);
     }
+    EXPORTING.store(false, Ordering::Relaxed);
+    ATOMIC.store(atomic_migration_server(ctx), Ordering::Relaxed);
+}
+
+/// Valkey 9.0 or later. (Redis numbers its versions on a scale of its own and has no such
+/// option, so the server's name is checked too.)
+fn atomic_migration_server(ctx: &Context) -> bool {
+    // SAFETY: a server function without arguments.
+    let version = unsafe { raw::RedisModule_GetServerVersion }.map_or(0, |f| unsafe { f() });
+    version >= FIRST_ATOMIC_VERSION
+        && crate::store::info_field(ctx, c"server", c"server_name").as_deref() == Some(b"valkey")
+}
+
+/// Whether EchoMQ declares that it handles atomic slot migrations (on servers that have them).
+pub fn handles_atomic_migration() -> bool {
+    ATOMIC.load(Ordering::Relaxed)
+}
+
+/// Whether an atomic migration exports slots from this node: EchoMQ's writes must then
+/// reach the target through `RM_Replicate`.
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Relaxed)
 }
 
 /// Whether `slot` is being imported or migrated by this node.
 pub fn slot_in_migration(slot: u16) -> bool {
-    enabled() && IN_MIGRATION[usize::from(slot) % SLOTS as usize].load(Ordering::Relaxed)
+    let i = usize::from(slot) % SLOTS as usize;
+    enabled() && (IN_MIGRATION[i].load(Ordering::Relaxed) || IMPORTING[i].load(Ordering::Relaxed))
 }
 
 /// `TRYAGAIN` for a write to a queue whose slot is in migration here.
@@ -145,6 +219,170 @@ pub fn migrating_slots(nodes: &str) -> Vec<u16> {
         .collect()
 }
 
+/// The server's atomic migration event: an import marks its slots as in migration from its
+/// start to its end; an export starting has EchoMQ's writes replicated at once.
+pub(crate) unsafe extern "C" fn on_atomic_migration(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    let _ = catch_unwind(|| {
+        let importing = match subevent {
+            IMPORT_STARTED => true,
+            IMPORT_COMPLETED | IMPORT_ABORTED => false,
+            EXPORT_STARTED => {
+                EXPORTING.store(true, Ordering::Relaxed);
+                crate::effects::export_started();
+                return;
+            }
+            // An export's end: `reconcile` sees it in the list of migrations.
+            _ => return,
+        };
+        let info = data.cast::<MigrationInfo>();
+        if info.is_null() {
+            return;
+        }
+        // SAFETY: the server passes a live `ValkeyModuleAtomicSlotMigrationInfo` (version 1 and
+        // later share its first fields) with `num_slot_ranges` ranges.
+        let ranges = unsafe {
+            let info = &*info;
+            if info.version < 1 || info.slot_ranges.is_null() {
+                return;
+            }
+            std::slice::from_raw_parts(info.slot_ranges, info.num_slot_ranges as usize)
+        };
+        let ranges: Vec<(u16, u16)> = ranges
+            .iter()
+            .filter_map(|r| slot_range(i64::from(r.start), i64::from(r.end)))
+            .collect();
+        mark_importing(&ranges, importing, "CLUSTER MIGRATESLOTS");
+    });
+}
+
+fn slot_range(start: i64, end: i64) -> Option<(u16, u16)> {
+    let slot = |s: i64| u16::try_from(s).ok().filter(|s| *s < SLOTS);
+    let (start, end) = (slot(start)?, slot(end)?);
+    (start <= end).then_some((start, end))
+}
+
+/// Marks or settles the slots of an atomic import, and says so in the server log.
+fn mark_importing(ranges: &[(u16, u16)], importing: bool, why: &str) {
+    for &(start, end) in ranges {
+        for slot in start..=end {
+            IMPORTING[usize::from(slot)].store(importing, Ordering::Relaxed);
+        }
+    }
+    if ranges.is_empty() {
+        return;
+    }
+    let list: Vec<String> = ranges.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+    let state = if importing {
+        "are being imported: writes to their queues answer TRYAGAIN, and the timer leaves them"
+    } else {
+        "are settled"
+    };
+    crate::server::log(
+        crate::scheduler::module_ctx(),
+        c"notice",
+        &format!("EchoMQ: slots {} {state} ({why})", list.join(" ")),
+    );
+}
+
+/// One migration of `CLUSTER GETSLOTMIGRATIONS` that has not ended: whether it imports, and
+/// its slot ranges.
+#[derive(Debug, PartialEq)]
+pub struct Migration {
+    pub import: bool,
+    pub ranges: Vec<(u16, u16)>,
+}
+
+/// The migrations still running in a `CLUSTER GETSLOTMIGRATIONS` reply, each given as its
+/// fields (`operation`, `slot_ranges` as `a-b c-d`, `state`, ...). A migration has ended in
+/// `success`, `failed` or `cancelled`.
+pub fn running_migrations(jobs: &[Vec<(String, String)>]) -> Vec<Migration> {
+    jobs.iter()
+        .filter_map(|fields| {
+            let field = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.as_str())
+            };
+            if matches!(field("state")?, "success" | "failed" | "cancelled") {
+                return None;
+            }
+            let import = match field("operation")? {
+                "IMPORT" => true,
+                "EXPORT" => false,
+                _ => return None,
+            };
+            let ranges = field("slot_ranges")?
+                .split(' ')
+                .filter_map(|r| {
+                    let (a, b) = r.split_once('-')?;
+                    slot_range(a.parse().ok()?, b.parse().ok()?)
+                })
+                .collect();
+            Some(Migration { import, ranges })
+        })
+        .collect()
+}
+
+/// Re-reads the atomic migrations from `CLUSTER GETSLOTMIGRATIONS`.
+fn reconcile_atomic(ctx: &Context) {
+    let Ok(ValkeyValue::Array(jobs)) = ctx.call("CLUSTER", &["GETSLOTMIGRATIONS"]) else {
+        return;
+    };
+    let text = |v: &ValkeyValue| match v {
+        ValkeyValue::BulkString(s) | ValkeyValue::SimpleString(s) => s.clone(),
+        ValkeyValue::StringBuffer(b) => String::from_utf8_lossy(b).into_owned(),
+        ValkeyValue::Integer(n) => n.to_string(),
+        _ => String::new(),
+    };
+    let jobs: Vec<Vec<(String, String)>> = jobs
+        .iter()
+        .map(|job| match job {
+            ValkeyValue::Array(kv) => kv
+                .chunks(2)
+                .filter(|pair| pair.len() == 2)
+                .map(|pair| (text(&pair[0]), text(&pair[1])))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let running = running_migrations(&jobs);
+    EXPORTING.store(running.iter().any(|m| !m.import), Ordering::Relaxed);
+    let mut shown = vec![false; SLOTS as usize];
+    for m in running.iter().filter(|m| m.import) {
+        for &(a, b) in &m.ranges {
+            for slot in a..=b {
+                shown[usize::from(slot)] = true;
+            }
+        }
+    }
+    // The events keep these marks exact; a reading only corrects what they missed.
+    for importing in [true, false] {
+        let changed = ranges_of((0..SLOTS).filter(|s| {
+            let i = usize::from(*s);
+            shown[i] == importing && IMPORTING[i].load(Ordering::Relaxed) != importing
+        }));
+        mark_importing(&changed, importing, "CLUSTER GETSLOTMIGRATIONS");
+    }
+}
+
+/// Ascending slots as ranges of consecutive slots.
+fn ranges_of(slots: impl Iterator<Item = u16>) -> Vec<(u16, u16)> {
+    let mut ranges: Vec<(u16, u16)> = Vec::new();
+    for slot in slots {
+        match ranges.last_mut() {
+            Some((_, end)) if *end + 1 == slot => *end = slot,
+            _ => ranges.push((slot, slot)),
+        }
+    }
+    ranges
+}
+
 /// Re-reads the migration state from `CLUSTER NODES`: once a second, or on every cron tick
 /// while a slot settles.
 pub fn reconcile(ctx: &Context, now_ms: u64) {
@@ -157,6 +395,9 @@ pub fn reconcile(ctx: &Context, now_ms: u64) {
         return;
     }
     LAST_RECONCILE_MS.store(now_ms, Ordering::Relaxed);
+    if handles_atomic_migration() {
+        reconcile_atomic(ctx);
+    }
     let text = match ctx.call("CLUSTER", &["NODES"]) {
         Ok(ValkeyValue::BulkString(s)) | Ok(ValkeyValue::SimpleString(s)) => s,
         Ok(ValkeyValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
@@ -209,5 +450,77 @@ mod tests {
         )
         .is_empty());
         assert!(migrating_slots("").is_empty());
+    }
+
+    fn job(fields: &[(&str, &str)]) -> Vec<(String, String)> {
+        fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn reads_running_atomic_migrations() {
+        let jobs = [
+            job(&[
+                ("name", "a"),
+                ("operation", "IMPORT"),
+                ("slot_ranges", "0-10 100-100"),
+                ("state", "receiving-snapshot"),
+            ]),
+            job(&[
+                ("operation", "EXPORT"),
+                ("slot_ranges", "200-300"),
+                ("state", "replicating"),
+            ]),
+            job(&[
+                ("operation", "IMPORT"),
+                ("slot_ranges", "400-500"),
+                ("state", "success"),
+            ]),
+            job(&[
+                ("operation", "EXPORT"),
+                ("slot_ranges", "600-700"),
+                ("state", "failed"),
+            ]),
+            job(&[
+                ("operation", "IMPORT"),
+                ("slot_ranges", "800-900"),
+                ("state", "cancelled"),
+            ]),
+            // A cleanup still deletes what a failed import brought: not ended yet.
+            job(&[
+                ("operation", "IMPORT"),
+                ("slot_ranges", "16383-16383 20000-20001 9-8"),
+                ("state", "cleaning-up"),
+            ]),
+        ];
+        assert_eq!(
+            running_migrations(&jobs),
+            vec![
+                Migration {
+                    import: true,
+                    ranges: vec![(0, 10), (100, 100)]
+                },
+                Migration {
+                    import: false,
+                    ranges: vec![(200, 300)]
+                },
+                Migration {
+                    import: true,
+                    ranges: vec![(16383, 16383)]
+                },
+            ]
+        );
+        assert!(running_migrations(&[job(&[("operation", "IMPORT")])]).is_empty());
+    }
+
+    #[test]
+    fn groups_consecutive_slots_into_ranges() {
+        assert_eq!(
+            ranges_of([1, 2, 3, 7, 9, 10].into_iter()),
+            vec![(1, 3), (7, 7), (9, 10)]
+        );
+        assert!(ranges_of(std::iter::empty()).is_empty());
     }
 }

@@ -13,12 +13,14 @@
 //!   whenever something could start receiving: a `SYNC` or `PSYNC` (a replica attaching
 //!   creates the backlog), `REPLICAOF`, `SLAVEOF` or `FAILOVER` (seen by the command
 //!   filter), or a replication role change (a server event, whatever caused it: a cluster
-//!   failover, `CLUSTER REPLICATE`, ...);
+//!   failover, `CLUSTER REPLICATE`, ...), or an atomic slot migration starting to export
+//!   from this server (a server event; the export streams the writes it propagates);
 //! - AOF is read from the context flags by every command (once, for all its effects), so AOF
 //!   turned on by any path is seen by the next write; writes outside a command (the timer's)
 //!   always replicate;
 //! - **closed** only by [`probe`], on the server cron about once a second, when
-//!   `INFO replication` shows a primary with no replicas and no backlog. Every path that
+//!   `INFO replication` shows a primary with no replicas and no backlog, and no atomic slot
+//!   migration exports from it. Every path that
 //!   creates a replica or a backlog on a primary runs in a command the filter sees first,
 //!   or in a role change, so nothing can start receiving while the gate is closed.
 //!
@@ -115,15 +117,22 @@ pub fn role_changed() {
     OPEN.store(true, Ordering::Relaxed);
 }
 
+/// An atomic slot migration starts exporting from this server: the server streams the writes
+/// in its slots to the target as it propagates them, so EchoMQ's must be propagated too.
+pub fn export_started() {
+    OPEN.store(true, Ordering::Relaxed);
+}
+
 /// Re-reads who can receive propagated writes, at most once a second (the server cron).
 pub fn probe(ctx: &Context, now_ms: u64) {
     if !server::once_every(&LAST_PROBE_MS, now_ms, PROBE_EVERY_MS) {
         return;
     }
-    let listened = match store::replication_view(ctx) {
-        Some(view) => !view.primary || view.replicas > 0 || view.backlog,
-        None => true,
-    };
+    let listened = crate::cluster::exporting()
+        || match store::replication_view(ctx) {
+            Some(view) => !view.primary || view.replicas > 0 || view.backlog,
+            None => true,
+        };
     let was_open = OPEN.swap(listened, Ordering::Relaxed);
     if listened && !was_open {
         // Every path to a replica or a backlog should have opened the gate before it ran.

@@ -243,10 +243,15 @@ fn init(ctx: &Context, args: &[&[u8]]) -> Status {
 fn load(ctx: &Context) -> Result<(), String> {
     config::register(ctx)?;
     store::init_words().map_err(|_| "could not create its strings".to_string())?;
-    store::signal_only_changes(ctx)
-        .map_err(|_| "the server cannot signal modified keys explicitly".to_string())?;
     effects::reset();
     cluster::init(ctx);
+    let atomic = if cluster::handles_atomic_migration() {
+        cluster::OPTION_HANDLES_ATOMIC_MIGRATION
+    } else {
+        0
+    };
+    store::set_options(ctx, atomic)
+        .map_err(|_| "the server cannot signal modified keys explicitly".to_string())?;
     client_db::init();
     register::acl_category(ctx, ACL_CATEGORY);
     register::commands(ctx, COMMANDS, ACL_CATEGORY)?;

@@ -243,7 +243,11 @@ pub fn start(ctx: &Context) -> Result<(), String> {
             (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
             (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush)),
         ];
-        for (id, callback) in events {
+        let atomic = cluster::handles_atomic_migration().then_some((
+            cluster::EVENT_ATOMIC_SLOT_MIGRATION,
+            Some(cluster::on_atomic_migration as _),
+        ));
+        for (id, callback) in events.into_iter().chain(atomic) {
             // SAFETY: OnLoad context; the callbacks live as long as the module.
             unsafe { server_event(ctx.ctx, raw::RedisModuleEvent { id, dataver: 1 }, callback) };
         }
@@ -340,8 +344,9 @@ unsafe extern "C" fn on_cron(
         }
         let context = Context::new(ctx);
         let now = server::now_ms();
-        effects::probe(&context, now);
+        // The migrations first: the probe reads whether one exports from here.
         cluster::reconcile(&context, now);
+        effects::probe(&context, now);
     });
 }
 

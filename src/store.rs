@@ -838,8 +838,9 @@ fn retained(text: &[u8]) -> Option<Str<'static>> {
     NonNull::new(p).map(|p| unsafe { Str::from_raw(p) })
 }
 
-/// At load: keys are signalled as modified only when a write changed them (see [`Key`]).
-pub fn signal_only_changes(ctx: &Context) -> Result<(), EmqError> {
+/// At load: keys are signalled as modified only when a write changed them (see [`Key`]);
+/// `more` adds further options.
+pub fn set_options(ctx: &Context, more: c_int) -> Result<(), EmqError> {
     let (Some(set_options), Some(_)) = (unsafe {
         (
             raw::RedisModule_SetModuleOptions,
@@ -852,7 +853,7 @@ pub fn signal_only_changes(ctx: &Context) -> Result<(), EmqError> {
     unsafe {
         set_options(
             ctx.ctx,
-            raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int,
+            raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int | more,
         )
     };
     Ok(())

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::Duration;
 
 use redis::{cmd, Value};
-use support::cluster::{Cluster, Router};
+use support::cluster::{Cluster, NodeInfo, Router};
 use support::*;
 
 fn slot_of(queue: &str) -> u16 {
@@ -278,10 +278,7 @@ fn resharding_a_busy_queue_loses_and_duplicates_nothing() {
     );
     assert!(router.moved > 0, "and was moved to the new owner");
     assert!(acked.len() > 100, "the load kept going ({})", acked.len());
-    assert_eq!(cluster.owner(slot).port, to.port);
-    let found = assert_present(&cluster, &queue, &acked);
-    let unique: HashSet<&String> = acked.iter().collect();
-    let card = set_len(&mut cluster.node(to.port).conn(), &queue, "pending");
+    let found = assert_moved_whole(&cluster, &queue, (&from, &to), tried, &acked);
     println!(
         "RELIABILITY resharding tried={tried} acknowledged={} found={found} migrated_keys={moved} ask={} tryagain={} moved={}",
         acked.len(),
@@ -289,13 +286,30 @@ fn resharding_a_busy_queue_loses_and_duplicates_nothing() {
         router.retried,
         router.moved
     );
+}
+
+/// After `queue`'s slot moved `from` one node `to` another under a [`Load`] that tried
+/// `tried` enqueues: every acknowledged job is on the new owner once, with its row, and nothing
+/// is left behind. Returns how many acknowledged jobs were found.
+fn assert_moved_whole(
+    cluster: &Cluster,
+    queue: &str,
+    (from, to): (&NodeInfo, &NodeInfo),
+    tried: u64,
+    acked: &[String],
+) -> usize {
+    let slot = slot_of(queue);
+    assert_eq!(cluster.owner(slot).port, to.port);
+    let found = assert_present(cluster, queue, acked);
     assert_eq!(
         found,
         acked.len(),
         "every acknowledged job is on the new owner"
     );
+    let unique: HashSet<&String> = acked.iter().collect();
     assert_eq!(unique.len(), acked.len(), "each job acknowledged once");
     // A job whose reply was lost in the move may be there too, but only once, with its row.
+    let card = set_len(&mut cluster.node(to.port).conn(), queue, "pending");
     assert!(
         (acked.len()..=tried as usize).contains(&(card as usize)),
         "{card} pending for {} acknowledged of {tried} tried",
@@ -311,6 +325,7 @@ fn resharding_a_busy_queue_loses_and_duplicates_nothing() {
         0,
         "nothing left behind"
     );
+    found
 }
 
 #[test]
@@ -497,5 +512,246 @@ fn a_claimer_blocked_on_a_queue_whose_slot_moves_is_sent_to_the_new_owner() {
     assert_eq!(
         jobs,
         Some(vec![(job_id(1), "due after the move".to_string(), 1)])
+    );
+}
+
+/// Whether the server migrates slots atomically (`CLUSTER MIGRATESLOTS`, Valkey 9.0).
+fn has_atomic_migration(con: &mut Connection) -> bool {
+    let info: Vec<Value> = cmd("COMMAND")
+        .arg("INFO")
+        .arg("CLUSTER|MIGRATESLOTS")
+        .query(con)
+        .expect("COMMAND INFO");
+    !matches!(info.as_slice(), [] | [Value::Nil])
+}
+
+/// The state of the newest migration `CLUSTER GETSLOTMIGRATIONS` lists on `con`'s node.
+fn migration_state(con: &mut Connection) -> String {
+    let jobs: Vec<Vec<Value>> = cmd("CLUSTER")
+        .arg("GETSLOTMIGRATIONS")
+        .query(con)
+        .expect("GETSLOTMIGRATIONS");
+    let fields = jobs.first().expect("a migration");
+    let field = |name: &str| {
+        fields
+            .chunks(2)
+            .find(|kv| text(&kv[0]) == name)
+            .map(|kv| text(&kv[1]))
+            .unwrap_or_default()
+    };
+    format!("{} {}", field("state"), field("message"))
+}
+
+/// `CLUSTER MIGRATESLOTS` of `slot` from `from` to `to`, sent to `from`.
+fn migrate_atomically(cluster: &Cluster, slot: u16, from: &NodeInfo, to: &NodeInfo) {
+    let _: () = cmd("CLUSTER")
+        .arg("MIGRATESLOTS")
+        .arg("SLOTSRANGE")
+        .arg(slot)
+        .arg(slot)
+        .arg("NODE")
+        .arg(&to.id)
+        .query(&mut cluster.node(from.port).conn())
+        .expect("CLUSTER MIGRATESLOTS");
+}
+
+/// Waits until the newest migration on `port` reaches `state` (a failure fails the test).
+fn wait_migration(cluster: &Cluster, port: u16, state: &str) {
+    let mut con = cluster.node(port).conn();
+    let mut last = String::new();
+    let reached = wait_until(Duration::from_secs(20), || {
+        last = migration_state(&mut con);
+        assert!(
+            !last.starts_with("failed") && !last.starts_with("cancelled"),
+            "the migration ended: {last}"
+        );
+        last.starts_with(state)
+    });
+    assert!(reached, "the migration reached {state}: it is {last}");
+}
+
+fn wait_effects_gate_closed(con: &mut Connection) {
+    assert!(
+        wait_until(Duration::from_secs(10), || info_int(
+            con,
+            "emq",
+            "emq_effects_replicated"
+        ) == 0),
+        "a primary without replicas stops replicating EchoMQ's effects"
+    );
+}
+
+#[test]
+fn an_atomic_slot_migration_streams_echomqs_writes_and_holds_the_new_owners_timer() {
+    // Valkey 9.0's `CLUSTER MIGRATESLOTS`: the source keeps its slot and streams every write in
+    // it to the target, which holds the keys hidden until ownership changes at once. Here the
+    // source is kept from finishing (`DEBUG SLOTMIGRATION PREVENT-PAUSE`), so the migration
+    // stays in its streaming phase while jobs are enqueued, come due and lose their lease.
+    let cluster = Cluster::start(3, 0);
+    if !has_atomic_migration(&mut cluster.nodes[0].conn()) {
+        println!("skipped: this server has no CLUSTER MIGRATESLOTS (Valkey 9.0 and later)");
+        return;
+    }
+    let queue = "atomic";
+    let slot = slot_of(queue);
+    let from = cluster.owner(slot);
+    let to = cluster.another_primary(&from);
+    let mut src = cluster.node(from.port).conn();
+    let mut dst = cluster.node(to.port).conn();
+    // No replica, no backlog: EchoMQ has stopped replicating its effects, as the server has.
+    wait_effects_gate_closed(&mut src);
+    let (leased, delayed, streamed) = (job_id(1), job_id(2), job_id(3));
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(queue)
+        .arg(&leased)
+        .arg("leased")
+        .query(&mut src)
+        .expect("enqueue");
+    let claimed: Vec<(String, String, i64)> = cmd("EMQ.CLAIM")
+        .arg(queue)
+        .arg("LEASE")
+        .arg(1500)
+        .query(&mut src)
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+    enqueue_delayed(&mut src, queue, &delayed, "delayed", 1500);
+    let _: () = cmd("DEBUG")
+        .arg("SLOTMIGRATION")
+        .arg("PREVENT-PAUSE")
+        .arg(1)
+        .query(&mut src)
+        .expect("DEBUG SLOTMIGRATION");
+    migrate_atomically(&cluster, slot, &from, &to);
+    wait_migration(&cluster, from.port, "waiting-to-pause");
+
+    // Mid-migration: the source serves the queue, and an enqueue reaches the target through
+    // the stream, which carries only what is propagated.
+    assert_eq!(
+        info_int(&mut src, "emq", "emq_effects_replicated"),
+        1,
+        "an export has EchoMQ's effects replicated"
+    );
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(queue)
+        .arg(&streamed)
+        .arg("streamed")
+        .query(&mut src)
+        .expect("enqueue during the migration");
+    assert!(
+        info_int(&mut dst, "emq", "emq_watched_queues") >= 1,
+        "the target learned the queue from the import"
+    );
+    // The lease runs out and the delayed job comes due while the keys are on both nodes. With
+    // the source's writes paused, its timer moves nothing, so nothing from the stream changes
+    // them either: the target's timer, which knows the queue, must leave them alone.
+    let _: () = cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(10_000)
+        .arg("WRITE")
+        .query(&mut src)
+        .expect("CLIENT PAUSE");
+    thread::sleep(Duration::from_millis(2000));
+    assert_eq!(
+        (
+            set_len(&mut src, queue, "schedule"),
+            set_len(&mut src, queue, "active")
+        ),
+        (1, 1),
+        "due, but not moved while writes are paused"
+    );
+    assert_eq!(
+        info_int(&mut dst, "emq", "emq_promoted"),
+        0,
+        "the target's timer wrote nothing to keys it does not own yet"
+    );
+    // The owner's timer moves them, and the stream carries its writes.
+    let _: () = cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut src)
+        .expect("CLIENT UNPAUSE");
+    assert!(
+        wait_until(Duration::from_secs(10), || set_len(
+            &mut src, queue, "pending"
+        ) == 3
+            && set_len(&mut src, queue, "schedule") == 0
+            && set_len(&mut src, queue, "active") == 0),
+        "the source's timer promoted and took back the lease"
+    );
+    assert_eq!(info_int(&mut dst, "emq", "emq_promoted"), 0);
+
+    let _: () = cmd("DEBUG")
+        .arg("SLOTMIGRATION")
+        .arg("PREVENT-PAUSE")
+        .arg(0)
+        .query(&mut src)
+        .expect("DEBUG SLOTMIGRATION");
+    wait_migration(&cluster, from.port, "success");
+    assert_eq!(cluster.owner(slot).port, to.port);
+    assert_eq!(
+        count_in_slot(cluster.node(from.port), slot),
+        0,
+        "nothing left behind"
+    );
+    assert_eq!(
+        set_members(&mut dst, queue, "pending"),
+        vec![leased.clone(), delayed.clone(), streamed.clone()],
+        "every job on the new owner, pending"
+    );
+    for (id, state, attempts) in [
+        (&leased, "pending", "1"),
+        (&delayed, "pending", "0"),
+        (&streamed, "pending", "0"),
+    ] {
+        let row: Vec<String> = cmd("HMGET")
+            .arg(row_key(queue, id))
+            .arg("state")
+            .arg("attempts")
+            .query(&mut dst)
+            .expect("row");
+        assert_eq!(row, vec![state, attempts], "{id}");
+    }
+    let log = cluster.node(to.port).log();
+    for line in [
+        format!("EchoMQ: slots {slot}-{slot} are being imported"),
+        format!("EchoMQ: slots {slot}-{slot} are settled"),
+    ] {
+        assert!(log.contains(&line), "{line} in the target's log:\n{log}");
+    }
+    // The new owner serves the queue at once.
+    let jobs: Vec<(String, String, i64)> = cmd("EMQ.CLAIM")
+        .arg(queue)
+        .arg("COUNT")
+        .arg(3)
+        .query(&mut dst)
+        .expect("claim on the new owner");
+    assert_eq!(jobs.len(), 3);
+}
+
+#[test]
+fn an_atomic_slot_migration_of_a_busy_queue_loses_and_duplicates_nothing() {
+    let cluster = Cluster::start(3, 0);
+    if !has_atomic_migration(&mut cluster.nodes[0].conn()) {
+        println!("skipped: this server has no CLUSTER MIGRATESLOTS (Valkey 9.0 and later)");
+        return;
+    }
+    let queue = "busy".to_string();
+    let slot = slot_of(&queue);
+    let from = cluster.owner(slot);
+    let to = cluster.another_primary(&from);
+    wait_effects_gate_closed(&mut cluster.node(from.port).conn());
+    let ports: Vec<u16> = cluster.topology().iter().map(|n| n.port).collect();
+    let load = Load::start(ports, &queue, false);
+    assert!(load.reaches(500, Duration::from_secs(20)));
+    migrate_atomically(&cluster, slot, &from, &to);
+    wait_migration(&cluster, from.port, "success");
+    let at_switch = load.acked();
+    assert!(load.reaches(at_switch + 200, Duration::from_secs(20)));
+    let (tried, router, acked) = load.finish();
+    assert!(router.moved > 0, "the load was moved to the new owner");
+    let found = assert_moved_whole(&cluster, &queue, (&from, &to), tried, &acked);
+    println!(
+        "RELIABILITY atomic-migration tried={tried} acknowledged={} found={found} moved={}",
+        acked.len(),
+        router.moved
     );
 }

@@ -37,6 +37,7 @@ impl Cluster {
                         .arg("cluster-port", &free_port().to_string())
                         .arg("cluster-node-timeout", "2000")
                         .arg("repl-diskless-sync-delay", "0")
+                        .arg("enable-debug-command", "local")
                         .arg("appendonly", "no"),
                 )
             })
