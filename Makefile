@@ -3,6 +3,7 @@
 #   make test   unit tests and integration tests against real servers
 #   make lint   cargo fmt --check and clippy with warnings denied
 #   make test-redis7  the core suites against redis-server 7.0
+#   make test-valkey-latest  every suite against the newest Valkey in Debian's archive
 #   make test-valgrind  the suites with valkey-server under valgrind memcheck
 #   make docker-image / docker-up / docker-down / docker-test
 #   make bench  EMQ.ENQUEUE against the reference Lua script and native commands
@@ -11,7 +12,7 @@ CARGO  ?= cargo
 MODULE := target/release/libechomq.so
 VALKEY_SERVER ?= valkey-server
 
-.PHONY: all deps build run test test-modules test-redis7 test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability compose profile
+.PHONY: all deps build run test test-modules test-redis7 test-valkey-latest test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability compose profile
 
 all: build
 
@@ -45,6 +46,18 @@ test-redis7: build test-modules
 	@redis-server --version | grep -q ' v=7\.' || { \
 	  echo "echomq: test-redis7 runs against Redis 7.x; this machine has: $$(redis-server --version)" >&2; exit 1; }
 	VALKEY_SERVER=redis-server VALKEY_CLI=redis-cli $(CARGO) test $(addprefix --test ,$(REDIS7_SUITES))
+
+# Every suite against the newest Valkey in Debian's archive (unstable), built from Debian's
+# source package into target/valkey-latest (kept for the next run); skipped, with a message,
+# where that archive cannot be reached.
+VALKEY_LATEST := target/valkey-latest
+test-valkey-latest: build test-modules
+	@bash scripts/build-valkey.sh $(VALKEY_LATEST); rc=$$?; \
+	if [ $$rc = 3 ]; then echo "echomq: test-valkey-latest skipped: no Valkey source from Debian's archive here"; exit 0; fi; \
+	[ $$rc = 0 ] || exit $$rc; \
+	$(CARGO) build --examples && \
+	VALKEY_SERVER=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-server VALKEY_CLI=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-cli \
+	  $(CARGO) test --all-targets
 
 # The integration suites with every server under valgrind memcheck; fails on any error or
 # leak whose stack passes through the module. Slow: not part of every CI run. The I/O threads

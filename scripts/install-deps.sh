@@ -53,27 +53,15 @@ fi
 . /etc/os-release
 codename="${VERSION_CODENAME:-}"
 
-# The Debian mirror this machine already uses, read from apt's own sources (deb822 or one-line).
-debian_mirror() {
-  local f uri
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] || continue
-    uri=$(awk '/^URIs:/{u=$2} /^Suites:/{ if ($0 ~ /(^| )'"$codename"'( |$)/ && u!="") {print u; exit} }' "$f")
-    [ -n "$uri" ] && { echo "$uri"; return; }
-  done
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [ -f "$f" ] || continue
-    uri=$(awk '$1=="deb" { for (i=2;i<=NF;i++) if ($i !~ /^\[/ ) { if ($(i+1)=="'"$codename"'") {print $i; exit} break } }' "$f")
-    [ -n "$uri" ] && { echo "$uri"; return; }
-  done
-}
+# shellcheck source=scripts/debian-mirror.sh
+. "$(dirname "$0")/debian-mirror.sh"
 
 export DEBIAN_FRONTEND=noninteractive
 apt_opts=()
 if [ "${ID:-}" = debian ] && [ "$codename" = bookworm ] && ! have_valkey; then
   # Debian 12 ships valkey only in bookworm-backports.
   if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    mirror=$(debian_mirror)
+    mirror=$(debian_mirror "$codename")
     if [ -z "$mirror" ]; then
       echo "echomq: could not find the Debian mirror in apt's sources; add bookworm-backports by hand" >&2
       exit 1
