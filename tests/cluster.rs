@@ -729,7 +729,17 @@ fn an_atomic_slot_migration_streams_echomqs_writes_and_holds_the_new_owners_time
 
 #[test]
 fn an_atomic_slot_migration_of_a_busy_queue_loses_and_duplicates_nothing() {
-    let cluster = Cluster::start(3, 0);
+    // Primaries alone: the source replicates EchoMQ's effects for the export only.
+    atomic_migration_under_load(0);
+}
+
+#[test]
+fn an_atomic_slot_migration_with_replicas_reaches_the_new_owners_replica() {
+    atomic_migration_under_load(1);
+}
+
+fn atomic_migration_under_load(replicas: usize) {
+    let cluster = Cluster::start(3, replicas);
     if !has_atomic_migration(&mut cluster.nodes[0].conn()) {
         println!("skipped: this server has no CLUSTER MIGRATESLOTS (Valkey 9.0 and later)");
         return;
@@ -738,7 +748,9 @@ fn an_atomic_slot_migration_of_a_busy_queue_loses_and_duplicates_nothing() {
     let slot = slot_of(&queue);
     let from = cluster.owner(slot);
     let to = cluster.another_primary(&from);
-    wait_effects_gate_closed(&mut cluster.node(from.port).conn());
+    if replicas == 0 {
+        wait_effects_gate_closed(&mut cluster.node(from.port).conn());
+    }
     let ports: Vec<u16> = cluster.topology().iter().map(|n| n.port).collect();
     let load = Load::start(ports, &queue, false);
     assert!(load.reaches(500, Duration::from_secs(20)));
@@ -750,8 +762,31 @@ fn an_atomic_slot_migration_of_a_busy_queue_loses_and_duplicates_nothing() {
     assert!(router.moved > 0, "the load was moved to the new owner");
     let found = assert_moved_whole(&cluster, &queue, (&from, &to), tried, &acked);
     println!(
-        "RELIABILITY atomic-migration tried={tried} acknowledged={} found={found} moved={}",
+        "RELIABILITY atomic-migration replicas={replicas} tried={tried} acknowledged={} found={found} moved={}",
         acked.len(),
         router.moved
     );
+    if replicas > 0 {
+        // The new owner's replica holds the same queue, the imported part included.
+        let card = set_len(&mut cluster.node(to.port).conn(), &queue, "pending");
+        let replicas: Vec<String> = cmd("CLUSTER")
+            .arg("REPLICAS")
+            .arg(&to.id)
+            .query(&mut cluster.node(to.port).conn())
+            .expect("CLUSTER REPLICAS");
+        let port: u16 = replicas
+            .first()
+            .and_then(|line| line.split(' ').nth(1))
+            .and_then(|addr| addr.split(['@', ':']).nth(1))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("a replica of the new owner: {replicas:?}"));
+        let mut r = cluster.node(port).conn();
+        let _: () = cmd("READONLY").query(&mut r).expect("READONLY");
+        assert!(
+            wait_until(Duration::from_secs(10), || set_len(
+                &mut r, &queue, "pending"
+            ) == card),
+            "the new owner's replica has all {card} jobs"
+        );
+    }
 }
