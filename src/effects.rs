@@ -20,9 +20,9 @@
 //!   always replicate;
 //! - **closed** only by [`probe`], on the server cron about once a second, when
 //!   `INFO replication` shows a primary with no replicas and no backlog, and no atomic slot
-//!   migration exports from it. Every path that
-//!   creates a replica or a backlog on a primary runs in a command the filter sees first,
-//!   or in a role change, so nothing can start receiving while the gate is closed.
+//!   migration exports from it. Every path that creates a replica or a backlog on a primary
+//!   runs in a command the filter sees first, or in a role change, and an export starts in
+//!   a server event, so nothing can start receiving while the gate is closed.
 //!
 //! A skipped effect still counts as a change for the server's `save` points: it goes to
 //! `RM_ReplicateVerbatim`, which adds one to the server's change counter, as
