@@ -790,3 +790,78 @@ fn atomic_migration_under_load(replicas: usize) {
         );
     }
 }
+
+#[test]
+fn queues_in_several_databases_of_a_cluster_come_due_and_move_with_their_slot() {
+    // Valkey 9.0 lets a cluster hold several databases (`cluster-databases`), and an atomic
+    // migration moves a slot's keys in all of them. Each database's queue keeps its own timed
+    // jobs, on the owner before the move and on the new owner after it.
+    if !has_atomic_migration(&mut Server::start(Options::default()).conn()) {
+        println!("skipped: this server has no databases in cluster mode (Valkey 9.0 and later)");
+        return;
+    }
+    let cluster = Cluster::start_with(3, 0, &[("cluster-databases", "4")]);
+    let queue = "multi";
+    let slot = slot_of(queue);
+    let from = cluster.owner(slot);
+    let to = cluster.another_primary(&from);
+    let mut src = cluster.node(from.port).conn();
+    in_db(&mut src, 2);
+    let _: i64 = cmd("EMQ.ENQUEUE")
+        .arg(queue)
+        .arg(job_id(1))
+        .arg("leased")
+        .query(&mut src)
+        .expect("enqueue");
+    let claimed: Vec<(String, String, i64)> = cmd("EMQ.CLAIM")
+        .arg(queue)
+        .arg("LEASE")
+        .arg(300)
+        .query(&mut src)
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+    enqueue_delayed(&mut src, queue, &job_id(2), "due soon", 300);
+    in_db(&mut src, 3);
+    enqueue_delayed(&mut src, queue, &job_id(3), "due after the move", 3000);
+    in_db(&mut src, 2);
+    assert!(
+        wait_until(Duration::from_secs(10), || set_len(
+            &mut src, queue, "pending"
+        ) == 2),
+        "the owner's timer promoted and took back the lease in database 2"
+    );
+    in_db(&mut src, 3);
+    assert_eq!(set_len(&mut src, queue, "schedule"), 1, "not due yet");
+
+    migrate_atomically(&cluster, slot, &from, &to);
+    wait_migration(&cluster, from.port, "success");
+    let mut dst = cluster.node(to.port).conn();
+    in_db(&mut dst, 3);
+    assert!(
+        wait_until(Duration::from_secs(10), || set_len(
+            &mut dst, queue, "pending"
+        ) == 1),
+        "the new owner's timer promoted the job of database 3"
+    );
+    in_db(&mut dst, 2);
+    assert_eq!(
+        set_members(&mut dst, queue, "pending"),
+        vec![job_id(1), job_id(2)]
+    );
+    for db in [0, 2, 3] {
+        in_db(&mut src, db);
+        assert_eq!(
+            cmd("CLUSTER")
+                .arg("COUNTKEYSINSLOT")
+                .arg(slot)
+                .query::<i64>(&mut src)
+                .expect("count"),
+            0,
+            "nothing left behind in database {db}"
+        );
+    }
+}
+
+fn in_db(con: &mut Connection, db: i64) {
+    let _: () = cmd("SELECT").arg(db).query(con).expect("SELECT");
+}

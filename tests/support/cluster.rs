@@ -28,17 +28,25 @@ pub struct NodeInfo {
 impl Cluster {
     /// `primaries` primaries with `replicas` replicas each, every node with the module.
     pub fn start(primaries: usize, replicas: usize) -> Cluster {
+        Cluster::start_with(primaries, replicas, &[])
+    }
+
+    /// As [`Cluster::start`], every node with the settings `extra` too.
+    pub fn start_with(primaries: usize, replicas: usize, extra: &[(&str, &str)]) -> Cluster {
         let nodes: Vec<Server> = (0..primaries * (1 + replicas))
             .map(|_| {
+                let options = Options::default()
+                    .arg("cluster-enabled", "yes")
+                    .arg("cluster-config-file", "nodes.conf")
+                    .arg("cluster-port", &free_port().to_string())
+                    .arg("cluster-node-timeout", "2000")
+                    .arg("repl-diskless-sync-delay", "0")
+                    .arg("enable-debug-command", "local")
+                    .arg("appendonly", "no");
                 Server::start(
-                    Options::default()
-                        .arg("cluster-enabled", "yes")
-                        .arg("cluster-config-file", "nodes.conf")
-                        .arg("cluster-port", &free_port().to_string())
-                        .arg("cluster-node-timeout", "2000")
-                        .arg("repl-diskless-sync-delay", "0")
-                        .arg("enable-debug-command", "local")
-                        .arg("appendonly", "no"),
+                    extra
+                        .iter()
+                        .fold(options, |options, (name, value)| options.arg(name, value)),
                 )
             })
             .collect();
