@@ -49,11 +49,12 @@ test-redis7: build test-modules
 
 # Every suite against the newest Valkey in Debian's archive (unstable), built from Debian's
 # source package into target/valkey-latest (kept for the next run); skipped, with a message,
-# where that archive cannot be reached.
+# where no such server can be had (the archive out of reach, a file that does not verify, a
+# build that fails).
 VALKEY_LATEST := target/valkey-latest
 test-valkey-latest: build test-modules
 	@bash scripts/build-valkey.sh $(VALKEY_LATEST); rc=$$?; \
-	if [ $$rc = 3 ]; then echo "echomq: test-valkey-latest skipped: no Valkey source from Debian's archive here"; exit 0; fi; \
+	if [ $$rc = 3 ]; then echo "echomq: test-valkey-latest skipped: no newest Valkey could be had here (see above)"; exit 0; fi; \
 	[ $$rc = 0 ] || exit $$rc; \
 	$(CARGO) build --examples && \
 	VALKEY_SERVER=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-server VALKEY_CLI=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-cli \

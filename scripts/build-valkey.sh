@@ -7,9 +7,10 @@
 # against the machine's Debian archive keyring, the Sources index against InRelease, and the
 # upstream tarball against the index. A build is kept in <dir> and reused for the same version.
 #
-# Exits 0 with the binaries in place; 3 when the archive or its valkey source cannot be had
-# here (no apt sources naming a Debian mirror, no network to it), which callers treat as a
-# tier to skip; anything else is a failure.
+# Exits 0 with the binaries in place; 3, which callers treat as a tier to skip, when no such
+# server can be had here: no apt sources naming a Debian mirror, no network to it, a file that
+# does not verify (nothing unverified is built), or a build that fails (a newer Valkey than
+# this machine's compiler can build). Anything else is a failure.
 set -euo pipefail
 
 dir="${1:?usage: build-valkey.sh <dir>}"
@@ -47,16 +48,15 @@ fetch() { curl -fsS --retry 2 -m 300 -o "$2" "$mirror/$1"; }
 fetch "dists/$suite/InRelease" "$work/InRelease" || skip "cannot fetch $mirror/dists/$suite/InRelease"
 gpgv --keyring "$keyring" --output "$work/Release" "$work/InRelease" 2>"$work/gpgv.log" || {
   cat "$work/gpgv.log" >&2
-  echo "build-valkey: $suite's InRelease from $mirror does not verify" >&2
-  exit 1
+  skip "$suite's InRelease from $mirror does not verify against $keyring"
 }
 sha_of() { # <file listed in Release> -> its SHA256
   awk -v f="$1" '/^SHA256:/ {s=1; next} /^[^ ]/ {s=0} s && $3 == f {print $1; exit}' "$work/Release"
 }
 sources_sha="$(sha_of main/source/Sources.xz)"
-[ -n "$sources_sha" ] || { echo "build-valkey: no main/source/Sources.xz in $suite's Release" >&2; exit 1; }
+[ -n "$sources_sha" ] || skip "no main/source/Sources.xz in $suite's Release"
 fetch "dists/$suite/main/source/Sources.xz" "$work/Sources.xz" || skip "cannot fetch $suite's Sources index"
-echo "$sources_sha  $work/Sources.xz" | sha256sum -c --quiet - || { echo "build-valkey: Sources.xz does not match Release" >&2; exit 1; }
+echo "$sources_sha  $work/Sources.xz" | sha256sum -c --quiet - || skip "Sources.xz does not match Release"
 
 # The valkey stanza: its version, directory and the upstream tarball's checksum and name.
 xz -dc "$work/Sources.xz" | awk '
@@ -78,13 +78,12 @@ if [ -x "$dir/bin/valkey-server" ] && [ "$(cat "$dir/VERSION" 2>/dev/null)" = "$
 fi
 echo "build-valkey: building Valkey $version from $mirror/$directory/$tarball"
 fetch "$directory/$tarball" "$work/$tarball" || skip "cannot fetch $tarball"
-echo "$tar_sha  $work/$tarball" | sha256sum -c --quiet - || { echo "build-valkey: $tarball does not match the Sources index" >&2; exit 1; }
+echo "$tar_sha  $work/$tarball" | sha256sum -c --quiet - || skip "$tarball does not match the Sources index"
 mkdir "$work/src"
 tar -xf "$work/$tarball" -C "$work/src" --strip-components=1
 make -C "$work/src" -j"$(nproc)" BUILD_TLS=no USE_SYSTEMD=no >"$work/build.log" 2>&1 || {
   tail -40 "$work/build.log" >&2
-  echo "build-valkey: the build of Valkey $version failed" >&2
-  exit 1
+  skip "the build of Valkey $version failed on this machine"
 }
 rm -rf "$dir/bin" && mkdir -p "$dir/bin"
 cp "$work/src/src/valkey-server" "$work/src/src/valkey-cli" "$dir/bin/"
