@@ -1,6 +1,7 @@
 //! EchoMQ on a real Valkey Cluster (3 primaries, most tests with a replica each, every node
 //! with the module): routing, resharding under load, a blocked claim whose slot moves,
-//! failover under load, a manual failover, and the lifecycle's timers per node.
+//! failover under load, a manual failover, and the lifecycle's timers per node; on Valkey 9.0
+//! and later, atomic slot migrations and queues in several databases.
 
 mod support;
 
