@@ -40,9 +40,10 @@ const TRACKED: usize = 1024;
 
 /// Learns at load whether this server needs the correction.
 pub fn init() {
-    // SAFETY: a server function without arguments.
-    let version = unsafe { raw::RedisModule_GetServerVersion }.map_or(0, |f| unsafe { f() });
-    ACTIVE.store(version >= FIRST_AFFECTED_VERSION, Ordering::Relaxed);
+    ACTIVE.store(
+        crate::server::version() >= FIRST_AFFECTED_VERSION,
+        Ordering::Relaxed,
+    );
 }
 
 /// The command filter's part: the database of a client about to run a `COPY`, now or in the

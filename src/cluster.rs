@@ -70,7 +70,7 @@ static EXPORTING: AtomicBool = AtomicBool::new(false);
 const FIRST_ATOMIC_VERSION: c_int = 0x0009_0000;
 
 /// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (Valkey 9.0).
-pub const OPTION_HANDLES_ATOMIC_MIGRATION: c_int = 1 << 5;
+const OPTION_HANDLES_ATOMIC_MIGRATION: c_int = 1 << 5;
 /// `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` and its sub-events.
 pub const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
 const IMPORT_STARTED: u64 = 0;
@@ -115,15 +115,22 @@ pub fn init(ctx: &Context) {
 /// Valkey 9.0 or later. (Redis numbers its versions on a scale of its own and has no such
 /// option, so the server's name is checked too.)
 fn atomic_migration_server(ctx: &Context) -> bool {
-    // SAFETY: a server function without arguments.
-    let version = unsafe { raw::RedisModule_GetServerVersion }.map_or(0, |f| unsafe { f() });
-    version >= FIRST_ATOMIC_VERSION
+    crate::server::version() >= FIRST_ATOMIC_VERSION
         && crate::store::info_field(ctx, c"server", c"server_name").as_deref() == Some(b"valkey")
 }
 
 /// Whether EchoMQ declares that it handles atomic slot migrations (on servers that have them).
 pub fn handles_atomic_migration() -> bool {
     ATOMIC.load(Ordering::Relaxed)
+}
+
+/// The module options this server needs for slot migrations (after [`init`]).
+pub fn module_options() -> c_int {
+    if handles_atomic_migration() {
+        OPTION_HANDLES_ATOMIC_MIGRATION
+    } else {
+        0
+    }
 }
 
 /// Whether an atomic migration exports slots from this node: EchoMQ's writes must then

@@ -245,12 +245,7 @@ fn load(ctx: &Context) -> Result<(), String> {
     store::init_words().map_err(|_| "could not create its strings".to_string())?;
     effects::reset();
     cluster::init(ctx);
-    let atomic = if cluster::handles_atomic_migration() {
-        cluster::OPTION_HANDLES_ATOMIC_MIGRATION
-    } else {
-        0
-    };
-    store::set_options(ctx, atomic)
+    store::set_options(ctx, cluster::module_options())
         .map_err(|_| "the server cannot signal modified keys explicitly".to_string())?;
     client_db::init();
     register::acl_category(ctx, ACL_CATEGORY);

@@ -243,6 +243,13 @@ pub(crate) fn once_every(last: &std::sync::atomic::AtomicU64, now_ms: u64, every
     true
 }
 
+/// The server's version as `0x00MMmmpp` (Valkey's own numbering on Valkey, Redis's on Redis),
+/// or 0 where the server cannot say.
+pub(crate) fn version() -> c_int {
+    // SAFETY: a server function without arguments.
+    unsafe { raw::RedisModule_GetServerVersion }.map_or(0, |f| unsafe { f() })
+}
+
 /// The server's clock, in unix milliseconds.
 pub fn now_ms() -> u64 {
     match unsafe { raw::RedisModule_Milliseconds } {
