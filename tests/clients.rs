@@ -49,10 +49,9 @@ fn drain_with(mut worker: Command) {
     }
     assert_eq!(outcomes.get("done"), Some(&45), "{stdout}");
     assert_eq!(outcomes.get("dead"), Some(&5), "{stdout}");
-    let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(&q).query(&mut con).expect("stats");
-    let stats: HashMap<_, _> = stats.into_iter().collect();
+    let counts = stats(&mut con, &q);
     assert_eq!(
-        (stats["pending"], stats["active"], stats["dead"]),
+        (counts["pending"], counts["active"], counts["dead"]),
         (0, 0, 5)
     );
     let error: String = cmd("HGET")
@@ -80,15 +79,10 @@ fn lose_a_lease_with(mut worker: Command) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the worker");
-    let attempts = |con: &mut Connection| -> Option<i64> {
-        cmd("HGET")
-            .arg(row_key(&q, &job_id(1)))
-            .arg("attempts")
-            .query(con)
-            .expect("attempts")
-    };
+    let attempts = |con: &mut Connection| row_field(con, &q, &job_id(1), "attempts");
     assert!(
-        wait_until(Duration::from_secs(10), || attempts(&mut con) == Some(1)),
+        wait_until(Duration::from_secs(10), || attempts(&mut con).as_deref()
+            == Some("1")),
         "the worker claimed the job"
     );
     // Taken back by the timer once the lease runs out, while the worker still works on it.
@@ -120,12 +114,11 @@ fn lose_a_lease_with(mut worker: Command) {
         vec![format!("lost {}", job_id(1)), format!("done {}", job_id(2))],
         "{stdout}"
     );
-    let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(&q).query(&mut con).expect("stats");
-    let stats: HashMap<_, _> = stats.into_iter().collect();
-    assert_eq!((stats["pending"], stats["active"]), (0, 0));
+    let counts = stats(&mut con, &q);
+    assert_eq!((counts["pending"], counts["active"]), (0, 0));
     assert_eq!(
-        attempts(&mut con),
-        Some(2),
+        attempts(&mut con).as_deref(),
+        Some("2"),
         "claimed twice, acknowledged once"
     );
 }

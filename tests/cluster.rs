@@ -125,17 +125,7 @@ fn routing_moved_and_key_specs() {
 
     // A replica of the owner serves EMQ.STATS once the client says READONLY, as for a native
     // read, and redirects the rest: before READONLY, a write, a queue of another primary.
-    let replica = topology
-        .iter()
-        .filter(|n| !n.primary)
-        .find(|n| {
-            let role: Vec<Value> = cmd("ROLE")
-                .query(&mut cluster.node(n.port).conn())
-                .expect("role");
-            role.get(2) == Some(&Value::Int(i64::from(owner.port)))
-        })
-        .expect("a replica of the owner");
-    let mut r = cluster.node(replica.port).conn();
+    let mut r = cluster.node(cluster.replica_of(owner.port)).conn();
     let moved = format!("MOVED {} 127.0.0.1:{}", slot_of(q), owner.port);
     assert_eq!(expect_err(&mut r, cmd("EMQ.STATS").arg(q)), moved);
     let _: () = cmd("READONLY").query(&mut r).expect("readonly");
@@ -427,15 +417,7 @@ fn a_manual_failover_hands_a_queue_and_its_timer_to_the_replica() {
     let queue = "handover";
     let slot = slot_of(queue);
     let old = cluster.owner(slot).port;
-    let new = cluster
-        .nodes
-        .iter()
-        .map(|n| n.port)
-        .find(|&port| {
-            info_field(&mut cluster.node(port).conn(), "replication", "master_port")
-                == Some(old.to_string())
-        })
-        .expect("a replica of the owner");
+    let new = cluster.replica_of(old);
     let mut p = cluster.node(old).conn();
     let mut r = cluster.node(new).conn();
     // Jobs coming due through the whole failover, so the timer has work on every tick.
@@ -770,18 +752,7 @@ fn atomic_migration_under_load(replicas: usize) {
     if replicas > 0 {
         // The new owner's replica holds the same queue, the imported part included.
         let card = set_len(&mut cluster.node(to.port).conn(), &queue, "pending");
-        let replicas: Vec<String> = cmd("CLUSTER")
-            .arg("REPLICAS")
-            .arg(&to.id)
-            .query(&mut cluster.node(to.port).conn())
-            .expect("CLUSTER REPLICAS");
-        let port: u16 = replicas
-            .first()
-            .and_then(|line| line.split(' ').nth(1))
-            .and_then(|addr| addr.split(['@', ':']).nth(1))
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("a replica of the new owner: {replicas:?}"));
-        let mut r = cluster.node(port).conn();
+        let mut r = cluster.node(cluster.replica_of(to.port)).conn();
         let _: () = cmd("READONLY").query(&mut r).expect("READONLY");
         assert!(
             wait_until(Duration::from_secs(10), || set_len(
@@ -797,7 +768,7 @@ fn queues_in_several_databases_of_a_cluster_come_due_and_move_with_their_slot() 
     // Valkey 9.0 lets a cluster hold several databases (`cluster-databases`), and an atomic
     // migration moves a slot's keys in all of them. Each database's queue keeps its own timed
     // jobs, on the owner before the move and on the new owner after it.
-    if !has_atomic_migration(&mut Server::start(Options::default()).conn()) {
+    if !has_atomic_migration(&mut Server::shared().conn()) {
         println!("skipped: this server has no databases in cluster mode (Valkey 9.0 and later)");
         return;
     }
@@ -861,8 +832,4 @@ fn queues_in_several_databases_of_a_cluster_come_due_and_move_with_their_slot() 
             "nothing left behind in database {db}"
         );
     }
-}
-
-fn in_db(con: &mut Connection, db: i64) {
-    let _: () = cmd("SELECT").arg(db).query(con).expect("SELECT");
 }

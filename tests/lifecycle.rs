@@ -24,20 +24,11 @@ fn claim(con: &mut Connection, q: &str, opts: &[&str]) -> Option<Vec<Job>> {
 }
 
 fn state(con: &mut Connection, q: &str, id: &str) -> Option<String> {
-    cmd("HGET")
-        .arg(row_key(q, id))
-        .arg("state")
-        .query(con)
-        .expect("hget")
+    row_field(con, q, id, "state")
 }
 
-/// The row's `attempts` field as stored.
 fn attempts(con: &mut Connection, q: &str, id: &str) -> Option<String> {
-    cmd("HGET")
-        .arg(row_key(q, id))
-        .arg("attempts")
-        .query(con)
-        .expect("hget")
+    row_field(con, q, id, "attempts")
 }
 
 /// How many clients wait in a blocking command, on the whole server.
@@ -45,9 +36,9 @@ fn blocked_clients(con: &mut Connection) -> i64 {
     info_int(con, "clients", "blocked_clients")
 }
 
-fn stats(con: &mut Connection, q: &str) -> HashMap<String, i64> {
-    let v: Vec<(String, i64)> = cmd("EMQ.STATS").arg(q).query(con).expect("stats");
-    v.into_iter().collect()
+/// Waits (up to 5 s) until `n` clients wait in a blocking command.
+fn until_blocked(con: &mut Connection, n: i64) -> bool {
+    wait_until(Duration::from_secs(5), || blocked_clients(con) == n)
 }
 
 fn score(con: &mut Connection, q: &str, set: &str, id: &str) -> Option<f64> {
@@ -61,11 +52,6 @@ fn score(con: &mut Connection, q: &str, set: &str, id: &str) -> Option<f64> {
 /// `emq_watched_queues` of `INFO emq`: the queues the timer watches.
 fn watched(con: &mut Connection) -> i64 {
     info_int(con, "emq", "emq_watched_queues")
-}
-
-/// `SELECT db` on this connection.
-fn in_db(con: &mut Connection, db: i64) {
-    let _: () = cmd("SELECT").arg(db).query(con).expect("select");
 }
 
 #[test]
@@ -890,9 +876,7 @@ fn a_blocked_claim_is_served_from_its_database_through_swapdb_and_flushall() {
     };
 
     let swapped = waiter("swapped");
-    assert!(wait_until(Duration::from_secs(5), || blocked_clients(
-        &mut con
-    ) == 1));
+    assert!(until_blocked(&mut con, 1));
     in_db(&mut con, 1);
     enqueue(&mut con, "swapped", &job_id(1), "from database 1");
     let _: () = cmd("SWAPDB").arg(0).arg(1).query(&mut con).expect("swapdb");
@@ -905,9 +889,7 @@ fn a_blocked_claim_is_served_from_its_database_through_swapdb_and_flushall() {
     );
 
     let flushed = waiter("flushed");
-    assert!(wait_until(Duration::from_secs(5), || blocked_clients(
-        &mut con
-    ) == 1));
+    assert!(until_blocked(&mut con, 1));
     let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
     thread::sleep(Duration::from_millis(100));
     assert_eq!(blocked_clients(&mut con), 1, "still waiting after FLUSHALL");
@@ -931,9 +913,7 @@ fn a_claimer_that_goes_away_while_blocked_takes_no_job() {
         q.len()
     );
     std::io::Write::write_all(&mut closing, request.as_bytes()).expect("send the claim");
-    assert!(wait_until(Duration::from_secs(5), || blocked_clients(
-        &mut con
-    ) == 1));
+    assert!(until_blocked(&mut con, 1));
 
     let mut killed = server.conn();
     let killed_id: i64 = cmd("CLIENT").arg("ID").query(&mut killed).expect("id");
@@ -945,16 +925,12 @@ fn a_claimer_that_goes_away_while_blocked_takes_no_job() {
             .arg(0)
             .query::<Value>(&mut killed)
     });
-    assert!(wait_until(Duration::from_secs(5), || blocked_clients(
-        &mut con
-    ) == 2));
+    assert!(until_blocked(&mut con, 2));
 
     let mut live = server.conn();
     let queue = q.clone();
     let live = thread::spawn(move || claim(&mut live, &queue, &["BLOCK", "10000"]));
-    assert!(wait_until(Duration::from_secs(5), || blocked_clients(
-        &mut con
-    ) == 3));
+    assert!(until_blocked(&mut con, 3));
 
     drop(closing);
     let n: i64 = cmd("CLIENT")
@@ -965,10 +941,7 @@ fn a_claimer_that_goes_away_while_blocked_takes_no_job() {
         .expect("client kill");
     assert_eq!(n, 1);
     assert!(killed.join().expect("killed waiter").is_err());
-    assert!(
-        wait_until(Duration::from_secs(5), || blocked_clients(&mut con) == 1),
-        "the server let both waiters go"
-    );
+    assert!(until_blocked(&mut con, 1), "the server let both waiters go");
 
     enqueue(&mut con, &q, &job_id(1), "for the live one");
     let jobs = live.join().expect("live waiter").expect("served");

@@ -419,7 +419,7 @@ fn move_and_copy_on_any_key_leave_the_client_in_its_database() {
     assert_eq!(here(&mut con).as_deref(), Some("x"), "after the script");
     for (db, key) in [(1, "a"), (2, "b2"), (3, "b3"), (4, "c"), (5, "d")] {
         let mut other = server.conn();
-        let _: () = cmd("SELECT").arg(db).query(&mut other).expect("select");
+        in_db(&mut other, db);
         let exists: i64 = cmd("EXISTS").arg(key).query(&mut other).expect("exists");
         assert_eq!(exists, 1, "{key} in database {db}");
     }

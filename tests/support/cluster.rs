@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::{cmd, Connection, Value};
 
-use super::{free_port, wait_until, Options, Server};
+use super::{free_port, info_field, wait_until, Options, Server};
 
 pub struct Cluster {
     pub nodes: Vec<Server>,
@@ -152,6 +152,19 @@ impl Cluster {
                 })
             })
             .collect()
+    }
+
+    /// The port of a live replica of the primary at `port` (its `master_port`).
+    pub fn replica_of(&self, port: u16) -> u16 {
+        self.nodes
+            .iter()
+            .filter(|n| n.is_alive())
+            .map(|n| n.port)
+            .find(|&p| {
+                info_field(&mut self.node(p).conn(), "replication", "master_port")
+                    == Some(port.to_string())
+            })
+            .unwrap_or_else(|| panic!("a replica of the primary at {port}"))
     }
 
     /// The primary that owns `slot`.

@@ -687,6 +687,29 @@ pub fn set_key(queue: &str, ty: &str) -> String {
     format!("emq:{{{queue}}}:{ty}")
 }
 
+/// One field of a job's row (`state`, `attempts`, `payload`, `error`), as stored.
+pub fn row_field(con: &mut Connection, queue: &str, id: &str, field: &str) -> Option<String> {
+    redis::cmd("HGET")
+        .arg(row_key(queue, id))
+        .arg(field)
+        .query(con)
+        .expect("HGET")
+}
+
+/// `EMQ.STATS`: the queue's count per set.
+pub fn stats(con: &mut Connection, queue: &str) -> std::collections::HashMap<String, i64> {
+    let counts: Vec<(String, i64)> = redis::cmd("EMQ.STATS")
+        .arg(queue)
+        .query(con)
+        .expect("EMQ.STATS");
+    counts.into_iter().collect()
+}
+
+/// `SELECT db` on this connection.
+pub fn in_db(con: &mut Connection, db: i64) {
+    let _: () = redis::cmd("SELECT").arg(db).query(con).expect("SELECT");
+}
+
 /// How many members the queue's `ty` set (`pending`, `active`, ...) holds.
 pub fn set_len(con: &mut Connection, queue: &str, ty: &str) -> i64 {
     redis::cmd("ZCARD")
