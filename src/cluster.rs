@@ -341,12 +341,7 @@ fn reconcile_atomic(ctx: &Context) {
     let Ok(ValkeyValue::Array(jobs)) = ctx.call("CLUSTER", &["GETSLOTMIGRATIONS"]) else {
         return;
     };
-    let text = |v: &ValkeyValue| match v {
-        ValkeyValue::BulkString(s) | ValkeyValue::SimpleString(s) => s.clone(),
-        ValkeyValue::StringBuffer(b) => String::from_utf8_lossy(b).into_owned(),
-        ValkeyValue::Integer(n) => n.to_string(),
-        _ => String::new(),
-    };
+    let text = |v: &ValkeyValue| crate::server::reply_text(v).unwrap_or_default();
     let jobs: Vec<Vec<(String, String)>> = jobs
         .iter()
         .map(|job| match job {
@@ -405,10 +400,13 @@ pub fn reconcile(ctx: &Context, now_ms: u64) {
     if handles_atomic_migration() {
         reconcile_atomic(ctx);
     }
-    let text = match ctx.call("CLUSTER", &["NODES"]) {
-        Ok(ValkeyValue::BulkString(s)) | Ok(ValkeyValue::SimpleString(s)) => s,
-        Ok(ValkeyValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
-        _ => return,
+    let Some(text) = ctx
+        .call("CLUSTER", &["NODES"])
+        .ok()
+        .as_ref()
+        .and_then(crate::server::reply_text)
+    else {
+        return;
     };
     let mut shown = vec![false; SLOTS as usize];
     for s in migrating_slots(&text) {

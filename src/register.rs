@@ -308,11 +308,7 @@ pub fn acl_rules_naming_commands(ctx: &Context) -> Vec<String> {
     };
     users
         .iter()
-        .filter_map(|line| match line {
-            ValkeyValue::SimpleString(s) | ValkeyValue::BulkString(s) => Some(s.clone()),
-            ValkeyValue::StringBuffer(b) => Some(String::from_utf8_lossy(b).into_owned()),
-            _ => None,
-        })
+        .filter_map(crate::server::reply_text)
         .flat_map(|line| {
             let user = line.split_whitespace().nth(1).unwrap_or("?").to_string();
             command_rules(&line)

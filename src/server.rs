@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_long};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use valkey_module::{raw, Context};
+use valkey_module::{raw, Context, ValkeyValue};
 
 use crate::error::EmqError;
 use crate::metrics;
@@ -248,6 +248,17 @@ pub(crate) fn once_every(last: &std::sync::atomic::AtomicU64, now_ms: u64, every
 pub(crate) fn version() -> c_int {
     // SAFETY: a server function without arguments.
     unsafe { raw::RedisModule_GetServerVersion }.map_or(0, |f| unsafe { f() })
+}
+
+/// A reply of the server's own command (`ctx.call`) as text: a string, or an integer in
+/// decimal; `None` for anything else.
+pub(crate) fn reply_text(v: &ValkeyValue) -> Option<String> {
+    match v {
+        ValkeyValue::BulkString(s) | ValkeyValue::SimpleString(s) => Some(s.clone()),
+        ValkeyValue::StringBuffer(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        ValkeyValue::Integer(n) => Some(n.to_string()),
+        _ => None,
+    }
 }
 
 /// The server's clock, in unix milliseconds.
