@@ -19,11 +19,12 @@ fn slot_of(queue: &str) -> u16 {
     echomq::grammar::slot(queue.as_bytes())
 }
 
-fn count_in_slot(server: &Server, slot: u16) -> i64 {
+/// `CLUSTER COUNTKEYSINSLOT` in the connection's database.
+fn count_in_slot(con: &mut Connection, slot: u16) -> i64 {
     cmd("CLUSTER")
         .arg("COUNTKEYSINSLOT")
         .arg(slot)
-        .query(&mut server.conn())
+        .query(con)
         .expect("count")
 }
 
@@ -49,13 +50,13 @@ fn routing_moved_and_key_specs() {
         let owner = cluster.owner(slot);
         // The row and the pending set, both in the queue's slot, on its owner only.
         assert_eq!(
-            count_in_slot(cluster.node(owner.port), slot),
+            count_in_slot(&mut cluster.node(owner.port).conn(), slot),
             2,
             "{q} on its owner"
         );
         for other in primaries.iter().filter(|n| n.port != owner.port) {
             assert_eq!(
-                count_in_slot(cluster.node(other.port), slot),
+                count_in_slot(&mut cluster.node(other.port).conn(), slot),
                 0,
                 "{q} elsewhere"
             );
@@ -307,12 +308,12 @@ fn assert_moved_whole(
         acked.len()
     );
     assert_eq!(
-        count_in_slot(cluster.node(to.port), slot),
+        count_in_slot(&mut cluster.node(to.port).conn(), slot),
         card + 1,
         "one row per pending job, and the pending set"
     );
     assert_eq!(
-        count_in_slot(cluster.node(from.port), slot),
+        count_in_slot(&mut cluster.node(from.port).conn(), slot),
         0,
         "nothing left behind"
     );
@@ -553,6 +554,18 @@ fn wait_migration(cluster: &Cluster, port: u16, state: &str) {
     assert!(reached, "the migration reached {state}: it is {last}");
 }
 
+/// Enqueues `id` on `con`'s node and claims it with a lease of `lease_ms`.
+fn leased_job(con: &mut Connection, queue: &str, id: &str, lease_ms: u64) {
+    assert_eq!(enqueue(con, queue, id, "leased"), 1);
+    let claimed: Vec<(String, String, i64)> = cmd("EMQ.CLAIM")
+        .arg(queue)
+        .arg("LEASE")
+        .arg(lease_ms)
+        .query(con)
+        .expect("claim");
+    assert_eq!(claimed, vec![(id.to_string(), "leased".to_string(), 1)]);
+}
+
 fn wait_effects_gate_closed(con: &mut Connection) {
     assert!(
         wait_until(Duration::from_secs(10), || info_int(
@@ -584,19 +597,7 @@ fn an_atomic_slot_migration_streams_echomqs_writes_and_holds_the_new_owners_time
     // No replica, no backlog: EchoMQ has stopped replicating its effects, as the server has.
     wait_effects_gate_closed(&mut src);
     let (leased, delayed, streamed) = (job_id(1), job_id(2), job_id(3));
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(queue)
-        .arg(&leased)
-        .arg("leased")
-        .query(&mut src)
-        .expect("enqueue");
-    let claimed: Vec<(String, String, i64)> = cmd("EMQ.CLAIM")
-        .arg(queue)
-        .arg("LEASE")
-        .arg(1500)
-        .query(&mut src)
-        .expect("claim");
-    assert_eq!(claimed.len(), 1);
+    leased_job(&mut src, queue, &leased, 1500);
     enqueue_delayed(&mut src, queue, &delayed, "delayed", 1500);
     let _: () = cmd("DEBUG")
         .arg("SLOTMIGRATION")
@@ -614,12 +615,7 @@ fn an_atomic_slot_migration_streams_echomqs_writes_and_holds_the_new_owners_time
         1,
         "an export has EchoMQ's effects replicated"
     );
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(queue)
-        .arg(&streamed)
-        .arg("streamed")
-        .query(&mut src)
-        .expect("enqueue during the migration");
+    assert_eq!(enqueue(&mut src, queue, &streamed, "streamed"), 1);
     assert!(
         info_int(&mut dst, "emq", "emq_watched_queues") >= 1,
         "the target learned the queue from the import"
@@ -671,7 +667,7 @@ fn an_atomic_slot_migration_streams_echomqs_writes_and_holds_the_new_owners_time
     wait_migration(&cluster, from.port, "success");
     assert_eq!(cluster.owner(slot).port, to.port);
     assert_eq!(
-        count_in_slot(cluster.node(from.port), slot),
+        count_in_slot(&mut cluster.node(from.port).conn(), slot),
         0,
         "nothing left behind"
     );
@@ -779,19 +775,7 @@ fn queues_in_several_databases_of_a_cluster_come_due_and_move_with_their_slot() 
     let to = cluster.another_primary(&from);
     let mut src = cluster.node(from.port).conn();
     in_db(&mut src, 2);
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(queue)
-        .arg(job_id(1))
-        .arg("leased")
-        .query(&mut src)
-        .expect("enqueue");
-    let claimed: Vec<(String, String, i64)> = cmd("EMQ.CLAIM")
-        .arg(queue)
-        .arg("LEASE")
-        .arg(300)
-        .query(&mut src)
-        .expect("claim");
-    assert_eq!(claimed.len(), 1);
+    leased_job(&mut src, queue, &job_id(1), 300);
     enqueue_delayed(&mut src, queue, &job_id(2), "due soon", 300);
     in_db(&mut src, 3);
     enqueue_delayed(&mut src, queue, &job_id(3), "due after the move", 3000);
@@ -823,11 +807,7 @@ fn queues_in_several_databases_of_a_cluster_come_due_and_move_with_their_slot() 
     for db in [0, 2, 3] {
         in_db(&mut src, db);
         assert_eq!(
-            cmd("CLUSTER")
-                .arg("COUNTKEYSINSLOT")
-                .arg(slot)
-                .query::<i64>(&mut src)
-                .expect("count"),
+            count_in_slot(&mut src, slot),
             0,
             "nothing left behind in database {db}"
         );
