@@ -26,9 +26,8 @@ run() { # <mode> [replica|bare] -> $dir/<mode>[-replica|-bare].out (bare: withou
   local mode="$1" out="$1${2:+-$2}" port rport rpid="" load=(--loadmodule "$module")
   [ "${2:-}" = bare ] && load=()
   port="$(free_port)"
-  # No slow log: under callgrind a command runs some fifty times slower, so an EMQ.MENQUEUE of
-  # 100 jobs (a third of a millisecond natively) would pass the 10 ms threshold and pay for a
-  # slow-log entry that a real run never writes.
+  # No slow log: under callgrind every EMQ.MENQUEUE of 100 jobs (under a millisecond natively)
+  # passes the 10 ms threshold and would pay for a slow-log entry a real run never writes.
   valgrind --tool=callgrind --callgrind-out-file="$dir/$out.out" \
     valkey-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
     --slowlog-log-slower-than -1 "${load[@]}" >/dev/null 2>&1 &
