@@ -1,31 +1,27 @@
-//! EchoMQ: a job queue whose rules run inside Valkey. This file is the one registration
-//! block: commands, flags, key specs, configs, `INFO emq` and the `emq` ACL category.
+//! EchoMQ: a job queue whose rules run inside Valkey. This file is the command table and the
+//! load order; the layers below it import only downward:
+//!
+//! `protocol` (pure: the grammar, ids, the job row, errors, the store trait) <- `host` (the
+//! only unsafe code: the server's API) <- `queue` (every SPEC §6 transition, over the store
+//! trait) <- `runtime` (the timer, events, the command filter, slot migration, `INFO`) <-
+//! `commands` (parse -> one transition -> reply) <- this file. See docs/architecture.md.
 
-pub mod client_db;
-pub mod cluster;
+#![deny(unsafe_code)]
+
 pub mod commands;
-pub mod config;
-pub mod effects;
-pub mod error;
-pub mod eviction;
-pub mod grammar;
-pub mod lifecycle;
-pub mod metrics;
-pub mod register;
-pub mod scheduler;
-pub mod server;
-pub mod store;
-pub mod watchlist;
+#[allow(unsafe_code)] // the one layer that calls the server's raw API
+pub mod host;
+pub mod protocol;
+pub mod queue;
+pub mod runtime;
 
-use std::os::raw::c_int;
-use std::panic::catch_unwind;
 use valkey_module::alloc::ValkeyAlloc;
+use valkey_module::{Context, Status};
 
-use valkey_module::{raw, Context, Status};
-
-use register::{
+use host::register::{
     Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::String as Str, Command,
 };
+use host::server::log;
 
 const ACL_CATEGORY: &std::ffi::CStr = c"emq";
 
@@ -84,7 +80,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: c"emq.renew",
-        callback: callback!(commands::lease::renew),
+        callback: callback!(commands::renew::run),
         flags: c"write deny-oom fast",
         arity: 5,
         routes_by_queue: true,
@@ -99,7 +95,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: c"emq.ack",
-        callback: callback!(commands::lease::ack),
+        callback: callback!(commands::ack::run),
         flags: c"write deny-oom fast",
         arity: 4,
         routes_by_queue: true,
@@ -113,7 +109,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: c"emq.fail",
-        callback: callback!(commands::lease::fail),
+        callback: callback!(commands::fail::run),
         flags: c"write deny-oom fast",
         arity: -4,
         routes_by_queue: true,
@@ -227,45 +223,36 @@ fn init(ctx: &Context, args: &[&[u8]]) -> Status {
     match check_no_arguments(args).and_then(|()| load(ctx)) {
         Ok(()) => Status::Ok,
         Err(e) => {
-            server::log(
-                ctx.ctx,
-                c"warning",
-                &format!("EchoMQ: refusing to load: {e}"),
-            );
+            log(ctx, c"warning", &format!("EchoMQ: refusing to load: {e}"));
             // Undo what was set up; the server discards the rest of a failed load.
-            scheduler::stop(ctx);
-            store::free_words();
+            runtime::stop(ctx);
+            host::load::free_strings();
             Status::Err
         }
     }
 }
 
+/// The load order: settings, the module's strings, what the runtime must know before the
+/// commands exist (the effects gate, cluster mode, the server's version), the module options,
+/// the commands, then the events, the timer and `INFO`.
 fn load(ctx: &Context) -> Result<(), String> {
-    config::register(ctx)?;
-    store::init_words().map_err(|_| "could not create its strings".to_string())?;
-    effects::reset();
-    cluster::init(ctx);
-    store::set_options(ctx, cluster::module_options())
+    host::load::register_settings(ctx)?;
+    host::load::init_strings(ctx).map_err(|_| "could not create its strings".to_string())?;
+    runtime::init(ctx);
+    host::load::set_options(ctx, runtime::cluster::handles_atomic_migration())
         .map_err(|_| "the server cannot signal modified keys explicitly".to_string())?;
-    client_db::init();
-    register::acl_category(ctx, ACL_CATEGORY);
-    register::commands(ctx, COMMANDS, ACL_CATEGORY)?;
-    scheduler::start(ctx)?;
-    eviction::check(ctx);
-    if let Some(register_info) = unsafe { raw::RedisModule_RegisterInfoFunc } {
-        // SAFETY: OnLoad context; the callback lives as long as the module.
-        unsafe { register_info(ctx.ctx, Some(metrics::info)) };
-    }
-    Ok(())
+    host::register::acl_category(ctx, ACL_CATEGORY);
+    host::register::commands(ctx, COMMANDS, ACL_CATEGORY)?;
+    runtime::start(ctx)
 }
 
 fn deinit(ctx: &Context) -> Status {
     // Valkey 8.0 crashes when it unloads a module whose commands an ACL rule names (`+emq.ack`,
     // `-emq.claim`): refuse, with everything still running, and say why in the log.
-    let rules = register::acl_rules_naming_commands(ctx);
+    let rules = host::register::acl_rules_naming_commands(ctx);
     if !rules.is_empty() {
-        server::log(
-            ctx.ctx,
+        log(
+            ctx,
             c"warning",
             &format!(
                 "EchoMQ: not unloading: ACL rules name its commands ({}), and the server \
@@ -277,8 +264,8 @@ fn deinit(ctx: &Context) -> Status {
         );
         return Status::Err;
     }
-    scheduler::stop(ctx);
-    store::free_words();
+    runtime::stop(ctx);
+    host::load::free_strings();
     Status::Ok
 }
 
@@ -286,89 +273,4 @@ fn deinit(ctx: &Context) -> Status {
 #[global_allocator]
 static ALLOCATOR: ValkeyAlloc = ValkeyAlloc;
 
-/// The version `MODULE LIST` shows: the crate's, as major × 10000 + minor × 100 + patch (the
-/// convention of Valkey's modules; 0.1.0 is 100).
-const MODULE_VERSION: c_int = version_number(
-    env!("CARGO_PKG_VERSION_MAJOR"),
-    env!("CARGO_PKG_VERSION_MINOR"),
-    env!("CARGO_PKG_VERSION_PATCH"),
-);
-
-const fn version_number(major: &str, minor: &str, patch: &str) -> c_int {
-    decimal(major) * 10_000 + decimal(minor) * 100 + decimal(patch)
-}
-
-/// A version part's decimal digits, read at compile time (Cargo allows only digits there).
-const fn decimal(text: &str) -> c_int {
-    let bytes = text.as_bytes();
-    let mut n = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        n = n * 10 + (bytes[i] - b'0') as c_int;
-        i += 1;
-    }
-    n
-}
-
-/// The server's entry point at load. Only `RedisModule_Init` runs before the module's API
-/// (allocator included) is usable; everything after it is behind the panic guard.
-///
-/// # Safety
-/// Called by the server with a live load context.
-#[no_mangle]
-pub unsafe extern "C" fn RedisModule_OnLoad(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    // SAFETY: the server's load context; the name is a static NUL-terminated string.
-    let status = unsafe {
-        raw::Export_RedisModule_Init(
-            ctx,
-            c"emq".as_ptr(),
-            MODULE_VERSION,
-            raw::REDISMODULE_APIVER_1 as c_int,
-        )
-    };
-    if status != raw::REDISMODULE_OK as c_int {
-        return raw::REDISMODULE_ERR as c_int;
-    }
-    match catch_unwind(|| {
-        let args: Vec<&[u8]> = match usize::try_from(argc) {
-            // SAFETY: the server passes `argc` live strings for the duration of the call.
-            Ok(n) if n > 0 && !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) }
-                .iter()
-                .map(|&a| server::string_bytes(a))
-                .collect(),
-            _ => Vec::new(),
-        };
-        init(&Context::new(ctx), &args)
-    }) {
-        Ok(Status::Ok) => raw::REDISMODULE_OK as c_int,
-        _ => raw::REDISMODULE_ERR as c_int,
-    }
-}
-
-/// The server's entry point at `MODULE UNLOAD emq`; an error refuses the unload.
-///
-/// # Safety
-/// Called by the server with a live context.
-#[no_mangle]
-pub unsafe extern "C" fn RedisModule_OnUnload(ctx: *mut raw::RedisModuleCtx) -> c_int {
-    match catch_unwind(|| deinit(&Context::new(ctx))) {
-        Ok(Status::Err) => raw::REDISMODULE_ERR as c_int, // unload refused
-        _ => raw::REDISMODULE_OK as c_int,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_module_version_packs_major_minor_and_patch() {
-        assert_eq!(version_number("0", "1", "0"), 100);
-        assert_eq!(version_number("1", "2", "3"), 10_203);
-        assert_eq!(version_number("12", "34", "56"), 123_456);
-    }
-}
+export_module!(init, deinit);

@@ -16,7 +16,7 @@ use support::cluster::{Cluster, NodeInfo, Router};
 use support::*;
 
 fn slot_of(queue: &str) -> u16 {
-    echomq::grammar::slot(queue.as_bytes())
+    echomq::protocol::slot(queue.as_bytes())
 }
 
 /// `CLUSTER COUNTKEYSINSLOT` in the connection's database.

@@ -3,30 +3,29 @@
 
 use valkey_module::Context;
 
-use super::JobTarget;
-use crate::error::EmqError;
-use crate::lifecycle;
-use crate::metrics;
-use crate::server::{Args, CommandResult, Reply};
+use super::parse_job;
+use crate::host::acl::Access;
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::host::store::with_queue;
+use crate::host::string::Text;
+use crate::protocol::EmqError;
+use crate::queue::job::{self, Target};
+use crate::queue::Job;
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() != 3 {
         return Err(EmqError::Arity("emq.cancel"));
     }
-    let target = JobTarget::parse(ctx, args)?;
-    let (sets, row) = target.open(ctx)?;
-    let member = target.member.as_str();
-    let from = if sets.pending.zscore(member).is_some() {
-        &sets.pending
-    } else if sets.schedule.zscore(member).is_some() {
-        &sets.schedule
-    } else {
-        return Ok(Reply::Integer(0));
-    };
-    lifecycle::zrem(ctx, from, member)?;
-    if !row.is_empty() {
-        lifecycle::delete(ctx, &row)?;
-    }
-    metrics::count(&metrics::CANCELLED, 1);
-    Ok(Reply::Integer(1))
+    let (queue, id, member) = parse_job(args)?;
+    with_queue(ctx, queue, Access::ReadWrite, |store| {
+        let member = Text::Borrowed(member);
+        let target = Target::check(
+            store,
+            Job {
+                id,
+                member: &member,
+            },
+        )?;
+        Ok(Reply::Integer(i64::from(job::cancel(store, &target)?)))
+    })
 }

@@ -2,9 +2,9 @@
 
 use valkey_module::Context;
 
-use crate::error::EmqError;
-use crate::grammar::{decode, slot, Decoded};
-use crate::server::{Args, CommandResult, Reply};
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::protocol::EmqError;
+use crate::protocol::{decode, slot, Decoded};
 
 pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
     if args.len() != 2 {

@@ -3,9 +3,9 @@
 use valkey_module::Context;
 
 use super::{parse_id, parse_queue};
-use crate::error::EmqError;
-use crate::grammar::{job_key, queue_key, KeyType};
-use crate::server::{Args, CommandResult, Reply};
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::protocol::EmqError;
+use crate::protocol::{job_key, queue_key, KeyType};
 
 pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
     if !(3..=4).contains(&args.len()) {

@@ -1,28 +1,27 @@
-//! One file per command (family): parse -> validate -> act -> reply.
+//! One file per command: parse the arguments (pure), then one `queue` call, then the reply.
+//! Refusals come in SPEC order; each is a typed `EmqError`, rendered in one place (the host's
+//! guard).
 
+#![forbid(unsafe_code)]
+
+pub mod ack;
 pub mod cancel;
 pub mod claim;
 pub mod decode;
 pub mod enqueue;
+pub mod fail;
 pub mod key;
-pub mod lease;
 pub mod menqueue;
+pub mod renew;
 pub mod requeue;
 pub mod slot;
 pub mod stats;
 pub mod version;
 
-use valkey_module::Context;
-
-use crate::cluster;
-use crate::error::EmqError;
-use crate::grammar::{BrandedId, KeyBuf, Queue};
-use crate::lifecycle::{QueueKeys, Sets};
-use crate::server::Args;
-use crate::store::{self, Holds, Key, OwnedString};
-
-/// The protocol version this module speaks (SPEC §4).
-pub const PROTOCOL_VERSION: &str = "echomq:2.0.0";
+use crate::host::reply::Args;
+use crate::host::string::Str;
+use crate::protocol::{BrandedId, EmqError, Queue};
+use crate::runtime::cluster;
 
 /// SPEC §1.1: the queue name, or `EMQQUEUE`.
 pub fn parse_queue(bytes: &[u8]) -> Result<Queue<'_>, EmqError> {
@@ -45,42 +44,25 @@ pub fn parse_int(bytes: &[u8], min: i64, max: i64, what: &str) -> Result<i64, Em
         })
 }
 
+/// A lease token (`EMQLEASE` when it cannot be one).
+pub fn parse_token(bytes: &[u8]) -> Result<i64, EmqError> {
+    parse_int(bytes, 1, i64::MAX, "token").map_err(|_| EmqError::Lease)
+}
+
 /// Whether an option token matches `name`, ignoring ASCII case (as the server's own options).
 pub fn is_token(bytes: &[u8], name: &str) -> bool {
     bytes.eq_ignore_ascii_case(name.as_bytes())
 }
 
-/// The keys of one job of one queue, named, permission-checked and type-checked; nothing
-/// written yet.
-pub struct JobTarget {
-    pub keys: QueueKeys,
-    pub row: OwnedString,
-    pub member: OwnedString,
-}
-
-impl JobTarget {
-    /// Parses `<queue> <id>` at `args[1..=2]` and checks ACL on the queue's sets and the row.
-    pub fn parse(ctx: &Context, args: &Args) -> Result<Self, EmqError> {
-        let queue = parse_queue(args.bytes(1))?;
-        let id = parse_id(args.bytes(2))?;
-        cluster::check_stable(queue)?;
-        let keys = QueueKeys::new(ctx, queue)?;
-        let row = OwnedString::new(ctx, KeyBuf::job(queue, &id).as_bytes())?;
-        let member = OwnedString::new(ctx, &id.encode())?;
-        let [a, b, c, d] = keys.all();
-        store::check_access(ctx, &[a, b, c, d, &row])?;
-        Ok(Self { keys, row, member })
-    }
-
-    /// Opens the sets and the row, refusing wrong types before any write.
-    pub fn open<'k>(&'k self, ctx: &Context) -> Result<(Sets<'k>, Key<'k>), EmqError> {
-        let sets = Sets::open(ctx, &self.keys)?;
-        let row = Key::open(ctx, &self.row)?;
-        if !matches!(row.holds(), Holds::Nothing | Holds::Hash) {
-            return Err(EmqError::WrongType);
-        }
-        Ok((sets, row))
-    }
+/// `<queue> <id>` at `args[1..=2]`: the queue, the id and the client's own text of it (a
+/// well-formed id is canonical, so that text is its set member), once the queue's slot is
+/// known not to be migrating.
+pub fn parse_job<'a>(args: &Args<'a>) -> Result<(Queue<'a>, BrandedId, Str<'a>), EmqError> {
+    let queue = parse_queue(args.bytes(1))?;
+    let id = parse_id(args.bytes(2))?;
+    cluster::check_stable(queue)?;
+    let member = args.string(2).ok_or(EmqError::Internal)?;
+    Ok((queue, id, member))
 }
 
 #[cfg(test)]
@@ -103,5 +85,12 @@ mod tests {
         assert!(is_token(b"count", "COUNT"));
         assert!(is_token(b"Retry-In", "RETRY-IN"));
         assert!(!is_token(b"COUNTS", "COUNT"));
+    }
+
+    #[test]
+    fn a_token_that_cannot_be_one_is_a_lease_refusal() {
+        assert_eq!(parse_token(b"0"), Err(EmqError::Lease));
+        assert_eq!(parse_token(b"x"), Err(EmqError::Lease));
+        assert_eq!(parse_token(b"3"), Ok(3));
     }
 }

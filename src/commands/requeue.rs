@@ -3,31 +3,29 @@
 
 use valkey_module::Context;
 
-use super::JobTarget;
-use crate::error::EmqError;
-use crate::lifecycle;
-use crate::metrics;
-use crate::server::{Args, CommandResult, Reply};
-use crate::store::{self, Holds};
+use super::parse_job;
+use crate::host::acl::Access;
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::host::store::with_queue;
+use crate::host::string::Text;
+use crate::protocol::EmqError;
+use crate::queue::job::{self, Target};
+use crate::queue::Job;
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() != 3 {
         return Err(EmqError::Arity("emq.requeue"));
     }
-    let target = JobTarget::parse(ctx, args)?;
-    let (sets, row) = target.open(ctx)?;
-    let member = target.member.as_str();
-    if sets.dead.zscore(member).is_none() || row.holds() != Holds::Hash {
-        return Ok(Reply::Integer(0));
-    }
-    lifecycle::zrem(ctx, &sets.dead, member)?;
-    let words = store::words()?;
-    lifecycle::hset(
-        ctx,
-        &row,
-        &[(words.state, words.pending), (words.attempts, words.zero)],
-    )?;
-    lifecycle::zadd(ctx, &sets.pending, 0, member)?;
-    metrics::count(&metrics::REQUEUED, 1);
-    Ok(Reply::Integer(1))
+    let (queue, id, member) = parse_job(args)?;
+    with_queue(ctx, queue, Access::ReadWrite, |store| {
+        let member = Text::Borrowed(member);
+        let target = Target::check(
+            store,
+            Job {
+                id,
+                member: &member,
+            },
+        )?;
+        Ok(Reply::Integer(i64::from(job::requeue(store, &target)?)))
+    })
 }

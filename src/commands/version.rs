@@ -2,9 +2,9 @@
 
 use valkey_module::Context;
 
-use super::PROTOCOL_VERSION;
-use crate::error::EmqError;
-use crate::server::{Args, CommandResult, Reply};
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::protocol::EmqError;
+use crate::protocol::PROTOCOL_VERSION;
 
 pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
     if args.len() != 1 {

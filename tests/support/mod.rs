@@ -569,14 +569,14 @@ impl Rng {
 
 /// The node id a minted id carries (`emq.node-id` when it was minted).
 pub fn node_of(id: &str) -> u16 {
-    echomq::grammar::BrandedId::parse(id.as_bytes())
+    echomq::protocol::BrandedId::parse(id.as_bytes())
         .expect("a well-formed id")
         .node_id()
 }
 
 /// A valid `JOB` id for the number `n` (the same encoding the module uses).
 pub fn job_id(n: u64) -> String {
-    echomq::grammar::BrandedId::new(*b"JOB", n)
+    echomq::protocol::BrandedId::new(*b"JOB", n)
         .map(|id| String::from_utf8_lossy(&id.encode()).into_owned())
         .expect("a valid id")
 }

@@ -1,4 +1,5 @@
-//! Replication by effect, paid for only when something can receive it.
+//! Replication by effect, paid for only when something can receive it: when the effects gate
+//! (`host::propagate`) opens and closes.
 //!
 //! Every write of EchoMQ reaches replicas and the AOF as the plain commands it amounts to
 //! (`HSET`, `ZADD`, ...). The server itself propagates nothing when nothing can receive it:
@@ -28,26 +29,14 @@
 //! `RM_ReplicateVerbatim`, which adds one to the server's change counter, as
 //! `RM_Replicate` does, after the server has dropped the propagation itself.
 
-use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use valkey_module::{raw, Context};
+use valkey_module::Context;
 
-use crate::server;
-use crate::store::{self, Str};
+use crate::host::propagate::{reset_gate, set_gate};
+use crate::host::server::{log, replication_view};
 
-/// Whether effects go to `RM_Replicate` whatever the AOF says (see the module docs).
-static OPEN: AtomicBool = AtomicBool::new(true);
 static LAST_PROBE_MS: AtomicU64 = AtomicU64::new(0);
-/// The AOF state as read by the running command: a command cannot turn AOF on while it runs,
-/// so one read serves all its effects (a batch has one per job). `OUTSIDE` between commands,
-/// and after a command nested in another (through a keyspace event) finishes: effects then
-/// replicate whatever the gate says.
-static AOF_MEMO: AtomicU8 = AtomicU8::new(OUTSIDE);
-const OUTSIDE: u8 = 0;
-const UNREAD: u8 = 1;
-const AOF_ON: u8 = 2;
-const AOF_OFF: u8 = 3;
 const PROBE_EVERY_MS: u64 = 1000;
 
 /// Commands after which something may receive propagated writes: a replica attaching (the
@@ -56,49 +45,10 @@ const PROBE_EVERY_MS: u64 = 1000;
 /// not here, so they never cost the gate a second of replicating for nothing.
 const OPENING_COMMANDS: [&[u8]; 5] = [b"SYNC", b"PSYNC", b"REPLICAOF", b"SLAVEOF", b"FAILOVER"];
 
-/// Replicates `cmd args...` as an effect when anything can receive it (several effects of
-/// one command reach replicas and the AOF as one MULTI/EXEC); otherwise counts the change.
-pub fn emit(ctx: &Context, cmd: &CStr, args: &[Str<'_>]) {
-    if propagating(ctx) {
-        store::replicate(ctx, cmd, args);
-    } else {
-        store::count_change(ctx);
-    }
-}
-
-/// Whether effects go to `RM_Replicate`: the gate is open, AOF is on, or the write happens
-/// outside a command (a timer tick). Those few writes always replicate: counting a skipped
-/// change goes through `RM_ReplicateVerbatim`, which belongs to a command's own arguments.
-pub fn propagating(ctx: &Context) -> bool {
-    if OPEN.load(Ordering::Relaxed) {
-        return true;
-    }
-    match AOF_MEMO.load(Ordering::Relaxed) {
-        AOF_ON | OUTSIDE => true,
-        AOF_OFF => false,
-        _ => {
-            let on = store::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_AOF != 0;
-            AOF_MEMO.store(if on { AOF_ON } else { AOF_OFF }, Ordering::Relaxed);
-            on
-        }
-    }
-}
-
-/// A command of this module starts: the AOF state is read at most once until it finishes.
-pub fn command_started() {
-    AOF_MEMO.store(UNREAD, Ordering::Relaxed);
-}
-
-/// The command finished: outside commands (timer ticks), every effect replicates.
-pub fn command_finished() {
-    AOF_MEMO.store(OUTSIDE, Ordering::Relaxed);
-}
-
 /// Module load: the gate starts open (a module loaded again after an unload must not trust
 /// what it saw before; replicas may have attached in between) and the next cron probes.
 pub fn reset() {
-    OPEN.store(true, Ordering::Relaxed);
-    AOF_MEMO.store(OUTSIDE, Ordering::Relaxed);
+    reset_gate();
     LAST_PROBE_MS.store(0, Ordering::Relaxed);
 }
 
@@ -108,44 +58,39 @@ pub fn observe_command(first: &[u8]) {
         .iter()
         .any(|name| first.eq_ignore_ascii_case(name))
     {
-        OPEN.store(true, Ordering::Relaxed);
+        set_gate(true);
     }
 }
 
 /// A replication role change (this server became a replica, or a primary again).
 pub fn role_changed() {
-    OPEN.store(true, Ordering::Relaxed);
+    set_gate(true);
 }
 
 /// An atomic slot migration starts exporting from this server: the server streams the writes
 /// in its slots to the target as it propagates them, so EchoMQ's must be propagated too.
 pub fn export_started() {
-    OPEN.store(true, Ordering::Relaxed);
+    set_gate(true);
 }
 
 /// Re-reads who can receive propagated writes, at most once a second (the server cron).
 pub fn probe(ctx: &Context, now_ms: u64) {
-    if !server::once_every(&LAST_PROBE_MS, now_ms, PROBE_EVERY_MS) {
+    if !super::once_every(&LAST_PROBE_MS, now_ms, PROBE_EVERY_MS) {
         return;
     }
-    let listened = crate::cluster::exporting()
-        || match store::replication_view(ctx) {
+    let listened = super::cluster::exporting()
+        || match replication_view(ctx) {
             Some(view) => !view.primary || view.replicas > 0 || view.backlog,
             None => true,
         };
-    let was_open = OPEN.swap(listened, Ordering::Relaxed);
+    let was_open = set_gate(listened);
     if listened && !was_open {
         // Every path to a replica or a backlog should have opened the gate before it ran.
-        server::log(
-            ctx.ctx,
+        log(
+            ctx,
             c"warning",
             "EchoMQ: found replicas or a replication backlog with effects unreplicated; \
              replicating from now on",
         );
     }
-}
-
-/// For `INFO emq`: 1 while effects go to `RM_Replicate` whatever the AOF says.
-pub fn open() -> bool {
-    OPEN.load(Ordering::Relaxed)
 }

@@ -32,17 +32,15 @@
 //! GETSLOTMIGRATIONS`, read with `CLUSTER NODES`, also covers a module loaded in the middle
 //! of a migration.
 
-use std::ffi::c_void;
-use std::os::raw::{c_char, c_int};
-use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use valkey_module::{raw, Context, ValkeyValue};
+use valkey_module::{Context, ValkeyValue};
 
-use crate::error::EmqError;
-use crate::grammar::slot::SLOTS;
-use crate::grammar::{slot, Queue};
-use crate::server::string_bytes;
+use crate::host::client::Flags;
+use crate::host::events::MigrationEvent;
+use crate::host::server::{info_field, log_module, now_ms, reply_text, version};
+use crate::protocol::slot::SLOTS;
+use crate::protocol::{slot, EmqError, Queue};
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static IN_MIGRATION: [AtomicBool; SLOTS as usize] =
@@ -67,32 +65,7 @@ static ATOMIC: AtomicBool = AtomicBool::new(false);
 static IMPORTING: [AtomicBool; SLOTS as usize] = [const { AtomicBool::new(false) }; SLOTS as usize];
 /// Whether an atomic migration exports slots from this node.
 static EXPORTING: AtomicBool = AtomicBool::new(false);
-const FIRST_ATOMIC_VERSION: c_int = 0x0009_0000;
-
-/// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (Valkey 9.0).
-const OPTION_HANDLES_ATOMIC_MIGRATION: c_int = 1 << 5;
-/// `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` and its sub-events.
-pub const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
-const IMPORT_STARTED: u64 = 0;
-const EXPORT_STARTED: u64 = 1;
-const IMPORT_ABORTED: u64 = 2;
-const IMPORT_COMPLETED: u64 = 4;
-
-/// `ValkeyModuleSlotRange`: first and last slot, inclusive.
-#[repr(C)]
-struct SlotRange {
-    start: c_int,
-    end: c_int,
-}
-
-/// `ValkeyModuleAtomicSlotMigrationInfoV1`, the data of a migration event.
-#[repr(C)]
-struct MigrationInfo {
-    version: u64,
-    job_name: [c_char; 41],
-    slot_ranges: *const SlotRange,
-    num_slot_ranges: u32,
-}
+const FIRST_ATOMIC_VERSION: i32 = 0x0009_0000;
 
 /// Whether this server runs in cluster mode (learned at load).
 pub fn enabled() -> bool {
@@ -100,11 +73,7 @@ pub fn enabled() -> bool {
 }
 
 pub fn init(ctx: &Context) {
-    let flags = crate::store::context_flags(ctx);
-    ENABLED.store(
-        flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0,
-        Ordering::Relaxed,
-    );
+    ENABLED.store(Flags::of(ctx).cluster(), Ordering::Relaxed);
     for s in IN_MIGRATION.iter().chain(&IMPORTING) {
         s.store(false, Ordering::Relaxed);
     }
@@ -115,22 +84,13 @@ pub fn init(ctx: &Context) {
 /// Valkey 9.0 or later. (Redis numbers its versions on a scale of its own and has no such
 /// option, so the server's name is checked too.)
 fn atomic_migration_server(ctx: &Context) -> bool {
-    crate::server::version() >= FIRST_ATOMIC_VERSION
-        && crate::store::info_field(ctx, c"server", c"server_name").as_deref() == Some(b"valkey")
+    version() >= FIRST_ATOMIC_VERSION
+        && info_field(ctx, c"server", c"server_name").as_deref() == Some(b"valkey")
 }
 
 /// Whether EchoMQ declares that it handles atomic slot migrations (on servers that have them).
 pub fn handles_atomic_migration() -> bool {
     ATOMIC.load(Ordering::Relaxed)
-}
-
-/// The module options this server needs for slot migrations (after [`init`]).
-pub fn module_options() -> c_int {
-    if handles_atomic_migration() {
-        OPTION_HANDLES_ATOMIC_MIGRATION
-    } else {
-        0
-    }
 }
 
 /// Whether an atomic migration exports slots from this node: EchoMQ's writes must then
@@ -180,13 +140,13 @@ pub fn observe_command(args: &[&[u8]]) {
         return;
     };
     if args[3].eq_ignore_ascii_case(b"IMPORTING") || args[3].eq_ignore_ascii_case(b"MIGRATING") {
-        MARKED_AT[usize::from(slot)].store(crate::server::now_ms(), Ordering::Relaxed);
+        MARKED_AT[usize::from(slot)].store(now_ms(), Ordering::Relaxed);
         set(slot, true, "CLUSTER SETSLOT");
     } else if args[3].eq_ignore_ascii_case(b"NODE") || args[3].eq_ignore_ascii_case(b"STABLE") {
         // Settled by `reconcile` once the server shows it (the command may still be waiting
         // for replicas): no grace to wait out, and readings on every cron tick meanwhile.
         MARKED_AT[usize::from(slot)].store(0, Ordering::Relaxed);
-        SETTLING_UNTIL_MS.store(crate::server::now_ms() + SETSLOT_WAIT_MS, Ordering::Relaxed);
+        SETTLING_UNTIL_MS.store(now_ms() + SETSLOT_WAIT_MS, Ordering::Relaxed);
     }
 }
 
@@ -199,11 +159,7 @@ fn set(slot: u16, migrating: bool, why: &str) {
         } else {
             "is settled"
         };
-        crate::server::log(
-            crate::scheduler::module_ctx(),
-            c"notice",
-            &format!("EchoMQ: slot {slot} {state} ({why})"),
-        );
+        log_module(c"notice", &format!("EchoMQ: slot {slot} {state} ({why})"));
     }
 }
 
@@ -227,44 +183,24 @@ pub fn migrating_slots(nodes: &str) -> Vec<u16> {
 }
 
 /// The server's atomic migration event: an import marks its slots as in migration from its
-/// start to its end; an export starting has EchoMQ's writes replicated at once.
-pub(crate) unsafe extern "C" fn on_atomic_migration(
-    _ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    let _ = catch_unwind(|| {
-        let importing = match subevent {
-            IMPORT_STARTED => true,
-            IMPORT_COMPLETED | IMPORT_ABORTED => false,
-            EXPORT_STARTED => {
-                EXPORTING.store(true, Ordering::Relaxed);
-                crate::effects::export_started();
-                return;
-            }
-            // An export's end: `reconcile` sees it in the list of migrations.
-            _ => return,
-        };
-        let info = data.cast::<MigrationInfo>();
-        if info.is_null() {
+/// start to its end; an export starting is remembered (and opens the effects gate, see
+/// `events`).
+pub fn on_atomic_migration(kind: MigrationEvent, ranges: &[(i64, i64)]) {
+    let importing = match kind {
+        MigrationEvent::ImportStarted => true,
+        MigrationEvent::ImportCompleted | MigrationEvent::ImportAborted => false,
+        MigrationEvent::ExportStarted => {
+            EXPORTING.store(true, Ordering::Relaxed);
             return;
         }
-        // SAFETY: the server passes a live `ValkeyModuleAtomicSlotMigrationInfo` (version 1 and
-        // later share its first fields) with `num_slot_ranges` ranges.
-        let ranges = unsafe {
-            let info = &*info;
-            if info.version < 1 || info.slot_ranges.is_null() {
-                return;
-            }
-            std::slice::from_raw_parts(info.slot_ranges, info.num_slot_ranges as usize)
-        };
-        let ranges: Vec<(u16, u16)> = ranges
-            .iter()
-            .filter_map(|r| slot_range(i64::from(r.start), i64::from(r.end)))
-            .collect();
-        mark_importing(&ranges, importing, "CLUSTER MIGRATESLOTS");
-    });
+        // An export's end: `reconcile` sees it in the list of migrations.
+        MigrationEvent::Other => return,
+    };
+    let ranges: Vec<(u16, u16)> = ranges
+        .iter()
+        .filter_map(|&(start, end)| slot_range(start, end))
+        .collect();
+    mark_importing(&ranges, importing, "CLUSTER MIGRATESLOTS");
 }
 
 fn slot_range(start: i64, end: i64) -> Option<(u16, u16)> {
@@ -289,8 +225,7 @@ fn mark_importing(ranges: &[(u16, u16)], importing: bool, why: &str) {
     } else {
         "are settled"
     };
-    crate::server::log(
-        crate::scheduler::module_ctx(),
+    log_module(
         c"notice",
         &format!("EchoMQ: slots {} {state} ({why})", list.join(" ")),
     );
@@ -341,7 +276,7 @@ fn reconcile_atomic(ctx: &Context) {
     let Ok(ValkeyValue::Array(jobs)) = ctx.call("CLUSTER", &["GETSLOTMIGRATIONS"]) else {
         return;
     };
-    let text = |v: &ValkeyValue| crate::server::reply_text(v).unwrap_or_default();
+    let text = |v: &ValkeyValue| reply_text(v).unwrap_or_default();
     let jobs: Vec<Vec<(String, String)>> = jobs
         .iter()
         .map(|job| match job {
@@ -404,7 +339,7 @@ pub fn reconcile(ctx: &Context, now_ms: u64) {
         .call("CLUSTER", &["NODES"])
         .ok()
         .as_ref()
-        .and_then(crate::server::reply_text)
+        .and_then(reply_text)
     else {
         return;
     };
@@ -422,23 +357,6 @@ pub fn reconcile(ctx: &Context, now_ms: u64) {
             set(slot, false, "CLUSTER NODES");
         }
     }
-}
-
-/// The command filter's view of one command's arguments.
-pub(crate) fn filter_args(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Vec<&'static [u8]> {
-    let (Some(count), Some(arg)) = (unsafe {
-        (
-            raw::RedisModule_CommandFilterArgsCount,
-            raw::RedisModule_CommandFilterArgGet,
-        )
-    }) else {
-        return Vec::new();
-    };
-    // SAFETY: the filter context is live for this call; the strings outlive our use of them.
-    let n = unsafe { count(fctx) };
-    (0..n.clamp(0, 8) as c_int)
-        .map(|i| string_bytes(unsafe { arg(fctx, i) }))
-        .collect()
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@ use super::{BrandedId, ID_LEN};
 
 /// Longest queue name, in bytes (SPEC §1.1).
 pub const MAX_QUEUE_LEN: usize = 128;
-const PREFIX: &[u8] = b"emq:{";
+/// What every per-queue key starts with: the protocol's prefix and the hashtag's brace.
+pub const PREFIX: &[u8] = b"emq:{";
 const JOB_TYPE: &[u8] = b"job";
 
 /// A queue name that is a valid hashtag: 1–128 bytes of `0x21..=0x7E` without `{` or `}`.
@@ -215,7 +216,7 @@ pub fn decode(key: &[u8]) -> Option<Decoded<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grammar::slot::slot;
+    use crate::protocol::slot::slot;
 
     fn q(name: &str) -> Queue<'_> {
         Queue::parse(name.as_bytes()).expect("valid queue")

@@ -1,6 +1,8 @@
 //! Turns the command table in `lib.rs` into server registrations: the command, its key spec,
 //! `COMMAND DOCS` (summary, complexity, arguments) and its ACL category; and finds the ACL rules
-//! that name those commands (which the server cannot unload a module under).
+//! that name those commands (which the server cannot unload a module under). The crate's
+//! `valkey_module!` macro would do the registration, but it `unwrap()`s API pointers that
+//! Redis 7.0 lacks and has no way to document arguments this fully.
 
 use std::ffi::CStr;
 use std::mem::size_of;
@@ -9,9 +11,8 @@ use std::ptr;
 
 use valkey_module::{raw, Context, ValkeyValue};
 
-/// The raw command callback the server calls.
-pub type Callback =
-    extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+use super::guard::Callback;
+use super::server::{log, reply_text};
 
 /// How a command argument is documented.
 #[derive(Clone, Copy)]
@@ -101,21 +102,6 @@ pub struct Command {
     pub args: &'static [Arg],
 }
 
-/// Wraps a handler in the raw callback the server calls, behind the panic guard.
-#[macro_export]
-macro_rules! callback {
-    ($handler:path) => {{
-        extern "C" fn call(
-            ctx: *mut valkey_module::raw::RedisModuleCtx,
-            argv: *mut *mut valkey_module::raw::RedisModuleString,
-            argc: std::os::raw::c_int,
-        ) -> std::os::raw::c_int {
-            $crate::server::dispatch(ctx, argv, argc, $handler)
-        }
-        call as $crate::register::Callback
-    }};
-}
-
 const COMMAND_INFO_VERSION: raw::RedisModuleCommandInfoVersion =
     raw::RedisModuleCommandInfoVersion {
         version: 1,
@@ -180,16 +166,16 @@ pub fn acl_category(ctx: &Context, name: &CStr) {
             if unsafe { add(ctx.ctx, name.as_ptr()) } != raw::REDISMODULE_OK as c_int {
                 let why = std::io::Error::last_os_error();
                 if why.kind() != std::io::ErrorKind::ResourceBusy {
-                    crate::server::log(
-                        ctx.ctx,
+                    log(
+                        ctx,
                         c"warning",
                         &format!("EchoMQ: could not add the emq ACL category: {why}"),
                     );
                 }
             }
         }
-        None => crate::server::log(
-            ctx.ctx,
+        None => log(
+            ctx,
             c"notice",
             "EchoMQ: this server has no module ACL categories; skipping @emq",
         ),
@@ -308,7 +294,7 @@ pub fn acl_rules_naming_commands(ctx: &Context) -> Vec<String> {
     };
     users
         .iter()
-        .filter_map(crate::server::reply_text)
+        .filter_map(reply_text)
         .flat_map(|line| {
             let user = line.split_whitespace().nth(1).unwrap_or("?").to_string();
             command_rules(&line)

@@ -8,12 +8,10 @@
 //! queues whole.
 
 use std::ffi::CStr;
-use std::os::raw::c_void;
 
-use valkey_module::{raw, Context};
+use valkey_module::Context;
 
-use crate::server;
-use crate::store;
+use crate::host::server::{info_field, log};
 
 /// Whether `policy` may evict keys without a TTL, which queues are made of.
 pub fn evicts_queues(policy: &[u8]) -> bool {
@@ -22,12 +20,12 @@ pub fn evicts_queues(policy: &[u8]) -> bool {
 
 /// Reads the policy and logs a warning if it may evict queues.
 pub fn check(ctx: &Context) {
-    let Some(policy) = store::info_field(ctx, c"memory", c"maxmemory_policy") else {
+    let Some(policy) = info_field(ctx, c"memory", c"maxmemory_policy") else {
         return;
     };
     if evicts_queues(&policy) {
-        server::log(
-            ctx.ctx,
+        log(
+            ctx,
             c"warning",
             &format!(
                 "EchoMQ: maxmemory-policy is {}: the server may evict job rows and whole queue \
@@ -39,33 +37,14 @@ pub fn check(ctx: &Context) {
     }
 }
 
-/// The server's config-change event: checks again when `maxmemory-policy` changed.
-///
-/// # Safety
-/// Called by the server with a live context and, for a change, its list of config names.
-pub unsafe extern "C" fn on_config_change(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    let _ = std::panic::catch_unwind(|| {
-        if subevent != raw::REDISMODULE_SUBEVENT_CONFIG_CHANGE || data.is_null() {
-            return;
-        }
-        // SAFETY: for this event and subevent the server passes its config-change record,
-        // whose `num_changes` names are live NUL-terminated strings during the call.
-        let change = unsafe { &*(data as *const raw::RedisModuleConfigChange) };
-        let mut names = (0..change.num_changes as usize).filter_map(|i| {
-            // SAFETY: `i` is within `num_changes`.
-            let name = unsafe { *change.config_names.add(i) };
-            // SAFETY: a live NUL-terminated string, as above.
-            (!name.is_null()).then(|| unsafe { CStr::from_ptr(name) })
-        });
-        if names.any(|n| n.to_bytes().eq_ignore_ascii_case(b"maxmemory-policy")) {
-            check(&Context::new(ctx));
-        }
-    });
+/// A config change: checks again when `maxmemory-policy` changed.
+pub fn on_config_change(ctx: &Context, names: &[&CStr]) {
+    if names
+        .iter()
+        .any(|n| n.to_bytes().eq_ignore_ascii_case(b"maxmemory-policy"))
+    {
+        check(ctx);
+    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
-//! Counters behind `INFO emq`.
+//! The counters behind `INFO emq`: what happened to jobs, and why commands were refused (one
+//! counter per reason of the error catalogue).
 
-use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::error::EmqError;
+use super::error::EmqError;
 
 pub static ENQUEUED: AtomicU64 = AtomicU64::new(0);
 pub static DUPLICATES: AtomicU64 = AtomicU64::new(0);
@@ -75,63 +75,6 @@ pub fn refused(err: &EmqError) {
 
 pub fn get(counter: &AtomicU64) -> u64 {
     counter.load(Ordering::Relaxed)
-}
-
-/// The `INFO emq` section: protocol version and counters.
-pub(crate) extern "C" fn info(
-    ctx: *mut valkey_module::raw::RedisModuleInfoCtx,
-    _for_crash_report: c_int,
-) {
-    use valkey_module::raw;
-    let _ = std::panic::catch_unwind(|| {
-        // SAFETY (all calls): the server passes a live info context for this callback.
-        unsafe {
-            let (Some(section), Some(field_str), Some(field_u64)) = (
-                raw::RedisModule_InfoAddSection,
-                raw::RedisModule_InfoAddFieldCString,
-                raw::RedisModule_InfoAddFieldULongLong,
-            ) else {
-                return;
-            };
-            if section(ctx, c"".as_ptr()) != raw::REDISMODULE_OK as c_int {
-                return;
-            }
-            let version =
-                std::ffi::CString::new(crate::commands::PROTOCOL_VERSION).unwrap_or_default();
-            field_str(ctx, c"version".as_ptr(), version.as_ptr());
-            for (name, counter) in JOB_COUNTERS.iter() {
-                if let Ok(name) = std::ffi::CString::new(*name) {
-                    field_u64(ctx, name.as_ptr(), get(counter));
-                }
-            }
-            field_u64(
-                ctx,
-                c"effects_replicated".as_ptr(),
-                u64::from(crate::effects::open()),
-            );
-            field_u64(
-                ctx,
-                c"watched_queues".as_ptr(),
-                crate::scheduler::watched_queues() as u64,
-            );
-            field_u64(
-                ctx,
-                c"timer_due_queues".as_ptr(),
-                crate::scheduler::due_queues() as u64,
-            );
-            field_u64(
-                ctx,
-                c"timer_ticks_at_budget".as_ptr(),
-                get(&TICKS_AT_BUDGET),
-            );
-            field_u64(ctx, c"timer_visits_refused".as_ptr(), get(&VISITS_REFUSED));
-            for (reason, counter) in REFUSAL_REASONS.iter().zip(REFUSALS.iter()) {
-                if let Ok(name) = std::ffi::CString::new(format!("refused_{reason}")) {
-                    field_u64(ctx, name.as_ptr(), get(counter));
-                }
-            }
-        }
-    });
 }
 
 #[cfg(test)]

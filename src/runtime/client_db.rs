@@ -16,13 +16,16 @@
 //! Where the server restores the database itself, it restores the same one.
 
 use std::collections::BTreeSet;
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use valkey_module::raw;
+use valkey_module::Context;
 
-use crate::store;
+use crate::host::client::{client_id, select_db, selected_db};
+use crate::host::events::{EventName, FilterArgs};
+use crate::host::propagate::NOTIFY_GENERIC;
+use crate::host::server::version;
 
 /// Whether the server runs keyspace callbacks on the executing client: Valkey 8.1 and later
 /// (elsewhere nothing here runs, and costs nothing).
@@ -40,15 +43,12 @@ const TRACKED: usize = 1024;
 
 /// Learns at load whether this server needs the correction.
 pub fn init() {
-    ACTIVE.store(
-        crate::server::version() >= FIRST_AFFECTED_VERSION,
-        Ordering::Relaxed,
-    );
+    ACTIVE.store(version() >= FIRST_AFFECTED_VERSION, Ordering::Relaxed);
 }
 
 /// The command filter's part: the database of a client about to run a `COPY`, now or in the
 /// transaction it is about to run.
-pub fn observe_command(fctx: *mut raw::RedisModuleCommandFilterCtx, first: &[u8]) {
+pub fn observe_command(args: &FilterArgs, first: &[u8]) {
     if !ACTIVE.load(Ordering::Relaxed) {
         return;
     }
@@ -63,89 +63,57 @@ pub fn observe_command(fctx: *mut raw::RedisModuleCommandFilterCtx, first: &[u8]
     if !candidate || !(is(b"COPY") || is(b"EXEC") || is(b"SELECT") || is(b"DISCARD")) {
         return;
     }
-    let Some((id, db, queuing)) = client_of(fctx) else {
+    let Some(client) = args.client() else {
         remember(&COPY_FROM, 0, 0);
         return;
     };
     let mut selected = SELECT_QUEUED.lock().unwrap_or_else(|p| p.into_inner());
     if is(b"COPY") {
         // A queued one runs where its `EXEC` finds the client.
-        if !queuing {
-            remember(&COPY_FROM, id, db);
+        if !client.queuing {
+            remember(&COPY_FROM, client.id, client.db);
         }
     } else if is(b"SELECT") {
-        if queuing {
+        if client.queuing {
             if selected.len() >= TRACKED {
                 selected.pop_first();
             }
-            selected.insert(id);
+            selected.insert(client.id);
         }
-    } else if selected.remove(&id) {
+    } else if selected.remove(&client.id) {
         // `EXEC` or `DISCARD` after a queued `SELECT`: where a `COPY` runs is not known here.
         remember(&COPY_FROM, 0, 0);
     } else if is(b"EXEC") {
-        remember(&COPY_FROM, id, db);
+        remember(&COPY_FROM, client.id, client.db);
     }
-}
-
-/// The filtered command's client: its id, database and whether it is queuing a transaction.
-fn client_of(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Option<(u64, i32, bool)> {
-    let (Some(client_of), Some(info_of)) = (unsafe {
-        (
-            raw::RedisModule_CommandFilterGetClientId,
-            raw::RedisModule_GetClientInfoById,
-        )
-    }) else {
-        return None;
-    };
-    // SAFETY: the filter context is live for this call.
-    let id = unsafe { client_of(fctx) };
-    let mut info = raw::RedisModuleClientInfo {
-        version: 1,
-        flags: 0,
-        id: 0,
-        addr: [0; 46],
-        port: 0,
-        db: 0,
-    };
-    // SAFETY: a version-1 client info, written by the server for a live client id.
-    if unsafe { info_of((&raw mut info).cast(), id) } != raw::REDISMODULE_OK as c_int {
-        return None;
-    }
-    let queuing = info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0;
-    Some((id, i32::from(info.db), queuing))
 }
 
 /// A keyspace event's part, after EchoMQ's own handling of it: selects the client's database
 /// again after the last event of a `MOVE` or `COPY`.
-pub(crate) fn after_event(ctx: *mut raw::RedisModuleCtx, class: c_int, event: *const c_char) {
-    // SAFETY (the read of the first byte): the server's event name, a C string live for this
-    // callback. Most generic events (`del`, `expire`, ...) are told apart by it.
+pub fn after_event(ctx: &Context, class: c_int, event: EventName) {
+    // Most generic events (`del`, `expire`, ...) are told apart by the name's first byte.
     if !ACTIVE.load(Ordering::Relaxed)
-        || class & store::NOTIFY_GENERIC == 0
-        || event.is_null()
-        || !matches!(unsafe { *event } as u8, b'm' | b'c')
+        || class & NOTIFY_GENERIC == 0
+        || !matches!(event.first_byte(), Some(b'm' | b'c'))
     {
         return;
     }
-    // SAFETY: the server's event name, a C string live for this callback.
-    let event = unsafe { std::ffi::CStr::from_ptr(event) }.to_bytes();
-    let from = match event {
+    let from = match event.bytes() {
         b"move_from" => {
-            remember(&MOVE_FROM, store::client_id(ctx), store::selected_db(ctx));
+            remember(&MOVE_FROM, client_id(ctx), selected_db(ctx));
             return;
         }
         b"move_to" => &MOVE_FROM,
         b"copy_to" => &COPY_FROM,
         _ => return,
     };
-    let client = store::client_id(ctx);
+    let client = client_id(ctx);
     if client != 0 && from.0.load(Ordering::Relaxed) == client {
-        store::select_db(ctx, from.1.load(Ordering::Relaxed));
+        select_db(ctx, from.1.load(Ordering::Relaxed));
     }
     // A `COPY` record holds for the rest of its transaction (which may copy again); the filter
     // replaces it before the client's next `COPY` or `EXEC`.
-    if event == b"move_to" {
+    if event.bytes() == b"move_to" {
         remember(from, 0, 0);
     }
 }

@@ -1,10 +1,8 @@
-//! The `emq.*` settings, settable in `module.conf` (after `loadmodule`), with
-//! `MODULE LOADEX ... CONFIG` and with `CONFIG SET`. The server enforces the bounds.
+//! The `emq.*` settings, with their defaults and bounds: settable in `module.conf` (after
+//! `loadmodule`), with `MODULE LOADEX ... CONFIG` and with `CONFIG SET` (the host registers
+//! them, and the server enforces the bounds).
 
-use std::os::raw::{c_char, c_int, c_longlong, c_void};
 use std::sync::atomic::{AtomicI64, Ordering};
-
-use valkey_module::{raw, Context};
 
 /// Largest payload `EMQ.ENQUEUE` accepts, in bytes.
 pub static MAX_PAYLOAD_BYTES: AtomicI64 = AtomicI64::new(MAX_PAYLOAD_DEFAULT);
@@ -15,7 +13,7 @@ pub const MAX_PAYLOAD_MAX: i64 = 512 << 20;
 
 /// The node id carried by minted snowflakes (SPEC §2), 0..=1023.
 pub static NODE_ID: AtomicI64 = AtomicI64::new(0);
-pub const NODE_ID_MAX: i64 = crate::grammar::branded_id::MAX_NODE as i64;
+pub const NODE_ID_MAX: i64 = super::branded_id::MAX_NODE as i64;
 
 pub fn max_payload_bytes() -> i64 {
     MAX_PAYLOAD_BYTES.load(Ordering::Relaxed)
@@ -74,15 +72,15 @@ pub fn backoff(attempts: i64, base: i64, max: i64) -> i64 {
 }
 
 /// One numeric setting: its name under `emq.`, where it lives, its default and bounds.
-struct Setting {
-    name: &'static std::ffi::CStr,
-    value: &'static AtomicI64,
-    default: i64,
-    min: i64,
-    max: i64,
+pub struct Setting {
+    pub name: &'static std::ffi::CStr,
+    pub value: &'static AtomicI64,
+    pub default: i64,
+    pub min: i64,
+    pub max: i64,
 }
 
-const SETTINGS: [Setting; 7] = [
+pub const SETTINGS: [Setting; 7] = [
     Setting {
         name: c"max-payload-bytes",
         value: &MAX_PAYLOAD_BYTES,
@@ -133,64 +131,6 @@ const SETTINGS: [Setting; 7] = [
         max: MAX_DURATION_MS,
     },
 ];
-
-unsafe extern "C" fn get_setting(_name: *const c_char, privdata: *mut c_void) -> c_longlong {
-    // SAFETY: `privdata` is the `&'static AtomicI64` given at registration.
-    match unsafe { privdata.cast::<AtomicI64>().as_ref() } {
-        Some(v) => v.load(Ordering::Relaxed),
-        None => 0,
-    }
-}
-
-unsafe extern "C" fn set_setting(
-    _name: *const c_char,
-    value: c_longlong,
-    privdata: *mut c_void,
-    _err: *mut *mut raw::RedisModuleString,
-) -> c_int {
-    // SAFETY: as above; the server has already checked the bounds.
-    if let Some(v) = unsafe { privdata.cast::<AtomicI64>().as_ref() } {
-        v.store(value, Ordering::Relaxed);
-    }
-    raw::REDISMODULE_OK as c_int
-}
-
-/// Registers every `emq.*` setting (their values live in statics, so nothing is allocated
-/// and nothing leaks on unload), then applies the config file's or LOADEX's values.
-pub fn register(ctx: &Context) -> Result<(), String> {
-    let register =
-        unsafe { raw::RedisModule_RegisterNumericConfig }.ok_or("no module configs API")?;
-    for s in &SETTINGS {
-        s.value.store(s.default, Ordering::Relaxed);
-        // SAFETY: OnLoad context; `privdata` points to a static that outlives the module.
-        let status = unsafe {
-            register(
-                ctx.ctx,
-                s.name.as_ptr(),
-                s.default,
-                raw::REDISMODULE_CONFIG_DEFAULT,
-                s.min,
-                s.max,
-                Some(get_setting),
-                Some(set_setting),
-                None,
-                std::ptr::from_ref(s.value).cast_mut().cast::<c_void>(),
-            )
-        };
-        if status != raw::REDISMODULE_OK as c_int {
-            return Err(format!(
-                "could not register emq.{}",
-                s.name.to_string_lossy()
-            ));
-        }
-    }
-    let load = unsafe { raw::RedisModule_LoadConfigs }.ok_or("no module configs API")?;
-    // SAFETY: OnLoad context, after every setting is registered.
-    if unsafe { load(ctx.ctx) } != raw::REDISMODULE_OK as c_int {
-        return Err("a configured emq.* value was refused".into());
-    }
-    Ok(())
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,58 @@
+//! `EMQ.FAIL <queue> <id> <token> [ERROR <text>] [RETRY-IN <ms>]`: `scheduled` for a retry
+//! after RETRY-IN or the exponential backoff, or `dead` after the last attempt.
+
+use valkey_module::Context;
+
+use super::{is_token, parse_int, parse_job, parse_token};
+use crate::host::acl::Access;
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::host::store::with_queue;
+use crate::host::string::Text;
+use crate::protocol::{job, settings, EmqError};
+use crate::queue::job::Target;
+use crate::queue::lease::{self, Failed};
+use crate::queue::Job;
+
+pub fn run(ctx: &Context, args: &Args) -> CommandResult {
+    if args.len() < 4 {
+        return Err(EmqError::Arity("emq.fail"));
+    }
+    let mut error = None;
+    let mut retry_in = None;
+    let mut i = 4;
+    while i < args.len() {
+        if i + 1 >= args.len() {
+            return Err(EmqError::Syntax(
+                "syntax error: an option lacks its value".into(),
+            ));
+        }
+        let (name, value) = (args.bytes(i), args.bytes(i + 1));
+        if is_token(name, "ERROR") {
+            job::check_payload(value)?;
+            error = Some(value);
+        } else if is_token(name, "RETRY-IN") {
+            retry_in = Some(parse_int(value, 0, settings::MAX_DURATION_MS, "RETRY-IN")?);
+        } else {
+            return Err(EmqError::Syntax(
+                "syntax error: expected ERROR or RETRY-IN".into(),
+            ));
+        }
+        i += 2;
+    }
+    let (queue, id, member) = parse_job(args)?;
+    with_queue(ctx, queue, Access::ReadWrite, |store| {
+        let member = Text::Borrowed(member);
+        let target = Target::check(
+            store,
+            Job {
+                id,
+                member: &member,
+            },
+        )?;
+        let token = parse_token(args.bytes(3))?;
+        Ok(match lease::fail(store, &target, token, error, retry_in)? {
+            Failed::Scheduled => Reply::Bulk(b"scheduled".to_vec()),
+            Failed::Dead => Reply::Bulk(b"dead".to_vec()),
+        })
+    })
+}

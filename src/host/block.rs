@@ -1,0 +1,55 @@
+//! Blocking a client on a key (`EMQ.CLAIM ... BLOCK`): the server keeps it waiting until the
+//! key is signalled ready or the time runs out, and calls back into EchoMQ behind the guard.
+
+use std::os::raw::c_int;
+use std::ptr;
+
+use valkey_module::{raw, Context};
+
+use crate::protocol::EmqError;
+
+use super::guard::{dispatch_ready, reply_timeout};
+use super::reply::{Args, CommandResult};
+use super::string::Str;
+
+/// What a blocked client does when its key is signalled ready: answer (`Some`), or wait on
+/// (`None`).
+pub trait Waiter {
+    fn ready(ctx: &Context, args: &Args) -> Option<CommandResult>;
+}
+
+/// Blocks the calling client until `key` is signalled ready ([`Waiter::ready`] then decides)
+/// or `timeout_ms` passes (0 waits forever; the timeout answers null, as `BLPOP` does).
+pub fn block_on_key<W: Waiter>(
+    ctx: &Context,
+    key: Str<'_>,
+    timeout_ms: i64,
+) -> Result<(), EmqError> {
+    let block = unsafe { raw::RedisModule_BlockClientOnKeys }.ok_or(EmqError::Internal)?;
+    let mut keys = [key.as_ptr()];
+    // SAFETY: live context; the server copies the key list.
+    let bc = unsafe {
+        block(
+            ctx.ctx,
+            Some(on_ready::<W>),
+            Some(reply_timeout),
+            None,
+            timeout_ms,
+            keys.as_mut_ptr(),
+            1,
+            ptr::null_mut(),
+        )
+    };
+    if bc.is_null() {
+        return Err(EmqError::Internal);
+    }
+    Ok(())
+}
+
+extern "C" fn on_ready<W: Waiter>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    dispatch_ready(ctx, argv, argc, W::ready)
+}

@@ -1,0 +1,309 @@
+//! An open key and what EchoMQ does with one: the zset and hash operations of the lifecycle.
+
+use std::cell::Cell;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int};
+use std::ptr::{self, NonNull};
+
+use valkey_module::{raw, Context};
+
+use crate::protocol::{EmqError, Holds};
+
+use super::string::{OwnedString, Str, Text};
+
+/// An open key; closed on drop.
+///
+/// The server signals a key as modified (aborting `WATCH`es, invalidating tracked copies)
+/// only when a write changed it, as a native command does: EchoMQ loads with
+/// `NO_IMPLICIT_SIGNAL_MODIFIED`, every write below marks its key, and drop signals the
+/// marked ones. A duplicate enqueue or a claim that finds nothing leaves watchers alone.
+pub struct Key<'n> {
+    /// `None` for a missing key opened read-only (the server gives no handle for those).
+    ptr: Option<NonNull<raw::RedisModuleKey>>,
+    name: &'n OwnedString,
+    ctx: *mut raw::RedisModuleCtx,
+    modified: Cell<bool>,
+}
+
+impl<'n> Key<'n> {
+    /// Opens `name` for reading and writing (a missing key opens empty).
+    pub fn open(ctx: &Context, name: &'n OwnedString) -> Result<Self, EmqError> {
+        Self::open_mode(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
+    }
+
+    /// Opens `name` for reading only, as a read command's lookup: counted in the server's
+    /// keyspace hits and misses.
+    pub fn open_read(ctx: &Context, name: &'n OwnedString) -> Result<Self, EmqError> {
+        Self::open_mode(ctx, name, raw::REDISMODULE_READ)
+    }
+
+    /// Opens `name` to see what it holds, before a write or in the timer: like a write
+    /// command's lookups, not counted in keyspace hits and misses, no `keymiss` event, and the
+    /// key's LRU/LFU left as it is. (Servers that lack these flags ignore them.)
+    pub fn probe(ctx: &Context, name: &'n OwnedString) -> Result<Self, EmqError> {
+        let quiet = raw::REDISMODULE_OPEN_KEY_NOSTATS
+            | raw::REDISMODULE_OPEN_KEY_NONOTIFY
+            | raw::REDISMODULE_OPEN_KEY_NOTOUCH;
+        Self::open_mode(ctx, name, raw::REDISMODULE_READ | quiet)
+    }
+
+    fn open_mode(ctx: &Context, name: &'n OwnedString, mode: u32) -> Result<Self, EmqError> {
+        let open = unsafe { raw::RedisModule_OpenKey }.ok_or(EmqError::Internal)?;
+        // SAFETY: live context and string; the key is closed in Drop.
+        let p = unsafe { open(ctx.ctx, name.as_ptr(), mode as c_int) };
+        let ptr = NonNull::new(p.cast::<raw::RedisModuleKey>());
+        if ptr.is_none() && mode & raw::REDISMODULE_WRITE != 0 {
+            return Err(EmqError::Internal);
+        }
+        Ok(Self {
+            ptr,
+            name,
+            ctx: ctx.ctx,
+            modified: Cell::new(false),
+        })
+    }
+
+    /// The open handle; `Internal` for a missing key opened read-only.
+    fn handle(&self) -> Result<*mut raw::RedisModuleKey, EmqError> {
+        self.ptr.map(NonNull::as_ptr).ok_or(EmqError::Internal)
+    }
+
+    /// The handle for a write, which marks the key as modified (signalled when it closes).
+    /// Marked before the write: a write that failed half-way must still be signalled.
+    fn write_handle(&self) -> Result<*mut raw::RedisModuleKey, EmqError> {
+        let handle = self.handle()?;
+        self.modified.set(true);
+        Ok(handle)
+    }
+
+    /// `Ok` when the key is empty or a zset; `WRONGTYPE` otherwise.
+    pub fn expect_zset(&self) -> Result<(), EmqError> {
+        match self.holds() {
+            Holds::Nothing | Holds::Zset => Ok(()),
+            _ => Err(EmqError::WrongType),
+        }
+    }
+
+    /// `ZCARD` (0 for a missing key).
+    pub fn len(&self) -> u64 {
+        match (unsafe { raw::RedisModule_ValueLength }, self.ptr) {
+            // SAFETY: the key is open.
+            (Some(f), Some(ptr)) => (unsafe { f(ptr.as_ptr()) }) as u64,
+            _ => 0,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Up to `limit` members with `min <= score <= max`, lowest first (by score, then bytes).
+    pub fn zrange_by_score(
+        &self,
+        min: f64,
+        max: f64,
+        limit: usize,
+    ) -> Result<Vec<(Text<'static>, f64)>, EmqError> {
+        let mut out = Vec::new();
+        if limit == 0 || self.holds() != Holds::Zset {
+            return Ok(out);
+        }
+        let (Some(first), Some(current), Some(next), Some(stop)) = (unsafe {
+            (
+                raw::RedisModule_ZsetFirstInScoreRange,
+                raw::RedisModule_ZsetRangeCurrentElement,
+                raw::RedisModule_ZsetRangeNext,
+                raw::RedisModule_ZsetRangeStop,
+            )
+        }) else {
+            return Err(EmqError::Internal);
+        };
+        let key = self.handle()?;
+        // SAFETY: the key is an open zset; the range is stopped before returning.
+        unsafe {
+            if first(key, min, max, 0, 0) != raw::REDISMODULE_OK as c_int {
+                return Ok(out);
+            }
+            loop {
+                let mut score = 0.0;
+                let ele = current(key, &mut score);
+                match OwnedString::adopt(self.ctx, ele) {
+                    Some(member) => out.push((Text::Owned(member), score)),
+                    None => break,
+                }
+                if out.len() >= limit || next(key) == 0 {
+                    break;
+                }
+            }
+            stop(key);
+        }
+        Ok(out)
+    }
+
+    /// The score of `member`, if it is in the zset.
+    pub fn zscore(&self, member: Str<'_>) -> Option<f64> {
+        if self.holds() != Holds::Zset {
+            return None;
+        }
+        let f = unsafe { raw::RedisModule_ZsetScore }?;
+        let mut score = 0.0;
+        // SAFETY: the key is an open zset.
+        let ok = unsafe { f(self.ptr?.as_ptr(), member.as_ptr(), &mut score) };
+        (ok == raw::REDISMODULE_OK as c_int).then_some(score)
+    }
+
+    /// `ZREM key member`; whether it was there.
+    pub fn zrem(&self, member: Str<'_>) -> Result<bool, EmqError> {
+        if self.holds() != Holds::Zset {
+            return Ok(false);
+        }
+        let f = unsafe { raw::RedisModule_ZsetRem }.ok_or(EmqError::Internal)?;
+        let mut deleted: c_int = 0;
+        // SAFETY: the key is an open zset.
+        let ok = unsafe { f(self.handle()?, member.as_ptr(), &mut deleted) };
+        if ok != raw::REDISMODULE_OK as c_int {
+            return Err(EmqError::WrongType);
+        }
+        if deleted != 0 {
+            self.modified.set(true);
+        }
+        Ok(deleted != 0)
+    }
+
+    /// `HGET key field`.
+    pub fn hash_get(&self, field: &CStr) -> Option<OwnedString> {
+        if self.holds() != Holds::Hash {
+            return None;
+        }
+        let f = unsafe { raw::RedisModule_HashGet }?;
+        let mut value: *mut raw::RedisModuleString = ptr::null_mut();
+        // SAFETY: the key is an open hash; the variadic list is NULL-terminated. The value
+        // is an auto-memory-free string we take ownership of.
+        unsafe {
+            f(
+                self.ptr?.as_ptr(),
+                raw::REDISMODULE_HASH_CFIELDS as c_int,
+                field.as_ptr(),
+                &mut value as *mut *mut raw::RedisModuleString,
+                ptr::null::<c_char>(),
+            )
+        };
+        OwnedString::adopt(self.ctx, value)
+    }
+
+    /// `HSET key field value` for one field.
+    pub fn hash_set(&self, field: Str<'_>, value: Str<'_>) -> Result<(), EmqError> {
+        let hset = unsafe { raw::RedisModule_HashSet }.ok_or(EmqError::Internal)?;
+        // SAFETY: the key is open for writing; the variadic list is NULL-terminated.
+        let n = unsafe {
+            hset(
+                self.write_handle()?,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.as_ptr(),
+                value.as_ptr(),
+                ptr::null::<c_char>(),
+            )
+        };
+        if n < 0 {
+            return Err(EmqError::WrongType);
+        }
+        Ok(())
+    }
+
+    /// `DEL key`.
+    pub fn delete(&self) -> Result<(), EmqError> {
+        let f = unsafe { raw::RedisModule_DeleteKey }.ok_or(EmqError::Internal)?;
+        // SAFETY: the key is open for writing.
+        if unsafe { f(self.write_handle()?) } != raw::REDISMODULE_OK as c_int {
+            return Err(EmqError::Internal);
+        }
+        Ok(())
+    }
+
+    /// `PEXPIREAT key at_ms`.
+    pub fn expire_at(&self, at_ms: i64) -> Result<(), EmqError> {
+        let f = unsafe { raw::RedisModule_SetAbsExpire }.ok_or(EmqError::Internal)?;
+        // SAFETY: the key is open for writing and not empty.
+        if unsafe { f(self.write_handle()?, at_ms) } != raw::REDISMODULE_OK as c_int {
+            return Err(EmqError::Internal);
+        }
+        Ok(())
+    }
+
+    pub fn name(&self) -> &OwnedString {
+        self.name
+    }
+
+    pub fn holds(&self) -> Holds {
+        let Some(ptr) = self.ptr else {
+            return Holds::Nothing;
+        };
+        let Some(key_type) = (unsafe { raw::RedisModule_KeyType }) else {
+            return Holds::Other;
+        };
+        // SAFETY: the key is open.
+        match unsafe { key_type(ptr.as_ptr()) } as isize {
+            raw::REDISMODULE_KEYTYPE_EMPTY => Holds::Nothing,
+            raw::REDISMODULE_KEYTYPE_HASH => Holds::Hash,
+            raw::REDISMODULE_KEYTYPE_ZSET => Holds::Zset,
+            _ => Holds::Other,
+        }
+    }
+
+    /// Sets three hash fields in the given order, in one call.
+    pub fn hash_set3(&self, fields: [(Str<'_>, Str<'_>); 3]) -> Result<(), EmqError> {
+        let hset = unsafe { raw::RedisModule_HashSet }.ok_or(EmqError::Internal)?;
+        let [(f1, v1), (f2, v2), (f3, v3)] = fields;
+        // SAFETY: the key is open for writing; the variadic list is NULL-terminated.
+        let n = unsafe {
+            hset(
+                self.write_handle()?,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                f1.as_ptr(),
+                v1.as_ptr(),
+                f2.as_ptr(),
+                v2.as_ptr(),
+                f3.as_ptr(),
+                v3.as_ptr(),
+                ptr::null::<c_char>(),
+            )
+        };
+        if n < 0 {
+            return Err(EmqError::WrongType);
+        }
+        Ok(())
+    }
+
+    /// `ZADD key score member`; whether the member was added or its score changed.
+    pub fn zadd(&self, score: f64, member: Str<'_>) -> Result<bool, EmqError> {
+        let zadd = unsafe { raw::RedisModule_ZsetAdd }.ok_or(EmqError::Internal)?;
+        // In: no NX/XX; out: whether the member was added, its score changed, or neither.
+        let mut flags: c_int = 0;
+        // SAFETY: the key is open for writing and holds a zset or nothing.
+        let status = unsafe { zadd(self.handle()?, score, member.as_ptr(), &mut flags) };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(EmqError::WrongType);
+        }
+        let changed =
+            flags & (raw::REDISMODULE_ZADD_ADDED | raw::REDISMODULE_ZADD_UPDATED) as c_int != 0;
+        if changed {
+            self.modified.set(true);
+        }
+        Ok(changed)
+    }
+}
+
+impl Drop for Key<'_> {
+    fn drop(&mut self) {
+        if self.modified.get() {
+            if let Some(signal) = unsafe { raw::RedisModule_SignalModifiedKey } {
+                // SAFETY: live context and key name.
+                unsafe { signal(self.ctx, self.name.as_ptr()) };
+            }
+        }
+        if let (Some(close), Some(ptr)) = (unsafe { raw::RedisModule_CloseKey }, self.ptr) {
+            // SAFETY: opened by us and closed once.
+            unsafe { close(ptr.as_ptr()) };
+        }
+    }
+}

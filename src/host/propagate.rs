@@ -1,0 +1,154 @@
+//! How EchoMQ's writes reach the rest of the server: keyspace events, replication by effect
+//! (through the effects gate), the change counter, and waking blocked clients.
+//!
+//! The gate (see `runtime::effects` for when it opens and closes): while it is open, every
+//! effect goes to `RM_Replicate`; while it is closed, an effect goes there only when the AOF
+//! is on or the write happens outside a command (a timer tick), and otherwise only counts as
+//! a change for the server's save points.
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use valkey_module::{raw, Context};
+
+use super::client::Flags;
+use super::string::{OwnedString, Str};
+
+/// Fires a keyspace event as the native command would.
+pub fn notify(ctx: &Context, class: c_int, event: &CStr, key: &OwnedString) {
+    if let Some(f) = unsafe { raw::RedisModule_NotifyKeyspaceEvent } {
+        // SAFETY: live context and key name.
+        unsafe { f(ctx.ctx, class, event.as_ptr(), key.as_ptr()) };
+    }
+}
+
+pub const NOTIFY_HASH: c_int = raw::REDISMODULE_NOTIFY_HASH;
+pub const NOTIFY_ZSET: c_int = raw::REDISMODULE_NOTIFY_ZSET;
+pub const NOTIFY_GENERIC: c_int = raw::REDISMODULE_NOTIFY_GENERIC;
+pub const NOTIFY_EXPIRED: c_int = raw::REDISMODULE_NOTIFY_EXPIRED;
+pub const NOTIFY_EVICTED: c_int = raw::REDISMODULE_NOTIFY_EVICTED;
+
+/// Replicates `cmd args...` to replicas and the AOF. Several calls within one command (or
+/// timer tick) reach them as one MULTI/EXEC.
+fn replicate(ctx: &Context, cmd: &CStr, args: &[Str<'_>]) {
+    let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
+        return;
+    };
+    let (c, a) = (ctx.ctx, cmd.as_ptr());
+    let p = |i: usize| args[i].as_ptr();
+    // The effects of single jobs (up to HSET's seven arguments) go as "s" arguments: the "v"
+    // form costs the server an extra argument-vector reallocation per call.
+    // SAFETY (each call): the format has one "s" per string argument that follows.
+    unsafe {
+        match args.len() {
+            1 => rep(c, a, c"s".as_ptr(), p(0)),
+            2 => rep(c, a, c"ss".as_ptr(), p(0), p(1)),
+            3 => rep(c, a, c"sss".as_ptr(), p(0), p(1), p(2)),
+            5 => rep(c, a, c"sssss".as_ptr(), p(0), p(1), p(2), p(3), p(4)),
+            7 => rep(
+                c,
+                a,
+                c"sssssss".as_ptr(),
+                p(0),
+                p(1),
+                p(2),
+                p(3),
+                p(4),
+                p(5),
+                p(6),
+            ),
+            _ => {
+                let mut argv: Vec<*mut raw::RedisModuleString> =
+                    args.iter().map(|s| s.as_ptr()).collect();
+                // SAFETY: format "v" takes an array of strings and its length.
+                rep(c, a, c"v".as_ptr(), argv.as_mut_ptr(), argv.len())
+            }
+        };
+    }
+}
+
+/// Counts one change toward the server's save points (`server.dirty`), as a replicated
+/// effect would, through `RM_ReplicateVerbatim`. Only for when the server propagates nothing
+/// (see `effects`): the server then drops the call before propagating anything.
+fn count_change(ctx: &Context) {
+    if let Some(f) = unsafe { raw::RedisModule_ReplicateVerbatim } {
+        // SAFETY: live context.
+        unsafe { f(ctx.ctx) };
+    }
+}
+
+/// Wakes clients blocked on `key` (a ZADD to an existing zset does not do it by itself).
+pub fn signal_ready(ctx: &Context, key: Str<'_>) {
+    if let Some(f) = unsafe { raw::RedisModule_SignalKeyAsReady } {
+        // SAFETY: live context and key name.
+        unsafe { f(ctx.ctx, key.as_ptr()) };
+    }
+}
+
+/// Whether effects go to `RM_Replicate` whatever the AOF says.
+static OPEN: AtomicBool = AtomicBool::new(true);
+/// The AOF state as read by the running command: a command cannot turn AOF on while it runs,
+/// so one read serves all its effects (a batch has one per job). `OUTSIDE` between commands,
+/// and after a command nested in another (through a keyspace event) finishes: effects then
+/// replicate whatever the gate says.
+static AOF_MEMO: AtomicU8 = AtomicU8::new(OUTSIDE);
+const OUTSIDE: u8 = 0;
+const UNREAD: u8 = 1;
+const AOF_ON: u8 = 2;
+const AOF_OFF: u8 = 3;
+
+/// Replicates `cmd args...` as an effect when anything can receive it (several effects of
+/// one command reach replicas and the AOF as one MULTI/EXEC); otherwise counts the change.
+pub fn emit(ctx: &Context, cmd: &CStr, args: &[Str<'_>]) {
+    if propagating(ctx) {
+        replicate(ctx, cmd, args);
+    } else {
+        count_change(ctx);
+    }
+}
+
+/// Whether effects go to `RM_Replicate`: the gate is open, AOF is on, or the write happens
+/// outside a command (a timer tick). Those few writes always replicate: counting a skipped
+/// change goes through `RM_ReplicateVerbatim`, which belongs to a command's own arguments.
+fn propagating(ctx: &Context) -> bool {
+    if OPEN.load(Ordering::Relaxed) {
+        return true;
+    }
+    match AOF_MEMO.load(Ordering::Relaxed) {
+        AOF_ON | OUTSIDE => true,
+        AOF_OFF => false,
+        _ => {
+            let on = Flags::of(ctx).aof();
+            AOF_MEMO.store(if on { AOF_ON } else { AOF_OFF }, Ordering::Relaxed);
+            on
+        }
+    }
+}
+
+/// A command of this module starts: the AOF state is read at most once until it finishes.
+pub(crate) fn command_started() {
+    AOF_MEMO.store(UNREAD, Ordering::Relaxed);
+}
+
+/// The command finished: outside commands (timer ticks), every effect replicates.
+pub(crate) fn command_finished() {
+    AOF_MEMO.store(OUTSIDE, Ordering::Relaxed);
+}
+
+/// Opens the gate (`true`) or closes it; whether it was open.
+pub fn set_gate(open: bool) -> bool {
+    OPEN.swap(open, Ordering::Relaxed)
+}
+
+/// Whether the gate is open (for `INFO emq`).
+pub fn gate_open() -> bool {
+    OPEN.load(Ordering::Relaxed)
+}
+
+/// Module load: the gate starts open (a module loaded again after an unload must not trust
+/// what it saw before; replicas may have attached in between).
+pub fn reset_gate() {
+    OPEN.store(true, Ordering::Relaxed);
+    AOF_MEMO.store(OUTSIDE, Ordering::Relaxed);
+}

@@ -1,0 +1,96 @@
+//! The job row (SPEC §1.2): its fields, its states and their words, and the payload limit.
+
+use super::error::EmqError;
+use super::settings;
+
+/// The protocol version this module speaks (SPEC §4), which `EMQ.VERSION` answers.
+pub const PROTOCOL_VERSION: &str = "echomq:2.0.0";
+
+/// Row states (SPEC §6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Pending,
+    Scheduled,
+    Active,
+    Done,
+    Dead,
+}
+
+impl State {
+    /// The state's word in the row's `state` field.
+    pub fn as_bytes(self) -> &'static [u8] {
+        match self {
+            State::Pending => b"pending",
+            State::Scheduled => b"scheduled",
+            State::Active => b"active",
+            State::Done => b"done",
+            State::Dead => b"dead",
+        }
+    }
+}
+
+/// The fields of a job row. A new row holds `state`, `attempts` and `payload`, in that order,
+/// as the reference `@enqueue` script writes them; `error` comes with a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    State,
+    Attempts,
+    Payload,
+    Error,
+}
+
+impl Field {
+    pub fn as_cstr(self) -> &'static std::ffi::CStr {
+        match self {
+            Field::State => c"state",
+            Field::Attempts => c"attempts",
+            Field::Payload => c"payload",
+            Field::Error => c"error",
+        }
+    }
+
+    pub fn as_bytes(self) -> &'static [u8] {
+        self.as_cstr().to_bytes()
+    }
+}
+
+/// A payload (or an error text) against `emq.max-payload-bytes`.
+pub fn check_payload(payload: &[u8]) -> Result<(), EmqError> {
+    let limit = settings::max_payload_bytes();
+    if i64::try_from(payload.len()).map_or(true, |n| n > limit) {
+        return Err(EmqError::Payload { limit });
+    }
+    Ok(())
+}
+
+/// The row's `attempts` as a number: 0 when missing, not a number or negative (a row written
+/// by hand), so a claim's token is always at least 1.
+pub fn attempts_from(text: Option<&[u8]>) -> i64 {
+    text.and_then(|a| std::str::from_utf8(a).ok()?.parse::<i64>().ok())
+        .map_or(0, |a| a.max(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_written_by_hand_read_as_zero() {
+        assert_eq!(attempts_from(Some(b"3")), 3);
+        assert_eq!(attempts_from(Some(b"-2")), 0);
+        assert_eq!(attempts_from(Some(b"x")), 0);
+        assert_eq!(attempts_from(None), 0);
+    }
+
+    #[test]
+    fn payloads_over_the_limit_are_refused() {
+        let limit = settings::max_payload_bytes() as usize;
+        assert!(check_payload(&vec![0; limit]).is_ok());
+        assert_eq!(
+            check_payload(&vec![0; limit + 1]),
+            Err(EmqError::Payload {
+                limit: limit as i64
+            })
+        );
+    }
+}

@@ -1,0 +1,26 @@
+//! The protocol itself, with no server types: the keyspace grammar (SPEC §1), branded ids
+//! (SPEC §2), cluster slots (SPEC §3), the job row and its states (SPEC §1.2, §6), the error
+//! catalogue (SPEC §7), the settings, the counters, and the [`store::Store`] trait through
+//! which the queue layer reads and writes a queue's keys. Everything here is pure and
+//! unit-tested without a server.
+
+#![forbid(unsafe_code)]
+
+pub mod branded_id;
+pub mod counters;
+pub mod error;
+pub mod job;
+pub mod keyspace;
+pub mod settings;
+pub mod slot;
+pub mod store;
+
+#[cfg(test)]
+mod properties;
+
+pub use branded_id::{BrandedId, Minter, LEN as ID_LEN};
+pub use error::EmqError;
+pub use job::{Field, State, PROTOCOL_VERSION};
+pub use keyspace::{decode, job_key, queue_key, Decoded, KeyBuf, KeyType, Queue, RowPrefix};
+pub use slot::{hashtag, slot};
+pub use store::{Holds, KeyRef, Set, Store, Value};

@@ -1,0 +1,141 @@
+//! What a transition may read and write of one queue (SPEC §1): its four sets and its job
+//! rows. The host implements [`Store`] over the server's keys, each write with the keyspace
+//! event and the replicated effect its native command would have; the queue layer's tests
+//! implement it over memory. A transition checks names, permissions and types through it
+//! before its first write (validate, then mutate).
+
+use super::branded_id::BrandedId;
+use super::error::EmqError;
+use super::job::{Field, State};
+use super::keyspace::KeyType;
+
+/// A queue's sets (SPEC §1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Set {
+    /// Ready jobs, score 0, so byte order is mint order.
+    Pending,
+    /// Claimed jobs, scored by their lease deadline.
+    Active,
+    /// Delayed jobs, scored by their due time.
+    Schedule,
+    /// Jobs that spent their attempts, scored by their time of death.
+    Dead,
+}
+
+impl Set {
+    pub const ALL: [Set; 4] = [Set::Pending, Set::Active, Set::Schedule, Set::Dead];
+
+    pub fn key_type(self) -> KeyType {
+        match self {
+            Set::Pending => KeyType::Pending,
+            Set::Active => KeyType::Active,
+            Set::Schedule => KeyType::Schedule,
+            Set::Dead => KeyType::Dead,
+        }
+    }
+
+    /// The set's place in [`Set::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What a key holds, as far as EchoMQ cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holds {
+    Nothing,
+    Hash,
+    Zset,
+    Other,
+}
+
+/// A key whose permission a transition checks: one of the queue's sets, or a job's row.
+pub enum KeyRef<'a, N> {
+    Set(Set),
+    Row(&'a N),
+}
+
+/// A value written to a row field.
+pub enum Value<'v, T> {
+    State(State),
+    /// A decimal integer (`attempts`).
+    Int(i64),
+    /// A string the store already holds.
+    Text(&'v T),
+    /// Bytes the store copies (an error text).
+    Bytes(&'v [u8]),
+}
+
+/// One queue's keys, as a transition sees them. Sets are opened (and type-checked) by
+/// [`Store::open_sets`] before they are read or written; rows are named, probed and opened
+/// one by one. Every method takes `&self`: a transition holds open rows while it writes.
+pub trait Store {
+    /// A string the store keeps and writes without copying (a server string in the host).
+    type Text;
+    /// The name of a job's row.
+    type Name;
+    /// A job's row, open for reading and writing.
+    type Row<'n>
+    where
+        Self: 'n;
+
+    /// The clock, in unix ms.
+    fn now_ms(&self) -> i64;
+    /// A string of the store's own, holding `bytes`.
+    fn text(&self, bytes: &[u8]) -> Result<Self::Text, EmqError>;
+    fn bytes<'t>(&self, text: &'t Self::Text) -> &'t [u8];
+
+    // ---- names, permissions and types: all before the first write ----
+
+    /// The row name of job `id`, whose set member (its canonical text) is `member`.
+    fn row_name(&self, id: &BrandedId, member: &Self::Text) -> Result<Self::Name, EmqError>;
+    /// The caller's permission on every key, in order, checked at once (`NOPERM`).
+    fn check_access(&self, keys: &[KeyRef<'_, Self::Name>]) -> Result<(), EmqError>;
+    /// Opens the sets, each a zset or missing (`WRONGTYPE` otherwise).
+    fn open_sets(&self, sets: &[Set]) -> Result<(), EmqError>;
+    /// What a row holds, looked at without counting as a client's read.
+    fn probe(&self, row: &Self::Name) -> Result<Holds, EmqError>;
+    fn open_row<'n>(&'n self, row: &'n Self::Name) -> Result<Self::Row<'n>, EmqError>;
+
+    // ---- reads ----
+
+    /// How many members an open set has (0 for a missing one).
+    fn len(&self, set: Set) -> u64;
+    /// The score of `member` in an open set.
+    fn score(&self, set: Set, member: &Self::Text) -> Option<f64>;
+    /// Up to `limit` members with `min <= score <= max`, lowest first (by score, then bytes).
+    fn range(
+        &self,
+        set: Set,
+        min: f64,
+        max: f64,
+        limit: usize,
+    ) -> Result<Vec<(Self::Text, f64)>, EmqError>;
+    fn holds(&self, row: &Self::Row<'_>) -> Holds;
+    fn field(&self, row: &Self::Row<'_>, field: Field) -> Option<Self::Text>;
+
+    // ---- writes, each with its keyspace event and its effect ----
+
+    /// `ZADD set score member`: no event and no effect when the member had that score.
+    fn add(&self, set: Set, score: i64, member: &Self::Text) -> Result<(), EmqError>;
+    /// Members new to a set at score 0: one `zadd` event and one variadic `ZADD` effect.
+    fn add_ready(&self, set: Set, members: &[&Self::Text]) -> Result<(), EmqError>;
+    /// `ZREM set member` (and `del` when the set is left empty); whether it was there.
+    fn remove(&self, set: Set, member: &Self::Text) -> Result<bool, EmqError>;
+    /// A new row: `state`, `attempts 0`, `payload`, in the reference script's order.
+    fn write_row(
+        &self,
+        row: &Self::Row<'_>,
+        state: State,
+        payload: &Self::Text,
+    ) -> Result<(), EmqError>;
+    /// `HSET row field value ...`.
+    fn set_fields(
+        &self,
+        row: &Self::Row<'_>,
+        fields: &[(Field, Value<'_, Self::Text>)],
+    ) -> Result<(), EmqError>;
+    fn delete_row(&self, row: &Self::Row<'_>) -> Result<(), EmqError>;
+    /// `PEXPIREAT row at_ms`.
+    fn expire_row(&self, row: &Self::Row<'_>, at_ms: i64) -> Result<(), EmqError>;
+}

@@ -1,0 +1,153 @@
+//! `EMQ.CLAIM`'s transition (SPEC §6): promote what is due, then move up to `count` of the
+//! lowest pending ids to `active` under a lease, `attempts` + 1 each (the lease token).
+
+use crate::protocol::counters::{self, CLAIMED};
+use crate::protocol::{EmqError, Field, Holds, KeyRef, Set, State, Store, Value};
+
+use super::promote::{count_dropped, Due, PROMOTE_BUDGET};
+use super::{attempts, check_row_types, row_of};
+
+/// Most jobs one claim takes.
+pub const MAX_COUNT: i64 = 1000;
+
+/// Most pending members without a row (deleted by hand, evicted under an `allkeys-*` policy)
+/// one claim passes over, so no call does unbounded work.
+pub const ORPHAN_BUDGET: usize = 1000;
+
+/// A job handed to a worker.
+pub struct Claimed {
+    pub id: Vec<u8>,
+    pub payload: Vec<u8>,
+    /// The lease token: the job's attempts, this one included.
+    pub attempts: i64,
+}
+
+/// What a claim did: the jobs it took, and whether it met only members without a row, as many
+/// as one claim passes over, with more members waiting behind them.
+pub struct Outcome {
+    pub claimed: Vec<Claimed>,
+    pub more_behind: bool,
+}
+
+/// A pending member at the head of the queue, read without writing.
+pub struct Head<S: Store> {
+    pub member: S::Text,
+    /// Its row's name; `None` for a member outside the grammar.
+    pub row: Option<S::Name>,
+    /// What the row held when read: `Nothing` for a row that is gone.
+    pub holds: Holds,
+}
+
+/// Promotes what is due, then claims up to `count` jobs leased for `lease_ms`: every check
+/// first (permissions on the sets, then on every row it will touch, then types), then the
+/// writes.
+pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome, EmqError> {
+    store.check_access(&Set::ALL.map(KeyRef::Set))?;
+    store.open_sets(&Set::ALL)?;
+    let now = store.now_ms();
+    let due = Due::find(store, now, PROMOTE_BUDGET)?;
+    let head = pending_head(store, count)?;
+    let rows: Vec<KeyRef<'_, S::Name>> = due
+        .rows()
+        .chain(head.iter().filter_map(|h| h.row.as_ref()))
+        .map(KeyRef::Row)
+        .collect();
+    store.check_access(&rows)?;
+    check_row_types(store, &due.rows().collect::<Vec<_>>())?;
+    check_head_types(&head)?;
+    let moved = due.promote(store, now)?;
+    // Promoted jobs may now come first: read the head again. Its rows are among those checked
+    // (the first head's and the promoted jobs').
+    let head = match moved.to_pending {
+        0 => head,
+        _ => pending_head(store, count)?,
+    };
+    let claimed = take(store, head, now + lease_ms)?;
+    counters::count(&CLAIMED, claimed.len() as u64);
+    // A head with no job in it, and members still pending: the head was all rowless members
+    // (now dropped) up to the budget.
+    let more_behind = claimed.is_empty() && store.len(Set::Pending) != 0;
+    Ok(Outcome {
+        claimed,
+        more_behind,
+    })
+}
+
+/// The lowest pending members, in order, up to the `count`-th whose row exists, read without
+/// writing. Members whose row is gone are passed over, at most [`ORPHAN_BUDGET`] of them, so
+/// the claim that drops them still hands out the jobs behind them.
+pub fn pending_head<S: Store>(store: &S, count: usize) -> Result<Vec<Head<S>>, EmqError> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let mut limit = count;
+    loop {
+        let members = store.range(Set::Pending, f64::NEG_INFINITY, f64::INFINITY, limit)?;
+        let exhausted = members.len() < limit;
+        let mut head = Vec::with_capacity(members.len());
+        let mut live = 0;
+        for (member, _) in members {
+            let row = row_of(store, &member)?;
+            let holds = match &row {
+                Some(name) => store.probe(name)?,
+                None => Holds::Nothing,
+            };
+            live += usize::from(holds != Holds::Nothing);
+            head.push(Head { member, row, holds });
+            if live == count {
+                return Ok(head);
+            }
+        }
+        if exhausted || head.len() - live >= ORPHAN_BUDGET {
+            return Ok(head);
+        }
+        limit = (limit * 2).min(count + ORPHAN_BUDGET);
+    }
+}
+
+/// `WRONGTYPE` when a row of the head is neither a hash nor gone (checked after ACL, before
+/// the first write).
+fn check_head_types<S: Store>(head: &[Head<S>]) -> Result<(), EmqError> {
+    if head
+        .iter()
+        .all(|h| matches!(h.holds, Holds::Nothing | Holds::Hash))
+    {
+        Ok(())
+    } else {
+        Err(EmqError::WrongType)
+    }
+}
+
+/// Moves the jobs of `head` to `active` until `deadline`, with `state active` and `attempts`
+/// + 1, in order. Members without a row are dropped, not handed out.
+fn take<S: Store>(store: &S, head: Vec<Head<S>>, deadline: i64) -> Result<Vec<Claimed>, EmqError> {
+    let mut out = Vec::new();
+    for Head { member, row, holds } in head {
+        store.remove(Set::Pending, &member)?;
+        // What the row held was read with the head (and checked by `check_head_types`).
+        let (Some(name), Holds::Hash) = (row, holds) else {
+            count_dropped();
+            continue;
+        };
+        let row = store.open_row(&name)?;
+        let attempts = attempts(store, &row).saturating_add(1);
+        store.set_fields(
+            &row,
+            &[
+                (Field::State, Value::State(State::Active)),
+                (Field::Attempts, Value::Int(attempts)),
+            ],
+        )?;
+        store.add(Set::Active, deadline, &member)?;
+        let payload = store
+            .field(&row, Field::Payload)
+            .map(|p| store.bytes(&p).to_vec())
+            .unwrap_or_default();
+        out.push(Claimed {
+            id: store.bytes(&member).to_vec(),
+            payload,
+            attempts,
+        });
+    }
+    Ok(out)
+}

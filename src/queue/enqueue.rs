@@ -1,0 +1,224 @@
+//! Enqueue (SPEC §4, §6): the reference `@enqueue` script as one in-process step, for one job
+//! or an all-or-nothing batch. Every check runs before the first write, in SPEC order:
+//! queue -> id -> kind -> payload size ([`check_new`], while parsing) -> ACL -> row exists ->
+//! set type. A due time in the future parks the job in `schedule` with `state scheduled`.
+
+use std::sync::Mutex;
+
+use crate::protocol::counters::{self, DUPLICATES, ENQUEUED, SCHEDULED};
+use crate::protocol::{
+    job, settings, BrandedId, EmqError, Holds, KeyRef, Minter, Set, State, Store,
+};
+
+use super::Job;
+
+static MINTER: Mutex<Minter> = Mutex::new(Minter::new());
+
+/// A minted id that collides with an existing row (a clock far behind the data) is minted
+/// again, at most this many times.
+pub const MINT_TRIES: usize = 8;
+
+/// Most jobs one batch takes.
+pub const MAX_BATCH: usize = 10_000;
+
+/// A fresh `JOB` id for this node, minted at `now_ms`.
+pub fn mint(now_ms: i64) -> BrandedId {
+    let mut minter = MINTER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    minter.mint(u64::try_from(now_ms).unwrap_or(0), settings::node_id())
+}
+
+/// A job's id (when the client gave one) and payload, as SPEC §2 and §1.2 allow them: only a
+/// `JOB` id may be enqueued, and the payload fits `emq.max-payload-bytes`.
+pub fn check_new(id: Option<&BrandedId>, payload: &[u8]) -> Result<(), EmqError> {
+    if id.is_some_and(|id| !id.is_job()) {
+        return Err(EmqError::Kind);
+    }
+    job::check_payload(payload)
+}
+
+/// Where a new job goes: the ready set now, or the delayed set at its due time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    Ready,
+    Due(i64),
+}
+
+impl Placement {
+    /// `at` (unix ms), or ready when that time has come by `now`.
+    pub fn at(at: i64, now: i64) -> Self {
+        if at > now {
+            Placement::Due(at)
+        } else {
+            Placement::Ready
+        }
+    }
+
+    fn set(self) -> Set {
+        match self {
+            Placement::Ready => Set::Pending,
+            Placement::Due(_) => Set::Schedule,
+        }
+    }
+}
+
+/// What an enqueue did with one job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Added {
+    /// Written, under the id the client gave.
+    New,
+    /// Written, under an id minted for it.
+    Minted(BrandedId),
+    /// Its row exists already (before, or earlier in the batch): nothing written.
+    Duplicate,
+}
+
+/// Enqueues one job: `job` with the client's id, or `None` to mint one.
+pub fn enqueue<S: Store>(
+    store: &S,
+    job: Option<Job<'_, S>>,
+    payload: &S::Text,
+    placement: Placement,
+) -> Result<Added, EmqError> {
+    let added = match job {
+        Some(job) => match enqueue_one(store, &job, payload, placement)? {
+            true => Added::New,
+            false => Added::Duplicate,
+        },
+        None => {
+            let mut added = Added::Duplicate;
+            for _ in 0..MINT_TRIES {
+                let id = mint(store.now_ms());
+                let member = store.text(&id.encode())?;
+                let job = Job {
+                    id,
+                    member: &member,
+                };
+                if enqueue_one(store, &job, payload, placement)? {
+                    added = Added::Minted(id);
+                    break;
+                }
+            }
+            added
+        }
+    };
+    match (added, placement) {
+        (Added::Duplicate, _) => counters::count(&DUPLICATES, 1),
+        (_, Placement::Ready) => counters::count(&ENQUEUED, 1),
+        (_, Placement::Due(_)) => counters::count(&SCHEDULED, 1),
+    }
+    Ok(added)
+}
+
+/// ACL -> row exists -> set type -> the row, then the set, each with its event and effect, in
+/// the order the reference script's `HSET` and `ZADD` run. Whether it was written.
+fn enqueue_one<S: Store>(
+    store: &S,
+    job: &Job<'_, S>,
+    payload: &S::Text,
+    placement: Placement,
+) -> Result<bool, EmqError> {
+    let set = placement.set();
+    let name = store.row_name(&job.id, job.member)?;
+    store.check_access(&[KeyRef::Row(&name), KeyRef::Set(set)])?;
+    let row = store.open_row(&name)?;
+    if store.holds(&row) != Holds::Nothing {
+        return Ok(false);
+    }
+    store.open_sets(&[set])?;
+    let (state, score) = match placement {
+        Placement::Ready => (State::Pending, 0),
+        Placement::Due(at) => (State::Scheduled, at),
+    };
+    store.write_row(&row, state, payload)?;
+    store.add(set, score, job.member)?;
+    Ok(true)
+}
+
+/// One job of a batch: the id the client gave (with its text), or `None` to mint one, and its
+/// payload.
+pub struct BatchJob<'j, S: Store> {
+    pub job: Option<Job<'j, S>>,
+    pub payload: &'j S::Text,
+}
+
+/// Enqueues a batch to `pending`, all or nothing: every permission and type is checked before
+/// the first write, and one refusal refuses the batch. One outcome per job, in order. The
+/// effects replicate as one `HSET` per new row and one variadic `ZADD`.
+pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec<Added>, EmqError> {
+    // Each job's id and member: the client's, or minted (its text made here).
+    let mut minted = Vec::new();
+    for job in jobs {
+        if job.job.is_none() {
+            let id = mint(store.now_ms());
+            minted.push((id, store.text(&id.encode())?));
+        }
+    }
+    let mut minted_at = 0;
+    let mut names = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let name = match &job.job {
+            Some(job) => store.row_name(&job.id, job.member)?,
+            None => {
+                let (id, member) = &minted[minted_at];
+                minted_at += 1;
+                store.row_name(id, member)?
+            }
+        };
+        names.push(name);
+    }
+    let mut keys: Vec<KeyRef<'_, S::Name>> = names.iter().map(KeyRef::Row).collect();
+    keys.push(KeyRef::Set(Set::Pending));
+    store.check_access(&keys)?;
+    drop(keys);
+
+    // A minted id that collides with an existing row is minted again (the new row checked on
+    // its own). Still nothing written.
+    let mut minted_at = 0;
+    for (job, name) in jobs.iter().zip(names.iter_mut()) {
+        if job.job.is_some() {
+            continue;
+        }
+        let (id, member) = &mut minted[minted_at];
+        minted_at += 1;
+        for _ in 0..MINT_TRIES {
+            if store.probe(name)? == Holds::Nothing {
+                break;
+            }
+            *id = mint(store.now_ms());
+            *member = store.text(&id.encode())?;
+            *name = store.row_name(id, member)?;
+            store.check_access(&[KeyRef::Row(name)])?;
+        }
+    }
+    store.open_sets(&[Set::Pending])?;
+
+    // Write. Each row is opened once: one that exists already, because it was there before or
+    // an earlier job of this batch wrote it, is a duplicate and stays as it is.
+    let mut members = Vec::with_capacity(jobs.len());
+    let mut added = Vec::with_capacity(jobs.len());
+    let mut minted_at = 0;
+    for (job, name) in jobs.iter().zip(&names) {
+        let (outcome, member) = match &job.job {
+            Some(job) => (Added::New, job.member),
+            None => {
+                let (id, member) = &minted[minted_at];
+                minted_at += 1;
+                (Added::Minted(*id), member)
+            }
+        };
+        let row = store.open_row(name)?;
+        if store.holds(&row) != Holds::Nothing {
+            added.push(Added::Duplicate);
+            continue;
+        }
+        store.write_row(&row, State::Pending, job.payload)?;
+        members.push(member);
+        added.push(outcome);
+    }
+    store.add_ready(Set::Pending, &members)?;
+    counters::count(&ENQUEUED, members.len() as u64);
+    counters::count(&DUPLICATES, (jobs.len() - members.len()) as u64);
+    Ok(added)
+}

@@ -1,0 +1,80 @@
+//! One job named by a client (`<queue> <id>`): its keys checked before anything is opened,
+//! and the operator's transitions on it, cancel and requeue (SPEC §6).
+
+use crate::protocol::counters::{self, CANCELLED, REQUEUED};
+use crate::protocol::{EmqError, Field, Holds, KeyRef, Set, State, Store, Value};
+
+use super::Job;
+
+/// One job's keys, named and permission-checked; nothing opened yet.
+pub struct Target<'j, S: Store> {
+    pub job: Job<'j, S>,
+    pub row: S::Name,
+}
+
+impl<'j, S: Store> Target<'j, S> {
+    /// Names the job's row and checks the caller's permission on the queue's four sets and
+    /// the row.
+    pub fn check(store: &S, job: Job<'j, S>) -> Result<Self, EmqError> {
+        let row = store.row_name(&job.id, job.member)?;
+        store.check_access(&[
+            KeyRef::Set(Set::Pending),
+            KeyRef::Set(Set::Active),
+            KeyRef::Set(Set::Schedule),
+            KeyRef::Set(Set::Dead),
+            KeyRef::Row(&row),
+        ])?;
+        Ok(Self { job, row })
+    }
+
+    /// Opens the sets and the row, refusing wrong types before any write.
+    pub fn open<'n>(&'n self, store: &'n S) -> Result<S::Row<'n>, EmqError> {
+        store.open_sets(&Set::ALL)?;
+        let row = store.open_row(&self.row)?;
+        if !matches!(store.holds(&row), Holds::Nothing | Holds::Hash) {
+            return Err(EmqError::WrongType);
+        }
+        Ok(row)
+    }
+}
+
+/// `EMQ.CANCEL`: removes a pending or scheduled job and its row; whether it did. Any other
+/// job, or none, is left alone.
+pub fn cancel<S: Store>(store: &S, target: &Target<'_, S>) -> Result<bool, EmqError> {
+    let row = target.open(store)?;
+    let member = target.job.member;
+    let from = if store.score(Set::Pending, member).is_some() {
+        Set::Pending
+    } else if store.score(Set::Schedule, member).is_some() {
+        Set::Schedule
+    } else {
+        return Ok(false);
+    };
+    store.remove(from, member)?;
+    if store.holds(&row) != Holds::Nothing {
+        store.delete_row(&row)?;
+    }
+    counters::count(&CANCELLED, 1);
+    Ok(true)
+}
+
+/// `EMQ.REQUEUE`: moves a dead job back to pending with its attempts reset; whether it did.
+/// A job that is not dead is left alone.
+pub fn requeue<S: Store>(store: &S, target: &Target<'_, S>) -> Result<bool, EmqError> {
+    let row = target.open(store)?;
+    let member = target.job.member;
+    if store.score(Set::Dead, member).is_none() || store.holds(&row) != Holds::Hash {
+        return Ok(false);
+    }
+    store.remove(Set::Dead, member)?;
+    store.set_fields(
+        &row,
+        &[
+            (Field::State, Value::State(State::Pending)),
+            (Field::Attempts, Value::Int(0)),
+        ],
+    )?;
+    store.add(Set::Pending, 0, member)?;
+    counters::count(&REQUEUED, 1);
+    Ok(true)
+}

@@ -1,0 +1,285 @@
+//! A [`Store`] over memory, for the transitions' unit tests: a queue's four sets and its rows,
+//! keys that hold another type, permissions denied, and a log of every write (the effects a
+//! replica would receive), so a test sees exactly what a transition wrote.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+
+use crate::protocol::{BrandedId, EmqError, Field, Holds, KeyRef, Set, State, Store, Value};
+
+/// A key of the queue, as a test names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemKey {
+    Set(Set),
+    Row(Vec<u8>),
+}
+
+/// A row: its fields in the order first written, and its expiry.
+type Row = (Vec<(Vec<u8>, Vec<u8>)>, Option<i64>);
+
+#[derive(Default)]
+pub struct Memory {
+    pub now: Cell<i64>,
+    /// Each set's members and scores.
+    pub sets: RefCell<[BTreeMap<Vec<u8>, f64>; 4]>,
+    /// Rows by job id.
+    pub rows: RefCell<BTreeMap<Vec<u8>, Row>>,
+    /// Keys that hold another type (a string written by hand).
+    pub other: RefCell<Vec<MemKey>>,
+    /// Keys the caller may not touch.
+    pub denied: RefCell<Vec<MemKey>>,
+    /// Every write, as the effect a replica would receive.
+    pub writes: RefCell<Vec<String>>,
+    opened: RefCell<[bool; 4]>,
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+impl Memory {
+    pub fn at(now: i64) -> Self {
+        let m = Memory::default();
+        m.now.set(now);
+        m
+    }
+
+    /// The members of `set`, lowest first, with their scores.
+    pub fn members(&self, set: Set) -> Vec<(String, f64)> {
+        let mut all: Vec<(String, f64)> = self.sets.borrow()[set.index()]
+            .iter()
+            .map(|(m, s)| (text(m), *s))
+            .collect();
+        all.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        all
+    }
+
+    /// A row's field, as text.
+    pub fn field(&self, id: &str, field: &str) -> Option<String> {
+        let rows = self.rows.borrow();
+        let (fields, _) = rows.get(id.as_bytes())?;
+        fields
+            .iter()
+            .find(|(f, _)| f == field.as_bytes())
+            .map(|(_, v)| text(v))
+    }
+
+    pub fn expiry(&self, id: &str) -> Option<i64> {
+        self.rows.borrow().get(id.as_bytes()).and_then(|r| r.1)
+    }
+
+    /// Puts a job in `set` at `score` with a row of these fields, as another writer would.
+    pub fn put(&self, set: Set, id: &str, score: f64, fields: &[(&str, &str)]) {
+        self.sets.borrow_mut()[set.index()].insert(id.as_bytes().to_vec(), score);
+        let fields = fields
+            .iter()
+            .map(|(f, v)| (f.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect();
+        self.rows
+            .borrow_mut()
+            .insert(id.as_bytes().to_vec(), (fields, None));
+    }
+
+    fn log(&self, write: String) {
+        self.writes.borrow_mut().push(write);
+    }
+
+    fn opened(&self, set: Set) -> Result<(), EmqError> {
+        match self.opened.borrow()[set.index()] {
+            true => Ok(()),
+            false => Err(EmqError::Internal), // a transition must open a set before using it
+        }
+    }
+
+    fn row_holds(&self, name: &[u8]) -> Holds {
+        if self.other.borrow().contains(&MemKey::Row(name.to_vec())) {
+            Holds::Other
+        } else if self.rows.borrow().contains_key(name) {
+            Holds::Hash
+        } else {
+            Holds::Nothing
+        }
+    }
+
+    fn upsert(&self, row: &[u8], field: Field, value: Vec<u8>) {
+        let mut rows = self.rows.borrow_mut();
+        let (fields, _) = rows.entry(row.to_vec()).or_default();
+        match fields.iter_mut().find(|(f, _)| f == field.as_bytes()) {
+            Some((_, v)) => *v = value,
+            None => fields.push((field.as_bytes().to_vec(), value)),
+        }
+    }
+}
+
+impl Store for Memory {
+    type Text = Vec<u8>;
+    type Name = Vec<u8>;
+    type Row<'n> = &'n Vec<u8>;
+
+    fn now_ms(&self) -> i64 {
+        self.now.get()
+    }
+
+    fn text(&self, bytes: &[u8]) -> Result<Vec<u8>, EmqError> {
+        Ok(bytes.to_vec())
+    }
+
+    fn bytes<'t>(&self, text: &'t Vec<u8>) -> &'t [u8] {
+        text
+    }
+
+    fn row_name(&self, id: &BrandedId, member: &Vec<u8>) -> Result<Vec<u8>, EmqError> {
+        assert_eq!(&id.encode()[..], &member[..], "a member is its id's text");
+        Ok(member.clone())
+    }
+
+    fn check_access(&self, keys: &[KeyRef<'_, Vec<u8>>]) -> Result<(), EmqError> {
+        let denied = self.denied.borrow();
+        for key in keys {
+            let key = match key {
+                KeyRef::Set(set) => MemKey::Set(*set),
+                KeyRef::Row(name) => MemKey::Row(name.to_vec()),
+            };
+            if denied.contains(&key) {
+                return Err(EmqError::NoPerm);
+            }
+        }
+        Ok(())
+    }
+
+    fn open_sets(&self, sets: &[Set]) -> Result<(), EmqError> {
+        for &set in sets {
+            if self.other.borrow().contains(&MemKey::Set(set)) {
+                return Err(EmqError::WrongType);
+            }
+            self.opened.borrow_mut()[set.index()] = true;
+        }
+        Ok(())
+    }
+
+    fn probe(&self, row: &Vec<u8>) -> Result<Holds, EmqError> {
+        Ok(self.row_holds(row))
+    }
+
+    fn open_row<'n>(&'n self, row: &'n Vec<u8>) -> Result<&'n Vec<u8>, EmqError> {
+        Ok(row)
+    }
+
+    fn len(&self, set: Set) -> u64 {
+        self.sets.borrow()[set.index()].len() as u64
+    }
+
+    fn score(&self, set: Set, member: &Vec<u8>) -> Option<f64> {
+        self.opened(set).ok()?;
+        self.sets.borrow()[set.index()].get(member).copied()
+    }
+
+    fn range(
+        &self,
+        set: Set,
+        min: f64,
+        max: f64,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, f64)>, EmqError> {
+        self.opened(set)?;
+        let mut all: Vec<(Vec<u8>, f64)> = self.sets.borrow()[set.index()]
+            .iter()
+            .filter(|(_, s)| (min..=max).contains(*s))
+            .map(|(m, s)| (m.clone(), *s))
+            .collect();
+        all.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        all.truncate(limit);
+        Ok(all)
+    }
+
+    fn holds(&self, row: &&Vec<u8>) -> Holds {
+        self.row_holds(row)
+    }
+
+    fn field(&self, row: &&Vec<u8>, field: Field) -> Option<Vec<u8>> {
+        let rows = self.rows.borrow();
+        let (fields, _) = rows.get(row.as_slice())?;
+        fields
+            .iter()
+            .find(|(f, _)| f == field.as_bytes())
+            .map(|(_, v)| v.clone())
+    }
+
+    fn add(&self, set: Set, score: i64, member: &Vec<u8>) -> Result<(), EmqError> {
+        self.opened(set)?;
+        let old = self.sets.borrow_mut()[set.index()].insert(member.clone(), score as f64);
+        if old != Some(score as f64) {
+            self.log(format!("ZADD {set:?} {score} {}", text(member)));
+        }
+        Ok(())
+    }
+
+    fn add_ready(&self, set: Set, members: &[&Vec<u8>]) -> Result<(), EmqError> {
+        self.opened(set)?;
+        if members.is_empty() {
+            return Ok(());
+        }
+        for member in members {
+            self.sets.borrow_mut()[set.index()].insert(member.to_vec(), 0.0);
+        }
+        let list: Vec<String> = members.iter().map(|m| format!("0 {}", text(m))).collect();
+        self.log(format!("ZADD {set:?} {}", list.join(" ")));
+        Ok(())
+    }
+
+    fn remove(&self, set: Set, member: &Vec<u8>) -> Result<bool, EmqError> {
+        self.opened(set)?;
+        let was = self.sets.borrow_mut()[set.index()].remove(member).is_some();
+        if was {
+            self.log(format!("ZREM {set:?} {}", text(member)));
+        }
+        Ok(was)
+    }
+
+    fn write_row(&self, row: &&Vec<u8>, state: State, payload: &Vec<u8>) -> Result<(), EmqError> {
+        self.upsert(row, Field::State, state.as_bytes().to_vec());
+        self.upsert(row, Field::Attempts, b"0".to_vec());
+        self.upsert(row, Field::Payload, payload.clone());
+        self.log(format!(
+            "HSET {} state {} attempts 0 payload {}",
+            text(row),
+            text(state.as_bytes()),
+            text(payload)
+        ));
+        Ok(())
+    }
+
+    fn set_fields(
+        &self,
+        row: &&Vec<u8>,
+        fields: &[(Field, Value<'_, Vec<u8>>)],
+    ) -> Result<(), EmqError> {
+        let mut write = format!("HSET {}", text(row));
+        for (field, value) in fields {
+            let value = match value {
+                Value::State(s) => s.as_bytes().to_vec(),
+                Value::Int(n) => n.to_string().into_bytes(),
+                Value::Text(t) => t.to_vec(),
+                Value::Bytes(b) => b.to_vec(),
+            };
+            write.push_str(&format!(" {} {}", text(field.as_bytes()), text(&value)));
+            self.upsert(row, *field, value);
+        }
+        self.log(write);
+        Ok(())
+    }
+
+    fn delete_row(&self, row: &&Vec<u8>) -> Result<(), EmqError> {
+        self.rows.borrow_mut().remove(row.as_slice());
+        self.log(format!("DEL {}", text(row)));
+        Ok(())
+    }
+
+    fn expire_row(&self, row: &&Vec<u8>, at_ms: i64) -> Result<(), EmqError> {
+        if let Some(r) = self.rows.borrow_mut().get_mut(row.as_slice()) {
+            r.1 = Some(at_ms);
+        }
+        self.log(format!("PEXPIREAT {} {at_ms}", text(row)));
+        Ok(())
+    }
+}

@@ -1,0 +1,69 @@
+//! Every SPEC §6 transition, in one place: enqueue, claim, renew, ack, fail, cancel, requeue,
+//! and the timer's promote and bury. Each runs over the protocol's [`Store`] trait, checks
+//! names, permissions and types before its first write, and counts what it did in `INFO emq`.
+//! The host implements the store over the server's keys; the tests here over memory.
+
+#![forbid(unsafe_code)]
+
+pub mod claim;
+pub mod enqueue;
+pub mod job;
+pub mod lease;
+pub mod promote;
+pub mod stats;
+
+#[cfg(test)]
+mod memory;
+#[cfg(test)]
+mod tests;
+
+use crate::protocol::{BrandedId, EmqError, Field, Holds, State, Store, Value};
+
+/// A job named by its id and its set member (the id's canonical text, as the store holds it).
+pub struct Job<'j, S: Store> {
+    pub id: BrandedId,
+    pub member: &'j S::Text,
+}
+
+/// The row name of a set member; `None` for a member outside the grammar.
+pub fn row_of<S: Store>(store: &S, member: &S::Text) -> Result<Option<S::Name>, EmqError> {
+    match BrandedId::parse(store.bytes(member)) {
+        Some(id) => store.row_name(&id, member).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The row's `attempts` (see `protocol::job::attempts_from`).
+pub fn attempts<S: Store>(store: &S, row: &S::Row<'_>) -> i64 {
+    let text = store.field(row, Field::Attempts);
+    crate::protocol::job::attempts_from(text.as_ref().map(|t| store.bytes(t)))
+}
+
+/// `HSET row state <state> [error <error>]`.
+pub fn set_state<S: Store>(
+    store: &S,
+    row: &S::Row<'_>,
+    state: State,
+    error: Option<&[u8]>,
+) -> Result<(), EmqError> {
+    match error {
+        Some(e) => store.set_fields(
+            row,
+            &[
+                (Field::State, Value::State(state)),
+                (Field::Error, Value::Bytes(e)),
+            ],
+        ),
+        None => store.set_fields(row, &[(Field::State, Value::State(state))]),
+    }
+}
+
+/// `WRONGTYPE` unless every row is a hash or gone: all before the first write.
+pub fn check_row_types<S: Store>(store: &S, rows: &[&S::Name]) -> Result<(), EmqError> {
+    for name in rows {
+        if !matches!(store.probe(name)?, Holds::Nothing | Holds::Hash) {
+            return Err(EmqError::WrongType);
+        }
+    }
+    Ok(())
+}

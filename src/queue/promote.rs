@@ -1,0 +1,190 @@
+//! What the timer (and each claim, first) moves by itself (SPEC §6): scheduled jobs whose time
+//! came go to pending, and so do jobs whose lease expired, unless that was their last attempt,
+//! when they are buried in `dead`.
+
+use crate::protocol::counters::{self, DROPPED};
+use crate::protocol::{settings, EmqError, Holds, Set, State, Store};
+
+use super::{attempts, row_of, set_state};
+
+/// Most jobs one call (or one timer tick per queue) promotes from each of `schedule` and
+/// `active`, so no call does unbounded work.
+pub const PROMOTE_BUDGET: usize = 1000;
+
+/// A set member with the name of its row (`None` for a member outside the grammar).
+pub struct Member<S: Store> {
+    pub text: S::Text,
+    pub row: Option<S::Name>,
+}
+
+/// Set members (scores dropped) with the names of their rows.
+pub fn with_rows<S: Store>(
+    store: &S,
+    members: Vec<(S::Text, f64)>,
+) -> Result<Vec<Member<S>>, EmqError> {
+    members
+        .into_iter()
+        .map(|(text, _)| {
+            let row = row_of(store, &text)?;
+            Ok(Member { text, row })
+        })
+        .collect()
+}
+
+/// What a queue has due at `now`: scheduled jobs whose time came and leases that expired.
+pub struct Due<S: Store> {
+    pub scheduled: Vec<Member<S>>,
+    pub expired: Vec<Member<S>>,
+}
+
+/// What [`Due::promote`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    /// Jobs back in `pending`.
+    pub to_pending: usize,
+    /// Jobs whose lease expired on their last attempt, moved to `dead`.
+    pub buried: usize,
+}
+
+impl<S: Store> Due<S> {
+    /// Reads (without writing) up to `budget` due members of each open set, with their rows.
+    pub fn find(store: &S, now: i64, budget: usize) -> Result<Self, EmqError> {
+        let horizon = now as f64;
+        Ok(Self {
+            scheduled: with_rows(
+                store,
+                store.range(Set::Schedule, f64::NEG_INFINITY, horizon, budget)?,
+            )?,
+            expired: with_rows(
+                store,
+                store.range(Set::Active, f64::NEG_INFINITY, horizon, budget)?,
+            )?,
+        })
+    }
+
+    pub fn rows(&self) -> impl Iterator<Item = &S::Name> {
+        self.scheduled
+            .iter()
+            .chain(&self.expired)
+            .filter_map(|m| m.row.as_ref())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.scheduled.is_empty() && self.expired.is_empty()
+    }
+
+    /// Whether a set gave all `budget` members it could: more may be due.
+    pub fn is_full(&self, budget: usize) -> bool {
+        self.scheduled.len() >= budget || self.expired.len() >= budget
+    }
+
+    /// Moves due scheduled jobs to pending; expired leases to pending, or to dead when their
+    /// attempts are spent. Members without a row are dropped. Their rows' types were checked
+    /// (`check_row_types`) before.
+    pub fn promote(&self, store: &S, now: i64) -> Result<Moved, EmqError> {
+        let mut moved = Moved::default();
+        for member in &self.scheduled {
+            moved.to_pending += move_to_pending(store, Set::Schedule, member)? as usize;
+        }
+        for member in &self.expired {
+            let spent = match &member.row {
+                Some(name) => {
+                    let row = store.open_row(name)?;
+                    let spent = attempts(store, &row) >= settings::max_attempts();
+                    if spent {
+                        bury(
+                            store,
+                            Set::Active,
+                            &member.text,
+                            &row,
+                            now,
+                            Some(b"lease expired"),
+                        )?;
+                        moved.buried += 1;
+                    }
+                    spent
+                }
+                None => false,
+            };
+            if !spent {
+                moved.to_pending += move_to_pending(store, Set::Active, member)? as usize;
+            }
+        }
+        counters::count(&counters::DEAD, moved.buried as u64);
+        Ok(moved)
+    }
+}
+
+/// Moves one member from `from` to pending with `state pending`; a member whose row is gone
+/// (or not a hash) is dropped instead. Whether it moved.
+fn move_to_pending<S: Store>(store: &S, from: Set, member: &Member<S>) -> Result<bool, EmqError> {
+    store.remove(from, &member.text)?;
+    let Some(name) = &member.row else {
+        count_dropped();
+        return Ok(false);
+    };
+    let row = store.open_row(name)?;
+    if store.holds(&row) != Holds::Hash {
+        count_dropped();
+        return Ok(false);
+    }
+    set_state(store, &row, State::Pending, None)?;
+    store.add(Set::Pending, 0, &member.text)?;
+    Ok(true)
+}
+
+/// Counts a set member dropped because its row was gone.
+pub(crate) fn count_dropped() {
+    counters::count(&DROPPED, 1);
+}
+
+/// Moves a job from `from` to `dead` at `now`, with `state dead` and its last error.
+pub fn bury<S: Store>(
+    store: &S,
+    from: Set,
+    member: &S::Text,
+    row: &S::Row<'_>,
+    now: i64,
+    error: Option<&[u8]>,
+) -> Result<(), EmqError> {
+    store.remove(from, member)?;
+    set_state(store, row, State::Dead, error)?;
+    store.add(Set::Dead, now, member)?;
+    Ok(())
+}
+
+/// The earliest due time or lease deadline of the queue (unix ms), if it has any.
+pub fn next_due<S: Store>(store: &S) -> Result<Option<i64>, EmqError> {
+    let first = |set| -> Result<Option<f64>, EmqError> {
+        Ok(store
+            .range(set, f64::NEG_INFINITY, f64::INFINITY, 1)?
+            .first()
+            .map(|(_, s)| *s))
+    };
+    let earliest = match (first(Set::Schedule)?, first(Set::Active)?) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(earliest.map(|at| at as i64))
+}
+
+/// One visit of the timer to a queue: promotes up to `budget` due jobs of each timed set and
+/// says when to look again (`None`: nothing is scheduled or active any more).
+pub fn visit<S: Store>(
+    store: &S,
+    now: i64,
+    budget: usize,
+) -> Result<(Moved, Option<i64>), EmqError> {
+    store.open_sets(&Set::ALL)?;
+    let due = Due::find(store, now, budget)?;
+    let rows: Vec<&S::Name> = due.rows().collect();
+    super::check_row_types(store, &rows)?;
+    let moved = due.promote(store, now)?;
+    counters::count(&counters::PROMOTED, moved.to_pending as u64);
+    let next = if due.is_full(budget) {
+        Some(now) // more was due than one visit moves
+    } else {
+        next_due(store)?
+    };
+    Ok((moved, next))
+}

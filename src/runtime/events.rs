@@ -1,0 +1,147 @@
+//! What EchoMQ learns beside its own commands, and where each event goes.
+//!
+//! - **Keyspace events** (zset, generic, expired and evicted, on every key): a write to a
+//!   queue's `schedule` or `active` set makes the queue watched by the timer, and the removal
+//!   of the last of the two unwatches it (a replica, which never visits its queues, would
+//!   otherwise keep every queue it ever saw) — whoever wrote them: this module, a Lua speaker,
+//!   the replication stream or a slot import (`RESTORE`). Any write to a `pending` set signals
+//!   the key ready, which wakes blocked `EMQ.CLAIM` callers (a `ZADD` to an existing zset does
+//!   not do that by itself). Then the Valkey 8.1 database correction (`client_db`).
+//! - **Server events**: loading ended (rebuild the watched queues), a config change (the
+//!   eviction warning), the cron (re-arm the timer, slot migrations, the effects gate), a role
+//!   change (the gate), `SWAPDB` and flushes (the watched queues), atomic slot migrations.
+//! - **The command filter**: `MODULE UNLOAD emq`, `CLUSTER ...`, the commands that open the
+//!   effects gate, and the database correction's `COPY`/`EXEC`.
+
+use std::os::raw::c_int;
+
+use valkey_module::Context;
+
+use crate::host::client::selected_db;
+use crate::host::events::{
+    scan_all_dbs, CommandFilter, EventName, FilterArgs, KeyspaceEvents, MigrationEvent,
+    ServerEvent, ServerEvents,
+};
+use crate::host::key::Key;
+use crate::host::propagate::signal_ready;
+use crate::host::server::now_ms;
+use crate::host::store::QueueNames;
+use crate::host::string::Str;
+use crate::protocol::{decode, Decoded, Holds, KeyType, Queue, Set};
+
+use super::{client_db, cluster, effects, eviction, timer};
+
+/// The handler of every event EchoMQ subscribes to.
+pub struct Events;
+
+/// Events that take a key away from where it was: the queue may have nothing left to watch.
+const GONE: [&[u8]; 5] = [b"del", b"expired", b"evicted", b"rename_from", b"move_from"];
+
+impl KeyspaceEvents for Events {
+    fn on_event(ctx: &Context, class: c_int, event: EventName, key: Str<'_>) {
+        observe(ctx, event, key);
+        client_db::after_event(ctx, class, event);
+    }
+}
+
+fn observe(ctx: &Context, event: EventName, key: Str<'_>) {
+    let name = key.bytes();
+    if !name.starts_with(crate::protocol::keyspace::PREFIX) {
+        return;
+    }
+    // The hot case, every enqueue: no need to read the rest of the name to wake claimers
+    // (a name outside the grammar has none blocked on it).
+    if name.ends_with(KeyType::Pending.key_suffix()) {
+        signal_ready(ctx, key);
+        return;
+    }
+    if let Some(Decoded::Queue {
+        queue,
+        ty: KeyType::Schedule | KeyType::Active,
+        ..
+    }) = decode(name)
+    {
+        let db = selected_db(ctx);
+        // The event's name is read only here, for a queue's timed set: every other key the
+        // server reports (any zset or generic write on the server) costs no more than above.
+        if GONE.contains(&event.bytes()) && !has_timed_sets(ctx, queue) {
+            timer::watched().forget(db, queue.as_bytes());
+        } else {
+            timer::watched().visit_at(db, queue.as_bytes(), 0);
+        }
+    }
+}
+
+/// Whether the queue has a `schedule` or an `active` set in the context's database (when
+/// unsure, that it has).
+fn has_timed_sets(ctx: &Context, queue: Queue<'_>) -> bool {
+    let names = QueueNames::new(ctx, queue);
+    let exists = |set| {
+        names
+            .get(set)
+            .and_then(|name| Key::probe(ctx, name))
+            .map_or(true, |k| k.holds() != Holds::Nothing)
+    };
+    exists(Set::Schedule) || exists(Set::Active)
+}
+
+/// Rebuilds the watched queues from the keyspace: once at load and after the server loads data.
+pub fn rebuild(ctx: &Context) {
+    scan_all_dbs(ctx, |db, name| {
+        if let Some(Decoded::Queue {
+            queue,
+            ty: KeyType::Schedule | KeyType::Active,
+            ..
+        }) = decode(name)
+        {
+            timer::watched().visit_at(db, queue.as_bytes(), 0);
+        }
+    });
+}
+
+impl ServerEvents for Events {
+    fn on_event(ctx: &Context, event: ServerEvent<'_>) {
+        match event {
+            ServerEvent::LoadingEnded => rebuild(ctx),
+            ServerEvent::ConfigChanged(names) => eviction::on_config_change(ctx, names),
+            ServerEvent::Cron => {
+                timer::rearm(ctx);
+                let now = now_ms();
+                // The migrations first: the probe reads whether one exports from here.
+                cluster::reconcile(ctx, now);
+                effects::probe(ctx, now);
+            }
+            ServerEvent::RoleChanged => effects::role_changed(),
+            // `SWAPDB a b` exchanges the two databases' contents (no keyspace event says so).
+            ServerEvent::SwapDb(a, b) => timer::watched().swap_dbs(a, b),
+            // `FLUSHDB`, `FLUSHALL`, or a replica emptying its data for a full sync: no keyspace
+            // event names the keys, and the queues of an emptied database have nothing left.
+            ServerEvent::Flushed(db) => timer::watched().forget_db(db),
+            ServerEvent::SlotMigration(kind, ranges) => {
+                cluster::on_atomic_migration(kind, ranges);
+                if kind == MigrationEvent::ExportStarted {
+                    // The export streams the writes it propagates: EchoMQ's must be among them.
+                    effects::export_started();
+                }
+            }
+        }
+    }
+}
+
+impl CommandFilter for Events {
+    /// Every command passes here before it runs, and the first word tells the few that matter
+    /// apart without allocating.
+    fn on_command(args: &FilterArgs) {
+        let first = args.first();
+        effects::observe_command(first);
+        client_db::observe_command(args, first);
+        if first.eq_ignore_ascii_case(b"MODULE") {
+            let words = args.words(8);
+            if words.len() == 3 && words[1].eq_ignore_ascii_case(b"UNLOAD") && words[2] == b"emq" {
+                timer::disarm_for_unload();
+            }
+        } else if first.eq_ignore_ascii_case(b"CLUSTER") {
+            cluster::observe_command(&args.words(8));
+        }
+    }
+}

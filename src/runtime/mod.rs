@@ -1,0 +1,63 @@
+//! What runs beside commands: the timer ([`timer`]), the keyspace and server events and the
+//! command filter ([`events`]), slot migration ([`cluster`]), the effects gate's policy
+//! ([`effects`]), the Valkey 8.1 database correction ([`client_db`]), the eviction warning
+//! ([`eviction`]) and `INFO emq` ([`info`]).
+
+#![forbid(unsafe_code)]
+
+pub mod client_db;
+pub mod cluster;
+pub mod effects;
+pub mod events;
+pub mod eviction;
+pub mod info;
+pub mod timer;
+pub mod watchlist;
+
+use std::sync::atomic::AtomicU64;
+
+use valkey_module::Context;
+
+use crate::host::events::{
+    register_filter, register_info, subscribe_keyspace, subscribe_server_events,
+};
+use crate::host::propagate::{NOTIFY_EVICTED, NOTIFY_EXPIRED, NOTIFY_GENERIC, NOTIFY_ZSET};
+
+/// What must be known before commands are registered (module load).
+pub fn init(ctx: &Context) {
+    effects::reset();
+    cluster::init(ctx);
+    client_db::init();
+}
+
+/// Subscribes to the events, rebuilds the watched queues and starts the timer (module load,
+/// after the commands are registered).
+pub fn start(ctx: &Context) -> Result<(), String> {
+    subscribe_keyspace::<events::Events>(
+        ctx,
+        NOTIFY_ZSET | NOTIFY_GENERIC | NOTIFY_EXPIRED | NOTIFY_EVICTED,
+    )?;
+    subscribe_server_events::<events::Events>(ctx, cluster::handles_atomic_migration());
+    register_filter::<events::Events>(ctx)?;
+    events::rebuild(ctx);
+    timer::start(ctx);
+    eviction::check(ctx);
+    register_info::<info::Info>(ctx);
+    Ok(())
+}
+
+/// Stops the timer and forgets the watched queues (module unload, or a failed load).
+pub fn stop(ctx: &Context) {
+    timer::stop(ctx);
+}
+
+/// Whether `every_ms` has passed since the time stamped in `last` (0: never); if so, stamps
+/// `now_ms`. For work done at most so often from the cron or the timer (main thread only).
+pub fn once_every(last: &AtomicU64, now_ms: u64, every_ms: u64) -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    if now_ms.saturating_sub(last.load(Relaxed)) < every_ms {
+        return false;
+    }
+    last.store(now_ms, Relaxed);
+    true
+}

@@ -1,0 +1,219 @@
+//! Moves due jobs and expired leases back to `pending` without any client process.
+//!
+//! - A module timer ticks every [`TICK_MS`] on primaries only, and promotes what is due on
+//!   the queues it watches, starting no visit after [`TICK_BUDGET`] into a tick.
+//! - The watched queues (those with scheduled or active jobs) are learned from keyspace events
+//!   (see `events`) and rebuilt by one scan after the module loads and after the server loads
+//!   its data. The tick never scans the keyspace.
+//! - The server refuses `MODULE UNLOAD` while a module timer is armed, so the command filter
+//!   stops the timer when `MODULE UNLOAD emq` arrives, and the server's cron re-arms it if the
+//!   module is still loaded afterwards (an unload refused for another reason).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use valkey_module::Context;
+
+use crate::host::acl::Access;
+use crate::host::client::{select_db, selected_db, writes_paused, Flags};
+use crate::host::events::{start_timer, stop_timer, Tick};
+use crate::host::propagate::signal_ready;
+use crate::host::server::{log, module_ctx, now_ms};
+use crate::host::store::with_queue;
+use crate::host::string::OwnedString;
+use crate::protocol::counters::{self, TICKS_AT_BUDGET, VISITS_REFUSED};
+use crate::protocol::{EmqError, Queue};
+use crate::queue::promote::{visit, Moved};
+
+use super::cluster;
+use super::watchlist::Watchlist;
+
+/// How often the timer looks for due work, in ms. A job due at T is claimable by T + a tick.
+pub const TICK_MS: u64 = 10;
+/// After how long a tick starts no new visit: a quarter of its period, as the server's own
+/// active expiry takes at most a quarter of its cycle (a visit under way finishes, bounded by
+/// [`VISIT_BUDGET`]). What is left waits for the next tick, the longest waiting first, so a
+/// backlog of due jobs never stalls the server.
+const TICK_BUDGET: Duration = Duration::from_micros(2_500);
+/// Most jobs one visit moves from each set (about half a millisecond of work): a queue with
+/// more due is visited again while the tick has time, and at the next tick.
+const VISIT_BUDGET: usize = 100;
+/// Most queues read from the watched list at once.
+const QUEUES_PER_BATCH: usize = 256;
+/// How soon a queue whose slot is migrating is looked at again.
+const RETRY_MIGRATING_MS: i64 = 100;
+/// How soon a queue whose visit was refused (a key of it holds another type, written by hand)
+/// is looked at again: its due jobs wait, and move within this once the key is put right.
+const RETRY_REFUSED_MS: i64 = 1000;
+/// At most one server-log warning about refused visits in this many ms.
+const WARN_REFUSED_EVERY_MS: u64 = 60_000;
+static LAST_REFUSED_WARNING_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Queues with scheduled or active jobs, as (db, queue name), each with the unix ms before
+/// which a visit would find nothing due (0: visit at the next tick). Any write to the queue's
+/// `schedule` or `active` set resets it to 0, so an earlier due time is never missed.
+static WATCHED: Mutex<Watchlist> = Mutex::new(Watchlist::new());
+/// Pending sets, as (db, key name), whose blocked claimers were woken while client writes were
+/// paused and left waiting; the first tick after the pause wakes them again.
+static DEFERRED: Mutex<BTreeSet<(i32, Vec<u8>)>> = Mutex::new(BTreeSet::new());
+static TIMER: AtomicU64 = AtomicU64::new(0);
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+pub(super) fn watched() -> std::sync::MutexGuard<'static, Watchlist> {
+    WATCHED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn deferred() -> std::sync::MutexGuard<'static, BTreeSet<(i32, Vec<u8>)>> {
+    DEFERRED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Number of queues the timer watches (for `INFO emq`).
+pub fn watched_queues() -> usize {
+    watched().len()
+}
+
+/// Number of watched queues whose visit is due and has not happened yet (for `INFO emq`): those
+/// written to since the last tick, and more if the timer is behind or writes are paused.
+pub fn due_queues() -> usize {
+    watched().due_count(now_ms() as i64)
+}
+
+/// Starts the timer (module load).
+pub fn start(ctx: &Context) {
+    RUNNING.store(true, Ordering::SeqCst);
+    arm(ctx);
+}
+
+/// Stops the timer and forgets the watched queues (module unload).
+pub fn stop(ctx: &Context) {
+    RUNNING.store(false, Ordering::SeqCst);
+    disarm(ctx);
+    watched().clear();
+}
+
+/// Stops the timer, if armed, through the module's own context (`MODULE UNLOAD emq` seen by
+/// the command filter).
+pub fn disarm_for_unload() {
+    disarm(&module_ctx());
+}
+
+fn disarm(ctx: &Context) {
+    let id = TIMER.swap(0, Ordering::SeqCst);
+    if id != 0 {
+        stop_timer(ctx, id);
+    }
+}
+
+/// Arms the timer again if nothing is armed (the server's cron).
+pub fn rearm(ctx: &Context) {
+    if TIMER.load(Ordering::SeqCst) == 0 {
+        arm(ctx);
+    }
+}
+
+fn arm(ctx: &Context) {
+    if !RUNNING.load(Ordering::SeqCst) {
+        return;
+    }
+    TIMER.store(start_timer::<Timer>(ctx, TICK_MS), Ordering::SeqCst);
+}
+
+struct Timer;
+
+impl Tick for Timer {
+    fn tick(ctx: &Context) {
+        TIMER.store(0, Ordering::SeqCst);
+        tick(ctx);
+        arm(ctx);
+    }
+}
+
+fn tick(ctx: &Context) {
+    let flags = Flags::of(ctx);
+    if !flags.primary() || flags.loading() || writes_paused() {
+        return;
+    }
+    let started = Instant::now();
+    let now = now_ms() as i64;
+    let original = selected_db(ctx);
+    wake_deferred(ctx);
+    'tick: loop {
+        let batch = watched().due(now, QUEUES_PER_BATCH);
+        if batch.is_empty() {
+            break;
+        }
+        for (db, name) in batch {
+            if started.elapsed() >= TICK_BUDGET {
+                counters::count(&TICKS_AT_BUDGET, 1);
+                break 'tick;
+            }
+            let next = if select_db(ctx, db) {
+                promote(ctx, &name, now).unwrap_or_else(|e| Some(refused(ctx, db, &name, &e, now)))
+            } else {
+                None
+            };
+            match next {
+                None => watched().forget(db, &name),
+                Some(next) => watched().visit_at(db, &name, next),
+            }
+        }
+    }
+    select_db(ctx, original);
+}
+
+/// Promotes what is due on one queue; when to look at it again (`None`: stop watching it).
+fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Option<i64>, EmqError> {
+    let Some(queue) = Queue::parse(name) else {
+        return Ok(None);
+    };
+    if cluster::check_stable(queue).is_err() {
+        // Keys in flight between nodes: leave them be until the migration settles.
+        return Ok(Some(now + RETRY_MIGRATING_MS));
+    }
+    let (_moved, next): (Moved, _) = with_queue(ctx, queue, Access::ReadWrite, |store| {
+        visit(store, now, VISIT_BUDGET)
+    })?;
+    Ok(next)
+}
+
+/// A visit refused before it moved anything: the queue stays watched and is tried again in
+/// [`RETRY_REFUSED_MS`], so its due jobs move once the key is put right. Counted in `INFO emq`
+/// and logged, at most once a minute. When to look again.
+fn refused(ctx: &Context, db: i32, name: &[u8], error: &EmqError, now: i64) -> i64 {
+    counters::count(&VISITS_REFUSED, 1);
+    let now_ms = u64::try_from(now).unwrap_or(0);
+    if super::once_every(&LAST_REFUSED_WARNING_MS, now_ms, WARN_REFUSED_EVERY_MS) {
+        log(
+            ctx,
+            c"warning",
+            &format!(
+                "EchoMQ: the timer cannot move the due jobs of queue '{}' (db {db}): {}; \
+                 it tries again every second",
+                String::from_utf8_lossy(name),
+                error.message()
+            ),
+        );
+    }
+    now + RETRY_REFUSED_MS
+}
+
+/// Leaves the claimers blocked on the pending set `key` (in the context's db) waiting until
+/// client writes resume, when the timer wakes them again.
+pub fn wake_after_pause(ctx: &Context, key: &[u8]) {
+    deferred().insert((selected_db(ctx), key.to_vec()));
+}
+
+/// Wakes the claimers left waiting while writes were paused; the caller restores the db.
+fn wake_deferred(ctx: &Context) {
+    let keys = std::mem::take(&mut *deferred());
+    for (db, name) in keys {
+        if !select_db(ctx, db) {
+            continue;
+        }
+        if let Ok(key) = OwnedString::new(ctx, &name) {
+            signal_ready(ctx, key.as_str());
+        }
+    }
+}
