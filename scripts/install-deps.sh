@@ -26,7 +26,7 @@ have_clang() {
 have_cc() { command -v cc >/dev/null 2>&1 && [ -e /usr/include/stdlib.h ]; }
 have_valkey() { command -v valkey-server >/dev/null 2>&1 && command -v valkey-cli >/dev/null 2>&1; }
 have_redis() { command -v redis-server >/dev/null 2>&1; }
-# The suite runs the README's Python worker with the stock redis-py client.
+# The clients suite runs examples/worker.py with the stock redis-py client.
 have_pyredis() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import redis" >/dev/null 2>&1; }
 
 missing=()

@@ -1,6 +1,6 @@
-//! The README's reference tables against a real server: every command, setting and `INFO emq`
-//! field it documents exists with the documented flags, default and range, and nothing the
-//! module registers is left out.
+//! The reference pages against a real server: every command in docs/commands.md and every
+//! setting and `INFO emq` field in docs/configuration.md exists with the documented flags,
+//! options, default and range, and nothing the module registers is left out.
 
 mod support;
 
@@ -9,13 +9,15 @@ use std::collections::BTreeSet;
 use redis::{cmd, Value};
 use support::*;
 
-fn readme() -> String {
-    std::fs::read_to_string(repo_root().join("README.md")).expect("README.md")
-}
-
-/// The lines of the README section headed `## <title>`, up to the next `## ` heading.
-fn section(text: &str, title: &str) -> Vec<String> {
+/// The lines of the section headed `## <title>` in `docs/<page>`, up to the next `## ` heading.
+fn section(page: &str, title: &str) -> Vec<String> {
+    let path = repo_root().join("docs").join(page);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     let heading = format!("## {title}");
+    assert!(
+        text.lines().any(|l| l == heading),
+        "docs/{page} has no section {heading:?}"
+    );
     text.lines()
         .skip_while(|l| *l != heading)
         .skip(1)
@@ -56,7 +58,7 @@ fn code_spans(text: &str) -> Vec<String> {
 fn the_command_table_lists_every_command_with_its_flags() {
     let server = Server::shared();
     let mut con = server.conn();
-    let rows: Vec<Vec<String>> = section(&readme(), "Commands")
+    let rows: Vec<Vec<String>> = section("commands.md", "Commands")
         .iter()
         .filter(|l| l.starts_with("| `EMQ."))
         .map(|l| cells(l))
@@ -69,7 +71,7 @@ fn the_command_table_lists_every_command_with_its_flags() {
         })
         .collect();
     let registered: BTreeSet<String> = emq_commands(&mut con).into_iter().collect();
-    assert_eq!(documented, registered, "README command table vs the server");
+    assert_eq!(documented, registered, "commands.md vs the server");
     assert_eq!(rows.len(), registered.len(), "one row per command");
 
     for row in &rows {
@@ -100,7 +102,7 @@ fn the_command_table_lists_every_command_with_its_flags() {
                 other => panic!("{name} flag: {other:?}"),
             })
             .collect();
-        assert_eq!(documented, actual, "{name}: README flags vs COMMAND INFO");
+        assert_eq!(documented, actual, "{name}: flags vs COMMAND INFO");
         // The usage's options are the ones COMMAND DOCS gives the command.
         let docs: Value = cmd("COMMAND")
             .arg("DOCS")
@@ -125,7 +127,7 @@ fn the_command_table_lists_every_command_with_its_flags() {
 fn the_configuration_table_gives_each_settings_default_and_range() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
-    let rows: Vec<Vec<String>> = section(&readme(), "Configuration")
+    let rows: Vec<Vec<String>> = section("configuration.md", "Settings")
         .iter()
         .filter(|l| l.starts_with("| `emq."))
         .map(|l| cells(l))
@@ -137,7 +139,7 @@ fn the_configuration_table_gives_each_settings_default_and_range() {
         .expect("CONFIG GET");
     let live: BTreeSet<String> = live.chunks(2).map(|kv| kv[0].clone()).collect();
     let documented: BTreeSet<String> = rows.iter().map(|r| code_spans(&r[0]).remove(0)).collect();
-    assert_eq!(documented, live, "README settings vs CONFIG GET emq.*");
+    assert_eq!(documented, live, "configuration.md vs CONFIG GET emq.*");
 
     let set = |con: &mut redis::Connection, name: &str, value: i64| -> Result<(), String> {
         cmd("CONFIG")
@@ -176,10 +178,10 @@ fn the_configuration_table_gives_each_settings_default_and_range() {
 }
 
 #[test]
-fn observability_names_every_info_field() {
+fn the_info_section_names_every_info_field() {
     let server = Server::shared();
     let mut con = server.conn();
-    let text = section(&readme(), "Observability").join("\n");
+    let text = section("configuration.md", "INFO emq").join("\n");
     let mut documented: BTreeSet<String> = code_spans(&text)
         .into_iter()
         .filter(|w| w.starts_with("emq_") && !w.contains('<'))
@@ -202,5 +204,5 @@ fn observability_names_every_info_field() {
         .filter_map(|l| l.split_once(':'))
         .map(|(k, _)| k.to_string())
         .collect();
-    assert_eq!(documented, live, "README Observability vs INFO emq");
+    assert_eq!(documented, live, "configuration.md vs INFO emq");
 }
