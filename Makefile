@@ -1,7 +1,7 @@
 # EchoMQ: the verbs a newcomer types.
 #   make run    build the module and start valkey-server with module.conf (foreground)
 #   make test   unit tests and integration tests against real servers
-#   make lint   cargo fmt --check and clippy with warnings denied
+#   make lint   cargo fmt --check, clippy with warnings denied, and the layer check
 #   make test-redis7  the core suites against redis-server 7.0
 #   make test-valkey-latest  every suite against the newest Valkey in Debian's archive
 #   make test-valgrind  the suites with valkey-server under valgrind memcheck
@@ -117,9 +117,12 @@ bench: build
 	@# stays target/release/libechomq.so, built by `make build`.
 	CARGO_TARGET_DIR=target/bench $(CARGO) bench --bench enqueue
 
+# The layer check (tests/layers.rs) reads src/ and fails on an upward import, an import cycle
+# or unsafe code outside host/ (docs/architecture.md).
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) test --test layers
 
 clean:
 	$(CARGO) clean

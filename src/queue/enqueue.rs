@@ -38,6 +38,28 @@ pub fn check_new(id: Option<&BrandedId>, payload: &[u8]) -> Result<(), EmqError>
     job::check_payload(payload)
 }
 
+/// A minted id and its set member (the id's text, as the store holds it).
+fn fresh<S: Store>(store: &S) -> Result<(BrandedId, S::Text), EmqError> {
+    let id = mint(store.now_ms());
+    Ok((id, store.text(&id.encode())?))
+}
+
+/// Mints ids until `take` accepts one (a minted id that collides with an existing row, a
+/// clock far behind the data, is minted again), at most [`MINT_TRIES`] times; whether one was
+/// taken.
+fn until_free<S: Store>(
+    store: &S,
+    mut take: impl FnMut(BrandedId, S::Text) -> Result<bool, EmqError>,
+) -> Result<bool, EmqError> {
+    for _ in 0..MINT_TRIES {
+        let (id, member) = fresh(store)?;
+        if take(id, member)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Where a new job goes: the ready set now, or the delayed set at its due time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
@@ -88,18 +110,17 @@ pub fn enqueue<S: Store>(
         },
         None => {
             let mut added = Added::Duplicate;
-            for _ in 0..MINT_TRIES {
-                let id = mint(store.now_ms());
-                let member = store.text(&id.encode())?;
+            until_free(store, |id, member| {
                 let job = Job {
                     id,
                     member: &member,
                 };
-                if enqueue_one(store, &job, payload, placement)? {
+                let written = enqueue_one(store, &job, payload, placement)?;
+                if written {
                     added = Added::Minted(id);
-                    break;
                 }
-            }
+                Ok(written)
+            })?;
             added
         }
     };
@@ -151,8 +172,7 @@ pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec
     let mut minted = Vec::new();
     for job in jobs {
         if job.job.is_none() {
-            let id = mint(store.now_ms());
-            minted.push((id, store.text(&id.encode())?));
+            minted.push(fresh(store)?);
         }
     }
     let mut minted_at = 0;
@@ -182,15 +202,16 @@ pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec
         }
         let (id, member) = &mut minted[minted_at];
         minted_at += 1;
-        for _ in 0..MINT_TRIES {
-            if store.probe(name)? == Holds::Nothing {
-                break;
-            }
-            *id = mint(store.now_ms());
-            *member = store.text(&id.encode())?;
-            *name = store.row_name(id, member)?;
-            store.check_access(&[KeyRef::Row(name)])?;
+        if store.probe(name)? == Holds::Nothing {
+            continue;
         }
+        until_free(store, |new_id, new_member| {
+            let new_name = store.row_name(&new_id, &new_member)?;
+            store.check_access(&[KeyRef::Row(&new_name)])?;
+            let free = store.probe(&new_name)? == Holds::Nothing;
+            (*id, *member, *name) = (new_id, new_member, new_name);
+            Ok(free)
+        })?;
     }
     store.open_sets(&[Set::Pending])?;
 
