@@ -26,7 +26,7 @@ fn f1_the_map() {
         .query(&mut con)
         .expect("row");
     assert_eq!(row, "emq:{orders}:job:ORD0NgWEfAEJfs");
-    for ty in ["active", "schedule", "dead", "meta"] {
+    for ty in ["active", "schedule", "dead", "meta", "events"] {
         let k: String = key(&["orders", ty]).query(&mut con).expect("type");
         assert_eq!(k, format!("emq:{{orders}}:{ty}"));
     }

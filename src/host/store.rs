@@ -78,9 +78,11 @@ pub struct ServerStore<'s, 'a> {
 }
 
 impl<'s> ServerStore<'s, '_> {
-    fn set(&self, set: Set) -> Result<&Key<'s>, EmqError> {
+    /// An open set (`Internal` before `open_sets`).
+    pub(crate) fn set(&self, set: Set) -> Result<&Key<'s>, EmqError> {
         self.sets[set.index()].get().ok_or(EmqError::Internal)
     }
+
 
     fn prefix(&self) -> RowPrefix {
         self.prefix.get().unwrap_or_else(|| {

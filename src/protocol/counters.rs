@@ -44,9 +44,10 @@ pub static JOB_COUNTERS: [(&str, &AtomicU64); 12] = [
 ];
 
 /// Refusals by reason, in the order of [`REFUSAL_REASONS`].
-pub static REFUSALS: [AtomicU64; REFUSAL_REASONS.len()] = [const { AtomicU64::new(0) }; 13];
+pub static REFUSALS: [AtomicU64; REFUSAL_REASONS.len()] =
+    [const { AtomicU64::new(0) }; REFUSAL_REASONS.len()];
 
-pub const REFUSAL_REASONS: [&str; 13] = [
+pub const REFUSAL_REASONS: [&str; 15] = [
     "queue",
     "type",
     "id",
@@ -54,6 +55,8 @@ pub const REFUSAL_REASONS: [&str; 13] = [
     "key",
     "payload",
     "lease",
+    "set",
+    "cursor",
     "noperm",
     "wrongtype",
     "syntax",
@@ -91,6 +94,8 @@ mod tests {
             EmqError::Key,
             EmqError::Payload { limit: 1 },
             EmqError::Lease,
+            EmqError::Set,
+            EmqError::Cursor,
             EmqError::NoPerm,
             EmqError::NoPermCommand,
             EmqError::UncheckableUser,

@@ -19,6 +19,10 @@ pub enum EmqError {
     Payload { limit: i64 },
     /// A stale or missing lease token.
     Lease,
+    /// An unknown set name (`EMQ.JOBS`, `EMQ.PURGE`).
+    Set,
+    /// A cursor no reply of this command gave.
+    Cursor,
     /// The user may not touch a derived key.
     NoPerm,
     /// The user may no longer run the command: its rules changed while the command waited.
@@ -49,7 +53,7 @@ impl EmqError {
                 "EMQQUEUE queue name must be 1-128 printable ASCII bytes without braces".into()
             }
             EmqError::Type => {
-                "EMQTYPE unknown key type; expected pending, active, schedule, dead, meta or job"
+                "EMQTYPE unknown key type; expected pending, active, schedule, dead, meta, events or job"
                     .into()
             }
             EmqError::Id => "EMQID malformed branded id; expected 3 upper-case letters and 11 base62 digits below 2^63".into(),
@@ -59,6 +63,10 @@ impl EmqError {
                 format!("EMQPAYLOAD payload exceeds emq.max-payload-bytes ({limit})").into()
             }
             EmqError::Lease => "EMQLEASE stale or missing lease token".into(),
+            EmqError::Set => {
+                "EMQSET unknown set; expected pending, active, scheduled or dead".into()
+            }
+            EmqError::Cursor => "EMQCURSOR malformed cursor; pass 0 or a cursor a reply gave".into(),
             EmqError::NoPerm => "NOPERM No permissions to access a key".into(),
             EmqError::NoPermCommand => "NOPERM No permissions to run this command".into(),
             EmqError::UncheckableUser => "NOPERM EchoMQ cannot check the key permissions of \
@@ -90,6 +98,8 @@ impl EmqError {
             EmqError::Key => "key",
             EmqError::Payload { .. } => "payload",
             EmqError::Lease => "lease",
+            EmqError::Set => "set",
+            EmqError::Cursor => "cursor",
             EmqError::NoPerm | EmqError::NoPermCommand | EmqError::UncheckableUser => "noperm",
             EmqError::WrongType => "wrongtype",
             EmqError::Arity(_) | EmqError::Syntax(_) => "syntax",
@@ -121,6 +131,8 @@ mod tests {
             (EmqError::Key, "EMQKEY "),
             (EmqError::Payload { limit: 5 }, "EMQPAYLOAD "),
             (EmqError::Lease, "EMQLEASE "),
+            (EmqError::Set, "EMQSET "),
+            (EmqError::Cursor, "EMQCURSOR "),
             (EmqError::NoPerm, "NOPERM "),
             (EmqError::NoPermCommand, "NOPERM "),
             (EmqError::UncheckableUser, "NOPERM "),

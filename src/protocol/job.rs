@@ -30,13 +30,17 @@ impl State {
 }
 
 /// The fields of a job row. A new row holds `state`, `attempts` and `payload`, in that order,
-/// as the reference `@enqueue` script writes them; `error` comes with a failure.
+/// as the reference `@enqueue` script writes them; `error` comes with a failure, `result` with
+/// an acknowledgement that carries one, `progress` with a renewal that carries one. A job that
+/// uses none of these keeps the reference row, byte for byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Field {
     State,
     Attempts,
     Payload,
     Error,
+    Result,
+    Progress,
 }
 
 impl Field {
@@ -46,6 +50,8 @@ impl Field {
             Field::Attempts => c"attempts",
             Field::Payload => c"payload",
             Field::Error => c"error",
+            Field::Result => c"result",
+            Field::Progress => c"progress",
         }
     }
 

@@ -38,19 +38,22 @@ pub enum KeyType {
     Schedule,
     /// Jobs that exhausted their attempts (zset, score = time of death).
     Dead,
-    /// Per-queue facts (hash).
+    /// Per-queue facts (hash): the paused flag, the event stream's setting (SPEC §9).
     Meta,
+    /// The queue's transitions while its event stream is on (stream, capped; SPEC §9).
+    Events,
     /// The job row (hash); its key carries a branded id.
     Job,
 }
 
 impl KeyType {
-    pub const ALL: [KeyType; 6] = [
+    pub const ALL: [KeyType; 7] = [
         KeyType::Pending,
         KeyType::Active,
         KeyType::Schedule,
         KeyType::Dead,
         KeyType::Meta,
+        KeyType::Events,
         KeyType::Job,
     ];
 
@@ -61,6 +64,7 @@ impl KeyType {
             KeyType::Schedule => "schedule",
             KeyType::Dead => "dead",
             KeyType::Meta => "meta",
+            KeyType::Events => "events",
             KeyType::Job => "job",
         }
     }
@@ -74,6 +78,7 @@ impl KeyType {
             KeyType::Schedule => b"}:schedule",
             KeyType::Dead => b"}:dead",
             KeyType::Meta => b"}:meta",
+            KeyType::Events => b"}:events",
             KeyType::Job => b"}:job:",
         }
     }
@@ -256,6 +261,7 @@ mod tests {
             (KeyType::Schedule, b"emq:{q}:schedule"),
             (KeyType::Dead, b"emq:{q}:dead"),
             (KeyType::Meta, b"emq:{q}:meta"),
+            (KeyType::Events, b"emq:{q}:events"),
         ] {
             assert_eq!(queue_key(q("q"), ty), key);
             assert_eq!(KeyType::parse(ty.name().as_bytes()), Some(ty));
