@@ -5,16 +5,12 @@ use std::os::raw::c_int;
 
 use valkey_module::{raw, Context};
 
-/// The id of the context's client (0 when the server cannot say).
+/// The id of the context's client (0 for none).
 pub fn client_id(ctx: &Context) -> u64 {
-    match unsafe { raw::RedisModule_GetClientId } {
-        // SAFETY: live context.
-        Some(f) => unsafe { f(ctx.ctx) },
-        None => 0,
-    }
+    ctx.get_client_id()
 }
 
-/// The database selected on the context's client.
+/// The database selected on the context's client (the crate has no `GetSelectedDb`).
 pub fn selected_db(ctx: &Context) -> i32 {
     match unsafe { raw::RedisModule_GetSelectedDb } {
         // SAFETY: live context.
@@ -23,7 +19,8 @@ pub fn selected_db(ctx: &Context) -> i32 {
     }
 }
 
-/// Selects `db` on the context's client; whether the server took it.
+/// Selects `db` on the context's client; whether the server took it (the crate has no
+/// `SelectDb`).
 pub fn select_db(ctx: &Context, db: i32) -> bool {
     match unsafe { raw::RedisModule_SelectDb } {
         // SAFETY: live context; an out-of-range db is refused with ERR.
@@ -38,11 +35,7 @@ pub struct Flags(u32);
 
 impl Flags {
     pub fn of(ctx: &Context) -> Flags {
-        Flags(match unsafe { raw::RedisModule_GetContextFlags } {
-            // SAFETY: live context.
-            Some(f) => (unsafe { f(ctx.ctx) }) as u32,
-            None => 0,
-        })
+        Flags(ctx.get_flags().bits() as u32)
     }
 
     fn has(self, flag: u32) -> bool {
@@ -85,11 +78,8 @@ impl Flags {
 /// replica). Outside a client's own command nothing may be propagated then: the server stops
 /// on its own assertion, where it would postpone a native command.
 pub fn writes_paused() -> bool {
-    match unsafe { raw::RedisModule_AvoidReplicaTraffic } {
-        // SAFETY: a plain flag read.
-        Some(f) => (unsafe { f() }) != 0,
-        None => false,
-    }
+    // A plain flag read, which needs no context.
+    Context::dummy().avoid_replication_traffic()
 }
 
 /// A connected client's id, database, and whether it is queuing a transaction.
@@ -101,19 +91,8 @@ pub struct ClientInfo {
 
 /// What the server says of client `id`, if it is connected.
 pub fn client_info(id: u64) -> Option<ClientInfo> {
-    let info_of = unsafe { raw::RedisModule_GetClientInfoById }?;
-    let mut info = raw::RedisModuleClientInfo {
-        version: 1,
-        flags: 0,
-        id: 0,
-        addr: [0; 46],
-        port: 0,
-        db: 0,
-    };
-    // SAFETY: a version-1 client info, written by the server for a live client id.
-    if unsafe { info_of((&raw mut info).cast(), id) } != raw::REDISMODULE_OK as c_int {
-        return None;
-    }
+    // The server reads no context for this.
+    let info = Context::dummy().get_client_info_by_id(id).ok()?;
     Some(ClientInfo {
         id,
         db: i32::from(info.db),

@@ -111,27 +111,23 @@ const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
 /// Subscribes `H` to the server events above (atomic slot migrations only where the server
 /// has them).
 pub fn subscribe_server_events<H: ServerEvents>(ctx: &Context, atomic_migrations: bool) {
-    // The crate subscribes server events only through its `valkey_module!` macro, which
-    // EchoMQ does not use (see `load`).
-    let Some(server_event) = (unsafe { raw::RedisModule_SubscribeToServerEvent }) else {
-        return;
-    };
-    let events: [(u64, raw::RedisModuleEventCallback); 6] = [
-        (raw::REDISMODULE_EVENT_LOADING, Some(on_server::<H>)),
-        (raw::REDISMODULE_EVENT_CONFIG, Some(on_server::<H>)),
-        (raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_server::<H>)),
-        (
-            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-            Some(on_server::<H>),
-        ),
-        (raw::REDISMODULE_EVENT_SWAPDB, Some(on_server::<H>)),
-        (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_server::<H>)),
+    let events = [
+        raw::REDISMODULE_EVENT_LOADING,
+        raw::REDISMODULE_EVENT_CONFIG,
+        raw::REDISMODULE_EVENT_CRON_LOOP,
+        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+        raw::REDISMODULE_EVENT_SWAPDB,
+        raw::REDISMODULE_EVENT_FLUSHDB,
     ];
-    let atomic =
-        atomic_migrations.then_some((EVENT_ATOMIC_SLOT_MIGRATION, Some(on_server::<H> as _)));
-    for (id, callback) in events.into_iter().chain(atomic) {
-        // SAFETY: OnLoad context; the callbacks live as long as the module.
-        unsafe { server_event(ctx.ctx, raw::RedisModuleEvent { id, dataver: 1 }, callback) };
+    let atomic = atomic_migrations.then_some(EVENT_ATOMIC_SLOT_MIGRATION);
+    for id in events.into_iter().chain(atomic) {
+        // The crate's `register_server_events` keeps neither the databases of FLUSHDB and
+        // SWAPDB nor the slot-migration event; its plain subscription serves.
+        let _ = raw::subscribe_to_server_event(
+            ctx.ctx,
+            raw::RedisModuleEvent { id, dataver: 1 },
+            Some(on_server::<H>),
+        );
     }
 }
 
@@ -323,7 +319,7 @@ pub fn stop_timer(ctx: &Context, id: u64) {
 /// Calls `visit` with every key's database and name, in every database (the client's own
 /// database selected again after).
 pub fn scan_all_dbs(ctx: &Context, mut visit: impl FnMut(i32, &[u8])) {
-    // The crate's `KeysCursor` scans one database through a context it does not select.
+    // The crate's `KeysCursor` scans only the selected database and retains every key name.
     let (Some(create), Some(scan), Some(destroy)) = (unsafe {
         (
             raw::RedisModule_ScanCursorCreate,

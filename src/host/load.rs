@@ -5,6 +5,7 @@ use std::os::raw::{c_int, c_longlong, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use valkey_module::raw::ModuleOptions;
 use valkey_module::{raw, Context, Status};
 
 use crate::protocol::settings::SETTINGS;
@@ -130,26 +131,17 @@ const OPTION_HANDLES_ATOMIC_MIGRATION: c_int = 1 << 5;
 /// At load: keys are signalled as modified only when a write changed them (see `Key`), and,
 /// on servers that migrate slots atomically, that EchoMQ handles such migrations.
 pub fn set_options(ctx: &Context, handles_atomic_migration: bool) -> Result<(), EmqError> {
-    let (Some(set_options), Some(_)) = (unsafe {
-        (
-            raw::RedisModule_SetModuleOptions,
-            raw::RedisModule_SignalModifiedKey,
-        )
-    }) else {
+    // Without `SignalModifiedKey` (the crate has no wrapper) no key would ever be signalled.
+    if unsafe { raw::RedisModule_SignalModifiedKey }.is_none() {
         return Err(EmqError::Internal);
-    };
+    }
     let more = if handles_atomic_migration {
         OPTION_HANDLES_ATOMIC_MIGRATION
     } else {
         0
     };
-    // SAFETY: the load context.
-    unsafe {
-        set_options(
-            ctx.ctx,
-            raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int | more,
-        )
-    };
+    let options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int | more;
+    ctx.set_module_options(ModuleOptions::from_bits_retain(options));
     Ok(())
 }
 

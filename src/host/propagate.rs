@@ -72,10 +72,7 @@ fn replicate(ctx: &Context, cmd: &CStr, args: &[Str<'_>]) {
 /// effect would, through `RM_ReplicateVerbatim`. Only for when the server propagates nothing
 /// (see `effects`): the server then drops the call before propagating anything.
 fn count_change(ctx: &Context) {
-    if let Some(f) = unsafe { raw::RedisModule_ReplicateVerbatim } {
-        // SAFETY: live context.
-        unsafe { f(ctx.ctx) };
-    }
+    ctx.replicate_verbatim();
 }
 
 /// Wakes clients blocked on `key` (a ZADD to an existing zset does not do it by itself).

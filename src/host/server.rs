@@ -17,68 +17,28 @@ pub struct ReplicationView {
 /// Reads `role`, `connected_slaves` and `repl_backlog_active` from `INFO replication`;
 /// `None` if any of them is missing.
 pub fn replication_view(ctx: &Context) -> Option<ReplicationView> {
-    let field_i = unsafe { raw::RedisModule_ServerInfoGetFieldSigned? };
-    with_server_info(ctx, c"replication", |data| {
-        let primary = info_text(data, c"role")? == b"master";
-        let (mut e1, mut e2) = (0, 0);
-        // SAFETY: `data` is live for this closure.
-        let (replicas, backlog) = unsafe {
-            (
-                field_i(data, c"connected_slaves".as_ptr(), &mut e1),
-                field_i(data, c"repl_backlog_active".as_ptr(), &mut e2),
-            )
-        };
-        let ok = raw::REDISMODULE_OK as c_int;
-        (e1 == ok && e2 == ok).then_some(ReplicationView {
-            primary,
-            replicas,
-            backlog: backlog != 0,
-        })
+    let info = ctx.server_info("replication");
+    Some(ReplicationView {
+        primary: info.field_c("role")? == "master",
+        replicas: info.field_signed("connected_slaves")?,
+        backlog: info.field_signed("repl_backlog_active")? != 0,
     })
 }
 
 /// One text field of an `INFO` section (`maxmemory_policy` of `memory`, say).
-pub fn info_field(ctx: &Context, section: &CStr, field: &CStr) -> Option<Vec<u8>> {
-    with_server_info(ctx, section, |data| info_text(data, field))
-}
-
-/// Runs `read` on one `INFO` section, freed afterwards.
-fn with_server_info<T>(
-    ctx: &Context,
-    section: &CStr,
-    read: impl FnOnce(*mut raw::RedisModuleServerInfoData) -> Option<T>,
-) -> Option<T> {
-    let (get, free) = unsafe {
-        (
-            raw::RedisModule_GetServerInfo?,
-            raw::RedisModule_FreeServerInfo?,
-        )
-    };
-    // SAFETY: live context; the data is freed once, after `read`.
-    let data = unsafe { get(ctx.ctx, section.as_ptr()) };
-    if data.is_null() {
-        return None;
-    }
-    let value = read(data);
-    // SAFETY: as above.
-    unsafe { free(ctx.ctx, data) };
-    value
-}
-
-/// A text field of live `INFO` data, copied.
-fn info_text(data: *mut raw::RedisModuleServerInfoData, field: &CStr) -> Option<Vec<u8>> {
-    let field_c = unsafe { raw::RedisModule_ServerInfoGetFieldC? };
-    // SAFETY: live data; the text is copied before the data can be freed.
-    let value = unsafe { field_c(data, field.as_ptr()) };
-    // SAFETY: a NUL-terminated string owned by `data`.
-    (!value.is_null()).then(|| unsafe { CStr::from_ptr(value) }.to_bytes().to_vec())
+pub fn info_field(ctx: &Context, section: &str, field: &str) -> Option<Vec<u8>> {
+    let info = ctx.server_info(section);
+    info.field_c(field).map(|v| v.as_bytes().to_vec())
 }
 
 /// The server's version as `0x00MMmmpp` (Valkey's own numbering on Valkey, Redis's on Redis),
 /// or 0 where the server cannot say.
 pub fn version() -> c_int {
-    // SAFETY: a server function without arguments.
-    unsafe { raw::RedisModule_GetServerVersion }.map_or(0, |f| unsafe { f() })
+    // `GetServerVersion` takes no context.
+    match Context::dummy().get_server_version() {
+        Ok(v) => (v.major << 16) | (v.minor << 8) | v.patch,
+        Err(_) => 0,
+    }
 }
 
 /// A reply of the server's own command (`ctx.call`) as text: a string, or an integer in

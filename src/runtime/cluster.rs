@@ -85,7 +85,7 @@ pub fn init(ctx: &Context) {
 /// option, so the server's name is checked too.)
 fn atomic_migration_server(ctx: &Context) -> bool {
     version() >= FIRST_ATOMIC_VERSION
-        && info_field(ctx, c"server", c"server_name").as_deref() == Some(b"valkey")
+        && info_field(ctx, "server", "server_name").as_deref() == Some(b"valkey")
 }
 
 /// Whether EchoMQ declares that it handles atomic slot migrations (on servers that have them).

@@ -20,7 +20,7 @@ pub fn evicts_queues(policy: &[u8]) -> bool {
 
 /// Reads the policy and logs a warning if it may evict queues.
 pub fn check(ctx: &Context) {
-    let Some(policy) = info_field(ctx, c"memory", c"maxmemory_policy") else {
+    let Some(policy) = info_field(ctx, "memory", "maxmemory_policy") else {
         return;
     };
     if evicts_queues(&policy) {
