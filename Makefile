@@ -29,8 +29,8 @@ build: deps
 run: build
 	$(VALKEY_SERVER) module.conf $(if $(PORT),--port $(PORT))
 
-# The test-only module (testing/caller-module) that the acl, hostile and lifecycle suites load
-# beside EchoMQ, to call it as another module would.
+# The test-only module (testing/caller-module) that the acl, hostile and blocking_claim suites
+# load beside EchoMQ, to call it as another module would.
 test-modules: build
 	$(CARGO) build --release -p emq-test-caller
 
@@ -40,7 +40,7 @@ test: build test-modules
 
 # The core suites against Debian's redis-server 7.0 (installed if missing). Redis 7 only: a
 # later Redis loads modules of its own, which the suites' exact module lists do not expect.
-REDIS7_SUITES := enqueue grammar interop replication effects menqueue lifecycle model hostile persistence module_load oom readme
+REDIS7_SUITES := enqueue grammar interop replication effects menqueue delayed claim blocking_claim lease cancel_requeue events concurrency model hostile persistence module_load oom readme
 test-redis7: build test-modules
 	@bash scripts/install-deps.sh --with-redis
 	@redis-server --version | grep -q ' v=7\.' || { \
@@ -63,7 +63,7 @@ test-valkey-latest: build test-modules
 # The integration suites with every server under valgrind memcheck; fails on any error or
 # leak whose stack passes through the module. Slow: not part of every CI run. The I/O threads
 # test is skipped: it floods the server to start its threads, which valgrind runs one at a time.
-VALGRIND_SUITES := enqueue grammar menqueue acl module_load replication effects interop lifecycle hostile
+VALGRIND_SUITES := enqueue grammar menqueue acl module_load replication effects interop delayed claim blocking_claim lease cancel_requeue events concurrency hostile
 VALGRIND_DIR := target/valgrind
 test-valgrind: build test-modules
 	@command -v valgrind >/dev/null 2>&1 || { apt-get install -y -qq valgrind || { echo "echomq: install valgrind" >&2; exit 1; }; }

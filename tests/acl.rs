@@ -1,5 +1,6 @@
 //! ACL on the real derived keys (SPEC §5): a user limited to `~emq:{orders}:*` may enqueue to
-//! `orders` and gets NOPERM, logged in ACL LOG, with nothing written, for any other queue.
+//! and work on `orders` and gets NOPERM, logged in ACL LOG, with nothing written, for any other
+//! queue.
 
 mod support;
 
@@ -302,4 +303,27 @@ fn rules_changed_while_a_claim_waits_apply_when_it_is_woken() {
             .query(&mut admin)
             .expect("del");
     }
+}
+
+#[test]
+fn lifecycle_commands_check_acl_on_derived_keys() {
+    let server = Server::start(Options::default());
+    let mut admin = server.conn();
+    let mut w = user_with(&server, "w", &["~emq:{orders}:*", "+@all"]);
+    enqueue(&mut w, "orders", &job_id(1), "x");
+    assert_eq!(claim(&mut w, "orders", &[]).map(|j| j.len()), Some(1));
+    enqueue(&mut admin, "payments", &job_id(1), "x");
+    for c in [
+        cmd("EMQ.CLAIM").arg("payments").clone(),
+        cmd("EMQ.STATS").arg("payments").clone(),
+        cmd("EMQ.CANCEL").arg("payments").arg(job_id(1)).clone(),
+        cmd("EMQ.ACK").arg("payments").arg(job_id(1)).arg(1).clone(),
+    ] {
+        let err = expect_err(&mut w, &c);
+        assert!(err.starts_with("NOPERM"), "{err}");
+    }
+    assert_eq!(
+        job_state(&mut admin, "payments", &job_id(1)).as_deref(),
+        Some("pending")
+    );
 }
