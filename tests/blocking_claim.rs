@@ -12,7 +12,7 @@ use support::*;
 
 #[test]
 fn a_blocked_claim_wakes_on_enqueue() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let q = unique_queue("wake");
     let mut waiter = server.conn();
     let url = server.url();
@@ -34,7 +34,7 @@ fn a_blocked_claim_wakes_on_enqueue() {
 
 #[test]
 fn a_blocked_claim_times_out_with_null_and_never_blocks_in_multi_or_a_script() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("timeout");
     assert_eq!(claim(&mut con, &q, &["BLOCK", "100"]), None);
@@ -60,7 +60,7 @@ fn a_blocked_claim_times_out_with_null_and_never_blocks_in_multi_or_a_script() {
 
 #[test]
 fn client_unblock_answers_a_blocked_claim() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let q = unique_queue("unblock");
     let mut admin = server.conn();
     for (how, expected) in [(None, Ok(Value::Nil)), (Some("ERROR"), Err("UNBLOCKED"))] {
@@ -144,7 +144,7 @@ fn another_modules_blocking_call_of_claim_is_served_when_a_job_arrives() {
 
 #[test]
 fn blocked_claimers_are_served_in_arrival_order() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let q = unique_queue("fifo");
     let mut handles = Vec::new();
     for n in 0..3u64 {
@@ -277,7 +277,7 @@ fn a_claimer_that_goes_away_while_blocked_takes_no_job() {
 
 #[test]
 fn a_blocked_claim_wakes_when_a_scheduled_job_becomes_due() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("duewake");
     enqueue_delayed(&mut con, &q, &job_id(8), "d", 300);

@@ -8,7 +8,7 @@ use support::*;
 
 #[test]
 fn cancel_removes_pending_and_scheduled_jobs_only() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("cancel");
     enqueue(&mut con, &q, &job_id(1), "pending");

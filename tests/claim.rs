@@ -10,7 +10,7 @@ use support::*;
 
 #[test]
 fn claim_takes_the_lowest_ids_and_counts_attempts() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("claim");
     for i in [5u64, 3, 9, 1] {
@@ -36,7 +36,7 @@ fn claim_takes_the_lowest_ids_and_counts_attempts() {
 fn attempts_written_by_hand_give_a_token_the_lease_commands_take() {
     // A row whose `attempts` someone overwrote: a claim still counts from something sane and
     // hands out a token that RENEW, ACK and FAIL accept (they take 1 up to 2^63-1).
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("handmade");
     let cases = [
@@ -82,7 +82,7 @@ fn attempts_written_by_hand_give_a_token_the_lease_commands_take() {
 fn a_row_overwritten_with_another_type_stops_claims_until_it_is_removed() {
     // README: a queue key of another type is refused by every command that reaches it, a
     // claim included once that job is first in `pending`; deleting the key lets the queue go on.
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("badrow");
     for i in 1..=2 {
@@ -112,7 +112,7 @@ fn a_row_overwritten_with_another_type_stops_claims_until_it_is_removed() {
 
 #[test]
 fn claim_refusals_write_nothing() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("refuse");
     enqueue(&mut con, &q, &job_id(1), "x");

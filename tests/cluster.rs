@@ -764,7 +764,7 @@ fn queues_in_several_databases_of_a_cluster_come_due_and_move_with_their_slot() 
     // Valkey 9.0 lets a cluster hold several databases (`cluster-databases`), and an atomic
     // migration moves a slot's keys in all of them. Each database's queue keeps its own timed
     // jobs, on the owner before the move and on the new owner after it.
-    if !has_atomic_migration(&mut Server::shared().conn()) {
+    if !has_atomic_migration(&mut Server::start_or_external().conn()) {
         println!("skipped: this server has no databases in cluster mode (Valkey 9.0 and later)");
         return;
     }

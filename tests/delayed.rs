@@ -12,7 +12,7 @@ use support::*;
 
 #[test]
 fn delayed_jobs_wait_in_schedule_until_due() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("delay");
     let id = job_id(1);
@@ -385,7 +385,7 @@ fn a_backlog_larger_than_a_visit_or_a_batch_is_promoted_in_full() {
 
 #[test]
 fn a_due_time_in_the_past_is_a_plain_enqueue() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("past");
     let id = job_id(2);
@@ -406,7 +406,7 @@ fn a_due_time_in_the_past_is_a_plain_enqueue() {
 
 #[test]
 fn a_due_time_is_kept_exactly_and_one_a_score_cannot_hold_is_refused() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("far");
     let latest = (1i64 << 53) - 1;
@@ -451,7 +451,7 @@ fn a_due_time_is_kept_exactly_and_one_a_score_cannot_hold_is_refused() {
 fn an_earlier_due_time_written_later_is_not_missed() {
     // The timer looks at a queue again at its earliest due time; a later write of an earlier
     // one (by this module or by any other writer) must bring that visit forward.
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("earlier");
     enqueue_delayed(&mut con, &q, &job_id(1), "far", 600_000);

@@ -14,7 +14,7 @@ fn enqueue(queue: &str, id: &str, payload: &[u8]) -> redis::Cmd {
 
 #[test]
 fn enqueue_writes_the_row_and_the_pending_member() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("orders");
     let id = "JOB0KHTOWnGLuC";
@@ -49,7 +49,7 @@ fn enqueue_writes_the_row_and_the_pending_member() {
 /// replaced or made anew.
 #[test]
 fn many_queues_in_turn_each_get_their_own_jobs() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let queues: Vec<String> = (0..40).map(|i| unique_queue(&format!("turn{i}"))).collect();
     for round in 0..3u64 {
@@ -77,7 +77,7 @@ fn many_queues_in_turn_each_get_their_own_jobs() {
 
 #[test]
 fn duplicate_enqueue_replies_zero_and_leaves_the_row_untouched() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("dup");
     let id = job_id(42);
@@ -118,7 +118,7 @@ fn duplicate_enqueue_replies_zero_and_leaves_the_row_untouched() {
 #[test]
 fn a_row_of_another_type_counts_as_existing() {
     // The reference script asks EXISTS, whatever the type.
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("exists");
     let id = job_id(7);
@@ -138,7 +138,7 @@ fn a_row_of_another_type_counts_as_existing() {
 
 #[test]
 fn other_kinds_are_refused_with_the_exact_reference_text() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("kind");
     let err = expect_err(&mut con, &enqueue(&q, "ORD0NgWEfAEJfs", b"x"));
@@ -148,7 +148,7 @@ fn other_kinds_are_refused_with_the_exact_reference_text() {
 
 #[test]
 fn malformed_ids_are_refused_before_any_key_exists() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("gate");
     // F2: a fourteen-byte decimal and a fourteen-byte slug both refuse.
@@ -168,7 +168,7 @@ fn malformed_ids_are_refused_before_any_key_exists() {
 
 #[test]
 fn bad_queue_names_are_refused() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let long = "q".repeat(129);
     for bad in ["", "a b", "a{b", "a}b", long.as_str(), "caf\u{e9}"] {
@@ -191,7 +191,7 @@ fn bad_queue_names_are_refused() {
 
 #[test]
 fn checks_run_in_spec_order() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     // queue before id, id before kind, kind before payload.
     let big = vec![b'x'; 2 << 20];
@@ -240,7 +240,7 @@ fn payload_limit_follows_the_config() {
 
 #[test]
 fn wrongtype_leaves_nothing_behind() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("wrong");
     cmd("SET")
@@ -310,7 +310,7 @@ fn minted_ids_keep_increasing_when_the_node_id_is_lowered() {
 #[test]
 fn binary_payloads_survive_round_trips() {
     // F4: CRLF and NUL survive 500/500 round trips, through two pipelines.
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("binary");
     let mut rng = Rng::new(0xF4);
@@ -448,7 +448,7 @@ fn info_reports_version_and_counters() {
 
 #[test]
 fn enqueue_works_inside_multi_exec() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("multi");
     let (a, b): (i64, i64) = redis::pipe()
@@ -462,7 +462,7 @@ fn enqueue_works_inside_multi_exec() {
 
 #[test]
 fn an_enqueue_touches_watched_keys_and_tracked_ones() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let q = unique_queue("watch");
     let pending = set_key(&q, "pending");
     let mut watcher = server.conn();
@@ -513,7 +513,7 @@ fn an_enqueue_touches_watched_keys_and_tracked_ones() {
 
 #[test]
 fn wrong_arity_is_a_plain_error() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let err = expect_err(&mut con, cmd("EMQ.ENQUEUE").arg("q").arg(job_id(1)));
     assert!(err.starts_with("ERR wrong number of arguments"), "{err}");
@@ -552,7 +552,7 @@ fn watched_keys_survive(
 /// tracked key. One that changes something does.
 #[test]
 fn a_command_that_changes_nothing_touches_no_watched_key() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("nochange");
     let id = job_id(1);

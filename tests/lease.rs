@@ -85,7 +85,7 @@ fn a_lease_past_its_deadline_holds_until_the_job_is_taken_back() {
 
 #[test]
 fn an_expired_lease_returns_the_job_and_fences_the_old_worker() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let q = unique_queue("fence");
     let mut a = server.conn();
     enqueue(&mut a, &q, &job_id(1), "work");
@@ -123,7 +123,7 @@ fn an_expired_lease_returns_the_job_and_fences_the_old_worker() {
 
 #[test]
 fn renew_extends_a_live_lease() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("renew");
     enqueue(&mut con, &q, &job_id(1), "x");

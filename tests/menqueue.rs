@@ -16,7 +16,7 @@ fn menqueue(q: &str, jobs: &[(&str, &[u8])]) -> redis::Cmd {
 
 #[test]
 fn replies_one_flag_per_job_with_duplicates_as_zero() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("batch");
     let (a, b, c) = (job_id(1), job_id(2), job_id(3));
@@ -127,7 +127,7 @@ fn acl_refusal_of_any_row_refuses_the_batch() {
 
 #[test]
 fn rows_are_dump_identical_to_single_enqueues() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let (single, batch) = (unique_queue("single"), unique_queue("batch"));
     let ids: Vec<String> = (1..=150).map(|i| job_id(i * 7)).collect();
@@ -208,7 +208,7 @@ fn a_batch_replicates_in_one_transaction_with_one_zadd() {
 
 #[test]
 fn a_batch_takes_at_most_ten_thousand_jobs() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("cap");
     let ids: Vec<String> = (1..=10_001).map(job_id).collect();
@@ -226,7 +226,7 @@ fn a_batch_takes_at_most_ten_thousand_jobs() {
 
 #[test]
 fn a_batch_wakes_a_blocked_claimer_with_every_job() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let q = unique_queue("mwake");
     let url = server.url();
     let q2 = q.clone();

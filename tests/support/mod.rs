@@ -5,7 +5,8 @@
 //! - `VALKEY_SERVER`: the server binary (default `valkey-server`).
 //! - `ECHOMQ_MODULE`: the module to load (default `target/release/libechomq.so`).
 //! - `ECHOMQ_EXTERNAL`: `host:port` of an already-running server with the module; tests that
-//!   only need one plain server use it instead of spawning their own.
+//!   only need one plain server (`Server::start_or_external`) use it instead of spawning their
+//!   own.
 #![allow(dead_code)]
 
 pub mod cluster;
@@ -174,9 +175,9 @@ pub struct Server {
 }
 
 impl Server {
-    /// A server with the module for tests that need nothing special: the external one when
-    /// `ECHOMQ_EXTERNAL` is set, else a fresh one.
-    pub fn shared() -> Server {
+    /// The external server when `ECHOMQ_EXTERNAL` is set, else a fresh one of our own with the
+    /// module: for tests that need nothing special of their server.
+    pub fn start_or_external() -> Server {
         if let Ok(addr) = std::env::var("ECHOMQ_EXTERNAL") {
             let (host, port) = addr.rsplit_once(':').expect("ECHOMQ_EXTERNAL is host:port");
             return Server {
@@ -189,6 +190,11 @@ impl Server {
             };
         }
         Server::start(Options::default())
+    }
+
+    /// The former name of [`Server::start_or_external`], which `tests/readme.rs` still calls.
+    pub fn shared() -> Server {
+        Server::start_or_external()
     }
 
     /// A fresh server of our own, started with `opts`.
