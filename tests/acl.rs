@@ -22,13 +22,11 @@ fn a_queue_scoped_user_enqueues_only_to_its_queue() {
     let mut admin = server.conn();
     let mut worker = user_with(&server, "worker", &ORDERS_WORKER);
 
-    let ok: i64 = cmd("EMQ.ENQUEUE")
-        .arg("orders")
-        .arg(job_id(1))
-        .arg("x")
-        .query(&mut worker)
-        .expect("own queue");
-    assert_eq!(ok, 1);
+    assert_eq!(
+        enqueue(&mut worker, "orders", &job_id(1), "x"),
+        1,
+        "own queue"
+    );
     let minted: String = cmd("EMQ.ENQUEUE")
         .arg("orders")
         .arg("*")
@@ -42,10 +40,7 @@ fn a_queue_scoped_user_enqueues_only_to_its_queue() {
         cmd("EMQ.ENQUEUE").arg("payments").arg(job_id(1)).arg("x"),
     );
     assert_eq!(err, "NOPERM No permissions to access a key");
-    let keys: Vec<String> = cmd("KEYS")
-        .arg("emq:{payments}:*")
-        .query(&mut admin)
-        .expect("keys");
+    let keys = keys_of(&mut admin, "payments");
     assert!(
         keys.is_empty(),
         "nothing written for a refused queue: {keys:?}"
@@ -136,13 +131,7 @@ fn scripts_and_functions_run_echomq_as_their_caller() {
     assert_eq!(ok, 1);
     let payloads: Vec<String> = [1, 2]
         .iter()
-        .map(|n| {
-            cmd("HGET")
-                .arg(row_key("orders", &job_id(*n)))
-                .arg("payload")
-                .query(&mut admin)
-                .expect("hget")
-        })
+        .map(|n| row_field(&mut admin, "orders", &job_id(*n), "payload").expect("a row"))
         .collect();
     assert_eq!(payloads, ["from a script", "from a function"]);
 

@@ -231,15 +231,8 @@ fn a_claimer_that_goes_away_while_blocked_takes_no_job() {
 
     let mut killed = server.conn();
     let killed_id: i64 = cmd("CLIENT").arg("ID").query(&mut killed).expect("id");
-    let queue = q.clone();
-    let killed = thread::spawn(move || {
-        cmd("EMQ.CLAIM")
-            .arg(&queue)
-            .arg("BLOCK")
-            .arg(0)
-            .query::<Value>(&mut killed)
-    });
-    assert!(until_blocked(&mut con, 2));
+    let killed = blocked_claim(&mut con, killed, &q, 0);
+    assert_eq!(blocked_clients(&mut con), 2);
 
     let mut live = server.conn();
     let queue = q.clone();

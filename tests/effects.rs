@@ -64,13 +64,7 @@ fn assert_gate_opened_in_time(primary: &Server) {
 /// `n` jobs with ids from `first`, one `EMQ.ENQUEUE` each, and one `EMQ.MENQUEUE` of five.
 fn write_jobs(con: &mut Connection, q: &str, first: u64, n: u64) {
     for i in first..first + n {
-        let added: i64 = cmd("EMQ.ENQUEUE")
-            .arg(q)
-            .arg(job_id(i))
-            .arg(format!("p{i}"))
-            .query(con)
-            .expect("enqueue");
-        assert_eq!(added, 1);
+        assert_eq!(enqueue(con, q, &job_id(i), &format!("p{i}")), 1);
     }
     let mut batch = cmd("EMQ.MENQUEUE");
     batch.arg(q);
@@ -315,12 +309,7 @@ fn a_sync_client_receives_the_effects_at_once() {
     assert!(wait_for("Logging commands"), "the cli finished its sync");
     let q = unique_queue("sync");
     let id = job_id(42);
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(&id)
-        .arg("p")
-        .query(&mut p)
-        .expect("enqueue");
+    enqueue(&mut p, &q, &id, "p");
     let found = wait_for(&format!("\"ZADD\",\"emq:{{{q}}}:pending\",\"0\",\"{id}\""));
     let _ = child.kill();
     let _ = child.wait();

@@ -118,15 +118,7 @@ fn a_claimer_blocked_in_the_module_is_woken_by_the_scripts_enqueue() {
         let mut waiter = server.conn();
         let waiter_id: i64 = cmd("CLIENT").arg("ID").query(&mut waiter).expect("id");
         let queue = q.clone();
-        let claimed = std::thread::spawn(move || {
-            let jobs: Option<Vec<(String, Vec<u8>, i64)>> = cmd("EMQ.CLAIM")
-                .arg(&queue)
-                .arg("BLOCK")
-                .arg(5000)
-                .query(&mut waiter)
-                .expect("claim");
-            jobs
-        });
+        let claimed = std::thread::spawn(move || claim(&mut waiter, &queue, &["BLOCK", "5000"]));
         assert!(
             wait_until(std::time::Duration::from_secs(5), || is_blocked(
                 &mut con, waiter_id

@@ -222,12 +222,10 @@ fn fail_retries_with_backoff_then_buries_the_job() {
     assert_eq!(job_state(&mut con, &q, &id).as_deref(), Some("scheduled"));
     let due = set_score(&mut con, &q, "schedule", &id).expect("scheduled");
     assert!(due >= (before + 5000) as f64 && due <= (now_ms() + 5000) as f64);
-    let error: String = cmd("HGET")
-        .arg(row_key(&q, &id))
-        .arg("error")
-        .query(&mut con)
-        .expect("error");
-    assert_eq!(error, "boom 1");
+    assert_eq!(
+        row_field(&mut con, &q, &id, "error").as_deref(),
+        Some("boom 1")
+    );
 
     // Pull it forward, then attempt 2 fails with the default backoff: base * 2 capped at 150.
     cmd("ZADD")
@@ -302,12 +300,10 @@ fn a_job_whose_worker_keeps_crashing_dies_after_max_attempts() {
     assert!(wait_until(Duration::from_secs(5), || stats(&mut con, &q)
         ["dead"]
         == 1));
-    let error: String = cmd("HGET")
-        .arg(row_key(&q, &job_id(1)))
-        .arg("error")
-        .query(&mut con)
-        .expect("error");
-    assert_eq!(error, "lease expired");
+    assert_eq!(
+        row_field(&mut con, &q, &job_id(1), "error").as_deref(),
+        Some("lease expired")
+    );
     // A death by lease counts in INFO like one by FAIL.
     assert_eq!(info_int(&mut con, "emq", "emq_dead"), 1);
 }

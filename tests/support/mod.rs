@@ -725,7 +725,7 @@ pub fn set_score(con: &mut Connection, queue: &str, ty: &str, id: &str) -> Optio
 pub type Job = (String, Vec<u8>, i64);
 
 /// `EMQ.CLAIM <queue> [opts...]`: the jobs claimed, `None` when a blocking claim timed out.
-pub fn claim(con: &mut Connection, queue: &str, opts: &[&str]) -> Option<Vec<Job>> {
+pub fn claim(con: &mut impl redis::ConnectionLike, queue: &str, opts: &[&str]) -> Option<Vec<Job>> {
     let mut c = redis::cmd("EMQ.CLAIM");
     c.arg(queue);
     for o in opts {
@@ -750,7 +750,10 @@ pub fn until_blocked(con: &mut Connection, n: i64) -> bool {
 }
 
 /// `EMQ.STATS`: the queue's count per set.
-pub fn stats(con: &mut Connection, queue: &str) -> std::collections::HashMap<String, i64> {
+pub fn stats(
+    con: &mut impl redis::ConnectionLike,
+    queue: &str,
+) -> std::collections::HashMap<String, i64> {
     let counts: Vec<(String, i64)> = redis::cmd("EMQ.STATS")
         .arg(queue)
         .query(con)
