@@ -1,7 +1,8 @@
 //! EchoMQ on a real Valkey Cluster (3 primaries, most tests with a replica each, every node
 //! with the module): routing, resharding under load, a blocked claim whose slot moves,
 //! failover under load, a manual failover, and the lifecycle's timers per node; on Valkey 9.0
-//! and later, atomic slot migrations and queues in several databases.
+//! and later, atomic slot migrations and queues in several databases (ignored by `make test`,
+//! run by `make test-valkey-latest`).
 
 mod support;
 
@@ -485,6 +486,16 @@ fn has_atomic_migration(con: &mut Connection) -> bool {
     !matches!(info.as_slice(), [] | [Value::Nil])
 }
 
+/// Fails the test, saying why, where the server has no atomic slot migration: such a test is
+/// `#[ignore]`d in `make test` (Valkey 8.0) and run by `make test-valkey-latest`.
+fn require_atomic_migration(con: &mut Connection) {
+    assert!(
+        has_atomic_migration(con),
+        "{} has no CLUSTER MIGRATESLOTS (Valkey 9.0 and later): this test cannot run on it",
+        server_binary()
+    );
+}
+
 /// The state of the newest migration `CLUSTER GETSLOTMIGRATIONS` lists on `con`'s node.
 fn migration_state(con: &mut Connection) -> String {
     let jobs: Vec<Vec<Value>> = cmd("CLUSTER")
@@ -549,16 +560,14 @@ fn wait_effects_gate_closed(con: &mut Connection) {
 }
 
 #[test]
+#[ignore = "needs Valkey 9.0+ (CLUSTER MIGRATESLOTS); make test-valkey-latest runs it"]
 fn an_atomic_slot_migration_streams_echomqs_writes_and_holds_the_new_owners_timer() {
     // Valkey 9.0's `CLUSTER MIGRATESLOTS`: the source keeps its slot and streams every write in
     // it to the target, which holds the keys hidden until ownership changes at once. Here the
     // source is kept from finishing (`DEBUG SLOTMIGRATION PREVENT-PAUSE`), so the migration
     // stays in its streaming phase while jobs are enqueued, come due and lose their lease.
     let cluster = Cluster::start(3, 0);
-    if !has_atomic_migration(&mut cluster.nodes[0].conn()) {
-        println!("skipped: this server has no CLUSTER MIGRATESLOTS (Valkey 9.0 and later)");
-        return;
-    }
+    require_atomic_migration(&mut cluster.nodes[0].conn());
     let queue = "atomic";
     let slot = slot_of(queue);
     let from = cluster.owner(slot);
@@ -673,22 +682,21 @@ fn an_atomic_slot_migration_streams_echomqs_writes_and_holds_the_new_owners_time
 }
 
 #[test]
+#[ignore = "needs Valkey 9.0+ (CLUSTER MIGRATESLOTS); make test-valkey-latest runs it"]
 fn an_atomic_slot_migration_of_a_busy_queue_loses_and_duplicates_nothing() {
     // Primaries alone: the source replicates EchoMQ's effects for the export only.
     atomic_migration_under_load(0);
 }
 
 #[test]
+#[ignore = "needs Valkey 9.0+ (CLUSTER MIGRATESLOTS); make test-valkey-latest runs it"]
 fn an_atomic_slot_migration_with_replicas_reaches_the_new_owners_replica() {
     atomic_migration_under_load(1);
 }
 
 fn atomic_migration_under_load(replicas: usize) {
     let cluster = Cluster::start(3, replicas);
-    if !has_atomic_migration(&mut cluster.nodes[0].conn()) {
-        println!("skipped: this server has no CLUSTER MIGRATESLOTS (Valkey 9.0 and later)");
-        return;
-    }
+    require_atomic_migration(&mut cluster.nodes[0].conn());
     let queue = "busy".to_string();
     let slot = slot_of(&queue);
     let from = cluster.owner(slot);
@@ -726,14 +734,25 @@ fn atomic_migration_under_load(replicas: usize) {
 }
 
 #[test]
+#[ignore = "needs Valkey 9.0+ (databases in cluster mode); make test-valkey-latest runs it"]
 fn queues_in_several_databases_of_a_cluster_come_due_and_move_with_their_slot() {
     // Valkey 9.0 lets a cluster hold several databases (`cluster-databases`), and an atomic
     // migration moves a slot's keys in all of them. Each database's queue keeps its own timed
     // jobs, on the owner before the move and on the new owner after it.
-    if !has_atomic_migration(&mut Server::start_or_external().conn()) {
-        println!("skipped: this server has no databases in cluster mode (Valkey 9.0 and later)");
-        return;
-    }
+    // A server that does not know `cluster-databases` could not start this cluster at all.
+    let probe = Server::start(Options::without_module());
+    let known: Vec<String> = cmd("CONFIG")
+        .arg("GET")
+        .arg("cluster-databases")
+        .query(&mut probe.conn())
+        .expect("CONFIG GET");
+    assert!(
+        !known.is_empty(),
+        "{} has no databases in cluster mode (Valkey 9.0 and later): this test cannot run on it",
+        server_binary()
+    );
+    require_atomic_migration(&mut probe.conn());
+    drop(probe);
     let cluster = Cluster::start_with(3, 0, &[("cluster-databases", "4")]);
     let queue = "multi";
     let slot = slot_of(queue);
