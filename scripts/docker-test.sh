@@ -22,7 +22,8 @@ wait_healthy() { # <container> <seconds>
 echo "docker-test: single node on 127.0.0.1:$port"
 ECHOMQ_PORT="$port" "${compose[@]}" up -d valkey
 wait_healthy "$(ECHOMQ_PORT="$port" "${compose[@]}" ps -q valkey)" 60
-ECHOMQ_EXTERNAL="127.0.0.1:$port" cargo test --test enqueue --test grammar --test interop --test menqueue --test lifecycle
+ECHOMQ_EXTERNAL="127.0.0.1:$port" cargo test --test enqueue --test grammar --test interop --test menqueue \
+  --test delayed --test claim --test blocking_claim --test lease --test cancel_requeue --test events --test concurrency
 
 echo "docker-test: cluster on 127.0.0.1:7001-7006"
 ECHOMQ_PORT="$port" "${compose[@]}" --profile cluster up -d

@@ -1,5 +1,6 @@
 //! ACL on the real derived keys (SPEC §5): a user limited to `~emq:{orders}:*` may enqueue to
-//! `orders` and gets NOPERM, logged in ACL LOG, with nothing written, for any other queue.
+//! and work on `orders` and gets NOPERM, logged in ACL LOG, with nothing written, for any other
+//! queue.
 
 mod support;
 
@@ -21,13 +22,11 @@ fn a_queue_scoped_user_enqueues_only_to_its_queue() {
     let mut admin = server.conn();
     let mut worker = user_with(&server, "worker", &ORDERS_WORKER);
 
-    let ok: i64 = cmd("EMQ.ENQUEUE")
-        .arg("orders")
-        .arg(job_id(1))
-        .arg("x")
-        .query(&mut worker)
-        .expect("own queue");
-    assert_eq!(ok, 1);
+    assert_eq!(
+        enqueue(&mut worker, "orders", &job_id(1), "x"),
+        1,
+        "own queue"
+    );
     let minted: String = cmd("EMQ.ENQUEUE")
         .arg("orders")
         .arg("*")
@@ -41,10 +40,7 @@ fn a_queue_scoped_user_enqueues_only_to_its_queue() {
         cmd("EMQ.ENQUEUE").arg("payments").arg(job_id(1)).arg("x"),
     );
     assert_eq!(err, "NOPERM No permissions to access a key");
-    let keys: Vec<String> = cmd("KEYS")
-        .arg("emq:{payments}:*")
-        .query(&mut admin)
-        .expect("keys");
+    let keys = keys_of(&mut admin, "payments");
     assert!(
         keys.is_empty(),
         "nothing written for a refused queue: {keys:?}"
@@ -135,13 +131,7 @@ fn scripts_and_functions_run_echomq_as_their_caller() {
     assert_eq!(ok, 1);
     let payloads: Vec<String> = [1, 2]
         .iter()
-        .map(|n| {
-            cmd("HGET")
-                .arg(row_key("orders", &job_id(*n)))
-                .arg("payload")
-                .query(&mut admin)
-                .expect("hget")
-        })
+        .map(|n| row_field(&mut admin, "orders", &job_id(*n), "payload").expect("a row"))
         .collect();
     assert_eq!(payloads, ["from a script", "from a function"]);
 
@@ -302,4 +292,27 @@ fn rules_changed_while_a_claim_waits_apply_when_it_is_woken() {
             .query(&mut admin)
             .expect("del");
     }
+}
+
+#[test]
+fn lifecycle_commands_check_acl_on_derived_keys() {
+    let server = Server::start(Options::default());
+    let mut admin = server.conn();
+    let mut w = user_with(&server, "w", &["~emq:{orders}:*", "+@all"]);
+    enqueue(&mut w, "orders", &job_id(1), "x");
+    assert_eq!(claim(&mut w, "orders", &[]).map(|j| j.len()), Some(1));
+    enqueue(&mut admin, "payments", &job_id(1), "x");
+    for c in [
+        cmd("EMQ.CLAIM").arg("payments").clone(),
+        cmd("EMQ.STATS").arg("payments").clone(),
+        cmd("EMQ.CANCEL").arg("payments").arg(job_id(1)).clone(),
+        cmd("EMQ.ACK").arg("payments").arg(job_id(1)).arg(1).clone(),
+    ] {
+        let err = expect_err(&mut w, &c);
+        assert!(err.starts_with("NOPERM"), "{err}");
+    }
+    assert_eq!(
+        job_state(&mut admin, "payments", &job_id(1)).as_deref(),
+        Some("pending")
+    );
 }

@@ -22,12 +22,7 @@ fn drain_with(mut worker: Command) {
         } else {
             format!("ok {i}")
         };
-        let _: i64 = cmd("EMQ.ENQUEUE")
-            .arg(&q)
-            .arg(job_id(i))
-            .arg(payload)
-            .query(&mut con)
-            .expect("enqueue");
+        enqueue(&mut con, &q, &job_id(i), &payload);
     }
     let out = worker
         .env("EMQ_PORT", server.port.to_string())
@@ -54,12 +49,10 @@ fn drain_with(mut worker: Command) {
         (counts["pending"], counts["active"], counts["dead"]),
         (0, 0, 5)
     );
-    let error: String = cmd("HGET")
-        .arg(row_key(&q, &job_id(10)))
-        .arg("error")
-        .query(&mut con)
-        .expect("error");
-    assert_eq!(error, "cannot process fail 10");
+    assert_eq!(
+        row_field(&mut con, &q, &job_id(10), "error").as_deref(),
+        Some("cannot process fail 10")
+    );
 }
 
 /// A job's lease runs out while `worker` works on it (a `slow` job takes a second, the lease is
@@ -79,19 +72,14 @@ fn lose_a_lease_with(mut worker: Command) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the worker");
-    let attempts = |con: &mut Connection| row_field(con, &q, &job_id(1), "attempts");
+    let attempts = |con: &mut Connection| job_attempts(con, &q, &job_id(1));
     assert!(
         wait_until(Duration::from_secs(10), || attempts(&mut con).as_deref()
             == Some("1")),
         "the worker claimed the job"
     );
     // Taken back by the timer once the lease runs out, while the worker still works on it.
-    let jobs: Option<Vec<(String, Vec<u8>, i64)>> = cmd("EMQ.CLAIM")
-        .arg(&q)
-        .arg("BLOCK")
-        .arg(5000)
-        .query(&mut con)
-        .expect("claim");
+    let jobs = claim(&mut con, &q, &["BLOCK", "5000"]);
     assert_eq!(jobs, Some(vec![(job_id(1), b"slow".to_vec(), 2)]));
     let acked: i64 = cmd("EMQ.ACK")
         .arg(&q)

@@ -1,7 +1,8 @@
 //! EchoMQ on a real Valkey Cluster (3 primaries, most tests with a replica each, every node
 //! with the module): routing, resharding under load, a blocked claim whose slot moves,
 //! failover under load, a manual failover, and the lifecycle's timers per node; on Valkey 9.0
-//! and later, atomic slot migrations and queues in several databases.
+//! and later, atomic slot migrations and queues in several databases (ignored by `make test`,
+//! run by `make test-valkey-latest`).
 
 mod support;
 
@@ -34,13 +35,7 @@ fn routing_moved_and_key_specs() {
     let mut client = cluster.client();
     let queues: Vec<String> = (0..200).map(|i| format!("q{i}")).collect();
     for (i, q) in queues.iter().enumerate() {
-        let n: i64 = cmd("EMQ.ENQUEUE")
-            .arg(q)
-            .arg(job_id(i as u64 + 1))
-            .arg("x")
-            .query(&mut client)
-            .expect("routed enqueue");
-        assert_eq!(n, 1);
+        assert_eq!(enqueue(&mut client, q, &job_id(i as u64 + 1), "x"), 1);
     }
     let topology = cluster.topology();
     let primaries: Vec<_> = topology.iter().filter(|n| n.primary).collect();
@@ -61,12 +56,12 @@ fn routing_moved_and_key_specs() {
                 "{q} elsewhere"
             );
         }
-        let state: String = cmd("HGET")
-            .arg(row_key(q, &job_id(i as u64 + 1)))
-            .arg("state")
-            .query(&mut cluster.node(owner.port).conn())
-            .expect("row");
-        assert_eq!(state, "pending");
+        let state = job_state(
+            &mut cluster.node(owner.port).conn(),
+            q,
+            &job_id(i as u64 + 1),
+        );
+        assert_eq!(state.as_deref(), Some("pending"));
     }
 
     // A node asked for a queue it does not own answers MOVED, before the handler runs.
@@ -130,13 +125,7 @@ fn routing_moved_and_key_specs() {
     let moved = format!("MOVED {} 127.0.0.1:{}", slot_of(q), owner.port);
     assert_eq!(expect_err(&mut r, cmd("EMQ.STATS").arg(q)), moved);
     let _: () = cmd("READONLY").query(&mut r).expect("readonly");
-    let pending = |r: &mut Connection| -> i64 {
-        let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(q).query(r).expect("stats");
-        stats
-            .iter()
-            .find(|(k, _)| k == "pending")
-            .map_or(-1, |(_, n)| *n)
-    };
+    let pending = |r: &mut Connection| -> i64 { stats(r, q).get("pending").copied().unwrap_or(-1) };
     assert!(
         wait_until(Duration::from_secs(10), || pending(&mut r) == 1),
         "the replica's copy: {}",
@@ -369,26 +358,14 @@ fn the_lifecycle_runs_on_every_primary() {
     assert_eq!(owners.len(), 3, "the queues cover every primary");
     for q in &queues {
         enqueue_delayed(&mut client, q, &job_id(1), "later", 200);
-        let _: i64 = cmd("EMQ.ENQUEUE")
-            .arg(q)
-            .arg(job_id(2))
-            .arg("now")
-            .query(&mut client)
-            .expect("now");
-        let jobs: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
-            .arg(q)
-            .arg("LEASE")
-            .arg(150)
-            .query(&mut client)
-            .expect("claim");
-        assert_eq!(jobs.len(), 1);
+        enqueue(&mut client, q, &job_id(2), "now");
+        let jobs = claim(&mut client, q, &["LEASE", "150"]);
+        assert_eq!(jobs.map(|j| j.len()), Some(1));
     }
     for q in &queues {
         // Both the due job and the expired lease come back, without any claim promoting them.
         let ready = wait_until(Duration::from_secs(10), || {
-            let stats: Vec<(String, i64)> =
-                cmd("EMQ.STATS").arg(q).query(&mut client).expect("stats");
-            stats.contains(&("pending".to_string(), 2))
+            stats(&mut client, q).get("pending") == Some(&2)
         });
         assert!(ready, "{q} promoted by its node's timer");
     }
@@ -509,6 +486,16 @@ fn has_atomic_migration(con: &mut Connection) -> bool {
     !matches!(info.as_slice(), [] | [Value::Nil])
 }
 
+/// Fails the test, saying why, where the server has no atomic slot migration: such a test is
+/// `#[ignore]`d in `make test` (Valkey 8.0) and run by `make test-valkey-latest`.
+fn require_atomic_migration(con: &mut Connection) {
+    assert!(
+        has_atomic_migration(con),
+        "{} has no CLUSTER MIGRATESLOTS (Valkey 9.0 and later): this test cannot run on it",
+        server_binary()
+    );
+}
+
 /// The state of the newest migration `CLUSTER GETSLOTMIGRATIONS` lists on `con`'s node.
 fn migration_state(con: &mut Connection) -> String {
     let jobs: Vec<Vec<Value>> = cmd("CLUSTER")
@@ -557,13 +544,8 @@ fn wait_migration(cluster: &Cluster, port: u16, state: &str) {
 /// Enqueues `id` on `con`'s node and claims it with a lease of `lease_ms`.
 fn leased_job(con: &mut Connection, queue: &str, id: &str, lease_ms: u64) {
     assert_eq!(enqueue(con, queue, id, "leased"), 1);
-    let claimed: Vec<(String, String, i64)> = cmd("EMQ.CLAIM")
-        .arg(queue)
-        .arg("LEASE")
-        .arg(lease_ms)
-        .query(con)
-        .expect("claim");
-    assert_eq!(claimed, vec![(id.to_string(), "leased".to_string(), 1)]);
+    let claimed = claim(con, queue, &["LEASE", &lease_ms.to_string()]);
+    assert_eq!(claimed, Some(vec![(id.to_string(), b"leased".to_vec(), 1)]));
 }
 
 fn wait_effects_gate_closed(con: &mut Connection) {
@@ -578,16 +560,14 @@ fn wait_effects_gate_closed(con: &mut Connection) {
 }
 
 #[test]
+#[ignore = "needs Valkey 9.0+ (CLUSTER MIGRATESLOTS); make test-valkey-latest runs it"]
 fn an_atomic_slot_migration_streams_echomqs_writes_and_holds_the_new_owners_timer() {
     // Valkey 9.0's `CLUSTER MIGRATESLOTS`: the source keeps its slot and streams every write in
     // it to the target, which holds the keys hidden until ownership changes at once. Here the
     // source is kept from finishing (`DEBUG SLOTMIGRATION PREVENT-PAUSE`), so the migration
     // stays in its streaming phase while jobs are enqueued, come due and lose their lease.
     let cluster = Cluster::start(3, 0);
-    if !has_atomic_migration(&mut cluster.nodes[0].conn()) {
-        println!("skipped: this server has no CLUSTER MIGRATESLOTS (Valkey 9.0 and later)");
-        return;
-    }
+    require_atomic_migration(&mut cluster.nodes[0].conn());
     let queue = "atomic";
     let slot = slot_of(queue);
     let from = cluster.owner(slot);
@@ -697,32 +677,26 @@ fn an_atomic_slot_migration_streams_echomqs_writes_and_holds_the_new_owners_time
         assert!(log.contains(&line), "{line} in the target's log:\n{log}");
     }
     // The new owner serves the queue at once.
-    let jobs: Vec<(String, String, i64)> = cmd("EMQ.CLAIM")
-        .arg(queue)
-        .arg("COUNT")
-        .arg(3)
-        .query(&mut dst)
-        .expect("claim on the new owner");
-    assert_eq!(jobs.len(), 3);
+    let jobs = claim(&mut dst, queue, &["COUNT", "3"]);
+    assert_eq!(jobs.map(|j| j.len()), Some(3), "claimed on the new owner");
 }
 
 #[test]
+#[ignore = "needs Valkey 9.0+ (CLUSTER MIGRATESLOTS); make test-valkey-latest runs it"]
 fn an_atomic_slot_migration_of_a_busy_queue_loses_and_duplicates_nothing() {
     // Primaries alone: the source replicates EchoMQ's effects for the export only.
     atomic_migration_under_load(0);
 }
 
 #[test]
+#[ignore = "needs Valkey 9.0+ (CLUSTER MIGRATESLOTS); make test-valkey-latest runs it"]
 fn an_atomic_slot_migration_with_replicas_reaches_the_new_owners_replica() {
     atomic_migration_under_load(1);
 }
 
 fn atomic_migration_under_load(replicas: usize) {
     let cluster = Cluster::start(3, replicas);
-    if !has_atomic_migration(&mut cluster.nodes[0].conn()) {
-        println!("skipped: this server has no CLUSTER MIGRATESLOTS (Valkey 9.0 and later)");
-        return;
-    }
+    require_atomic_migration(&mut cluster.nodes[0].conn());
     let queue = "busy".to_string();
     let slot = slot_of(&queue);
     let from = cluster.owner(slot);
@@ -760,14 +734,25 @@ fn atomic_migration_under_load(replicas: usize) {
 }
 
 #[test]
+#[ignore = "needs Valkey 9.0+ (databases in cluster mode); make test-valkey-latest runs it"]
 fn queues_in_several_databases_of_a_cluster_come_due_and_move_with_their_slot() {
     // Valkey 9.0 lets a cluster hold several databases (`cluster-databases`), and an atomic
     // migration moves a slot's keys in all of them. Each database's queue keeps its own timed
     // jobs, on the owner before the move and on the new owner after it.
-    if !has_atomic_migration(&mut Server::shared().conn()) {
-        println!("skipped: this server has no databases in cluster mode (Valkey 9.0 and later)");
-        return;
-    }
+    // A server that does not know `cluster-databases` could not start this cluster at all.
+    let probe = Server::start(Options::without_module());
+    let known: Vec<String> = cmd("CONFIG")
+        .arg("GET")
+        .arg("cluster-databases")
+        .query(&mut probe.conn())
+        .expect("CONFIG GET");
+    assert!(
+        !known.is_empty(),
+        "{} has no databases in cluster mode (Valkey 9.0 and later): this test cannot run on it",
+        server_binary()
+    );
+    require_atomic_migration(&mut probe.conn());
+    drop(probe);
     let cluster = Cluster::start_with(3, 0, &[("cluster-databases", "4")]);
     let queue = "multi";
     let slot = slot_of(queue);

@@ -62,18 +62,9 @@ fn the_compose_cluster_routes_enqueues_across_50_queues() {
     let run = unique_queue("docker");
     for i in 0..50u64 {
         let q = format!("{run}-{i}");
-        let n: i64 = cmd("EMQ.ENQUEUE")
-            .arg(&q)
-            .arg(job_id(i + 1))
-            .arg("x")
-            .query(&mut client)
-            .expect("enqueue");
-        assert_eq!(n, 1);
-        let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(&q).query(&mut client).expect("stats");
-        assert!(
-            stats.contains(&("pending".to_string(), 1)),
-            "{q}: {stats:?}"
-        );
+        assert_eq!(enqueue(&mut client, &q, &job_id(i + 1), "x"), 1);
+        let stats = stats(&mut client, &q);
+        assert_eq!(stats.get("pending"), Some(&1), "{q}: {stats:?}");
         // The job is on the owner of the queue's slot.
         let slot: i64 = cmd("EMQ.SLOT").arg(&q).query(&mut client).expect("slot");
         let exists: i64 = cmd("EXISTS")
@@ -111,11 +102,9 @@ fn a_compose_node_answers_moved_for_a_queue_it_does_not_own() {
         cmd("EMQ.ENQUEUE").arg(&q).arg(job_id(1)).arg("x"),
     );
     assert_eq!(err, format!("MOVED {slot} 127.0.0.1:{owner}"));
-    let n: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(1))
-        .arg("x")
-        .query(&mut conn(owner))
-        .expect("owner accepts");
-    assert_eq!(n, 1);
+    assert_eq!(
+        enqueue(&mut conn(owner), &q, &job_id(1), "x"),
+        1,
+        "the owner accepts"
+    );
 }

@@ -6,7 +6,9 @@ mod support;
 use redis::cmd;
 use support::*;
 
-fn enqueue(queue: &str, id: &str, payload: &[u8]) -> redis::Cmd {
+/// `EMQ.ENQUEUE <queue> <id> <payload>` as a command, to run for its exact reply, to pipeline
+/// or to see refused (`support::enqueue` runs one where a test only needs a job).
+fn enqueue_cmd(queue: &str, id: &str, payload: &[u8]) -> redis::Cmd {
     let mut c = cmd("EMQ.ENQUEUE");
     c.arg(queue).arg(id).arg(payload);
     c
@@ -14,11 +16,13 @@ fn enqueue(queue: &str, id: &str, payload: &[u8]) -> redis::Cmd {
 
 #[test]
 fn enqueue_writes_the_row_and_the_pending_member() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("orders");
     let id = "JOB0KHTOWnGLuC";
-    let n: i64 = enqueue(&q, id, b"hello").query(&mut con).expect("enqueue");
+    let n: i64 = enqueue_cmd(&q, id, b"hello")
+        .query(&mut con)
+        .expect("enqueue");
     assert_eq!(n, 1);
 
     let row: Vec<(String, String)> = cmd("HGETALL")
@@ -49,20 +53,17 @@ fn enqueue_writes_the_row_and_the_pending_member() {
 /// replaced or made anew.
 #[test]
 fn many_queues_in_turn_each_get_their_own_jobs() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let queues: Vec<String> = (0..40).map(|i| unique_queue(&format!("turn{i}"))).collect();
     for round in 0..3u64 {
         for (i, q) in queues.iter().enumerate() {
             let id = job_id(round * 1000 + i as u64 + 1);
-            let n: i64 = enqueue(q, &id, b"p").query(&mut con).expect("enqueue");
+            let n: i64 = enqueue_cmd(q, &id, b"p").query(&mut con).expect("enqueue");
             assert_eq!(n, 1);
             // Reads every set name of the queue, as a claim would.
-            let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(q).query(&mut con).expect("stats");
-            assert!(
-                stats.contains(&("pending".to_string(), round as i64 + 1)),
-                "{stats:?}"
-            );
+            let stats = stats(&mut con, q);
+            assert_eq!(stats.get("pending"), Some(&(round as i64 + 1)), "{stats:?}");
         }
     }
     for (i, q) in queues.iter().enumerate() {
@@ -77,12 +78,12 @@ fn many_queues_in_turn_each_get_their_own_jobs() {
 
 #[test]
 fn duplicate_enqueue_replies_zero_and_leaves_the_row_untouched() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("dup");
     let id = job_id(42);
     assert_eq!(
-        enqueue(&q, &id, b"first")
+        enqueue_cmd(&q, &id, b"first")
             .query::<i64>(&mut con)
             .expect("first"),
         1
@@ -94,23 +95,20 @@ fn duplicate_enqueue_replies_zero_and_leaves_the_row_untouched() {
         .query::<i64>(&mut con)
         .expect("hset");
     assert_eq!(
-        enqueue(&q, &id, b"second")
+        enqueue_cmd(&q, &id, b"second")
             .query::<i64>(&mut con)
             .expect("dup"),
         0
     );
-    let payload: String = cmd("HGET")
-        .arg(row_key(&q, &id))
-        .arg("payload")
-        .query(&mut con)
-        .expect("hget");
-    assert_eq!(payload, "first");
-    let attempts: String = cmd("HGET")
-        .arg(row_key(&q, &id))
-        .arg("attempts")
-        .query(&mut con)
-        .expect("hget");
-    assert_eq!(attempts, "3", "a duplicate does not reset the row");
+    assert_eq!(
+        row_field(&mut con, &q, &id, "payload").as_deref(),
+        Some("first")
+    );
+    assert_eq!(
+        job_attempts(&mut con, &q, &id).as_deref(),
+        Some("3"),
+        "a duplicate does not reset the row"
+    );
     let card = set_len(&mut con, &q, "pending");
     assert_eq!(card, 1);
 }
@@ -118,7 +116,7 @@ fn duplicate_enqueue_replies_zero_and_leaves_the_row_untouched() {
 #[test]
 fn a_row_of_another_type_counts_as_existing() {
     // The reference script asks EXISTS, whatever the type.
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("exists");
     let id = job_id(7);
@@ -128,7 +126,7 @@ fn a_row_of_another_type_counts_as_existing() {
         .query::<()>(&mut con)
         .expect("set");
     assert_eq!(
-        enqueue(&q, &id, b"p")
+        enqueue_cmd(&q, &id, b"p")
             .query::<i64>(&mut con)
             .expect("enqueue"),
         0
@@ -138,17 +136,17 @@ fn a_row_of_another_type_counts_as_existing() {
 
 #[test]
 fn other_kinds_are_refused_with_the_exact_reference_text() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("kind");
-    let err = expect_err(&mut con, &enqueue(&q, "ORD0NgWEfAEJfs", b"x"));
+    let err = expect_err(&mut con, &enqueue_cmd(&q, "ORD0NgWEfAEJfs", b"x"));
     assert_eq!(err, "EMQKIND job id must be JOB-namespaced");
     assert!(keys_of(&mut con, &q).is_empty());
 }
 
 #[test]
 fn malformed_ids_are_refused_before_any_key_exists() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("gate");
     // F2: a fourteen-byte decimal and a fourteen-byte slug both refuse.
@@ -160,7 +158,7 @@ fn malformed_ids_are_refused_before_any_key_exists() {
         "JOBAzL8n0Y58m8",
         "",
     ] {
-        let err = expect_err(&mut con, &enqueue(&q, bad, b"x"));
+        let err = expect_err(&mut con, &enqueue_cmd(&q, bad, b"x"));
         assert!(err.starts_with("EMQID "), "{bad}: {err}");
     }
     assert!(keys_of(&mut con, &q).is_empty());
@@ -168,11 +166,11 @@ fn malformed_ids_are_refused_before_any_key_exists() {
 
 #[test]
 fn bad_queue_names_are_refused() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let long = "q".repeat(129);
     for bad in ["", "a b", "a{b", "a}b", long.as_str(), "caf\u{e9}"] {
-        let err = expect_err(&mut con, &enqueue(bad, "JOB0KHTOWnGLuC", b"x"));
+        let err = expect_err(&mut con, &enqueue_cmd(bad, "JOB0KHTOWnGLuC", b"x"));
         assert!(err.starts_with("EMQQUEUE "), "{bad:?}: {err}");
     }
     let ok = "q".repeat(128);
@@ -182,7 +180,7 @@ fn bad_queue_names_are_refused() {
         .query(&mut con)
         .expect("del");
     assert_eq!(
-        enqueue(&ok, "JOB0KHTOWnGLuC", b"x")
+        enqueue_cmd(&ok, "JOB0KHTOWnGLuC", b"x")
             .query::<i64>(&mut con)
             .expect("128 bytes"),
         1
@@ -191,14 +189,18 @@ fn bad_queue_names_are_refused() {
 
 #[test]
 fn checks_run_in_spec_order() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     // queue before id, id before kind, kind before payload.
     let big = vec![b'x'; 2 << 20];
-    assert!(expect_err(&mut con, &enqueue("a{b", "bad", &big)).starts_with("EMQQUEUE"));
-    assert!(expect_err(&mut con, &enqueue("ok", "bad", &big)).starts_with("EMQID"));
-    assert!(expect_err(&mut con, &enqueue("ok", "ORD0NgWEfAEJfs", &big)).starts_with("EMQKIND"));
-    assert!(expect_err(&mut con, &enqueue("ok", "JOB0KHTOWnGLuC", &big)).starts_with("EMQPAYLOAD"));
+    assert!(expect_err(&mut con, &enqueue_cmd("a{b", "bad", &big)).starts_with("EMQQUEUE"));
+    assert!(expect_err(&mut con, &enqueue_cmd("ok", "bad", &big)).starts_with("EMQID"));
+    assert!(
+        expect_err(&mut con, &enqueue_cmd("ok", "ORD0NgWEfAEJfs", &big)).starts_with("EMQKIND")
+    );
+    assert!(
+        expect_err(&mut con, &enqueue_cmd("ok", "JOB0KHTOWnGLuC", &big)).starts_with("EMQPAYLOAD")
+    );
 }
 
 #[test]
@@ -206,11 +208,11 @@ fn payload_limit_follows_the_config() {
     let server = Server::start(Options::default().arg("emq.max-payload-bytes", "16"));
     let mut con = server.conn();
     let q = unique_queue("size");
-    let err = expect_err(&mut con, &enqueue(&q, &job_id(1), &[b'x'; 17]));
+    let err = expect_err(&mut con, &enqueue_cmd(&q, &job_id(1), &[b'x'; 17]));
     assert_eq!(err, "EMQPAYLOAD payload exceeds emq.max-payload-bytes (16)");
     assert!(keys_of(&mut con, &q).is_empty());
     assert_eq!(
-        enqueue(&q, &job_id(1), &[b'x'; 16])
+        enqueue_cmd(&q, &job_id(1), &[b'x'; 16])
             .query::<i64>(&mut con)
             .expect("at the limit"),
         1
@@ -218,7 +220,7 @@ fn payload_limit_follows_the_config() {
 
     config_set(&mut con, "emq.max-payload-bytes", "32");
     assert_eq!(
-        enqueue(&q, &job_id(2), &[b'x'; 32])
+        enqueue_cmd(&q, &job_id(2), &[b'x'; 32])
             .query::<i64>(&mut con)
             .expect("raised"),
         1
@@ -240,7 +242,7 @@ fn payload_limit_follows_the_config() {
 
 #[test]
 fn wrongtype_leaves_nothing_behind() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("wrong");
     cmd("SET")
@@ -248,7 +250,7 @@ fn wrongtype_leaves_nothing_behind() {
         .arg("not a zset")
         .query::<()>(&mut con)
         .expect("set");
-    let err = expect_err(&mut con, &enqueue(&q, &job_id(9), b"x"));
+    let err = expect_err(&mut con, &enqueue_cmd(&q, &job_id(9), b"x"));
     assert!(err.starts_with("WRONGTYPE"), "{err}");
     assert_eq!(
         keys_of(&mut con, &q),
@@ -264,7 +266,7 @@ fn minted_ids_are_jobs_and_strictly_increasing() {
     let q = unique_queue("mint");
     let mut prev = String::new();
     for _ in 0..2000 {
-        let id: String = enqueue(&q, "*", b"m").query(&mut con).expect("mint");
+        let id: String = enqueue_cmd(&q, "*", b"m").query(&mut con).expect("mint");
         assert_eq!(id.len(), 14);
         assert!(id.starts_with("JOB"));
         assert!(id > prev, "{id} after {prev}");
@@ -289,7 +291,7 @@ fn minted_ids_keep_increasing_when_the_node_id_is_lowered() {
             .arg(node)
             .ignore();
         for _ in 0..3 {
-            p.add_command(enqueue(&q, "*", b"m"));
+            p.add_command(enqueue_cmd(&q, "*", b"m"));
         }
     }
     let ids: Vec<String> = p.query(&mut con).expect("mints");
@@ -298,19 +300,17 @@ fn minted_ids_keep_increasing_when_the_node_id_is_lowered() {
     }
     let nodes: Vec<u16> = ids.iter().map(|id| node_of(id)).collect();
     assert_eq!(nodes, [900, 900, 900, 3, 3, 3, 900, 900, 900, 0, 0, 0]);
-    let pending: Vec<String> = cmd("ZRANGE")
-        .arg(set_key(&q, "pending"))
-        .arg(0)
-        .arg(-1)
-        .query(&mut con)
-        .expect("zrange");
-    assert_eq!(pending, ids, "the pending set's order is the mint order");
+    assert_eq!(
+        set_members(&mut con, &q, "pending"),
+        ids,
+        "the pending set's order is the mint order"
+    );
 }
 
 #[test]
 fn binary_payloads_survive_round_trips() {
     // F4: CRLF and NUL survive 500/500 round trips, through two pipelines.
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("binary");
     let mut rng = Rng::new(0xF4);
@@ -323,7 +323,7 @@ fn binary_payloads_survive_round_trips() {
         .collect();
     let mut write = redis::pipe();
     for (i, p) in payloads.iter().enumerate() {
-        write.add_command(enqueue(&q, &job_id(i as u64 + 1), p));
+        write.add_command(enqueue_cmd(&q, &job_id(i as u64 + 1), p));
     }
     let added: Vec<i64> = write.query(&mut con).expect("pipeline of enqueues");
     assert_eq!(added, vec![1; 500]);
@@ -393,7 +393,7 @@ fn keyspace_notifications_match_native_hset_and_zadd() {
 
     let q = unique_queue("module");
     assert_eq!(
-        enqueue(&q, &id, b"x")
+        enqueue_cmd(&q, &id, b"x")
             .query::<i64>(&mut con)
             .expect("enqueue"),
         1
@@ -407,14 +407,14 @@ fn info_reports_version_and_counters() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     let q = unique_queue("info");
-    enqueue(&q, &job_id(1), b"x")
+    enqueue_cmd(&q, &job_id(1), b"x")
         .query::<i64>(&mut con)
         .expect("1");
-    enqueue(&q, &job_id(1), b"x")
+    enqueue_cmd(&q, &job_id(1), b"x")
         .query::<i64>(&mut con)
         .expect("dup");
-    let _ = expect_err(&mut con, &enqueue(&q, "ORD0NgWEfAEJfs", b"x"));
-    let _ = expect_err(&mut con, &enqueue("a b", &job_id(2), b"x"));
+    let _ = expect_err(&mut con, &enqueue_cmd(&q, "ORD0NgWEfAEJfs", b"x"));
+    let _ = expect_err(&mut con, &enqueue_cmd("a b", &job_id(2), b"x"));
     assert_eq!(
         info_field(&mut con, "emq", "emq_version").as_deref(),
         Some("echomq:2.0.0")
@@ -448,13 +448,13 @@ fn info_reports_version_and_counters() {
 
 #[test]
 fn enqueue_works_inside_multi_exec() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("multi");
     let (a, b): (i64, i64) = redis::pipe()
         .atomic()
-        .add_command(enqueue(&q, &job_id(1), b"a"))
-        .add_command(enqueue(&q, &job_id(1), b"b"))
+        .add_command(enqueue_cmd(&q, &job_id(1), b"a"))
+        .add_command(enqueue_cmd(&q, &job_id(1), b"b"))
         .query(&mut con)
         .expect("multi");
     assert_eq!((a, b), (1, 0));
@@ -462,7 +462,7 @@ fn enqueue_works_inside_multi_exec() {
 
 #[test]
 fn an_enqueue_touches_watched_keys_and_tracked_ones() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let q = unique_queue("watch");
     let pending = set_key(&q, "pending");
     let mut watcher = server.conn();
@@ -472,9 +472,7 @@ fn an_enqueue_touches_watched_keys_and_tracked_ones() {
         .arg(&pending)
         .query(&mut watcher)
         .expect("watch");
-    let _: i64 = enqueue(&q, &job_id(1), b"x")
-        .query(&mut other)
-        .expect("enqueue");
+    enqueue(&mut other, &q, &job_id(1), "x");
     let r: Value = redis::pipe()
         .atomic()
         .cmd("ZCARD")
@@ -503,9 +501,7 @@ fn an_enqueue_touches_watched_keys_and_tracked_ones() {
         .expect("tracking");
     let row = row_key(&q, &job_id(2));
     let _: Value = cmd("HGETALL").arg(&row).query(&mut tracker).expect("read");
-    let _: i64 = enqueue(&q, &job_id(2), b"y")
-        .query(&mut other)
-        .expect("enqueue");
+    enqueue(&mut other, &q, &job_id(2), "y");
     let msg = invalidations.get_message().expect("an invalidation");
     let keys: Vec<String> = msg.get_payload().expect("invalidated keys");
     assert_eq!(keys, vec![row]);
@@ -513,7 +509,7 @@ fn an_enqueue_touches_watched_keys_and_tracked_ones() {
 
 #[test]
 fn wrong_arity_is_a_plain_error() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let err = expect_err(&mut con, cmd("EMQ.ENQUEUE").arg("q").arg(job_id(1)));
     assert!(err.starts_with("ERR wrong number of arguments"), "{err}");
@@ -552,16 +548,16 @@ fn watched_keys_survive(
 /// tracked key. One that changes something does.
 #[test]
 fn a_command_that_changes_nothing_touches_no_watched_key() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("nochange");
     let id = job_id(1);
-    let _: i64 = enqueue(&q, &id, b"x").query(&mut con).expect("enqueue");
+    enqueue(&mut con, &q, &id, "x");
     let unchanged: [(&str, Act<'_>); 6] = [
         (
             "a duplicate EMQ.ENQUEUE",
             Box::new(|c| {
-                let n: i64 = enqueue(&q, &id, b"y").query(c).expect("enqueue");
+                let n: i64 = enqueue_cmd(&q, &id, b"y").query(c).expect("enqueue");
                 assert_eq!(n, 0);
             }),
         ),
@@ -620,8 +616,8 @@ fn a_command_that_changes_nothing_touches_no_watched_key() {
     }
     // A claim on a queue with nothing ready, after the only job was claimed.
     let other = unique_queue("nochange");
-    let _: i64 = enqueue(&other, &id, b"x").query(&mut con).expect("enqueue");
-    let _: Value = cmd("EMQ.CLAIM").arg(&other).query(&mut con).expect("claim");
+    enqueue(&mut con, &other, &id, "x");
+    claim(&mut con, &other, &[]);
     let empty_claim = |c: &mut redis::Connection| {
         let jobs: Vec<Value> = cmd("EMQ.CLAIM").arg(&other).query(c).expect("claim");
         assert!(jobs.is_empty());
@@ -651,7 +647,7 @@ fn a_member_added_again_with_its_score_is_no_change() {
     let q = unique_queue("readd");
     let id = job_id(1);
     let pending = set_key(&q, "pending");
-    let _: i64 = enqueue(&q, &id, b"x").query(&mut con).expect("enqueue");
+    enqueue(&mut con, &q, &id, "x");
     let _: i64 = cmd("DEL")
         .arg(row_key(&q, &id))
         .query(&mut con)
@@ -667,7 +663,7 @@ fn a_member_added_again_with_its_score_is_no_change() {
     events
         .set_read_timeout(Some(std::time::Duration::from_millis(500)))
         .expect("timeout");
-    let n: i64 = enqueue(&q, &id, b"y").query(&mut con).expect("enqueue");
+    let n: i64 = enqueue_cmd(&q, &id, b"y").query(&mut con).expect("enqueue");
     assert_eq!(n, 1, "the row was missing, so this is a new job");
     // Every event that arrives before the read times out: the row's `hset`, and no `zadd`.
     let seen = collect_events(&mut events, &q, usize::MAX);

@@ -16,7 +16,7 @@ fn key(args: &[&str]) -> redis::Cmd {
 
 #[test]
 fn f1_the_map() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let pending: String = key(&["orders", "pending"])
         .query(&mut con)
@@ -36,7 +36,7 @@ fn f1_the_map() {
 
 #[test]
 fn f2_the_job_position_is_gated() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     for bad in ["12345678901234", "order-12345678"] {
         let err = expect_err(&mut con, &key(&["orders", "job", bad]));
@@ -51,7 +51,7 @@ fn f2_the_job_position_is_gated() {
 
 #[test]
 fn key_refusals() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     assert!(expect_err(&mut con, &key(&["orders", "ready"])).starts_with("EMQTYPE "));
     assert!(expect_err(&mut con, &key(&["orders", "PENDING"])).starts_with("EMQTYPE "));
@@ -66,7 +66,7 @@ fn key_refusals() {
 
 #[test]
 fn f5_co_location() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let slot =
         |con: &mut Connection, k: &str| -> i64 { cmd("EMQ.SLOT").arg(k).query(con).expect("slot") };
@@ -90,7 +90,7 @@ fn decode_map(con: &mut Connection, k: &[u8]) -> Vec<(String, Value)> {
 
 #[test]
 fn decode_reads_the_workshop_key() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn3();
     let m = decode_map(&mut con, b"emq:{quotes}:job:JOB0KHTOWnGLuC");
     let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
@@ -118,7 +118,7 @@ fn decode_reads_the_workshop_key() {
 
 #[test]
 fn decode_under_resp2_is_a_flat_array() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let v: Vec<Value> = cmd("EMQ.DECODE")
         .arg("emq:{orders}:pending")
@@ -129,7 +129,7 @@ fn decode_under_resp2_is_a_flat_array() {
 
 #[test]
 fn decode_names_keys_outside_the_grammar_malformed() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     for bad in [
         "emq:{orders}:job:12345678901234",
@@ -185,7 +185,7 @@ fn field<'a>(pairs: &'a [(String, Value)], name: &str) -> &'a Value {
 
 #[test]
 fn command_docs_give_delay_and_at_as_one_optional_choice() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn3();
     let docs: Value = cmd("COMMAND")
         .arg("DOCS")
@@ -229,7 +229,7 @@ fn command_docs_give_delay_and_at_as_one_optional_choice() {
 
 #[test]
 fn command_docs_describe_every_command() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     for (name, args) in [
         ("emq.enqueue", vec!["queue", "id", "payload"]),
@@ -273,7 +273,7 @@ fn command_docs_describe_every_command() {
 
 #[test]
 fn pure_commands_are_readonly_fast_and_enqueue_is_write_denyoom() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let info: Vec<Value> = cmd("COMMAND")
         .arg("INFO")

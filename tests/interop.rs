@@ -48,7 +48,7 @@ fn assert_same_dumps(con: &mut Connection, jobs: &[(String, Vec<u8>)]) {
 
 #[test]
 fn small_rows_and_a_listpack_pending_set() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let jobs: Vec<_> = (1..=20)
         .map(|i| (job_id(i * 977), format!("payload {i}").into_bytes()))
@@ -59,7 +59,7 @@ fn small_rows_and_a_listpack_pending_set() {
 #[test]
 fn large_payloads_and_a_skiplist_pending_set() {
     // Payloads over 64 bytes make hashtable rows; over 128 members make a skiplist zset.
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let mut rng = Rng::new(77);
     let jobs: Vec<_> = (0..300)
@@ -75,7 +75,7 @@ fn large_payloads_and_a_skiplist_pending_set() {
 
 #[test]
 fn binary_payloads_and_duplicates() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let mut jobs: Vec<_> = (0..10)
         .map(|i| (job_id(i), vec![0, b'\r', b'\n', 0xff, i as u8]))
@@ -88,7 +88,7 @@ fn binary_payloads_and_duplicates() {
 
 #[test]
 fn the_script_and_the_module_refuse_kinds_alike() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("kind");
     let script = redis::Script::new(ENQUEUE_LUA);
@@ -110,7 +110,7 @@ fn the_script_and_the_module_refuse_kinds_alike() {
 fn a_claimer_blocked_in_the_module_is_woken_by_the_scripts_enqueue() {
     // A Lua speaker's job reaches a worker waiting in `EMQ.CLAIM`, whose lifecycle then runs
     // in the module, as if the module had enqueued it.
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let q = unique_queue("lua-wake");
     let script = redis::Script::new(ENQUEUE_LUA);
     let mut con = server.conn();
@@ -118,15 +118,7 @@ fn a_claimer_blocked_in_the_module_is_woken_by_the_scripts_enqueue() {
         let mut waiter = server.conn();
         let waiter_id: i64 = cmd("CLIENT").arg("ID").query(&mut waiter).expect("id");
         let queue = q.clone();
-        let claimed = std::thread::spawn(move || {
-            let jobs: Option<Vec<(String, Vec<u8>, i64)>> = cmd("EMQ.CLAIM")
-                .arg(&queue)
-                .arg("BLOCK")
-                .arg(5000)
-                .query(&mut waiter)
-                .expect("claim");
-            jobs
-        });
+        let claimed = std::thread::spawn(move || claim(&mut waiter, &queue, &["BLOCK", "5000"]));
         assert!(
             wait_until(std::time::Duration::from_secs(5), || is_blocked(
                 &mut con, waiter_id

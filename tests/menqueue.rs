@@ -16,16 +16,11 @@ fn menqueue(q: &str, jobs: &[(&str, &[u8])]) -> redis::Cmd {
 
 #[test]
 fn replies_one_flag_per_job_with_duplicates_as_zero() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("batch");
     let (a, b, c) = (job_id(1), job_id(2), job_id(3));
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(&b)
-        .arg("old")
-        .query(&mut con)
-        .expect("existing");
+    enqueue(&mut con, &q, &b, "old");
     let r: Vec<Value> = menqueue(
         &q,
         &[
@@ -46,18 +41,16 @@ fn replies_one_flag_per_job_with_duplicates_as_zero() {
         panic!("a minted id: {r:?}")
     };
     assert!(minted.starts_with(b"JOB") && minted.len() == 14);
-    let payload: String = cmd("HGET")
-        .arg(row_key(&q, &a))
-        .arg("payload")
-        .query(&mut con)
-        .expect("hget");
-    assert_eq!(payload, "a", "the first of two in-batch duplicates wins");
-    let payload: String = cmd("HGET")
-        .arg(row_key(&q, &b))
-        .arg("payload")
-        .query(&mut con)
-        .expect("hget");
-    assert_eq!(payload, "old", "an existing row is untouched");
+    assert_eq!(
+        row_field(&mut con, &q, &a, "payload").as_deref(),
+        Some("a"),
+        "the first of two in-batch duplicates wins"
+    );
+    assert_eq!(
+        row_field(&mut con, &q, &b, "payload").as_deref(),
+        Some("old"),
+        "an existing row is untouched"
+    );
     let card = set_len(&mut con, &q, "pending");
     assert_eq!(card, 4);
 }
@@ -127,7 +120,7 @@ fn acl_refusal_of_any_row_refuses_the_batch() {
 
 #[test]
 fn rows_are_dump_identical_to_single_enqueues() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let (single, batch) = (unique_queue("single"), unique_queue("batch"));
     let ids: Vec<String> = (1..=150).map(|i| job_id(i * 7)).collect();
@@ -208,7 +201,7 @@ fn a_batch_replicates_in_one_transaction_with_one_zadd() {
 
 #[test]
 fn a_batch_takes_at_most_ten_thousand_jobs() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("cap");
     let ids: Vec<String> = (1..=10_001).map(job_id).collect();
@@ -226,7 +219,7 @@ fn a_batch_takes_at_most_ten_thousand_jobs() {
 
 #[test]
 fn a_batch_wakes_a_blocked_claimer_with_every_job() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let q = unique_queue("mwake");
     let url = server.url();
     let q2 = q.clone();
@@ -243,14 +236,7 @@ fn a_batch_wakes_a_blocked_claimer_with_every_job() {
     });
     let mut waiter = server.conn();
     let start = std::time::Instant::now();
-    let jobs: Option<Vec<(String, Vec<u8>, i64)>> = cmd("EMQ.CLAIM")
-        .arg(&q)
-        .arg("COUNT")
-        .arg(5)
-        .arg("BLOCK")
-        .arg(10_000)
-        .query(&mut waiter)
-        .expect("claim");
+    let jobs = claim(&mut waiter, &q, &["COUNT", "5", "BLOCK", "10000"]);
     assert_eq!(
         jobs.expect("woken, not timed out"),
         vec![(job_id(1), b"a".to_vec(), 1), (job_id(2), b"b".to_vec(), 1)]

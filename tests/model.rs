@@ -299,13 +299,8 @@ fn check_queue(con: &mut Connection, q: &str, model: &Model, step: usize) {
         }
         assert_eq!(row, fields, "{id}'s row at step {step}");
         for set in ["pending", "active", "schedule", "dead"] {
-            let score: Option<f64> = cmd("ZSCORE")
-                .arg(set_key(q, set))
-                .arg(&id)
-                .query(con)
-                .expect("zscore");
             assert_eq!(
-                score.is_some(),
+                set_score(con, q, set, &id).is_some(),
                 job.state.set() == Some(set),
                 "{id} ({:?}) in {set} at step {step}",
                 job.state
@@ -386,12 +381,7 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
             let to = model.time_passes(&id);
             assert!(
                 wait_until(std::time::Duration::from_secs(5), || {
-                    let st: Option<String> = cmd("HGET")
-                        .arg(row_key(q, &id))
-                        .arg("state")
-                        .query(&mut con)
-                        .expect("hget");
-                    st.as_deref() == Some(to.word())
+                    job_state(&mut con, q, &id).as_deref() == Some(to.word())
                 }),
                 "step {step}: the timer moves {id} from {state:?} to {to:?}"
             );

@@ -66,13 +66,7 @@ fn module_conf_starts_a_working_server() {
         "{cfg:?}"
     );
     assert!(cfg.windows(2).any(|w| w == ["emq.node-id", "0"]), "{cfg:?}");
-    let n: i64 = cmd("EMQ.ENQUEUE")
-        .arg("orders")
-        .arg(job_id(1))
-        .arg("hello")
-        .query(&mut con)
-        .expect("enqueue");
-    assert_eq!(n, 1);
+    assert_eq!(enqueue(&mut con, "orders", &job_id(1), "hello"), 1);
 }
 
 #[test]
@@ -93,13 +87,7 @@ fn runtime_load_loadex_unload_and_load_again() {
     assert_eq!(module_names(&mut con), vec!["emq".to_string()]);
     let v: String = cmd("EMQ.VERSION").query(&mut con).expect("version");
     assert_eq!(v, "echomq:2.0.0");
-    let n: i64 = cmd("EMQ.ENQUEUE")
-        .arg("orders")
-        .arg(job_id(1))
-        .arg("x")
-        .query(&mut con)
-        .expect("enqueue");
-    assert_eq!(n, 1);
+    assert_eq!(enqueue(&mut con, "orders", &job_id(1), "x"), 1);
 
     unload(&mut con);
     let err = expect_err(
@@ -144,13 +132,11 @@ fn runtime_load_loadex_unload_and_load_again() {
         assert_eq!(v, "echomq:2.0.0");
         assert!(!server.log().contains("ACL category"), "{}", server.log());
     }
-    let dup: i64 = cmd("EMQ.ENQUEUE")
-        .arg("orders")
-        .arg(job_id(1))
-        .arg("x")
-        .query(&mut con)
-        .expect("data survived");
-    assert_eq!(dup, 0);
+    assert_eq!(
+        enqueue(&mut con, "orders", &job_id(1), "x"),
+        0,
+        "data survived"
+    );
 
     let err = expect_err(
         &mut con,

@@ -33,26 +33,10 @@ fn maxmemory_refuses_the_write_and_writes_nothing() {
 fn every_lifecycle_write_is_refused_under_maxmemory() {
     let server = Server::start(Options::default().arg("enable-debug-command", "local"));
     let mut con = server.conn();
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg("orders")
-        .arg(job_id(1))
-        .arg("x")
-        .query(&mut con)
-        .expect("enqueue");
-    let _: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
-        .arg("orders")
-        .query(&mut con)
-        .expect("claim");
-    let _: i64 = cmd("EMQ.ENQUEUE")
-        .arg("orders")
-        .arg(job_id(2))
-        .arg("y")
-        .query(&mut con)
-        .expect("enqueue");
-    let before: String = cmd("DEBUG")
-        .arg("DIGEST")
-        .query(&mut con)
-        .expect("DEBUG DIGEST");
+    enqueue(&mut con, "orders", &job_id(1), "x");
+    claim(&mut con, "orders", &[]);
+    enqueue(&mut con, "orders", &job_id(2), "y");
+    let before = digest(&mut con);
     config_set(&mut con, "maxmemory", "1");
     for c in [
         cmd("EMQ.MENQUEUE")
@@ -75,16 +59,11 @@ fn every_lifecycle_write_is_refused_under_maxmemory() {
         let err = expect_err(&mut con, &c);
         assert!(err.starts_with("OOM"), "{err}");
     }
-    let stats: Vec<(String, i64)> = cmd("EMQ.STATS")
-        .arg("orders")
-        .query(&mut con)
-        .expect("reads go on");
-    assert!(stats.contains(&("active".to_string(), 1)), "{stats:?}");
+    // Reads go on.
+    let stats = stats(&mut con, "orders");
+    assert_eq!(stats.get("active"), Some(&1), "{stats:?}");
     config_set(&mut con, "maxmemory", "0");
-    let after: String = cmd("DEBUG")
-        .arg("DIGEST")
-        .query(&mut con)
-        .expect("DEBUG DIGEST");
+    let after = digest(&mut con);
     assert_eq!(before, after, "nothing was written");
 }
 

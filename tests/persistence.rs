@@ -14,24 +14,12 @@ use support::*;
 /// Jobs in every state, none of which the timer will touch for a minute.
 fn populate(con: &mut Connection, q: &str) {
     for i in 1..=50u64 {
-        let _: i64 = cmd("EMQ.ENQUEUE")
-            .arg(q)
-            .arg(job_id(i))
-            .arg(format!("p{i}\r\n\0"))
-            .query(con)
-            .expect("enqueue");
+        enqueue(con, q, &job_id(i), &format!("p{i}\r\n\0"));
     }
     for i in 51..=60u64 {
         enqueue_delayed(con, q, &job_id(i), "later", 60_000);
     }
-    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
-        .arg(q)
-        .arg("COUNT")
-        .arg(20)
-        .arg("LEASE")
-        .arg(60_000)
-        .query(con)
-        .expect("claim");
+    let claimed = claim(con, q, &["COUNT", "20", "LEASE", "60000"]).expect("jobs");
     for (id, _, token) in claimed.iter().take(5) {
         let _: i64 = cmd("EMQ.ACK")
             .arg(q)
@@ -80,8 +68,8 @@ fn an_rdb_snapshot_restores_the_same_data() {
     server.restart(true);
     let mut con = server.conn();
     assert_eq!(digest(&mut con), before);
-    let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg("rdb").query(&mut con).expect("stats");
-    assert!(stats.contains(&("active".to_string(), 15)), "{stats:?}");
+    let stats = stats(&mut con, "rdb");
+    assert_eq!(stats.get("active"), Some(&15), "{stats:?}");
 }
 
 #[test]
@@ -128,7 +116,7 @@ fn the_aof_keeps_every_acknowledged_job_through_kill_9() {
     let acked = acked.lock().expect("lock").clone();
     let mut p = redis::pipe();
     for id in &acked {
-        p.cmd("ZSCORE").arg("emq:{aof}:pending").arg(id);
+        p.cmd("ZSCORE").arg(set_key("aof", "pending")).arg(id);
     }
     let scores: Vec<Option<f64>> = p.query(&mut con).expect("scores");
     let found = scores.iter().filter(|s| s.is_some()).count();
@@ -193,15 +181,8 @@ fn delayed_jobs_and_leases_saved_in_a_snapshot_come_due_after_a_restart() {
     for i in 4..=5u64 {
         enqueue(&mut con, "restarted", &job_id(i), "now");
     }
-    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
-        .arg("restarted")
-        .arg("COUNT")
-        .arg(2)
-        .arg("LEASE")
-        .arg(1500)
-        .query(&mut con)
-        .expect("claim");
-    assert_eq!(claimed.len(), 2);
+    let claimed = claim(&mut con, "restarted", &["COUNT", "2", "LEASE", "1500"]);
+    assert_eq!(claimed.map(|j| j.len()), Some(2));
     let _: String = cmd("SAVE").query(&mut con).expect("save");
     server.restart(true);
     let mut con = server.conn();

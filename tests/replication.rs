@@ -32,12 +32,7 @@ fn a_replica_without_the_module_reaches_the_same_digest() {
     let q = unique_queue("repl");
     let mut minted = Vec::new();
     for i in 0..200u64 {
-        let _: i64 = cmd("EMQ.ENQUEUE")
-            .arg(&q)
-            .arg(job_id(i * 31 + 1))
-            .arg(format!("p{i}\r\n\0"))
-            .query(&mut p)
-            .expect("enqueue");
+        enqueue(&mut p, &q, &job_id(i * 31 + 1), &format!("p{i}\r\n\0"));
         let id: String = cmd("EMQ.ENQUEUE")
             .arg(&q)
             .arg("*")
@@ -52,12 +47,7 @@ fn a_replica_without_the_module_reaches_the_same_digest() {
     assert_eq!(d, digest(&mut r));
     // Minted ids reach the replica as resolved values.
     for id in minted.iter().take(5) {
-        let state: Option<String> = cmd("HGET")
-            .arg(row_key(&q, id))
-            .arg("state")
-            .query(&mut r)
-            .expect("hget");
-        assert_eq!(state.as_deref(), Some("pending"));
+        assert_eq!(job_state(&mut r, &q, id).as_deref(), Some("pending"));
     }
     assert!(
         module_names(&mut r).is_empty(),
@@ -155,14 +145,7 @@ fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
     for i in 41..=50u64 {
         enqueue_delayed(&mut p, &q, &job_id(i), "later", 150);
     }
-    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
-        .arg(&q)
-        .arg("COUNT")
-        .arg(30)
-        .arg("LEASE")
-        .arg(200)
-        .query(&mut p)
-        .expect("claim");
+    let claimed = claim(&mut p, &q, &["COUNT", "30", "LEASE", "200"]).expect("jobs");
     for (n, (id, _, token)) in claimed.iter().enumerate() {
         match n % 3 {
             0 => {
@@ -198,8 +181,7 @@ fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
     enqueue_delayed(&mut p, &later, &job_id(1), "in an hour", 3_600_000);
     // Let the delayed jobs come due and the leases expire, promoted by the primary's timer.
     std::thread::sleep(Duration::from_millis(600));
-    let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(&q).query(&mut p).expect("stats");
-    let stats: std::collections::HashMap<_, _> = stats.into_iter().collect();
+    let stats = stats(&mut p, &q);
     assert_eq!(
         stats["active"], 0,
         "expired leases were reclaimed: {stats:?}"
@@ -238,8 +220,7 @@ fn a_read_only_replica_refuses_every_echomq_write_and_answers_its_reads() {
     let mut r = replica.conn();
     let q = "orders";
     enqueue(&mut p, q, &job_id(1), "x");
-    let claimed: Vec<(String, Vec<u8>, i64)> =
-        cmd("EMQ.CLAIM").arg(q).query(&mut p).expect("claim");
+    let claimed = claim(&mut p, q, &[]).expect("jobs");
     let (id, token) = (claimed[0].0.clone(), claimed[0].2.to_string());
     wait_caught_up(&mut p, &mut r);
     let before = digest(&mut r);
@@ -277,8 +258,8 @@ fn a_read_only_replica_refuses_every_echomq_write_and_answers_its_reads() {
         let err = expect_err(&mut r, &c);
         assert!(err.starts_with("READONLY"), "{name}: {err}");
     }
-    let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(q).query(&mut r).expect("stats");
-    assert!(stats.contains(&("active".to_string(), 1)), "{stats:?}");
+    let stats = stats(&mut r, q);
+    assert_eq!(stats.get("active"), Some(&1), "{stats:?}");
     let key: String = cmd("EMQ.KEY")
         .arg(q)
         .arg("pending")
@@ -301,22 +282,9 @@ fn delayed_jobs_and_leases_replicate_as_absolute_times() {
     let q = unique_queue("abs");
     enqueue_delayed(&mut con, &q, &job_id(1), "later", 60_000);
     enqueue(&mut con, &q, &job_id(2), "now");
-    let _: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
-        .arg(&q)
-        .arg("LEASE")
-        .arg(60_000)
-        .query(&mut con)
-        .expect("claim");
-    let due: f64 = cmd("ZSCORE")
-        .arg(set_key(&q, "schedule"))
-        .arg(job_id(1))
-        .query(&mut con)
-        .expect("due");
-    let deadline: f64 = cmd("ZSCORE")
-        .arg(set_key(&q, "active"))
-        .arg(job_id(2))
-        .query(&mut con)
-        .expect("deadline");
+    claim(&mut con, &q, &["LEASE", "60000"]);
+    let due = set_score(&mut con, &q, "schedule", &job_id(1)).expect("due");
+    let deadline = set_score(&mut con, &q, "active", &job_id(2)).expect("deadline");
     let words = aof_words(&server);
     let zadd_score = |set: &str| {
         let key = set_key(&q, set);
@@ -424,12 +392,7 @@ fn ids_dropped_for_a_missing_row_are_dropped_on_the_replica_too() {
         .arg(row_key(&q, &job_id(2)))
         .query(&mut p)
         .expect("del");
-    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
-        .arg(&q)
-        .arg("COUNT")
-        .arg(2)
-        .query(&mut p)
-        .expect("claim");
+    let claimed = claim(&mut p, &q, &["COUNT", "2"]).expect("jobs");
     let ids: Vec<&str> = claimed.iter().map(|(id, _, _)| id.as_str()).collect();
     assert_eq!(ids, vec![job_id(3), job_id(4)]);
     wait_caught_up(&mut p, &mut r);
@@ -451,13 +414,8 @@ fn the_timer_writes_nothing_while_client_writes_are_paused() {
     let mut con = server.conn();
     let q = unique_queue("paused");
     enqueue(&mut con, &q, &job_id(1), "leased");
-    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
-        .arg(&q)
-        .arg("LEASE")
-        .arg(100)
-        .query(&mut con)
-        .expect("claim");
-    assert_eq!(claimed.len(), 1);
+    let claimed = claim(&mut con, &q, &["LEASE", "100"]);
+    assert_eq!(claimed.map(|j| j.len()), Some(1));
     enqueue_delayed(&mut con, &q, &job_id(2), "later", 100);
     let _: () = cmd("CLIENT")
         .arg("PAUSE")
@@ -550,12 +508,11 @@ fn a_coordinated_failover_hands_the_timer_over_and_loses_no_job() {
         "every job once, in id order"
     );
     for id in &expected {
-        let state: Option<String> = cmd("HGET")
-            .arg(row_key(&q, id))
-            .arg("state")
-            .query(&mut r)
-            .expect("HGET");
-        assert_eq!(state.as_deref(), Some("pending"), "{id}");
+        assert_eq!(
+            job_state(&mut r, &q, id).as_deref(),
+            Some("pending"),
+            "{id}"
+        );
     }
     wait_caught_up(&mut r, &mut p);
     assert_eq!(digest(&mut r), digest(&mut p), "the old primary follows");

@@ -5,7 +5,8 @@
 //! - `VALKEY_SERVER`: the server binary (default `valkey-server`).
 //! - `ECHOMQ_MODULE`: the module to load (default `target/release/libechomq.so`).
 //! - `ECHOMQ_EXTERNAL`: `host:port` of an already-running server with the module; tests that
-//!   only need one plain server use it instead of spawning their own.
+//!   only need one plain server (`Server::start_or_external`) use it instead of spawning their
+//!   own.
 #![allow(dead_code)]
 
 pub mod cluster;
@@ -174,9 +175,9 @@ pub struct Server {
 }
 
 impl Server {
-    /// A server with the module for tests that need nothing special: the external one when
-    /// `ECHOMQ_EXTERNAL` is set, else a fresh one.
-    pub fn shared() -> Server {
+    /// The external server when `ECHOMQ_EXTERNAL` is set, else a fresh one of our own with the
+    /// module: for tests that need nothing special of their server.
+    pub fn start_or_external() -> Server {
         if let Ok(addr) = std::env::var("ECHOMQ_EXTERNAL") {
             let (host, port) = addr.rsplit_once(':').expect("ECHOMQ_EXTERNAL is host:port");
             return Server {
@@ -189,6 +190,11 @@ impl Server {
             };
         }
         Server::start(Options::default())
+    }
+
+    /// The former name of [`Server::start_or_external`], which `tests/readme.rs` still calls.
+    pub fn shared() -> Server {
+        Server::start_or_external()
     }
 
     /// A fresh server of our own, started with `opts`.
@@ -696,8 +702,58 @@ pub fn row_field(con: &mut Connection, queue: &str, id: &str, field: &str) -> Op
         .expect("HGET")
 }
 
+/// A job's `state` field (`pending`, `active`, `scheduled`, `done`, `dead`); `None` without a row.
+pub fn job_state(con: &mut Connection, queue: &str, id: &str) -> Option<String> {
+    row_field(con, queue, id, "state")
+}
+
+/// A job's `attempts` field, as stored.
+pub fn job_attempts(con: &mut Connection, queue: &str, id: &str) -> Option<String> {
+    row_field(con, queue, id, "attempts")
+}
+
+/// The score of `id` in the queue's `ty` set: a due time, a lease deadline, an id's order.
+pub fn set_score(con: &mut Connection, queue: &str, ty: &str, id: &str) -> Option<f64> {
+    redis::cmd("ZSCORE")
+        .arg(set_key(queue, ty))
+        .arg(id)
+        .query(con)
+        .expect("ZSCORE")
+}
+
+/// One claimed job: (id, payload, attempts).
+pub type Job = (String, Vec<u8>, i64);
+
+/// `EMQ.CLAIM <queue> [opts...]`: the jobs claimed, `None` when a blocking claim timed out.
+pub fn claim(con: &mut impl redis::ConnectionLike, queue: &str, opts: &[&str]) -> Option<Vec<Job>> {
+    let mut c = redis::cmd("EMQ.CLAIM");
+    c.arg(queue);
+    for o in opts {
+        c.arg(*o);
+    }
+    c.query(con).expect("claim")
+}
+
+/// `emq_watched_queues` of `INFO emq`: the queues the timer watches.
+pub fn watched_queues(con: &mut Connection) -> i64 {
+    info_int(con, "emq", "emq_watched_queues")
+}
+
+/// How many clients wait in a blocking command, on the whole server.
+pub fn blocked_clients(con: &mut Connection) -> i64 {
+    info_int(con, "clients", "blocked_clients")
+}
+
+/// Waits (up to 5 s) until `n` clients wait in a blocking command.
+pub fn until_blocked(con: &mut Connection, n: i64) -> bool {
+    wait_until(Duration::from_secs(5), || blocked_clients(con) == n)
+}
+
 /// `EMQ.STATS`: the queue's count per set.
-pub fn stats(con: &mut Connection, queue: &str) -> std::collections::HashMap<String, i64> {
+pub fn stats(
+    con: &mut impl redis::ConnectionLike,
+    queue: &str,
+) -> std::collections::HashMap<String, i64> {
     let counts: Vec<(String, i64)> = redis::cmd("EMQ.STATS")
         .arg(queue)
         .query(con)
@@ -727,7 +783,6 @@ pub fn blocked_claim(
     queue: &str,
     block_ms: u64,
 ) -> std::thread::JoinHandle<Result<Value, String>> {
-    let blocked_clients = |con: &mut Connection| info_int(con, "clients", "blocked_clients");
     let before = blocked_clients(admin);
     let queue = queue.to_string();
     let claim = std::thread::spawn(move || {

@@ -1,0 +1,161 @@
+//! What the server's observers see of EchoMQ: its writes fire the keyspace events native
+//! commands would, and only what clients read counts in the keyspace hits and misses.
+
+mod support;
+
+use std::thread;
+use std::time::Duration;
+
+use redis::{cmd, Value};
+use support::*;
+
+#[test]
+fn lifecycle_writes_fire_the_keyspace_events_native_commands_would() {
+    let server = Server::start(Options::default().arg("notify-keyspace-events", "KEA"));
+    let mut con = server.conn();
+    let mut sub_con = server.conn();
+    let mut events = sub_con.as_pubsub();
+    events.psubscribe("__keyspace@0__:*").expect("psubscribe");
+    events
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let q = unique_queue("events");
+    let id = job_id(1);
+    enqueue(&mut con, &q, &id, "x");
+    claim(&mut con, &q, &[]).expect("claim");
+    let _: i64 = cmd("EMQ.ACK")
+        .arg(&q)
+        .arg(&id)
+        .arg(1)
+        .query(&mut con)
+        .expect("ack");
+    enqueue_delayed(&mut con, &q, &job_id(2), "later", 60_000);
+    let _: i64 = cmd("EMQ.CANCEL")
+        .arg(&q)
+        .arg(job_id(2))
+        .query(&mut con)
+        .expect("cancel");
+    let expected = [
+        // ENQUEUE: HSET row, ZADD pending.
+        ("job:1", "hset"),
+        ("pending", "zadd"),
+        // CLAIM: ZREM pending (now empty, so deleted), HSET row, ZADD active.
+        ("pending", "zrem"),
+        ("pending", "del"),
+        ("job:1", "hset"),
+        ("active", "zadd"),
+        // ACK: ZREM active, HSET row, PEXPIREAT row.
+        ("active", "zrem"),
+        ("active", "del"),
+        ("job:1", "hset"),
+        ("job:1", "expire"),
+        // ENQUEUE ... DELAY: HSET row, ZADD schedule.
+        ("job:2", "hset"),
+        ("schedule", "zadd"),
+        // CANCEL: ZREM schedule, DEL row.
+        ("schedule", "zrem"),
+        ("schedule", "del"),
+        ("job:2", "del"),
+    ];
+    let mut seen = Vec::new();
+    while seen.len() < expected.len() {
+        let msg = events.get_message().expect("an event");
+        let key = msg
+            .get_channel_name()
+            .trim_start_matches("__keyspace@0__:")
+            .replace(&format!("emq:{{{q}}}:"), "")
+            .replace(&job_id(1), "1")
+            .replace(&job_id(2), "2");
+        let event: String = msg.get_payload().expect("event");
+        seen.push((key, event));
+    }
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(k, e)| (k.to_string(), e.to_string()))
+        .collect();
+    assert_eq!(seen, expected);
+}
+
+#[test]
+fn keyspace_hits_and_misses_count_only_what_clients_read() {
+    // The server's keyspace statistics (what a cache's hit ratio is read from) and `keymiss`
+    // events come from read commands' lookups. EchoMQ's writes look at keys as native writes
+    // do, uncounted and silent, and so do its timer and its keyspace events; `EMQ.STATS`, a
+    // read, counts as `ZCARD` would.
+    let server = Server::start(Options::default().arg("notify-keyspace-events", "Em"));
+    let mut con = server.conn();
+    // Redis 7.0 has no way to open a key uncounted and silent (make test-redis7 skips this).
+    assert!(
+        info_field(&mut con, "server", "valkey_version").is_some(),
+        "{} counts a module's own lookups: this test cannot run on it",
+        server_binary()
+    );
+    let ks = |con: &mut Connection| {
+        (
+            info_int(con, "stats", "keyspace_hits"),
+            info_int(con, "stats", "keyspace_misses"),
+        )
+    };
+    let mut sub_con = server.conn();
+    let mut misses = sub_con.as_pubsub();
+    misses
+        .psubscribe("__keyevent@*__:keymiss")
+        .expect("psubscribe");
+    misses
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+
+    // The timer's visit (and its looks at the emptied schedule set), a claim's looks at the
+    // rows, a batch's at the rows of its minted ids, and a retry the timer promotes.
+    enqueue_delayed(&mut con, "later", &job_id(1), "x", 100);
+    enqueue(&mut con, "now", &job_id(1), "x");
+    thread::sleep(Duration::from_millis(300));
+    assert!(set_score(&mut con, "later", "pending", &job_id(1)).is_some());
+    let _: () = cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .expect("resetstat");
+    enqueue_delayed(&mut con, "later", &job_id(2), "x", 100);
+    let jobs = claim(&mut con, "now", &[]).expect("claim");
+    assert_eq!(jobs.len(), 1);
+    let _: Vec<Value> = cmd("EMQ.MENQUEUE")
+        .arg("batch")
+        .arg("*")
+        .arg("a")
+        .arg("*")
+        .arg("b")
+        .query(&mut con)
+        .expect("menqueue");
+    let jobs = claim(&mut con, "batch", &["COUNT", "5"]).expect("claim");
+    assert_eq!(jobs.len(), 2);
+    let r: String = cmd("EMQ.FAIL")
+        .arg("batch")
+        .arg(&jobs[0].0)
+        .arg(1)
+        .arg("RETRY-IN")
+        .arg(0)
+        .query(&mut con)
+        .expect("fail");
+    assert_eq!(r, "scheduled");
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(ks(&mut con), (0, 0), "no lookup of EchoMQ's counted");
+    // A client's read of a missing key: the first `keymiss` there is, where EchoMQ is silent.
+    let _: Option<String> = cmd("GET")
+        .arg("read-by-a-client")
+        .query(&mut con)
+        .expect("get");
+    let first: String = misses
+        .get_message()
+        .expect("a keymiss event")
+        .get_payload()
+        .expect("payload");
+    assert_eq!(first, "read-by-a-client");
+    let before = ks(&mut con);
+    stats(&mut con, "batch");
+    let after = ks(&mut con);
+    assert_eq!(
+        (after.0 - before.0) + (after.1 - before.1),
+        4,
+        "EMQ.STATS reads four sets"
+    );
+}
