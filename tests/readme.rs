@@ -56,7 +56,7 @@ fn code_spans(text: &str) -> Vec<String> {
 
 #[test]
 fn the_command_table_lists_every_command_with_its_flags() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let rows: Vec<Vec<String>> = section("commands.md", "Commands")
         .iter()
@@ -179,7 +179,7 @@ fn the_configuration_table_gives_each_settings_default_and_range() {
 
 #[test]
 fn the_info_section_names_every_info_field() {
-    let server = Server::shared();
+    let server = Server::start_or_external();
     let mut con = server.conn();
     let text = section("configuration.md", "INFO emq").join("\n");
     let mut documented: BTreeSet<String> = code_spans(&text)

@@ -192,11 +192,6 @@ impl Server {
         Server::start(Options::default())
     }
 
-    /// The former name of [`Server::start_or_external`], which `tests/readme.rs` still calls.
-    pub fn shared() -> Server {
-        Server::start_or_external()
-    }
-
     /// A fresh server of our own, started with `opts`.
     pub fn start(opts: Options) -> Server {
         let mut last_err = String::new();
