@@ -19,7 +19,8 @@ use valkey_module::alloc::ValkeyAlloc;
 use valkey_module::{Context, Status};
 
 use host::register::{
-    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::String as Str, Command,
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::PureToken as Pure,
+    ArgKind::String as Str, Command,
 };
 use host::server::log;
 
@@ -82,29 +83,31 @@ const COMMANDS: &[Command] = &[
         name: c"emq.renew",
         callback: callback!(commands::renew::run),
         flags: c"write deny-oom fast",
-        arity: 5,
+        arity: -5,
         routes_by_queue: true,
-        summary: c"Extend a live lease to now + ms; replies the new deadline",
+        summary: c"Extend a live lease to now + ms, keeping PROGRESS in the row; replies the new deadline",
         complexity: c"O(log(N))",
         args: &[
             Arg::required(c"queue", Str),
             Arg::required(c"id", Str),
             Arg::required(c"token", Int),
             Arg::required(c"ms", Int),
+            Arg::token(c"progress", c"PROGRESS", Str),
         ],
     },
     Command {
         name: c"emq.ack",
         callback: callback!(commands::ack::run),
         flags: c"write deny-oom fast",
-        arity: 4,
+        arity: -4,
         routes_by_queue: true,
-        summary: c"Acknowledge a claimed job: active -> done, the row kept emq.done-ttl-ms",
+        summary: c"Acknowledge a claimed job: active -> done, the row (and RESULT) kept emq.done-ttl-ms",
         complexity: c"O(log(N))",
         args: &[
             Arg::required(c"queue", Str),
             Arg::required(c"id", Str),
             Arg::required(c"token", Int),
+            Arg::token(c"result", c"RESULT", Str),
         ],
     },
     Command {
@@ -137,12 +140,86 @@ const COMMANDS: &[Command] = &[
     Command {
         name: c"emq.requeue",
         callback: callback!(commands::requeue::run),
-        flags: c"write deny-oom fast",
-        arity: 3,
+        flags: c"write deny-oom",
+        arity: -3,
         routes_by_queue: true,
-        summary: c"Move a dead job back to pending with its attempts reset",
-        complexity: c"O(log(N))",
-        args: &[Arg::required(c"queue", Str), Arg::required(c"id", Str)],
+        summary: c"Move a dead job, or up to COUNT of the oldest (DEAD), back to pending with attempts reset",
+        complexity: c"O(M*log(N)) with M jobs moved (one for an id)",
+        args: &[
+            Arg::required(c"queue", Str),
+            Arg::required(
+                c"which",
+                OneOf(&[
+                    Arg::required(c"id", Str),
+                    Arg::required(
+                        c"dead",
+                        Block(&[
+                            Arg::keyword(c"dead", c"DEAD", Pure),
+                            Arg::token(c"count", c"COUNT", Int),
+                        ]),
+                    ),
+                ]),
+            ),
+        ],
+    },
+    Command {
+        name: c"emq.purge",
+        callback: callback!(commands::purge::run),
+        flags: c"write deny-oom",
+        arity: -3,
+        routes_by_queue: true,
+        summary: c"Delete up to COUNT jobs of a set (pending, scheduled or dead), rows included; replies how many",
+        complexity: c"O(M*log(N)) with M jobs deleted, at most 10000",
+        args: &[
+            Arg::required(c"queue", Str),
+            Arg::required(c"set", Str),
+            Arg::token(c"count", c"COUNT", Int),
+        ],
+    },
+    Command {
+        name: c"emq.pause",
+        callback: callback!(commands::pause::run),
+        flags: c"write deny-oom fast",
+        arity: 2,
+        routes_by_queue: true,
+        summary: c"Pause a queue: claims take no job until EMQ.RESUME; enqueues and the timer go on",
+        complexity: c"O(1)",
+        args: &[Arg::required(c"queue", Str)],
+    },
+    Command {
+        name: c"emq.resume",
+        callback: callback!(commands::resume::run),
+        flags: c"write deny-oom fast",
+        arity: 2,
+        routes_by_queue: true,
+        summary: c"Resume a paused queue, serving its waiting claimers in arrival order",
+        complexity: c"O(1)",
+        args: &[Arg::required(c"queue", Str)],
+    },
+    Command {
+        name: c"emq.events",
+        callback: callback!(commands::events::run),
+        flags: c"write deny-oom fast",
+        arity: -3,
+        routes_by_queue: true,
+        summary: c"Turn the queue's event stream emq:{queue}:events on (capped near MAXLEN) or off",
+        complexity: c"O(1)",
+        args: &[
+            Arg::required(c"queue", Str),
+            Arg::required(
+                c"state",
+                OneOf(&[
+                    Arg::required(
+                        c"on",
+                        Block(&[
+                            Arg::keyword(c"on", c"ON", Pure),
+                            Arg::token(c"maxlen", c"MAXLEN", Int),
+                        ]),
+                    ),
+                    Arg::keyword(c"off", c"OFF", Pure),
+                ]),
+            ),
+        ],
     },
     Command {
         name: c"emq.stats",

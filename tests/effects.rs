@@ -1,4 +1,4 @@
-//! Effects skipped while nothing can receive them (`src/effects.rs`): a primary alone does
+//! Effects skipped while nothing can receive them (`src/host/propagate.rs`, `src/runtime/effects.rs`): a primary alone does
 //! not pay for replication, and every way something can start receiving — a replica
 //! attaching, a replica resuming from the backlog, AOF turned on at runtime, a restart with
 //! replication history — still gets every write. Each test first checks that the scenario

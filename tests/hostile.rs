@@ -8,9 +8,11 @@ mod support;
 use redis::{cmd, Value};
 use support::*;
 
-const ERROR_CODES: [&str; 11] = [
+const ERROR_CODES: [&str; 13] = [
     "EMQQUEUE",
     "EMQLEASE",
+    "EMQSET",
+    "EMQCURSOR",
     "EMQTYPE",
     "EMQID",
     "EMQKIND",
@@ -23,8 +25,16 @@ const ERROR_CODES: [&str; 11] = [
 ];
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
-    let tokens: [&[u8]; 27] = [
+    let tokens: [&[u8]; 35] = [
         b"COUNT",
+        b"DEAD",
+        b"RESULT",
+        b"PROGRESS",
+        b"ON",
+        b"off",
+        b"MAXLEN",
+        b"scheduled",
+        b"dead",
         b"LEASE",
         b"BLOCK",
         b"DELAY",
@@ -163,7 +173,7 @@ fn damage(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
     let key = match rng.below(10) {
         0..=4 => row_key(q, rng.pick(ids).as_str()),
         _ => {
-            let set = *rng.pick(&["pending", "active", "schedule", "dead", "meta"]);
+            let set = *rng.pick(&["pending", "active", "schedule", "dead", "meta", "events"]);
             set_key(q, set)
         }
     };
@@ -204,7 +214,7 @@ fn damage(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
 fn lifecycle_command(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
     let id = rng.pick(ids).clone();
     let token = 1 + rng.below(3);
-    match rng.below(9) {
+    match rng.below(10) {
         0 => {
             let mut c = cmd("EMQ.ENQUEUE");
             c.arg(q).arg(&id).arg("p");
@@ -244,6 +254,47 @@ fn lifecycle_command(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
         }
         6 => cmd("EMQ.CANCEL").arg(q).arg(&id).clone(),
         7 => cmd("EMQ.REQUEUE").arg(q).arg(&id).clone(),
+        8 => match rng.below(8) {
+            0 => cmd("EMQ.PAUSE").arg(q).clone(),
+            1 => cmd("EMQ.RESUME").arg(q).clone(),
+            2 => cmd("EMQ.PURGE")
+                .arg(q)
+                .arg(*rng.pick(&["pending", "scheduled", "dead", "active"]))
+                .arg("COUNT")
+                .arg(1 + rng.below(3))
+                .clone(),
+            3 => cmd("EMQ.REQUEUE")
+                .arg(q)
+                .arg("DEAD")
+                .arg("COUNT")
+                .arg(2)
+                .clone(),
+            4 => match rng.below(2) {
+                0 => cmd("EMQ.EVENTS")
+                    .arg(q)
+                    .arg("ON")
+                    .arg("MAXLEN")
+                    .arg(5)
+                    .clone(),
+                _ => cmd("EMQ.EVENTS").arg(q).arg("OFF").clone(),
+            },
+            5 => cmd("EMQ.ACK")
+                .arg(q)
+                .arg(&id)
+                .arg(token)
+                .arg("RESULT")
+                .arg("r")
+                .clone(),
+            6 => cmd("EMQ.RENEW")
+                .arg(q)
+                .arg(&id)
+                .arg(token)
+                .arg(60_000)
+                .arg("PROGRESS")
+                .arg("p")
+                .clone(),
+            _ => cmd("EMQ.REQUEUE").arg(q).arg(&id).clone(),
+        },
         _ => cmd("EMQ.STATS").arg(q).clone(),
     }
 }
@@ -264,11 +315,15 @@ fn on_a_damaged_queue_a_refused_command_changes_nothing() {
         if rng.below(8) == 0 {
             // Keys of another type deleted, as an operator would, so the queue works again.
             let mut keys: Vec<String> = ids.iter().map(|id| row_key(q, id)).collect();
-            keys.extend(["pending", "active", "schedule", "dead"].map(|t| set_key(q, t)));
+            keys.extend(
+                ["pending", "active", "schedule", "dead", "meta", "events"].map(|t| set_key(q, t)),
+            );
             for key in keys {
                 let ty: String = cmd("TYPE").arg(&key).query(&mut con).expect("type");
-                let wanted = if key.contains(":job:") {
+                let wanted = if key.contains(":job:") || key.ends_with(":meta") {
                     "hash"
+                } else if key.ends_with(":events") {
+                    "stream"
                 } else {
                     "zset"
                 };

@@ -1,6 +1,7 @@
 //! The job lifecycle against a reference model (SPEC §6): random sequences of enqueues,
-//! batches, claims, acks, failures, renewals, cancels and requeues, with valid and stale
-//! tokens, each reply compared with the model's, and the whole queue (every row and every set)
+//! batches, claims, acks (with results), failures, renewals (with progress), cancels, requeues
+//! one by one and in bulk, purges, pauses and resumes, with valid and stale tokens, and the dead
+//! set kept to `emq.dead-max-jobs` by the timer, each reply compared with the model's, and the whole queue (every row and every set)
 //! compared after each stretch of operations; a replica without the module ends with the same
 //! data. Delays and leases are an hour long, so the timer acts only where the test moves a due
 //! time or a lease deadline into the past, and every outcome is determined by the sequence.
@@ -13,6 +14,8 @@ use redis::{cmd, Value};
 use support::*;
 
 const MAX_ATTEMPTS: i64 = 3;
+/// `emq.dead-max-jobs`: the timer trims the oldest dead jobs beyond it.
+const DEAD_MAX: usize = 5;
 const HOUR_MS: i64 = 3_600_000;
 /// Ids drawn from a small range, so that operations keep meeting the same jobs.
 const IDS: u64 = 40;
@@ -55,6 +58,11 @@ struct Job {
     attempts: i64,
     payload: String,
     error: Option<String>,
+    result: Option<String>,
+    progress: Option<String>,
+    /// Its score in `schedule` or `dead`: a time the server's clock gave, read back once the
+    /// job got there (the model orders those sets by it, as purges and the retention do).
+    score: Option<f64>,
 }
 
 /// What a command answered, in a form both the server's reply and the model give.
@@ -69,12 +77,13 @@ enum Answer {
     Deadline,
 }
 
-/// The model: every job the queue has a row for, by id.
+/// The model: every job the queue has a row for, by id, and whether the queue is paused.
 #[derive(Default)]
 struct Model {
     jobs: BTreeMap<String, Job>,
     /// `emq.done-ttl-ms 0`: an acknowledged job's row is deleted at once.
     keep_no_done: bool,
+    paused: bool,
 }
 
 impl Model {
@@ -94,12 +103,18 @@ impl Model {
                 attempts: 0,
                 payload: payload.to_string(),
                 error: None,
+                result: None,
+                progress: None,
+                score: None,
             },
         );
         1
     }
 
     fn claim(&mut self, count: usize) -> Vec<(String, String, i64)> {
+        if self.paused {
+            return Vec::new();
+        }
         // Pending ids all score 0: the lowest ids first (base62 digits sort as bytes).
         let ids: Vec<String> = self
             .jobs
@@ -125,10 +140,11 @@ impl Model {
             .filter(|j| j.state == State::Active && j.attempts == token)
     }
 
-    fn ack(&mut self, id: &str, token: i64) -> Answer {
+    fn ack(&mut self, id: &str, token: i64, result: Option<&str>) -> Answer {
         match self.leased(id, token) {
             Some(job) => {
                 job.state = State::Done;
+                job.result = result.map(str::to_string);
                 if self.keep_no_done {
                     self.jobs.remove(id);
                 }
@@ -156,11 +172,60 @@ impl Model {
         }
     }
 
-    fn renew(&mut self, id: &str, token: i64) -> Answer {
+    fn renew(&mut self, id: &str, token: i64, progress: Option<&str>) -> Answer {
         match self.leased(id, token) {
-            Some(_) => Answer::Deadline,
+            Some(job) => {
+                if let Some(p) = progress {
+                    job.progress = Some(p.to_string());
+                }
+                Answer::Deadline
+            }
             None => lease_error(),
         }
+    }
+
+    /// `EMQ.PAUSE` (`true`) or `EMQ.RESUME`: whether it changed anything.
+    fn pause(&mut self, pause: bool) -> i64 {
+        let changed = self.paused != pause;
+        self.paused = pause;
+        i64::from(changed)
+    }
+
+    /// The ids of `state`'s set, lowest score first (pending: id order; the others by the
+    /// scores read back, then id).
+    fn ordered(&self, state: State) -> Vec<String> {
+        let mut ids: Vec<(f64, String)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == state)
+            .map(|(id, j)| (j.score.unwrap_or(0.0), id.clone()))
+            .collect();
+        ids.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        ids.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// `EMQ.PURGE`: the `count` first jobs of `state`'s set are gone, rows and all.
+    fn purge(&mut self, state: State, count: usize) -> i64 {
+        let ids: Vec<String> = self.ordered(state).into_iter().take(count).collect();
+        for id in &ids {
+            self.jobs.remove(id);
+        }
+        ids.len() as i64
+    }
+
+    /// `EMQ.REQUEUE ... DEAD COUNT n`: the `count` oldest dead jobs go back to pending.
+    fn requeue_dead(&mut self, count: usize) -> i64 {
+        let ids: Vec<String> = self.ordered(State::Dead).into_iter().take(count).collect();
+        for id in &ids {
+            self.requeue(id);
+        }
+        ids.len() as i64
+    }
+
+    /// The dead set beyond `emq.dead-max-jobs`: the oldest go, rows and all.
+    fn trim_dead(&mut self) {
+        let over = (self.count(State::Dead) as usize).saturating_sub(DEAD_MAX);
+        self.purge(State::Dead, over);
     }
 
     fn cancel(&mut self, id: &str) -> i64 {
@@ -178,6 +243,7 @@ impl Model {
             Some(job) if job.state == State::Dead => {
                 job.state = State::Pending;
                 job.attempts = 0;
+                job.score = None;
                 1
             }
             _ => 0,
@@ -212,6 +278,33 @@ impl Model {
 
     fn count(&self, state: State) -> i64 {
         self.jobs.values().filter(|j| j.state == state).count() as i64
+    }
+}
+
+/// After a step: the scores of jobs newly in `schedule` or `dead` read back, and the dead set
+/// trimmed by the timer to `emq.dead-max-jobs` (waited for) as the model trims it.
+fn settle(con: &mut Connection, q: &str, model: &mut Model, step: usize) {
+    for (id, job) in model.jobs.iter_mut() {
+        let set = match job.state {
+            State::Scheduled => "schedule",
+            State::Dead => "dead",
+            _ => {
+                job.score = None;
+                continue;
+            }
+        };
+        if job.score.is_none() {
+            job.score = set_score(con, q, set, id);
+        }
+    }
+    if model.count(State::Dead) as usize > DEAD_MAX {
+        assert!(
+            wait_until(std::time::Duration::from_secs(5), || {
+                set_len(con, q, "dead") as usize == DEAD_MAX
+            }),
+            "step {step}: the timer trims the dead set to {DEAD_MAX}"
+        );
+        model.trim_dead();
     }
 }
 
@@ -265,15 +358,20 @@ fn ask(con: &mut Connection, c: &redis::Cmd, like: &Answer) -> Answer {
 /// error, which one set holds it, the counts of `EMQ.STATS`, and no other key.
 fn check_queue(con: &mut Connection, q: &str, model: &Model, step: usize) {
     let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(q).query(con).expect("stats");
-    let expected = [
+    let mut expected: Vec<(String, i64)> = [
         ("pending", State::Pending),
         ("active", State::Active),
         ("scheduled", State::Scheduled),
         ("dead", State::Dead),
     ]
-    .map(|(name, s)| (name.to_string(), model.count(s)));
-    assert_eq!(stats, expected.to_vec(), "EMQ.STATS at step {step}");
+    .map(|(name, s)| (name.to_string(), model.count(s)))
+    .into();
+    expected.push(("paused".to_string(), i64::from(model.paused)));
+    assert_eq!(stats, expected, "EMQ.STATS at step {step}");
     let mut keys: Vec<String> = model.jobs.keys().map(|id| row_key(q, id)).collect();
+    if model.paused {
+        keys.push(set_key(q, "meta"));
+    }
     for s in [State::Pending, State::Active, State::Scheduled, State::Dead] {
         if let (Some(set), true) = (s.set(), model.count(s) > 0) {
             keys.push(set_key(q, set));
@@ -294,8 +392,14 @@ fn check_queue(con: &mut Connection, q: &str, model: &Model, step: usize) {
             ("attempts".to_string(), job.attempts.to_string()),
             ("payload".to_string(), job.payload.clone()),
         ]);
-        if let Some(e) = &job.error {
-            fields.insert("error".into(), e.clone());
+        for (name, value) in [
+            ("error", &job.error),
+            ("result", &job.result),
+            ("progress", &job.progress),
+        ] {
+            if let Some(v) = value {
+                fields.insert(name.into(), v.clone());
+            }
         }
         assert_eq!(row, fields, "{id}'s row at step {step}");
         for set in ["pending", "active", "schedule", "dead"] {
@@ -332,7 +436,8 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
     let server = Server::start(
         Options::primary()
             .arg("emq.max-attempts", &MAX_ATTEMPTS.to_string())
-            .arg("emq.done-ttl-ms", done_ttl),
+            .arg("emq.done-ttl-ms", done_ttl)
+            .arg("emq.dead-max-jobs", &DEAD_MAX.to_string()),
     );
     let replica = Server::replica_of(&server, Options::without_module());
     let mut con = server.conn();
@@ -359,11 +464,11 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
         }
         .max(1);
         let payload = format!("p{step}");
-        let op = rng.below(22);
-        if op >= 20 {
+        let op = rng.below(25);
+        if op >= 23 {
             // Time passes for one job: its due time or its lease deadline is moved to the
             // past, and the timer moves it on its own.
-            let (state, set) = if op == 20 {
+            let (state, set) = if op == 23 {
                 (State::Scheduled, "schedule")
             } else {
                 (State::Active, "active")
@@ -388,6 +493,7 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
             *reached
                 .entry((set.to_string(), format!("{to:?}")))
                 .or_insert(0) += 1;
+            settle(&mut con, q, &mut model, step);
             continue;
         }
         let (c, expected) = match op {
@@ -422,7 +528,11 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
             10..=12 => {
                 let mut c = cmd("EMQ.ACK");
                 c.arg(q).arg(&id).arg(token);
-                (c, model.ack(&id, token))
+                let result = (rng.below(2) == 0).then(|| format!("r{step}"));
+                if let Some(r) = &result {
+                    c.arg("RESULT").arg(r);
+                }
+                (c, model.ack(&id, token, result.as_deref()))
             }
             13..=15 => {
                 let mut c = cmd("EMQ.FAIL");
@@ -437,17 +547,45 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
             16 => {
                 let mut c = cmd("EMQ.RENEW");
                 c.arg(q).arg(&id).arg(token).arg(&hour);
-                (c, model.renew(&id, token))
+                let progress = (rng.below(2) == 0).then(|| format!("g{step}"));
+                if let Some(p) = &progress {
+                    c.arg("PROGRESS").arg(p);
+                }
+                (c, model.renew(&id, token, progress.as_deref()))
             }
             17 => {
                 let mut c = cmd("EMQ.CANCEL");
                 c.arg(q).arg(&id);
                 (c, Answer::Int(model.cancel(&id)))
             }
-            _ => {
+            18 => {
                 let mut c = cmd("EMQ.REQUEUE");
                 c.arg(q).arg(&id);
                 (c, Answer::Int(model.requeue(&id)))
+            }
+            19 => {
+                let pause = rng.below(2) == 0;
+                let c = cmd(if pause { "EMQ.PAUSE" } else { "EMQ.RESUME" })
+                    .arg(q)
+                    .clone();
+                (c, Answer::Int(model.pause(pause)))
+            }
+            20 | 21 => {
+                let (name, state) = *rng.pick(&[
+                    ("pending", State::Pending),
+                    ("scheduled", State::Scheduled),
+                    ("dead", State::Dead),
+                ]);
+                let count = 1 + rng.below(3) as usize;
+                let mut c = cmd("EMQ.PURGE");
+                c.arg(q).arg(name).arg("COUNT").arg(count);
+                (c, Answer::Int(model.purge(state, count)))
+            }
+            _ => {
+                let count = 1 + rng.below(2) as usize;
+                let mut c = cmd("EMQ.REQUEUE");
+                c.arg(q).arg("DEAD").arg("COUNT").arg(count);
+                (c, Answer::Int(model.requeue_dead(count)))
             }
         };
         let got = ask(&mut con, &c, &expected);
@@ -458,6 +596,7 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
             _ => String::new(),
         };
         *reached.entry((name, format!("{expected:?}"))).or_insert(0) += 1;
+        settle(&mut con, q, &mut model, step);
         if step % 200 == 199 {
             check_queue(&mut con, q, &model, step);
         }
@@ -487,6 +626,9 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
         ("EMQ.RENEW", &["Deadline", "EMQLEASE"]),
         ("EMQ.CANCEL", &["Int(1)", "Int(0)"]),
         ("EMQ.REQUEUE", &["Int(1)", "Int(0)"]),
+        ("EMQ.PAUSE", &["Int(1)", "Int(0)"]),
+        ("EMQ.RESUME", &["Int(1)", "Int(0)"]),
+        ("EMQ.PURGE", &["Int(0)", "Int(1)", "Int(2)"]),
         ("schedule", &["Pending"]),
         ("active", &["Pending", "Dead"]),
     ] {

@@ -1,8 +1,9 @@
-//! `EMQ.ACK <queue> <id> <token>`: active -> done; the row stays `emq.done-ttl-ms`.
+//! `EMQ.ACK <queue> <id> <token> [RESULT <bytes>]`: active -> done; the row, with the result
+//! when one is given, stays `emq.done-ttl-ms`.
 
 use valkey_module::Context;
 
-use super::{parse_job, parse_token};
+use super::{parse_blob_option, parse_job, parse_token};
 use crate::host::acl::Access;
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
@@ -12,9 +13,10 @@ use crate::queue::job::Target;
 use crate::queue::{lease, Job};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() != 4 {
+    if args.len() < 4 {
         return Err(EmqError::Arity("emq.ack"));
     }
+    let result = parse_blob_option(args, 4, "RESULT")?;
     let (queue, id, member) = parse_job(args)?;
     with_queue(ctx, queue, Access::ReadWrite, |store| {
         let member = Text::Borrowed(member);
@@ -26,7 +28,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             },
         )?;
         let token = parse_token(args.bytes(3))?;
-        lease::ack(store, &target, token)?;
+        lease::ack(store, &target, token, result)?;
         Ok(Reply::Integer(1))
     })
 }

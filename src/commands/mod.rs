@@ -9,18 +9,22 @@ pub mod cancel;
 pub mod claim;
 pub mod decode;
 pub mod enqueue;
+pub mod events;
 pub mod fail;
 pub mod key;
 pub mod menqueue;
+pub mod pause;
+pub mod purge;
 pub mod renew;
 pub mod requeue;
+pub mod resume;
 pub mod slot;
 pub mod stats;
 pub mod version;
 
 use crate::host::reply::Args;
 use crate::host::string::Str;
-use crate::protocol::{BrandedId, EmqError, Queue};
+use crate::protocol::{job, BrandedId, EmqError, Queue, Set};
 use crate::runtime::cluster;
 
 /// SPEC §1.1: the queue name, or `EMQQUEUE`.
@@ -47,6 +51,41 @@ pub fn parse_int(bytes: &[u8], min: i64, max: i64, what: &str) -> Result<i64, Em
 /// A lease token (`EMQLEASE` when it cannot be one).
 pub fn parse_token(bytes: &[u8]) -> Result<i64, EmqError> {
     parse_int(bytes, 1, i64::MAX, "token").map_err(|_| EmqError::Lease)
+}
+
+/// A set by the name clients use: `pending`, `active`, `scheduled` or `dead` (any case), or
+/// `EMQSET`.
+pub fn parse_set(bytes: &[u8]) -> Result<Set, EmqError> {
+    [
+        ("pending", Set::Pending),
+        ("active", Set::Active),
+        ("scheduled", Set::Schedule),
+        ("dead", Set::Dead),
+    ]
+    .into_iter()
+    .find(|(name, _)| is_token(bytes, name))
+    .map(|(_, set)| set)
+    .ok_or(EmqError::Set)
+}
+
+/// One optional `NAME <bytes>` pair at `args[at..]` (nothing, or exactly the pair): the bytes,
+/// bounded by `emq.max-payload-bytes`, or a syntax error.
+pub fn parse_blob_option<'a>(
+    args: &Args<'a>,
+    at: usize,
+    name: &str,
+) -> Result<Option<&'a [u8]>, EmqError> {
+    match args.len().saturating_sub(at) {
+        0 => Ok(None),
+        2 if is_token(args.bytes(at), name) => {
+            let value = args.bytes(at + 1);
+            job::check_payload(value)?;
+            Ok(Some(value))
+        }
+        _ => Err(EmqError::Syntax(
+            format!("syntax error: expected {name} <bytes>").into(),
+        )),
+    }
 }
 
 /// Whether an option token matches `name`, ignoring ASCII case (as the server's own options).
@@ -78,6 +117,14 @@ mod tests {
         assert!(parse_int(b"1.5", 0, 10, "BLOCK").is_err());
         assert!(parse_int(b"", 0, 10, "BLOCK").is_err());
         assert!(parse_int(b"99999999999999999999", 0, i64::MAX, "AT").is_err());
+    }
+
+    #[test]
+    fn sets_go_by_the_names_clients_use() {
+        assert_eq!(parse_set(b"scheduled"), Ok(Set::Schedule));
+        assert_eq!(parse_set(b"DEAD"), Ok(Set::Dead));
+        assert_eq!(parse_set(b"schedule"), Err(EmqError::Set));
+        assert_eq!(parse_set(b""), Err(EmqError::Set));
     }
 
     #[test]

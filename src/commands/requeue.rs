@@ -1,18 +1,34 @@
 //! `EMQ.REQUEUE <queue> <id>`: moves a dead job back to pending with its attempts reset
-//! (`1`); a job that is not dead is left alone (`0`).
+//! (`1`); a job that is not dead is left alone (`0`). `EMQ.REQUEUE <queue> DEAD [COUNT <n>]`:
+//! the same for up to n of the oldest dead jobs (default 1,000, at most 10,000); replies how many
+//! moved, so a client loops until 0.
 
 use valkey_module::Context;
 
-use super::parse_job;
+use super::purge::parse_count;
+use super::{is_token, parse_job, parse_queue};
 use crate::host::acl::Access;
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::Text;
 use crate::protocol::EmqError;
 use crate::queue::job::{self, Target};
-use crate::queue::Job;
+use crate::queue::{operate, Job};
+use crate::runtime::cluster;
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
+    if args.len() < 3 {
+        return Err(EmqError::Arity("emq.requeue"));
+    }
+    if is_token(args.bytes(2), "DEAD") {
+        let queue = parse_queue(args.bytes(1))?;
+        let count = parse_count(args, 3)?;
+        cluster::check_stable(queue)?;
+        let moved = with_queue(ctx, queue, Access::ReadWrite, |store| {
+            operate::requeue_dead(store, count)
+        })?;
+        return Ok(Reply::Integer(moved as i64));
+    }
     if args.len() != 3 {
         return Err(EmqError::Arity("emq.requeue"));
     }

@@ -1,4 +1,4 @@
-//! `EMQ.STATS <queue>`: how many jobs each set holds.
+//! `EMQ.STATS <queue>`: how many jobs each set holds, and whether the queue is paused.
 
 use valkey_module::Context;
 
@@ -14,13 +14,14 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         return Err(EmqError::Arity("emq.stats"));
     }
     let queue = parse_queue(args.bytes(1))?;
-    let [pending, active, scheduled, dead] =
-        with_queue(ctx, queue, Access::Read, |store| stats::counts(store))?;
+    let stats = with_queue(ctx, queue, Access::Read, |store| stats::stats(store))?;
+    let [pending, active, scheduled, dead] = stats.sets;
     let n = |c: u64| Reply::Integer(c as i64);
     Ok(Reply::Map(vec![
         ("pending", n(pending)),
         ("active", n(active)),
         ("scheduled", n(scheduled)),
         ("dead", n(dead)),
+        ("paused", Reply::Integer(i64::from(stats.paused))),
     ]))
 }

@@ -210,6 +210,30 @@ impl<'n> Key<'n> {
         Ok(())
     }
 
+    /// `HDEL key field`; whether the field was there.
+    pub fn hash_del(&self, field: &CStr) -> Result<bool, EmqError> {
+        if self.holds() != Holds::Hash {
+            return Ok(false);
+        }
+        let hset = unsafe { raw::RedisModule_HashSet }.ok_or(EmqError::Internal)?;
+        // `REDISMODULE_HASH_DELETE`, a C macro: the value that deletes its field.
+        let delete = ptr::without_provenance_mut::<raw::RedisModuleString>(1);
+        // SAFETY: the key is an open hash; the variadic list is NULL-terminated.
+        let n = unsafe {
+            hset(
+                self.handle()?,
+                raw::REDISMODULE_HASH_CFIELDS as c_int,
+                field.as_ptr(),
+                delete,
+                ptr::null::<c_char>(),
+            )
+        };
+        if n > 0 {
+            self.modified.set(true);
+        }
+        Ok(n > 0)
+    }
+
     /// `DEL key`.
     pub fn delete(&self) -> Result<(), EmqError> {
         let f = unsafe { raw::RedisModule_DeleteKey }.ok_or(EmqError::Internal)?;
@@ -246,6 +270,7 @@ impl<'n> Key<'n> {
             raw::REDISMODULE_KEYTYPE_EMPTY => Holds::Nothing,
             raw::REDISMODULE_KEYTYPE_HASH => Holds::Hash,
             raw::REDISMODULE_KEYTYPE_ZSET => Holds::Zset,
+            raw::REDISMODULE_KEYTYPE_STREAM => Holds::Stream,
             _ => Holds::Other,
         }
     }

@@ -19,6 +19,8 @@ use super::server::{log, reply_text};
 pub enum ArgKind {
     String,
     Integer,
+    /// A keyword standing for itself (`DEAD`, `OFF`).
+    PureToken,
     /// A group of arguments that go together (`id payload`).
     Block(&'static [Arg]),
     /// Exactly one of the arguments (`DELAY <ms> | AT <unix-ms>`).
@@ -138,6 +140,7 @@ fn doc_arg(arg: &Arg) -> raw::RedisModuleCommandArg {
     out.type_ = match arg.kind {
         ArgKind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
         ArgKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+        ArgKind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
         ArgKind::Block(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
         ArgKind::OneOf(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
     };
@@ -221,6 +224,27 @@ pub fn commands(ctx: &Context, table: &[Command], acl: &CStr) -> Result<(), Stri
     Ok(())
 }
 
+/// The documented form of `args`, zero-terminated; the lists of their members go to `lists`,
+/// which must outlive the registration (a boxed slice never moves).
+fn doc_args(
+    args: &[Arg],
+    lists: &mut Vec<Box<[raw::RedisModuleCommandArg]>>,
+) -> Box<[raw::RedisModuleCommandArg]> {
+    args.iter()
+        .map(|a| {
+            let mut doc = doc_arg(a);
+            if let ArgKind::Block(members) | ArgKind::OneOf(members) = a.kind {
+                let mut list = doc_args(members, lists);
+                doc.subargs = list.as_mut_ptr();
+                lists.push(list);
+            }
+            doc
+        })
+        // SAFETY: the zeroed arg terminates the list.
+        .chain(std::iter::once(unsafe { std::mem::zeroed() }))
+        .collect()
+}
+
 fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> Result<(), &'static str> {
     let Some(set) = (unsafe { raw::RedisModule_SetCommandInfo }) else {
         return Ok(());
@@ -236,35 +260,10 @@ fn set_info(handle: *mut raw::RedisModuleCommand, cmd: &Command) -> Result<(), &
     }
     // SAFETY: the zeroed spec terminates the list.
     key_specs.push(unsafe { std::mem::zeroed() });
-    // A block's or a choice's members, each list zero-terminated; kept alive until the server
-    // has copied them.
-    let mut blocks: Vec<Vec<raw::RedisModuleCommandArg>> = cmd
-        .args
-        .iter()
-        .map(|a| match a.kind {
-            ArgKind::Block(members) | ArgKind::OneOf(members) => members
-                .iter()
-                .map(doc_arg)
-                // SAFETY: the zeroed arg terminates the list.
-                .chain(std::iter::once(unsafe { std::mem::zeroed() }))
-                .collect(),
-            _ => Vec::new(),
-        })
-        .collect();
-    let mut args: Vec<raw::RedisModuleCommandArg> = cmd
-        .args
-        .iter()
-        .zip(blocks.iter_mut())
-        .map(|(a, members)| {
-            let mut doc = doc_arg(a);
-            if !members.is_empty() {
-                doc.subargs = members.as_mut_ptr();
-            }
-            doc
-        })
-        .collect();
-    // SAFETY: the zeroed arg terminates the list.
-    args.push(unsafe { std::mem::zeroed() });
+    // Every argument list (the command's, and each block's or choice's members, nested as deep
+    // as they go), zero-terminated; kept alive until the server has copied them.
+    let mut lists = Vec::new();
+    let mut args = doc_args(cmd.args, &mut lists);
     let info = raw::RedisModuleCommandInfo {
         version: &COMMAND_INFO_VERSION,
         summary: cmd.summary.as_ptr(),

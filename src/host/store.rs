@@ -5,24 +5,26 @@
 use std::cell::{Cell, OnceCell};
 use std::marker::PhantomData;
 
-use valkey_module::Context;
+use valkey_module::{CallOptionsBuilder, CallResult, Context};
 
 use crate::protocol::{
-    BrandedId, EmqError, Field, Holds, KeyBuf, KeyRef, Queue, RowPrefix, Set, State, Store, Value,
+    BrandedId, EmqError, Field, Holds, KeyBuf, KeyRef, KeyType, Meta, Queue, RowPrefix, Set, State,
+    Store, Value,
 };
 
 use super::acl::{check_permission, Access};
 use super::key::Key;
-use super::propagate::{emit, notify, NOTIFY_GENERIC, NOTIFY_HASH, NOTIFY_ZSET};
+use super::propagate::{emit, notify, signal_ready, NOTIFY_GENERIC, NOTIFY_HASH, NOTIFY_ZSET};
 use super::server::now_ms;
 use super::string::{OwnedString, Text};
 use super::words::words;
 
-/// The names of a queue's sets, each made when first asked for.
+/// The names of a queue's keys (its four sets, `meta` and `events`), each made when first
+/// asked for.
 pub struct QueueNames<'q> {
     ctx: &'q Context,
     queue: Queue<'q>,
-    names: [OnceCell<OwnedString>; 4],
+    names: [OnceCell<OwnedString>; 6],
 }
 
 impl<'q> QueueNames<'q> {
@@ -35,14 +37,23 @@ impl<'q> QueueNames<'q> {
     }
 
     pub fn get(&self, set: Set) -> Result<&OwnedString, EmqError> {
-        let cell = &self.names[set.index()];
+        self.named(set.index(), set.key_type())
+    }
+
+    fn meta(&self) -> Result<&OwnedString, EmqError> {
+        self.named(4, KeyType::Meta)
+    }
+
+    fn events(&self) -> Result<&OwnedString, EmqError> {
+        self.named(5, KeyType::Events)
+    }
+
+    fn named(&self, i: usize, ty: KeyType) -> Result<&OwnedString, EmqError> {
+        let cell = &self.names[i];
         if let Some(name) = cell.get() {
             return Ok(name);
         }
-        let name = OwnedString::cached(
-            self.ctx,
-            KeyBuf::queue(self.queue, set.key_type()).as_bytes(),
-        )?;
+        let name = OwnedString::cached(self.ctx, KeyBuf::queue(self.queue, ty).as_bytes())?;
         Ok(cell.get_or_init(|| name))
     }
 }
@@ -62,6 +73,7 @@ pub fn with_queue<'a, R>(
         access,
         sets: Default::default(),
         prefix: Cell::new(None),
+        events: OnceCell::new(),
         texts: PhantomData,
     };
     f(&store)
@@ -74,6 +86,8 @@ pub struct ServerStore<'s, 'a> {
     access: Access,
     sets: [OnceCell<Key<'s>>; 4],
     prefix: Cell<Option<RowPrefix>>,
+    /// The event stream's cap (`None`: off), read once a call.
+    events: OnceCell<Option<u64>>,
     texts: PhantomData<Text<'a>>,
 }
 
@@ -125,8 +139,17 @@ impl<'a> Store for ServerStore<'_, 'a> {
                 self.names.get(*set)?;
             }
         }
+        for key in keys {
+            match key {
+                KeyRef::Meta => drop(self.names.meta()?),
+                KeyRef::Events => drop(self.names.events()?),
+                _ => {}
+            }
+        }
         let names = keys.iter().filter_map(|key| match key {
             KeyRef::Set(set) => self.names.get(*set).ok(),
+            KeyRef::Meta => self.names.meta().ok(),
+            KeyRef::Events => self.names.events().ok(),
             KeyRef::Row(name) => Some(*name),
         });
         check_permission(self.ctx, names, self.access)
@@ -306,6 +329,96 @@ impl<'a> Store for ServerStore<'_, 'a> {
         notify(self.ctx, NOTIFY_GENERIC, c"expire", row.name());
         let at = OwnedString::from_i64(self.ctx, at_ms)?;
         emit(self.ctx, c"PEXPIREAT", &[row.name().as_str(), at.as_str()]);
+        Ok(())
+    }
+
+    fn meta(&self, field: Meta) -> Result<Option<Text<'a>>, EmqError> {
+        let key = Key::probe(self.ctx, self.names.meta()?)?;
+        match key.holds() {
+            Holds::Nothing => Ok(None),
+            Holds::Hash => Ok(key.hash_get(field.as_cstr()).map(Text::Owned)),
+            _ => Err(EmqError::WrongType),
+        }
+    }
+
+    fn set_meta(&self, field: Meta, value: &[u8]) -> Result<(), EmqError> {
+        let name = self.names.meta()?;
+        let key = Key::open(self.ctx, name)?;
+        if !matches!(key.holds(), Holds::Nothing | Holds::Hash) {
+            return Err(EmqError::WrongType);
+        }
+        let field = OwnedString::new(self.ctx, field.as_bytes())?;
+        let value = OwnedString::new(self.ctx, value)?;
+        key.hash_set(field.as_str(), value.as_str())?;
+        notify(self.ctx, NOTIFY_HASH, c"hset", name);
+        emit(
+            self.ctx,
+            c"HSET",
+            &[name.as_str(), field.as_str(), value.as_str()],
+        );
+        Ok(())
+    }
+
+    fn del_meta(&self, field: Meta) -> Result<bool, EmqError> {
+        let name = self.names.meta()?;
+        let key = Key::open(self.ctx, name)?;
+        if !matches!(key.holds(), Holds::Nothing | Holds::Hash) {
+            return Err(EmqError::WrongType);
+        }
+        if !key.hash_del(field.as_cstr())? {
+            return Ok(false);
+        }
+        notify(self.ctx, NOTIFY_HASH, c"hdel", name);
+        if key.holds() == Holds::Nothing || key.is_empty() {
+            notify(self.ctx, NOTIFY_GENERIC, c"del", name);
+        }
+        let field = OwnedString::new(self.ctx, field.as_bytes())?;
+        emit(self.ctx, c"HDEL", &[name.as_str(), field.as_str()]);
+        Ok(true)
+    }
+
+    fn events(&self) -> Result<Option<u64>, EmqError> {
+        if let Some(cap) = self.events.get() {
+            return Ok(*cap);
+        }
+        let cap = match self.meta(Meta::Events)? {
+            Some(text) => std::str::from_utf8(text.bytes())
+                .ok()
+                .and_then(|t| t.parse::<u64>().ok())
+                .filter(|cap| *cap > 0),
+            None => None,
+        };
+        if cap.is_some() {
+            let name = self.names.events()?;
+            check_permission(self.ctx, [name], Access::ReadWrite)?;
+            if !matches!(
+                Key::probe(self.ctx, name)?.holds(),
+                Holds::Nothing | Holds::Stream
+            ) {
+                return Err(EmqError::WrongType);
+            }
+        }
+        Ok(*self.events.get_or_init(|| cap))
+    }
+
+    fn append_event(&self, cap: u64, fields: &[(&[u8], &[u8])]) -> Result<(), EmqError> {
+        let name = self.names.events()?;
+        let cap = cap.to_string();
+        let mut args: Vec<&[u8]> = Vec::with_capacity(5 + fields.len() * 2);
+        args.extend([name.bytes(), b"MAXLEN", b"~", cap.as_bytes(), b"*"]);
+        for (field, value) in fields {
+            args.push(field);
+            args.push(value);
+        }
+        // The server's own XADD, replicated as the server rewrites it (with the entry's id and
+        // the trim made exact), among this call's other effects.
+        let options = CallOptionsBuilder::new().replicate().build();
+        let reply: CallResult = self.ctx.call_ext("XADD", &options, args.as_slice());
+        reply.map(|_| ()).map_err(|_| EmqError::Internal)
+    }
+
+    fn wake_claimers(&self) -> Result<(), EmqError> {
+        signal_ready(self.ctx, self.names.get(Set::Pending)?.as_str());
         Ok(())
     }
 }

@@ -19,6 +19,10 @@ pub static REQUEUED: AtomicU64 = AtomicU64::new(0);
 pub static PROMOTED: AtomicU64 = AtomicU64::new(0);
 /// Set members whose row was gone (deleted by hand, evicted), dropped by a claim or a move.
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Jobs deleted by `EMQ.PURGE`.
+pub static PURGED: AtomicU64 = AtomicU64::new(0);
+/// Dead jobs the timer deleted past the dead set's retention.
+pub static TRIMMED: AtomicU64 = AtomicU64::new(0);
 
 /// Timer ticks that reached their time budget with queues still due (their visits wait for the
 /// next tick).
@@ -28,7 +32,7 @@ pub static TICKS_AT_BUDGET: AtomicU64 = AtomicU64::new(0);
 pub static VISITS_REFUSED: AtomicU64 = AtomicU64::new(0);
 
 /// The job counters of `INFO emq`, by field name.
-pub static JOB_COUNTERS: [(&str, &AtomicU64); 12] = [
+pub static JOB_COUNTERS: [(&str, &AtomicU64); 14] = [
     ("enqueued", &ENQUEUED),
     ("duplicates", &DUPLICATES),
     ("scheduled", &SCHEDULED),
@@ -41,6 +45,8 @@ pub static JOB_COUNTERS: [(&str, &AtomicU64); 12] = [
     ("requeued", &REQUEUED),
     ("promoted", &PROMOTED),
     ("dropped", &DROPPED),
+    ("purged", &PURGED),
+    ("trimmed", &TRIMMED),
 ];
 
 /// Refusals by reason, in the order of [`REFUSAL_REASONS`].
@@ -95,6 +101,7 @@ mod tests {
             EmqError::Payload { limit: 1 },
             EmqError::Lease,
             EmqError::Set,
+            EmqError::Leased,
             EmqError::Cursor,
             EmqError::NoPerm,
             EmqError::NoPermCommand,

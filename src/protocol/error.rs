@@ -23,6 +23,8 @@ pub enum EmqError {
     Set,
     /// A cursor no reply of this command gave.
     Cursor,
+    /// `EMQ.PURGE` of the active set, whose jobs workers hold under a lease.
+    Leased,
     /// The user may not touch a derived key.
     NoPerm,
     /// The user may no longer run the command: its rules changed while the command waited.
@@ -66,6 +68,9 @@ impl EmqError {
             EmqError::Set => {
                 "EMQSET unknown set; expected pending, active, scheduled or dead".into()
             }
+            EmqError::Leased => "EMQSET active jobs are leased to workers and cannot be purged; \
+                                  expected pending, scheduled or dead"
+                .into(),
             EmqError::Cursor => "EMQCURSOR malformed cursor; pass 0 or a cursor a reply gave".into(),
             EmqError::NoPerm => "NOPERM No permissions to access a key".into(),
             EmqError::NoPermCommand => "NOPERM No permissions to run this command".into(),
@@ -98,7 +103,7 @@ impl EmqError {
             EmqError::Key => "key",
             EmqError::Payload { .. } => "payload",
             EmqError::Lease => "lease",
-            EmqError::Set => "set",
+            EmqError::Set | EmqError::Leased => "set",
             EmqError::Cursor => "cursor",
             EmqError::NoPerm | EmqError::NoPermCommand | EmqError::UncheckableUser => "noperm",
             EmqError::WrongType => "wrongtype",
@@ -132,6 +137,7 @@ mod tests {
             (EmqError::Payload { limit: 5 }, "EMQPAYLOAD "),
             (EmqError::Lease, "EMQLEASE "),
             (EmqError::Set, "EMQSET "),
+            (EmqError::Leased, "EMQSET "),
             (EmqError::Cursor, "EMQCURSOR "),
             (EmqError::NoPerm, "NOPERM "),
             (EmqError::NoPermCommand, "NOPERM "),

@@ -60,6 +60,54 @@ impl Field {
     }
 }
 
+/// What happened to a job (or a queue), as its event stream says (`event` of each entry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Written to `pending`.
+    Enqueued,
+    /// Written to `schedule`, for later.
+    Scheduled,
+    /// Moved from `schedule` to `pending`, its time come.
+    Promoted,
+    /// Moved from `active` back to `pending`: its lease ran out.
+    Expired,
+    Claimed,
+    Acked,
+    /// Failed, and scheduled for a retry.
+    Retrying,
+    /// Moved to `dead`: a failure or a lease run out on its last attempt.
+    Dead,
+    Cancelled,
+    /// Moved from `dead` back to `pending`.
+    Requeued,
+    /// Deleted by `EMQ.PURGE` or by the dead set's retention.
+    Purged,
+    /// The queue was paused (no id, attempt 0).
+    Paused,
+    /// The queue was resumed (no id, attempt 0).
+    Resumed,
+}
+
+impl Event {
+    pub fn as_bytes(self) -> &'static [u8] {
+        match self {
+            Event::Enqueued => b"enqueued",
+            Event::Scheduled => b"scheduled",
+            Event::Promoted => b"promoted",
+            Event::Expired => b"expired",
+            Event::Claimed => b"claimed",
+            Event::Acked => b"acked",
+            Event::Retrying => b"retrying",
+            Event::Dead => b"dead",
+            Event::Cancelled => b"cancelled",
+            Event::Requeued => b"requeued",
+            Event::Purged => b"purged",
+            Event::Paused => b"paused",
+            Event::Resumed => b"resumed",
+        }
+    }
+}
+
 /// A payload (or an error text) against `emq.max-payload-bytes`.
 pub fn check_payload(payload: &[u8]) -> Result<(), EmqError> {
     let limit = settings::max_payload_bytes();

@@ -20,7 +20,7 @@ mod properties;
 
 pub use branded_id::{BrandedId, Minter, LEN as ID_LEN};
 pub use error::EmqError;
-pub use job::{Field, State, PROTOCOL_VERSION};
+pub use job::{Event, Field, State, PROTOCOL_VERSION};
 pub use keyspace::{decode, job_key, queue_key, Decoded, KeyBuf, KeyType, Queue, RowPrefix};
 pub use slot::{hashtag, slot};
-pub use store::{Holds, KeyRef, Set, Store, Value};
+pub use store::{Holds, KeyRef, Meta, Set, Store, Value};

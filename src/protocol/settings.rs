@@ -35,6 +35,16 @@ pub static BACKOFF_MAX_MS: AtomicI64 = AtomicI64::new(3_600_000);
 /// How long an acknowledged row is kept (so a re-enqueue is still a duplicate), in ms.
 pub static DONE_TTL_MS: AtomicI64 = AtomicI64::new(86_400_000);
 
+/// Most dead jobs a queue keeps; the timer deletes the oldest beyond it (0: no limit).
+pub static DEAD_MAX_JOBS: AtomicI64 = AtomicI64::new(DEAD_MAX_JOBS_DEFAULT);
+/// Sidekiq's default: its dead set keeps 10,000 jobs.
+pub const DEAD_MAX_JOBS_DEFAULT: i64 = 10_000;
+pub const DEAD_MAX_JOBS_MAX: i64 = 1_000_000_000;
+/// How long a dead job is kept, in ms; the timer deletes older ones (0: forever).
+pub static DEAD_TTL_MS: AtomicI64 = AtomicI64::new(DEAD_TTL_DEFAULT_MS);
+/// Sidekiq's default: its dead set keeps a job for 180 days.
+pub const DEAD_TTL_DEFAULT_MS: i64 = 180 * 86_400_000;
+
 /// Upper bound of every duration setting and argument: one year, in ms.
 pub const MAX_DURATION_MS: i64 = 365 * 86_400_000;
 /// Latest due time `AT` takes, in unix ms: the largest integer a zset score (a double) holds
@@ -52,6 +62,14 @@ pub fn lease_ms() -> i64 {
 
 pub fn max_attempts() -> i64 {
     get(&MAX_ATTEMPTS)
+}
+
+pub fn dead_max_jobs() -> i64 {
+    get(&DEAD_MAX_JOBS)
+}
+
+pub fn dead_ttl_ms() -> i64 {
+    get(&DEAD_TTL_MS)
 }
 
 pub fn done_ttl_ms() -> i64 {
@@ -80,7 +98,7 @@ pub struct Setting {
     pub max: i64,
 }
 
-pub const SETTINGS: [Setting; 7] = [
+pub const SETTINGS: [Setting; 9] = [
     Setting {
         name: c"max-payload-bytes",
         value: &MAX_PAYLOAD_BYTES,
@@ -127,6 +145,20 @@ pub const SETTINGS: [Setting; 7] = [
         name: c"done-ttl-ms",
         value: &DONE_TTL_MS,
         default: 86_400_000,
+        min: 0,
+        max: MAX_DURATION_MS,
+    },
+    Setting {
+        name: c"dead-max-jobs",
+        value: &DEAD_MAX_JOBS,
+        default: DEAD_MAX_JOBS_DEFAULT,
+        min: 0,
+        max: DEAD_MAX_JOBS_MAX,
+    },
+    Setting {
+        name: c"dead-ttl-ms",
+        value: &DEAD_TTL_MS,
+        default: DEAD_TTL_DEFAULT_MS,
         min: 0,
         max: MAX_DURATION_MS,
     },

@@ -46,13 +46,39 @@ pub enum Holds {
     Nothing,
     Hash,
     Zset,
+    Stream,
     Other,
 }
 
-/// A key whose permission a transition checks: one of the queue's sets, or a job's row.
+/// A key whose permission a transition checks: one of the queue's sets, its `meta` hash, its
+/// `events` stream, or a job's row.
 pub enum KeyRef<'a, N> {
     Set(Set),
+    Meta,
+    Events,
     Row(&'a N),
+}
+
+/// A fact of the queue's `meta` hash (SPEC §9), by its field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Meta {
+    /// `1` while the queue is paused (`EMQ.PAUSE`): no claim takes a job.
+    Paused,
+    /// The event stream's cap while it is on (`EMQ.EVENTS ... ON`).
+    Events,
+}
+
+impl Meta {
+    pub fn as_cstr(self) -> &'static std::ffi::CStr {
+        match self {
+            Meta::Paused => c"paused",
+            Meta::Events => c"events",
+        }
+    }
+
+    pub fn as_bytes(self) -> &'static [u8] {
+        self.as_cstr().to_bytes()
+    }
 }
 
 /// A value written to a row field.
@@ -138,4 +164,23 @@ pub trait Store {
     fn delete_row(&self, row: &Self::Row<'_>) -> Result<(), EmqError>;
     /// `PEXPIREAT row at_ms`.
     fn expire_row(&self, row: &Self::Row<'_>, at_ms: i64) -> Result<(), EmqError>;
+
+    // ---- the queue's meta hash and event stream (SPEC §9) ----
+
+    /// A field of the `meta` hash, looked at without counting as a client's read (`WRONGTYPE`
+    /// when the key holds another type).
+    fn meta(&self, field: Meta) -> Result<Option<Self::Text>, EmqError>;
+    /// `HSET meta field value`.
+    fn set_meta(&self, field: Meta, value: &[u8]) -> Result<(), EmqError>;
+    /// `HDEL meta field`; whether it was there.
+    fn del_meta(&self, field: Meta) -> Result<bool, EmqError>;
+    /// The event stream's cap while it is on, read once for the whole call: the first call
+    /// also checks the caller's permission on the stream and its type, so a transition calls
+    /// it before its first write.
+    fn events(&self) -> Result<Option<u64>, EmqError>;
+    /// Appends an entry to the event stream (`XADD events MAXLEN ~ cap * field value ...`),
+    /// after [`Store::events`] said it is on.
+    fn append_event(&self, cap: u64, fields: &[(&[u8], &[u8])]) -> Result<(), EmqError>;
+    /// Wakes the claimers blocked on the pending set.
+    fn wake_claimers(&self) -> Result<(), EmqError>;
 }

@@ -2,10 +2,11 @@
 //! lowest pending ids to `active` under a lease, `attempts` + 1 each (the lease token).
 
 use crate::protocol::counters::{self, CLAIMED};
-use crate::protocol::{EmqError, Field, Holds, KeyRef, Set, State, Store, Value};
+use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
+use super::operate::paused;
 use super::promote::{count_dropped, Due, PROMOTE_BUDGET};
-use super::{attempts, check_row_types, row_of};
+use super::{attempts, check_row_types, record, row_of};
 
 /// Most jobs one claim takes.
 pub const MAX_COUNT: i64 = 1000;
@@ -42,8 +43,22 @@ pub struct Head<S: Store> {
 /// first (permissions on the sets, then on every row it will touch, then types), then the
 /// writes.
 pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome, EmqError> {
-    store.check_access(&Set::ALL.map(KeyRef::Set))?;
+    store.check_access(&[
+        KeyRef::Set(Set::Pending),
+        KeyRef::Set(Set::Active),
+        KeyRef::Set(Set::Schedule),
+        KeyRef::Set(Set::Dead),
+        KeyRef::Meta,
+    ])?;
     store.open_sets(&Set::ALL)?;
+    if paused(store)? {
+        // No claim takes a job of a paused queue (its timer still moves what is due).
+        return Ok(Outcome {
+            claimed: Vec::new(),
+            more_behind: false,
+        });
+    }
+    store.events()?;
     let now = store.now_ms();
     let due = Due::find(store, now, PROMOTE_BUDGET)?;
     let head = pending_head(store, count)?;
@@ -143,6 +158,7 @@ fn take<S: Store>(store: &S, head: Vec<Head<S>>, deadline: i64) -> Result<Vec<Cl
             .field(&row, Field::Payload)
             .map(|p| store.bytes(&p).to_vec())
             .unwrap_or_default();
+        record(store, Event::Claimed, Some(&member), || attempts)?;
         out.push(Claimed {
             id: store.bytes(&member).to_vec(),
             payload,

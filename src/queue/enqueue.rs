@@ -7,10 +7,10 @@ use std::sync::Mutex;
 
 use crate::protocol::counters::{self, DUPLICATES, ENQUEUED, SCHEDULED};
 use crate::protocol::{
-    job, settings, BrandedId, EmqError, Holds, KeyRef, Minter, Set, State, Store,
+    job, settings, BrandedId, EmqError, Event, Holds, KeyRef, Minter, Set, State, Store,
 };
 
-use super::Job;
+use super::{record, Job};
 
 static MINTER: Mutex<Minter> = Mutex::new(Minter::new());
 
@@ -142,18 +142,20 @@ fn enqueue_one<S: Store>(
 ) -> Result<bool, EmqError> {
     let set = placement.set();
     let name = store.row_name(&job.id, job.member)?;
-    store.check_access(&[KeyRef::Row(&name), KeyRef::Set(set)])?;
+    store.check_access(&[KeyRef::Row(&name), KeyRef::Set(set), KeyRef::Meta])?;
     let row = store.open_row(&name)?;
     if store.holds(&row) != Holds::Nothing {
         return Ok(false);
     }
     store.open_sets(&[set])?;
-    let (state, score) = match placement {
-        Placement::Ready => (State::Pending, 0),
-        Placement::Due(at) => (State::Scheduled, at),
+    store.events()?;
+    let (state, score, event) = match placement {
+        Placement::Ready => (State::Pending, 0, Event::Enqueued),
+        Placement::Due(at) => (State::Scheduled, at, Event::Scheduled),
     };
     store.write_row(&row, state, payload)?;
     store.add(set, score, job.member)?;
+    record(store, event, Some(job.member), || 0)?;
     Ok(true)
 }
 
@@ -190,6 +192,7 @@ pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec
     }
     let mut keys: Vec<KeyRef<'_, S::Name>> = names.iter().map(KeyRef::Row).collect();
     keys.push(KeyRef::Set(Set::Pending));
+    keys.push(KeyRef::Meta);
     store.check_access(&keys)?;
     drop(keys);
 
@@ -214,6 +217,7 @@ pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec
         })?;
     }
     store.open_sets(&[Set::Pending])?;
+    store.events()?;
 
     // Write. Each row is opened once: one that exists already, because it was there before or
     // an earlier job of this batch wrote it, is a duplicate and stays as it is.
@@ -239,6 +243,9 @@ pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec
         added.push(outcome);
     }
     store.add_ready(Set::Pending, &members)?;
+    for member in &members {
+        record(store, Event::Enqueued, Some(member), || 0)?;
+    }
     counters::count(&ENQUEUED, members.len() as u64);
     counters::count(&DUPLICATES, (jobs.len() - members.len()) as u64);
     Ok(added)

@@ -2,9 +2,9 @@
 //! and the operator's transitions on it, cancel and requeue (SPEC §6).
 
 use crate::protocol::counters::{self, CANCELLED, REQUEUED};
-use crate::protocol::{EmqError, Field, Holds, KeyRef, Set, State, Store, Value};
+use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
-use super::Job;
+use super::{attempts, record, Job};
 
 /// One job's keys, named and permission-checked; nothing opened yet.
 pub struct Target<'j, S: Store> {
@@ -22,6 +22,7 @@ impl<'j, S: Store> Target<'j, S> {
             KeyRef::Set(Set::Active),
             KeyRef::Set(Set::Schedule),
             KeyRef::Set(Set::Dead),
+            KeyRef::Meta,
             KeyRef::Row(&row),
         ])?;
         Ok(Self { job, row })
@@ -34,6 +35,7 @@ impl<'j, S: Store> Target<'j, S> {
         if !matches!(store.holds(&row), Holds::Nothing | Holds::Hash) {
             return Err(EmqError::WrongType);
         }
+        store.events()?;
         Ok(row)
     }
 }
@@ -51,6 +53,9 @@ pub fn cancel<S: Store>(store: &S, target: &Target<'_, S>) -> Result<bool, EmqEr
         return Ok(false);
     };
     store.remove(from, member)?;
+    record(store, Event::Cancelled, Some(member), || {
+        attempts(store, &row)
+    })?;
     if store.holds(&row) != Holds::Nothing {
         store.delete_row(&row)?;
     }
@@ -75,6 +80,7 @@ pub fn requeue<S: Store>(store: &S, target: &Target<'_, S>) -> Result<bool, EmqE
         ],
     )?;
     store.add(Set::Pending, 0, member)?;
+    record(store, Event::Requeued, Some(member), || 0)?;
     counters::count(&REQUEUED, 1);
     Ok(true)
 }

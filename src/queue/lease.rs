@@ -2,11 +2,11 @@
 //! value the claim returned; a wrong, stale or missing one is `EMQLEASE` and changes nothing.
 
 use crate::protocol::counters::{self, ACKED, DEAD, RENEWED, RETRIED};
-use crate::protocol::{settings, EmqError, Field, Holds, Set, State, Store};
+use crate::protocol::{settings, EmqError, Event, Field, Holds, Set, State, Store, Value};
 
 use super::job::Target;
 use super::promote::bury;
-use super::{attempts, set_state};
+use super::{attempts, record, set_state};
 
 /// The job is active, in the active set, and its attempts equal `token`: its attempts.
 fn check_lease<S: Store>(
@@ -27,23 +27,34 @@ fn check_lease<S: Store>(
     Ok(attempts)
 }
 
-/// `EMQ.RENEW`: the lease runs until now + `ms`; the new deadline (unix ms).
+/// `EMQ.RENEW`: the lease runs until now + `ms`, and the row keeps `progress` when the worker
+/// sent one; the new deadline (unix ms).
 pub fn renew<S: Store>(
     store: &S,
     target: &Target<'_, S>,
     token: i64,
     ms: i64,
+    progress: Option<&[u8]>,
 ) -> Result<i64, EmqError> {
     let row = target.open(store)?;
     check_lease(store, &row, target.job.member, token)?;
     let deadline = store.now_ms() + ms;
     store.add(Set::Active, deadline, target.job.member)?;
+    if let Some(progress) = progress {
+        store.set_fields(&row, &[(Field::Progress, Value::Bytes(progress))])?;
+    }
     counters::count(&RENEWED, 1);
     Ok(deadline)
 }
 
-/// `EMQ.ACK`: active -> done; the row stays `emq.done-ttl-ms` (deleted at once for 0).
-pub fn ack<S: Store>(store: &S, target: &Target<'_, S>, token: i64) -> Result<(), EmqError> {
+/// `EMQ.ACK`: active -> done; the row, with `result` when the worker sent one, stays
+/// `emq.done-ttl-ms` (deleted at once, result and all, for 0).
+pub fn ack<S: Store>(
+    store: &S,
+    target: &Target<'_, S>,
+    token: i64,
+    result: Option<&[u8]>,
+) -> Result<(), EmqError> {
     let row = target.open(store)?;
     check_lease(store, &row, target.job.member, token)?;
     store.remove(Set::Active, target.job.member)?;
@@ -51,9 +62,19 @@ pub fn ack<S: Store>(store: &S, target: &Target<'_, S>, token: i64) -> Result<()
     if ttl == 0 {
         store.delete_row(&row)?;
     } else {
-        set_state(store, &row, State::Done, None)?;
+        match result {
+            Some(result) => store.set_fields(
+                &row,
+                &[
+                    (Field::State, Value::State(State::Done)),
+                    (Field::Result, Value::Bytes(result)),
+                ],
+            )?,
+            None => set_state(store, &row, State::Done, None)?,
+        }
         store.expire_row(&row, store.now_ms() + ttl)?;
     }
+    record(store, Event::Acked, Some(target.job.member), || token)?;
     counters::count(&ACKED, 1);
     Ok(())
 }
@@ -85,6 +106,7 @@ pub fn fail<S: Store>(
         store.remove(Set::Active, member)?;
         set_state(store, &row, State::Scheduled, error)?;
         store.add(Set::Schedule, due, member)?;
+        record(store, Event::Retrying, Some(member), || attempts)?;
         counters::count(&RETRIED, 1);
         Ok(Failed::Scheduled)
     } else {

@@ -5,12 +5,14 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
-use crate::protocol::{BrandedId, EmqError, Field, Holds, KeyRef, Set, State, Store, Value};
+use crate::protocol::{BrandedId, EmqError, Field, Holds, KeyRef, Meta, Set, State, Store, Value};
 
 /// A key of the queue, as a test names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MemKey {
     Set(Set),
+    Meta,
+    Events,
     Row(Vec<u8>),
 }
 
@@ -30,7 +32,14 @@ pub struct Memory {
     pub denied: RefCell<Vec<MemKey>>,
     /// Every write, as the effect a replica would receive.
     pub writes: RefCell<Vec<String>>,
+    /// The `meta` hash.
+    pub meta: RefCell<BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// The event stream's entries, each as `field=value` pairs joined by spaces.
+    pub stream: RefCell<Vec<String>>,
+    /// Wake-ups of the claimers blocked on the pending set.
+    pub wakes: Cell<usize>,
     opened: RefCell<[bool; 4]>,
+    events: Cell<Option<Option<u64>>>,
 }
 
 fn text(b: &[u8]) -> String {
@@ -138,6 +147,8 @@ impl Store for Memory {
         for key in keys {
             let key = match key {
                 KeyRef::Set(set) => MemKey::Set(*set),
+                KeyRef::Meta => MemKey::Meta,
+                KeyRef::Events => MemKey::Events,
                 KeyRef::Row(name) => MemKey::Row(name.to_vec()),
             };
             if denied.contains(&key) {
@@ -280,6 +291,73 @@ impl Store for Memory {
             r.1 = Some(at_ms);
         }
         self.log(format!("PEXPIREAT {} {at_ms}", text(row)));
+        Ok(())
+    }
+
+    fn meta(&self, field: Meta) -> Result<Option<Vec<u8>>, EmqError> {
+        if self.other.borrow().contains(&MemKey::Meta) {
+            return Err(EmqError::WrongType);
+        }
+        Ok(self.meta.borrow().get(field.as_bytes()).cloned())
+    }
+
+    fn set_meta(&self, field: Meta, value: &[u8]) -> Result<(), EmqError> {
+        if self.other.borrow().contains(&MemKey::Meta) {
+            return Err(EmqError::WrongType);
+        }
+        self.meta
+            .borrow_mut()
+            .insert(field.as_bytes().to_vec(), value.to_vec());
+        self.log(format!(
+            "HSET meta {} {}",
+            text(field.as_bytes()),
+            text(value)
+        ));
+        Ok(())
+    }
+
+    fn del_meta(&self, field: Meta) -> Result<bool, EmqError> {
+        if self.other.borrow().contains(&MemKey::Meta) {
+            return Err(EmqError::WrongType);
+        }
+        let was = self.meta.borrow_mut().remove(field.as_bytes()).is_some();
+        if was {
+            self.log(format!("HDEL meta {}", text(field.as_bytes())));
+        }
+        Ok(was)
+    }
+
+    fn events(&self) -> Result<Option<u64>, EmqError> {
+        if let Some(cap) = self.events.get() {
+            return Ok(cap);
+        }
+        let cap = self
+            .meta(Meta::Events)?
+            .and_then(|t| String::from_utf8(t).ok()?.parse::<u64>().ok());
+        if cap.is_some() {
+            self.check_access(&[KeyRef::Events])?;
+            if self.other.borrow().contains(&MemKey::Events) {
+                return Err(EmqError::WrongType);
+            }
+        }
+        self.events.set(Some(cap));
+        Ok(cap)
+    }
+
+    fn append_event(&self, cap: u64, fields: &[(&[u8], &[u8])]) -> Result<(), EmqError> {
+        let entry: Vec<String> = fields
+            .iter()
+            .map(|(f, v)| format!("{}={}", text(f), text(v)))
+            .collect();
+        let mut stream = self.stream.borrow_mut();
+        stream.push(entry.join(" "));
+        let over = stream.len().saturating_sub(cap as usize);
+        stream.drain(..over);
+        Ok(())
+    }
+
+    fn wake_claimers(&self) -> Result<(), EmqError> {
+        self.wakes.set(self.wakes.get() + 1);
         Ok(())
     }
 }

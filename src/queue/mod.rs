@@ -9,6 +9,7 @@ pub mod claim;
 pub mod enqueue;
 pub mod job;
 pub mod lease;
+pub mod operate;
 pub mod promote;
 pub mod stats;
 
@@ -17,7 +18,7 @@ mod memory;
 #[cfg(test)]
 mod tests;
 
-use crate::protocol::{BrandedId, EmqError, Field, Holds, State, Store, Value};
+use crate::protocol::{BrandedId, EmqError, Event, Field, Holds, State, Store, Value};
 
 /// A job named by its id and its set member (the id's canonical text, as the store holds it).
 pub struct Job<'j, S: Store> {
@@ -66,4 +67,32 @@ pub fn check_row_types<S: Store>(store: &S, rows: &[&S::Name]) -> Result<(), Emq
         }
     }
     Ok(())
+}
+
+/// Appends `event` to the queue's event stream while it is on: the job's id (none for the
+/// queue's own events) and its attempt, `attempt()` being read only then. A transition has
+/// called `Store::events` before its first write, so this finds the answer already read.
+pub fn record<S: Store>(
+    store: &S,
+    event: Event,
+    member: Option<&S::Text>,
+    attempt: impl FnOnce() -> i64,
+) -> Result<(), EmqError> {
+    let Some(cap) = store.events()? else {
+        return Ok(());
+    };
+    match member {
+        Some(member) => {
+            let attempt = attempt().to_string();
+            store.append_event(
+                cap,
+                &[
+                    (b"event", event.as_bytes()),
+                    (b"id", store.bytes(member)),
+                    (b"attempt", attempt.as_bytes()),
+                ],
+            )
+        }
+        None => store.append_event(cap, &[(b"event", event.as_bytes())]),
+    }
 }

@@ -3,9 +3,9 @@
 //! when they are buried in `dead`.
 
 use crate::protocol::counters::{self, DROPPED};
-use crate::protocol::{settings, EmqError, Holds, Set, State, Store};
+use crate::protocol::{settings, EmqError, Event, Holds, Set, State, Store};
 
-use super::{attempts, row_of, set_state};
+use super::{attempts, record, row_of, set_state};
 
 /// Most jobs one call (or one timer tick per queue) promotes from each of `schedule` and
 /// `active`, so no call does unbounded work.
@@ -130,6 +130,11 @@ fn move_to_pending<S: Store>(store: &S, from: Set, member: &Member<S>) -> Result
     }
     set_state(store, &row, State::Pending, None)?;
     store.add(Set::Pending, 0, &member.text)?;
+    let event = match from {
+        Set::Active => Event::Expired,
+        _ => Event::Promoted,
+    };
+    record(store, event, Some(&member.text), || attempts(store, &row))?;
     Ok(true)
 }
 
@@ -150,7 +155,7 @@ pub fn bury<S: Store>(
     store.remove(from, member)?;
     set_state(store, row, State::Dead, error)?;
     store.add(Set::Dead, now, member)?;
-    Ok(())
+    record(store, Event::Dead, Some(member), || attempts(store, row))
 }
 
 /// The earliest due time or lease deadline of the queue (unix ms), if it has any.
@@ -168,8 +173,10 @@ pub fn next_due<S: Store>(store: &S) -> Result<Option<i64>, EmqError> {
     Ok(earliest.map(|at| at as i64))
 }
 
-/// One visit of the timer to a queue: promotes up to `budget` due jobs of each timed set and
-/// says when to look again (`None`: nothing is scheduled or active any more).
+/// One visit of the timer to a queue: promotes up to `budget` due jobs of each timed set, trims
+/// up to `budget` dead jobs past the dead set's retention (`emq.dead-ttl-ms`, then
+/// `emq.dead-max-jobs`), and says when to look again (`None`: the queue has no set left to
+/// watch).
 pub fn visit<S: Store>(
     store: &S,
     now: i64,
@@ -177,14 +184,97 @@ pub fn visit<S: Store>(
 ) -> Result<(Moved, Option<i64>), EmqError> {
     store.open_sets(&Set::ALL)?;
     let due = Due::find(store, now, budget)?;
-    let rows: Vec<&S::Name> = due.rows().collect();
+    let trimmed = past_retention(store, now, budget)?;
+    let rows: Vec<&S::Name> = due
+        .rows()
+        .chain(trimmed.iter().filter_map(|m| m.row.as_ref()))
+        .collect();
     super::check_row_types(store, &rows)?;
+    store.events()?;
     let moved = due.promote(store, now)?;
     counters::count(&counters::PROMOTED, moved.to_pending as u64);
-    let next = if due.is_full(budget) {
+    for member in &trimmed {
+        purge_one(store, Set::Dead, member)?;
+    }
+    counters::count(&counters::TRIMMED, trimmed.len() as u64);
+    let next = if due.is_full(budget) || trimmed.len() >= budget {
         Some(now) // more was due than one visit moves
     } else {
-        next_due(store)?
+        match (next_due(store)?, next_trim(store, now)?) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     };
     Ok((moved, next))
+}
+
+/// The oldest dead jobs past retention at `now`, at most `budget`: those that died more than
+/// `emq.dead-ttl-ms` ago, and the oldest beyond `emq.dead-max-jobs` (0: no limit).
+fn past_retention<S: Store>(
+    store: &S,
+    now: i64,
+    budget: usize,
+) -> Result<Vec<Member<S>>, EmqError> {
+    let (ttl, max) = (settings::dead_ttl_ms(), settings::dead_max_jobs());
+    let mut n = 0;
+    if ttl > 0 {
+        let cutoff = now.saturating_sub(ttl) as f64;
+        n = store
+            .range(Set::Dead, f64::NEG_INFINITY, cutoff, budget)?
+            .iter()
+            .filter(|(_, died)| *died < cutoff)
+            .count();
+    }
+    if max > 0 {
+        let over = store.len(Set::Dead).saturating_sub(max as u64);
+        n = n.max(usize::try_from(over).unwrap_or(usize::MAX));
+    }
+    let n = n.min(budget);
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    with_rows(
+        store,
+        store.range(Set::Dead, f64::NEG_INFINITY, f64::INFINITY, n)?,
+    )
+}
+
+/// When the dead set next has a job past retention: its oldest job's age reaching the TTL, or
+/// now if it holds more than the limit. A dead set kept forever is watched all the same (at
+/// the end of time), so that a retention set later reaches it.
+fn next_trim<S: Store>(store: &S, now: i64) -> Result<Option<i64>, EmqError> {
+    let Some(&(_, oldest)) = store
+        .range(Set::Dead, f64::NEG_INFINITY, f64::INFINITY, 1)?
+        .first()
+        .map(|(m, s)| (m, *s))
+        .as_ref()
+    else {
+        return Ok(None);
+    };
+    let (ttl, max) = (settings::dead_ttl_ms(), settings::dead_max_jobs());
+    if max > 0 && store.len(Set::Dead) > max as u64 {
+        return Ok(Some(now));
+    }
+    Ok(Some(if ttl > 0 {
+        (oldest as i64).saturating_add(ttl)
+    } else {
+        i64::MAX
+    }))
+}
+
+/// Deletes one job of `set`: its member and its row (a member whose row is gone is dropped).
+pub(crate) fn purge_one<S: Store>(store: &S, set: Set, member: &Member<S>) -> Result<(), EmqError> {
+    store.remove(set, &member.text)?;
+    let Some(name) = &member.row else {
+        count_dropped();
+        return Ok(());
+    };
+    let row = store.open_row(name)?;
+    record(store, Event::Purged, Some(&member.text), || {
+        attempts(store, &row)
+    })?;
+    if store.holds(&row) != Holds::Nothing {
+        store.delete_row(&row)?;
+    }
+    Ok(())
 }

@@ -1,11 +1,28 @@
-//! `EMQ.STATS`: how many jobs each set of a queue holds (a read; no transition).
+//! `EMQ.STATS`: how many jobs each set of a queue holds, and whether it is paused (a read; no
+//! transition).
 
 use crate::protocol::{EmqError, KeyRef, Set, Store};
 
-/// The sizes of `pending`, `active`, `schedule` and `dead`, in that order, after checking the
-/// caller may read them.
-pub fn counts<S: Store>(store: &S) -> Result<[u64; 4], EmqError> {
-    store.check_access(&Set::ALL.map(KeyRef::Set))?;
+use super::operate::paused;
+
+pub struct Stats {
+    /// The sizes of `pending`, `active`, `schedule` and `dead`, in that order.
+    pub sets: [u64; 4],
+    pub paused: bool,
+}
+
+/// What the queue holds, after checking the caller may read it.
+pub fn stats<S: Store>(store: &S) -> Result<Stats, EmqError> {
+    store.check_access(&[
+        KeyRef::Set(Set::Pending),
+        KeyRef::Set(Set::Active),
+        KeyRef::Set(Set::Schedule),
+        KeyRef::Set(Set::Dead),
+        KeyRef::Meta,
+    ])?;
     store.open_sets(&Set::ALL)?;
-    Ok(Set::ALL.map(|set| store.len(set)))
+    Ok(Stats {
+        sets: Set::ALL.map(|set| store.len(set)),
+        paused: paused(store)?,
+    })
 }

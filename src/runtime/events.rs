@@ -1,8 +1,9 @@
 //! What EchoMQ learns beside its own commands, and where each event goes.
 //!
 //! - **Keyspace events** (zset, generic, expired and evicted, on every key): a write to a
-//!   queue's `schedule` or `active` set makes the queue watched by the timer, and the removal
-//!   of the last of the two unwatches it (a replica, which never visits its queues, would
+//!   queue's `schedule`, `active` or `dead` set makes the queue watched by the timer (due jobs,
+//!   expired leases, the dead set's retention), and the removal of the last of the three
+//!   unwatches it (a replica, which never visits its queues, would
 //!   otherwise keep every queue it ever saw) — whoever wrote them: this module, a Lua speaker,
 //!   the replication stream or a slot import (`RESTORE`). Any write to a `pending` set signals
 //!   the key ready, which wakes blocked `EMQ.CLAIM` callers (a `ZADD` to an existing zset does
@@ -57,12 +58,12 @@ fn observe(ctx: &Context, event: EventName, key: Str<'_>) {
     }
     if let Some(Decoded::Queue {
         queue,
-        ty: KeyType::Schedule | KeyType::Active,
+        ty: KeyType::Schedule | KeyType::Active | KeyType::Dead,
         ..
     }) = decode(name)
     {
         let db = selected_db(ctx);
-        // The event's name is read only here, for a queue's timed set: every other key the
+        // The event's name is read only here, for a queue's watched set: every other key the
         // server reports (any zset or generic write on the server) costs no more than above.
         if GONE.contains(&event.bytes()) && !has_timed_sets(ctx, queue) {
             timer::watched().forget(db, queue.as_bytes());
@@ -72,8 +73,8 @@ fn observe(ctx: &Context, event: EventName, key: Str<'_>) {
     }
 }
 
-/// Whether the queue has a `schedule` or an `active` set in the context's database (when
-/// unsure, that it has).
+/// Whether the queue has a `schedule`, an `active` or a `dead` set in the context's database
+/// (when unsure, that it has).
 fn has_timed_sets(ctx: &Context, queue: Queue<'_>) -> bool {
     let names = QueueNames::new(ctx, queue);
     let exists = |set| {
@@ -82,7 +83,7 @@ fn has_timed_sets(ctx: &Context, queue: Queue<'_>) -> bool {
             .and_then(|name| Key::probe(ctx, name))
             .map_or(true, |k| k.holds() != Holds::Nothing)
     };
-    exists(Set::Schedule) || exists(Set::Active)
+    exists(Set::Schedule) || exists(Set::Active) || exists(Set::Dead)
 }
 
 /// Rebuilds the watched queues from the keyspace: once at load and after the server loads data.
@@ -90,7 +91,7 @@ pub fn rebuild(ctx: &Context) {
     scan_all_dbs(ctx, |db, name| {
         if let Some(Decoded::Queue {
             queue,
-            ty: KeyType::Schedule | KeyType::Active,
+            ty: KeyType::Schedule | KeyType::Active | KeyType::Dead,
             ..
         }) = decode(name)
         {

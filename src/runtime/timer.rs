@@ -24,7 +24,7 @@ use crate::host::server::{log, module_ctx, now_ms};
 use crate::host::store::with_queue;
 use crate::host::string::OwnedString;
 use crate::protocol::counters::{self, TICKS_AT_BUDGET, VISITS_REFUSED};
-use crate::protocol::{EmqError, Queue};
+use crate::protocol::{settings, EmqError, Queue};
 use crate::queue::promote::{visit, Moved};
 
 use super::cluster;
@@ -139,6 +139,7 @@ fn tick(ctx: &Context) {
     let now = now_ms() as i64;
     let original = selected_db(ctx);
     wake_deferred(ctx);
+    revisit_on_new_retention();
     'tick: loop {
         let batch = watched().due(now, QUEUES_PER_BATCH);
         if batch.is_empty() {
@@ -197,6 +198,20 @@ fn refused(ctx: &Context, db: i32, name: &[u8], error: &EmqError, now: i64) -> i
         );
     }
     now + RETRY_REFUSED_MS
+}
+
+/// The dead set's retention the timer last visited queues with, as (ttl, max).
+static RETENTION: Mutex<(i64, i64)> = Mutex::new((-1, -1));
+
+/// A changed `emq.dead-ttl-ms` or `emq.dead-max-jobs` has every watched queue visited again, so
+/// that dead sets kept under the old settings are trimmed under the new ones.
+fn revisit_on_new_retention() {
+    let now = (settings::dead_ttl_ms(), settings::dead_max_jobs());
+    let mut seen = RETENTION.lock().unwrap_or_else(|p| p.into_inner());
+    if *seen != now {
+        *seen = now;
+        watched().revisit_all();
+    }
 }
 
 /// Leaves the claimers blocked on the pending set `key` (in the context's db) waiting until

@@ -72,6 +72,14 @@ impl Watchlist {
         self.by_time.iter().take_while(|(at, _)| *at <= now).count()
     }
 
+    /// Visits every watched queue at the next tick.
+    pub fn revisit_all(&mut self) {
+        let queues: Vec<Watched> = self.by_queue.keys().cloned().collect();
+        for (db, queue) in queues {
+            self.visit_at(db, &queue, 0);
+        }
+    }
+
     pub fn clear(&mut self) {
         self.by_queue.clear();
         self.by_time.clear();
@@ -157,6 +165,17 @@ mod tests {
             list.visit_at(*db, q, 10);
         }
         assert_eq!(names(&list, 10, 1), vec![(0, "c".to_string())]);
+    }
+
+    #[test]
+    fn every_queue_can_be_visited_again_at_once() {
+        let mut list = Watchlist::new();
+        list.visit_at(0, b"later", 500);
+        list.visit_at(1, b"never", i64::MAX);
+        assert!(list.due(100, 10).is_empty());
+        list.revisit_all();
+        assert_eq!(list.due(0, 10).len(), 2);
+        assert_eq!(list.len(), 2);
     }
 
     #[test]

@@ -1,0 +1,42 @@
+//! `EMQ.EVENTS <queue> ON [MAXLEN <n>] | OFF`: while on, every transition of the queue appends an
+//! entry to `emq:{queue}:events`, capped near `n` entries (default 10,000); 1 when the setting
+//! changed, 0 when it was so already.
+
+use valkey_module::Context;
+
+use super::{is_token, parse_int, parse_queue};
+use crate::host::acl::Access;
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::host::store::with_queue;
+use crate::protocol::EmqError;
+use crate::queue::operate;
+use crate::runtime::cluster;
+
+/// The stream's default cap, and the largest.
+pub const DEFAULT_MAXLEN: i64 = 10_000;
+pub const MAX_MAXLEN: i64 = 10_000_000;
+
+pub fn run(ctx: &Context, args: &Args) -> CommandResult {
+    if args.len() < 3 {
+        return Err(EmqError::Arity("emq.events"));
+    }
+    let queue = parse_queue(args.bytes(1))?;
+    let cap = match args.len() {
+        3 if is_token(args.bytes(2), "OFF") => None,
+        3 if is_token(args.bytes(2), "ON") => Some(DEFAULT_MAXLEN),
+        5 if is_token(args.bytes(2), "ON") && is_token(args.bytes(3), "MAXLEN") => {
+            Some(parse_int(args.bytes(4), 1, MAX_MAXLEN, "MAXLEN")?)
+        }
+        _ => {
+            return Err(EmqError::Syntax(
+                "syntax error: expected ON [MAXLEN <n>] or OFF".into(),
+            ))
+        }
+    };
+    cluster::check_stable(queue)?;
+    let cap = cap.map(|c| c as u64);
+    let changed = with_queue(ctx, queue, Access::ReadWrite, |store| {
+        operate::set_events(store, cap)
+    })?;
+    Ok(Reply::Integer(i64::from(changed)))
+}

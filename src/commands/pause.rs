@@ -1,0 +1,21 @@
+//! `EMQ.PAUSE <queue>`: no claim takes a job of the queue until `EMQ.RESUME` (enqueues and the timer go on); 1, or 0 when it was paused already.
+
+use valkey_module::Context;
+
+use super::parse_queue;
+use crate::host::acl::Access;
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::host::store::with_queue;
+use crate::protocol::EmqError;
+use crate::queue::operate;
+use crate::runtime::cluster;
+
+pub fn run(ctx: &Context, args: &Args) -> CommandResult {
+    if args.len() != 2 {
+        return Err(EmqError::Arity("emq.pause"));
+    }
+    let queue = parse_queue(args.bytes(1))?;
+    cluster::check_stable(queue)?;
+    let changed = with_queue(ctx, queue, Access::ReadWrite, |store| operate::pause(store))?;
+    Ok(Reply::Integer(i64::from(changed)))
+}

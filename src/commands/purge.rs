@@ -1,0 +1,38 @@
+//! `EMQ.PURGE <queue> <pending|scheduled|dead> [COUNT <n>]`: deletes up to n jobs of the set
+//! (default 1,000, at most 10,000), oldest first, rows and all; replies how many. A client loops
+//! until 0. Active jobs are leased to workers and cannot be purged (`EMQSET`).
+
+use valkey_module::Context;
+
+use super::{is_token, parse_int, parse_queue, parse_set};
+use crate::host::acl::Access;
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::host::store::with_queue;
+use crate::protocol::EmqError;
+use crate::queue::operate::{self, BULK_DEFAULT, BULK_MAX};
+use crate::runtime::cluster;
+
+pub fn run(ctx: &Context, args: &Args) -> CommandResult {
+    if args.len() != 3 && args.len() != 5 {
+        return Err(EmqError::Arity("emq.purge"));
+    }
+    let queue = parse_queue(args.bytes(1))?;
+    let set = parse_set(args.bytes(2))?;
+    let count = parse_count(args, 3)?;
+    cluster::check_stable(queue)?;
+    let purged = with_queue(ctx, queue, Access::ReadWrite, |store| {
+        operate::purge(store, set, count)
+    })?;
+    Ok(Reply::Integer(purged as i64))
+}
+
+/// `[COUNT <n>]` at `args[at..]` for the bulk commands: 1 to 10,000, default 1,000.
+pub fn parse_count(args: &Args, at: usize) -> Result<usize, EmqError> {
+    match args.len().saturating_sub(at) {
+        0 => Ok(BULK_DEFAULT as usize),
+        2 if is_token(args.bytes(at), "COUNT") => {
+            Ok(parse_int(args.bytes(at + 1), 1, BULK_MAX, "COUNT")? as usize)
+        }
+        _ => Err(EmqError::Syntax("syntax error: expected COUNT <n>".into())),
+    }
+}
