@@ -12,27 +12,31 @@ use super::reply::Args;
 use super::string::OwnedString;
 
 /// What a command does with a key, for the ACL check.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Access {
     Read,
     ReadWrite,
 }
 
-/// The calling user's permission on each key for `access`, logged in `ACL LOG` on refusal.
+/// The calling user's permission on each key for what is done with it, logged in `ACL LOG` on
+/// refusal; one lookup of the user for all of them.
+#[inline]
 pub fn check_permission<'k>(
     ctx: &Context,
-    keys: impl IntoIterator<Item = &'k OwnedString>,
-    access: Access,
+    keys: impl Iterator<Item = Result<(&'k OwnedString, Access), EmqError>>,
 ) -> Result<(), EmqError> {
     let Some(check) = (unsafe { raw::RedisModule_ACLCheckKeyPermissions }) else {
         return Ok(());
     };
-    let flags = match access {
-        Access::Read => raw::REDISMODULE_CMD_KEY_ACCESS,
-        Access::ReadWrite => raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
-    } as c_int;
     with_acl_user(ctx, |user| {
         for key in keys {
+            let (key, access) = key?;
+            let flags = match access {
+                Access::Read => raw::REDISMODULE_CMD_KEY_ACCESS,
+                Access::ReadWrite => {
+                    raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE
+                }
+            } as c_int;
             // SAFETY: live user and key name.
             if unsafe { check(user, key.as_ptr(), flags) } != raw::REDISMODULE_OK as c_int {
                 acl_log(
@@ -77,6 +81,7 @@ pub fn check_command(ctx: &Context, args: &Args) -> Result<(), EmqError> {
 /// Runs `check` with the calling client's ACL user, looked up by name and freed after. A
 /// client without a user (the primary's link, another module's `RM_Call` without `C`) may do
 /// everything; a user that is not in the ACL list cannot be checked and is refused.
+#[inline]
 fn with_acl_user(
     ctx: &Context,
     check: impl FnOnce(*mut raw::RedisModuleUser) -> Result<(), EmqError>,

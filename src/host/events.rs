@@ -246,6 +246,12 @@ impl FilterArgs {
         string_bytes(self.args.arg_get(0))
     }
 
+    /// Word `i` of the command (0 is its name), if it has one.
+    pub fn word(&self, i: usize) -> Option<&[u8]> {
+        let i = c_int::try_from(i).ok()?;
+        (i < self.args.args_count()).then(|| string_bytes(self.args.arg_get(i)))
+    }
+
     /// The command's first `max` words, name included.
     pub fn words(&self, max: usize) -> Vec<&[u8]> {
         let n = usize::try_from(self.args.args_count())

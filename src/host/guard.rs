@@ -13,6 +13,7 @@ use super::reply::{render, reply_error, Args, CommandResult, Handler, Reply};
 use super::server::log;
 
 /// Runs `f` (an event's or the timer's work), swallowing a panic: the server goes on.
+#[inline]
 pub fn guard(f: impl FnOnce()) {
     let _ = catch_unwind(AssertUnwindSafe(f));
 }

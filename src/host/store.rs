@@ -4,6 +4,7 @@
 
 use std::cell::{Cell, OnceCell};
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use valkey_module::{CallOptionsBuilder, CallResult, Context};
 
@@ -19,6 +20,22 @@ use super::server::now_ms;
 use super::string::{OwnedString, Text};
 use super::words::words;
 
+/// Whether a queue's `meta` hash may exist on this node. While it may not, transitions read no
+/// `meta` (no queue is paused, no event stream is on): a node that never uses those pays
+/// nothing for them. The runtime keeps it (`runtime::meta_watch`): cleared only by a scan of
+/// every key that found no `meta` hash, set by anything that may write one.
+static META_MAY_EXIST: AtomicBool = AtomicBool::new(true);
+
+/// A `meta` hash may exist from now on.
+pub fn meta_may_exist() {
+    META_MAY_EXIST.store(true, Ordering::Relaxed);
+}
+
+/// A scan of every key found no `meta` hash.
+pub fn no_meta_exists() {
+    META_MAY_EXIST.store(false, Ordering::Relaxed);
+}
+
 /// The names of a queue's keys (its four sets, `meta` and `events`), each made when first
 /// asked for.
 pub struct QueueNames<'q> {
@@ -28,6 +45,7 @@ pub struct QueueNames<'q> {
 }
 
 impl<'q> QueueNames<'q> {
+    #[inline]
     pub fn new(ctx: &'q Context, queue: Queue<'q>) -> Self {
         Self {
             ctx,
@@ -36,18 +54,22 @@ impl<'q> QueueNames<'q> {
         }
     }
 
+    #[inline]
     pub fn get(&self, set: Set) -> Result<&OwnedString, EmqError> {
         self.named(set.index(), set.key_type())
     }
 
+    #[inline]
     fn meta(&self) -> Result<&OwnedString, EmqError> {
         self.named(4, KeyType::Meta)
     }
 
+    #[inline(always)]
     fn events(&self) -> Result<&OwnedString, EmqError> {
         self.named(5, KeyType::Events)
     }
 
+    #[inline]
     fn named(&self, i: usize, ty: KeyType) -> Result<&OwnedString, EmqError> {
         let cell = &self.names[i];
         if let Some(name) = cell.get() {
@@ -60,6 +82,7 @@ impl<'q> QueueNames<'q> {
 
 /// Runs `f` over the store of `queue`, whose permissions are checked for `access`. The store
 /// writes strings that live for `'a` (a command's arguments) without copying them.
+#[inline(always)]
 pub fn with_queue<'a, R>(
     ctx: &Context,
     queue: Queue<'_>,
@@ -97,6 +120,7 @@ impl<'s> ServerStore<'s, '_> {
         self.sets[set.index()].get().ok_or(EmqError::Internal)
     }
 
+    #[inline]
     fn prefix(&self) -> RowPrefix {
         self.prefix.get().unwrap_or_else(|| {
             let prefix = RowPrefix::new(self.names.queue);
@@ -114,18 +138,22 @@ impl<'a> Store for ServerStore<'_, 'a> {
     where
         Self: 'n;
 
+    #[inline]
     fn now_ms(&self) -> i64 {
         now_ms() as i64
     }
 
+    #[inline]
     fn text(&self, bytes: &[u8]) -> Result<Text<'a>, EmqError> {
         OwnedString::new(self.ctx, bytes).map(Text::Owned)
     }
 
+    #[inline]
     fn bytes<'t>(&self, text: &'t Text<'a>) -> &'t [u8] {
         text.bytes()
     }
 
+    #[inline(always)]
     fn row_name(&self, id: &BrandedId, member: &Text<'a>) -> Result<OwnedString, EmqError> {
         OwnedString::new(
             self.ctx,
@@ -133,28 +161,25 @@ impl<'a> Store for ServerStore<'_, 'a> {
         )
     }
 
-    fn check_access(&self, keys: &[KeyRef<'_, OwnedString>]) -> Result<(), EmqError> {
-        for key in keys {
-            if let KeyRef::Set(set) = key {
-                self.names.get(*set)?;
-            }
-        }
-        for key in keys {
-            match key {
-                KeyRef::Meta => drop(self.names.meta()?),
-                KeyRef::Events => drop(self.names.events()?),
-                _ => {}
-            }
-        }
-        let names = keys.iter().filter_map(|key| match key {
-            KeyRef::Set(set) => self.names.get(*set).ok(),
-            KeyRef::Meta => self.names.meta().ok(),
-            KeyRef::Events => self.names.events().ok(),
-            KeyRef::Row(name) => Some(*name),
-        });
-        check_permission(self.ctx, names, self.access)
+    #[inline(always)]
+    fn check_access<'k>(&'k self, keys: &[KeyRef<'k, OwnedString>]) -> Result<(), EmqError> {
+        let write = self.access;
+        let names = self.names;
+        check_permission(
+            self.ctx,
+            keys.iter().map(move |key| {
+                Ok(match key {
+                    KeyRef::Set(set) => (names.get(*set)?, write),
+                    KeyRef::ReadMeta => (names.meta()?, Access::Read),
+                    KeyRef::Meta => (names.meta()?, write),
+                    KeyRef::Events => (names.events()?, write),
+                    KeyRef::Row(name) => (*name, write),
+                })
+            }),
+        )
     }
 
+    #[inline(always)]
     fn open_sets(&self, sets: &[Set]) -> Result<(), EmqError> {
         for &set in sets {
             let cell = &self.sets[set.index()];
@@ -172,22 +197,27 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(())
     }
 
+    #[inline]
     fn probe(&self, row: &OwnedString) -> Result<Holds, EmqError> {
         Ok(Key::probe(self.ctx, row)?.holds())
     }
 
+    #[inline(always)]
     fn open_row<'n>(&'n self, row: &'n OwnedString) -> Result<Key<'n>, EmqError> {
         Key::open(self.ctx, row)
     }
 
+    #[inline]
     fn len(&self, set: Set) -> u64 {
         self.set(set).map_or(0, |k| k.len())
     }
 
+    #[inline]
     fn score(&self, set: Set, member: &Text<'a>) -> Option<f64> {
         self.set(set).ok()?.zscore(member.as_str())
     }
 
+    #[inline]
     fn range(
         &self,
         set: Set,
@@ -198,14 +228,17 @@ impl<'a> Store for ServerStore<'_, 'a> {
         self.set(set)?.zrange_by_score(min, max, limit)
     }
 
+    #[inline]
     fn holds(&self, row: &Key<'_>) -> Holds {
         row.holds()
     }
 
+    #[inline]
     fn field(&self, row: &Key<'_>, field: Field) -> Option<Text<'a>> {
         row.hash_get(field.as_cstr()).map(Text::Owned)
     }
 
+    #[inline]
     fn add(&self, set: Set, score: i64, member: &Text<'a>) -> Result<(), EmqError> {
         let key = self.set(set)?;
         if !key.zadd(score as f64, member.as_str())? {
@@ -227,6 +260,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(())
     }
 
+    #[inline]
     fn add_ready(&self, set: Set, members: &[&Text<'a>]) -> Result<(), EmqError> {
         if members.is_empty() {
             return Ok(());
@@ -245,6 +279,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(())
     }
 
+    #[inline]
     fn remove(&self, set: Set, member: &Text<'a>) -> Result<bool, EmqError> {
         let key = self.set(set)?;
         if !key.zrem(member.as_str())? {
@@ -258,6 +293,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(true)
     }
 
+    #[inline]
     fn write_row(&self, row: &Key<'_>, state: State, payload: &Text<'a>) -> Result<(), EmqError> {
         let words = words()?;
         let (state, attempts, payload) = (
@@ -280,6 +316,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(())
     }
 
+    #[inline]
     fn set_fields(
         &self,
         row: &Key<'_>,
@@ -317,6 +354,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(())
     }
 
+    #[inline]
     fn delete_row(&self, row: &Key<'_>) -> Result<(), EmqError> {
         row.delete()?;
         notify(self.ctx, NOTIFY_GENERIC, c"del", row.name());
@@ -324,6 +362,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(())
     }
 
+    #[inline]
     fn expire_row(&self, row: &Key<'_>, at_ms: i64) -> Result<(), EmqError> {
         row.expire_at(at_ms)?;
         notify(self.ctx, NOTIFY_GENERIC, c"expire", row.name());
@@ -332,7 +371,13 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(())
     }
 
+    #[inline]
     fn meta(&self, field: Meta) -> Result<Option<Text<'a>>, EmqError> {
+        // A transition looks only where a meta hash may be; a read command (`EMQ.STATS`)
+        // always looks.
+        if self.access == Access::ReadWrite && !META_MAY_EXIST.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
         let key = Key::probe(self.ctx, self.names.meta()?)?;
         match key.holds() {
             Holds::Nothing => Ok(None),
@@ -341,8 +386,10 @@ impl<'a> Store for ServerStore<'_, 'a> {
         }
     }
 
+    #[inline]
     fn set_meta(&self, field: Meta, value: &[u8]) -> Result<(), EmqError> {
         let name = self.names.meta()?;
+        meta_may_exist();
         let key = Key::open(self.ctx, name)?;
         if !matches!(key.holds(), Holds::Nothing | Holds::Hash) {
             return Err(EmqError::WrongType);
@@ -359,6 +406,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(())
     }
 
+    #[inline]
     fn del_meta(&self, field: Meta) -> Result<bool, EmqError> {
         let name = self.names.meta()?;
         let key = Key::open(self.ctx, name)?;
@@ -377,7 +425,11 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(true)
     }
 
+    #[inline(always)]
     fn events(&self) -> Result<Option<u64>, EmqError> {
+        if self.access == Access::ReadWrite && !META_MAY_EXIST.load(Ordering::Relaxed) {
+            return Ok(None); // no meta hash, so no stream on (see `META_MAY_EXIST`)
+        }
         if let Some(cap) = self.events.get() {
             return Ok(*cap);
         }
@@ -390,7 +442,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         };
         if cap.is_some() {
             let name = self.names.events()?;
-            check_permission(self.ctx, [name], Access::ReadWrite)?;
+            check_permission(self.ctx, [Ok((name, Access::ReadWrite))].into_iter())?;
             if !matches!(
                 Key::probe(self.ctx, name)?.holds(),
                 Holds::Nothing | Holds::Stream
@@ -401,6 +453,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(*self.events.get_or_init(|| cap))
     }
 
+    #[inline]
     fn append_event(&self, cap: u64, fields: &[(&[u8], &[u8])]) -> Result<(), EmqError> {
         let name = self.names.events()?;
         let cap = cap.to_string();
@@ -417,6 +470,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         reply.map(|_| ()).map_err(|_| EmqError::Internal)
     }
 
+    #[inline]
     fn wake_claimers(&self) -> Result<(), EmqError> {
         signal_ready(self.ctx, self.names.get(Set::Pending)?.as_str());
         Ok(())

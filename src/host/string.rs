@@ -176,6 +176,7 @@ static NAMES: Mutex<(Vec<Name>, usize)> = Mutex::new((Vec::new(), 0));
 impl OwnedString {
     /// `bytes` as a server string, shared through the name cache: for key names that many
     /// calls open, such as a queue's `pending` set.
+    #[inline]
     pub fn cached(ctx: &Context, bytes: &[u8]) -> Result<Self, EmqError> {
         let hold = unsafe { raw::RedisModule_HoldString }.ok_or(EmqError::Internal)?;
         let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());

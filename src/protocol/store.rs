@@ -50,10 +50,14 @@ pub enum Holds {
     Other,
 }
 
-/// A key whose permission a transition checks: one of the queue's sets, its `meta` hash, its
-/// `events` stream, or a job's row.
+/// A key whose permission a transition checks: one of the queue's sets, its `meta` hash (read
+/// by every transition, for the paused flag and the event stream's setting; written only by the
+/// commands that set those), its `events` stream, or a job's row.
 pub enum KeyRef<'a, N> {
     Set(Set),
+    /// The `meta` hash, read only.
+    ReadMeta,
+    /// The `meta` hash, to be written.
     Meta,
     Events,
     Row(&'a N),

@@ -48,7 +48,6 @@ pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome
         KeyRef::Set(Set::Active),
         KeyRef::Set(Set::Schedule),
         KeyRef::Set(Set::Dead),
-        KeyRef::Meta,
     ])?;
     store.open_sets(&Set::ALL)?;
     if paused(store)? {

@@ -142,7 +142,7 @@ fn enqueue_one<S: Store>(
 ) -> Result<bool, EmqError> {
     let set = placement.set();
     let name = store.row_name(&job.id, job.member)?;
-    store.check_access(&[KeyRef::Row(&name), KeyRef::Set(set), KeyRef::Meta])?;
+    store.check_access(&[KeyRef::Row(&name), KeyRef::Set(set)])?;
     let row = store.open_row(&name)?;
     if store.holds(&row) != Holds::Nothing {
         return Ok(false);
@@ -192,7 +192,6 @@ pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec
     }
     let mut keys: Vec<KeyRef<'_, S::Name>> = names.iter().map(KeyRef::Row).collect();
     keys.push(KeyRef::Set(Set::Pending));
-    keys.push(KeyRef::Meta);
     store.check_access(&keys)?;
     drop(keys);
 

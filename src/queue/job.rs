@@ -22,7 +22,6 @@ impl<'j, S: Store> Target<'j, S> {
             KeyRef::Set(Set::Active),
             KeyRef::Set(Set::Schedule),
             KeyRef::Set(Set::Dead),
-            KeyRef::Meta,
             KeyRef::Row(&row),
         ])?;
         Ok(Self { job, row })

@@ -147,7 +147,7 @@ impl Store for Memory {
         for key in keys {
             let key = match key {
                 KeyRef::Set(set) => MemKey::Set(*set),
-                KeyRef::Meta => MemKey::Meta,
+                KeyRef::Meta | KeyRef::ReadMeta => MemKey::Meta,
                 KeyRef::Events => MemKey::Events,
                 KeyRef::Row(name) => MemKey::Row(name.to_vec()),
             };

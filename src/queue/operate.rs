@@ -69,7 +69,7 @@ pub fn purge<S: Store>(store: &S, set: Set, count: usize) -> Result<usize, EmqEr
     if set == Set::Active {
         return Err(EmqError::Leased);
     }
-    store.check_access(&[KeyRef::Set(set), KeyRef::Meta])?;
+    store.check_access(&[KeyRef::Set(set)])?;
     store.open_sets(&[set])?;
     let members = with_rows(
         store,
@@ -90,11 +90,7 @@ pub fn purge<S: Store>(store: &S, set: Set, count: usize) -> Result<usize, EmqEr
 /// pending with their attempts reset; how many moved (a dead member whose row is gone is
 /// dropped, and not counted).
 pub fn requeue_dead<S: Store>(store: &S, count: usize) -> Result<usize, EmqError> {
-    store.check_access(&[
-        KeyRef::Set(Set::Dead),
-        KeyRef::Set(Set::Pending),
-        KeyRef::Meta,
-    ])?;
+    store.check_access(&[KeyRef::Set(Set::Dead), KeyRef::Set(Set::Pending)])?;
     store.open_sets(&[Set::Dead, Set::Pending])?;
     let members = with_rows(
         store,

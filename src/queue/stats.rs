@@ -18,7 +18,7 @@ pub fn stats<S: Store>(store: &S) -> Result<Stats, EmqError> {
         KeyRef::Set(Set::Active),
         KeyRef::Set(Set::Schedule),
         KeyRef::Set(Set::Dead),
-        KeyRef::Meta,
+        KeyRef::ReadMeta,
     ])?;
     store.open_sets(&Set::ALL)?;
     Ok(Stats {

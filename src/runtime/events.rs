@@ -30,7 +30,7 @@ use crate::host::store::QueueNames;
 use crate::host::string::Str;
 use crate::protocol::{decode, Decoded, Holds, KeyType, Queue, Set};
 
-use super::{client_db, cluster, effects, eviction, timer};
+use super::{client_db, cluster, effects, eviction, meta_watch, timer};
 
 /// The handler of every event EchoMQ subscribes to.
 pub struct Events;
@@ -54,6 +54,10 @@ fn observe(ctx: &Context, event: EventName, key: Str<'_>) {
     // (a name outside the grammar has none blocked on it).
     if name.ends_with(KeyType::Pending.key_suffix()) {
         signal_ready(ctx, key);
+        return;
+    }
+    if meta_watch::is_meta(name) {
+        meta_watch::observe_key(name, event.bytes());
         return;
     }
     if let Some(Decoded::Queue {
@@ -88,7 +92,9 @@ fn has_timed_sets(ctx: &Context, queue: Queue<'_>) -> bool {
 
 /// Rebuilds the watched queues from the keyspace: once at load and after the server loads data.
 pub fn rebuild(ctx: &Context) {
+    let mut meta = false;
     scan_all_dbs(ctx, |db, name| {
+        meta |= meta_watch::is_meta(name);
         if let Some(Decoded::Queue {
             queue,
             ty: KeyType::Schedule | KeyType::Active | KeyType::Dead,
@@ -98,6 +104,7 @@ pub fn rebuild(ctx: &Context) {
             timer::watched().visit_at(db, queue.as_bytes(), 0);
         }
     });
+    meta_watch::scanned(meta);
 }
 
 impl ServerEvents for Events {
@@ -112,7 +119,10 @@ impl ServerEvents for Events {
                 cluster::reconcile(ctx, now);
                 effects::probe(ctx, now);
             }
-            ServerEvent::RoleChanged => effects::role_changed(),
+            ServerEvent::RoleChanged => {
+                effects::role_changed();
+                meta_watch::unsure();
+            }
             // `SWAPDB a b` exchanges the two databases' contents (no keyspace event says so).
             ServerEvent::SwapDb(a, b) => timer::watched().swap_dbs(a, b),
             // `FLUSHDB`, `FLUSHALL`, or a replica emptying its data for a full sync: no keyspace
@@ -120,6 +130,9 @@ impl ServerEvents for Events {
             ServerEvent::Flushed(db) => timer::watched().forget_db(db),
             ServerEvent::SlotMigration(kind, ranges) => {
                 cluster::on_atomic_migration(kind, ranges);
+                if kind == MigrationEvent::ImportStarted {
+                    meta_watch::unsure();
+                }
                 if kind == MigrationEvent::ExportStarted {
                     // The export streams the writes it propagates: EchoMQ's must be among them.
                     effects::export_started();
@@ -136,6 +149,7 @@ impl CommandFilter for Events {
         let first = args.first();
         effects::observe_command(first);
         client_db::observe_command(args, first);
+        meta_watch::observe_command(args, first);
         if first.eq_ignore_ascii_case(b"MODULE") {
             let words = args.words(8);
             if words.len() == 3 && words[1].eq_ignore_ascii_case(b"UNLOAD") && words[2] == b"emq" {

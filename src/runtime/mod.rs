@@ -11,6 +11,7 @@ pub mod effects;
 pub mod events;
 pub mod eviction;
 pub mod info;
+pub mod meta_watch;
 pub mod timer;
 pub mod watchlist;
 
