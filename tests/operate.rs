@@ -508,3 +508,65 @@ fn refusals_are_typed_and_counted() {
     assert!(err(&mut con, "EMQ.PAUSE", &["{bad"]).starts_with("EMQQUEUE"));
     assert!(err(&mut con, "EMQ.PAUSE", &["a", "b"]).starts_with("ERR wrong number"));
 }
+
+#[test]
+fn a_meta_hash_written_by_hand_is_honoured_however_it_is_written() {
+    // A fresh server's load scan finds no meta hash, so its transitions read none
+    // (`emq_meta_read` 0) until something may have written one: a hash command, a transaction,
+    // a script declaring the key, or a key restored from elsewhere.
+    let writes: [(&str, Vec<redis::Cmd>); 4] = [
+        (
+            "hset",
+            vec![cmd("HSET").arg(set_key("hset", "meta")).arg("paused").arg(1).clone()],
+        ),
+        (
+            "multi",
+            vec![
+                cmd("MULTI"),
+                cmd("HSET").arg(set_key("multi", "meta")).arg("paused").arg(1).clone(),
+                cmd("EXEC"),
+            ],
+        ),
+        (
+            "script",
+            vec![cmd("EVAL")
+                .arg("return redis.call('HSET', KEYS[1], 'paused', '1')")
+                .arg(1)
+                .arg(set_key("script", "meta"))
+                .clone()],
+        ),
+        (
+            "restored",
+            vec![cmd("EVAL")
+                .arg(
+                    "redis.call('HSET', KEYS[2], 'paused', '1'); \
+                     local d = redis.call('DUMP', KEYS[2]); redis.call('DEL', KEYS[2]); \
+                     return redis.call('RESTORE', KEYS[1], 0, d)",
+                )
+                .arg(2)
+                .arg(set_key("restored", "meta"))
+                .arg("scratch")
+                .clone()],
+        ),
+    ];
+    for (q, commands) in writes {
+        let server = Server::start(Options::default());
+        let mut con = server.conn();
+        enqueue(&mut con, q, &job_id(1), "p");
+        assert_eq!(info_int(&mut con, "emq", "emq_meta_read"), 0, "{q}");
+        for c in commands {
+            let _: Value = c.query(&mut con).expect("written by hand");
+        }
+        assert_eq!(info_int(&mut con, "emq", "emq_meta_read"), 1, "{q}");
+        assert_eq!(claim(&mut con, q, &[]), Some(vec![]), "{q}: paused");
+        assert_eq!(stats(&mut con, q)["paused"], 1, "{q}");
+    }
+    // A restart whose load finds a meta hash reads them from the start.
+    let mut server = Server::start(Options::default().arg("appendonly", "yes"));
+    let mut con = server.conn();
+    assert_eq!(info_int(&mut con, "emq", "emq_meta_read"), 0);
+    int(&mut con, "EMQ.PAUSE", &["kept"]);
+    server.restart(true);
+    let mut con = server.conn();
+    assert_eq!(info_int(&mut con, "emq", "emq_meta_read"), 1);
+}

@@ -31,6 +31,11 @@ pub fn meta_may_exist() {
     META_MAY_EXIST.store(true, Ordering::Relaxed);
 }
 
+/// Whether transitions read `meta` hashes (for `INFO emq`).
+pub fn meta_read() -> bool {
+    META_MAY_EXIST.load(Ordering::Relaxed)
+}
+
 /// A scan of every key found no `meta` hash.
 pub fn no_meta_exists() {
     META_MAY_EXIST.store(false, Ordering::Relaxed);

@@ -5,6 +5,7 @@ use valkey_module::{InfoContext, ValkeyResult};
 
 use crate::host::events::InfoSection;
 use crate::host::propagate::gate_open;
+use crate::host::store::meta_read;
 use crate::protocol::counters::{
     get, JOB_COUNTERS, REFUSALS, REFUSAL_REASONS, TICKS_AT_BUDGET, VISITS_REFUSED,
 };
@@ -31,6 +32,7 @@ fn section(ctx: &InfoContext) -> ValkeyResult<()> {
     }
     s = s
         .field("effects_replicated", u64::from(gate_open()))?
+        .field("meta_read", u64::from(meta_read()))?
         .field("watched_queues", timer::watched_queues() as u64)?
         .field("timer_due_queues", timer::due_queues() as u64)?
         .field("timer_ticks_at_budget", get(&TICKS_AT_BUDGET))?
