@@ -8,8 +8,10 @@ mod support;
 use redis::{cmd, Value};
 use support::*;
 
-const ERROR_CODES: [&str; 11] = [
+const ERROR_CODES: [&str; 13] = [
     "EMQQUEUE",
+    "EMQSET",
+    "EMQCURSOR",
     "EMQLEASE",
     "EMQTYPE",
     "EMQID",

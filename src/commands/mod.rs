@@ -10,6 +10,8 @@ pub mod claim;
 pub mod decode;
 pub mod enqueue;
 pub mod fail;
+pub mod job;
+pub mod jobs;
 pub mod key;
 pub mod menqueue;
 pub mod renew;

@@ -23,6 +23,8 @@ pub enum ArgKind {
     Block(&'static [Arg]),
     /// Exactly one of the arguments (`DELAY <ms> | AT <unix-ms>`).
     OneOf(&'static [Arg]),
+    /// A keyword with no value (`WITHPAYLOADS`); the argument's token is the keyword.
+    PureToken,
 }
 
 pub struct Arg {
@@ -140,6 +142,7 @@ fn doc_arg(arg: &Arg) -> raw::RedisModuleCommandArg {
         ArgKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
         ArgKind::Block(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
         ArgKind::OneOf(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+        ArgKind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
     };
     out.key_spec_index = -1;
     if let Some(token) = arg.token {
