@@ -232,6 +232,48 @@ const COMMANDS: &[Command] = &[
         args: &[Arg::required(c"queue", Str)],
     },
     Command {
+        name: c"emq.job",
+        callback: callback!(commands::job::run),
+        flags: c"readonly",
+        arity: 3,
+        routes_by_queue: true,
+        summary: c"One job: its row's fields, the set that holds it and its score there",
+        complexity: c"O(log(N)) with N the jobs in the queue's sets",
+        args: &[Arg::required(c"queue", Str), Arg::required(c"id", Str)],
+    },
+    Command {
+        name: c"emq.jobs",
+        callback: callback!(commands::jobs::run),
+        flags: c"readonly",
+        arity: -3,
+        routes_by_queue: true,
+        summary: c"One page of a set's jobs in the set's order, resuming after a cursor",
+        complexity: c"O(log(N)^2 + C*log(N)) with N the jobs in the set and C the COUNT",
+        args: &[
+            Arg::required(c"queue", Str),
+            Arg::required(
+                c"set",
+                OneOf(&[
+                    Arg::keyword(c"pending", c"pending", host::register::ArgKind::PureToken),
+                    Arg::keyword(c"active", c"active", host::register::ArgKind::PureToken),
+                    Arg::keyword(
+                        c"scheduled",
+                        c"scheduled",
+                        host::register::ArgKind::PureToken,
+                    ),
+                    Arg::keyword(c"dead", c"dead", host::register::ArgKind::PureToken),
+                ]),
+            ),
+            Arg::token(c"cursor", c"CURSOR", Str),
+            Arg::token(c"count", c"COUNT", Int),
+            Arg::token(
+                c"withpayloads",
+                c"WITHPAYLOADS",
+                host::register::ArgKind::PureToken,
+            ),
+        ],
+    },
+    Command {
         name: c"emq.key",
         callback: callback!(commands::key::run),
         flags: c"readonly fast",

@@ -155,11 +155,9 @@ fn random_argument_vectors_never_crash_the_server() {
         errors > total / 10 && errors < total,
         "a mix of refusals and answers ({errors})"
     );
-    let stats = stats(&mut con, "orders");
-    assert!(
-        stats.values().any(|n| *n > 0),
-        "the vectors reached a live queue: {stats:?}"
-    );
+    // Some vectors wrote jobs (a purge among later vectors may have emptied the queue again).
+    let enqueued = info_int(&mut con, "emq", "emq_enqueued");
+    assert!(enqueued > 0, "the vectors reached a live queue: {enqueued}");
     assert!(
         !server.log_tail().contains("panicked"),
         "{}",

@@ -517,13 +517,21 @@ fn a_meta_hash_written_by_hand_is_honoured_however_it_is_written() {
     let writes: [(&str, Vec<redis::Cmd>); 4] = [
         (
             "hset",
-            vec![cmd("HSET").arg(set_key("hset", "meta")).arg("paused").arg(1).clone()],
+            vec![cmd("HSET")
+                .arg(set_key("hset", "meta"))
+                .arg("paused")
+                .arg(1)
+                .clone()],
         ),
         (
             "multi",
             vec![
                 cmd("MULTI"),
-                cmd("HSET").arg(set_key("multi", "meta")).arg("paused").arg(1).clone(),
+                cmd("HSET")
+                    .arg(set_key("multi", "meta"))
+                    .arg("paused")
+                    .arg(1)
+                    .clone(),
                 cmd("EXEC"),
             ],
         ),

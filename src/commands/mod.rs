@@ -11,6 +11,8 @@ pub mod decode;
 pub mod enqueue;
 pub mod events;
 pub mod fail;
+pub mod job;
+pub mod jobs;
 pub mod key;
 pub mod menqueue;
 pub mod pause;
@@ -24,7 +26,7 @@ pub mod version;
 
 use crate::host::reply::Args;
 use crate::host::string::Str;
-use crate::protocol::{job, BrandedId, EmqError, Queue, Set};
+use crate::protocol::{job::check_payload, BrandedId, EmqError, Queue};
 use crate::runtime::cluster;
 
 /// SPEC §1.1: the queue name, or `EMQQUEUE`.
@@ -53,21 +55,6 @@ pub fn parse_token(bytes: &[u8]) -> Result<i64, EmqError> {
     parse_int(bytes, 1, i64::MAX, "token").map_err(|_| EmqError::Lease)
 }
 
-/// A set by the name clients use: `pending`, `active`, `scheduled` or `dead` (any case), or
-/// `EMQSET`.
-pub fn parse_set(bytes: &[u8]) -> Result<Set, EmqError> {
-    [
-        ("pending", Set::Pending),
-        ("active", Set::Active),
-        ("scheduled", Set::Schedule),
-        ("dead", Set::Dead),
-    ]
-    .into_iter()
-    .find(|(name, _)| is_token(bytes, name))
-    .map(|(_, set)| set)
-    .ok_or(EmqError::Set)
-}
-
 /// One optional `NAME <bytes>` pair at `args[at..]` (nothing, or exactly the pair): the bytes,
 /// bounded by `emq.max-payload-bytes`, or a syntax error.
 pub fn parse_blob_option<'a>(
@@ -79,7 +66,7 @@ pub fn parse_blob_option<'a>(
         0 => Ok(None),
         2 if is_token(args.bytes(at), name) => {
             let value = args.bytes(at + 1);
-            job::check_payload(value)?;
+            check_payload(value)?;
             Ok(Some(value))
         }
         _ => Err(EmqError::Syntax(
@@ -117,14 +104,6 @@ mod tests {
         assert!(parse_int(b"1.5", 0, 10, "BLOCK").is_err());
         assert!(parse_int(b"", 0, 10, "BLOCK").is_err());
         assert!(parse_int(b"99999999999999999999", 0, i64::MAX, "AT").is_err());
-    }
-
-    #[test]
-    fn sets_go_by_the_names_clients_use() {
-        assert_eq!(parse_set(b"scheduled"), Ok(Set::Schedule));
-        assert_eq!(parse_set(b"DEAD"), Ok(Set::Dead));
-        assert_eq!(parse_set(b"schedule"), Err(EmqError::Set));
-        assert_eq!(parse_set(b""), Err(EmqError::Set));
     }
 
     #[test]

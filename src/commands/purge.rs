@@ -4,11 +4,12 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_queue, parse_set};
+use super::{is_token, parse_int, parse_queue};
 use crate::host::acl::Access;
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::protocol::EmqError;
+use crate::queue::inspect::set_named;
 use crate::queue::operate::{self, BULK_DEFAULT, BULK_MAX};
 use crate::runtime::cluster;
 
@@ -17,7 +18,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         return Err(EmqError::Arity("emq.purge"));
     }
     let queue = parse_queue(args.bytes(1))?;
-    let set = parse_set(args.bytes(2))?;
+    let set = set_named(args.bytes(2))?;
     let count = parse_count(args, 3)?;
     cluster::check_stable(queue)?;
     let purged = with_queue(ctx, queue, Access::ReadWrite, |store| {

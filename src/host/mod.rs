@@ -43,6 +43,7 @@ pub mod guard;
 pub mod key;
 pub mod load;
 pub mod propagate;
+pub mod ranked;
 pub mod register;
 pub mod reply;
 pub mod server;

@@ -19,12 +19,13 @@ use super::server::{log, reply_text};
 pub enum ArgKind {
     String,
     Integer,
-    /// A keyword standing for itself (`DEAD`, `OFF`).
-    PureToken,
     /// A group of arguments that go together (`id payload`).
     Block(&'static [Arg]),
     /// Exactly one of the arguments (`DELAY <ms> | AT <unix-ms>`).
     OneOf(&'static [Arg]),
+    /// A keyword with no value (`WITHPAYLOADS`, `DEAD`, `OFF`); the argument's token is the
+    /// keyword.
+    PureToken,
 }
 
 pub struct Arg {
@@ -140,9 +141,9 @@ fn doc_arg(arg: &Arg) -> raw::RedisModuleCommandArg {
     out.type_ = match arg.kind {
         ArgKind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
         ArgKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
-        ArgKind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
         ArgKind::Block(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
         ArgKind::OneOf(_) => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+        ArgKind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
     };
     out.key_spec_index = -1;
     if let Some(token) = arg.token {

@@ -125,6 +125,16 @@ impl<'s> ServerStore<'s, '_> {
         self.sets[set.index()].get().ok_or(EmqError::Internal)
     }
 
+    /// The call's context.
+    pub(crate) fn ctx(&self) -> &'s Context {
+        self.ctx
+    }
+
+    /// The name of one of the queue's sets.
+    pub(crate) fn set_name(&self, set: Set) -> Result<&OwnedString, EmqError> {
+        self.names.get(set)
+    }
+
     #[inline]
     fn prefix(&self) -> RowPrefix {
         self.prefix.get().unwrap_or_else(|| {

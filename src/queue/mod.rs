@@ -7,6 +7,7 @@
 
 pub mod claim;
 pub mod enqueue;
+pub mod inspect;
 pub mod job;
 pub mod lease;
 pub mod operate;

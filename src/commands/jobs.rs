@@ -1,0 +1,90 @@
+//! `EMQ.JOBS <queue> <pending|active|scheduled|dead> [CURSOR c] [COUNT n] [WITHPAYLOADS]`:
+//! one page of a set's jobs in its order, and the cursor of the next (`0` at the end).
+
+use valkey_module::Context;
+
+use super::job::score_reply;
+use super::{is_token, parse_int, parse_queue};
+use crate::host::acl::Access;
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::host::store::with_queue;
+use crate::host::string::Text;
+use crate::protocol::{EmqError, Queue, Set};
+use crate::queue::inspect::{self, Cursor, Entry, DEFAULT_COUNT, MAX_COUNT};
+
+struct Request<'a> {
+    queue: Queue<'a>,
+    set: Set,
+    cursor: Cursor,
+    count: usize,
+    with_payloads: bool,
+}
+
+fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
+    if args.len() < 3 {
+        return Err(EmqError::Arity("emq.jobs"));
+    }
+    let mut req = Request {
+        queue: parse_queue(args.bytes(1))?,
+        set: inspect::set_named(args.bytes(2))?,
+        cursor: Cursor::Start,
+        count: DEFAULT_COUNT,
+        with_payloads: false,
+    };
+    let mut i = 3;
+    while i < args.len() {
+        let name = args.bytes(i);
+        if is_token(name, "WITHPAYLOADS") {
+            req.with_payloads = true;
+            i += 1;
+            continue;
+        }
+        let (cursor, count) = (is_token(name, "CURSOR"), is_token(name, "COUNT"));
+        if !cursor && !count {
+            return Err(EmqError::Syntax(
+                "syntax error: expected CURSOR, COUNT or WITHPAYLOADS".into(),
+            ));
+        }
+        if i + 1 >= args.len() {
+            return Err(EmqError::Syntax(
+                "syntax error: an option lacks its value".into(),
+            ));
+        }
+        let value = args.bytes(i + 1);
+        if cursor {
+            req.cursor = Cursor::parse(value)?;
+        } else {
+            req.count = parse_int(value, 1, MAX_COUNT, "COUNT")? as usize;
+        }
+        i += 2;
+    }
+    Ok(req)
+}
+
+fn job_reply(entry: Entry<Text<'_>>, with_payloads: bool) -> Reply {
+    let text = |t: Option<Text<'_>>| t.map_or(Reply::Null, |t| Reply::Bulk(t.bytes().to_vec()));
+    let mut job = vec![
+        Reply::Bulk(entry.member.bytes().to_vec()),
+        score_reply(entry.score),
+        entry.attempts.map_or(Reply::Null, Reply::Integer),
+    ];
+    if with_payloads {
+        job.push(text(entry.payload));
+        job.push(text(entry.error));
+    }
+    Reply::Array(job)
+}
+
+pub fn run(ctx: &Context, args: &Args) -> CommandResult {
+    let req = parse(args)?;
+    with_queue(ctx, req.queue, Access::Read, |store| {
+        let page = inspect::page(store, req.set, &req.cursor, req.count, req.with_payloads)?;
+        let next = page.next.unwrap_or_else(|| inspect::START.to_vec());
+        let jobs = page
+            .jobs
+            .into_iter()
+            .map(|entry| job_reply(entry, req.with_payloads))
+            .collect();
+        Ok(Reply::Array(vec![Reply::Bulk(next), Reply::Array(jobs)]))
+    })
+}
