@@ -25,6 +25,7 @@
 //! | `ReplyWith*` | `reply` | one renderer for the whole reply tree, RESP3 maps falling back to flat arrays, with no `unwrap()` on a missing function |
 //! | `GetServerInfo`, `FreeServerInfo`, `ServerInfoGetFieldC`, `ServerInfoGetFieldSigned`, `GetServerVersion`, `Milliseconds`, `Log`, `GetDetachedThreadSafeContext`, `FreeThreadSafeContext` | `server` | the crate's `ServerInfo` `unwrap()`s every `CString` it makes; its `log` passes the message as the format string (a `%` in a queue name would be read as one) and panics on a NUL byte |
 //! | `SubscribeToKeyspaceEvents`, `SubscribeToServerEvent`, `CommandFilterGetClientId`, `Scan`, `ScanCursorCreate`, `ScanCursorDestroy`, `RegisterInfoFunc` (checked, then the crate's) | `events` | the crate subscribes events only through its `valkey_module!` macro; `get_client_id` is only for Redis 7.2 on; its `KeysCursor` scans without selecting each database |
+//! | `GetAbsExpire` | `key`, `events` | the crate reads a key's time to live only relative to now, through its own key types, and not for the key a scan hands over |
 //! | `CreateCommand`, `GetCommand`, `SetCommandInfo`, `SetCommandACLCategories`, `AddACLCategory` | `register` | the crate registers commands only through its macro, which `unwrap()`s API pointers Redis 7.0 lacks, and documents arguments less fully |
 //! | `Init`, `SetModuleOptions`, `RegisterNumericConfig`, `LoadConfigs` | `load` | EchoMQ's own entry point (the macro's `unwrap()`s, above); the crate's config registration boxes data it never frees and ignores a refusal |
 

@@ -83,7 +83,6 @@ impl<'s> ServerStore<'s, '_> {
         self.sets[set.index()].get().ok_or(EmqError::Internal)
     }
 
-
     fn prefix(&self) -> RowPrefix {
         self.prefix.get().unwrap_or_else(|| {
             let prefix = RowPrefix::new(self.names.queue);
