@@ -12,6 +12,7 @@ pub mod enqueue;
 pub mod fail;
 pub mod key;
 pub mod menqueue;
+pub mod queues;
 pub mod renew;
 pub mod requeue;
 pub mod slot;
