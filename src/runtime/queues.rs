@@ -68,6 +68,9 @@ pub struct Registry {
     dbs: BTreeMap<i32, BTreeMap<Vec<u8>, Entry>>,
     /// The lingering queues, by when their last known row runs out.
     lingering: BTreeSet<(i64, i32, Vec<u8>)>,
+    /// The queue last found present (an enqueue's `zadd` after another's, the hot case), until
+    /// a queue is dropped or starts lingering.
+    last_present: Option<(i32, Vec<u8>)>,
 }
 
 /// Where the next page starts, as a page ended.
@@ -93,11 +96,22 @@ impl Registry {
         Registry {
             dbs: BTreeMap::new(),
             lingering: BTreeSet::new(),
+            last_present: None,
         }
     }
 
     /// The queue has a set, its meta hash or its events stream.
+    /// Whether `name` of `db` is the queue last found present (and so still is).
+    pub fn last_present(&self, db: i32, name: &[u8]) -> bool {
+        self.last_present
+            .as_ref()
+            .is_some_and(|(d, n)| *d == db && n == name)
+    }
+
     pub fn present(&mut self, db: i32, name: &[u8]) {
+        if self.last_present(db, name) {
+            return;
+        }
         let queues = self.dbs.entry(db).or_default();
         match queues.get_mut(name) {
             Some(entry) => {
@@ -111,6 +125,7 @@ impl Registry {
                 queues.insert(name.to_vec(), Entry::default());
             }
         }
+        self.last_present = Some((db, name.to_vec()));
     }
 
     /// A row of the queue runs out at `at`. A queue not known yet is held for it alone (the
@@ -143,6 +158,7 @@ impl Registry {
     /// The queue's sets, meta hash and events stream are gone (as of `now`): it is dropped, or
     /// held until its last known row runs out. Whether it was dropped.
     pub fn gone(&mut self, db: i32, name: &[u8], now: i64) -> bool {
+        self.last_present = None;
         let Some(entry) = self.dbs.get_mut(&db).and_then(|q| q.get_mut(name)) else {
             return false;
         };
@@ -158,6 +174,7 @@ impl Registry {
     }
 
     pub fn forget(&mut self, db: i32, name: &[u8]) {
+        self.last_present = None;
         let Some(queues) = self.dbs.get_mut(&db) else {
             return;
         };
@@ -264,6 +281,7 @@ impl Registry {
             d if d == b => a,
             d => d,
         };
+        self.last_present = None;
         let (qa, qb) = (self.dbs.remove(&a), self.dbs.remove(&b));
         for (db, queues) in [(b, qa), (a, qb)] {
             if let Some(queues) = queues {
@@ -282,6 +300,7 @@ impl Registry {
             self.clear();
             return;
         }
+        self.last_present = None;
         self.dbs.remove(&db);
         self.lingering.retain(|(_, d, _)| *d != db);
     }
@@ -289,6 +308,7 @@ impl Registry {
     pub fn clear(&mut self) {
         self.dbs.clear();
         self.lingering.clear();
+        self.last_present = None;
     }
 }
 
@@ -495,23 +515,35 @@ pub fn learn(ctx: &Context, queue: Queue<'_>) {
     registry().present(selected_db(ctx), queue.as_bytes());
 }
 
+/// What a `pending` set's name holds between the grammar's prefix and its suffix (a queue
+/// name if it is one).
+fn pending_inner(name: &[u8]) -> Option<&[u8]> {
+    name.strip_prefix(PREFIX)?
+        .strip_suffix(KeyType::Pending.key_suffix())
+}
+
 /// The queue of a `pending` set's name, read without the rest of the grammar.
 fn pending_queue(name: &[u8]) -> Option<Queue<'_>> {
-    let inner = name
-        .strip_prefix(PREFIX)?
-        .strip_suffix(KeyType::Pending.key_suffix())?;
-    Queue::parse(inner)
+    Queue::parse(pending_inner(name)?)
 }
 
 /// A keyspace event on a `pending` set (the hot case, every enqueue and claim); `gone` when
 /// the event took the key away.
 pub fn on_pending_event(ctx: &Context, name: &[u8], gone: bool) {
-    if let Some(queue) = pending_queue(name) {
-        if gone {
-            check_left(ctx, selected_db(ctx), queue);
-        } else {
-            registry().present(selected_db(ctx), queue.as_bytes());
+    let db = selected_db(ctx);
+    if gone {
+        if let Some(queue) = pending_queue(name) {
+            check_left(ctx, db, queue);
         }
+        return;
+    }
+    let Some(inner) = pending_inner(name) else {
+        return;
+    };
+    let mut registry = registry();
+    // The same queue as the last enqueue's: known, and its name already checked.
+    if !registry.last_present(db, inner) && Queue::parse(inner).is_some() {
+        registry.present(db, inner);
     }
 }
 
@@ -879,6 +911,29 @@ mod tests {
         assert_eq!(r.run_out(i64::MAX, 10), vec![]);
         assert!(r.gone(0, b"done", 900), "its rows ran out at 900");
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn the_queue_last_found_present_is_found_again_after_it_went() {
+        let mut r = Registry::new();
+        r.present(0, b"hot");
+        r.present(0, b"hot");
+        assert!(r.gone(0, b"hot", 0));
+        r.present(0, b"hot");
+        assert!(r.contains(0, b"hot"), "known again after it went");
+        r.row_until(0, b"hot", 10);
+        assert!(!r.gone(0, b"hot", 0));
+        r.present(0, b"hot");
+        assert!(r.settled(0, b"hot"), "lingering no more");
+        r.forget_db(0);
+        r.present(0, b"hot");
+        assert!(r.contains(0, b"hot"));
+        r.swap_dbs(0, 1);
+        r.present(0, b"hot");
+        assert!(r.contains(0, b"hot") && r.contains(1, b"hot"));
+        r.clear();
+        r.present(1, b"hot");
+        assert!(r.contains(1, b"hot"));
     }
 
     #[test]
