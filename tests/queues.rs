@@ -206,6 +206,11 @@ fn a_replica_lists_the_queues_of_its_replication_stream() {
         all_queues(&mut r, 10)
     );
     assert_eq!(all_queues(&mut p, 10), want, "as its primary does");
+    // A replica that joins later loads the data in a full sync, then rebuilds from it.
+    let late = Server::replica_of(&primary, Options::default());
+    let mut l = late.conn();
+    wait_link_up(&mut l);
+    assert_eq!(all_queues(&mut l, 10), want, "after its full sync");
     run(&mut p, &["DEL", &set_key("metaonly", "meta")]);
     run(&mut p, &["DEL", &set_key("enqueued", "pending")]);
     run(&mut p, &["DEL", &row_key("enqueued", &job_id(1))]);
@@ -422,6 +427,32 @@ fn a_restored_queue_is_listed() {
             .expect("RESTORE");
     }
     assert!(is_listed(&mut con, "moved"));
+}
+
+#[test]
+fn a_migrated_queue_leaves_one_server_for_the_other() {
+    let (from, to) = (
+        Server::start(Options::default()),
+        Server::start(Options::default()),
+    );
+    let (mut src, mut dst) = (from.conn(), to.conn());
+    enqueue(&mut src, "travels", &job_id(1), "p");
+    enqueue_delayed(&mut src, "travels", &job_id(2), "p", 600_000);
+    run(&mut src, &["HSET", &set_key("travels", "meta"), "a", "1"]);
+    enqueue(&mut src, "stays", &job_id(1), "p");
+    let mut migrate = cmd("MIGRATE");
+    migrate
+        .arg("127.0.0.1")
+        .arg(to.port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(keys_of(&mut src, "travels"));
+    let _: Value = migrate.query(&mut src).expect("MIGRATE");
+    assert_eq!(all_queues(&mut src, 10), ["stays"]);
+    assert_eq!(all_queues(&mut dst, 10), ["travels"]);
+    assert_eq!(stats(&mut dst, "travels")["scheduled"], 1);
 }
 
 /// Pages through 2,500 queues with `count` while queues are added and removed between pages:
@@ -725,6 +756,53 @@ fn the_documented_rust_loop_is_the_one_tested_here() {
     assert_eq!(documented("rust").trim(), ours);
 }
 
+/// Runs `driver` after the Python block of docs/commands.md, with `args`; its lines.
+fn run_documented_python(driver: &str, args: &[String]) -> Vec<String> {
+    let program = format!("{}\n{driver}", documented("python"));
+    let python = std::env::var("ECHOMQ_PYTHON").unwrap_or_else(|_| "/usr/bin/python3".into());
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(&program)
+        .args(args)
+        .output()
+        .expect("python3 with redis-py (make test installs python3-redis)");
+    assert!(
+        out.status.success(),
+        "the python loop: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_documented_python_loop_lists_a_single_node() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let mut pipe = redis::pipe();
+    for i in 0..2100 {
+        pipe.cmd("EMQ.ENQUEUE")
+            .arg(format!("py{i:04}"))
+            .arg(job_id(1))
+            .arg("p")
+            .ignore();
+    }
+    pipe.query::<()>(&mut con).expect("2,100 queues");
+    let printed = run_documented_python(
+        "import sys\nr = redis.Redis(port=int(sys.argv[1]), decode_responses=True)\n\
+         for name in queues(r):\n    print(name)\n",
+        &[server.port.to_string()],
+    );
+    assert_eq!(
+        printed,
+        all_queues(&mut con, 1000),
+        "every queue, in order, once"
+    );
+    assert_eq!(printed.len(), 2100);
+}
+
 #[test]
 fn on_a_cluster_every_primary_lists_its_own_queues_and_together_all_of_them() {
     let cluster = Cluster::start(3, 1);
@@ -773,27 +851,11 @@ fn on_a_cluster_every_primary_lists_its_own_queues_and_together_all_of_them() {
     rust.sort();
     assert_eq!(rust, names.iter().cloned().collect::<Vec<_>>());
     // The documented Python loop, run with redis-py against the cluster.
-    let driver = format!(
-        "{}\nimport sys\nrc = RedisCluster(host='127.0.0.1', port=int(sys.argv[1]), \
+    let printed = run_documented_python(
+        "import sys\nrc = RedisCluster(host='127.0.0.1', port=int(sys.argv[1]), \
          decode_responses=True)\nfor name in cluster_queues(rc):\n    print(name)\n",
-        documented("python")
+        &[cluster.nodes[0].port.to_string()],
     );
-    let python = std::env::var("ECHOMQ_PYTHON").unwrap_or_else(|_| "/usr/bin/python3".into());
-    let out = Command::new(python)
-        .arg("-c")
-        .arg(&driver)
-        .arg(cluster.nodes[0].port.to_string())
-        .output()
-        .expect("python3 with redis-py (make test installs python3-redis)");
-    assert!(
-        out.status.success(),
-        "the python loop: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
     assert_eq!(printed.len(), names.len(), "each queue once: {printed:?}");
     assert_eq!(printed.into_iter().collect::<BTreeSet<_>>(), names);
     // A replica answers for its primary's queues.
