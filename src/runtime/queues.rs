@@ -13,9 +13,9 @@
 //! - **Keyspace events** (the zset, generic, expired and evicted classes `events` already
 //!   takes): a write to a key of the queue makes it known; for a row, its expiry is read and
 //!   the latest one kept. An event that takes a key away (`del`, `expired`, `evicted`,
-//!   `rename_from`, `move_from`) probes the queue's six other keys: when none is left the
-//!   queue is dropped, or, while a row it had with a time to live may remain, kept until the
-//!   latest such row runs out (then the cron drops it, after probing once more).
+//!   `rename_from`, `move_from`) probes the queue's sets, meta hash and events stream: when
+//!   none is left the queue is dropped, or, while a row it had with a time to live may remain,
+//!   kept until the latest such row runs out (then the cron drops it, after probing once more).
 //! - **The command filter**, for the writes no subscribed event reports: `HSET`, `HSETNX`,
 //!   `HMSET`, `HINCRBY`, `HINCRBYFLOAT`, `HSETEX`, `XADD` and `XGROUP CREATE` to a key of the
 //!   grammar whose queue is not known, from a client, a script or the replication stream. The
