@@ -317,6 +317,19 @@ const COMMANDS: &[Command] = &[
         complexity: c"O(1)",
         args: &[],
     },
+    Command {
+        name: c"emq.queues",
+        callback: callback!(commands::queues::run),
+        flags: c"readonly",
+        arity: -1,
+        routes_by_queue: false,
+        summary: c"Page through the queues this node holds in the client's database, in name order",
+        complexity: c"O(log(Q)+C) with Q queues known and C the names read (COUNT, more for a key-restricted user)",
+        args: &[
+            Arg::token(c"cursor", c"CURSOR", Str),
+            Arg::token(c"count", c"COUNT", Int),
+        ],
+    },
 ];
 
 /// EchoMQ takes its settings as `emq.*` configs, never as load arguments: an argument is a

@@ -17,6 +17,7 @@ pub mod key;
 pub mod menqueue;
 pub mod pause;
 pub mod purge;
+pub mod queues;
 pub mod renew;
 pub mod requeue;
 pub mod resume;

@@ -52,6 +52,44 @@ pub fn check_permission<'k>(
     })
 }
 
+/// Runs `f` with a test of whether the calling user may read a key, by name: for a command
+/// that lists what the user may see rather than refusing what it may not, so a key the user
+/// may not read adds no `ACL LOG` entry. A client without a user may read every key; a user
+/// that is not in the ACL list cannot be checked and is refused, as everywhere.
+pub fn with_key_reads<R>(
+    ctx: &Context,
+    f: impl FnOnce(&dyn Fn(&[u8]) -> bool) -> R,
+) -> Result<R, EmqError> {
+    let (Some(check), Some(get_user), Some(free_user)) = (unsafe {
+        (
+            raw::RedisModule_ACLCheckKeyPermissions,
+            raw::RedisModule_GetModuleUserFromUserName,
+            raw::RedisModule_FreeModuleUser,
+        )
+    }) else {
+        return Ok(f(&|_| true));
+    };
+    let Some(name) = current_user_name(ctx)? else {
+        return Ok(f(&|_| true));
+    };
+    // SAFETY: `name` is a live string; the user is freed below.
+    let user = unsafe { get_user(name.as_ptr()) };
+    if user.is_null() {
+        return Err(EmqError::UncheckableUser);
+    }
+    let may_read = |key: &[u8]| {
+        OwnedString::new(ctx, key).is_ok_and(|key| {
+            // SAFETY: live user and key name.
+            let ok = unsafe { check(user, key.as_ptr(), raw::REDISMODULE_CMD_KEY_ACCESS as c_int) };
+            ok == raw::REDISMODULE_OK as c_int
+        })
+    };
+    let result = f(&may_read);
+    // SAFETY: obtained above, freed once.
+    unsafe { free_user(user) };
+    Ok(result)
+}
+
 /// The calling user's permission to run the command `args` (name first), logged in `ACL LOG`
 /// on refusal. The server checks this before a command runs; a blocked command served later
 /// asks again, since the user's rules may have changed while it waited.

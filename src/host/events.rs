@@ -262,6 +262,13 @@ impl FilterArgs {
             .collect()
     }
 
+    /// Argument `i` (0 is the command's name), if the command has that many.
+    pub fn arg(&self, i: usize) -> Option<&[u8]> {
+        let n = usize::try_from(self.args.args_count()).unwrap_or(0);
+        let i = c_int::try_from(i).ok().filter(|_| i < n)?;
+        Some(string_bytes(self.args.arg_get(i)))
+    }
+
     /// The client that sent it, as the server knows it.
     pub fn client(&self) -> Option<ClientInfo> {
         // The crate offers this only for Redis 7.2 and later; Redis 7.0 lacks it.
@@ -325,6 +332,35 @@ pub fn stop_timer(ctx: &Context, id: u64) {
 /// Calls `visit` with every key's database and name, in every database (the client's own
 /// database selected again after).
 pub fn scan_all_dbs(ctx: &Context, mut visit: impl FnMut(i32, &[u8])) {
+    scan_all_dbs_keys(ctx, |db, key| visit(db, key.name()));
+}
+
+/// A key as a scan of the keyspace meets it: its name, and its expiry read on demand.
+pub struct ScannedKey<'a> {
+    name: &'a [u8],
+    key: *mut raw::RedisModuleKey,
+}
+
+impl ScannedKey<'_> {
+    pub fn name(&self) -> &[u8] {
+        self.name
+    }
+
+    /// When the key expires (unix ms), if it has a time to live.
+    pub fn expires_at(&self) -> Option<i64> {
+        let abs_expire = unsafe { raw::RedisModule_GetAbsExpire }?;
+        if self.key.is_null() {
+            return None;
+        }
+        // SAFETY: the scan's key handle, open for reading during the callback.
+        let at = unsafe { abs_expire(self.key) };
+        (at >= 0).then_some(at)
+    }
+}
+
+/// Calls `visit` with every key's database and the key (its name and expiry), in every
+/// database (the client's own database selected again after).
+pub fn scan_all_dbs_keys(ctx: &Context, mut visit: impl FnMut(i32, &ScannedKey<'_>)) {
     // The crate's `KeysCursor` scans only the selected database and retains every key name.
     let (Some(create), Some(scan), Some(destroy)) = (unsafe {
         (
@@ -338,8 +374,8 @@ pub fn scan_all_dbs(ctx: &Context, mut visit: impl FnMut(i32, &[u8])) {
     let original = selected_db(ctx);
     let mut db = 0;
     while select_db(ctx, db) {
-        let mut each = |name: &[u8]| visit(db, name);
-        let mut f: &mut dyn FnMut(&[u8]) = &mut each;
+        let mut each = |key: &ScannedKey<'_>| visit(db, key);
+        let mut f: &mut dyn FnMut(&ScannedKey<'_>) = &mut each;
         let privdata = (&raw mut f).cast::<c_void>();
         // SAFETY: the cursor is created, used and destroyed here, on the main thread;
         // `privdata` points to `f`, alive for the whole scan.
@@ -356,13 +392,17 @@ pub fn scan_all_dbs(ctx: &Context, mut visit: impl FnMut(i32, &[u8])) {
 unsafe extern "C" fn on_scanned_key(
     _ctx: *mut raw::RedisModuleCtx,
     key: *mut raw::RedisModuleString,
-    _k: *mut raw::RedisModuleKey,
+    k: *mut raw::RedisModuleKey,
     privdata: *mut c_void,
 ) {
     guard(|| {
-        // SAFETY: `privdata` is the `&mut dyn FnMut` of `scan_all_dbs`, alive for the scan.
-        let f = unsafe { &mut *privdata.cast::<&mut dyn FnMut(&[u8])>() };
-        f(string_bytes(key));
+        // SAFETY: `privdata` is the `&mut dyn FnMut` of `scan_all_dbs_keys`, alive for the
+        // scan.
+        let f = unsafe { &mut *privdata.cast::<&mut dyn FnMut(&ScannedKey<'_>)>() };
+        f(&ScannedKey {
+            name: string_bytes(key),
+            key: k,
+        });
     });
 }
 

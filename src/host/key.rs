@@ -318,6 +318,31 @@ impl<'n> Key<'n> {
     }
 }
 
+/// When the key `name` expires (unix ms), if it exists and has a time to live; looked up
+/// quietly, as [`Key::probe`] does (no keyspace hit or miss, no `keymiss` event, LRU kept).
+pub fn expires_at(ctx: &Context, name: Str<'_>) -> Option<i64> {
+    let (Some(open), Some(close), Some(abs_expire)) = (unsafe {
+        (
+            raw::RedisModule_OpenKey,
+            raw::RedisModule_CloseKey,
+            raw::RedisModule_GetAbsExpire,
+        )
+    }) else {
+        return None;
+    };
+    let mode = raw::REDISMODULE_READ
+        | raw::REDISMODULE_OPEN_KEY_NOSTATS
+        | raw::REDISMODULE_OPEN_KEY_NONOTIFY
+        | raw::REDISMODULE_OPEN_KEY_NOTOUCH;
+    // SAFETY: live context and string; the key is closed below.
+    let key = NonNull::new(unsafe { open(ctx.ctx, name.as_ptr(), mode as c_int) })?;
+    // SAFETY: the key is open; -1 means it has no expiry (or does not exist).
+    let at = unsafe { abs_expire(key.as_ptr()) };
+    // SAFETY: opened above, closed once.
+    unsafe { close(key.as_ptr()) };
+    (at >= 0).then_some(at)
+}
+
 impl Drop for Key<'_> {
     fn drop(&mut self) {
         if self.modified.get() {

@@ -7,12 +7,15 @@
 //!   otherwise keep every queue it ever saw) — whoever wrote them: this module, a Lua speaker,
 //!   the replication stream or a slot import (`RESTORE`). Any write to a `pending` set signals
 //!   the key ready, which wakes blocked `EMQ.CLAIM` callers (a `ZADD` to an existing zset does
-//!   not do that by itself). Then the Valkey 8.1 database correction (`client_db`).
-//! - **Server events**: loading ended (rebuild the watched queues), a config change (the
-//!   eviction warning), the cron (re-arm the timer, slot migrations, the effects gate), a role
-//!   change (the gate), `SWAPDB` and flushes (the watched queues), atomic slot migrations.
+//!   not do that by itself). Every event on a key of a queue also keeps the registry of the
+//!   node's queues (`queues`). Then the Valkey 8.1 database correction (`client_db`).
+//! - **Server events**: loading ended (rebuild the watched queues and the registry), a config
+//!   change (the eviction warning), the cron (re-arm the timer, slot migrations, the effects
+//!   gate, the registry's noted keys and lingering queues), a role change (the gate),
+//!   `SWAPDB` and flushes (the watched queues, the registry), atomic slot migrations.
 //! - **The command filter**: `MODULE UNLOAD emq`, `CLUSTER ...`, the commands that open the
-//!   effects gate, and the database correction's `COPY`/`EXEC`.
+//!   effects gate, the database correction's `COPY`/`EXEC`, and the hash and stream writes
+//!   the registry notes.
 
 use std::os::raw::c_int;
 
@@ -20,7 +23,7 @@ use valkey_module::Context;
 
 use crate::host::client::selected_db;
 use crate::host::events::{
-    scan_all_dbs, CommandFilter, EventName, FilterArgs, KeyspaceEvents, MigrationEvent,
+    scan_all_dbs_keys, CommandFilter, EventName, FilterArgs, KeyspaceEvents, MigrationEvent,
     ServerEvent, ServerEvents,
 };
 use crate::host::key::Key;
@@ -30,7 +33,7 @@ use crate::host::store::QueueNames;
 use crate::host::string::Str;
 use crate::protocol::{decode, Decoded, Holds, KeyType, Queue, Set};
 
-use super::{client_db, cluster, effects, eviction, meta_watch, timer};
+use super::{client_db, cluster, effects, eviction, meta_watch, queues, timer};
 
 /// The handler of every event EchoMQ subscribes to.
 pub struct Events;
@@ -50,31 +53,34 @@ fn observe(ctx: &Context, event: EventName, key: Str<'_>) {
     if !name.starts_with(crate::protocol::keyspace::PREFIX) {
         return;
     }
-    // The hot case, every enqueue: no need to read the rest of the name to wake claimers
-    // (a name outside the grammar has none blocked on it).
+    // The hot case, every enqueue: no need to decode the whole name to wake claimers (a name
+    // outside the grammar has none blocked on it), and the event's name is read only when
+    // its first letter may make it one that takes the key away.
     if name.ends_with(KeyType::Pending.key_suffix()) {
         signal_ready(ctx, key);
+        let gone = matches!(event.first_byte(), Some(b'd' | b'e' | b'r' | b'm'))
+            && GONE.contains(&event.bytes());
+        queues::on_pending_event(ctx, name, gone);
         return;
     }
     if meta_watch::is_meta(name) {
         meta_watch::observe_key(name, event.bytes());
-        return;
     }
-    if let Some(Decoded::Queue {
-        queue,
-        ty: KeyType::Schedule | KeyType::Active | KeyType::Dead,
-        ..
-    }) = decode(name)
-    {
+    let Some(Decoded::Queue { queue, ty, .. }) = decode(name) else {
+        return;
+    };
+    // The event's name is read only here, for a key of a queue: every other key the server
+    // reports (any zset or generic write on the server) costs no more than above.
+    let gone = GONE.contains(&event.bytes());
+    if matches!(ty, KeyType::Schedule | KeyType::Active | KeyType::Dead) {
         let db = selected_db(ctx);
-        // The event's name is read only here, for a queue's watched set: every other key the
-        // server reports (any zset or generic write on the server) costs no more than above.
-        if GONE.contains(&event.bytes()) && !has_timed_sets(ctx, queue) {
+        if gone && !has_timed_sets(ctx, queue) {
             timer::watched().forget(db, queue.as_bytes());
         } else {
             timer::watched().visit_at(db, queue.as_bytes(), 0);
         }
     }
+    queues::on_key_event(ctx, queue, ty, key, gone);
 }
 
 /// Whether the queue has a `schedule`, an `active` or a `dead` set in the context's database
@@ -90,20 +96,22 @@ fn has_timed_sets(ctx: &Context, queue: Queue<'_>) -> bool {
     exists(Set::Schedule) || exists(Set::Active) || exists(Set::Dead)
 }
 
-/// Rebuilds the watched queues from the keyspace: once at load and after the server loads data.
+/// Rebuilds the watched queues and the registry of the node's queues from the keyspace, in one
+/// scan: once at load and after the server loads data.
 pub fn rebuild(ctx: &Context) {
+    let mut known = queues::Rebuild::new();
     let mut meta = false;
-    scan_all_dbs(ctx, |db, name| {
-        meta |= meta_watch::is_meta(name);
-        if let Some(Decoded::Queue {
-            queue,
-            ty: KeyType::Schedule | KeyType::Active | KeyType::Dead,
-            ..
-        }) = decode(name)
-        {
+    scan_all_dbs_keys(ctx, |db, key| {
+        meta |= meta_watch::is_meta(key.name());
+        let Some(Decoded::Queue { queue, ty, .. }) = decode(key.name()) else {
+            return;
+        };
+        if matches!(ty, KeyType::Schedule | KeyType::Active | KeyType::Dead) {
             timer::watched().visit_at(db, queue.as_bytes(), 0);
         }
+        known.key(db, queue, ty, key.expires_at());
     });
+    known.finish();
     meta_watch::scanned(meta);
 }
 
@@ -118,16 +126,23 @@ impl ServerEvents for Events {
                 // The migrations first: the probe reads whether one exports from here.
                 cluster::reconcile(ctx, now);
                 effects::probe(ctx, now);
+                queues::on_cron(ctx, now as i64);
             }
             ServerEvent::RoleChanged => {
                 effects::role_changed();
                 meta_watch::unsure();
             }
             // `SWAPDB a b` exchanges the two databases' contents (no keyspace event says so).
-            ServerEvent::SwapDb(a, b) => timer::watched().swap_dbs(a, b),
+            ServerEvent::SwapDb(a, b) => {
+                timer::watched().swap_dbs(a, b);
+                queues::swap_dbs(a, b);
+            }
             // `FLUSHDB`, `FLUSHALL`, or a replica emptying its data for a full sync: no keyspace
             // event names the keys, and the queues of an emptied database have nothing left.
-            ServerEvent::Flushed(db) => timer::watched().forget_db(db),
+            ServerEvent::Flushed(db) => {
+                timer::watched().forget_db(db);
+                queues::forget_db(db);
+            }
             ServerEvent::SlotMigration(kind, ranges) => {
                 cluster::on_atomic_migration(kind, ranges);
                 if kind == MigrationEvent::ImportStarted {
@@ -150,6 +165,7 @@ impl CommandFilter for Events {
         effects::observe_command(first);
         client_db::observe_command(args, first);
         meta_watch::observe_command(args, first);
+        queues::observe_command(args, first);
         if first.eq_ignore_ascii_case(b"MODULE") {
             let words = args.words(8);
             if words.len() == 3 && words[1].eq_ignore_ascii_case(b"UNLOAD") && words[2] == b"emq" {

@@ -11,7 +11,7 @@ use crate::protocol::counters::{
 };
 use crate::protocol::PROTOCOL_VERSION;
 
-use super::timer;
+use super::{queues, timer};
 
 pub struct Info;
 
@@ -34,6 +34,7 @@ fn section(ctx: &InfoContext) -> ValkeyResult<()> {
         .field("effects_replicated", u64::from(gate_open()))?
         .field("meta_read", u64::from(meta_read()))?
         .field("watched_queues", timer::watched_queues() as u64)?
+        .field("known_queues", queues::known_queues() as u64)?
         .field("timer_due_queues", timer::due_queues() as u64)?
         .field("timer_ticks_at_budget", get(&TICKS_AT_BUDGET))?
         .field("timer_visits_refused", get(&VISITS_REFUSED))?;

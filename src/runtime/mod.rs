@@ -1,7 +1,7 @@
 //! What runs beside commands: the timer ([`timer`]), the keyspace and server events and the
 //! command filter ([`events`]), slot migration ([`cluster`]), the effects gate's policy
 //! ([`effects`]), the Valkey 8.1 database correction ([`client_db`]), the eviction warning
-//! ([`eviction`]) and `INFO emq` ([`info`]).
+//! ([`eviction`]), the registry of the node's queues ([`queues`]) and `INFO emq` ([`info`]).
 
 #![forbid(unsafe_code)]
 
@@ -12,6 +12,7 @@ pub mod events;
 pub mod eviction;
 pub mod info;
 pub mod meta_watch;
+pub mod queues;
 pub mod timer;
 pub mod watchlist;
 
@@ -31,8 +32,8 @@ pub fn init(ctx: &Context) {
     client_db::init();
 }
 
-/// Subscribes to the events, rebuilds the watched queues and starts the timer (module load,
-/// after the commands are registered).
+/// Subscribes to the events, rebuilds the watched queues and the registry, and starts the
+/// timer (module load, after the commands are registered).
 pub fn start(ctx: &Context) -> Result<(), String> {
     subscribe_keyspace::<events::Events>(
         ctx,
@@ -40,6 +41,7 @@ pub fn start(ctx: &Context) -> Result<(), String> {
     )?;
     subscribe_server_events::<events::Events>(ctx, cluster::handles_atomic_migration());
     register_filter::<events::Events>(ctx)?;
+    queues::start();
     events::rebuild(ctx);
     timer::start(ctx);
     eviction::check(ctx);
@@ -47,9 +49,11 @@ pub fn start(ctx: &Context) -> Result<(), String> {
     Ok(())
 }
 
-/// Stops the timer and forgets the watched queues (module unload, or a failed load).
+/// Stops the timer and forgets the watched queues and the registry (module unload, or a
+/// failed load).
 pub fn stop(ctx: &Context) {
     timer::stop(ctx);
+    queues::stop();
 }
 
 /// Whether `every_ms` has passed since the time stamped in `last` (0: never); if so, stamps

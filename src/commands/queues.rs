@@ -1,0 +1,58 @@
+//! `EMQ.QUEUES [CURSOR <c>] [COUNT <n>]`: one page of the queues this node holds in the
+//! client's database, in name order, those whose `pending` set the caller may read.
+
+use valkey_module::Context;
+
+use super::{is_token, parse_int};
+use crate::host::acl::with_key_reads;
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::protocol::EmqError;
+use crate::runtime::queues::{self, Cursor};
+
+/// Names a page returns when `COUNT` is not given.
+pub const DEFAULT_COUNT: i64 = 100;
+/// Most names a page returns.
+pub const MAX_COUNT: i64 = 1000;
+
+struct Request<'a> {
+    cursor: Cursor<'a>,
+    count: usize,
+}
+
+fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
+    let mut req = Request {
+        cursor: Cursor::Start,
+        count: DEFAULT_COUNT as usize,
+    };
+    let mut i = 1;
+    while i < args.len() {
+        let (name, value) = (args.bytes(i), args.bytes(i + 1));
+        if i + 1 >= args.len() {
+            return Err(EmqError::Syntax(
+                "syntax error: an option lacks its value".into(),
+            ));
+        }
+        if is_token(name, "CURSOR") {
+            req.cursor = Cursor::parse(value)?;
+        } else if is_token(name, "COUNT") {
+            req.count = parse_int(value, 1, MAX_COUNT, "COUNT")? as usize;
+        } else {
+            return Err(EmqError::Syntax(
+                "syntax error: expected CURSOR or COUNT".into(),
+            ));
+        }
+        i += 2;
+    }
+    Ok(req)
+}
+
+pub fn run(ctx: &Context, args: &Args) -> CommandResult {
+    let req = parse(args)?;
+    let (cursor, names) = with_key_reads(ctx, |may_read| {
+        queues::list(ctx, req.cursor, req.count, may_read)
+    })??;
+    Ok(Reply::Array(vec![
+        Reply::Bulk(cursor),
+        Reply::Array(names.into_iter().map(Reply::Bulk).collect()),
+    ]))
+}
