@@ -1,7 +1,8 @@
 //! `make bench`: EMQ.ENQUEUE and EMQ.MENQUEUE against the reference Lua `@enqueue` (EVALSHA)
 //! and native HSET+ZADD, on one server, interleaved over several rounds, with identical ids
-//! and payloads; then blocked-claim wake-up latency and delayed-job lateness. Prints Markdown
-//! and writes it to docs/bench.md. Figures are measurements, never assertions.
+//! and payloads; in the same rounds, a job's whole life (enqueue, claim, ack) with the queue's
+//! event stream off and on; then blocked-claim wake-up latency and delayed-job lateness.
+//! Prints Markdown and writes it to docs/bench.md. Figures are measurements, never assertions.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -87,19 +88,25 @@ fn ids_for(ids: Ids, jobs: usize, round: u64) -> Vec<String> {
     }
 }
 
-fn server_usec(con: &mut redis::Connection, names: &[&str]) -> f64 {
+/// The sum of one `INFO commandstats` field (`usec`, `calls`) over the commands `names`.
+fn command_stat(con: &mut redis::Connection, names: &[&str], field: &str) -> f64 {
     let info: String = cmd("INFO").arg("commandstats").query(con).expect("INFO");
+    let key = format!("{field}=");
     let mut total = 0.0;
     for line in info.lines() {
         for name in names {
             if let Some(rest) = line.strip_prefix(&format!("cmdstat_{name}:")) {
-                if let Some(usec) = rest.split(',').find_map(|kv| kv.strip_prefix("usec=")) {
-                    total += usec.parse::<f64>().unwrap_or(0.0);
+                if let Some(value) = rest.split(',').find_map(|kv| kv.strip_prefix(key.as_str())) {
+                    total += value.parse::<f64>().unwrap_or(0.0);
                 }
             }
         }
     }
     total
+}
+
+fn server_usec(con: &mut redis::Connection, names: &[&str]) -> f64 {
+    command_stat(con, names, "usec")
 }
 
 /// Appends one RESP command.
@@ -143,8 +150,14 @@ fn reply_end(buf: &[u8], pos: usize) -> Option<(usize, bool)> {
     }
 }
 
-/// Reads exactly `replies` replies; panics on an error reply.
-fn read_replies(stream: &mut TcpStream, buf: &mut Vec<u8>, replies: usize) {
+/// Reads exactly `replies` replies, appending each one's bytes to `keep` when given; panics
+/// on an error reply.
+fn read_replies(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    replies: usize,
+    mut keep: Option<&mut Vec<Vec<u8>>>,
+) {
     let mut seen = 0;
     let mut pos = 0;
     let mut chunk = [0u8; 65536];
@@ -157,6 +170,9 @@ fn read_replies(stream: &mut TcpStream, buf: &mut Vec<u8>, replies: usize) {
                         "error reply: {}",
                         String::from_utf8_lossy(&buf[pos..end])
                     );
+                    if let Some(kept) = keep.as_deref_mut() {
+                        kept.push(buf[pos..end].to_vec());
+                    }
                     pos = end;
                     seen += 1;
                 }
@@ -181,6 +197,59 @@ fn fresh(con: &mut support::Connection) {
         .expect("resetstat");
 }
 
+/// One pipeline window: pre-encoded commands and how many replies they ask for.
+type Window = (Vec<u8>, usize);
+
+/// Sends each connection's windows in turn, waiting for each window's replies before the next;
+/// keeps the replies when `keep`.
+fn exchange(
+    stream: &mut TcpStream,
+    inbox: &mut Vec<u8>,
+    windows: &[Window],
+    keep: bool,
+) -> Vec<Vec<u8>> {
+    let mut kept = Vec::new();
+    for (buf, replies) in windows {
+        stream.write_all(buf).expect("write");
+        read_replies(stream, inbox, *replies, keep.then_some(&mut kept));
+    }
+    kept
+}
+
+/// Runs each of `work` on a connection of its own, all released at once: the wall time (s),
+/// the server main thread's CPU over it (s), and what each returned. Whatever `work` encodes
+/// before it is handed over is outside the clock.
+fn timed<R, F>(server: &Server, admin: &mut redis::Connection, work: Vec<F>) -> (f64, f64, Vec<R>)
+where
+    F: FnOnce(&mut TcpStream, &mut Vec<u8>) -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let barrier = Arc::new(Barrier::new(work.len() + 1));
+    let handles: Vec<_> = work
+        .into_iter()
+        .map(|w| {
+            let mut stream = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+            stream.set_nodelay(true).expect("nodelay");
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                let mut inbox = Vec::with_capacity(1 << 16);
+                barrier.wait();
+                w(&mut stream, &mut inbox)
+            })
+        })
+        .collect();
+    let cpu_before = main_thread_cpu(admin);
+    barrier.wait();
+    let start = Instant::now();
+    let out: Vec<R> = handles
+        .into_iter()
+        .map(|h| h.join().expect("client"))
+        .collect();
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = main_thread_cpu(admin) - cpu_before;
+    (elapsed, cpu, out)
+}
+
 /// One timed run: `ids` enqueued by `CONNECTIONS` clients, `depth` commands in flight each.
 /// Commands are encoded to RESP before the clock starts, so the client spends its time on
 /// the wire, not on building commands: the server is what is measured.
@@ -198,12 +267,10 @@ fn run(server: &Server, variant: Variant, ids: &[String], depth: usize) -> Sampl
         Variant::Batch(n) => n,
         _ => 1,
     };
-    let barrier = Arc::new(Barrier::new(CONNECTIONS + 1));
-    let handles: Vec<_> = (0..CONNECTIONS)
+    let work: Vec<_> = (0..CONNECTIONS)
         .map(|c| {
             let share: Vec<&String> = ids.iter().skip(c).step_by(CONNECTIONS).collect();
-            // One buffer and its reply count per pipeline window.
-            let mut windows: Vec<(Vec<u8>, usize)> = Vec::new();
+            let mut windows: Vec<Window> = Vec::new();
             for window in share.chunks(per_call * depth) {
                 let mut buf = Vec::new();
                 let mut replies = 0;
@@ -272,27 +339,12 @@ fn run(server: &Server, variant: Variant, ids: &[String], depth: usize) -> Sampl
                 }
                 windows.push((buf, replies));
             }
-            let mut stream = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
-            stream.set_nodelay(true).expect("nodelay");
-            let barrier = barrier.clone();
-            thread::spawn(move || {
-                let mut inbox = Vec::with_capacity(1 << 16);
-                barrier.wait();
-                for (buf, replies) in &windows {
-                    stream.write_all(buf).expect("write");
-                    read_replies(&mut stream, &mut inbox, *replies);
-                }
-            })
+            move |stream: &mut TcpStream, inbox: &mut Vec<u8>| {
+                exchange(stream, inbox, &windows, false);
+            }
         })
         .collect();
-    let cpu_before = main_thread_cpu(&mut admin);
-    barrier.wait();
-    let start = Instant::now();
-    for h in handles {
-        h.join().expect("client");
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    let cpu = main_thread_cpu(&mut admin) - cpu_before;
+    let (elapsed, cpu, _) = timed(server, &mut admin, work);
     let card: usize = cmd("ZCARD").arg(&pending).query(&mut admin).expect("zcard");
     assert_eq!(card, ids.len(), "{variant:?} enqueued every job");
     let usec = server_usec(&mut admin, variant.stats());
@@ -300,6 +352,324 @@ fn run(server: &Server, variant: Variant, ids: &[String], depth: usize) -> Sampl
         server_us_per_job: usec / ids.len() as f64,
         cpu_us_per_job: cpu * 1e6 / ids.len() as f64,
         jobs_per_sec: ids.len() as f64 / elapsed,
+    }
+}
+
+/// Jobs per `EMQ.MENQUEUE` and per claim in the batched whole-life run.
+const LIFE_BATCH: usize = 100;
+/// A claimed job's lease: far longer than any run, so none expires and goes back.
+const LIFE_LEASE_MS: &[u8] = b"60000";
+/// The event stream's cap when it is on.
+const EVENTS_MAXLEN: &str = "10000";
+
+/// The header of the RESP element at `pos` (its type byte and number), moving past it.
+fn header(buf: &[u8], pos: &mut usize) -> (u8, i64) {
+    let end = *pos
+        + buf[*pos..]
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("a complete reply");
+    let kind = buf[*pos];
+    let n = std::str::from_utf8(&buf[*pos + 1..end])
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .expect("a number");
+    *pos = end + 2;
+    (kind, n)
+}
+
+fn bulk<'a>(buf: &'a [u8], pos: &mut usize) -> &'a [u8] {
+    let (kind, n) = header(buf, pos);
+    assert_eq!(kind, b'$', "a bulk string");
+    let text = &buf[*pos..*pos + n as usize];
+    *pos += n as usize + 2;
+    text
+}
+
+/// Each job of an `EMQ.CLAIM` reply (RESP2: an array of `[id, payload, attempts]`) as the
+/// `id` and `token` of its `EMQ.ACK`: the token is the reply's third element.
+fn claimed(reply: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut pos = 0;
+    let (kind, jobs) = header(reply, &mut pos);
+    assert_eq!(kind, b'*', "a claim replies an array");
+    (0..jobs)
+        .map(|_| {
+            assert_eq!(
+                header(reply, &mut pos),
+                (b'*', 3),
+                "[id, payload, attempts]"
+            );
+            let id = bulk(reply, &mut pos).to_vec();
+            assert_eq!(bulk(reply, &mut pos), PAYLOAD, "the job's payload");
+            let (kind, token) = header(reply, &mut pos);
+            assert_eq!(kind, b':', "attempts is an integer");
+            (id, token.to_string().into_bytes())
+        })
+        .collect()
+}
+
+fn encode_ack(out: &mut Vec<u8>, queue: &str, id: &[u8], token: &[u8]) {
+    encode(out, &[b"EMQ.ACK", queue.as_bytes(), id, token]);
+}
+
+/// An empty server, the queue's event stream on when `events`, and the statistics reset.
+fn fresh_queue(con: &mut support::Connection, queue: &str, events: bool) {
+    fresh(con);
+    if events {
+        let _: i64 = cmd("EMQ.EVENTS")
+            .arg(queue)
+            .arg("ON")
+            .arg("MAXLEN")
+            .arg(EVENTS_MAXLEN)
+            .query(con)
+            .expect("events on");
+        let _: () = cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(con)
+            .expect("resetstat");
+    }
+}
+
+/// Every job acknowledged: nothing left pending or active, one `EMQ.ACK` per job, and with
+/// the stream on one `XADD` (run inside the module's call) per transition.
+fn check_done(con: &mut support::Connection, queue: &str, jobs: usize, events: bool) {
+    for set in ["pending", "active"] {
+        let card: usize = cmd("ZCARD")
+            .arg(set_key(queue, set))
+            .query(con)
+            .expect("zcard");
+        assert_eq!(card, 0, "no job left {set}");
+    }
+    let acks = command_stat(con, &["emq.ack"], "calls");
+    assert_eq!(acks as usize, jobs, "one EMQ.ACK per job");
+    let appended = command_stat(con, &["xadd"], "calls") as usize;
+    let expected = if events { 3 * jobs } else { 0 };
+    assert_eq!(appended, expected, "enqueued, claimed and acked appended");
+}
+
+fn sample(jobs: usize, usec: f64, cpu: f64, elapsed: f64) -> Sample {
+    Sample {
+        server_us_per_job: usec / jobs as f64,
+        cpu_us_per_job: cpu * 1e6 / jobs as f64,
+        jobs_per_sec: jobs as f64 / elapsed,
+    }
+}
+
+/// The whole life of `ids`, batched: each client sends `EMQ.MENQUEUE` of 100 jobs and
+/// `EMQ.CLAIM COUNT 100` together, then one `EMQ.ACK` per claimed job (pipelined), until its
+/// share is done. A claim takes the queue's oldest pending jobs, often another client's; it
+/// always finds as many as its own batch put in, since no client claims more than it enqueued.
+fn whole_life(server: &Server, ids: &[String], events: bool) -> Sample {
+    let mut admin = server.conn();
+    let queue = "life";
+    fresh_queue(&mut admin, queue, events);
+    let batches: Vec<&[String]> = ids.chunks(LIFE_BATCH).collect();
+    let work: Vec<_> = (0..CONNECTIONS)
+        .map(|c| {
+            let cycles: Vec<Window> = batches
+                .iter()
+                .skip(c)
+                .step_by(CONNECTIONS)
+                .map(|batch| {
+                    let mut buf = Vec::new();
+                    let mut args: Vec<&[u8]> = vec![b"EMQ.MENQUEUE", queue.as_bytes()];
+                    for id in batch.iter() {
+                        args.push(id.as_bytes());
+                        args.push(PAYLOAD);
+                    }
+                    encode(&mut buf, &args);
+                    let count = batch.len().to_string();
+                    encode(
+                        &mut buf,
+                        &[
+                            b"EMQ.CLAIM",
+                            queue.as_bytes(),
+                            b"COUNT",
+                            count.as_bytes(),
+                            b"LEASE",
+                            LIFE_LEASE_MS,
+                        ],
+                    );
+                    (buf, batch.len())
+                })
+                .collect();
+            move |stream: &mut TcpStream, inbox: &mut Vec<u8>| {
+                let mut acks = Vec::new();
+                let mut replies = Vec::with_capacity(2);
+                for (buf, jobs) in &cycles {
+                    stream.write_all(buf).expect("write");
+                    replies.clear();
+                    read_replies(stream, inbox, 2, Some(&mut replies));
+                    let jobs_claimed = claimed(&replies[1]);
+                    assert_eq!(
+                        jobs_claimed.len(),
+                        *jobs,
+                        "the claim found the batch's jobs"
+                    );
+                    acks.clear();
+                    for (id, token) in &jobs_claimed {
+                        encode_ack(&mut acks, queue, id, token);
+                    }
+                    stream.write_all(&acks).expect("write");
+                    read_replies(stream, inbox, *jobs, None);
+                }
+            }
+        })
+        .collect();
+    let (elapsed, cpu, _) = timed(server, &mut admin, work);
+    check_done(&mut admin, queue, ids.len(), events);
+    let usec = server_usec(&mut admin, &["emq.menqueue", "emq.claim", "emq.ack"]);
+    sample(ids.len(), usec, cpu, elapsed)
+}
+
+/// The life of `ids` one job at a time, each transition timed on its own: every job enqueued
+/// with `EMQ.ENQUEUE`, then claimed with `EMQ.CLAIM COUNT 1`, then acknowledged, `depth`
+/// commands in flight per client. The acks are encoded from the claims' replies before their
+/// clock starts. Samples for the enqueues, the claims, the acks and the three together.
+fn one_at_a_time(server: &Server, ids: &[String], events: bool, depth: usize) -> [Sample; 4] {
+    let mut admin = server.conn();
+    let queue = "life";
+    fresh_queue(&mut admin, queue, events);
+    let shares: Vec<Vec<&String>> = (0..CONNECTIONS)
+        .map(|c| ids.iter().skip(c).step_by(CONNECTIONS).collect())
+        .collect();
+    let windows = |commands: Vec<Vec<u8>>| -> Vec<Window> {
+        commands
+            .chunks(depth)
+            .map(|w| (w.concat(), w.len()))
+            .collect()
+    };
+    let send = |windows: Vec<Window>, keep: bool| {
+        move |stream: &mut TcpStream, inbox: &mut Vec<u8>| exchange(stream, inbox, &windows, keep)
+    };
+
+    let enqueues: Vec<_> = shares
+        .iter()
+        .map(|share| {
+            let commands = share
+                .iter()
+                .map(|id| {
+                    let mut buf = Vec::new();
+                    encode(
+                        &mut buf,
+                        &[b"EMQ.ENQUEUE", queue.as_bytes(), id.as_bytes(), PAYLOAD],
+                    );
+                    buf
+                })
+                .collect();
+            send(windows(commands), false)
+        })
+        .collect();
+    let (enqueue_s, enqueue_cpu, _) = timed(server, &mut admin, enqueues);
+    let card: usize = cmd("ZCARD")
+        .arg(set_key(queue, "pending"))
+        .query(&mut admin)
+        .expect("zcard");
+    assert_eq!(card, ids.len(), "every job pending");
+
+    let mut claim = Vec::new();
+    encode(
+        &mut claim,
+        &[
+            b"EMQ.CLAIM",
+            queue.as_bytes(),
+            b"COUNT",
+            b"1",
+            b"LEASE",
+            LIFE_LEASE_MS,
+        ],
+    );
+    let claims: Vec<_> = shares
+        .iter()
+        .map(|share| send(windows(vec![claim.clone(); share.len()]), true))
+        .collect();
+    let (claim_s, claim_cpu, replies) = timed(server, &mut admin, claims);
+
+    let acks: Vec<_> = replies
+        .iter()
+        .map(|replies| {
+            let commands = replies
+                .iter()
+                .map(|reply| {
+                    let jobs = claimed(reply);
+                    assert_eq!(jobs.len(), 1, "each claim took a job");
+                    let mut buf = Vec::new();
+                    encode_ack(&mut buf, queue, &jobs[0].0, &jobs[0].1);
+                    buf
+                })
+                .collect();
+            send(windows(commands), false)
+        })
+        .collect();
+    let (ack_s, ack_cpu, _) = timed(server, &mut admin, acks);
+    check_done(&mut admin, queue, ids.len(), events);
+
+    let usec = |admin: &mut support::Connection, name: &str| server_usec(admin, &[name]);
+    let (enqueue_us, claim_us, ack_us) = (
+        usec(&mut admin, "emq.enqueue"),
+        usec(&mut admin, "emq.claim"),
+        usec(&mut admin, "emq.ack"),
+    );
+    let n = ids.len();
+    [
+        sample(n, enqueue_us, enqueue_cpu, enqueue_s),
+        sample(n, claim_us, claim_cpu, claim_s),
+        sample(n, ack_us, ack_cpu, ack_s),
+        sample(
+            n,
+            enqueue_us + claim_us + ack_us,
+            enqueue_cpu + claim_cpu + ack_cpu,
+            enqueue_s + claim_s + ack_s,
+        ),
+    ]
+}
+
+/// The rows of the whole-life table, each measured with the event stream off and on.
+const LIFE_ROWS: [&str; 5] = [
+    "whole life, batched: `EMQ.MENQUEUE` ×100, `EMQ.CLAIM` `COUNT 100`, `EMQ.ACK` ×100",
+    "one at a time: `EMQ.ENQUEUE`",
+    "one at a time: `EMQ.CLAIM` `COUNT 1`",
+    "one at a time: `EMQ.ACK`",
+    "one at a time: the three together",
+];
+
+/// Each row's samples, `[events off, events on]`, one per round.
+type LifeSamples = [[Vec<Sample>; 2]; 5];
+
+/// One round of the whole-life workloads on `ids`: batched with the stream off, then on, then
+/// one at a time off, then on.
+fn life_round(server: &Server, ids: &[String], depth: usize, life: &mut LifeSamples) {
+    for events in [false, true] {
+        let s = whole_life(server, ids, events);
+        eprintln!(
+            "         whole life, events {:<3}          commandstats {:.3} cpu {:.3} jobs/s {:.0}",
+            if events { "on" } else { "off" },
+            s.server_us_per_job,
+            s.cpu_us_per_job,
+            s.jobs_per_sec
+        );
+        life[0][events as usize].push(s);
+    }
+    for events in [false, true] {
+        for (row, s) in one_at_a_time(server, ids, events, depth)
+            .into_iter()
+            .enumerate()
+        {
+            eprintln!(
+                "         {:<22} events {:<3} commandstats {:.3} cpu {:.3} jobs/s {:.0}",
+                [
+                    "one by one: enqueue",
+                    "one by one: claim",
+                    "one by one: ack",
+                    "one by one: all"
+                ][row],
+                if events { "on" } else { "off" },
+                s.server_us_per_job,
+                s.cpu_us_per_job,
+                s.jobs_per_sec
+            );
+            life[row + 1][events as usize].push(s);
+        }
     }
 }
 
@@ -482,7 +852,8 @@ fn backlog(server: &Server, queues: usize, per_queue: usize) -> (Vec<f64>, f64) 
     (pings, took)
 }
 
-/// `rounds` rounds of every variant, interleaved, on the same ids per round.
+/// `rounds` rounds of every variant, interleaved, on the same ids per round; `after_each`
+/// runs at the end of each round, on that round's ids.
 fn measure(
     server: &Server,
     variants: &[Variant],
@@ -490,6 +861,7 @@ fn measure(
     depth: usize,
     rounds: usize,
     jobs: usize,
+    mut after_each: impl FnMut(&[String]),
 ) -> Vec<Vec<Sample>> {
     let mut samples: Vec<Vec<Sample>> = variants.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
@@ -505,6 +877,7 @@ fn measure(
             );
             samples[v].push(sample);
         }
+        after_each(&id_list);
     }
     samples
 }
@@ -540,6 +913,37 @@ fn table(md: &mut String, title: &str, variants: &[Variant], samples: &[Vec<Samp
             };
             row.push_str(&cell);
             let _ = write!(row, " {:.2}× | {:.2}× |", ratio(v, 0, f), ratio(v, 2, f));
+        }
+        let _ = writeln!(md, "{row}");
+    }
+    let _ = writeln!(md);
+}
+
+/// The whole-life table: each figure's median (min–max) over the rounds with the stream off
+/// and on, and the median of the per-round ratios on / off.
+fn life_table(md: &mut String, life: &LifeSamples) {
+    type Figure = fn(&Sample) -> f64;
+    let figures: [Figure; 3] = [
+        |x| x.cpu_us_per_job,
+        |x| x.server_us_per_job,
+        |x| x.jobs_per_sec,
+    ];
+    let _ = writeln!(md, "| workload | main-thread CPU µs/job, events off | events on | on / off | commandstats µs/job, events off | events on | on / off | jobs/s, events off | events on | on / off |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+    for (name, [off, on]) in LIFE_ROWS.iter().zip(life) {
+        let mut row = format!("| {name} |");
+        for (i, f) in figures.into_iter().enumerate() {
+            for samples in [off, on] {
+                let (mid, lo, hi) = median(samples.iter().map(f).collect());
+                let cell = if i == 2 {
+                    format!(" {mid:.0} ({lo:.0}–{hi:.0}) |")
+                } else {
+                    format!(" {mid:.2} ({lo:.2}–{hi:.2}) |")
+                };
+                row.push_str(&cell);
+            }
+            let ratio = median(on.iter().zip(off).map(|(x, b)| f(x) / f(b)).collect()).0;
+            let _ = write!(row, " {ratio:.2}× |");
         }
         let _ = writeln!(md, "{row}");
     }
@@ -588,16 +992,23 @@ fn main() {
     let _ = writeln!(md, "# EchoMQ benchmarks\n");
     let _ = writeln!(
         md,
-        "Produced by `make bench` (`BENCH_ROUNDS={rounds} BENCH_JOBS={jobs} cargo bench --bench enqueue`) on {} ({} cores), valkey-server {version}, the module built with `cargo build --release`. One server, no replica and no AOF (as the server itself, EchoMQ then propagates nothing; a last table adds a replica); {CONNECTIONS} client connections; the same valid 14-byte `JOB` ids and the same 48-byte payload for every variant; variants interleaved (A B C D E, A B C D E, ...) over {rounds} rounds of {jobs} jobs, with `FLUSHALL` and `CONFIG RESETSTAT` before each run. Clients send pre-encoded RESP (the time measured is the server's, not the client's command building). Two server figures per job: the `INFO commandstats` time of the variant's commands (the command bodies only: a native command's window leaves out its request's parsing, argument objects and dispatch, while the module's covers composing its keys from the queue name, the ACL check of those derived keys and the key-name strings), and the main thread's CPU time from `INFO cpu` (everything the server did: reading, parsing, dispatch, the commands, replies). Jobs/s is measured by the client. Figures are medians over the rounds with the min–max spread; a ratio is the median of the per-round ratios (the variants of a round run back to back, so each ratio pairs runs that met the same machine).\n",
+        "Produced by `make bench` (`BENCH_ROUNDS={rounds} BENCH_JOBS={jobs} cargo bench --bench enqueue`) on {} ({} cores), valkey-server {version}, the module built with `cargo build --release`. One server, no replica and no AOF (as the server itself, EchoMQ then propagates nothing; the last enqueue table adds a replica); {CONNECTIONS} client connections; the same valid 14-byte `JOB` ids and the same 48-byte payload for every variant; variants interleaved (A B C D E, A B C D E, ...) over {rounds} rounds of {jobs} jobs, with `FLUSHALL` and `CONFIG RESETSTAT` before each run. Clients send pre-encoded RESP (the time measured is the server's, not the client's command building). Two server figures per job: the `INFO commandstats` time of the variant's commands (the command bodies only: a native command's window leaves out its request's parsing, argument objects and dispatch, while the module's covers composing its keys from the queue name, the ACL check of those derived keys and the key-name strings), and the main thread's CPU time from `INFO cpu` (everything the server did: reading, parsing, dispatch, the commands, replies). Jobs/s is measured by the client. Figures are medians over the rounds with the min–max spread; a ratio is the median of the per-round ratios (the variants of a round run back to back, so each ratio pairs runs that met the same machine).\n",
         cpu_model(),
         thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     );
+    // The whole-life workloads run in the rounds of the first table, after its variants.
+    let mut life: LifeSamples = Default::default();
     for (ids, ids_name) in [
         (Ids::Monotonic, "monotonic ids (as minted)"),
         (Ids::Random, "random ids"),
     ] {
         for depth in [16usize, 1] {
-            let samples = measure(&server, &variants, ids, depth, rounds, jobs);
+            let with_life = ids == Ids::Monotonic && depth == 16;
+            let samples = measure(&server, &variants, ids, depth, rounds, jobs, |round_ids| {
+                if with_life {
+                    life_round(&server, round_ids, depth, &mut life);
+                }
+            });
             table(
                 &mut md,
                 &format!("{ids_name}, pipeline depth {depth}"),
@@ -619,7 +1030,7 @@ fn main() {
                 == Some("up")
         });
         if linked {
-            let samples = measure(&server, &variants, Ids::Monotonic, 16, rounds, jobs);
+            let samples = measure(&server, &variants, Ids::Monotonic, 16, rounds, jobs, |_| {});
             let _ = writeln!(
                 md,
                 "With a replica attached (a second `valkey-server` on loopback, without the module), every variant propagates its writes; `EMQ.ENQUEUE` and `EMQ.MENQUEUE` hand theirs to `RM_Replicate`.\n"
@@ -635,6 +1046,11 @@ fn main() {
             eprintln!("the replica never linked; no replica figures");
         }
     }
+    let _ = writeln!(
+        md,
+        "## A job's whole life, the event stream off and on\n\nIn each of the first table's rounds, after its five variants, the round's {jobs} monotonic ids, with the same payload, go from enqueue to acknowledgement on one queue, by the same {CONNECTIONS} clients, on an empty server each run. Batched: each client sends `EMQ.MENQUEUE` ×100 with `EMQ.CLAIM <q> COUNT 100 LEASE 60000`, then one `EMQ.ACK` per claimed job with the token the claim replied, pipelined, until its share is done (jobs/s, not the server figures, includes the clients' reading of the claims and encoding of the acks). One at a time: every job enqueued with `EMQ.ENQUEUE`, then claimed with `COUNT 1`, then acknowledged, at pipeline depth 16, each phase timed apart (its acks encoded from the claims' replies before it starts). Events on is the queue after `EMQ.EVENTS <q> ON MAXLEN {EVENTS_MAXLEN}`: each transition also appends a stream entry, an `XADD` run inside the module's call, so the `commandstats` figure sums the `EMQ.*` commands and nothing else. Figures are per job (for a phase, per transition); on / off is the median of the per-round ratios. Each run checks that no job is left pending or active and, with the stream on, that one `XADD` ran per transition.\n"
+    );
+    life_table(&mut md, &life);
     let (wake_samples, late_samples) = if benchmark { (300, 200) } else { (20, 10) };
     let wake = wake_up_latency(&server, wake_samples);
     let late = delayed_lateness(&server, late_samples);
