@@ -318,9 +318,26 @@ impl<'n> Key<'n> {
     }
 }
 
+/// The expiry EchoMQ is announcing (`expire` event) for a key, by the key name's string, while
+/// the event runs: the event names the same string, so a reader of it need not open the key
+/// again. Cleared as soon as the event returns, so no later string at the same address matches.
+static LAST_EXPIRY: std::sync::Mutex<(usize, i64)> = std::sync::Mutex::new((0, 0));
+
+/// Runs `announce` (the `expire` event of `name`) with `at_ms` known as its new expiry.
+pub fn announcing_expiry(name: &OwnedString, at_ms: i64, announce: impl FnOnce()) {
+    *LAST_EXPIRY.lock().unwrap_or_else(|p| p.into_inner()) = (name.as_ptr() as usize, at_ms);
+    announce();
+    *LAST_EXPIRY.lock().unwrap_or_else(|p| p.into_inner()) = (0, 0);
+}
+
 /// When the key `name` expires (unix ms), if it exists and has a time to live; looked up
 /// quietly, as [`Key::probe`] does (no keyspace hit or miss, no `keymiss` event, LRU kept).
+/// For the key EchoMQ has just given an expiry (its event being handled), that expiry.
 pub fn expires_at(ctx: &Context, name: Str<'_>) -> Option<i64> {
+    let last = *LAST_EXPIRY.lock().unwrap_or_else(|p| p.into_inner());
+    if last.0 != 0 && last.0 == name.as_ptr() as usize {
+        return Some(last.1);
+    }
     let (Some(open), Some(close), Some(abs_expire)) = (unsafe {
         (
             raw::RedisModule_OpenKey,

@@ -14,7 +14,7 @@ use crate::protocol::{
 };
 
 use super::acl::{check_permission, Access};
-use super::key::Key;
+use super::key::{announcing_expiry, Key};
 use super::propagate::{emit, notify, signal_ready, NOTIFY_GENERIC, NOTIFY_HASH, NOTIFY_ZSET};
 use super::server::now_ms;
 use super::string::{OwnedString, Text};
@@ -380,7 +380,9 @@ impl<'a> Store for ServerStore<'_, 'a> {
     #[inline]
     fn expire_row(&self, row: &Key<'_>, at_ms: i64) -> Result<(), EmqError> {
         row.expire_at(at_ms)?;
-        notify(self.ctx, NOTIFY_GENERIC, c"expire", row.name());
+        announcing_expiry(row.name(), at_ms, || {
+            notify(self.ctx, NOTIFY_GENERIC, c"expire", row.name())
+        });
         let at = OwnedString::from_i64(self.ctx, at_ms)?;
         emit(self.ctx, c"PEXPIREAT", &[row.name().as_str(), at.as_str()]);
         Ok(())
