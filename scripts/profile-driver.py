@@ -2,9 +2,17 @@
 """Sends N enqueues of one kind to a server as one pipelined write, waits for every reply,
 then shuts the server down. Used by scripts/profile.sh under callgrind.
 
-    profile-driver.py <module|batch|native|lua> <port> <jobs> <lua-script>
+    profile-driver.py <module|batch|native|lua|foreign|life> <port> <jobs> <lua-script>
+
+`life` runs three phases, each one pipelined write whose replies are all read before the next:
+EMQ.MENQUEUE x100, then EMQ.CLAIM COUNT 100 LEASE 60000 until every job is claimed, then one
+EMQ.ACK per claimed job with its token. With PROFILE_CALLGRIND_PID set (the valgrind process
+running the server), it has callgrind dump and zero its counters after each phase, so each
+phase's instructions land in a file of their own (<out>.1 enqueue, .2 claim, .3 ack).
 """
+import os
 import socket
+import subprocess
 import sys
 
 ALPHABET = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -64,6 +72,87 @@ def read_replies(sock, count):
     return buf[pos:]
 
 
+def parse(buf, at):
+    """One RESP value at `at`: (value, next position), or None while it is incomplete."""
+    line_end = buf.find(b"\r\n", at)
+    if line_end < 0:
+        return None
+    kind, body, nxt = buf[at:at + 1], buf[at + 1:line_end], line_end + 2
+    if kind == b"-":
+        raise SystemExit("error reply: " + body.decode(errors="replace"))
+    if kind == b"+":
+        return body, nxt
+    if kind == b":":
+        return int(body), nxt
+    if kind == b"$":
+        n = int(body)
+        if n < 0:
+            return None, nxt
+        return (buf[nxt:nxt + n], nxt + n + 2) if nxt + n + 2 <= len(buf) else None
+    if kind == b"*":
+        n, items = int(body), []
+        for _ in range(max(n, 0)):
+            got = parse(buf, nxt)
+            if got is None:
+                return None
+            item, nxt = got
+            items.append(item)
+        return (items if n >= 0 else None), nxt
+    raise SystemExit("unexpected reply")
+
+
+def read_values(sock, count):
+    """Reads and returns `count` top-level replies."""
+    buf, pos, values = b"", 0, []
+    while len(values) < count:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            raise SystemExit("connection closed")
+        buf += chunk
+        while len(values) < count:
+            got = parse(buf, pos)
+            if got is None:
+                break
+            value, pos = got
+            values.append(value)
+        buf, pos = buf[pos:], 0
+    return values
+
+
+def dump(phase):
+    """Has callgrind write out and zero its counters, so `phase` gets a file of its own."""
+    pid = os.environ.get("PROFILE_CALLGRIND_PID")
+    if pid:
+        done = subprocess.run(["callgrind_control", "--dump=" + phase, pid],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit("callgrind_control: " + done.stdout + done.stderr)
+
+
+def life(sock, jobs):
+    """Enqueue, claim and ack `jobs` jobs, one phase after another (see the module's doc)."""
+    calls = []
+    for start in range(0, jobs, 100):
+        args = ["EMQ.MENQUEUE", "bench"]
+        for i in range(start, min(start + 100, jobs)):
+            args += [job_id(i + 1), PAYLOAD]
+        calls.append(resp(*args))
+    sock.sendall(b"".join(calls))
+    read_replies(sock, len(calls))
+    dump("enqueue")
+    claims = (jobs + 99) // 100
+    sock.sendall(resp("EMQ.CLAIM", "bench", "COUNT", "100", "LEASE", "60000") * claims)
+    claimed = [job for reply in read_values(sock, claims) for job in reply]
+    if len(claimed) != jobs:
+        raise SystemExit("claimed %d of %d jobs" % (len(claimed), jobs))
+    dump("claim")
+    sock.sendall(b"".join(resp("EMQ.ACK", "bench", job[0], job[2]) for job in claimed))
+    acks = read_values(sock, jobs)
+    if any(a != 1 for a in acks):
+        raise SystemExit("an ack did not reply 1")
+    dump("ack")
+
+
 def main():
     mode, port, jobs, script_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     sock = socket.create_connection(("127.0.0.1", port))
@@ -105,10 +194,14 @@ def main():
             for i in range(jobs)
         )
         replies = 3 * jobs
+    elif mode == "life":
+        life(sock, jobs)
+        buf, replies = b"", 0
     else:
-        raise SystemExit("mode: module, batch, native, lua or foreign")
-    sock.sendall(buf)
-    read_replies(sock, replies)
+        raise SystemExit("mode: module, batch, native, lua, foreign or life")
+    if buf:
+        sock.sendall(buf)
+        read_replies(sock, replies)
     sock.sendall(resp("SHUTDOWN", "NOSAVE"))
 
 

@@ -4,13 +4,17 @@
 # driven by the same pipelined jobs (monotonic ids, 48-byte payload); and what loading the
 # module costs commands on other keys (ZADD, SET ... EX, DEL, with and without it). Unlike
 # timings, the counts hardly move between runs (about 1%: the server's cron and hash seeds vary).
+# Then the rest of a job's life: the same jobs enqueued as EMQ.MENQUEUE x100, claimed with
+# EMQ.CLAIM COUNT 100 LEASE 60000 and acked one EMQ.ACK each; callgrind_control dumps and zeroes
+# the counters after each phase, so the claim and ack rows count only their own phase.
+# PROFILE_MODULE: another build's libechomq.so; PROFILE_ONLY=life: only the claim and ack rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${PROFILE_JOBS:-20000}"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 [ -n "${PROFILE_KEEP:-}" ] && trap - EXIT && echo "profile: outputs in $dir" >&2
-module="$PWD/target/release/libechomq.so"
+module="${PROFILE_MODULE:-$PWD/target/release/libechomq.so}"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -44,17 +48,33 @@ run() { # <mode> [replica|bare] -> $dir/<mode>[-replica|-bare].out (bare: withou
       sleep 0.1
     done
   fi
-  python3 scripts/profile-driver.py "$mode" "$port" "$jobs" lua/enqueue.lua
+  # life: the driver has callgrind dump after each phase ($out.out.1 enqueue, .2 claim, .3 ack).
+  PROFILE_CALLGRIND_PID="$([ "$mode" = life ] && echo "$pid")" \
+    python3 scripts/profile-driver.py "$mode" "$port" "$jobs" lua/enqueue.lua
   wait "$pid" || true
   [ -n "$rpid" ] && kill "$rpid" 2>/dev/null && wait "$rpid" 2>/dev/null
   true
 }
 
+per_job() { echo $(( $1 / jobs )); }
+life_rows() {
+  echo "| \`EMQ.CLAIM COUNT 100\` handler, per job (\`ValkeyModuleCommandDispatcher\`) | $(per_job "$(cost "$dir/life.out.2" ValkeyModuleCommandDispatcher)") |"
+  echo "| \`EMQ.ACK\` handler, per job (\`ValkeyModuleCommandDispatcher\`) | $(per_job "$(cost "$dir/life.out.3" ValkeyModuleCommandDispatcher)") |"
+  echo "| whole requests (\`processInputBuffer\`): \`EMQ.CLAIM COUNT 100\`, per job | $(per_job "$(cost "$dir/life.out.2" processInputBuffer)") |"
+  echo "| whole requests (\`processInputBuffer\`): \`EMQ.ACK\` | $(per_job "$(cost "$dir/life.out.3" processInputBuffer)") |"
+}
+if [ "${PROFILE_ONLY:-}" = life ]; then
+  run life
+  echo "| where | instructions/job |"
+  echo "|---|---|"
+  life_rows
+  exit 0
+fi
 for mode in module batch native lua; do run "$mode"; done
 run module replica
 run foreign
 run foreign bare
-per_job() { echo $(( $1 / jobs )); }
+run life
 echo "| where | instructions/job |"
 echo "|---|---|"
 echo "| \`EMQ.ENQUEUE\` handler (\`ValkeyModuleCommandDispatcher\`) | $(per_job "$(cost "$dir/module.out" ValkeyModuleCommandDispatcher)") |"
@@ -71,3 +91,4 @@ for mode in lua native module batch; do
 done
 echo "| other keys, whole requests per round of \`ZADD\` + \`SET ... EX\` + \`DEL\`: without EchoMQ | $(per_job "$(cost "$dir/foreign-bare.out" processInputBuffer)") |"
 echo "| the same, EchoMQ loaded | $(per_job "$(cost "$dir/foreign.out" processInputBuffer)") |"
+life_rows
