@@ -46,6 +46,7 @@ const COMMANDS: &[Command] = &[
                     Arg::keyword(c"at", c"AT", Int),
                 ]),
             ),
+            Arg::token(c"priority", c"PRIORITY", Int),
         ],
     },
     Command {
@@ -60,7 +61,11 @@ const COMMANDS: &[Command] = &[
             Arg::required(c"queue", Str),
             Arg::multiple(
                 c"job",
-                Block(&[Arg::required(c"id", Str), Arg::required(c"payload", Str)]),
+                Block(&[
+                    Arg::token(c"priority", c"PRIORITY", Int),
+                    Arg::required(c"id", Str),
+                    Arg::required(c"payload", Str),
+                ]),
             ),
         ],
     },

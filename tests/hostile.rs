@@ -25,8 +25,10 @@ const ERROR_CODES: [&str; 13] = [
 ];
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
-    let tokens: [&[u8]; 35] = [
+    let tokens: [&[u8]; 37] = [
         b"COUNT",
+        b"PRIORITY",
+        b"-1000000",
         b"DEAD",
         b"RESULT",
         b"PROGRESS",
@@ -218,6 +220,9 @@ fn lifecycle_command(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
             c.arg(q).arg(&id).arg("p");
             if rng.below(3) == 0 {
                 c.arg("DELAY").arg(rng.below(2) * 600_000);
+            }
+            if rng.below(3) == 0 {
+                c.arg("PRIORITY").arg(rng.below(5) as i64 - 2);
             }
             c
         }

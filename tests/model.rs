@@ -60,6 +60,8 @@ struct Job {
     error: Option<String>,
     result: Option<String>,
     progress: Option<String>,
+    /// Its `pending` score, kept in the row when not 0.
+    priority: i64,
     /// Its score in `schedule` or `dead`: a time the server's clock gave, read back once the
     /// job got there (the model orders those sets by it, as purges and the retention do).
     score: Option<f64>,
@@ -87,7 +89,7 @@ struct Model {
 }
 
 impl Model {
-    fn enqueue(&mut self, id: &str, payload: &str, delayed: bool) -> i64 {
+    fn enqueue(&mut self, id: &str, payload: &str, delayed: bool, priority: i64) -> i64 {
         if self.jobs.contains_key(id) {
             return 0;
         }
@@ -105,6 +107,7 @@ impl Model {
                 error: None,
                 result: None,
                 progress: None,
+                priority,
                 score: None,
             },
         );
@@ -115,12 +118,10 @@ impl Model {
         if self.paused {
             return Vec::new();
         }
-        // Pending ids all score 0: the lowest ids first (base62 digits sort as bytes).
+        // The lowest priority first, then the lowest ids (base62 digits sort as bytes).
         let ids: Vec<String> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| j.state == State::Pending)
-            .map(|(id, _)| id.clone())
+            .ordered(State::Pending)
+            .into_iter()
             .take(count)
             .collect();
         ids.into_iter()
@@ -198,7 +199,13 @@ impl Model {
             .jobs
             .iter()
             .filter(|(_, j)| j.state == state)
-            .map(|(id, j)| (j.score.unwrap_or(0.0), id.clone()))
+            .map(|(id, j)| {
+                let score = match state {
+                    State::Pending => j.priority as f64,
+                    _ => j.score.unwrap_or(0.0),
+                };
+                (score, id.clone())
+            })
             .collect();
         ids.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
         ids.into_iter().map(|(_, id)| id).collect()
@@ -279,6 +286,17 @@ impl Model {
     fn count(&self, state: State) -> i64 {
         self.jobs.values().filter(|j| j.state == state).count() as i64
     }
+}
+
+/// A priority for the next job, added to `c` as `PRIORITY <p>` (mostly none, or 0 given).
+fn pick_priority(rng: &mut Rng, c: &mut redis::Cmd) -> i64 {
+    let p = match rng.below(6) {
+        0 => *rng.pick(&[-2, -1, 1, 2]),
+        1 => 0,
+        _ => return 0,
+    };
+    c.arg("PRIORITY").arg(p);
+    p
 }
 
 /// After a step: the scores of jobs newly in `schedule` or `dead` read back, and the dead set
@@ -392,6 +410,9 @@ fn check_queue(con: &mut Connection, q: &str, model: &Model, step: usize) {
             ("attempts".to_string(), job.attempts.to_string()),
             ("payload".to_string(), job.payload.clone()),
         ]);
+        if job.priority != 0 {
+            fields.insert("priority".into(), job.priority.to_string());
+        }
         for (name, value) in [
             ("error", &job.error),
             ("result", &job.result),
@@ -500,12 +521,17 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
             0..=3 => {
                 let mut c = cmd("EMQ.ENQUEUE");
                 c.arg(q).arg(&id).arg(&payload);
-                (c, Answer::Int(model.enqueue(&id, &payload, false)))
+                let priority = pick_priority(&mut rng, &mut c);
+                (
+                    c,
+                    Answer::Int(model.enqueue(&id, &payload, false, priority)),
+                )
             }
             4 => {
                 let mut c = cmd("EMQ.ENQUEUE");
                 c.arg(q).arg(&id).arg(&payload).arg("DELAY").arg(&hour);
-                (c, Answer::Int(model.enqueue(&id, &payload, true)))
+                let priority = pick_priority(&mut rng, &mut c);
+                (c, Answer::Int(model.enqueue(&id, &payload, true, priority)))
             }
             5 => {
                 let mut c = cmd("EMQ.MENQUEUE");
@@ -514,8 +540,9 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
                 for k in 0..1 + rng.below(4) {
                     let id = job_id(1 + rng.below(IDS));
                     let payload = format!("p{step}.{k}");
+                    let priority = pick_priority(&mut rng, &mut c);
                     c.arg(&id).arg(&payload);
-                    replies.push(model.enqueue(&id, &payload, false));
+                    replies.push(model.enqueue(&id, &payload, false, priority));
                 }
                 (c, Answer::Ints(replies))
             }

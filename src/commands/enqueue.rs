@@ -1,4 +1,5 @@
-//! `EMQ.ENQUEUE <queue> <id|*> <payload> [DELAY <ms> | AT <unix-ms>]` (SPEC §4, §6): replies
+//! `EMQ.ENQUEUE <queue> <id|*> <payload> [DELAY <ms> | AT <unix-ms>] [PRIORITY <p>]` (SPEC §4,
+//! §6): replies
 //! 1 for a new job, 0 for a duplicate, or the minted id for `*`. The refusals come in SPEC
 //! order: queue -> id -> kind -> payload size -> due time -> (the queue layer) ACL -> row
 //! exists -> set type.
@@ -11,36 +12,46 @@ use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::server::now_ms;
 use crate::host::store::with_queue;
 use crate::host::string::Text;
+use crate::protocol::job::{PRIORITY_MAX, PRIORITY_MIN};
 use crate::protocol::{settings, EmqError};
 use crate::queue::enqueue::{check_new, enqueue, Added, Placement};
 use crate::queue::Job;
 use crate::runtime::cluster;
 
-/// `[DELAY <ms> | AT <unix-ms>]` at `args[at..]`, resolved against the clock (read only
-/// when there is a due time to compare).
-fn parse_placement(args: &Args, at: usize) -> Result<Placement, EmqError> {
-    if args.len() == at {
-        return Ok(Placement::Ready);
-    }
-    let now = now_ms() as i64;
-    let due = match args.len() - at {
-        2 if is_token(args.bytes(at), "DELAY") => {
-            now + parse_int(args.bytes(at + 1), 0, settings::MAX_DURATION_MS, "DELAY")?
-        }
-        2 if is_token(args.bytes(at), "AT") => {
-            parse_int(args.bytes(at + 1), 0, settings::MAX_UNIX_MS, "AT")?
-        }
-        _ => {
+/// The options after the payload, at `args[at..]`, in any order, each at most once:
+/// `[DELAY <ms> | AT <unix-ms>]` (resolved against the clock, read only when there is a due
+/// time to compare) and `[PRIORITY <p>]`.
+fn parse_options(args: &Args, at: usize) -> Result<(Placement, i64), EmqError> {
+    let mut due = None;
+    let mut priority = None;
+    let mut now = None;
+    let mut i = at;
+    while i < args.len() {
+        let (name, value) = (args.bytes(i), args.bytes(i + 1));
+        if due.is_none() && is_token(name, "DELAY") {
+            let t = *now.get_or_insert_with(|| now_ms() as i64);
+            due = Some(t + parse_int(value, 0, settings::MAX_DURATION_MS, "DELAY")?);
+        } else if due.is_none() && is_token(name, "AT") {
+            due = Some(parse_int(value, 0, settings::MAX_UNIX_MS, "AT")?);
+        } else if priority.is_none() && is_token(name, "PRIORITY") {
+            priority = Some(parse_int(value, PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?);
+        } else {
             return Err(EmqError::Syntax(
-                "syntax error: expected DELAY <ms> or AT <unix-ms>".into(),
-            ))
+                "syntax error: expected DELAY <ms> or AT <unix-ms>, and PRIORITY <p>, once each"
+                    .into(),
+            ));
         }
+        i += 2;
+    }
+    let placement = match due {
+        None => Placement::Ready,
+        Some(due) => Placement::at(due, now.unwrap_or_else(|| now_ms() as i64)),
     };
-    Ok(Placement::at(due, now))
+    Ok((placement, priority.unwrap_or(0)))
 }
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() != 4 && args.len() != 6 {
+    if args.len() < 4 || !args.len().is_multiple_of(2) {
         return Err(EmqError::Arity("emq.enqueue"));
     }
     let queue = parse_queue(args.bytes(1))?;
@@ -49,7 +60,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         id => Some(parse_id(id)?),
     };
     check_new(requested.as_ref(), args.bytes(3))?;
-    let placement = parse_placement(args, 4)?;
+    let (placement, priority) = parse_options(args, 4)?;
     cluster::check_stable(queue)?;
     let (Some(id_text), Some(payload)) = (args.string(2), args.string(3)) else {
         return Err(EmqError::Internal);
@@ -63,7 +74,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             member: &member,
         });
         Ok(
-            match enqueue(store, job, &Text::Borrowed(payload), placement)? {
+            match enqueue(store, job, &Text::Borrowed(payload), placement, priority)? {
                 Added::New => Reply::Integer(1),
                 Added::Duplicate => Reply::Integer(0),
                 Added::Minted(id) => Reply::Bulk(id.encode().to_vec()),

@@ -8,7 +8,7 @@ use crate::host::acl::Access;
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::Text;
-use crate::protocol::job::attempts_from;
+use crate::protocol::job::{attempts_from, priority_from};
 use crate::protocol::{EmqError, Field};
 use crate::queue::inspect::{self, field_name, score_name, set_word, Score};
 use crate::queue::Job;
@@ -34,6 +34,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         for (field, value) in &view.row {
             let value = match field {
                 Field::Attempts => Reply::Integer(attempts_from(Some(value.bytes()))),
+                Field::Priority => Reply::Integer(priority_from(Some(value.bytes()))),
                 _ => Reply::Bulk(value.bytes().to_vec()),
             };
             map.push((field_name(*field), value));

@@ -1,15 +1,17 @@
-//! `EMQ.MENQUEUE <queue> <id> <payload> [<id> <payload> ...]`: many jobs in one atomic step.
+//! `EMQ.MENQUEUE <queue> [PRIORITY <p>] <id> <payload> [[PRIORITY <p>] <id> <payload> ...]`: many
+//! jobs in one atomic step, each at its own priority (0 where none is given).
 //! All or nothing: every id, payload, permission and type is checked before the first write,
 //! and one refusal refuses the batch. Replies one `1`/`0` per job (the minted id for `*`); a
 //! duplicate, already present or earlier in the batch, is `0`.
 
 use valkey_module::Context;
 
-use super::{parse_id, parse_queue};
+use super::{is_token, parse_id, parse_int, parse_queue};
 use crate::host::acl::Access;
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::Text;
+use crate::protocol::job::{PRIORITY_MAX, PRIORITY_MIN};
 use crate::protocol::EmqError;
 use crate::queue::enqueue::{check_new, enqueue_many, Added, BatchJob, MAX_BATCH};
 use crate::queue::Job;
@@ -20,27 +22,39 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         return Err(EmqError::Arity("emq.menqueue"));
     }
     let queue = parse_queue(args.bytes(1))?;
-    let n = (args.len() - 2) / 2;
-    if n > MAX_BATCH {
-        return Err(EmqError::Syntax(
-            format!("at most {MAX_BATCH} jobs per call").into(),
-        ));
-    }
-    // Every id, kind and payload first. Each job's id: `None` for `*`.
-    let mut requested = Vec::with_capacity(n);
-    for j in 0..n {
-        let id = match args.bytes(2 + 2 * j) {
+    // Every id, kind, payload and priority first: each job is `[PRIORITY <p>] <id> <payload>`,
+    // its id `None` for `*`, with the places of its id and payload.
+    let mut requested = Vec::new();
+    let mut i = 2;
+    while i < args.len() {
+        let mut priority = 0;
+        if is_token(args.bytes(i), "PRIORITY") {
+            priority = parse_int(args.bytes(i + 1), PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?;
+            i += 2;
+            if i >= args.len() {
+                return Err(EmqError::Syntax(
+                    "syntax error: PRIORITY <p> comes before a job's <id> <payload>".into(),
+                ));
+            }
+        }
+        if requested.len() == MAX_BATCH {
+            return Err(EmqError::Syntax(
+                format!("at most {MAX_BATCH} jobs per call").into(),
+            ));
+        }
+        let id = match args.bytes(i) {
             b"*" => None,
             id => Some(parse_id(id)?),
         };
-        check_new(id.as_ref(), args.bytes(3 + 2 * j))?;
-        requested.push(id);
+        check_new(id.as_ref(), args.bytes(i + 1))?;
+        requested.push((id, i, priority));
+        i += 2;
     }
     cluster::check_stable(queue)?;
     // The client's strings: each given id is canonical, so its argument is its set member.
-    let mut texts = Vec::with_capacity(n);
-    for j in 0..n {
-        let (Some(id), Some(payload)) = (args.string(2 + 2 * j), args.string(3 + 2 * j)) else {
+    let mut texts = Vec::with_capacity(requested.len());
+    for &(_, at, _) in &requested {
+        let (Some(id), Some(payload)) = (args.string(at), args.string(at + 1)) else {
             return Err(EmqError::Internal);
         };
         texts.push((Text::Borrowed(id), Text::Borrowed(payload)));
@@ -49,9 +63,10 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         let jobs: Vec<BatchJob<'_, _>> = requested
             .iter()
             .zip(&texts)
-            .map(|(id, (member, payload))| BatchJob {
+            .map(|(&(id, _, priority), (member, payload))| BatchJob {
                 job: id.map(|id| Job { id, member }),
                 payload,
+                priority,
             })
             .collect();
         enqueue_many(store, &jobs)

@@ -276,17 +276,28 @@ impl<'a> Store for ServerStore<'_, 'a> {
     }
 
     #[inline]
-    fn add_ready(&self, set: Set, members: &[&Text<'a>]) -> Result<(), EmqError> {
+    fn add_many(&self, set: Set, members: &[(i64, &Text<'a>)]) -> Result<(), EmqError> {
         if members.is_empty() {
             return Ok(());
         }
         let key = self.set(set)?;
         let zero = words()?.zero;
+        // The scores other than 0 (a priority), made as strings for the effect.
+        let mut scores = Vec::new();
+        for &(score, _) in members {
+            if score != 0 {
+                scores.push(OwnedString::from_i64(self.ctx, score)?);
+            }
+        }
+        let mut scores = scores.iter();
         let mut args = Vec::with_capacity(1 + members.len() * 2);
         args.push(key.name().as_str());
-        for member in members {
-            key.zadd(0.0, member.as_str())?;
-            args.push(zero);
+        for &(score, member) in members {
+            key.zadd(score as f64, member.as_str())?;
+            args.push(match score {
+                0 => zero,
+                _ => scores.next().ok_or(EmqError::Internal)?.as_str(),
+            });
             args.push(member.as_str());
         }
         notify(self.ctx, NOTIFY_ZSET, c"zadd", key.name());
@@ -309,7 +320,13 @@ impl<'a> Store for ServerStore<'_, 'a> {
     }
 
     #[inline]
-    fn write_row(&self, row: &Key<'_>, state: State, payload: &Text<'a>) -> Result<(), EmqError> {
+    fn write_row(
+        &self,
+        row: &Key<'_>,
+        state: State,
+        payload: &Text<'a>,
+        priority: i64,
+    ) -> Result<(), EmqError> {
         let words = words()?;
         let (state, attempts, payload) = (
             (words.field(Field::State), words.state(state)),
@@ -317,7 +334,6 @@ impl<'a> Store for ServerStore<'_, 'a> {
             (words.field(Field::Payload), payload.as_str()),
         );
         row.hash_set3([state, attempts, payload])?;
-        notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
         let args = [
             row.name().as_str(),
             state.0,
@@ -327,7 +343,21 @@ impl<'a> Store for ServerStore<'_, 'a> {
             payload.0,
             payload.1,
         ];
-        emit(self.ctx, c"HSET", &args);
+        if priority == 0 {
+            notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
+            emit(self.ctx, c"HSET", &args);
+            return Ok(());
+        }
+        let made = OwnedString::from_i64(self.ctx, priority)?;
+        let field = words.field(Field::Priority);
+        row.hash_set(field, made.as_str())?;
+        notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
+        let [a0, a1, a2, a3, a4, a5, a6] = args;
+        emit(
+            self.ctx,
+            c"HSET",
+            &[a0, a1, a2, a3, a4, a5, a6, field, made.as_str()],
+        );
         Ok(())
     }
 

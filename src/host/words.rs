@@ -9,7 +9,7 @@ use crate::protocol::{EmqError, Field, State};
 use super::string::{release, retained, Str};
 
 pub struct Words {
-    fields: [Str<'static>; 6],
+    fields: [Str<'static>; 7],
     states: [Str<'static>; 5],
     pub zero: Str<'static>,
 }
@@ -18,13 +18,14 @@ pub struct Words {
 unsafe impl Send for Words {}
 unsafe impl Sync for Words {}
 
-const FIELDS: [Field; 6] = [
+const FIELDS: [Field; 7] = [
     Field::State,
     Field::Attempts,
     Field::Payload,
     Field::Error,
     Field::Result,
     Field::Progress,
+    Field::Priority,
 ];
 const STATES: [State; 5] = [
     State::Pending,

@@ -41,6 +41,8 @@ pub enum Field {
     Error,
     Result,
     Progress,
+    /// Where the job stands among the ready ones (its `pending` score), where not 0.
+    Priority,
 }
 
 impl Field {
@@ -52,6 +54,7 @@ impl Field {
             Field::Error => c"error",
             Field::Result => c"result",
             Field::Progress => c"progress",
+            Field::Priority => c"priority",
         }
     }
 
@@ -106,6 +109,18 @@ impl Event {
             Event::Resumed => b"resumed",
         }
     }
+}
+
+/// The priorities a job may have: its score in `pending`, lower first (ids in mint order within
+/// one). The default, 0, is the reference row's: a job without one stores no `priority` field.
+pub const PRIORITY_MIN: i64 = -1_000_000;
+pub const PRIORITY_MAX: i64 = 1_000_000;
+
+/// The row's `priority` as a number: 0 when missing or not one in range (a row written by hand).
+pub fn priority_from(text: Option<&[u8]>) -> i64 {
+    text.and_then(|p| std::str::from_utf8(p).ok()?.parse::<i64>().ok())
+        .filter(|p| (PRIORITY_MIN..=PRIORITY_MAX).contains(p))
+        .unwrap_or(0)
 }
 
 /// A payload (or an error text) against `emq.max-payload-bytes`.

@@ -148,16 +148,19 @@ pub trait Store {
 
     /// `ZADD set score member`: no event and no effect when the member had that score.
     fn add(&self, set: Set, score: i64, member: &Self::Text) -> Result<(), EmqError>;
-    /// Members new to a set at score 0: one `zadd` event and one variadic `ZADD` effect.
-    fn add_ready(&self, set: Set, members: &[&Self::Text]) -> Result<(), EmqError>;
+    /// Members new to a set, each at its score: one `zadd` event and one variadic `ZADD`
+    /// effect.
+    fn add_many(&self, set: Set, members: &[(i64, &Self::Text)]) -> Result<(), EmqError>;
     /// `ZREM set member` (and `del` when the set is left empty); whether it was there.
     fn remove(&self, set: Set, member: &Self::Text) -> Result<bool, EmqError>;
-    /// A new row: `state`, `attempts 0`, `payload`, in the reference script's order.
+    /// A new row: `state`, `attempts 0`, `payload`, in the reference script's order, then
+    /// `priority` when it is not 0.
     fn write_row(
         &self,
         row: &Self::Row<'_>,
         state: State,
         payload: &Self::Text,
+        priority: i64,
     ) -> Result<(), EmqError>;
     /// `HSET row field value ...`.
     fn set_fields(

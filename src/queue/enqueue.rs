@@ -96,15 +96,17 @@ pub enum Added {
     Duplicate,
 }
 
-/// Enqueues one job: `job` with the client's id, or `None` to mint one.
+/// Enqueues one job: `job` with the client's id, or `None` to mint one, at `priority` (its
+/// `pending` score; a delayed job takes it there when it comes due).
 pub fn enqueue<S: Store>(
     store: &S,
     job: Option<Job<'_, S>>,
     payload: &S::Text,
     placement: Placement,
+    priority: i64,
 ) -> Result<Added, EmqError> {
     let added = match job {
-        Some(job) => match enqueue_one(store, &job, payload, placement)? {
+        Some(job) => match enqueue_one(store, &job, payload, placement, priority)? {
             true => Added::New,
             false => Added::Duplicate,
         },
@@ -115,7 +117,7 @@ pub fn enqueue<S: Store>(
                     id,
                     member: &member,
                 };
-                let written = enqueue_one(store, &job, payload, placement)?;
+                let written = enqueue_one(store, &job, payload, placement, priority)?;
                 if written {
                     added = Added::Minted(id);
                 }
@@ -139,6 +141,7 @@ fn enqueue_one<S: Store>(
     job: &Job<'_, S>,
     payload: &S::Text,
     placement: Placement,
+    priority: i64,
 ) -> Result<bool, EmqError> {
     let set = placement.set();
     let name = store.row_name(&job.id, job.member)?;
@@ -150,10 +153,10 @@ fn enqueue_one<S: Store>(
     store.open_sets(&[set])?;
     store.events()?;
     let (state, score, event) = match placement {
-        Placement::Ready => (State::Pending, 0, Event::Enqueued),
+        Placement::Ready => (State::Pending, priority, Event::Enqueued),
         Placement::Due(at) => (State::Scheduled, at, Event::Scheduled),
     };
-    store.write_row(&row, state, payload)?;
+    store.write_row(&row, state, payload, priority)?;
     store.add(set, score, job.member)?;
     record(store, event, Some(job.member), || 0)?;
     Ok(true)
@@ -164,6 +167,7 @@ fn enqueue_one<S: Store>(
 pub struct BatchJob<'j, S: Store> {
     pub job: Option<Job<'j, S>>,
     pub payload: &'j S::Text,
+    pub priority: i64,
 }
 
 /// Enqueues a batch to `pending`, all or nothing: every permission and type is checked before
@@ -237,12 +241,12 @@ pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec
             added.push(Added::Duplicate);
             continue;
         }
-        store.write_row(&row, State::Pending, job.payload)?;
-        members.push(member);
+        store.write_row(&row, State::Pending, job.payload, job.priority)?;
+        members.push((job.priority, member));
         added.push(outcome);
     }
-    store.add_ready(Set::Pending, &members)?;
-    for member in &members {
+    store.add_many(Set::Pending, &members)?;
+    for (_, member) in &members {
         record(store, Event::Enqueued, Some(member), || 0)?;
     }
     counters::count(&ENQUEUED, members.len() as u64);

@@ -21,13 +21,14 @@ pub const DEFAULT_COUNT: usize = 100;
 pub const MAX_COUNT: i64 = 1000;
 
 /// The row fields a job's view shows, in this order, each where the row has it.
-pub const ROW_FIELDS: [Field; 6] = [
+pub const ROW_FIELDS: [Field; 7] = [
     Field::State,
     Field::Attempts,
     Field::Payload,
     Field::Error,
     Field::Result,
     Field::Progress,
+    Field::Priority,
 ];
 
 /// A set by the name a client gives it (`EMQSET` otherwise). Users say `scheduled` for the
@@ -69,6 +70,7 @@ pub fn field_name(field: Field) -> &'static str {
         Field::Error => "error",
         Field::Result => "result",
         Field::Progress => "progress",
+        Field::Priority => "priority",
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::protocol::counters::{self, CANCELLED, REQUEUED};
 use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
-use super::{attempts, record, Job};
+use super::{attempts, priority, record, Job};
 
 /// One job's keys, named and permission-checked; nothing opened yet.
 pub struct Target<'j, S: Store> {
@@ -78,7 +78,7 @@ pub fn requeue<S: Store>(store: &S, target: &Target<'_, S>) -> Result<bool, EmqE
             (Field::Attempts, Value::Int(0)),
         ],
     )?;
-    store.add(Set::Pending, 0, member)?;
+    store.add(Set::Pending, priority(store, &row), member)?;
     record(store, Event::Requeued, Some(member), || 0)?;
     counters::count(&REQUEUED, 1);
     Ok(true)

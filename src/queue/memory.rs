@@ -225,15 +225,18 @@ impl Store for Memory {
         Ok(())
     }
 
-    fn add_ready(&self, set: Set, members: &[&Vec<u8>]) -> Result<(), EmqError> {
+    fn add_many(&self, set: Set, members: &[(i64, &Vec<u8>)]) -> Result<(), EmqError> {
         self.opened(set)?;
         if members.is_empty() {
             return Ok(());
         }
-        for member in members {
-            self.sets.borrow_mut()[set.index()].insert(member.to_vec(), 0.0);
+        for (score, member) in members {
+            self.sets.borrow_mut()[set.index()].insert(member.to_vec(), *score as f64);
         }
-        let list: Vec<String> = members.iter().map(|m| format!("0 {}", text(m))).collect();
+        let list: Vec<String> = members
+            .iter()
+            .map(|(score, m)| format!("{score} {}", text(m)))
+            .collect();
         self.log(format!("ZADD {set:?} {}", list.join(" ")));
         Ok(())
     }
@@ -247,16 +250,27 @@ impl Store for Memory {
         Ok(was)
     }
 
-    fn write_row(&self, row: &&Vec<u8>, state: State, payload: &Vec<u8>) -> Result<(), EmqError> {
+    fn write_row(
+        &self,
+        row: &&Vec<u8>,
+        state: State,
+        payload: &Vec<u8>,
+        priority: i64,
+    ) -> Result<(), EmqError> {
         self.upsert(row, Field::State, state.as_bytes().to_vec());
         self.upsert(row, Field::Attempts, b"0".to_vec());
         self.upsert(row, Field::Payload, payload.clone());
-        self.log(format!(
+        let mut write = format!(
             "HSET {} state {} attempts 0 payload {}",
             text(row),
             text(state.as_bytes()),
             text(payload)
-        ));
+        );
+        if priority != 0 {
+            self.upsert(row, Field::Priority, priority.to_string().into_bytes());
+            write.push_str(&format!(" priority {priority}"));
+        }
+        self.log(write);
         Ok(())
     }
 

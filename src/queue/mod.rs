@@ -41,6 +41,12 @@ pub fn attempts<S: Store>(store: &S, row: &S::Row<'_>) -> i64 {
     crate::protocol::job::attempts_from(text.as_ref().map(|t| store.bytes(t)))
 }
 
+/// The row's `priority` (its `pending` score), 0 where it has none.
+pub fn priority<S: Store>(store: &S, row: &S::Row<'_>) -> i64 {
+    let text = store.field(row, Field::Priority);
+    crate::protocol::job::priority_from(text.as_ref().map(|t| store.bytes(t)))
+}
+
 /// `HSET row state <state> [error <error>]`.
 pub fn set_state<S: Store>(
     store: &S,

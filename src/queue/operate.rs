@@ -6,7 +6,7 @@ use crate::protocol::counters::{self, PURGED, REQUEUED};
 use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Meta, Set, State, Store, Value};
 
 use super::promote::{count_dropped, purge_one, with_rows};
-use super::{check_row_types, record};
+use super::{check_row_types, priority, record};
 
 /// The default and the largest count of `EMQ.PURGE` and `EMQ.REQUEUE ... DEAD`.
 pub const BULK_DEFAULT: i64 = 1_000;
@@ -118,7 +118,7 @@ pub fn requeue_dead<S: Store>(store: &S, count: usize) -> Result<usize, EmqError
                 (Field::Attempts, Value::Int(0)),
             ],
         )?;
-        store.add(Set::Pending, 0, &member.text)?;
+        store.add(Set::Pending, priority(store, &row), &member.text)?;
         record(store, Event::Requeued, Some(&member.text), || 0)?;
         moved += 1;
     }

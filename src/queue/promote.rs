@@ -5,7 +5,7 @@
 use crate::protocol::counters::{self, DROPPED};
 use crate::protocol::{settings, EmqError, Event, Holds, Set, State, Store};
 
-use super::{attempts, record, row_of, set_state};
+use super::{attempts, priority, record, row_of, set_state};
 
 /// Most jobs one call (or one timer tick per queue) promotes from each of `schedule` and
 /// `active`, so no call does unbounded work.
@@ -129,7 +129,7 @@ fn move_to_pending<S: Store>(store: &S, from: Set, member: &Member<S>) -> Result
         return Ok(false);
     }
     set_state(store, &row, State::Pending, None)?;
-    store.add(Set::Pending, 0, &member.text)?;
+    store.add(Set::Pending, priority(store, &row), &member.text)?;
     let event = match from {
         Set::Active => Event::Expired,
         _ => Event::Promoted,
