@@ -146,51 +146,6 @@ fn the_pause_survives_a_failover_and_an_aof_restart() {
 }
 
 #[test]
-fn purge_and_bulk_requeue_work_through_100000_jobs_without_a_slow_call() {
-    // Dead jobs kept however many (the default would trim them to 10,000).
-    let server = Server::start(Options::default().arg("emq.dead-max-jobs", "0"));
-    let mut con = server.conn();
-    let q = "big";
-    dead_jobs(&mut con, q, 100_000);
-    config_set(&mut con, "slowlog-log-slower-than", "10000");
-    let () = cmd("SLOWLOG").arg("RESET").query(&mut con).expect("reset");
-    let mut moved = 0;
-    loop {
-        let n = int(&mut con, "EMQ.REQUEUE", &[q, "DEAD"]);
-        assert!(n <= 1_000, "bounded by the default COUNT");
-        if n == 0 {
-            break;
-        }
-        moved += n;
-    }
-    assert_eq!(moved, 100_000);
-    assert_eq!(set_len(&mut con, q, "dead"), 0);
-    assert_eq!(set_len(&mut con, q, "pending"), 100_000);
-    assert_eq!(job_attempts(&mut con, q, &job_id(7)).as_deref(), Some("0"));
-    let mut purged = 0;
-    loop {
-        let n = int(&mut con, "EMQ.PURGE", &[q, "pending"]);
-        if n == 0 {
-            break;
-        }
-        purged += n;
-    }
-    assert_eq!(purged, 100_000);
-    assert!(keys_of(&mut con, q).is_empty(), "rows and sets are gone");
-    let slow: Vec<Value> = cmd("SLOWLOG")
-        .arg("GET")
-        .arg(-1)
-        .query(&mut con)
-        .expect("log");
-    let slow: Vec<String> = slow.iter().map(|e| format!("{e:?}")).collect();
-    assert!(
-        slow.iter().all(|e| !e.to_lowercase().contains("emq.")),
-        "no EchoMQ call over 10 ms: {slow:?}"
-    );
-    assert_eq!(info_int(&mut con, "emq", "emq_purged"), 100_000);
-}
-
-#[test]
 fn purge_takes_the_oldest_of_a_set_and_refuses_the_active_one() {
     let server = Server::start_or_external();
     let mut con = server.conn();

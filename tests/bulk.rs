@@ -1,0 +1,87 @@
+//! Purge and bulk requeue through 100,000 jobs with no call over 10 ms (`SLOWLOG`), in a suite
+//! of its own so that no other test of the same run shares the machine with it.
+
+mod support;
+
+use redis::{cmd, Connection, Value};
+use support::*;
+
+fn int(con: &mut Connection, name: &str, args: &[&str]) -> i64 {
+    let mut c = cmd(name);
+    for a in args {
+        c.arg(*a);
+    }
+    match c.query::<Value>(con) {
+        Ok(Value::Int(n)) => n,
+        other => panic!("{name} {args:?}: {other:?}"),
+    }
+}
+
+/// Puts `n` dead jobs in `queue` as a plain writer would (HSET + ZADD), died a millisecond
+/// apart up to now.
+fn dead_jobs(con: &mut Connection, queue: &str, n: u64) {
+    let start = now_ms() - n as i64;
+    let mut pipe = redis::pipe();
+    for i in 1..=n {
+        let id = job_id(i);
+        pipe.cmd("HSET")
+            .arg(row_key(queue, &id))
+            .arg(&["state", "dead", "attempts", "25", "payload", "p"])
+            .ignore();
+        pipe.cmd("ZADD")
+            .arg(set_key(queue, "dead"))
+            .arg(start + i as i64)
+            .arg(&id)
+            .ignore();
+        if i % 5_000 == 0 || i == n {
+            let () = pipe.query(con).expect("dead jobs");
+            pipe = redis::pipe();
+        }
+    }
+}
+
+#[test]
+fn purge_and_bulk_requeue_work_through_100000_jobs_without_a_slow_call() {
+    // Dead jobs kept however many (the default would trim them to 10,000).
+    let server = Server::start(Options::default().arg("emq.dead-max-jobs", "0"));
+    let mut con = server.conn();
+    let q = "big";
+    dead_jobs(&mut con, q, 100_000);
+    config_set(&mut con, "slowlog-log-slower-than", "10000");
+    let () = cmd("SLOWLOG").arg("RESET").query(&mut con).expect("reset");
+    let mut moved = 0;
+    loop {
+        let n = int(&mut con, "EMQ.REQUEUE", &[q, "DEAD"]);
+        assert!(n <= 1_000, "bounded by the default COUNT");
+        if n == 0 {
+            break;
+        }
+        moved += n;
+    }
+    assert_eq!(moved, 100_000);
+    assert_eq!(set_len(&mut con, q, "dead"), 0);
+    assert_eq!(set_len(&mut con, q, "pending"), 100_000);
+    assert_eq!(job_attempts(&mut con, q, &job_id(7)).as_deref(), Some("0"));
+    let mut purged = 0;
+    loop {
+        let n = int(&mut con, "EMQ.PURGE", &[q, "pending"]);
+        if n == 0 {
+            break;
+        }
+        purged += n;
+    }
+    assert_eq!(purged, 100_000);
+    assert!(keys_of(&mut con, q).is_empty(), "rows and sets are gone");
+    let slow: Vec<Value> = cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query(&mut con)
+        .expect("log");
+    let slow: Vec<String> = slow.iter().map(|e| format!("{e:?}")).collect();
+    assert!(
+        slow.iter().all(|e| !e.to_lowercase().contains("emq.")),
+        "no EchoMQ call over 10 ms: {slow:?}"
+    );
+    assert_eq!(info_int(&mut con, "emq", "emq_purged"), 100_000);
+}
+
