@@ -84,4 +84,3 @@ fn purge_and_bulk_requeue_work_through_100000_jobs_without_a_slow_call() {
     );
     assert_eq!(info_int(&mut con, "emq", "emq_purged"), 100_000);
 }
-
