@@ -32,29 +32,6 @@ fn err(con: &mut Connection, name: &str, args: &[&str]) -> String {
     }
 }
 
-/// Puts `n` dead jobs in `queue` as a plain writer would (HSET + ZADD), died a millisecond
-/// apart up to now.
-fn dead_jobs(con: &mut Connection, queue: &str, n: u64) {
-    let start = now_ms() - n as i64;
-    let mut pipe = redis::pipe();
-    for i in 1..=n {
-        let id = job_id(i);
-        pipe.cmd("HSET")
-            .arg(row_key(queue, &id))
-            .arg(&["state", "dead", "attempts", "25", "payload", "p"])
-            .ignore();
-        pipe.cmd("ZADD")
-            .arg(set_key(queue, "dead"))
-            .arg(start + i as i64)
-            .arg(&id)
-            .ignore();
-        if i % 5_000 == 0 || i == n {
-            let () = pipe.query(con).expect("dead jobs");
-            pipe = redis::pipe();
-        }
-    }
-}
-
 #[test]
 fn a_paused_queue_holds_its_claimers_and_resume_serves_them_in_arrival_order() {
     let server = Server::start_or_external();

@@ -3,32 +3,19 @@
 
 use valkey_module::Context;
 
-use super::{parse_blob_option, parse_job, parse_token};
-use crate::host::acl::Access;
+use super::{parse_blob_option, parse_token, with_job};
 use crate::host::reply::{Args, CommandResult, Reply};
-use crate::host::store::with_queue;
-use crate::host::string::Text;
 use crate::protocol::EmqError;
-use crate::queue::job::Target;
-use crate::queue::{lease, Job};
+use crate::queue::lease;
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 4 {
         return Err(EmqError::Arity("emq.ack"));
     }
     let result = parse_blob_option(args, 4, "RESULT")?;
-    let (queue, id, member) = parse_job(args)?;
-    with_queue(ctx, queue, Access::ReadWrite, |store| {
-        let member = Text::Borrowed(member);
-        let target = Target::check(
-            store,
-            Job {
-                id,
-                member: &member,
-            },
-        )?;
+    with_job(ctx, args, |store, target| {
         let token = parse_token(args.bytes(3))?;
-        lease::ack(store, &target, token, result)?;
+        lease::ack(store, target, token, result)?;
         Ok(Reply::Integer(1))
     })
 }

@@ -3,15 +3,10 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_job, parse_token};
-use crate::host::acl::Access;
+use super::{is_token, parse_int, parse_token, with_job};
 use crate::host::reply::{Args, CommandResult, Reply};
-use crate::host::store::with_queue;
-use crate::host::string::Text;
 use crate::protocol::{job, settings, EmqError};
-use crate::queue::job::Target;
 use crate::queue::lease::{self, Failed};
-use crate::queue::Job;
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 4 {
@@ -39,18 +34,9 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         }
         i += 2;
     }
-    let (queue, id, member) = parse_job(args)?;
-    with_queue(ctx, queue, Access::ReadWrite, |store| {
-        let member = Text::Borrowed(member);
-        let target = Target::check(
-            store,
-            Job {
-                id,
-                member: &member,
-            },
-        )?;
+    with_job(ctx, args, |store, target| {
         let token = parse_token(args.bytes(3))?;
-        Ok(match lease::fail(store, &target, token, error, retry_in)? {
+        Ok(match lease::fail(store, target, token, error, retry_in)? {
             Failed::Scheduled => Reply::Bulk(b"scheduled".to_vec()),
             Failed::Dead => Reply::Bulk(b"dead".to_vec()),
         })

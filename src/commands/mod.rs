@@ -25,9 +25,15 @@ pub mod slot;
 pub mod stats;
 pub mod version;
 
+use valkey_module::Context;
+
+use crate::host::acl::Access;
 use crate::host::reply::Args;
-use crate::host::string::Str;
+use crate::host::store::{with_queue, ServerStore};
+use crate::host::string::{Str, Text};
 use crate::protocol::{job::check_payload, BrandedId, EmqError, Queue};
+use crate::queue::job::Target;
+use crate::queue::Job;
 use crate::runtime::cluster;
 
 /// SPEC §1.1: the queue name, or `EMQQUEUE`.
@@ -90,6 +96,31 @@ pub fn parse_job<'a>(args: &Args<'a>) -> Result<(Queue<'a>, BrandedId, Str<'a>),
     cluster::check_stable(queue)?;
     let member = args.string(2).ok_or(EmqError::Internal)?;
     Ok((queue, id, member))
+}
+
+/// `<queue> <id>` at `args[1..=2]` ([`parse_job`]), then `f` over the queue's store and the
+/// job's keys, named and permission-checked ([`Target::check`]); what the commands on one job
+/// share.
+pub fn with_job<'a, R>(
+    ctx: &Context,
+    args: &Args<'a>,
+    f: impl for<'s, 'j> FnOnce(
+        &'j ServerStore<'s, 'a>,
+        &'j Target<'j, ServerStore<'s, 'a>>,
+    ) -> Result<R, EmqError>,
+) -> Result<R, EmqError> {
+    let (queue, id, member) = parse_job(args)?;
+    with_queue(ctx, queue, Access::ReadWrite, |store| {
+        let member = Text::Borrowed(member);
+        let target = Target::check(
+            store,
+            Job {
+                id,
+                member: &member,
+            },
+        )?;
+        f(store, &target)
+    })
 }
 
 #[cfg(test)]

@@ -3,34 +3,21 @@
 
 use valkey_module::Context;
 
-use super::{parse_blob_option, parse_int, parse_job, parse_token};
-use crate::host::acl::Access;
+use super::{parse_blob_option, parse_int, parse_token, with_job};
 use crate::host::reply::{Args, CommandResult, Reply};
-use crate::host::store::with_queue;
-use crate::host::string::Text;
 use crate::protocol::{settings, EmqError};
-use crate::queue::job::Target;
-use crate::queue::{lease, Job};
+use crate::queue::lease;
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 5 {
         return Err(EmqError::Arity("emq.renew"));
     }
     let progress = parse_blob_option(args, 5, "PROGRESS")?;
-    let (queue, id, member) = parse_job(args)?;
-    with_queue(ctx, queue, Access::ReadWrite, |store| {
-        let member = Text::Borrowed(member);
-        let target = Target::check(
-            store,
-            Job {
-                id,
-                member: &member,
-            },
-        )?;
+    with_job(ctx, args, |store, target| {
         let token = parse_token(args.bytes(3))?;
         let ms = parse_int(args.bytes(4), 1, settings::MAX_DURATION_MS, "lease ms")?;
         Ok(Reply::Integer(lease::renew(
-            store, &target, token, ms, progress,
+            store, target, token, ms, progress,
         )?))
     })
 }

@@ -6,14 +6,12 @@
 use valkey_module::Context;
 
 use super::purge::parse_count;
-use super::{is_token, parse_job, parse_queue};
+use super::{is_token, parse_queue, with_job};
 use crate::host::acl::Access;
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
-use crate::host::string::Text;
 use crate::protocol::EmqError;
-use crate::queue::job::{self, Target};
-use crate::queue::{operate, Job};
+use crate::queue::{job, operate};
 use crate::runtime::cluster;
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
@@ -32,16 +30,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() != 3 {
         return Err(EmqError::Arity("emq.requeue"));
     }
-    let (queue, id, member) = parse_job(args)?;
-    with_queue(ctx, queue, Access::ReadWrite, |store| {
-        let member = Text::Borrowed(member);
-        let target = Target::check(
-            store,
-            Job {
-                id,
-                member: &member,
-            },
-        )?;
-        Ok(Reply::Integer(i64::from(job::requeue(store, &target)?)))
+    with_job(ctx, args, |store, target| {
+        Ok(Reply::Integer(i64::from(job::requeue(store, target)?)))
     })
 }

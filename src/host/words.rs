@@ -18,15 +18,7 @@ pub struct Words {
 unsafe impl Send for Words {}
 unsafe impl Sync for Words {}
 
-const FIELDS: [Field; 7] = [
-    Field::State,
-    Field::Attempts,
-    Field::Payload,
-    Field::Error,
-    Field::Result,
-    Field::Progress,
-    Field::Priority,
-];
+const FIELDS: [Field; 7] = Field::ALL;
 const STATES: [State; 5] = [
     State::Pending,
     State::Scheduled,

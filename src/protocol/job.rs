@@ -46,6 +46,17 @@ pub enum Field {
 }
 
 impl Field {
+    /// Every field, in the row's order (the reference fields first).
+    pub const ALL: [Field; 7] = [
+        Field::State,
+        Field::Attempts,
+        Field::Payload,
+        Field::Error,
+        Field::Result,
+        Field::Progress,
+        Field::Priority,
+    ];
+
     pub fn as_cstr(self) -> &'static std::ffi::CStr {
         match self {
             Field::State => c"state",

@@ -21,15 +21,7 @@ pub const DEFAULT_COUNT: usize = 100;
 pub const MAX_COUNT: i64 = 1000;
 
 /// The row fields a job's view shows, in this order, each where the row has it.
-pub const ROW_FIELDS: [Field; 7] = [
-    Field::State,
-    Field::Attempts,
-    Field::Payload,
-    Field::Error,
-    Field::Result,
-    Field::Progress,
-    Field::Priority,
-];
+pub const ROW_FIELDS: [Field; 7] = Field::ALL;
 
 /// A set by the name a client gives it (`EMQSET` otherwise). Users say `scheduled` for the
 /// `schedule` key, as the row's state and `EMQ.STATS` do.

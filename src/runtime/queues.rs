@@ -590,15 +590,9 @@ fn learn_row(ctx: &Context, db: i32, queue: Queue<'_>, row: Str<'_>) {
 /// Whether the queue has a set, its meta hash or its events stream, of any type, in the
 /// context's database (when unsure, that it has).
 fn has_own_keys(ctx: &Context, queue: Queue<'_>) -> bool {
-    const OWN: [KeyType; 6] = [
-        KeyType::Pending,
-        KeyType::Active,
-        KeyType::Schedule,
-        KeyType::Dead,
-        KeyType::Meta,
-        KeyType::Events,
-    ];
-    OWN.iter()
+    KeyType::ALL
+        .iter()
+        .filter(|&&ty| ty != KeyType::Job)
         .any(|&ty| exists(ctx, KeyBuf::queue(queue, ty).as_bytes()))
 }
 
