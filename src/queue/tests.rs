@@ -22,6 +22,19 @@ fn name(n: u64) -> String {
     String::from_utf8(id(n).1).expect("ascii")
 }
 
+/// One job of a batch: `job` by its id, or one to mint (`None`), with `payload` at `priority`.
+fn batch_job<'j>(
+    job: Option<&'j (BrandedId, Vec<u8>)>,
+    payload: &'j Vec<u8>,
+    priority: i64,
+) -> BatchJob<'j, Memory> {
+    BatchJob {
+        job: job.map(|(id, member)| Job { id: *id, member }),
+        payload,
+        priority,
+    }
+}
+
 /// Enqueues job `n` with `payload`, now.
 fn put(m: &Memory, n: u64, payload: &str) -> Added {
     let (id, member) = id(n);
@@ -149,27 +162,9 @@ fn a_batch_is_all_or_nothing_and_marks_its_own_duplicates() {
     let (a, b) = (id(1), id(2));
     let payload = b"p".to_vec();
     let jobs = [
-        BatchJob {
-            job: Some(Job {
-                id: a.0,
-                member: &a.1,
-            }),
-            payload: &payload,
-            priority: 0,
-        },
-        BatchJob {
-            job: Some(Job {
-                id: a.0,
-                member: &a.1,
-            }),
-            payload: &payload,
-            priority: 0,
-        },
-        BatchJob {
-            job: None,
-            payload: &payload,
-            priority: 0,
-        },
+        batch_job(Some(&a), &payload, 0),
+        batch_job(Some(&a), &payload, 0),
+        batch_job(None, &payload, 0),
     ];
     let added = enqueue_many(&m, &jobs).expect("enqueued");
     assert_eq!(added[..2], [Added::New, Added::Duplicate]);
@@ -180,19 +175,8 @@ fn a_batch_is_all_or_nothing_and_marks_its_own_duplicates() {
 
     m.denied.borrow_mut().push(MemKey::Row(b.1.clone()));
     let jobs = [
-        BatchJob {
-            job: None,
-            payload: &payload,
-            priority: 0,
-        },
-        BatchJob {
-            job: Some(Job {
-                id: b.0,
-                member: &b.1,
-            }),
-            payload: &payload,
-            priority: 0,
-        },
+        batch_job(None, &payload, 0),
+        batch_job(Some(&b), &payload, 0),
     ];
     assert_eq!(enqueue_many(&m, &jobs), Err(EmqError::NoPerm));
     assert!(writes(&m).is_empty(), "one refusal refuses the batch");
@@ -703,22 +687,8 @@ fn a_batch_gives_each_job_its_own_priority() {
     let (a, b) = (id(1), id(2));
     let payload = b"p".to_vec();
     let jobs = [
-        BatchJob {
-            job: Some(Job {
-                id: a.0,
-                member: &a.1,
-            }),
-            payload: &payload,
-            priority: 3,
-        },
-        BatchJob {
-            job: Some(Job {
-                id: b.0,
-                member: &b.1,
-            }),
-            payload: &payload,
-            priority: 0,
-        },
+        batch_job(Some(&a), &payload, 3),
+        batch_job(Some(&b), &payload, 0),
     ];
     enqueue_many(&m, &jobs).expect("enqueued");
     assert_eq!(m.members(Set::Pending), [(name(2), 0.0), (name(1), 3.0)]);
