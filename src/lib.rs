@@ -227,13 +227,58 @@ const COMMANDS: &[Command] = &[
         ],
     },
     Command {
+        name: c"emq.limit",
+        callback: callback!(commands::limit::run),
+        flags: c"write deny-oom fast",
+        arity: -2,
+        routes_by_queue: true,
+        summary: c"Set (or with no option, report) the queue's concurrency and sliding-window rate limits; replies the limits and their use",
+        complexity: c"O(1), or O(log(N)+E) under a rate limit, with N claims in the window and E past it",
+        args: &[
+            Arg::required(c"queue", Str),
+            Arg::optional(
+                c"limits",
+                OneOf(&[
+                    Arg::keyword(c"off", c"OFF", Pure),
+                    Arg::required(
+                        c"set",
+                        Block(&[
+                            Arg::token(
+                                c"concurrency",
+                                c"CONCURRENCY",
+                                OneOf(&[
+                                    Arg::required(c"n", Int),
+                                    Arg::keyword(c"off", c"OFF", Pure),
+                                ]),
+                            ),
+                            Arg::token(
+                                c"rate",
+                                c"RATE",
+                                OneOf(&[
+                                    Arg::required(
+                                        c"window",
+                                        Block(&[
+                                            Arg::required(c"n", Int),
+                                            Arg::keyword(c"per", c"PER", Int),
+                                        ]),
+                                    ),
+                                    Arg::keyword(c"off", c"OFF", Pure),
+                                ]),
+                            ),
+                        ]),
+                    ),
+                ]),
+            ),
+        ],
+    },
+    Command {
         name: c"emq.stats",
         callback: callback!(commands::stats::run),
         flags: c"readonly fast",
         arity: 2,
         routes_by_queue: true,
-        summary: c"Counts of pending, active, scheduled and dead jobs of a queue",
-        complexity: c"O(1)",
+        summary: c"Counts of pending, active, scheduled and dead jobs of a queue, whether it is paused, and its claim limits and their use",
+        complexity: c"O(1), or O(log(N)+E) under a rate limit, with N claims in the window and E past it",
         args: &[Arg::required(c"queue", Str)],
     },
     Command {

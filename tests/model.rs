@@ -1,6 +1,7 @@
 //! The job lifecycle against a reference model (SPEC §6): random sequences of enqueues,
 //! batches, claims, acks (with results), failures, renewals (with progress), cancels, requeues
-//! one by one and in bulk, purges, pauses and resumes, with valid and stale tokens, and the dead
+//! one by one and in bulk, purges, pauses and resumes, concurrency and rate limits set and
+//! lifted, with valid and stale tokens, and the dead
 //! set kept to `emq.dead-max-jobs` by the timer, each reply compared with the model's, and the whole queue (every row and every set)
 //! compared after each stretch of operations; a replica without the module ends with the same
 //! data. Delays and leases are an hour long, so the timer acts only where the test moves a due
@@ -86,6 +87,12 @@ struct Model {
     /// `emq.done-ttl-ms 0`: an acknowledged job's row is deleted at once.
     keep_no_done: bool,
     paused: bool,
+    /// `EMQ.LIMIT ... CONCURRENCY`.
+    concurrency: Option<i64>,
+    /// `EMQ.LIMIT ... RATE <n> PER <an hour>`, and the claims made in its window (every claim
+    /// since it was set: the sequence lasts less than an hour).
+    rate: Option<i64>,
+    rate_used: i64,
 }
 
 impl Model {
@@ -117,6 +124,15 @@ impl Model {
     fn claim(&mut self, count: usize) -> Vec<(String, String, i64)> {
         if self.paused {
             return Vec::new();
+        }
+        let room = |limit: Option<i64>, used: i64| {
+            limit.map_or(usize::MAX, |n| (n - used).max(0) as usize)
+        };
+        let count = count
+            .min(room(self.concurrency, self.count(State::Active)))
+            .min(room(self.rate, self.rate_used));
+        if self.rate.is_some() {
+            self.rate_used += self.count(State::Pending).min(count as i64);
         }
         // The lowest priority first, then the lowest ids (base62 digits sort as bytes).
         let ids: Vec<String> = self
@@ -183,6 +199,20 @@ impl Model {
             }
             None => lease_error(),
         }
+    }
+
+    /// The limits and their use, as `EMQ.LIMIT` replies them after `active` (and `EMQ.STATS`
+    /// ends with them).
+    fn limits(&self) -> Vec<(String, Option<i64>)> {
+        let hour = self.rate.map(|_| HOUR_MS);
+        [
+            ("concurrency", self.concurrency),
+            ("rate", self.rate),
+            ("rate-per", hour),
+            ("rate-used", Some(self.rate_used)),
+        ]
+        .map(|(k, v)| (k.to_string(), v))
+        .into()
     }
 
     /// `EMQ.PAUSE` (`true`) or `EMQ.RESUME`: whether it changed anything.
@@ -375,20 +405,24 @@ fn ask(con: &mut Connection, c: &redis::Cmd, like: &Answer) -> Answer {
 /// Every row and set of the queue equals the model: each job's state, attempts, payload and
 /// error, which one set holds it, the counts of `EMQ.STATS`, and no other key.
 fn check_queue(con: &mut Connection, q: &str, model: &Model, step: usize) {
-    let stats: Vec<(String, i64)> = cmd("EMQ.STATS").arg(q).query(con).expect("stats");
-    let mut expected: Vec<(String, i64)> = [
+    let stats: Vec<(String, Option<i64>)> = cmd("EMQ.STATS").arg(q).query(con).expect("stats");
+    let mut expected: Vec<(String, Option<i64>)> = [
         ("pending", State::Pending),
         ("active", State::Active),
         ("scheduled", State::Scheduled),
         ("dead", State::Dead),
     ]
-    .map(|(name, s)| (name.to_string(), model.count(s)))
+    .map(|(name, s)| (name.to_string(), Some(model.count(s))))
     .into();
-    expected.push(("paused".to_string(), i64::from(model.paused)));
+    expected.push(("paused".to_string(), Some(i64::from(model.paused))));
+    expected.extend(model.limits());
     assert_eq!(stats, expected, "EMQ.STATS at step {step}");
     let mut keys: Vec<String> = model.jobs.keys().map(|id| row_key(q, id)).collect();
-    if model.paused {
+    if model.paused || model.concurrency.is_some() || model.rate.is_some() {
         keys.push(set_key(q, "meta"));
+    }
+    if model.rate_used > 0 {
+        keys.push(set_key(q, "rate"));
     }
     for s in [State::Pending, State::Active, State::Scheduled, State::Dead] {
         if let (Some(set), true) = (s.set(), model.count(s) > 0) {
@@ -485,11 +519,38 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
         }
         .max(1);
         let payload = format!("p{step}");
-        let op = rng.below(25);
-        if op >= 23 {
+        let op = rng.below(26);
+        if op == 23 {
+            // A limit changes: a concurrency limit of 1-6 or none, or a rate limit a little
+            // above what its window holds (an hour long, so it never frees by itself here).
+            let mut c = cmd("EMQ.LIMIT");
+            c.arg(q);
+            match rng.below(4) {
+                0 => {
+                    let n = 1 + rng.below(6) as i64;
+                    c.arg("CONCURRENCY").arg(n);
+                    model.concurrency = Some(n);
+                }
+                1 | 2 => {
+                    c.arg("CONCURRENCY").arg("OFF");
+                    model.concurrency = None;
+                }
+                _ => {
+                    let n = model.rate_used + 1 + rng.below(30) as i64;
+                    c.arg("RATE").arg(n).arg("PER").arg(&hour);
+                    model.rate = Some(n);
+                }
+            }
+            let got: Vec<(String, Option<i64>)> = c.query(&mut con).expect("EMQ.LIMIT");
+            let mut expected = vec![("active".to_string(), Some(model.count(State::Active)))];
+            expected.extend(model.limits());
+            assert_eq!(got, expected, "step {step}: EMQ.LIMIT");
+            continue;
+        }
+        if op >= 24 {
             // Time passes for one job: its due time or its lease deadline is moved to the
             // past, and the timer moves it on its own.
-            let (state, set) = if op == 23 {
+            let (state, set) = if op == 24 {
                 (State::Scheduled, "schedule")
             } else {
                 (State::Active, "active")
@@ -617,7 +678,12 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
         };
         let got = ask(&mut con, &c, &expected);
         let packed = String::from_utf8_lossy(&c.get_packed_command()).into_owned();
-        assert_eq!(got, expected, "step {step}: {packed:?}");
+        assert_eq!(
+            got,
+            expected,
+            "step {step}: {packed:?} under {:?}",
+            model.limits()
+        );
         let name = match c.args_iter().next() {
             Some(redis::Arg::Simple(name)) => String::from_utf8_lossy(name).into_owned(),
             _ => String::new(),
@@ -629,6 +695,10 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
         }
     }
     check_queue(&mut con, q, &model, steps);
+    assert!(
+        info_int(&mut con, "emq", "emq_limited") > 0,
+        "the limits held some claims back"
+    );
     wait_caught_up(&mut con, &mut r);
     assert_eq!(
         digest(&mut r),

@@ -14,6 +14,7 @@ pub mod fail;
 pub mod job;
 pub mod jobs;
 pub mod key;
+pub mod limit;
 pub mod menqueue;
 pub mod pause;
 pub mod purge;

@@ -1,4 +1,5 @@
-//! `EMQ.STATS <queue>`: how many jobs each set holds, and whether the queue is paused.
+//! `EMQ.STATS <queue>`: how many jobs each set holds, whether the queue is paused, and its claim
+//! limits and their use.
 
 use valkey_module::Context;
 
@@ -17,11 +18,13 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let stats = with_queue(ctx, queue, Access::Read, |store| stats::stats(store))?;
     let [pending, active, scheduled, dead] = stats.sets;
     let n = |c: u64| Reply::Integer(c as i64);
-    Ok(Reply::Map(vec![
+    let mut fields = vec![
         ("pending", n(pending)),
         ("active", n(active)),
         ("scheduled", n(scheduled)),
         ("dead", n(dead)),
         ("paused", Reply::Integer(i64::from(stats.paused))),
-    ]))
+    ];
+    fields.extend(super::limit::usage_fields(&stats.usage));
+    Ok(Reply::Map(fields))
 }

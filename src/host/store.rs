@@ -46,7 +46,7 @@ pub fn no_meta_exists() {
 pub struct QueueNames<'q> {
     ctx: &'q Context,
     queue: Queue<'q>,
-    names: [OnceCell<OwnedString>; 6],
+    names: [OnceCell<OwnedString>; 7],
 }
 
 impl<'q> QueueNames<'q> {
@@ -66,12 +66,12 @@ impl<'q> QueueNames<'q> {
 
     #[inline]
     fn meta(&self) -> Result<&OwnedString, EmqError> {
-        self.named(4, KeyType::Meta)
+        self.named(Set::COUNT, KeyType::Meta)
     }
 
     #[inline(always)]
     fn events(&self) -> Result<&OwnedString, EmqError> {
-        self.named(5, KeyType::Events)
+        self.named(Set::COUNT + 1, KeyType::Events)
     }
 
     #[inline]
@@ -112,7 +112,7 @@ pub struct ServerStore<'s, 'a> {
     ctx: &'s Context,
     names: &'s QueueNames<'s>,
     access: Access,
-    sets: [OnceCell<Key<'s>>; 4],
+    sets: [OnceCell<Key<'s>>; Set::COUNT],
     prefix: Cell<Option<RowPrefix>>,
     /// The event stream's cap (`None`: off), read once a call.
     events: OnceCell<Option<u64>>,

@@ -23,6 +23,12 @@ pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 pub static PURGED: AtomicU64 = AtomicU64::new(0);
 /// Dead jobs the timer deleted past the dead set's retention.
 pub static TRIMMED: AtomicU64 = AtomicU64::new(0);
+/// Claims that took fewer jobs than asked, or none, because of the queue's limits.
+pub static LIMITED: AtomicU64 = AtomicU64::new(0);
+/// Enqueues answered with the id of the job holding their unique key (nothing written).
+pub static UNIQUE_HELD: AtomicU64 = AtomicU64::new(0);
+/// Jobs the timer enqueued for repeating schedules.
+pub static CRON_FIRED: AtomicU64 = AtomicU64::new(0);
 
 /// Timer ticks that reached their time budget with queues still due (their visits wait for the
 /// next tick).
@@ -32,7 +38,7 @@ pub static TICKS_AT_BUDGET: AtomicU64 = AtomicU64::new(0);
 pub static VISITS_REFUSED: AtomicU64 = AtomicU64::new(0);
 
 /// The job counters of `INFO emq`, by field name.
-pub static JOB_COUNTERS: [(&str, &AtomicU64); 14] = [
+pub static JOB_COUNTERS: [(&str, &AtomicU64); 17] = [
     ("enqueued", &ENQUEUED),
     ("duplicates", &DUPLICATES),
     ("scheduled", &SCHEDULED),
@@ -47,6 +53,9 @@ pub static JOB_COUNTERS: [(&str, &AtomicU64); 14] = [
     ("dropped", &DROPPED),
     ("purged", &PURGED),
     ("trimmed", &TRIMMED),
+    ("limited", &LIMITED),
+    ("unique_held", &UNIQUE_HELD),
+    ("cron_fired", &CRON_FIRED),
 ];
 
 /// Refusals by reason, in the order of [`REFUSAL_REASONS`].

@@ -55,7 +55,7 @@ impl EmqError {
                 "EMQQUEUE queue name must be 1-128 printable ASCII bytes without braces".into()
             }
             EmqError::Type => {
-                "EMQTYPE unknown key type; expected pending, active, schedule, dead, meta, events or job"
+                "EMQTYPE unknown key type; expected pending, active, schedule, dead, meta, events, job, rate, unique or cron"
                     .into()
             }
             EmqError::Id => "EMQID malformed branded id; expected 3 upper-case letters and 11 base62 digits below 2^63".into(),

@@ -44,10 +44,18 @@ pub enum KeyType {
     Events,
     /// The job row (hash); its key carries a branded id.
     Job,
+    /// The claims of the rate limit's window (zset, member `<id>:<attempt>`, score = the time
+    /// of the claim; SPEC §9).
+    Rate,
+    /// The deduplication keys (hash: unique key -> the first job's id and its window's end;
+    /// SPEC §9).
+    Unique,
+    /// The repeating jobs (hash: name -> its schedule, payload and next firing; SPEC §9).
+    Cron,
 }
 
 impl KeyType {
-    pub const ALL: [KeyType; 7] = [
+    pub const ALL: [KeyType; 10] = [
         KeyType::Pending,
         KeyType::Active,
         KeyType::Schedule,
@@ -55,6 +63,9 @@ impl KeyType {
         KeyType::Meta,
         KeyType::Events,
         KeyType::Job,
+        KeyType::Rate,
+        KeyType::Unique,
+        KeyType::Cron,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +77,9 @@ impl KeyType {
             KeyType::Meta => "meta",
             KeyType::Events => "events",
             KeyType::Job => "job",
+            KeyType::Rate => "rate",
+            KeyType::Unique => "unique",
+            KeyType::Cron => "cron",
         }
     }
 
@@ -80,7 +94,25 @@ impl KeyType {
             KeyType::Meta => b"}:meta",
             KeyType::Events => b"}:events",
             KeyType::Job => b"}:job:",
+            KeyType::Rate => b"}:rate",
+            KeyType::Unique => b"}:unique",
+            KeyType::Cron => b"}:cron",
         }
+    }
+
+    /// Whether the timer visits a queue while it has this key: due jobs and expired leases,
+    /// the dead set's retention, the rate window's claims, windows of unique keys that end,
+    /// and repeating jobs that fire.
+    pub fn is_timed(self) -> bool {
+        matches!(
+            self,
+            KeyType::Schedule
+                | KeyType::Active
+                | KeyType::Dead
+                | KeyType::Rate
+                | KeyType::Unique
+                | KeyType::Cron
+        )
     }
 
     /// The exact, lower-case type name; anything else is not in the grammar.

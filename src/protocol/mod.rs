@@ -11,6 +11,7 @@ pub mod counters;
 pub mod error;
 pub mod job;
 pub mod keyspace;
+pub mod limits;
 pub mod ranked;
 pub mod settings;
 pub mod slot;

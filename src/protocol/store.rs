@@ -20,10 +20,16 @@ pub enum Set {
     Schedule,
     /// Jobs that spent their attempts, scored by their time of death.
     Dead,
+    /// Not a set of jobs: the claims in the rate limit's window, `<id>:<attempt>` scored by the
+    /// time of the claim (`protocol::limits`).
+    Rate,
 }
 
 impl Set {
+    /// The sets of jobs, in the order `EMQ.STATS` reports them.
     pub const ALL: [Set; 4] = [Set::Pending, Set::Active, Set::Schedule, Set::Dead];
+    /// How many sets a store opens, the rate window included.
+    pub const COUNT: usize = 5;
 
     pub fn key_type(self) -> KeyType {
         match self {
@@ -31,10 +37,11 @@ impl Set {
             Set::Active => KeyType::Active,
             Set::Schedule => KeyType::Schedule,
             Set::Dead => KeyType::Dead,
+            Set::Rate => KeyType::Rate,
         }
     }
 
-    /// The set's place in [`Set::ALL`].
+    /// The set's place in [`Set::ALL`] (the rate window's comes after).
     pub fn index(self) -> usize {
         self as usize
     }
@@ -70,6 +77,12 @@ pub enum Meta {
     Paused,
     /// The event stream's cap while it is on (`EMQ.EVENTS ... ON`).
     Events,
+    /// How many jobs may be active at once (`EMQ.LIMIT ... CONCURRENCY`).
+    Concurrency,
+    /// How many claims one rate window may hold (`EMQ.LIMIT ... RATE`).
+    Rate,
+    /// The rate window's length in ms (`EMQ.LIMIT ... PER`).
+    RatePer,
 }
 
 impl Meta {
@@ -77,6 +90,9 @@ impl Meta {
         match self {
             Meta::Paused => c"paused",
             Meta::Events => c"events",
+            Meta::Concurrency => c"concurrency",
+            Meta::Rate => c"rate",
+            Meta::RatePer => c"rate-per",
         }
     }
 

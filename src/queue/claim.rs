@@ -4,6 +4,7 @@
 use crate::protocol::counters::{self, CLAIMED};
 use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
+use super::limit::{self, Window};
 use super::operate::paused;
 use super::promote::{count_dropped, Due, PROMOTE_BUDGET};
 use super::{attempts, check_row_types, record, row_of};
@@ -57,8 +58,17 @@ pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome
             more_behind: false,
         });
     }
+    let limits = limit::limits(store)?;
+    if limits.rate.is_some() {
+        store.check_access(&[KeyRef::Set(Set::Rate)])?;
+        store.open_sets(&[Set::Rate])?;
+    }
     store.events()?;
     let now = store.now_ms();
+    let window = match limits.rate {
+        Some(rate) => Some(Window::read(store, rate, now)?),
+        None => None,
+    };
     let due = Due::find(store, now, PROMOTE_BUDGET)?;
     let head = pending_head(store, count)?;
     let rows: Vec<KeyRef<'_, S::Name>> = due
@@ -70,17 +80,34 @@ pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome
     check_row_types(store, &due.rows().collect::<Vec<_>>())?;
     check_head_types(&head)?;
     let moved = due.promote(store, now)?;
-    // Promoted jobs may now come first: read the head again. Its rows are among those checked
-    // (the first head's and the promoted jobs').
-    let head = match moved.to_pending {
-        0 => head,
-        _ => pending_head(store, count)?,
+    // The limits' room, once expired leases left `active`.
+    let room = limits.room(
+        store.len(Set::Active),
+        window.as_ref().map_or(0, |w| w.in_window),
+    );
+    let limited = room < count;
+    if limited {
+        counters::count(&counters::LIMITED, 1);
+    }
+    // Promoted jobs may now come first, and the limits may take fewer: read the head again.
+    // Its rows are among those checked (the first head's and the promoted jobs').
+    let head = match (moved.to_pending, limited) {
+        (0, false) => head,
+        _ => pending_head(store, count.min(room))?,
     };
     let claimed = take(store, head, now + lease_ms)?;
+    if let Some(window) = &window {
+        window.trim(store)?;
+        limit::record_claims(
+            store,
+            now,
+            claimed.iter().map(|c| (c.id.clone(), c.attempts)),
+        )?;
+    }
     counters::count(&CLAIMED, claimed.len() as u64);
     // A head with no job in it, and members still pending: the head was all rowless members
     // (now dropped) up to the budget.
-    let more_behind = claimed.is_empty() && store.len(Set::Pending) != 0;
+    let more_behind = claimed.is_empty() && !limited && store.len(Set::Pending) != 0;
     Ok(Outcome {
         claimed,
         more_behind,

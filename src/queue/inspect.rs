@@ -39,6 +39,7 @@ pub fn set_word(set: Set) -> &'static str {
         Set::Active => "active",
         Set::Schedule => "scheduled",
         Set::Dead => "dead",
+        Set::Rate => "rate",
     }
 }
 
@@ -50,6 +51,7 @@ pub fn score_name(set: Set) -> Option<&'static str> {
         Set::Active => Some("lease-deadline"),
         Set::Schedule => Some("due"),
         Set::Dead => Some("died-at"),
+        Set::Rate => Some("claimed-at"),
     }
 }
 

@@ -5,6 +5,7 @@ use crate::protocol::counters::{self, ACKED, DEAD, RENEWED, RETRIED};
 use crate::protocol::{settings, EmqError, Event, Field, Holds, Set, State, Store, Value};
 
 use super::job::Target;
+use super::limit::{self, room_freed};
 use super::promote::bury;
 use super::{attempts, record, set_state};
 
@@ -57,6 +58,7 @@ pub fn ack<S: Store>(
 ) -> Result<(), EmqError> {
     let row = target.open(store)?;
     check_lease(store, &row, target.job.member, token)?;
+    let limits = limit::limits(store)?;
     store.remove(Set::Active, target.job.member)?;
     let ttl = settings::done_ttl_ms();
     if ttl == 0 {
@@ -75,6 +77,7 @@ pub fn ack<S: Store>(
         store.expire_row(&row, store.now_ms() + ttl)?;
     }
     record(store, Event::Acked, Some(target.job.member), || token)?;
+    room_freed(store, &limits)?;
     counters::count(&ACKED, 1);
     Ok(())
 }
@@ -100,18 +103,21 @@ pub fn fail<S: Store>(
     let row = target.open(store)?;
     let member = target.job.member;
     let attempts = check_lease(store, &row, member, token)?;
+    let limits = limit::limits(store)?;
     let now = store.now_ms();
-    if attempts < settings::max_attempts() {
+    let failed = if attempts < settings::max_attempts() {
         let due = now + retry_in.unwrap_or_else(|| settings::backoff_ms(attempts));
         store.remove(Set::Active, member)?;
         set_state(store, &row, State::Scheduled, error)?;
         store.add(Set::Schedule, due, member)?;
         record(store, Event::Retrying, Some(member), || attempts)?;
         counters::count(&RETRIED, 1);
-        Ok(Failed::Scheduled)
+        Failed::Scheduled
     } else {
         bury(store, Set::Active, member, &row, now, error)?;
         counters::count(&DEAD, 1);
-        Ok(Failed::Dead)
-    }
+        Failed::Dead
+    };
+    room_freed(store, &limits)?;
+    Ok(failed)
 }

@@ -23,7 +23,7 @@ type Row = (Vec<(Vec<u8>, Vec<u8>)>, Option<i64>);
 pub struct Memory {
     pub now: Cell<i64>,
     /// Each set's members and scores.
-    pub sets: RefCell<[BTreeMap<Vec<u8>, f64>; 4]>,
+    pub sets: RefCell<[BTreeMap<Vec<u8>, f64>; Set::COUNT]>,
     /// Rows by job id.
     pub rows: RefCell<BTreeMap<Vec<u8>, Row>>,
     /// Keys that hold another type (a string written by hand).
@@ -38,7 +38,7 @@ pub struct Memory {
     pub stream: RefCell<Vec<String>>,
     /// Wake-ups of the claimers blocked on the pending set.
     pub wakes: Cell<usize>,
-    opened: RefCell<[bool; 4]>,
+    opened: RefCell<[bool; Set::COUNT]>,
     events: Cell<Option<Option<u64>>>,
 }
 

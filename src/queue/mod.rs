@@ -10,6 +10,7 @@ pub mod enqueue;
 pub mod inspect;
 pub mod job;
 pub mod lease;
+pub mod limit;
 pub mod operate;
 pub mod promote;
 pub mod stats;

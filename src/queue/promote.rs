@@ -175,14 +175,16 @@ pub fn next_due<S: Store>(store: &S) -> Result<Option<i64>, EmqError> {
 
 /// One visit of the timer to a queue: promotes up to `budget` due jobs of each timed set, trims
 /// up to `budget` dead jobs past the dead set's retention (`emq.dead-ttl-ms`, then
-/// `emq.dead-max-jobs`), and says when to look again (`None`: the queue has no set left to
-/// watch).
+/// `emq.dead-max-jobs`) and as many claims that left the rate window, and says when to look
+/// again (`None`: the queue has no set left to watch).
 pub fn visit<S: Store>(
     store: &S,
     now: i64,
     budget: usize,
 ) -> Result<(Moved, Option<i64>), EmqError> {
     store.open_sets(&Set::ALL)?;
+    store.open_sets(&[Set::Rate])?;
+    let limits = super::limit::limits(store)?;
     let due = Due::find(store, now, budget)?;
     let trimmed = past_retention(store, now, budget)?;
     let rows: Vec<&S::Name> = due
@@ -197,13 +199,17 @@ pub fn visit<S: Store>(
         purge_one(store, Set::Dead, member)?;
     }
     counters::count(&counters::TRIMMED, trimmed.len() as u64);
+    let window = match store.len(Set::Rate) {
+        0 => None,
+        _ => super::limit::visit_window(store, &limits, now, budget)?,
+    };
     let next = if due.is_full(budget) || trimmed.len() >= budget {
         Some(now) // more was due than one visit moves
     } else {
-        match (next_due(store)?, next_trim(store, now)?) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [next_due(store)?, next_trim(store, now)?, window]
+            .into_iter()
+            .flatten()
+            .min()
     };
     Ok((moved, next))
 }

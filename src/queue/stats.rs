@@ -1,14 +1,17 @@
-//! `EMQ.STATS`: how many jobs each set of a queue holds, and whether it is paused (a read; no
-//! transition).
+//! `EMQ.STATS`: how many jobs each set of a queue holds, whether it is paused, and its claim
+//! limits and their use (a read; no transition).
 
 use crate::protocol::{EmqError, KeyRef, Set, Store};
 
+use super::limit::{usage, Usage};
 use super::operate::paused;
 
 pub struct Stats {
     /// The sizes of `pending`, `active`, `schedule` and `dead`, in that order.
     pub sets: [u64; 4],
     pub paused: bool,
+    /// The claim limits and their use.
+    pub usage: Usage,
 }
 
 /// What the queue holds, after checking the caller may read it.
@@ -24,5 +27,6 @@ pub fn stats<S: Store>(store: &S) -> Result<Stats, EmqError> {
     Ok(Stats {
         sets: Set::ALL.map(|set| store.len(set)),
         paused: paused(store)?,
+        usage: usage(store)?,
     })
 }

@@ -1,8 +1,9 @@
 //! What EchoMQ learns beside its own commands, and where each event goes.
 //!
 //! - **Keyspace events** (zset, generic, expired and evicted, on every key): a write to a
-//!   queue's `schedule`, `active` or `dead` set makes the queue watched by the timer (due jobs,
-//!   expired leases, the dead set's retention), and the removal of the last of the three
+//!   queue's `schedule`, `active`, `dead` or `rate` set makes the queue watched by the timer
+//!   (due jobs, expired leases, the dead set's retention, the rate window; `KeyType::is_timed`
+//!   has the rest), and the removal of the last of them
 //!   unwatches it (a replica, which never visits its queues, would
 //!   otherwise keep every queue it ever saw) — whoever wrote them: this module, a Lua speaker,
 //!   the replication stream or a slot import (`RESTORE`). Any write to a `pending` set signals
@@ -29,9 +30,8 @@ use crate::host::events::{
 use crate::host::key::Key;
 use crate::host::propagate::signal_ready;
 use crate::host::server::now_ms;
-use crate::host::store::QueueNames;
-use crate::host::string::Str;
-use crate::protocol::{decode, Decoded, Holds, KeyType, Queue, Set};
+use crate::host::string::{OwnedString, Str};
+use crate::protocol::{decode, Decoded, Holds, KeyBuf, KeyType, Queue};
 
 use super::{client_db, cluster, effects, eviction, meta_watch, queues, timer};
 
@@ -72,7 +72,7 @@ fn observe(ctx: &Context, event: EventName, key: Str<'_>) {
     // The event's name is read only here, for a key of a queue: every other key the server
     // reports (any zset or generic write on the server) costs no more than above.
     let gone = GONE.contains(&event.bytes());
-    if matches!(ty, KeyType::Schedule | KeyType::Active | KeyType::Dead) {
+    if ty.is_timed() {
         let db = selected_db(ctx);
         if gone && !has_timed_sets(ctx, queue) {
             timer::watched().forget(db, queue.as_bytes());
@@ -83,17 +83,17 @@ fn observe(ctx: &Context, event: EventName, key: Str<'_>) {
     queues::on_key_event(ctx, queue, ty, key, gone);
 }
 
-/// Whether the queue has a `schedule`, an `active` or a `dead` set in the context's database
-/// (when unsure, that it has).
+/// Whether the queue has a key the timer visits (`KeyType::is_timed`) in the context's
+/// database (when unsure, that it has).
 fn has_timed_sets(ctx: &Context, queue: Queue<'_>) -> bool {
-    let names = QueueNames::new(ctx, queue);
-    let exists = |set| {
-        names
-            .get(set)
-            .and_then(|name| Key::probe(ctx, name))
-            .map_or(true, |k| k.holds() != Holds::Nothing)
-    };
-    exists(Set::Schedule) || exists(Set::Active) || exists(Set::Dead)
+    KeyType::ALL
+        .into_iter()
+        .filter(|ty| ty.is_timed())
+        .any(|ty| {
+            OwnedString::new(ctx, KeyBuf::queue(queue, ty).as_bytes()).map_or(true, |name| {
+                Key::probe(ctx, &name).map_or(true, |k| k.holds() != Holds::Nothing)
+            })
+        })
 }
 
 /// Rebuilds the watched queues and the registry of the node's queues from the keyspace, in one
@@ -106,7 +106,7 @@ pub fn rebuild(ctx: &Context) {
         let Some(Decoded::Queue { queue, ty, .. }) = decode(key.name()) else {
             return;
         };
-        if matches!(ty, KeyType::Schedule | KeyType::Active | KeyType::Dead) {
+        if ty.is_timed() {
             timer::watched().visit_at(db, queue.as_bytes(), 0);
         }
         known.key(db, queue, ty, key.expires_at());

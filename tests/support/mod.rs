@@ -744,16 +744,20 @@ pub fn until_blocked(con: &mut Connection, n: i64) -> bool {
     wait_until(Duration::from_secs(5), || blocked_clients(con) == n)
 }
 
-/// `EMQ.STATS`: the queue's count per set.
+/// `EMQ.STATS`: the queue's count per set, and its limits and their use (a limit not set is
+/// left out).
 pub fn stats(
     con: &mut impl redis::ConnectionLike,
     queue: &str,
 ) -> std::collections::HashMap<String, i64> {
-    let counts: Vec<(String, i64)> = redis::cmd("EMQ.STATS")
+    let counts: Vec<(String, Option<i64>)> = redis::cmd("EMQ.STATS")
         .arg(queue)
         .query(con)
         .expect("EMQ.STATS");
-    counts.into_iter().collect()
+    counts
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect()
 }
 
 /// `SELECT db` on this connection.

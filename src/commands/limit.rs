@@ -1,0 +1,99 @@
+//! `EMQ.LIMIT <queue> [CONCURRENCY <n>|OFF] [RATE <n> PER <ms> | RATE OFF] | EMQ.LIMIT <queue>
+//! OFF`: sets or removes the queue's claim limits; with no option, reports them. Either way the
+//! reply is the limits and their use now.
+
+use valkey_module::Context;
+
+use super::{is_token, parse_int, parse_queue};
+use crate::host::acl::Access;
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::host::store::with_queue;
+use crate::protocol::limits::{Rate, MAX_CONCURRENCY, MAX_PER_MS, MAX_RATE};
+use crate::protocol::EmqError;
+use crate::queue::limit::{self, Change, Usage};
+use crate::runtime::cluster;
+
+/// The options after the queue (`None`: a report).
+fn parse_change(args: &Args<'_>) -> Result<Option<Change>, EmqError> {
+    let word = |i: usize| args.bytes(i);
+    if args.len() == 2 {
+        return Ok(None);
+    }
+    if args.len() == 3 && is_token(word(2), "OFF") {
+        return Ok(Some(Change::OFF));
+    }
+    let mut change = Change::default();
+    let mut i = 2;
+    while i < args.len() {
+        let lacks = |n: usize| {
+            (i + n >= args.len())
+                .then(|| EmqError::Syntax("syntax error: an option lacks its value".into()))
+        };
+        if is_token(word(i), "CONCURRENCY") && change.concurrency.is_none() {
+            if let Some(e) = lacks(1) {
+                return Err(e);
+            }
+            change.concurrency = Some(match is_token(word(i + 1), "OFF") {
+                true => None,
+                false => Some(parse_int(word(i + 1), 1, MAX_CONCURRENCY, "CONCURRENCY")?),
+            });
+            i += 2;
+        } else if is_token(word(i), "RATE") && change.rate.is_none() {
+            if i + 1 < args.len() && is_token(word(i + 1), "OFF") {
+                change.rate = Some(None);
+                i += 2;
+                continue;
+            }
+            if let Some(e) = lacks(3) {
+                return Err(e);
+            }
+            let n = parse_int(word(i + 1), 1, MAX_RATE, "RATE")?;
+            if !is_token(word(i + 2), "PER") {
+                return Err(EmqError::Syntax(
+                    "syntax error: expected RATE <n> PER <ms>".into(),
+                ));
+            }
+            let per_ms = parse_int(word(i + 3), 1, MAX_PER_MS, "PER")?;
+            change.rate = Some(Some(Rate { n, per_ms }));
+            i += 4;
+        } else {
+            return Err(EmqError::Syntax(
+                "syntax error: expected CONCURRENCY <n>|OFF, RATE <n> PER <ms>|OFF, or OFF alone"
+                    .into(),
+            ));
+        }
+    }
+    Ok(Some(change))
+}
+
+/// The limits and their use, as `EMQ.LIMIT` replies and `EMQ.STATS` ends: a limit not set is
+/// null.
+pub fn usage_fields(usage: &Usage) -> Vec<(&'static str, Reply)> {
+    let opt = |v: Option<i64>| v.map_or(Reply::Null, Reply::Integer);
+    vec![
+        ("concurrency", opt(usage.limits.concurrency)),
+        ("rate", opt(usage.limits.rate.map(|r| r.n))),
+        ("rate-per", opt(usage.limits.rate.map(|r| r.per_ms))),
+        ("rate-used", Reply::Integer(usage.in_window as i64)),
+    ]
+}
+
+pub fn run(ctx: &Context, args: &Args) -> CommandResult {
+    if args.len() < 2 {
+        return Err(EmqError::Arity("emq.limit"));
+    }
+    let queue = parse_queue(args.bytes(1))?;
+    let change = parse_change(args)?;
+    let usage = match change {
+        None => with_queue(ctx, queue, Access::Read, |store| limit::usage(store))?,
+        Some(change) => {
+            cluster::check_stable(queue)?;
+            with_queue(ctx, queue, Access::ReadWrite, |store| {
+                limit::set(store, change)
+            })?
+        }
+    };
+    let mut fields = vec![("active", Reply::Integer(usage.active as i64))];
+    fields.extend(usage_fields(&usage));
+    Ok(Reply::Map(fields))
+}

@@ -1,0 +1,207 @@
+//! A queue's claim limits (SPEC §9, `protocol::limits`): `EMQ.LIMIT` sets and reports them, a
+//! claim takes no more than they leave room for, a settled job wakes the claimers waiting for
+//! room, and the timer trims the rate window and wakes them when it frees.
+
+use crate::protocol::limits::{rate_member, Limits, Rate, MAX_RATE};
+use crate::protocol::{EmqError, KeyRef, Meta, Set, Store};
+
+/// The queue's limits, from its `meta` hash (none where it has no hash).
+pub fn limits<S: Store>(store: &S) -> Result<Limits, EmqError> {
+    let read = |field| -> Result<Option<Vec<u8>>, EmqError> {
+        Ok(store.meta(field)?.map(|t| store.bytes(&t).to_vec()))
+    };
+    let concurrency = read(Meta::Concurrency)?;
+    let rate = read(Meta::Rate)?;
+    let per = match rate {
+        Some(_) => read(Meta::RatePer)?,
+        None => None,
+    };
+    Ok(Limits::from_meta(
+        concurrency.as_deref(),
+        rate.as_deref(),
+        per.as_deref(),
+    ))
+}
+
+/// A change `EMQ.LIMIT` makes: each limit set (`Some(Some(..))`), removed (`Some(None)`) or
+/// left as it is (`None`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Change {
+    pub concurrency: Option<Option<i64>>,
+    pub rate: Option<Option<Rate>>,
+}
+
+impl Change {
+    /// `EMQ.LIMIT <queue> OFF`.
+    pub const OFF: Change = Change {
+        concurrency: Some(None),
+        rate: Some(None),
+    };
+}
+
+/// The limits and their use now: what `EMQ.LIMIT` and `EMQ.STATS` report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub limits: Limits,
+    /// Jobs active now.
+    pub active: u64,
+    /// Claims in the rate window now (0 without a rate limit).
+    pub in_window: u64,
+}
+
+/// The queue's limits and their use, for a caller that may read its `active` set (and its
+/// rate window, under a rate limit).
+pub fn usage<S: Store>(store: &S) -> Result<Usage, EmqError> {
+    store.check_access(&[KeyRef::Set(Set::Active), KeyRef::ReadMeta])?;
+    store.open_sets(&[Set::Active])?;
+    let limits = limits(store)?;
+    let in_window = match limits.rate {
+        Some(rate) => {
+            store.check_access(&[KeyRef::Set(Set::Rate)])?;
+            store.open_sets(&[Set::Rate])?;
+            Window::read(store, rate, store.now_ms())?.in_window
+        }
+        None => 0,
+    };
+    Ok(Usage {
+        limits,
+        active: store.len(Set::Active),
+        in_window,
+    })
+}
+
+/// `EMQ.LIMIT <queue> ...`: applies `change` to the `meta` hash, then wakes the claimers
+/// waiting on the queue (a limit raised or removed leaves them room). What the queue has now.
+pub fn set<S: Store>(store: &S, change: Change) -> Result<Usage, EmqError> {
+    store.check_access(&[
+        KeyRef::Meta,
+        KeyRef::Set(Set::Active),
+        KeyRef::Set(Set::Rate),
+    ])?;
+    store.open_sets(&[Set::Active, Set::Rate])?;
+    // Read first: a `meta` key of another type refuses before any write.
+    limits(store)?;
+    if let Some(concurrency) = change.concurrency {
+        match concurrency {
+            Some(n) => store.set_meta(Meta::Concurrency, n.to_string().as_bytes())?,
+            None => store.del_meta(Meta::Concurrency).map(drop)?,
+        }
+    }
+    if let Some(rate) = change.rate {
+        match rate {
+            Some(r) => {
+                store.set_meta(Meta::Rate, r.n.to_string().as_bytes())?;
+                store.set_meta(Meta::RatePer, r.per_ms.to_string().as_bytes())?;
+            }
+            None => {
+                store.del_meta(Meta::Rate)?;
+                store.del_meta(Meta::RatePer)?;
+            }
+        }
+    }
+    if store.len(Set::Pending) != 0 || store.len(Set::Active) != 0 {
+        store.wake_claimers()?;
+    }
+    usage(store)
+}
+
+/// The rate window at `now`: the claims that left it (at or before `now - per`), to trim, and
+/// how many are in it.
+pub struct Window<S: Store> {
+    pub expired: Vec<S::Text>,
+    pub in_window: u64,
+}
+
+impl<S: Store> Window<S> {
+    /// Reads the open rate window without writing.
+    pub fn read(store: &S, rate: Rate, now: i64) -> Result<Self, EmqError> {
+        let edge = now.saturating_sub(rate.per_ms) as f64;
+        let expired: Vec<S::Text> = store
+            .range(Set::Rate, f64::NEG_INFINITY, edge, MAX_RATE as usize)?
+            .into_iter()
+            .map(|(m, _)| m)
+            .collect();
+        let in_window = store.len(Set::Rate).saturating_sub(expired.len() as u64);
+        Ok(Self { expired, in_window })
+    }
+
+    /// Removes the claims that left the window.
+    pub fn trim(&self, store: &S) -> Result<(), EmqError> {
+        for member in &self.expired {
+            store.remove(Set::Rate, member)?;
+        }
+        Ok(())
+    }
+}
+
+/// Records `claims` (each job's id and attempt) in the rate window at `now`. A job claimed
+/// again with the same attempt while its first claim is in the window (requeued, or enqueued
+/// again after its row went) gets a member of its own, `<id>:<attempt>:<n>`.
+pub fn record_claims<S: Store>(
+    store: &S,
+    now: i64,
+    claims: impl Iterator<Item = (Vec<u8>, i64)>,
+) -> Result<(), EmqError> {
+    let mut members = Vec::new();
+    for (id, attempt) in claims {
+        let base = rate_member(&id, attempt);
+        let mut member = store.text(&base)?;
+        let mut n = 1;
+        while store.score(Set::Rate, &member).is_some() {
+            // At most one member per claim in the window, so this ends within MAX_RATE.
+            n += 1;
+            if n > MAX_RATE + 1 {
+                return Err(EmqError::Internal);
+            }
+            let mut again = base.clone();
+            again.extend_from_slice(format!(":{n}").as_bytes());
+            member = store.text(&again)?;
+        }
+        members.push(member);
+    }
+    let scored: Vec<(i64, &S::Text)> = members.iter().map(|m| (now, m)).collect();
+    store.add_many(Set::Rate, &scored)
+}
+
+/// A job left `active` (acked or failed): under a concurrency limit, the claimers waiting on
+/// the queue may take its place. `limits` were read before the first write.
+pub fn room_freed<S: Store>(store: &S, limits: &Limits) -> Result<(), EmqError> {
+    if limits.concurrency.is_some() && store.len(Set::Pending) != 0 {
+        store.wake_claimers()?;
+    }
+    Ok(())
+}
+
+/// The timer's part (a visit): trims up to `budget` claims that left the rate window (all of
+/// them when the queue has no rate limit any more), wakes the claimers waiting on the queue
+/// when that made room, and says when the window next frees (`None`: it is empty).
+pub fn visit_window<S: Store>(
+    store: &S,
+    limits: &Limits,
+    now: i64,
+    budget: usize,
+) -> Result<Option<i64>, EmqError> {
+    let edge = match limits.rate {
+        Some(rate) => now.saturating_sub(rate.per_ms) as f64,
+        None => f64::INFINITY,
+    };
+    let expired = store.range(Set::Rate, f64::NEG_INFINITY, edge, budget)?;
+    for (member, _) in &expired {
+        store.remove(Set::Rate, member)?;
+    }
+    if expired.len() >= budget {
+        return Ok(Some(now));
+    }
+    if !expired.is_empty() && limits.rate.is_some() && store.len(Set::Pending) != 0 {
+        store.wake_claimers()?;
+    }
+    let oldest = store
+        .range(Set::Rate, f64::NEG_INFINITY, f64::INFINITY, 1)?
+        .first()
+        .map(|(_, at)| *at as i64);
+    Ok(match (oldest, limits.rate) {
+        (Some(at), Some(rate)) => Some(at.saturating_add(rate.per_ms)),
+        (Some(_), None) => Some(now),
+        (None, _) => None,
+    })
+}
