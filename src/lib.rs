@@ -33,7 +33,7 @@ const COMMANDS: &[Command] = &[
         flags: c"write deny-oom",
         arity: -4,
         routes_by_queue: true,
-        summary: c"Enqueue a job: write its row and add it to the queue's pending set, once",
+        summary: c"Enqueue a job: write its row and add it to the queue's pending set, once; with UNIQUE, only while no job holds the key (the holder's id is the reply)",
         complexity: c"O(log(N)) with N the number of pending jobs",
         args: &[
             Arg::required(c"queue", Str),
@@ -47,6 +47,13 @@ const COMMANDS: &[Command] = &[
                 ]),
             ),
             Arg::token(c"priority", c"PRIORITY", Int),
+            Arg::optional(
+                c"unique",
+                Block(&[
+                    Arg::keyword(c"key", c"UNIQUE", Str),
+                    Arg::token(c"window", c"FOR", Int),
+                ]),
+            ),
         ],
     },
     Command {

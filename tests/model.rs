@@ -1,7 +1,7 @@
 //! The job lifecycle against a reference model (SPEC §6): random sequences of enqueues,
 //! batches, claims, acks (with results), failures, renewals (with progress), cancels, requeues
 //! one by one and in bulk, purges, pauses and resumes, concurrency and rate limits set and
-//! lifted, with valid and stale tokens, and the dead
+//! lifted, enqueues holding unique keys, with valid and stale tokens, and the dead
 //! set kept to `emq.dead-max-jobs` by the timer, each reply compared with the model's, and the whole queue (every row and every set)
 //! compared after each stretch of operations; a replica without the module ends with the same
 //! data. Delays and leases are an hour long, so the timer acts only where the test moves a due
@@ -63,6 +63,8 @@ struct Job {
     progress: Option<String>,
     /// Its `pending` score, kept in the row when not 0.
     priority: i64,
+    /// The unique key it was enqueued with.
+    unique: Option<String>,
     /// Its score in `schedule` or `dead`: a time the server's clock gave, read back once the
     /// job got there (the model orders those sets by it, as purges and the retention do).
     score: Option<f64>,
@@ -93,6 +95,9 @@ struct Model {
     /// since it was set: the sequence lasts less than an hour).
     rate: Option<i64>,
     rate_used: i64,
+    /// Unique keys, each with the job that took it and whether for a window (an hour long, so
+    /// it holds through the sequence) or until that job is done or dead.
+    unique: BTreeMap<String, (String, bool)>,
 }
 
 impl Model {
@@ -115,6 +120,7 @@ impl Model {
                 result: None,
                 progress: None,
                 priority,
+                unique: None,
                 score: None,
             },
         );
@@ -148,6 +154,36 @@ impl Model {
                 (id, job.payload.clone(), job.attempts)
             })
             .collect()
+    }
+
+    /// `EMQ.ENQUEUE ... UNIQUE <key> [FOR <an hour>]`: `0` for a row that exists, the holder's id
+    /// while the key is held, else `1`, the job taking the key.
+    fn enqueue_unique(&mut self, id: &str, payload: &str, key: &str, window: bool) -> Answer {
+        if self.jobs.contains_key(id) {
+            return Answer::Int(0);
+        }
+        if let Some(holder) = self.holder(key) {
+            return Answer::Text(holder);
+        }
+        self.enqueue(id, payload, false, 0);
+        if let Some(job) = self.jobs.get_mut(id) {
+            job.unique = Some(key.to_string());
+        }
+        self.unique
+            .insert(key.to_string(), (id.to_string(), window));
+        Answer::Int(1)
+    }
+
+    /// The job that holds `key` now, if one does.
+    fn holder(&self, key: &str) -> Option<String> {
+        let (holder, window) = self.unique.get(key)?;
+        // The holder is the job that took the key: one enqueued again under its id (after its
+        // row went) without the key holds nothing.
+        let live = self.jobs.get(holder).is_some_and(|j| {
+            matches!(j.state, State::Pending | State::Active | State::Scheduled)
+                && j.unique.as_deref() == Some(key)
+        });
+        (*window || live).then(|| holder.clone())
     }
 
     /// The job, if `token` is its live lease.
@@ -376,6 +412,7 @@ fn ask(con: &mut Connection, c: &redis::Cmd, like: &Answer) -> Answer {
             );
             Answer::Deadline
         }
+        (Answer::Text(_), Value::Int(n)) => Answer::Int(*n),
         (Answer::Text(_), v) => Answer::Text(text(v)),
         (Answer::Ints(_), Value::Array(items)) => Answer::Ints(
             items
@@ -430,7 +467,26 @@ fn check_queue(con: &mut Connection, q: &str, model: &Model, step: usize) {
         }
     }
     keys.sort();
-    assert_eq!(keys_of(con, q), keys, "the queue's keys at step {step}");
+    // The unique table holds every key the model says is held; what holds nothing any more goes
+    // when the timer's sweep comes to it.
+    let table: BTreeMap<String, String> = cmd("HGETALL")
+        .arg(set_key(q, "unique"))
+        .query(con)
+        .expect("unique");
+    for key in model.unique.keys() {
+        if let Some(holder) = model.holder(key) {
+            let entry = table
+                .get(key)
+                .map(|v| v.split(':').next().unwrap_or("").to_string());
+            assert_eq!(entry, Some(holder), "unique key {key} at step {step}");
+        }
+    }
+    let unique_key = set_key(q, "unique");
+    let on_server: Vec<String> = keys_of(con, q)
+        .into_iter()
+        .filter(|k| *k != unique_key)
+        .collect();
+    assert_eq!(on_server, keys, "the queue's keys at step {step}");
     for n in 1..=IDS {
         let id = job_id(n);
         let row: BTreeMap<String, String> =
@@ -446,6 +502,9 @@ fn check_queue(con: &mut Connection, q: &str, model: &Model, step: usize) {
         ]);
         if job.priority != 0 {
             fields.insert("priority".into(), job.priority.to_string());
+        }
+        if let Some(key) = &job.unique {
+            fields.insert("unique".into(), key.clone());
         }
         for (name, value) in [
             ("error", &job.error),
@@ -579,6 +638,16 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
             continue;
         }
         let (c, expected) = match op {
+            0 if rng.below(2) == 0 => {
+                let key = format!("u{}", rng.below(5));
+                let window = rng.below(3) == 0;
+                let mut c = cmd("EMQ.ENQUEUE");
+                c.arg(q).arg(&id).arg(&payload).arg("UNIQUE").arg(&key);
+                if window {
+                    c.arg("FOR").arg(&hour);
+                }
+                (c, model.enqueue_unique(&id, &payload, &key, window))
+            }
             0..=3 => {
                 let mut c = cmd("EMQ.ENQUEUE");
                 c.arg(q).arg(&id).arg(&payload);
@@ -715,7 +784,7 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
             .collect()
     };
     for (name, needles) in [
-        ("EMQ.ENQUEUE", &["Int(1)", "Int(0)"][..]),
+        ("EMQ.ENQUEUE", &["Int(1)", "Int(0)", "Text(\"JOB"][..]),
         ("EMQ.MENQUEUE", &["1", "0"]),
         ("EMQ.CLAIM", &["Jobs([])", "Jobs([("]),
         ("EMQ.ACK", &["Int(1)", "EMQLEASE"]),

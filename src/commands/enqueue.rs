@@ -1,8 +1,8 @@
-//! `EMQ.ENQUEUE <queue> <id|*> <payload> [DELAY <ms> | AT <unix-ms>] [PRIORITY <p>]` (SPEC §4,
-//! §6): replies
-//! 1 for a new job, 0 for a duplicate, or the minted id for `*`. The refusals come in SPEC
-//! order: queue -> id -> kind -> payload size -> due time -> (the queue layer) ACL -> row
-//! exists -> set type.
+//! `EMQ.ENQUEUE <queue> <id|*> <payload> [DELAY <ms> | AT <unix-ms>] [PRIORITY <p>]
+//! [UNIQUE <key> [FOR <ms>]]` (SPEC §4, §6, §9): replies 1 for a new job, 0 for a duplicate,
+//! the minted id for `*`, or, when another job holds the unique key, that job's id. The
+//! refusals come in SPEC order: queue -> id -> kind -> payload size -> due time -> (the queue
+//! layer) ACL -> row exists -> set type -> unique table type.
 
 use valkey_module::Context;
 
@@ -14,16 +14,26 @@ use crate::host::store::with_queue;
 use crate::host::string::Text;
 use crate::protocol::job::{PRIORITY_MAX, PRIORITY_MIN};
 use crate::protocol::{settings, EmqError};
-use crate::queue::enqueue::{check_new, enqueue, Added, Placement};
+use crate::queue::enqueue::{check_new, enqueue_with, Added, Placement};
+use crate::queue::unique::{Unique, MAX_KEY_LEN};
 use crate::queue::Job;
-use crate::runtime::cluster;
+use crate::runtime::{cluster, timer};
+
+/// The options after the payload.
+struct Options<'a> {
+    placement: Placement,
+    priority: i64,
+    unique: Option<Unique<'a>>,
+}
 
 /// The options after the payload, at `args[at..]`, in any order, each at most once:
 /// `[DELAY <ms> | AT <unix-ms>]` (resolved against the clock, read only when there is a due
-/// time to compare) and `[PRIORITY <p>]`.
-fn parse_options(args: &Args, at: usize) -> Result<(Placement, i64), EmqError> {
+/// time to compare), `[PRIORITY <p>]` and `[UNIQUE <key>]` with its `[FOR <ms>]`.
+fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError> {
     let mut due = None;
     let mut priority = None;
+    let mut unique: Option<&'a [u8]> = None;
+    let mut for_ms = None;
     let mut now = None;
     let mut i = at;
     while i < args.len() {
@@ -35,19 +45,37 @@ fn parse_options(args: &Args, at: usize) -> Result<(Placement, i64), EmqError> {
             due = Some(parse_int(value, 0, settings::MAX_UNIX_MS, "AT")?);
         } else if priority.is_none() && is_token(name, "PRIORITY") {
             priority = Some(parse_int(value, PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?);
+        } else if unique.is_none() && is_token(name, "UNIQUE") {
+            if value.is_empty() || value.len() > MAX_KEY_LEN {
+                return Err(EmqError::Syntax(
+                    format!("UNIQUE key must be 1 to {MAX_KEY_LEN} bytes").into(),
+                ));
+            }
+            unique = Some(value);
+        } else if for_ms.is_none() && is_token(name, "FOR") {
+            for_ms = Some(parse_int(value, 1, settings::MAX_DURATION_MS, "FOR")?);
         } else {
             return Err(EmqError::Syntax(
-                "syntax error: expected DELAY <ms> or AT <unix-ms>, and PRIORITY <p>, once each"
+                "syntax error: expected DELAY <ms> or AT <unix-ms>, PRIORITY <p> and UNIQUE <key> [FOR <ms>], once each"
                     .into(),
             ));
         }
         i += 2;
     }
+    if for_ms.is_some() && unique.is_none() {
+        return Err(EmqError::Syntax(
+            "syntax error: FOR <ms> is the window of a UNIQUE key".into(),
+        ));
+    }
     let placement = match due {
         None => Placement::Ready,
         Some(due) => Placement::at(due, now.unwrap_or_else(|| now_ms() as i64)),
     };
-    Ok((placement, priority.unwrap_or(0)))
+    Ok(Options {
+        placement,
+        priority: priority.unwrap_or(0),
+        unique: unique.map(|key| Unique { key, for_ms }),
+    })
 }
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
@@ -60,7 +88,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         id => Some(parse_id(id)?),
     };
     check_new(requested.as_ref(), args.bytes(3))?;
-    let (placement, priority) = parse_options(args, 4)?;
+    let options = parse_options(args, 4)?;
     cluster::check_stable(queue)?;
     let (Some(id_text), Some(payload)) = (args.string(2), args.string(3)) else {
         return Err(EmqError::Internal);
@@ -73,12 +101,22 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             id,
             member: &member,
         });
-        Ok(
-            match enqueue(store, job, &Text::Borrowed(payload), placement, priority)? {
-                Added::New => Reply::Integer(1),
-                Added::Duplicate => Reply::Integer(0),
-                Added::Minted(id) => Reply::Bulk(id.encode().to_vec()),
-            },
-        )
+        let added = enqueue_with(
+            store,
+            job,
+            &Text::Borrowed(payload),
+            options.placement,
+            options.priority,
+            options.unique.as_ref(),
+        )?;
+        if options.unique.is_some() && matches!(added, Added::New | Added::Minted(_)) {
+            // The unique table's sweep is the timer's.
+            timer::watch(ctx, queue);
+        }
+        Ok(match added {
+            Added::New => Reply::Integer(1),
+            Added::Duplicate => Reply::Integer(0),
+            Added::Minted(id) | Added::Held(id) => Reply::Bulk(id.encode().to_vec()),
+        })
     })
 }

@@ -76,7 +76,8 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             .into_iter()
             .map(|a| match a {
                 Added::New => Reply::Integer(1),
-                Added::Duplicate => Reply::Integer(0),
+                // A batch takes no unique keys: nothing else holds its jobs back.
+                Added::Duplicate | Added::Held(_) => Reply::Integer(0),
                 Added::Minted(id) => Reply::Bulk(id.encode().to_vec()),
             })
             .collect(),

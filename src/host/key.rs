@@ -11,6 +11,22 @@ use crate::protocol::{EmqError, Holds};
 
 use super::string::{OwnedString, Str, Text};
 
+/// A hash field's name as the hash calls take it: a C string (`REDISMODULE_HASH_CFIELDS`) or
+/// a server string.
+enum FieldName<'a> {
+    C(&'a CStr),
+    S(Str<'a>),
+}
+
+impl FieldName<'_> {
+    fn parts(&self) -> (c_int, *const std::ffi::c_void) {
+        match self {
+            FieldName::C(c) => (raw::REDISMODULE_HASH_CFIELDS as c_int, c.as_ptr().cast()),
+            FieldName::S(s) => (raw::REDISMODULE_HASH_NONE as c_int, s.as_ptr().cast()),
+        }
+    }
+}
+
 /// An open key; closed on drop.
 ///
 /// The server signals a key as modified (aborting `WATCH`es, invalidating tracked copies)
@@ -172,18 +188,29 @@ impl<'n> Key<'n> {
 
     /// `HGET key field`.
     pub fn hash_get(&self, field: &CStr) -> Option<OwnedString> {
+        self.hash_get_named(FieldName::C(field))
+    }
+
+    /// `HGET key field`, the field a server string (any bytes).
+    pub fn hash_get_str(&self, field: Str<'_>) -> Option<OwnedString> {
+        self.hash_get_named(FieldName::S(field))
+    }
+
+    fn hash_get_named(&self, field: FieldName<'_>) -> Option<OwnedString> {
         if self.holds() != Holds::Hash {
             return None;
         }
         let f = unsafe { raw::RedisModule_HashGet }?;
         let mut value: *mut raw::RedisModuleString = ptr::null_mut();
-        // SAFETY: the key is an open hash; the variadic list is NULL-terminated. The value
-        // is an auto-memory-free string we take ownership of.
+        let (flags, name) = field.parts();
+        // SAFETY: the key is an open hash; the field is of the kind `flags` says; the
+        // variadic list is NULL-terminated. The value is an auto-memory-free string we take
+        // ownership of.
         unsafe {
             f(
                 self.ptr?.as_ptr(),
-                raw::REDISMODULE_HASH_CFIELDS as c_int,
-                field.as_ptr(),
+                flags,
+                name,
                 &mut value as *mut *mut raw::RedisModuleString,
                 ptr::null::<c_char>(),
             )
@@ -212,22 +239,25 @@ impl<'n> Key<'n> {
 
     /// `HDEL key field`; whether the field was there.
     pub fn hash_del(&self, field: &CStr) -> Result<bool, EmqError> {
+        self.hash_del_named(FieldName::C(field))
+    }
+
+    /// `HDEL key field`, the field a server string (any bytes).
+    pub fn hash_del_str(&self, field: Str<'_>) -> Result<bool, EmqError> {
+        self.hash_del_named(FieldName::S(field))
+    }
+
+    fn hash_del_named(&self, field: FieldName<'_>) -> Result<bool, EmqError> {
         if self.holds() != Holds::Hash {
             return Ok(false);
         }
         let hset = unsafe { raw::RedisModule_HashSet }.ok_or(EmqError::Internal)?;
         // `REDISMODULE_HASH_DELETE`, a C macro: the value that deletes its field.
         let delete = ptr::without_provenance_mut::<raw::RedisModuleString>(1);
-        // SAFETY: the key is an open hash; the variadic list is NULL-terminated.
-        let n = unsafe {
-            hset(
-                self.handle()?,
-                raw::REDISMODULE_HASH_CFIELDS as c_int,
-                field.as_ptr(),
-                delete,
-                ptr::null::<c_char>(),
-            )
-        };
+        let (flags, name) = field.parts();
+        // SAFETY: the key is an open hash; the field is of the kind `flags` says; the
+        // variadic list is NULL-terminated.
+        let n = unsafe { hset(self.handle()?, flags, name, delete, ptr::null::<c_char>()) };
         if n > 0 {
             self.modified.set(true);
         }

@@ -6,11 +6,11 @@ use std::cell::{Cell, OnceCell};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use valkey_module::{CallOptionsBuilder, CallResult, Context};
+use valkey_module::{CallOptionsBuilder, CallReply, CallResult, Context};
 
 use crate::protocol::{
-    BrandedId, EmqError, Field, Holds, KeyBuf, KeyRef, KeyType, Meta, Queue, RowPrefix, Set, State,
-    Store, Value,
+    BrandedId, EmqError, Field, Holds, KeyBuf, KeyRef, KeyType, Meta, Queue, RowPrefix, ScanStep,
+    Set, State, Store, Table, Value,
 };
 
 use super::acl::{check_permission, Access};
@@ -46,7 +46,7 @@ pub fn no_meta_exists() {
 pub struct QueueNames<'q> {
     ctx: &'q Context,
     queue: Queue<'q>,
-    names: [OnceCell<OwnedString>; 7],
+    names: [OnceCell<OwnedString>; Set::COUNT + 4],
 }
 
 impl<'q> QueueNames<'q> {
@@ -72,6 +72,11 @@ impl<'q> QueueNames<'q> {
     #[inline(always)]
     fn events(&self) -> Result<&OwnedString, EmqError> {
         self.named(Set::COUNT + 1, KeyType::Events)
+    }
+
+    /// The name of one of the queue's tables.
+    pub fn table(&self, table: Table) -> Result<&OwnedString, EmqError> {
+        self.named(Set::COUNT + 2 + table as usize, table.key_type())
     }
 
     #[inline]
@@ -188,6 +193,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
                     KeyRef::ReadMeta => (names.meta()?, Access::Read),
                     KeyRef::Meta => (names.meta()?, write),
                     KeyRef::Events => (names.events()?, write),
+                    KeyRef::Table(table) => (names.table(*table)?, write),
                     KeyRef::Row(name) => (*name, write),
                 })
             }),
@@ -521,5 +527,93 @@ impl<'a> Store for ServerStore<'_, 'a> {
     fn wake_claimers(&self) -> Result<(), EmqError> {
         signal_ready(self.ctx, self.names.get(Set::Pending)?.as_str());
         Ok(())
+    }
+
+    fn table_get(&self, table: Table, field: &[u8]) -> Result<Option<Text<'a>>, EmqError> {
+        let key = self.open_table(table)?;
+        let field = OwnedString::new(self.ctx, field)?;
+        Ok(key.hash_get_str(field.as_str()).map(Text::Owned))
+    }
+
+    fn table_set(&self, table: Table, field: &[u8], value: &[u8]) -> Result<(), EmqError> {
+        let key = self.open_table(table)?;
+        let (field, value) = (
+            OwnedString::new(self.ctx, field)?,
+            OwnedString::new(self.ctx, value)?,
+        );
+        key.hash_set(field.as_str(), value.as_str())?;
+        notify(self.ctx, NOTIFY_HASH, c"hset", key.name());
+        emit(
+            self.ctx,
+            c"HSET",
+            &[key.name().as_str(), field.as_str(), value.as_str()],
+        );
+        Ok(())
+    }
+
+    fn table_del(&self, table: Table, field: &[u8]) -> Result<bool, EmqError> {
+        let key = self.open_table(table)?;
+        let field = OwnedString::new(self.ctx, field)?;
+        if !key.hash_del_str(field.as_str())? {
+            return Ok(false);
+        }
+        notify(self.ctx, NOTIFY_HASH, c"hdel", key.name());
+        if key.is_empty() {
+            notify(self.ctx, NOTIFY_GENERIC, c"del", key.name());
+        }
+        emit(self.ctx, c"HDEL", &[key.name().as_str(), field.as_str()]);
+        Ok(true)
+    }
+
+    fn table_len(&self, table: Table) -> Result<u64, EmqError> {
+        Ok(self.open_table(table)?.len())
+    }
+
+    fn table_scan(&self, table: Table, cursor: u64, count: usize) -> Result<ScanStep, EmqError> {
+        let name = self.names.table(table)?;
+        if self.open_table(table)?.holds() == Holds::Nothing {
+            return Ok((0, Vec::new()));
+        }
+        let (cursor, count) = (cursor.to_string(), count.to_string());
+        let args: [&[u8]; 4] = [name.bytes(), cursor.as_bytes(), b"COUNT", count.as_bytes()];
+        // The crate has no safe `RM_ScanKey`, whose cursor cannot outlive the call; `HSCAN`'s
+        // is a number, so a sweep resumes on the next visit. A read: nothing to replicate.
+        let options = CallOptionsBuilder::new().build();
+        let reply: CallResult = self.ctx.call_ext("HSCAN", &options, &args[..]);
+        let Ok(CallReply::Array(reply)) = reply else {
+            return Err(EmqError::Internal);
+        };
+        let bytes = |r: Option<CallResult<'_>>| match r {
+            Some(Ok(CallReply::String(s))) => Some(s.as_bytes().to_vec()),
+            _ => None,
+        };
+        let next = bytes(reply.get(0))
+            .and_then(|c| std::str::from_utf8(&c).ok()?.parse::<u64>().ok())
+            .ok_or(EmqError::Internal)?;
+        let Some(Ok(CallReply::Array(items))) = reply.get(1) else {
+            return Err(EmqError::Internal);
+        };
+        let mut fields = Vec::with_capacity(items.len() / 2);
+        for i in (0..items.len()).step_by(2) {
+            if let (Some(f), Some(v)) = (bytes(items.get(i)), bytes(items.get(i + 1))) {
+                fields.push((f, v));
+            }
+        }
+        Ok((next, fields))
+    }
+}
+
+impl ServerStore<'_, '_> {
+    /// Opens a table, a hash or missing (`WRONGTYPE` otherwise).
+    fn open_table(&self, table: Table) -> Result<Key<'_>, EmqError> {
+        let name = self.names.table(table)?;
+        let key = match self.access {
+            Access::Read => Key::open_read(self.ctx, name)?,
+            Access::ReadWrite => Key::open(self.ctx, name)?,
+        };
+        match key.holds() {
+            Holds::Nothing | Holds::Hash => Ok(key),
+            _ => Err(EmqError::WrongType),
+        }
     }
 }

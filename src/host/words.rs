@@ -9,7 +9,7 @@ use crate::protocol::{EmqError, Field, State};
 use super::string::{release, retained, Str};
 
 pub struct Words {
-    fields: [Str<'static>; 7],
+    fields: [Str<'static>; Field::ALL.len()],
     states: [Str<'static>; 5],
     pub zero: Str<'static>,
 }
@@ -18,7 +18,7 @@ pub struct Words {
 unsafe impl Send for Words {}
 unsafe impl Sync for Words {}
 
-const FIELDS: [Field; 7] = Field::ALL;
+const FIELDS: [Field; Field::ALL.len()] = Field::ALL;
 const STATES: [State; 5] = [
     State::Pending,
     State::Scheduled,

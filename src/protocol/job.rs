@@ -43,11 +43,13 @@ pub enum Field {
     Progress,
     /// Where the job stands among the ready ones (its `pending` score), where not 0.
     Priority,
+    /// The unique key the job was enqueued with (`EMQ.ENQUEUE ... UNIQUE`), where it has one.
+    Unique,
 }
 
 impl Field {
     /// Every field, in the row's order (the reference fields first).
-    pub const ALL: [Field; 7] = [
+    pub const ALL: [Field; 8] = [
         Field::State,
         Field::Attempts,
         Field::Payload,
@@ -55,6 +57,7 @@ impl Field {
         Field::Result,
         Field::Progress,
         Field::Priority,
+        Field::Unique,
     ];
 
     pub fn as_cstr(self) -> &'static std::ffi::CStr {
@@ -66,6 +69,7 @@ impl Field {
             Field::Result => c"result",
             Field::Progress => c"progress",
             Field::Priority => c"priority",
+            Field::Unique => c"unique",
         }
     }
 

@@ -26,4 +26,4 @@ pub use job::{Event, Field, State, PROTOCOL_VERSION};
 pub use keyspace::{decode, job_key, queue_key, Decoded, KeyBuf, KeyType, Queue, RowPrefix};
 pub use ranked::Ranked;
 pub use slot::{hashtag, slot};
-pub use store::{Holds, KeyRef, Meta, Set, Store, Value};
+pub use store::{Holds, KeyRef, Meta, ScanStep, Set, Store, Table, Value};

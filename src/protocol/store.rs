@@ -47,6 +47,28 @@ impl Set {
     }
 }
 
+/// A hash of the queue beside its sets and rows, field -> value (SPEC §9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    /// `unique`: a unique key -> the job holding it (`<id>`, until that job is done or dead)
+    /// or `<id>:<until>`, for a window ending at `until` (unix ms).
+    Unique,
+    /// `cron`: a schedule's name -> its spec, payload and next firing.
+    Cron,
+}
+
+impl Table {
+    pub fn key_type(self) -> KeyType {
+        match self {
+            Table::Unique => KeyType::Unique,
+            Table::Cron => KeyType::Cron,
+        }
+    }
+}
+
+/// One step of a table's scan: the next cursor (0 at the end), and fields with their values.
+pub type ScanStep = (u64, Vec<(Vec<u8>, Vec<u8>)>);
+
 /// What a key holds, as far as EchoMQ cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Holds {
@@ -67,6 +89,7 @@ pub enum KeyRef<'a, N> {
     /// The `meta` hash, to be written.
     Meta,
     Events,
+    Table(Table),
     Row(&'a N),
 }
 
@@ -206,4 +229,18 @@ pub trait Store {
     fn append_event(&self, cap: u64, fields: &[(&[u8], &[u8])]) -> Result<(), EmqError>;
     /// Wakes the claimers blocked on the pending set.
     fn wake_claimers(&self) -> Result<(), EmqError>;
+
+    // ---- the queue's tables (SPEC §9) ----
+
+    /// `HGET table field` (`WRONGTYPE` when the key holds another type).
+    fn table_get(&self, table: Table, field: &[u8]) -> Result<Option<Self::Text>, EmqError>;
+    /// `HSET table field value`.
+    fn table_set(&self, table: Table, field: &[u8], value: &[u8]) -> Result<(), EmqError>;
+    /// `HDEL table field` (and `del` when the table is left empty); whether it was there.
+    fn table_del(&self, table: Table, field: &[u8]) -> Result<bool, EmqError>;
+    /// How many fields the table has (0 for a missing one; `WRONGTYPE` for another type).
+    fn table_len(&self, table: Table) -> Result<u64, EmqError>;
+    /// One step of `HSCAN table cursor COUNT count`: the next cursor (0 at the end) and about
+    /// `count` fields with their values (a small table in one step).
+    fn table_scan(&self, table: Table, cursor: u64, count: usize) -> Result<ScanStep, EmqError>;
 }

@@ -7,9 +7,11 @@ use std::sync::Mutex;
 
 use crate::protocol::counters::{self, DUPLICATES, ENQUEUED, SCHEDULED};
 use crate::protocol::{
-    job, settings, BrandedId, EmqError, Event, Holds, KeyRef, Minter, Set, State, Store,
+    job, settings, BrandedId, EmqError, Event, Field, Holds, KeyRef, Minter, Set, State, Store,
+    Value,
 };
 
+use super::unique::{self, Unique};
 use super::{record, Job};
 
 static MINTER: Mutex<Minter> = Mutex::new(Minter::new());
@@ -94,6 +96,8 @@ pub enum Added {
     Minted(BrandedId),
     /// Its row exists already (before, or earlier in the batch): nothing written.
     Duplicate,
+    /// Its unique key is held by this job (`EMQ.ENQUEUE ... UNIQUE`): nothing written.
+    Held(BrandedId),
 }
 
 /// Enqueues one job: `job` with the client's id, or `None` to mint one, at `priority` (its
@@ -105,11 +109,30 @@ pub fn enqueue<S: Store>(
     placement: Placement,
     priority: i64,
 ) -> Result<Added, EmqError> {
+    enqueue_with(store, job, payload, placement, priority, None)
+}
+
+/// [`enqueue`], and with `unique`, only when no job holds its key: a job that does is the
+/// answer, and nothing is written (SPEC §9).
+pub fn enqueue_with<S: Store>(
+    store: &S,
+    job: Option<Job<'_, S>>,
+    payload: &S::Text,
+    placement: Placement,
+    priority: i64,
+    unique: Option<&Unique<'_>>,
+) -> Result<Added, EmqError> {
+    if unique.is_some() {
+        unique::check(store)?;
+    }
+    let new = New {
+        payload,
+        placement,
+        priority,
+        unique,
+    };
     let added = match job {
-        Some(job) => match enqueue_one(store, &job, payload, placement, priority)? {
-            true => Added::New,
-            false => Added::Duplicate,
-        },
+        Some(job) => enqueue_one(store, &job, &new)?,
         None => {
             let mut added = Added::Duplicate;
             until_free(store, |id, member| {
@@ -117,49 +140,65 @@ pub fn enqueue<S: Store>(
                     id,
                     member: &member,
                 };
-                let written = enqueue_one(store, &job, payload, placement, priority)?;
-                if written {
-                    added = Added::Minted(id);
-                }
-                Ok(written)
+                added = match enqueue_one(store, &job, &new)? {
+                    Added::New => Added::Minted(id),
+                    other => other,
+                };
+                Ok(added != Added::Duplicate)
             })?;
             added
         }
     };
     match (added, placement) {
         (Added::Duplicate, _) => counters::count(&DUPLICATES, 1),
+        (Added::Held(_), _) => counters::count(&counters::UNIQUE_HELD, 1),
         (_, Placement::Ready) => counters::count(&ENQUEUED, 1),
         (_, Placement::Due(_)) => counters::count(&SCHEDULED, 1),
     }
     Ok(added)
 }
 
-/// ACL -> row exists -> set type -> the row, then the set, each with its event and effect, in
-/// the order the reference script's `HSET` and `ZADD` run. Whether it was written.
-fn enqueue_one<S: Store>(
-    store: &S,
-    job: &Job<'_, S>,
-    payload: &S::Text,
+/// What a new job is: its payload, where it goes, its priority and its unique key.
+struct New<'n, S: Store> {
+    payload: &'n S::Text,
     placement: Placement,
     priority: i64,
-) -> Result<bool, EmqError> {
-    let set = placement.set();
+    unique: Option<&'n Unique<'n>>,
+}
+
+/// ACL -> row exists -> set type -> unique key held, then the row, then the set, each with its
+/// event and effect, in the order the reference script's `HSET` and `ZADD` run, then the unique
+/// key. `New`, `Duplicate` (the row exists) or `Held`.
+fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Result<Added, EmqError> {
+    let set = new.placement.set();
     let name = store.row_name(&job.id, job.member)?;
     store.check_access(&[KeyRef::Row(&name), KeyRef::Set(set)])?;
     let row = store.open_row(&name)?;
     if store.holds(&row) != Holds::Nothing {
-        return Ok(false);
+        return Ok(Added::Duplicate);
     }
     store.open_sets(&[set])?;
     store.events()?;
-    let (state, score, event) = match placement {
-        Placement::Ready => (State::Pending, priority, Event::Enqueued),
+    let now = store.now_ms();
+    if let Some(unique) = new.unique {
+        if let Some(holder) = unique::holder(store, unique.key, now)? {
+            return Ok(Added::Held(holder));
+        }
+    }
+    let (state, score, event) = match new.placement {
+        Placement::Ready => (State::Pending, new.priority, Event::Enqueued),
         Placement::Due(at) => (State::Scheduled, at, Event::Scheduled),
     };
-    store.write_row(&row, state, payload, priority)?;
+    store.write_row(&row, state, new.payload, new.priority)?;
+    if let Some(unique) = new.unique {
+        store.set_fields(&row, &[(Field::Unique, Value::Bytes(unique.key))])?;
+    }
     store.add(set, score, job.member)?;
+    if let Some(unique) = new.unique {
+        unique::take(store, unique, job.id, now)?;
+    }
     record(store, event, Some(job.member), || 0)?;
-    Ok(true)
+    Ok(Added::New)
 }
 
 /// One job of a batch: the id the client gave (with its text), or `None` to mint one, and its

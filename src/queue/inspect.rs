@@ -21,7 +21,7 @@ pub const DEFAULT_COUNT: usize = 100;
 pub const MAX_COUNT: i64 = 1000;
 
 /// The row fields a job's view shows, in this order, each where the row has it.
-pub const ROW_FIELDS: [Field; 7] = Field::ALL;
+pub const ROW_FIELDS: [Field; Field::ALL.len()] = Field::ALL;
 
 /// A set by the name a client gives it (`EMQSET` otherwise). Users say `scheduled` for the
 /// `schedule` key, as the row's state and `EMQ.STATS` do.
@@ -65,6 +65,7 @@ pub fn field_name(field: Field) -> &'static str {
         Field::Result => "result",
         Field::Progress => "progress",
         Field::Priority => "priority",
+        Field::Unique => "unique",
     }
 }
 

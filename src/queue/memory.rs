@@ -5,7 +5,9 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
-use crate::protocol::{BrandedId, EmqError, Field, Holds, KeyRef, Meta, Set, State, Store, Value};
+use crate::protocol::{
+    BrandedId, EmqError, Field, Holds, KeyRef, Meta, ScanStep, Set, State, Store, Table, Value,
+};
 
 /// A key of the queue, as a test names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,8 +15,12 @@ pub enum MemKey {
     Set(Set),
     Meta,
     Events,
+    Table(Table),
     Row(Vec<u8>),
 }
+
+/// The tables' fields, by (table, field).
+type Tables = BTreeMap<(u8, Vec<u8>), Vec<u8>>;
 
 /// A row: its fields in the order first written, and its expiry.
 type Row = (Vec<(Vec<u8>, Vec<u8>)>, Option<i64>);
@@ -38,6 +44,8 @@ pub struct Memory {
     pub stream: RefCell<Vec<String>>,
     /// Wake-ups of the claimers blocked on the pending set.
     pub wakes: Cell<usize>,
+    /// The `unique` and `cron` tables.
+    pub tables: RefCell<Tables>,
     opened: RefCell<[bool; Set::COUNT]>,
     events: Cell<Option<Option<u64>>>,
 }
@@ -149,6 +157,7 @@ impl Store for Memory {
                 KeyRef::Set(set) => MemKey::Set(*set),
                 KeyRef::Meta | KeyRef::ReadMeta => MemKey::Meta,
                 KeyRef::Events => MemKey::Events,
+                KeyRef::Table(t) => MemKey::Table(*t),
                 KeyRef::Row(name) => MemKey::Row(name.to_vec()),
             };
             if denied.contains(&key) {
@@ -373,6 +382,71 @@ impl Store for Memory {
     fn wake_claimers(&self) -> Result<(), EmqError> {
         self.wakes.set(self.wakes.get() + 1);
         Ok(())
+    }
+
+    fn table_get(&self, table: Table, field: &[u8]) -> Result<Option<Vec<u8>>, EmqError> {
+        self.table_type(table)?;
+        Ok(self
+            .tables
+            .borrow()
+            .get(&(table as u8, field.to_vec()))
+            .cloned())
+    }
+
+    fn table_set(&self, table: Table, field: &[u8], value: &[u8]) -> Result<(), EmqError> {
+        self.table_type(table)?;
+        self.tables
+            .borrow_mut()
+            .insert((table as u8, field.to_vec()), value.to_vec());
+        self.log(format!("HSET {table:?} {} {}", text(field), text(value)));
+        Ok(())
+    }
+
+    fn table_del(&self, table: Table, field: &[u8]) -> Result<bool, EmqError> {
+        self.table_type(table)?;
+        let was = self
+            .tables
+            .borrow_mut()
+            .remove(&(table as u8, field.to_vec()))
+            .is_some();
+        if was {
+            self.log(format!("HDEL {table:?} {}", text(field)));
+        }
+        Ok(was)
+    }
+
+    fn table_len(&self, table: Table) -> Result<u64, EmqError> {
+        self.table_type(table)?;
+        Ok(self.table_fields(table).len() as u64)
+    }
+
+    fn table_scan(&self, table: Table, cursor: u64, count: usize) -> Result<ScanStep, EmqError> {
+        self.table_type(table)?;
+        // The cursor is the place of the next field, in field order.
+        let all = self.table_fields(table);
+        let from = usize::try_from(cursor).unwrap_or(usize::MAX).min(all.len());
+        let to = from.saturating_add(count.max(1)).min(all.len());
+        let next = if to >= all.len() { 0 } else { to as u64 };
+        Ok((next, all[from..to].to_vec()))
+    }
+}
+
+impl Memory {
+    fn table_type(&self, table: Table) -> Result<(), EmqError> {
+        match self.other.borrow().contains(&MemKey::Table(table)) {
+            true => Err(EmqError::WrongType),
+            false => Ok(()),
+        }
+    }
+
+    /// The table's fields and values, in field order.
+    pub fn table_fields(&self, table: Table) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.tables
+            .borrow()
+            .iter()
+            .filter(|((t, _), _)| *t == table as u8)
+            .map(|((_, f), v)| (f.clone(), v.clone()))
+            .collect()
     }
 }
 

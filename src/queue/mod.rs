@@ -14,6 +14,7 @@ pub mod limit;
 pub mod operate;
 pub mod promote;
 pub mod stats;
+pub mod unique;
 
 #[cfg(test)]
 mod memory;

@@ -157,6 +157,28 @@ impl ServerEvents for Events {
     }
 }
 
+/// A hash command on a queue's `unique` or `cron` table, from a client, a script or the
+/// replication stream (a hash write no subscribed keyspace event reports): the timer visits the
+/// queue, so a promoted replica sweeps and fires what its old primary did.
+fn observe_table_write(args: &FilterArgs, first: &[u8]) {
+    if !first.first().is_some_and(|c| c.eq_ignore_ascii_case(&b'H')) {
+        return;
+    }
+    let Some(key) = args.word(1) else {
+        return;
+    };
+    let table = key.starts_with(crate::protocol::keyspace::PREFIX)
+        && (key.ends_with(KeyType::Unique.key_suffix())
+            || key.ends_with(KeyType::Cron.key_suffix()));
+    if !table {
+        return;
+    }
+    let (Some(Decoded::Queue { queue, .. }), Some(client)) = (decode(key), args.client()) else {
+        return;
+    };
+    timer::watched().visit_at(client.db, queue.as_bytes(), 0);
+}
+
 impl CommandFilter for Events {
     /// Every command passes here before it runs, and the first word tells the few that matter
     /// apart without allocating.
@@ -166,6 +188,7 @@ impl CommandFilter for Events {
         client_db::observe_command(args, first);
         meta_watch::observe_command(args, first);
         queues::observe_command(args, first);
+        observe_table_write(args, first);
         if first.eq_ignore_ascii_case(b"MODULE") {
             let words = args.words(8);
             if words.len() == 3 && words[1].eq_ignore_ascii_case(b"UNLOAD") && words[2] == b"emq" {

@@ -9,7 +9,7 @@
 //!   stops the timer when `MODULE UNLOAD emq` arrives, and the server's cron re-arms it if the
 //!   module is still loaded afterwards (an unload refused for another reason).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -26,6 +26,7 @@ use crate::host::string::OwnedString;
 use crate::protocol::counters::{self, TICKS_AT_BUDGET, VISITS_REFUSED};
 use crate::protocol::{settings, EmqError, Queue};
 use crate::queue::promote::{visit, Moved};
+use crate::queue::unique;
 
 use super::cluster;
 use super::watchlist::Watchlist;
@@ -58,6 +59,8 @@ static WATCHED: Mutex<Watchlist> = Mutex::new(Watchlist::new());
 /// Pending sets, as (db, key name), whose blocked claimers were woken while client writes were
 /// paused and left waiting; the first tick after the pause wakes them again.
 static DEFERRED: Mutex<BTreeSet<(i32, Vec<u8>)>> = Mutex::new(BTreeSet::new());
+/// Where each queue's sweep of its `unique` table stands, as (db, queue name) -> cursor.
+static SWEEPS: Mutex<BTreeMap<(i32, Vec<u8>), u64>> = Mutex::new(BTreeMap::new());
 static TIMER: AtomicU64 = AtomicU64::new(0);
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
@@ -67,6 +70,12 @@ pub(super) fn watched() -> std::sync::MutexGuard<'static, Watchlist> {
 
 fn deferred() -> std::sync::MutexGuard<'static, BTreeSet<(i32, Vec<u8>)>> {
     DEFERRED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The timer visits `queue` (in the context's database) at its next tick: a command wrote one
+/// of the queue's tables, which no subscribed keyspace event reports.
+pub fn watch(ctx: &Context, queue: Queue<'_>) {
+    watched().visit_at(selected_db(ctx), queue.as_bytes(), 0);
 }
 
 /// Number of queues the timer watches (for `INFO emq`).
@@ -151,7 +160,8 @@ fn tick(ctx: &Context) {
                 break 'tick;
             }
             let next = if select_db(ctx, db) {
-                promote(ctx, &name, now).unwrap_or_else(|e| Some(refused(ctx, db, &name, &e, now)))
+                promote(ctx, db, &name, now)
+                    .unwrap_or_else(|e| Some(refused(ctx, db, &name, &e, now)))
             } else {
                 None
             };
@@ -164,8 +174,9 @@ fn tick(ctx: &Context) {
     select_db(ctx, original);
 }
 
-/// Promotes what is due on one queue; when to look at it again (`None`: stop watching it).
-fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Option<i64>, EmqError> {
+/// Promotes what is due on one queue and takes a step of its unique table's sweep; when to
+/// look at it again (`None`: stop watching it).
+fn promote(ctx: &Context, db: i32, name: &[u8], now: i64) -> Result<Option<i64>, EmqError> {
     let Some(queue) = Queue::parse(name) else {
         return Ok(None);
     };
@@ -173,10 +184,24 @@ fn promote(ctx: &Context, name: &[u8], now: i64) -> Result<Option<i64>, EmqError
         // Keys in flight between nodes: leave them be until the migration settles.
         return Ok(Some(now + RETRY_MIGRATING_MS));
     }
-    let (_moved, next): (Moved, _) = with_queue(ctx, queue, Access::ReadWrite, |store| {
-        visit(store, now, VISIT_BUDGET)
-    })?;
-    Ok(next)
+    let sweep_key = (db, name.to_vec());
+    let cursor = sweeps().get(&sweep_key).copied().unwrap_or(0);
+    let ((_moved, next), (cursor, again)): ((Moved, _), _) =
+        with_queue(ctx, queue, Access::ReadWrite, |store| {
+            Ok::<_, EmqError>((
+                visit(store, now, VISIT_BUDGET)?,
+                unique::visit_table(store, cursor, now)?,
+            ))
+        })?;
+    match cursor {
+        0 => sweeps().remove(&sweep_key),
+        c => sweeps().insert(sweep_key, c),
+    };
+    Ok([next, again].into_iter().flatten().min())
+}
+
+fn sweeps() -> std::sync::MutexGuard<'static, BTreeMap<(i32, Vec<u8>), u64>> {
+    SWEEPS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A visit refused before it moved anything: the queue stays watched and is tried again in
