@@ -7,6 +7,7 @@
 pub mod ack;
 pub mod cancel;
 pub mod claim;
+pub mod cron;
 pub mod decode;
 pub mod enqueue;
 pub mod events;

@@ -62,7 +62,7 @@ pub static JOB_COUNTERS: [(&str, &AtomicU64); 17] = [
 pub static REFUSALS: [AtomicU64; REFUSAL_REASONS.len()] =
     [const { AtomicU64::new(0) }; REFUSAL_REASONS.len()];
 
-pub const REFUSAL_REASONS: [&str; 15] = [
+pub const REFUSAL_REASONS: [&str; 16] = [
     "queue",
     "type",
     "id",
@@ -77,6 +77,7 @@ pub const REFUSAL_REASONS: [&str; 15] = [
     "syntax",
     "tryagain",
     "oom",
+    "cron",
     "internal",
 ];
 
@@ -119,6 +120,7 @@ mod tests {
             EmqError::Arity("x"),
             EmqError::TryAgain,
             EmqError::Oom,
+            EmqError::Cron("x".into()),
             EmqError::Internal,
         ] {
             assert!(REFUSAL_REASONS.contains(&err.reason()), "{err:?}");

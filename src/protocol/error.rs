@@ -43,6 +43,9 @@ pub enum EmqError {
     /// Past `maxmemory`, a blocked claim that was woken: the server refuses a new one with the
     /// same reply before it runs.
     Oom,
+    /// A repeating schedule refused: a malformed spec (the parser's reason), one that never
+    /// fires, or a queue that holds as many schedules as it may.
+    Cron(Cow<'static, str>),
     /// A handler panicked; nothing was written past validation.
     Internal,
 }
@@ -89,6 +92,7 @@ impl EmqError {
                 "TRYAGAIN Multiple keys request during rehashing of slot".into()
             }
             EmqError::Oom => "OOM command not allowed when used memory > 'maxmemory'.".into(),
+            EmqError::Cron(why) => format!("EMQCRON {why}").into(),
             EmqError::Internal => "ERR internal error in EchoMQ; see the server log".into(),
         }
     }
@@ -110,6 +114,7 @@ impl EmqError {
             EmqError::Arity(_) | EmqError::Syntax(_) => "syntax",
             EmqError::TryAgain => "tryagain",
             EmqError::Oom => "oom",
+            EmqError::Cron(_) => "cron",
             EmqError::Internal => "internal",
         }
     }
@@ -145,6 +150,7 @@ mod tests {
             (EmqError::WrongType, "WRONGTYPE "),
             (EmqError::Arity("emq.key"), "ERR "),
             (EmqError::Oom, "OOM "),
+            (EmqError::Cron("x".into()), "EMQCRON "),
         ] {
             assert!(err.message().starts_with(code), "{err:?}");
             assert!(!err.message().contains(['\r', '\n']));

@@ -45,11 +45,13 @@ pub enum Field {
     Priority,
     /// The unique key the job was enqueued with (`EMQ.ENQUEUE ... UNIQUE`), where it has one.
     Unique,
+    /// The repeating schedule that enqueued the job (`EMQ.CRON`), where one did.
+    Cron,
 }
 
 impl Field {
     /// Every field, in the row's order (the reference fields first).
-    pub const ALL: [Field; 8] = [
+    pub const ALL: [Field; 9] = [
         Field::State,
         Field::Attempts,
         Field::Payload,
@@ -58,6 +60,7 @@ impl Field {
         Field::Progress,
         Field::Priority,
         Field::Unique,
+        Field::Cron,
     ];
 
     pub fn as_cstr(self) -> &'static std::ffi::CStr {
@@ -70,6 +73,7 @@ impl Field {
             Field::Progress => c"progress",
             Field::Priority => c"priority",
             Field::Unique => c"unique",
+            Field::Cron => c"cron",
         }
     }
 

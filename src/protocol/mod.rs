@@ -8,6 +8,7 @@
 
 pub mod branded_id;
 pub mod counters;
+pub mod cron;
 pub mod error;
 pub mod job;
 pub mod keyspace;

@@ -66,6 +66,7 @@ pub fn field_name(field: Field) -> &'static str {
         Field::Progress => "progress",
         Field::Priority => "priority",
         Field::Unique => "unique",
+        Field::Cron => "cron",
     }
 }
 

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod claim;
+pub mod cron;
 pub mod enqueue;
 pub mod inspect;
 pub mod job;

@@ -76,6 +76,8 @@ fn observe(ctx: &Context, event: EventName, key: Str<'_>) {
         let db = selected_db(ctx);
         if gone && !has_timed_sets(ctx, queue) {
             timer::watched().forget(db, queue.as_bytes());
+        } else if matches!(ty, KeyType::Unique | KeyType::Cron) {
+            timer::table_changed(db, queue.as_bytes());
         } else {
             timer::watched().visit_at(db, queue.as_bytes(), 0);
         }
@@ -118,7 +120,10 @@ pub fn rebuild(ctx: &Context) {
 impl ServerEvents for Events {
     fn on_event(ctx: &Context, event: ServerEvent<'_>) {
         match event {
-            ServerEvent::LoadingEnded => rebuild(ctx),
+            ServerEvent::LoadingEnded => {
+                timer::forget_cron_due();
+                rebuild(ctx);
+            }
             ServerEvent::ConfigChanged(names) => eviction::on_config_change(ctx, names),
             ServerEvent::Cron => {
                 timer::rearm(ctx);
@@ -129,17 +134,20 @@ impl ServerEvents for Events {
                 queues::on_cron(ctx, now as i64);
             }
             ServerEvent::RoleChanged => {
+                timer::forget_cron_due();
                 effects::role_changed();
                 meta_watch::unsure();
             }
             // `SWAPDB a b` exchanges the two databases' contents (no keyspace event says so).
             ServerEvent::SwapDb(a, b) => {
+                timer::forget_cron_due();
                 timer::watched().swap_dbs(a, b);
                 queues::swap_dbs(a, b);
             }
             // `FLUSHDB`, `FLUSHALL`, or a replica emptying its data for a full sync: no keyspace
             // event names the keys, and the queues of an emptied database have nothing left.
             ServerEvent::Flushed(db) => {
+                timer::forget_cron_due();
                 timer::watched().forget_db(db);
                 queues::forget_db(db);
             }
@@ -176,7 +184,7 @@ fn observe_table_write(args: &FilterArgs, first: &[u8]) {
     let (Some(Decoded::Queue { queue, .. }), Some(client)) = (decode(key), args.client()) else {
         return;
     };
-    timer::watched().visit_at(client.db, queue.as_bytes(), 0);
+    timer::table_changed(client.db, queue.as_bytes());
 }
 
 impl CommandFilter for Events {

@@ -26,7 +26,7 @@ use crate::host::string::OwnedString;
 use crate::protocol::counters::{self, TICKS_AT_BUDGET, VISITS_REFUSED};
 use crate::protocol::{settings, EmqError, Queue};
 use crate::queue::promote::{visit, Moved};
-use crate::queue::unique;
+use crate::queue::{cron, unique};
 
 use super::cluster;
 use super::watchlist::Watchlist;
@@ -61,6 +61,10 @@ static WATCHED: Mutex<Watchlist> = Mutex::new(Watchlist::new());
 static DEFERRED: Mutex<BTreeSet<(i32, Vec<u8>)>> = Mutex::new(BTreeSet::new());
 /// Where each queue's sweep of its `unique` table stands, as (db, queue name) -> cursor.
 static SWEEPS: Mutex<BTreeMap<(i32, Vec<u8>), u64>> = Mutex::new(BTreeMap::new());
+/// When each queue's next repeating job is due, as the last visit read its `cron` table
+/// (`i64::MAX`: none will fire), so a visit reads the table only once one is due. Forgotten
+/// whenever anything may have written the table ([`table_changed`]).
+static CRON_DUE: Mutex<BTreeMap<(i32, Vec<u8>), i64>> = Mutex::new(BTreeMap::new());
 static TIMER: AtomicU64 = AtomicU64::new(0);
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
@@ -75,7 +79,25 @@ fn deferred() -> std::sync::MutexGuard<'static, BTreeSet<(i32, Vec<u8>)>> {
 /// The timer visits `queue` (in the context's database) at its next tick: a command wrote one
 /// of the queue's tables, which no subscribed keyspace event reports.
 pub fn watch(ctx: &Context, queue: Queue<'_>) {
-    watched().visit_at(selected_db(ctx), queue.as_bytes(), 0);
+    table_changed(selected_db(ctx), queue.as_bytes());
+}
+
+/// A table of `queue` in `db` may have changed (a command, the replication stream, a key
+/// restored or renamed): the timer visits the queue at its next tick and reads its `cron` table
+/// again.
+pub fn table_changed(db: i32, queue: &[u8]) {
+    cron_due().remove(&(db, queue.to_vec()));
+    watched().visit_at(db, queue, 0);
+}
+
+/// Forgets when every queue's repeating jobs are due (their tables are read at the next visit):
+/// after a load, a role change, `SWAPDB` or a flush.
+pub fn forget_cron_due() {
+    cron_due().clear();
+}
+
+fn cron_due() -> std::sync::MutexGuard<'static, BTreeMap<(i32, Vec<u8>), i64>> {
+    CRON_DUE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Number of queues the timer watches (for `INFO emq`).
@@ -100,6 +122,7 @@ pub fn stop(ctx: &Context) {
     RUNNING.store(false, Ordering::SeqCst);
     disarm(ctx);
     watched().clear();
+    forget_cron_due();
 }
 
 /// Stops the timer, if armed, through the module's own context (`MODULE UNLOAD emq` seen by
@@ -174,8 +197,8 @@ fn tick(ctx: &Context) {
     select_db(ctx, original);
 }
 
-/// Promotes what is due on one queue and takes a step of its unique table's sweep; when to
-/// look at it again (`None`: stop watching it).
+/// Promotes what is due on one queue, takes a step of its unique table's sweep and fires its
+/// due repeating jobs, in one step; when to look at it again (`None`: stop watching it).
 fn promote(ctx: &Context, db: i32, name: &[u8], now: i64) -> Result<Option<i64>, EmqError> {
     let Some(queue) = Queue::parse(name) else {
         return Ok(None);
@@ -184,20 +207,33 @@ fn promote(ctx: &Context, db: i32, name: &[u8], now: i64) -> Result<Option<i64>,
         // Keys in flight between nodes: leave them be until the migration settles.
         return Ok(Some(now + RETRY_MIGRATING_MS));
     }
-    let sweep_key = (db, name.to_vec());
-    let cursor = sweeps().get(&sweep_key).copied().unwrap_or(0);
-    let ((_moved, next), (cursor, again)): ((Moved, _), _) =
+    let key = (db, name.to_vec());
+    let cursor = sweeps().get(&key).copied().unwrap_or(0);
+    let cron_at = cron_due().get(&key).copied();
+    let fire = cron_at.is_none_or(|at| at <= now);
+    let ((_moved, next), (cursor, again), fired) =
         with_queue(ctx, queue, Access::ReadWrite, |store| {
             Ok::<_, EmqError>((
-                visit(store, now, VISIT_BUDGET)?,
+                visit(store, now, VISIT_BUDGET)? as (Moved, _),
                 unique::visit_table(store, cursor, now)?,
+                match fire {
+                    true => Some(cron::fire(store, now)?),
+                    false => None,
+                },
             ))
         })?;
     match cursor {
-        0 => sweeps().remove(&sweep_key),
-        c => sweeps().insert(sweep_key, c),
+        0 => sweeps().remove(&key),
+        c => sweeps().insert(key.clone(), c),
     };
-    Ok([next, again].into_iter().flatten().min())
+    let cron_next = match fired {
+        Some(next) => {
+            cron_due().insert(key, next.unwrap_or(i64::MAX));
+            next
+        }
+        None => cron_at.filter(|at| *at != i64::MAX),
+    };
+    Ok([next, again, cron_next].into_iter().flatten().min())
 }
 
 fn sweeps() -> std::sync::MutexGuard<'static, BTreeMap<(i32, Vec<u8>), u64>> {

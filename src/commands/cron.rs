@@ -1,0 +1,120 @@
+//! `EMQ.CRON <queue> <name> <spec> <payload> [PRIORITY <p>]` and `EMQ.CRON <queue> <name> EVERY
+//! <ms> <payload> [PRIORITY <p>]`: sets (or replaces) a repeating schedule of the queue;
+//! replies its next firing (unix ms). `EMQ.UNCRON <queue> <name>`: removes one (1, or 0 when
+//! there was none). `EMQ.CRONS <queue>`: every schedule of the queue, by name.
+
+use valkey_module::Context;
+
+use super::{is_token, parse_int, parse_queue};
+use crate::host::acl::Access;
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::host::store::with_queue;
+use crate::protocol::cron::{Spec, MAX_NAME_LEN, MIN_EVERY_MS};
+use crate::protocol::job::{check_payload, PRIORITY_MAX, PRIORITY_MIN};
+use crate::protocol::{settings, EmqError, Queue};
+use crate::queue::cron;
+use crate::runtime::{cluster, timer};
+
+fn parse_name<'a>(args: &Args<'a>) -> Result<&'a [u8], EmqError> {
+    let name = args.bytes(2);
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return Err(EmqError::Syntax(
+            format!("a schedule's name must be 1 to {MAX_NAME_LEN} bytes").into(),
+        ));
+    }
+    Ok(name)
+}
+
+/// A schedule as `EMQ.CRON` gives it: its spec, payload and priority.
+fn parse_schedule<'a>(args: &Args<'a>) -> Result<(Spec, &'a [u8], i64), EmqError> {
+    let (spec, at) = if is_token(args.bytes(3), "EVERY") {
+        let ms = parse_int(
+            args.bytes(4),
+            MIN_EVERY_MS,
+            settings::MAX_DURATION_MS,
+            "EVERY",
+        )?;
+        (Spec::Every(ms), 5)
+    } else {
+        (
+            Spec::cron(args.bytes(3)).map_err(|why| EmqError::Cron(why.into()))?,
+            4,
+        )
+    };
+    if args.len() <= at {
+        return Err(EmqError::Arity("emq.cron"));
+    }
+    let payload = args.bytes(at);
+    check_payload(payload)?;
+    let priority = match args.len() - at - 1 {
+        0 => 0,
+        2 if is_token(args.bytes(at + 1), "PRIORITY") => {
+            parse_int(args.bytes(at + 2), PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?
+        }
+        _ => {
+            return Err(EmqError::Syntax(
+                "syntax error: expected PRIORITY <p> after the payload".into(),
+            ))
+        }
+    };
+    Ok((spec, payload, priority))
+}
+
+fn queue_of<'a>(
+    args: &Args<'a>,
+    arity: bool,
+    command: &'static str,
+) -> Result<Queue<'a>, EmqError> {
+    if !arity {
+        return Err(EmqError::Arity(command));
+    }
+    parse_queue(args.bytes(1))
+}
+
+pub fn run(ctx: &Context, args: &Args) -> CommandResult {
+    let queue = queue_of(args, args.len() >= 5, "emq.cron")?;
+    let name = parse_name(args)?;
+    let (spec, payload, priority) = parse_schedule(args)?;
+    cluster::check_stable(queue)?;
+    let next = with_queue(ctx, queue, Access::ReadWrite, |store| {
+        cron::set(store, name, spec, payload, priority)
+    })?;
+    timer::watch(ctx, queue);
+    Ok(Reply::Integer(next))
+}
+
+pub fn run_uncron(ctx: &Context, args: &Args) -> CommandResult {
+    let queue = queue_of(args, args.len() == 3, "emq.uncron")?;
+    let name = parse_name(args)?;
+    cluster::check_stable(queue)?;
+    let removed = with_queue(ctx, queue, Access::ReadWrite, |store| {
+        cron::remove(store, name)
+    })?;
+    timer::watch(ctx, queue);
+    Ok(Reply::Integer(i64::from(removed)))
+}
+
+pub fn run_crons(ctx: &Context, args: &Args) -> CommandResult {
+    let queue = queue_of(args, args.len() == 2, "emq.crons")?;
+    let all = with_queue(ctx, queue, Access::Read, |store| cron::list(store))?;
+    let opt = |v: Option<i64>| v.map_or(Reply::Null, Reply::Integer);
+    Ok(Reply::Array(
+        all.into_iter()
+            .map(|(name, s)| {
+                let (spec, every) = match s.spec {
+                    Spec::Cron(text) => (Reply::Bulk(text.into_bytes()), Reply::Null),
+                    Spec::Every(ms) => (Reply::Null, Reply::Integer(ms)),
+                };
+                Reply::Map(vec![
+                    ("name", Reply::Bulk(name)),
+                    ("spec", spec),
+                    ("every", every),
+                    ("priority", Reply::Integer(s.priority)),
+                    ("next", opt(s.next)),
+                    ("last", opt(s.last)),
+                    ("payload", Reply::Bulk(s.payload)),
+                ])
+            })
+            .collect(),
+    ))
+}
