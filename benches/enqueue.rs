@@ -412,27 +412,52 @@ fn encode_ack(out: &mut Vec<u8>, queue: &str, id: &[u8], token: &[u8]) {
     encode(out, &[b"EMQ.ACK", queue.as_bytes(), id, token]);
 }
 
-/// An empty server, the queue's event stream on when `events`, and the statistics reset.
-fn fresh_queue(con: &mut support::Connection, queue: &str, events: bool) {
+/// What a whole-life run turns on for its queue.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Policy {
+    /// Nothing: the queue as a Lua speaker's.
+    Plain,
+    /// The event stream (`EMQ.EVENTS ... ON`).
+    Events,
+    /// Claim limits that never bind (`EMQ.LIMIT ... CONCURRENCY 1000000 RATE 10000 PER 1`):
+    /// every claim reads them, counts its room and writes the rate window.
+    Limits,
+    /// Every enqueue with a unique key of its own (`EMQ.ENQUEUE ... UNIQUE <id>`): a lookup and
+    /// a table write per job. Batches take no unique keys.
+    Unique,
+}
+
+/// An empty server, the queue's `policy` set, and the statistics reset.
+fn fresh_queue(con: &mut support::Connection, queue: &str, policy: Policy) {
     fresh(con);
-    if events {
-        let _: i64 = cmd("EMQ.EVENTS")
+    let setup = match policy {
+        Policy::Plain | Policy::Unique => return,
+        Policy::Events => cmd("EMQ.EVENTS")
             .arg(queue)
             .arg("ON")
             .arg("MAXLEN")
             .arg(EVENTS_MAXLEN)
-            .query(con)
-            .expect("events on");
-        let _: () = cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query(con)
-            .expect("resetstat");
-    }
+            .clone(),
+        Policy::Limits => cmd("EMQ.LIMIT")
+            .arg(queue)
+            .arg("CONCURRENCY")
+            .arg(1_000_000)
+            .arg("RATE")
+            .arg(10_000)
+            .arg("PER")
+            .arg(1)
+            .clone(),
+    };
+    let _: redis::Value = setup.query(con).expect("the queue's policy");
+    let _: () = cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(con)
+        .expect("resetstat");
 }
 
 /// Every job acknowledged: nothing left pending or active, one `EMQ.ACK` per job, and with
 /// the stream on one `XADD` (run inside the module's call) per transition.
-fn check_done(con: &mut support::Connection, queue: &str, jobs: usize, events: bool) {
+fn check_done(con: &mut support::Connection, queue: &str, jobs: usize, policy: Policy) {
     for set in ["pending", "active"] {
         let card: usize = cmd("ZCARD")
             .arg(set_key(queue, set))
@@ -443,7 +468,11 @@ fn check_done(con: &mut support::Connection, queue: &str, jobs: usize, events: b
     let acks = command_stat(con, &["emq.ack"], "calls");
     assert_eq!(acks as usize, jobs, "one EMQ.ACK per job");
     let appended = command_stat(con, &["xadd"], "calls") as usize;
-    let expected = if events { 3 * jobs } else { 0 };
+    let expected = if policy == Policy::Events {
+        3 * jobs
+    } else {
+        0
+    };
     assert_eq!(appended, expected, "enqueued, claimed and acked appended");
 }
 
@@ -459,10 +488,10 @@ fn sample(jobs: usize, usec: f64, cpu: f64, elapsed: f64) -> Sample {
 /// `EMQ.CLAIM COUNT 100` together, then one `EMQ.ACK` per claimed job (pipelined), until its
 /// share is done. A claim takes the queue's oldest pending jobs, often another client's; it
 /// always finds as many as its own batch put in, since no client claims more than it enqueued.
-fn whole_life(server: &Server, ids: &[String], events: bool) -> Sample {
+fn whole_life(server: &Server, ids: &[String], policy: Policy) -> Sample {
     let mut admin = server.conn();
     let queue = "life";
-    fresh_queue(&mut admin, queue, events);
+    fresh_queue(&mut admin, queue, policy);
     let batches: Vec<&[String]> = ids.chunks(LIFE_BATCH).collect();
     let work: Vec<_> = (0..CONNECTIONS)
         .map(|c| {
@@ -517,7 +546,7 @@ fn whole_life(server: &Server, ids: &[String], events: bool) -> Sample {
         })
         .collect();
     let (elapsed, cpu, _) = timed(server, &mut admin, work);
-    check_done(&mut admin, queue, ids.len(), events);
+    check_done(&mut admin, queue, ids.len(), policy);
     let usec = server_usec(&mut admin, &["emq.menqueue", "emq.claim", "emq.ack"]);
     sample(ids.len(), usec, cpu, elapsed)
 }
@@ -526,10 +555,10 @@ fn whole_life(server: &Server, ids: &[String], events: bool) -> Sample {
 /// with `EMQ.ENQUEUE`, then claimed with `EMQ.CLAIM COUNT 1`, then acknowledged, `depth`
 /// commands in flight per client. The acks are encoded from the claims' replies before their
 /// clock starts. Samples for the enqueues, the claims, the acks and the three together.
-fn one_at_a_time(server: &Server, ids: &[String], events: bool, depth: usize) -> [Sample; 4] {
+fn one_at_a_time(server: &Server, ids: &[String], policy: Policy, depth: usize) -> [Sample; 4] {
     let mut admin = server.conn();
     let queue = "life";
-    fresh_queue(&mut admin, queue, events);
+    fresh_queue(&mut admin, queue, policy);
     let shares: Vec<Vec<&String>> = (0..CONNECTIONS)
         .map(|c| ids.iter().skip(c).step_by(CONNECTIONS).collect())
         .collect();
@@ -550,10 +579,12 @@ fn one_at_a_time(server: &Server, ids: &[String], events: bool, depth: usize) ->
                 .iter()
                 .map(|id| {
                     let mut buf = Vec::new();
-                    encode(
-                        &mut buf,
-                        &[b"EMQ.ENQUEUE", queue.as_bytes(), id.as_bytes(), PAYLOAD],
-                    );
+                    let mut args: Vec<&[u8]> =
+                        vec![b"EMQ.ENQUEUE", queue.as_bytes(), id.as_bytes(), PAYLOAD];
+                    if policy == Policy::Unique {
+                        args.extend([&b"UNIQUE"[..], id.as_bytes()]);
+                    }
+                    encode(&mut buf, &args);
                     buf
                 })
                 .collect();
@@ -602,7 +633,7 @@ fn one_at_a_time(server: &Server, ids: &[String], events: bool, depth: usize) ->
         })
         .collect();
     let (ack_s, ack_cpu, _) = timed(server, &mut admin, acks);
-    check_done(&mut admin, queue, ids.len(), events);
+    check_done(&mut admin, queue, ids.len(), policy);
 
     let usec = |admin: &mut support::Connection, name: &str| server_usec(admin, &[name]);
     let (enqueue_us, claim_us, ack_us) = (
@@ -633,42 +664,53 @@ const LIFE_ROWS: [&str; 5] = [
     "one at a time: the three together",
 ];
 
-/// Each row's samples, `[events off, events on]`, one per round.
-type LifeSamples = [[Vec<Sample>; 2]; 5];
+/// Each row's samples by policy, `[plain, events, limits, unique]`, one per round (none for a
+/// batch with unique keys, which batches do not take).
+type LifeSamples = [[Vec<Sample>; 4]; 5];
 
-/// One round of the whole-life workloads on `ids`: batched with the stream off, then on, then
-/// one at a time off, then on.
+const POLICIES: [Policy; 4] = [
+    Policy::Plain,
+    Policy::Events,
+    Policy::Limits,
+    Policy::Unique,
+];
+
+/// One round of the whole-life workloads on `ids`: batched, then one at a time, under each
+/// policy in turn.
 fn life_round(server: &Server, ids: &[String], depth: usize, life: &mut LifeSamples) {
-    for events in [false, true] {
-        let s = whole_life(server, ids, events);
+    for (p, policy) in POLICIES.into_iter().enumerate() {
+        if policy == Policy::Unique {
+            continue;
+        }
+        let s = whole_life(server, ids, policy);
         eprintln!(
-            "         whole life, events {:<3}          commandstats {:.3} cpu {:.3} jobs/s {:.0}",
-            if events { "on" } else { "off" },
+            "         whole life, {:<8}             commandstats {:.3} cpu {:.3} jobs/s {:.0}",
+            format!("{policy:?}"),
             s.server_us_per_job,
             s.cpu_us_per_job,
             s.jobs_per_sec
         );
-        life[0][events as usize].push(s);
+        life[0][p].push(s);
     }
-    for events in [false, true] {
-        for (row, s) in one_at_a_time(server, ids, events, depth)
+    for (p, policy) in POLICIES.into_iter().enumerate() {
+        for (row, s) in one_at_a_time(server, ids, policy, depth)
             .into_iter()
             .enumerate()
         {
             eprintln!(
-                "         {:<22} events {:<3} commandstats {:.3} cpu {:.3} jobs/s {:.0}",
+                "         {:<22} {:<8} commandstats {:.3} cpu {:.3} jobs/s {:.0}",
                 [
                     "one by one: enqueue",
                     "one by one: claim",
                     "one by one: ack",
                     "one by one: all"
                 ][row],
-                if events { "on" } else { "off" },
+                format!("{policy:?}"),
                 s.server_us_per_job,
                 s.cpu_us_per_job,
                 s.jobs_per_sec
             );
-            life[row + 1][events as usize].push(s);
+            life[row + 1][p].push(s);
         }
     }
 }
@@ -930,7 +972,8 @@ fn life_table(md: &mut String, life: &LifeSamples) {
     ];
     let _ = writeln!(md, "| workload | main-thread CPU µs/job, events off | events on | on / off | commandstats µs/job, events off | events on | on / off | jobs/s, events off | events on | on / off |");
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
-    for (name, [off, on]) in LIFE_ROWS.iter().zip(life) {
+    for (name, by_policy) in LIFE_ROWS.iter().zip(life) {
+        let (off, on) = (&by_policy[0], &by_policy[1]);
         let mut row = format!("| {name} |");
         for (i, f) in figures.into_iter().enumerate() {
             for samples in [off, on] {
@@ -944,6 +987,37 @@ fn life_table(md: &mut String, life: &LifeSamples) {
             }
             let ratio = median(on.iter().zip(off).map(|(x, b)| f(x) / f(b)).collect()).0;
             let _ = write!(row, " {ratio:.2}× |");
+        }
+        let _ = writeln!(md, "{row}");
+    }
+    let _ = writeln!(md);
+}
+
+/// The scheduling-policy table: each workload's main-thread CPU per job with no policy, with
+/// claim limits and with unique keys, and the median of the per-round ratios to no policy.
+fn policy_table(md: &mut String, life: &LifeSamples) {
+    let cpu = |x: &Sample| x.cpu_us_per_job;
+    let _ = writeln!(md, "| workload | main-thread CPU µs/job, none | with limits | limits / none | with unique keys | unique / none |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|");
+    for (name, by_policy) in LIFE_ROWS.iter().zip(life) {
+        let plain = &by_policy[0];
+        let (mid, lo, hi) = median(plain.iter().map(cpu).collect());
+        let mut row = format!("| {name} | {mid:.2} ({lo:.2}–{hi:.2}) |");
+        for samples in [&by_policy[2], &by_policy[3]] {
+            if samples.is_empty() {
+                row.push_str(" — | — |");
+                continue;
+            }
+            let (mid, lo, hi) = median(samples.iter().map(cpu).collect());
+            let ratio = median(
+                samples
+                    .iter()
+                    .zip(plain)
+                    .map(|(x, b)| cpu(x) / cpu(b))
+                    .collect(),
+            )
+            .0;
+            let _ = write!(row, " {mid:.2} ({lo:.2}–{hi:.2}) | {ratio:.2}× |");
         }
         let _ = writeln!(md, "{row}");
     }
@@ -1051,6 +1125,11 @@ fn main() {
         "## A job's whole life, the event stream off and on\n\nIn each of the first table's rounds, after its five variants, the round's {jobs} monotonic ids, with the same payload, go from enqueue to acknowledgement on one queue, by the same {CONNECTIONS} clients, on an empty server each run. Batched: each client sends `EMQ.MENQUEUE` ×100 with `EMQ.CLAIM <q> COUNT 100 LEASE 60000`, then one `EMQ.ACK` per claimed job with the token the claim replied, pipelined, until its share is done (jobs/s, not the server figures, includes the clients' reading of the claims and encoding of the acks). One at a time: every job enqueued with `EMQ.ENQUEUE`, then claimed with `COUNT 1`, then acknowledged, at pipeline depth 16, each phase timed apart (its acks encoded from the claims' replies before it starts). Events on is the queue after `EMQ.EVENTS <q> ON MAXLEN {EVENTS_MAXLEN}`: each transition also appends a stream entry, an `XADD` run inside the module's call, so the `commandstats` figure sums the `EMQ.*` commands and nothing else. Figures are per job (for a phase, per transition); on / off is the median of the per-round ratios. Each run checks that no job is left pending or active and, with the stream on, that one `XADD` ran per transition.\n"
     );
     life_table(&mut md, &life);
+    let _ = writeln!(
+        md,
+        "## What the scheduling policies cost a job\n\nThe same rounds, the same workloads, on a queue with claim limits that never bind (`EMQ.LIMIT <q> CONCURRENCY 1000000 RATE 10000 PER 1`: every claim reads the limits, counts its room and adds each job it takes to the rate window, which claims and the timer trim) and on one whose every `EMQ.ENQUEUE` carries a unique key of its own (`UNIQUE <id>`: a lookup, then the table's entry and the row's `unique` field; batches take no unique keys, hence no batched figure). None is the plain queue of the table above (events off). What a queue that uses none of them pays is the plain figure itself; `make profile` counts it by instructions against an earlier build (docs/bench.md).\n"
+    );
+    policy_table(&mut md, &life);
     let (wake_samples, late_samples) = if benchmark { (300, 200) } else { (20, 10) };
     let wake = wake_up_latency(&server, wake_samples);
     let late = delayed_lateness(&server, late_samples);

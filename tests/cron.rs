@@ -218,6 +218,10 @@ fn bad_schedules_are_refused_with_typed_errors_and_write_nothing() {
         ),
         (&["s", "0 0 30 2 *", "p"], "EMQCRON the spec never fires"),
         (
+            &["s", ", * * * *", "p"],
+            "EMQCRON the spec never fires: one of its fields allows no value",
+        ),
+        (
             &["s", "EVERY", "5", "p"],
             "ERR EVERY must be an integer from 10 to 31536000000",
         ),

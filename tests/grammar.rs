@@ -198,7 +198,10 @@ fn command_docs_give_delay_and_at_as_one_optional_choice() {
     };
     let args: Vec<Vec<(String, Value)>> = args.iter().map(map_pairs).collect();
     let names: Vec<String> = args.iter().map(|a| text(field(a, "name"))).collect();
-    assert_eq!(names, ["queue", "id", "payload", "due", "priority"]);
+    assert_eq!(
+        names,
+        ["queue", "id", "payload", "due", "priority", "unique"]
+    );
     let due = &args[3];
     assert_eq!(text(field(due, "type")), "oneof");
     assert_eq!(

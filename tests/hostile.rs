@@ -8,8 +8,9 @@ mod support;
 use redis::{cmd, Value};
 use support::*;
 
-const ERROR_CODES: [&str; 13] = [
+const ERROR_CODES: [&str; 14] = [
     "EMQQUEUE",
+    "EMQCRON",
     "EMQLEASE",
     "EMQSET",
     "EMQCURSOR",
@@ -25,7 +26,16 @@ const ERROR_CODES: [&str; 13] = [
 ];
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
-    let tokens: [&[u8]; 37] = [
+    let tokens: [&[u8]; 46] = [
+        b"CONCURRENCY",
+        b"RATE",
+        b"PER",
+        b"OFF",
+        b"UNIQUE",
+        b"FOR",
+        b"EVERY",
+        b"*/5 * * * * *",
+        b", * * * *",
         b"COUNT",
         b"PRIORITY",
         b"-1000000",
@@ -173,7 +183,9 @@ fn damage(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
     let key = match rng.below(10) {
         0..=4 => row_key(q, rng.pick(ids).as_str()),
         _ => {
-            let set = *rng.pick(&["pending", "active", "schedule", "dead", "meta", "events"]);
+            let set = *rng.pick(&[
+                "pending", "active", "schedule", "dead", "meta", "events", "rate", "unique", "cron",
+            ]);
             set_key(q, set)
         }
     };
@@ -224,6 +236,12 @@ fn lifecycle_command(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
             if rng.below(3) == 0 {
                 c.arg("PRIORITY").arg(rng.below(5) as i64 - 2);
             }
+            if rng.below(3) == 0 {
+                c.arg("UNIQUE").arg(*rng.pick(&["u1", "u2"]));
+                if rng.below(2) == 0 {
+                    c.arg("FOR").arg(600_000);
+                }
+            }
             c
         }
         1 => cmd("EMQ.MENQUEUE")
@@ -257,7 +275,33 @@ fn lifecycle_command(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
         }
         6 => cmd("EMQ.CANCEL").arg(q).arg(&id).clone(),
         7 => cmd("EMQ.REQUEUE").arg(q).arg(&id).clone(),
-        8 => match rng.below(8) {
+        8 => match rng.below(11) {
+            8 => match rng.below(3) {
+                0 => cmd("EMQ.LIMIT")
+                    .arg(q)
+                    .arg("CONCURRENCY")
+                    .arg(1 + rng.below(3))
+                    .clone(),
+                1 => cmd("EMQ.LIMIT")
+                    .arg(q)
+                    .arg("RATE")
+                    .arg(1 + rng.below(5))
+                    .arg("PER")
+                    .arg(600_000)
+                    .clone(),
+                _ => cmd("EMQ.LIMIT").arg(q).arg("OFF").clone(),
+            },
+            9 => cmd("EMQ.CRON")
+                .arg(q)
+                .arg(*rng.pick(&["c1", "c2"]))
+                .arg("EVERY")
+                .arg(600_000)
+                .arg("p")
+                .clone(),
+            10 => cmd("EMQ.UNCRON")
+                .arg(q)
+                .arg(*rng.pick(&["c1", "c2"]))
+                .clone(),
             0 => cmd("EMQ.PAUSE").arg(q).clone(),
             1 => cmd("EMQ.RESUME").arg(q).clone(),
             2 => cmd("EMQ.PURGE")
@@ -319,11 +363,18 @@ fn on_a_damaged_queue_a_refused_command_changes_nothing() {
             // Keys of another type deleted, as an operator would, so the queue works again.
             let mut keys: Vec<String> = ids.iter().map(|id| row_key(q, id)).collect();
             keys.extend(
-                ["pending", "active", "schedule", "dead", "meta", "events"].map(|t| set_key(q, t)),
+                [
+                    "pending", "active", "schedule", "dead", "meta", "events", "rate", "unique",
+                    "cron",
+                ]
+                .map(|t| set_key(q, t)),
             );
             for key in keys {
                 let ty: String = cmd("TYPE").arg(&key).query(&mut con).expect("type");
-                let wanted = if key.contains(":job:") || key.ends_with(":meta") {
+                let hash = [":meta", ":unique", ":cron"]
+                    .iter()
+                    .any(|t| key.ends_with(t));
+                let wanted = if key.contains(":job:") || hash {
                     "hash"
                 } else if key.ends_with(":events") {
                     "stream"

@@ -224,7 +224,7 @@ fn a_read_only_replica_refuses_every_echomq_write_and_answers_its_reads() {
     let (id, token) = (claimed[0].0.clone(), claimed[0].2.to_string());
     wait_caught_up(&mut p, &mut r);
     let before = digest(&mut r);
-    let writes: [(&str, Vec<&str>); 13] = [
+    let writes: [(&str, Vec<&str>); 16] = [
         ("emq.enqueue", vec![q, "*", "y"]),
         ("emq.menqueue", vec![q, "*", "y", "*", "z"]),
         ("emq.claim", vec![q, "BLOCK", "0"]),
@@ -238,6 +238,9 @@ fn a_read_only_replica_refuses_every_echomq_write_and_answers_its_reads() {
         ("emq.pause", vec![q]),
         ("emq.resume", vec![q]),
         ("emq.events", vec![q, "ON"]),
+        ("emq.limit", vec![q, "CONCURRENCY", "2"]),
+        ("emq.cron", vec![q, "c", "EVERY", "1000", "p"]),
+        ("emq.uncron", vec![q, "c"]),
     ];
     // Every command the module flags `write` is among them.
     let mut flagged: Vec<String> = emq_commands(&mut r)

@@ -72,7 +72,25 @@ fn parse(text: &str) -> Result<Cron, String> {
         .seconds(Seconds::Optional)
         .year(Year::Disallowed)
         .build();
-    parser.parse(text).map_err(|e| e.to_string())
+    let cron = parser.parse(text).map_err(|e| e.to_string())?;
+    // A field that allows no value never matches, and the parser's search for a firing would
+    // walk every minute up to its horizon (seconds of work): refuse such a spec at once.
+    let p = &cron.pattern;
+    // (The crate keeps its component type private; its fields and methods are public.)
+    macro_rules! empty {
+        ($c:expr) => {
+            $c.values().is_empty() && !$c.has_modifiers()
+        };
+    }
+    let never = empty!(p.seconds)
+        || empty!(p.minutes)
+        || empty!(p.hours)
+        || empty!(p.months)
+        || (empty!(p.days) && empty!(p.days_of_week));
+    if never {
+        return Err("the spec never fires: one of its fields allows no value".into());
+    }
+    Ok(cron)
 }
 
 /// A schedule, as its record holds it.
@@ -156,6 +174,8 @@ mod tests {
         assert!(Spec::cron(b"0 0 1 1 * 2030").is_err(), "no year field");
         assert!(Spec::cron(b"* * * * *|x").is_err());
         assert!(Spec::cron(b"").is_err());
+        let err = Spec::cron(b", * * * *").expect_err("no minute");
+        assert!(err.contains("never fires"), "{err}");
     }
 
     #[test]
