@@ -181,10 +181,13 @@ fn observe_table_write(args: &FilterArgs, first: &[u8]) {
     if !table {
         return;
     }
-    let (Some(Decoded::Queue { queue, .. }), Some(client)) = (decode(key), args.client()) else {
+    let Some(Decoded::Queue { queue, .. }) = decode(key) else {
         return;
     };
-    timer::table_changed(client.db, queue.as_bytes());
+    match args.client() {
+        Some(client) => timer::table_changed(client.db, queue.as_bytes()),
+        None => timer::table_changed_somewhere(queue.as_bytes()),
+    }
 }
 
 impl CommandFilter for Events {

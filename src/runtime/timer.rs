@@ -19,12 +19,13 @@ use valkey_module::Context;
 use crate::host::acl::Access;
 use crate::host::client::{select_db, selected_db, writes_paused, Flags};
 use crate::host::events::{start_timer, stop_timer, Tick};
+use crate::host::key::Key;
 use crate::host::propagate::signal_ready;
 use crate::host::server::{log, module_ctx, now_ms};
 use crate::host::store::with_queue;
 use crate::host::string::OwnedString;
 use crate::protocol::counters::{self, TICKS_AT_BUDGET, VISITS_REFUSED};
-use crate::protocol::{settings, EmqError, Queue};
+use crate::protocol::{settings, EmqError, Holds, KeyBuf, KeyType, Queue};
 use crate::queue::promote::{visit, Moved};
 use crate::queue::{cron, unique};
 
@@ -88,6 +89,44 @@ pub fn watch(ctx: &Context, queue: Queue<'_>) {
 pub fn table_changed(db: i32, queue: &[u8]) {
     cron_due().remove(&(db, queue.to_vec()));
     watched().visit_at(db, queue, 0);
+}
+
+/// Queues one of whose tables a command of unknown database wrote (Redis 7.0's command filter
+/// cannot tell the client): the next tick looks for them in every database.
+static TABLES_ANYWHERE: Mutex<BTreeSet<Vec<u8>>> = Mutex::new(BTreeSet::new());
+
+/// A table of `queue` may have changed in a database the caller cannot tell.
+pub fn table_changed_somewhere(queue: &[u8]) {
+    TABLES_ANYWHERE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(queue.to_vec());
+}
+
+/// Most databases looked in for a table of unknown database.
+const MAX_DBS: i32 = 1024;
+
+/// The queues of [`TABLES_ANYWHERE`], visited in every database that has one of their tables;
+/// the caller restores the db.
+fn find_tables(ctx: &Context) {
+    let queues = std::mem::take(&mut *TABLES_ANYWHERE.lock().unwrap_or_else(|p| p.into_inner()));
+    for name in queues {
+        let Some(queue) = Queue::parse(&name) else {
+            continue;
+        };
+        let mut db = 0;
+        while db < MAX_DBS && select_db(ctx, db) {
+            let has = [KeyType::Unique, KeyType::Cron].into_iter().any(|ty| {
+                OwnedString::new(ctx, KeyBuf::queue(queue, ty).as_bytes()).is_ok_and(|key| {
+                    Key::probe(ctx, &key).is_ok_and(|k| k.holds() != Holds::Nothing)
+                })
+            });
+            if has {
+                table_changed(db, &name);
+            }
+            db += 1;
+        }
+    }
 }
 
 /// Forgets when every queue's repeating jobs are due (their tables are read at the next visit):
@@ -171,6 +210,7 @@ fn tick(ctx: &Context) {
     let now = now_ms() as i64;
     let original = selected_db(ctx);
     wake_deferred(ctx);
+    find_tables(ctx);
     revisit_on_new_retention();
     'tick: loop {
         let batch = watched().due(now, QUEUES_PER_BATCH);
