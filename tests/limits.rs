@@ -357,3 +357,56 @@ fn a_replica_without_the_module_ends_identical() {
     wait_caught_up(&mut p, &mut r);
     assert_eq!(digest(&mut p), digest(&mut r));
 }
+
+#[test]
+fn limits_written_by_hand_are_honoured_at_once_in_a_transaction_too() {
+    let server = Server::start_or_external();
+    let mut con = server.conn();
+    let q = unique_queue("handlimit");
+    fill(&mut con, &q, 10);
+    let meta = set_key(&q, "meta");
+    let hset = |con: &mut Connection, n: i64| {
+        let _: i64 = cmd("HSET")
+            .arg(&meta)
+            .arg("concurrency")
+            .arg(n)
+            .query(con)
+            .expect("HSET");
+    };
+    hset(&mut con, 3);
+    assert_eq!(
+        claim(&mut con, &q, &["COUNT", "10"]).expect("jobs").len(),
+        3
+    );
+    // The same number of fields, another value: read again, not remembered.
+    hset(&mut con, 4);
+    assert_eq!(
+        claim(&mut con, &q, &["COUNT", "10"]).expect("jobs").len(),
+        1
+    );
+    let (first, _, second): (Value, i64, Value) = redis::pipe()
+        .atomic()
+        .cmd("EMQ.CLAIM")
+        .arg(&q)
+        .cmd("HSET")
+        .arg(&meta)
+        .arg("concurrency")
+        .arg(6)
+        .cmd("EMQ.CLAIM")
+        .arg(&q)
+        .arg("COUNT")
+        .arg(10)
+        .query(&mut con)
+        .expect("MULTI");
+    assert_eq!(first, Value::Array(vec![]), "full at 4");
+    let Value::Array(second) = second else {
+        panic!("{second:?}")
+    };
+    assert_eq!(second.len(), 2, "the limit raised inside the transaction");
+    let _: i64 = cmd("DEL").arg(&meta).query(&mut con).expect("DEL");
+    assert_eq!(
+        claim(&mut con, &q, &["COUNT", "10"]).expect("jobs").len(),
+        4,
+        "the hash deleted by hand: no limit"
+    );
+}

@@ -79,7 +79,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let next = with_queue(ctx, queue, Access::ReadWrite, |store| {
         cron::set(store, name, spec, payload, priority)
     })?;
-    timer::watch(ctx, queue);
+    timer::watch(ctx, queue, next);
     Ok(Reply::Integer(next))
 }
 
@@ -90,7 +90,8 @@ pub fn run_uncron(ctx: &Context, args: &Args) -> CommandResult {
     let removed = with_queue(ctx, queue, Access::ReadWrite, |store| {
         cron::remove(store, name)
     })?;
-    timer::watch(ctx, queue);
+    // The queue's next firing is read again at its next visit (the next tick).
+    timer::watch(ctx, queue, 0);
     Ok(Reply::Integer(i64::from(removed)))
 }
 

@@ -15,7 +15,7 @@ use crate::host::string::Text;
 use crate::protocol::job::{PRIORITY_MAX, PRIORITY_MIN};
 use crate::protocol::{settings, EmqError};
 use crate::queue::enqueue::{check_new, enqueue_with, Added, Placement};
-use crate::queue::unique::{Unique, MAX_KEY_LEN};
+use crate::queue::unique::{Unique, MAX_KEY_LEN, SWEEP_ROUND_MS};
 use crate::queue::Job;
 use crate::runtime::{cluster, timer};
 
@@ -110,8 +110,8 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             options.unique.as_ref(),
         )?;
         if options.unique.is_some() && matches!(added, Added::New | Added::Minted(_)) {
-            // The unique table's sweep is the timer's.
-            timer::watch(ctx, queue);
+            // The unique table's sweep is the timer's: its next round, unless one is nearer.
+            timer::watch(ctx, queue, now_ms() as i64 + SWEEP_ROUND_MS);
         }
         Ok(match added {
             Added::New => Reply::Integer(1),

@@ -38,6 +38,11 @@ impl Flags {
         Flags(ctx.get_flags().bits() as u32)
     }
 
+    /// Whether any of `flags` (`REDISMODULE_CTX_FLAGS_*`) is set.
+    pub fn has_any(self, flags: u32) -> bool {
+        self.has(flags)
+    }
+
     fn has(self, flag: u32) -> bool {
         self.0 & flag != 0
     }

@@ -9,7 +9,20 @@ use valkey_module::{raw, Context};
 
 use crate::protocol::{EmqError, Holds};
 
-use super::string::{OwnedString, Str, Text};
+use super::string::{string_bytes, OwnedString, Str, Text};
+
+/// One field of [`Key::hash_fields`]'s walk: copied, nothing else (no panic can start here).
+unsafe extern "C" fn on_hash_field(
+    _key: *mut raw::RedisModuleKey,
+    field: *mut raw::RedisModuleString,
+    value: *mut raw::RedisModuleString,
+    privdata: *mut std::ffi::c_void,
+) {
+    // SAFETY: `privdata` is the vector of `hash_fields`, alive for the scan; the strings are
+    // the server's, live for this callback.
+    let fields = unsafe { &mut *privdata.cast::<Vec<(Vec<u8>, Vec<u8>)>>() };
+    fields.push((string_bytes(field).to_vec(), string_bytes(value).to_vec()));
+}
 
 /// A hash field's name as the hash calls take it: a C string (`REDISMODULE_HASH_CFIELDS`) or
 /// a server string.
@@ -216,6 +229,33 @@ impl<'n> Key<'n> {
             )
         };
         OwnedString::adopt(self.ctx, value)
+    }
+
+    /// Every field of the hash with its value, in one pass (`RM_ScanKey`), up to `limit` of
+    /// them; `None` for a hash with more (or a key that is not a hash), to be read field by
+    /// field instead. A few-field hash costs one walk, not one lookup a field.
+    pub fn hash_fields(&self, limit: usize) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+        if self.holds() != Holds::Hash || self.len() > limit as u64 {
+            return None;
+        }
+        // The crate has no safe `RM_ScanKey`.
+        let (create, scan, destroy) = unsafe {
+            (
+                raw::RedisModule_ScanCursorCreate?,
+                raw::RedisModule_ScanKey?,
+                raw::RedisModule_ScanCursorDestroy?,
+            )
+        };
+        let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(self.len() as usize);
+        let privdata = (&raw mut fields).cast::<std::ffi::c_void>();
+        // SAFETY: the key is an open hash; the cursor is created, used and destroyed here; the
+        // callback only copies bytes into `fields`, alive for the scan.
+        unsafe {
+            let cursor = create();
+            while scan(self.ptr?.as_ptr(), cursor, Some(on_hash_field), privdata) != 0 {}
+            destroy(cursor);
+        }
+        (fields.len() <= limit).then_some(fields)
     }
 
     /// `HSET key field value` for one field.

@@ -2,11 +2,11 @@
 //! its native command would and replicates its effect (through the effects gate); names of the
 //! queue's sets come from the name cache, so the hot paths create no string for them.
 
-use std::cell::{Cell, OnceCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use valkey_module::{CallOptionsBuilder, CallReply, CallResult, Context};
+use valkey_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context};
 
 use crate::protocol::{
     BrandedId, EmqError, Field, Holds, KeyBuf, KeyRef, KeyType, Meta, Queue, RowPrefix, ScanStep,
@@ -14,6 +14,7 @@ use crate::protocol::{
 };
 
 use super::acl::{check_permission, Access};
+use super::client::{selected_db, Flags};
 use super::key::{announcing_expiry, Key};
 use super::propagate::{emit, notify, signal_ready, NOTIFY_GENERIC, NOTIFY_HASH, NOTIFY_ZSET};
 use super::server::now_ms;
@@ -26,9 +27,41 @@ use super::words::words;
 /// every key that found no `meta` hash, set by anything that may write one.
 static META_MAY_EXIST: AtomicBool = AtomicBool::new(true);
 
-/// A `meta` hash may exist from now on.
+/// A `meta` hash may exist from now on (and any may have changed).
 pub fn meta_may_exist() {
     META_MAY_EXIST.store(true, Ordering::Relaxed);
+    meta_changed();
+}
+
+/// Bumped by anything that may change a `meta` hash: every [`meta_may_exist`], a `meta` key
+/// that went or moved, `EXEC`, a flush, `SWAPDB`. A `meta` hash read at one generation, with
+/// the same number of fields, is the same hash at that generation (see [`MetaCache`]).
+static META_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Any `meta` hash may have changed.
+pub fn meta_changed() {
+    META_GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The facts of the `meta` hashes read lately, by (db, queue), each with the generation and the
+/// number of fields it was read at: a transition of a queue whose `meta` hash has not changed
+/// since reads no field of it (one lookup of the key, for its length). Not used inside `MULTI`
+/// or a script, whose queued or scripted hash writes pass the command filter before they run.
+struct MetaCache {
+    entries: std::collections::HashMap<(i32, Vec<u8>), (u64, u64, MetaFacts)>,
+}
+
+/// Most queues' facts kept; the cache starts again empty past it.
+const META_CACHE_MAX: usize = 4096;
+
+static META_CACHE: std::sync::Mutex<Option<MetaCache>> = std::sync::Mutex::new(None);
+
+fn meta_cache<R>(f: impl FnOnce(&mut MetaCache) -> R) -> R {
+    let mut guard = META_CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    let cache = guard.get_or_insert_with(|| MetaCache {
+        entries: std::collections::HashMap::new(),
+    });
+    f(cache)
 }
 
 /// Whether transitions read `meta` hashes (for `INFO emq`).
@@ -107,10 +140,41 @@ pub fn with_queue<'a, R>(
         sets: Default::default(),
         prefix: Cell::new(None),
         events: OnceCell::new(),
+        meta: RefCell::new(None),
         texts: PhantomData,
     };
     f(&store)
 }
+
+/// Where a `meta` hash read is not cached: inside `MULTI` or a script.
+const CACHE_UNSAFE: u32 = raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA;
+
+/// Every fact of an open `meta` hash.
+fn read_meta(key: &Key<'_>) -> Result<MetaFacts, EmqError> {
+    Ok(match key.hash_fields(META_WALK) {
+        // A hash of a few fields (the usual one): one walk reads them all.
+        Some(fields) => {
+            let mut facts = MetaFacts::default();
+            for (name, value) in fields {
+                if let Some(f) = Meta::ALL.iter().find(|f| f.as_bytes() == name) {
+                    facts[f.index()] = Some(value);
+                }
+            }
+            facts
+        }
+        None => {
+            let words = words()?;
+            Meta::ALL.map(|f| key.hash_get_str(words.meta(f)).map(|v| v.bytes().to_vec()))
+        }
+    })
+}
+
+/// Most fields of a `meta` hash read in one walk; a bigger one (written by hand) is read a
+/// fact at a time.
+const META_WALK: usize = 16;
+
+/// Each fact of a `meta` hash ([`Meta::index`]), as it was read.
+type MetaFacts = [Option<Vec<u8>>; Meta::ALL.len()];
 
 /// One queue's keys, open for one call (`'s`), writing strings that live for `'a`.
 pub struct ServerStore<'s, 'a> {
@@ -121,6 +185,9 @@ pub struct ServerStore<'s, 'a> {
     prefix: Cell<Option<RowPrefix>>,
     /// The event stream's cap (`None`: off), read once a call.
     events: OnceCell<Option<u64>>,
+    /// The `meta` hash's facts, every one read by the first look (one lookup of the key) and
+    /// kept for the call until it writes the hash.
+    meta: RefCell<Option<MetaFacts>>,
     texts: PhantomData<Text<'a>>,
 }
 
@@ -288,22 +355,27 @@ impl<'a> Store for ServerStore<'_, 'a> {
         }
         let key = self.set(set)?;
         let zero = words()?.zero;
-        // The scores other than 0 (a priority), made as strings for the effect.
-        let mut scores = Vec::new();
+        // The scores other than 0 (a priority, a claim's time), made as strings for the effect,
+        // one for each run of equal scores.
+        let mut scores: Vec<(i64, OwnedString)> = Vec::new();
         for &(score, _) in members {
-            if score != 0 {
-                scores.push(OwnedString::from_i64(self.ctx, score)?);
+            if score != 0 && scores.last().is_none_or(|(last, _)| *last != score) {
+                scores.push((score, OwnedString::from_i64(self.ctx, score)?));
             }
         }
-        let mut scores = scores.iter();
+        let mut scores = scores.iter().peekable();
         let mut args = Vec::with_capacity(1 + members.len() * 2);
         args.push(key.name().as_str());
         for &(score, member) in members {
             key.zadd(score as f64, member.as_str())?;
-            args.push(match score {
-                0 => zero,
-                _ => scores.next().ok_or(EmqError::Internal)?.as_str(),
-            });
+            if score == 0 {
+                args.push(zero);
+            } else {
+                while scores.peek().is_some_and(|(s, _)| *s != score) {
+                    scores.next();
+                }
+                args.push(scores.peek().ok_or(EmqError::Internal)?.1.as_str());
+            }
             args.push(member.as_str());
         }
         notify(self.ctx, NOTIFY_ZSET, c"zadd", key.name());
@@ -325,6 +397,36 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(true)
     }
 
+    fn remove_upto(
+        &self,
+        set: Set,
+        max: Option<i64>,
+        members: &[Text<'a>],
+    ) -> Result<(), EmqError> {
+        if members.is_empty() {
+            return Ok(());
+        }
+        let key = self.set(set)?;
+        for member in members {
+            key.zrem(member.as_str())?;
+        }
+        notify(self.ctx, NOTIFY_ZSET, c"zremrangebyscore", key.name());
+        if key.is_empty() {
+            notify(self.ctx, NOTIFY_GENERIC, c"del", key.name());
+        }
+        let max = match max {
+            Some(m) => OwnedString::from_i64(self.ctx, m)?,
+            None => OwnedString::new(self.ctx, b"+inf")?,
+        };
+        let min = OwnedString::new(self.ctx, b"-inf")?;
+        emit(
+            self.ctx,
+            c"ZREMRANGEBYSCORE",
+            &[key.name().as_str(), min.as_str(), max.as_str()],
+        );
+        Ok(())
+    }
+
     #[inline]
     fn write_row(
         &self,
@@ -332,6 +434,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         state: State,
         payload: &Text<'a>,
         priority: i64,
+        unique: Option<&[u8]>,
     ) -> Result<(), EmqError> {
         let words = words()?;
         let (state, attempts, payload) = (
@@ -349,21 +452,26 @@ impl<'a> Store for ServerStore<'_, 'a> {
             payload.0,
             payload.1,
         ];
-        if priority == 0 {
+        if priority == 0 && unique.is_none() {
             notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
             emit(self.ctx, c"HSET", &args);
             return Ok(());
         }
-        let made = OwnedString::from_i64(self.ctx, priority)?;
-        let field = words.field(Field::Priority);
-        row.hash_set(field, made.as_str())?;
+        // The fields beyond the reference three, made for this row.
+        let priority = match priority {
+            0 => None,
+            p => Some(OwnedString::from_i64(self.ctx, p)?),
+        };
+        let unique = unique.map(|k| OwnedString::new(self.ctx, k)).transpose()?;
+        let mut all = args.to_vec();
+        for (field, value) in [(Field::Priority, &priority), (Field::Unique, &unique)] {
+            if let Some(value) = value {
+                row.hash_set(words.field(field), value.as_str())?;
+                all.extend([words.field(field), value.as_str()]);
+            }
+        }
         notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
-        let [a0, a1, a2, a3, a4, a5, a6] = args;
-        emit(
-            self.ctx,
-            c"HSET",
-            &[a0, a1, a2, a3, a4, a5, a6, field, made.as_str()],
-        );
+        emit(self.ctx, c"HSET", &all);
         Ok(())
     }
 
@@ -425,24 +533,31 @@ impl<'a> Store for ServerStore<'_, 'a> {
     }
 
     #[inline]
-    fn meta(&self, field: Meta) -> Result<Option<Text<'a>>, EmqError> {
+    fn meta(&self, field: Meta) -> Result<Option<Vec<u8>>, EmqError> {
         // A transition looks only where a meta hash may be; a read command (`EMQ.STATS`)
         // always looks.
         if self.access == Access::ReadWrite && !META_MAY_EXIST.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let key = Key::probe(self.ctx, self.names.meta()?)?;
-        match key.holds() {
-            Holds::Nothing => Ok(None),
-            Holds::Hash => Ok(key.hash_get(field.as_cstr()).map(Text::Owned)),
-            _ => Err(EmqError::WrongType),
+        if let Some(facts) = self.meta.borrow().as_ref() {
+            return Ok(facts[field.index()].clone());
         }
+        let key = Key::probe(self.ctx, self.names.meta()?)?;
+        let facts: MetaFacts = match key.holds() {
+            Holds::Nothing => Default::default(),
+            Holds::Hash => self.cached_meta(&key)?,
+            _ => return Err(EmqError::WrongType),
+        };
+        let value = facts[field.index()].clone();
+        *self.meta.borrow_mut() = Some(facts);
+        Ok(value)
     }
 
     #[inline]
     fn set_meta(&self, field: Meta, value: &[u8]) -> Result<(), EmqError> {
         let name = self.names.meta()?;
         meta_may_exist();
+        *self.meta.borrow_mut() = None;
         let key = Key::open(self.ctx, name)?;
         if !matches!(key.holds(), Holds::Nothing | Holds::Hash) {
             return Err(EmqError::WrongType);
@@ -462,6 +577,8 @@ impl<'a> Store for ServerStore<'_, 'a> {
     #[inline]
     fn del_meta(&self, field: Meta) -> Result<bool, EmqError> {
         let name = self.names.meta()?;
+        *self.meta.borrow_mut() = None;
+        meta_changed();
         let key = Key::open(self.ctx, name)?;
         if !matches!(key.holds(), Holds::Nothing | Holds::Hash) {
             return Err(EmqError::WrongType);
@@ -487,7 +604,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
             return Ok(*cap);
         }
         let cap = match self.meta(Meta::Events)? {
-            Some(text) => std::str::from_utf8(text.bytes())
+            Some(text) => std::str::from_utf8(&text)
                 .ok()
                 .and_then(|t| t.parse::<u64>().ok())
                 .filter(|cap| *cap > 0),
@@ -604,6 +721,35 @@ impl<'a> Store for ServerStore<'_, 'a> {
 }
 
 impl ServerStore<'_, '_> {
+    /// The facts of the queue's `meta` hash, `key`: from the cache while the hash is unchanged.
+    fn cached_meta(&self, key: &Key<'_>) -> Result<MetaFacts, EmqError> {
+        let generation = META_GENERATION.load(Ordering::Relaxed);
+        let len = key.len();
+        let cacheable = !Flags::of(self.ctx).has_any(CACHE_UNSAFE);
+        let id = (selected_db(self.ctx), self.names.queue.as_bytes().to_vec());
+        if cacheable {
+            let hit = meta_cache(|c| {
+                c.entries
+                    .get(&id)
+                    .filter(|(g, l, _)| *g == generation && *l == len)
+                    .map(|(_, _, facts)| facts.clone())
+            });
+            if let Some(facts) = hit {
+                return Ok(facts);
+            }
+        }
+        let facts = read_meta(key)?;
+        if cacheable {
+            meta_cache(|c| {
+                if c.entries.len() >= META_CACHE_MAX {
+                    c.entries.clear();
+                }
+                c.entries.insert(id, (generation, len, facts.clone()));
+            });
+        }
+        Ok(facts)
+    }
+
     /// Opens a table, a hash or missing (`WRONGTYPE` otherwise).
     fn open_table(&self, table: Table) -> Result<Key<'_>, EmqError> {
         let name = self.names.table(table)?;

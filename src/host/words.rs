@@ -4,13 +4,14 @@
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::protocol::{EmqError, Field, State};
+use crate::protocol::{EmqError, Field, Meta, State};
 
 use super::string::{release, retained, Str};
 
 pub struct Words {
     fields: [Str<'static>; Field::ALL.len()],
     states: [Str<'static>; 5],
+    metas: [Str<'static>; Meta::ALL.len()],
     pub zero: Str<'static>,
 }
 
@@ -36,10 +37,16 @@ impl Words {
         self.states[state as usize]
     }
 
+    /// A `meta` fact's field name.
+    pub fn meta(&self, meta: Meta) -> Str<'static> {
+        self.metas[meta.index()]
+    }
+
     fn all(&self) -> impl Iterator<Item = Str<'static>> + '_ {
         self.fields
             .iter()
             .chain(&self.states)
+            .chain(&self.metas)
             .chain(std::iter::once(&self.zero))
             .copied()
     }
@@ -58,9 +65,14 @@ pub fn init() -> Result<(), EmqError> {
     for s in STATES {
         states.push(w(s.as_bytes())?);
     }
+    let mut metas = Vec::with_capacity(Meta::ALL.len());
+    for m in Meta::ALL {
+        metas.push(w(m.as_bytes())?);
+    }
     let words = Box::new(Words {
         fields: fields.try_into().map_err(|_| EmqError::Internal)?,
         states: states.try_into().map_err(|_| EmqError::Internal)?,
+        metas: metas.try_into().map_err(|_| EmqError::Internal)?,
         zero: w(b"0")?,
     });
     free(WORDS.swap(Box::into_raw(words), Ordering::SeqCst));

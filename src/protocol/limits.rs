@@ -112,6 +112,14 @@ mod tests {
     }
 
     #[test]
+    fn each_meta_fact_has_its_place() {
+        use crate::protocol::Meta;
+        for (i, m) in Meta::ALL.iter().enumerate() {
+            assert_eq!(m.index(), i, "{m:?}");
+        }
+    }
+
+    #[test]
     fn a_claims_window_member_names_its_attempt() {
         assert_eq!(rate_member(b"JOB0abc", 12), b"JOB0abc:12");
     }

@@ -109,6 +109,19 @@ pub enum Meta {
 }
 
 impl Meta {
+    /// Every fact, in the order of their places ([`Meta::index`]).
+    pub const ALL: [Meta; 5] = [
+        Meta::Paused,
+        Meta::Events,
+        Meta::Concurrency,
+        Meta::Rate,
+        Meta::RatePer,
+    ];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn as_cstr(self) -> &'static std::ffi::CStr {
         match self {
             Meta::Paused => c"paused",
@@ -192,14 +205,24 @@ pub trait Store {
     fn add_many(&self, set: Set, members: &[(i64, &Self::Text)]) -> Result<(), EmqError>;
     /// `ZREM set member` (and `del` when the set is left empty); whether it was there.
     fn remove(&self, set: Set, member: &Self::Text) -> Result<bool, EmqError>;
+    /// `ZREMRANGEBYSCORE set -inf max` (`+inf` for `None`), whose members the caller read: all
+    /// of them, in `members`. One `zremrangebyscore` event (and `del` when the set is left
+    /// empty) and one effect, however many it removes.
+    fn remove_upto(
+        &self,
+        set: Set,
+        max: Option<i64>,
+        members: &[Self::Text],
+    ) -> Result<(), EmqError>;
     /// A new row: `state`, `attempts 0`, `payload`, in the reference script's order, then
-    /// `priority` when it is not 0.
+    /// `priority` when it is not 0 and `unique` when the job holds a unique key, in one `HSET`.
     fn write_row(
         &self,
         row: &Self::Row<'_>,
         state: State,
         payload: &Self::Text,
         priority: i64,
+        unique: Option<&[u8]>,
     ) -> Result<(), EmqError>;
     /// `HSET row field value ...`.
     fn set_fields(
@@ -215,7 +238,7 @@ pub trait Store {
 
     /// A field of the `meta` hash, looked at without counting as a client's read (`WRONGTYPE`
     /// when the key holds another type).
-    fn meta(&self, field: Meta) -> Result<Option<Self::Text>, EmqError>;
+    fn meta(&self, field: Meta) -> Result<Option<Vec<u8>>, EmqError>;
     /// `HSET meta field value`.
     fn set_meta(&self, field: Meta, value: &[u8]) -> Result<(), EmqError>;
     /// `HDEL meta field`; whether it was there.

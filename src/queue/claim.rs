@@ -44,24 +44,28 @@ pub struct Head<S: Store> {
 /// first (permissions on the sets, then on every row it will touch, then types), then the
 /// writes.
 pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome, EmqError> {
-    store.check_access(&[
+    // The limits first (the queue's settings need no permission of their own): under a rate
+    // limit the window is among the keys checked, in the one check.
+    let limits = limit::limits(store)?;
+    let sets = [
         KeyRef::Set(Set::Pending),
         KeyRef::Set(Set::Active),
         KeyRef::Set(Set::Schedule),
         KeyRef::Set(Set::Dead),
-    ])?;
+        KeyRef::Set(Set::Rate),
+    ];
+    let checked = if limits.rate.is_some() { 5 } else { 4 };
+    store.check_access(&sets[..checked])?;
     store.open_sets(&Set::ALL)?;
+    if limits.rate.is_some() {
+        store.open_sets(&[Set::Rate])?;
+    }
     if paused(store)? {
         // No claim takes a job of a paused queue (its timer still moves what is due).
         return Ok(Outcome {
             claimed: Vec::new(),
             more_behind: false,
         });
-    }
-    let limits = limit::limits(store)?;
-    if limits.rate.is_some() {
-        store.check_access(&[KeyRef::Set(Set::Rate)])?;
-        store.open_sets(&[Set::Rate])?;
     }
     store.events()?;
     let now = store.now_ms();

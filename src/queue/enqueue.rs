@@ -7,8 +7,7 @@ use std::sync::Mutex;
 
 use crate::protocol::counters::{self, DUPLICATES, ENQUEUED, SCHEDULED};
 use crate::protocol::{
-    job, settings, BrandedId, EmqError, Event, Field, Holds, KeyRef, Minter, Set, State, Store,
-    Value,
+    job, settings, BrandedId, EmqError, Event, Holds, KeyRef, Minter, Set, State, Store,
 };
 
 use super::unique::{self, Unique};
@@ -189,10 +188,13 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
         Placement::Ready => (State::Pending, new.priority, Event::Enqueued),
         Placement::Due(at) => (State::Scheduled, at, Event::Scheduled),
     };
-    store.write_row(&row, state, new.payload, new.priority)?;
-    if let Some(unique) = new.unique {
-        store.set_fields(&row, &[(Field::Unique, Value::Bytes(unique.key))])?;
-    }
+    store.write_row(
+        &row,
+        state,
+        new.payload,
+        new.priority,
+        new.unique.map(|u| u.key),
+    )?;
     store.add(set, score, job.member)?;
     if let Some(unique) = new.unique {
         unique::take(store, unique, job.id, now)?;
@@ -280,7 +282,7 @@ pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec
             added.push(Added::Duplicate);
             continue;
         }
-        store.write_row(&row, State::Pending, job.payload, job.priority)?;
+        store.write_row(&row, State::Pending, job.payload, job.priority, None)?;
         members.push((job.priority, member));
         added.push(outcome);
     }

@@ -7,9 +7,7 @@ use crate::protocol::{EmqError, KeyRef, Meta, Set, Store};
 
 /// The queue's limits, from its `meta` hash (none where it has no hash).
 pub fn limits<S: Store>(store: &S) -> Result<Limits, EmqError> {
-    let read = |field| -> Result<Option<Vec<u8>>, EmqError> {
-        Ok(store.meta(field)?.map(|t| store.bytes(&t).to_vec()))
-    };
+    let read = |field| store.meta(field);
     let concurrency = read(Meta::Concurrency)?;
     let rate = read(Meta::Rate)?;
     let per = match rate {
@@ -109,29 +107,49 @@ pub fn set<S: Store>(store: &S, change: Change) -> Result<Usage, EmqError> {
 /// how many are in it.
 pub struct Window<S: Store> {
     pub expired: Vec<S::Text>,
+    /// `now - per`: the latest time of a claim that left the window.
+    pub edge: i64,
     pub in_window: u64,
 }
 
 impl<S: Store> Window<S> {
     /// Reads the open rate window without writing.
     pub fn read(store: &S, rate: Rate, now: i64) -> Result<Self, EmqError> {
-        let edge = now.saturating_sub(rate.per_ms) as f64;
+        let edge = now.saturating_sub(rate.per_ms);
         let expired: Vec<S::Text> = store
-            .range(Set::Rate, f64::NEG_INFINITY, edge, MAX_RATE as usize)?
+            .range(Set::Rate, f64::NEG_INFINITY, edge as f64, MAX_RATE as usize)?
             .into_iter()
             .map(|(m, _)| m)
             .collect();
         let in_window = store.len(Set::Rate).saturating_sub(expired.len() as u64);
-        Ok(Self { expired, in_window })
+        Ok(Self {
+            expired,
+            edge,
+            in_window,
+        })
     }
 
     /// Removes the claims that left the window.
     pub fn trim(&self, store: &S) -> Result<(), EmqError> {
-        for member in &self.expired {
-            store.remove(Set::Rate, member)?;
-        }
-        Ok(())
+        trim(store, &self.expired, Some(self.edge), MAX_RATE as usize)
     }
+}
+
+/// Removes `expired`, the members of the window up to `edge` read with `limit`: all of them
+/// when fewer than `limit` came (one `ZREMRANGEBYSCORE`), else one by one.
+fn trim<S: Store>(
+    store: &S,
+    expired: &[S::Text],
+    edge: Option<i64>,
+    limit: usize,
+) -> Result<(), EmqError> {
+    if expired.len() < limit {
+        return store.remove_upto(Set::Rate, edge, expired);
+    }
+    for member in expired {
+        store.remove(Set::Rate, member)?;
+    }
+    Ok(())
 }
 
 /// Records `claims` (each job's id and attempt) in the rate window at `now`. A job claimed
@@ -181,14 +199,18 @@ pub fn visit_window<S: Store>(
     now: i64,
     budget: usize,
 ) -> Result<Option<i64>, EmqError> {
-    let edge = match limits.rate {
-        Some(rate) => now.saturating_sub(rate.per_ms) as f64,
-        None => f64::INFINITY,
-    };
-    let expired = store.range(Set::Rate, f64::NEG_INFINITY, edge, budget)?;
-    for (member, _) in &expired {
-        store.remove(Set::Rate, member)?;
-    }
+    let edge = limits.rate.map(|rate| now.saturating_sub(rate.per_ms));
+    let expired: Vec<S::Text> = store
+        .range(
+            Set::Rate,
+            f64::NEG_INFINITY,
+            edge.map_or(f64::INFINITY, |e| e as f64),
+            budget,
+        )?
+        .into_iter()
+        .map(|(m, _)| m)
+        .collect();
+    trim(store, &expired, edge, budget)?;
     if expired.len() >= budget {
         return Ok(Some(now));
     }

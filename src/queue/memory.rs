@@ -259,12 +259,30 @@ impl Store for Memory {
         Ok(was)
     }
 
+    fn remove_upto(&self, set: Set, max: Option<i64>, members: &[Vec<u8>]) -> Result<(), EmqError> {
+        self.opened(set)?;
+        let mut sets = self.sets.borrow_mut();
+        for m in members {
+            sets[set.index()].remove(m);
+        }
+        let left = sets[set.index()]
+            .values()
+            .filter(|s| max.is_none_or(|max| **s <= max as f64))
+            .count();
+        assert_eq!(left, 0, "every member up to the score was given");
+        drop(sets);
+        let max = max.map_or("+inf".to_string(), |m| m.to_string());
+        self.log(format!("ZREMRANGEBYSCORE {set:?} -inf {max}"));
+        Ok(())
+    }
+
     fn write_row(
         &self,
         row: &&Vec<u8>,
         state: State,
         payload: &Vec<u8>,
         priority: i64,
+        unique: Option<&[u8]>,
     ) -> Result<(), EmqError> {
         self.upsert(row, Field::State, state.as_bytes().to_vec());
         self.upsert(row, Field::Attempts, b"0".to_vec());
@@ -278,6 +296,10 @@ impl Store for Memory {
         if priority != 0 {
             self.upsert(row, Field::Priority, priority.to_string().into_bytes());
             write.push_str(&format!(" priority {priority}"));
+        }
+        if let Some(key) = unique {
+            self.upsert(row, Field::Unique, key.to_vec());
+            write.push_str(&format!(" unique {}", text(key)));
         }
         self.log(write);
         Ok(())

@@ -53,7 +53,7 @@ pub fn set_events<S: Store>(store: &S, cap: Option<u64>) -> Result<bool, EmqErro
     match cap {
         Some(cap) => {
             let text = cap.to_string();
-            if now.as_ref().map(|t| store.bytes(t)) == Some(text.as_bytes()) {
+            if now.as_deref() == Some(text.as_bytes()) {
                 return Ok(false);
             }
             store.set_meta(Meta::Events, text.as_bytes())?;

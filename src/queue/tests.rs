@@ -905,8 +905,7 @@ fn a_unique_key_is_held_until_its_job_is_done_and_a_held_one_writes_nothing() {
     assert_eq!(
         writes(&m),
         [
-            format!("HSET {j} state pending attempts 0 payload p"),
-            format!("HSET {j} unique order-7"),
+            format!("HSET {j} state pending attempts 0 payload p unique order-7"),
             format!("ZADD Pending 0 {j}"),
             format!("HSET Unique order-7 {j}"),
         ]

@@ -141,6 +141,7 @@ impl ServerEvents for Events {
             // `SWAPDB a b` exchanges the two databases' contents (no keyspace event says so).
             ServerEvent::SwapDb(a, b) => {
                 timer::forget_cron_due();
+                meta_watch::databases_changed();
                 timer::watched().swap_dbs(a, b);
                 queues::swap_dbs(a, b);
             }
@@ -148,6 +149,7 @@ impl ServerEvents for Events {
             // event names the keys, and the queues of an emptied database have nothing left.
             ServerEvent::Flushed(db) => {
                 timer::forget_cron_due();
+                meta_watch::databases_changed();
                 timer::watched().forget_db(db);
                 queues::forget_db(db);
             }

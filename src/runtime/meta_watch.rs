@@ -15,9 +15,13 @@
 //!
 //! A script that writes a `meta` hash without declaring it is not seen: EchoMQ's facts are
 //! written by its commands, and a hand-written `meta` takes effect at the next load.
+//!
+//! The same sightings, and any other event on a `meta` key, `EXEC`, flushes and `SWAPDB`, bump
+//! the generation under which the host caches the facts it read (`host::store`), so a
+//! transition reads a queue's `meta` hash again only after something may have changed one.
 
 use crate::host::events::FilterArgs;
-use crate::host::store::{meta_may_exist, no_meta_exists};
+use crate::host::store::{meta_changed, meta_may_exist, no_meta_exists};
 use crate::protocol::keyspace::PREFIX;
 use crate::protocol::KeyType;
 
@@ -29,11 +33,16 @@ pub fn is_meta(key: &[u8]) -> bool {
 /// Most declared keys of a script looked at; a script that declares more counts as writing.
 const SCRIPT_KEYS: usize = 64;
 
-/// The command filter's part: a hash command on a `meta` key, or a script declaring one.
+/// The command filter's part: a hash command on a `meta` key, or a script declaring one; and
+/// `EXEC`, which runs hash writes the filter saw queued.
 pub fn observe_command(args: &FilterArgs, first: &[u8]) {
     let Some(&c) = first.first() else {
         return;
     };
+    if first.len() == 4 && first.eq_ignore_ascii_case(b"EXEC") {
+        meta_changed();
+        return;
+    }
     if c == b'h' || c == b'H' {
         if args.word(1).is_some_and(is_meta) {
             meta_may_exist();
@@ -65,12 +74,23 @@ pub fn observe_command(args: &FilterArgs, first: &[u8]) {
     }
 }
 
-/// A keyspace event on `key`: one that brings a `meta` hash here.
+/// A keyspace event on `key`, a `meta` hash: one that brings it here, or any other that
+/// changes it (it went, expired, was evicted or moved away, a field expired).
 pub fn observe_key(key: &[u8], event: &[u8]) {
     const ARRIVALS: [&[u8]; 4] = [b"restore", b"rename_to", b"move_to", b"copy_to"];
-    if ARRIVALS.contains(&event) && is_meta(key) {
-        meta_may_exist();
+    if !is_meta(key) {
+        return;
     }
+    if ARRIVALS.contains(&event) {
+        meta_may_exist();
+    } else {
+        meta_changed();
+    }
+}
+
+/// A flush or `SWAPDB`: the `meta` hashes of whole databases went or moved.
+pub fn databases_changed() {
+    meta_changed();
 }
 
 /// The server may hold `meta` hashes EchoMQ did not see written.
@@ -84,6 +104,7 @@ pub fn scanned(found: bool) {
         meta_may_exist();
     } else {
         no_meta_exists();
+        meta_changed();
     }
 }
 

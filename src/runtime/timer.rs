@@ -77,15 +77,18 @@ fn deferred() -> std::sync::MutexGuard<'static, BTreeSet<(i32, Vec<u8>)>> {
     DEFERRED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The timer visits `queue` (in the context's database) at its next tick: a command wrote one
-/// of the queue's tables, which no subscribed keyspace event reports.
-pub fn watch(ctx: &Context, queue: Queue<'_>) {
-    table_changed(selected_db(ctx), queue.as_bytes());
+/// The timer visits `queue` (in the context's database) by `at`: a command wrote one of the
+/// queue's tables, which no subscribed keyspace event reports, and knows when it next has work
+/// (a unique key's sweep, a schedule's next firing).
+pub fn watch(ctx: &Context, queue: Queue<'_>, at: i64) {
+    let db = selected_db(ctx);
+    cron_due().remove(&(db, queue.as_bytes().to_vec()));
+    watched().visit_by(db, queue.as_bytes(), at);
 }
 
-/// A table of `queue` in `db` may have changed (a command, the replication stream, a key
-/// restored or renamed): the timer visits the queue at its next tick and reads its `cron` table
-/// again.
+/// A table of `queue` in `db` may have changed (the replication stream, a command by hand, a
+/// key restored or renamed): the timer visits the queue at its next tick and reads its `cron`
+/// table again.
 pub fn table_changed(db: i32, queue: &[u8]) {
     cron_due().remove(&(db, queue.to_vec()));
     watched().visit_at(db, queue, 0);

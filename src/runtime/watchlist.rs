@@ -49,6 +49,16 @@ impl Watchlist {
         }
     }
 
+    /// Visits `queue` of `db` by `at`: watches it from then if it was not, and brings its
+    /// visit forward if it was due later (a visit due sooner stays).
+    pub fn visit_by(&mut self, db: i32, queue: &[u8], at: i64) {
+        let key = (db, queue.to_vec());
+        if self.by_queue.get(&key).is_some_and(|old| *old <= at) {
+            return;
+        }
+        self.visit_at(db, queue, at);
+    }
+
     /// Stops watching `queue` of `db`.
     pub fn forget(&mut self, db: i32, queue: &[u8]) {
         let key = (db, queue.to_vec());
