@@ -79,7 +79,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let next = with_queue(ctx, queue, Access::ReadWrite, |store| {
         cron::set(store, name, spec, payload, priority)
     })?;
-    timer::watch(ctx, queue, next);
+    timer::watch_cron(ctx, queue, next);
     Ok(Reply::Integer(next))
 }
 
@@ -91,7 +91,7 @@ pub fn run_uncron(ctx: &Context, args: &Args) -> CommandResult {
         cron::remove(store, name)
     })?;
     // The queue's next firing is read again at its next visit (the next tick).
-    timer::watch(ctx, queue, 0);
+    timer::watch_cron(ctx, queue, 0);
     Ok(Reply::Integer(i64::from(removed)))
 }
 

@@ -111,7 +111,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         )?;
         if options.unique.is_some() && matches!(added, Added::New | Added::Minted(_)) {
             // The unique table's sweep is the timer's: its next round, unless one is nearer.
-            timer::watch(ctx, queue, now_ms() as i64 + SWEEP_ROUND_MS);
+            timer::watch_unique(ctx, queue, now_ms() as i64 + SWEEP_ROUND_MS);
         }
         Ok(match added {
             Added::New => Reply::Integer(1),

@@ -60,8 +60,10 @@ static WATCHED: Mutex<Watchlist> = Mutex::new(Watchlist::new());
 /// Pending sets, as (db, key name), whose blocked claimers were woken while client writes were
 /// paused and left waiting; the first tick after the pause wakes them again.
 static DEFERRED: Mutex<BTreeSet<(i32, Vec<u8>)>> = Mutex::new(BTreeSet::new());
-/// Where each queue's sweep of its `unique` table stands, as (db, queue name) -> cursor.
-static SWEEPS: Mutex<BTreeMap<(i32, Vec<u8>), u64>> = Mutex::new(BTreeMap::new());
+/// Where each queue's sweep of its `unique` table stands, as (db, queue name) -> (cursor, when
+/// its next step is due; `i64::MAX`: the queue has no table). A queue missing here is swept
+/// at its next visit.
+static SWEEPS: Mutex<BTreeMap<(i32, Vec<u8>), (u64, i64)>> = Mutex::new(BTreeMap::new());
 /// When each queue's next repeating job is due, as the last visit read its `cron` table
 /// (`i64::MAX`: none will fire), so a visit reads the table only once one is due. Forgotten
 /// whenever anything may have written the table ([`table_changed`]).
@@ -77,20 +79,34 @@ fn deferred() -> std::sync::MutexGuard<'static, BTreeSet<(i32, Vec<u8>)>> {
     DEFERRED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The timer visits `queue` (in the context's database) by `at`: a command wrote one of the
-/// queue's tables, which no subscribed keyspace event reports, and knows when it next has work
-/// (a unique key's sweep, a schedule's next firing).
-pub fn watch(ctx: &Context, queue: Queue<'_>, at: i64) {
+/// A command wrote a unique key of `queue` (in the context's database): the timer sweeps its
+/// table by `at`, and visits the queue by then.
+pub fn watch_unique(ctx: &Context, queue: Queue<'_>, at: i64) {
+    let db = selected_db(ctx);
+    let key = (db, queue.as_bytes().to_vec());
+    {
+        let mut sweeps = sweeps();
+        let entry = sweeps.entry(key).or_insert((0, at));
+        entry.1 = entry.1.min(at);
+    }
+    watched().visit_by(db, queue.as_bytes(), at);
+}
+
+/// A command wrote a schedule of `queue` (in the context's database), the next firing of its
+/// table at `at`: the timer reads the table again at a visit by then.
+pub fn watch_cron(ctx: &Context, queue: Queue<'_>, at: i64) {
     let db = selected_db(ctx);
     cron_due().remove(&(db, queue.as_bytes().to_vec()));
     watched().visit_by(db, queue.as_bytes(), at);
 }
 
 /// A table of `queue` in `db` may have changed (the replication stream, a command by hand, a
-/// key restored or renamed): the timer visits the queue at its next tick and reads its `cron`
-/// table again.
+/// key restored or renamed): the timer visits the queue at its next tick, sweeps its `unique`
+/// table and reads its `cron` table again.
 pub fn table_changed(db: i32, queue: &[u8]) {
-    cron_due().remove(&(db, queue.to_vec()));
+    let key = (db, queue.to_vec());
+    cron_due().remove(&key);
+    sweeps().remove(&key);
     watched().visit_at(db, queue, 0);
 }
 
@@ -136,6 +152,7 @@ fn find_tables(ctx: &Context) {
 /// after a load, a role change, `SWAPDB` or a flush.
 pub fn forget_cron_due() {
     cron_due().clear();
+    sweeps().clear();
 }
 
 fn cron_due() -> std::sync::MutexGuard<'static, BTreeMap<(i32, Vec<u8>), i64>> {
@@ -251,23 +268,29 @@ fn promote(ctx: &Context, db: i32, name: &[u8], now: i64) -> Result<Option<i64>,
         return Ok(Some(now + RETRY_MIGRATING_MS));
     }
     let key = (db, name.to_vec());
-    let cursor = sweeps().get(&key).copied().unwrap_or(0);
+    let sweep = sweeps().get(&key).copied();
+    let sweep_now = sweep.is_none_or(|(_, at)| at <= now);
     let cron_at = cron_due().get(&key).copied();
     let fire = cron_at.is_none_or(|at| at <= now);
-    let ((_moved, next), (cursor, again), fired) =
-        with_queue(ctx, queue, Access::ReadWrite, |store| {
-            Ok::<_, EmqError>((
-                visit(store, now, VISIT_BUDGET)? as (Moved, _),
-                unique::visit_table(store, cursor, now)?,
-                match fire {
-                    true => Some(cron::fire(store, now)?),
-                    false => None,
-                },
-            ))
-        })?;
-    match cursor {
-        0 => sweeps().remove(&key),
-        c => sweeps().insert(key.clone(), c),
+    let ((_moved, next), swept, fired) = with_queue(ctx, queue, Access::ReadWrite, |store| {
+        Ok::<_, EmqError>((
+            visit(store, now, VISIT_BUDGET)? as (Moved, _),
+            match sweep_now {
+                true => Some(unique::visit_table(store, sweep.map_or(0, |s| s.0), now)?),
+                false => None,
+            },
+            match fire {
+                true => Some(cron::fire(store, now)?),
+                false => None,
+            },
+        ))
+    })?;
+    let again = match swept {
+        Some((cursor, again)) => {
+            sweeps().insert(key.clone(), (cursor, again.unwrap_or(i64::MAX)));
+            again
+        }
+        None => sweep.map(|s| s.1).filter(|at| *at != i64::MAX),
     };
     let cron_next = match fired {
         Some(next) => {
@@ -279,7 +302,7 @@ fn promote(ctx: &Context, db: i32, name: &[u8], now: i64) -> Result<Option<i64>,
     Ok([next, again, cron_next].into_iter().flatten().min())
 }
 
-fn sweeps() -> std::sync::MutexGuard<'static, BTreeMap<(i32, Vec<u8>), u64>> {
+fn sweeps() -> std::sync::MutexGuard<'static, BTreeMap<(i32, Vec<u8>), (u64, i64)>> {
     SWEEPS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
