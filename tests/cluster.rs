@@ -798,3 +798,109 @@ fn queues_in_several_databases_of_a_cluster_come_due_and_move_with_their_slot() 
         );
     }
 }
+
+#[test]
+fn a_queues_schedules_unique_keys_and_limits_move_with_its_slot() {
+    // The cron and unique tables, the limits in `meta` and the rate window are keys of the
+    // queue's slot: they move with it, and the new owner's timer, which learns them from the
+    // import, fires the schedule from its next firing on.
+    let cluster = Cluster::start(3, 0);
+    let queue = "policies-move";
+    let slot = slot_of(queue);
+    let from = cluster.owner(slot);
+    let to = cluster.another_primary(&from);
+    let mut src = cluster.node(from.port).conn();
+    let _: i64 = cmd("EMQ.CRON")
+        .arg(queue)
+        .arg("tick")
+        .arg("EVERY")
+        .arg(300)
+        .arg("p")
+        .query(&mut src)
+        .expect("EMQ.CRON");
+    let _: Value = cmd("EMQ.LIMIT")
+        .arg(queue)
+        .arg("CONCURRENCY")
+        .arg(1)
+        .arg("RATE")
+        .arg(100)
+        .arg("PER")
+        .arg(600_000)
+        .query(&mut src)
+        .expect("EMQ.LIMIT");
+    let holder: String = cmd("EMQ.ENQUEUE")
+        .arg(queue)
+        .arg("*")
+        .arg("held")
+        .arg("UNIQUE")
+        .arg("k")
+        .query(&mut src)
+        .expect("EMQ.ENQUEUE UNIQUE");
+    assert!(wait_until(Duration::from_secs(5), || set_len(
+        &mut src, queue, "pending"
+    ) >= 2));
+    assert_eq!(
+        claim(&mut src, queue, &["COUNT", "5"]).expect("jobs").len(),
+        1
+    );
+    let last_before = |con: &mut Connection| -> i64 {
+        let record: String = cmd("HGET")
+            .arg(set_key(queue, "cron"))
+            .arg("tick")
+            .query(con)
+            .expect("HGET");
+        record.split('|').nth(1).expect("last").parse().expect("ms")
+    };
+    let moved = cluster.move_slot(slot, &from, &to, || {});
+    assert!(
+        moved >= 6,
+        "rows, pending, active, meta, rate, unique and cron: {moved}"
+    );
+    let mut dst = cluster.node(to.port).conn();
+    let before = last_before(&mut dst);
+    assert!(
+        wait_until(Duration::from_secs(10), || last_before(&mut dst) > before),
+        "the new owner fires the schedule"
+    );
+    let fired = last_before(&mut dst);
+    assert_eq!(
+        (fired - before) % 300,
+        0,
+        "on its grid, from the next firing: {before} {fired}"
+    );
+    assert!(
+        keys_of(&mut src, queue).is_empty(),
+        "nothing left on the old owner"
+    );
+    let mut jobs = None;
+    let settled = wait_until(Duration::from_secs(10), || {
+        match cmd("EMQ.CLAIM")
+            .arg(queue)
+            .arg("COUNT")
+            .arg(5)
+            .query::<Vec<(String, String, i64)>>(&mut dst)
+        {
+            Ok(got) => jobs = Some(got),
+            Err(e) if e.code() == Some("TRYAGAIN") => {}
+            Err(e) => panic!("claim on the new owner: {e}"),
+        }
+        jobs.is_some()
+    });
+    assert!(settled, "the new owner settled the slot");
+    assert_eq!(
+        jobs,
+        Some(vec![]),
+        "the concurrency limit of 1 came along, one job active"
+    );
+    let again: String = cmd("EMQ.ENQUEUE")
+        .arg(queue)
+        .arg("*")
+        .arg("again")
+        .arg("UNIQUE")
+        .arg("k")
+        .query(&mut dst)
+        .expect("EMQ.ENQUEUE UNIQUE");
+    assert_eq!(again, holder, "the unique key came along");
+    let stats = stats(&mut dst, queue);
+    assert_eq!(stats.get("rate-used"), Some(&1), "{stats:?}");
+}
