@@ -63,7 +63,10 @@ static DEFERRED: Mutex<BTreeSet<(i32, Vec<u8>)>> = Mutex::new(BTreeSet::new());
 /// Where each queue's sweep of its `unique` table stands, as (db, queue name) -> (cursor, when
 /// its next step is due; `i64::MAX`: the queue has no table). A queue missing here is swept
 /// at its next visit.
-static SWEEPS: Mutex<BTreeMap<(i32, Vec<u8>), (u64, i64)>> = Mutex::new(BTreeMap::new());
+static SWEEPS: Mutex<Sweeps> = Mutex::new(BTreeMap::new());
+
+/// Each queue's sweep: (db, queue name) -> (cursor, when its next step is due).
+type Sweeps = BTreeMap<(i32, Vec<u8>), (u64, i64)>;
 /// When each queue's next repeating job is due, as the last visit read its `cron` table
 /// (`i64::MAX`: none will fire), so a visit reads the table only once one is due. Forgotten
 /// whenever anything may have written the table ([`table_changed`]).
@@ -302,7 +305,7 @@ fn promote(ctx: &Context, db: i32, name: &[u8], now: i64) -> Result<Option<i64>,
     Ok([next, again, cron_next].into_iter().flatten().min())
 }
 
-fn sweeps() -> std::sync::MutexGuard<'static, BTreeMap<(i32, Vec<u8>), (u64, i64)>> {
+fn sweeps() -> std::sync::MutexGuard<'static, Sweeps> {
     SWEEPS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
