@@ -129,8 +129,12 @@ def dump(phase):
             raise SystemExit("callgrind_control: " + done.stdout + done.stderr)
 
 
-def life(sock, jobs):
-    """Enqueue, claim and ack `jobs` jobs, one phase after another (see the module's doc)."""
+def life(sock, jobs, limits=()):
+    """Enqueue, claim and ack `jobs` jobs, one phase after another (see the module's doc); with
+    `limits`, the options of an `EMQ.LIMIT` of the queue (limits that never bind)."""
+    if limits:
+        sock.sendall(resp("EMQ.LIMIT", "bench", *limits))
+        read_replies(sock, 1)
     calls = []
     for start in range(0, jobs, 100):
         args = ["EMQ.MENQUEUE", "bench"]
@@ -159,6 +163,13 @@ def main():
     row = lambda i: b"emq:{bench}:job:" + job_id(i)
     if mode == "module":
         buf, replies = b"".join(resp("EMQ.ENQUEUE", "bench", job_id(i + 1), PAYLOAD) for i in range(jobs)), jobs
+    elif mode == "unique":
+        # Each job with a unique key of its own: a lookup and a table entry a job.
+        buf = b"".join(
+            resp("EMQ.ENQUEUE", "bench", job_id(i + 1), PAYLOAD, "UNIQUE", job_id(i + 1))
+            for i in range(jobs)
+        )
+        replies = jobs
     elif mode == "batch":
         calls = []
         for start in range(0, jobs, 100):
@@ -194,11 +205,18 @@ def main():
             for i in range(jobs)
         )
         replies = 3 * jobs
-    elif mode == "life":
-        life(sock, jobs)
+    elif mode in ("life", "life-concurrency", "life-limits"):
+        limits = {
+            "life": (),
+            "life-concurrency": ("CONCURRENCY", "1000000"),
+            "life-limits": ("CONCURRENCY", "1000000", "RATE", "10000", "PER", "1"),
+        }[mode]
+        life(sock, jobs, limits)
         buf, replies = b"", 0
     else:
-        raise SystemExit("mode: module, batch, native, lua, foreign or life")
+        raise SystemExit(
+            "mode: module, unique, batch, native, lua, foreign, life, life-concurrency or life-limits"
+        )
     if buf:
         sock.sendall(buf)
         read_replies(sock, replies)

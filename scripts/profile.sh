@@ -7,7 +7,9 @@
 # Then the rest of a job's life: the same jobs enqueued as EMQ.MENQUEUE x100, claimed with
 # EMQ.CLAIM COUNT 100 LEASE 60000 and acked one EMQ.ACK each; callgrind_control dumps and zeroes
 # the counters after each phase, so the claim and ack rows count only their own phase.
-# PROFILE_MODULE: another build's libechomq.so; PROFILE_ONLY=life: only the claim and ack rows.
+# PROFILE_MODULE: another build's libechomq.so; PROFILE_ONLY=life: only the claim and ack rows;
+# PROFILE_ONLY=policy: what claim limits cost a claim and an ack (the life phases on a queue with
+# limits that never bind) and what a unique key costs an enqueue, beside the plain rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${PROFILE_JOBS:-20000}"
@@ -49,7 +51,7 @@ run() { # <mode> [replica|bare] -> $dir/<mode>[-replica|-bare].out (bare: withou
     done
   fi
   # life: the driver has callgrind dump after each phase ($out.out.1 enqueue, .2 claim, .3 ack).
-  PROFILE_CALLGRIND_PID="$([ "$mode" = life ] && echo "$pid")" \
+  PROFILE_CALLGRIND_PID="$(case "$mode" in life*) echo "$pid";; esac)" \
     python3 scripts/profile-driver.py "$mode" "$port" "$jobs" lua/enqueue.lua
   wait "$pid" || true
   [ -n "$rpid" ] && kill "$rpid" 2>/dev/null && wait "$rpid" 2>/dev/null
@@ -63,6 +65,16 @@ life_rows() {
   echo "| whole requests (\`processInputBuffer\`): \`EMQ.CLAIM COUNT 100\`, per job | $(per_job "$(cost "$dir/life.out.2" processInputBuffer)") |"
   echo "| whole requests (\`processInputBuffer\`): \`EMQ.ACK\` | $(per_job "$(cost "$dir/life.out.3" processInputBuffer)") |"
 }
+if [ "${PROFILE_ONLY:-}" = policy ]; then
+  for mode in module unique life life-concurrency life-limits; do run "$mode"; done
+  w() { per_job "$(cost "$dir/$1" processInputBuffer)"; }
+  echo "| whole requests (\`processInputBuffer\`) | instructions/job, none | with a concurrency limit | with a concurrency and a rate limit | with a unique key |"
+  echo "|---|---|---|---|---|"
+  echo "| \`EMQ.ENQUEUE\` | $(w module.out) | | | $(w unique.out) |"
+  echo "| \`EMQ.CLAIM COUNT 100\`, per job | $(w life.out.2) | $(w life-concurrency.out.2) | $(w life-limits.out.2) | |"
+  echo "| \`EMQ.ACK\` | $(w life.out.3) | $(w life-concurrency.out.3) | $(w life-limits.out.3) | |"
+  exit 0
+fi
 if [ "${PROFILE_ONLY:-}" = life ]; then
   run life
   echo "| where | instructions/job |"
