@@ -836,9 +836,7 @@ fn a_queues_schedules_unique_keys_and_limits_move_with_its_slot() {
         .arg("k")
         .query(&mut src)
         .expect("EMQ.ENQUEUE UNIQUE");
-    assert!(wait_until(Duration::from_secs(5), || set_len(
-        &mut src, queue, "pending"
-    ) >= 2));
+    assert!(until_more_than(&mut src, queue, "pending", 1));
     assert_eq!(
         claim(&mut src, queue, &["COUNT", "5"]).expect("jobs").len(),
         1

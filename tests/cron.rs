@@ -22,6 +22,15 @@ fn cron(con: &mut Connection, q: &str, name: &str, when: &[&str], payload: &str)
         .expect("EMQ.CRON")
 }
 
+/// `EMQ.UNCRON`: 1 removed, 0 no such schedule.
+fn uncron(con: &mut Connection, q: &str, name: &str) -> i64 {
+    cmd("EMQ.UNCRON")
+        .arg(q)
+        .arg(name)
+        .query(con)
+        .expect("EMQ.UNCRON")
+}
+
 /// `EMQ.CRONS`: each schedule's fields, by name.
 fn crons(con: &mut Connection, q: &str) -> BTreeMap<String, BTreeMap<String, Value>> {
     let all: Vec<Value> = cmd("EMQ.CRONS").arg(q).query(con).expect("EMQ.CRONS");
@@ -64,9 +73,7 @@ fn a_schedule_fires_its_payload_at_each_firing_until_it_is_removed() {
         .arg(-5)
         .query(&mut con)
         .expect("EMQ.CRON");
-    assert!(wait_until(Duration::from_secs(5), || set_len(
-        &mut con, &q, "pending"
-    ) >= 6));
+    assert!(until_more_than(&mut con, &q, "pending", 5));
     let jobs = claim(&mut con, &q, &["COUNT", "100"]).expect("jobs");
     assert_eq!(
         String::from_utf8_lossy(&jobs[0].1),
@@ -89,18 +96,8 @@ fn a_schedule_fires_its_payload_at_each_firing_until_it_is_removed() {
     );
     assert_eq!((next - first) % 200, 0, "the grid of the first firing");
     assert_eq!(next - last, 200);
-    let removed: i64 = cmd("EMQ.UNCRON")
-        .arg(&q)
-        .arg("tick")
-        .query(&mut con)
-        .expect("UNCRON");
-    assert_eq!(removed, 1);
-    let removed: i64 = cmd("EMQ.UNCRON")
-        .arg(&q)
-        .arg("urgent")
-        .query(&mut con)
-        .expect("UNCRON");
-    assert_eq!(removed, 1);
+    assert_eq!(uncron(&mut con, &q, "tick"), 1);
+    assert_eq!(uncron(&mut con, &q, "urgent"), 1);
     let settled = set_len(&mut con, &q, "pending");
     std::thread::sleep(Duration::from_millis(1_200));
     assert_eq!(
@@ -146,9 +143,7 @@ fn an_aof_restart_neither_skips_nor_repeats_a_firing() {
     let mut con = server.conn();
     let q = "aof-cron";
     cron(&mut con, q, "tick", &["EVERY", "300"], "p");
-    assert!(wait_until(Duration::from_secs(5), || set_len(
-        &mut con, q, "pending"
-    ) >= 2));
+    assert!(until_more_than(&mut con, q, "pending", 1));
     server.restart(true);
     let mut con = server.conn();
     let before = crons(&mut con, q);
@@ -158,9 +153,7 @@ fn an_aof_restart_neither_skips_nor_repeats_a_firing() {
     );
     assert_eq!(next - last, 300);
     let fired = set_len(&mut con, q, "pending");
-    assert!(wait_until(Duration::from_secs(5), || set_len(
-        &mut con, q, "pending"
-    ) > fired));
+    assert!(until_more_than(&mut con, q, "pending", fired));
     let after = crons(&mut con, q);
     let fired_last = int(&after["tick"]["last"]).expect("last");
     assert!(
@@ -177,9 +170,7 @@ fn a_promoted_replica_fires_from_where_its_primary_left() {
     let mut r = replica.conn();
     let q = "failover-cron";
     cron(&mut p, q, "tick", &["EVERY", "250"], "p");
-    assert!(wait_until(Duration::from_secs(5), || set_len(
-        &mut p, q, "pending"
-    ) >= 1));
+    assert!(until_more_than(&mut p, q, "pending", 0));
     wait_caught_up(&mut p, &mut r);
     primary.kill();
     let before = crons(&mut r, q);
@@ -190,9 +181,7 @@ fn a_promoted_replica_fires_from_where_its_primary_left() {
         .query(&mut r)
         .expect("promote");
     let held = set_len(&mut r, q, "pending");
-    assert!(wait_until(Duration::from_secs(5), || set_len(
-        &mut r, q, "pending"
-    ) > held));
+    assert!(until_more_than(&mut r, q, "pending", held));
     let after = crons(&mut r, q);
     let fired = int(&after["tick"]["last"]).expect("last");
     assert!(
@@ -207,53 +196,50 @@ fn bad_schedules_are_refused_with_typed_errors_and_write_nothing() {
     let mut con = server.conn();
     let q = unique_queue("badcron");
     let long = "n".repeat(257);
-    for (args, want) in [
-        (
-            &["s", "61 * * * *", "p"][..],
-            "EMQCRON Component error: Number out of bounds",
-        ),
-        (
-            &["s", "* * *", "p"],
-            "EMQCRON Invalid pattern: Pattern must have 5 or 6 fields",
-        ),
-        (&["s", "0 0 30 2 *", "p"], "EMQCRON the spec never fires"),
-        (
-            &["s", ", * * * *", "p"],
-            "EMQCRON the spec never fires: one of its fields allows no value",
-        ),
-        (
-            &["s", "EVERY", "5", "p"],
-            "ERR EVERY must be an integer from 10 to 31536000000",
-        ),
-        (&["s", "EVERY", "-1", "p"], "ERR EVERY must be"),
-        (
-            &["s", "EVERY", "1000"],
-            "ERR wrong number of arguments for 'emq.cron'",
-        ),
-        (
-            &["s", "* * * * *", "p", "PRIORITY", "9999999"],
-            "ERR PRIORITY must be",
-        ),
-        (
-            &["s", "* * * * *", "p", "DELAY", "5"],
-            "ERR syntax error: expected PRIORITY",
-        ),
-        (
-            &[long.as_str(), "* * * * *", "p"],
-            "ERR a schedule's name must be 1 to 256 bytes",
-        ),
-        (&["", "* * * * *", "p"], "ERR a schedule's name must be"),
-    ] {
-        let err = expect_err(&mut con, cmd("EMQ.CRON").arg(&q).arg(args));
-        assert!(err.starts_with(want), "{args:?}: {err}");
-    }
+    assert_refused(
+        &mut con,
+        cmd("EMQ.CRON").arg(&q),
+        &[
+            (
+                &["s", "61 * * * *", "p"][..],
+                "EMQCRON Component error: Number out of bounds",
+            ),
+            (
+                &["s", "* * *", "p"],
+                "EMQCRON Invalid pattern: Pattern must have 5 or 6 fields",
+            ),
+            (&["s", "0 0 30 2 *", "p"], "EMQCRON the spec never fires"),
+            (
+                &["s", ", * * * *", "p"],
+                "EMQCRON the spec never fires: one of its fields allows no value",
+            ),
+            (
+                &["s", "EVERY", "5", "p"],
+                "ERR EVERY must be an integer from 10 to 31536000000",
+            ),
+            (&["s", "EVERY", "-1", "p"], "ERR EVERY must be"),
+            (
+                &["s", "EVERY", "1000"],
+                "ERR wrong number of arguments for 'emq.cron'",
+            ),
+            (
+                &["s", "* * * * *", "p", "PRIORITY", "9999999"],
+                "ERR PRIORITY must be",
+            ),
+            (
+                &["s", "* * * * *", "p", "DELAY", "5"],
+                "ERR syntax error: expected PRIORITY",
+            ),
+            (
+                &[long.as_str(), "* * * * *", "p"],
+                "ERR a schedule's name must be 1 to 256 bytes",
+            ),
+            (&["", "* * * * *", "p"], "ERR a schedule's name must be"),
+        ],
+    );
     assert!(keys_of(&mut con, &q).is_empty(), "nothing written");
     assert!(info_int(&mut con, "emq", "emq_refused_cron") >= 3);
-    let _: () = cmd("SET")
-        .arg(set_key(&q, "cron"))
-        .arg("x")
-        .query(&mut con)
-        .expect("SET");
+    make_string(&mut con, &set_key(&q, "cron"));
     let err = expect_err(
         &mut con,
         cmd("EMQ.CRON")
@@ -322,14 +308,8 @@ fn a_replica_without_the_module_ends_identical() {
     let mut r = replica.conn();
     let q = "mirrored-cron";
     cron(&mut p, q, "tick", &["EVERY", "100"], "p");
-    assert!(wait_until(Duration::from_secs(5), || set_len(
-        &mut p, q, "pending"
-    ) >= 3));
-    let _: i64 = cmd("EMQ.UNCRON")
-        .arg(q)
-        .arg("tick")
-        .query(&mut p)
-        .expect("UNCRON");
+    assert!(until_more_than(&mut p, q, "pending", 2));
+    uncron(&mut p, q, "tick");
     wait_caught_up(&mut p, &mut r);
     assert_eq!(digest(&mut p), digest(&mut r));
 }

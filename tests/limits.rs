@@ -238,59 +238,52 @@ fn bad_limits_are_refused_with_typed_errors_and_write_nothing() {
     let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("badlimit");
-    for (args, want) in [
-        (
-            &["CONCURRENCY", "0"][..],
-            "ERR CONCURRENCY must be an integer from 1 to 1000000",
-        ),
-        (&["CONCURRENCY", "-1"], "ERR CONCURRENCY must be"),
-        (
-            &["RATE", "0", "PER", "1000"],
-            "ERR RATE must be an integer from 1 to 10000",
-        ),
-        (
-            &["RATE", "5", "PER", "0"],
-            "ERR PER must be an integer from 1 to 86400000",
-        ),
-        (&["RATE", "5", "PER", "-5"], "ERR PER must be"),
-        (
-            &["RATE", "5", "EVERY", "10"],
-            "ERR syntax error: expected RATE <n> PER <ms>",
-        ),
-        (
-            &["RATE", "5"],
-            "ERR syntax error: an option lacks its value",
-        ),
-        (&["BURST", "5"], "ERR syntax error: expected CONCURRENCY"),
-        (
-            &["CONCURRENCY", "2", "CONCURRENCY", "3"],
-            "ERR syntax error: expected CONCURRENCY",
-        ),
-        (
-            &["OFF", "CONCURRENCY", "2"],
-            "ERR syntax error: expected CONCURRENCY",
-        ),
-    ] {
-        let err = expect_err(&mut con, cmd("EMQ.LIMIT").arg(&q).arg(args));
-        assert!(err.starts_with(want), "{args:?}: {err}");
-    }
+    assert_refused(
+        &mut con,
+        cmd("EMQ.LIMIT").arg(&q),
+        &[
+            (
+                &["CONCURRENCY", "0"][..],
+                "ERR CONCURRENCY must be an integer from 1 to 1000000",
+            ),
+            (&["CONCURRENCY", "-1"], "ERR CONCURRENCY must be"),
+            (
+                &["RATE", "0", "PER", "1000"],
+                "ERR RATE must be an integer from 1 to 10000",
+            ),
+            (
+                &["RATE", "5", "PER", "0"],
+                "ERR PER must be an integer from 1 to 86400000",
+            ),
+            (&["RATE", "5", "PER", "-5"], "ERR PER must be"),
+            (
+                &["RATE", "5", "EVERY", "10"],
+                "ERR syntax error: expected RATE <n> PER <ms>",
+            ),
+            (
+                &["RATE", "5"],
+                "ERR syntax error: an option lacks its value",
+            ),
+            (&["BURST", "5"], "ERR syntax error: expected CONCURRENCY"),
+            (
+                &["CONCURRENCY", "2", "CONCURRENCY", "3"],
+                "ERR syntax error: expected CONCURRENCY",
+            ),
+            (
+                &["OFF", "CONCURRENCY", "2"],
+                "ERR syntax error: expected CONCURRENCY",
+            ),
+        ],
+    );
     assert!(keys_of(&mut con, &q).is_empty(), "nothing written");
-    let _: () = cmd("SET")
-        .arg(set_key(&q, "meta"))
-        .arg("x")
-        .query(&mut con)
-        .expect("SET");
+    make_string(&mut con, &set_key(&q, "meta"));
     let err = expect_err(&mut con, cmd("EMQ.LIMIT").arg(&q).arg("CONCURRENCY").arg(2));
     assert!(err.starts_with("WRONGTYPE"), "{err}");
     let _: () = cmd("DEL")
         .arg(set_key(&q, "meta"))
         .query(&mut con)
         .expect("DEL");
-    let _: () = cmd("SET")
-        .arg(set_key(&q, "rate"))
-        .arg("x")
-        .query(&mut con)
-        .expect("SET");
+    make_string(&mut con, &set_key(&q, "rate"));
     let err = expect_err(
         &mut con,
         cmd("EMQ.LIMIT")

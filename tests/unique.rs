@@ -195,36 +195,30 @@ fn bad_unique_options_are_refused_with_typed_errors_and_write_nothing() {
     let mut con = server.conn();
     let q = unique_queue("baduniq");
     let long = "k".repeat(1025);
-    for (args, want) in [
-        (
-            &["FOR", "10"][..],
-            "ERR syntax error: FOR <ms> is the window of a UNIQUE key",
-        ),
-        (
-            &["UNIQUE", "k", "FOR", "0"],
-            "ERR FOR must be an integer from 1 to 31536000000",
-        ),
-        (&["UNIQUE", "k", "FOR", "-5"], "ERR FOR must be"),
-        (&["UNIQUE", ""], "ERR UNIQUE key must be 1 to 1024 bytes"),
-        (&["UNIQUE", &long], "ERR UNIQUE key must be 1 to 1024 bytes"),
-        (
-            &["UNIQUE", "a", "UNIQUE", "b"],
-            "ERR syntax error: expected DELAY",
-        ),
-        (&["UNIQUE"], "ERR wrong number of arguments"),
-    ] {
-        let err = expect_err(
-            &mut con,
-            cmd("EMQ.ENQUEUE").arg(&q).arg("*").arg("p").arg(args),
-        );
-        assert!(err.starts_with(want), "{args:?}: {err}");
-    }
+    assert_refused(
+        &mut con,
+        cmd("EMQ.ENQUEUE").arg(&q).arg("*").arg("p"),
+        &[
+            (
+                &["FOR", "10"][..],
+                "ERR syntax error: FOR <ms> is the window of a UNIQUE key",
+            ),
+            (
+                &["UNIQUE", "k", "FOR", "0"],
+                "ERR FOR must be an integer from 1 to 31536000000",
+            ),
+            (&["UNIQUE", "k", "FOR", "-5"], "ERR FOR must be"),
+            (&["UNIQUE", ""], "ERR UNIQUE key must be 1 to 1024 bytes"),
+            (&["UNIQUE", &long], "ERR UNIQUE key must be 1 to 1024 bytes"),
+            (
+                &["UNIQUE", "a", "UNIQUE", "b"],
+                "ERR syntax error: expected DELAY",
+            ),
+            (&["UNIQUE"], "ERR wrong number of arguments"),
+        ],
+    );
     assert!(keys_of(&mut con, &q).is_empty(), "nothing written");
-    let _: () = cmd("SET")
-        .arg(set_key(&q, "unique"))
-        .arg("x")
-        .query(&mut con)
-        .expect("SET");
+    make_string(&mut con, &set_key(&q, "unique"));
     let err = expect_err(
         &mut con,
         cmd("EMQ.ENQUEUE")

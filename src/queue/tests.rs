@@ -702,8 +702,15 @@ fn limit_to(m: &Memory, change: super::limit::Change) -> super::limit::Usage {
     super::limit::set(m, change).expect("limits set")
 }
 
-fn rate(n: i64, per_ms: i64) -> Option<Option<crate::protocol::limits::Rate>> {
-    Some(Some(crate::protocol::limits::Rate { n, per_ms }))
+/// Sets a rate limit of `n` claims per `per_ms` (and no concurrency limit).
+fn rate_limit(m: &Memory, n: i64, per_ms: i64) {
+    limit_to(
+        m,
+        super::limit::Change {
+            concurrency: None,
+            rate: Some(Some(crate::protocol::limits::Rate { n, per_ms })),
+        },
+    );
 }
 
 #[test]
@@ -750,18 +757,11 @@ fn a_concurrency_limit_caps_active_jobs_and_a_settle_wakes_the_waiters() {
 
 #[test]
 fn a_rate_limit_is_a_sliding_window_with_no_burst_at_its_edge() {
-    use super::limit::Change;
     let m = Memory::at(NOW);
     for n in 1..=20 {
         put(&m, n, "p");
     }
-    limit_to(
-        &m,
-        Change {
-            concurrency: None,
-            rate: rate(3, 1_000),
-        },
-    );
+    rate_limit(&m, 3, 1_000);
     assert_eq!(claim(&m, 2, 60_000).expect("claimed").claimed.len(), 2);
     m.now.set(NOW + 900);
     assert_eq!(claim(&m, 5, 60_000).expect("claimed").claimed.len(), 1);
@@ -793,13 +793,7 @@ fn the_timer_wakes_rate_limited_claimers_when_the_window_frees() {
     for n in 1..=3 {
         put(&m, n, "p");
     }
-    limit_to(
-        &m,
-        Change {
-            concurrency: None,
-            rate: rate(1, 500),
-        },
-    );
+    rate_limit(&m, 1, 500);
     assert_eq!(claim(&m, 3, 60_000).expect("claimed").claimed.len(), 1);
     let wakes = m.wakes.get();
     let (_, next) = visit(&m, NOW + 100, 100).expect("visited");
@@ -833,16 +827,9 @@ fn the_timer_wakes_rate_limited_claimers_when_the_window_frees() {
 
 #[test]
 fn a_rate_window_of_another_type_refuses_the_claim_before_it_writes() {
-    use super::limit::Change;
     let m = Memory::at(NOW);
     put(&m, 1, "p");
-    limit_to(
-        &m,
-        Change {
-            concurrency: None,
-            rate: rate(5, 1_000),
-        },
-    );
+    rate_limit(&m, 5, 1_000);
     m.other.borrow_mut().push(MemKey::Set(Set::Rate));
     writes(&m);
     assert_eq!(claim(&m, 1, 1_000).err(), Some(EmqError::WrongType));
@@ -855,16 +842,9 @@ fn a_rate_window_of_another_type_refuses_the_claim_before_it_writes() {
 
 #[test]
 fn a_job_claimed_again_with_the_same_attempt_counts_twice_in_the_rate_window() {
-    use super::limit::Change;
     let m = Memory::at(NOW);
     put(&m, 1, "p");
-    limit_to(
-        &m,
-        Change {
-            concurrency: None,
-            rate: rate(5, 60_000),
-        },
-    );
+    rate_limit(&m, 5, 60_000);
     assert_eq!(claim(&m, 1, 1_000).expect("claimed").claimed.len(), 1);
     let member = id(1).1;
     let t = target(&m, 1, &member).expect("target");

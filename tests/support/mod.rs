@@ -863,3 +863,25 @@ pub fn dead_jobs(con: &mut Connection, queue: &str, n: u64) {
         }
     }
 }
+
+/// Overwrites `key` with a string, as an operator's mistake would (commands on it then refuse
+/// with `WRONGTYPE`).
+pub fn make_string(con: &mut Connection, key: &str) {
+    let _: () = redis::cmd("SET").arg(key).arg("x").query(con).expect("SET");
+}
+
+/// Waits (up to 5 s) until the queue's `ty` set holds more than `n` members.
+pub fn until_more_than(con: &mut Connection, queue: &str, ty: &str, n: i64) -> bool {
+    wait_until(Duration::from_secs(5), || set_len(con, queue, ty) > n)
+}
+
+/// Each of `cases` (the arguments after `base`, and the start of the refusal expected) is
+/// refused so.
+pub fn assert_refused(con: &mut Connection, base: &redis::Cmd, cases: &[(&[&str], &str)]) {
+    for (args, want) in cases {
+        let mut c = base.clone();
+        c.arg(*args);
+        let err = expect_err(con, &c);
+        assert!(err.starts_with(want), "{args:?}: {err}");
+    }
+}
