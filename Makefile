@@ -1,7 +1,8 @@
 # EchoMQ: the verbs a newcomer types.
 #   make run    build the module and start valkey-server with module.conf (foreground)
 #   make test   unit tests and integration tests against real servers
-#   make lint   cargo fmt --check, clippy with warnings denied, and the layer check
+#   make lint   cargo fmt --check, clippy with warnings denied, the layer check, and mypy --strict
+#               on the Python client
 #   make test-redis7  the core suites against redis-server 7.0
 #   make test-valkey-latest  every suite against the newest Valkey in Debian's archive
 #   make test-valgrind  the suites with valkey-server under valgrind memcheck
@@ -10,9 +11,12 @@
 
 CARGO  ?= cargo
 MODULE := target/release/libechomq.so
+# The Python client's venv: the package installed editable with its dev tools (mypy, pytest),
+# from PyPI, made again when clients/python/pyproject.toml changes.
+PY_VENV := target/py
 VALKEY_SERVER ?= valkey-server
 
-.PHONY: all deps build run test test-modules test-redis7 test-valkey-latest test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability compose profile
+.PHONY: all deps build python run test test-modules test-redis7 test-valkey-latest test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability compose profile
 
 all: build
 
@@ -25,6 +29,14 @@ deps:
 build: deps
 	$(CARGO) build --release
 
+python: $(PY_VENV)/.installed
+
+$(PY_VENV)/.installed: clients/python/pyproject.toml | deps
+	python3 -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install --quiet --upgrade pip
+	$(PY_VENV)/bin/pip install --quiet -e 'clients/python[dev]'
+	touch $@
+
 # PORT=6380 picks another port when 6379 is taken (by a packaged valkey-server, say).
 run: build
 	$(VALKEY_SERVER) module.conf $(if $(PORT),--port $(PORT))
@@ -34,9 +46,10 @@ run: build
 test-modules: build
 	$(CARGO) build --release -p emq-test-caller
 
-test: build test-modules
+test: build test-modules python
 	$(CARGO) build --examples
 	$(CARGO) test --all-targets
+	cd clients/python && ECHOMQ_MODULE=$(CURDIR)/$(MODULE) VALKEY_SERVER=$(VALKEY_SERVER) ../../$(PY_VENV)/bin/pytest -q tests
 
 # The core suites against Debian's redis-server 7.0 (installed if missing). Redis 7 only: a
 # later Redis loads modules of its own, which the suites' exact module lists do not expect.
@@ -136,10 +149,11 @@ bench: build
 
 # The layer check (tests/layers.rs) reads src/ and fails on an upward import, an import cycle
 # or unsafe code outside host/ (docs/architecture.md).
-lint: deps
+lint: deps python
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --test layers
+	cd clients/python && ../../$(PY_VENV)/bin/mypy --strict src tests
 
 clean:
 	$(CARGO) clean

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what EchoMQ needs to build and test: a C compiler and the C library's headers (Rust
 # links through cc, and build scripts compile C), libclang-dev (bindgen), valkey-server and
-# valkey-tools, python3-redis (the Python example worker), and on request redis-server
+# valkey-tools, python3-redis (the Python example worker), python3-venv (the venv the Python
+# client is tested and type-checked in, target/py), and on request redis-server
 # (--with-redis, the Redis 7 tier) and docker-compose (--with-compose, the docker tier).
 # Idempotent: does nothing when everything is already present.
 set -euo pipefail
@@ -34,6 +35,9 @@ have_cc || missing+=(gcc libc6-dev)
 have_clang || missing+=(libclang-dev)
 have_valkey || missing+=(valkey-server)
 have_pyredis || missing+=(python3-redis)
+# `python3 -m venv` with pip in it (Debian splits ensurepip out into python3-venv).
+have_venv() { /usr/bin/python3 -c "import ensurepip, venv" >/dev/null 2>&1; }
+have_venv || missing+=(python3-venv)
 [ $want_redis = 1 ] && ! have_redis && missing+=(redis-server)
 [ $want_compose = 1 ] && ! command -v docker-compose >/dev/null 2>&1 && missing+=(docker-compose)
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -1,0 +1,107 @@
+"""Real servers for the client's tests: a ``valkey-server`` with the module, on a free port, in
+a directory of its own, stopped after the test."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator, List, Optional
+
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Server:
+    def __init__(self, extra: Optional[List[str]] = None) -> None:
+        self.port = free_port()
+        self.dir = tempfile.TemporaryDirectory()
+        module = os.environ.get("ECHOMQ_MODULE", str(ROOT / "target/release/libechomq.so"))
+        binary = os.environ.get("VALKEY_SERVER", "valkey-server")
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir.name, "--loadmodule", module, *(extra or [])],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if self.client().ping():
+                    return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise RuntimeError(f"valkey-server did not start on {self.port}") from None
+                time.sleep(0.05)
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port)
+
+    def cmd(self, *args: Any) -> Any:
+        """One command on a connection of its own (redis-py leaves `execute_command` untyped)."""
+        client: Any = self.client()
+        return client.execute_command(*args)
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        self.dir.cleanup()
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    s = Server()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+class Cluster:
+    """Three primaries with the module, their slots spread by ``valkey-cli --cluster create``."""
+
+    def __init__(self) -> None:
+        # The bus on a free port of its own (the default, the port + 10000, may not be free).
+        self.nodes = [
+            Server(["--cluster-enabled", "yes", "--cluster-node-timeout", "5000",
+                    "--cluster-port", str(free_port())])
+            for _ in range(3)
+        ]
+        cli = os.environ.get("VALKEY_CLI", "valkey-cli")
+        subprocess.run(
+            [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while not all(b"cluster_state:ok" in n.cmd("CLUSTER", "INFO") for n in self.nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster never became ok")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    c = Cluster()
+    try:
+        yield c
+    finally:
+        c.stop()

@@ -1,0 +1,84 @@
+"""The producer API against a real server: ids minted here and idempotent retries, batches,
+options, typed errors, and the operations."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+import echomq
+from echomq import ids
+from conftest import Server
+
+
+def test_minted_ids_are_job_ids_in_mint_order(server: Server) -> None:
+    minted = [ids.mint() for _ in range(1000)]
+    assert minted == sorted(minted) and len(set(minted)) == 1000
+    assert all(len(i) == 14 and i.startswith("JOB") for i in minted)
+    assert server.cmd("EMQ.DECODE", f"emq:{{q}}:job:{minted[0]}")
+
+
+def test_an_enqueue_retried_with_its_id_is_one_job(server: Server) -> None:
+    q = echomq.Queue(server.client(), "orders")
+    job_id = q.enqueue(b"order 7")
+    assert q.enqueue(b"order 7", id=job_id) == job_id
+    assert q.stats()["pending"] == 1
+    job = q.job(job_id)
+    assert job is not None and job["payload"] == "order 7" and job["state"] == "pending"
+
+
+def test_batches_options_and_operations(server: Server) -> None:
+    q = echomq.Queue(server.client(), "ops", serializer=echomq.Json())
+    many = q.enqueue_many(({"n": n} for n in range(2500)), chunk=1000)
+    assert len(many) == 2500 and q.stats()["pending"] == 2500
+    later = q.enqueue({"late": True}, delay=60)
+    assert q.stats()["scheduled"] == 1
+    assert q.cancel(later) and not q.cancel(later)
+    urgent = q.enqueue({"urgent": True}, priority=-5)
+    claimed = server.cmd("EMQ.CLAIM", "ops")
+    assert claimed[0][0].decode() == urgent, "the lower priority first"
+    assert q.pause() and not q.pause() and q.resume()
+    assert q.purge("pending", count=500) == 500
+    limits = q.limit(concurrency=3, rate=10, per=1.5)
+    assert (limits["concurrency"], limits["rate"], limits["rate-per"]) == (3, 10, 1500)
+    assert q.limit(off=True)["concurrency"] is None
+    assert q.cron("tick", {"tick": 1}, every=60) > time.time() * 1000
+    assert q.uncron("tick") and not q.uncron("tick")
+
+
+def test_a_held_unique_key_answers_the_holders_id(server: Server) -> None:
+    q = echomq.Queue(server.client(), "uniq")
+    first = q.enqueue(b"welcome ann", unique="welcome:ann", unique_for=60)
+    assert q.enqueue(b"welcome ann", unique="welcome:ann", unique_for=60) == first
+    assert q.stats()["pending"] == 1
+
+
+def test_refusals_are_typed_and_unknown_errors_stay_plain(server: Server) -> None:
+    with pytest.raises(echomq.EmqQueueNameError):
+        echomq.Queue(server.client(), "bad{name}").stats()
+    q = echomq.Queue(server.client(), "typed")
+    with pytest.raises(echomq.EmqKindError):
+        q.enqueue(b"x", id="ORD0NgWEfAEJfs")
+    with pytest.raises(echomq.EmqSetError):
+        q.purge("active")
+    with pytest.raises(echomq.EmqCronError):
+        q.cron("bad", b"x", spec="61 * * * *")
+    with pytest.raises(echomq.EmqLeaseLost):
+        q.call("EMQ.ACK", q.enqueue(b"x"), 1)
+    try:
+        q.call("EMQ.STATS", "extra", "args")
+    except redis.ResponseError as e:
+        assert type(e) is redis.ResponseError, "an error EchoMQ does not type stays plain"
+    else:
+        raise AssertionError("EMQ.STATS with extra arguments answered")
+
+
+def test_the_protocol_fence() -> None:
+    echomq.check_version(b"echomq:2.0.0")
+    echomq.check_version("echomq:2.7.1")
+    with pytest.raises(echomq.EmqVersionError, match="echomq:3.0.0"):
+        echomq.check_version(b"echomq:3.0.0")
+    with pytest.raises(echomq.EmqVersionError):
+        echomq.check_version(b"something else")

@@ -1,0 +1,160 @@
+"""The worker runtime against a real server: concurrency, acks with results, failures with
+their traceback, retries, leases renewed while a handler runs, a lost lease never acked, and a
+graceful stop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, List
+
+import echomq
+from conftest import Server
+
+
+def start(worker: echomq.Worker) -> threading.Thread:
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    return t
+
+
+def until(f: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if f():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_worker_runs_every_job_once_up_to_its_concurrency(server: Server) -> None:
+    q = echomq.Queue(server.client(), "work")
+    q.enqueue_many(b"job %d" % n for n in range(200))
+    seen: List[bytes] = []
+    running = [0, 0]  # now, most
+    lock = threading.Lock()
+
+    def handle(job: echomq.Job) -> bytes:
+        with lock:
+            running[0] += 1
+            running[1] = max(running[1], running[0])
+        time.sleep(0.005)
+        with lock:
+            running[0] -= 1
+            seen.append(job.payload)
+        return b"done " + bytes(job.payload)
+
+    worker = echomq.Worker(server.client(), "work", handle, concurrency=8, lease=5)
+    t = start(worker)
+    assert until(lambda: worker.counts["acked"] == 200)
+    worker.stop()
+    t.join(5)
+    assert sorted(seen) == sorted(b"job %d" % n for n in range(200))
+    assert 1 < running[1] <= 8, running
+    stats = q.stats()
+    assert (stats["pending"], stats["active"]) == (0, 0)
+
+
+def test_a_failure_keeps_the_traceback_and_retry_sets_the_delay(server: Server) -> None:
+    q = echomq.Queue(server.client(), "fail")
+    broken = q.enqueue(b"broken")
+    later = q.enqueue(b"later")
+
+    def handle(job: echomq.Job) -> None:
+        if job.payload == b"broken":
+            raise ValueError("no stock for sku 42")
+        raise echomq.Retry(after=30, reason="upstream busy")
+
+    worker = echomq.Worker(server.client(), "fail", handle)
+    t = start(worker)
+    assert until(lambda: worker.counts["failed"] + worker.counts["retried"] == 2)
+    worker.stop()
+    t.join(5)
+    failed = q.job(broken)
+    assert failed is not None and failed["state"] == "scheduled"
+    assert "ValueError: no stock for sku 42" in failed["error"]
+    assert "Traceback" in failed["error"]
+    retried = q.job(later)
+    assert retried is not None and retried["error"] == "upstream busy"
+    due = int(retried["due"])
+    assert 25_000 < due - time.time() * 1000 <= 30_000
+
+
+def test_a_long_handler_keeps_its_lease(server: Server) -> None:
+    q = echomq.Queue(server.client(), "long")
+    job_id = q.enqueue(b"slow")
+    worker = echomq.Worker(server.client(), "long", lambda job: time.sleep(1.5), lease=0.4)
+    t = start(worker)
+    assert until(lambda: worker.counts["acked"] == 1)
+    worker.stop()
+    t.join(5)
+    assert worker.counts["lost"] == 0
+    assert server.client().hget(f"emq:{{long}}:job:{job_id}", "attempts") == b"1"
+
+
+def test_a_lost_lease_is_reported_and_never_acked(server: Server) -> None:
+    q = echomq.Queue(server.client(), "stolen")
+    job_id = q.enqueue(b"x")
+    admin = server.client()
+    lost = threading.Event()
+    admin_cmd: Any = admin
+
+    def handle(job: echomq.Job) -> None:
+        # The lease runs out under the handler (as on a stalled worker), another attempt takes
+        # the job, and this handler hears of it through its job.
+        admin.zadd("emq:{stolen}:active", {job.id: 0}, xx=True)
+        assert until(lambda: admin_cmd.execute_command("EMQ.CLAIM", "stolen") != [])
+        if until(job.lease_lost.is_set, timeout=5):
+            lost.set()
+
+    worker = echomq.Worker(server.client(), "stolen", handle, lease=0.3)
+    t = start(worker)
+    assert until(lambda: worker.counts["lost"] == 1)
+    worker.stop()
+    t.join(5)
+    assert lost.is_set()
+    assert worker.counts["acked"] == 0
+    assert server.client().hget(f"emq:{{stolen}}:job:{job_id}", "attempts") == b"2"
+    assert server.client().hget(f"emq:{{stolen}}:job:{job_id}", "state") == b"active"
+
+
+def test_stop_lets_running_handlers_finish_and_acks_them(server: Server) -> None:
+    q = echomq.Queue(server.client(), "stop")
+    q.enqueue_many([b"a", b"b"])
+    started = threading.Event()
+
+    def handle(job: Any) -> None:
+        started.set()
+        time.sleep(0.5)
+
+    worker = echomq.Worker(server.client(), "stop", handle, concurrency=2)
+    t = start(worker)
+    assert started.wait(5)
+    worker.stop()
+    t.join(10)
+    assert not t.is_alive()
+    assert worker.counts["acked"] == 2
+    assert q.stats()["active"] == 0
+
+
+def test_a_handler_past_the_shutdown_timeout_is_left_to_its_lease(server: Server) -> None:
+    q = echomq.Queue(server.client(), "timeout")
+    job_id = q.enqueue(b"forever")
+    started = threading.Event()
+    release = threading.Event()
+
+    def handle(job: Any) -> None:
+        started.set()
+        release.wait(10)
+
+    worker = echomq.Worker(server.client(), "timeout", handle, shutdown_timeout=0.2, lease=30)
+    t = start(worker)
+    assert started.wait(5)
+    worker.stop()
+    t.join(5)
+    assert not t.is_alive()
+    release.set()
+    time.sleep(0.2)
+    job = q.job(job_id)
+    assert job is not None and job["state"] == "active", "not acked after the shutdown"
+    assert worker.counts["acked"] == 0
