@@ -158,3 +158,41 @@ def test_a_handler_past_the_shutdown_timeout_is_left_to_its_lease(server: Server
     job = q.job(job_id)
     assert job is not None and job["state"] == "active", "not acked after the shutdown"
     assert worker.counts["acked"] == 0
+
+
+def test_the_servers_active_count_never_exceeds_the_concurrency(server: Server) -> None:
+    q = echomq.Queue(server.client(), "bounded")
+    q.enqueue_many(b"x" for _ in range(60))
+    worker = echomq.Worker(server.client(), "bounded", lambda job: time.sleep(0.02), concurrency=3)
+    t = start(worker)
+    samples: List[int] = []
+    while worker.counts["acked"] < 60:
+        samples.append(int(server.cmd("ZCARD", "emq:{bounded}:active")))
+    worker.stop()
+    t.join(5)
+    assert len(samples) > 20 and max(samples) <= 3, max(samples)
+    assert max(samples) == 3, "the worker kept its three slots busy"
+
+
+def test_an_exception_is_retried_then_the_job_is_dead() -> None:
+    server = Server(["--emq.max-attempts", "3", "--emq.backoff-base-ms", "10"])
+    try:
+        q = echomq.Queue(server.client(), "dies")
+        job_id = q.enqueue(b"x")
+        calls: List[int] = []
+
+        def handle(job: echomq.Job) -> None:
+            calls.append(job.attempt)
+            raise KeyError("missing")
+
+        worker = echomq.Worker(server.client(), "dies", handle)
+        t = start(worker)
+        assert until(lambda: (q.job(job_id) or {}).get("state") == "dead")
+        worker.stop()
+        t.join(5)
+        assert calls == [1, 2, 3]
+        job = q.job(job_id)
+        assert job is not None and "KeyError: 'missing'" in job["error"]
+        assert q.stats()["dead"] == 1
+    finally:
+        server.stop()

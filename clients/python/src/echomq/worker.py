@@ -1,5 +1,5 @@
-"""The consumer's side: ``Worker`` claims jobs in batches up to its free concurrency, runs each in
-a thread of its own, renews their leases in the background for as long as they run, settles
+"""The consumer's side: ``Worker`` claims jobs in batches up to its free concurrency, runs them
+in a pool of one thread a slot, renews their leases in the background for as long as they run, settles
 each (``ACK``, or ``FAIL`` with the exception and its traceback), and stops gracefully on
 SIGTERM or SIGINT."""
 
@@ -10,6 +10,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
+from queue import Empty, SimpleQueue
 from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -24,6 +25,8 @@ from .serializers import Serializer
 PROTOCOL_MAJOR = 2
 #: Most bytes of an error (the exception and its traceback) sent with ``EMQ.FAIL``.
 MAX_ERROR = 4096
+#: Most outcomes (``ACK``, ``FAIL``) sent in one pipeline.
+SETTLE_BATCH = 100
 
 
 class Retry(Exception):
@@ -134,10 +137,13 @@ class Worker:
         self.renew_interval = lease * renew_every
         self.shutdown_timeout = shutdown_timeout
         self._running: Dict[str, Job] = {}
+        self._outcomes: "SimpleQueue[Tuple[Job, str, str, List[Any]]]" = SimpleQueue()
+        self._inbox: "SimpleQueue[Optional[Job]]" = SimpleQueue()
         self._lock = threading.Condition()
         self._stopping = threading.Event()
         self._closed = False
-        #: What happened, for logs and tests: acked, failed, retried, lost.
+        #: What happened, for logs and tests: acked, failed, retried, lost (and
+        #: failed-to-settle: an outcome the server refused for another reason).
         self.counts: Dict[str, int] = {"acked": 0, "failed": 0, "retried": 0, "lost": 0}
 
     # ---- control ----
@@ -155,6 +161,12 @@ class Worker:
         restore = self._install_signals()
         renewer = threading.Thread(target=self._renew_loop, name="echomq-renew", daemon=True)
         renewer.start()
+        settler = threading.Thread(target=self._settle_loop, name="echomq-settle", daemon=True)
+        settler.start()
+        # The pool: one thread a slot, each taking the next claimed job (daemon threads, so a
+        # handler still running past the shutdown timeout does not hold the process).
+        for n in range(self.concurrency):
+            threading.Thread(target=self._handler_loop, name=f"echomq-handler-{n}", daemon=True).start()
         try:
             self._claim_loop()
             self._drain()
@@ -163,6 +175,8 @@ class Worker:
                 # A handler still running now is left to its lease: its outcome is not sent.
                 self._closed = True
             self._stopping.set()
+            for _ in range(self.concurrency):
+                self._inbox.put(None)
             restore()
 
     def _install_signals(self) -> Callable[[], None]:
@@ -215,9 +229,7 @@ class Worker:
                 job = job_of(self.queue.name, self.queue.serializer, raw)
                 with self._lock:
                     self._running[job.id] = job
-                threading.Thread(
-                    target=self._run_job, args=(job,), name=f"echomq-{job.id}", daemon=True
-                ).start()
+                self._inbox.put(job)
 
     def _drain(self) -> None:
         deadline = time.monotonic() + self.shutdown_timeout
@@ -227,37 +239,84 @@ class Worker:
 
     # ---- one job ----
 
+    def _handler_loop(self) -> None:
+        while True:
+            job = self._inbox.get()
+            if job is None:
+                return
+            self._run_job(job)
+
     def _run_job(self, job: Job) -> None:
         try:
+            result = self.handler(job)
+        except Exception as e:
+            settled = outcome(self.queue.serializer, error=e)
+        else:
+            settled = outcome(self.queue.serializer, result=result)
+        # The settler sends it, with the other outcomes waiting then, and frees the slot.
+        self._outcomes.put((job, *settled))
+
+    def _settle_loop(self) -> None:
+        """Sends the handlers' outcomes, as many as are waiting in one pipeline, and frees their
+        slots once the server has them: the queue's `active` count never exceeds the
+        concurrency."""
+        while True:
             try:
-                result = self.handler(job)
-            except Exception as e:
-                self._settle(job, *outcome(self.queue.serializer, error=e))
-            else:
-                self._settle(job, *outcome(self.queue.serializer, result=result))
-        finally:
+                first = self._outcomes.get(timeout=0.1)
+            except Empty:
+                with self._lock:
+                    if self._closed or (self._stopping.is_set() and not self._running):
+                        return
+                continue
+            batch = [first]
+            while len(batch) < SETTLE_BATCH:
+                try:
+                    batch.append(self._outcomes.get_nowait())
+                except Empty:
+                    break
+            self._settle(batch)
             with self._lock:
-                self._running.pop(job.id, None)
+                for job, *_ in batch:
+                    self._running.pop(job.id, None)
                 self._lock.notify_all()
 
-    def _settle(self, job: Job, outcome: str, command: str, extra: List[Any]) -> None:
-        """Sends the outcome, unless the lease was lost or the worker shut down first."""
+    def _settle(self, batch: List[Tuple[Job, str, str, List[Any]]]) -> None:
+        """Sends each outcome, unless its lease was lost or the worker shut down first."""
         with self._lock:
             closed = self._closed
-        if closed or job.lease_lost.is_set():
+        send = [b for b in batch if not (closed or b[0].lease_lost.is_set())]
+        for _ in range(len(batch) - len(send)):
             self._count("lost")
+        if not send:
             return
         try:
-            self.queue.call(command, job.id, job.attempt, *extra)
-        except EmqLeaseLost:
-            job.lease_lost.set()
-            self._count("lost")
-            return
-        self._count(outcome)
+            pipe = self.queue.client.pipeline(transaction=False)
+            for job, _, command, extra in send:
+                pipe.execute_command(command, self.queue.name, job.id, job.attempt, *extra)
+            replies = pipe.execute(raise_on_error=False)
+        except Exception:
+            # The pipeline did not get through (a failover, a lost connection): one by one,
+            # each retried; one that was applied already answers EMQLEASE, counted as lost.
+            replies = [None] * len(send)
+            for i, (job, _, command, extra) in enumerate(send):
+                try:
+                    replies[i] = self.queue.call(command, job.id, job.attempt, *extra)
+                except Exception as e:
+                    replies[i] = e
+        for (job, counted, _, _), reply in zip(send, replies):
+            if isinstance(reply, Exception):
+                typed = translate(reply) if isinstance(reply, ResponseError) else reply
+                if isinstance(typed, EmqLeaseLost):
+                    job.lease_lost.set()
+                    self._count("lost")
+                    continue
+                self._count("failed-to-settle")
+                continue
+            self._count(counted)
 
     def _count(self, outcome: str) -> None:
         with self._lock:
-            self.counts[outcome] += 1
+            self.counts[outcome] = self.counts.get(outcome, 0) + 1
 
     # ---- leases ----
 

@@ -1,0 +1,82 @@
+"""``echomq``, the command line: the queue's operations, and a worker run from a handler's
+module path that SIGTERM stops mid-batch without losing or repeating a job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, List
+
+import echomq
+from conftest import Server
+
+TESTS = Path(__file__).resolve().parent
+ECHOMQ = str(Path(sys.executable).with_name("echomq"))
+
+
+def cli(server: Server, *args: str) -> Any:
+    out = subprocess.run(
+        [ECHOMQ, "--url", f"redis://127.0.0.1:{server.port}", "--json", *args],
+        check=True, capture_output=True, text=True, timeout=30,
+    )
+    return json.loads(out.stdout)
+
+
+def test_the_queue_operations_from_the_shell(server: Server) -> None:
+    job_id = cli(server, "enqueue", "cli", "hello", "--priority", "3")
+    assert job_id.startswith("JOB")
+    assert cli(server, "stats", "cli")["pending"] == 1
+    server.cmd("EMQ.CLAIM", "cli")
+    server.cmd("EMQ.FAIL", "cli", job_id, 1, "ERROR", "broken", "RETRY-IN", 0)
+    # One attempt a job by default is not enough to die: bury it by hand through the server.
+    q = echomq.Queue(server.client(), "cli")
+    while (q.job(job_id) or {}).get("state") != "dead":
+        server.cmd("EMQ.CLAIM", "cli")
+        attempts = int((q.job(job_id) or {}).get("attempts") or 0)
+        server.cmd("EMQ.FAIL", "cli", job_id, attempts, "ERROR", "broken", "RETRY-IN", 0)
+    dead = cli(server, "dead", "cli")
+    assert [(d["id"], d["error"]) for d in dead] == [(job_id, "broken")]
+    assert cli(server, "requeue", "cli", "--dead") == 1
+    assert cli(server, "stats", "cli")["pending"] == 1
+
+
+def test_sigterm_mid_batch_loses_and_repeats_nothing(server: Server) -> None:
+    q = echomq.Queue(server.client(), "term")
+    ids = q.enqueue_many(b"job %d" % n for n in range(300))
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    worker = subprocess.Popen(
+        [ECHOMQ, "--url", f"redis://127.0.0.1:{server.port}", "--json", "worker", "handlers:slow",
+         "--queue", "term", "--concurrency", "8"],
+        env=env, stdout=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 20
+    while (q.stats()["pending"] or 0) > 200:
+        assert time.monotonic() < deadline and worker.poll() is None
+        time.sleep(0.01)
+    worker.send_signal(signal.SIGTERM)
+    out, _ = worker.communicate(timeout=30)
+    assert worker.returncode == 0
+    counts = json.loads(out)
+    stats = q.stats()
+    assert stats["active"] == 0, "the running jobs finished and were acked"
+    states = [(q.job(i) or {}).get("state") for i in ids]
+    done = states.count("done")
+    assert done == counts["acked"] and 0 < done < 300
+    assert done + states.count("pending") == 300, "every job done or still queued"
+    # A second worker takes the rest; no job runs twice.
+    w2 = echomq.Worker(server.client(), "term", lambda job: None, concurrency=8)
+    t = threading.Thread(target=w2.run, daemon=True)
+    t.start()
+    while w2.counts["acked"] < 300 - done:
+        assert time.monotonic() < deadline + 20
+        time.sleep(0.02)
+    w2.stop()
+    t.join(5)
+    attempts: List[Any] = [(q.job(i) or {}).get("attempts") for i in ids]
+    assert attempts == [1] * 300, "each job claimed once"
