@@ -1,6 +1,7 @@
 # EchoMQ: the verbs a newcomer types.
 #   make run    build the module and start valkey-server with module.conf (foreground)
-#   make test   unit tests and integration tests against real servers
+#   make test   unit tests and integration tests against real servers, the Rust and Python
+#               clients' included
 #   make lint   cargo fmt --check, clippy with warnings denied, the layer check, and mypy --strict
 #               on the Python client
 #   make test-redis7  the core suites against redis-server 7.0
@@ -49,6 +50,7 @@ test-modules: build
 test: build test-modules python
 	$(CARGO) build --examples
 	$(CARGO) test --all-targets
+	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(CARGO) test -p echomq-client
 	cd clients/python && ECHOMQ_MODULE=$(CURDIR)/$(MODULE) VALKEY_SERVER=$(VALKEY_SERVER) ../../$(PY_VENV)/bin/pytest -q tests
 
 # The core suites against Debian's redis-server 7.0 (installed if missing). Redis 7 only: a

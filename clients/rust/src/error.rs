@@ -1,0 +1,89 @@
+//! The error catalogue as a type: each EchoMQ refusal is a variant, any other server error
+//! stays the `redis::RedisError` it was.
+
+use redis::RedisError;
+
+/// What a call to EchoMQ can end in.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `EMQQUEUE`: the queue name is not 1-128 printable ASCII bytes without braces.
+    #[error("{0}")]
+    QueueName(String),
+    /// `EMQID`: a malformed branded id.
+    #[error("{0}")]
+    Id(String),
+    /// `EMQKIND`: an id of another kind than `JOB` at enqueue.
+    #[error("{0}")]
+    Kind(String),
+    /// `EMQPAYLOAD`: a payload over `emq.max-payload-bytes`.
+    #[error("{0}")]
+    Payload(String),
+    /// `EMQLEASE`: the lease token is stale or missing; the job is no longer this worker's.
+    #[error("{0}")]
+    LeaseLost(String),
+    /// `EMQSET`: an unknown set, or a purge of the active one.
+    #[error("{0}")]
+    Set(String),
+    /// `EMQCRON`: a repeating schedule refused.
+    #[error("{0}")]
+    Cron(String),
+    /// Another refusal of the catalogue (`EMQTYPE`, `EMQKEY`, `EMQCURSOR`).
+    #[error("{0}")]
+    Emq(String),
+    /// The server speaks another major version of the protocol than this client.
+    #[error("{0}")]
+    Version(String),
+    /// A reply of a shape the protocol does not give.
+    #[error("unexpected reply: {0}")]
+    Reply(String),
+    /// Anything else from the client or the server, as it came.
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+}
+
+impl Error {
+    /// A server error as its typed variant, when EchoMQ's.
+    pub fn from_redis(e: RedisError) -> Error {
+        let text = e.to_string();
+        let detail = || {
+            // The reply's own text, from its code on.
+            match e.code() {
+                Some(code) => text[text.find(code).unwrap_or(0)..].to_string(),
+                None => text.clone(),
+            }
+        };
+        match e.code() {
+            Some("EMQQUEUE") => Error::QueueName(detail()),
+            Some("EMQID") => Error::Id(detail()),
+            Some("EMQKIND") => Error::Kind(detail()),
+            Some("EMQPAYLOAD") => Error::Payload(detail()),
+            Some("EMQLEASE") => Error::LeaseLost(detail()),
+            Some("EMQSET") => Error::Set(detail()),
+            Some("EMQCRON") => Error::Cron(detail()),
+            Some("EMQTYPE" | "EMQKEY" | "EMQCURSOR") => Error::Emq(detail()),
+            _ => Error::Redis(e),
+        }
+    }
+}
+
+/// Replies that mean "not now, here": a slot in migration, a blocked call ended by a failover,
+/// a promotion or demotion, a server loading, a cluster without a majority.
+const TRANSIENT_CODES: [&str; 6] = [
+    "TRYAGAIN",
+    "UNBLOCKED",
+    "READONLY",
+    "LOADING",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+];
+
+/// Whether trying the same call again, a moment later, may succeed.
+pub fn transient(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.code().is_some_and(|c| TRANSIENT_CODES.contains(&c))
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

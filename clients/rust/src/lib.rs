@@ -1,0 +1,12 @@
+//! EchoMQ's Rust client: [`Queue`] to produce and operate, [`Worker`] to consume, on tokio and
+//! the `redis` crate's multiplexed or cluster-async connections. See clients/rust/README.md.
+
+pub mod error;
+pub mod ids;
+pub mod queue;
+pub mod worker;
+
+pub use error::{Error, Result};
+pub use queue::{Enqueue, Queue};
+pub use tokio_util::sync::CancellationToken;
+pub use worker::{check_version, shutdown_on_signal, Counts, Failure, Job, Outcome, Worker};

@@ -1,0 +1,385 @@
+//! The consumer's side: `Worker` claims jobs with `BLOCK`, in batches up to its free
+//! concurrency, runs each handler as a task, renews its lease in the background for as long as
+//! it runs, settles it (`ACK`, or `FAIL` with the error), and stops gracefully on its
+//! cancellation token (`shutdown_on_signal` cancels it on SIGTERM or SIGINT).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, FromRedisValue, Value};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{transient, Error, Result};
+use crate::queue::{backoff, Queue};
+
+/// The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`).
+pub const PROTOCOL_MAJOR: u32 = 2;
+/// Most bytes of an error sent with `EMQ.FAIL`.
+pub const MAX_ERROR: usize = 4096;
+
+/// A claimed job, as its handler sees it.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub id: String,
+    pub payload: Vec<u8>,
+    /// This attempt (the lease token): 1 for the first.
+    pub attempt: i64,
+    lost: Arc<AtomicBool>,
+}
+
+impl Job {
+    /// Whether the lease was lost (it ran out and another attempt took the job): the
+    /// handler's outcome will not be sent.
+    pub fn lease_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+}
+
+/// How a handler ends other than well.
+#[derive(Debug)]
+pub enum Failure {
+    /// Fail this attempt, to be retried after this long (`RETRY-IN`).
+    Retry(Duration, String),
+    /// Fail it with this error; the server retries it with backoff, then buries it.
+    Error(String),
+}
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(e: E) -> Failure {
+        Failure::Error(e.to_string())
+    }
+}
+
+/// What a handler's run came to.
+pub type Outcome = std::result::Result<Option<Vec<u8>>, Failure>;
+
+/// What a worker did, for logs and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub acked: u64,
+    pub failed: u64,
+    pub retried: u64,
+    pub lost: u64,
+}
+
+/// Refuses a server that speaks another protocol major version than [`PROTOCOL_MAJOR`].
+pub fn check_version(answer: &str) -> Result<()> {
+    let major = answer
+        .strip_prefix("echomq:")
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse::<u32>().ok());
+    match major {
+        Some(PROTOCOL_MAJOR) => Ok(()),
+        _ => Err(Error::Version(format!(
+            "the server speaks {answer}; this client speaks echomq:{PROTOCOL_MAJOR}.x"
+        ))),
+    }
+}
+
+/// Cancels `token` on SIGTERM or SIGINT.
+pub fn shutdown_on_signal(token: CancellationToken) {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let Ok(mut term) = signal(SignalKind::terminate()) else {
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        token.cancel();
+    });
+}
+
+/// Runs a handler for the jobs of one queue, up to `concurrency` at once.
+pub struct Worker<C, H> {
+    /// The connection the blocking claims wait on (a connection of its own: a blocked claim
+    /// holds it).
+    claims: C,
+    queue: Queue<C>,
+    handler: Arc<H>,
+    pub concurrency: usize,
+    pub lease: Duration,
+    pub batch: usize,
+    pub block: Duration,
+    /// Renewals come every this much of the lease.
+    pub renew_every: f64,
+    pub shutdown_timeout: Duration,
+    shutdown: CancellationToken,
+}
+
+impl<C, H, F> Worker<C, H>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    H: Fn(Job) -> F + Send + Sync + 'static,
+    F: Future<Output = Outcome> + Send + 'static,
+{
+    /// A worker claiming on `claims` and settling and renewing on `calls` (two connections,
+    /// as a blocked claim holds its own).
+    pub fn new(claims: C, calls: C, queue: impl Into<String>, handler: H) -> Self {
+        Worker {
+            claims,
+            queue: Queue::new(calls, queue),
+            handler: Arc::new(handler),
+            concurrency: 4,
+            lease: Duration::from_secs(30),
+            batch: 0,
+            block: Duration::from_secs(1),
+            renew_every: 1.0 / 3.0,
+            shutdown_timeout: Duration::from_secs(30),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    pub fn shutdown_timeout(mut self, t: Duration) -> Self {
+        self.shutdown_timeout = t;
+        self
+    }
+
+    /// The token that stops the worker: cancel it, or pass it to [`shutdown_on_signal`].
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Claims and runs jobs until the shutdown token is cancelled, then lets the running
+    /// handlers finish (up to the shutdown timeout) and settles them. A handler still running
+    /// then is left to its lease and never settled.
+    pub async fn run(self) -> Result<Counts> {
+        let mut version = Cmd::new();
+        version.arg("EMQ.VERSION");
+        let answer: Value = version
+            .query_async(&mut self.claims.clone())
+            .await
+            .map_err(Error::from_redis)?;
+        check_version(&String::from_redis_value(answer).unwrap_or_default())?;
+        let running = Arc::new(AtomicUsize::new(0));
+        let room = Arc::new(Notify::new());
+        let closed = Arc::new(AtomicBool::new(false));
+        let counts = Arc::new(Mutex::new(Counts::default()));
+        let lease_ms = self.lease.as_millis().max(1) as u64;
+        let batch = if self.batch == 0 {
+            self.concurrency
+        } else {
+            self.batch
+        };
+        let mut failures = 0;
+        while !self.shutdown.is_cancelled() {
+            let free = self
+                .concurrency
+                .saturating_sub(running.load(Ordering::SeqCst));
+            if free == 0 {
+                tokio::select! {
+                    _ = room.notified() => {}
+                    _ = self.shutdown.cancelled() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+                continue;
+            }
+            // A claim in flight is never dropped: its jobs would be leased to no one.
+            let mut claim = Cmd::new();
+            claim
+                .arg("EMQ.CLAIM")
+                .arg(&self.queue.name)
+                .arg("COUNT")
+                .arg(free.min(batch))
+                .arg("LEASE")
+                .arg(lease_ms)
+                .arg("BLOCK")
+                .arg(self.block.as_millis() as u64);
+            let reply: Value = match claim.query_async(&mut self.claims.clone()).await {
+                Ok(v) => {
+                    failures = 0;
+                    v
+                }
+                Err(e) if transient(&e) => {
+                    // A failover, a reshard, a lost connection: claim again after a while.
+                    tracing::debug!(error = %e, "claim failed; claiming again");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff(failures)) => {}
+                        _ = self.shutdown.cancelled() => {}
+                    }
+                    failures += 1;
+                    continue;
+                }
+                Err(e) => return Err(Error::from_redis(e)),
+            };
+            for job in jobs_of(reply)? {
+                running.fetch_add(1, Ordering::SeqCst);
+                let task = Task {
+                    queue: self.queue.clone(),
+                    handler: self.handler.clone(),
+                    running: running.clone(),
+                    room: room.clone(),
+                    closed: closed.clone(),
+                    counts: counts.clone(),
+                    lease_ms,
+                    renew: self.lease.mul_f64(self.renew_every.clamp(0.05, 0.9)),
+                };
+                tokio::spawn(task.run(job));
+            }
+        }
+        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
+        while running.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::select! {
+                _ = room.notified() => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+        closed.store(true, Ordering::SeqCst);
+        let counts = counts.lock().map(|c| c.clone()).unwrap_or_default();
+        Ok(counts)
+    }
+}
+
+/// The jobs of an `EMQ.CLAIM` reply (`[[id, payload, attempts], ...]`, or null on a timeout).
+fn jobs_of(reply: Value) -> Result<Vec<Job>> {
+    let items = match reply {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Array(items) => items,
+        other => return Err(Error::Reply(format!("{other:?}"))),
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let (id, payload, attempt) = <(String, Vec<u8>, i64)>::from_redis_value(item)
+                .map_err(|e| Error::Reply(e.to_string()))?;
+            Ok(Job {
+                id,
+                payload,
+                attempt,
+                lost: Arc::new(AtomicBool::new(false)),
+            })
+        })
+        .collect()
+}
+
+/// One job's task: the handler, its lease renewed beside it, then its outcome sent.
+struct Task<C, H> {
+    queue: Queue<C>,
+    handler: Arc<H>,
+    running: Arc<AtomicUsize>,
+    room: Arc<Notify>,
+    closed: Arc<AtomicBool>,
+    counts: Arc<Mutex<Counts>>,
+    lease_ms: u64,
+    renew: Duration,
+}
+
+impl<C, H, F> Task<C, H>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    H: Fn(Job) -> F + Send + Sync + 'static,
+    F: Future<Output = Outcome> + Send + 'static,
+{
+    async fn run(self, job: Job) {
+        let handler = (self.handler)(job.clone());
+        tokio::pin!(handler);
+        let mut ticks = tokio::time::interval(self.renew);
+        ticks.tick().await; // the first tick is now
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut handler => break outcome,
+                _ = ticks.tick() => self.renew(&job).await,
+            }
+        };
+        self.settle(&job, outcome).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        self.room.notify_waiters();
+    }
+
+    async fn renew(&self, job: &Job) {
+        if job.lease_lost() {
+            return;
+        }
+        let args = [
+            job.id.clone().into_bytes(),
+            job.attempt.to_string().into_bytes(),
+            self.lease_ms.to_string().into_bytes(),
+        ];
+        match self.queue.call("EMQ.RENEW", &args).await {
+            Err(Error::LeaseLost(_)) => job.lost.store(true, Ordering::SeqCst),
+            // A failover or a lost connection: the next tick tries again.
+            Err(e) => tracing::debug!(error = %e, id = %job.id, "renewal failed"),
+            Ok(_) => {}
+        }
+    }
+
+    async fn settle(&self, job: &Job, outcome: Outcome) {
+        if self.closed.load(Ordering::SeqCst) || job.lease_lost() {
+            self.count(|c| c.lost += 1);
+            return;
+        }
+        let mut args = vec![
+            job.id.clone().into_bytes(),
+            job.attempt.to_string().into_bytes(),
+        ];
+        let (command, counted): (&str, fn(&mut Counts)) = match outcome {
+            Ok(result) => {
+                if let Some(r) = result {
+                    args.extend([b"RESULT".to_vec(), r]);
+                }
+                ("EMQ.ACK", |c| c.acked += 1)
+            }
+            Err(Failure::Retry(after, why)) => {
+                args.extend([
+                    b"ERROR".to_vec(),
+                    bounded(why),
+                    b"RETRY-IN".to_vec(),
+                    after.as_millis().to_string().into_bytes(),
+                ]);
+                ("EMQ.FAIL", |c| c.retried += 1)
+            }
+            Err(Failure::Error(why)) => {
+                args.extend([b"ERROR".to_vec(), bounded(why)]);
+                ("EMQ.FAIL", |c| c.failed += 1)
+            }
+        };
+        match self.queue.call(command, &args).await {
+            Ok(_) => self.count(counted),
+            Err(Error::LeaseLost(_)) => {
+                job.lost.store(true, Ordering::SeqCst);
+                self.count(|c| c.lost += 1);
+            }
+            Err(e) => tracing::warn!(error = %e, id = %job.id, "the outcome was not sent"),
+        }
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Counts)) {
+        if let Ok(mut c) = self.counts.lock() {
+            f(&mut c);
+        }
+    }
+}
+
+/// An error's text, at most [`MAX_ERROR`] bytes (its end kept), on a character boundary.
+fn bounded(why: String) -> Vec<u8> {
+    let bytes = why.into_bytes();
+    if bytes.len() <= MAX_ERROR {
+        return bytes;
+    }
+    let mut start = bytes.len() - MAX_ERROR;
+    while start < bytes.len() && (bytes[start] & 0xC0) == 0x80 {
+        start += 1;
+    }
+    bytes[start..].to_vec()
+}

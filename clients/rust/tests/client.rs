@@ -1,0 +1,344 @@
+//! The Rust client against real servers: producing (minted ids, idempotent retries, batches,
+//! typed errors), and the worker (concurrency bounded by the server's own count, a handler
+//! outliving its lease kept alive, failures retried then dead, a lost lease never acked, a
+//! graceful stop mid-batch losing and repeating nothing), on one server and on a cluster.
+
+#[path = "../../../tests/support/mod.rs"]
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use echomq_client::{Enqueue, Error, Failure, Job, Queue, Worker};
+use redis::aio::MultiplexedConnection;
+use support::{cluster::Cluster, set_len, wait_until, Options, Server};
+
+/// The module the servers load: the workspace's release build, unless ECHOMQ_MODULE says.
+fn servers_load_the_module() {
+    if std::env::var_os("ECHOMQ_MODULE").is_none() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        std::env::set_var("ECHOMQ_MODULE", root.join("target/release/libechomq.so"));
+    }
+}
+
+fn start(opts: Options) -> Server {
+    servers_load_the_module();
+    Server::start(opts)
+}
+
+/// A multiplexed connection with no response timeout (a blocked claim waits in the server).
+async fn conn(server: &Server) -> MultiplexedConnection {
+    let client = redis::Client::open(server.url()).expect("client");
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("connection")
+}
+
+async fn worker_of<H, F>(
+    server: &Server,
+    queue: &str,
+    handler: H,
+) -> Worker<MultiplexedConnection, H>
+where
+    H: Fn(Job) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = echomq_client::Outcome> + Send + 'static,
+{
+    Worker::new(conn(server).await, conn(server).await, queue, handler)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producing_with_minted_ids_batches_and_typed_errors() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "orders");
+    let id = q.enqueue(b"order 7").await.expect("enqueue");
+    let again = Enqueue {
+        id: Some(id.clone()),
+        ..Enqueue::default()
+    };
+    assert_eq!(q.enqueue_with(b"order 7", again).await.expect("retry"), id);
+    let ids = q
+        .enqueue_many((0..2500).map(|n| format!("job {n}")))
+        .await
+        .expect("batch");
+    assert_eq!(ids.len(), 2500);
+    let stats = q.stats().await.expect("stats");
+    assert_eq!(stats["pending"], Some(2501));
+    assert_eq!(stats["concurrency"], None);
+    let held = Enqueue {
+        unique: Some("welcome:ann".into()),
+        unique_for: Some(Duration::from_secs(60)),
+        ..Enqueue::default()
+    };
+    let first = q.enqueue_with(b"hi", held.clone()).await.expect("unique");
+    assert_eq!(q.enqueue_with(b"hi", held).await.expect("held"), first);
+    assert!(q.cancel(&first).await.expect("cancel"));
+    assert_eq!(
+        q.job(&id).await.expect("job").expect("a row")["payload"],
+        "order 7"
+    );
+    let kind = Enqueue {
+        id: Some("ORD0NgWEfAEJfs".into()),
+        ..Enqueue::default()
+    };
+    assert!(matches!(
+        q.enqueue_with(b"x", kind).await,
+        Err(Error::Kind(_))
+    ));
+    let bad = Queue::new(conn(&server).await, "bad{name}");
+    assert!(matches!(bad.stats().await, Err(Error::QueueName(_))));
+    assert!(matches!(
+        q.call("EMQ.STATS", &[b"extra".to_vec()]).await,
+        Err(Error::Redis(_))
+    ));
+    assert!(echomq_client::check_version("echomq:3.0.0").is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_keeps_the_servers_active_count_within_its_concurrency() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "bounded");
+    q.enqueue_many((0..200).map(|n| format!("job {n}")))
+        .await
+        .expect("batch");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let worker = worker_of(&server, "bounded", move |job: Job| {
+        let s = s.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            s.lock().expect("lock").push(job.payload);
+            Ok(Some(b"done".to_vec()))
+        }
+    })
+    .await
+    .concurrency(4);
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut admin = server.conn();
+    let mut most = 0;
+    let mut samples = 0;
+    while seen.lock().expect("lock").len() < 200 {
+        most = most.max(set_len(&mut admin, "bounded", "active"));
+        samples += 1;
+        tokio::task::yield_now().await;
+    }
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert_eq!(counts.acked, 200);
+    assert!(
+        samples > 10 && most <= 4,
+        "{most} active under a concurrency of 4"
+    );
+    assert_eq!(set_len(&mut admin, "bounded", "active"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_outliving_its_lease_keeps_it_and_is_acked_once() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "long");
+    let id = q.enqueue(b"slow").await.expect("enqueue");
+    let worker = worker_of(&server, "long", |_job: Job| async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        Ok(None)
+    })
+    .await
+    .lease(Duration::from_millis(400));
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut admin = server.conn();
+    assert!(wait_until(Duration::from_secs(10), || support::job_state(
+        &mut admin, "long", &id
+    )
+    .as_deref()
+        == Some("done")));
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert_eq!((counts.acked, counts.lost), (1, 0));
+    assert_eq!(
+        support::job_attempts(&mut admin, "long", &id).as_deref(),
+        Some("1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_handler_is_retried_then_dead() {
+    let server = start(
+        Options::default()
+            .arg("emq.max-attempts", "3")
+            .arg("emq.backoff-base-ms", "10"),
+    );
+    let q = Queue::new(conn(&server).await, "dies");
+    let id = q.enqueue(b"x").await.expect("enqueue");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let worker = worker_of(&server, "dies", move |_job: Job| {
+        c.fetch_add(1, Ordering::SeqCst);
+        async { Err(Failure::Error("no stock for sku 42".into())) }
+    })
+    .await;
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut admin = server.conn();
+    assert!(wait_until(Duration::from_secs(10), || support::job_state(
+        &mut admin, "dies", &id
+    )
+    .as_deref()
+        == Some("dead")));
+    token.cancel();
+    run.await.expect("task").expect("run");
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        support::row_field(&mut admin, "dies", &id, "error").as_deref(),
+        Some("no stock for sku 42")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_is_seen_by_the_handler_and_never_acked() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "stolen");
+    let id = q.enqueue(b"x").await.expect("enqueue");
+    let url = server.url();
+    let worker = worker_of(&server, "stolen", move |job: Job| {
+        let url = url.clone();
+        async move {
+            // The lease runs out under the handler and another attempt takes the job.
+            let mut admin = redis::Client::open(url)
+                .expect("client")
+                .get_connection()
+                .expect("conn");
+            let _: i64 = redis::cmd("ZADD")
+                .arg("emq:{stolen}:active")
+                .arg("XX")
+                .arg(0)
+                .arg(&job.id)
+                .query(&mut admin)
+                .expect("zadd");
+            let taken = wait_until(Duration::from_secs(5), || {
+                support::claim(&mut admin, "stolen", &[]).is_some_and(|j| !j.is_empty())
+            });
+            assert!(taken);
+            for _ in 0..100 {
+                if job.lease_lost() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(None)
+        }
+    })
+    .await
+    .lease(Duration::from_millis(300));
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut admin = server.conn();
+    assert!(wait_until(
+        Duration::from_secs(10),
+        || support::job_attempts(&mut admin, "stolen", &id).as_deref() == Some("2")
+    ));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert_eq!((counts.acked, counts.lost), (0, 1));
+    assert_eq!(
+        support::job_state(&mut admin, "stolen", &id).as_deref(),
+        Some("active")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_mid_batch_loses_and_repeats_nothing() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "stop");
+    let ids = q
+        .enqueue_many((0..300).map(|n| format!("job {n}")))
+        .await
+        .expect("batch");
+    let worker = worker_of(&server, "stop", |_job: Job| async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Ok(None)
+    })
+    .await
+    .concurrency(8);
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut admin = server.conn();
+    assert!(wait_until(Duration::from_secs(10), || set_len(
+        &mut admin, "stop", "pending"
+    ) < 250));
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert_eq!(
+        set_len(&mut admin, "stop", "active"),
+        0,
+        "the running jobs were acked"
+    );
+    let done = ids
+        .iter()
+        .filter(|id| support::job_state(&mut admin, "stop", id).as_deref() == Some("done"))
+        .count() as u64;
+    assert_eq!(done, counts.acked);
+    assert_eq!(done as i64 + set_len(&mut admin, "stop", "pending"), 300);
+    assert!(
+        ids.iter().all(|id| {
+            let a = support::job_attempts(&mut admin, "stop", id);
+            a.as_deref() == Some("1") || a.as_deref() == Some("0")
+        }),
+        "no job ran twice"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_on_every_primary_of_a_cluster() {
+    servers_load_the_module();
+    let cluster = Cluster::start(3, 0);
+    let client = redis::cluster::ClusterClient::new(cluster.urls()).expect("cluster client");
+    let conn = || async {
+        client
+            .get_async_connection()
+            .await
+            .expect("cluster connection")
+    };
+    let names: Vec<String> = (0..6).map(|n| format!("orders-{n}")).collect();
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut runs = Vec::new();
+    let mut tokens = Vec::new();
+    for name in &names {
+        Queue::new(conn().await, name.clone())
+            .enqueue_many((0..20).map(|n| format!("{name} {n}")))
+            .await
+            .expect("batch");
+        let d = done.clone();
+        let worker = Worker::new(
+            conn().await,
+            conn().await,
+            name.clone(),
+            move |_job: Job| {
+                let d = d.clone();
+                async move {
+                    d.fetch_add(1, Ordering::SeqCst);
+                    Ok(None)
+                }
+            },
+        );
+        tokens.push(worker.shutdown_token());
+        runs.push(tokio::spawn(worker.run()));
+    }
+    for _ in 0..400 {
+        if done.load(Ordering::SeqCst) == 120 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for t in &tokens {
+        t.cancel();
+    }
+    let mut acked = 0;
+    for r in runs {
+        acked += r.await.expect("task").expect("run").acked;
+    }
+    assert_eq!(acked, 120);
+}
