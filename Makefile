@@ -9,6 +9,7 @@
 #   make test-valgrind  the suites with valkey-server under valgrind memcheck
 #   make docker-image / docker-up / docker-down / docker-test
 #   make bench  EMQ.ENQUEUE against the reference Lua script and native commands
+#   make bench-clients  one Python worker of the package against bullmq's and rq's
 
 CARGO  ?= cargo
 MODULE := target/release/libechomq.so
@@ -17,7 +18,7 @@ MODULE := target/release/libechomq.so
 PY_VENV := target/py
 VALKEY_SERVER ?= valkey-server
 
-.PHONY: all deps build python run test test-modules test-redis7 test-valkey-latest test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability compose profile
+.PHONY: all deps build python bench-clients run test test-modules test-redis7 test-valkey-latest test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability compose profile
 
 all: build
 
@@ -148,6 +149,12 @@ bench: build
 	@# Its own target dir: a bench build links dev features into the cdylib; the real module
 	@# stays target/release/libechomq.so, built by `make build`.
 	CARGO_TARGET_DIR=target/bench $(CARGO) bench --bench enqueue
+
+# Figures, not assertions: the clients section of docs/bench.md (BENCH_CLIENT_ROUNDS and
+# BENCH_CLIENT_JOBS tune it). The peers come from PyPI into the package's venv.
+bench-clients: build python
+	$(PY_VENV)/bin/pip install --quiet -e 'clients/python[dev,bench]'
+	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(PY_VENV)/bin/python clients/python/bench/clients.py
 
 # The layer check (tests/layers.rs) reads src/ and fails on an upward import, an import cycle
 # or unsafe code outside host/ (docs/architecture.md).

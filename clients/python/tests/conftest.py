@@ -70,28 +70,32 @@ def server() -> Iterator[Server]:
 
 
 class Cluster:
-    """Three primaries with the module, their slots spread by ``valkey-cli --cluster create``."""
+    """Three primaries with the module (and a replica each, with ``replicas``), their slots
+    spread by ``valkey-cli --cluster create``."""
 
-    def __init__(self) -> None:
+    def __init__(self, replicas: int = 0, node_timeout_ms: int = 5000) -> None:
         # The bus on a free port of its own (the default, the port + 10000, may not be free).
         self.nodes = [
-            Server(["--cluster-enabled", "yes", "--cluster-node-timeout", "5000",
+            Server(["--cluster-enabled", "yes", "--cluster-node-timeout", str(node_timeout_ms),
                     "--cluster-port", str(free_port())])
-            for _ in range(3)
+            for _ in range(3 * (1 + replicas))
         ]
         cli = os.environ.get("VALKEY_CLI", "valkey-cli")
         subprocess.run(
             [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
-             "--cluster-replicas", "0", "--cluster-yes"],
+             "--cluster-replicas", str(replicas), "--cluster-yes"],
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 30
-        while not all(b"cluster_state:ok" in n.cmd("CLUSTER", "INFO") for n in self.nodes):
+        while not all(b"cluster_state:ok" in n.cmd("CLUSTER", "INFO") for n in self.live()):
             if time.monotonic() > deadline:
                 raise RuntimeError("the cluster never became ok")
             time.sleep(0.1)
+
+    def live(self) -> List[Server]:
+        return [n for n in self.nodes if n.process.poll() is None]
 
     def stop(self) -> None:
         for n in self.nodes:

@@ -58,3 +58,56 @@ def test_valkey_py(server: Server) -> None:
     assert got == [job_id]
     job = q.job(job_id)
     assert job is not None and job["state"] == "done"
+
+
+def test_a_primary_killed_under_load_leaves_every_job_done_once() -> None:
+    # The queue's primary gets SIGKILL while a worker drains it; the cluster promotes its
+    # replica and the worker, retrying, goes on there. Every job enqueued (and replicated)
+    # before ends done, with one row: at least once, never lost, never two rows.
+    cluster = Cluster(replicas=1, node_timeout_ms=2000)
+    try:
+        client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        q = echomq.Queue(client, "failover")
+        ids = q.enqueue_many(b"job %d" % n for n in range(300))
+        slot = int(cluster.nodes[0].cmd("CLUSTER", "KEYSLOT", "emq:{failover}:pending"))
+        owner = next(
+            n for n in cluster.nodes
+            if n.cmd("ROLE")[0] == b"master"
+            and int(n.cmd("CLUSTER", "COUNTKEYSINSLOT", slot)) > 0
+        )
+        # Replicated before the kill: the replica holds every job.
+        replica = next(
+            n for n in cluster.nodes
+            if n.cmd("ROLE")[0] == b"slave" and int(n.cmd("ROLE")[2]) == owner.port
+        )
+        assert until_true(lambda: int(replica.cmd("DBSIZE")) == 301)  # 300 rows and pending
+        worker = echomq.Worker(client, "failover", lambda job: time.sleep(0.005), concurrency=8, lease=2)
+        t = threading.Thread(target=worker.run, daemon=True)
+        t.start()
+        assert until_true(lambda: worker.counts["acked"] >= 50)
+        owner.process.kill()
+        owner.process.wait()
+
+        def settled() -> bool:
+            try:
+                s = q.stats()
+            except Exception:
+                return False
+            return (s["pending"], s["active"], s["scheduled"]) == (0, 0, 0)
+
+        assert until_true(settled, timeout=60), worker.counts
+        worker.stop()
+        t.join(10)
+        states = [(q.job(i) or {}).get("state") for i in ids]
+        assert states == ["done"] * 300, {s: states.count(s) for s in set(states)}
+    finally:
+        cluster.stop()
+
+
+def until_true(f: Any, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if f():
+            return True
+        time.sleep(0.05)
+    return False

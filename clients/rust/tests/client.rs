@@ -342,3 +342,125 @@ async fn queues_on_every_primary_of_a_cluster() {
     }
     assert_eq!(acked, 120);
 }
+
+/// A cluster connection, its slots refreshed when a node goes (the client's own retries).
+async fn cluster_conn(cluster: &Cluster) -> redis::cluster_async::ClusterConnection {
+    redis::cluster::ClusterClient::builder(cluster.urls())
+        .response_timeout(Duration::from_secs(10))
+        .build()
+        .expect("cluster client")
+        .get_async_connection()
+        .await
+        .expect("cluster connection")
+}
+
+/// Drains `queue` with a worker until every one of `ids` is done (or the time runs out),
+/// calling `meanwhile` once a few jobs are done; the jobs' final states.
+async fn drain_through(
+    cluster: &Cluster,
+    queue: &str,
+    ids: &[String],
+    meanwhile: impl FnOnce(),
+) -> Vec<Option<String>> {
+    let done = Arc::new(AtomicUsize::new(0));
+    let d = done.clone();
+    let worker = Worker::new(
+        cluster_conn(cluster).await,
+        cluster_conn(cluster).await,
+        queue,
+        move |_job: Job| {
+            let d = d.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                d.fetch_add(1, Ordering::SeqCst);
+                Ok(None)
+            }
+        },
+    )
+    .concurrency(8)
+    .lease(Duration::from_secs(2));
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    while done.load(Ordering::SeqCst) < 50 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    meanwhile();
+    let q = Queue::new(cluster_conn(cluster).await, queue);
+    let mut states = Vec::new();
+    for _ in 0..600 {
+        states.clear();
+        for id in ids {
+            states.push(
+                q.job(id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|j| j.get("state").cloned()),
+            );
+        }
+        if states.iter().all(|s| s.as_deref() == Some("done")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    token.cancel();
+    let _ = run.await;
+    states
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_under_load_leaves_every_job_done_once() {
+    servers_load_the_module();
+    let cluster = Cluster::start(3, 1);
+    let queue = "failover";
+    let ids = Queue::new(cluster_conn(&cluster).await, queue)
+        .enqueue_many((0..300).map(|n| format!("job {n}")))
+        .await
+        .expect("batch");
+    let slot = echomq::protocol::slot(queue.as_bytes());
+    let owner = cluster.owner(slot);
+    let replica = cluster.replica_of(owner.port);
+    let mut r = cluster.node(replica).conn();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let n: i64 = redis::cmd("DBSIZE").query(&mut r).unwrap_or(0);
+            n == 301
+        }),
+        "replicated before the kill"
+    );
+    let pid = cluster.node(owner.port).pid().expect("the owner's pid");
+    let states = drain_through(&cluster, queue, &ids, || {
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(killed.success());
+    })
+    .await;
+    assert!(
+        states.iter().all(|s| s.as_deref() == Some("done")),
+        "{states:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_goes_on_through_a_slot_migration_of_its_queue() {
+    servers_load_the_module();
+    let cluster = Cluster::start(3, 0);
+    let queue = "moving";
+    let ids = Queue::new(cluster_conn(&cluster).await, queue)
+        .enqueue_many((0..300).map(|n| format!("job {n}")))
+        .await
+        .expect("batch");
+    let slot = echomq::protocol::slot(queue.as_bytes());
+    let from = cluster.owner(slot);
+    let to = cluster.another_primary(&from);
+    let states = drain_through(&cluster, queue, &ids, || {
+        cluster.move_slot(slot, &from, &to, || {});
+    })
+    .await;
+    assert!(
+        states.iter().all(|s| s.as_deref() == Some("done")),
+        "{states:?}"
+    );
+}

@@ -1,0 +1,173 @@
+"""``make bench-clients``: one Python worker draining no-op jobs on one Valkey with the module,
+with EchoMQ's package, with bullmq's Python worker and with rq's ``SimpleWorker``, in
+interleaved rounds. Reports jobs/s (measured by the client) and the server's main-thread CPU per
+job (``INFO cpu``: everything the server did for the job), as medians and as ratios of the
+per-round figures, into the clients section of docs/bench.md. Figures, never assertions."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
+
+import redis
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "clients/python/tests"))
+from conftest import Server  # noqa: E402
+
+import echomq  # noqa: E402
+
+JOBS = int(os.environ.get("BENCH_CLIENT_JOBS", "20000"))
+ROUNDS = int(os.environ.get("BENCH_CLIENT_ROUNDS", "3"))
+CONCURRENCY = 16
+
+
+def main_thread_cpu(client: Any) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
+
+
+def fresh(client: Any) -> None:
+    client.flushall()
+    client.config_resetstat()
+
+
+def measured(client: Any, drain: Callable[[], None]) -> Tuple[float, float]:
+    """(jobs/s, server main-thread µs a job) of `drain`."""
+    cpu0, t0 = main_thread_cpu(client), time.monotonic()
+    drain()
+    elapsed, cpu = time.monotonic() - t0, main_thread_cpu(client) - cpu0
+    return JOBS / elapsed, cpu * 1e6 / JOBS
+
+
+def run_echomq(server: Server) -> Tuple[float, float]:
+    client = server.client()
+    fresh(client)
+    echomq.Queue(client, "bench").enqueue_many(b"{}" for _ in range(JOBS))
+
+    def drain() -> None:
+        worker = echomq.Worker(
+            server.client(), "bench", lambda job: None, concurrency=CONCURRENCY, batch=100
+        )
+        t = threading.Thread(target=worker.run, daemon=True)
+        t.start()
+        while worker.counts["acked"] < JOBS:
+            time.sleep(0.005)
+        worker.stop()
+        t.join(10)
+
+    return measured(client, drain)
+
+
+def run_bullmq(server: Server) -> Tuple[float, float]:
+    import bullmq
+
+    client = server.client()
+    fresh(client)
+    url = f"redis://127.0.0.1:{server.port}"
+
+    async def add() -> None:
+        q = bullmq.Queue("bench", {"connection": url})
+        for start in range(0, JOBS, 1000):
+            await q.addBulk([{"name": "noop", "data": {}} for _ in range(start, min(JOBS, start + 1000))])
+        await q.close()
+
+    asyncio.run(add())
+
+    async def drain_async() -> None:
+        done = asyncio.Event()
+        count = 0
+
+        async def process(job: Any, token: Any) -> None:
+            return None
+
+        worker = bullmq.Worker("bench", process, {"connection": url, "concurrency": CONCURRENCY})
+
+        def completed(*_: Any) -> None:
+            nonlocal count
+            count += 1
+            if count >= JOBS:
+                done.set()
+
+        worker.on("completed", completed)
+        await done.wait()
+        await worker.close()
+
+    return measured(client, lambda: asyncio.run(drain_async()))
+
+
+def run_rq(server: Server) -> Tuple[float, float]:
+    from rq import Queue as RqQueue, SimpleWorker
+
+    client = redis.Redis(host="127.0.0.1", port=server.port)
+    fresh(client)
+    q = RqQueue("bench", connection=client)
+    for start in range(0, JOBS, 1000):
+        q.enqueue_many([RqQueue.prepare_data(abs, (1,)) for _ in range(start, min(JOBS, start + 1000))])
+
+    def drain() -> None:
+        SimpleWorker([q], connection=client).work(burst=True, logging_level="WARNING")
+
+    return measured(client, drain)
+
+
+def median_spread(values: List[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
+
+
+def main() -> None:
+    server = Server()
+    version = server.client().info("server")["valkey_version"] if "valkey_version" in server.client().info("server") else server.client().info("server")["redis_version"]
+    results: Dict[str, List[Tuple[float, float]]] = {"echomq": [], "bullmq": [], "rq": []}
+    runners = {"echomq": run_echomq, "bullmq": run_bullmq, "rq": run_rq}
+    try:
+        for r in range(ROUNDS):
+            for name, run in runners.items():
+                jobs_s, cpu = run(server)
+                results[name].append((jobs_s, cpu))
+                print(f"round {r + 1} {name:7} {jobs_s:9.0f} jobs/s  {cpu:7.2f} µs main-thread CPU a job", flush=True)
+    finally:
+        server.stop()
+    rows = []
+    for name, label in [("echomq", "`echomq.Worker` (16 threads, claims of up to 100, pipelined acks)"),
+                        ("bullmq", "bullmq `Worker` (Python, concurrency 16)"),
+                        ("rq", "rq `SimpleWorker` (burst)")]:
+        jobs = [j for j, _ in results[name]]
+        cpu = [c for _, c in results[name]]
+        vs_j = statistics.median(e[0] / b[0] for e, b in zip(results["echomq"], results[name]))
+        vs_c = statistics.median(e[1] / b[1] for e, b in zip(results["echomq"], results[name]))
+        rows.append(f"| {label} | {median_spread(jobs)[:-0]} | {median_spread(cpu)} | {vs_j:.1f}× | {vs_c:.2f}× |")
+    section = "\n".join([
+        "<!-- clients bench -->",
+        "### Client libraries: one Python worker against bullmq and rq",
+        "",
+        f"Produced by `make bench-clients` (`BENCH_CLIENT_ROUNDS={ROUNDS} BENCH_CLIENT_JOBS={JOBS} python clients/python/bench/clients.py`) on {platform.processor() or platform.machine()} ({os.cpu_count()} cores), valkey-server {version} with the module: each round drains {JOBS} no-op jobs (enqueued before the clock starts, in batches) with one worker of each library in this process, on an emptied server; jobs/s is the client's, main-thread CPU the server's `INFO cpu` over the drain, per job. Medians (min–max) over {ROUNDS} rounds; the last two columns are EchoMQ's figure over the row's, the median of the per-round ratios (EchoMQ's own row is 1).",
+        "",
+        "| worker | jobs/s | server main-thread CPU µs/job | EchoMQ jobs/s ÷ this | EchoMQ CPU ÷ this |",
+        "|---|---|---|---|---|",
+        *rows,
+        "<!-- /clients bench -->",
+    ])
+    print(section)
+    path = ROOT / "docs/bench.md"
+    text = path.read_text()
+    start, end = text.find("<!-- clients bench -->"), text.find("<!-- /clients bench -->")
+    if start >= 0 and end > start:
+        text = text[:start] + section + text[end + len("<!-- /clients bench -->"):]
+    else:
+        marker = "### Against the targets"
+        text = text.replace(marker, section + "\n\n" + marker, 1)
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
