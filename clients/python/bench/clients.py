@@ -28,7 +28,7 @@ import echomq  # noqa: E402
 
 JOBS = int(os.environ.get("BENCH_CLIENT_JOBS", "20000"))
 ROUNDS = int(os.environ.get("BENCH_CLIENT_ROUNDS", "3"))
-CONCURRENCY = 16
+CONCURRENCY = 64
 
 
 def main_thread_cpu(client: Any) -> float:
@@ -41,11 +41,17 @@ def fresh(client: Any) -> None:
     client.config_resetstat()
 
 
-def measured(client: Any, drain: Callable[[], None]) -> Tuple[float, float]:
-    """(jobs/s, server main-thread µs a job) of `drain`."""
+def measured(client: Any, drain: Callable[[Callable[[], None]], None]) -> Tuple[float, float]:
+    """(jobs/s, server main-thread µs a job) of `drain`, from its start until it calls the
+    callback it is given, once the last job is done (a worker's shutdown after is not timed)."""
     cpu0, t0 = main_thread_cpu(client), time.monotonic()
-    drain()
-    elapsed, cpu = time.monotonic() - t0, main_thread_cpu(client) - cpu0
+    end: List[float] = []
+
+    def all_done() -> None:
+        end.extend([time.monotonic() - t0, main_thread_cpu(client) - cpu0])
+
+    drain(all_done)
+    elapsed, cpu = end
     return JOBS / elapsed, cpu * 1e6 / JOBS
 
 
@@ -54,14 +60,15 @@ def run_echomq(server: Server) -> Tuple[float, float]:
     fresh(client)
     echomq.Queue(client, "bench").enqueue_many(b"{}" for _ in range(JOBS))
 
-    def drain() -> None:
+    def drain(all_done: Callable[[], None]) -> None:
         worker = echomq.Worker(
             server.client(), "bench", lambda job: None, concurrency=CONCURRENCY, batch=100
         )
         t = threading.Thread(target=worker.run, daemon=True)
         t.start()
         while worker.counts["acked"] < JOBS:
-            time.sleep(0.005)
+            time.sleep(0.001)
+        all_done()
         worker.stop()
         t.join(10)
 
@@ -83,7 +90,7 @@ def run_bullmq(server: Server) -> Tuple[float, float]:
 
     asyncio.run(add())
 
-    async def drain_async() -> None:
+    async def drain_async(all_done: Callable[[], None]) -> None:
         done = asyncio.Event()
         count = 0
 
@@ -100,9 +107,10 @@ def run_bullmq(server: Server) -> Tuple[float, float]:
 
         worker.on("completed", completed)
         await done.wait()
+        all_done()
         await worker.close()
 
-    return measured(client, lambda: asyncio.run(drain_async()))
+    return measured(client, lambda all_done: asyncio.run(drain_async(all_done)))
 
 
 def run_rq(server: Server) -> Tuple[float, float]:
@@ -114,8 +122,10 @@ def run_rq(server: Server) -> Tuple[float, float]:
     for start in range(0, JOBS, 1000):
         q.enqueue_many([RqQueue.prepare_data(abs, (1,)) for _ in range(start, min(JOBS, start + 1000))])
 
-    def drain() -> None:
+    def drain(all_done: Callable[[], None]) -> None:
+        # Burst mode: it returns once the queue is empty.
         SimpleWorker([q], connection=client).work(burst=True, logging_level="WARNING")
+        all_done()
 
     return measured(client, drain)
 
@@ -138,19 +148,22 @@ def main() -> None:
     finally:
         server.stop()
     rows = []
-    for name, label in [("echomq", "`echomq.Worker` (16 threads, claims of up to 100, pipelined acks)"),
-                        ("bullmq", "bullmq `Worker` (Python, concurrency 16)"),
+    for name, label in [("echomq", "`echomq.Worker` (64 threads, claims of up to 100, pipelined acks)"),
+                        ("bullmq", "bullmq `Worker` (Python, concurrency 64)"),
                         ("rq", "rq `SimpleWorker` (burst)")]:
         jobs = [j for j, _ in results[name]]
         cpu = [c for _, c in results[name]]
         vs_j = statistics.median(e[0] / b[0] for e, b in zip(results["echomq"], results[name]))
         vs_c = statistics.median(e[1] / b[1] for e, b in zip(results["echomq"], results[name]))
-        rows.append(f"| {label} | {median_spread(jobs)[:-0]} | {median_spread(cpu)} | {vs_j:.1f}× | {vs_c:.2f}× |")
+        mid = statistics.median(jobs)
+        rows.append(
+            f"| {label} | {mid:.0f} ({min(jobs):.0f}–{max(jobs):.0f}) | {median_spread(cpu)} | {vs_j:.1f}× | {vs_c:.2f}× |"
+        )
     section = "\n".join([
         "<!-- clients bench -->",
         "### Client libraries: one Python worker against bullmq and rq",
         "",
-        f"Produced by `make bench-clients` (`BENCH_CLIENT_ROUNDS={ROUNDS} BENCH_CLIENT_JOBS={JOBS} python clients/python/bench/clients.py`) on {platform.processor() or platform.machine()} ({os.cpu_count()} cores), valkey-server {version} with the module: each round drains {JOBS} no-op jobs (enqueued before the clock starts, in batches) with one worker of each library in this process, on an emptied server; jobs/s is the client's, main-thread CPU the server's `INFO cpu` over the drain, per job. Medians (min–max) over {ROUNDS} rounds; the last two columns are EchoMQ's figure over the row's, the median of the per-round ratios (EchoMQ's own row is 1).",
+        f"Produced by `make bench-clients` (`BENCH_CLIENT_ROUNDS={ROUNDS} BENCH_CLIENT_JOBS={JOBS} python clients/python/bench/clients.py`) on {platform.processor() or platform.machine()} ({os.cpu_count()} cores), valkey-server {version} with the module: each round drains {JOBS} no-op jobs (enqueued before the clock starts, in batches) with one worker of each library in this process, on an emptied server, timed from the worker's start to its last job done (its shutdown after is not); jobs/s is the client's, main-thread CPU the server's `INFO cpu` over the same span, per job. Medians (min–max) over {ROUNDS} rounds; the last two columns are EchoMQ's figure over the row's, the median of the per-round ratios (EchoMQ's own row is 1).",
         "",
         "| worker | jobs/s | server main-thread CPU µs/job | EchoMQ jobs/s ÷ this | EchoMQ CPU ÷ this |",
         "|---|---|---|---|---|",
