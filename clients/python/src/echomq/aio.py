@@ -14,7 +14,7 @@ from ._retry import backoff, transient
 from .errors import EmqLeaseLost, translate
 from .queue import CHUNK, batches, cron_args, enqueue_args, enqueued, limit_args, pairs, retry_after, text
 from .serializers import Raw, Serializer
-from .worker import Job, check_version, job_of, outcome, renew_args, version_call
+from .worker import Claiming, Job, check_version, job_of, outcome, renew_args, version_call
 
 
 class AsyncQueue:
@@ -103,7 +103,7 @@ class AsyncQueue:
         return int(await self.call("EMQ.CRON", name, *args))
 
 
-class AsyncWorker:
+class AsyncWorker(Claiming):
     """``echomq.Worker`` for asyncio: ``await handler(job)`` for each job, as a task, up to
     ``concurrency`` at once, leases renewed by a background task, stopped by ``stop()`` or, on
     the main thread's loop, SIGTERM and SIGINT."""
@@ -121,16 +121,9 @@ class AsyncWorker:
         shutdown_timeout: float = 30.0,
         serializer: Optional[Serializer] = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency is at least 1")
         self.queue = AsyncQueue(client, queue, serializer)
         self.handler = handler
-        self.concurrency = concurrency
-        self.lease_ms = max(1, int(lease * 1000))
-        self.batch = batch or concurrency
-        self.block_ms = max(1, int(block * 1000))
-        self.renew_interval = lease * renew_every
-        self.shutdown_timeout = shutdown_timeout
+        super().__init__(concurrency, lease, batch, block, renew_every, shutdown_timeout)
         self._running: Dict[str, "asyncio.Task[None]"] = {}
         self._jobs: Dict[str, Job] = {}
         self._stopping = asyncio.Event()

@@ -88,6 +88,29 @@ def version_call(client: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
     return ("EMQ.VERSION",), {}
 
 
+class Claiming:
+    """A worker's claiming settings, checked and in ms (``Worker``'s and ``AsyncWorker``'s)."""
+
+    def __init__(
+        self,
+        concurrency: int,
+        lease: float,
+        batch: Optional[int],
+        block: float,
+        renew_every: float,
+        shutdown_timeout: float,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency is at least 1")
+        self.concurrency = concurrency
+        self.lease_ms = max(1, int(lease * 1000))
+        self.batch = batch or concurrency
+        self.block_ms = max(1, int(block * 1000))
+        #: Renewals come every `renew_every` of the lease.
+        self.renew_interval = lease * renew_every
+        self.shutdown_timeout = shutdown_timeout
+
+
 def check_version(answer: Any) -> None:
     """Refuses a server that speaks another protocol major version than ``PROTOCOL_MAJOR``."""
     version = text(answer)
@@ -102,7 +125,7 @@ def check_version(answer: Any) -> None:
         )
 
 
-class Worker:
+class Worker(Claiming):
     """Runs ``handler(job)`` for the jobs of ``queue``, up to ``concurrency`` at once.
 
     A return acknowledges the job (a returned value is kept as its result); ``Retry(after)``
@@ -125,17 +148,9 @@ class Worker:
         shutdown_timeout: float = 30.0,
         serializer: Optional[Serializer] = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency is at least 1")
         self.queue = Queue(client, queue, serializer)
         self.handler = handler
-        self.concurrency = concurrency
-        self.lease_ms = max(1, int(lease * 1000))
-        self.batch = batch or concurrency
-        self.block_ms = max(1, int(block * 1000))
-        #: Renewals come every `renew_every` of the lease.
-        self.renew_interval = lease * renew_every
-        self.shutdown_timeout = shutdown_timeout
+        super().__init__(concurrency, lease, batch, block, renew_every, shutdown_timeout)
         self._running: Dict[str, Job] = {}
         self._outcomes: "SimpleQueue[Tuple[Job, str, str, List[Any]]]" = SimpleQueue()
         self._inbox: "SimpleQueue[Optional[Job]]" = SimpleQueue()
