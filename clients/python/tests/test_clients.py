@@ -95,7 +95,7 @@ def test_a_primary_killed_under_load_leaves_every_job_done_once() -> None:
                 return False
             return (s["pending"], s["active"], s["scheduled"]) == (0, 0, 0)
 
-        assert until_true(settled, timeout=60), worker.counts
+        assert until_true(settled, timeout=90), worker.counts
         worker.stop()
         t.join(10)
         states = [(q.job(i) or {}).get("state") for i in ids]
@@ -111,3 +111,44 @@ def until_true(f: Any, timeout: float = 20.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def move_slot(cluster: Cluster, slot: int, src: Server, dst: Server) -> None:
+    """Moves `slot` from `src` to `dst` as `valkey-cli --cluster reshard` does: importing and
+    migrating marks, the keys with MIGRATE, then the new owner everywhere."""
+    src_id, dst_id = src.cmd("CLUSTER", "MYID"), dst.cmd("CLUSTER", "MYID")
+    dst.cmd("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    src.cmd("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    while True:
+        keys = src.cmd("CLUSTER", "GETKEYSINSLOT", slot, 50)
+        if not keys:
+            break
+        src.cmd("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys)
+        time.sleep(0.01)
+    for n in cluster.nodes:
+        n.cmd("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+
+
+def test_a_worker_goes_on_through_a_slot_migration_of_its_queue(cluster: Cluster) -> None:
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    q = echomq.Queue(client, "moving")
+    ids = q.enqueue_many(b"job %d" % n for n in range(300))
+    slot = int(cluster.nodes[0].cmd("CLUSTER", "KEYSLOT", "emq:{moving}:pending"))
+    src = next(n for n in cluster.nodes if int(n.cmd("CLUSTER", "COUNTKEYSINSLOT", slot)) > 0)
+    dst = next(n for n in cluster.nodes if n is not src)
+    worker = echomq.Worker(client, "moving", lambda job: time.sleep(0.005), concurrency=8, lease=2)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    assert until_true(lambda: worker.counts["acked"] >= 50)
+    move_slot(cluster, slot, src, dst)
+
+    def all_done() -> bool:
+        try:
+            return all((q.job(i) or {}).get("state") == "done" for i in ids)
+        except Exception:
+            return False
+
+    assert until_true(all_done, timeout=90), worker.counts
+    worker.stop()
+    t.join(10)
+    assert int(src.cmd("DBSIZE")) == 0, "everything moved"
