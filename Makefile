@@ -154,6 +154,7 @@ bench: build
 # BENCH_CLIENT_JOBS tune it). The peers come from PyPI into the package's venv.
 bench-clients: build python
 	$(PY_VENV)/bin/pip install --quiet -e 'clients/python[dev,bench]'
+	$(CARGO) build --release -p echomq-client --example drain
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(PY_VENV)/bin/python clients/python/bench/clients.py
 
 # The layer check (tests/layers.rs) reads src/ and fails on an upward import, an import cycle

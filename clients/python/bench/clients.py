@@ -130,6 +130,65 @@ def run_rq(server: Server) -> Tuple[float, float]:
     return measured(client, drain)
 
 
+def run_rust(server: Server) -> Tuple[float, float]:
+    """The Rust crate's worker (`clients/rust/examples/drain.rs`, built by the make target):
+    its own jobs/s, and the server's CPU over its whole run."""
+    client = server.client()
+    fresh(client)
+    echomq.Queue(client, "bench").enqueue_many(b"{}" for _ in range(JOBS))
+    drain = ROOT / "target/release/examples/drain"
+    cpu0 = main_thread_cpu(client)
+    out = subprocess.run(
+        [str(drain), str(server.port), "bench", str(JOBS), str(CONCURRENCY)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    cpu = main_thread_cpu(client) - cpu0
+    return float(out.stdout.strip()), cpu * 1e6 / JOBS
+
+
+def enqueue_runs(server: Server) -> Dict[str, Tuple[float, float]]:
+    """Each library enqueueing JOBS jobs one call at a time, and in batches of 1,000."""
+    import bullmq
+    from rq import Queue as RqQueue
+
+    client = server.client()
+    url = f"redis://127.0.0.1:{server.port}"
+    out: Dict[str, Tuple[float, float]] = {}
+
+    def timed(name: str, work: Callable[[], None]) -> None:
+        fresh(client)
+        out[name] = measured(client, lambda done: (work(), done())[1])
+
+    q = echomq.Queue(client, "bench")
+    timed("echomq one", lambda: [q.enqueue(b"{}") for _ in range(JOBS)] and None)
+    timed("echomq bulk", lambda: q.enqueue_many((b"{}" for _ in range(JOBS)), chunk=1000) and None)
+
+    async def bullmq_one() -> None:
+        bq = bullmq.Queue("bench", {"connection": url})
+        for _ in range(JOBS):
+            await bq.add("noop", {})
+        await bq.close()
+
+    async def bullmq_bulk() -> None:
+        bq = bullmq.Queue("bench", {"connection": url})
+        for start in range(0, JOBS, 1000):
+            await bq.addBulk([{"name": "noop", "data": {}} for _ in range(start, min(JOBS, start + 1000))])
+        await bq.close()
+
+    timed("bullmq one", lambda: asyncio.run(bullmq_one()))
+    timed("bullmq bulk", lambda: asyncio.run(bullmq_bulk()))
+    rq_client = redis.Redis(host="127.0.0.1", port=server.port)
+    rq = RqQueue("bench", connection=rq_client)
+    timed("rq one", lambda: [rq.enqueue(abs, 1) for _ in range(JOBS)] and None)
+
+    def rq_bulk() -> None:
+        for start in range(0, JOBS, 1000):
+            rq.enqueue_many([RqQueue.prepare_data(abs, (1,)) for _ in range(start, min(JOBS, start + 1000))])
+
+    timed("rq bulk", rq_bulk)
+    return out
+
+
 def median_spread(values: List[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
@@ -137,37 +196,56 @@ def median_spread(values: List[float]) -> str:
 def main() -> None:
     server = Server()
     version = server.client().info("server")["valkey_version"] if "valkey_version" in server.client().info("server") else server.client().info("server")["redis_version"]
-    results: Dict[str, List[Tuple[float, float]]] = {"echomq": [], "bullmq": [], "rq": []}
-    runners = {"echomq": run_echomq, "bullmq": run_bullmq, "rq": run_rq}
+    results: Dict[str, List[Tuple[float, float]]] = {}
+    runners = {"echomq": run_echomq, "rust": run_rust, "bullmq": run_bullmq, "rq": run_rq}
     try:
         for r in range(ROUNDS):
             for name, run in runners.items():
                 jobs_s, cpu = run(server)
-                results[name].append((jobs_s, cpu))
-                print(f"round {r + 1} {name:7} {jobs_s:9.0f} jobs/s  {cpu:7.2f} µs main-thread CPU a job", flush=True)
+                results.setdefault(name, []).append((jobs_s, cpu))
+                print(f"round {r + 1} {name:11} {jobs_s:9.0f} jobs/s  {cpu:7.2f} µs main-thread CPU a job", flush=True)
+            for name, (jobs_s, cpu) in enqueue_runs(server).items():
+                results.setdefault(name, []).append((jobs_s, cpu))
+                print(f"round {r + 1} {name:11} {jobs_s:9.0f} jobs/s  {cpu:7.2f} µs main-thread CPU a job", flush=True)
     finally:
         server.stop()
-    rows = []
-    for name, label in [("echomq", "`echomq.Worker` (64 threads, claims of up to 100, pipelined acks)"),
-                        ("bullmq", "bullmq `Worker` (Python, concurrency 64)"),
-                        ("rq", "rq `SimpleWorker` (burst)")]:
+    def row(label: str, name: str, base: str) -> str:
         jobs = [j for j, _ in results[name]]
         cpu = [c for _, c in results[name]]
-        vs_j = statistics.median(e[0] / b[0] for e, b in zip(results["echomq"], results[name]))
-        vs_c = statistics.median(e[1] / b[1] for e, b in zip(results["echomq"], results[name]))
+        vs_j = statistics.median(e[0] / b[0] for e, b in zip(results[base], results[name]))
+        vs_c = statistics.median(e[1] / b[1] for e, b in zip(results[base], results[name]))
         mid = statistics.median(jobs)
-        rows.append(
-            f"| {label} | {mid:.0f} ({min(jobs):.0f}–{max(jobs):.0f}) | {median_spread(cpu)} | {vs_j:.1f}× | {vs_c:.2f}× |"
-        )
+        return f"| {label} | {mid:.0f} ({min(jobs):.0f}–{max(jobs):.0f}) | {median_spread(cpu)} | {vs_j:.1f}× | {vs_c:.2f}× |"
+
+    rows = [
+        row("`echomq.Worker` (64 threads, claims of up to 100, pipelined acks)", "echomq", "echomq"),
+        row("`echomq_client::Worker` (Rust, 64 tasks)", "rust", "echomq"),
+        row("bullmq `Worker` (Python, concurrency 64)", "bullmq", "echomq"),
+        row("rq `SimpleWorker` (burst)", "rq", "echomq"),
+    ]
+    enqueue_rows = [
+        row("`Queue.enqueue`, one call a job", "echomq one", "echomq one"),
+        row("bullmq `Queue.add`, one call a job", "bullmq one", "echomq one"),
+        row("rq `Queue.enqueue`, one call a job", "rq one", "echomq one"),
+        row("`Queue.enqueue_many`, 1,000 a call (`EMQ.MENQUEUE`)", "echomq bulk", "echomq bulk"),
+        row("bullmq `Queue.addBulk`, 1,000 a call", "bullmq bulk", "echomq bulk"),
+        row("rq `Queue.enqueue_many`, 1,000 a call", "rq bulk", "echomq bulk"),
+    ]
     section = "\n".join([
         "<!-- clients bench -->",
-        "### Client libraries: one Python worker against bullmq and rq",
+        "### Client libraries: one worker against bullmq and rq, and enqueueing",
         "",
-        f"Produced by `make bench-clients` (`BENCH_CLIENT_ROUNDS={ROUNDS} BENCH_CLIENT_JOBS={JOBS} python clients/python/bench/clients.py`) on {platform.processor() or platform.machine()} ({os.cpu_count()} cores), valkey-server {version} with the module: each round drains {JOBS} no-op jobs (enqueued before the clock starts, in batches) with one worker of each library in this process, on an emptied server, timed from the worker's start to its last job done (its shutdown after is not); jobs/s is the client's, main-thread CPU the server's `INFO cpu` over the same span, per job. Medians (min–max) over {ROUNDS} rounds; the last two columns are EchoMQ's figure over the row's, the median of the per-round ratios (EchoMQ's own row is 1).",
+        f"Produced by `make bench-clients` (`BENCH_CLIENT_ROUNDS={ROUNDS} BENCH_CLIENT_JOBS={JOBS} python clients/python/bench/clients.py`) on {platform.processor() or platform.machine()} ({os.cpu_count()} cores), valkey-server {version} with the module: each round drains {JOBS} no-op jobs (enqueued before the clock starts, in batches) with one worker of each library in this process (the Rust crate's in a process of its own, `clients/rust/examples/drain.rs`, timed by itself to its last handler done, its server CPU over its whole run), on an emptied server, timed from the worker's start to its last job done (its shutdown after is not); jobs/s is the client's, main-thread CPU the server's `INFO cpu` over the same span, per job. Medians (min–max) over {ROUNDS} rounds; the last two columns are EchoMQ's figure over the row's, the median of the per-round ratios (EchoMQ's own row is 1).",
         "",
-        "| worker | jobs/s | server main-thread CPU µs/job | EchoMQ jobs/s ÷ this | EchoMQ CPU ÷ this |",
+        "| worker | jobs/s | server main-thread CPU µs/job | EchoMQ (Python) jobs/s ÷ this | EchoMQ (Python) CPU ÷ this |",
         "|---|---|---|---|---|",
         *rows,
+        "",
+        f"Enqueueing: {JOBS} jobs from this process, one call a job (each waiting for its reply) and in batches of 1,000, on an emptied server; the ratios are the package's figure over the row's, for the same way of enqueueing.",
+        "",
+        "| producer | jobs/s | server main-thread CPU µs/job | EchoMQ jobs/s ÷ this | EchoMQ CPU ÷ this |",
+        "|---|---|---|---|---|",
+        *enqueue_rows,
         "<!-- /clients bench -->",
     ])
     print(section)
