@@ -18,8 +18,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let concurrency = args.get(4).map_or(Ok(64), |c| c.parse::<usize>())?;
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
     let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-    let claims = client.get_multiplexed_async_connection_with_config(&config).await?;
-    let calls = client.get_multiplexed_async_connection_with_config(&config).await?;
+    let claims = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let calls = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
     let done = Arc::new(AtomicUsize::new(0));
     let d = done.clone();
     let worker = Worker::new(claims, calls, queue, move |_job: Job| {
