@@ -178,12 +178,17 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
     }
     store.open_sets(&[set])?;
     store.events()?;
-    let now = store.now_ms();
-    if let Some(unique) = new.unique {
-        if let Some(holder) = unique::holder(store, unique.key, now)? {
-            return Ok(Added::Held(holder));
+    // The clock, read only for a unique key (the plain enqueue reads none).
+    let now = match new.unique {
+        Some(unique) => {
+            let now = store.now_ms();
+            if let Some(holder) = unique::holder(store, unique.key, now)? {
+                return Ok(Added::Held(holder));
+            }
+            now
         }
-    }
+        None => 0,
+    };
     let (state, score, event) = match new.placement {
         Placement::Ready => (State::Pending, new.priority, Event::Enqueued),
         Placement::Due(at) => (State::Scheduled, at, Event::Scheduled),
