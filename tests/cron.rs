@@ -31,19 +31,15 @@ fn uncron(con: &mut Connection, q: &str, name: &str) -> i64 {
         .expect("EMQ.UNCRON")
 }
 
-/// `EMQ.CRONS`: each schedule's fields, by name.
-fn crons(con: &mut Connection, q: &str) -> BTreeMap<String, BTreeMap<String, Value>> {
-    let all: Vec<Value> = cmd("EMQ.CRONS").arg(q).query(con).expect("EMQ.CRONS");
+/// `EMQ.CRONS` (over RESP3, where each schedule is a map): each schedule's fields, by name.
+fn crons(server: &Server, q: &str) -> BTreeMap<String, BTreeMap<String, Value>> {
+    let all: Vec<Value> = cmd("EMQ.CRONS")
+        .arg(q)
+        .query(&mut server.conn3())
+        .expect("EMQ.CRONS");
     all.iter()
         .map(|s| {
-            // A flat array of field and value under RESP2.
-            let Value::Array(flat) = s else {
-                panic!("a schedule: {s:?}");
-            };
-            let fields: BTreeMap<String, Value> = flat
-                .chunks(2)
-                .map(|kv| (text(&kv[0]), kv[1].clone()))
-                .collect();
+            let fields: BTreeMap<String, Value> = map_pairs(s).into_iter().collect();
             (text(&fields["name"]), fields)
         })
         .collect()
@@ -85,7 +81,7 @@ fn a_schedule_fires_its_payload_at_each_firing_until_it_is_removed() {
         row_field(&mut con, &q, &tick.0, "cron").as_deref(),
         Some("tick")
     );
-    let all = crons(&mut con, &q);
+    let all = crons(&server, &q);
     assert_eq!(all.keys().collect::<Vec<_>>(), ["tick", "urgent"]);
     assert_eq!(int(&all["tick"]["every"]), Some(200));
     assert_eq!(text(&all["urgent"]["spec"]), "*/1 * * * * *");
@@ -128,7 +124,7 @@ fn a_schedule_that_missed_firings_fires_once_and_keeps_its_grid() {
     ) == 1));
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(set_len(&mut con, &q, "pending"), 1, "once, not ten times");
-    let all = crons(&mut con, &q);
+    let all = crons(&server, &q);
     assert_eq!(int(&all["hourly"]["last"]), Some(due));
     assert_eq!(int(&all["hourly"]["next"]), Some(due + 11 * 3_600_000));
 }
@@ -146,7 +142,7 @@ fn an_aof_restart_neither_skips_nor_repeats_a_firing() {
     assert!(until_more_than(&mut con, q, "pending", 1));
     server.restart(true);
     let mut con = server.conn();
-    let before = crons(&mut con, q);
+    let before = crons(&server, q);
     let (last, next) = (
         int(&before["tick"]["last"]).expect("last"),
         int(&before["tick"]["next"]).expect("next"),
@@ -154,7 +150,7 @@ fn an_aof_restart_neither_skips_nor_repeats_a_firing() {
     assert_eq!(next - last, 300);
     let fired = set_len(&mut con, q, "pending");
     assert!(until_more_than(&mut con, q, "pending", fired));
-    let after = crons(&mut con, q);
+    let after = crons(&server, q);
     let fired_last = int(&after["tick"]["last"]).expect("last");
     assert!(
         fired_last >= next,
@@ -173,7 +169,7 @@ fn a_promoted_replica_fires_from_where_its_primary_left() {
     assert!(until_more_than(&mut p, q, "pending", 0));
     wait_caught_up(&mut p, &mut r);
     primary.kill();
-    let before = crons(&mut r, q);
+    let before = crons(&replica, q);
     let last = int(&before["tick"]["last"]).expect("last");
     let _: () = cmd("REPLICAOF")
         .arg("NO")
@@ -182,7 +178,7 @@ fn a_promoted_replica_fires_from_where_its_primary_left() {
         .expect("promote");
     let held = set_len(&mut r, q, "pending");
     assert!(until_more_than(&mut r, q, "pending", held));
-    let after = crons(&mut r, q);
+    let after = crons(&replica, q);
     let fired = int(&after["tick"]["last"]).expect("last");
     assert!(
         fired > last,
@@ -240,15 +236,14 @@ fn bad_schedules_are_refused_with_typed_errors_and_write_nothing() {
     assert!(keys_of(&mut con, &q).is_empty(), "nothing written");
     assert!(info_int(&mut con, "emq", "emq_refused_cron") >= 3);
     make_string(&mut con, &set_key(&q, "cron"));
-    let err = expect_err(
-        &mut con,
-        cmd("EMQ.CRON")
-            .arg(&q)
-            .arg("s")
-            .arg("EVERY")
-            .arg(1000)
-            .arg("p"),
-    );
+    let every = cmd("EMQ.CRON")
+        .arg(&q)
+        .arg("s")
+        .arg("EVERY")
+        .arg(1000)
+        .arg("p")
+        .clone();
+    let err = expect_err(&mut con, &every);
     assert!(err.starts_with("WRONGTYPE"), "{err}");
     let err = expect_err(&mut con, cmd("EMQ.CRONS").arg(&q));
     assert!(err.starts_with("WRONGTYPE"), "{err}");
@@ -257,15 +252,7 @@ fn bad_schedules_are_refused_with_typed_errors_and_write_nothing() {
         .query(&mut con)
         .expect("DEL");
     let mut user = user_with(&server, "nocron", &["+@all", &format!("~emq:{{{q}}}:p*")]);
-    let err = expect_err(
-        &mut user,
-        cmd("EMQ.CRON")
-            .arg(&q)
-            .arg("s")
-            .arg("EVERY")
-            .arg(1000)
-            .arg("p"),
-    );
+    let err = expect_err(&mut user, &every);
     assert!(err.starts_with("NOPERM"), "{err}");
     assert!(keys_of(&mut con, &q).is_empty(), "nothing written");
 }
@@ -298,7 +285,7 @@ fn a_queue_holds_at_most_a_thousand_schedules() {
         err.starts_with("EMQCRON the queue holds 1000 schedules"),
         "{err}"
     );
-    assert_eq!(crons(&mut con, &q).len(), 1000);
+    assert_eq!(crons(&server, &q).len(), 1000);
 }
 
 #[test]

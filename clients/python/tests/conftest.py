@@ -9,12 +9,22 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
 import redis
 
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def until(f: Callable[[], Any], timeout: float = 10.0) -> bool:
+    """Waits (up to `timeout` seconds) until `f()` is true; whether it became so."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if f():
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def free_port() -> int:

@@ -11,7 +11,7 @@ import redis.cluster
 import valkey
 
 import echomq
-from conftest import Cluster, Server
+from conftest import Cluster, Server, until
 
 
 def test_queues_on_every_primary_of_a_cluster(cluster: Cluster) -> None:
@@ -80,11 +80,11 @@ def test_a_primary_killed_under_load_leaves_every_job_done_once() -> None:
             n for n in cluster.nodes
             if n.cmd("ROLE")[0] == b"slave" and int(n.cmd("ROLE")[2]) == owner.port
         )
-        assert until_true(lambda: int(replica.cmd("DBSIZE")) == 301)  # 300 rows and pending
+        assert until(lambda: int(replica.cmd("DBSIZE")) == 301, timeout=20)  # 300 rows and pending
         worker = echomq.Worker(client, "failover", lambda job: time.sleep(0.005), concurrency=8, lease=2)
         t = threading.Thread(target=worker.run, daemon=True)
         t.start()
-        assert until_true(lambda: worker.counts["acked"] >= 50)
+        assert until(lambda: worker.counts["acked"] >= 50, timeout=20)
         owner.process.kill()
         owner.process.wait()
 
@@ -95,22 +95,13 @@ def test_a_primary_killed_under_load_leaves_every_job_done_once() -> None:
                 return False
             return (s["pending"], s["active"], s["scheduled"]) == (0, 0, 0)
 
-        assert until_true(settled, timeout=90), worker.counts
+        assert until(settled, timeout=90), worker.counts
         worker.stop()
         t.join(10)
         states = [(q.job(i) or {}).get("state") for i in ids]
         assert states == ["done"] * 300, {s: states.count(s) for s in set(states)}
     finally:
         cluster.stop()
-
-
-def until_true(f: Any, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if f():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def move_slot(cluster: Cluster, slot: int, src: Server, dst: Server) -> None:
@@ -139,7 +130,7 @@ def test_a_worker_goes_on_through_a_slot_migration_of_its_queue(cluster: Cluster
     worker = echomq.Worker(client, "moving", lambda job: time.sleep(0.005), concurrency=8, lease=2)
     t = threading.Thread(target=worker.run, daemon=True)
     t.start()
-    assert until_true(lambda: worker.counts["acked"] >= 50)
+    assert until(lambda: worker.counts["acked"] >= 50, timeout=20)
     move_slot(cluster, slot, src, dst)
 
     def all_done() -> bool:
@@ -148,7 +139,7 @@ def test_a_worker_goes_on_through_a_slot_migration_of_its_queue(cluster: Cluster
         except Exception:
             return False
 
-    assert until_true(all_done, timeout=90), worker.counts
+    assert until(all_done, timeout=90), worker.counts
     worker.stop()
     t.join(10)
     assert int(src.cmd("DBSIZE")) == 0, "everything moved"

@@ -6,25 +6,16 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, List
+from typing import Any, List
 
 import echomq
-from conftest import Server
+from conftest import Server, until
 
 
 def start(worker: echomq.Worker) -> threading.Thread:
     t = threading.Thread(target=worker.run, daemon=True)
     t.start()
     return t
-
-
-def until(f: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if f():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_a_worker_runs_every_job_once_up_to_its_concurrency(server: Server) -> None:
