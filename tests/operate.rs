@@ -112,7 +112,13 @@ fn the_pause_survives_a_failover_and_an_aof_restart() {
     assert_eq!(int(&mut r, "EMQ.RESUME", &[q]), 1);
     assert_eq!(claim(&mut r, q, &[]).expect("jobs").len(), 1);
 
-    let mut server = Server::start(Options::default().arg("appendonly", "yes"));
+    // Every write synced, as the persistence suite's servers do: with the default `everysec`
+    // a busy server may postpone a write past the SIGKILL of the restart.
+    let mut server = Server::start(
+        Options::default()
+            .arg("appendonly", "yes")
+            .arg("appendfsync", "always"),
+    );
     let mut con = server.conn();
     enqueue(&mut con, q, &job_id(1), "p");
     assert_eq!(int(&mut con, "EMQ.PAUSE", &[q]), 1);
