@@ -49,7 +49,7 @@ test-modules: build
 	$(CARGO) build --release -p emq-test-caller
 
 test: build test-modules python
-	$(CARGO) build --examples
+	$(CARGO) build --workspace --examples
 	$(CARGO) test --all-targets
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(CARGO) test -p echomq-client
 	cd clients/python && ECHOMQ_MODULE=$(CURDIR)/$(MODULE) VALKEY_SERVER=$(VALKEY_SERVER) ../../$(PY_VENV)/bin/pytest -q tests
@@ -68,7 +68,9 @@ REDIS7_SKIP := a_dual_channel_replica_attaching_late_gets_every_write another_mo
   a_user_who_may_read_few_of_many_queues_pages_past_the_rest a_user_sees_only_the_queues_it_may_read the_command_is_a_keyless_read \
   on_a_cluster_every_primary_lists_its_own_queues_and_together_all_of_them
 REDIS7_ENV := VALKEY_SERVER=redis-server VALKEY_CLI=redis-cli
-test-redis7: build test-modules
+# The clients' tests on a cluster (the Python ones are marked `cluster`).
+CLIENT_CLUSTER_TESTS := queues_on_every_primary_of_a_cluster a_primary_killed_under_load_leaves_every_job_done_once a_worker_goes_on_through_a_slot_migration_of_its_queue
+test-redis7: build test-modules python
 	@bash scripts/install-deps.sh --with-redis
 	@redis-server --version | grep -q ' v=7\.' || { \
 	  echo "echomq: test-redis7 runs against Redis 7.x; this machine has: $$(redis-server --version)" >&2; exit 1; }
@@ -76,6 +78,9 @@ test-redis7: build test-modules
 	$(REDIS7_ENV) $(CARGO) test $(addprefix --test ,$(REDIS7_SUITES)) -- $(addprefix --skip ,$(REDIS7_SKIP))
 	$(REDIS7_ENV) $(CARGO) test --test blocking_claim -- --ignored
 	$(REDIS7_ENV) $(CARGO) test --test acl -- --exact lifecycle_commands_check_acl_on_derived_keys
+	@echo "echomq: test-redis7 runs the clients on single servers; it skips their cluster tests: $(CLIENT_CLUSTER_TESTS)"
+	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(REDIS7_ENV) $(CARGO) test -p echomq-client -- $(addprefix --skip ,$(CLIENT_CLUSTER_TESTS))
+	cd clients/python && ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(REDIS7_ENV) ../../$(PY_VENV)/bin/pytest -q tests -m "not cluster"
 
 # Every suite against the newest Valkey in Debian's archive (unstable), built from Debian's
 # source package into target/valkey-latest (kept for the next run); skipped, with a message,
@@ -83,11 +88,11 @@ test-redis7: build test-modules
 # build that fails). Then the cluster suite's tests of Valkey 9.0 (atomic slot migration,
 # databases in cluster mode), which `make test` ignores; each fails, saying so, on an older one.
 VALKEY_LATEST := target/valkey-latest
-test-valkey-latest: build test-modules
+test-valkey-latest: build test-modules python
 	@bash scripts/build-valkey.sh $(VALKEY_LATEST); rc=$$?; \
 	if [ $$rc = 3 ]; then echo "echomq: test-valkey-latest skipped: no newest Valkey could be had here (see above)"; exit 0; fi; \
 	[ $$rc = 0 ] || exit $$rc; \
-	$(CARGO) build --examples && \
+	$(CARGO) build --workspace --examples && \
 	VALKEY_SERVER=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-server VALKEY_CLI=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-cli \
 	  $(CARGO) test --all-targets && \
 	VALKEY_SERVER=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-server VALKEY_CLI=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-cli \
@@ -141,7 +146,7 @@ docker-down: compose
 	$(COMPOSE) --profile cluster down -v --remove-orphans
 
 docker-test: docker-image compose
-	$(CARGO) build --examples
+	$(CARGO) build --workspace --examples
 	bash scripts/docker-test.sh
 
 # Figures, not assertions: writes docs/bench.md (BENCH_ROUNDS, BENCH_JOBS tune it).
@@ -164,6 +169,9 @@ lint: deps python
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --test layers
 	cd clients/python && ../../$(PY_VENV)/bin/mypy --strict src tests
+	@# The package supports Python 3.9+: its syntax and standard library, checked against 3.9 (mypy
+	@# checks types for the oldest Python it knows, pyproject.toml's python_version).
+	cd clients/python && ../../$(PY_VENV)/bin/vermin -q -t=3.9- --no-tips --violations --eval-annotations src tests ../../examples/worker.py
 
 clean:
 	$(CARGO) clean

@@ -1,53 +1,53 @@
 #!/usr/bin/env python3
-"""An EchoMQ worker with the stock redis-py client: block on EMQ.CLAIM, process, ACK or FAIL.
+"""An EchoMQ worker on the ``echomq`` package (clients/python): a handler, and the package's
+worker runtime around it (batched blocking claims, leases renewed while the handler runs,
+ACK or FAIL with the traceback, graceful shutdown on SIGTERM or SIGINT).
 
+    pip install ./clients/python
     EMQ_PORT=6379 EMQ_QUEUE=orders python3 examples/worker.py
 
-EMQ_LEASE_MS sets the lease (default 30000). With EMQ_IDLE_EXIT=1 it stops once no job arrived
-for one BLOCK period (used by the tests).
+EMQ_CONCURRENCY sets how many jobs run at once (default 4). With EMQ_IDLE_EXIT=1 it stops once
+the queue has nothing pending, scheduled or running (the tests use it).
 """
 import os
+import sys
+import threading
 import time
 
 import redis
 
-r = redis.Redis(host=os.environ.get("EMQ_HOST", "127.0.0.1"), port=int(os.environ.get("EMQ_PORT", "6379")))
+import echomq
+
+client = redis.Redis(host=os.environ.get("EMQ_HOST", "127.0.0.1"), port=int(os.environ.get("EMQ_PORT", "6379")))
 queue = os.environ.get("EMQ_QUEUE", "orders")
-lease_ms = int(os.environ.get("EMQ_LEASE_MS", "30000"))
-idle_exit = os.environ.get("EMQ_IDLE_EXIT") == "1"
 
 
-def handle(payload: bytes) -> None:
-    if payload.startswith(b"slow"):
-        time.sleep(1)
-    if payload.startswith(b"fail"):
-        raise ValueError("cannot process " + payload.decode(errors="replace"))
+def say(line: str) -> None:
+    # One write a line: handlers run on several threads at once.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
-def settle(command: str, job_id: str, token: int, *extra):
-    """EMQ.ACK or EMQ.FAIL; None if the lease ran out first and the job went back to the queue
-    (another attempt has it now, or will)."""
-    try:
-        return r.execute_command(command, queue, job_id, token, *extra)
-    except redis.ResponseError as e:
-        if str(e).startswith("EMQLEASE"):
-            return None
-        raise
+def handle(job: echomq.Job) -> None:
+    """A return acknowledges the job; an exception fails it (retried with backoff, then dead)."""
+    if job.payload.startswith(b"fail"):
+        say(f"fail {job.id}")
+        raise ValueError("cannot process " + job.payload.decode(errors="replace"))
+    say(f"ok {job.id}")
 
 
-while True:
-    # Up to 10 jobs under the lease, waiting in the server up to 2 s for one.
-    jobs = r.execute_command("EMQ.CLAIM", queue, "COUNT", 10, "LEASE", lease_ms, "BLOCK", 2000)
-    if jobs is None:
-        if idle_exit:
-            break
-        continue
-    for job_id, payload, token in jobs:
-        job_id = job_id.decode()
-        try:
-            handle(payload)
-        except Exception as e:
-            outcome = settle("EMQ.FAIL", job_id, token, "ERROR", str(e))
-            print(outcome.decode() if outcome else "lost", job_id, flush=True)
-        else:
-            print("done" if settle("EMQ.ACK", job_id, token) else "lost", job_id, flush=True)
+def stop_when_idle(worker: echomq.Worker) -> None:
+    stats = echomq.Queue(client, queue).stats
+    while True:
+        time.sleep(0.5)
+        counts = stats()
+        if not (counts["pending"] or counts["scheduled"] or counts["active"]):
+            worker.stop()
+            return
+
+
+worker = echomq.Worker(client, queue, handle, concurrency=int(os.environ.get("EMQ_CONCURRENCY", "4")))
+if os.environ.get("EMQ_IDLE_EXIT") == "1":
+    threading.Thread(target=stop_when_idle, args=(worker,), daemon=True).start()
+worker.run()
+print("settled", worker.counts["acked"], "acked,", worker.counts["failed"], "failed", flush=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what EchoMQ needs to build and test: a C compiler and the C library's headers (Rust
 # links through cc, and build scripts compile C), libclang-dev (bindgen), valkey-server and
-# valkey-tools, python3-redis (the Python example worker), python3-venv (the venv the Python
+# valkey-tools, python3-redis (the documented loops run with stock redis-py), python3-venv (the venv the Python
 # client is tested and type-checked in, target/py), and on request redis-server
 # (--with-redis, the Redis 7 tier) and docker-compose (--with-compose, the docker tier).
 # Idempotent: does nothing when everything is already present.
@@ -27,7 +27,7 @@ have_clang() {
 have_cc() { command -v cc >/dev/null 2>&1 && [ -e /usr/include/stdlib.h ]; }
 have_valkey() { command -v valkey-server >/dev/null 2>&1 && command -v valkey-cli >/dev/null 2>&1; }
 have_redis() { command -v redis-server >/dev/null 2>&1; }
-# The clients suite runs examples/worker.py with the stock redis-py client.
+# The queues suite runs the loop docs/commands.md shows with the stock redis-py client.
 have_pyredis() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import redis" >/dev/null 2>&1; }
 
 missing=()

@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any, List
 
+import pytest
 import redis.cluster
 import valkey
 
@@ -14,6 +15,7 @@ import echomq
 from conftest import Cluster, Server, until
 
 
+@pytest.mark.cluster
 def test_queues_on_every_primary_of_a_cluster(cluster: Cluster) -> None:
     client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
     names = [f"orders-{n}" for n in range(9)]
@@ -60,6 +62,7 @@ def test_valkey_py(server: Server) -> None:
     assert job is not None and job["state"] == "done"
 
 
+@pytest.mark.cluster
 def test_a_primary_killed_under_load_leaves_every_job_done_once() -> None:
     # The queue's primary gets SIGKILL while a worker drains it; the cluster promotes its
     # replica and the worker, retrying, goes on there. Every job enqueued (and replicated)
@@ -120,6 +123,7 @@ def move_slot(cluster: Cluster, slot: int, src: Server, dst: Server) -> None:
         n.cmd("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
 
 
+@pytest.mark.cluster
 def test_a_worker_goes_on_through_a_slot_migration_of_its_queue(cluster: Cluster) -> None:
     client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
     q = echomq.Queue(client, "moving")
