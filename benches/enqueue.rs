@@ -455,9 +455,10 @@ fn fresh_queue(con: &mut support::Connection, queue: &str, policy: Policy) {
         .expect("resetstat");
 }
 
-/// Every job acknowledged: nothing left pending or active, one `EMQ.ACK` per job, and with
-/// the stream on one `XADD` (run inside the module's call) per transition.
-fn check_done(con: &mut support::Connection, queue: &str, jobs: usize, policy: Policy) {
+/// Every job acknowledged: nothing left pending or active, one acknowledgement per job in the
+/// commands `how` settles with, and with the stream on one `XADD` (run inside the module's
+/// call) per transition.
+fn check_done(con: &mut support::Connection, queue: &str, jobs: usize, policy: Policy, how: Life) {
     for set in ["pending", "active"] {
         let card: usize = cmd("ZCARD")
             .arg(set_key(queue, set))
@@ -465,8 +466,20 @@ fn check_done(con: &mut support::Connection, queue: &str, jobs: usize, policy: P
             .expect("zcard");
         assert_eq!(card, 0, "no job left {set}");
     }
-    let acks = command_stat(con, &["emq.ack"], "calls");
-    assert_eq!(acks as usize, jobs, "one EMQ.ACK per job");
+    let (settles, per_job) = match how {
+        Life::Acks => ("emq.ack", 1),
+        Life::Mack | Life::ClaimNext => ("emq.mack", LIFE_BATCH),
+        Life::Lua => ("evalsha", 0),
+        Life::Native => ("pexpire", 1),
+    };
+    if per_job > 0 {
+        let calls = command_stat(con, &[settles], "calls") as usize;
+        assert_eq!(
+            calls * per_job,
+            jobs,
+            "{how:?}: one acknowledgement per job"
+        );
+    }
     let appended = command_stat(con, &["xadd"], "calls") as usize;
     let expected = if policy == Policy::Events {
         3 * jobs
@@ -484,71 +497,363 @@ fn sample(jobs: usize, usec: f64, cpu: f64, elapsed: f64) -> Sample {
     }
 }
 
-/// The whole life of `ids`, batched: each client sends `EMQ.MENQUEUE` of 100 jobs and
-/// `EMQ.CLAIM COUNT 100` together, then one `EMQ.ACK` per claimed job (pipelined), until its
-/// share is done. A claim takes the queue's oldest pending jobs, often another client's; it
-/// always finds as many as its own batch put in, since no client claims more than it enqueued.
-fn whole_life(server: &Server, ids: &[String], policy: Policy) -> Sample {
+/// How a batched whole-life run claims and settles (the lifecycle table's variants).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Life {
+    /// `EMQ.MENQUEUE` ×100 with `EMQ.CLAIM COUNT 100`, then one `EMQ.ACK` per job, pipelined.
+    Acks,
+    /// The same, settled by one `EMQ.MACK` of the 100.
+    Mack,
+    /// `EMQ.MENQUEUE` of the next 100 with `EMQ.MACK` of the last 100 `CLAIM 100`: one round
+    /// trip a batch.
+    ClaimNext,
+    /// The reference `@enqueue` script per job, the bench's claim script (`COUNT 100`), then
+    /// its ack script per job, all by `EVALSHA`.
+    Lua,
+    /// The floor, neither atomic nor fenced: `HSET`+`ZADD` per job with `ZPOPMIN pending 100`,
+    /// then `ZADD active` of the 100 with `HSET`/`HINCRBY`/`HGET` per job, then
+    /// `ZREM`/`HSET`/`PEXPIRE` per job.
+    Native,
+}
+
+impl Life {
+    const ALL: [Life; 5] = [
+        Life::Acks,
+        Life::Mack,
+        Life::ClaimNext,
+        Life::Lua,
+        Life::Native,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Life::Acks => "EchoMQ: `EMQ.MENQUEUE` ×100, `EMQ.CLAIM COUNT 100`, `EMQ.ACK` ×100",
+            Life::Mack => "EchoMQ: `EMQ.MENQUEUE` ×100, `EMQ.CLAIM COUNT 100`, `EMQ.MACK` ×100",
+            Life::ClaimNext => "EchoMQ: `EMQ.MENQUEUE` ×100, `EMQ.MACK` ×100 `CLAIM 100`",
+            Life::Lua => "Lua: `@enqueue` ×100, claim script `COUNT 100`, ack script ×100",
+            Life::Native => "native floor (not atomic, no token check)",
+        }
+    }
+
+    /// The commandstats entries whose time is this variant's server time.
+    fn stats(self) -> &'static [&'static str] {
+        match self {
+            Life::Acks => &["emq.menqueue", "emq.claim", "emq.ack"],
+            Life::Mack | Life::ClaimNext => &["emq.menqueue", "emq.claim", "emq.mack"],
+            Life::Lua => &["evalsha"],
+            Life::Native => &[
+                "hset", "zadd", "zpopmin", "hincrby", "hget", "zrem", "pexpire",
+            ],
+        }
+    }
+
+    /// Round trips a batch of 100 takes, once under way.
+    fn round_trips(self) -> usize {
+        match self {
+            Life::ClaimNext => 1,
+            Life::Native => 3,
+            _ => 2,
+        }
+    }
+}
+
+const CLAIM_LUA: &str = include_str!("lua/claim.lua");
+const ACK_LUA: &str = include_str!("lua/ack.lua");
+
+/// The ids of a `ZPOPMIN` reply (RESP2: member, score, member, score, ...).
+fn popped(reply: &[u8]) -> Vec<Vec<u8>> {
+    let mut pos = 0;
+    let (kind, n) = header(reply, &mut pos);
+    assert_eq!(kind, b'*', "ZPOPMIN replies an array");
+    (0..n / 2)
+        .map(|_| {
+            let id = bulk(reply, &mut pos).to_vec();
+            bulk(reply, &mut pos);
+            id
+        })
+        .collect()
+}
+
+/// The jobs of an `EMQ.MACK ... CLAIM` reply (`[places, jobs]`), every place `1`.
+fn claimed_next(reply: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut pos = 0;
+    assert_eq!(header(reply, &mut pos), (b'*', 2), "[places, jobs]");
+    let (kind, places) = header(reply, &mut pos);
+    assert_eq!(kind, b'*', "the places");
+    for _ in 0..places {
+        assert_eq!(header(reply, &mut pos), (b':', 1), "each job acknowledged");
+    }
+    claimed(&reply[pos..])
+}
+
+/// The whole life of `ids`, batched, as `how` runs it: each client enqueues 100 jobs and claims
+/// 100 together, then settles them, until its share is done. A claim takes the queue's oldest
+/// pending jobs, often another client's; it always finds as many as its own batch put in,
+/// since no client claims more than it enqueued.
+fn whole_life(server: &Server, ids: &[String], policy: Policy, how: Life) -> Sample {
     let mut admin = server.conn();
     let queue = "life";
     fresh_queue(&mut admin, queue, policy);
+    let mut load = |script: &str| -> String {
+        cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(script)
+            .query(&mut admin)
+            .expect("load")
+    };
+    let shas = [load(ENQUEUE_LUA), load(CLAIM_LUA), load(ACK_LUA)];
+    let _: () = cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut admin)
+        .expect("resetstat");
+    let (pending, active) = (set_key(queue, "pending"), set_key(queue, "active"));
+    let prefix = row_key(queue, "");
+    let ttl = b"86400000";
     let batches: Vec<&[String]> = ids.chunks(LIFE_BATCH).collect();
     let work: Vec<_> = (0..CONNECTIONS)
         .map(|c| {
+            // Per batch: its enqueues (with the claim, but for claim-next), and how many.
             let cycles: Vec<Window> = batches
                 .iter()
                 .skip(c)
                 .step_by(CONNECTIONS)
                 .map(|batch| {
                     let mut buf = Vec::new();
-                    let mut args: Vec<&[u8]> = vec![b"EMQ.MENQUEUE", queue.as_bytes()];
-                    for id in batch.iter() {
-                        args.push(id.as_bytes());
-                        args.push(PAYLOAD);
-                    }
-                    encode(&mut buf, &args);
                     let count = batch.len().to_string();
-                    encode(
-                        &mut buf,
-                        &[
-                            b"EMQ.CLAIM",
-                            queue.as_bytes(),
-                            b"COUNT",
-                            count.as_bytes(),
-                            b"LEASE",
-                            LIFE_LEASE_MS,
-                        ],
-                    );
+                    match how {
+                        Life::Acks | Life::Mack | Life::ClaimNext => {
+                            let mut args: Vec<&[u8]> = vec![b"EMQ.MENQUEUE", queue.as_bytes()];
+                            for id in batch.iter() {
+                                args.push(id.as_bytes());
+                                args.push(PAYLOAD);
+                            }
+                            encode(&mut buf, &args);
+                            if how != Life::ClaimNext {
+                                encode(
+                                    &mut buf,
+                                    &[
+                                        b"EMQ.CLAIM",
+                                        queue.as_bytes(),
+                                        b"COUNT",
+                                        count.as_bytes(),
+                                        b"LEASE",
+                                        LIFE_LEASE_MS,
+                                    ],
+                                );
+                            }
+                        }
+                        Life::Lua => {
+                            for id in batch.iter() {
+                                let row = row_key(queue, id);
+                                encode(
+                                    &mut buf,
+                                    &[
+                                        b"EVALSHA",
+                                        shas[0].as_bytes(),
+                                        b"2",
+                                        row.as_bytes(),
+                                        pending.as_bytes(),
+                                        id.as_bytes(),
+                                        PAYLOAD,
+                                    ],
+                                );
+                            }
+                            encode(
+                                &mut buf,
+                                &[
+                                    b"EVALSHA",
+                                    shas[1].as_bytes(),
+                                    b"2",
+                                    pending.as_bytes(),
+                                    active.as_bytes(),
+                                    count.as_bytes(),
+                                    LIFE_LEASE_MS,
+                                    prefix.as_bytes(),
+                                ],
+                            );
+                        }
+                        Life::Native => {
+                            for id in batch.iter() {
+                                let row = row_key(queue, id);
+                                encode(
+                                    &mut buf,
+                                    &[
+                                        b"HSET",
+                                        row.as_bytes(),
+                                        b"state",
+                                        b"pending",
+                                        b"attempts",
+                                        b"0",
+                                        b"payload",
+                                        PAYLOAD,
+                                    ],
+                                );
+                                encode(
+                                    &mut buf,
+                                    &[b"ZADD", pending.as_bytes(), b"0", id.as_bytes()],
+                                );
+                            }
+                            encode(
+                                &mut buf,
+                                &[b"ZPOPMIN", pending.as_bytes(), count.as_bytes()],
+                            );
+                        }
+                    }
                     (buf, batch.len())
                 })
                 .collect();
+            let (queue, active, prefix, shas) =
+                (queue, active.clone(), prefix.clone(), shas.clone());
             move |stream: &mut TcpStream, inbox: &mut Vec<u8>| {
-                let mut acks = Vec::new();
-                let mut replies = Vec::with_capacity(2);
+                let mut out = Vec::new();
+                let mut replies = Vec::new();
+                // The jobs claimed and not yet settled (claim-next's carry from batch to batch).
+                let mut held: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
                 for (buf, jobs) in &cycles {
-                    stream.write_all(buf).expect("write");
+                    out.clear();
+                    out.extend_from_slice(buf);
                     replies.clear();
-                    read_replies(stream, inbox, 2, Some(&mut replies));
-                    let jobs_claimed = claimed(&replies[1]);
-                    assert_eq!(
-                        jobs_claimed.len(),
-                        *jobs,
-                        "the claim found the batch's jobs"
-                    );
-                    acks.clear();
-                    for (id, token) in &jobs_claimed {
-                        encode_ack(&mut acks, queue, id, token);
+                    let enqueues = match how {
+                        Life::Acks | Life::Mack | Life::ClaimNext => 1,
+                        Life::Lua | Life::Native => *jobs * if how == Life::Native { 2 } else { 1 },
+                    };
+                    if how == Life::ClaimNext {
+                        if held.is_empty() {
+                            let count = jobs.to_string();
+                            encode(
+                                &mut out,
+                                &[
+                                    b"EMQ.CLAIM",
+                                    queue.as_bytes(),
+                                    b"COUNT",
+                                    count.as_bytes(),
+                                    b"LEASE",
+                                    LIFE_LEASE_MS,
+                                ],
+                            );
+                        } else {
+                            let mut args: Vec<&[u8]> = vec![b"EMQ.MACK", queue.as_bytes()];
+                            for (id, token) in &held {
+                                args.push(id);
+                                args.push(token);
+                            }
+                            let count = jobs.to_string();
+                            args.extend([
+                                b"CLAIM".as_slice(),
+                                count.as_bytes(),
+                                b"LEASE",
+                                LIFE_LEASE_MS,
+                            ]);
+                            encode(&mut out, &args);
+                        }
                     }
-                    stream.write_all(&acks).expect("write");
-                    read_replies(stream, inbox, *jobs, None);
+                    stream.write_all(&out).expect("write");
+                    read_replies(stream, inbox, enqueues + 1, Some(&mut replies));
+                    let last = &replies[enqueues];
+                    let got = match how {
+                        Life::ClaimNext if held.is_empty() => claimed(last),
+                        Life::ClaimNext => claimed_next(last),
+                        Life::Native => popped(last)
+                            .into_iter()
+                            .map(|id| (id, Vec::new()))
+                            .collect(),
+                        _ => claimed(last),
+                    };
+                    assert_eq!(got.len(), *jobs, "the claim found the batch's jobs");
+                    out.clear();
+                    let settles = match how {
+                        Life::ClaimNext => {
+                            held = got;
+                            continue;
+                        }
+                        Life::Acks => {
+                            for (id, token) in &got {
+                                encode_ack(&mut out, queue, id, token);
+                            }
+                            got.len()
+                        }
+                        Life::Mack => {
+                            let mut args: Vec<&[u8]> = vec![b"EMQ.MACK", queue.as_bytes()];
+                            for (id, token) in &got {
+                                args.push(id);
+                                args.push(token);
+                            }
+                            encode(&mut out, &args);
+                            1
+                        }
+                        Life::Lua => {
+                            for (id, token) in &got {
+                                let row = [prefix.as_bytes(), id].concat();
+                                encode(
+                                    &mut out,
+                                    &[
+                                        b"EVALSHA",
+                                        shas[2].as_bytes(),
+                                        b"2",
+                                        &row,
+                                        active.as_bytes(),
+                                        id,
+                                        token,
+                                        ttl,
+                                    ],
+                                );
+                            }
+                            got.len()
+                        }
+                        Life::Native => {
+                            // The claim's second step, then the acks' round trip.
+                            let deadline = (now_ms() + 60_000).to_string();
+                            let mut args: Vec<&[u8]> = vec![b"ZADD", active.as_bytes()];
+                            for (id, _) in &got {
+                                args.push(deadline.as_bytes());
+                                args.push(id);
+                            }
+                            encode(&mut out, &args);
+                            for (id, _) in &got {
+                                let row = [prefix.as_bytes(), id].concat();
+                                encode(&mut out, &[b"HSET", &row, b"state", b"active"]);
+                                encode(&mut out, &[b"HINCRBY", &row, b"attempts", b"1"]);
+                                encode(&mut out, &[b"HGET", &row, b"payload"]);
+                            }
+                            stream.write_all(&out).expect("write");
+                            read_replies(stream, inbox, 1 + 3 * got.len(), None);
+                            out.clear();
+                            for (id, _) in &got {
+                                let row = [prefix.as_bytes(), id].concat();
+                                encode(&mut out, &[b"ZREM", active.as_bytes(), id]);
+                                encode(&mut out, &[b"HSET", &row, b"state", b"done"]);
+                                encode(&mut out, &[b"PEXPIRE", &row, ttl]);
+                            }
+                            3 * got.len()
+                        }
+                    };
+                    stream.write_all(&out).expect("write");
+                    read_replies(stream, inbox, settles, None);
+                }
+                if !held.is_empty() {
+                    out.clear();
+                    let mut args: Vec<&[u8]> = vec![b"EMQ.MACK", queue.as_bytes()];
+                    for (id, token) in &held {
+                        args.push(id);
+                        args.push(token);
+                    }
+                    encode(&mut out, &args);
+                    stream.write_all(&out).expect("write");
+                    read_replies(stream, inbox, 1, None);
                 }
             }
         })
         .collect();
     let (elapsed, cpu, _) = timed(server, &mut admin, work);
-    check_done(&mut admin, queue, ids.len(), policy);
-    let usec = server_usec(&mut admin, &["emq.menqueue", "emq.claim", "emq.ack"]);
+    check_done(&mut admin, queue, ids.len(), policy, how);
+    let usec = server_usec(&mut admin, how.stats());
     sample(ids.len(), usec, cpu, elapsed)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The life of `ids` one job at a time, each transition timed on its own: every job enqueued
@@ -633,7 +938,7 @@ fn one_at_a_time(server: &Server, ids: &[String], policy: Policy, depth: usize) 
         })
         .collect();
     let (ack_s, ack_cpu, _) = timed(server, &mut admin, acks);
-    check_done(&mut admin, queue, ids.len(), policy);
+    check_done(&mut admin, queue, ids.len(), policy, Life::Acks);
 
     let usec = |admin: &mut support::Connection, name: &str| server_usec(admin, &[name]);
     let (enqueue_us, claim_us, ack_us) = (
@@ -668,6 +973,9 @@ const LIFE_ROWS: [&str; 5] = [
 /// batch with unique keys, which batches do not take).
 type LifeSamples = [[Vec<Sample>; 4]; 5];
 
+/// The lifecycle table's samples, one list per [`Life`] variant.
+type LifecycleSamples = [Vec<Sample>; 5];
+
 const POLICIES: [Policy; 4] = [
     Policy::Plain,
     Policy::Events,
@@ -677,12 +985,29 @@ const POLICIES: [Policy; 4] = [
 
 /// One round of the whole-life workloads on `ids`: batched, then one at a time, under each
 /// policy in turn.
-fn life_round(server: &Server, ids: &[String], depth: usize, life: &mut LifeSamples) {
+fn life_round(
+    server: &Server,
+    ids: &[String],
+    depth: usize,
+    life: &mut LifeSamples,
+    lifecycle: &mut LifecycleSamples,
+) {
+    for (v, how) in Life::ALL.into_iter().enumerate() {
+        let s = whole_life(server, ids, Policy::Plain, how);
+        eprintln!(
+            "         lifecycle, {:<10}           commandstats {:.3} cpu {:.3} jobs/s {:.0}",
+            format!("{how:?}"),
+            s.server_us_per_job,
+            s.cpu_us_per_job,
+            s.jobs_per_sec
+        );
+        lifecycle[v].push(s);
+    }
     for (p, policy) in POLICIES.into_iter().enumerate() {
         if policy == Policy::Unique {
             continue;
         }
-        let s = whole_life(server, ids, policy);
+        let s = whole_life(server, ids, policy, Life::Acks);
         eprintln!(
             "         whole life, {:<8}             commandstats {:.3} cpu {:.3} jobs/s {:.0}",
             format!("{policy:?}"),
@@ -993,6 +1318,32 @@ fn life_table(md: &mut String, life: &LifeSamples) {
     let _ = writeln!(md);
 }
 
+/// The lifecycle table: each variant's main-thread CPU per job with its ratios to the native
+/// floor and to Lua, its commandstats time per job, jobs/s and round trips a batch.
+fn lifecycle_table(md: &mut String, lifecycle: &LifecycleSamples) {
+    let [.., lua, native] = lifecycle;
+    let cpu = |x: &Sample| x.cpu_us_per_job;
+    let ratio = |of: &[Sample], to: &[Sample]| {
+        median(of.iter().zip(to).map(|(a, b)| cpu(a) / cpu(b)).collect()).0
+    };
+    let _ = writeln!(md, "| variant | main-thread CPU µs/job | vs native floor | vs Lua | commandstats µs/job | jobs/s | round trips a batch |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    for (how, samples) in Life::ALL.iter().zip(lifecycle) {
+        let (c, clo, chi) = median(samples.iter().map(cpu).collect());
+        let (u, ulo, uhi) = median(samples.iter().map(|x| x.server_us_per_job).collect());
+        let (j, jlo, jhi) = median(samples.iter().map(|x| x.jobs_per_sec).collect());
+        let _ = writeln!(
+            md,
+            "| {} | {c:.2} ({clo:.2}–{chi:.2}) | {:.2}× | {:.2}× | {u:.2} ({ulo:.2}–{uhi:.2}) | {j:.0} ({jlo:.0}–{jhi:.0}) | {} |",
+            how.name(),
+            ratio(samples, native),
+            ratio(samples, lua),
+            how.round_trips()
+        );
+    }
+    let _ = writeln!(md);
+}
+
 /// The scheduling-policy table: each workload's main-thread CPU per job with no policy, with
 /// claim limits and with unique keys, and the median of the per-round ratios to no policy.
 fn policy_table(md: &mut String, life: &LifeSamples) {
@@ -1072,6 +1423,7 @@ fn main() {
     );
     // The whole-life workloads run in the rounds of the first table, after its variants.
     let mut life: LifeSamples = Default::default();
+    let mut lifecycle: LifecycleSamples = Default::default();
     for (ids, ids_name) in [
         (Ids::Monotonic, "monotonic ids (as minted)"),
         (Ids::Random, "random ids"),
@@ -1080,7 +1432,7 @@ fn main() {
             let with_life = ids == Ids::Monotonic && depth == 16;
             let samples = measure(&server, &variants, ids, depth, rounds, jobs, |round_ids| {
                 if with_life {
-                    life_round(&server, round_ids, depth, &mut life);
+                    life_round(&server, round_ids, depth, &mut life, &mut lifecycle);
                 }
             });
             table(
@@ -1125,6 +1477,11 @@ fn main() {
         "## A job's whole life, the event stream off and on\n\nIn each of the first table's rounds, after its five variants, the round's {jobs} monotonic ids, with the same payload, go from enqueue to acknowledgement on one queue, by the same {CONNECTIONS} clients, on an empty server each run. Batched: each client sends `EMQ.MENQUEUE` ×100 with `EMQ.CLAIM <q> COUNT 100 LEASE 60000`, then one `EMQ.ACK` per claimed job with the token the claim replied, pipelined, until its share is done (jobs/s, not the server figures, includes the clients' reading of the claims and encoding of the acks). One at a time: every job enqueued with `EMQ.ENQUEUE`, then claimed with `COUNT 1`, then acknowledged, at pipeline depth 16, each phase timed apart (its acks encoded from the claims' replies before it starts). Events on is the queue after `EMQ.EVENTS <q> ON MAXLEN {EVENTS_MAXLEN}`: each transition also appends a stream entry, an `XADD` run inside the module's call, so the `commandstats` figure sums the `EMQ.*` commands and nothing else. Figures are per job (for a phase, per transition); on / off is the median of the per-round ratios. Each run checks that no job is left pending or active and, with the stream on, that one `XADD` ran per transition.\n"
     );
     life_table(&mut md, &life);
+    let _ = writeln!(
+        md,
+        "## The whole life by settle: batched settle, claim-next, Lua and the native floor\n\nIn the same rounds, right after the round's enqueue variants, the round's {jobs} monotonic ids go from enqueue to acknowledgement on one plain queue (events off), by the same {CONNECTIONS} clients, 100 jobs a batch, on an empty server each run, five ways back to back. EchoMQ with one `EMQ.ACK` per job (pipelined), with one `EMQ.MACK` of the batch, and with claim-next (each batch's `EMQ.MENQUEUE` sent with `EMQ.MACK` of the last batch `CLAIM 100`, one round trip a batch); a Lua implementation of the same transitions (benches/lua: the reference `@enqueue` per job, a claim script of `COUNT 100` and an ack script per job that checks the token, all `EVALSHA`, every key declared but the claim's rows, which no claim knows before it reads the ids); and the floor, a hand-written pipeline of native commands, neither atomic nor fenced (`HSET`+`ZADD` per job with `ZPOPMIN pending 100`, then `ZADD active` of the 100 with `HSET`/`HINCRBY`/`HGET` per job, then `ZREM`/`HSET`/`PEXPIRE` per job). Figures per job, medians (min–max) over the rounds; a ratio is the median of the per-round ratios. Round trips are a batch's once under way. Each run checks that nothing is left pending or active and that every job was acknowledged once.\n"
+    );
+    lifecycle_table(&mut md, &lifecycle);
     let _ = writeln!(
         md,
         "## What the scheduling policies cost a job\n\nThe same rounds, the same workloads, on a queue with claim limits that never bind (`EMQ.LIMIT <q> CONCURRENCY 1000000 RATE 10000 PER 1`: every claim reads the limits, counts its room and adds each job it takes to the rate window, which claims and the timer trim) and on one whose every `EMQ.ENQUEUE` carries a unique key of its own (`UNIQUE <id>`: a lookup, then the table's entry and the row's `unique` field; batches take no unique keys, hence no batched figure). None is the plain queue of the table above (events off). What a queue that uses none of them pays is the plain figure itself; `make profile` counts it by instructions against an earlier build (docs/bench.md).\n"

@@ -123,6 +123,33 @@ const COMMANDS: &[Command] = &[
         ],
     },
     Command {
+        name: c"emq.mack",
+        callback: callback!(commands::mack::run),
+        flags: c"write deny-oom",
+        arity: -4,
+        routes_by_queue: true,
+        summary: c"Acknowledge many claimed jobs of a queue, each on its own (1, or EMQLEASE in its place); with CLAIM, replies [outcomes, next jobs]",
+        complexity: c"O((M+C)*log(N)) with M jobs acknowledged and C claimed",
+        args: &[
+            Arg::required(c"queue", Str),
+            Arg::multiple(
+                c"job",
+                Block(&[
+                    Arg::required(c"id", Str),
+                    Arg::required(c"token", Int),
+                    Arg::token(c"result", c"RESULT", Str),
+                ]),
+            ),
+            Arg::optional(
+                c"claim",
+                Block(&[
+                    Arg::keyword(c"count", c"CLAIM", Int),
+                    Arg::token(c"lease", c"LEASE", Int),
+                ]),
+            ),
+        ],
+    },
+    Command {
         name: c"emq.fail",
         callback: callback!(commands::fail::run),
         flags: c"write deny-oom fast",

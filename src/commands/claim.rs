@@ -70,15 +70,21 @@ fn pending_name(ctx: &Context, req: &Request<'_>) -> Result<OwnedString, EmqErro
     OwnedString::cached(ctx, KeyBuf::queue(req.queue, KeyType::Pending).as_bytes())
 }
 
-/// Wakes the claimers blocked on the queue (one that just blocked among them), so that they
-/// go on past the rowless members a claim dropped.
 fn go_on(ctx: &Context, req: &Request<'_>) {
-    if let Ok(pending) = pending_name(ctx, req) {
+    wake_past_orphans(ctx, req.queue);
+}
+
+/// Wakes the claimers blocked on `queue` (one that just blocked among them), so that they go
+/// on past the rowless members a claim dropped.
+pub fn wake_past_orphans(ctx: &Context, queue: Queue<'_>) {
+    let pending = KeyBuf::queue(queue, KeyType::Pending);
+    if let Ok(pending) = OwnedString::cached(ctx, pending.as_bytes()) {
         signal_ready(ctx, pending.as_str());
     }
 }
 
-fn reply(claimed: Vec<Claimed>) -> Reply {
+/// The jobs a claim took, as `EMQ.CLAIM` replies them: `[id, payload, token]` each.
+pub fn reply(claimed: Vec<Claimed>) -> Reply {
     Reply::Array(
         claimed
             .into_iter()

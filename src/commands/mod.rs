@@ -16,6 +16,7 @@ pub mod job;
 pub mod jobs;
 pub mod key;
 pub mod limit;
+pub mod mack;
 pub mod menqueue;
 pub mod pause;
 pub mod purge;

@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 
 use valkey_module::{raw, Context};
 
-use crate::protocol::EmqError;
+use crate::protocol::{counters, EmqError};
 
 use super::string::{string_bytes, Str};
 
@@ -60,6 +60,8 @@ pub enum Reply {
     Map(Vec<(&'static str, Reply)>),
     /// No reply now: the client is blocked and is answered later.
     Blocked,
+    /// A refusal in one place of an array (`EMQ.MACK`'s stale token), counted as a refusal.
+    Error(EmqError),
 }
 
 pub type CommandResult = Result<Reply, EmqError>;
@@ -100,6 +102,10 @@ pub(crate) fn render(ctx: *mut raw::RedisModuleCtx, reply: &Reply) {
                 }
             }
             Reply::Blocked => {}
+            Reply::Error(err) => {
+                counters::refused(err);
+                reply_error(ctx, err);
+            }
             Reply::Map(pairs) => {
                 if let Some(f) = raw::RedisModule_ReplyWithMap {
                     f(ctx, pairs.len() as c_long);

@@ -1,13 +1,15 @@
 //! The lease holder's transitions (SPEC §6): renew, ack and fail. The token is the `attempts`
 //! value the claim returned; a wrong, stale or missing one is `EMQLEASE` and changes nothing.
 
+use std::collections::HashSet;
+
 use crate::protocol::counters::{self, ACKED, DEAD, RENEWED, RETRIED};
-use crate::protocol::{settings, EmqError, Event, Field, Holds, Set, State, Store, Value};
+use crate::protocol::{settings, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
 use super::job::Target;
 use super::limit::{self, room_freed};
 use super::promote::bury;
-use super::{attempts, record, set_state};
+use super::{attempts, record, set_state, Job};
 
 /// The job is active, in the active set, and its attempts equal `token`: its attempts.
 fn check_lease<S: Store>(
@@ -59,27 +61,109 @@ pub fn ack<S: Store>(
     let row = target.open(store)?;
     check_lease(store, &row, target.job.member, token)?;
     let limits = limit::limits(store)?;
-    store.remove(Set::Active, target.job.member)?;
+    done(store, &row, target.job.member, token, result)?;
+    room_freed(store, &limits)?;
+    counters::count(&ACKED, 1);
+    Ok(())
+}
+
+/// An ack's writes, once its lease checked out: out of `active`, and the row done for
+/// `emq.done-ttl-ms` (deleted at once for 0).
+fn done<S: Store>(
+    store: &S,
+    row: &S::Row<'_>,
+    member: &S::Text,
+    token: i64,
+    result: Option<&[u8]>,
+) -> Result<(), EmqError> {
+    store.remove(Set::Active, member)?;
     let ttl = settings::done_ttl_ms();
     if ttl == 0 {
-        store.delete_row(&row)?;
+        store.delete_row(row)?;
     } else {
         match result {
             Some(result) => store.set_fields(
-                &row,
+                row,
                 &[
                     (Field::State, Value::State(State::Done)),
                     (Field::Result, Value::Bytes(result)),
                 ],
             )?,
-            None => set_state(store, &row, State::Done, None)?,
+            None => set_state(store, row, State::Done, None)?,
         }
-        store.expire_row(&row, store.now_ms() + ttl)?;
+        store.expire_row(row, store.now_ms() + ttl)?;
     }
-    record(store, Event::Acked, Some(target.job.member), || token)?;
-    room_freed(store, &limits)?;
-    counters::count(&ACKED, 1);
-    Ok(())
+    record(store, Event::Acked, Some(member), || token)
+}
+
+/// Most jobs one batched settle (`EMQ.MACK`) names.
+pub const MAX_SETTLE: usize = 1000;
+
+/// One job of a batched settle: the job, the token its worker holds (`None`: what it sent is
+/// no token at all) and the result it sent.
+pub struct Settle<'j, S: Store> {
+    pub job: Job<'j, S>,
+    pub token: Option<i64>,
+    pub result: Option<&'j [u8]>,
+}
+
+/// `EMQ.MACK`: each job acknowledged as by [`ack`], on its own: `Ok`, or `EMQLEASE` in its
+/// place for a token that is stale, wrong or missing, which leaves that job as it was and the
+/// others settled. A job named twice is settled by its first mention; the second is stale.
+/// One permission check covers the queue's sets and every row, and a row of another type
+/// refuses the whole batch, both before any write.
+pub fn ack_many<S: Store>(
+    store: &S,
+    jobs: &[Settle<'_, S>],
+) -> Result<Vec<Result<(), EmqError>>, EmqError> {
+    let names = jobs
+        .iter()
+        .map(|s| store.row_name(&s.job.id, s.job.member))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut keys: Vec<KeyRef<'_, S::Name>> = [Set::Pending, Set::Active, Set::Schedule, Set::Dead]
+        .into_iter()
+        .map(KeyRef::Set)
+        .collect();
+    keys.extend(names.iter().map(KeyRef::Row));
+    store.check_access(&keys)?;
+    drop(keys);
+    store.open_sets(&Set::ALL)?;
+    // Each row opened once, however often the batch names it.
+    let mut seen = HashSet::with_capacity(jobs.len());
+    let mut rows = Vec::with_capacity(jobs.len());
+    for (s, name) in jobs.iter().zip(&names) {
+        if !seen.insert(store.bytes(s.job.member)) {
+            rows.push(None);
+            continue;
+        }
+        let row = store.open_row(name)?;
+        if !matches!(store.holds(&row), Holds::Nothing | Holds::Hash) {
+            return Err(EmqError::WrongType);
+        }
+        rows.push(Some(row));
+    }
+    store.events()?;
+    let limits = limit::limits(store)?;
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    let mut acked = 0;
+    for (s, row) in jobs.iter().zip(&rows) {
+        let (Some(row), Some(token)) = (row, s.token) else {
+            outcomes.push(Err(EmqError::Lease));
+            continue;
+        };
+        if let Err(refused) = check_lease(store, row, s.job.member, token) {
+            outcomes.push(Err(refused));
+            continue;
+        }
+        done(store, row, s.job.member, token, s.result)?;
+        outcomes.push(Ok(()));
+        acked += 1;
+    }
+    if acked > 0 {
+        room_freed(store, &limits)?;
+        counters::count(&ACKED, acked);
+    }
+    Ok(outcomes)
 }
 
 /// Where a failed job went.

@@ -33,6 +33,9 @@ pub enum Error {
     /// The server speaks another major version of the protocol than this client.
     #[error("{0}")]
     Version(String),
+    /// A batched call (`EMQ.MACK`) this job's outcome went in failed as a whole.
+    #[error("the batched call failed: {0}")]
+    Batch(String),
     /// A reply of a shape the protocol does not give.
     #[error("unexpected reply: {0}")]
     Reply(String),

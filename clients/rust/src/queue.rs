@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, FromRedisValue, Value};
+use redis::{Cmd, FromRedisValue, RedisError, Value};
 
 use crate::error::{transient, Error, Result};
 use crate::ids;
@@ -89,6 +89,48 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
                 Err(e) => return Err(Error::from_redis(e)),
             }
         }
+    }
+
+    /// `EMQ.MACK`: acknowledges many claimed jobs (`(id, token, result)` each) in one call,
+    /// retried while the failure is transient; each job's outcome in its place (`LeaseLost` for
+    /// a stale token, the others acknowledged). A call retried after the server applied it
+    /// answers `LeaseLost` for its jobs.
+    pub async fn ack_many(&self, jobs: &[(&str, i64, Option<&[u8]>)]) -> Result<Vec<Result<()>>> {
+        let mut cmd = Cmd::new();
+        cmd.arg("EMQ.MACK").arg(&self.name);
+        for (id, token, result) in jobs {
+            cmd.arg(*id).arg(*token);
+            if let Some(result) = result {
+                cmd.arg("RESULT").arg(*result);
+            }
+        }
+        let mut attempt = 0;
+        let reply = loop {
+            let mut conn = self.conn.clone();
+            // The raw reply: `query_async` would make an error in one place the whole reply's.
+            let e = match conn.req_packed_command(&cmd).await {
+                Ok(Value::ServerError(e)) => RedisError::from(e),
+                Ok(v) => break v,
+                Err(e) => e,
+            };
+            if transient(&e) && attempt < self.retries {
+                tokio::time::sleep(backoff(attempt)).await;
+                attempt += 1;
+                continue;
+            }
+            return Err(Error::from_redis(e));
+        };
+        let Value::Array(places) = reply else {
+            return Err(Error::Reply(format!("{reply:?}")));
+        };
+        Ok(places
+            .into_iter()
+            .map(|place| match place {
+                Value::Int(1) => Ok(()),
+                Value::ServerError(e) => Err(Error::from_redis(e.into())),
+                other => Err(Error::Reply(format!("{other:?}"))),
+            })
+            .collect())
     }
 
     /// Enqueues one job now; its id.

@@ -1,7 +1,8 @@
 //! The consumer's side: `Worker` claims jobs with `BLOCK`, in batches up to its free
 //! concurrency, runs each handler as a task, renews its lease in the background for as long as
-//! it runs, settles it (`ACK`, or `FAIL` with the error), and stops gracefully on its
-//! cancellation token (`shutdown_on_signal` cancels it on SIGTERM or SIGINT).
+//! it runs, settles it (`ACK`, batched with the others waiting into one `EMQ.MACK`, or `FAIL`
+//! with the error), and stops gracefully on its cancellation token (`shutdown_on_signal`
+//! cancels it on SIGTERM or SIGINT).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, Value};
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{transient, Error, Result};
@@ -20,6 +21,8 @@ use crate::queue::{backoff, Queue};
 pub const PROTOCOL_MAJOR: u32 = 2;
 /// Most bytes of an error sent with `EMQ.FAIL`.
 pub const MAX_ERROR: usize = 4096;
+/// Most acknowledgements one `EMQ.MACK` carries.
+pub const SETTLE_BATCH: usize = 100;
 
 /// A claimed job, as its handler sees it.
 #[derive(Clone, Debug)]
@@ -181,6 +184,8 @@ where
         } else {
             self.batch
         };
+        let (acks, waiting) = mpsc::unbounded_channel();
+        tokio::spawn(send_acks(self.queue.clone(), waiting));
         let mut failures = 0;
         while !self.shutdown.is_cancelled() {
             let free = self
@@ -226,6 +231,7 @@ where
                 running.fetch_add(1, Ordering::SeqCst);
                 let task = Task {
                     queue: self.queue.clone(),
+                    acks: acks.clone(),
                     handler: self.handler.clone(),
                     running: running.clone(),
                     room: room.clone(),
@@ -273,9 +279,61 @@ fn jobs_of(reply: Value) -> Result<Vec<Job>> {
         .collect()
 }
 
+/// An acknowledgement on its way to the settler, and where its job's outcome comes back.
+struct Ack {
+    id: String,
+    attempt: i64,
+    result: Option<Vec<u8>>,
+    outcome: oneshot::Sender<Result<()>>,
+}
+
+/// The settler: sends the acknowledgements waiting, up to [`SETTLE_BATCH`], as one
+/// `EMQ.MACK`, while the tasks behind them wait for their outcomes; under load one call
+/// carries many, alone it carries one.
+async fn send_acks<C>(queue: Queue<C>, mut waiting: mpsc::UnboundedReceiver<Ack>)
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    while let Some(first) = waiting.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < SETTLE_BATCH {
+            match waiting.try_recv() {
+                Ok(ack) => batch.push(ack),
+                Err(_) => break,
+            }
+        }
+        let jobs: Vec<(&str, i64, Option<&[u8]>)> = batch
+            .iter()
+            .map(|a| (a.id.as_str(), a.attempt, a.result.as_deref()))
+            .collect();
+        let places = queue.ack_many(&jobs).await;
+        drop(jobs);
+        match places {
+            Ok(places) if places.len() == batch.len() => {
+                for (ack, place) in batch.into_iter().zip(places) {
+                    let _ = ack.outcome.send(place);
+                }
+            }
+            Ok(places) => {
+                let why = format!("{} places for {} jobs", places.len(), batch.len());
+                for ack in batch {
+                    let _ = ack.outcome.send(Err(Error::Reply(why.clone())));
+                }
+            }
+            Err(e) => {
+                let why = e.to_string();
+                for ack in batch {
+                    let _ = ack.outcome.send(Err(Error::Batch(why.clone())));
+                }
+            }
+        }
+    }
+}
+
 /// One job's task: the handler, its lease renewed beside it, then its outcome sent.
 struct Task<C, H> {
     queue: Queue<C>,
+    acks: mpsc::UnboundedSender<Ack>,
     handler: Arc<H>,
     running: Arc<AtomicUsize>,
     room: Arc<Notify>,
@@ -334,12 +392,7 @@ where
             job.attempt.to_string().into_bytes(),
         ];
         let (command, counted): (&str, fn(&mut Counts)) = match outcome {
-            Ok(result) => {
-                if let Some(r) = result {
-                    args.extend([b"RESULT".to_vec(), r]);
-                }
-                ("EMQ.ACK", |c| c.acked += 1)
-            }
+            Ok(result) => return self.ack(job, result).await,
             Err(Failure::Retry(after, why)) => {
                 args.extend([
                     b"ERROR".to_vec(),
@@ -354,8 +407,31 @@ where
                 ("EMQ.FAIL", |c| c.failed += 1)
             }
         };
-        match self.queue.call(command, &args).await {
-            Ok(_) => self.count(counted),
+        let sent = self.queue.call(command, &args).await.map(|_| ());
+        self.settled(job, sent, counted);
+    }
+
+    /// Acknowledges through the settler, and waits for the outcome.
+    async fn ack(&self, job: &Job, result: Option<Vec<u8>>) {
+        let (outcome, back) = oneshot::channel();
+        let ack = Ack {
+            id: job.id.clone(),
+            attempt: job.attempt,
+            result,
+            outcome,
+        };
+        let sent = match self.acks.send(ack) {
+            Ok(()) => back
+                .await
+                .unwrap_or_else(|_| Err(Error::Batch("the settler stopped".into()))),
+            Err(_) => Err(Error::Batch("the settler stopped".into())),
+        };
+        self.settled(job, sent, |c| c.acked += 1);
+    }
+
+    fn settled(&self, job: &Job, sent: Result<()>, counted: fn(&mut Counts)) {
+        match sent {
+            Ok(()) => self.count(counted),
             Err(Error::LeaseLost(_)) => {
                 job.lost.store(true, Ordering::SeqCst);
                 self.count(|c| c.lost += 1);

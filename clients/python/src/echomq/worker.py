@@ -305,10 +305,7 @@ class Worker(Claiming):
         if not send:
             return
         try:
-            pipe = self.queue.client.pipeline(transaction=False)
-            for job, _, command, extra in send:
-                pipe.execute_command(command, self.queue.name, job.id, job.attempt, *extra)
-            replies = pipe.execute(raise_on_error=False)
+            replies = self._send(send)
         except Exception:
             # The pipeline did not get through (a failover, a lost connection): one by one,
             # each retried; one that was applied already answers EMQLEASE, counted as lost.
@@ -328,6 +325,34 @@ class Worker(Claiming):
                 self._count("failed-to-settle")
                 continue
             self._count(counted)
+
+    def _send(self, send: List[Tuple[Job, str, str, List[Any]]]) -> List[Any]:
+        """One pipeline: the acknowledgements as one ``EMQ.MACK`` (each job's outcome in its
+        place), each ``FAIL`` on its own; the replies in the order of ``send``."""
+        acks = [i for i, (_, _, command, _) in enumerate(send) if command == "EMQ.ACK"]
+        pipe = self.queue.client.pipeline(transaction=False)
+        if acks:
+            args: List[Any] = []
+            for i in acks:
+                job, _, _, extra = send[i]
+                args += [job.id, job.attempt, *extra]
+            pipe.execute_command("EMQ.MACK", self.queue.name, *args)
+        acked = set(acks)
+        fails = [i for i in range(len(send)) if i not in acked]
+        for i in fails:
+            job, _, command, extra = send[i]
+            pipe.execute_command(command, self.queue.name, job.id, job.attempt, *extra)
+        answers = pipe.execute(raise_on_error=False)
+        replies: List[Any] = [None] * len(send)
+        if acks:
+            placed = answers.pop(0)
+            # A refusal of the whole call (a failover, say) stands for each of its jobs.
+            each = placed if isinstance(placed, list) else [placed] * len(acks)
+            for i, reply in zip(acks, each):
+                replies[i] = reply
+        for i, reply in zip(fails, answers):
+            replies[i] = reply
+        return replies
 
     def _count(self, outcome: str) -> None:
         with self._lock:

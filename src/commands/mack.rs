@@ -1,0 +1,156 @@
+//! `EMQ.MACK <queue> <id> <token> [RESULT <bytes>] [<id> <token> [RESULT <bytes>] ...]
+//! [CLAIM <count> [LEASE <ms>]]`: acknowledges many claimed jobs of one queue in one call, and
+//! with `CLAIM` takes the next jobs in the same call.
+//!
+//! Each job's outcome is its own: `1`, or `EMQLEASE` in its place when its token is stale,
+//! wrong or not a token, which leaves that job as it was. The batch is refused as a whole
+//! only for what refuses every job alike (the queue's name, an id, the syntax, a permission,
+//! a key of another type), before any write. Without `CLAIM` it replies the outcomes; with it,
+//! `[outcomes, jobs]`, the jobs as `EMQ.CLAIM` replies them (empty when none is ready; the
+//! claim's own refusal, such as `EMQLIMIT`'s kin, in their place after the acks went through).
+
+use valkey_module::Context;
+
+use super::claim::{reply as claimed_reply, wake_past_orphans};
+use super::{is_token, parse_id, parse_int, parse_queue, parse_token};
+use crate::host::acl::Access;
+use crate::host::reply::{Args, CommandResult, Reply};
+use crate::host::store::with_queue;
+use crate::host::string::Text;
+use crate::protocol::job::check_payload;
+use crate::protocol::{settings, BrandedId, EmqError};
+use crate::queue::claim::{claim, Outcome, MAX_COUNT};
+use crate::queue::lease::{ack_many, Settle, MAX_SETTLE};
+use crate::queue::Job;
+use crate::runtime::cluster;
+
+/// A job of the call: its id, where its id stands in the arguments, its token and result.
+struct Named<'a> {
+    id: BrandedId,
+    at: usize,
+    token: Option<i64>,
+    result: Option<&'a [u8]>,
+}
+
+/// `CLAIM <count> [LEASE <ms>]` at `args[at..]`, the end of the call.
+fn parse_claim(args: &Args<'_>, at: usize) -> Result<(usize, i64), EmqError> {
+    let rest = args.len() - at;
+    if rest != 2 && rest != 4 {
+        return Err(EmqError::Syntax(
+            "syntax error: CLAIM <count> [LEASE <ms>] ends the call".into(),
+        ));
+    }
+    let count = parse_int(args.bytes(at + 1), 1, MAX_COUNT, "COUNT")? as usize;
+    let mut lease_ms = settings::lease_ms();
+    if rest == 4 {
+        if !is_token(args.bytes(at + 2), "LEASE") {
+            return Err(EmqError::Syntax(
+                "syntax error: expected LEASE after CLAIM <count>".into(),
+            ));
+        }
+        lease_ms = parse_int(args.bytes(at + 3), 1, settings::MAX_DURATION_MS, "LEASE")?;
+    }
+    Ok((count, lease_ms))
+}
+
+/// The jobs and the `CLAIM` part, every argument checked.
+#[allow(clippy::type_complexity)]
+fn parse<'a>(args: &Args<'a>) -> Result<(Vec<Named<'a>>, Option<(usize, i64)>), EmqError> {
+    let mut jobs = Vec::new();
+    let mut next = None;
+    let mut i = 2;
+    while i < args.len() {
+        if is_token(args.bytes(i), "CLAIM") {
+            next = Some(parse_claim(args, i)?);
+            break;
+        }
+        if i + 1 >= args.len() {
+            return Err(EmqError::Syntax(
+                "syntax error: each job is <id> <token> [RESULT <bytes>]".into(),
+            ));
+        }
+        if jobs.len() == MAX_SETTLE {
+            return Err(EmqError::Syntax(
+                format!("at most {MAX_SETTLE} jobs per call").into(),
+            ));
+        }
+        let id = parse_id(args.bytes(i))?;
+        // A token that cannot be one refuses its job alone, as a stale one does.
+        let token = parse_token(args.bytes(i + 1)).ok();
+        let at = i;
+        i += 2;
+        let mut result = None;
+        if i < args.len() && is_token(args.bytes(i), "RESULT") {
+            if i + 1 >= args.len() {
+                return Err(EmqError::Syntax(
+                    "syntax error: expected RESULT <bytes>".into(),
+                ));
+            }
+            let value = args.bytes(i + 1);
+            check_payload(value)?;
+            result = Some(value);
+            i += 2;
+        }
+        jobs.push(Named {
+            id,
+            at,
+            token,
+            result,
+        });
+    }
+    if jobs.is_empty() {
+        return Err(EmqError::Arity("emq.mack"));
+    }
+    Ok((jobs, next))
+}
+
+pub fn run(ctx: &Context, args: &Args) -> CommandResult {
+    if args.len() < 4 {
+        return Err(EmqError::Arity("emq.mack"));
+    }
+    let queue = parse_queue(args.bytes(1))?;
+    let (named, next) = parse(args)?;
+    cluster::check_stable(queue)?;
+    // The client's strings: each id is canonical, so its argument is its set member.
+    let members = named
+        .iter()
+        .map(|n| args.string(n.at).map(Text::Borrowed))
+        .collect::<Option<Vec<_>>>()
+        .ok_or(EmqError::Internal)?;
+    let (settled, claimed) = with_queue(ctx, queue, Access::ReadWrite, |store| {
+        let jobs: Vec<Settle<'_, _>> = named
+            .iter()
+            .zip(&members)
+            .map(|(n, member)| Settle {
+                job: Job { id: n.id, member },
+                token: n.token,
+                result: n.result,
+            })
+            .collect();
+        let settled = ack_many(store, &jobs)?;
+        let claimed = next.map(|(count, lease_ms)| claim(store, count, lease_ms));
+        Ok::<_, EmqError>((settled, claimed))
+    })?;
+    let outcomes = Reply::Array(
+        settled
+            .into_iter()
+            .map(|s| s.map_or_else(Reply::Error, |()| Reply::Integer(1)))
+            .collect(),
+    );
+    let Some(claimed) = claimed else {
+        return Ok(outcomes);
+    };
+    let jobs = match claimed {
+        Ok(Outcome {
+            claimed,
+            more_behind,
+        }) => {
+            if claimed.is_empty() && more_behind {
+                wake_past_orphans(ctx, queue);
+            }
+            claimed_reply(claimed)
+        }
+        Err(refused) => Reply::Error(refused),
+    };
+    Ok(Reply::Array(vec![outcomes, jobs]))
+}
