@@ -6,6 +6,7 @@
 #               on the Python client
 #   make test-redis7  the core suites against redis-server 7.0
 #   make test-valkey-latest  every suite against the newest Valkey in Debian's archive
+#   make test-python-versions  the Python client's suite on Python 3.9 and 3.10, where found
 #   make test-valgrind  the suites with valkey-server under valgrind memcheck
 #   make docker-image / docker-up / docker-down / docker-test
 #   make bench  EMQ.ENQUEUE against the reference Lua script and native commands
@@ -18,7 +19,7 @@ MODULE := target/release/libechomq.so
 PY_VENV := target/py
 VALKEY_SERVER ?= valkey-server
 
-.PHONY: all deps build python bench-clients run test test-modules test-redis7 test-valkey-latest test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability compose profile
+.PHONY: all deps build python bench-clients run test test-modules test-redis7 test-valkey-latest test-python-versions test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability compose profile
 
 all: build
 
@@ -81,6 +82,11 @@ test-redis7: build test-modules python
 	@echo "echomq: test-redis7 runs the clients on single servers; it skips their cluster tests: $(CLIENT_CLUSTER_TESTS)"
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(REDIS7_ENV) $(CARGO) test -p echomq-client -- $(addprefix --skip ,$(CLIENT_CLUSTER_TESTS))
 	cd clients/python && ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(REDIS7_ENV) ../../$(PY_VENV)/bin/pytest -q tests -m "not cluster"
+
+# The Python client's suite on Python 3.9 and 3.10, wherever an interpreter of each is found
+# (python3.X on PATH, or pyenv's); skipped, saying so, where none is.
+test-python-versions: build
+	@bash scripts/test-python-versions.sh
 
 # Every suite against the newest Valkey in Debian's archive (unstable), built from Debian's
 # source package into target/valkey-latest (kept for the next run); skipped, with a message,

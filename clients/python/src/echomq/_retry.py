@@ -6,10 +6,13 @@ import random
 
 from redis.exceptions import (
     BusyLoadingError,
+    ClusterError,
     ConnectionError,
+    MasterDownError,
     ReadOnlyError,
     ResponseError,
     TimeoutError,
+    TryAgainError,
 )
 
 # Replies that mean "not now, here": a slot in migration, a blocked call ended by a failover, a
@@ -19,7 +22,14 @@ TRANSIENT_CODES = ("TRYAGAIN", "UNBLOCKED", "READONLY", "LOADING", "MASTERDOWN",
 
 def transient(error: Exception) -> bool:
     """Whether trying the same call again, a moment later, may succeed."""
-    if isinstance(error, (ConnectionError, TimeoutError, BusyLoadingError, ReadOnlyError)):
+    # ClusterError: the cluster client's own retries through MOVED, ASK and TRYAGAIN ran out
+    # ("TTL exhausted") while a slot moved. The cluster client's parser strips the code from
+    # TRYAGAIN and MASTERDOWN, hence their classes.
+    if isinstance(
+        error,
+        (ConnectionError, TimeoutError, BusyLoadingError, ReadOnlyError, ClusterError,
+         TryAgainError, MasterDownError),
+    ):
         return True
     return isinstance(error, ResponseError) and str(error).startswith(TRANSIENT_CODES)
 

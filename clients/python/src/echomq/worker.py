@@ -306,11 +306,12 @@ class Worker(Claiming):
             return
         try:
             replies = self._send(send)
-        except Exception:
-            # The pipeline did not get through (a failover, a lost connection): one by one,
-            # each retried; one that was applied already answers EMQLEASE, counted as lost.
-            replies = [None] * len(send)
-            for i, (job, _, command, extra) in enumerate(send):
+        except Exception as e:
+            replies = [e] * len(send)
+        # What did not get through (a failover, a lost connection, a slot on the move) is sent
+        # again one by one, each retried; one applied already answers EMQLEASE, counted as lost.
+        for i, (job, _, command, extra) in enumerate(send):
+            if isinstance(replies[i], Exception) and transient(replies[i]):
                 try:
                     replies[i] = self.queue.call(command, job.id, job.attempt, *extra)
                 except Exception as e:

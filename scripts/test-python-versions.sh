@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The Python client's suite on the oldest Pythons it declares (3.9 and 3.10), each in a venv of
+# its own under target/ (the package and its test tools from PyPI). A version this machine has
+# no interpreter for is skipped, saying so; Debian 12's own python3 is 3.11 (make test).
+# An interpreter is python3.X on PATH, or one of pyenv's versions.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+module="${ECHOMQ_MODULE:-$PWD/target/release/libechomq.so}"
+
+find_python() {
+  local v="$1" p
+  if p="$(command -v "python$v" 2>/dev/null)" && "$p" -c 'import sys' >/dev/null 2>&1; then
+    echo "$p"; return 0
+  fi
+  if command -v pyenv >/dev/null 2>&1; then
+    for p in "$(pyenv root)"/versions/"$v".*/bin/python; do
+      [ -x "$p" ] && { echo "$p"; return 0; }
+    done
+  fi
+  return 1
+}
+
+for v in 3.9 3.10; do
+  if ! python="$(find_python "$v")"; then
+    echo "echomq: Python $v tests skipped: no python$v here (on PATH or in pyenv)"
+    continue
+  fi
+  venv="target/py$v"
+  if [ ! -e "$venv/.installed" ] || [ clients/python/pyproject.toml -nt "$venv/.installed" ]; then
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    "$venv/bin/pip" install --quiet --upgrade pip
+    "$venv/bin/pip" install --quiet -e 'clients/python[dev]'
+    touch "$venv/.installed"
+  fi
+  echo "echomq: the Python client's tests on $("$venv/bin/python" --version)"
+  (cd clients/python && ECHOMQ_MODULE="$module" "../../$venv/bin/pytest" -q tests)
+done
