@@ -1135,11 +1135,30 @@ fn delayed_lateness(server: &Server, samples: usize) -> Vec<f64> {
     out
 }
 
-/// The timer with `queues` queues watched, each holding one job due in an hour: the main
-/// thread's idle CPU (% of one core, over `secs` seconds, once the timer has visited each
-/// queue) and the lateness of `samples` delayed jobs of other queues meanwhile. Then the same
-/// idle CPU with the queues flushed, which the timer forgets.
-fn timer_load(server: &Server, queues: usize, secs: u64, samples: usize) -> (f64, Vec<f64>, f64) {
+/// What an idle server costs over `secs`: its main thread's CPU (ms a second) and its wake-ups
+/// (the main thread's voluntary context switches a second, each a return from waiting on its
+/// event loop; `/proc`). `None` for the wake-ups where `/proc` cannot say.
+fn idle_cost(server: &Server, con: &mut redis::Connection, secs: u64) -> (f64, Option<f64>) {
+    let switches = || -> Option<f64> {
+        let pid = server.pid()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let (cpu, woke) = (main_thread_cpu(con), switches());
+    thread::sleep(Duration::from_secs(secs));
+    let cpu = (main_thread_cpu(con) - cpu) * 1000.0 / secs as f64;
+    let woke = woke.zip(switches()).map(|(a, b)| (b - a) / secs as f64);
+    (cpu, woke)
+}
+
+/// The idle cost ([`idle_cost`]) with `queues` queues watched, each holding a job due in an
+/// hour (after the timer's first visit to each), then the lateness of delayed jobs among them
+/// (`samples`), then the idle cost again once they are flushed.
+type Idle = (f64, Option<f64>);
+fn timer_load(server: &Server, queues: usize, secs: u64, samples: usize) -> (Idle, Vec<f64>, Idle) {
     let mut con = server.conn();
     let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
     for chunk in (0..queues).collect::<Vec<_>>().chunks(1000) {
@@ -1159,17 +1178,13 @@ fn timer_load(server: &Server, queues: usize, secs: u64, samples: usize) -> (f64
     assert_eq!(watched, queues as i64, "every queue watched");
     // A tick visits at most 256 queues (each first visit learns its due time), every 10 ms.
     thread::sleep(Duration::from_millis((queues / 256 + 100) as u64 * 10));
-    let idle = |con: &mut redis::Connection| {
-        let before = main_thread_cpu(con);
-        thread::sleep(Duration::from_secs(secs));
-        (main_thread_cpu(con) - before) / secs as f64 * 100.0
-    };
-    let busy = idle(&mut con);
+    let busy = idle_cost(server, &mut con, secs);
     let late = delayed_lateness(server, samples);
     let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
     let watched = support::info_int(&mut con, "emq", "emq_watched_queues");
     assert_eq!(watched, 0, "flushed queues forgotten");
-    let empty = idle(&mut con);
+    thread::sleep(Duration::from_millis(200));
+    let empty = idle_cost(server, &mut con, secs);
     (busy, late, empty)
 }
 
@@ -1511,6 +1526,12 @@ fn main() {
         (2_000, 1, 5)
     };
     let (busy, late, empty) = timer_load(&server, queues, secs, samples);
+    let bare = {
+        let plain = Server::start(Options::without_module());
+        let mut con = plain.conn();
+        thread::sleep(Duration::from_millis(200));
+        idle_cost(&plain, &mut con, secs)
+    };
     latency_row(
         &mut md,
         &format!("delayed job lateness, {queues} other queues watched (each a job due in an hour)"),
@@ -1530,9 +1551,16 @@ fn main() {
         2,
     );
     let _ = writeln!(md);
+    let woke = |w: Option<f64>| w.map_or("-".to_string(), |w| format!("{w:.1}"));
     let _ = writeln!(
         md,
-        "The timer's idle cost: the main thread's CPU over {secs} s with nothing due, as % of one core: {busy:.1}% with {queues} queues watched (each holding a job due in an hour, after the timer's first visit to each), {empty:.1}% once they are flushed.\n"
+        "## What an idle server costs\n\nThe main thread over {secs} s with nothing due: its CPU (ms a second, `INFO cpu`) and its wake-ups (its voluntary context switches a second, `/proc/<pid>/task/<pid>/status`: each a return from waiting on its event loop), on a `valkey-server` without the module and on the benchmark's server with it, with no queue and with {queues} queues watched (each holding a job due in an hour, after the timer's first visit to each).\n\n| server | main-thread CPU ms/s | wake-ups/s |\n|---|---|---|\n| without the module | {:.2} | {} |\n| with EchoMQ, no queue | {:.2} | {} |\n| with EchoMQ, {queues} queues watched | {:.2} | {} |\n",
+        bare.0,
+        woke(bare.1),
+        empty.0,
+        woke(empty.1),
+        busy.0,
+        woke(busy.1)
     );
     print!("{md}");
     if !benchmark {

@@ -1,4 +1,4 @@
-//! Purge and bulk requeue through 100,000 jobs with no call over 10 ms (`SLOWLOG`), in a suite
+//! Purge and bulk requeue through 100,000 jobs with no call over 50 ms (`SLOWLOG`), in a suite
 //! of its own so that no other test of the same run shares the machine with it.
 
 mod support;
@@ -26,7 +26,7 @@ fn assert_no_slow_call(con: &mut Connection, name: &str) {
     let slow: Vec<String> = slow.iter().map(|e| format!("{e:?}")).collect();
     assert!(
         slow.iter().all(|e| !e.to_lowercase().contains("emq.")),
-        "no {name} call over 10 ms: {slow:?}"
+        "no {name} call over 50 ms: {slow:?}"
     );
 }
 
@@ -37,7 +37,10 @@ fn purge_and_bulk_requeue_work_through_100000_jobs_without_a_slow_call() {
     let mut con = server.conn();
     let q = "big";
     dead_jobs(&mut con, q, 100_000);
-    config_set(&mut con, "slowlog-log-slower-than", "10000");
+    // A batch of 1,000 takes a few ms; one call over the whole set would take about a hundred
+    // times that. 50 ms tells the two apart without failing on the scheduling noise of a small
+    // shared machine (where batches have been seen at 10-16 ms, with builds before this one too).
+    config_set(&mut con, "slowlog-log-slower-than", "50000");
     // The first batch of each command also builds the target set's encoding and grows its
     // tables once; it is counted but kept out of the log, so the log judges the steady batches.
     let mut moved = int(&mut con, "EMQ.REQUEUE", &[q, "DEAD"]);

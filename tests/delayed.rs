@@ -492,3 +492,61 @@ fn an_earlier_due_time_written_later_is_not_missed() {
         "the far job still waits"
     );
 }
+
+/// The timer's ticks (`emq_timer_ticks`) over the next `ms`.
+fn ticks_over(con: &mut Connection, ms: u64) -> i64 {
+    let before = info_int(con, "emq", "emq_timer_ticks");
+    thread::sleep(Duration::from_millis(ms));
+    info_int(con, "emq", "emq_timer_ticks") - before
+}
+
+#[test]
+fn an_idle_timer_sleeps_until_the_next_due_time_and_an_earlier_one_wakes_it() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    // Nothing watched: past the tick at load, no tick at all (a busy timer ticks every 10 ms,
+    // 100 in a second).
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(ticks_over(&mut con, 1000), 0, "nothing to wait for");
+    // A job due in an hour: the timer visits the queue once, then sleeps (at most a minute).
+    let q = unique_queue("idle");
+    enqueue_delayed(&mut con, &q, &job_id(1), "later", 3_600_000);
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(ticks_over(&mut con, 1000), 0, "an hour away");
+    // A job due sooner, written by hand as a Lua speaker would: the write wakes the timer, which
+    // then sleeps until it is due and promotes it then.
+    let id = job_id(2);
+    let due = now_ms() + 500;
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("HSET")
+        .arg(row_key(&q, &id))
+        .arg(&["state", "scheduled", "attempts", "0", "payload", "soon"])
+        .ignore()
+        .cmd("ZADD")
+        .arg(set_key(&q, "schedule"))
+        .arg(due)
+        .arg(&id)
+        .ignore()
+        .query(&mut con)
+        .expect("a scheduled job by hand");
+    assert!(
+        wait_until(Duration::from_secs(5), || job_state(&mut con, &q, &id)
+            .as_deref()
+            == Some("pending")),
+        "promoted"
+    );
+    let late = now_ms() - due;
+    assert!(late >= 0, "not before its time");
+    // A claimed job's lease: the timer sleeps until its deadline, then takes the job back.
+    let _ = claim(&mut con, &q, &["LEASE", "400"]);
+    let before = info_int(&mut con, "emq", "emq_timer_ticks");
+    assert!(
+        wait_until(Duration::from_secs(5), || job_state(&mut con, &q, &id)
+            .as_deref()
+            == Some("pending")),
+        "the expired lease is taken back"
+    );
+    let ticks = info_int(&mut con, "emq", "emq_timer_ticks") - before;
+    assert!(ticks <= 5, "slept until the deadline: {ticks} ticks");
+}

@@ -224,12 +224,13 @@ fn a_read_only_replica_refuses_every_echomq_write_and_answers_its_reads() {
     let (id, token) = (claimed[0].0.clone(), claimed[0].2.to_string());
     wait_caught_up(&mut p, &mut r);
     let before = digest(&mut r);
-    let writes: [(&str, Vec<&str>); 16] = [
+    let writes: [(&str, Vec<&str>); 17] = [
         ("emq.enqueue", vec![q, "*", "y"]),
         ("emq.menqueue", vec![q, "*", "y", "*", "z"]),
         ("emq.claim", vec![q, "BLOCK", "0"]),
         ("emq.renew", vec![q, &id, &token, "1000"]),
         ("emq.ack", vec![q, &id, &token]),
+        ("emq.mack", vec![q, &id, &token, "CLAIM", "1"]),
         ("emq.fail", vec![q, &id, &token]),
         ("emq.cancel", vec![q, &id]),
         ("emq.requeue", vec![q, &id]),

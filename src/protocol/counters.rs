@@ -30,6 +30,8 @@ pub static UNIQUE_HELD: AtomicU64 = AtomicU64::new(0);
 /// Jobs the timer enqueued for repeating schedules.
 pub static CRON_FIRED: AtomicU64 = AtomicU64::new(0);
 
+/// Timer ticks: one every 10 ms while something is due, none while nothing is.
+pub static TICKS: AtomicU64 = AtomicU64::new(0);
 /// Timer ticks that reached their time budget with queues still due (their visits wait for the
 /// next tick).
 pub static TICKS_AT_BUDGET: AtomicU64 = AtomicU64::new(0);

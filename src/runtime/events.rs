@@ -79,7 +79,7 @@ fn observe(ctx: &Context, event: EventName, key: Str<'_>) {
         } else if matches!(ty, KeyType::Unique | KeyType::Cron) {
             timer::table_changed(db, queue.as_bytes());
         } else {
-            timer::watched().visit_at(db, queue.as_bytes(), 0);
+            timer::visit_at(db, queue.as_bytes(), 0);
         }
     }
     queues::on_key_event(ctx, queue, ty, key, gone);
@@ -109,7 +109,7 @@ pub fn rebuild(ctx: &Context) {
             return;
         };
         if ty.is_timed() {
-            timer::watched().visit_at(db, queue.as_bytes(), 0);
+            timer::visit_at(db, queue.as_bytes(), 0);
         }
         known.key(db, queue, ty, key.expires_at());
     });
@@ -123,6 +123,7 @@ impl ServerEvents for Events {
             ServerEvent::LoadingEnded => {
                 timer::forget_cron_due();
                 rebuild(ctx);
+                timer::rearm(ctx);
             }
             ServerEvent::ConfigChanged(names) => eviction::on_config_change(ctx, names),
             ServerEvent::Cron => {
@@ -137,6 +138,8 @@ impl ServerEvents for Events {
                 timer::forget_cron_due();
                 effects::role_changed();
                 meta_watch::unsure();
+                // A promoted primary's timer starts on what it watched as a replica.
+                timer::rearm(ctx);
             }
             // `SWAPDB a b` exchanges the two databases' contents (no keyspace event says so).
             ServerEvent::SwapDb(a, b) => {

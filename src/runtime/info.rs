@@ -7,7 +7,7 @@ use crate::host::events::InfoSection;
 use crate::host::propagate::gate_open;
 use crate::host::store::meta_read;
 use crate::protocol::counters::{
-    get, JOB_COUNTERS, REFUSALS, REFUSAL_REASONS, TICKS_AT_BUDGET, VISITS_REFUSED,
+    get, JOB_COUNTERS, REFUSALS, REFUSAL_REASONS, TICKS, TICKS_AT_BUDGET, VISITS_REFUSED,
 };
 use crate::protocol::PROTOCOL_VERSION;
 
@@ -36,6 +36,7 @@ fn section(ctx: &InfoContext) -> ValkeyResult<()> {
         .field("watched_queues", timer::watched_queues() as u64)?
         .field("known_queues", queues::known_queues() as u64)?
         .field("timer_due_queues", timer::due_queues() as u64)?
+        .field("timer_ticks", get(&TICKS))?
         .field("timer_ticks_at_budget", get(&TICKS_AT_BUDGET))?
         .field("timer_visits_refused", get(&VISITS_REFUSED))?;
     for (reason, counter) in REFUSAL_REASONS.iter().zip(REFUSALS.iter()) {

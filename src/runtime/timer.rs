@@ -1,7 +1,11 @@
 //! Moves due jobs and expired leases back to `pending` without any client process.
 //!
-//! - A module timer ticks every [`TICK_MS`] on primaries only, and promotes what is due on
-//!   the queues it watches, starting no visit after [`TICK_BUDGET`] into a tick.
+//! - A module timer on primaries only promotes what is due on the queues it watches, starting
+//!   no visit after [`TICK_BUDGET`] into a tick. It ticks every [`TICK_MS`] while something is
+//!   due, and otherwise sleeps until the earliest due time, lease deadline or table step it
+//!   knows of; a write that brings one forward wakes it sooner ([`soon`]). With nothing to
+//!   wait for it is not armed at all, so an idle server wakes no more often than without
+//!   EchoMQ. The server's cron (which runs anyway) arms it again where a wake-up was missed.
 //! - The watched queues (those with scheduled or active jobs) are learned from keyspace events
 //!   (see `events`) and rebuilt by one scan after the module loads and after the server loads
 //!   its data. The tick never scans the keyspace.
@@ -10,7 +14,7 @@
 //!   module is still loaded afterwards (an unload refused for another reason).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -24,7 +28,7 @@ use crate::host::propagate::signal_ready;
 use crate::host::server::{log, module_ctx, now_ms};
 use crate::host::store::with_queue;
 use crate::host::string::OwnedString;
-use crate::protocol::counters::{self, TICKS_AT_BUDGET, VISITS_REFUSED};
+use crate::protocol::counters::{self, TICKS, TICKS_AT_BUDGET, VISITS_REFUSED};
 use crate::protocol::{settings, EmqError, Holds, KeyBuf, KeyType, Queue};
 use crate::queue::promote::{visit, Moved};
 use crate::queue::{cron, unique};
@@ -72,6 +76,8 @@ type Sweeps = BTreeMap<(i32, Vec<u8>), (u64, i64)>;
 /// whenever anything may have written the table ([`table_changed`]).
 static CRON_DUE: Mutex<BTreeMap<(i32, Vec<u8>), i64>> = Mutex::new(BTreeMap::new());
 static TIMER: AtomicU64 = AtomicU64::new(0);
+/// When the armed timer ticks (unix ms); `i64::MAX` while none is armed.
+static ARMED_AT: AtomicI64 = AtomicI64::new(i64::MAX);
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
 pub(super) fn watched() -> std::sync::MutexGuard<'static, Watchlist> {
@@ -92,7 +98,7 @@ pub fn watch_unique(ctx: &Context, queue: Queue<'_>, at: i64) {
         let entry = sweeps.entry(key).or_insert((0, at));
         entry.1 = entry.1.min(at);
     }
-    watched().visit_by(db, queue.as_bytes(), at);
+    visit_by(db, queue.as_bytes(), at);
 }
 
 /// A command wrote a schedule of `queue` (in the context's database), the next firing of its
@@ -100,7 +106,7 @@ pub fn watch_unique(ctx: &Context, queue: Queue<'_>, at: i64) {
 pub fn watch_cron(ctx: &Context, queue: Queue<'_>, at: i64) {
     let db = selected_db(ctx);
     cron_due().remove(&(db, queue.as_bytes().to_vec()));
-    watched().visit_by(db, queue.as_bytes(), at);
+    visit_by(db, queue.as_bytes(), at);
 }
 
 /// A table of `queue` in `db` may have changed (the replication stream, a command by hand, a
@@ -110,7 +116,7 @@ pub fn table_changed(db: i32, queue: &[u8]) {
     let key = (db, queue.to_vec());
     cron_due().remove(&key);
     sweeps().remove(&key);
-    watched().visit_at(db, queue, 0);
+    visit_at(db, queue, 0);
 }
 
 /// Queues one of whose tables a command of unknown database wrote (Redis 7.0's command filter
@@ -123,6 +129,19 @@ pub fn table_changed_somewhere(queue: &[u8]) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(queue.to_vec());
+    soon(0);
+}
+
+/// The timer visits `queue` of `db` at `at` (unix ms; 0: at the next tick), and wakes by then.
+pub fn visit_at(db: i32, queue: &[u8], at: i64) {
+    watched().visit_at(db, queue, at);
+    soon(at);
+}
+
+/// The timer visits `queue` of `db` by `at`, unless it would sooner, and wakes by then.
+pub fn visit_by(db: i32, queue: &[u8], at: i64) {
+    watched().visit_by(db, queue, at);
+    soon(at);
 }
 
 /// Most databases looked in for a table of unknown database.
@@ -176,7 +195,7 @@ pub fn due_queues() -> usize {
 /// Starts the timer (module load).
 pub fn start(ctx: &Context) {
     RUNNING.store(true, Ordering::SeqCst);
-    arm(ctx);
+    arm_in(ctx, TICK_MS as i64);
 }
 
 /// Stops the timer and forgets the watched queues (module unload).
@@ -194,24 +213,83 @@ pub fn disarm_for_unload() {
 }
 
 fn disarm(ctx: &Context) {
+    ARMED_AT.store(i64::MAX, Ordering::SeqCst);
     let id = TIMER.swap(0, Ordering::SeqCst);
     if id != 0 {
         stop_timer(ctx, id);
     }
 }
 
-/// Arms the timer again if nothing is armed (the server's cron).
-pub fn rearm(ctx: &Context) {
-    if TIMER.load(Ordering::SeqCst) == 0 {
-        arm(ctx);
+/// Most the timer sleeps, however far off the next due time: a bound on what a jump of the
+/// wall clock (due times are unix ms, the timer's delay is not) can postpone.
+const MAX_SLEEP_MS: i64 = 60_000;
+
+/// When the timer should next tick (unix ms), or `None` when nothing is to be waited for: on a
+/// replica or while the server loads (a promotion and the end of a load arm it again), with no
+/// watched queue.
+fn next_tick(ctx: &Context, now: i64) -> Option<i64> {
+    if !RUNNING.load(Ordering::SeqCst) {
+        return None;
     }
+    let flags = Flags::of(ctx);
+    if !flags.primary() || flags.loading() {
+        return None;
+    }
+    let waiting = writes_paused()
+        || !deferred().is_empty()
+        || !TABLES_ANYWHERE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty();
+    if waiting {
+        return Some(now);
+    }
+    watched().earliest()
 }
 
-fn arm(ctx: &Context) {
+/// Arms the timer to tick `delay_ms` from now (at least a tick, at most [`MAX_SLEEP_MS`]).
+fn arm_in(ctx: &Context, delay_ms: i64) {
     if !RUNNING.load(Ordering::SeqCst) {
         return;
     }
-    TIMER.store(start_timer::<Timer>(ctx, TICK_MS), Ordering::SeqCst);
+    let delay = delay_ms.clamp(TICK_MS as i64, MAX_SLEEP_MS);
+    TIMER.store(start_timer::<Timer>(ctx, delay as u64), Ordering::SeqCst);
+    ARMED_AT.store(now_ms() as i64 + delay, Ordering::SeqCst);
+}
+
+/// Arms the timer for `at` (unix ms) unless it is armed to tick by then already.
+fn arm_by(ctx: &Context, at: i64) {
+    let now = now_ms() as i64;
+    let want = at.max(now + TICK_MS as i64);
+    if ARMED_AT.load(Ordering::SeqCst) <= want {
+        return;
+    }
+    disarm(ctx);
+    arm_in(ctx, want - now);
+}
+
+/// Something is due at `at` (unix ms; 0: now): the timer ticks by then. Cheap when it is armed
+/// to tick by then already, as it is while the server is busy.
+pub fn soon(at: i64) {
+    if !RUNNING.load(Ordering::SeqCst) || ARMED_AT.load(Ordering::SeqCst) <= at {
+        return;
+    }
+    let ctx = module_ctx();
+    let flags = Flags::of(&ctx);
+    if !flags.primary() || flags.loading() {
+        // A replica's timer waits for its promotion, a loading server's for the load's end.
+        return;
+    }
+    arm_by(&ctx, at);
+}
+
+/// Arms the timer by what is due (the server's cron, the end of a load, a role change): a
+/// wake-up that was missed, or that could not be armed then, happens now.
+pub fn rearm(ctx: &Context) {
+    revisit_on_new_retention();
+    if let Some(at) = next_tick(ctx, now_ms() as i64) {
+        arm_by(ctx, at);
+    }
 }
 
 struct Timer;
@@ -219,8 +297,14 @@ struct Timer;
 impl Tick for Timer {
     fn tick(ctx: &Context) {
         TIMER.store(0, Ordering::SeqCst);
+        ARMED_AT.store(i64::MAX, Ordering::SeqCst);
+        counters::count(&TICKS, 1);
         tick(ctx);
-        arm(ctx);
+        if TIMER.load(Ordering::SeqCst) == 0 {
+            if let Some(at) = next_tick(ctx, now_ms() as i64) {
+                arm_in(ctx, at - now_ms() as i64);
+            }
+        }
     }
 }
 
@@ -348,6 +432,7 @@ fn revisit_on_new_retention() {
 /// client writes resume, when the timer wakes them again.
 pub fn wake_after_pause(ctx: &Context, key: &[u8]) {
     deferred().insert((selected_db(ctx), key.to_vec()));
+    soon(0);
 }
 
 /// Wakes the claimers left waiting while writes were paused; the caller restores the db.

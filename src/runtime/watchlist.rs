@@ -78,6 +78,11 @@ impl Watchlist {
     }
 
     /// How many queues' visit time has come by `now`.
+    /// The earliest time a watched queue is to be visited at (0 for one due now).
+    pub fn earliest(&self) -> Option<i64> {
+        self.by_time.first().map(|(at, _)| *at)
+    }
+
     pub fn due_count(&self, now: i64) -> usize {
         self.by_time.iter().take_while(|(at, _)| *at <= now).count()
     }
