@@ -197,6 +197,43 @@ fn fresh(con: &mut support::Connection) {
         .expect("resetstat");
 }
 
+/// The native enqueue of job `id`: `HSET` of its row as the reference script writes it, then
+/// `ZADD` to `pending`.
+fn encode_native_enqueue(out: &mut Vec<u8>, queue: &str, pending: &str, id: &str) {
+    let row = row_key(queue, id);
+    encode(
+        out,
+        &[
+            b"HSET",
+            row.as_bytes(),
+            b"state",
+            b"pending",
+            b"attempts",
+            b"0",
+            b"payload",
+            PAYLOAD,
+        ],
+    );
+    encode(out, &[b"ZADD", pending.as_bytes(), b"0", id.as_bytes()]);
+}
+
+/// The reference `@enqueue` of job `id`, by `EVALSHA` of the loaded script `sha`.
+fn encode_lua_enqueue(out: &mut Vec<u8>, sha: &str, queue: &str, pending: &str, id: &str) {
+    let row = row_key(queue, id);
+    encode(
+        out,
+        &[
+            b"EVALSHA",
+            sha.as_bytes(),
+            b"2",
+            row.as_bytes(),
+            pending.as_bytes(),
+            id.as_bytes(),
+            PAYLOAD,
+        ],
+    );
+}
+
 /// One pipeline window: pre-encoded commands and how many replies they ask for.
 type Window = (Vec<u8>, usize);
 
@@ -277,20 +314,7 @@ fn run(server: &Server, variant: Variant, ids: &[String], depth: usize) -> Sampl
                 for call in window.chunks(per_call) {
                     match variant {
                         Variant::Lua => {
-                            let id = call[0].as_bytes();
-                            let row = row_key(queue, call[0]);
-                            encode(
-                                &mut buf,
-                                &[
-                                    b"EVALSHA",
-                                    sha.as_bytes(),
-                                    b"2",
-                                    row.as_bytes(),
-                                    pending.as_bytes(),
-                                    id,
-                                    PAYLOAD,
-                                ],
-                            );
+                            encode_lua_enqueue(&mut buf, &sha, queue, &pending, call[0]);
                             replies += 1;
                         }
                         Variant::Module => {
@@ -306,24 +330,7 @@ fn run(server: &Server, variant: Variant, ids: &[String], depth: usize) -> Sampl
                             replies += 1;
                         }
                         Variant::Native => {
-                            let row = row_key(queue, call[0]);
-                            encode(
-                                &mut buf,
-                                &[
-                                    b"HSET",
-                                    row.as_bytes(),
-                                    b"state",
-                                    b"pending",
-                                    b"attempts",
-                                    b"0",
-                                    b"payload",
-                                    PAYLOAD,
-                                ],
-                            );
-                            encode(
-                                &mut buf,
-                                &[b"ZADD", pending.as_bytes(), b"0", call[0].as_bytes()],
-                            );
+                            encode_native_enqueue(&mut buf, queue, &pending, call[0]);
                             replies += 2;
                         }
                         Variant::Batch(_) => {
@@ -560,6 +567,41 @@ impl Life {
 const CLAIM_LUA: &str = include_str!("lua/claim.lua");
 const ACK_LUA: &str = include_str!("lua/ack.lua");
 
+/// `EMQ.CLAIM <queue> COUNT <n> LEASE`, the lease outliving the run.
+fn encode_claim(out: &mut Vec<u8>, queue: &str, n: usize) {
+    let count = n.to_string();
+    encode(
+        out,
+        &[
+            b"EMQ.CLAIM",
+            queue.as_bytes(),
+            b"COUNT",
+            count.as_bytes(),
+            b"LEASE",
+            LIFE_LEASE_MS,
+        ],
+    );
+}
+
+/// `EMQ.MACK` of `jobs` (id and token each), with `CLAIM <n> LEASE` when `claim` is `Some(n)`.
+fn encode_mack(out: &mut Vec<u8>, queue: &str, jobs: &[(Vec<u8>, Vec<u8>)], claim: Option<usize>) {
+    let mut args: Vec<&[u8]> = vec![b"EMQ.MACK", queue.as_bytes()];
+    for (id, token) in jobs {
+        args.push(id);
+        args.push(token);
+    }
+    let count = claim.map(|n| n.to_string());
+    if let Some(count) = &count {
+        args.extend([
+            b"CLAIM".as_slice(),
+            count.as_bytes(),
+            b"LEASE",
+            LIFE_LEASE_MS,
+        ]);
+    }
+    encode(out, &args);
+}
+
 /// The ids of a `ZPOPMIN` reply (RESP2: member, score, member, score, ...).
 fn popped(reply: &[u8]) -> Vec<Vec<u8>> {
     let mut pos = 0;
@@ -629,34 +671,12 @@ fn whole_life(server: &Server, ids: &[String], policy: Policy, how: Life) -> Sam
                             }
                             encode(&mut buf, &args);
                             if how != Life::ClaimNext {
-                                encode(
-                                    &mut buf,
-                                    &[
-                                        b"EMQ.CLAIM",
-                                        queue.as_bytes(),
-                                        b"COUNT",
-                                        count.as_bytes(),
-                                        b"LEASE",
-                                        LIFE_LEASE_MS,
-                                    ],
-                                );
+                                encode_claim(&mut buf, queue, batch.len());
                             }
                         }
                         Life::Lua => {
                             for id in batch.iter() {
-                                let row = row_key(queue, id);
-                                encode(
-                                    &mut buf,
-                                    &[
-                                        b"EVALSHA",
-                                        shas[0].as_bytes(),
-                                        b"2",
-                                        row.as_bytes(),
-                                        pending.as_bytes(),
-                                        id.as_bytes(),
-                                        PAYLOAD,
-                                    ],
-                                );
+                                encode_lua_enqueue(&mut buf, &shas[0], queue, &pending, id);
                             }
                             encode(
                                 &mut buf,
@@ -674,24 +694,7 @@ fn whole_life(server: &Server, ids: &[String], policy: Policy, how: Life) -> Sam
                         }
                         Life::Native => {
                             for id in batch.iter() {
-                                let row = row_key(queue, id);
-                                encode(
-                                    &mut buf,
-                                    &[
-                                        b"HSET",
-                                        row.as_bytes(),
-                                        b"state",
-                                        b"pending",
-                                        b"attempts",
-                                        b"0",
-                                        b"payload",
-                                        PAYLOAD,
-                                    ],
-                                );
-                                encode(
-                                    &mut buf,
-                                    &[b"ZADD", pending.as_bytes(), b"0", id.as_bytes()],
-                                );
+                                encode_native_enqueue(&mut buf, queue, &pending, id);
                             }
                             encode(
                                 &mut buf,
@@ -719,32 +722,9 @@ fn whole_life(server: &Server, ids: &[String], policy: Policy, how: Life) -> Sam
                     };
                     if how == Life::ClaimNext {
                         if held.is_empty() {
-                            let count = jobs.to_string();
-                            encode(
-                                &mut out,
-                                &[
-                                    b"EMQ.CLAIM",
-                                    queue.as_bytes(),
-                                    b"COUNT",
-                                    count.as_bytes(),
-                                    b"LEASE",
-                                    LIFE_LEASE_MS,
-                                ],
-                            );
+                            encode_claim(&mut out, queue, *jobs);
                         } else {
-                            let mut args: Vec<&[u8]> = vec![b"EMQ.MACK", queue.as_bytes()];
-                            for (id, token) in &held {
-                                args.push(id);
-                                args.push(token);
-                            }
-                            let count = jobs.to_string();
-                            args.extend([
-                                b"CLAIM".as_slice(),
-                                count.as_bytes(),
-                                b"LEASE",
-                                LIFE_LEASE_MS,
-                            ]);
-                            encode(&mut out, &args);
+                            encode_mack(&mut out, queue, &held, Some(*jobs));
                         }
                     }
                     stream.write_all(&out).expect("write");
@@ -773,12 +753,7 @@ fn whole_life(server: &Server, ids: &[String], policy: Policy, how: Life) -> Sam
                             got.len()
                         }
                         Life::Mack => {
-                            let mut args: Vec<&[u8]> = vec![b"EMQ.MACK", queue.as_bytes()];
-                            for (id, token) in &got {
-                                args.push(id);
-                                args.push(token);
-                            }
-                            encode(&mut out, &args);
+                            encode_mack(&mut out, queue, &got, None);
                             1
                         }
                         Life::Lua => {
@@ -802,7 +777,7 @@ fn whole_life(server: &Server, ids: &[String], policy: Policy, how: Life) -> Sam
                         }
                         Life::Native => {
                             // The claim's second step, then the acks' round trip.
-                            let deadline = (now_ms() + 60_000).to_string();
+                            let deadline = (now_unix_ms() as i64 + 60_000).to_string();
                             let mut args: Vec<&[u8]> = vec![b"ZADD", active.as_bytes()];
                             for (id, _) in &got {
                                 args.push(deadline.as_bytes());
@@ -832,12 +807,7 @@ fn whole_life(server: &Server, ids: &[String], policy: Policy, how: Life) -> Sam
                 }
                 if !held.is_empty() {
                     out.clear();
-                    let mut args: Vec<&[u8]> = vec![b"EMQ.MACK", queue.as_bytes()];
-                    for (id, token) in &held {
-                        args.push(id);
-                        args.push(token);
-                    }
-                    encode(&mut out, &args);
+                    encode_mack(&mut out, queue, &held, None);
                     stream.write_all(&out).expect("write");
                     read_replies(stream, inbox, 1, None);
                 }
@@ -848,12 +818,6 @@ fn whole_life(server: &Server, ids: &[String], policy: Policy, how: Life) -> Sam
     check_done(&mut admin, queue, ids.len(), policy, how);
     let usec = server_usec(&mut admin, how.stats());
     sample(ids.len(), usec, cpu, elapsed)
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The life of `ids` one job at a time, each transition timed on its own: every job enqueued
@@ -1176,8 +1140,12 @@ fn timer_load(server: &Server, queues: usize, secs: u64, samples: usize) -> (Idl
     }
     let watched = support::info_int(&mut con, "emq", "emq_watched_queues");
     assert_eq!(watched, queues as i64, "every queue watched");
-    // A tick visits at most 256 queues (each first visit learns its due time), every 10 ms.
-    thread::sleep(Duration::from_millis((queues / 256 + 100) as u64 * 10));
+    // The timer's first visit to each queue learns its due time; then it sleeps.
+    let visited = support::wait_until(Duration::from_secs(120), || {
+        support::info_int(&mut con, "emq", "emq_timer_due_queues") == 0
+    });
+    assert!(visited, "the timer visited every queue");
+    thread::sleep(Duration::from_millis(200));
     let busy = idle_cost(server, &mut con, secs);
     let late = delayed_lateness(server, samples);
     let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
@@ -1526,11 +1494,31 @@ fn main() {
         (2_000, 1, 5)
     };
     let (busy, late, empty) = timer_load(&server, queues, secs, samples);
-    let bare = {
+    // A server without the module, empty and then holding the same keys written natively.
+    let (bare, bare_full) = {
         let plain = Server::start(Options::without_module());
         let mut con = plain.conn();
         thread::sleep(Duration::from_millis(200));
-        idle_cost(&plain, &mut con, secs)
+        let empty = idle_cost(&plain, &mut con, secs);
+        let due = now_unix_ms() as i64 + 3_600_000;
+        for chunk in (0..queues).collect::<Vec<_>>().chunks(1000) {
+            let mut p = redis::pipe();
+            for &i in chunk {
+                let (q, id) = (format!("idle{i}"), job_id(i as u64 + 1));
+                p.cmd("HSET")
+                    .arg(row_key(&q, &id))
+                    .arg(&["state", "scheduled", "attempts", "0", "payload", "x"])
+                    .ignore()
+                    .cmd("ZADD")
+                    .arg(set_key(&q, "schedule"))
+                    .arg(due)
+                    .arg(&id)
+                    .ignore();
+            }
+            let _: () = p.query(&mut con).expect("the same keys, natively");
+        }
+        thread::sleep(Duration::from_millis(200));
+        (empty, idle_cost(&plain, &mut con, secs))
     };
     latency_row(
         &mut md,
@@ -1554,11 +1542,13 @@ fn main() {
     let woke = |w: Option<f64>| w.map_or("-".to_string(), |w| format!("{w:.1}"));
     let _ = writeln!(
         md,
-        "## What an idle server costs\n\nThe main thread over {secs} s with nothing due: its CPU (ms a second, `INFO cpu`) and its wake-ups (its voluntary context switches a second, `/proc/<pid>/task/<pid>/status`: each a return from waiting on its event loop), on a `valkey-server` without the module and on the benchmark's server with it, with no queue and with {queues} queues watched (each holding a job due in an hour, after the timer's first visit to each).\n\n| server | main-thread CPU ms/s | wake-ups/s |\n|---|---|---|\n| without the module | {:.2} | {} |\n| with EchoMQ, no queue | {:.2} | {} |\n| with EchoMQ, {queues} queues watched | {:.2} | {} |\n",
+        "## What an idle server costs\n\nThe main thread over {secs} s with nothing due: its CPU (ms a second, `INFO cpu`) and its wake-ups (its voluntary context switches a second, `/proc/<pid>/task/<pid>/status`: each a return from waiting on its event loop), on a `valkey-server` without the module and on the benchmark's server with it: empty, and holding {queues} queues of one job due in an hour each (with the module, enqueued and watched, measured once the timer's first visit to each is done; without it, the same rows and `schedule` sets written with `HSET` and `ZADD`).\n\n| server | main-thread CPU ms/s | wake-ups/s |\n|---|---|---|\n| without the module, empty | {:.2} | {} |\n| with EchoMQ, empty | {:.2} | {} |\n| without the module, the keys of {queues} queues | {:.2} | {} |\n| with EchoMQ, {queues} queues watched | {:.2} | {} |\n",
         bare.0,
         woke(bare.1),
         empty.0,
         woke(empty.1),
+        bare_full.0,
+        woke(bare_full.1),
         busy.0,
         woke(busy.1)
     );

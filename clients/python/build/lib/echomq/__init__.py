@@ -1,0 +1,51 @@
+"""EchoMQ's Python client: ``Queue`` to produce and operate, ``Worker`` to consume.
+
+    import redis, echomq
+    q = echomq.Queue(redis.Redis(), "emails")
+    q.enqueue(b"welcome ann")
+    echomq.Worker(redis.Redis(), "emails", lambda job: print(job.payload)).run()
+"""
+
+from .errors import (
+    EmqCronError,
+    EmqCursorError,
+    EmqError,
+    EmqIdError,
+    EmqKeyError,
+    EmqKindError,
+    EmqLeaseLost,
+    EmqPayloadError,
+    EmqQueueNameError,
+    EmqSetError,
+    EmqTypeError,
+    EmqVersionError,
+)
+from .ids import mint
+from .queue import Queue
+from .serializers import Json, Raw, Serializer
+from .worker import PROTOCOL_MAJOR, Job, Retry, Worker, check_version
+
+__all__ = [
+    "EmqCronError",
+    "EmqCursorError",
+    "EmqError",
+    "EmqIdError",
+    "EmqKeyError",
+    "EmqKindError",
+    "EmqLeaseLost",
+    "EmqPayloadError",
+    "EmqQueueNameError",
+    "EmqSetError",
+    "EmqTypeError",
+    "EmqVersionError",
+    "Job",
+    "Json",
+    "PROTOCOL_MAJOR",
+    "Queue",
+    "Raw",
+    "Retry",
+    "Serializer",
+    "Worker",
+    "check_version",
+    "mint",
+]

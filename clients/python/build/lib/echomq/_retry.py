@@ -1,0 +1,39 @@
+"""What a failover or a reshard looks like to a client, and how long to wait before trying again."""
+
+from __future__ import annotations
+
+import random
+
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterError,
+    ConnectionError,
+    MasterDownError,
+    ReadOnlyError,
+    ResponseError,
+    TimeoutError,
+    TryAgainError,
+)
+
+# Replies that mean "not now, here": a slot in migration, a blocked call ended by a failover, a
+# replica promoted or demoted, a server loading its data, a cluster without a majority.
+TRANSIENT_CODES = ("TRYAGAIN", "UNBLOCKED", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN")
+
+
+def transient(error: Exception) -> bool:
+    """Whether trying the same call again, a moment later, may succeed."""
+    # ClusterError: the cluster client's own retries through MOVED, ASK and TRYAGAIN ran out
+    # ("TTL exhausted") while a slot moved. The cluster client's parser strips the code from
+    # TRYAGAIN and MASTERDOWN, hence their classes.
+    if isinstance(
+        error,
+        (ConnectionError, TimeoutError, BusyLoadingError, ReadOnlyError, ClusterError,
+         TryAgainError, MasterDownError),
+    ):
+        return True
+    return isinstance(error, ResponseError) and str(error).startswith(TRANSIENT_CODES)
+
+
+def backoff(attempt: int, base: float = 0.05, cap: float = 2.0) -> float:
+    """Seconds to wait before try `attempt` (0-based): exponential, capped, with full jitter."""
+    return random.uniform(0, min(cap, base * (2**attempt)))

@@ -1,0 +1,145 @@
+"""``echomq``: a worker from a handler's module path (as ``rq worker`` takes one), and the
+queue's operations from the shell.
+
+    echomq worker myapp.jobs:send_email --queue emails --concurrency 8
+    echomq enqueue emails '{"to": "ann"}' --delay 60
+    echomq stats emails
+    echomq dead emails --count 20
+    echomq requeue emails --dead
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import sys
+from typing import Any, Callable, List, Optional
+
+from redis.exceptions import RedisError
+
+from .queue import Queue, text
+from .worker import Job, Worker
+
+
+def client_for(args: argparse.Namespace) -> Any:
+    """The server to talk to: ``--cluster URL`` (any node of a cluster) or ``--url URL``."""
+    if args.cluster:
+        from redis.cluster import RedisCluster
+
+        return RedisCluster.from_url(args.cluster)
+    import redis
+
+    return redis.Redis.from_url(args.url)
+
+
+def load_handler(path: str) -> Callable[[Job], Any]:
+    """``package.module:function`` (or ``package.module.function``), imported."""
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise SystemExit(f"echomq: {path!r} is not module:function")
+    handler = getattr(importlib.import_module(module_name), attr, None)
+    if not callable(handler):
+        raise SystemExit(f"echomq: {path!r} is not a callable")
+    result: Callable[[Job], Any] = handler
+    return result
+
+
+def show(value: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(value, default=lambda v: text(v) if isinstance(v, bytes) else str(v)))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            print(f"{k}: {'-' if v is None else text(v)}")
+    elif isinstance(value, list):
+        for item in value:
+            show(item, as_json)
+    else:
+        print(text(value))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="echomq", description="EchoMQ's worker and queue operations")
+    p.add_argument("--url", default="redis://127.0.0.1:6379", help="the server (default: %(default)s)")
+    p.add_argument("--cluster", metavar="URL", help="any node of a cluster, instead of --url")
+    p.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    w = sub.add_parser("worker", help="run a worker: module:function is the handler")
+    w.add_argument("handler")
+    w.add_argument("--queue", required=True)
+    w.add_argument("--concurrency", type=int, default=4)
+    w.add_argument("--lease", type=float, default=30.0, help="seconds (default %(default)s)")
+    w.add_argument("--batch", type=int, help="most jobs a claim takes (default: the concurrency)")
+    w.add_argument("--shutdown-timeout", type=float, default=30.0)
+
+    e = sub.add_parser("enqueue", help="enqueue one job; prints its id")
+    e.add_argument("queue")
+    e.add_argument("payload")
+    e.add_argument("--delay", type=float)
+    e.add_argument("--priority", type=int)
+    e.add_argument("--unique")
+
+    s = sub.add_parser("stats", help="a queue's counts, pause flag and limits")
+    s.add_argument("queue")
+
+    d = sub.add_parser("dead", help="the oldest dead jobs, with their errors")
+    d.add_argument("queue")
+    d.add_argument("--count", type=int, default=10)
+
+    r = sub.add_parser("requeue", help="a dead job back to pending, or with --dead the oldest dead ones")
+    r.add_argument("queue")
+    r.add_argument("id", nargs="?")
+    r.add_argument("--dead", action="store_true")
+    r.add_argument("--count", type=int)
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        client = client_for(args)
+        if args.command == "worker":
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+            worker = Worker(
+                client,
+                args.queue,
+                load_handler(args.handler),
+                concurrency=args.concurrency,
+                lease=args.lease,
+                batch=args.batch,
+                shutdown_timeout=args.shutdown_timeout,
+            )
+            worker.run()
+            show(worker.counts, args.json)
+            return 0
+        q = Queue(client, args.queue)
+        if args.command == "enqueue":
+            show(q.enqueue(args.payload, delay=args.delay, priority=args.priority, unique=args.unique), args.json)
+        elif args.command == "stats":
+            show(q.stats(), args.json)
+        elif args.command == "dead":
+            _, jobs = q.call("EMQ.JOBS", "dead", "COUNT", args.count, "WITHPAYLOADS")
+            rows = [
+                {"id": text(j[0]), "died-at": j[1], "attempts": j[2], "payload": text(j[3]), "error": text(j[4])}
+                for j in jobs
+            ]
+            show(rows, args.json)
+        elif args.command == "requeue":
+            if args.dead:
+                show(q.requeue_dead(args.count), args.json)
+            elif args.id:
+                show(int(q.requeue(args.id)), args.json)
+            else:
+                raise SystemExit("echomq: requeue takes an id, or --dead")
+        return 0
+    except RedisError as e:
+        print(f"echomq: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

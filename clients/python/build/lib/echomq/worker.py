@@ -1,0 +1,387 @@
+"""The consumer's side: ``Worker`` claims jobs in batches up to its free concurrency, runs them
+in a pool of one thread a slot, renews their leases in the background for as long as they run, settles
+each (``ACK``, or ``FAIL`` with the exception and its traceback), and stops gracefully on
+SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from queue import Empty, SimpleQueue
+from types import FrameType
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from redis.exceptions import ResponseError
+
+from ._retry import backoff, transient
+from .errors import EmqLeaseLost, EmqVersionError, translate
+from .queue import Queue, text
+from .serializers import Serializer
+
+#: The protocol major version this client speaks (``EMQ.VERSION`` answers ``echomq:<x.y.z>``).
+PROTOCOL_MAJOR = 2
+#: Most bytes of an error (the exception and its traceback) sent with ``EMQ.FAIL``.
+MAX_ERROR = 4096
+#: Most outcomes (``ACK``, ``FAIL``) sent in one pipeline.
+SETTLE_BATCH = 100
+
+
+class Retry(Exception):
+    """Raised by a handler: fail this attempt and retry after ``after`` seconds."""
+
+    def __init__(self, after: float, reason: str = "retry") -> None:
+        super().__init__(reason)
+        self.after = after
+
+
+@dataclass
+class Job:
+    """A claimed job, as its handler sees it."""
+
+    id: str
+    payload: Any
+    #: This attempt (the lease token): 1 for the first.
+    attempt: int
+    queue: str
+    #: Set when the lease was lost (it ran out and another attempt took the job): the
+    #: handler's outcome will not be sent.
+    lease_lost: threading.Event = field(default_factory=threading.Event)
+    #: What the next renewal sends as the row's ``progress`` (``RENEW ... PROGRESS``).
+    progress: Optional[bytes] = None
+
+
+def outcome(
+    serializer: Serializer, result: Any = None, error: Optional[BaseException] = None
+) -> Tuple[str, str, List[Any]]:
+    """What a handler's end means: its count's name, the command and its arguments after the
+    token. A return is ``ACK`` (with ``RESULT`` when it returned a value), ``Retry`` a ``FAIL``
+    with ``RETRY-IN``, any other exception a ``FAIL`` with it and its traceback."""
+    if isinstance(error, Retry):
+        return "retried", "EMQ.FAIL", ["ERROR", str(error), "RETRY-IN", int(error.after * 1000)]
+    if error is not None:
+        trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        return "failed", "EMQ.FAIL", ["ERROR", trace[-MAX_ERROR:]]
+    extra: List[Any] = ["RESULT", serializer.dumps(result)] if result is not None else []
+    return "acked", "EMQ.ACK", extra
+
+
+def job_of(queue: str, serializer: Serializer, claimed: Any) -> Job:
+    """A job as ``EMQ.CLAIM`` replied it (``[id, payload, attempts]``)."""
+    job_id, payload, attempt = claimed
+    return Job(id=text(job_id), payload=serializer.loads(payload), attempt=int(attempt), queue=queue)
+
+
+def renew_args(queue: str, job: Job, lease_ms: int) -> List[Any]:
+    """``EMQ.RENEW`` of a running job, with its progress when it has one."""
+    extra: List[Any] = ["PROGRESS", job.progress] if job.progress is not None else []
+    return ["EMQ.RENEW", queue, job.id, job.attempt, lease_ms, *extra]
+
+
+def version_call(client: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    """``EMQ.VERSION`` for `client`: a cluster client (which cannot route a command without a
+    key) sends it to any node, as every node speaks the one protocol."""
+    if hasattr(client, "get_random_node"):
+        return ("EMQ.VERSION",), {"target_nodes": client.get_random_node()}
+    return ("EMQ.VERSION",), {}
+
+
+class Claiming:
+    """A worker's claiming settings, checked and in ms (``Worker``'s and ``AsyncWorker``'s)."""
+
+    def __init__(
+        self,
+        concurrency: int,
+        lease: float,
+        batch: Optional[int],
+        block: float,
+        renew_every: float,
+        shutdown_timeout: float,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency is at least 1")
+        self.concurrency = concurrency
+        self.lease_ms = max(1, int(lease * 1000))
+        self.batch = batch or concurrency
+        self.block_ms = max(1, int(block * 1000))
+        #: Renewals come every `renew_every` of the lease.
+        self.renew_interval = lease * renew_every
+        self.shutdown_timeout = shutdown_timeout
+
+
+def check_version(answer: Any) -> None:
+    """Refuses a server that speaks another protocol major version than ``PROTOCOL_MAJOR``."""
+    version = text(answer)
+    try:
+        name, number = str(version).split(":", 1)
+        major = int(number.split(".", 1)[0])
+    except ValueError:
+        raise EmqVersionError(f"EMQ.VERSION answered {version!r}, not echomq:<version>") from None
+    if name != "echomq" or major != PROTOCOL_MAJOR:
+        raise EmqVersionError(
+            f"the server speaks {version}; this client speaks echomq:{PROTOCOL_MAJOR}.x"
+        )
+
+
+class Worker(Claiming):
+    """Runs ``handler(job)`` for the jobs of ``queue``, up to ``concurrency`` at once.
+
+    A return acknowledges the job (a returned value is kept as its result); ``Retry(after)``
+    fails it for a retry after that many seconds; any other exception fails it with the
+    exception and its traceback (the server retries it with backoff, then buries it). The
+    client must not time out a blocked read sooner than ``block`` seconds (redis-py's default
+    has no socket timeout).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        queue: str,
+        handler: Callable[[Job], Any],
+        concurrency: int = 4,
+        lease: float = 30.0,
+        batch: Optional[int] = None,
+        block: float = 1.0,
+        renew_every: float = 1 / 3,
+        shutdown_timeout: float = 30.0,
+        serializer: Optional[Serializer] = None,
+    ) -> None:
+        self.queue = Queue(client, queue, serializer)
+        self.handler = handler
+        super().__init__(concurrency, lease, batch, block, renew_every, shutdown_timeout)
+        self._running: Dict[str, Job] = {}
+        self._outcomes: "SimpleQueue[Tuple[Job, str, str, List[Any]]]" = SimpleQueue()
+        self._inbox: "SimpleQueue[Optional[Job]]" = SimpleQueue()
+        self._lock = threading.Condition()
+        self._stopping = threading.Event()
+        self._closed = False
+        #: What happened, for logs and tests: acked, failed, retried, lost (and
+        #: failed-to-settle: an outcome the server refused for another reason).
+        self.counts: Dict[str, int] = {"acked": 0, "failed": 0, "retried": 0, "lost": 0}
+
+    # ---- control ----
+
+    def stop(self) -> None:
+        """Stops claiming; ``run`` returns once the running jobs finished, or the timeout ran."""
+        self._stopping.set()
+        with self._lock:
+            self._lock.notify_all()
+
+    def run(self) -> None:
+        """Claims and runs jobs until ``stop`` (or SIGTERM/SIGINT, when run on the main thread)."""
+        args, options = version_call(self.queue.client)
+        check_version(self.queue.client.execute_command(*args, **options))
+        restore = self._install_signals()
+        renewer = threading.Thread(target=self._renew_loop, name="echomq-renew", daemon=True)
+        renewer.start()
+        settler = threading.Thread(target=self._settle_loop, name="echomq-settle", daemon=True)
+        settler.start()
+        # The pool: one thread a slot, each taking the next claimed job (daemon threads, so a
+        # handler still running past the shutdown timeout does not hold the process).
+        for n in range(self.concurrency):
+            threading.Thread(target=self._handler_loop, name=f"echomq-handler-{n}", daemon=True).start()
+        try:
+            self._claim_loop()
+            self._drain()
+        finally:
+            with self._lock:
+                # A handler still running now is left to its lease: its outcome is not sent.
+                self._closed = True
+            self._stopping.set()
+            for _ in range(self.concurrency):
+                self._inbox.put(None)
+            restore()
+
+    def _install_signals(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def on_signal(signum: int, frame: Optional[FrameType]) -> None:
+            self.stop()
+
+        for s in previous:
+            signal.signal(s, on_signal)
+
+        def restore() -> None:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+        return restore
+
+    # ---- claiming ----
+
+    def _claim_loop(self) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            with self._lock:
+                free = self.concurrency - len(self._running)
+                if free <= 0:
+                    self._lock.wait(timeout=0.1)
+                    continue
+            try:
+                claimed = self.queue.client.execute_command(
+                    "EMQ.CLAIM",
+                    self.queue.name,
+                    "COUNT",
+                    min(free, self.batch),
+                    "LEASE",
+                    self.lease_ms,
+                    "BLOCK",
+                    self.block_ms,
+                )
+                failures = 0
+            except Exception as e:
+                if not transient(e):
+                    raise translate(e) if isinstance(e, ResponseError) else e
+                # A failover, a reshard, a lost connection: claim again after a while.
+                self._stopping.wait(backoff(failures))
+                failures += 1
+                continue
+            for raw in claimed or []:
+                job = job_of(self.queue.name, self.queue.serializer, raw)
+                with self._lock:
+                    self._running[job.id] = job
+                self._inbox.put(job)
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.shutdown_timeout
+        with self._lock:
+            while self._running and time.monotonic() < deadline:
+                self._lock.wait(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
+
+    # ---- one job ----
+
+    def _handler_loop(self) -> None:
+        while True:
+            job = self._inbox.get()
+            if job is None:
+                return
+            self._run_job(job)
+
+    def _run_job(self, job: Job) -> None:
+        try:
+            result = self.handler(job)
+        except Exception as e:
+            settled = outcome(self.queue.serializer, error=e)
+        else:
+            settled = outcome(self.queue.serializer, result=result)
+        # The settler sends it, with the other outcomes waiting then, and frees the slot.
+        self._outcomes.put((job, *settled))
+
+    def _settle_loop(self) -> None:
+        """Sends the handlers' outcomes, as many as are waiting in one pipeline, and frees their
+        slots once the server has them: the queue's `active` count never exceeds the
+        concurrency."""
+        while True:
+            try:
+                first = self._outcomes.get(timeout=0.1)
+            except Empty:
+                with self._lock:
+                    if self._closed or (self._stopping.is_set() and not self._running):
+                        return
+                continue
+            batch = [first]
+            while len(batch) < SETTLE_BATCH:
+                try:
+                    batch.append(self._outcomes.get_nowait())
+                except Empty:
+                    break
+            self._settle(batch)
+            with self._lock:
+                for job, *_ in batch:
+                    self._running.pop(job.id, None)
+                self._lock.notify_all()
+
+    def _settle(self, batch: List[Tuple[Job, str, str, List[Any]]]) -> None:
+        """Sends each outcome, unless its lease was lost or the worker shut down first."""
+        with self._lock:
+            closed = self._closed
+        send = [b for b in batch if not (closed or b[0].lease_lost.is_set())]
+        for _ in range(len(batch) - len(send)):
+            self._count("lost")
+        if not send:
+            return
+        try:
+            replies = self._send(send)
+        except Exception as e:
+            replies = [e] * len(send)
+        # What did not get through (a failover, a lost connection, a slot on the move) is sent
+        # again one by one, each retried; one applied already answers EMQLEASE, counted as lost.
+        for i, (job, _, command, extra) in enumerate(send):
+            if isinstance(replies[i], Exception) and transient(replies[i]):
+                try:
+                    replies[i] = self.queue.call(command, job.id, job.attempt, *extra)
+                except Exception as e:
+                    replies[i] = e
+        for (job, counted, _, _), reply in zip(send, replies):
+            if isinstance(reply, Exception):
+                typed = translate(reply) if isinstance(reply, ResponseError) else reply
+                if isinstance(typed, EmqLeaseLost):
+                    job.lease_lost.set()
+                    self._count("lost")
+                    continue
+                self._count("failed-to-settle")
+                continue
+            self._count(counted)
+
+    def _send(self, send: List[Tuple[Job, str, str, List[Any]]]) -> List[Any]:
+        """One pipeline: the acknowledgements as one ``EMQ.MACK`` (each job's outcome in its
+        place), each ``FAIL`` on its own; the replies in the order of ``send``."""
+        acks = [i for i, (_, _, command, _) in enumerate(send) if command == "EMQ.ACK"]
+        pipe = self.queue.client.pipeline(transaction=False)
+        if acks:
+            args: List[Any] = []
+            for i in acks:
+                job, _, _, extra = send[i]
+                args += [job.id, job.attempt, *extra]
+            pipe.execute_command("EMQ.MACK", self.queue.name, *args)
+        acked = set(acks)
+        fails = [i for i in range(len(send)) if i not in acked]
+        for i in fails:
+            job, _, command, extra = send[i]
+            pipe.execute_command(command, self.queue.name, job.id, job.attempt, *extra)
+        answers = pipe.execute(raise_on_error=False)
+        replies: List[Any] = [None] * len(send)
+        if acks:
+            placed = answers.pop(0)
+            # A refusal of the whole call (a failover, say) stands for each of its jobs.
+            each = placed if isinstance(placed, list) else [placed] * len(acks)
+            for i, reply in zip(acks, each):
+                replies[i] = reply
+        for i, reply in zip(fails, answers):
+            replies[i] = reply
+        return replies
+
+    def _count(self, outcome: str) -> None:
+        with self._lock:
+            self.counts[outcome] = self.counts.get(outcome, 0) + 1
+
+    # ---- leases ----
+
+    def _renew_loop(self) -> None:
+        while True:
+            if self._stopping.is_set():
+                time.sleep(self.renew_interval)  # draining: the running jobs keep their leases
+            else:
+                self._stopping.wait(self.renew_interval)
+            with self._lock:
+                if self._closed:
+                    return
+                jobs = list(self._running.values())
+            if self._stopping.is_set() and not jobs:
+                return
+            for job in jobs:
+                if job.lease_lost.is_set():
+                    continue
+                try:
+                    self.queue.client.execute_command(
+                        *renew_args(self.queue.name, job, self.lease_ms)
+                    )
+                except ResponseError as e:
+                    if str(e).startswith("EMQLEASE"):
+                        job.lease_lost.set()
+                except Exception:
+                    pass  # a failover or a lost connection: the next round tries again
