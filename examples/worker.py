@@ -7,7 +7,8 @@ ACK or FAIL with the traceback, graceful shutdown on SIGTERM or SIGINT).
     EMQ_PORT=6379 EMQ_QUEUE=orders python3 examples/worker.py
 
 EMQ_CONCURRENCY sets how many jobs run at once (default 4). With EMQ_IDLE_EXIT=1 it stops once
-the queue has nothing pending, scheduled or running (the tests use it).
+the queue has nothing pending, scheduled or running (the tests use it): a failing job is
+retried with backoff until it is dead (`emq.max-attempts`), so that can take a while.
 """
 import os
 import sys
