@@ -154,13 +154,16 @@ fn delayed_jobs_come_due_wherever_a_command_puts_their_keys() {
     // a move to another database, a restore from a dump, a rename, and `DEBUG RELOAD`, which
     // empties the data and loads it again. Each job comes due where its keys now are, with no
     // client command, and a queue its keys left is forgotten.
+    // Far enough ahead that no job comes due before the commands that move its keys are done,
+    // even on a loaded machine where `DEBUG RELOAD` waits for its dump to reach the disk.
+    const DUE_IN_MS: u64 = 2_000;
     let server = Server::start(Options::default().arg("enable-debug-command", "local"));
     let mut con = server.conn();
     let mut db1 = server.conn();
     in_db(&mut db1, 1);
     let id = job_id(1);
     for q in ["copied", "moved", "restored", "renamed"] {
-        enqueue_delayed(&mut con, q, &id, q, 500);
+        enqueue_delayed(&mut con, q, &id, q, DUE_IN_MS);
     }
     // Rows first, so that no set ever names a job whose row is not beside it yet.
     for (from, to) in [
@@ -203,7 +206,7 @@ fn delayed_jobs_come_due_wherever_a_command_puts_their_keys() {
     let pending = |con: &mut Connection, q: &str| set_score(con, q, "pending", &id).is_some();
     let in_db0 = ["copied", "copy", "restored", "renamed-to"];
     assert!(
-        wait_until(Duration::from_secs(5), || in_db0
+        wait_until(Duration::from_secs(10), || in_db0
             .iter()
             .all(|q| pending(&mut con, q))
             && pending(&mut db1, "moved")),
@@ -223,7 +226,7 @@ fn delayed_jobs_come_due_wherever_a_command_puts_their_keys() {
     assert_eq!(info_int(&mut con, "emq", "emq_promoted"), 5);
     assert_eq!(watched_queues(&mut con), 0, "every schedule set is gone");
 
-    enqueue_delayed(&mut con, "reloaded", &id, "across a reload", 500);
+    enqueue_delayed(&mut con, "reloaded", &id, "across a reload", DUE_IN_MS);
     let _: () = cmd("DEBUG").arg("RELOAD").query(&mut con).expect("reload");
     assert_eq!(
         watched_queues(&mut con),
@@ -231,7 +234,7 @@ fn delayed_jobs_come_due_wherever_a_command_puts_their_keys() {
         "the reloaded data is watched again"
     );
     assert!(
-        wait_until(Duration::from_secs(5), || pending(&mut con, "reloaded")),
+        wait_until(Duration::from_secs(10), || pending(&mut con, "reloaded")),
         "the reloaded job came due"
     );
     assert_eq!(
