@@ -1099,6 +1099,72 @@ fn delayed_lateness(server: &Server, samples: usize) -> Vec<f64> {
     out
 }
 
+/// Main-thread CPU per round of `ZADD`, `SET ... EX` and `DEL` on keys outside EchoMQ's
+/// grammar, `rounds` of them pipelined in windows of 100 rounds on one connection (µs a round).
+fn unrelated_round_cpu(server: &Server, rounds: usize, pass: usize) -> f64 {
+    let mut admin = server.conn();
+    fresh(&mut admin);
+    let windows: Vec<Window> = (0..rounds)
+        .collect::<Vec<_>>()
+        .chunks(100)
+        .map(|chunk| {
+            let mut out = Vec::new();
+            for &i in chunk {
+                let (z, k) = (format!("cache:{pass}:z{i}"), format!("cache:{pass}:k{i}"));
+                encode(&mut out, &[b"ZADD", z.as_bytes(), b"1", b"member"]);
+                encode(&mut out, &[b"SET", k.as_bytes(), PAYLOAD, b"EX", b"3600"]);
+                encode(&mut out, &[b"DEL", k.as_bytes()]);
+            }
+            (out, chunk.len() * 3)
+        })
+        .collect();
+    let (_, cpu, _) = timed(
+        server,
+        &mut admin,
+        vec![move |stream: &mut TcpStream, inbox: &mut Vec<u8>| {
+            exchange(stream, inbox, &windows, false);
+        }],
+    );
+    cpu * 1e6 / rounds as f64
+}
+
+/// What loading EchoMQ costs commands on other keys, by main-thread CPU: the same rounds on a
+/// server without the module, with it, and with it set not to learn foreign writes,
+/// interleaved over `passes`. The medians (µs a round) and the ratios to the bare server.
+fn unrelated_key_tax(md: &mut String, rounds: usize, passes: usize) {
+    let servers = [
+        (
+            "without the module",
+            Server::start(Options::without_module()),
+        ),
+        ("with EchoMQ", Server::start(Options::default())),
+        (
+            "with EchoMQ, `emq.learn-foreign-writes no`",
+            Server::start(Options::default().arg("emq.learn-foreign-writes", "no")),
+        ),
+    ];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); servers.len()];
+    for pass in 0..passes {
+        for (i, (_, server)) in servers.iter().enumerate() {
+            cpu[i].push(unrelated_round_cpu(server, rounds, pass));
+        }
+    }
+    let _ = writeln!(
+        md,
+        "## What EchoMQ costs commands on other keys\n\nMain-thread CPU (`INFO cpu`) per round of `ZADD`, `SET ... EX 3600` and `DEL` on keys outside the grammar, {rounds} rounds pipelined 100 at a time on one connection, on three servers side by side, interleaved over {passes} passes; ratios are medians of the per-pass ratios to the server without the module. `make profile` counts the same round in instructions.\n\n| server | µs/round (median, min–max) | × without the module |\n|---|---|---|"
+    );
+    for (i, (name, _)) in servers.iter().enumerate() {
+        let (m, lo, hi) = median(cpu[i].clone());
+        let ratio = median(cpu[i].iter().zip(&cpu[0]).map(|(a, b)| a / b).collect());
+        let _ = writeln!(
+            md,
+            "| {name} | {m:.2} ({lo:.2}–{hi:.2}) | {:.3}× ({:.3}–{:.3}) |",
+            ratio.0, ratio.1, ratio.2
+        );
+    }
+    let _ = writeln!(md);
+}
+
 /// What an idle server costs over `secs`: its main thread's CPU (ms a second) and its wake-ups
 /// (the main thread's voluntary context switches a second, each a return from waiting on its
 /// event loop; `/proc`). `None` for the wake-ups where `/proc` cannot say.
@@ -1384,6 +1450,13 @@ fn main() {
     } else {
         (1, 2_000)
     };
+    // BENCH_ONLY=tax: only the table of what EchoMQ costs commands on other keys, printed.
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "tax") {
+        let mut md = String::new();
+        unrelated_key_tax(&mut md, jobs, rounds);
+        print!("{md}");
+        return;
+    }
     let server = Server::start(Options::default().arg("maxclients", "1000"));
     let version: String = {
         let mut c = server.conn();
@@ -1539,6 +1612,11 @@ fn main() {
         2,
     );
     let _ = writeln!(md);
+    if benchmark {
+        unrelated_key_tax(&mut md, 100_000, rounds);
+    } else {
+        unrelated_key_tax(&mut md, 2_000, 1);
+    }
     let woke = |w: Option<f64>| w.map_or("-".to_string(), |w| format!("{w:.1}"));
     let _ = writeln!(
         md,

@@ -8,6 +8,8 @@
 # EMQ.CLAIM COUNT 100 LEASE 60000 and acked one EMQ.ACK each; callgrind_control dumps and zeroes
 # the counters after each phase, so the claim and ack rows count only their own phase.
 # PROFILE_MODULE: another build's libechomq.so; PROFILE_ONLY=life: only the claim and ack rows;
+# PROFILE_ONLY=foreign: only the rows of other keys (without EchoMQ, with it, and with it set not
+# to learn foreign writes);
 # PROFILE_ONLY=policy: what claim limits cost a claim and an ack (the life phases on a queue with
 # limits that never bind) and what a unique key costs an enqueue, beside the plain rows.
 set -euo pipefail
@@ -28,9 +30,11 @@ cost() {
     awk -v f="???:$2" '!found { for (i = 2; i <= NF; i++) if ($i == f) { gsub(",", "", $1); print $1; found = 1 } } END { if (!found) print 0 }'
 }
 
-run() { # <mode> [replica|bare] -> $dir/<mode>[-replica|-bare].out (bare: without the module)
+run() { # <mode> [replica|bare|own] -> $dir/<mode>[-replica|-bare|-own].out (bare: without the
+  # module; own: with emq.learn-foreign-writes no)
   local mode="$1" out="$1${2:+-$2}" port rport rpid="" load=(--loadmodule "$module")
   [ "${2:-}" = bare ] && load=()
+  [ "${2:-}" = own ] && load+=(--emq.learn-foreign-writes no)
   port="$(free_port)"
   # No slow log: under callgrind every EMQ.MENQUEUE of 100 jobs (under a millisecond natively)
   # passes the 10 ms threshold and would pay for a slow-log entry a real run never writes.
@@ -75,6 +79,20 @@ if [ "${PROFILE_ONLY:-}" = policy ]; then
   echo "| \`EMQ.ACK\` | $(w life.out.3) | $(w life-concurrency.out.3) | $(w life-limits.out.3) | |"
   exit 0
 fi
+foreign_rows() {
+  echo "| other keys, whole requests per round of \`ZADD\` + \`SET ... EX\` + \`DEL\`: without EchoMQ | $(per_job "$(cost "$dir/foreign-bare.out" processInputBuffer)") |"
+  echo "| the same, EchoMQ loaded | $(per_job "$(cost "$dir/foreign.out" processInputBuffer)") |"
+  echo "| the same, EchoMQ loaded with \`emq.learn-foreign-writes no\` | $(per_job "$(cost "$dir/foreign-own.out" processInputBuffer)") |"
+}
+if [ "${PROFILE_ONLY:-}" = foreign ]; then
+  run foreign bare
+  run foreign
+  run foreign own
+  echo "| where | instructions/round |"
+  echo "|---|---|"
+  foreign_rows
+  exit 0
+fi
 if [ "${PROFILE_ONLY:-}" = life ]; then
   run life
   echo "| where | instructions/job |"
@@ -86,6 +104,7 @@ for mode in module batch native lua; do run "$mode"; done
 run module replica
 run foreign
 run foreign bare
+run foreign own
 run life
 echo "| where | instructions/job |"
 echo "|---|---|"
@@ -101,6 +120,5 @@ for mode in lua native module batch; do
   label="$(case $mode in lua) echo '`EVALSHA`';; native) echo 'native `HSET` + `ZADD`';; module) echo '`EMQ.ENQUEUE`';; batch) echo '`EMQ.MENQUEUE` ×100';; esac)"
   echo "| whole requests (\`processInputBuffer\`): $label | $(per_job "$(cost "$dir/$mode.out" processInputBuffer)") |"
 done
-echo "| other keys, whole requests per round of \`ZADD\` + \`SET ... EX\` + \`DEL\`: without EchoMQ | $(per_job "$(cost "$dir/foreign-bare.out" processInputBuffer)") |"
-echo "| the same, EchoMQ loaded | $(per_job "$(cost "$dir/foreign.out" processInputBuffer)") |"
+foreign_rows
 life_rows

@@ -12,6 +12,7 @@ use valkey_module::{raw, CommandFilterCtx, Context, InfoContext};
 
 use super::client::{client_info, select_db, selected_db, ClientInfo};
 use super::guard::guard;
+use super::propagate::set_own_events;
 use super::string::{string_bytes, Str};
 
 // ---- keyspace events ----------------------------------------------------------------------
@@ -52,6 +53,28 @@ pub fn subscribe_keyspace<H: KeyspaceEvents>(ctx: &Context, classes: c_int) -> R
         return Err("could not subscribe to keyspace events".into());
     }
     Ok(())
+}
+
+/// Has the keyspace events of `classes` that EchoMQ's own writes notify reach `H` directly,
+/// without the server: for when `H` is not subscribed to those classes on every key.
+pub fn route_own_events<H: KeyspaceEvents>(classes: c_int) {
+    set_own_events(own_event::<H>, classes);
+}
+
+/// Stops [`route_own_events`] (module unload).
+pub fn unroute_own_events() {
+    set_own_events(own_event::<NoEvents>, 0);
+}
+
+fn own_event<H: KeyspaceEvents>(ctx: &Context, class: c_int, event: &CStr, key: Str<'_>) {
+    H::on_event(ctx, class, EventName(event.as_ptr()), key);
+}
+
+/// Takes no event (what [`unroute_own_events`] leaves).
+struct NoEvents;
+
+impl KeyspaceEvents for NoEvents {
+    fn on_event(_: &Context, _: c_int, _: EventName, _: Str<'_>) {}
 }
 
 extern "C" fn on_keyspace<H: KeyspaceEvents>(

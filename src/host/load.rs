@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use valkey_module::raw::ModuleOptions;
 use valkey_module::{raw, Context, Status};
 
-use crate::protocol::settings::SETTINGS;
+use crate::protocol::settings::{LEARN_FOREIGN_WRITES, SETTINGS};
 use crate::protocol::EmqError;
 
 use super::string::{free_names, string_bytes};
@@ -199,10 +199,53 @@ pub fn register_settings(ctx: &Context) -> Result<(), String> {
             ));
         }
     }
+    register_learn_foreign_writes(ctx)?;
     let load = unsafe { raw::RedisModule_LoadConfigs }.ok_or("no module configs API")?;
     // SAFETY: OnLoad context, after every setting is registered.
     if unsafe { load(ctx.ctx) } != raw::REDISMODULE_OK as c_int {
         return Err("a configured emq.* value was refused".into());
+    }
+    Ok(())
+}
+
+unsafe extern "C" fn get_learn(
+    _name: *const std::os::raw::c_char,
+    _privdata: *mut c_void,
+) -> c_int {
+    c_int::from(LEARN_FOREIGN_WRITES.load(Ordering::Relaxed))
+}
+
+unsafe extern "C" fn set_learn(
+    _name: *const std::os::raw::c_char,
+    value: c_int,
+    _privdata: *mut c_void,
+    _err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    LEARN_FOREIGN_WRITES.store(value != 0, Ordering::Relaxed);
+    raw::REDISMODULE_OK as c_int
+}
+
+/// `emq.learn-foreign-writes` (yes/no), set at load only: it decides the keyspace events
+/// EchoMQ subscribes to, which cannot be taken back while the module is loaded.
+fn register_learn_foreign_writes(ctx: &Context) -> Result<(), String> {
+    // The crate's `register_bool_configuration` boxes data it never frees (as above).
+    let register = unsafe { raw::RedisModule_RegisterBoolConfig }.ok_or("no module configs API")?;
+    LEARN_FOREIGN_WRITES.store(true, Ordering::Relaxed);
+    // SAFETY: OnLoad context; the callbacks read and write a static.
+    let status = unsafe {
+        register(
+            ctx.ctx,
+            c"learn-foreign-writes".as_ptr(),
+            1,
+            raw::REDISMODULE_CONFIG_IMMUTABLE as _,
+            Some(get_learn),
+            Some(set_learn),
+            None,
+            std::ptr::null_mut(),
+        )
+    };
+    if status != raw::REDISMODULE_OK as c_int {
+        return Err("could not register emq.learn-foreign-writes".into());
     }
     Ok(())
 }

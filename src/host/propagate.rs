@@ -8,7 +8,8 @@
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
+use std::sync::RwLock;
 
 use valkey_module::{raw, Context};
 
@@ -21,6 +22,28 @@ pub fn notify(ctx: &Context, class: c_int, event: &CStr, key: &OwnedString) {
         // SAFETY: live context and key name.
         unsafe { f(ctx.ctx, class, event.as_ptr(), key.as_ptr()) };
     }
+    if class & OWN_CLASSES.load(Ordering::Relaxed) != 0 {
+        if let Ok(handler) = OWN.read() {
+            (*handler)(ctx, class, event, key.as_str());
+        }
+    }
+}
+
+/// What EchoMQ's own notifications of some classes also reach, directly (see
+/// `events::route_own_events`).
+pub type OwnEvents = fn(&Context, c_int, &CStr, Str<'_>);
+static OWN: RwLock<OwnEvents> = RwLock::new(no_event);
+/// The classes of EchoMQ's own events that reach [`OWN`] (0: none).
+static OWN_CLASSES: AtomicI32 = AtomicI32::new(0);
+
+fn no_event(_: &Context, _: c_int, _: &CStr, _: Str<'_>) {}
+
+/// Has EchoMQ's own events of `classes` reach `handler` too (0: none).
+pub fn set_own_events(handler: OwnEvents, classes: c_int) {
+    if let Ok(mut own) = OWN.write() {
+        *own = handler;
+    }
+    OWN_CLASSES.store(classes, Ordering::Relaxed);
 }
 
 pub const NOTIFY_HASH: c_int = raw::REDISMODULE_NOTIFY_HASH;

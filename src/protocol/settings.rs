@@ -2,7 +2,7 @@
 //! `loadmodule`), with `MODULE LOADEX ... CONFIG` and with `CONFIG SET` (the host registers
 //! them, and the server enforces the bounds).
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 /// Largest payload `EMQ.ENQUEUE` accepts, in bytes.
 pub static MAX_PAYLOAD_BYTES: AtomicI64 = AtomicI64::new(MAX_PAYLOAD_DEFAULT);
@@ -44,6 +44,15 @@ pub const DEAD_MAX_JOBS_MAX: i64 = 1_000_000_000;
 pub static DEAD_TTL_MS: AtomicI64 = AtomicI64::new(DEAD_TTL_DEFAULT_MS);
 /// Sidekiq's default: its dead set keeps a job for 180 days.
 pub const DEAD_TTL_DEFAULT_MS: i64 = 180 * 86_400_000;
+
+/// Whether EchoMQ learns its queues from writes it did not make itself (a Lua speaker, the
+/// replication stream, a slot import, `RENAME`/`MOVE`/`RESTORE` by hand), through zset and
+/// generic keyspace events on every key: `emq.learn-foreign-writes`, a load-time setting.
+pub static LEARN_FOREIGN_WRITES: AtomicBool = AtomicBool::new(true);
+
+pub fn learn_foreign_writes() -> bool {
+    LEARN_FOREIGN_WRITES.load(Ordering::Relaxed)
+}
 
 /// Upper bound of every duration setting and argument: one year, in ms.
 pub const MAX_DURATION_MS: i64 = 365 * 86_400_000;

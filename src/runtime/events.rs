@@ -22,7 +22,7 @@ use std::os::raw::c_int;
 
 use valkey_module::Context;
 
-use crate::host::client::selected_db;
+use crate::host::client::{selected_db, Flags};
 use crate::host::events::{
     scan_all_dbs_keys, CommandFilter, EventName, FilterArgs, KeyspaceEvents, MigrationEvent,
     ServerEvent, ServerEvents,
@@ -31,6 +31,7 @@ use crate::host::key::Key;
 use crate::host::propagate::signal_ready;
 use crate::host::server::now_ms;
 use crate::host::string::{OwnedString, Str};
+use crate::protocol::settings::learn_foreign_writes;
 use crate::protocol::{decode, Decoded, Holds, KeyBuf, KeyType, Queue};
 
 use super::{client_db, cluster, effects, eviction, meta_watch, queues, timer};
@@ -138,7 +139,11 @@ impl ServerEvents for Events {
                 timer::forget_cron_due();
                 effects::role_changed();
                 meta_watch::unsure();
-                // A promoted primary's timer starts on what it watched as a replica.
+                // A promoted primary's timer starts on what it watched as a replica, which
+                // learned nothing from the replication stream if it takes no foreign writes.
+                if !learn_foreign_writes() && Flags::of(ctx).primary() {
+                    rebuild(ctx);
+                }
                 timer::rearm(ctx);
             }
             // `SWAPDB a b` exchanges the two databases' contents (no keyspace event says so).
@@ -160,6 +165,10 @@ impl ServerEvents for Events {
                 cluster::on_atomic_migration(kind, ranges);
                 if kind == MigrationEvent::ImportStarted {
                     meta_watch::unsure();
+                }
+                // The imported slots' queues, written by the import, not by EchoMQ.
+                if kind == MigrationEvent::ImportCompleted && !learn_foreign_writes() {
+                    rebuild(ctx);
                 }
                 if kind == MigrationEvent::ExportStarted {
                     // The export streams the writes it propagates: EchoMQ's must be among them.
@@ -195,23 +204,142 @@ fn observe_table_write(args: &FilterArgs, first: &[u8]) {
     }
 }
 
+/// A `RESTORE` (a legacy slot migration's import, or by hand) of a queue's key, when no
+/// keyspace event on every key reports it: the registry looks for the key once it is there,
+/// and the timer visits the queue of a set it visits.
+fn observe_restore(args: &FilterArgs, first: &[u8]) {
+    let restore = first.len() >= 7
+        && first[..7].eq_ignore_ascii_case(b"RESTORE")
+        && (first.len() == 7 || first.eq_ignore_ascii_case(b"RESTORE-ASKING"));
+    if !restore {
+        return;
+    }
+    let Some(key) = args.word(1) else {
+        return;
+    };
+    queues::note_written(args, key);
+    let Some(Decoded::Queue { queue, ty, .. }) = decode(key) else {
+        return;
+    };
+    if ty.is_timed() {
+        match args.client() {
+            Some(client) => timer::visit_at(client.db, queue.as_bytes(), 0),
+            None => timer::table_changed_somewhere(queue.as_bytes()),
+        }
+    }
+}
+
+/// Whether a command named `first` may be one a hook of the filter takes (by its length and
+/// first letter): most commands, `SET`, `ZADD`, `DEL` or `GET` among them, are not, and cost
+/// the filter nothing more. Every word a hook looks for must pass (a test holds them all).
+fn may_matter(first: &[u8]) -> bool {
+    let Some(c) = first.first() else {
+        return false;
+    };
+    let len = first.len();
+    match c.to_ascii_uppercase() {
+        // Hash writes (queues, the meta watch, the tables).
+        b'H' => true,
+        // XADD, XGROUP.
+        b'X' => matches!(len, 4 | 6),
+        // EXEC; EVAL, EVALSHA, EVAL_RO; EVALSHA_RO.
+        b'E' => matches!(len, 4 | 7 | 10),
+        // FCALL, FCALL_RO; FAILOVER.
+        b'F' => matches!(len, 5 | 8),
+        // SYNC; SELECT; SLAVEOF.
+        b'S' => matches!(len, 4 | 6 | 7),
+        // PSYNC.
+        b'P' => len == 5,
+        // RESTORE; REPLICAOF; RESTORE-ASKING.
+        b'R' => matches!(len, 7 | 9 | 14),
+        // COPY; CLUSTER.
+        b'C' => matches!(len, 4 | 7),
+        // DISCARD.
+        b'D' => len == 7,
+        // MODULE.
+        b'M' => len == 6,
+        _ => false,
+    }
+}
+
 impl CommandFilter for Events {
     /// Every command passes here before it runs, and the first word tells the few that matter
     /// apart without allocating.
     fn on_command(args: &FilterArgs) {
         let first = args.first();
-        effects::observe_command(first);
-        client_db::observe_command(args, first);
-        meta_watch::observe_command(args, first);
-        queues::observe_command(args, first);
-        observe_table_write(args, first);
-        if first.eq_ignore_ascii_case(b"MODULE") {
-            let words = args.words(8);
-            if words.len() == 3 && words[1].eq_ignore_ascii_case(b"UNLOAD") && words[2] == b"emq" {
-                timer::disarm_for_unload();
-            }
-        } else if first.eq_ignore_ascii_case(b"CLUSTER") {
-            cluster::observe_command(&args.words(8));
+        if may_matter(first) {
+            observe_command(args, first);
+        }
+    }
+}
+
+/// The hooks of the filter, for a command [`may_matter`] lets through (kept out of line, so
+/// that the common command pays for none of their setup).
+#[inline(never)]
+fn observe_command(args: &FilterArgs, first: &[u8]) {
+    effects::observe_command(first);
+    client_db::observe_command(args, first);
+    meta_watch::observe_command(args, first);
+    queues::observe_command(args, first);
+    observe_table_write(args, first);
+    if !learn_foreign_writes() {
+        observe_restore(args, first);
+    }
+    if first.eq_ignore_ascii_case(b"MODULE") {
+        let words = args.words(8);
+        if words.len() == 3 && words[1].eq_ignore_ascii_case(b"UNLOAD") && words[2] == b"emq" {
+            timer::disarm_for_unload();
+        }
+    } else if first.eq_ignore_ascii_case(b"CLUSTER") {
+        cluster::observe_command(&args.words(8));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_matter;
+
+    #[test]
+    fn every_command_a_filter_hook_takes_passes_and_the_common_writes_do_not() {
+        let taken = [
+            "HSET",
+            "hset",
+            "HSETNX",
+            "HMSET",
+            "HINCRBY",
+            "HINCRBYFLOAT",
+            "HSETEX",
+            "HDEL",
+            "XADD",
+            "XGROUP",
+            "EXEC",
+            "EVAL",
+            "EVALSHA",
+            "EVAL_RO",
+            "EVALSHA_RO",
+            "FCALL",
+            "FCALL_RO",
+            "FAILOVER",
+            "SYNC",
+            "PSYNC",
+            "REPLICAOF",
+            "SLAVEOF",
+            "SELECT",
+            "COPY",
+            "DISCARD",
+            "MODULE",
+            "CLUSTER",
+            "RESTORE",
+            "RESTORE-ASKING",
+            "restore",
+        ];
+        for word in taken {
+            assert!(may_matter(word.as_bytes()), "{word}");
+        }
+        for word in [
+            "SET", "GET", "ZADD", "DEL", "ZREM", "INCR", "LPUSH", "EXPIRE", "", "MGET",
+        ] {
+            assert!(!may_matter(word.as_bytes()), "{word}");
         }
     }
 }

@@ -21,9 +21,11 @@ use std::sync::atomic::AtomicU64;
 use valkey_module::Context;
 
 use crate::host::events::{
-    register_filter, register_info, subscribe_keyspace, subscribe_server_events,
+    register_filter, register_info, route_own_events, subscribe_keyspace, subscribe_server_events,
+    unroute_own_events,
 };
 use crate::host::propagate::{NOTIFY_EVICTED, NOTIFY_EXPIRED, NOTIFY_GENERIC, NOTIFY_ZSET};
+use crate::protocol::settings::learn_foreign_writes;
 
 /// What must be known before commands are registered (module load).
 pub fn init(ctx: &Context) {
@@ -35,10 +37,17 @@ pub fn init(ctx: &Context) {
 /// Subscribes to the events, rebuilds the watched queues and the registry, and starts the
 /// timer (module load, after the commands are registered).
 pub fn start(ctx: &Context) -> Result<(), String> {
-    subscribe_keyspace::<events::Events>(
-        ctx,
-        NOTIFY_ZSET | NOTIFY_GENERIC | NOTIFY_EXPIRED | NOTIFY_EVICTED,
-    )?;
+    // Keyspace events on every key tell EchoMQ of the queues others write, and of their keys
+    // the server expires or evicts. Without them (`emq.learn-foreign-writes no`), the server
+    // calls EchoMQ for no event on another key, and its own writes' events reach it directly.
+    if learn_foreign_writes() {
+        subscribe_keyspace::<events::Events>(
+            ctx,
+            NOTIFY_ZSET | NOTIFY_GENERIC | NOTIFY_EXPIRED | NOTIFY_EVICTED,
+        )?;
+    } else {
+        route_own_events::<events::Events>(NOTIFY_ZSET | NOTIFY_GENERIC);
+    }
     subscribe_server_events::<events::Events>(ctx, cluster::handles_atomic_migration());
     register_filter::<events::Events>(ctx)?;
     queues::start();
@@ -53,6 +62,7 @@ pub fn start(ctx: &Context) -> Result<(), String> {
 /// failed load).
 pub fn stop(ctx: &Context) {
     timer::stop(ctx);
+    unroute_own_events();
     queues::stop();
 }
 

@@ -636,9 +636,14 @@ pub fn observe_command(args: &FilterArgs, first: &[u8]) {
     } else {
         return;
     };
-    let Some(key) = args.arg(key_at) else {
-        return;
-    };
+    if let Some(key) = args.arg(key_at) {
+        note_written(args, key);
+    }
+}
+
+/// Notes `key`, which the filtered command is about to write, if it is a key of a queue not
+/// known in the client's database: to look for once the command ran.
+pub fn note_written(args: &FilterArgs, key: &[u8]) {
     if !key.starts_with(PREFIX) {
         return;
     }
