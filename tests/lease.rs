@@ -271,7 +271,8 @@ fn fail_retries_with_backoff_then_buries_the_job() {
         (0, 0, 0, 1)
     );
 
-    // Requeue brings it back with its attempts reset.
+    // Requeue brings it back with its attempts reset, and its tokens carry on past the three
+    // its first life took.
     let n: i64 = cmd("EMQ.REQUEUE")
         .arg(&q)
         .arg(&id)
@@ -279,7 +280,8 @@ fn fail_retries_with_backoff_then_buries_the_job() {
         .expect("requeue");
     assert_eq!(n, 1);
     let jobs = claim(&mut con, &q, &[]).expect("claim again");
-    assert_eq!(jobs[0].2, 1);
+    assert_eq!(jobs[0].2, 4);
+    assert_eq!(job_attempts(&mut con, &q, &id).as_deref(), Some("1"));
     let n: i64 = cmd("EMQ.REQUEUE")
         .arg(&q)
         .arg(&id)
@@ -306,4 +308,83 @@ fn a_job_whose_worker_keeps_crashing_dies_after_max_attempts() {
     );
     // A death by lease counts in INFO like one by FAIL.
     assert_eq!(info_int(&mut con, "emq", "emq_dead"), 1);
+}
+
+#[test]
+fn a_requeued_job_s_tokens_keep_growing_so_no_worker_from_an_earlier_life_can_settle_it() {
+    // With one attempt a life, an expired lease buries the job at once. Its worker still holds
+    // token 1 when the job is requeued and claimed again: the new claim's token is 2, so the
+    // old worker's ACK is refused and the new one's taken. `attempts` still counts this
+    // life's attempts; the row's `fence` keeps the tokens taken before.
+    let server = Server::start(Options::default().arg("emq.max-attempts", "1"));
+    let mut con = server.conn();
+    let (q, id) = ("fenced", job_id(1));
+    enqueue(&mut con, q, &id, "work");
+    let first = claim(&mut con, q, &["LEASE", "100"]).expect("claimed");
+    assert_eq!(
+        first[0].2, 1,
+        "a job never requeued: its token is its attempts"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || job_state(&mut con, q, &id)
+            .as_deref()
+            == Some("dead")),
+        "the expired lease buried the job"
+    );
+    let requeued: i64 = cmd("EMQ.REQUEUE")
+        .arg(q)
+        .arg(&id)
+        .query(&mut con)
+        .expect("requeue");
+    assert_eq!(requeued, 1);
+    assert_eq!(
+        row_field(&mut con, q, &id, "attempts").as_deref(),
+        Some("0")
+    );
+    assert_eq!(row_field(&mut con, q, &id, "fence").as_deref(), Some("1"));
+    let second = claim(&mut con, q, &[]).expect("claimed again");
+    assert_eq!(
+        second[0].2, 2,
+        "the new life's first token is past the old one"
+    );
+    assert_eq!(
+        row_field(&mut con, q, &id, "attempts").as_deref(),
+        Some("1")
+    );
+    let stale = expect_err(&mut con, cmd("EMQ.ACK").arg(q).arg(&id).arg(first[0].2));
+    assert!(stale.starts_with("EMQLEASE"), "{stale}");
+    assert_eq!(job_state(&mut con, q, &id).as_deref(), Some("active"));
+
+    // A failure buries it again, a requeue of the whole dead set gives it a third life, and
+    // neither earlier token settles it there.
+    let failed: String = cmd("EMQ.FAIL")
+        .arg(q)
+        .arg(&id)
+        .arg(second[0].2)
+        .query(&mut con)
+        .expect("fail");
+    assert_eq!(failed, "dead");
+    let moved: i64 = cmd("EMQ.REQUEUE")
+        .arg(q)
+        .arg("DEAD")
+        .query(&mut con)
+        .expect("requeue dead");
+    assert_eq!(moved, 1);
+    let third = claim(&mut con, q, &[]).expect("a third life");
+    assert_eq!(third[0].2, 3);
+    for old in [first[0].2, second[0].2] {
+        let err = expect_err(
+            &mut con,
+            cmd("EMQ.RENEW").arg(q).arg(&id).arg(old).arg(1_000),
+        );
+        assert!(err.starts_with("EMQLEASE"), "{old}: {err}");
+    }
+    let acked: i64 = cmd("EMQ.ACK")
+        .arg(q)
+        .arg(&id)
+        .arg(third[0].2)
+        .query(&mut con)
+        .expect("ack");
+    assert_eq!(acked, 1);
+    assert_eq!(job_state(&mut con, q, &id).as_deref(), Some("done"));
 }

@@ -57,6 +57,8 @@ impl State {
 struct Job {
     state: State,
     attempts: i64,
+    /// The tokens taken before its last requeue, in the row once it was requeued.
+    fence: Option<i64>,
     payload: String,
     error: Option<String>,
     result: Option<String>,
@@ -68,6 +70,13 @@ struct Job {
     /// Its score in `schedule` or `dead`: a time the server's clock gave, read back once the
     /// job got there (the model orders those sets by it, as purges and the retention do).
     score: Option<f64>,
+}
+
+impl Job {
+    /// Its current attempt's lease token: its attempts after its fence.
+    fn token(&self) -> i64 {
+        self.fence.unwrap_or(0) + self.attempts
+    }
 }
 
 /// What a command answered, in a form both the server's reply and the model give.
@@ -115,6 +124,7 @@ impl Model {
             Job {
                 state,
                 attempts: 0,
+                fence: None,
                 payload: payload.to_string(),
                 error: None,
                 result: None,
@@ -151,7 +161,7 @@ impl Model {
                 let job = self.jobs.get_mut(&id).expect("listed");
                 job.state = State::Active;
                 job.attempts += 1;
-                (id, job.payload.clone(), job.attempts)
+                (id, job.payload.clone(), job.token())
             })
             .collect()
     }
@@ -190,7 +200,7 @@ impl Model {
     fn leased(&mut self, id: &str, token: i64) -> Option<&mut Job> {
         self.jobs
             .get_mut(id)
-            .filter(|j| j.state == State::Active && j.attempts == token)
+            .filter(|j| j.state == State::Active && j.token() == token)
     }
 
     fn ack(&mut self, id: &str, token: i64, result: Option<&str>) -> Answer {
@@ -315,6 +325,7 @@ impl Model {
         match self.jobs.get_mut(id) {
             Some(job) if job.state == State::Dead => {
                 job.state = State::Pending;
+                job.fence = Some(job.token());
                 job.attempts = 0;
                 job.score = None;
                 1
@@ -506,6 +517,9 @@ fn check_queue(con: &mut Connection, q: &str, model: &Model, step: usize) {
         if let Some(key) = &job.unique {
             fields.insert("unique".into(), key.clone());
         }
+        if let Some(fence) = job.fence {
+            fields.insert("fence".into(), fence.to_string());
+        }
         for (name, value) in [
             ("error", &job.error),
             ("result", &job.result),
@@ -570,7 +584,7 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
         let id = job_id(1 + rng.below(IDS));
         // A job's live token half of the time; otherwise one off by one (stale or never
         // issued), or any token for a job that is not active.
-        let live = model.jobs.get(&id).map_or(1, |j| j.attempts);
+        let live = model.jobs.get(&id).map_or(1, Job::token);
         let token = match rng.below(4) {
             0 | 1 => live,
             2 => live - 1,

@@ -92,7 +92,7 @@ pub fn reply(claimed: Vec<Claimed>) -> Reply {
                 Reply::Array(vec![
                     Reply::Bulk(c.id),
                     Reply::Bulk(c.payload),
-                    Reply::Integer(c.attempts),
+                    Reply::Integer(c.token),
                 ])
             })
             .collect(),

@@ -47,11 +47,14 @@ pub enum Field {
     Unique,
     /// The repeating schedule that enqueued the job (`EMQ.CRON`), where one did.
     Cron,
+    /// The lease tokens the job took before its attempts were last reset (`EMQ.REQUEUE`),
+    /// where they were: its token is `fence` + `attempts`, so tokens only grow over its life.
+    Fence,
 }
 
 impl Field {
     /// Every field, in the row's order (the reference fields first).
-    pub const ALL: [Field; 9] = [
+    pub const ALL: [Field; 10] = [
         Field::State,
         Field::Attempts,
         Field::Payload,
@@ -61,6 +64,7 @@ impl Field {
         Field::Priority,
         Field::Unique,
         Field::Cron,
+        Field::Fence,
     ];
 
     pub fn as_cstr(self) -> &'static std::ffi::CStr {
@@ -74,6 +78,7 @@ impl Field {
             Field::Priority => c"priority",
             Field::Unique => c"unique",
             Field::Cron => c"cron",
+            Field::Fence => c"fence",
         }
     }
 

@@ -7,7 +7,7 @@ use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, 
 use super::limit::{self, Window};
 use super::operate::paused;
 use super::promote::{count_dropped, Due, PROMOTE_BUDGET};
-use super::{attempts, check_row_types, record, row_of};
+use super::{attempts, check_row_types, record, row_of, token_of};
 
 /// Most jobs one claim takes.
 pub const MAX_COUNT: i64 = 1000;
@@ -20,8 +20,9 @@ pub const ORPHAN_BUDGET: usize = 1000;
 pub struct Claimed {
     pub id: Vec<u8>,
     pub payload: Vec<u8>,
-    /// The lease token: the job's attempts, this one included.
-    pub attempts: i64,
+    /// The lease token: the job's attempts, this one included, after its fence (the job's
+    /// attempts where it was never requeued).
+    pub token: i64,
 }
 
 /// What a claim did: the jobs it took, and whether it met only members without a row, as many
@@ -102,11 +103,7 @@ pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome
     let claimed = take(store, head, now + lease_ms)?;
     if let Some(window) = &window {
         window.trim(store)?;
-        limit::record_claims(
-            store,
-            now,
-            claimed.iter().map(|c| (c.id.clone(), c.attempts)),
-        )?;
+        limit::record_claims(store, now, claimed.iter().map(|c| (c.id.clone(), c.token)))?;
     }
     counters::count(&CLAIMED, claimed.len() as u64);
     // A head with no job in it, and members still pending: the head was all rowless members
@@ -176,6 +173,7 @@ fn take<S: Store>(store: &S, head: Vec<Head<S>>, deadline: i64) -> Result<Vec<Cl
         };
         let row = store.open_row(&name)?;
         let attempts = attempts(store, &row).saturating_add(1);
+        let token = token_of(store, &row, attempts);
         store.set_fields(
             &row,
             &[
@@ -192,7 +190,7 @@ fn take<S: Store>(store: &S, head: Vec<Head<S>>, deadline: i64) -> Result<Vec<Cl
         out.push(Claimed {
             id: store.bytes(&member).to_vec(),
             payload,
-            attempts,
+            token,
         });
     }
     Ok(out)

@@ -67,6 +67,7 @@ pub fn field_name(field: Field) -> &'static str {
         Field::Priority => "priority",
         Field::Unique => "unique",
         Field::Cron => "cron",
+        Field::Fence => "fence",
     }
 }
 

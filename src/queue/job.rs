@@ -4,7 +4,7 @@
 use crate::protocol::counters::{self, CANCELLED, REQUEUED};
 use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
-use super::{attempts, priority, record, Job};
+use super::{attempts, fence_for_new_life, priority, record, Job};
 
 /// One job's keys, named and permission-checked; nothing opened yet.
 pub struct Target<'j, S: Store> {
@@ -71,11 +71,13 @@ pub fn requeue<S: Store>(store: &S, target: &Target<'_, S>) -> Result<bool, EmqE
         return Ok(false);
     }
     store.remove(Set::Dead, member)?;
+    let fence = fence_for_new_life(store, &row);
     store.set_fields(
         &row,
         &[
             (Field::State, Value::State(State::Pending)),
             (Field::Attempts, Value::Int(0)),
+            (Field::Fence, Value::Int(fence)),
         ],
     )?;
     store.add(Set::Pending, priority(store, &row), member)?;

@@ -1,5 +1,6 @@
-//! The lease holder's transitions (SPEC §6): renew, ack and fail. The token is the `attempts`
-//! value the claim returned; a wrong, stale or missing one is `EMQLEASE` and changes nothing.
+//! The lease holder's transitions (SPEC §6): renew, ack and fail. The token is the one the
+//! claim returned (the job's `attempts` after its `fence`); a wrong, stale or missing one is
+//! `EMQLEASE` and changes nothing.
 
 use std::collections::HashSet;
 
@@ -9,9 +10,10 @@ use crate::protocol::{settings, EmqError, Event, Field, Holds, KeyRef, Set, Stat
 use super::job::Target;
 use super::limit::{self, room_freed};
 use super::promote::bury;
-use super::{attempts, record, set_state, Job};
+use super::{attempts, record, set_state, token_of, Job};
 
-/// The job is active, in the active set, and its attempts equal `token`: its attempts.
+/// The job is active, in the active set, and its current attempt's token is `token`: its
+/// attempts.
 fn check_lease<S: Store>(
     store: &S,
     row: &S::Row<'_>,
@@ -24,7 +26,7 @@ fn check_lease<S: Store>(
             .is_some_and(|s| store.bytes(&s) == State::Active.as_bytes())
         && store.score(Set::Active, member).is_some();
     let attempts = attempts(store, row);
-    if !active || attempts != token {
+    if !active || token_of(store, row, attempts) != token {
         return Err(EmqError::Lease);
     }
     Ok(attempts)

@@ -44,6 +44,25 @@ pub fn attempts<S: Store>(store: &S, row: &S::Row<'_>) -> i64 {
     crate::protocol::job::attempts_from(text.as_ref().map(|t| store.bytes(t)))
 }
 
+/// The row's `fence` (the tokens taken before its attempts were last reset), 0 where it has
+/// none.
+pub fn fence<S: Store>(store: &S, row: &S::Row<'_>) -> i64 {
+    let text = store.field(row, Field::Fence);
+    crate::protocol::job::attempts_from(text.as_ref().map(|t| store.bytes(t)))
+}
+
+/// The lease token of the job's attempt `attempts`: that many after its fence, so a job's
+/// tokens only grow, across `EMQ.REQUEUE` too; equal to `attempts` for a job never requeued.
+pub fn token_of<S: Store>(store: &S, row: &S::Row<'_>, attempts: i64) -> i64 {
+    fence(store, row).saturating_add(attempts)
+}
+
+/// The `fence` a job given back its attempts for a new life (`EMQ.REQUEUE`) takes: past every
+/// token its leases took, so no worker still holding one can settle the new life's attempts.
+pub fn fence_for_new_life<S: Store>(store: &S, row: &S::Row<'_>) -> i64 {
+    token_of(store, row, attempts(store, row))
+}
+
 /// The row's `priority` (its `pending` score), 0 where it has none.
 pub fn priority<S: Store>(store: &S, row: &S::Row<'_>) -> i64 {
     let text = store.field(row, Field::Priority);

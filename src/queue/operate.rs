@@ -6,7 +6,7 @@ use crate::protocol::counters::{self, PURGED, REQUEUED};
 use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Meta, Set, State, Store, Value};
 
 use super::promote::{count_dropped, purge_one, with_rows};
-use super::{check_row_types, priority, record};
+use super::{check_row_types, fence_for_new_life, priority, record};
 
 /// The default and the largest count of `EMQ.PURGE` and `EMQ.REQUEUE ... DEAD`.
 pub const BULK_DEFAULT: i64 = 1_000;
@@ -111,11 +111,13 @@ pub fn requeue_dead<S: Store>(store: &S, count: usize) -> Result<usize, EmqError
             count_dropped();
             continue;
         };
+        let fence = fence_for_new_life(store, &row);
         store.set_fields(
             &row,
             &[
                 (Field::State, Value::State(State::Pending)),
                 (Field::Attempts, Value::Int(0)),
+                (Field::Fence, Value::Int(fence)),
             ],
         )?;
         store.add(Set::Pending, priority(store, &row), &member.text)?;

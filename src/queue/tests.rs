@@ -197,7 +197,7 @@ fn a_claim_takes_the_lowest_ids_in_order_under_a_lease() {
             (
                 String::from_utf8_lossy(&c.id).into_owned(),
                 String::from_utf8_lossy(&c.payload).into_owned(),
-                c.attempts,
+                c.token,
             )
         })
         .collect();
@@ -851,7 +851,7 @@ fn a_job_claimed_again_with_the_same_attempt_counts_twice_in_the_rate_window() {
     ack(&m, &t, 1, None).expect("acked");
     m.rows.borrow_mut().clear(); // the done row went
     put(&m, 1, "again");
-    assert_eq!(claim(&m, 1, 1_000).expect("claimed").claimed[0].attempts, 1);
+    assert_eq!(claim(&m, 1, 1_000).expect("claimed").claimed[0].token, 1);
     let window: Vec<String> = m.members(Set::Rate).into_iter().map(|(m, _)| m).collect();
     assert_eq!(
         window,
@@ -898,7 +898,7 @@ fn a_unique_key_is_held_until_its_job_is_done_and_a_held_one_writes_nothing() {
     assert_eq!(put_unique(&m, 2, "order-7", None), Ok(Added::Held(id(1).0)));
     let member = id(1).1;
     let t = target(&m, 1, &member).expect("target");
-    ack(&m, &t, out.claimed[0].attempts, None).expect("acked");
+    ack(&m, &t, out.claimed[0].token, None).expect("acked");
     assert_eq!(
         put_unique(&m, 2, "order-7", None),
         Ok(Added::New),
