@@ -82,7 +82,7 @@ const COMMANDS: &[Command] = &[
         flags: c"write deny-oom blocking",
         arity: -2,
         routes_by_queue: true,
-        summary: c"Claim up to COUNT ready jobs under a lease, waiting up to BLOCK ms for one",
+        summary: c"Claim up to COUNT ready jobs under a lease, waiting up to BLOCK ms for one; each [id, payload, token]",
         complexity: c"O((P+C)*log(N)) with P jobs promoted and C claimed",
         args: &[
             Arg::required(c"queue", Str),
@@ -182,7 +182,7 @@ const COMMANDS: &[Command] = &[
         flags: c"write deny-oom",
         arity: -3,
         routes_by_queue: true,
-        summary: c"Move a dead job, or up to COUNT of the oldest (DEAD), back to pending with attempts reset",
+        summary: c"Move a dead job, or up to COUNT of the oldest (DEAD), back to pending with attempts reset; its lease tokens carry on past the old ones",
         complexity: c"O(M*log(N)) with M jobs moved (one for an id)",
         args: &[
             Arg::required(c"queue", Str),
