@@ -3,16 +3,19 @@
 # links through cc, and build scripts compile C), libclang-dev (bindgen), valkey-server and
 # valkey-tools, python3-redis (the documented loops run with stock redis-py), python3-venv (the venv the Python
 # client is tested and type-checked in, target/py), and on request redis-server
-# (--with-redis, the Redis 7 tier) and docker-compose (--with-compose, the docker tier).
+# (--with-redis, the Redis 7 tier), docker-compose (--with-compose, the docker tier) and
+# iptables (--with-iptables, the faults harness, which cuts links with it).
 # Idempotent: does nothing when everything is already present.
 set -euo pipefail
 
 want_redis=0
 want_compose=0
+want_iptables=0
 for arg in "$@"; do
   case "$arg" in
     --with-redis) want_redis=1 ;;
     --with-compose) want_compose=1 ;;
+    --with-iptables) want_iptables=1 ;;
   esac
 done
 
@@ -40,6 +43,7 @@ have_venv() { /usr/bin/python3 -c "import ensurepip, venv" >/dev/null 2>&1; }
 have_venv || missing+=(python3-venv)
 [ $want_redis = 1 ] && ! have_redis && missing+=(redis-server)
 [ $want_compose = 1 ] && ! command -v docker-compose >/dev/null 2>&1 && missing+=(docker-compose)
+[ $want_iptables = 1 ] && ! command -v iptables >/dev/null 2>&1 && missing+=(iptables)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -4,7 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+chaos="$(mktemp)"
+trap 'rm -f "$log" "$chaos"' EXIT
+# The table `make chaos` writes stays as it is.
+sed -n '/<!-- chaos: begin -->/,/<!-- chaos: end -->/p' docs/reliability.md > "$chaos"
 cargo test --test cluster --test persistence -- --nocapture --test-threads=1 2>&1 | tee "$log" | grep -E "^test |test result" || true
 grep -q "test result: ok" "$log" || { echo "reliability: the fault tests failed" >&2; exit 1; }
 field() { grep -o "RELIABILITY $1 .*" "$log" | tail -1 | tr ' ' '\n' | sed -n "s/^$2=//p"; }
@@ -27,5 +30,11 @@ field() { grep -o "RELIABILITY $1 .*" "$log" | tail -1 | tr ' ' '\n' | sed -n "s
     echo
   fi
   echo "Also asserted by the same suites: an RDB snapshot and an AOF rewrite reload to the same \`DEBUG DIGEST\`; an AOF written with the module replays on a server without it; replicas with and without the module reach the primary's digest (\`tests/replication.rs\`)."
+  if [ -s "$chaos" ]; then
+    echo
+    echo "## Faults in containers: \`make chaos\`"
+    echo
+    cat "$chaos"
+  fi
 } > docs/reliability.md
 cat docs/reliability.md

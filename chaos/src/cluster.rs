@@ -1,0 +1,162 @@
+//! Talking to the cluster from the harness: connections to each node by address, the slot map
+//! read from `CLUSTER SLOTS`, and waiting for the cluster to be whole and its replicas caught up.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use redis::{Connection, Value};
+
+use crate::docker::{Net, Node, PORT};
+
+/// A connection to `ip` with short timeouts, so a cut-off or frozen node is an error soon.
+pub fn connect(ip: &str, timeout: Duration) -> redis::RedisResult<Connection> {
+    let client = redis::Client::open(format!("redis://{ip}:{PORT}/"))?;
+    let con = client.get_connection_with_timeout(timeout)?;
+    con.set_read_timeout(Some(timeout))?;
+    con.set_write_timeout(Some(timeout))?;
+    Ok(con)
+}
+
+/// Waits until `f` holds, polling every 100 ms, up to `timeout`.
+pub fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// One field of an `INFO` or `CLUSTER INFO` text.
+pub fn field(text: &str, name: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .map(|v| v.trim().to_string())
+}
+
+fn text_of(con: &mut Connection, cmd: &mut redis::Cmd) -> Option<String> {
+    cmd.query::<String>(con).ok()
+}
+
+/// The primaries by the slot ranges they own: `(first, last, ip)`.
+pub type SlotMap = Vec<(u16, u16, String)>;
+
+/// `CLUSTER SLOTS` as seen by the first node that answers.
+pub fn slot_map(nodes: &[Node]) -> Option<SlotMap> {
+    for node in nodes {
+        let Ok(mut con) = connect(&node.ip, Duration::from_millis(500)) else {
+            continue;
+        };
+        let Ok(ranges) = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query::<Vec<Value>>(&mut con)
+        else {
+            continue;
+        };
+        let mut map = SlotMap::new();
+        for range in ranges {
+            let Value::Array(items) = range else { continue };
+            if let (Some(Value::Int(a)), Some(Value::Int(b)), Some(Value::Array(primary))) =
+                (items.first(), items.get(1), items.get(2))
+            {
+                if let Some(Value::BulkString(ip)) = primary.first() {
+                    map.push((
+                        *a as u16,
+                        *b as u16,
+                        String::from_utf8_lossy(ip).into_owned(),
+                    ));
+                }
+            }
+        }
+        if !map.is_empty() {
+            return Some(map);
+        }
+    }
+    None
+}
+
+/// The primary owning `slot` in `map`.
+pub fn owner(map: &SlotMap, slot: u16) -> Option<&str> {
+    map.iter()
+        .find(|(a, b, _)| (*a..=*b).contains(&slot))
+        .map(|(_, _, ip)| ip.as_str())
+}
+
+/// Forms the cluster: three primaries, a replica each.
+pub fn create(net: &Net) -> Result<(), String> {
+    let addrs: Vec<String> = net
+        .nodes
+        .iter()
+        .map(|n| format!("{}:{PORT}", n.ip))
+        .collect();
+    let mut args = vec!["--cluster", "create"];
+    args.extend(addrs.iter().map(String::as_str));
+    args.extend(["--cluster-replicas", "1", "--cluster-yes"]);
+    net.cli(&args).map(|_| ())
+}
+
+/// Whether every node answers, says the cluster is ok, knows all the others and agrees on
+/// three primaries with a replica each that is linked and caught up.
+pub fn stable(nodes: &[Node]) -> bool {
+    let mut primaries = 0;
+    let mut offsets: HashMap<String, i64> = HashMap::new();
+    let mut replicas: Vec<(String, i64, bool)> = Vec::new();
+    for node in nodes {
+        let Ok(mut con) = connect(&node.ip, Duration::from_millis(500)) else {
+            return false;
+        };
+        let Some(info) = text_of(&mut con, redis::cmd("CLUSTER").arg("INFO")) else {
+            return false;
+        };
+        if field(&info, "cluster_state").as_deref() != Some("ok")
+            || field(&info, "cluster_known_nodes").as_deref() != Some(&nodes.len().to_string())
+        {
+            return false;
+        }
+        let Some(repl) = text_of(&mut con, redis::cmd("INFO").arg("replication")) else {
+            return false;
+        };
+        let offset = field(&repl, "master_repl_offset")
+            .and_then(|o| o.parse().ok())
+            .unwrap_or(-1);
+        match field(&repl, "role").as_deref() {
+            Some("master") => {
+                primaries += 1;
+                offsets.insert(node.ip.clone(), offset);
+            }
+            Some("slave") => {
+                let primary = field(&repl, "master_host").unwrap_or_default();
+                let up = field(&repl, "master_link_status").as_deref() == Some("up");
+                replicas.push((primary, offset, up));
+            }
+            _ => return false,
+        }
+    }
+    primaries == nodes.len() / 2
+        && replicas.len() == nodes.len() / 2
+        && replicas
+            .iter()
+            .all(|(p, offset, up)| *up && offsets.get(p) == Some(offset))
+}
+
+/// The primary and replica pairs: `(primary, replica)`.
+pub fn pairs(nodes: &[Node]) -> Vec<(Node, Node)> {
+    let mut out = Vec::new();
+    for node in nodes {
+        let Ok(mut con) = connect(&node.ip, Duration::from_millis(500)) else {
+            continue;
+        };
+        let Some(repl) = text_of(&mut con, redis::cmd("INFO").arg("replication")) else {
+            continue;
+        };
+        if field(&repl, "role").as_deref() == Some("slave") {
+            let primary = field(&repl, "master_host").unwrap_or_default();
+            if let Some(p) = nodes.iter().find(|n| n.ip == primary) {
+                out.push((p.clone(), node.clone()));
+            }
+        }
+    }
+    out
+}

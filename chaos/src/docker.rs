@@ -1,0 +1,199 @@
+//! The harness's containers: a docker network of its own, six EchoMQ nodes on it with their own
+//! addresses, and the faults done to them. Partitions and packet loss are made inside a node's
+//! network namespace with the host's `iptables` (`nsenter`), so the image needs nothing more
+//! than valkey. (Packet delay would take `tc netem`, which needs the kernel's `sch_netem`.) Everything is removed when the [`Net`] is dropped.
+
+use std::process::Command;
+use std::time::Duration;
+
+/// What a docker or nsenter command said, or why it failed.
+pub fn run(program: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn docker(args: &[&str]) -> Result<String, String> {
+    run("docker", args)
+}
+
+/// One node: its container and address.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub name: String,
+    pub ip: String,
+}
+
+/// The harness's network and its nodes.
+pub struct Net {
+    pub name: String,
+    pub nodes: Vec<Node>,
+}
+
+pub const PORT: u16 = 6379;
+
+impl Net {
+    /// Creates the network (a /24 of 10.231.x.0 no other network uses) and starts `n` nodes
+    /// of `image` on it, cluster-enabled with `node_timeout_ms`.
+    pub fn start(image: &str, n: usize, node_timeout_ms: u64) -> Result<Net, String> {
+        let name = format!("emq-chaos-{}", std::process::id());
+        let mut subnet = None;
+        for i in 0..40 {
+            let third = (std::process::id() as usize + i * 7) % 200 + 20;
+            let candidate = format!("10.231.{third}");
+            let created = docker(&[
+                "network",
+                "create",
+                "--subnet",
+                &format!("{candidate}.0/24"),
+                &name,
+            ]);
+            if created.is_ok() {
+                subnet = Some(candidate);
+                break;
+            }
+        }
+        let subnet = subnet.ok_or("no free subnet for the harness's network")?;
+        let mut net = Net {
+            name,
+            nodes: Vec::new(),
+        };
+        for i in 0..n {
+            let node = Node {
+                name: format!("{}-{i}", net.name),
+                ip: format!("{subnet}.{}", 10 + i),
+            };
+            let timeout = node_timeout_ms.to_string();
+            let node_id = i.to_string();
+            docker(&[
+                "run",
+                "-d",
+                "--name",
+                &node.name,
+                "--network",
+                &net.name,
+                "--ip",
+                &node.ip,
+                image,
+                "--cluster-enabled",
+                "yes",
+                "--cluster-node-timeout",
+                &timeout,
+                "--enable-debug-command",
+                "yes",
+                "--emq.node-id",
+                &node_id,
+            ])?;
+            net.nodes.push(node);
+        }
+        Ok(net)
+    }
+
+    /// The host pid of a node's server (its container's first process).
+    fn pid(&self, node: &Node) -> Result<String, String> {
+        docker(&["inspect", "-f", "{{.State.Pid}}", &node.name])
+    }
+
+    /// Runs `program args` inside the node's network namespace.
+    fn in_netns(&self, node: &Node, program: &str, args: &[&str]) -> Result<String, String> {
+        let pid = self.pid(node)?;
+        let mut all = vec!["-t", pid.as_str(), "-n", program];
+        all.extend_from_slice(args);
+        run("nsenter", &all)
+    }
+
+    /// Drops everything between `node` and `others` (both ways, client and bus ports alike);
+    /// the harness, on the network's gateway, still reaches it.
+    pub fn cut(&self, node: &Node, others: &[Node]) -> Result<(), String> {
+        for other in others {
+            self.in_netns(
+                node,
+                "iptables",
+                &["-A", "INPUT", "-s", &other.ip, "-j", "DROP"],
+            )?;
+            self.in_netns(
+                node,
+                "iptables",
+                &["-A", "OUTPUT", "-d", &other.ip, "-j", "DROP"],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Takes back every rule [`cut`](Self::cut) made on `node`.
+    pub fn heal(&self, node: &Node) -> Result<(), String> {
+        self.in_netns(node, "iptables", &["-F", "INPUT"])?;
+        self.in_netns(node, "iptables", &["-F", "OUTPUT"])?;
+        Ok(())
+    }
+
+    /// Drops a `share` (0–1) of the packets between `node` and `others`, both ways.
+    pub fn lossy(&self, node: &Node, others: &[Node], share: f64) -> Result<(), String> {
+        let p = share.to_string();
+        for other in others {
+            for (chain, dir) in [("INPUT", "-s"), ("OUTPUT", "-d")] {
+                self.in_netns(
+                    node,
+                    "iptables",
+                    &[
+                        "-A",
+                        chain,
+                        dir,
+                        &other.ip,
+                        "-m",
+                        "statistic",
+                        "--mode",
+                        "random",
+                        "--probability",
+                        &p,
+                        "-j",
+                        "DROP",
+                    ],
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`) to the node's server.
+    pub fn signal(&self, node: &Node, signal: &str) -> Result<(), String> {
+        docker(&["kill", "--signal", signal, &node.name]).map(|_| ())
+    }
+
+    /// Starts a stopped or killed node again (its data and `nodes.conf` kept).
+    pub fn start_again(&self, node: &Node) -> Result<(), String> {
+        docker(&["start", &node.name]).map(|_| ())
+    }
+
+    /// Restarts a node gracefully (`SIGTERM`, then a start).
+    pub fn restart(&self, node: &Node) -> Result<(), String> {
+        docker(&["restart", "-t", "10", &node.name]).map(|_| ())
+    }
+
+    /// Runs `valkey-cli args` inside the first node's container.
+    pub fn cli(&self, args: &[&str]) -> Result<String, String> {
+        let mut all = vec!["exec", self.nodes[0].name.as_str(), "valkey-cli"];
+        all.extend_from_slice(args);
+        docker(&all)
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for node in &self.nodes {
+            let _ = docker(&["rm", "-f", "-v", &node.name]);
+        }
+        let _ = docker(&["network", "rm", &self.name]);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,281 @@
+//! `make chaos`: EchoMQ under the faults a deployment meets. A 3-primary, 3-replica cluster runs
+//! in containers on a docker network of the harness's own; each fault is done under load
+//! (producers with `WAIT 1`, workers that claim, settle with `WAIT 1` or die), then healed; once
+//! every node is back and the cluster stable, the checker reads the history and the final state.
+//!
+//! `emq-chaos [--seed N] [--jobs N] [--faults a,b,...] [--report docs/reliability.md]`
+//! (`--jobs`: enqueues tried per fault). A violation fails the run and prints what was involved.
+
+mod check;
+mod cluster;
+mod docker;
+mod workload;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use check::Report;
+use cluster::{connect, field, pairs, stable, wait_for};
+use docker::{Net, Node};
+use workload::{History, Load, Queues};
+
+const NODE_TIMEOUT_MS: u64 = 2_000;
+const FAULTS: [&str; 6] = [
+    "partition-primary",
+    "pause-primary",
+    "kill-primary",
+    "partition-replica",
+    "rolling-restart",
+    "lossy-primary",
+];
+
+struct Args {
+    seed: u64,
+    jobs: usize,
+    faults: Vec<String>,
+    report: Option<String>,
+    image: String,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        seed: 1,
+        jobs: 2_000,
+        faults: FAULTS.iter().map(|f| f.to_string()).collect(),
+        report: None,
+        image: "echomq:dev".into(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--seed" => a.seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--jobs" => a.jobs = value()?.parse().map_err(|e| format!("--jobs: {e}"))?,
+            "--faults" => a.faults = value()?.split(',').map(str::to_string).collect(),
+            "--report" => a.report = Some(value()?),
+            "--image" => a.image = value()?,
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    for f in &a.faults {
+        if !FAULTS.contains(&f.as_str()) {
+            return Err(format!("unknown fault {f} (one of {})", FAULTS.join(", ")));
+        }
+    }
+    Ok(a)
+}
+
+fn role(node: &Node) -> Option<String> {
+    let mut con = connect(&node.ip, Duration::from_millis(500)).ok()?;
+    let info: String = redis::cmd("INFO").arg("replication").query(&mut con).ok()?;
+    field(&info, "role")
+}
+
+/// The node that owns `slot` as a primary now.
+fn owner_of(nodes: &[Node], slot: u16) -> Option<Node> {
+    let map = cluster::slot_map(nodes)?;
+    let ip = cluster::owner(&map, slot)?.to_string();
+    nodes.iter().find(|n| n.ip == ip).cloned()
+}
+
+fn others(nodes: &[Node], node: &Node) -> Vec<Node> {
+    nodes.iter().filter(|n| n.ip != node.ip).cloned().collect()
+}
+
+fn hold() {
+    std::thread::sleep(Duration::from_millis(NODE_TIMEOUT_MS * 3));
+}
+
+/// Does `fault` to the cluster (under the load already running) and heals it.
+fn inject(net: &Net, fault: &str, slot: u16) -> Result<String, String> {
+    let nodes = &net.nodes;
+    let primary = owner_of(nodes, slot).ok_or("no owner of the busy slot")?;
+    match fault {
+        "partition-primary" => {
+            net.cut(&primary, &others(nodes, &primary))?;
+            hold();
+            net.heal(&primary)?;
+            Ok(format!("{} cut off from the other five", primary.ip))
+        }
+        "pause-primary" => {
+            net.signal(&primary, "STOP")?;
+            hold();
+            net.signal(&primary, "CONT")?;
+            Ok(format!("{} stopped (SIGSTOP), then resumed", primary.ip))
+        }
+        "kill-primary" => {
+            net.signal(&primary, "KILL")?;
+            hold();
+            net.start_again(&primary)?;
+            Ok(format!(
+                "{} killed (SIGKILL), then started again",
+                primary.ip
+            ))
+        }
+        "partition-replica" => {
+            let (_, replica) = pairs(nodes)
+                .into_iter()
+                .find(|(p, _)| p.ip == primary.ip)
+                .ok_or("the busy primary has no replica")?;
+            net.cut(&replica, &others(nodes, &replica))?;
+            hold();
+            net.heal(&replica)?;
+            Ok(format!("replica {} cut off, then back", replica.ip))
+        }
+        "rolling-restart" => {
+            for node in nodes {
+                net.restart(node)?;
+                if !wait_for(Duration::from_secs(90), || stable(nodes)) {
+                    return Err(format!("not stable after restarting {}", node.ip));
+                }
+            }
+            Ok("all six nodes restarted, one at a time".into())
+        }
+        "lossy-primary" => {
+            // The kernel here may lack `sch_netem`: loss by iptables, delay not at all.
+            net.lossy(&primary, &others(nodes, &primary), 0.2)?;
+            hold();
+            net.heal(&primary)?;
+            Ok(format!(
+                "{} lost 20% of its packets to the others",
+                primary.ip
+            ))
+        }
+        other => Err(format!("unknown fault {other}")),
+    }
+}
+
+fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, String), String> {
+    let nodes = &net.nodes;
+    let seed = a.seed.wrapping_mul(1_000).wrapping_add(index as u64);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut queues = Vec::new();
+    for q in 0..4 {
+        let name = format!("f{index}-{}", rng.random_range(0..1_000_000u32) + q);
+        let mut con = connect(&nodes[0].ip, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(format!("emq:{{{name}}}:pending"))
+            .query(&mut con)
+            .map_err(|e| e.to_string())?;
+        queues.push((name, slot));
+    }
+    let queues = Queues(queues);
+    let history: History = Arc::new(Mutex::new(Vec::new()));
+    let load = Load::start(nodes, &queues, &history, seed, 2, 3, a.jobs);
+    std::thread::sleep(Duration::from_secs(2));
+    let what = inject(net, fault, queues.0[0].1)?;
+    if !wait_for(Duration::from_secs(120), || stable(nodes)) {
+        load.stop();
+        return Err(format!("{fault}: the cluster is not stable after healing"));
+    }
+    // The rest of the jobs go in, then the workers drain the queues.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(120) && enqueues(&history) < a.jobs {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    load.stop_producing();
+    let drained = wait_for(Duration::from_secs(120), || {
+        queues
+            .0
+            .iter()
+            .all(|(q, slot)| left(nodes, q, *slot) == Some(0))
+    });
+    load.stop();
+    if !drained {
+        eprintln!("{fault}: some jobs were still queued when the drain ended");
+    }
+    wait_for(Duration::from_secs(60), || stable(nodes));
+    let ops = history.lock().map(|h| h.clone()).unwrap_or_default();
+    let mut report = check::check(nodes, &queues, &ops)?;
+    report.violations.extend(check::digests(&pairs(nodes)));
+    Ok((report, what))
+}
+
+fn enqueues(history: &History) -> usize {
+    history.lock().map_or(0, |h| {
+        h.iter()
+            .filter(|op| matches!(op, workload::Op::Enqueue { .. }))
+            .count()
+    })
+}
+
+/// Jobs of `queue` not yet settled for good: pending, active and scheduled.
+fn left(nodes: &[Node], queue: &str, slot: u16) -> Option<i64> {
+    let owner = owner_of(nodes, slot)?;
+    let mut con = connect(&owner.ip, Duration::from_secs(1)).ok()?;
+    let counts: Vec<(String, Option<i64>)> =
+        redis::cmd("EMQ.STATS").arg(queue).query(&mut con).ok()?;
+    Some(
+        counts
+            .iter()
+            .filter(|(k, _)| matches!(k.as_str(), "pending" | "active" | "scheduled"))
+            .filter_map(|(_, v)| *v)
+            .sum(),
+    )
+}
+
+fn main() {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("emq-chaos: {e}");
+            std::process::exit(2);
+        }
+    };
+    let net = match Net::start(&a.image, 6, NODE_TIMEOUT_MS) {
+        Ok(net) => net,
+        Err(e) => {
+            eprintln!("emq-chaos: {e}");
+            std::process::exit(1);
+        }
+    };
+    let up = wait_for(Duration::from_secs(30), || {
+        net.nodes.iter().all(|n| role(n).is_some())
+    });
+    if !up
+        || cluster::create(&net).is_err()
+        || !wait_for(Duration::from_secs(60), || stable(&net.nodes))
+    {
+        eprintln!("emq-chaos: the cluster did not form");
+        drop(net);
+        std::process::exit(1);
+    }
+    let mut rows = Vec::new();
+    let mut failed = false;
+    for (i, fault) in a.faults.iter().enumerate() {
+        let started = Instant::now();
+        match phase(&net, fault, i, &a) {
+            Ok((r, what)) => {
+                println!(
+                    "{fault}: {what}; tried {}, acknowledged {}, found {}, lost {}, duplicated {}, re-run after ack {}, unconfirmed and lost {}, unknown {} (found {}), settles accepted {} (answer never came {}, the same attempt settled twice without WAIT {}), {:.0} s",
+                    r.tried, r.acknowledged, r.found, r.lost, r.duplicated, r.rerun_after_ack,
+                    r.unconfirmed_lost, r.unknown, r.unknown_found, r.settles_accepted, r.settles_unknown, r.settles_superseded,
+                    started.elapsed().as_secs_f64()
+                );
+                for v in r.violations.iter().take(20) {
+                    println!("  VIOLATION {v}");
+                }
+                failed |= !r.violations.is_empty();
+                rows.push((fault.clone(), what, r));
+            }
+            Err(e) => {
+                println!("{fault}: could not run: {e}");
+                failed = true;
+            }
+        }
+    }
+    drop(net);
+    if let Some(path) = &a.report {
+        if let Err(e) = report::write(path, a.seed, a.jobs, &rows) {
+            eprintln!("emq-chaos: {e}");
+            failed = true;
+        }
+    }
+    std::process::exit(i32::from(failed));
+}
+
+mod report;

@@ -1,0 +1,334 @@
+//! The load a fault meets: producers that enqueue and wait for a replica (`WAIT 1`), workers
+//! that claim, hold their lease a while and settle (or die without a word), and the history of
+//! every operation with its outcome.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis::{Connection, ErrorKind, Value};
+
+use crate::cluster::{connect, owner, slot_map, SlotMap};
+use crate::docker::Node;
+
+/// How an operation ended: the server answered, refused it, or the answer never came (it may
+/// or may not have happened).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Ok,
+    Refused(String),
+    Unknown(String),
+}
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// `EMQ.ENQUEUE <queue> * <payload>`, then `WAIT 1`: `replicated` when a replica had it.
+    Enqueue {
+        queue: String,
+        payload: String,
+        id: Option<String>,
+        replicated: bool,
+        outcome: Outcome,
+    },
+    /// `EMQ.CLAIM`: the jobs and tokens it returned, and when it was sent.
+    Claim {
+        queue: String,
+        jobs: Vec<(String, i64)>,
+        sent: Instant,
+    },
+    /// `EMQ.ACK` (or `EMQ.FAIL` when `fail`), then `WAIT 1`: `accepted` when the server took it,
+    /// `replicated` when a replica had it too, and when the answer came.
+    Settle {
+        queue: String,
+        id: String,
+        token: i64,
+        fail: bool,
+        accepted: bool,
+        replicated: bool,
+        outcome: Outcome,
+        answered: Instant,
+    },
+}
+
+pub type History = Arc<Mutex<Vec<Op>>>;
+
+fn record(history: &History, op: Op) {
+    if let Ok(mut h) = history.lock() {
+        h.push(op);
+    }
+}
+
+/// Connections to the primaries by the slot map, refreshed after a redirection or a failure.
+struct Router {
+    nodes: Vec<Node>,
+    map: SlotMap,
+    cons: HashMap<String, Connection>,
+}
+
+impl Router {
+    fn new(nodes: &[Node]) -> Router {
+        Router {
+            nodes: nodes.to_vec(),
+            map: slot_map(nodes).unwrap_or_default(),
+            cons: HashMap::new(),
+        }
+    }
+
+    /// Sends `pipe` to the owner of `slot`.
+    fn send(&mut self, slot: u16, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<Value>> {
+        let Some(ip) = owner(&self.map, slot).map(str::to_string) else {
+            self.refresh();
+            return Err((ErrorKind::Io, "no owner known for the slot").into());
+        };
+        if !self.cons.contains_key(&ip) {
+            let con = connect(&ip, Duration::from_millis(800))?;
+            self.cons.insert(ip.clone(), con);
+        }
+        let Some(con) = self.cons.get_mut(&ip) else {
+            return Err((ErrorKind::Io, "no connection").into());
+        };
+        let result = pipe.query::<Vec<Value>>(con);
+        if let Err(e) = &result {
+            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                self.cons.remove(&ip);
+            }
+            self.refresh();
+        }
+        result
+    }
+
+    fn refresh(&mut self) {
+        if let Some(map) = slot_map(&self.nodes) {
+            self.map = map;
+        }
+    }
+}
+
+fn outcome_of(e: &redis::RedisError) -> Outcome {
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
+        Outcome::Unknown(e.to_string())
+    } else {
+        Outcome::Refused(e.to_string())
+    }
+}
+
+fn int(v: Option<&Value>) -> Option<i64> {
+    match v {
+        Some(Value::Int(n)) => Some(*n),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// The queues of a fault's phase and the slot of each.
+#[derive(Clone)]
+pub struct Queues(pub Vec<(String, u16)>);
+
+/// The running load: stop it, then join it.
+pub struct Load {
+    running: Arc<AtomicBool>,
+    producing: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Load {
+    /// Starts `producers` and `workers` threads on `queues`, each with a seed drawn from `seed`.
+    pub fn start(
+        nodes: &[Node],
+        queues: &Queues,
+        history: &History,
+        seed: u64,
+        producers: usize,
+        workers: usize,
+        max_jobs: usize,
+    ) -> Load {
+        let running = Arc::new(AtomicBool::new(true));
+        let producing = Arc::new(AtomicBool::new(true));
+        let mut threads = Vec::new();
+        for p in 0..producers {
+            let (nodes, queues, history) = (nodes.to_vec(), queues.clone(), history.clone());
+            let producing = producing.clone();
+            let per = max_jobs / producers.max(1);
+            threads.push(std::thread::spawn(move || {
+                produce(
+                    &nodes,
+                    &queues,
+                    &history,
+                    seed ^ (p as u64 + 1),
+                    &producing,
+                    per,
+                )
+            }));
+        }
+        for w in 0..workers {
+            let (nodes, queues, history) = (nodes.to_vec(), queues.clone(), history.clone());
+            let running = running.clone();
+            threads.push(std::thread::spawn(move || {
+                work(
+                    &nodes,
+                    &queues,
+                    &history,
+                    seed ^ (0x100 + w as u64),
+                    &running,
+                )
+            }));
+        }
+        Load {
+            running,
+            producing,
+            threads,
+        }
+    }
+
+    /// Stops enqueueing; workers go on.
+    pub fn stop_producing(&self) {
+        self.producing.store(false, Ordering::SeqCst);
+    }
+
+    /// Stops everything and waits for it.
+    pub fn stop(self) {
+        self.producing.store(false, Ordering::SeqCst);
+        self.running.store(false, Ordering::SeqCst);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn produce(
+    nodes: &[Node],
+    queues: &Queues,
+    history: &History,
+    seed: u64,
+    producing: &AtomicBool,
+    max_jobs: usize,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut router = Router::new(nodes);
+    let mut sent = 0;
+    while producing.load(Ordering::SeqCst) && sent < max_jobs {
+        let (queue, slot) = &queues.0[rng.random_range(0..queues.0.len())];
+        let payload = format!("{seed:x}-{sent}");
+        sent += 1;
+        let mut pipe = redis::pipe();
+        pipe.cmd("EMQ.ENQUEUE")
+            .arg(queue)
+            .arg("*")
+            .arg(&payload)
+            .cmd("WAIT")
+            .arg(1)
+            .arg(300);
+        let op = match router.send(*slot, &pipe) {
+            Ok(replies) => Op::Enqueue {
+                queue: queue.clone(),
+                payload,
+                id: replies.first().and_then(text),
+                replicated: int(replies.get(1)).is_some_and(|n| n >= 1),
+                outcome: Outcome::Ok,
+            },
+            Err(e) => Op::Enqueue {
+                queue: queue.clone(),
+                payload,
+                id: None,
+                replicated: false,
+                outcome: outcome_of(&e),
+            },
+        };
+        record(history, op);
+        std::thread::sleep(Duration::from_millis(rng.random_range(1..6)));
+    }
+}
+
+fn work(nodes: &[Node], queues: &Queues, history: &History, seed: u64, running: &AtomicBool) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut router = Router::new(nodes);
+    while running.load(Ordering::SeqCst) {
+        let (queue, slot) = &queues.0[rng.random_range(0..queues.0.len())];
+        let sent = Instant::now();
+        let mut pipe = redis::pipe();
+        pipe.cmd("EMQ.CLAIM")
+            .arg(queue)
+            .arg("COUNT")
+            .arg(5)
+            .arg("LEASE")
+            .arg(2_000);
+        let jobs: Vec<(String, i64)> = match router.send(*slot, &pipe) {
+            Ok(replies) => match replies.into_iter().next() {
+                Some(Value::Array(jobs)) => jobs
+                    .iter()
+                    .filter_map(|j| match j {
+                        Value::Array(f) => Some((text(f.first()?)?, int(f.get(2))?)),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            },
+            Err(_) => Vec::new(),
+        };
+        if jobs.is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        record(
+            history,
+            Op::Claim {
+                queue: queue.clone(),
+                jobs: jobs.clone(),
+                sent,
+            },
+        );
+        for (id, token) in jobs {
+            std::thread::sleep(Duration::from_millis(rng.random_range(0..60)));
+            let roll = rng.random_range(0..100);
+            if roll >= 95 {
+                continue; // dies without a word: the lease runs out
+            }
+            let fail = roll >= 85;
+            let mut pipe = redis::pipe();
+            if fail {
+                pipe.cmd("EMQ.FAIL")
+                    .arg(queue)
+                    .arg(&id)
+                    .arg(token)
+                    .arg("RETRY-IN")
+                    .arg(100);
+            } else {
+                pipe.cmd("EMQ.ACK").arg(queue).arg(&id).arg(token);
+            }
+            pipe.cmd("WAIT").arg(1).arg(300);
+            let result = router.send(*slot, &pipe);
+            let (accepted, replicated, outcome) = match &result {
+                Ok(replies) => (
+                    true,
+                    int(replies.get(1)).is_some_and(|n| n >= 1),
+                    Outcome::Ok,
+                ),
+                Err(e) => (false, false, outcome_of(e)),
+            };
+            record(
+                history,
+                Op::Settle {
+                    queue: queue.clone(),
+                    id,
+                    token,
+                    fail,
+                    accepted,
+                    replicated,
+                    outcome,
+                    answered: Instant::now(),
+                },
+            );
+        }
+    }
+}
