@@ -160,6 +160,9 @@ impl Load {
             let (nodes, queues, history) = (nodes.to_vec(), queues.clone(), history.clone());
             let producing = producing.clone();
             let per = max_jobs / producers.max(1);
+            // Each producer's jobs spread over at least SPREAD, so a fault always meets
+            // enqueues however few jobs a run tries.
+            let pause_ms = (SPREAD.as_millis() as u64 / per.max(1) as u64).max(1);
             threads.push(std::thread::spawn(move || {
                 produce(
                     &nodes,
@@ -168,6 +171,7 @@ impl Load {
                     seed ^ (p as u64 + 1),
                     &producing,
                     per,
+                    pause_ms,
                 )
             }));
         }
@@ -206,6 +210,9 @@ impl Load {
     }
 }
 
+/// The least time a phase's enqueues take: past the warm-up, the fault and its healing.
+const SPREAD: Duration = Duration::from_secs(14);
+
 fn produce(
     nodes: &[Node],
     queues: &Queues,
@@ -213,6 +220,7 @@ fn produce(
     seed: u64,
     producing: &AtomicBool,
     max_jobs: usize,
+    pause_ms: u64,
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut router = Router::new(nodes);
@@ -246,7 +254,9 @@ fn produce(
             },
         };
         record(history, op);
-        std::thread::sleep(Duration::from_millis(rng.random_range(1..6)));
+        std::thread::sleep(Duration::from_millis(
+            rng.random_range(1..=(2 * pause_ms).max(5)),
+        ));
     }
 }
 
