@@ -286,7 +286,10 @@ pub fn digests(pairs: &[(Node, Node)]) -> Vec<String> {
     };
     pairs
         .iter()
-        .filter(|(p, r)| digest(&p.ip).is_none() || digest(&p.ip) != digest(&r.ip))
+        .filter(|(p, r)| {
+            let primary = digest(&p.ip);
+            primary.is_none() || primary != digest(&r.ip)
+        })
         .map(|(p, r)| format!("replica {} differs from its primary {}", r.ip, p.ip))
         .collect()
 }
