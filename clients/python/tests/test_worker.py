@@ -189,3 +189,11 @@ def test_an_exception_is_retried_then_the_job_is_dead() -> None:
         assert q.stats()["dead"] == 1
     finally:
         server.stop()
+
+
+def test_a_connection_reset_in_mid_read_is_tried_again_and_a_plain_value_error_is_not() -> None:
+    from echomq._retry import transient
+
+    # What redis-py's socket reader raises when the peer resets the connection in mid-read.
+    assert transient(ValueError("I/O operation on closed file."))
+    assert not transient(ValueError("no stock for sku 42"))

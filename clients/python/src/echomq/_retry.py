@@ -31,6 +31,11 @@ def transient(error: Exception) -> bool:
          TryAgainError, MasterDownError),
     ):
         return True
+    # redis-py's socket reader, when the peer resets the connection in mid-read (a node that
+    # hands a slot on, or fails), can answer with the ValueError of its closed buffer instead
+    # of a ConnectionError: it is the same lost connection.
+    if isinstance(error, ValueError) and "closed file" in str(error):
+        return True
     return isinstance(error, ResponseError) and str(error).startswith(TRANSIENT_CODES)
 
 
