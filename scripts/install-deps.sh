@@ -4,18 +4,21 @@
 # valkey-tools, python3-redis (the documented loops run with stock redis-py), python3-venv (the venv the Python
 # client is tested and type-checked in, target/py), and on request redis-server
 # (--with-redis, the Redis 7 tier), docker-compose (--with-compose, the docker tier) and
-# iptables (--with-iptables, the faults harness, which cuts links with it).
+# iptables (--with-iptables, the faults harness, which cuts links with it) and chromium with
+# chromium-driver (--with-browser, the console's browser tests).
 # Idempotent: does nothing when everything is already present.
 set -euo pipefail
 
 want_redis=0
 want_compose=0
 want_iptables=0
+want_browser=0
 for arg in "$@"; do
   case "$arg" in
     --with-redis) want_redis=1 ;;
     --with-compose) want_compose=1 ;;
     --with-iptables) want_iptables=1 ;;
+    --with-browser) want_browser=1 ;;
   esac
 done
 
@@ -44,6 +47,10 @@ have_venv || missing+=(python3-venv)
 [ $want_redis = 1 ] && ! have_redis && missing+=(redis-server)
 [ $want_compose = 1 ] && ! command -v docker-compose >/dev/null 2>&1 && missing+=(docker-compose)
 [ $want_iptables = 1 ] && ! command -v iptables >/dev/null 2>&1 && missing+=(iptables)
+if [ $want_browser = 1 ]; then
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -47,13 +47,11 @@ pub enum Error {
 impl Error {
     /// A server error as its typed variant, when EchoMQ's.
     pub fn from_redis(e: RedisError) -> Error {
-        let text = e.to_string();
-        let detail = || {
-            // The reply's own text, from its code on.
-            match e.code() {
-                Some(code) => text[text.find(code).unwrap_or(0)..].to_string(),
-                None => text.clone(),
-            }
+        // The reply as the server sent it: its code, then its text.
+        let detail = || match (e.code(), e.detail()) {
+            (Some(code), Some(detail)) => format!("{code} {detail}"),
+            (Some(code), None) => code.to_string(),
+            _ => e.to_string(),
         };
         match e.code() {
             Some("EMQQUEUE") => Error::QueueName(detail()),

@@ -43,6 +43,21 @@ pub fn mint() -> String {
     }
 }
 
+/// When an id in the module's layout was minted (unix ms): the high bits of its value; `None`
+/// for bytes that are not a branded id.
+pub fn minted_at_ms(id: &str) -> Option<u64> {
+    let bytes = id.as_bytes();
+    if bytes.len() != 14 || !bytes[..3].iter().all(u8::is_ascii_uppercase) {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for b in &bytes[3..] {
+        let digit = ALPHABET.iter().position(|a| a == b)? as u64;
+        value = value.checked_mul(62)?.checked_add(digit)?;
+    }
+    (value <= MAX_VALUE).then_some((value >> LOW_BITS) + EPOCH_MS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +70,19 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(ids, sorted);
+    }
+
+    #[test]
+    fn an_id_tells_when_it_was_minted() {
+        let before = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let at = minted_at_ms(&mint()).unwrap();
+        assert!(at >= before - 1 && at <= before + 1000, "{at} vs {before}");
+        assert_eq!(minted_at_ms("JOB00000000000"), Some(EPOCH_MS));
+        assert_eq!(minted_at_ms("job00000000000"), None);
+        assert_eq!(minted_at_ms("JOB0000000000!"), None);
+        assert_eq!(minted_at_ms("JOBzzzzzzzzzzz"), None);
     }
 }

@@ -1,0 +1,370 @@
+//! `emq`'s subcommands: each reads or changes the deployment through [`crate::overview`] and the
+//! client's `Queue`, and prints plain text for people or, with `--json`, one JSON document.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use echomq_client::Enqueue;
+
+use crate::error::{Error, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value as Json};
+
+use crate::deployment::Deployment;
+use crate::overview::{self, int, QueueRow};
+
+/// A refusal or a lost connection: the server's error is printed as it came.
+pub const EXIT_ERROR: u8 = 1;
+/// Usage errors exit 2, as clap's do.
+pub const EXIT_USAGE: u8 = 2;
+/// The job, or the change asked for, was not there: no such job, a requeue of a job not dead.
+pub const EXIT_NOT_FOUND: u8 = 3;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "emq",
+    version,
+    about = "EchoMQ's console: look at queues and operate them"
+)]
+pub struct Cli {
+    /// The server, or any node of a cluster: redis://[user:password@]host:port[/db].
+    #[arg(
+        long,
+        global = true,
+        env = "ECHOMQ_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub url: String,
+    /// One JSON document on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Every queue of every primary, with its counts.
+    Queues,
+    /// The counts, pause flag and limits of the queues named (all of them when none is).
+    Stats { queues: Vec<String> },
+    /// One job: its row, set and score.
+    Job { queue: String, id: String },
+    /// A page of one set's jobs, with their payloads and last errors.
+    Jobs {
+        queue: String,
+        /// pending, active, scheduled or dead.
+        set: String,
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        count: u64,
+        /// Where the previous page ended.
+        #[arg(long, default_value = "0")]
+        cursor: String,
+    },
+    /// Stops the queue's claims (enqueues and the timer go on).
+    Pause { queue: String },
+    /// Lets claims take the queue's jobs again.
+    Resume { queue: String },
+    /// Deletes every job of one set (pending, scheduled or dead), a bounded step at a time.
+    Purge { queue: String, set: String },
+    /// Moves a dead job back to pending, or with --dead every dead job.
+    Requeue {
+        queue: String,
+        id: Option<String>,
+        #[arg(long, conflicts_with = "id")]
+        dead: bool,
+    },
+    /// Removes a pending or scheduled job.
+    Cancel { queue: String, id: String },
+    /// Enqueues one job; prints its id.
+    Enqueue {
+        queue: String,
+        payload: String,
+        /// The job's id (minted when not given, so a retry stays one job).
+        #[arg(long)]
+        id: Option<String>,
+        /// Due after this many milliseconds.
+        #[arg(long)]
+        delay_ms: Option<u64>,
+        #[arg(long, allow_negative_numbers = true)]
+        priority: Option<i64>,
+    },
+    /// A live view of every queue: counts, rates, the oldest pending job, the counters.
+    Top {
+        /// Milliseconds between refreshes.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+        interval_ms: u64,
+    },
+    /// Serves the web dashboard.
+    Web(crate::web::Options),
+}
+
+/// What a subcommand printed, as text and as JSON, and its exit code.
+struct Output {
+    text: String,
+    json: Json,
+    code: u8,
+}
+
+impl Output {
+    fn ok(text: String, json: Json) -> Output {
+        Output {
+            text,
+            json,
+            code: 0,
+        }
+    }
+}
+
+pub async fn run(cli: Cli) -> Result<ExitCode> {
+    let dep = Deployment::connect(&cli.url).await?;
+    let out = match cli.command {
+        Command::Top { interval_ms } => {
+            crate::top::run(dep, Duration::from_millis(interval_ms)).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Web(options) => {
+            crate::web::serve(dep, options).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        command => subcommand(&dep, command).await?,
+    };
+    if cli.json {
+        println!("{}", out.json);
+    } else if !out.text.is_empty() {
+        println!("{}", out.text.trim_end());
+    }
+    Ok(ExitCode::from(out.code))
+}
+
+/// The rows as a table: a header line, then one line a queue.
+pub fn table(rows: &[QueueRow]) -> String {
+    let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(5).max(5);
+    let mut out = format!(
+        "{:<width$}  {:>9} {:>9} {:>9} {:>9}  {:>8}  paused\n",
+        "queue", "pending", "active", "scheduled", "dead", "oldest"
+    );
+    for r in rows {
+        out += &format!(
+            "{:<width$}  {:>9} {:>9} {:>9} {:>9}  {:>8}  {}\n",
+            r.name,
+            r.pending,
+            r.active,
+            r.scheduled,
+            r.dead,
+            r.oldest_pending_ms.map_or("-".to_string(), age),
+            if r.paused { "yes" } else { "no" },
+        );
+        if let Some(e) = &r.error {
+            out += &format!("  {e}\n");
+        }
+    }
+    out
+}
+
+/// A duration in the largest unit that keeps it short: 850ms, 12s, 4m, 3h, 2d.
+pub fn age(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{}s", ms / 1_000),
+        60_000..=3_599_999 => format!("{}m", ms / 60_000),
+        3_600_000..=86_399_999 => format!("{}h", ms / 3_600_000),
+        _ => format!("{}d", ms / 86_400_000),
+    }
+}
+
+async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
+    Ok(match command {
+        Command::Queues => {
+            let rows = overview::overview(dep).await?;
+            Output::ok(table(&rows), json!(rows))
+        }
+        Command::Stats { queues } => {
+            let names = if queues.is_empty() {
+                dep.queues().await?
+            } else {
+                queues
+            };
+            let mut text = String::new();
+            let mut all = serde_json::Map::new();
+            for name in names {
+                let stats = dep.queue(&name).stats().await?;
+                let mut fields: Vec<_> = stats.into_iter().collect();
+                fields.sort();
+                text += &format!("{name}\n");
+                for (k, v) in &fields {
+                    text += &format!(
+                        "  {k:<12} {}\n",
+                        v.map_or("-".to_string(), |n| n.to_string())
+                    );
+                }
+                all.insert(
+                    name,
+                    json!(fields
+                        .into_iter()
+                        .map(|(k, v)| (k, json!(v)))
+                        .collect::<serde_json::Map<_, _>>()),
+                );
+            }
+            Output::ok(text, Json::Object(all))
+        }
+        Command::Job { queue, id } => match overview::job(dep, &queue, &id).await? {
+            None => Output {
+                text: format!("no job {id} in {queue}"),
+                json: Json::Null,
+                code: EXIT_NOT_FOUND,
+            },
+            Some(fields) => {
+                let text = fields
+                    .iter()
+                    .map(|(k, v)| format!("{k:<10} {v}\n"))
+                    .collect();
+                let map: serde_json::Map<_, _> =
+                    fields.into_iter().map(|(k, v)| (k, json!(v))).collect();
+                Output::ok(text, Json::Object(map))
+            }
+        },
+        Command::Jobs {
+            queue,
+            set,
+            count,
+            cursor,
+        } => {
+            let (next, jobs) =
+                overview::jobs(dep, &queue, &set, &cursor, count as usize, true).await?;
+            let mut text = String::new();
+            for j in &jobs {
+                text += &format!(
+                    "{}  score {}  attempts {}  {}\n",
+                    j.id, j.score, j.attempts, j.payload
+                );
+                if let Some(e) = &j.error {
+                    text += &format!("    error: {}\n", e.lines().next().unwrap_or_default());
+                }
+            }
+            if next != "0" {
+                text += &format!("more: --cursor {next}\n");
+            }
+            Output::ok(text, json!({ "cursor": next, "jobs": jobs }))
+        }
+        Command::Pause { queue } => {
+            let changed = dep.queue(&queue).pause().await?;
+            let text = if changed { "paused" } else { "paused already" };
+            Output::ok(text.into(), json!({ "paused": true, "changed": changed }))
+        }
+        Command::Resume { queue } => {
+            let changed = dep.queue(&queue).resume().await?;
+            let text = if changed { "resumed" } else { "not paused" };
+            Output::ok(text.into(), json!({ "paused": false, "changed": changed }))
+        }
+        Command::Purge { queue, set } => {
+            let total = overview::queue_row(dep, &queue, 0).await?.count(&set);
+            let done = drain(dep, &queue, progress(total, "purged"), &["EMQ.PURGE", &set]).await?;
+            Output::ok(format!("{done} purged"), json!({ "purged": done }))
+        }
+        Command::Requeue {
+            queue,
+            id: Some(id),
+            ..
+        } => {
+            let moved = dep.queue(&queue).requeue(&id).await?;
+            Output {
+                text: if moved {
+                    "requeued".into()
+                } else {
+                    format!("{id} is not dead")
+                },
+                json: json!({ "requeued": u8::from(moved) }),
+                code: if moved { 0 } else { EXIT_NOT_FOUND },
+            }
+        }
+        Command::Requeue {
+            queue,
+            id: None,
+            dead,
+        } => {
+            if !dead {
+                return Err(Error::Usage(
+                    "give a job id, or --dead for every dead job".into(),
+                ));
+            }
+            let total = overview::queue_row(dep, &queue, 0).await?.dead;
+            let done = drain(
+                dep,
+                &queue,
+                progress(total, "requeued"),
+                &["EMQ.REQUEUE", "DEAD"],
+            )
+            .await?;
+            Output::ok(format!("{done} requeued"), json!({ "requeued": done }))
+        }
+        Command::Cancel { queue, id } => {
+            let removed = dep.queue(&queue).cancel(&id).await?;
+            Output {
+                text: if removed {
+                    "cancelled".into()
+                } else {
+                    format!("{id} is not pending or scheduled")
+                },
+                json: json!({ "cancelled": u8::from(removed) }),
+                code: if removed { 0 } else { EXIT_NOT_FOUND },
+            }
+        }
+        Command::Enqueue {
+            queue,
+            payload,
+            id,
+            delay_ms,
+            priority,
+        } => {
+            let how = Enqueue {
+                id,
+                delay: delay_ms.map(Duration::from_millis),
+                priority,
+                ..Enqueue::default()
+            };
+            let id = dep
+                .queue(&queue)
+                .enqueue_with(payload.as_bytes(), how)
+                .await?;
+            Output::ok(id.clone(), json!({ "id": id }))
+        }
+        Command::Top { .. } | Command::Web(_) => Output::ok(String::new(), Json::Null),
+    })
+}
+
+/// A bar on stderr for `total` jobs, drawn only when stderr is a terminal.
+pub fn progress(total: i64, verb: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total.max(0) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(verb.to_string());
+    bar
+}
+
+/// Calls `command <queue> args...` (a bounded step: `EMQ.PURGE`, `EMQ.REQUEUE ... DEAD`) until
+/// it answers 0, moving `bar` on; how many jobs it moved in all.
+pub async fn drain(
+    dep: &Deployment,
+    queue: &str,
+    bar: ProgressBar,
+    command: &[&str],
+) -> Result<i64> {
+    let q = dep.queue(queue);
+    let args: Vec<Vec<u8>> = command[1..].iter().map(|a| a.as_bytes().to_vec()).collect();
+    let mut done = 0;
+    loop {
+        let n = int(&q.call(command[0], &args).await?)?;
+        if n <= 0 {
+            break;
+        }
+        done += n;
+        bar.set_length(bar.length().unwrap_or(0).max(done as u64));
+        bar.set_position(done as u64);
+    }
+    bar.finish_and_clear();
+    Ok(done)
+}

@@ -1,0 +1,395 @@
+//! What the console shows, read from the server: each queue's counts, a page of a set's jobs,
+//! one job, and a rolling minute of samples the rates and sparklines come from. `emq`'s plain
+//! commands, `emq top` and `emq web` all read through here.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use echomq_client::ids;
+
+use crate::error::{Error, Result};
+use redis::{FromRedisValue, Value};
+use serde::Serialize;
+
+use crate::deployment::{page, Deployment};
+
+/// The sets `EMQ.JOBS` pages through.
+pub const SETS: [&str; 4] = ["pending", "active", "scheduled", "dead"];
+/// How long the rates and sparklines look back.
+pub const WINDOW_MS: u64 = 60_000;
+/// Samples a history keeps at most, whatever the refresh interval.
+const MAX_SAMPLES: usize = 600;
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// One queue at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct QueueRow {
+    pub name: String,
+    pub pending: i64,
+    pub active: i64,
+    pub scheduled: i64,
+    pub dead: i64,
+    pub paused: bool,
+    /// How long the job first in line has waited since its id was minted (ms).
+    pub oldest_pending_ms: Option<u64>,
+    /// Why the queue could not be read (a key of another type, say); the counts are then 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl QueueRow {
+    pub fn count(&self, set: &str) -> i64 {
+        match set {
+            "pending" => self.pending,
+            "active" => self.active,
+            "scheduled" => self.scheduled,
+            "dead" => self.dead,
+            _ => 0,
+        }
+    }
+}
+
+/// One job of a page of `EMQ.JOBS ... WITHPAYLOADS`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct JobEntry {
+    pub id: String,
+    /// Its score in the set: priority in `pending`, due time in `scheduled`, lease deadline in
+    /// `active`, time of death in `dead`.
+    pub score: i64,
+    pub attempts: i64,
+    pub payload: String,
+    pub error: Option<String>,
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::Nil => None,
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        Value::Double(d) => Some(d.to_string()),
+        _ => None,
+    }
+}
+
+fn number(v: &Value) -> i64 {
+    text(v)
+        .and_then(|t| t.parse::<f64>().ok())
+        .map_or(0, |f| f as i64)
+}
+
+/// The queue's counts and the age of its first pending job.
+pub async fn queue_row(dep: &Deployment, name: &str, now: u64) -> Result<QueueRow> {
+    let stats = dep.queue(name).stats().await?;
+    let get = |k: &str| stats.get(k).copied().flatten().unwrap_or(0);
+    let mut row = QueueRow {
+        name: name.to_string(),
+        pending: get("pending"),
+        active: get("active"),
+        scheduled: get("scheduled"),
+        dead: get("dead"),
+        paused: get("paused") == 1,
+        oldest_pending_ms: None,
+        error: None,
+    };
+    if row.pending > 0 {
+        let (_, first) = jobs(dep, name, "pending", "0", 1, false).await?;
+        row.oldest_pending_ms = first
+            .first()
+            .and_then(|j| ids::minted_at_ms(&j.id))
+            .map(|at| now.saturating_sub(at));
+    }
+    Ok(row)
+}
+
+/// Every queue of the deployment, in name order; a queue that cannot be read is listed with
+/// its error, so one broken key does not hide the others.
+pub async fn overview(dep: &Deployment) -> Result<Vec<QueueRow>> {
+    let now = now_ms();
+    let mut rows = Vec::new();
+    for name in dep.queues().await? {
+        rows.push(match queue_row(dep, &name, now).await {
+            Ok(row) => row,
+            Err(e) => QueueRow {
+                name,
+                error: Some(e.to_string()),
+                ..QueueRow::default()
+            },
+        });
+    }
+    Ok(rows)
+}
+
+/// A page of one set: the next cursor (`"0"` at the end) and its jobs with their payloads and
+/// last errors.
+pub async fn jobs(
+    dep: &Deployment,
+    queue: &str,
+    set: &str,
+    cursor: &str,
+    count: usize,
+    with_payloads: bool,
+) -> Result<(String, Vec<JobEntry>)> {
+    let mut args = vec![
+        set.as_bytes().to_vec(),
+        b"CURSOR".to_vec(),
+        cursor.as_bytes().to_vec(),
+        b"COUNT".to_vec(),
+        count.to_string().into_bytes(),
+    ];
+    if with_payloads {
+        args.push(b"WITHPAYLOADS".to_vec());
+    }
+    let reply = dep.queue(queue).call("EMQ.JOBS", &args).await?;
+    let (next, _) = page(&reply)?;
+    let Value::Array(parts) = &reply else {
+        return Err(Error::Reply(format!("{reply:?}")));
+    };
+    let mut out = Vec::new();
+    if let Some(Value::Array(items)) = parts.get(1) {
+        for item in items {
+            let Value::Array(fields) = item else { continue };
+            let field = |i: usize| fields.get(i).and_then(text);
+            let Some(id) = field(0) else { continue };
+            out.push(JobEntry {
+                id,
+                score: fields.get(1).map_or(0, number),
+                attempts: fields.get(2).map_or(0, number),
+                payload: field(3).unwrap_or_default(),
+                error: field(4),
+            });
+        }
+    }
+    Ok((String::from_utf8_lossy(&next).into_owned(), out))
+}
+
+/// One job's row, set and score, field by field in the server's order; `None` when there is
+/// no such job.
+pub async fn job(dep: &Deployment, queue: &str, id: &str) -> Result<Option<Vec<(String, String)>>> {
+    let reply = dep
+        .queue(queue)
+        .call("EMQ.JOB", &[id.as_bytes().to_vec()])
+        .await?;
+    let pairs: Vec<(String, String)> = match &reply {
+        Value::Nil => return Ok(None),
+        Value::Map(m) => m
+            .iter()
+            .map(|(k, v)| (text(k).unwrap_or_default(), text(v).unwrap_or_default()))
+            .collect(),
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|kv| {
+                Some((
+                    text(kv.first()?)?,
+                    kv.get(1).and_then(text).unwrap_or_default(),
+                ))
+            })
+            .collect(),
+        other => return Err(Error::Reply(format!("{other:?}"))),
+    };
+    Ok(Some(pairs))
+}
+
+/// The last entries of the queue's event stream for one job (newest last), when the stream is
+/// on: the job's history.
+pub async fn job_history(
+    dep: &Deployment,
+    queue: &str,
+    id: &str,
+    limit: usize,
+) -> Result<Vec<(u64, String)>> {
+    let key = format!("emq:{{{queue}}}:events");
+    let mut conn = dep.routed.clone();
+    let reply: Value = redis::cmd("XREVRANGE")
+        .arg(&key)
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(crate::overview::HISTORY_SCAN)
+        .query_async(&mut conn)
+        .await?;
+    let mut out = Vec::new();
+    let Value::Array(entries) = reply else {
+        return Ok(out);
+    };
+    for entry in entries {
+        let Value::Array(parts) = entry else { continue };
+        let (Some(entry_id), Some(Value::Array(fields))) =
+            (parts.first().and_then(text), parts.get(1))
+        else {
+            continue;
+        };
+        let fields: BTreeMap<String, String> = fields
+            .chunks(2)
+            .filter_map(|kv| Some((text(kv.first()?)?, kv.get(1).and_then(text)?)))
+            .collect();
+        if fields.get("id").map(String::as_str) == Some(id) {
+            let at = entry_id
+                .split('-')
+                .next()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0);
+            out.push((at, fields.get("event").cloned().unwrap_or_default()));
+            if out.len() >= limit {
+                break;
+            }
+        }
+    }
+    out.reverse();
+    Ok(out)
+}
+
+/// Stream entries a job's history reads back through, at most.
+pub const HISTORY_SCAN: usize = 2_000;
+
+/// The deployment at one moment: its queues and its summed `INFO emq` counters.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Sample {
+    pub at_ms: u64,
+    pub queues: Vec<QueueRow>,
+    pub counters: BTreeMap<String, i64>,
+}
+
+pub async fn sample(dep: &Deployment) -> Result<Sample> {
+    Ok(Sample {
+        at_ms: now_ms(),
+        queues: overview(dep).await?,
+        counters: dep.counters().await?,
+    })
+}
+
+/// The counters whose rates the console shows, with their labels.
+pub const RATES: [(&str, &str); 3] = [
+    ("emq_enqueued", "enqueued"),
+    ("emq_claimed", "claimed"),
+    ("emq_acked", "acked"),
+];
+
+/// The last minute of samples, oldest first.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    samples: VecDeque<Sample>,
+}
+
+impl History {
+    pub fn push(&mut self, sample: Sample) {
+        let horizon = sample.at_ms.saturating_sub(WINDOW_MS);
+        self.samples.push_back(sample);
+        while self.samples.len() > MAX_SAMPLES
+            || (self.samples.len() > 2 && self.samples.get(1).is_some_and(|s| s.at_ms <= horizon))
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    pub fn latest(&self) -> Option<&Sample> {
+        self.samples.back()
+    }
+
+    /// A counter's rate per second over the window (`None` before two samples). A counter that
+    /// went down was reset (a restarted server, a failover) and counts again from 0.
+    pub fn rate(&self, counter: &str) -> Option<f64> {
+        let (first, last) = (self.samples.front()?, self.samples.back()?);
+        let seconds = last.at_ms.checked_sub(first.at_ms)? as f64 / 1000.0;
+        if seconds <= 0.0 {
+            return None;
+        }
+        Some(self.increases(counter).iter().sum::<i64>() as f64 / seconds)
+    }
+
+    /// A counter's rate per second between each two samples, oldest first.
+    pub fn rate_series(&self, counter: &str) -> Vec<f64> {
+        let gaps = self
+            .samples
+            .iter()
+            .zip(self.samples.iter().skip(1))
+            .map(|(a, b)| b.at_ms.saturating_sub(a.at_ms).max(1) as f64 / 1000.0);
+        self.increases(counter)
+            .into_iter()
+            .zip(gaps)
+            .map(|(delta, seconds)| delta as f64 / seconds)
+            .collect()
+    }
+
+    /// How much a counter grew between each two samples, a reset counting from 0.
+    fn increases(&self, counter: &str) -> Vec<i64> {
+        let get = |s: &Sample| s.counters.get(counter).copied().unwrap_or(0);
+        self.samples
+            .iter()
+            .zip(self.samples.iter().skip(1))
+            .map(|(a, b)| {
+                if get(b) >= get(a) {
+                    get(b) - get(a)
+                } else {
+                    get(b)
+                }
+            })
+            .collect()
+    }
+
+    /// One queue's count of one set at each sample, oldest first.
+    pub fn backlog_series(&self, queue: &str, set: &str) -> Vec<f64> {
+        self.samples
+            .iter()
+            .map(|s| {
+                s.queues
+                    .iter()
+                    .find(|q| q.name == queue)
+                    .map_or(0.0, |q| q.count(set) as f64)
+            })
+            .collect()
+    }
+}
+
+/// A reply's integer, when it is one (`EMQ.PURGE`, `EMQ.REQUEUE ... DEAD`).
+pub fn int(v: &Value) -> Result<i64> {
+    i64::from_redis_value_ref(v).map_err(|_| Error::Reply(format!("{v:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64, enqueued: i64, pending: i64) -> Sample {
+        Sample {
+            at_ms: ms,
+            queues: vec![QueueRow {
+                name: "q".into(),
+                pending,
+                ..QueueRow::default()
+            }],
+            counters: [("emq_enqueued".to_string(), enqueued)].into(),
+        }
+    }
+
+    #[test]
+    fn rates_are_over_the_window_and_a_reset_counter_counts_from_zero() {
+        let mut h = History::default();
+        assert_eq!(h.rate("emq_enqueued"), None);
+        h.push(at(1_000, 0, 0));
+        h.push(at(2_000, 10, 5));
+        h.push(at(3_000, 30, 7));
+        assert_eq!(h.rate("emq_enqueued"), Some(15.0));
+        assert_eq!(h.rate_series("emq_enqueued"), vec![10.0, 20.0]);
+        assert_eq!(h.backlog_series("q", "pending"), vec![0.0, 5.0, 7.0]);
+        h.push(at(4_000, 3, 0));
+        assert_eq!(h.rate("emq_enqueued"), Some(11.0));
+        assert_eq!(h.rate_series("emq_enqueued"), vec![10.0, 20.0, 3.0]);
+    }
+
+    #[test]
+    fn a_history_keeps_one_minute() {
+        let mut h = History::default();
+        for s in 0..200 {
+            h.push(at(s * 1_000, s as i64, 0));
+        }
+        let first = h.samples.front().map(|s| s.at_ms).unwrap_or_default();
+        assert_eq!(first, 199_000 - WINDOW_MS);
+        assert_eq!(h.rate("emq_enqueued"), Some(1.0));
+    }
+}

@@ -1,0 +1,376 @@
+//! `emq web`: the dashboard, served by axum. Pages are maud templates (every interpolated value
+//! is HTML-escaped), charts are SVG drawn here, and nothing is fetched from elsewhere. Safe by
+//! default: loopback unless told otherwise, Basic auth required off loopback, every action a
+//! POST carrying the process's CSRF token, none at all with `--read-only`.
+
+mod chart;
+mod pages;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use axum::extract::{Form, Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use base64::Engine;
+use indicatif::ProgressBar;
+use serde::Deserialize;
+use tokio::sync::RwLock;
+
+use crate::cli::drain;
+use crate::deployment::Deployment;
+use crate::overview::{self, sample, History};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Options {
+    /// Where to listen; anything but loopback needs --auth.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+    /// Show everything, change nothing: no action is served or shown.
+    #[arg(long)]
+    pub read_only: bool,
+    /// user:password for HTTP Basic auth.
+    #[arg(long, env = "ECHOMQ_WEB_AUTH", hide_env_values = true)]
+    pub auth: Option<String>,
+    /// Milliseconds between samples of the deployment (the charts' resolution).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(200..=60_000))]
+    pub interval_ms: u64,
+}
+
+pub struct App {
+    pub dep: Deployment,
+    pub history: RwLock<History>,
+    pub csrf: String,
+    pub read_only: bool,
+    auth: Option<String>,
+}
+
+/// A page that could not be made: the server's error, shown as it came (escaped).
+pub struct WebError(StatusCode, String);
+
+impl From<Error> for WebError {
+    fn from(e: Error) -> WebError {
+        WebError(StatusCode::BAD_GATEWAY, e.to_string())
+    }
+}
+
+impl From<echomq_client::Error> for WebError {
+    fn from(e: echomq_client::Error) -> WebError {
+        Error::from(e).into()
+    }
+}
+
+impl IntoResponse for WebError {
+    fn into_response(self) -> Response {
+        (self.0, pages::error(self.0, &self.1)).into_response()
+    }
+}
+
+type Page = std::result::Result<Response, WebError>;
+
+pub async fn serve(dep: Deployment, options: Options) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(options.bind).await?;
+    let app = app(dep, &options)?;
+    let addr = listener.local_addr()?;
+    eprintln!(
+        "emq web: serving http://{addr}/{}",
+        if app.read_only { " (read-only)" } else { "" }
+    );
+    let sampler = Arc::clone(&app);
+    let interval = Duration::from_millis(options.interval_ms);
+    tokio::spawn(async move {
+        loop {
+            if let Ok(s) = sample(&sampler.dep).await {
+                sampler.history.write().await.push(s);
+            }
+            tokio::time::sleep(interval).await;
+        }
+    });
+    axum::serve(listener, router(app))
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}
+
+/// The dashboard's state, refusing a bind off loopback without auth.
+pub fn app(dep: Deployment, options: &Options) -> Result<Arc<App>> {
+    if !options.bind.ip().is_loopback() && options.auth.is_none() {
+        return Err(Error::Usage(format!(
+            "emq web binds {} only with --auth user:password (or ECHOMQ_WEB_AUTH)",
+            options.bind
+        )));
+    }
+    if options.auth.as_deref().is_some_and(|a| !a.contains(':')) {
+        return Err(Error::Usage("--auth is user:password".into()));
+    }
+    Ok(Arc::new(App {
+        dep,
+        history: RwLock::new(History::default()),
+        csrf: format!("{:032x}", rand::random::<u128>()),
+        read_only: options.read_only,
+        auth: options.auth.clone(),
+    }))
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    let mut routes = Router::new()
+        .route("/", get(index))
+        .route("/queues/{queue}", get(queue_page))
+        .route("/queues/{queue}/jobs/{id}", get(job_page));
+    if !app.read_only {
+        routes = routes
+            .route("/queues/{queue}/pause", post(pause))
+            .route("/queues/{queue}/resume", post(resume))
+            .route("/queues/{queue}/purge", post(purge))
+            .route("/queues/{queue}/requeue-dead", post(requeue_dead))
+            .route("/queues/{queue}/jobs/{id}/requeue", post(requeue_job))
+            .route("/queues/{queue}/jobs/{id}/cancel", post(cancel_job));
+    }
+    routes
+        .layer(middleware::from_fn(headers))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), basic_auth))
+        .with_state(app)
+}
+
+/// No framing, no scripts, nothing from elsewhere, forms only to this server.
+async fn headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'",
+        ),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}
+
+/// Equal without a shortcut on the first difference.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn basic_auth(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let Some(expected) = &app.auth else {
+        return next.run(request).await;
+    };
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic "))
+        .and_then(|b| {
+            base64::engine::general_purpose::STANDARD
+                .decode(b.trim())
+                .ok()
+        });
+    if given.is_some_and(|g| same(&g, expected.as_bytes())) {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [(
+            header::WWW_AUTHENTICATE,
+            "Basic realm=\"emq\", charset=\"UTF-8\"",
+        )],
+        "authentication required",
+    )
+        .into_response()
+}
+
+async fn index(State(app): State<Arc<App>>) -> Page {
+    let rows = overview::overview(&app.dep).await?;
+    let history = app.history.read().await;
+    Ok(pages::index(&app, &rows, &history).into_response())
+}
+
+#[derive(Deserialize)]
+struct Listing {
+    set: Option<String>,
+    cursor: Option<String>,
+    done: Option<String>,
+}
+
+/// Jobs a queue page lists.
+const PAGE: usize = 50;
+
+async fn queue_page(
+    State(app): State<Arc<App>>,
+    Path(queue): Path<String>,
+    Query(q): Query<Listing>,
+) -> Page {
+    let set = q.set.unwrap_or_else(|| "pending".into());
+    let cursor = q.cursor.unwrap_or_else(|| "0".into());
+    let row = overview::queue_row(&app.dep, &queue, overview::now_ms()).await?;
+    let (next, jobs) = overview::jobs(&app.dep, &queue, &set, &cursor, PAGE, true).await?;
+    let history = app.history.read().await;
+    Ok(pages::queue(&app, &row, &set, &jobs, &next, q.done.as_deref(), &history).into_response())
+}
+
+async fn job_page(
+    State(app): State<Arc<App>>,
+    Path((queue, id)): Path<(String, String)>,
+    Query(q): Query<Listing>,
+) -> Page {
+    let Some(fields) = overview::job(&app.dep, &queue, &id).await? else {
+        return Err(WebError(
+            StatusCode::NOT_FOUND,
+            format!("no job {id} in {queue}"),
+        ));
+    };
+    let history = overview::job_history(&app.dep, &queue, &id, 100).await?;
+    Ok(pages::job(&app, &queue, &id, &fields, &history, q.done.as_deref()).into_response())
+}
+
+#[derive(Deserialize)]
+struct Action {
+    csrf: String,
+    set: Option<String>,
+}
+
+fn checked(app: &App, form: &Action) -> std::result::Result<(), WebError> {
+    if same(form.csrf.as_bytes(), app.csrf.as_bytes()) {
+        return Ok(());
+    }
+    Err(WebError(
+        StatusCode::FORBIDDEN,
+        "the form's CSRF token is not this dashboard's".into(),
+    ))
+}
+
+fn back_to(queue: &str, set: &str, done: &str) -> Response {
+    Redirect::to(&format!(
+        "/queues/{}?set={}&done={}",
+        pages::segment(queue),
+        pages::segment(set),
+        pages::segment(done)
+    ))
+    .into_response()
+}
+
+async fn pause(
+    State(app): State<Arc<App>>,
+    Path(queue): Path<String>,
+    Form(form): Form<Action>,
+) -> Page {
+    checked(&app, &form)?;
+    let changed = app.dep.queue(&queue).pause().await?;
+    Ok(back_to(
+        &queue,
+        "pending",
+        if changed { "paused" } else { "paused already" },
+    ))
+}
+
+async fn resume(
+    State(app): State<Arc<App>>,
+    Path(queue): Path<String>,
+    Form(form): Form<Action>,
+) -> Page {
+    checked(&app, &form)?;
+    let changed = app.dep.queue(&queue).resume().await?;
+    Ok(back_to(
+        &queue,
+        "pending",
+        if changed { "resumed" } else { "not paused" },
+    ))
+}
+
+async fn purge(
+    State(app): State<Arc<App>>,
+    Path(queue): Path<String>,
+    Form(form): Form<Action>,
+) -> Page {
+    checked(&app, &form)?;
+    let set = form.set.unwrap_or_default();
+    let n = drain(
+        &app.dep,
+        &queue,
+        ProgressBar::hidden(),
+        &["EMQ.PURGE", &set],
+    )
+    .await?;
+    Ok(back_to(&queue, &set, &format!("{n} purged")))
+}
+
+async fn requeue_dead(
+    State(app): State<Arc<App>>,
+    Path(queue): Path<String>,
+    Form(form): Form<Action>,
+) -> Page {
+    checked(&app, &form)?;
+    let n = drain(
+        &app.dep,
+        &queue,
+        ProgressBar::hidden(),
+        &["EMQ.REQUEUE", "DEAD"],
+    )
+    .await?;
+    Ok(back_to(&queue, "dead", &format!("{n} requeued")))
+}
+
+fn to_job(queue: &str, id: &str, done: &str) -> Response {
+    Redirect::to(&format!(
+        "/queues/{}/jobs/{}?done={}",
+        pages::segment(queue),
+        pages::segment(id),
+        pages::segment(done)
+    ))
+    .into_response()
+}
+
+async fn requeue_job(
+    State(app): State<Arc<App>>,
+    Path((queue, id)): Path<(String, String)>,
+    Form(form): Form<Action>,
+) -> Page {
+    checked(&app, &form)?;
+    let moved = app.dep.queue(&queue).requeue(&id).await?;
+    Ok(to_job(
+        &queue,
+        &id,
+        if moved { "requeued" } else { "not dead" },
+    ))
+}
+
+async fn cancel_job(
+    State(app): State<Arc<App>>,
+    Path((queue, id)): Path<(String, String)>,
+    Form(form): Form<Action>,
+) -> Page {
+    checked(&app, &form)?;
+    let removed = app.dep.queue(&queue).cancel(&id).await?;
+    if removed {
+        return Ok(back_to(&queue, "pending", &format!("{id} cancelled")));
+    }
+    Ok(to_job(&queue, &id, "not pending or scheduled"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_compares_whole_values() {
+        assert!(same(b"ann:secret", b"ann:secret"));
+        assert!(!same(b"ann:secret", b"ann:secreT"));
+        assert!(!same(b"ann:secret", b"ann:secret2"));
+        assert!(!same(b"", b"x"));
+    }
+}

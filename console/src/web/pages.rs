@@ -1,0 +1,220 @@
+//! The dashboard's pages. maud escapes every value interpolated into them, so a payload, an
+//! error or a queue name shows as text; the only markup taken as it is are the charts this
+//! process drew from numbers.
+
+use axum::http::StatusCode;
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+use super::chart::sparkline;
+use super::App;
+use crate::cli::age;
+use crate::overview::{History, JobEntry, QueueRow, RATES, SETS};
+
+/// What a path segment or query value keeps as it is; the rest is percent-encoded.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+pub fn segment(text: &str) -> String {
+    utf8_percent_encode(text, SEGMENT).to_string()
+}
+
+/// Characters of a payload a list shows before cutting it.
+const PREVIEW: usize = 160;
+
+const STYLE: &str = "
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1f2937;background:#f9fafb}
+header{background:#111827;color:#fff;padding:10px 20px}header a{color:#fff;text-decoration:none;font-weight:600}
+main{padding:16px 20px}table{border-collapse:collapse;background:#fff;width:100%}
+th,td{border-bottom:1px solid #e5e7eb;padding:6px 8px;text-align:left;vertical-align:top}
+th{background:#f3f4f6}td.n{text-align:right;font-variant-numeric:tabular-nums}
+pre{white-space:pre-wrap;word-break:break-all;margin:0;font-size:12px}
+form{display:inline}button{cursor:pointer;margin:2px}.flash{background:#ecfdf5;padding:6px 10px;margin-bottom:10px}
+.error{background:#fef2f2;padding:10px}.tabs a{margin-right:12px}.tabs a.on{font-weight:700}
+.rates span{margin-right:24px}.paused{color:#b45309;font-weight:600}";
+
+fn layout(title: &str, refresh: bool, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                @if refresh { meta http-equiv="refresh" content="5"; }
+                title { (title) " · emq" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                header { a href="/" { "EchoMQ" } " · " (title) }
+                main { (body) }
+            }
+        }
+    }
+}
+
+pub fn error(status: StatusCode, message: &str) -> Markup {
+    layout(
+        "error",
+        false,
+        html! {
+            div.error { strong { (status.as_u16()) } " " pre #error { (message) } }
+        },
+    )
+}
+
+/// A POST form with the CSRF token; nothing at all on a read-only dashboard.
+fn action(app: &App, path: &str, label: &str, set: Option<&str>) -> Markup {
+    if app.read_only {
+        return html! {};
+    }
+    html! {
+        form method="post" action=(path) {
+            input type="hidden" name="csrf" value=(app.csrf);
+            @if let Some(set) = set { input type="hidden" name="set" value=(set); }
+            button type="submit" { (label) }
+        }
+    }
+}
+
+fn rates(history: &History) -> Markup {
+    html! {
+        div.rates {
+            @for (counter, label) in RATES {
+                span {
+                    (label) " "
+                    strong.rate data-counter=(counter) {
+                        (history.rate(counter).map_or("-".to_string(), |r| format!("{r:.1}/s")))
+                    }
+                    " " (PreEscaped(sparkline(&history.rate_series(counter), 120, 24)))
+                }
+            }
+        }
+    }
+}
+
+pub fn index(app: &App, rows: &[QueueRow], history: &History) -> Markup {
+    layout(
+        "queues",
+        true,
+        html! {
+            (rates(history))
+            p { (rows.len()) " queues" @if app.dep.cluster { ", on " (app.dep.primaries.len()) " primaries" } }
+            table #queues {
+                thead { tr {
+                    th { "queue" } th { "pending" } th { "active" } th { "scheduled" } th { "dead" }
+                    th { "oldest pending" } th { "backlog, last minute" } th {}
+                } }
+                tbody {
+                    @for q in rows {
+                        tr data-queue=(q.name) {
+                            td { a href={ "/queues/" (segment(&q.name)) } { (q.name) } }
+                            td.n.pending { (q.pending) } td.n.active { (q.active) }
+                            td.n.scheduled { (q.scheduled) } td.n.dead { (q.dead) }
+                            td.n { (q.oldest_pending_ms.map_or("-".to_string(), age)) }
+                            td { (PreEscaped(sparkline(&history.backlog_series(&q.name, "pending"), 120, 24))) }
+                            td {
+                                @if q.paused { span.paused { "paused" } }
+                                @if let Some(e) = &q.error { pre.error { (e) } }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+pub fn queue(
+    app: &App,
+    row: &QueueRow,
+    set: &str,
+    jobs: &[JobEntry],
+    next: &str,
+    done: Option<&str>,
+    history: &History,
+) -> Markup {
+    let base = format!("/queues/{}", segment(&row.name));
+    layout(
+        &row.name,
+        true,
+        html! {
+            @if let Some(done) = done { div.flash #flash { (done) } }
+            p {
+                @if row.paused { span.paused #state { "paused" } " " (action(app, &format!("{base}/resume"), "resume", None)) }
+                @else { span #state { "running" } " " (action(app, &format!("{base}/pause"), "pause", None)) }
+                @if row.dead > 0 { (action(app, &format!("{base}/requeue-dead"), "requeue all dead", None)) }
+            }
+            p { "backlog, last minute " (PreEscaped(sparkline(&history.backlog_series(&row.name, "pending"), 240, 32))) }
+            div.tabs {
+                @for s in SETS {
+                    a.on[s == set] href={ (base) "?set=" (s) } { (s) " (" (row.count(s)) ")" }
+                }
+                @if set != "active" && row.count(set) > 0 {
+                    (action(app, &format!("{base}/purge"), &format!("purge {set}"), Some(set)))
+                }
+            }
+            table #jobs {
+                thead { tr { th { "id" } th { "score" } th { "attempts" } th { "payload" } th { "last error" } } }
+                tbody {
+                    @for j in jobs {
+                        tr data-id=(j.id) {
+                            td { a href={ (base) "/jobs/" (segment(&j.id)) } { (j.id) } }
+                            td.n { (j.score) } td.n { (j.attempts) }
+                            td { pre.payload { (preview(&j.payload)) } }
+                            td { pre { (j.error.as_deref().and_then(|e| e.lines().next()).unwrap_or_default()) } }
+                        }
+                    }
+                }
+            }
+            @if next != "0" { p { a #next href={ (base) "?set=" (segment(set)) "&cursor=" (segment(next)) } { "next page" } } }
+        },
+    )
+}
+
+fn preview(payload: &str) -> String {
+    match payload.char_indices().nth(PREVIEW) {
+        Some((cut, _)) => format!("{}…", &payload[..cut]),
+        None => payload.to_string(),
+    }
+}
+
+pub fn job(
+    app: &App,
+    queue: &str,
+    id: &str,
+    fields: &[(String, String)],
+    history: &[(u64, String)],
+    done: Option<&str>,
+) -> Markup {
+    let base = format!("/queues/{}/jobs/{}", segment(queue), segment(id));
+    let set = fields
+        .iter()
+        .find(|(k, _)| k == "set")
+        .map_or("", |(_, v)| v.as_str());
+    layout(
+        &format!("{queue} · {id}"),
+        false,
+        html! {
+            @if let Some(done) = done { div.flash #flash { (done) } }
+            p {
+                a href={ "/queues/" (segment(queue)) } { "← " (queue) }
+                " "
+                @if set == "dead" { (action(app, &format!("{base}/requeue"), "requeue", None)) }
+                @if set == "pending" || set == "scheduled" { (action(app, &format!("{base}/cancel"), "cancel", None)) }
+            }
+            table #job {
+                @for (k, v) in fields {
+                    tr { th { (k) } td { pre data-field=(k) { (v) } } }
+                }
+            }
+            @if !history.is_empty() {
+                h3 { "history" }
+                table #history {
+                    @for (at, event) in history { tr { td.n { (at) } td { (event) } } }
+                }
+            }
+        },
+    )
+}

@@ -1,0 +1,220 @@
+//! `emq`'s subcommands against real servers: the queues of every primary with their counts,
+//! text and JSON, exit codes, the server's errors as they are, and the bounded loops of purge
+//! and requeue run to the end.
+
+mod common;
+
+use common::{count, emq, enqueue, kill_next, server, servers_load_the_module, Cluster};
+use serde_json::Value as Json;
+
+#[test]
+fn queues_lists_every_queue_with_its_counts_as_text_and_json() {
+    let s = server();
+    let mut con = s.conn();
+    for n in 0..3 {
+        enqueue(&mut con, "orders", &format!("order {n}"));
+    }
+    enqueue(&mut con, "emails", "hello");
+    kill_next(&mut con, "emails", "smtp down");
+
+    let (code, text, _) = emq(&s.url(), &["queues"]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("queue"), "{text}");
+    let orders: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(orders[..5], ["orders", "3", "0", "0", "0"], "{text}");
+    let emails: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(emails[..5], ["emails", "0", "0", "0", "1"], "{text}");
+
+    let (code, json, _) = emq(&s.url(), &["--json", "queues"]);
+    assert_eq!(code, 0);
+    let rows: Json = serde_json::from_str(&json).expect("json");
+    assert_eq!(rows[1]["name"], "orders");
+    assert_eq!(rows[1]["pending"], 3);
+    assert!(rows[1]["oldest_pending_ms"].as_u64().is_some(), "{json}");
+    assert_eq!(rows[0]["dead"], 1);
+}
+
+#[test]
+fn job_and_jobs_show_the_row_payload_and_error_and_a_missing_job_exits_3() {
+    let s = server();
+    let mut con = s.conn();
+    enqueue(&mut con, "mail", "to ann");
+    let id = kill_next(&mut con, "mail", "mailbox full\nTraceback ...");
+
+    let (code, text, _) = emq(&s.url(), &["job", "mail", &id]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("dead") && text.contains("mailbox full"),
+        "{text}"
+    );
+    let (_, json, _) = emq(&s.url(), &["--json", "job", "mail", &id]);
+    let row: Json = serde_json::from_str(&json).expect("json");
+    assert_eq!(row["set"], "dead");
+    assert_eq!(row["payload"], "to ann");
+
+    let (code, text, _) = emq(&s.url(), &["jobs", "mail", "dead"]);
+    assert_eq!(code, 0);
+    assert!(
+        text.contains(&id) && text.contains("error: mailbox full"),
+        "{text}"
+    );
+    let (_, json, _) = emq(&s.url(), &["--json", "jobs", "mail", "dead"]);
+    let page: Json = serde_json::from_str(&json).expect("json");
+    assert_eq!(page["cursor"], "0");
+    assert_eq!(page["jobs"][0]["id"], id.as_str());
+    assert_eq!(page["jobs"][0]["error"], "mailbox full\nTraceback ...");
+
+    let (code, text, _) = emq(&s.url(), &["job", "mail", "JOB00000000000"]);
+    assert_eq!(code, 3, "{text}");
+    let (code, _, json) = emq(&s.url(), &["--json", "job", "mail", "JOB00000000000"]);
+    assert_eq!((code, json.as_str()), (3, ""));
+}
+
+#[test]
+fn the_server_s_errors_are_shown_as_they_are_and_exit_1_and_usage_errors_exit_2() {
+    let s = server();
+    let (code, _, err) = emq(&s.url(), &["jobs", "mail", "finished"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("EMQSET unknown set"), "{err}");
+    let (code, _, err) = emq(&s.url(), &["enqueue", "bad{name}", "x"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("EMQQUEUE"), "{err}");
+    let (code, _, err) = emq(&s.url(), &["purge", "mail", "active"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("EMQSET"), "{err}");
+    let (code, _, err) = emq(&s.url(), &["requeue", "mail"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, _) = emq(&s.url(), &["jobs", "mail", "dead", "--count", "0"]);
+    assert_eq!(code, 2);
+    let (code, _, err) = emq("redis://127.0.0.1:1", &["queues"]);
+    assert_eq!(code, 1);
+    assert!(err.to_lowercase().contains("refused"), "{err}");
+}
+
+#[test]
+fn pause_resume_enqueue_cancel_and_requeue_change_the_queue_on_the_server() {
+    let s = server();
+    let mut con = s.conn();
+    assert_eq!(emq(&s.url(), &["pause", "work"]).1.trim(), "paused");
+    assert_eq!(count(&mut con, "work", "paused"), 1);
+    assert_eq!(emq(&s.url(), &["pause", "work"]).1.trim(), "paused already");
+    assert_eq!(emq(&s.url(), &["resume", "work"]).1.trim(), "resumed");
+    assert_eq!(count(&mut con, "work", "paused"), 0);
+
+    let (code, id, _) = emq(&s.url(), &["enqueue", "work", "one", "--priority", "-5"]);
+    assert_eq!(code, 0);
+    let id = id.trim().to_string();
+    assert_eq!(count(&mut con, "work", "pending"), 1);
+    let (_, json, _) = emq(&s.url(), &["--json", "job", "work", &id]);
+    assert_eq!(
+        serde_json::from_str::<Json>(&json).expect("json")["priority"],
+        "-5"
+    );
+    let (code, _, _) = emq(
+        &s.url(),
+        &["enqueue", "work", "later", "--delay-ms", "60000"],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(count(&mut con, "work", "scheduled"), 1);
+    assert_eq!(emq(&s.url(), &["cancel", "work", &id]).0, 0);
+    assert_eq!(emq(&s.url(), &["cancel", "work", &id]).0, 3);
+    assert_eq!(count(&mut con, "work", "pending"), 0);
+
+    enqueue(&mut con, "work", "two");
+    let dead = kill_next(&mut con, "work", "boom");
+    assert_eq!(emq(&s.url(), &["requeue", "work", &dead]).0, 0);
+    assert_eq!(count(&mut con, "work", "pending"), 1);
+    assert_eq!(emq(&s.url(), &["requeue", "work", &dead]).0, 3);
+}
+
+#[test]
+fn purge_and_requeue_dead_run_their_bounded_steps_to_the_end() {
+    let s = server();
+    let mut con = s.conn();
+    // More than two of the server's default steps (1,000 jobs a call).
+    let n = 2_500;
+    let mut cmd = redis::cmd("EMQ.MENQUEUE");
+    cmd.arg("big");
+    for i in 0..n {
+        cmd.arg("*").arg(format!("job {i}"));
+    }
+    let _: redis::Value = cmd.query(&mut con).expect("menqueue");
+    let (code, text, _) = emq(&s.url(), &["--json", "purge", "big", "pending"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        serde_json::from_str::<Json>(&text).expect("json")["purged"],
+        n
+    );
+    assert_eq!(count(&mut con, "big", "pending"), 0);
+
+    for i in 0..1_200 {
+        enqueue(&mut con, "big", &format!("doomed {i}"));
+        kill_next(&mut con, "big", "no");
+    }
+    let (code, text, _) = emq(&s.url(), &["requeue", "big", "--dead"]);
+    assert_eq!((code, text.trim()), (0, "1200 requeued"));
+    assert_eq!(count(&mut con, "big", "dead"), 0);
+    assert_eq!(count(&mut con, "big", "pending"), 1_200);
+}
+
+#[test]
+fn on_a_cluster_queues_are_gathered_from_every_primary_and_commands_reach_their_queue() {
+    servers_load_the_module();
+    let cluster = Cluster::start(3, 0);
+    let mut con = cluster.client();
+    let names: Vec<String> = (0..12).map(|i| format!("q{i}")).collect();
+    for (i, q) in names.iter().enumerate() {
+        for _ in 0..=i {
+            enqueue(&mut con, q, "x");
+        }
+    }
+    // The queues really are spread over the primaries.
+    let owners: std::collections::HashSet<u16> = names
+        .iter()
+        .map(|q| {
+            cluster
+                .owner(echomq::protocol::slot::slot(q.as_bytes()))
+                .port
+        })
+        .collect();
+    assert!(owners.len() >= 2, "{owners:?}");
+
+    let url = cluster.urls()[0].clone();
+    let (code, json, err) = emq(&url, &["--json", "queues"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Json = serde_json::from_str(&json).expect("json");
+    let got: Vec<(String, i64)> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap_or_default().to_string(),
+                r["pending"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    let mut want: Vec<(String, i64)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (q.clone(), i as i64 + 1))
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+
+    for q in &names {
+        assert_eq!(emq(&url, &["pause", q]).0, 0);
+        let (code, _, _) = emq(&url, &["purge", q, "pending"]);
+        assert_eq!(code, 0);
+    }
+    let (_, json, _) = emq(&url, &["--json", "queues"]);
+    let rows: Json = serde_json::from_str(&json).expect("json");
+    for r in rows.as_array().expect("rows") {
+        assert_eq!(
+            (r["pending"].as_i64(), r["paused"].as_bool()),
+            (Some(0), Some(true)),
+            "{r}"
+        );
+    }
+}

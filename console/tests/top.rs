@@ -1,0 +1,127 @@
+//! `emq top` drawn on ratatui's test backend from a real server's samples: the screen shows the
+//! queues and their counts, updates when jobs move, shows the rates and counters, and its keys
+//! sort, filter, pause and resume on the server.
+
+mod common;
+
+use common::{count, enqueue, server};
+use emq::deployment::Deployment;
+use emq::overview::sample;
+use emq::top::{apply, Action, Top};
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::KeyCode;
+use ratatui::Terminal;
+
+/// The screen as lines of text.
+fn screen(top: &Top) -> Vec<String> {
+    let mut terminal = Terminal::new(TestBackend::new(110, 24)).expect("terminal");
+    terminal.draw(|f| top.draw(f)).expect("draw");
+    let buffer = terminal.backend().buffer().clone();
+    let width = buffer.area.width as usize;
+    buffer
+        .content
+        .chunks(width)
+        .map(|row| row.iter().map(|c| c.symbol()).collect::<String>())
+        .collect()
+}
+
+/// The words of the screen line naming `queue`.
+fn row_of(lines: &[String], queue: &str) -> Vec<String> {
+    let line = lines
+        .iter()
+        .find(|l| l.split_whitespace().any(|w| w.trim_matches('│') == queue))
+        .unwrap_or_else(|| panic!("no row for {queue} in\n{}", lines.join("\n")));
+    line.split(|c: char| c.is_whitespace() || c == '│')
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_screen_shows_every_queue_and_follows_the_jobs_as_they_move() {
+    let s = server();
+    let mut con = s.conn();
+    for _ in 0..4 {
+        enqueue(&mut con, "orders", "x");
+    }
+    enqueue(&mut con, "emails", "y");
+    let dep = Deployment::connect(&s.url()).await.expect("connect");
+    let mut top = Top::default();
+    top.history.push(sample(&dep).await.expect("sample"));
+    let lines = screen(&top);
+    assert_eq!(
+        row_of(&lines, "orders")[..5],
+        ["orders", "4", "0", "0", "0"]
+    );
+    assert_eq!(
+        row_of(&lines, "emails")[..5],
+        ["emails", "1", "0", "0", "0"]
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("2 queues, by name")),
+        "{lines:#?}"
+    );
+    assert!(lines.iter().any(|l| l.contains("enqueued=5")), "{lines:#?}");
+
+    // Two claimed, one enqueued: the next sample moves the row, and the rates appear.
+    let _: redis::Value = redis::cmd("EMQ.CLAIM")
+        .arg("orders")
+        .arg("COUNT")
+        .arg(2)
+        .query(&mut con)
+        .expect("claim");
+    enqueue(&mut con, "orders", "z");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    top.history.push(sample(&dep).await.expect("sample"));
+    let lines = screen(&top);
+    assert_eq!(
+        row_of(&lines, "orders")[..5],
+        ["orders", "3", "2", "0", "0"]
+    );
+    let rates = lines
+        .iter()
+        .find(|l| l.contains("claimed"))
+        .expect("rates line");
+    assert!(!rates.contains("claimed -"), "{rates}");
+    assert!(lines.iter().any(|l| l.contains("claimed=2")), "{lines:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keys_sort_filter_and_pause_and_resume_the_chosen_queue_on_the_server() {
+    let s = server();
+    let mut con = s.conn();
+    enqueue(&mut con, "alpha", "x");
+    for _ in 0..3 {
+        enqueue(&mut con, "beta", "x");
+    }
+    let dep = Deployment::connect(&s.url()).await.expect("connect");
+    let mut top = Top::default();
+    top.history.push(sample(&dep).await.expect("sample"));
+    let names = |top: &Top| top.rows().into_iter().map(|q| q.name).collect::<Vec<_>>();
+    assert_eq!(names(&top), ["alpha", "beta"]);
+    assert_eq!(top.key(KeyCode::Char('s')), Action::None);
+    assert_eq!(names(&top), ["beta", "alpha"], "by pending");
+    assert!(screen(&top).iter().any(|l| l.contains("by pending")));
+
+    for k in ['/', 'a', 'l'] {
+        top.key(KeyCode::Char(k));
+    }
+    top.key(KeyCode::Enter);
+    assert_eq!(names(&top), ["alpha"]);
+    assert!(screen(&top).iter().any(|l| l.contains("matching \"al\"")));
+
+    let action = top.key(KeyCode::Char('p'));
+    assert_eq!(action, Action::Pause("alpha".into()));
+    assert!(apply(&mut top, &dep, action).await);
+    assert_eq!(count(&mut con, "alpha", "paused"), 1);
+    assert_eq!(count(&mut con, "beta", "paused"), 0);
+    top.history.push(sample(&dep).await.expect("sample"));
+    assert!(row_of(&screen(&top), "alpha").contains(&"paused".to_string()));
+
+    let action = top.key(KeyCode::Char('r'));
+    assert!(apply(&mut top, &dep, action).await);
+    assert_eq!(count(&mut con, "alpha", "paused"), 0);
+    assert!(top.status.contains("alpha resumed"), "{}", top.status);
+    let quit = top.key(KeyCode::Char('q'));
+    assert!(!apply(&mut top, &dep, quit).await);
+}
