@@ -86,3 +86,78 @@ pub fn count(con: &mut Connection, queue: &str, field: &str) -> i64 {
         other => panic!("{field}: {other:?}"),
     }
 }
+
+/// A child process killed on drop.
+pub struct Running(pub std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (bounded) until something listens on `port`.
+pub fn wait_port(port: u16) {
+    let up = support::wait_until(std::time::Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "nothing listens on {port}");
+}
+
+/// `emq web --url <url> --bind 127.0.0.1:<port> args...`, serving once this returns.
+pub fn web(url: &str, port: u16, args: &[&str]) -> Running {
+    let child = Command::new(env!("CARGO_BIN_EXE_emq"))
+        .args([
+            "--url",
+            url,
+            "web",
+            "--bind",
+            &format!("127.0.0.1:{port}"),
+            "--interval-ms",
+            "200",
+        ])
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run emq web");
+    let running = Running(child);
+    wait_port(port);
+    running
+}
+
+pub fn free_port() -> u16 {
+    support::free_port()
+}
+
+/// One HTTP/1.1 request to the dashboard: the status code and the whole response.
+pub fn http(port: u16, request: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, response)
+}
+
+pub fn get(port: u16, path: &str, headers: &str) -> (u16, String) {
+    http(
+        port,
+        &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Connection: close\r\n\r\n"),
+    )
+}
+
+pub fn post(port: u16, path: &str, body: &str) -> (u16, String) {
+    http(
+        port,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}

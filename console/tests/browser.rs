@@ -1,0 +1,242 @@
+//! The dashboard in a real browser: headless Chromium, driven through chromedriver (WebDriver)
+//! with fantoccini, against `emq web` and a real server. It sees the real counts, opens a dead
+//! job and its error, requeues it, pauses a queue and sees claims stop, sees a `<script>`
+//! payload as text, and keeps screenshots under target/console/.
+//!
+//! Chromium and chromedriver come from Debian's packages: `scripts/install-deps.sh
+//! --with-browser` (which `make test` runs).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{count, enqueue, free_port, kill_next, server, wait_port, web, Running};
+use fantoccini::{Client, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+
+fn chromium() -> String {
+    std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_string())
+}
+
+fn chromedriver() -> Running {
+    let port = free_port();
+    let child =
+        Command::new(std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into()))
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("chromedriver (scripts/install-deps.sh --with-browser installs it)");
+    let running = Running(child);
+    wait_port(port);
+    std::env::set_var("EMQ_TEST_WEBDRIVER", format!("http://127.0.0.1:{port}"));
+    running
+}
+
+async fn browser() -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": chromium(),
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1280,800"],
+        }),
+    );
+    let webdriver = std::env::var("EMQ_TEST_WEBDRIVER").expect("chromedriver started");
+    ClientBuilder::new(HttpConnector::new())
+        .capabilities(caps)
+        .connect(&webdriver)
+        .await
+        .expect("a headless Chromium session")
+}
+
+/// Where the run keeps its screenshots: target/console/.
+fn artifacts() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/console");
+    std::fs::create_dir_all(&dir).expect("target/console");
+    dir
+}
+
+async fn text(b: &Client, css: &str) -> String {
+    b.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .text()
+        .await
+        .expect("text")
+}
+
+/// Three seconds of enqueues, claims and acks on `reports`, the backlog rising then falling.
+fn busy(mut con: redis::Connection) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for round in 0..30 {
+            let (add, take) = if round < 15 { (30, 10) } else { (5, 25) };
+            for _ in 0..add {
+                enqueue(&mut con, "reports", "report");
+            }
+            let claimed: Vec<(String, Vec<u8>, i64)> = redis::cmd("EMQ.CLAIM")
+                .arg("reports")
+                .arg("COUNT")
+                .arg(take)
+                .query(&mut con)
+                .expect("claim");
+            for (id, _, token) in claimed {
+                let _: i64 = redis::cmd("EMQ.ACK")
+                    .arg("reports")
+                    .arg(id)
+                    .arg(token)
+                    .query(&mut con)
+                    .expect("ack");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_queue() {
+    let s = server();
+    let mut con = s.conn();
+    let _: i64 = redis::cmd("EMQ.EVENTS")
+        .arg("emails")
+        .arg("ON")
+        .query(&mut con)
+        .expect("events");
+    for n in 0..3 {
+        enqueue(&mut con, "orders", &format!("{{\"order\": {n}}}"));
+    }
+    enqueue(&mut con, "emails", "to ann");
+    let dead = kill_next(&mut con, "emails", "SMTP 550: mailbox unavailable");
+    let crafted = "<script>window.pwned = 1</script><b>bold</b>";
+    enqueue(&mut con, "emails", crafted);
+
+    let port = free_port();
+    let _web = web(&s.url(), port, &[]);
+    let _driver = chromedriver();
+    let b = browser().await;
+    let base = format!("http://127.0.0.1:{port}");
+
+    // A few seconds of work on another queue, so the charts have something to draw.
+    let busy = busy(s.conn());
+    b.goto(&format!("{base}/"))
+        .await
+        .expect("open the queue list");
+    busy.join().expect("the busy queue's thread");
+    b.refresh().await.expect("reload");
+    let rate = text(&b, "strong.rate[data-counter=emq_acked]").await;
+    assert!(rate.ends_with("/s") && rate != "0.0/s", "{rate}");
+
+    // The queue list holds the server's counts.
+    assert_eq!(text(&b, "tr[data-queue=orders] td.pending").await, "3");
+    assert_eq!(text(&b, "tr[data-queue=emails] td.dead").await, "1");
+    assert_eq!(text(&b, "tr[data-queue=emails] td.pending").await, "1");
+    let shot = b.screenshot().await.expect("screenshot");
+    std::fs::write(artifacts().join("dashboard.png"), shot).expect("keep the screenshot");
+
+    // A dead job and its error, one click away.
+    b.find(Locator::Css("tr[data-queue=emails] a"))
+        .await
+        .expect("queue link")
+        .click()
+        .await
+        .expect("click");
+    b.find(Locator::LinkText("dead (1)"))
+        .await
+        .expect("dead tab")
+        .click()
+        .await
+        .expect("click");
+    b.find(Locator::Css(&format!("tr[data-id={dead}] a")))
+        .await
+        .expect("job link")
+        .click()
+        .await
+        .expect("click");
+    assert_eq!(
+        text(&b, "pre[data-field=error]").await,
+        "SMTP 550: mailbox unavailable"
+    );
+    assert_eq!(text(&b, "pre[data-field=set]").await, "dead");
+    let history = text(&b, "#history").await;
+    assert!(
+        ["enqueued", "claimed", "dead"]
+            .iter()
+            .all(|e| history.contains(e)),
+        "{history}"
+    );
+    let shot = b.screenshot().await.expect("screenshot");
+    std::fs::write(artifacts().join("dead-job.png"), shot).expect("keep the screenshot");
+
+    // Requeue: the job is pending on the server.
+    b.find(Locator::Css("form[action$='/requeue'] button"))
+        .await
+        .expect("requeue")
+        .click()
+        .await
+        .expect("click");
+    assert_eq!(text(&b, "#flash").await, "requeued");
+    let set: std::collections::HashMap<String, String> = redis::cmd("EMQ.JOB")
+        .arg("emails")
+        .arg(&dead)
+        .query(&mut con)
+        .expect("job");
+    assert_eq!(set.get("set").map(String::as_str), Some("pending"));
+
+    // The crafted payload is text on the page, and nothing in it ran.
+    b.goto(&format!("{base}/queues/emails?set=pending"))
+        .await
+        .expect("open");
+    let payloads = b
+        .find_all(Locator::Css("pre.payload"))
+        .await
+        .expect("payloads");
+    let mut shown = Vec::new();
+    for p in payloads {
+        shown.push(p.text().await.expect("text"));
+    }
+    assert!(shown.iter().any(|t| t == crafted), "{shown:?}");
+    assert!(b
+        .find_all(Locator::Css("#jobs b"))
+        .await
+        .expect("query")
+        .is_empty());
+    let ran = b
+        .execute("return typeof window.pwned;", vec![])
+        .await
+        .expect("script");
+    assert_eq!(ran, serde_json::json!("undefined"));
+
+    // Pause: the server says paused, and a claim takes nothing while three jobs wait.
+    b.goto(&format!("{base}/queues/orders"))
+        .await
+        .expect("open");
+    b.find(Locator::Css("form[action$='/pause'] button"))
+        .await
+        .expect("pause")
+        .click()
+        .await
+        .expect("click");
+    assert_eq!(text(&b, "#state").await, "paused");
+    assert_eq!(count(&mut con, "orders", "paused"), 1);
+    let claimed: Vec<redis::Value> = redis::cmd("EMQ.CLAIM")
+        .arg("orders")
+        .query(&mut con)
+        .expect("claim");
+    assert!(claimed.is_empty());
+    assert_eq!(count(&mut con, "orders", "pending"), 3);
+    b.find(Locator::Css("form[action$='/resume'] button"))
+        .await
+        .expect("resume")
+        .click()
+        .await
+        .expect("click");
+    assert_eq!(text(&b, "#state").await, "running");
+    let claimed: Vec<redis::Value> = redis::cmd("EMQ.CLAIM")
+        .arg("orders")
+        .query(&mut con)
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+    b.close().await.expect("close the browser");
+}

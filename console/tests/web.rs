@@ -1,0 +1,134 @@
+//! `emq web` over HTTP against a real server: its pages hold the server's counts, a crafted
+//! payload or error is escaped, actions need a POST with the dashboard's CSRF token,
+//! `--read-only` serves and shows no action, `--auth` guards every page, and a bind off loopback
+//! without auth is refused.
+
+mod common;
+
+use common::{count, emq, enqueue, free_port, get, kill_next, post, server, web};
+
+/// The CSRF token the dashboard's forms carry.
+fn token(page: &str) -> String {
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with the token")
+        + 19;
+    page[at..at + 32].to_string()
+}
+
+#[test]
+fn a_crafted_payload_and_error_render_as_text_never_as_markup() {
+    let s = server();
+    let mut con = s.conn();
+    let crafted = "<script>alert('x')</script><img src=x onerror=alert(1)>\"'&";
+    enqueue(&mut con, "evil", "plain");
+    let dead = kill_next(&mut con, "evil", "</pre><script>alert(2)</script>");
+    enqueue(&mut con, "evil", crafted);
+    let port = free_port();
+    let _web = web(&s.url(), port, &[]);
+
+    let (code, page) = get(port, "/queues/evil?set=pending", "");
+    assert_eq!(code, 200);
+    assert!(!page.contains("<script>alert"), "{page}");
+    assert!(!page.contains("<img src=x"), "{page}");
+    assert!(
+        page.contains(
+            "&lt;script&gt;alert('x')&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;&quot;'&amp;"
+        ),
+        "{page}"
+    );
+    let (code, page) = get(port, &format!("/queues/evil/jobs/{dead}"), "");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("&lt;/pre&gt;&lt;script&gt;alert(2)&lt;/script&gt;"),
+        "{page}"
+    );
+    assert!(!page.contains("<script>alert(2)"), "{page}");
+    // Nothing from elsewhere, no scripts at all, and no framing.
+    assert!(
+        page.contains("content-security-policy: default-src 'none'"),
+        "{page}"
+    );
+    assert!(page.contains("x-frame-options: DENY"), "{page}");
+}
+
+#[test]
+fn an_action_needs_a_post_with_the_dashboard_s_csrf_token() {
+    let s = server();
+    let mut con = s.conn();
+    enqueue(&mut con, "work", "x");
+    let port = free_port();
+    let _web = web(&s.url(), port, &[]);
+    let (_, page) = get(port, "/queues/work", "");
+    let csrf = token(&page);
+
+    assert_eq!(get(port, "/queues/work/pause", "").0, 405);
+    assert_eq!(
+        post(
+            port,
+            "/queues/work/pause",
+            "csrf=0123456789abcdef0123456789abcdef"
+        )
+        .0,
+        403
+    );
+    assert_eq!(post(port, "/queues/work/pause", "").0, 422);
+    assert_eq!(count(&mut con, "work", "paused"), 0);
+    let (code, response) = post(port, "/queues/work/pause", &format!("csrf={csrf}"));
+    assert_eq!(code, 303, "{response}");
+    assert!(
+        response.contains("location: /queues/work?set=pending&done=paused"),
+        "{response}"
+    );
+    assert_eq!(count(&mut con, "work", "paused"), 1);
+    // Another dashboard has another token.
+    let other = free_port();
+    let _second = web(&s.url(), other, &[]);
+    assert_eq!(
+        post(other, "/queues/work/resume", &format!("csrf={csrf}")).0,
+        403
+    );
+    assert_eq!(count(&mut con, "work", "paused"), 1);
+}
+
+#[test]
+fn read_only_shows_and_serves_no_action() {
+    let s = server();
+    let mut con = s.conn();
+    enqueue(&mut con, "work", "x");
+    kill_next(&mut con, "work", "boom");
+    let port = free_port();
+    let _web = web(&s.url(), port, &["--read-only"]);
+    let (code, page) = get(port, "/queues/work?set=dead", "");
+    assert_eq!(code, 200);
+    assert!(page.contains("dead (1)"), "{page}");
+    assert!(!page.contains("<form"), "{page}");
+    assert_eq!(post(port, "/queues/work/requeue-dead", "csrf=x").0, 404);
+    assert_eq!(count(&mut con, "work", "dead"), 1);
+}
+
+#[test]
+fn auth_guards_every_page_and_a_bind_off_loopback_needs_it() {
+    let s = server();
+    let port = free_port();
+    let _web = web(&s.url(), port, &["--auth", "ann:s3cret"]);
+    let (code, response) = get(port, "/", "");
+    assert_eq!(code, 401);
+    assert!(
+        response.contains("www-authenticate: Basic realm=\"emq\""),
+        "{response}"
+    );
+    // base64("ann:wrong") and base64("ann:s3cret")
+    assert_eq!(
+        get(port, "/", "Authorization: Basic YW5uOndyb25n\r\n").0,
+        401
+    );
+    assert_eq!(
+        get(port, "/", "Authorization: Basic YW5uOnMzY3JldA==\r\n").0,
+        200
+    );
+
+    let (code, _, err) = emq(&s.url(), &["web", "--bind", "0.0.0.0:0"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--auth"), "{err}");
+}
