@@ -1,7 +1,8 @@
 # EchoMQ: the verbs a newcomer types.
 #   make run    build the module and start valkey-server with module.conf (foreground)
+#   make web / make top  the emq console's dashboard / terminal view against that server
 #   make test   unit tests and integration tests against real servers, the Rust and Python
-#               clients' included
+#               clients' and the emq console's included (its browser tests in headless Chromium)
 #   make lint   cargo fmt --check, clippy with warnings denied, the layer check, and mypy --strict
 #               on the Python client
 #   make test-redis7  the core suites against redis-server 7.0
@@ -19,7 +20,7 @@ MODULE := target/release/libechomq.so
 PY_VENV := target/py
 VALKEY_SERVER ?= valkey-server
 
-.PHONY: all deps build python bench-clients run test test-modules test-redis7 test-valkey-latest test-python-versions test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability chaos chaos-short compose profile
+.PHONY: all deps build python bench-clients run web top test test-modules test-redis7 test-valkey-latest test-python-versions test-valgrind lint bench clean docker-image docker-up docker-down docker-test reliability chaos chaos-short compose profile
 
 all: build
 
@@ -44,15 +45,24 @@ $(PY_VENV)/.installed: clients/python/pyproject.toml | deps
 run: build
 	$(VALKEY_SERVER) module.conf $(if $(PORT),--port $(PORT))
 
+# The console against the server `make run` started (same PORT): the dashboard on
+# http://127.0.0.1:8080, or the terminal view.
+web: build
+	$(CARGO) run --release -q -p emq -- --url redis://127.0.0.1:$(or $(PORT),6379) web
+top: build
+	$(CARGO) run --release -q -p emq -- --url redis://127.0.0.1:$(or $(PORT),6379) top
+
 # The test-only module (testing/caller-module) that the acl, hostile and blocking_claim suites
 # load beside EchoMQ, to call it as another module would.
 test-modules: build
 	$(CARGO) build --release -p emq-test-caller
 
 test: build test-modules python
+	@bash scripts/install-deps.sh --with-browser
 	$(CARGO) build --workspace --examples
 	$(CARGO) test --all-targets
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(CARGO) test -p echomq-client
+	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(CARGO) test -p emq
 	cd clients/python && ECHOMQ_MODULE=$(CURDIR)/$(MODULE) VALKEY_SERVER=$(VALKEY_SERVER) ../../$(PY_VENV)/bin/pytest -q tests
 
 # The core suites against Debian's redis-server 7.0 (installed if missing). Redis 7 only: a

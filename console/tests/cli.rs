@@ -218,3 +218,29 @@ fn on_a_cluster_queues_are_gathered_from_every_primary_and_commands_reach_their_
         );
     }
 }
+
+#[test]
+fn docs_console_md_lists_every_subcommand() {
+    use clap::CommandFactory;
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/console.md"))
+        .expect("docs/console.md");
+    let mut documented: Vec<String> = page
+        .lines()
+        .filter(|l| l.starts_with("| `emq "))
+        .flat_map(|l| {
+            l.split("`emq ")
+                .skip(1)
+                .filter_map(|s| s.split([' ', '`']).next().map(str::to_string))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    documented.sort();
+    documented.dedup();
+    let mut live: Vec<String> = emq::cli::Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .filter(|n| n != "help")
+        .collect();
+    live.sort();
+    assert_eq!(documented, live);
+}

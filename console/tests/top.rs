@@ -84,6 +84,10 @@ async fn the_screen_shows_every_queue_and_follows_the_jobs_as_they_move() {
         .expect("rates line");
     assert!(!rates.contains("claimed -"), "{rates}");
     assert!(lines.iter().any(|l| l.contains("claimed=2")), "{lines:#?}");
+    // The screen as text, kept beside the dashboard's screenshots.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/console");
+    std::fs::create_dir_all(&dir).expect("target/console");
+    std::fs::write(dir.join("top.txt"), lines.join("\n")).expect("keep the screen");
 }
 
 #[tokio::test(flavor = "multi_thread")]
