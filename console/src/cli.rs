@@ -28,7 +28,8 @@ pub const EXIT_NOT_FOUND: u8 = 3;
     about = "EchoMQ's console: look at queues and operate them"
 )]
 pub struct Cli {
-    /// The server, or any node of a cluster: redis://[user:password@]host:port[/db].
+    /// The server, or any node of a cluster: redis://[user:password@]host:port[/db], or
+    /// rediss:// for TLS.
     #[arg(
         long,
         global = true,
@@ -39,6 +40,8 @@ pub struct Cli {
     /// One JSON document on stdout instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    #[command(flatten)]
+    pub tls: crate::deployment::Tls,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -118,7 +121,7 @@ impl Output {
 }
 
 pub async fn run(cli: Cli) -> Result<ExitCode> {
-    let dep = Deployment::connect(&cli.url).await?;
+    let dep = Deployment::connect(&cli.url, &cli.tls).await?;
     let out = match cli.command {
         Command::Top { interval_ms } => {
             crate::top::run(dep, Duration::from_millis(interval_ms)).await?;

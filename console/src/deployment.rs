@@ -4,6 +4,7 @@
 //! `INFO emq` counters) is asked of every primary.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use echomq_client::Queue;
 
@@ -11,7 +12,8 @@ use crate::error::{Error, Result};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{
-    Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, Value,
+    ClientTlsConfig, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline,
+    RedisFuture, TlsCertificates, Value,
 };
 
 /// Queue names one `EMQ.QUEUES` page asks for.
@@ -69,16 +71,81 @@ pub struct Deployment {
     pub cluster: bool,
 }
 
-/// A connection with no response timeout: a console waits for the server, it does not give up
-/// on it mid-reply.
-async fn plain(info: ConnectionInfo) -> Result<MultiplexedConnection> {
-    let client = redis::Client::open(info)?;
-    Ok(client.get_multiplexed_async_connection().await?)
+/// How a `rediss://` connection proves the server (and, with a certificate and key, itself):
+/// PEM files; with none, the system's roots (or no check at all with the URL's `#insecure`).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct Tls {
+    /// The CA certificate (PEM) that signed the server's, for rediss:// URLs.
+    #[arg(long = "tls-ca", global = true, env = "ECHOMQ_TLS_CA")]
+    pub ca: Option<PathBuf>,
+    /// This client's certificate (PEM), when the server asks for one.
+    #[arg(
+        long = "tls-cert",
+        global = true,
+        env = "ECHOMQ_TLS_CERT",
+        requires = "key"
+    )]
+    pub cert: Option<PathBuf>,
+    /// This client's key (PEM).
+    #[arg(
+        long = "tls-key",
+        global = true,
+        env = "ECHOMQ_TLS_KEY",
+        requires = "cert"
+    )]
+    pub key: Option<PathBuf>,
 }
 
-/// Whether the node at the other end runs in cluster mode.
+impl Tls {
+    fn certificates(&self) -> Result<Option<TlsCertificates>> {
+        let read = |p: &PathBuf| {
+            std::fs::read(p).map_err(|e| Error::Usage(format!("{}: {e}", p.display())))
+        };
+        let client_tls = match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => Some(ClientTlsConfig {
+                client_cert: read(cert)?,
+                client_key: read(key)?,
+            }),
+            (None, None) => None,
+            _ => return Err(Error::Usage("--tls-cert and --tls-key go together".into())),
+        };
+        let root_cert = self.ca.as_ref().map(read).transpose()?;
+        if client_tls.is_none() && root_cert.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(TlsCertificates {
+            client_tls,
+            root_cert,
+        }))
+    }
+}
+
+fn client(info: ConnectionInfo, certs: &Option<TlsCertificates>) -> Result<redis::Client> {
+    Ok(match certs {
+        Some(c) => redis::Client::build_with_tls(info, c.clone())?,
+        None => redis::Client::open(info)?,
+    })
+}
+
+/// A connection with no response timeout: a console waits for the server, it does not give up
+/// on it mid-reply.
+async fn plain(
+    info: ConnectionInfo,
+    certs: &Option<TlsCertificates>,
+) -> Result<MultiplexedConnection> {
+    Ok(client(info, certs)?
+        .get_multiplexed_async_connection()
+        .await?)
+}
+
+/// Whether the node at the other end runs in cluster mode. A user who may not run `INFO` (an
+/// ACL user limited to EchoMQ's commands) is taken to be on one server.
 async fn is_cluster(conn: &mut MultiplexedConnection) -> Result<bool> {
-    let info: String = redis::cmd("INFO").arg("cluster").query_async(conn).await?;
+    let info: String = match redis::cmd("INFO").arg("cluster").query_async(conn).await {
+        Ok(info) => info,
+        Err(e) if e.code() == Some("NOPERM") => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
     Ok(info.lines().any(|l| l.trim() == "cluster_enabled:1"))
 }
 
@@ -109,9 +176,12 @@ pub fn primaries_of(nodes: &str) -> Vec<(String, u16)> {
 impl Deployment {
     /// Connects to the server at `url` (`redis://[user:password@]host:port[/db]`), and through
     /// it, when it is a cluster node, to the whole cluster.
-    pub async fn connect(url: &str) -> Result<Deployment> {
+    pub async fn connect(url: &str, tls: &Tls) -> Result<Deployment> {
+        // rustls needs a process-wide crypto provider; a second install is refused, harmlessly.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let info = url.into_connection_info()?;
-        let mut first = plain(info.clone()).await?;
+        let certs = tls.certificates()?;
+        let mut first = plain(info.clone(), &certs).await?;
         if !is_cluster(&mut first).await? {
             let addr = info.addr().to_string();
             return Ok(Deployment {
@@ -126,17 +196,26 @@ impl Deployment {
             .await?;
         let mut primaries = Vec::new();
         for (host, port) in primaries_of(&nodes) {
-            let addr = ConnectionAddr::Tcp(host.clone(), port);
-            let conn = plain(info.clone().set_addr(addr)).await?;
+            let addr = match info.addr() {
+                ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+                    host: host.clone(),
+                    port,
+                    insecure: *insecure,
+                    tls_params: None,
+                },
+                _ => ConnectionAddr::Tcp(host.clone(), port),
+            };
+            let conn = plain(info.clone().set_addr(addr), &certs).await?;
             primaries.push(Node {
                 addr: format!("{host}:{port}"),
                 conn,
             });
         }
-        let router = redis::cluster::ClusterClient::builder(vec![info])
-            .build()?
-            .get_async_connection()
-            .await?;
+        let mut builder = redis::cluster::ClusterClient::builder(vec![info]);
+        if let Some(c) = certs {
+            builder = builder.certs(c);
+        }
+        let router = builder.build()?.get_async_connection().await?;
         Ok(Deployment {
             routed: Routed::Cluster(router),
             primaries,

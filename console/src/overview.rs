@@ -253,13 +253,21 @@ pub struct Sample {
     pub at_ms: u64,
     pub queues: Vec<QueueRow>,
     pub counters: BTreeMap<String, i64>,
+    /// Why there are no counters: a user who may not run `INFO` sees the queues without them.
+    pub counters_error: Option<String>,
 }
 
 pub async fn sample(dep: &Deployment) -> Result<Sample> {
+    let queues = overview(dep).await?;
+    let (counters, counters_error) = match dep.counters().await {
+        Ok(c) => (c, None),
+        Err(e) => (BTreeMap::new(), Some(e.to_string())),
+    };
     Ok(Sample {
         at_ms: now_ms(),
-        queues: overview(dep).await?,
-        counters: dep.counters().await?,
+        queues,
+        counters,
+        counters_error,
     })
 }
 
@@ -295,6 +303,7 @@ impl History {
     /// went down was reset (a restarted server, a failover) and counts again from 0.
     pub fn rate(&self, counter: &str) -> Option<f64> {
         let (first, last) = (self.samples.front()?, self.samples.back()?);
+        last.counters.get(counter)?;
         let seconds = last.at_ms.checked_sub(first.at_ms)? as f64 / 1000.0;
         if seconds <= 0.0 {
             return None;
@@ -364,6 +373,7 @@ mod tests {
                 ..QueueRow::default()
             }],
             counters: [("emq_enqueued".to_string(), enqueued)].into(),
+            counters_error: None,
         }
     }
 

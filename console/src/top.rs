@@ -198,6 +198,9 @@ impl Top {
         frame.render_stateful_widget(table, body, &mut state);
 
         let counters = self.history.latest().map_or(String::new(), |s| {
+            if let Some(e) = &s.counters_error {
+                return e.clone();
+            }
             s.counters
                 .iter()
                 .filter(|(k, v)| **v != 0 && !k.starts_with("emq_timer"))

@@ -59,13 +59,37 @@ fn artifacts() -> PathBuf {
     dir
 }
 
+/// The text of the element `css` finds. The list and queue pages reload themselves every 5 s,
+/// so an element found just before a reload is found again.
 async fn text(b: &Client, css: &str) -> String {
-    b.find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .text()
-        .await
-        .expect("text")
+    let mut last = String::new();
+    for _ in 0..5 {
+        match b.find(Locator::Css(css)).await {
+            Ok(e) => match e.text().await {
+                Ok(t) => return t,
+                Err(err) => last = err.to_string(),
+            },
+            Err(err) => last = err.to_string(),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!("{css}: {last}")
+}
+
+/// Clicks what `locator` finds, found again if the page reloaded under it.
+async fn click(b: &Client, locator: Locator<'_>) {
+    let mut last = String::new();
+    for _ in 0..5 {
+        match b.find(locator).await {
+            Ok(e) => match e.click().await {
+                Ok(()) => return,
+                Err(err) => last = err.to_string(),
+            },
+            Err(err) => last = err.to_string(),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!("{locator:?}: {last}")
 }
 
 /// Three seconds of enqueues, claims and acks on `reports`, the backlog rising then falling.
@@ -136,24 +160,9 @@ async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_q
     std::fs::write(artifacts().join("dashboard.png"), shot).expect("keep the screenshot");
 
     // A dead job and its error, one click away.
-    b.find(Locator::Css("tr[data-queue=emails] a"))
-        .await
-        .expect("queue link")
-        .click()
-        .await
-        .expect("click");
-    b.find(Locator::LinkText("dead (1)"))
-        .await
-        .expect("dead tab")
-        .click()
-        .await
-        .expect("click");
-    b.find(Locator::Css(&format!("tr[data-id={dead}] a")))
-        .await
-        .expect("job link")
-        .click()
-        .await
-        .expect("click");
+    click(&b, Locator::Css("tr[data-queue=emails] a")).await;
+    click(&b, Locator::LinkText("dead (1)")).await;
+    click(&b, Locator::Css(&format!("tr[data-id={dead}] a"))).await;
     assert_eq!(
         text(&b, "pre[data-field=error]").await,
         "SMTP 550: mailbox unavailable"
@@ -170,12 +179,7 @@ async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_q
     std::fs::write(artifacts().join("dead-job.png"), shot).expect("keep the screenshot");
 
     // Requeue: the job is pending on the server.
-    b.find(Locator::Css("form[action$='/requeue'] button"))
-        .await
-        .expect("requeue")
-        .click()
-        .await
-        .expect("click");
+    click(&b, Locator::Css("form[action$='/requeue'] button")).await;
     assert_eq!(text(&b, "#flash").await, "requeued");
     let set: std::collections::HashMap<String, String> = redis::cmd("EMQ.JOB")
         .arg("emails")
@@ -212,12 +216,7 @@ async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_q
     b.goto(&format!("{base}/queues/orders"))
         .await
         .expect("open");
-    b.find(Locator::Css("form[action$='/pause'] button"))
-        .await
-        .expect("pause")
-        .click()
-        .await
-        .expect("click");
+    click(&b, Locator::Css("form[action$='/pause'] button")).await;
     assert_eq!(text(&b, "#state").await, "paused");
     assert_eq!(count(&mut con, "orders", "paused"), 1);
     let claimed: Vec<redis::Value> = redis::cmd("EMQ.CLAIM")
@@ -226,12 +225,7 @@ async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_q
         .expect("claim");
     assert!(claimed.is_empty());
     assert_eq!(count(&mut con, "orders", "pending"), 3);
-    b.find(Locator::Css("form[action$='/resume'] button"))
-        .await
-        .expect("resume")
-        .click()
-        .await
-        .expect("click");
+    click(&b, Locator::Css("form[action$='/resume'] button")).await;
     assert_eq!(text(&b, "#state").await, "running");
     let claimed: Vec<redis::Value> = redis::cmd("EMQ.CLAIM")
         .arg("orders")

@@ -244,3 +244,46 @@ fn docs_console_md_lists_every_subcommand() {
     live.sort();
     assert_eq!(documented, live);
 }
+
+#[test]
+fn an_acl_user_sees_and_does_only_what_the_server_lets_it() {
+    let s = server();
+    let mut con = s.conn();
+    enqueue(&mut con, "orders", "x");
+    enqueue(&mut con, "payroll", "secret");
+    let mut setuser = redis::cmd("ACL");
+    for a in [
+        "SETUSER",
+        "viewer",
+        "on",
+        ">pw",
+        "resetkeys",
+        "%R~emq:{orders}:*",
+        "-@all",
+        "+@emq",
+    ] {
+        setuser.arg(a);
+    }
+    let _: () = setuser.query(&mut con).expect("acl setuser");
+    let url = format!("redis://viewer:pw@127.0.0.1:{}", s.port);
+
+    let (code, json, err) = emq(&url, &["--json", "queues"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Json = serde_json::from_str(&json).expect("json");
+    let names: Vec<&str> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(names, ["orders"]);
+    let (code, _, err) = emq(&url, &["pause", "orders"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("NOPERM"), "{err}");
+    assert_eq!(count(&mut con, "orders", "paused"), 0);
+    let (code, _, err) = emq(&url, &["jobs", "payroll", "pending"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("NOPERM"), "{err}");
+    let (code, _, err) = emq("redis://viewer:wrong@127.0.0.1:1", &["queues"]);
+    assert_eq!(code, 1, "{err}");
+}

@@ -45,7 +45,9 @@ async fn the_screen_shows_every_queue_and_follows_the_jobs_as_they_move() {
         enqueue(&mut con, "orders", "x");
     }
     enqueue(&mut con, "emails", "y");
-    let dep = Deployment::connect(&s.url()).await.expect("connect");
+    let dep = Deployment::connect(&s.url(), &Default::default())
+        .await
+        .expect("connect");
     let mut top = Top::default();
     top.history.push(sample(&dep).await.expect("sample"));
     let lines = screen(&top);
@@ -98,7 +100,9 @@ async fn keys_sort_filter_and_pause_and_resume_the_chosen_queue_on_the_server() 
     for _ in 0..3 {
         enqueue(&mut con, "beta", "x");
     }
-    let dep = Deployment::connect(&s.url()).await.expect("connect");
+    let dep = Deployment::connect(&s.url(), &Default::default())
+        .await
+        .expect("connect");
     let mut top = Top::default();
     top.history.push(sample(&dep).await.expect("sample"));
     let names = |top: &Top| top.rows().into_iter().map(|q| q.name).collect::<Vec<_>>();

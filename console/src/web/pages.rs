@@ -79,7 +79,9 @@ fn action(app: &App, path: &str, label: &str, set: Option<&str>) -> Markup {
 }
 
 fn rates(history: &History) -> Markup {
+    let error = history.latest().and_then(|s| s.counters_error.as_deref());
     html! {
+        @if let Some(e) = error { p.error #counters-error { "no rates: " (e) } }
         div.rates {
             @for (counter, label) in RATES {
                 span {
