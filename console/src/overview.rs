@@ -40,7 +40,34 @@ pub struct QueueRow {
     /// Why the queue could not be read (a key of another type, say); the counts are then 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The queue's transitions since the previous sample, read from its event stream; `None`
+    /// while the stream is off (`EMQ.EVENTS <queue> ON` turns it on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow: Option<Flow>,
 }
+
+/// Transitions of one queue between two samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Flow {
+    pub enqueued: u64,
+    pub claimed: u64,
+    pub acked: u64,
+}
+
+impl Flow {
+    pub fn get(&self, event: &str) -> u64 {
+        match event {
+            "enqueued" => self.enqueued,
+            "claimed" => self.claimed,
+            "acked" => self.acked,
+            _ => 0,
+        }
+    }
+}
+
+/// Stream entries one sample reads of a queue, at most: a queue busier than that between two
+/// samples shows a floor of its rate.
+pub const FLOW_READ: usize = 10_000;
 
 impl QueueRow {
     pub fn count(&self, set: &str) -> i64 {
@@ -96,6 +123,7 @@ pub async fn queue_row(dep: &Deployment, name: &str, now: u64) -> Result<QueueRo
         paused: get("paused") == 1,
         oldest_pending_ms: None,
         error: None,
+        flow: None,
     };
     if row.pending > 0 {
         let (_, first) = jobs(dep, name, "pending", "0", 1, false).await?;
@@ -257,18 +285,102 @@ pub struct Sample {
     pub counters_error: Option<String>,
 }
 
-pub async fn sample(dep: &Deployment) -> Result<Sample> {
-    let queues = overview(dep).await?;
-    let (counters, counters_error) = match dep.counters().await {
-        Ok(c) => (c, None),
-        Err(e) => (BTreeMap::new(), Some(e.to_string())),
-    };
-    Ok(Sample {
-        at_ms: now_ms(),
-        queues,
-        counters,
-        counters_error,
-    })
+/// Takes the samples of one view: it remembers where it last read each queue's event stream.
+#[derive(Default)]
+pub struct Sampler {
+    cursors: BTreeMap<String, String>,
+    /// When the previous sample was taken: a stream first seen now is read from then.
+    last_at: Option<u64>,
+}
+
+impl Sampler {
+    pub async fn sample(&mut self, dep: &Deployment) -> Result<Sample> {
+        let at_ms = now_ms();
+        let mut queues = overview(dep).await?;
+        for q in &mut queues {
+            q.flow = self.flow(dep, &q.name).await;
+        }
+        let (counters, counters_error) = match dep.counters().await {
+            Ok(c) => (c, None),
+            Err(e) => (BTreeMap::new(), Some(e.to_string())),
+        };
+        self.last_at = Some(at_ms);
+        Ok(Sample {
+            at_ms,
+            queues,
+            counters,
+            counters_error,
+        })
+    }
+
+    /// The queue's transitions since this sampler last looked, from its event stream; `None`
+    /// when it has no stream (or may not read it). A stream first seen is read from the
+    /// previous sample on (from now, at the first sample).
+    async fn flow(&mut self, dep: &Deployment, queue: &str) -> Option<Flow> {
+        let key = format!("emq:{{{queue}}}:events");
+        let mut conn = dep.routed.clone();
+        let cursor = match (self.cursors.get(queue), self.last_at) {
+            (Some(c), _) => c.clone(),
+            (None, Some(at)) => format!("{at}-0"),
+            (None, None) => {
+                let exists: i64 = redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .ok()?;
+                if exists == 0 {
+                    return None;
+                }
+                self.cursors
+                    .insert(queue.to_string(), format!("{}-0", now_ms()));
+                return Some(Flow::default());
+            }
+        };
+        let reply: Value = redis::cmd("XRANGE")
+            .arg(&key)
+            .arg(format!("({cursor}"))
+            .arg("+")
+            .arg("COUNT")
+            .arg(FLOW_READ)
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        let Value::Array(entries) = reply else {
+            return None;
+        };
+        let mut flow = Flow::default();
+        for entry in &entries {
+            let Value::Array(parts) = entry else { continue };
+            if let Some(id) = parts.first().and_then(text) {
+                self.cursors.insert(queue.to_string(), id);
+            }
+            let Some(Value::Array(fields)) = parts.get(1) else {
+                continue;
+            };
+            let event = fields
+                .chunks(2)
+                .find(|kv| kv.first().and_then(text).as_deref() == Some("event"))
+                .and_then(|kv| kv.get(1).and_then(text));
+            match event.as_deref() {
+                Some("enqueued") => flow.enqueued += 1,
+                Some("claimed") => flow.claimed += 1,
+                Some("acked") => flow.acked += 1,
+                _ => {}
+            }
+        }
+        if entries.is_empty() {
+            let exists: i64 = redis::cmd("EXISTS")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .ok()?;
+            if exists == 0 {
+                self.cursors.remove(queue);
+                return None;
+            }
+        }
+        Some(flow)
+    }
 }
 
 /// The counters whose rates the console shows, with their labels.
@@ -341,6 +453,50 @@ impl History {
             .collect()
     }
 
+    /// One queue's rate of one event (`enqueued`, `claimed`, `acked`) per second over the
+    /// window, from its event stream; `None` while the stream is off.
+    pub fn queue_rate(&self, queue: &str, event: &str) -> Option<f64> {
+        let (first, last) = (self.samples.front()?, self.samples.back()?);
+        let flow_of = |s: &Sample| {
+            s.queues
+                .iter()
+                .find(|q| q.name == queue)
+                .and_then(|q| q.flow)
+        };
+        flow_of(last)?;
+        let seconds = last.at_ms.checked_sub(first.at_ms)? as f64 / 1000.0;
+        if seconds <= 0.0 {
+            return None;
+        }
+        let total: u64 = self
+            .samples
+            .iter()
+            .skip(1)
+            .filter_map(flow_of)
+            .map(|f| f.get(event))
+            .sum();
+        Some(total as f64 / seconds)
+    }
+
+    /// One queue's rate of one event between each two samples, oldest first (0 where its
+    /// stream was off).
+    pub fn queue_rate_series(&self, queue: &str, event: &str) -> Vec<f64> {
+        self.samples
+            .iter()
+            .zip(self.samples.iter().skip(1))
+            .map(|(a, b)| {
+                let seconds = b.at_ms.saturating_sub(a.at_ms).max(1) as f64 / 1000.0;
+                let n = b
+                    .queues
+                    .iter()
+                    .find(|q| q.name == queue)
+                    .and_then(|q| q.flow)
+                    .map_or(0, |f| f.get(event));
+                n as f64 / seconds
+            })
+            .collect()
+    }
+
     /// One queue's count of one set at each sample, oldest first.
     pub fn backlog_series(&self, queue: &str, set: &str) -> Vec<f64> {
         self.samples
@@ -377,6 +533,21 @@ mod tests {
         }
     }
 
+    fn with_flow(ms: u64, acked: Option<u64>) -> Sample {
+        Sample {
+            at_ms: ms,
+            queues: vec![QueueRow {
+                name: "q".into(),
+                flow: acked.map(|acked| Flow {
+                    acked,
+                    ..Flow::default()
+                }),
+                ..QueueRow::default()
+            }],
+            ..Sample::default()
+        }
+    }
+
     #[test]
     fn rates_are_over_the_window_and_a_reset_counter_counts_from_zero() {
         let mut h = History::default();
@@ -390,6 +561,19 @@ mod tests {
         h.push(at(4_000, 3, 0));
         assert_eq!(h.rate("emq_enqueued"), Some(11.0));
         assert_eq!(h.rate_series("emq_enqueued"), vec![10.0, 20.0, 3.0]);
+    }
+
+    #[test]
+    fn a_queue_s_rates_come_from_its_flows_and_are_none_while_its_stream_is_off() {
+        let mut h = History::default();
+        h.push(with_flow(0, None));
+        assert_eq!(h.queue_rate("q", "acked"), None);
+        h.push(with_flow(1_000, Some(0)));
+        h.push(with_flow(2_000, Some(6)));
+        h.push(with_flow(3_000, Some(3)));
+        assert_eq!(h.queue_rate("q", "acked"), Some(3.0));
+        assert_eq!(h.queue_rate_series("q", "acked"), vec![0.0, 6.0, 3.0]);
+        assert_eq!(h.queue_rate("other", "acked"), None);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use ratatui::Frame;
 
 use crate::cli::age;
 use crate::deployment::Deployment;
-use crate::overview::{sample, History, QueueRow, RATES};
+use crate::overview::{History, QueueRow, Sampler, RATES};
 
 /// The column the queues are sorted by; `s` goes to the next.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -154,6 +154,9 @@ impl Top {
                     q.scheduled.to_string(),
                     q.dead.to_string(),
                     q.oldest_pending_ms.map_or("-".to_string(), age),
+                    self.history
+                        .queue_rate(&q.name, "acked")
+                        .map_or("-".to_string(), |r| format!("{r:.1}")),
                     if q.paused {
                         "paused".into()
                     } else {
@@ -168,6 +171,7 @@ impl Top {
                 Constraint::Length(9),
                 Constraint::Length(9),
                 Constraint::Length(8),
+                Constraint::Length(9),
                 Constraint::Length(7),
             ],
         )
@@ -179,6 +183,7 @@ impl Top {
                 "scheduled",
                 "dead",
                 "oldest",
+                "acked/s",
                 "",
             ])
             .style(Style::new().add_modifier(Modifier::BOLD)),
@@ -240,10 +245,11 @@ async fn looped(
     terminal: &mut ratatui::DefaultTerminal,
 ) -> Result<()> {
     let mut top = Top::default();
+    let mut sampler = Sampler::default();
     let mut next = tokio::time::Instant::now();
     loop {
         if tokio::time::Instant::now() >= next {
-            match sample(dep).await {
+            match sampler.sample(dep).await {
                 Ok(s) => top.history.push(s),
                 Err(e) => top.status = e.to_string(),
             }

@@ -6,7 +6,7 @@ mod common;
 
 use common::{count, enqueue, server};
 use emq::deployment::Deployment;
-use emq::overview::sample;
+use emq::overview::Sampler;
 use emq::top::{apply, Action, Top};
 use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::KeyCode;
@@ -45,11 +45,19 @@ async fn the_screen_shows_every_queue_and_follows_the_jobs_as_they_move() {
         enqueue(&mut con, "orders", "x");
     }
     enqueue(&mut con, "emails", "y");
+    // orders' event stream gives its own rates; emails has none.
+    let _: i64 = redis::cmd("EMQ.EVENTS")
+        .arg("orders")
+        .arg("ON")
+        .query(&mut con)
+        .expect("events");
     let dep = Deployment::connect(&s.url(), &Default::default())
         .await
         .expect("connect");
     let mut top = Top::default();
-    top.history.push(sample(&dep).await.expect("sample"));
+    let mut sampler = Sampler::default();
+    top.history
+        .push(sampler.sample(&dep).await.expect("sample"));
     let lines = screen(&top);
     assert_eq!(
         row_of(&lines, "orders")[..5],
@@ -65,27 +73,40 @@ async fn the_screen_shows_every_queue_and_follows_the_jobs_as_they_move() {
     );
     assert!(lines.iter().any(|l| l.contains("enqueued=5")), "{lines:#?}");
 
-    // Two claimed, one enqueued: the next sample moves the row, and the rates appear.
-    let _: redis::Value = redis::cmd("EMQ.CLAIM")
+    // Two claimed, one of them acked, one enqueued: the next sample moves the row, and the
+    // rates appear.
+    let claimed: Vec<(String, Vec<u8>, i64)> = redis::cmd("EMQ.CLAIM")
         .arg("orders")
         .arg("COUNT")
         .arg(2)
         .query(&mut con)
         .expect("claim");
+    let (id, _, token) = &claimed[0];
+    let _: i64 = redis::cmd("EMQ.ACK")
+        .arg("orders")
+        .arg(id)
+        .arg(token)
+        .query(&mut con)
+        .expect("ack");
     enqueue(&mut con, "orders", "z");
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    top.history.push(sample(&dep).await.expect("sample"));
+    top.history
+        .push(sampler.sample(&dep).await.expect("sample"));
     let lines = screen(&top);
-    assert_eq!(
-        row_of(&lines, "orders")[..5],
-        ["orders", "3", "2", "0", "0"]
-    );
+    let orders = row_of(&lines, "orders");
+    assert_eq!(orders[..5], ["orders", "3", "1", "0", "0"]);
+    let acked: f64 = orders[6].parse().unwrap_or_else(|_| panic!("{orders:?}"));
+    assert!(acked > 0.0, "{orders:?}");
+    assert_eq!(row_of(&lines, "emails")[6], "-");
     let rates = lines
         .iter()
         .find(|l| l.contains("claimed"))
         .expect("rates line");
     assert!(!rates.contains("claimed -"), "{rates}");
-    assert!(lines.iter().any(|l| l.contains("claimed=2")), "{lines:#?}");
+    assert!(
+        lines.iter().any(|l| l.contains("acked=1  claimed=2")),
+        "{lines:#?}"
+    );
     // The screen as text, kept beside the dashboard's screenshots.
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/console");
     std::fs::create_dir_all(&dir).expect("target/console");
@@ -104,7 +125,9 @@ async fn keys_sort_filter_and_pause_and_resume_the_chosen_queue_on_the_server() 
         .await
         .expect("connect");
     let mut top = Top::default();
-    top.history.push(sample(&dep).await.expect("sample"));
+    let mut sampler = Sampler::default();
+    top.history
+        .push(sampler.sample(&dep).await.expect("sample"));
     let names = |top: &Top| top.rows().into_iter().map(|q| q.name).collect::<Vec<_>>();
     assert_eq!(names(&top), ["alpha", "beta"]);
     assert_eq!(top.key(KeyCode::Char('s')), Action::None);
@@ -123,7 +146,8 @@ async fn keys_sort_filter_and_pause_and_resume_the_chosen_queue_on_the_server() 
     assert!(apply(&mut top, &dep, action).await);
     assert_eq!(count(&mut con, "alpha", "paused"), 1);
     assert_eq!(count(&mut con, "beta", "paused"), 0);
-    top.history.push(sample(&dep).await.expect("sample"));
+    top.history
+        .push(sampler.sample(&dep).await.expect("sample"));
     assert!(row_of(&screen(&top), "alpha").contains(&"paused".to_string()));
 
     let action = top.key(KeyCode::Char('r'));

@@ -24,7 +24,7 @@ use tokio::sync::RwLock;
 
 use crate::cli::drain;
 use crate::deployment::Deployment;
-use crate::overview::{self, sample, History};
+use crate::overview::{self, History, Sampler};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Options {
@@ -84,8 +84,9 @@ pub async fn serve(dep: Deployment, options: Options) -> Result<()> {
     let sampler = Arc::clone(&app);
     let interval = Duration::from_millis(options.interval_ms);
     tokio::spawn(async move {
+        let mut streams = Sampler::default();
         loop {
-            if let Ok(s) = sample(&sampler.dep).await {
+            if let Ok(s) = streams.sample(&sampler.dep).await {
                 sampler.history.write().await.push(s);
             }
             tokio::time::sleep(interval).await;

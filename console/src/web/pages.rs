@@ -106,7 +106,7 @@ pub fn index(app: &App, rows: &[QueueRow], history: &History) -> Markup {
             table #queues {
                 thead { tr {
                     th { "queue" } th { "pending" } th { "active" } th { "scheduled" } th { "dead" }
-                    th { "oldest pending" } th { "backlog, last minute" } th {}
+                    th { "oldest pending" } th { "backlog, last minute" } th { "acked/s, last minute" } th {}
                 } }
                 tbody {
                     @for q in rows {
@@ -116,6 +116,12 @@ pub fn index(app: &App, rows: &[QueueRow], history: &History) -> Markup {
                             td.n.scheduled { (q.scheduled) } td.n.dead { (q.dead) }
                             td.n { (q.oldest_pending_ms.map_or("-".to_string(), age)) }
                             td { (PreEscaped(sparkline(&history.backlog_series(&q.name, "pending"), 120, 24))) }
+                            td.acked {
+                                @match history.queue_rate(&q.name, "acked") {
+                                    Some(r) => { (format!("{r:.1}")) " " (PreEscaped(sparkline(&history.queue_rate_series(&q.name, "acked"), 120, 24))) }
+                                    None => { span title="EMQ.EVENTS <queue> ON shows it" { "-" } }
+                                }
+                            }
                             td {
                                 @if q.paused { span.paused { "paused" } }
                                 @if let Some(e) = &q.error { pre.error { (e) } }
@@ -149,6 +155,16 @@ pub fn queue(
                 @if row.dead > 0 { (action(app, &format!("{base}/requeue-dead"), "requeue all dead", None)) }
             }
             p { "backlog, last minute " (PreEscaped(sparkline(&history.backlog_series(&row.name, "pending"), 240, 32))) }
+            div.rates {
+                @for event in ["enqueued", "claimed", "acked"] {
+                    span {
+                        (event) " "
+                        strong { (history.queue_rate(&row.name, event).map_or("-".to_string(), |r| format!("{r:.1}/s"))) }
+                        " " (PreEscaped(sparkline(&history.queue_rate_series(&row.name, event), 120, 24)))
+                    }
+                }
+                @if history.queue_rate(&row.name, "acked").is_none() { span { "(the queue's rates need its event stream: EMQ.EVENTS " (row.name) " ON)" } }
+            }
             div.tabs {
                 @for s in SETS {
                     a.on[s == set] href={ (base) "?set=" (s) } { (s) " (" (row.count(s)) ")" }
