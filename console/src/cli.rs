@@ -111,6 +111,15 @@ struct Output {
 }
 
 impl Output {
+    /// One job's change: `{verb: 1}` done, or `{verb: 0}` and exit code 3 with `why_not`.
+    fn changed(done: bool, verb: &str, why_not: String) -> Output {
+        Output {
+            text: if done { verb.to_string() } else { why_not },
+            json: json!({ verb: u8::from(done) }),
+            code: if done { 0 } else { EXIT_NOT_FOUND },
+        }
+    }
+
     fn ok(text: String, json: Json) -> Output {
         Output {
             text,
@@ -272,15 +281,7 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
             ..
         } => {
             let moved = dep.queue(&queue).requeue(&id).await?;
-            Output {
-                text: if moved {
-                    "requeued".into()
-                } else {
-                    format!("{id} is not dead")
-                },
-                json: json!({ "requeued": u8::from(moved) }),
-                code: if moved { 0 } else { EXIT_NOT_FOUND },
-            }
+            Output::changed(moved, "requeued", format!("{id} is not dead"))
         }
         Command::Requeue {
             queue,
@@ -304,15 +305,11 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
         }
         Command::Cancel { queue, id } => {
             let removed = dep.queue(&queue).cancel(&id).await?;
-            Output {
-                text: if removed {
-                    "cancelled".into()
-                } else {
-                    format!("{id} is not pending or scheduled")
-                },
-                json: json!({ "cancelled": u8::from(removed) }),
-                code: if removed { 0 } else { EXIT_NOT_FOUND },
-            }
+            Output::changed(
+                removed,
+                "cancelled",
+                format!("{id} is not pending or scheduled"),
+            )
         }
         Command::Enqueue {
             queue,

@@ -323,12 +323,7 @@ impl Sampler {
             (Some(c), _) => c.clone(),
             (None, Some(at)) => format!("{at}-0"),
             (None, None) => {
-                let exists: i64 = redis::cmd("EXISTS")
-                    .arg(&key)
-                    .query_async(&mut conn)
-                    .await
-                    .ok()?;
-                if exists == 0 {
+                if !exists(&mut conn, &key).await? {
                     return None;
                 }
                 self.cursors
@@ -368,19 +363,18 @@ impl Sampler {
                 _ => {}
             }
         }
-        if entries.is_empty() {
-            let exists: i64 = redis::cmd("EXISTS")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await
-                .ok()?;
-            if exists == 0 {
-                self.cursors.remove(queue);
-                return None;
-            }
+        if entries.is_empty() && !exists(&mut conn, &key).await? {
+            self.cursors.remove(queue);
+            return None;
         }
         Some(flow)
     }
+}
+
+/// Whether `key` exists; `None` when the server would not say (a user without permission).
+async fn exists(conn: &mut crate::deployment::Routed, key: &str) -> Option<bool> {
+    let n: i64 = redis::cmd("EXISTS").arg(key).query_async(conn).await.ok()?;
+    Some(n == 1)
 }
 
 /// The counters whose rates the console shows, with their labels.

@@ -37,6 +37,18 @@ fn row_of(lines: &[String], queue: &str) -> Vec<String> {
         .collect()
 }
 
+/// The view of `s`, with its first sample taken.
+async fn watching(s: &common::Server) -> (Deployment, Top, Sampler) {
+    let dep = Deployment::connect(&s.url(), &Default::default())
+        .await
+        .expect("connect");
+    let mut top = Top::default();
+    let mut sampler = Sampler::default();
+    top.history
+        .push(sampler.sample(&dep).await.expect("sample"));
+    (dep, top, sampler)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_screen_shows_every_queue_and_follows_the_jobs_as_they_move() {
     let s = server();
@@ -51,13 +63,7 @@ async fn the_screen_shows_every_queue_and_follows_the_jobs_as_they_move() {
         .arg("ON")
         .query(&mut con)
         .expect("events");
-    let dep = Deployment::connect(&s.url(), &Default::default())
-        .await
-        .expect("connect");
-    let mut top = Top::default();
-    let mut sampler = Sampler::default();
-    top.history
-        .push(sampler.sample(&dep).await.expect("sample"));
+    let (dep, mut top, mut sampler) = watching(&s).await;
     let lines = screen(&top);
     assert_eq!(
         row_of(&lines, "orders")[..5],
@@ -121,13 +127,7 @@ async fn keys_sort_filter_and_pause_and_resume_the_chosen_queue_on_the_server() 
     for _ in 0..3 {
         enqueue(&mut con, "beta", "x");
     }
-    let dep = Deployment::connect(&s.url(), &Default::default())
-        .await
-        .expect("connect");
-    let mut top = Top::default();
-    let mut sampler = Sampler::default();
-    top.history
-        .push(sampler.sample(&dep).await.expect("sample"));
+    let (dep, mut top, mut sampler) = watching(&s).await;
     let names = |top: &Top| top.rows().into_iter().map(|q| q.name).collect::<Vec<_>>();
     assert_eq!(names(&top), ["alpha", "beta"]);
     assert_eq!(top.key(KeyCode::Char('s')), Action::None);
