@@ -132,3 +132,38 @@ fn auth_guards_every_page_and_a_bind_off_loopback_needs_it() {
     assert_eq!(code, 2);
     assert!(err.contains("--auth"), "{err}");
 }
+
+#[test]
+fn on_a_cluster_the_dashboard_lists_every_primary_s_queues_and_acts_on_each() {
+    common::servers_load_the_module();
+    let cluster = common::Cluster::start(3, 0);
+    let mut con = cluster.client();
+    let names: Vec<String> = (0..9).map(|i| format!("c{i}")).collect();
+    for q in &names {
+        enqueue(&mut con, q, "x");
+    }
+    let port = free_port();
+    let _web = web(&cluster.urls()[0], port, &[]);
+    let (code, page) = get(port, "/", "");
+    assert_eq!(code, 200);
+    assert!(page.contains("9 queues, on 3 primaries"), "{page}");
+    for q in &names {
+        assert!(page.contains(&format!("data-queue=\"{q}\"")), "{q}: {page}");
+    }
+    // Each queue's page and actions reach the primary that holds it.
+    for q in &names {
+        let (code, page) = get(port, &format!("/queues/{q}"), "");
+        assert_eq!(code, 200, "{page}");
+        let (code, _) = post(
+            port,
+            &format!("/queues/{q}/pause"),
+            &format!("csrf={}", token(&page)),
+        );
+        assert_eq!(code, 303);
+        let paused: std::collections::HashMap<String, redis::Value> = redis::cmd("EMQ.STATS")
+            .arg(q)
+            .query(&mut con)
+            .expect("stats");
+        assert_eq!(paused.get("paused"), Some(&redis::Value::Int(1)), "{q}");
+    }
+}
