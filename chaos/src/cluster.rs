@@ -6,11 +6,20 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
-use crate::docker::{Net, Node, PORT};
+use crate::docker::{Net, Node, User, ADMIN, PORT};
 
-/// A connection to `ip` with short timeouts, so a cut-off or frozen node is an error soon.
+/// The harness's connection to `ip` (as its admin user), with short timeouts, so a cut-off or
+/// frozen node is an error soon.
 pub fn connect(ip: &str, timeout: Duration) -> redis::RedisResult<Connection> {
-    let client = redis::Client::open(format!("redis://{ip}:{PORT}/"))?;
+    connect_as(ip, &ADMIN, timeout)
+}
+
+/// A connection to `ip` as `user`, with short timeouts.
+pub fn connect_as(ip: &str, user: &User, timeout: Duration) -> redis::RedisResult<Connection> {
+    let client = redis::Client::open(format!(
+        "redis://{}:{}@{ip}:{PORT}/",
+        user.name, user.password
+    ))?;
     let con = client.get_connection_with_timeout(timeout)?;
     con.set_read_timeout(Some(timeout))?;
     con.set_write_timeout(Some(timeout))?;
@@ -159,4 +168,39 @@ pub fn pairs(nodes: &[Node]) -> Vec<(Node, Node)> {
         }
     }
     out
+}
+
+/// Whether the node's ACL is as the harness set it: no client without a user, no producer
+/// that can claim, no worker that can enqueue.
+pub fn acl_holds(node: &Node) -> Result<(), String> {
+    use crate::docker::{PRODUCER, WORKER};
+    let timeout = Duration::from_millis(800);
+    let refused = |user: Option<&User>, cmd: &mut redis::Cmd, code: &str| -> Result<(), String> {
+        let url = match user {
+            Some(u) => format!("redis://{}:{}@{}:{PORT}/", u.name, u.password, node.ip),
+            None => format!("redis://{}:{PORT}/", node.ip),
+        };
+        let answer = redis::Client::open(url)
+            .and_then(|c| c.get_connection_with_timeout(timeout))
+            .and_then(|mut con| cmd.query::<Value>(&mut con));
+        match answer {
+            Err(e) if e.code() == Some(code) => Ok(()),
+            other => Err(format!(
+                "{} on {}: expected {code}, got {other:?}",
+                user.map_or("no user", |u| u.name),
+                node.ip
+            )),
+        }
+    };
+    refused(None, &mut redis::cmd("PING"), "NOAUTH")?;
+    refused(
+        Some(&PRODUCER),
+        redis::cmd("EMQ.CLAIM").arg("acl-probe"),
+        "NOPERM",
+    )?;
+    refused(
+        Some(&WORKER),
+        redis::cmd("EMQ.ENQUEUE").arg("acl-probe").arg("*").arg("x"),
+        "NOPERM",
+    )
 }

@@ -42,6 +42,74 @@ pub struct Net {
 
 pub const PORT: u16 = 6379;
 
+/// A user of the cluster's ACL. The default user is off: every client names itself.
+pub struct User {
+    pub name: &'static str,
+    pub password: &'static str,
+    /// The rules after `on >password`.
+    rules: &'static [&'static str],
+}
+
+/// The harness itself: forming the cluster, the slot map, the checks, replication.
+pub const ADMIN: User = User {
+    name: "chaos-admin",
+    password: "admin-secret",
+    rules: &["~*", "&*", "+@all"],
+};
+/// The producers: enqueue on EchoMQ's keys, and WAIT; nothing else.
+pub const PRODUCER: User = User {
+    name: "chaos-producer",
+    password: "producer-secret",
+    rules: &[
+        "resetkeys",
+        "~emq:*",
+        "resetchannels",
+        "-@all",
+        "+emq.enqueue",
+        "+wait",
+        "+ping",
+    ],
+};
+/// The workers: claim and settle on EchoMQ's keys, and WAIT; they cannot enqueue.
+pub const WORKER: User = User {
+    name: "chaos-worker",
+    password: "worker-secret",
+    rules: &[
+        "resetkeys",
+        "~emq:*",
+        "resetchannels",
+        "-@all",
+        "+emq.claim",
+        "+emq.ack",
+        "+emq.fail",
+        "+emq.renew",
+        "+wait",
+        "+ping",
+    ],
+};
+
+/// The `--user` arguments that give a node its ACL at every start (a restarted node keeps
+/// it), and the replication user a replica authenticates as.
+fn acl_args() -> Vec<String> {
+    // Off, so no client connects without a user, but with its permissions: Valkey 8.0 replays
+    // the AOF as the default user and checks each EXEC against its rules (valkey-io/valkey#3983),
+    // and a restarted node would drop every transaction of EchoMQ's effects.
+    let mut args: Vec<String> = ["--user", "default", "off", "~*", "&*", "+@all"]
+        .map(String::from)
+        .to_vec();
+    for user in [&ADMIN, &PRODUCER, &WORKER] {
+        args.extend([
+            "--user".to_string(),
+            user.name.to_string(),
+            "on".to_string(),
+        ]);
+        args.push(format!(">{}", user.password));
+        args.extend(user.rules.iter().map(|r| r.to_string()));
+    }
+    args.extend(["--masteruser", ADMIN.name, "--masterauth", ADMIN.password].map(String::from));
+    args
+}
+
 impl Net {
     /// Creates the network (a /24 of 10.231.x.0 no other network uses) and starts `n` nodes
     /// of `image` on it, cluster-enabled with `node_timeout_ms`.
@@ -75,7 +143,8 @@ impl Net {
             };
             let timeout = node_timeout_ms.to_string();
             let node_id = i.to_string();
-            docker(&[
+            let acl = acl_args();
+            let mut args = vec![
                 "run",
                 "-d",
                 "--name",
@@ -93,7 +162,9 @@ impl Net {
                 "yes",
                 "--emq.node-id",
                 &node_id,
-            ])?;
+            ];
+            args.extend(acl.iter().map(String::as_str));
+            docker(&args)?;
             net.nodes.push(node);
         }
         Ok(net)
@@ -180,9 +251,18 @@ impl Net {
         docker(&["restart", "-t", "10", &node.name]).map(|_| ())
     }
 
-    /// Runs `valkey-cli args` inside the first node's container.
+    /// Runs `valkey-cli args` inside the first node's container, as the harness's user.
     pub fn cli(&self, args: &[&str]) -> Result<String, String> {
-        let mut all = vec!["exec", self.nodes[0].name.as_str(), "valkey-cli"];
+        let mut all = vec![
+            "exec",
+            self.nodes[0].name.as_str(),
+            "valkey-cli",
+            "--user",
+            ADMIN.name,
+            "--pass",
+            ADMIN.password,
+            "--no-auth-warning",
+        ];
         all.extend_from_slice(args);
         docker(&all)
     }

@@ -244,6 +244,11 @@ fn main() {
         drop(net);
         std::process::exit(1);
     }
+    if let Some(e) = net.nodes.iter().find_map(|n| cluster::acl_holds(n).err()) {
+        eprintln!("emq-chaos: the ACL does not hold: {e}");
+        drop(net);
+        std::process::exit(1);
+    }
     let mut rows = Vec::new();
     let mut failed = false;
     for (i, fault) in a.faults.iter().enumerate() {

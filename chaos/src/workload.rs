@@ -12,8 +12,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::{Connection, ErrorKind, Value};
 
-use crate::cluster::{connect, owner, slot_map, SlotMap};
-use crate::docker::Node;
+use crate::cluster::{connect_as, owner, slot_map, SlotMap};
+use crate::docker::{Node, User, PRODUCER, WORKER};
 
 /// How an operation ended: the server answered, refused it, or the answer never came (it may
 /// or may not have happened).
@@ -62,19 +62,22 @@ fn record(history: &History, op: Op) {
     }
 }
 
-/// Connections to the primaries by the slot map, refreshed after a redirection or a failure.
+/// Connections to the primaries by the slot map (read as the harness), refreshed after a
+/// redirection or a failure; each connection as the client's own ACL user.
 struct Router {
     nodes: Vec<Node>,
     map: SlotMap,
     cons: HashMap<String, Connection>,
+    user: &'static User,
 }
 
 impl Router {
-    fn new(nodes: &[Node]) -> Router {
+    fn new(nodes: &[Node], user: &'static User) -> Router {
         Router {
             nodes: nodes.to_vec(),
             map: slot_map(nodes).unwrap_or_default(),
             cons: HashMap::new(),
+            user,
         }
     }
 
@@ -85,7 +88,7 @@ impl Router {
             return Err((ErrorKind::Io, "no owner known for the slot").into());
         };
         if !self.cons.contains_key(&ip) {
-            let con = connect(&ip, Duration::from_millis(800))?;
+            let con = connect_as(&ip, self.user, Duration::from_millis(800))?;
             self.cons.insert(ip.clone(), con);
         }
         let Some(con) = self.cons.get_mut(&ip) else {
@@ -223,7 +226,7 @@ fn produce(
     pause_ms: u64,
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut router = Router::new(nodes);
+    let mut router = Router::new(nodes, &PRODUCER);
     let mut sent = 0;
     while producing.load(Ordering::SeqCst) && sent < max_jobs {
         let (queue, slot) = &queues.0[rng.random_range(0..queues.0.len())];
@@ -262,7 +265,7 @@ fn produce(
 
 fn work(nodes: &[Node], queues: &Queues, history: &History, seed: u64, running: &AtomicBool) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut router = Router::new(nodes);
+    let mut router = Router::new(nodes, &WORKER);
     while running.load(Ordering::SeqCst) {
         let (queue, slot) = &queues.0[rng.random_range(0..queues.0.len())];
         let sent = Instant::now();
