@@ -238,7 +238,7 @@ pub async fn job_history(
         .arg("+")
         .arg("-")
         .arg("COUNT")
-        .arg(crate::overview::HISTORY_SCAN)
+        .arg(HISTORY_SCAN)
         .query_async(&mut conn)
         .await?;
     let mut out = Vec::new();

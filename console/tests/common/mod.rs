@@ -10,7 +10,7 @@ use redis::Connection;
 pub mod support;
 
 #[allow(unused_imports)] // each suite takes what it needs
-pub use support::{cluster::Cluster, Options, Server};
+pub use support::{cluster::Cluster, free_port, Options, Server};
 
 /// The module the servers load: the workspace's release build, unless ECHOMQ_MODULE says.
 pub fn servers_load_the_module() {
@@ -124,10 +124,6 @@ pub fn web(url: &str, port: u16, args: &[&str]) -> Running {
     let running = Running(child);
     wait_port(port);
     running
-}
-
-pub fn free_port() -> u16 {
-    support::free_port()
 }
 
 /// One HTTP/1.1 request to the dashboard: the status code and the whole response.
