@@ -129,9 +129,10 @@ def dump(phase):
             raise SystemExit("callgrind_control: " + done.stdout + done.stderr)
 
 
-def life(sock, jobs, limits=()):
+def life(sock, jobs, limits=(), mack=False):
     """Enqueue, claim and ack `jobs` jobs, one phase after another (see the module's doc); with
-    `limits`, the options of an `EMQ.LIMIT` of the queue (limits that never bind)."""
+    `limits`, the options of an `EMQ.LIMIT` of the queue (limits that never bind); with `mack`,
+    the acks go as `EMQ.MACK` of each claim's 100 jobs."""
     if limits:
         sock.sendall(resp("EMQ.LIMIT", "bench", *limits))
         read_replies(sock, 1)
@@ -150,9 +151,19 @@ def life(sock, jobs, limits=()):
     if len(claimed) != jobs:
         raise SystemExit("claimed %d of %d jobs" % (len(claimed), jobs))
     dump("claim")
-    sock.sendall(b"".join(resp("EMQ.ACK", "bench", job[0], job[2]) for job in claimed))
-    acks = read_values(sock, jobs)
-    if any(a != 1 for a in acks):
+    if mack:
+        calls = []
+        for start in range(0, jobs, 100):
+            args = ["EMQ.MACK", "bench"]
+            for job in claimed[start:start + 100]:
+                args += [job[0], job[2]]
+            calls.append(resp(*args))
+        sock.sendall(b"".join(calls))
+        acks = [a for reply in read_values(sock, len(calls)) for a in reply]
+    else:
+        sock.sendall(b"".join(resp("EMQ.ACK", "bench", job[0], job[2]) for job in claimed))
+        acks = read_values(sock, jobs)
+    if len(acks) != jobs or any(a != 1 for a in acks):
         raise SystemExit("an ack did not reply 1")
     dump("ack")
 
@@ -205,6 +216,9 @@ def main():
             for i in range(jobs)
         )
         replies = 3 * jobs
+    elif mode == "life-mack":
+        life(sock, jobs, mack=True)
+        buf, replies = b"", 0
     elif mode in ("life", "life-concurrency", "life-limits"):
         limits = {
             "life": (),
@@ -215,7 +229,8 @@ def main():
         buf, replies = b"", 0
     else:
         raise SystemExit(
-            "mode: module, unique, batch, native, lua, foreign, life, life-concurrency or life-limits"
+            "mode: module, unique, batch, native, lua, foreign, life, life-mack, life-concurrency"
+            " or life-limits"
         )
     if buf:
         sock.sendall(buf)

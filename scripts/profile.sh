@@ -5,8 +5,9 @@
 # module costs commands on other keys (ZADD, SET ... EX, DEL, with and without it). Unlike
 # timings, the counts hardly move between runs (about 1%: the server's cron and hash seeds vary).
 # Then the rest of a job's life: the same jobs enqueued as EMQ.MENQUEUE x100, claimed with
-# EMQ.CLAIM COUNT 100 LEASE 60000 and acked one EMQ.ACK each; callgrind_control dumps and zeroes
-# the counters after each phase, so the claim and ack rows count only their own phase.
+# EMQ.CLAIM COUNT 100 LEASE 60000 and acked one EMQ.ACK each, and once more acked as EMQ.MACK of
+# 100; callgrind_control dumps and zeroes the counters after each phase, so the claim and ack
+# rows count only their own phase.
 # PROFILE_MODULE: another build's libechomq.so; PROFILE_ONLY=life: only the claim and ack rows;
 # PROFILE_ONLY=foreign: only the rows of other keys (without EchoMQ, with it, and with it set not
 # to learn foreign writes);
@@ -68,6 +69,8 @@ life_rows() {
   echo "| \`EMQ.ACK\` handler, per job (\`ValkeyModuleCommandDispatcher\`) | $(per_job "$(cost "$dir/life.out.3" ValkeyModuleCommandDispatcher)") |"
   echo "| whole requests (\`processInputBuffer\`): \`EMQ.CLAIM COUNT 100\`, per job | $(per_job "$(cost "$dir/life.out.2" processInputBuffer)") |"
   echo "| whole requests (\`processInputBuffer\`): \`EMQ.ACK\` | $(per_job "$(cost "$dir/life.out.3" processInputBuffer)") |"
+  echo "| \`EMQ.MACK\` ×100 handler, per job (\`ValkeyModuleCommandDispatcher\`) | $(per_job "$(cost "$dir/life-mack.out.3" ValkeyModuleCommandDispatcher)") |"
+  echo "| whole requests (\`processInputBuffer\`): \`EMQ.MACK\` ×100, per job | $(per_job "$(cost "$dir/life-mack.out.3" processInputBuffer)") |"
 }
 if [ "${PROFILE_ONLY:-}" = policy ]; then
   for mode in module unique life life-concurrency life-limits; do run "$mode"; done
@@ -95,6 +98,7 @@ if [ "${PROFILE_ONLY:-}" = foreign ]; then
 fi
 if [ "${PROFILE_ONLY:-}" = life ]; then
   run life
+  run life-mack
   echo "| where | instructions/job |"
   echo "|---|---|"
   life_rows
@@ -106,6 +110,7 @@ run foreign
 run foreign bare
 run foreign own
 run life
+run life-mack
 echo "| where | instructions/job |"
 echo "|---|---|"
 echo "| \`EMQ.ENQUEUE\` handler (\`ValkeyModuleCommandDispatcher\`) | $(per_job "$(cost "$dir/module.out" ValkeyModuleCommandDispatcher)") |"

@@ -300,4 +300,57 @@ fn a_batch_is_persisted_as_one_transaction_of_effects() {
         !batch.iter().any(|w| w.eq_ignore_ascii_case("EMQ.MACK")),
         "effects, not the command, are persisted"
     );
+    // The batch leaves `active` in one variadic `ZREM`, as one native command would.
+    let mut out_of_active = vec!["ZREM".to_string(), format!("emq:{{{q}}}:active")];
+    out_of_active.extend(jobs.iter().map(|(id, _)| id.clone()));
+    assert!(
+        batch
+            .windows(out_of_active.len())
+            .any(|w| w == out_of_active),
+        "one ZREM of the batch's jobs: {batch:?}"
+    );
+    let zrems = batch
+        .windows(2)
+        .filter(|w| w[0] == "ZREM" && w[1] == format!("emq:{{{q}}}:active"))
+        .count();
+    assert_eq!(zrems, 1, "{batch:?}");
+}
+
+#[test]
+fn a_batched_claim_moves_its_jobs_in_one_zrem_and_one_zadd() {
+    let server = Server::start(
+        Options::default()
+            .arg("appendonly", "yes")
+            .arg("appendfsync", "always"),
+    );
+    let mut con = server.conn();
+    let q = "claimed-together";
+    for i in 1..=3 {
+        enqueue(&mut con, q, &job_id(i), "work");
+    }
+    let before = aof_words(&server).len();
+    let jobs = claimed(&mut con, q, 3);
+    assert_eq!(jobs.len(), 3);
+    let words = aof_words(&server);
+    let batch = &words[before..];
+    let ids: Vec<String> = (1..=3).map(job_id).collect();
+    let mut out_of_pending = vec!["ZREM".to_string(), format!("emq:{{{q}}}:pending")];
+    out_of_pending.extend(ids.iter().cloned());
+    assert!(
+        batch
+            .windows(out_of_pending.len())
+            .any(|w| w == out_of_pending),
+        "one ZREM out of pending: {batch:?}"
+    );
+    let into_active: Vec<usize> = batch
+        .windows(2)
+        .enumerate()
+        .filter(|(_, w)| w[0] == "ZADD" && w[1] == format!("emq:{{{q}}}:active"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(into_active.len(), 1, "one ZADD into active: {batch:?}");
+    // ZADD key score member score member score member: each id once, in order.
+    let zadd = &batch[into_active[0] + 2..into_active[0] + 8];
+    let members: Vec<&String> = zadd.iter().skip(1).step_by(2).collect();
+    assert_eq!(members, ids.iter().collect::<Vec<_>>(), "{batch:?}");
 }

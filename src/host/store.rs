@@ -397,6 +397,29 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(true)
     }
 
+    fn remove_many(&self, set: Set, members: &[&Text<'a>]) -> Result<usize, EmqError> {
+        if members.is_empty() {
+            return Ok(0);
+        }
+        let key = self.set(set)?;
+        let mut args = Vec::with_capacity(1 + members.len());
+        args.push(key.name().as_str());
+        for member in members {
+            if key.zrem(member.as_str())? {
+                args.push(member.as_str());
+            }
+        }
+        let removed = args.len() - 1;
+        if removed > 0 {
+            notify(self.ctx, NOTIFY_ZSET, c"zrem", key.name());
+            if key.is_empty() {
+                notify(self.ctx, NOTIFY_GENERIC, c"del", key.name());
+            }
+            emit(self.ctx, c"ZREM", &args);
+        }
+        Ok(removed)
+    }
+
     fn remove_upto(
         &self,
         set: Set,

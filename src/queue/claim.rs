@@ -163,15 +163,21 @@ fn check_head_types<S: Store>(head: &[Head<S>]) -> Result<(), EmqError> {
 /// Moves the jobs of `head` to `active` until `deadline`, with `state active` and `attempts`
 /// + 1, in order. Members without a row are dropped, not handed out.
 fn take<S: Store>(store: &S, head: Vec<Head<S>>, deadline: i64) -> Result<Vec<Claimed>, EmqError> {
-    let mut out = Vec::new();
-    for Head { member, row, holds } in head {
-        store.remove(Set::Pending, &member)?;
+    let mut out = Vec::with_capacity(head.len());
+    // The sets change once for the batch: one `ZREM` out of `pending` and one `ZADD` into
+    // `active`, each one event and one effect.
+    store.remove_many(
+        Set::Pending,
+        &head.iter().map(|h| &h.member).collect::<Vec<_>>(),
+    )?;
+    let mut taken = Vec::with_capacity(head.len());
+    for Head { member, row, holds } in &head {
         // What the row held was read with the head (and checked by `check_head_types`).
         let (Some(name), Holds::Hash) = (row, holds) else {
             count_dropped();
             continue;
         };
-        let row = store.open_row(&name)?;
+        let row = store.open_row(name)?;
         let attempts = attempts(store, &row).saturating_add(1);
         let token = token_of(store, &row, attempts);
         store.set_fields(
@@ -181,17 +187,18 @@ fn take<S: Store>(store: &S, head: Vec<Head<S>>, deadline: i64) -> Result<Vec<Cl
                 (Field::Attempts, Value::Int(attempts)),
             ],
         )?;
-        store.add(Set::Active, deadline, &member)?;
         let payload = store
             .field(&row, Field::Payload)
             .map(|p| store.bytes(&p).to_vec())
             .unwrap_or_default();
-        record(store, Event::Claimed, Some(&member), || attempts)?;
+        record(store, Event::Claimed, Some(member), || attempts)?;
+        taken.push((deadline, member));
         out.push(Claimed {
-            id: store.bytes(&member).to_vec(),
+            id: store.bytes(member).to_vec(),
             payload,
             token,
         });
     }
+    store.add_many(Set::Active, &taken)?;
     Ok(out)
 }

@@ -79,6 +79,18 @@ fn done<S: Store>(
     result: Option<&[u8]>,
 ) -> Result<(), EmqError> {
     store.remove(Set::Active, member)?;
+    finish(store, row, member, token, result)
+}
+
+/// The rest of an acknowledgement once the job is out of `active`: the row done (or deleted),
+/// its expiry, the event.
+fn finish<S: Store>(
+    store: &S,
+    row: &S::Row<'_>,
+    member: &S::Text,
+    token: i64,
+    result: Option<&[u8]>,
+) -> Result<(), EmqError> {
     let ttl = settings::done_ttl_ms();
     if ttl == 0 {
         store.delete_row(row)?;
@@ -147,7 +159,8 @@ pub fn ack_many<S: Store>(
     store.events()?;
     let limits = limit::limits(store)?;
     let mut outcomes = Vec::with_capacity(jobs.len());
-    let mut acked = 0;
+    // Out of `active` together at the end: one `ZREM`, one event, one effect.
+    let mut acked = Vec::with_capacity(jobs.len());
     for (s, row) in jobs.iter().zip(&rows) {
         let (Some(row), Some(token)) = (row, s.token) else {
             outcomes.push(Err(EmqError::Lease));
@@ -157,10 +170,12 @@ pub fn ack_many<S: Store>(
             outcomes.push(Err(refused));
             continue;
         }
-        done(store, row, s.job.member, token, s.result)?;
+        finish(store, row, s.job.member, token, s.result)?;
         outcomes.push(Ok(()));
-        acked += 1;
+        acked.push(s.job.member);
     }
+    store.remove_many(Set::Active, &acked)?;
+    let acked = acked.len() as u64;
     if acked > 0 {
         room_freed(store, &limits)?;
         counters::count(&ACKED, acked);

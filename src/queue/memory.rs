@@ -259,6 +259,19 @@ impl Store for Memory {
         Ok(was)
     }
 
+    fn remove_many(&self, set: Set, members: &[&Vec<u8>]) -> Result<usize, EmqError> {
+        self.opened(set)?;
+        let removed: Vec<String> = members
+            .iter()
+            .filter(|m| self.sets.borrow_mut()[set.index()].remove(**m).is_some())
+            .map(|m| text(m))
+            .collect();
+        if !removed.is_empty() {
+            self.log(format!("ZREM {set:?} {}", removed.join(" ")));
+        }
+        Ok(removed.len())
+    }
+
     fn remove_upto(&self, set: Set, max: Option<i64>, members: &[Vec<u8>]) -> Result<(), EmqError> {
         self.opened(set)?;
         let mut sets = self.sets.borrow_mut();

@@ -216,12 +216,15 @@ fn a_claim_takes_the_lowest_ids_in_order_under_a_lease() {
         ]
     );
     assert_eq!(m.field(&name(1), "state").as_deref(), Some("active"));
+    // The sets change once for the batch: one ZREM out of pending, one ZADD into active.
+    let at = NOW + 1_000;
     assert_eq!(
-        writes(&m)[..3],
+        writes(&m)[..4],
         [
-            format!("ZREM Pending {}", name(1)),
+            format!("ZREM Pending {} {}", name(1), name(2)),
             format!("HSET {} state active attempts 1", name(1)),
-            format!("ZADD Active {} {}", NOW + 1_000, name(1)),
+            format!("HSET {} state active attempts 1", name(2)),
+            format!("ZADD Active {at} {} {at} {}", name(1), name(2)),
         ]
     );
     assert!(!out.more_behind);
