@@ -132,7 +132,7 @@ profile: build
 	@command -v valgrind >/dev/null 2>&1 || apt-get install -y -qq valgrind
 	bash scripts/profile.sh
 
-# The fault-injection harness (chaos/): six faults under load on a 3+3 cluster in containers
+# The fault-injection harness (chaos/): seven faults under load on a 3+3 cluster in containers
 # on a docker network of its own, each checked against its history; writes the table of
 # docs/reliability.md. CHAOS_JOBS: enqueues tried per fault; CHAOS_SEED: the run's seed. It
 # cuts links inside the nodes' network namespaces, so it runs as root.
@@ -176,7 +176,7 @@ docker-up: docker-image compose
 	$(COMPOSE) up -d
 
 docker-down: compose
-	$(COMPOSE) --profile cluster down -v --remove-orphans
+	$(COMPOSE) --profile cluster --profile tls down -v --remove-orphans
 
 docker-test: docker-image compose
 	$(CARGO) build --workspace --examples

@@ -1457,6 +1457,22 @@ fn main() {
         print!("{md}");
         return;
     }
+    // BENCH_ONLY=lifecycle: only the table of the whole life by settle, printed.
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "lifecycle") {
+        let server = Server::start(Options::default().arg("maxclients", "1000"));
+        let mut lifecycle: LifecycleSamples = Default::default();
+        for round in 0..rounds {
+            let ids = ids_for(Ids::Monotonic, jobs, round as u64 + 1);
+            for (v, how) in Life::ALL.into_iter().enumerate() {
+                lifecycle[v].push(whole_life(&server, &ids, Policy::Plain, how));
+            }
+            eprintln!("done: lifecycle round {}", round + 1);
+        }
+        let mut md = String::new();
+        lifecycle_table(&mut md, &lifecycle);
+        print!("{md}");
+        return;
+    }
     let server = Server::start(Options::default().arg("maxclients", "1000"));
     let version: String = {
         let mut c = server.conn();

@@ -5,7 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 compose=(docker-compose -f docker/compose.yml -p echomq-test)
 port="${ECHOMQ_DOCKER_PORT:-16379}"
-cleanup() { ECHOMQ_PORT="$port" "${compose[@]}" --profile cluster down -v --remove-orphans >/dev/null 2>&1 || true; }
+tls_port="${ECHOMQ_DOCKER_TLS_PORT:-16380}"
+certs="$PWD/target/docker-tls"
+export ECHOMQ_TLS_CERTS="$certs" ECHOMQ_TLS_PORT="$tls_port"
+cleanup() { ECHOMQ_PORT="$port" "${compose[@]}" --profile cluster --profile tls down -v --remove-orphans >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 cleanup
 
@@ -24,6 +27,13 @@ ECHOMQ_PORT="$port" "${compose[@]}" up -d valkey
 wait_healthy "$(ECHOMQ_PORT="$port" "${compose[@]}" ps -q valkey)" 60
 ECHOMQ_EXTERNAL="127.0.0.1:$port" cargo test --test enqueue --test grammar --test interop --test menqueue \
   --test delayed --test claim --test blocking_claim --test lease --test cancel_requeue --test events --test concurrency
+
+echo "docker-test: the same image over TLS only on 127.0.0.1:$tls_port, with certificates made for this run"
+rm -rf "$certs"
+bash scripts/tls-certs.sh "$certs"
+ECHOMQ_PORT="$port" "${compose[@]}" --profile tls up -d valkey-tls
+wait_healthy "$(ECHOMQ_PORT="$port" "${compose[@]}" ps -q valkey-tls)" 60
+ECHOMQ_TLS_EXTERNAL="127.0.0.1:$tls_port" cargo test -p emq --test tls -- --ignored
 
 echo "docker-test: cluster on 127.0.0.1:7001-7006"
 ECHOMQ_PORT="$port" "${compose[@]}" --profile cluster up -d

@@ -3,7 +3,8 @@
 # links through cc, and build scripts compile C), libclang-dev (bindgen), valkey-server and
 # valkey-tools, python3-redis (the documented loops run with stock redis-py), python3-venv (the venv the Python
 # client is tested and type-checked in, target/py), and on request redis-server
-# (--with-redis, the Redis 7 tier), docker-compose (--with-compose, the docker tier) and
+# (--with-redis, the Redis 7 tier), docker-compose and openssl (--with-compose, the docker
+# tier, whose TLS node gets certificates scripts/tls-certs.sh makes with openssl) and
 # iptables (--with-iptables, the faults harness, which cuts links with it) and chromium with
 # chromium-driver (--with-browser, the console's browser tests).
 # Idempotent: does nothing when everything is already present.
@@ -46,6 +47,7 @@ have_venv() { /usr/bin/python3 -c "import ensurepip, venv" >/dev/null 2>&1; }
 have_venv || missing+=(python3-venv)
 [ $want_redis = 1 ] && ! have_redis && missing+=(redis-server)
 [ $want_compose = 1 ] && ! command -v docker-compose >/dev/null 2>&1 && missing+=(docker-compose)
+[ $want_compose = 1 ] && ! command -v openssl >/dev/null 2>&1 && missing+=(openssl)
 [ $want_iptables = 1 ] && ! command -v iptables >/dev/null 2>&1 && missing+=(iptables)
 if [ $want_browser = 1 ]; then
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)

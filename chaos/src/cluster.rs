@@ -170,9 +170,118 @@ pub fn pairs(nodes: &[Node]) -> Vec<(Node, Node)> {
     out
 }
 
+/// The primaries that own slots now, by the slot map.
+pub fn primaries(nodes: &[Node]) -> Option<Vec<Node>> {
+    let map = slot_map(nodes)?;
+    let mut out: Vec<Node> = Vec::new();
+    for (_, _, ip) in &map {
+        if !out.iter().any(|n| &n.ip == ip) {
+            out.push(nodes.iter().find(|n| &n.ip == ip)?.clone());
+        }
+    }
+    Some(out)
+}
+
+/// What `f` answers, retried every 200 ms while the cluster is down or the slot busy
+/// (`CLUSTERDOWN`, `TRYAGAIN`, a lost connection), for up to a minute.
+fn retried<T>(what: &str, mut f: impl FnMut() -> redis::RedisResult<T>) -> Result<T, String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e)
+                if Instant::now() < deadline
+                    && (matches!(e.code(), Some("CLUSTERDOWN" | "TRYAGAIN" | "IOERR"))
+                        || e.is_io_error()
+                        || e.is_timeout()
+                        || e.is_connection_dropped()) =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(format!("{what}: {e}")),
+        }
+    }
+}
+
+fn my_id(node: &Node) -> Result<String, String> {
+    retried("CLUSTER MYID", || {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut connect(&node.ip, Duration::from_secs(2))?)
+    })
+}
+
+/// Moves `slot` from the primary `from` to the primary `to` as an operator would:
+/// `IMPORTING` on `to`, `MIGRATING` on `from`, its keys over in `MIGRATE` batches of 100 (as
+/// the harness's user, retried while the cluster is down), then `NODE` on `to`, `from` and
+/// every other primary but `cut` (cut off: it learns the slot's owner from the others once
+/// back). Returns how many keys moved.
+pub fn move_slot(
+    nodes: &[Node],
+    slot: u16,
+    from: &Node,
+    to: &Node,
+    cut: &Node,
+) -> Result<usize, String> {
+    let (from_id, to_id) = (my_id(from)?, my_id(to)?);
+    let setslot = |node: &Node, how: &str, id: &str| {
+        retried(
+            &format!("CLUSTER SETSLOT {slot} {how} on {}", node.ip),
+            || {
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg(how)
+                    .arg(id)
+                    .query::<()>(&mut connect(&node.ip, Duration::from_secs(2))?)
+            },
+        )
+    };
+    setslot(to, "IMPORTING", &from_id)?;
+    setslot(from, "MIGRATING", &to_id)?;
+    let mut moved = 0;
+    loop {
+        let keys: Vec<String> = retried("CLUSTER GETKEYSINSLOT", || {
+            redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(100)
+                .query(&mut connect(&from.ip, Duration::from_secs(2))?)
+        })?;
+        if keys.is_empty() {
+            break;
+        }
+        retried("MIGRATE", || {
+            let mut m = redis::cmd("MIGRATE");
+            m.arg(&to.ip)
+                .arg(PORT)
+                .arg("")
+                .arg(0)
+                .arg(5_000)
+                .arg("AUTH2")
+                .arg(ADMIN.name)
+                .arg(ADMIN.password)
+                .arg("KEYS")
+                .arg(&keys);
+            m.query::<Value>(&mut connect(&from.ip, Duration::from_secs(6))?)
+        })?;
+        moved += keys.len();
+    }
+    setslot(to, "NODE", &to_id)?;
+    setslot(from, "NODE", &to_id)?;
+    for node in primaries(nodes).unwrap_or_default() {
+        if node.ip != from.ip && node.ip != to.ip && node.ip != cut.ip {
+            setslot(&node, "NODE", &to_id)?;
+        }
+    }
+    Ok(moved)
+}
+
 /// Whether the node's ACL is as the harness set it: no client without a user, no producer
-/// that can claim, no worker that can enqueue.
-pub fn acl_holds(node: &Node) -> Result<(), String> {
+/// that can claim, no worker that can enqueue (`own` is one of the run's queues), and, with
+/// `probe_foreign` (for the owner of [`FOREIGN`]'s slot), no producer that can enqueue on a
+/// queue not the run's.
+pub fn acl_holds(node: &Node, own: &str, probe_foreign: bool) -> Result<(), String> {
     use crate::docker::{PRODUCER, WORKER};
     let timeout = Duration::from_millis(800);
     let refused = |user: Option<&User>, cmd: &mut redis::Cmd, code: &str| -> Result<(), String> {
@@ -200,7 +309,20 @@ pub fn acl_holds(node: &Node) -> Result<(), String> {
     )?;
     refused(
         Some(&WORKER),
-        redis::cmd("EMQ.ENQUEUE").arg("acl-probe").arg("*").arg("x"),
+        redis::cmd("EMQ.ENQUEUE").arg(own).arg("*").arg("x"),
+        "NOPERM",
+    )?;
+    if !probe_foreign {
+        return Ok(());
+    }
+    // A queue that is not the run's, on the node that owns it (the others answer `MOVED`
+    // before a handler sees it): its keys are not the producer's.
+    refused(
+        Some(&PRODUCER),
+        redis::cmd("EMQ.ENQUEUE").arg(FOREIGN).arg("*").arg("x"),
         "NOPERM",
     )
 }
+
+/// A queue that is none of the run's.
+pub const FOREIGN: &str = "acl-probe";

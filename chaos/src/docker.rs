@@ -48,6 +48,8 @@ pub struct User {
     pub password: &'static str,
     /// The rules after `on >password`.
     rules: &'static [&'static str],
+    /// Whether the user's keys are the run's queues' (`~emq:{<queue>}:*` each), not all keys.
+    queues_only: bool,
 }
 
 /// The harness itself: forming the cluster, the slot map, the checks, replication.
@@ -55,28 +57,28 @@ pub const ADMIN: User = User {
     name: "chaos-admin",
     password: "admin-secret",
     rules: &["~*", "&*", "+@all"],
+    queues_only: false,
 };
-/// The producers: enqueue on EchoMQ's keys, and WAIT; nothing else.
+/// The producers: enqueue on the run's queues, and WAIT; nothing else.
 pub const PRODUCER: User = User {
     name: "chaos-producer",
     password: "producer-secret",
     rules: &[
         "resetkeys",
-        "~emq:*",
         "resetchannels",
         "-@all",
         "+emq.enqueue",
         "+wait",
         "+ping",
     ],
+    queues_only: true,
 };
-/// The workers: claim and settle on EchoMQ's keys, and WAIT; they cannot enqueue.
+/// The workers: claim and settle on the run's queues, and WAIT; they cannot enqueue.
 pub const WORKER: User = User {
     name: "chaos-worker",
     password: "worker-secret",
     rules: &[
         "resetkeys",
-        "~emq:*",
         "resetchannels",
         "-@all",
         "+emq.claim",
@@ -86,11 +88,25 @@ pub const WORKER: User = User {
         "+wait",
         "+ping",
     ],
+    queues_only: true,
 };
 
+/// The key pattern of a queue's keys: `emq:{<queue>}:*`, its name's glob characters escaped.
+pub fn queue_keys(queue: &str) -> String {
+    let mut escaped = String::with_capacity(queue.len());
+    for c in queue.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    format!("emq:{{{escaped}}}:*")
+}
+
 /// The `--user` arguments that give a node its ACL at every start (a restarted node keeps
-/// it), and the replication user a replica authenticates as.
-fn acl_args() -> Vec<String> {
+/// it), and the replication user a replica authenticates as; producers and workers may touch
+/// the keys of `queues` and no other.
+fn acl_args(queues: &[String]) -> Vec<String> {
     // Off, so no client connects without a user, but with its permissions: Valkey 8.0 replays
     // the AOF as the default user and checks each EXEC against its rules (valkey-io/valkey#3983),
     // and a restarted node would drop every transaction of EchoMQ's effects.
@@ -105,6 +121,9 @@ fn acl_args() -> Vec<String> {
         ]);
         args.push(format!(">{}", user.password));
         args.extend(user.rules.iter().map(|r| r.to_string()));
+        if user.queues_only {
+            args.extend(queues.iter().map(|q| format!("~{}", queue_keys(q))));
+        }
     }
     args.extend(["--masteruser", ADMIN.name, "--masterauth", ADMIN.password].map(String::from));
     args
@@ -112,8 +131,14 @@ fn acl_args() -> Vec<String> {
 
 impl Net {
     /// Creates the network (a /24 of 10.231.x.0 no other network uses) and starts `n` nodes
-    /// of `image` on it, cluster-enabled with `node_timeout_ms`.
-    pub fn start(image: &str, n: usize, node_timeout_ms: u64) -> Result<Net, String> {
+    /// of `image` on it, cluster-enabled with `node_timeout_ms`, their producers and workers
+    /// limited to `queues`.
+    pub fn start(
+        image: &str,
+        n: usize,
+        node_timeout_ms: u64,
+        queues: &[String],
+    ) -> Result<Net, String> {
         let name = format!("emq-chaos-{}", std::process::id());
         let mut subnet = None;
         for i in 0..40 {
@@ -143,7 +168,7 @@ impl Net {
             };
             let timeout = node_timeout_ms.to_string();
             let node_id = i.to_string();
-            let acl = acl_args();
+            let acl = acl_args(queues);
             let mut args = vec![
                 "run",
                 "-d",

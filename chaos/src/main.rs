@@ -23,12 +23,13 @@ use docker::{Net, Node};
 use workload::{History, Load, Queues};
 
 const NODE_TIMEOUT_MS: u64 = 2_000;
-const FAULTS: [&str; 6] = [
+const FAULTS: [&str; 7] = [
     "partition-primary",
     "pause-primary",
     "kill-primary",
     "partition-replica",
     "rolling-restart",
+    "reshard-under-partition",
     "lossy-primary",
 ];
 
@@ -134,6 +135,31 @@ fn inject(net: &Net, fault: &str, slot: u16) -> Result<String, String> {
             }
             Ok("all six nodes restarted, one at a time".into())
         }
+        "reshard-under-partition" => {
+            // A third primary cut off (its replica takes over on the majority side) while the
+            // busy slot moves between the other two.
+            let primaries = cluster::primaries(nodes).ok_or("no slot map")?;
+            let target = primaries
+                .iter()
+                .find(|n| n.ip != primary.ip)
+                .cloned()
+                .ok_or("no second primary")?;
+            let third = primaries
+                .iter()
+                .find(|n| n.ip != primary.ip && n.ip != target.ip)
+                .cloned()
+                .ok_or("no third primary")?;
+            net.cut(&third, &others(nodes, &third))?;
+            std::thread::sleep(Duration::from_millis(NODE_TIMEOUT_MS));
+            let moved = cluster::move_slot(nodes, slot, &primary, &target, &third);
+            hold();
+            net.heal(&third)?;
+            let moved = moved?;
+            Ok(format!(
+                "slot {slot} ({moved} keys) moved from {} to {} while {} was cut off",
+                primary.ip, target.ip, third.ip
+            ))
+        }
         "lossy-primary" => {
             // The kernel here may lack `sch_netem`: loss by iptables, delay not at all.
             net.lossy(&primary, &others(nodes, &primary), 0.2)?;
@@ -148,13 +174,24 @@ fn inject(net: &Net, fault: &str, slot: u16) -> Result<String, String> {
     }
 }
 
+/// The seed of fault `index`'s phase.
+fn phase_seed(a: &Args, index: usize) -> u64 {
+    a.seed.wrapping_mul(1_000).wrapping_add(index as u64)
+}
+
+/// The four queues of fault `index`'s phase, drawn from its seed.
+fn queue_names(a: &Args, index: usize) -> Vec<String> {
+    let mut rng = StdRng::seed_from_u64(phase_seed(a, index));
+    (0..4)
+        .map(|q| format!("f{index}-{}", rng.random_range(0..1_000_000u32) + q))
+        .collect()
+}
+
 fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, String), String> {
     let nodes = &net.nodes;
-    let seed = a.seed.wrapping_mul(1_000).wrapping_add(index as u64);
-    let mut rng = StdRng::seed_from_u64(seed);
+    let seed = phase_seed(a, index);
     let mut queues = Vec::new();
-    for q in 0..4 {
-        let name = format!("f{index}-{}", rng.random_range(0..1_000_000u32) + q);
+    for name in queue_names(a, index) {
         let mut con = connect(&nodes[0].ip, Duration::from_secs(2)).map_err(|e| e.to_string())?;
         let slot: u16 = redis::cmd("CLUSTER")
             .arg("KEYSLOT")
@@ -226,7 +263,11 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let net = match Net::start(&a.image, 6, NODE_TIMEOUT_MS) {
+    // The producers' and workers' users may touch the run's queues and nothing else.
+    let all_queues: Vec<String> = (0..a.faults.len())
+        .flat_map(|i| queue_names(&a, i))
+        .collect();
+    let net = match Net::start(&a.image, 6, NODE_TIMEOUT_MS, &all_queues) {
         Ok(net) => net,
         Err(e) => {
             eprintln!("emq-chaos: {e}");
@@ -244,7 +285,23 @@ fn main() {
         drop(net);
         std::process::exit(1);
     }
-    if let Some(e) = net.nodes.iter().find_map(|n| cluster::acl_holds(n).err()) {
+    let foreign_owner = connect(&net.nodes[0].ip, Duration::from_secs(2))
+        .and_then(|mut con| {
+            redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(format!("emq:{{{}}}:pending", cluster::FOREIGN))
+                .query::<u16>(&mut con)
+        })
+        .ok()
+        .and_then(|slot| owner_of(&net.nodes, slot));
+    let acl = match foreign_owner {
+        None => Err("no owner of the probe queue's slot".to_string()),
+        Some(owner) => net
+            .nodes
+            .iter()
+            .try_for_each(|n| cluster::acl_holds(n, &all_queues[0], n.ip == owner.ip)),
+    };
+    if let Err(e) = acl {
         eprintln!("emq-chaos: the ACL does not hold: {e}");
         drop(net);
         std::process::exit(1);

@@ -80,3 +80,43 @@ fn rediss_with_the_ca_and_a_client_certificate_works_and_nothing_less_does() {
     let (code, _, err) = emq(&url, &["--tls-cert", &cert, "queues"]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// The image's TLS node (`docker/compose.yml`, profile `tls`), started by `make docker-test`
+/// with certificates `scripts/tls-certs.sh` made: `ECHOMQ_TLS_EXTERNAL` is its address and
+/// `ECHOMQ_TLS_CERTS` the certificates' directory.
+#[test]
+#[ignore = "run by make docker-test against the compose TLS node"]
+fn the_docker_image_serves_echomq_over_tls_only() {
+    let (Ok(addr), Ok(dir)) = (
+        std::env::var("ECHOMQ_TLS_EXTERNAL"),
+        std::env::var("ECHOMQ_TLS_CERTS"),
+    ) else {
+        panic!("ECHOMQ_TLS_EXTERNAL and ECHOMQ_TLS_CERTS name the TLS node and its certificates");
+    };
+    let file = |n: &str| Path::new(&dir).join(n).to_string_lossy().into_owned();
+    let (ca, cert, key) = (file("ca.pem"), file("client.pem"), file("client.key"));
+    let url = format!("rediss://{addr}");
+    let tls = ["--tls-ca", &ca, "--tls-cert", &cert, "--tls-key", &key];
+    let with_tls = |args: &[&str]| {
+        let all: Vec<&str> = tls.iter().chain(args).copied().collect();
+        emq(&url, &all)
+    };
+
+    let (code, id, err) = with_tls(&["enqueue", "over-tls", "a job sent over TLS"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, text, err) = with_tls(&["job", "over-tls", id.trim()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("a job sent over TLS"), "{text}");
+    let (code, text, err) = with_tls(&["queues"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.lines().any(|l| l.starts_with("over-tls ")), "{text}");
+
+    // Nothing in plain text, and nothing without a client certificate.
+    let (code, _, err) = emq(&format!("redis://{addr}"), &["queues"]);
+    assert_eq!(code, 1, "plain text was answered: {err}");
+    let (code, _, err) = emq(&url, &["--tls-ca", &ca, "queues"]);
+    assert_eq!(
+        code, 1,
+        "a client without a certificate was answered: {err}"
+    );
+}
