@@ -1222,6 +1222,68 @@ fn timer_load(server: &Server, queues: usize, secs: u64, samples: usize) -> (Idl
     (busy, late, empty)
 }
 
+/// The idle cost of a fresh server without the module, empty and then holding the keys of
+/// `queues` queues written natively (the rows and `schedule` sets EchoMQ would write).
+fn bare_idle(queues: usize, secs: u64) -> (Idle, Idle) {
+    let plain = Server::start(Options::without_module());
+    let mut con = plain.conn();
+    thread::sleep(Duration::from_millis(200));
+    let empty = idle_cost(&plain, &mut con, secs);
+    let due = now_unix_ms() as i64 + 3_600_000;
+    for chunk in (0..queues).collect::<Vec<_>>().chunks(1000) {
+        let mut p = redis::pipe();
+        for &i in chunk {
+            let (q, id) = (format!("idle{i}"), job_id(i as u64 + 1));
+            p.cmd("HSET")
+                .arg(row_key(&q, &id))
+                .arg(&["state", "scheduled", "attempts", "0", "payload", "x"])
+                .ignore()
+                .cmd("ZADD")
+                .arg(set_key(&q, "schedule"))
+                .arg(due)
+                .arg(&id)
+                .ignore();
+        }
+        let _: () = p.query(&mut con).expect("the same keys, natively");
+    }
+    thread::sleep(Duration::from_millis(200));
+    (empty, idle_cost(&plain, &mut con, secs))
+}
+
+/// The idle table: `rounds` rounds, each on a fresh server with the module ([`timer_load`])
+/// and one without ([`bare_idle`]), back to back; medians (min–max).
+fn idle_table(md: &mut String, queues: usize, secs: u64, rounds: usize) {
+    let mut rows: [Vec<Idle>; 4] = Default::default();
+    for round in 0..rounds {
+        let (bare, bare_full) = bare_idle(queues, secs);
+        let server = Server::start(Options::default());
+        let (busy, _, empty) = timer_load(&server, queues, secs, 1);
+        for (row, idle) in rows.iter_mut().zip([bare, empty, bare_full, busy]) {
+            row.push(idle);
+        }
+        eprintln!("done: idle round {}", round + 1);
+    }
+    let cell = |v: &[Idle]| {
+        let (m, lo, hi) = median(v.iter().map(|i| i.0).collect());
+        let woke: Vec<f64> = v.iter().filter_map(|i| i.1).collect();
+        let woke = if woke.len() == v.len() {
+            let (m, lo, hi) = median(woke);
+            format!("{m:.1} ({lo:.1}–{hi:.1})")
+        } else {
+            "-".to_string()
+        };
+        format!("{m:.2} ({lo:.2}–{hi:.2}) | {woke}")
+    };
+    let _ = writeln!(
+        md,
+        "## What an idle server costs\n\nThe main thread over {secs} s with nothing due: its CPU (ms a second, `INFO cpu`) and its wake-ups (its voluntary context switches a second, `/proc/<pid>/task/<pid>/status`: each a return from waiting on its event loop), on a fresh `valkey-server` without the module and a fresh one with it, {rounds} rounds of the two back to back: empty, and holding {queues} queues of one job due in an hour each (with the module, enqueued and watched, measured once the timer's first visit to each is done; without it, the same rows and `schedule` sets written with `HSET` and `ZADD`). Medians (min–max) over the rounds.\n\n| server | main-thread CPU ms/s | wake-ups/s |\n|---|---|---|\n| without the module, empty | {} |\n| with EchoMQ, empty | {} |\n| without the module, the keys of {queues} queues | {} |\n| with EchoMQ, {queues} queues watched | {} |\n",
+        cell(&rows[0]),
+        cell(&rows[1]),
+        cell(&rows[2]),
+        cell(&rows[3]),
+    );
+}
+
 /// A backlog: `queues` queues of `per_queue` jobs each, all due at the same moment, which the
 /// timer then promotes while a client sends `PING` every millisecond. Returns the `PING`
 /// round trips (sorted, ms) from the due time until every job was pending, and how long after
@@ -1457,6 +1519,13 @@ fn main() {
         print!("{md}");
         return;
     }
+    // BENCH_ONLY=idle: only the table of what an idle server costs, printed.
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "idle") {
+        let mut md = String::new();
+        idle_table(&mut md, 100_000, 5, rounds);
+        print!("{md}");
+        return;
+    }
     // BENCH_ONLY=lifecycle: only the table of the whole life by settle, printed.
     if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "lifecycle") {
         let server = Server::start(Options::default().arg("maxclients", "1000"));
@@ -1582,33 +1651,7 @@ fn main() {
     } else {
         (2_000, 1, 5)
     };
-    let (busy, late, empty) = timer_load(&server, queues, secs, samples);
-    // A server without the module, empty and then holding the same keys written natively.
-    let (bare, bare_full) = {
-        let plain = Server::start(Options::without_module());
-        let mut con = plain.conn();
-        thread::sleep(Duration::from_millis(200));
-        let empty = idle_cost(&plain, &mut con, secs);
-        let due = now_unix_ms() as i64 + 3_600_000;
-        for chunk in (0..queues).collect::<Vec<_>>().chunks(1000) {
-            let mut p = redis::pipe();
-            for &i in chunk {
-                let (q, id) = (format!("idle{i}"), job_id(i as u64 + 1));
-                p.cmd("HSET")
-                    .arg(row_key(&q, &id))
-                    .arg(&["state", "scheduled", "attempts", "0", "payload", "x"])
-                    .ignore()
-                    .cmd("ZADD")
-                    .arg(set_key(&q, "schedule"))
-                    .arg(due)
-                    .arg(&id)
-                    .ignore();
-            }
-            let _: () = p.query(&mut con).expect("the same keys, natively");
-        }
-        thread::sleep(Duration::from_millis(200));
-        (empty, idle_cost(&plain, &mut con, secs))
-    };
+    let (_, late, _) = timer_load(&server, queues, secs, samples);
     latency_row(
         &mut md,
         &format!("delayed job lateness, {queues} other queues watched (each a job due in an hour)"),
@@ -1633,19 +1676,7 @@ fn main() {
     } else {
         unrelated_key_tax(&mut md, 2_000, 1);
     }
-    let woke = |w: Option<f64>| w.map_or("-".to_string(), |w| format!("{w:.1}"));
-    let _ = writeln!(
-        md,
-        "## What an idle server costs\n\nThe main thread over {secs} s with nothing due: its CPU (ms a second, `INFO cpu`) and its wake-ups (its voluntary context switches a second, `/proc/<pid>/task/<pid>/status`: each a return from waiting on its event loop), on a `valkey-server` without the module and on the benchmark's server with it: empty, and holding {queues} queues of one job due in an hour each (with the module, enqueued and watched, measured once the timer's first visit to each is done; without it, the same rows and `schedule` sets written with `HSET` and `ZADD`).\n\n| server | main-thread CPU ms/s | wake-ups/s |\n|---|---|---|\n| without the module, empty | {:.2} | {} |\n| with EchoMQ, empty | {:.2} | {} |\n| without the module, the keys of {queues} queues | {:.2} | {} |\n| with EchoMQ, {queues} queues watched | {:.2} | {} |\n",
-        bare.0,
-        woke(bare.1),
-        empty.0,
-        woke(empty.1),
-        bare_full.0,
-        woke(bare_full.1),
-        busy.0,
-        woke(busy.1)
-    );
+    idle_table(&mut md, queues, secs, if benchmark { 3 } else { 1 });
     print!("{md}");
     if !benchmark {
         return;

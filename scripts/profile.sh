@@ -13,6 +13,8 @@
 # to learn foreign writes);
 # PROFILE_ONLY=policy: what claim limits cost a claim and an ack (the life phases on a queue with
 # limits that never bind) and what a unique key costs an enqueue, beside the plain rows.
+# PROFILE_ONLY=idle: the instructions a second of an idle server, without the module and with
+# it (PROFILE_IDLE_SECS, default 20, counted after a second's settling).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${PROFILE_JOBS:-20000}"
@@ -64,6 +66,30 @@ run() { # <mode> [replica|bare|own] -> $dir/<mode>[-replica|-bare|-own].out (bar
 }
 
 per_job() { echo $(( $1 / jobs )); }
+
+# An idle server under callgrind: counters zeroed a second after it answers, dumped
+# $idle_secs later -> $dir/idle-<bare|module>.out.1; prints nothing.
+idle_secs="${PROFILE_IDLE_SECS:-20}"
+run_idle() { # <bare|module>
+  local port load=(--loadmodule "$module")
+  [ "$1" = bare ] && load=()
+  port="$(free_port)"
+  valgrind --tool=callgrind --callgrind-out-file="$dir/idle-$1.out" \
+    valkey-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no "${load[@]}" >/dev/null 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 300); do valkey-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
+  sleep 1
+  callgrind_control --zero "$pid" >/dev/null 2>&1
+  sleep "$idle_secs"
+  callgrind_control --dump=idle "$pid" >/dev/null 2>&1
+  valkey-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+  wait "$pid" || true
+}
+total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }'; }
+idle_rows() {
+  echo "| an idle server, instructions a second: without the module | $(( $(total "$dir/idle-bare.out.1") / idle_secs )) |"
+  echo "| the same, EchoMQ loaded | $(( $(total "$dir/idle-module.out.1") / idle_secs )) |"
+}
 life_rows() {
   echo "| \`EMQ.CLAIM COUNT 100\` handler, per job (\`ValkeyModuleCommandDispatcher\`) | $(per_job "$(cost "$dir/life.out.2" ValkeyModuleCommandDispatcher)") |"
   echo "| \`EMQ.ACK\` handler, per job (\`ValkeyModuleCommandDispatcher\`) | $(per_job "$(cost "$dir/life.out.3" ValkeyModuleCommandDispatcher)") |"
@@ -96,6 +122,14 @@ if [ "${PROFILE_ONLY:-}" = foreign ]; then
   foreign_rows
   exit 0
 fi
+if [ "${PROFILE_ONLY:-}" = idle ]; then
+  run_idle bare
+  run_idle module
+  echo "| where | instructions/s |"
+  echo "|---|---|"
+  idle_rows
+  exit 0
+fi
 if [ "${PROFILE_ONLY:-}" = life ]; then
   run life
   run life-mack
@@ -111,6 +145,8 @@ run foreign bare
 run foreign own
 run life
 run life-mack
+run_idle bare
+run_idle module
 echo "| where | instructions/job |"
 echo "|---|---|"
 echo "| \`EMQ.ENQUEUE\` handler (\`ValkeyModuleCommandDispatcher\`) | $(per_job "$(cost "$dir/module.out" ValkeyModuleCommandDispatcher)") |"
@@ -127,3 +163,4 @@ for mode in lua native module batch; do
 done
 foreign_rows
 life_rows
+idle_rows

@@ -121,6 +121,7 @@ const AOF_OFF: u8 = 3;
 /// Replicates `cmd args...` as an effect when anything can receive it (several effects of
 /// one command reach replicas and the AOF as one MULTI/EXEC); otherwise counts the change.
 pub fn emit(ctx: &Context, cmd: &CStr, args: &[Str<'_>]) {
+    WROTE.store(true, Ordering::Relaxed);
     if propagating(ctx) {
         replicate(ctx, cmd, args);
     } else {
@@ -161,6 +162,13 @@ pub fn set_gate(open: bool) -> bool {
     OPEN.swap(open, Ordering::Relaxed)
 }
 
+/// Whether EchoMQ wrote anything since the last call (and forgets it): the gate's probe asks
+/// the server nothing while nothing was written.
+pub fn wrote_since() -> bool {
+    WROTE.swap(false, Ordering::Relaxed)
+}
+static WROTE: AtomicBool = AtomicBool::new(true);
+
 /// Whether the gate is open (for `INFO emq`).
 pub fn gate_open() -> bool {
     OPEN.load(Ordering::Relaxed)
@@ -170,5 +178,6 @@ pub fn gate_open() -> bool {
 /// what it saw before; replicas may have attached in between).
 pub fn reset_gate() {
     OPEN.store(true, Ordering::Relaxed);
+    WROTE.store(true, Ordering::Relaxed);
     AOF_MEMO.store(OUTSIDE, Ordering::Relaxed);
 }

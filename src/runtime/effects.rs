@@ -19,9 +19,10 @@
 //! - AOF is read from the context flags by every command (once, for all its effects), so AOF
 //!   turned on by any path is seen by the next write; writes outside a command (the timer's)
 //!   always replicate;
-//! - **closed** only by [`probe`], on the server cron about once a second, when
-//!   `INFO replication` shows a primary with no replicas and no backlog, and no atomic slot
-//!   migration exports from it. Every path that creates a replica or a backlog on a primary
+//! - **closed** only by [`probe`], on the server cron about once a second while the gate is
+//!   open or EchoMQ writes (with the gate closed, an idle server is asked nothing: `INFO
+//!   replication` is most of what an idle module would cost), when `INFO replication` shows a primary with no replicas and no backlog,
+//!   and no atomic slot migration exports from it. Every path that creates a replica or a backlog on a primary
 //!   runs in a command the filter sees first, or in a role change, and an export starts in
 //!   a server event, so nothing can start receiving while the gate is closed.
 //!
@@ -33,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use valkey_module::Context;
 
-use crate::host::propagate::{reset_gate, set_gate};
+use crate::host::propagate::{gate_open, reset_gate, set_gate, wrote_since};
 use crate::host::server::{log, replication_view};
 
 static LAST_PROBE_MS: AtomicU64 = AtomicU64::new(0);
@@ -73,9 +74,15 @@ pub fn export_started() {
     set_gate(true);
 }
 
-/// Re-reads who can receive propagated writes, at most once a second (the server cron).
+/// Re-reads who can receive propagated writes, at most once a second (the server cron), and
+/// only when EchoMQ wrote since the last look.
 pub fn probe(ctx: &Context, now_ms: u64) {
     if !super::once_every(&LAST_PROBE_MS, now_ms, PROBE_EVERY_MS) {
+        return;
+    }
+    // Closed and nothing written: nothing to close, and every opening comes by the filter or
+    // an event, not by this look.
+    if !wrote_since() && !gate_open() {
         return;
     }
     let listened = super::cluster::exporting()
