@@ -1,7 +1,9 @@
 //! The harness's containers: a docker network of its own, six EchoMQ nodes on it with their own
-//! addresses, and the faults done to them. Partitions and packet loss are made inside a node's
-//! network namespace with the host's `iptables` (`nsenter`), so the image needs nothing more
-//! than valkey. (Packet delay would take `tc netem`, which needs the kernel's `sch_netem`.) Everything is removed when the [`Net`] is dropped.
+//! addresses, and the faults done to them. Partitions, packet loss and packet delay are made
+//! inside a node's network namespace with the host's `iptables` (`nsenter`), so the image needs
+//! nothing more than valkey. Delay goes through an NFQUEUE to the harness's own loop
+//! ([`crate::delay`]), since this kernel has no `sch_netem` for `tc netem`. Everything is
+//! removed when the [`Net`] is dropped.
 
 use std::process::Command;
 use std::time::Duration;
@@ -233,32 +235,70 @@ impl Net {
         Ok(())
     }
 
-    /// Drops a `share` (0–1) of the packets between `node` and `others`, both ways.
-    pub fn lossy(&self, node: &Node, others: &[Node], share: f64) -> Result<(), String> {
-        let p = share.to_string();
-        for other in others {
-            for (chain, dir) in [("INPUT", "-s"), ("OUTPUT", "-d")] {
-                self.in_netns(
-                    node,
-                    "iptables",
-                    &[
-                        "-A",
-                        chain,
-                        dir,
-                        &other.ip,
-                        "-m",
-                        "statistic",
-                        "--mode",
-                        "random",
-                        "--probability",
-                        &p,
-                        "-j",
-                        "DROP",
-                    ],
-                )?;
-            }
+    /// Slows every link of `node` (its network interface, both ways: the other nodes and the
+    /// clients alike): a `loss` share (0–1) of its packets dropped, and the rest held `ms` ±
+    /// `jitter_ms` each way by [`crate::delay`], run inside its network namespace. Undone by
+    /// [`Slow::heal`].
+    pub fn slow(
+        &self,
+        node: &Node,
+        ms: u64,
+        jitter_ms: u64,
+        loss: f64,
+        seed: u64,
+    ) -> Result<Slow, String> {
+        let pid = self.pid(node)?;
+        let exe = std::env::current_exe().map_err(|e| format!("emq-chaos itself: {e}"))?;
+        let helper = Command::new("nsenter")
+            .args(["-t", pid.as_str(), "-n"])
+            .arg(exe)
+            .args([
+                "delay",
+                &ms.to_string(),
+                &jitter_ms.to_string(),
+                &seed.to_string(),
+            ])
+            .spawn()
+            .map_err(|e| format!("nsenter: {e}"))?;
+        let slow = Slow {
+            node: node.clone(),
+            helper,
+            drain: Duration::from_millis(2 * (ms + jitter_ms)),
+        };
+        // The loop binds its queue before the packets go to it (until then they bypass it).
+        std::thread::sleep(Duration::from_millis(300));
+        let queue = crate::delay::QUEUE.to_string();
+        let p = loss.to_string();
+        for (chain, dir) in [("INPUT", "-i"), ("OUTPUT", "-o")] {
+            let lose = [
+                "-A",
+                chain,
+                dir,
+                "eth0",
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                &p,
+                "-j",
+                "DROP",
+            ];
+            let hold = [
+                "-A",
+                chain,
+                dir,
+                "eth0",
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                &queue,
+                "--queue-bypass",
+            ];
+            self.in_netns(node, "iptables", &lose)?;
+            self.in_netns(node, "iptables", &hold)?;
         }
-        Ok(())
+        Ok(slow)
     }
 
     /// Sends `signal` (`STOP`, `CONT`, `KILL`) to the node's server.
@@ -290,6 +330,32 @@ impl Net {
         ];
         all.extend_from_slice(args);
         docker(&all)
+    }
+}
+
+/// A node whose links [`Net::slow`] slowed: its delay loop.
+pub struct Slow {
+    node: Node,
+    helper: std::process::Child,
+    /// How long the packets still held may take to leave.
+    drain: Duration,
+}
+
+impl Slow {
+    /// Takes the node's rules away, lets the packets still held leave, then stops the loop.
+    pub fn heal(mut self, net: &Net) -> Result<(), String> {
+        let healed = net.heal(&self.node);
+        std::thread::sleep(self.drain);
+        let _ = self.helper.kill();
+        let _ = self.helper.wait();
+        healed
+    }
+}
+
+impl Drop for Slow {
+    fn drop(&mut self) {
+        let _ = self.helper.kill();
+        let _ = self.helper.wait();
     }
 }
 

@@ -8,6 +8,7 @@
 
 mod check;
 mod cluster;
+mod delay;
 mod docker;
 mod workload;
 
@@ -30,7 +31,7 @@ const FAULTS: [&str; 7] = [
     "partition-replica",
     "rolling-restart",
     "reshard-under-partition",
-    "lossy-primary",
+    "slow-primary",
 ];
 
 struct Args {
@@ -86,12 +87,39 @@ fn others(nodes: &[Node], node: &Node) -> Vec<Node> {
     nodes.iter().filter(|n| n.ip != node.ip).cloned().collect()
 }
 
+/// The slowed links of `slow-primary`: a delay each way, its jitter, and the share lost. A
+/// round trip then takes 0.2–1 s before any retransmission: `WAIT 1 300` and the clients'
+/// 800 ms timeouts run out, and a lost packet's retransmission can outlast a 2 s lease.
+const SLOW_MS: u64 = 300;
+const SLOW_JITTER_MS: u64 = 200;
+const SLOW_LOSS: f64 = 0.1;
+
+/// `n` `PING` round trips to `node` on one connection, in ms, sorted (those that came back
+/// within 5 s).
+fn ping_times(node: &Node, n: usize) -> Vec<f64> {
+    let Ok(mut con) = connect(&node.ip, Duration::from_secs(5)) else {
+        return Vec::new();
+    };
+    let mut times: Vec<f64> = (0..n)
+        .filter_map(|_| {
+            let sent = Instant::now();
+            redis::cmd("PING")
+                .query::<String>(&mut con)
+                .ok()
+                .map(|_| sent.elapsed().as_secs_f64() * 1000.0)
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times
+}
+
 fn hold() {
     std::thread::sleep(Duration::from_millis(NODE_TIMEOUT_MS * 3));
 }
 
-/// Does `fault` to the cluster (under the load already running) and heals it.
-fn inject(net: &Net, fault: &str, slot: u16) -> Result<String, String> {
+/// Does `fault` to the cluster (under the load already running) and heals it; `seed` draws
+/// what the fault itself draws (a slowed link's delays).
+fn inject(net: &Net, fault: &str, slot: u16, seed: u64) -> Result<String, String> {
     let nodes = &net.nodes;
     let primary = owner_of(nodes, slot).ok_or("no owner of the busy slot")?;
     match fault {
@@ -160,14 +188,26 @@ fn inject(net: &Net, fault: &str, slot: u16) -> Result<String, String> {
                 primary.ip, target.ip, third.ip
             ))
         }
-        "lossy-primary" => {
-            // The kernel here may lack `sch_netem`: loss by iptables, delay not at all.
-            net.lossy(&primary, &others(nodes, &primary), 0.2)?;
-            hold();
-            net.heal(&primary)?;
+        "slow-primary" => {
+            // Every link of the busy primary: its replica's, the bus's and the clients'.
+            let slow = net.slow(&primary, SLOW_MS, SLOW_JITTER_MS, SLOW_LOSS, seed)?;
+            // What the harness's own round trips took meanwhile, on one connection.
+            let started = Instant::now();
+            let pings = ping_times(&primary, 5);
+            std::thread::sleep(
+                (Duration::from_millis(NODE_TIMEOUT_MS * 3)).saturating_sub(started.elapsed()),
+            );
+            slow.heal(net)?;
+            let ping = match pings.get(pings.len() / 2) {
+                Some(ms) => format!("a `PING` took {ms:.0} ms (median of {})", pings.len()),
+                None => "no `PING` came back".to_string(),
+            };
             Ok(format!(
-                "{} lost 20% of its packets to the others",
-                primary.ip
+                "{} delayed {}–{} ms each way and {:.0}% of its packets dropped, on all its links: {ping}",
+                primary.ip,
+                SLOW_MS - SLOW_JITTER_MS,
+                SLOW_MS + SLOW_JITTER_MS,
+                SLOW_LOSS * 100.0
             ))
         }
         other => Err(format!("unknown fault {other}")),
@@ -204,7 +244,7 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
     let history: History = Arc::new(Mutex::new(Vec::new()));
     let load = Load::start(nodes, &queues, &history, seed, 2, 3, a.jobs);
     std::thread::sleep(Duration::from_secs(2));
-    let what = inject(net, fault, queues.0[0].1)?;
+    let what = inject(net, fault, queues.0[0].1, seed)?;
     if !wait_for(Duration::from_secs(120), || stable(nodes)) {
         load.stop();
         return Err(format!("{fault}: the cluster is not stable after healing"));
@@ -256,6 +296,21 @@ fn left(nodes: &[Node], queue: &str, slot: u16) -> Option<i64> {
 }
 
 fn main() {
+    // `emq-chaos delay <ms> <jitter-ms> <seed>`: the delay loop, run by the harness inside a
+    // node's network namespace.
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("delay") {
+        let num = |i: usize| argv.get(i).and_then(|v| v.parse::<u64>().ok());
+        let (Some(ms), Some(jitter), Some(seed)) = (num(2), num(3), num(4)) else {
+            eprintln!("emq-chaos delay <ms> <jitter-ms> <seed>");
+            std::process::exit(2);
+        };
+        if let Err(e) = delay::serve(ms, jitter, seed) {
+            eprintln!("emq-chaos delay: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let a = match args() {
         Ok(a) => a,
         Err(e) => {
