@@ -278,10 +278,10 @@ pub fn move_slot(
 }
 
 /// Whether the node's ACL is as the harness set it: no client without a user, no producer
-/// that can claim, no worker that can enqueue (`own` is one of the run's queues), and, with
-/// `probe_foreign` (for the owner of [`FOREIGN`]'s slot), no producer that can enqueue on a
-/// queue not the run's.
-pub fn acl_holds(node: &Node, own: &str, probe_foreign: bool) -> Result<(), String> {
+/// that can claim, no worker that can enqueue (the users of `own`, one of the run's queues),
+/// and, with `probe_other` (for the owner of `other`'s slot, another of the run's queues), no
+/// producer or worker of `own` that can enqueue on or claim from `other`.
+pub fn acl_holds(node: &Node, own: &str, other: &str, probe_other: bool) -> Result<(), String> {
     use crate::docker::{PRODUCER, WORKER};
     let timeout = Duration::from_millis(800);
     let refused = |user: Option<&User>, cmd: &mut redis::Cmd, code: &str| -> Result<(), String> {
@@ -296,33 +296,35 @@ pub fn acl_holds(node: &Node, own: &str, probe_foreign: bool) -> Result<(), Stri
             Err(e) if e.code() == Some(code) => Ok(()),
             other => Err(format!(
                 "{} on {}: expected {code}, got {other:?}",
-                user.map_or("no user", |u| u.name),
+                user.map_or("no user", |u| &*u.name),
                 node.ip
             )),
         }
     };
     refused(None, &mut redis::cmd("PING"), "NOAUTH")?;
     refused(
-        Some(&PRODUCER),
-        redis::cmd("EMQ.CLAIM").arg("acl-probe"),
+        Some(&PRODUCER.user(own)),
+        redis::cmd("EMQ.CLAIM").arg(own),
         "NOPERM",
     )?;
     refused(
-        Some(&WORKER),
+        Some(&WORKER.user(own)),
         redis::cmd("EMQ.ENQUEUE").arg(own).arg("*").arg("x"),
         "NOPERM",
     )?;
-    if !probe_foreign {
+    if !probe_other {
         return Ok(());
     }
-    // A queue that is not the run's, on the node that owns it (the others answer `MOVED`
-    // before a handler sees it): its keys are not the producer's.
+    // Another queue of the run, on the node that owns it (the others answer `MOVED` before a
+    // handler sees it): its keys are its own users', not these.
     refused(
-        Some(&PRODUCER),
-        redis::cmd("EMQ.ENQUEUE").arg(FOREIGN).arg("*").arg("x"),
+        Some(&PRODUCER.user(own)),
+        redis::cmd("EMQ.ENQUEUE").arg(other).arg("*").arg("x"),
+        "NOPERM",
+    )?;
+    refused(
+        Some(&WORKER.user(own)),
+        redis::cmd("EMQ.CLAIM").arg(other),
         "NOPERM",
     )
 }
-
-/// A queue that is none of the run's.
-pub const FOREIGN: &str = "acl-probe";

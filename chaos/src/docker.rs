@@ -5,6 +5,7 @@
 //! ([`crate::delay`]), since this kernel has no `sch_netem` for `tc netem`. Everything is
 //! removed when the [`Net`] is dropped.
 
+use std::borrow::Cow;
 use std::process::Command;
 use std::time::Duration;
 
@@ -46,23 +47,37 @@ pub const PORT: u16 = 6379;
 
 /// A user of the cluster's ACL. The default user is off: every client names itself.
 pub struct User {
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     pub password: &'static str,
-    /// The rules after `on >password`.
-    rules: &'static [&'static str],
-    /// Whether the user's keys are the run's queues' (`~emq:{<queue>}:*` each), not all keys.
-    queues_only: bool,
 }
 
 /// The harness itself: forming the cluster, the slot map, the checks, replication.
 pub const ADMIN: User = User {
-    name: "chaos-admin",
+    name: Cow::Borrowed("chaos-admin"),
     password: "admin-secret",
-    rules: &["~*", "&*", "+@all"],
-    queues_only: false,
 };
-/// The producers: enqueue on the run's queues, and WAIT; nothing else.
-pub const PRODUCER: User = User {
+
+/// What a client of the run is: each role has a user of its own for every queue of the run,
+/// `<role>-<queue>`, that may touch that queue's keys (`~emq:{<queue>}:*`) and no other.
+pub struct Role {
+    name: &'static str,
+    password: &'static str,
+    /// The rules after `on >password`, before the queue's key pattern.
+    rules: &'static [&'static str],
+}
+
+impl Role {
+    /// The role's user for `queue`.
+    pub fn user(&self, queue: &str) -> User {
+        User {
+            name: Cow::Owned(format!("{}-{queue}", self.name)),
+            password: self.password,
+        }
+    }
+}
+
+/// The producers: enqueue on their queue, and WAIT; nothing else.
+pub const PRODUCER: Role = Role {
     name: "chaos-producer",
     password: "producer-secret",
     rules: &[
@@ -73,10 +88,9 @@ pub const PRODUCER: User = User {
         "+wait",
         "+ping",
     ],
-    queues_only: true,
 };
-/// The workers: claim and settle on the run's queues, and WAIT; they cannot enqueue.
-pub const WORKER: User = User {
+/// The workers: claim and settle on their queue, and WAIT; they cannot enqueue.
+pub const WORKER: Role = Role {
     name: "chaos-worker",
     password: "worker-secret",
     rules: &[
@@ -90,7 +104,6 @@ pub const WORKER: User = User {
         "+wait",
         "+ping",
     ],
-    queues_only: true,
 };
 
 /// The key pattern of a queue's keys: `emq:{<queue>}:*`, its name's glob characters escaped.
@@ -106,8 +119,8 @@ pub fn queue_keys(queue: &str) -> String {
 }
 
 /// The `--user` arguments that give a node its ACL at every start (a restarted node keeps
-/// it), and the replication user a replica authenticates as; producers and workers may touch
-/// the keys of `queues` and no other.
+/// it), and the replication user a replica authenticates as: the admin, and a producer and a
+/// worker for each of `queues`, each limited to its queue's keys.
 fn acl_args(queues: &[String]) -> Vec<String> {
     // Off, so no client connects without a user, but with its permissions: Valkey 8.0 replays
     // the AOF as the default user and checks each EXEC against its rules (valkey-io/valkey#3983),
@@ -115,19 +128,22 @@ fn acl_args(queues: &[String]) -> Vec<String> {
     let mut args: Vec<String> = ["--user", "default", "off", "~*", "&*", "+@all"]
         .map(String::from)
         .to_vec();
-    for user in [&ADMIN, &PRODUCER, &WORKER] {
-        args.extend([
-            "--user".to_string(),
-            user.name.to_string(),
-            "on".to_string(),
-        ]);
-        args.push(format!(">{}", user.password));
-        args.extend(user.rules.iter().map(|r| r.to_string()));
-        if user.queues_only {
-            args.extend(queues.iter().map(|q| format!("~{}", queue_keys(q))));
+    let user = |name: &str, password: &str| {
+        ["--user", name, "on"]
+            .map(String::from)
+            .into_iter()
+            .chain([format!(">{password}")])
+    };
+    args.extend(user(&ADMIN.name, ADMIN.password));
+    args.extend(["~*", "&*", "+@all"].map(String::from));
+    for role in [&PRODUCER, &WORKER] {
+        for queue in queues {
+            args.extend(user(&role.user(queue).name, role.password));
+            args.extend(role.rules.iter().map(|r| r.to_string()));
+            args.push(format!("~{}", queue_keys(queue)));
         }
     }
-    args.extend(["--masteruser", ADMIN.name, "--masterauth", ADMIN.password].map(String::from));
+    args.extend(["--masteruser", &*ADMIN.name, "--masterauth", ADMIN.password].map(String::from));
     args
 }
 
@@ -323,7 +339,7 @@ impl Net {
             self.nodes[0].name.as_str(),
             "valkey-cli",
             "--user",
-            ADMIN.name,
+            &*ADMIN.name,
             "--pass",
             ADMIN.password,
             "--no-auth-warning",

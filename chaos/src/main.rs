@@ -318,7 +318,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    // The producers' and workers' users may touch the run's queues and nothing else.
+    // A producer and a worker user for each of the run's queues, limited to its keys.
     let all_queues: Vec<String> = (0..a.faults.len())
         .flat_map(|i| queue_names(&a, i))
         .collect();
@@ -340,21 +340,28 @@ fn main() {
         drop(net);
         std::process::exit(1);
     }
-    let foreign_owner = connect(&net.nodes[0].ip, Duration::from_secs(2))
+    // Each producer and worker user may touch one queue: the first queue's, checked on every
+    // node, may not touch the second's on the node that owns it.
+    let (Some(own), Some(other)) = (all_queues.first(), all_queues.get(1)) else {
+        eprintln!("emq-chaos: no fault to run");
+        drop(net);
+        std::process::exit(2);
+    };
+    let other_owner = connect(&net.nodes[0].ip, Duration::from_secs(2))
         .and_then(|mut con| {
             redis::cmd("CLUSTER")
                 .arg("KEYSLOT")
-                .arg(format!("emq:{{{}}}:pending", cluster::FOREIGN))
+                .arg(format!("emq:{{{other}}}:pending"))
                 .query::<u16>(&mut con)
         })
         .ok()
         .and_then(|slot| owner_of(&net.nodes, slot));
-    let acl = match foreign_owner {
-        None => Err("no owner of the probe queue's slot".to_string()),
+    let acl = match other_owner {
+        None => Err(format!("no owner of {other}'s slot")),
         Some(owner) => net
             .nodes
             .iter()
-            .try_for_each(|n| cluster::acl_holds(n, &all_queues[0], n.ip == owner.ip)),
+            .try_for_each(|n| cluster::acl_holds(n, own, other, n.ip == owner.ip)),
     };
     if let Err(e) = acl {
         eprintln!("emq-chaos: the ACL does not hold: {e}");

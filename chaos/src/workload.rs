@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use redis::{Connection, ErrorKind, Value};
 
 use crate::cluster::{connect_as, owner, slot_map, SlotMap};
-use crate::docker::{Node, User, PRODUCER, WORKER};
+use crate::docker::{Node, Role, PRODUCER, WORKER};
 
 /// How an operation ended: the server answered, refused it, or the answer never came (it may
 /// or may not have happened).
@@ -67,37 +67,46 @@ fn record(history: &History, op: Op) {
 struct Router {
     nodes: Vec<Node>,
     map: SlotMap,
-    cons: HashMap<String, Connection>,
-    user: &'static User,
+    /// By node and queue: each connection is the role's user for that queue.
+    cons: HashMap<(String, String), Connection>,
+    role: &'static Role,
 }
 
 impl Router {
-    fn new(nodes: &[Node], user: &'static User) -> Router {
+    fn new(nodes: &[Node], role: &'static Role) -> Router {
         Router {
             nodes: nodes.to_vec(),
             map: slot_map(nodes).unwrap_or_default(),
             cons: HashMap::new(),
-            user,
+            role,
         }
     }
 
-    /// Sends `pipe` to the owner of `slot`.
-    fn send(&mut self, slot: u16, pipe: &redis::Pipeline) -> redis::RedisResult<Vec<Value>> {
+    /// Sends `pipe`, which touches `queue` only, to the owner of `slot` (the queue's), as the
+    /// role's user for that queue.
+    fn send(
+        &mut self,
+        queue: &str,
+        slot: u16,
+        pipe: &redis::Pipeline,
+    ) -> redis::RedisResult<Vec<Value>> {
         let Some(ip) = owner(&self.map, slot).map(str::to_string) else {
             self.refresh();
             return Err((ErrorKind::Io, "no owner known for the slot").into());
         };
-        if !self.cons.contains_key(&ip) {
-            let con = connect_as(&ip, self.user, Duration::from_millis(800))?;
-            self.cons.insert(ip.clone(), con);
+        let at = (ip, queue.to_string());
+        if !self.cons.contains_key(&at) {
+            let user = self.role.user(queue);
+            let con = connect_as(&at.0, &user, Duration::from_millis(800))?;
+            self.cons.insert(at.clone(), con);
         }
-        let Some(con) = self.cons.get_mut(&ip) else {
+        let Some(con) = self.cons.get_mut(&at) else {
             return Err((ErrorKind::Io, "no connection").into());
         };
         let result = pipe.query::<Vec<Value>>(con);
         if let Err(e) = &result {
             if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
-                self.cons.remove(&ip);
+                self.cons.remove(&at);
             }
             self.refresh();
         }
@@ -240,7 +249,7 @@ fn produce(
             .cmd("WAIT")
             .arg(1)
             .arg(300);
-        let op = match router.send(*slot, &pipe) {
+        let op = match router.send(queue, *slot, &pipe) {
             Ok(replies) => Op::Enqueue {
                 queue: queue.clone(),
                 payload,
@@ -276,7 +285,7 @@ fn work(nodes: &[Node], queues: &Queues, history: &History, seed: u64, running: 
             .arg(5)
             .arg("LEASE")
             .arg(2_000);
-        let jobs: Vec<(String, i64)> = match router.send(*slot, &pipe) {
+        let jobs: Vec<(String, i64)> = match router.send(queue, *slot, &pipe) {
             Ok(replies) => match replies.into_iter().next() {
                 Some(Value::Array(jobs)) => jobs
                     .iter()
@@ -320,7 +329,7 @@ fn work(nodes: &[Node], queues: &Queues, history: &History, seed: u64, running: 
                 pipe.cmd("EMQ.ACK").arg(queue).arg(&id).arg(token);
             }
             pipe.cmd("WAIT").arg(1).arg(300);
-            let result = router.send(*slot, &pipe);
+            let result = router.send(queue, *slot, &pipe);
             let (accepted, replicated, outcome) = match &result {
                 Ok(replies) => (
                     true,
