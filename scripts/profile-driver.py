@@ -168,6 +168,48 @@ def life(sock, jobs, limits=(), mack=False):
     dump("ack")
 
 
+def life_next(sock, jobs, next_in_ack=True):
+    """Enqueue `jobs` jobs, claim the first 100, then settle each batch with `EMQ.MACK ... CLAIM
+    100`, which replies the next batch (one call a batch, each waiting for the last's reply), and
+    the last batch with a plain `EMQ.MACK`: the phase after the first claim is every job's claim
+    and acknowledgement. Without `next_in_ack`, each batch is settled by a plain `EMQ.MACK` and
+    the next claimed by its own `EMQ.CLAIM COUNT 100` (two calls a batch, pipelined): the same
+    sizes of the `active` set."""
+    calls = []
+    for start in range(0, jobs, 100):
+        args = ["EMQ.MENQUEUE", "bench"]
+        for i in range(start, min(start + 100, jobs)):
+            args += [job_id(i + 1), PAYLOAD]
+        calls.append(resp(*args))
+    sock.sendall(b"".join(calls))
+    read_replies(sock, len(calls))
+    dump("enqueue")
+    claim = resp("EMQ.CLAIM", "bench", "COUNT", "100", "LEASE", "60000")
+    sock.sendall(claim)
+    batch = read_values(sock, 1)[0]
+    dump("first-claim")
+    settled = 0
+    while batch:
+        args, sent = ["EMQ.MACK", "bench"], len(batch)
+        for job in batch:
+            args += [job[0], job[2]]
+        last = settled + sent >= jobs
+        if next_in_ack and not last:
+            args += ["CLAIM", "100", "LEASE", "60000"]
+            sock.sendall(resp(*args))
+            acks, batch = read_values(sock, 1)[0]
+        else:
+            sock.sendall(resp(*args) + (b"" if last else claim))
+            replies = read_values(sock, 1 if last else 2)
+            acks, batch = replies[0], ([] if last else replies[1])
+        if len(acks) != sent or any(a != 1 for a in acks):
+            raise SystemExit("a settle did not reply 1")
+        settled += sent
+    if settled != jobs:
+        raise SystemExit("settled %d of %d jobs" % (settled, jobs))
+    dump("claim-next" if next_in_ack else "claim-then-mack")
+
+
 def main():
     mode, port, jobs, script_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     sock = socket.create_connection(("127.0.0.1", port))
@@ -216,6 +258,9 @@ def main():
             for i in range(jobs)
         )
         replies = 3 * jobs
+    elif mode in ("life-next", "life-batches"):
+        life_next(sock, jobs, next_in_ack=mode == "life-next")
+        buf, replies = b"", 0
     elif mode == "life-mack":
         life(sock, jobs, mack=True)
         buf, replies = b"", 0
@@ -229,7 +274,7 @@ def main():
         buf, replies = b"", 0
     else:
         raise SystemExit(
-            "mode: module, unique, batch, native, lua, foreign, life, life-mack, life-concurrency"
+            "mode: module, unique, batch, native, lua, foreign, life, life-mack, life-next, life-batches, life-concurrency"
             " or life-limits"
         )
     if buf:

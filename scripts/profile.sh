@@ -5,10 +5,14 @@
 # module costs commands on other keys (ZADD, SET ... EX, DEL, with and without it). Unlike
 # timings, the counts hardly move between runs (about 1%: the server's cron and hash seeds vary).
 # Then the rest of a job's life: the same jobs enqueued as EMQ.MENQUEUE x100, claimed with
-# EMQ.CLAIM COUNT 100 LEASE 60000 and acked one EMQ.ACK each, and once more acked as EMQ.MACK of
-# 100; callgrind_control dumps and zeroes the counters after each phase, so the claim and ack
+# EMQ.CLAIM COUNT 100 LEASE 60000 and acked one EMQ.ACK each, once more acked as EMQ.MACK of
+# 100, and once more a batch at a time (a worker with 100 jobs in flight: its `active` set stays
+# small), by claim-next (each batch's EMQ.MACK ... CLAIM 100 replies the next batch) and by an
+# EMQ.MACK and an EMQ.CLAIM COUNT 100 a batch (the phase after the first claim counts both);
+# callgrind_control dumps and zeroes the counters after each phase, so the claim and ack
 # rows count only their own phase.
-# PROFILE_MODULE: another build's libechomq.so; PROFILE_ONLY=life: only the claim and ack rows;
+# PROFILE_MODULE: another build's libechomq.so; PROFILE_SERVER_ARGS: more valkey-server options
+# for the profiled servers (such as --zset-max-listpack-entries 0); PROFILE_ONLY=life: only the claim and ack rows;
 # PROFILE_ONLY=foreign: only the rows of other keys (without EchoMQ, with it, and with it set not
 # to learn foreign writes);
 # PROFILE_ONLY=policy: what claim limits cost a claim and an ack (the life phases on a queue with
@@ -43,7 +47,7 @@ run() { # <mode> [replica|bare|own] -> $dir/<mode>[-replica|-bare|-own].out (bar
   # passes the 10 ms threshold and would pay for a slow-log entry a real run never writes.
   valgrind --tool=callgrind --callgrind-out-file="$dir/$out.out" \
     valkey-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-    --slowlog-log-slower-than -1 "${load[@]}" >/dev/null 2>&1 &
+    --slowlog-log-slower-than -1 "${load[@]}" ${PROFILE_SERVER_ARGS:-} >/dev/null 2>&1 &
   local pid=$!
   for _ in $(seq 1 300); do valkey-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
   if [ "${2:-}" = replica ]; then
@@ -97,6 +101,8 @@ life_rows() {
   echo "| whole requests (\`processInputBuffer\`): \`EMQ.ACK\` | $(per_job "$(cost "$dir/life.out.3" processInputBuffer)") |"
   echo "| \`EMQ.MACK\` ×100 handler, per job (\`ValkeyModuleCommandDispatcher\`) | $(per_job "$(cost "$dir/life-mack.out.3" ValkeyModuleCommandDispatcher)") |"
   echo "| whole requests (\`processInputBuffer\`): \`EMQ.MACK\` ×100, per job | $(per_job "$(cost "$dir/life-mack.out.3" processInputBuffer)") |"
+  echo "| whole requests: a batch at a time, \`EMQ.MACK\` ×100 then \`EMQ.CLAIM COUNT 100\`, claim and settle per job | $(per_job "$(cost "$dir/life-batches.out.3" processInputBuffer)") |"
+  echo "| whole requests: a batch at a time, \`EMQ.MACK\` ×100 \`CLAIM 100\` (claim-next), claim and settle per job | $(per_job "$(cost "$dir/life-next.out.3" processInputBuffer)") |"
 }
 if [ "${PROFILE_ONLY:-}" = policy ]; then
   for mode in module unique life life-concurrency life-limits; do run "$mode"; done
@@ -133,6 +139,8 @@ fi
 if [ "${PROFILE_ONLY:-}" = life ]; then
   run life
   run life-mack
+  run life-next
+  run life-batches
   echo "| where | instructions/job |"
   echo "|---|---|"
   life_rows
@@ -145,6 +153,8 @@ run foreign bare
 run foreign own
 run life
 run life-mack
+run life-next
+run life-batches
 run_idle bare
 run_idle module
 echo "| where | instructions/job |"
