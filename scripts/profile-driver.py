@@ -129,6 +129,25 @@ def dump(phase):
             raise SystemExit("callgrind_control: " + done.stdout + done.stderr)
 
 
+def menqueue_calls(jobs):
+    """`jobs` jobs as `EMQ.MENQUEUE` calls of 100, encoded."""
+    calls = []
+    for start in range(0, jobs, 100):
+        args = ["EMQ.MENQUEUE", "bench"]
+        for i in range(start, min(start + 100, jobs)):
+            args += [job_id(i + 1), PAYLOAD]
+        calls.append(resp(*args))
+    return calls
+
+
+def enqueue_batches(sock, jobs):
+    """The enqueue phase of a life: `jobs` jobs as `EMQ.MENQUEUE` ×100, then a dump."""
+    calls = menqueue_calls(jobs)
+    sock.sendall(b"".join(calls))
+    read_replies(sock, len(calls))
+    dump("enqueue")
+
+
 def life(sock, jobs, limits=(), mack=False):
     """Enqueue, claim and ack `jobs` jobs, one phase after another (see the module's doc); with
     `limits`, the options of an `EMQ.LIMIT` of the queue (limits that never bind); with `mack`,
@@ -136,15 +155,7 @@ def life(sock, jobs, limits=(), mack=False):
     if limits:
         sock.sendall(resp("EMQ.LIMIT", "bench", *limits))
         read_replies(sock, 1)
-    calls = []
-    for start in range(0, jobs, 100):
-        args = ["EMQ.MENQUEUE", "bench"]
-        for i in range(start, min(start + 100, jobs)):
-            args += [job_id(i + 1), PAYLOAD]
-        calls.append(resp(*args))
-    sock.sendall(b"".join(calls))
-    read_replies(sock, len(calls))
-    dump("enqueue")
+    enqueue_batches(sock, jobs)
     claims = (jobs + 99) // 100
     sock.sendall(resp("EMQ.CLAIM", "bench", "COUNT", "100", "LEASE", "60000") * claims)
     claimed = [job for reply in read_values(sock, claims) for job in reply]
@@ -175,15 +186,7 @@ def life_next(sock, jobs, next_in_ack=True):
     and acknowledgement. Without `next_in_ack`, each batch is settled by a plain `EMQ.MACK` and
     the next claimed by its own `EMQ.CLAIM COUNT 100` (two calls a batch, pipelined): the same
     sizes of the `active` set."""
-    calls = []
-    for start in range(0, jobs, 100):
-        args = ["EMQ.MENQUEUE", "bench"]
-        for i in range(start, min(start + 100, jobs)):
-            args += [job_id(i + 1), PAYLOAD]
-        calls.append(resp(*args))
-    sock.sendall(b"".join(calls))
-    read_replies(sock, len(calls))
-    dump("enqueue")
+    enqueue_batches(sock, jobs)
     claim = resp("EMQ.CLAIM", "bench", "COUNT", "100", "LEASE", "60000")
     sock.sendall(claim)
     batch = read_values(sock, 1)[0]
@@ -224,12 +227,7 @@ def main():
         )
         replies = jobs
     elif mode == "batch":
-        calls = []
-        for start in range(0, jobs, 100):
-            args = ["EMQ.MENQUEUE", "bench"]
-            for i in range(start, min(start + 100, jobs)):
-                args += [job_id(i + 1), PAYLOAD]
-            calls.append(resp(*args))
+        calls = menqueue_calls(jobs)
         buf, replies = b"".join(calls), len(calls)
     elif mode == "native":
         buf = b"".join(
