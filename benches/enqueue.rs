@@ -1165,10 +1165,10 @@ fn unrelated_key_tax(md: &mut String, rounds: usize, passes: usize) {
     let _ = writeln!(md);
 }
 
-/// What an idle server costs over `secs`: its main thread's CPU (ms a second) and its wake-ups
-/// (the main thread's voluntary context switches a second, each a return from waiting on its
-/// event loop; `/proc`). `None` for the wake-ups where `/proc` cannot say.
-fn idle_cost(server: &Server, con: &mut redis::Connection, secs: u64) -> (f64, Option<f64>) {
+/// An idle server's counters at one moment: its main thread's CPU (`INFO cpu`, seconds) and its
+/// wake-ups (the main thread's voluntary context switches, each a return from waiting on its
+/// event loop; `/proc`, `None` where it cannot say).
+fn idle_mark(server: &Server, con: &mut redis::Connection) -> (f64, Option<f64>) {
     let switches = || -> Option<f64> {
         let pid = server.pid()?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status")).ok()?;
@@ -1177,20 +1177,33 @@ fn idle_cost(server: &Server, con: &mut redis::Connection, secs: u64) -> (f64, O
             .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
             .and_then(|v| v.trim().parse().ok())
     };
-    let (cpu, woke) = (main_thread_cpu(con), switches());
-    thread::sleep(Duration::from_secs(secs));
-    let cpu = (main_thread_cpu(con) - cpu) * 1000.0 / secs as f64;
-    let woke = woke.zip(switches()).map(|(a, b)| (b - a) / secs as f64);
-    (cpu, woke)
+    (main_thread_cpu(con), switches())
 }
 
-/// The idle cost ([`idle_cost`]) with `queues` queues watched, each holding a job due in an
-/// hour (after the timer's first visit to each), then the lateness of delayed jobs among them
-/// (`samples`), then the idle cost again once they are flushed.
+/// What idle servers cost over the same `secs`, side by side: each one's main-thread CPU (ms a
+/// second) and wake-ups a second ([`idle_mark`]).
 type Idle = (f64, Option<f64>);
-fn timer_load(server: &Server, queues: usize, secs: u64, samples: usize) -> (Idle, Vec<f64>, Idle) {
-    let mut con = server.conn();
-    let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
+fn idle_costs(servers: &mut [(&Server, redis::Connection)], secs: u64) -> Vec<Idle> {
+    let before: Vec<Idle> = servers.iter_mut().map(|(s, c)| idle_mark(s, c)).collect();
+    thread::sleep(Duration::from_secs(secs));
+    servers
+        .iter_mut()
+        .zip(before)
+        .map(|((s, c), (cpu, woke))| {
+            let (cpu_after, woke_after) = idle_mark(s, c);
+            let per_sec = |v: f64| v / secs as f64;
+            (
+                per_sec((cpu_after - cpu) * 1000.0),
+                woke.zip(woke_after).map(|(a, b)| per_sec(b - a)),
+            )
+        })
+        .collect()
+}
+
+/// Fills an empty server with `queues` queues, each holding a job due in an hour, and waits for
+/// the timer's first visit to each (after which it sleeps until the earliest is due).
+fn watch_delayed_queues(con: &mut redis::Connection, queues: usize) {
+    let _: () = cmd("FLUSHALL").query(con).expect("flushall");
     for chunk in (0..queues).collect::<Vec<_>>().chunks(1000) {
         let mut p = redis::pipe();
         for &i in chunk {
@@ -1202,33 +1215,32 @@ fn timer_load(server: &Server, queues: usize, secs: u64, samples: usize) -> (Idl
                 .arg(3_600_000)
                 .ignore();
         }
-        let _: () = p.query(&mut con).expect("enqueue delayed");
+        let _: () = p.query(con).expect("enqueue delayed");
     }
-    let watched = support::info_int(&mut con, "emq", "emq_watched_queues");
+    let watched = support::info_int(con, "emq", "emq_watched_queues");
     assert_eq!(watched, queues as i64, "every queue watched");
-    // The timer's first visit to each queue learns its due time; then it sleeps.
     let visited = support::wait_until(Duration::from_secs(120), || {
-        support::info_int(&mut con, "emq", "emq_timer_due_queues") == 0
+        support::info_int(con, "emq", "emq_timer_due_queues") == 0
     });
     assert!(visited, "the timer visited every queue");
     thread::sleep(Duration::from_millis(200));
-    let busy = idle_cost(server, &mut con, secs);
+}
+
+/// The lateness of delayed jobs (`samples`) on a server whose timer watches `queues` other
+/// queues, each a job due in an hour; the server is flushed after.
+fn timer_load(server: &Server, queues: usize, samples: usize) -> Vec<f64> {
+    let mut con = server.conn();
+    watch_delayed_queues(&mut con, queues);
     let late = delayed_lateness(server, samples);
     let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
     let watched = support::info_int(&mut con, "emq", "emq_watched_queues");
     assert_eq!(watched, 0, "flushed queues forgotten");
-    thread::sleep(Duration::from_millis(200));
-    let empty = idle_cost(server, &mut con, secs);
-    (busy, late, empty)
+    late
 }
 
-/// The idle cost of a fresh server without the module, empty and then holding the keys of
-/// `queues` queues written natively (the rows and `schedule` sets EchoMQ would write).
-fn bare_idle(queues: usize, secs: u64) -> (Idle, Idle) {
-    let plain = Server::start(Options::without_module());
-    let mut con = plain.conn();
-    thread::sleep(Duration::from_millis(200));
-    let empty = idle_cost(&plain, &mut con, secs);
+/// Writes natively the keys `queues` queues of one job due in an hour would have (the rows and
+/// `schedule` sets EchoMQ writes), on a server without the module.
+fn write_native_queues(con: &mut redis::Connection, queues: usize) {
     let due = now_unix_ms() as i64 + 3_600_000;
     for chunk in (0..queues).collect::<Vec<_>>().chunks(1000) {
         let mut p = redis::pipe();
@@ -1244,21 +1256,26 @@ fn bare_idle(queues: usize, secs: u64) -> (Idle, Idle) {
                 .arg(&id)
                 .ignore();
         }
-        let _: () = p.query(&mut con).expect("the same keys, natively");
+        let _: () = p.query(con).expect("the same keys, natively");
     }
     thread::sleep(Duration::from_millis(200));
-    (empty, idle_cost(&plain, &mut con, secs))
 }
 
-/// The idle table: `rounds` rounds, each on a fresh server with the module ([`timer_load`])
-/// and one without ([`bare_idle`]), back to back; medians (min–max).
+/// The idle table: `rounds` rounds, each on two fresh servers, one without the module and one
+/// with it, measured side by side over the same seconds ([`idle_costs`]): empty, then holding
+/// `queues` queues; medians (min–max).
 fn idle_table(md: &mut String, queues: usize, secs: u64, rounds: usize) {
     let mut rows: [Vec<Idle>; 4] = Default::default();
     for round in 0..rounds {
-        let (bare, bare_full) = bare_idle(queues, secs);
-        let server = Server::start(Options::default());
-        let (busy, _, empty) = timer_load(&server, queues, secs, 1);
-        for (row, idle) in rows.iter_mut().zip([bare, empty, bare_full, busy]) {
+        let plain = Server::start(Options::without_module());
+        let module = Server::start(Options::default());
+        let mut servers = [(&plain, plain.conn()), (&module, module.conn())];
+        thread::sleep(Duration::from_millis(200));
+        let empty = idle_costs(&mut servers, secs);
+        write_native_queues(&mut servers[0].1, queues);
+        watch_delayed_queues(&mut servers[1].1, queues);
+        let full = idle_costs(&mut servers, secs);
+        for (row, idle) in rows.iter_mut().zip([empty[0], empty[1], full[0], full[1]]) {
             row.push(idle);
         }
         eprintln!("done: idle round {}", round + 1);
@@ -1274,13 +1291,19 @@ fn idle_table(md: &mut String, queues: usize, secs: u64, rounds: usize) {
         };
         format!("{m:.2} ({lo:.2}–{hi:.2}) | {woke}")
     };
+    let ratio = |with: &[Idle], without: &[Idle]| {
+        let (m, lo, hi) = median(with.iter().zip(without).map(|(a, b)| a.0 / b.0).collect());
+        format!("{m:.2}× ({lo:.2}–{hi:.2})")
+    };
     let _ = writeln!(
         md,
-        "## What an idle server costs\n\nThe main thread over {secs} s with nothing due: its CPU (ms a second, `INFO cpu`) and its wake-ups (its voluntary context switches a second, `/proc/<pid>/task/<pid>/status`: each a return from waiting on its event loop), on a fresh `valkey-server` without the module and a fresh one with it, {rounds} rounds of the two back to back: empty, and holding {queues} queues of one job due in an hour each (with the module, enqueued and watched, measured once the timer's first visit to each is done; without it, the same rows and `schedule` sets written with `HSET` and `ZADD`). Medians (min–max) over the rounds.\n\n| server | main-thread CPU ms/s | wake-ups/s |\n|---|---|---|\n| without the module, empty | {} |\n| with EchoMQ, empty | {} |\n| without the module, the keys of {queues} queues | {} |\n| with EchoMQ, {queues} queues watched | {} |\n",
+        "## What an idle server costs\n\nThe main thread over {secs} s with nothing due: its CPU (ms a second, `INFO cpu`) and its wake-ups (its voluntary context switches a second, `/proc/<pid>/task/<pid>/status`: each a return from waiting on its event loop), on a fresh `valkey-server` without the module and a fresh one with it, measured side by side over the same seconds, {rounds} rounds: empty, and holding {queues} queues of one job due in an hour each (with the module, enqueued and watched, measured once the timer's first visit to each is done; without it, the same rows and `schedule` sets written with `HSET` and `ZADD`). Medians (min–max) over the rounds; the CPU ratio is the median of the per-round ratios of the two servers measured together.\n\n| server | main-thread CPU ms/s | wake-ups/s | CPU with / without the module |\n|---|---|---|---|\n| without the module, empty | {} | |\n| with EchoMQ, empty | {} | {} |\n| without the module, the keys of {queues} queues | {} | |\n| with EchoMQ, {queues} queues watched | {} | {} |\n",
         cell(&rows[0]),
         cell(&rows[1]),
+        ratio(&rows[1], &rows[0]),
         cell(&rows[2]),
         cell(&rows[3]),
+        ratio(&rows[3], &rows[2]),
     );
 }
 
@@ -1651,7 +1674,7 @@ fn main() {
     } else {
         (2_000, 1, 5)
     };
-    let (_, late, _) = timer_load(&server, queues, secs, samples);
+    let late = timer_load(&server, queues, samples);
     latency_row(
         &mut md,
         &format!("delayed job lateness, {queues} other queues watched (each a job due in an hour)"),
