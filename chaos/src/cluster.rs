@@ -26,6 +26,16 @@ pub fn connect_as(ip: &str, user: &User, timeout: Duration) -> redis::RedisResul
     Ok(con)
 }
 
+/// The cluster slot of `queue`'s keys, as the node at `ip` computes it.
+pub fn slot_of(ip: &str, queue: &str) -> Result<u16, String> {
+    let mut con = connect(ip, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(format!("emq:{{{queue}}}:pending"))
+        .query(&mut con)
+        .map_err(|e| e.to_string())
+}
+
 /// Waits until `f` holds, polling every 100 ms, up to `timeout`.
 pub fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;

@@ -232,12 +232,7 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
     let seed = phase_seed(a, index);
     let mut queues = Vec::new();
     for name in queue_names(a, index) {
-        let mut con = connect(&nodes[0].ip, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-        let slot: u16 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(format!("emq:{{{name}}}:pending"))
-            .query(&mut con)
-            .map_err(|e| e.to_string())?;
+        let slot = cluster::slot_of(&nodes[0].ip, &name)?;
         queues.push((name, slot));
     }
     let queues = Queues(queues);
@@ -322,6 +317,12 @@ fn main() {
     let all_queues: Vec<String> = (0..a.faults.len())
         .flat_map(|i| queue_names(&a, i))
         .collect();
+    // Each producer and worker user may touch one queue: the first queue's, checked on every
+    // node, may not touch the second's on the node that owns it.
+    let (Some(own), Some(other)) = (all_queues.first(), all_queues.get(1)) else {
+        eprintln!("emq-chaos: no fault to run");
+        std::process::exit(2);
+    };
     let net = match Net::start(&a.image, 6, NODE_TIMEOUT_MS, &all_queues) {
         Ok(net) => net,
         Err(e) => {
@@ -340,20 +341,7 @@ fn main() {
         drop(net);
         std::process::exit(1);
     }
-    // Each producer and worker user may touch one queue: the first queue's, checked on every
-    // node, may not touch the second's on the node that owns it.
-    let (Some(own), Some(other)) = (all_queues.first(), all_queues.get(1)) else {
-        eprintln!("emq-chaos: no fault to run");
-        drop(net);
-        std::process::exit(2);
-    };
-    let other_owner = connect(&net.nodes[0].ip, Duration::from_secs(2))
-        .and_then(|mut con| {
-            redis::cmd("CLUSTER")
-                .arg("KEYSLOT")
-                .arg(format!("emq:{{{other}}}:pending"))
-                .query::<u16>(&mut con)
-        })
+    let other_owner = cluster::slot_of(&net.nodes[0].ip, other)
         .ok()
         .and_then(|slot| owner_of(&net.nodes, slot));
     let acl = match other_owner {
