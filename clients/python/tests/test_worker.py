@@ -197,3 +197,19 @@ def test_a_connection_reset_in_mid_read_is_tried_again_and_a_plain_value_error_i
     # What redis-py's socket reader raises when the peer resets the connection in mid-read.
     assert transient(ValueError("I/O operation on closed file."))
     assert not transient(ValueError("no stock for sku 42"))
+
+
+def test_a_cluster_map_refresh_that_finds_no_node_for_a_moment_is_tried_again() -> None:
+    from redis.exceptions import RedisClusterException
+
+    from echomq._retry import transient
+
+    # What redis-py's cluster client raises when a primary fails while it refreshes the slots.
+    assert transient(
+        RedisClusterException(
+            "Redis Cluster cannot be connected. Please provide at least one reachable node: "
+            "I/O operation on closed file."
+        )
+    )
+    # A cluster client given a command it cannot route is not a moment's failure.
+    assert not transient(RedisClusterException("No way to dispatch this command to Redis Cluster."))

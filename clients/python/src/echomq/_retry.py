@@ -10,6 +10,7 @@ from redis.exceptions import (
     ConnectionError,
     MasterDownError,
     ReadOnlyError,
+    RedisClusterException,
     ResponseError,
     TimeoutError,
     TryAgainError,
@@ -18,6 +19,8 @@ from redis.exceptions import (
 # Replies that mean "not now, here": a slot in migration, a blocked call ended by a failover, a
 # replica promoted or demoted, a server loading its data, a cluster without a majority.
 TRANSIENT_CODES = ("TRYAGAIN", "UNBLOCKED", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN")
+# How redis-py's cluster client says none of the nodes it knows answered its slot map request.
+CLUSTER_UNREACHABLE = "Redis Cluster cannot be connected"
 
 
 def transient(error: Exception) -> bool:
@@ -35,6 +38,11 @@ def transient(error: Exception) -> bool:
     # hands a slot on, or fails), can answer with the ValueError of its closed buffer instead
     # of a ConnectionError: it is the same lost connection.
     if isinstance(error, ValueError) and "closed file" in str(error):
+        return True
+    # The cluster client, refreshing its map of the slots while a primary fails, tries every
+    # node it knows; when each refuses for the moment (the failed one among them) it answers
+    # "Redis Cluster cannot be connected", raised from the last of those lost connections.
+    if isinstance(error, RedisClusterException) and str(error).startswith(CLUSTER_UNREACHABLE):
         return True
     return isinstance(error, ResponseError) and str(error).startswith(TRANSIENT_CODES)
 
