@@ -75,6 +75,34 @@ def test_refusals_are_typed_and_unknown_errors_stay_plain(server: Server) -> Non
         raise AssertionError("EMQ.STATS with extra arguments answered")
 
 
+def test_valkey_py_refusals_are_typed_and_still_valkey_py_s(server: Server) -> None:
+    import valkey
+    import valkey.exceptions
+
+    from echomq._retry import transient
+
+    q = echomq.Queue(valkey.Valkey(host="127.0.0.1", port=server.port), "typed-valkey")
+    with pytest.raises(echomq.EmqLeaseLost) as lost:
+        q.call("EMQ.ACK", q.enqueue(b"x"), 1)
+    assert isinstance(lost.value, valkey.exceptions.ResponseError)
+    assert isinstance(lost.value, redis.ResponseError)
+    try:
+        q.call("EMQ.STATS", "extra", "args")
+    except valkey.exceptions.ResponseError as e:
+        assert type(e) is valkey.exceptions.ResponseError, "an error EchoMQ does not type stays plain"
+    else:
+        raise AssertionError("EMQ.STATS with extra arguments answered")
+    # valkey-py's lost connection and cluster refusals are tried again, as redis-py's are.
+    assert transient(valkey.exceptions.ConnectionError("Connection refused"))
+    assert transient(valkey.exceptions.ResponseError("TRYAGAIN Multiple keys request during rehashing of slot"))
+    assert transient(
+        valkey.exceptions.ValkeyClusterException(
+            "Valkey Cluster cannot be connected. Please provide at least one reachable node: reset"
+        )
+    )
+    assert not transient(valkey.exceptions.ResponseError("EMQLEASE stale or missing lease token"))
+
+
 def test_the_protocol_fence() -> None:
     echomq.check_version(b"echomq:2.0.0")
     echomq.check_version("echomq:2.7.1")

@@ -8,8 +8,6 @@ import asyncio
 import signal
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional
 
-from redis.exceptions import ResponseError
-
 from ._retry import backoff, transient
 from .errors import EmqLeaseLost, translate
 from .queue import CHUNK, batches, cron_args, enqueue_args, enqueued, limit_args, pairs, retry_after, text
@@ -176,7 +174,7 @@ class AsyncWorker(Claiming):
                 failures = 0
             except Exception as e:
                 if not transient(e):
-                    raise translate(e) if isinstance(e, ResponseError) else e
+                    raise translate(e)
                 try:
                     await asyncio.wait_for(self._stopping.wait(), backoff(failures))
                 except asyncio.TimeoutError:
@@ -225,8 +223,8 @@ class AsyncWorker(Claiming):
                     await self.queue.client.execute_command(
                         *renew_args(self.queue.name, job, self.lease_ms)
                     )
-                except ResponseError as e:
-                    if str(e).startswith("EMQLEASE"):
+                except Exception as e:
+                    # A lost lease ends the renewals; a failover or a lost connection: the next
+                    # round tries again.
+                    if isinstance(translate(e), EmqLeaseLost):
                         job.lease_lost.set()
-                except Exception:
-                    pass  # a failover or a lost connection: the next round tries again

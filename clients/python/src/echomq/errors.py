@@ -1,15 +1,45 @@
-"""The error catalogue as exceptions: each EchoMQ refusal is a typed subclass of redis-py's
-``ResponseError``, so existing ``except ResponseError`` code still catches it. An error this
-module does not know stays the plain ``ResponseError`` the client raised, never swallowed."""
+"""The error catalogue as exceptions: each EchoMQ refusal is a typed subclass of the client's
+``ResponseError`` (redis-py's, and valkey-py's too where it is installed), so existing
+``except ResponseError`` code still catches it. An error this module does not know stays the
+plain ``ResponseError`` the client raised, never swallowed."""
 
 from __future__ import annotations
 
-from typing import Dict, Type
+from typing import TYPE_CHECKING, Dict, FrozenSet, Type
 
 from redis.exceptions import ResponseError
 
+#: Where redis-py and valkey-py define their exceptions; the two name theirs alike.
+CLIENT_MODULES = ("redis.exceptions", "valkey.exceptions")
 
-class EmqError(ResponseError):
+
+def kinds(error: BaseException) -> FrozenSet[str]:
+    """The names of the client library's exception classes `error` is an instance of, whichever
+    of the two libraries raised it: ``{"ResponseError", "NoPermissionError", ...}``."""
+    return frozenset(c.__name__ for c in type(error).__mro__ if c.__module__ in CLIENT_MODULES)
+
+
+def refusal(error: BaseException) -> bool:
+    """Whether `error` is a server's error reply (a ``ResponseError`` of either library)."""
+    return "ResponseError" in kinds(error)
+
+
+def _refusal_base() -> type:
+    """redis-py's ``ResponseError``, joined with valkey-py's where that is installed."""
+    try:
+        from valkey.exceptions import ResponseError as ValkeyResponseError
+    except ImportError:
+        return ResponseError
+    return type("ResponseError", (ResponseError, ValkeyResponseError), {"__module__": __name__})
+
+
+if TYPE_CHECKING:
+    _Refusal = ResponseError
+else:
+    _Refusal = _refusal_base()
+
+
+class EmqError(_Refusal):
     """A refusal from the EchoMQ module (its reply starts with the code below)."""
 
     code = ""
@@ -96,9 +126,11 @@ CODES: Dict[str, Type[EmqError]] = {
 }
 
 
-def translate(error: ResponseError) -> ResponseError:
-    """The typed exception for a server refusal, or ``error`` itself when its code is not
-    EchoMQ's."""
+def translate(error: Exception) -> Exception:
+    """The typed exception for a server refusal, or ``error`` itself when it is not a refusal
+    or its code is not EchoMQ's."""
+    if not refusal(error):
+        return error
     text = str(error)
     cls = CODES.get(text.split(" ", 1)[0])
     if cls is None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from redis.exceptions import ResponseError
-
 from . import ids
 from ._retry import backoff, transient
 from .errors import translate
@@ -22,9 +20,10 @@ def retry_after(error: Exception, attempt: int, retries: int) -> float:
     raises the error (typed, for a refusal) when it is not worth another try."""
     if transient(error) and attempt < retries:
         return backoff(attempt)
-    if isinstance(error, ResponseError):
-        raise translate(error) from error
-    raise error
+    typed = translate(error)
+    if typed is error:
+        raise error
+    raise typed from error
 
 
 def text(value: Any) -> Any:

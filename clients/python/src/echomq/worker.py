@@ -14,8 +14,6 @@ from queue import Empty, SimpleQueue
 from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from redis.exceptions import ResponseError
-
 from ._retry import backoff, transient
 from .errors import EmqLeaseLost, EmqVersionError, translate
 from .queue import Queue, text
@@ -235,7 +233,7 @@ class Worker(Claiming):
                 failures = 0
             except Exception as e:
                 if not transient(e):
-                    raise translate(e) if isinstance(e, ResponseError) else e
+                    raise translate(e)
                 # A failover, a reshard, a lost connection: claim again after a while.
                 self._stopping.wait(backoff(failures))
                 failures += 1
@@ -318,7 +316,7 @@ class Worker(Claiming):
                     replies[i] = e
         for (job, counted, _, _), reply in zip(send, replies):
             if isinstance(reply, Exception):
-                typed = translate(reply) if isinstance(reply, ResponseError) else reply
+                typed = translate(reply)
                 if isinstance(typed, EmqLeaseLost):
                     job.lease_lost.set()
                     self._count("lost")
@@ -380,8 +378,8 @@ class Worker(Claiming):
                     self.queue.client.execute_command(
                         *renew_args(self.queue.name, job, self.lease_ms)
                     )
-                except ResponseError as e:
-                    if str(e).startswith("EMQLEASE"):
+                except Exception as e:
+                    # A lost lease ends the renewals; a failover or a lost connection: the next
+                    # round tries again.
+                    if isinstance(translate(e), EmqLeaseLost):
                         job.lease_lost.set()
-                except Exception:
-                    pass  # a failover or a lost connection: the next round tries again
