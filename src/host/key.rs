@@ -1,7 +1,6 @@
 //! An open key and what EchoMQ does with one: the zset and hash operations of the lifecycle.
 
 use std::cell::Cell;
-use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 use std::ptr::{self, NonNull};
 
@@ -22,22 +21,6 @@ unsafe extern "C" fn on_hash_field(
     // the server's, live for this callback.
     let fields = unsafe { &mut *privdata.cast::<Vec<(Vec<u8>, Vec<u8>)>>() };
     fields.push((string_bytes(field).to_vec(), string_bytes(value).to_vec()));
-}
-
-/// A hash field's name as the hash calls take it: a C string (`REDISMODULE_HASH_CFIELDS`) or
-/// a server string.
-enum FieldName<'a> {
-    C(&'a CStr),
-    S(Str<'a>),
-}
-
-impl FieldName<'_> {
-    fn parts(&self) -> (c_int, *const std::ffi::c_void) {
-        match self {
-            FieldName::C(c) => (raw::REDISMODULE_HASH_CFIELDS as c_int, c.as_ptr().cast()),
-            FieldName::S(s) => (raw::REDISMODULE_HASH_NONE as c_int, s.as_ptr().cast()),
-        }
-    }
 }
 
 /// An open key; closed on drop.
@@ -199,31 +182,21 @@ impl<'n> Key<'n> {
         Ok(deleted != 0)
     }
 
-    /// `HGET key field`.
-    pub fn hash_get(&self, field: &CStr) -> Option<OwnedString> {
-        self.hash_get_named(FieldName::C(field))
-    }
-
-    /// `HGET key field`, the field a server string (any bytes).
-    pub fn hash_get_str(&self, field: Str<'_>) -> Option<OwnedString> {
-        self.hash_get_named(FieldName::S(field))
-    }
-
-    fn hash_get_named(&self, field: FieldName<'_>) -> Option<OwnedString> {
+    /// `HGET key field`, the field a server string (any bytes; the hot paths' names are made
+    /// once at load, as a C-string name would be copied into a new string on every call).
+    pub fn hash_get(&self, field: Str<'_>) -> Option<OwnedString> {
         if self.holds() != Holds::Hash {
             return None;
         }
         let f = unsafe { raw::RedisModule_HashGet }?;
         let mut value: *mut raw::RedisModuleString = ptr::null_mut();
-        let (flags, name) = field.parts();
-        // SAFETY: the key is an open hash; the field is of the kind `flags` says; the
-        // variadic list is NULL-terminated. The value is an auto-memory-free string we take
-        // ownership of.
+        // SAFETY: the key is an open hash; the field is a server string; the variadic list is
+        // NULL-terminated. The value is an auto-memory-free string we take ownership of.
         unsafe {
             f(
                 self.ptr?.as_ptr(),
-                flags,
-                name,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.as_ptr(),
                 &mut value as *mut *mut raw::RedisModuleString,
                 ptr::null::<c_char>(),
             )
@@ -277,27 +250,25 @@ impl<'n> Key<'n> {
         Ok(())
     }
 
-    /// `HDEL key field`; whether the field was there.
-    pub fn hash_del(&self, field: &CStr) -> Result<bool, EmqError> {
-        self.hash_del_named(FieldName::C(field))
-    }
-
-    /// `HDEL key field`, the field a server string (any bytes).
-    pub fn hash_del_str(&self, field: Str<'_>) -> Result<bool, EmqError> {
-        self.hash_del_named(FieldName::S(field))
-    }
-
-    fn hash_del_named(&self, field: FieldName<'_>) -> Result<bool, EmqError> {
+    /// `HDEL key field`, the field a server string (any bytes); whether the field was there.
+    pub fn hash_del(&self, field: Str<'_>) -> Result<bool, EmqError> {
         if self.holds() != Holds::Hash {
             return Ok(false);
         }
         let hset = unsafe { raw::RedisModule_HashSet }.ok_or(EmqError::Internal)?;
         // `REDISMODULE_HASH_DELETE`, a C macro: the value that deletes its field.
         let delete = ptr::without_provenance_mut::<raw::RedisModuleString>(1);
-        let (flags, name) = field.parts();
-        // SAFETY: the key is an open hash; the field is of the kind `flags` says; the
-        // variadic list is NULL-terminated.
-        let n = unsafe { hset(self.handle()?, flags, name, delete, ptr::null::<c_char>()) };
+        // SAFETY: the key is an open hash; the field is a server string; the variadic list is
+        // NULL-terminated.
+        let n = unsafe {
+            hset(
+                self.handle()?,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.as_ptr(),
+                delete,
+                ptr::null::<c_char>(),
+            )
+        };
         if n > 0 {
             self.modified.set(true);
         }

@@ -164,7 +164,7 @@ fn read_meta(key: &Key<'_>) -> Result<MetaFacts, EmqError> {
         }
         None => {
             let words = words()?;
-            Meta::ALL.map(|f| key.hash_get_str(words.meta(f)).map(|v| v.bytes().to_vec()))
+            Meta::ALL.map(|f| key.hash_get(words.meta(f)).map(|v| v.bytes().to_vec()))
         }
     })
 }
@@ -323,7 +323,9 @@ impl<'a> Store for ServerStore<'_, 'a> {
 
     #[inline]
     fn field(&self, row: &Key<'_>, field: Field) -> Option<Text<'a>> {
-        row.hash_get(field.as_cstr()).map(Text::Owned)
+        // The field's name as a string made at load: a C-string field name would be copied into
+        // a new server string on every read.
+        row.hash_get(words().ok()?.field(field)).map(Text::Owned)
     }
 
     #[inline]
@@ -606,7 +608,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         if !matches!(key.holds(), Holds::Nothing | Holds::Hash) {
             return Err(EmqError::WrongType);
         }
-        if !key.hash_del(field.as_cstr())? {
+        if !key.hash_del(words()?.meta(field))? {
             return Ok(false);
         }
         notify(self.ctx, NOTIFY_HASH, c"hdel", name);
@@ -672,7 +674,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
     fn table_get(&self, table: Table, field: &[u8]) -> Result<Option<Text<'a>>, EmqError> {
         let key = self.open_table(table)?;
         let field = OwnedString::new(self.ctx, field)?;
-        Ok(key.hash_get_str(field.as_str()).map(Text::Owned))
+        Ok(key.hash_get(field.as_str()).map(Text::Owned))
     }
 
     fn table_set(&self, table: Table, field: &[u8], value: &[u8]) -> Result<(), EmqError> {
@@ -694,7 +696,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
     fn table_del(&self, table: Table, field: &[u8]) -> Result<bool, EmqError> {
         let key = self.open_table(table)?;
         let field = OwnedString::new(self.ctx, field)?;
-        if !key.hash_del_str(field.as_str())? {
+        if !key.hash_del(field.as_str())? {
             return Ok(false);
         }
         notify(self.ctx, NOTIFY_HASH, c"hdel", key.name());
