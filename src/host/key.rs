@@ -231,18 +231,49 @@ impl<'n> Key<'n> {
         (fields.len() <= limit).then_some(fields)
     }
 
-    /// `HSET key field value` for one field.
-    pub fn hash_set(&self, field: Str<'_>, value: Str<'_>) -> Result<(), EmqError> {
+    /// `HSET key field value ...` for one to four fields, in the given order, in one call.
+    pub fn hash_set(&self, fields: &[(Str<'_>, Str<'_>)]) -> Result<(), EmqError> {
         let hset = unsafe { raw::RedisModule_HashSet }.ok_or(EmqError::Internal)?;
-        // SAFETY: the key is open for writing; the variadic list is NULL-terminated.
+        if !(1..=4).contains(&fields.len()) {
+            return Err(EmqError::Internal);
+        }
+        let key = self.write_handle()?;
+        let none = raw::REDISMODULE_HASH_NONE as c_int;
+        let end = ptr::null::<c_char>();
+        let p = |i: usize| (fields[i].0.as_ptr(), fields[i].1.as_ptr());
+        // SAFETY (each call): the key is open for writing; the fields and values are server
+        // strings; the variadic list is NULL-terminated. (A C variadic call cannot take a
+        // slice: one call for each count.)
         let n = unsafe {
-            hset(
-                self.write_handle()?,
-                raw::REDISMODULE_HASH_NONE as c_int,
-                field.as_ptr(),
-                value.as_ptr(),
-                ptr::null::<c_char>(),
-            )
+            match fields.len() {
+                1 => hset(key, none, p(0).0, p(0).1, end),
+                2 => hset(key, none, p(0).0, p(0).1, p(1).0, p(1).1, end),
+                3 => hset(
+                    key,
+                    none,
+                    p(0).0,
+                    p(0).1,
+                    p(1).0,
+                    p(1).1,
+                    p(2).0,
+                    p(2).1,
+                    end,
+                ),
+                4 => hset(
+                    key,
+                    none,
+                    p(0).0,
+                    p(0).1,
+                    p(1).0,
+                    p(1).1,
+                    p(2).0,
+                    p(2).1,
+                    p(3).0,
+                    p(3).1,
+                    end,
+                ),
+                _ => return Err(EmqError::Internal),
+            }
         };
         if n < 0 {
             return Err(EmqError::WrongType);
@@ -314,30 +345,6 @@ impl<'n> Key<'n> {
             raw::REDISMODULE_KEYTYPE_STREAM => Holds::Stream,
             _ => Holds::Other,
         }
-    }
-
-    /// Sets three hash fields in the given order, in one call.
-    pub fn hash_set3(&self, fields: [(Str<'_>, Str<'_>); 3]) -> Result<(), EmqError> {
-        let hset = unsafe { raw::RedisModule_HashSet }.ok_or(EmqError::Internal)?;
-        let [(f1, v1), (f2, v2), (f3, v3)] = fields;
-        // SAFETY: the key is open for writing; the variadic list is NULL-terminated.
-        let n = unsafe {
-            hset(
-                self.write_handle()?,
-                raw::REDISMODULE_HASH_NONE as c_int,
-                f1.as_ptr(),
-                v1.as_ptr(),
-                f2.as_ptr(),
-                v2.as_ptr(),
-                f3.as_ptr(),
-                v3.as_ptr(),
-                ptr::null::<c_char>(),
-            )
-        };
-        if n < 0 {
-            return Err(EmqError::WrongType);
-        }
-        Ok(())
     }
 
     /// `ZADD key score member`; whether the member was added or its score changed.

@@ -13,6 +13,8 @@ use std::sync::RwLock;
 
 use valkey_module::{raw, Context};
 
+use crate::protocol::EmqError;
+
 use super::client::Flags;
 use super::string::{OwnedString, Str};
 
@@ -127,6 +129,19 @@ pub fn emit(ctx: &Context, cmd: &CStr, args: &[Str<'_>]) {
     } else {
         count_change(ctx);
     }
+}
+
+/// As [`emit`], for the effect `cmd key at_ms`: the time's text is made only where the effect
+/// is sent, not where the change is only counted.
+pub fn emit_at(ctx: &Context, cmd: &CStr, key: Str<'_>, at_ms: i64) -> Result<(), EmqError> {
+    WROTE.store(true, Ordering::Relaxed);
+    if propagating(ctx) {
+        let at = OwnedString::from_i64(ctx, at_ms)?;
+        replicate(ctx, cmd, &[key, at.as_str()]);
+    } else {
+        count_change(ctx);
+    }
+    Ok(())
 }
 
 /// Whether effects go to `RM_Replicate`: the gate is open, AOF is on, or the write happens

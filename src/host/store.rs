@@ -16,7 +16,9 @@ use crate::protocol::{
 use super::acl::{check_permission, Access};
 use super::client::{selected_db, Flags};
 use super::key::{announcing_expiry, Key};
-use super::propagate::{emit, notify, signal_ready, NOTIFY_GENERIC, NOTIFY_HASH, NOTIFY_ZSET};
+use super::propagate::{
+    emit, emit_at, notify, signal_ready, NOTIFY_GENERIC, NOTIFY_HASH, NOTIFY_ZSET,
+};
 use super::server::now_ms;
 use super::string::{OwnedString, Text};
 use super::words::words;
@@ -467,7 +469,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
             (words.field(Field::Attempts), words.zero),
             (words.field(Field::Payload), payload.as_str()),
         );
-        row.hash_set3([state, attempts, payload])?;
+        row.hash_set(&[state, attempts, payload])?;
         let args = [
             row.name().as_str(),
             state.0,
@@ -491,7 +493,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         let mut all = args.to_vec();
         for (field, value) in [(Field::Priority, &priority), (Field::Unique, &unique)] {
             if let Some(value) = value {
-                row.hash_set(words.field(field), value.as_str())?;
+                row.hash_set(&[(words.field(field), value.as_str())])?;
                 all.extend([words.field(field), value.as_str()]);
             }
         }
@@ -507,34 +509,43 @@ impl<'a> Store for ServerStore<'_, 'a> {
         fields: &[(Field, Value<'_, Text<'a>>)],
     ) -> Result<(), EmqError> {
         let words = words()?;
-        // The strings made for this write (a number, an error text), kept until it is done.
+        // The strings made for this write (a number past the small ones, an error text), kept
+        // until it is done.
         let mut made: [Option<OwnedString>; 4] = Default::default();
-        if fields.len() > made.len() {
+        if fields.is_empty() || fields.len() > made.len() {
             return Err(EmqError::Internal);
         }
         for ((_, value), slot) in fields.iter().zip(made.iter_mut()) {
             *slot = match value {
-                Value::Int(0) | Value::State(_) | Value::Text(_) => None,
+                Value::Int(n) if words.small(*n).is_some() => None,
+                Value::State(_) | Value::Text(_) => None,
                 Value::Int(n) => Some(OwnedString::from_i64(self.ctx, *n)?),
                 Value::Bytes(b) => Some(OwnedString::new(self.ctx, b)?),
             };
         }
-        let mut args = Vec::with_capacity(1 + fields.len() * 2);
-        args.push(row.name().as_str());
-        for ((field, value), made) in fields.iter().zip(&made) {
+        let name = row.name().as_str();
+        let mut pairs = [(name, name); 4];
+        for (pair, ((field, value), made)) in pairs.iter_mut().zip(fields.iter().zip(&made)) {
             let value = match (value, made) {
                 (_, Some(s)) => s.as_str(),
                 (Value::State(s), None) => words.state(*s),
                 (Value::Text(t), None) => t.as_str(),
-                (Value::Int(_) | Value::Bytes(_), None) => words.zero,
+                (Value::Int(n), None) => words.small(*n).ok_or(EmqError::Internal)?,
+                (Value::Bytes(_), None) => return Err(EmqError::Internal),
             };
-            let field = words.field(*field);
-            row.hash_set(field, value)?;
-            args.push(field);
-            args.push(value);
+            *pair = (words.field(*field), value);
+        }
+        let pairs = &pairs[..fields.len()];
+        // One call for every field, in the order given.
+        row.hash_set(pairs)?;
+        // The effect: `HSET row field value ...`.
+        let mut args = [name; 9];
+        for (i, (field, value)) in pairs.iter().enumerate() {
+            args[1 + 2 * i] = *field;
+            args[2 + 2 * i] = *value;
         }
         notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
-        emit(self.ctx, c"HSET", &args);
+        emit(self.ctx, c"HSET", &args[..1 + 2 * pairs.len()]);
         Ok(())
     }
 
@@ -552,9 +563,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         announcing_expiry(row.name(), at_ms, || {
             notify(self.ctx, NOTIFY_GENERIC, c"expire", row.name())
         });
-        let at = OwnedString::from_i64(self.ctx, at_ms)?;
-        emit(self.ctx, c"PEXPIREAT", &[row.name().as_str(), at.as_str()]);
-        Ok(())
+        emit_at(self.ctx, c"PEXPIREAT", row.name().as_str(), at_ms)
     }
 
     #[inline]
@@ -589,7 +598,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         }
         let field = OwnedString::new(self.ctx, field.as_bytes())?;
         let value = OwnedString::new(self.ctx, value)?;
-        key.hash_set(field.as_str(), value.as_str())?;
+        key.hash_set(&[(field.as_str(), value.as_str())])?;
         notify(self.ctx, NOTIFY_HASH, c"hset", name);
         emit(
             self.ctx,
@@ -683,7 +692,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
             OwnedString::new(self.ctx, field)?,
             OwnedString::new(self.ctx, value)?,
         );
-        key.hash_set(field.as_str(), value.as_str())?;
+        key.hash_set(&[(field.as_str(), value.as_str())])?;
         notify(self.ctx, NOTIFY_HASH, c"hset", key.name());
         emit(
             self.ctx,

@@ -1,5 +1,5 @@
-//! Words the hot paths write on every call (field names, state words, `0`), created once at
-//! load and freed at unload, so no call allocates them.
+//! Words the hot paths write on every call (field names, state words, small numbers), created
+//! once at load and freed at unload, so no call allocates them.
 
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -12,8 +12,13 @@ pub struct Words {
     fields: [Str<'static>; Field::ALL.len()],
     states: [Str<'static>; 5],
     metas: [Str<'static>; Meta::ALL.len()],
+    /// `0` to `SMALL - 1`: a job's attempts, as a claim writes them.
+    small: [Str<'static>; SMALL],
     pub zero: Str<'static>,
 }
+
+/// How many of the small numbers are made at load.
+const SMALL: usize = 32;
 
 // SAFETY: the strings are only touched on the server's main thread.
 unsafe impl Send for Words {}
@@ -37,6 +42,14 @@ impl Words {
         self.states[state as usize]
     }
 
+    /// The decimal text of `n` where it is one of the small numbers made at load.
+    pub fn small(&self, n: i64) -> Option<Str<'static>> {
+        usize::try_from(n)
+            .ok()
+            .and_then(|n| self.small.get(n))
+            .copied()
+    }
+
     /// A `meta` fact's field name.
     pub fn meta(&self, meta: Meta) -> Str<'static> {
         self.metas[meta.index()]
@@ -47,6 +60,7 @@ impl Words {
             .iter()
             .chain(&self.states)
             .chain(&self.metas)
+            .chain(&self.small)
             .chain(std::iter::once(&self.zero))
             .copied()
     }
@@ -69,10 +83,15 @@ pub fn init() -> Result<(), EmqError> {
     for m in Meta::ALL {
         metas.push(w(m.as_bytes())?);
     }
+    let mut small = Vec::with_capacity(SMALL);
+    for n in 0..SMALL {
+        small.push(w(n.to_string().as_bytes())?);
+    }
     let words = Box::new(Words {
         fields: fields.try_into().map_err(|_| EmqError::Internal)?,
         states: states.try_into().map_err(|_| EmqError::Internal)?,
         metas: metas.try_into().map_err(|_| EmqError::Internal)?,
+        small: small.try_into().map_err(|_| EmqError::Internal)?,
         zero: w(b"0")?,
     });
     free(WORDS.swap(Box::into_raw(words), Ordering::SeqCst));
