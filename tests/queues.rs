@@ -405,6 +405,35 @@ fn done_rows_hold_their_queue_until_they_expire() {
 }
 
 #[test]
+fn done_rows_of_a_batched_settle_hold_their_queue_until_they_expire() {
+    // EMQ.MACK notes its rows' expiries and the registry learns the latest once, at its end.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    config_set(&mut con, "emq.done-ttl-ms", "1500");
+    enqueue(&mut con, "batch", &job_id(1), "p");
+    enqueue(&mut con, "batch", &job_id(2), "p");
+    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
+        .arg("batch")
+        .arg("COUNT")
+        .arg(2)
+        .query(&mut con)
+        .expect("claim");
+    let mut mack = cmd("EMQ.MACK");
+    mack.arg("batch");
+    for (id, _, token) in &claimed {
+        mack.arg(id).arg(token);
+    }
+    let settled: Vec<i64> = mack.query(&mut con).expect("mack");
+    assert_eq!(settled, [1, 1]);
+    let mut rows = keys_of(&mut con, "batch");
+    rows.sort();
+    assert_eq!(rows, [row_key("batch", &job_id(1)), row_key("batch", &job_id(2))]);
+    assert!(is_listed(&mut con, "batch"), "its done rows remain");
+    assert!(wait_listed(&mut con, "batch", false), "gone with its rows");
+    assert_eq!(known(&mut con), 0);
+}
+
+#[test]
 fn a_restored_queue_is_listed() {
     let server = Server::start(Options::default());
     let mut con = server.conn();

@@ -22,7 +22,7 @@ use crate::protocol::{settings, BrandedId, EmqError};
 use crate::queue::claim::{claim, Outcome, MAX_COUNT};
 use crate::queue::lease::{ack_many, Settle, MAX_SETTLE};
 use crate::queue::Job;
-use crate::runtime::cluster;
+use crate::runtime::{cluster, queues};
 
 /// A job of the call: its id, where its id stands in the arguments, its token and result.
 struct Named<'a> {
@@ -127,7 +127,10 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
                 result: n.result,
             })
             .collect();
-        let settled = ack_many(store, &jobs)?;
+        let settled = {
+            let _noted = queues::acknowledging(ctx, queue);
+            ack_many(store, &jobs)?
+        };
         let claimed = next.map(|(count, lease_ms)| claim(store, count, lease_ms));
         Ok::<_, EmqError>((settled, claimed))
     })?;

@@ -378,13 +378,18 @@ pub fn announcing_expiry(name: &OwnedString, at_ms: i64, announce: impl FnOnce()
     *LAST_EXPIRY.lock().unwrap_or_else(|p| p.into_inner()) = (0, 0);
 }
 
+/// The expiry EchoMQ is announcing for the key `name`, while its `expire` event runs.
+pub fn announced_expiry(name: Str<'_>) -> Option<i64> {
+    let last = *LAST_EXPIRY.lock().unwrap_or_else(|p| p.into_inner());
+    (last.0 != 0 && last.0 == name.as_ptr() as usize).then_some(last.1)
+}
+
 /// When the key `name` expires (unix ms), if it exists and has a time to live; looked up
 /// quietly, as [`Key::probe`] does (no keyspace hit or miss, no `keymiss` event, LRU kept).
 /// For the key EchoMQ has just given an expiry (its event being handled), that expiry.
 pub fn expires_at(ctx: &Context, name: Str<'_>) -> Option<i64> {
-    let last = *LAST_EXPIRY.lock().unwrap_or_else(|p| p.into_inner());
-    if last.0 != 0 && last.0 == name.as_ptr() as usize {
-        return Some(last.1);
+    if let Some(at) = announced_expiry(name) {
+        return Some(at);
     }
     let (Some(open), Some(close), Some(abs_expire)) = (unsafe {
         (

@@ -38,10 +38,10 @@ use valkey_module::Context;
 
 use crate::host::client::{select_db, selected_db};
 use crate::host::events::FilterArgs;
-use crate::host::key::{expires_at, Key};
+use crate::host::key::{announced_expiry, expires_at, Key};
 use crate::host::server::now_ms;
 use crate::host::string::{OwnedString, Str};
-use crate::protocol::keyspace::PREFIX;
+use crate::protocol::keyspace::{MAX_QUEUE_LEN, PREFIX};
 use crate::protocol::{decode, Decoded, EmqError, Holds, KeyBuf, KeyType, Queue};
 
 // ---- the registry -------------------------------------------------------------------------
@@ -575,7 +575,11 @@ fn check_left(ctx: &Context, db: i32, queue: Queue<'_>) {
 
 /// A job row of `queue` exists: its expiry, if it has one, holds the queue until then.
 fn learn_row(ctx: &Context, db: i32, queue: Queue<'_>, row: Str<'_>) {
-    let until = expires_at(ctx, row);
+    rows_until(ctx, db, queue, expires_at(ctx, row));
+}
+
+/// Rows of `queue` exist, the latest of them expiring at `until` (`None`: one never does).
+fn rows_until(ctx: &Context, db: i32, queue: Queue<'_>, until: Option<i64>) {
     // No lock is held while keys are probed: a probe may delete an expired key, whose event
     // comes back here.
     let settled = registry().settled(db, queue.as_bytes());
@@ -585,6 +589,74 @@ fn learn_row(ctx: &Context, db: i32, queue: Queue<'_>, row: Str<'_>) {
     if let Some(at) = until {
         registry().row_until(db, queue.as_bytes(), at);
     }
+}
+
+/// The queue whose jobs an EchoMQ command is acknowledging, in its database, and the latest
+/// expiry it gave their rows so far.
+struct Acking {
+    db: i32,
+    queue: [u8; MAX_QUEUE_LEN],
+    len: usize,
+    until: Option<i64>,
+}
+
+static ACKING: Mutex<Option<Acking>> = Mutex::new(None);
+
+/// While alive, the `expire` events EchoMQ announces for the rows of one queue it acknowledges
+/// are noted, not learned one by one (each would decode its key and look the queue up); the
+/// registry learns the latest of them once, when this is dropped at the command's end.
+pub struct Acknowledging<'c> {
+    ctx: &'c Context,
+}
+
+/// Starts noting the done rows of `queue` (in the context's database) for the registry.
+pub fn acknowledging<'c>(ctx: &'c Context, queue: Queue<'_>) -> Acknowledging<'c> {
+    let name = queue.as_bytes();
+    let mut acking = Acking {
+        db: selected_db(ctx),
+        queue: [0; MAX_QUEUE_LEN],
+        len: name.len().min(MAX_QUEUE_LEN),
+        until: None,
+    };
+    acking.queue[..acking.len].copy_from_slice(&name[..acking.len]);
+    *ACKING.lock().unwrap_or_else(|p| p.into_inner()) = Some(acking);
+    Acknowledging { ctx }
+}
+
+impl Drop for Acknowledging<'_> {
+    fn drop(&mut self) {
+        let Some(acking) = ACKING.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return;
+        };
+        let (Some(until), Some(queue)) = (acking.until, Queue::parse(&acking.queue[..acking.len]))
+        else {
+            return;
+        };
+        rows_until(self.ctx, acking.db, queue, Some(until));
+    }
+}
+
+/// Whether `key` is a row of the queue being acknowledged whose expiry EchoMQ is announcing:
+/// then its expiry is noted for [`Acknowledging`] and the event needs nothing more.
+pub fn acked_row_expiry(ctx: &Context, key: Str<'_>) -> bool {
+    let mut acking = ACKING.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(acking) = acking.as_mut() else {
+        return false;
+    };
+    let queue = &acking.queue[..acking.len];
+    let row = key
+        .bytes()
+        .strip_prefix(PREFIX)
+        .and_then(|rest| rest.strip_prefix(queue))
+        .is_some_and(|rest| rest.starts_with(b"}:job:"));
+    if !row || selected_db(ctx) != acking.db {
+        return false;
+    }
+    let Some(at) = announced_expiry(key) else {
+        return false;
+    };
+    acking.until = Some(acking.until.map_or(at, |until| until.max(at)));
+    true
 }
 
 /// Whether the queue has a set, its meta hash or its events stream, of any type, in the
