@@ -13,7 +13,7 @@
 //!   stops the timer when `MODULE UNLOAD emq` arrives, and the server's cron re-arms it if the
 //!   module is still loaded afterwards (an unload refused for another reason).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -34,7 +34,7 @@ use crate::queue::promote::{visit, Moved};
 use crate::queue::{cron, unique};
 
 use super::cluster;
-use super::watchlist::Watchlist;
+use super::watchlist::{Tables, Watchlist};
 
 /// How often the timer looks for due work, in ms. A job due at T is claimable by T + a tick.
 pub const TICK_MS: u64 = 10;
@@ -58,23 +58,13 @@ const WARN_REFUSED_EVERY_MS: u64 = 60_000;
 static LAST_REFUSED_WARNING_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Queues with scheduled or active jobs, as (db, queue name), each with the unix ms before
-/// which a visit would find nothing due (0: visit at the next tick). Any write to the queue's
-/// `schedule` or `active` set resets it to 0, so an earlier due time is never missed.
+/// which a visit would find nothing due (0: visit at the next tick) and what the last visit
+/// learned of its `unique` and `cron` tables. Any write to the queue's `schedule` or `active`
+/// set resets the time to 0, so an earlier due time is never missed.
 static WATCHED: Mutex<Watchlist> = Mutex::new(Watchlist::new());
 /// Pending sets, as (db, key name), whose blocked claimers were woken while client writes were
 /// paused and left waiting; the first tick after the pause wakes them again.
 static DEFERRED: Mutex<BTreeSet<(i32, Vec<u8>)>> = Mutex::new(BTreeSet::new());
-/// Where each queue's sweep of its `unique` table stands, as (db, queue name) -> (cursor, when
-/// its next step is due; `i64::MAX`: the queue has no table). A queue missing here is swept
-/// at its next visit.
-static SWEEPS: Mutex<Sweeps> = Mutex::new(BTreeMap::new());
-
-/// Each queue's sweep: (db, queue name) -> (cursor, when its next step is due).
-type Sweeps = BTreeMap<(i32, Vec<u8>), (u64, i64)>;
-/// When each queue's next repeating job is due, as the last visit read its `cron` table
-/// (`i64::MAX`: none will fire), so a visit reads the table only once one is due. Forgotten
-/// whenever anything may have written the table ([`table_changed`]).
-static CRON_DUE: Mutex<BTreeMap<(i32, Vec<u8>), i64>> = Mutex::new(BTreeMap::new());
 static TIMER: AtomicU64 = AtomicU64::new(0);
 /// When the armed timer ticks (unix ms); `i64::MAX` while none is armed.
 static ARMED_AT: AtomicI64 = AtomicI64::new(i64::MAX);
@@ -92,31 +82,33 @@ fn deferred() -> std::sync::MutexGuard<'static, BTreeSet<(i32, Vec<u8>)>> {
 /// table by `at`, and visits the queue by then.
 pub fn watch_unique(ctx: &Context, queue: Queue<'_>, at: i64) {
     let db = selected_db(ctx);
-    let key = (db, queue.as_bytes().to_vec());
-    {
-        let mut sweeps = sweeps();
-        let entry = sweeps.entry(key).or_insert((0, at));
-        entry.1 = entry.1.min(at);
-    }
-    visit_by(db, queue.as_bytes(), at);
+    let mut watched = watched();
+    watched.visit_by(db, queue.as_bytes(), at);
+    watched.update_tables(db, queue.as_bytes(), |t| t.sweep_at = t.sweep_at.min(at));
+    drop(watched);
+    soon(at);
 }
 
 /// A command wrote a schedule of `queue` (in the context's database), the next firing of its
 /// table at `at`: the timer reads the table again at a visit by then.
 pub fn watch_cron(ctx: &Context, queue: Queue<'_>, at: i64) {
     let db = selected_db(ctx);
-    cron_due().remove(&(db, queue.as_bytes().to_vec()));
-    visit_by(db, queue.as_bytes(), at);
+    let mut watched = watched();
+    watched.visit_by(db, queue.as_bytes(), at);
+    watched.update_tables(db, queue.as_bytes(), |t| t.cron_at = Tables::UNKNOWN);
+    drop(watched);
+    soon(at);
 }
 
 /// A table of `queue` in `db` may have changed (the replication stream, a command by hand, a
 /// key restored or renamed): the timer visits the queue at its next tick, sweeps its `unique`
 /// table and reads its `cron` table again.
 pub fn table_changed(db: i32, queue: &[u8]) {
-    let key = (db, queue.to_vec());
-    cron_due().remove(&key);
-    sweeps().remove(&key);
-    visit_at(db, queue, 0);
+    let mut watched = watched();
+    watched.visit_at(db, queue, 0);
+    watched.update_tables(db, queue, |t| *t = Tables::UNREAD);
+    drop(watched);
+    soon(0);
 }
 
 /// Queues one of whose tables a command of unknown database wrote (Redis 7.0's command filter
@@ -173,12 +165,7 @@ fn find_tables(ctx: &Context) {
 /// Forgets when every queue's repeating jobs are due (their tables are read at the next visit):
 /// after a load, a role change, `SWAPDB` or a flush.
 pub fn forget_cron_due() {
-    cron_due().clear();
-    sweeps().clear();
-}
-
-fn cron_due() -> std::sync::MutexGuard<'static, BTreeMap<(i32, Vec<u8>), i64>> {
-    CRON_DUE.lock().unwrap_or_else(|p| p.into_inner())
+    watched().unread_tables();
 }
 
 /// Number of queues the timer watches (for `INFO emq`).
@@ -203,7 +190,6 @@ pub fn stop(ctx: &Context) {
     RUNNING.store(false, Ordering::SeqCst);
     disarm(ctx);
     watched().clear();
-    forget_cron_due();
 }
 
 /// Stops the timer, if armed, through the module's own context (`MODULE UNLOAD emq` seen by
@@ -354,16 +340,14 @@ fn promote(ctx: &Context, db: i32, name: &[u8], now: i64) -> Result<Option<i64>,
         // Keys in flight between nodes: leave them be until the migration settles.
         return Ok(Some(now + RETRY_MIGRATING_MS));
     }
-    let key = (db, name.to_vec());
-    let sweep = sweeps().get(&key).copied();
-    let sweep_now = sweep.is_none_or(|(_, at)| at <= now);
-    let cron_at = cron_due().get(&key).copied();
-    let fire = cron_at.is_none_or(|at| at <= now);
+    let known = watched().tables(db, name);
+    let sweep_now = known.sweep_at <= now;
+    let fire = known.cron_at <= now;
     let ((_moved, next), swept, fired) = with_queue(ctx, queue, Access::ReadWrite, |store| {
         Ok::<_, EmqError>((
             visit(store, now, VISIT_BUDGET)? as (Moved, _),
             match sweep_now {
-                true => Some(unique::visit_table(store, sweep.map_or(0, |s| s.0), now)?),
+                true => Some(unique::visit_table(store, known.sweep_cursor, now)?),
                 false => None,
             },
             match fire {
@@ -372,25 +356,20 @@ fn promote(ctx: &Context, db: i32, name: &[u8], now: i64) -> Result<Option<i64>,
             },
         ))
     })?;
-    let again = match swept {
-        Some((cursor, again)) => {
-            sweeps().insert(key.clone(), (cursor, again.unwrap_or(i64::MAX)));
-            again
-        }
-        None => sweep.map(|s| s.1).filter(|at| *at != i64::MAX),
-    };
-    let cron_next = match fired {
-        Some(next) => {
-            cron_due().insert(key, next.unwrap_or(i64::MAX));
-            next
-        }
-        None => cron_at.filter(|at| *at != i64::MAX),
-    };
-    Ok([next, again, cron_next].into_iter().flatten().min())
-}
-
-fn sweeps() -> std::sync::MutexGuard<'static, Sweeps> {
-    SWEEPS.lock().unwrap_or_else(|p| p.into_inner())
+    let mut tables = known;
+    if let Some((cursor, again)) = swept {
+        tables.sweep_cursor = cursor;
+        tables.sweep_at = again.unwrap_or(Tables::NEVER);
+    }
+    if let Some(next) = fired {
+        tables.cron_at = next.unwrap_or(Tables::NEVER);
+    }
+    watched().update_tables(db, name, |t| *t = tables);
+    let later = |at: i64| Some(at).filter(|at| *at != Tables::NEVER);
+    Ok([next, later(tables.sweep_at), later(tables.cron_at)]
+        .into_iter()
+        .flatten()
+        .min())
 }
 
 /// A visit refused before it moved anything: the queue stays watched and is tried again in

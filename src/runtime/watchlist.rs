@@ -1,18 +1,49 @@
 //! The queues the timer watches, each with the time of its next visit, kept in two orders: by
 //! queue, to update one, and by visit time, so that a tick finds what is due without reading
 //! the queues that are not. A tick then costs the visits it makes, however many queues wait
-//! on jobs due later.
+//! on jobs due later. Each queue's name is held once, shared by both orders, with what the
+//! timer knows of its tables, so a queue costs the module one small entry while watched and
+//! nothing after.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// A watched queue: its database and its name.
-pub type Watched = (i32, Vec<u8>);
+pub type Watched = (i32, Arc<[u8]>);
 
-/// Queues with their next visit time (unix ms; 0: at the next tick).
+/// What the timer last learned of a watched queue's `unique` and `cron` tables, so that a visit
+/// reads a table only once it has work due there. A time of [`Tables::UNKNOWN`] is due at the
+/// next visit; one of [`Tables::NEVER`], never (the queue has no such table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tables {
+    /// Where the sweep of the `unique` table stands.
+    pub sweep_cursor: u64,
+    /// When the sweep's next step is due (unix ms).
+    pub sweep_at: i64,
+    /// When the next repeating job is due (unix ms).
+    pub cron_at: i64,
+}
+
+impl Tables {
+    pub const UNKNOWN: i64 = i64::MIN;
+    pub const NEVER: i64 = i64::MAX;
+    /// Nothing known: both tables are read at the next visit.
+    pub const UNREAD: Tables = Tables {
+        sweep_cursor: 0,
+        sweep_at: Tables::UNKNOWN,
+        cron_at: Tables::UNKNOWN,
+    };
+}
+
+/// Queues with their next visit time (unix ms; 0: at the next tick) and their tables.
 #[derive(Default)]
 pub struct Watchlist {
-    by_queue: BTreeMap<Watched, i64>,
+    by_queue: BTreeMap<Watched, (i64, Tables)>,
     by_time: BTreeSet<(i64, Watched)>,
+}
+
+fn watched(db: i32, queue: &[u8]) -> Watched {
+    (db, Arc::from(queue))
 }
 
 impl Watchlist {
@@ -31,19 +62,20 @@ impl Watchlist {
         self.by_queue.is_empty()
     }
 
-    /// Visits `queue` of `db` at `at`, watching it if it was not.
+    /// Visits `queue` of `db` at `at`, watching it if it was not (its tables unread).
     pub fn visit_at(&mut self, db: i32, queue: &[u8], at: i64) {
-        let key = (db, queue.to_vec());
+        let key = watched(db, queue);
         match self.by_queue.get_mut(&key) {
-            Some(old) if *old == at => {}
-            Some(old) => {
-                let mut entry = (std::mem::replace(old, at), key);
-                self.by_time.remove(&entry);
-                entry.0 = at;
-                self.by_time.insert(entry);
+            Some((old, _)) if *old == at => {}
+            Some((old, _)) => {
+                let was = std::mem::replace(old, at);
+                // The entry's own name, shared with the time order.
+                if let Some((_, name)) = self.by_time.take(&(was, key)) {
+                    self.by_time.insert((at, name));
+                }
             }
             None => {
-                self.by_queue.insert(key.clone(), at);
+                self.by_queue.insert(key.clone(), (at, Tables::UNREAD));
                 self.by_time.insert((at, key));
             }
         }
@@ -52,18 +84,43 @@ impl Watchlist {
     /// Visits `queue` of `db` by `at`: watches it from then if it was not, and brings its
     /// visit forward if it was due later (a visit due sooner stays).
     pub fn visit_by(&mut self, db: i32, queue: &[u8], at: i64) {
-        let key = (db, queue.to_vec());
-        if self.by_queue.get(&key).is_some_and(|old| *old <= at) {
+        if self
+            .by_queue
+            .get(&watched(db, queue))
+            .is_some_and(|(old, _)| *old <= at)
+        {
             return;
         }
         self.visit_at(db, queue, at);
     }
 
-    /// Stops watching `queue` of `db`.
+    /// Stops watching `queue` of `db`, and forgets its tables.
     pub fn forget(&mut self, db: i32, queue: &[u8]) {
-        let key = (db, queue.to_vec());
-        if let Some(at) = self.by_queue.remove(&key) {
+        let key = watched(db, queue);
+        if let Some((at, _)) = self.by_queue.remove(&key) {
             self.by_time.remove(&(at, key));
+        }
+    }
+
+    /// What is known of the tables of `queue` of `db` ([`Tables::UNREAD`] if it is not
+    /// watched).
+    pub fn tables(&self, db: i32, queue: &[u8]) -> Tables {
+        self.by_queue
+            .get(&watched(db, queue))
+            .map_or(Tables::UNREAD, |(_, tables)| *tables)
+    }
+
+    /// Changes what is known of the tables of `queue` of `db`, if it is watched.
+    pub fn update_tables(&mut self, db: i32, queue: &[u8], f: impl FnOnce(&mut Tables)) {
+        if let Some((_, tables)) = self.by_queue.get_mut(&watched(db, queue)) {
+            f(tables);
+        }
+    }
+
+    /// Forgets what is known of every watched queue's tables: each is read at its next visit.
+    pub fn unread_tables(&mut self) {
+        for (_, tables) in self.by_queue.values_mut() {
+            *tables = Tables::UNREAD;
         }
     }
 
@@ -115,10 +172,10 @@ impl Watchlist {
         };
         let entries = std::mem::take(&mut self.by_queue);
         self.by_time.clear();
-        for ((db, queue), at) in entries {
+        for ((db, queue), (at, tables)) in entries {
             let key = (swapped(db), queue);
             self.by_time.insert((at, key.clone()));
-            self.by_queue.insert(key, at);
+            self.by_queue.insert(key, (at, tables));
         }
     }
 }
@@ -191,6 +248,40 @@ mod tests {
         list.revisit_all();
         assert_eq!(list.due(0, 10).len(), 2);
         assert_eq!(list.len(), 2);
+    }
+
+    #[test]
+    fn a_queues_tables_are_kept_while_it_is_watched_and_forgotten_with_it() {
+        let mut list = Watchlist::new();
+        assert_eq!(list.tables(0, b"q"), Tables::UNREAD, "not watched");
+        list.update_tables(0, b"q", |t| t.cron_at = 5);
+        assert!(list.is_empty(), "nothing is kept for a queue not watched");
+        list.visit_at(0, b"q", 10);
+        assert_eq!(list.tables(0, b"q"), Tables::UNREAD);
+        list.update_tables(0, b"q", |t| {
+            *t = Tables {
+                sweep_cursor: 7,
+                sweep_at: Tables::NEVER,
+                cron_at: 500,
+            }
+        });
+        list.visit_at(0, b"q", 20);
+        list.visit_by(0, b"q", 15);
+        assert_eq!(list.tables(0, b"q").cron_at, 500, "kept across visits");
+        assert_eq!(list.tables(0, b"q").sweep_cursor, 7);
+        assert_eq!(list.tables(1, b"q"), Tables::UNREAD, "another database's");
+        list.unread_tables();
+        assert_eq!(list.tables(0, b"q"), Tables::UNREAD);
+        list.update_tables(0, b"q", |t| t.cron_at = 9);
+        list.forget(0, b"q");
+        list.visit_at(0, b"q", 30);
+        assert_eq!(
+            list.tables(0, b"q"),
+            Tables::UNREAD,
+            "forgotten with the queue"
+        );
+        assert_eq!(names(&list, 30, 10), vec![(0, "q".to_string())]);
+        assert_eq!(list.len(), 1);
     }
 
     #[test]
