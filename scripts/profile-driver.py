@@ -2,7 +2,10 @@
 """Sends N enqueues of one kind to a server as one pipelined write, waits for every reply,
 then shuts the server down. Used by scripts/profile.sh under callgrind.
 
-    profile-driver.py <module|batch|native|lua|foreign|life> <port> <jobs> <lua-script>
+    profile-driver.py <module|batch|native|lua|foreign|life|...> <port> <jobs> <lua-script>
+
+`idle-module` and `idle-bare` write <jobs> queues of one job due in an hour (EMQ.ENQUEUE, or
+the same keys as HSET and ZADD) and leave the server running.
 
 `life` runs three phases, each one pipelined write whose replies are all read before the next:
 EMQ.MENQUEUE x100, then EMQ.CLAIM COUNT 100 LEASE 60000 until every job is claimed, then one
@@ -14,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 ALPHABET = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 PAYLOAD = b'{"sku":4242,"qty":1,"note":"forty-eight bytes!"}'
@@ -270,10 +274,31 @@ def main():
         }[mode]
         life(sock, jobs, limits)
         buf, replies = b"", 0
+    elif mode in ("idle-module", "idle-bare"):
+        # Queues of one job due in an hour each, for an idle server to hold; it keeps running.
+        due = int(time.time() * 1000) + 3_600_000
+        for start in range(0, jobs, 1000):
+            if mode == "idle-module":
+                buf = b"".join(
+                    resp("EMQ.ENQUEUE", b"idle%d" % i, job_id(i + 1), "x", "DELAY", "3600000")
+                    for i in range(start, min(start + 1000, jobs))
+                )
+                replies = min(start + 1000, jobs) - start
+            else:
+                buf = b"".join(
+                    resp("HSET", b"emq:{idle%d}:job:" % i + job_id(i + 1), "state", "scheduled",
+                         "attempts", "0", "payload", "x")
+                    + resp("ZADD", b"emq:{idle%d}:schedule" % i, due, job_id(i + 1))
+                    for i in range(start, min(start + 1000, jobs))
+                )
+                replies = 2 * (min(start + 1000, jobs) - start)
+            sock.sendall(buf)
+            read_replies(sock, replies)
+        return
     else:
         raise SystemExit(
-            "mode: module, unique, batch, native, lua, foreign, life, life-mack, life-next, life-batches, life-concurrency"
-            " or life-limits"
+            "mode: module, unique, batch, native, lua, foreign, life, life-mack, life-next, life-batches, life-concurrency,"
+            " life-limits, idle-module or idle-bare"
         )
     if buf:
         sock.sendall(buf)

@@ -18,7 +18,10 @@
 # PROFILE_ONLY=policy: what claim limits cost a claim and an ack (the life phases on a queue with
 # limits that never bind) and what a unique key costs an enqueue, beside the plain rows.
 # PROFILE_ONLY=idle: the instructions a second of an idle server, without the module and with
-# it (PROFILE_IDLE_SECS, default 20, counted after a second's settling).
+# it (PROFILE_IDLE_SECS, default 20, counted after a second's settling); PROFILE_IDLE_QUEUES=N
+# fills both first with N queues of one job due in an hour (EMQ.ENQUEUE ... DELAY with the
+# module, once its timer has visited each; the same rows and schedule sets as HSET and ZADD
+# without it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${PROFILE_JOBS:-20000}"
@@ -71,9 +74,11 @@ run() { # <mode> [replica|bare|own] -> $dir/<mode>[-replica|-bare|-own].out (bar
 
 per_job() { echo $(( $1 / jobs )); }
 
-# An idle server under callgrind: counters zeroed a second after it answers, dumped
+# An idle server under callgrind (holding $idle_queues queues): counters zeroed a second after
+# it answers (and is filled), dumped
 # $idle_secs later -> $dir/idle-<bare|module>.out.1; prints nothing.
 idle_secs="${PROFILE_IDLE_SECS:-20}"
+idle_queues="${PROFILE_IDLE_QUEUES:-0}"
 run_idle() { # <bare|module>
   local port load=(--loadmodule "$module")
   [ "$1" = bare ] && load=()
@@ -82,6 +87,16 @@ run_idle() { # <bare|module>
     valkey-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no "${load[@]}" >/dev/null 2>&1 &
   local pid=$!
   for _ in $(seq 1 300); do valkey-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
+  if [ "$idle_queues" -gt 0 ]; then
+    python3 scripts/profile-driver.py "idle-$1" "$port" "$idle_queues" lua/enqueue.lua
+    # With the module, the timer's first visit to each queue, after which it sleeps.
+    # (Under callgrind a tick's 2.5 ms budget holds few visits: 10,000 queues take minutes.)
+    for _ in $(seq 1 9000); do
+      [ "$1" = bare ] && break
+      [ "$(valkey-cli -p "$port" INFO emq | tr -d '\r' | sed -n 's/^emq_timer_due_queues://p')" = 0 ] && break
+      sleep 0.1
+    done
+  fi
   sleep 1
   callgrind_control --zero "$pid" >/dev/null 2>&1
   sleep "$idle_secs"
