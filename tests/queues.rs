@@ -427,7 +427,10 @@ fn done_rows_of_a_batched_settle_hold_their_queue_until_they_expire() {
     assert_eq!(settled, [1, 1]);
     let mut rows = keys_of(&mut con, "batch");
     rows.sort();
-    assert_eq!(rows, [row_key("batch", &job_id(1)), row_key("batch", &job_id(2))]);
+    assert_eq!(
+        rows,
+        [row_key("batch", &job_id(1)), row_key("batch", &job_id(2))]
+    );
     assert!(is_listed(&mut con, "batch"), "its done rows remain");
     assert!(wait_listed(&mut con, "batch", false), "gone with its rows");
     assert_eq!(known(&mut con), 0);
