@@ -320,10 +320,16 @@ fn ranges_of(slots: impl Iterator<Item = u16>) -> Vec<(u16, u16)> {
     ranges
 }
 
+/// Whether a slot is settling (a `SETSLOT` was seen moments ago): the cron then reconciles at
+/// every call.
+pub fn settling(now_ms: u64) -> bool {
+    now_ms < SETTLING_UNTIL_MS.load(Ordering::Relaxed)
+}
+
 /// Re-reads the migration state from `CLUSTER NODES`: once a second, or on every cron tick
 /// while a slot settles.
 pub fn reconcile(ctx: &Context, now_ms: u64) {
-    let settling = now_ms < SETTLING_UNTIL_MS.load(Ordering::Relaxed);
+    let settling = settling(now_ms);
     if !enabled()
         || (!settling
             && now_ms.saturating_sub(LAST_RECONCILE_MS.load(Ordering::Relaxed))

@@ -766,12 +766,14 @@ fn look_for(ctx: &Context, key: &[u8]) -> bool {
 }
 
 /// The server's cron: looks for the noted keys, in every database for those of unknown
-/// database, and looks again at the lingering queues whose last known row ran out.
-pub fn on_cron(ctx: &Context, now: i64) {
+/// database, and looks again at the lingering queues whose last known row ran out; whether
+/// more of those remain for the next call.
+pub fn on_cron(ctx: &Context, now: i64) -> bool {
     let has_noted = !noted().is_empty();
     let run_out = registry().run_out(now, RUN_OUT_PER_CRON);
+    let more = run_out.len() == RUN_OUT_PER_CRON;
     if !has_noted && run_out.is_empty() {
-        return;
+        return false;
     }
     let original = selected_db(ctx);
     if has_noted {
@@ -809,6 +811,7 @@ pub fn on_cron(ctx: &Context, now: i64) {
         }
     }
     select_db(ctx, original);
+    more
 }
 
 /// `SWAPDB a b`.
