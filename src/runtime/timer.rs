@@ -5,7 +5,8 @@
 //!   due, and otherwise sleeps until the earliest due time, lease deadline or table step it
 //!   knows of; a write that brings one forward wakes it sooner ([`soon`]). With nothing to
 //!   wait for it is not armed at all, so an idle server wakes no more often than without
-//!   EchoMQ. The server's cron (which runs anyway) arms it again where a wake-up was missed.
+//!   EchoMQ. The server's cron (which runs anyway) arms it again where a wake-up was missed,
+//!   within a second (EchoMQ's cron work runs once a second).
 //! - The watched queues (those with scheduled or active jobs) are learned from keyspace events
 //!   (see `events`) and rebuilt by one scan after the module loads and after the server loads
 //!   its data. The tick never scans the keyspace.
