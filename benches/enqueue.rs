@@ -1261,6 +1261,9 @@ fn write_native_queues(con: &mut redis::Connection, queues: usize) {
     thread::sleep(Duration::from_millis(200));
 }
 
+/// How long both servers of the idle table rest after they are filled, before they are measured.
+const IDLE_SETTLE_SECS: u64 = 3;
+
 /// The idle table: `rounds` rounds, each on two fresh servers, one without the module and one
 /// with it, measured side by side over the same seconds ([`idle_costs`]): empty, then holding
 /// `queues` queues; medians (min–max).
@@ -1274,6 +1277,9 @@ fn idle_table(md: &mut String, queues: usize, secs: u64, rounds: usize) {
         let empty = idle_costs(&mut servers, secs);
         write_native_queues(&mut servers[0].1, queues);
         watch_delayed_queues(&mut servers[1].1, queues);
+        // Both settle alike after their writes (the plain server's came first): the seconds
+        // after a burst of writes are not idle on either.
+        thread::sleep(Duration::from_secs(IDLE_SETTLE_SECS));
         let full = idle_costs(&mut servers, secs);
         for (row, idle) in rows.iter_mut().zip([empty[0], empty[1], full[0], full[1]]) {
             row.push(idle);
@@ -1297,7 +1303,7 @@ fn idle_table(md: &mut String, queues: usize, secs: u64, rounds: usize) {
     };
     let _ = writeln!(
         md,
-        "## What an idle server costs\n\nThe main thread over {secs} s with nothing due: its CPU (ms a second, `INFO cpu`) and its wake-ups (its voluntary context switches a second, `/proc/<pid>/task/<pid>/status`: each a return from waiting on its event loop), on a fresh `valkey-server` without the module and a fresh one with it, measured side by side over the same seconds, {rounds} rounds: empty, and holding {queues} queues of one job due in an hour each (with the module, enqueued and watched, measured once the timer's first visit to each is done; without it, the same rows and `schedule` sets written with `HSET` and `ZADD`). Medians (min–max) over the rounds; the CPU ratio is the median of the per-round ratios of the two servers measured together.\n\n| server | main-thread CPU ms/s | wake-ups/s | CPU with / without the module |\n|---|---|---|---|\n| without the module, empty | {} | |\n| with EchoMQ, empty | {} | {} |\n| without the module, the keys of {queues} queues | {} | |\n| with EchoMQ, {queues} queues watched | {} | {} |\n",
+        "## What an idle server costs\n\nThe main thread over {secs} s with nothing due: its CPU (ms a second, `INFO cpu`) and its wake-ups (its voluntary context switches a second, `/proc/<pid>/task/<pid>/status`: each a return from waiting on its event loop), on a fresh `valkey-server` without the module and a fresh one with it, measured side by side over the same seconds, {rounds} rounds: empty, and holding {queues} queues of one job due in an hour each (with the module, enqueued and watched, once the timer's first visit to each is done; without it, the same rows and `schedule` sets written with `HSET` and `ZADD`; both measured after {IDLE_SETTLE_SECS} s more at rest). Medians (min–max) over the rounds; the CPU ratio is the median of the per-round ratios of the two servers measured together.\n\n| server | main-thread CPU ms/s | wake-ups/s | CPU with / without the module |\n|---|---|---|---|\n| without the module, empty | {} | |\n| with EchoMQ, empty | {} | {} |\n| without the module, the keys of {queues} queues | {} | |\n| with EchoMQ, {queues} queues watched | {} | {} |\n",
         cell(&rows[0]),
         cell(&rows[1]),
         ratio(&rows[1], &rows[0]),
