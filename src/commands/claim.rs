@@ -88,13 +88,7 @@ pub fn reply(claimed: Vec<Claimed>) -> Reply {
     Reply::Array(
         claimed
             .into_iter()
-            .map(|c| {
-                Reply::Array(vec![
-                    Reply::Bulk(c.id),
-                    Reply::Bulk(c.payload),
-                    Reply::Integer(c.token),
-                ])
-            })
+            .map(|c| Reply::Job(c.id, c.payload, c.token))
             .collect(),
     )
 }

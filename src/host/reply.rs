@@ -62,6 +62,9 @@ pub enum Reply {
     Blocked,
     /// A refusal in one place of an array (`EMQ.MACK`'s stale token), counted as a refusal.
     Error(EmqError),
+    /// A claimed job, `[id, payload, token]`: the shape of every claim's reply, one per job,
+    /// written without an array of its own to build and free.
+    Job(Vec<u8>, Vec<u8>, i64),
 }
 
 pub type CommandResult = Result<Reply, EmqError>;
@@ -99,6 +102,16 @@ pub(crate) fn render(ctx: *mut raw::RedisModuleCtx, reply: &Reply) {
                 }
                 for item in items {
                     render(ctx, item);
+                }
+            }
+            Reply::Job(id, payload, token) => {
+                if let Some(f) = raw::RedisModule_ReplyWithArray {
+                    f(ctx, 3);
+                }
+                bulk(ctx, id);
+                bulk(ctx, payload);
+                if let Some(f) = raw::RedisModule_ReplyWithLongLong {
+                    f(ctx, *token);
                 }
             }
             Reply::Blocked => {}
