@@ -412,12 +412,7 @@ fn done_rows_of_a_batched_settle_hold_their_queue_until_they_expire() {
     config_set(&mut con, "emq.done-ttl-ms", "1500");
     enqueue(&mut con, "batch", &job_id(1), "p");
     enqueue(&mut con, "batch", &job_id(2), "p");
-    let claimed: Vec<(String, Vec<u8>, i64)> = cmd("EMQ.CLAIM")
-        .arg("batch")
-        .arg("COUNT")
-        .arg(2)
-        .query(&mut con)
-        .expect("claim");
+    let claimed = claim(&mut con, "batch", &["COUNT", "2"]).expect("claimed");
     let mut mack = cmd("EMQ.MACK");
     mack.arg("batch");
     for (id, _, token) in &claimed {

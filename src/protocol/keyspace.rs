@@ -172,6 +172,11 @@ impl RowPrefix {
         Self(KeyBuf::queue(queue, KeyType::Job))
     }
 
+    /// `emq:{<queue>}:job:` itself, which every row key of the queue starts with.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
     /// The row key of `id`.
     pub fn row(&self, id: &BrandedId) -> KeyBuf {
         self.row_text(&id.encode())

@@ -77,8 +77,8 @@ fn observe(ctx: &Context, event: EventName, key: Str<'_>) {
     if meta_watch::is_meta(name) {
         meta_watch::observe_key(name, event.bytes());
     }
-    // A done row's expiry, announced by the ack that gave it: the ack's end learns it.
-    if queues::acked_row_expiry(ctx, key) {
+    // A done row's expiry, announced by the batched ack that gave it: the ack's end learns it.
+    if event.bytes() == b"expire" && queues::acked_row_expiry(ctx, key) {
         return;
     }
     let Some(Decoded::Queue { queue, ty, .. }) = decode(name) else {

@@ -41,7 +41,7 @@ use crate::host::events::FilterArgs;
 use crate::host::key::{announced_expiry, expires_at, Key};
 use crate::host::server::now_ms;
 use crate::host::string::{OwnedString, Str};
-use crate::protocol::keyspace::{MAX_QUEUE_LEN, PREFIX};
+use crate::protocol::keyspace::{RowPrefix, PREFIX};
 use crate::protocol::{decode, Decoded, EmqError, Holds, KeyBuf, KeyType, Queue};
 
 // ---- the registry -------------------------------------------------------------------------
@@ -591,12 +591,11 @@ fn rows_until(ctx: &Context, db: i32, queue: Queue<'_>, until: Option<i64>) {
     }
 }
 
-/// The queue whose jobs an EchoMQ command is acknowledging, in its database, and the latest
-/// expiry it gave their rows so far.
+/// The rows an EchoMQ command is acknowledging (one queue's, in one database), and the latest
+/// expiry it gave them so far.
 struct Acking {
     db: i32,
-    queue: [u8; MAX_QUEUE_LEN],
-    len: usize,
+    rows: RowPrefix,
     until: Option<i64>,
 }
 
@@ -605,51 +604,41 @@ static ACKING: Mutex<Option<Acking>> = Mutex::new(None);
 /// While alive, the `expire` events EchoMQ announces for the rows of one queue it acknowledges
 /// are noted, not learned one by one (each would decode its key and look the queue up); the
 /// registry learns the latest of them once, when this is dropped at the command's end.
-pub struct Acknowledging<'c> {
+pub struct Acknowledging<'c, 'q> {
     ctx: &'c Context,
+    queue: Queue<'q>,
 }
 
 /// Starts noting the done rows of `queue` (in the context's database) for the registry.
-pub fn acknowledging<'c>(ctx: &'c Context, queue: Queue<'_>) -> Acknowledging<'c> {
-    let name = queue.as_bytes();
-    let mut acking = Acking {
+pub fn acknowledging<'c, 'q>(ctx: &'c Context, queue: Queue<'q>) -> Acknowledging<'c, 'q> {
+    *ACKING.lock().unwrap_or_else(|p| p.into_inner()) = Some(Acking {
         db: selected_db(ctx),
-        queue: [0; MAX_QUEUE_LEN],
-        len: name.len().min(MAX_QUEUE_LEN),
+        rows: RowPrefix::new(queue),
         until: None,
-    };
-    acking.queue[..acking.len].copy_from_slice(&name[..acking.len]);
-    *ACKING.lock().unwrap_or_else(|p| p.into_inner()) = Some(acking);
-    Acknowledging { ctx }
+    });
+    Acknowledging { ctx, queue }
 }
 
-impl Drop for Acknowledging<'_> {
+impl Drop for Acknowledging<'_, '_> {
     fn drop(&mut self) {
         let Some(acking) = ACKING.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return;
         };
-        let (Some(until), Some(queue)) = (acking.until, Queue::parse(&acking.queue[..acking.len]))
-        else {
-            return;
-        };
-        rows_until(self.ctx, acking.db, queue, Some(until));
+        if let Some(until) = acking.until {
+            rows_until(self.ctx, acking.db, self.queue, Some(until));
+        }
     }
 }
 
-/// Whether `key` is a row of the queue being acknowledged whose expiry EchoMQ is announcing:
-/// then its expiry is noted for [`Acknowledging`] and the event needs nothing more.
+/// Whether `key`, whose `expire` event runs, is a row of the queue being acknowledged whose
+/// expiry EchoMQ is announcing: then its expiry is noted for [`Acknowledging`] and the event
+/// needs nothing more.
 pub fn acked_row_expiry(ctx: &Context, key: Str<'_>) -> bool {
     let mut acking = ACKING.lock().unwrap_or_else(|p| p.into_inner());
     let Some(acking) = acking.as_mut() else {
         return false;
     };
-    let queue = &acking.queue[..acking.len];
-    let row = key
-        .bytes()
-        .strip_prefix(PREFIX)
-        .and_then(|rest| rest.strip_prefix(queue))
-        .is_some_and(|rest| rest.starts_with(b"}:job:"));
-    if !row || selected_db(ctx) != acking.db {
+    if !key.bytes().starts_with(acking.rows.as_bytes()) || selected_db(ctx) != acking.db {
         return false;
     }
     let Some(at) = announced_expiry(key) else {
