@@ -331,6 +331,15 @@ impl<'a> Store for ServerStore<'_, 'a> {
     }
 
     #[inline]
+    fn fields3(&self, row: &Key<'_>, fields: [Field; 3]) -> [Option<Text<'a>>; 3] {
+        let Ok(words) = words() else {
+            return [None, None, None];
+        };
+        row.hash_get3(fields.map(|f| words.field(f)))
+            .map(|v| v.map(Text::Owned))
+    }
+
+    #[inline]
     fn add(&self, set: Set, score: i64, member: &Text<'a>) -> Result<(), EmqError> {
         let key = self.set(set)?;
         if !key.zadd(score as f64, member.as_str())? {

@@ -195,6 +195,10 @@ pub trait Store {
     ) -> Result<Vec<(Self::Text, f64)>, EmqError>;
     fn holds(&self, row: &Self::Row<'_>) -> Holds;
     fn field(&self, row: &Self::Row<'_>, field: Field) -> Option<Self::Text>;
+    /// Three fields of a row, read together (`HMGET row a b c`).
+    fn fields3(&self, row: &Self::Row<'_>, fields: [Field; 3]) -> [Option<Self::Text>; 3] {
+        fields.map(|f| self.field(row, f))
+    }
 
     // ---- writes, each with its keyspace event and its effect ----
 

@@ -7,7 +7,7 @@ use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, 
 use super::limit::{self, Window};
 use super::operate::paused;
 use super::promote::{count_dropped, Due, PROMOTE_BUDGET};
-use super::{attempts, check_row_types, record, row_of, token_of};
+use super::{check_row_types, leased_fields, record, row_of};
 
 /// Most jobs one claim takes.
 pub const MAX_COUNT: i64 = 1000;
@@ -178,8 +178,12 @@ fn take<S: Store>(store: &S, head: Vec<Head<S>>, deadline: i64) -> Result<Vec<Cl
             continue;
         };
         let row = store.open_row(name)?;
-        let attempts = attempts(store, &row).saturating_add(1);
-        let token = token_of(store, &row, attempts);
+        let (attempts, fence, payload) = leased_fields(store, &row, Field::Payload);
+        let attempts = attempts.saturating_add(1);
+        let token = fence.saturating_add(attempts);
+        let payload = payload
+            .map(|p| store.bytes(&p).to_vec())
+            .unwrap_or_default();
         store.set_fields(
             &row,
             &[
@@ -187,10 +191,6 @@ fn take<S: Store>(store: &S, head: Vec<Head<S>>, deadline: i64) -> Result<Vec<Cl
                 (Field::Attempts, Value::Int(attempts)),
             ],
         )?;
-        let payload = store
-            .field(&row, Field::Payload)
-            .map(|p| store.bytes(&p).to_vec())
-            .unwrap_or_default();
         record(store, Event::Claimed, Some(member), || attempts)?;
         taken.push((deadline, member));
         out.push(Claimed {

@@ -10,7 +10,7 @@ use crate::protocol::{settings, EmqError, Event, Field, Holds, KeyRef, Set, Stat
 use super::job::Target;
 use super::limit::{self, room_freed};
 use super::promote::bury;
-use super::{attempts, record, set_state, token_of, Job};
+use super::{leased_fields, record, set_state, Job};
 
 /// The job is active, in the active set, and its current attempt's token is `token`: its
 /// attempts.
@@ -20,13 +20,11 @@ fn check_lease<S: Store>(
     member: &S::Text,
     token: i64,
 ) -> Result<i64, EmqError> {
+    let (attempts, fence, state) = leased_fields(store, row, Field::State);
     let active = store.holds(row) == Holds::Hash
-        && store
-            .field(row, Field::State)
-            .is_some_and(|s| store.bytes(&s) == State::Active.as_bytes())
+        && state.is_some_and(|s| store.bytes(&s) == State::Active.as_bytes())
         && store.score(Set::Active, member).is_some();
-    let attempts = attempts(store, row);
-    if !active || token_of(store, row, attempts) != token {
+    if !active || fence.saturating_add(attempts) != token {
         return Err(EmqError::Lease);
     }
     Ok(attempts)

@@ -51,6 +51,20 @@ pub fn fence<S: Store>(store: &S, row: &S::Row<'_>) -> i64 {
     crate::protocol::job::attempts_from(text.as_ref().map(|t| store.bytes(t)))
 }
 
+/// The row's `attempts` and `fence` (as [`attempts`] and [`fence`] read them) and the field
+/// `other`, in one read: what a claim and a settle look at in every job's row.
+pub fn leased_fields<S: Store>(
+    store: &S,
+    row: &S::Row<'_>,
+    other: Field,
+) -> (i64, i64, Option<S::Text>) {
+    let [attempts, fence, other] = store.fields3(row, [Field::Attempts, Field::Fence, other]);
+    let number = |t: Option<S::Text>| {
+        crate::protocol::job::attempts_from(t.as_ref().map(|t| store.bytes(t)))
+    };
+    (number(attempts), number(fence), other)
+}
+
 /// The lease token of the job's attempt `attempts`: that many after its fence, so a job's
 /// tokens only grow, across `EMQ.REQUEUE` too; equal to `attempts` for a job never requeued.
 pub fn token_of<S: Store>(store: &S, row: &S::Row<'_>, attempts: i64) -> i64 {
