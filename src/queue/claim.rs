@@ -2,6 +2,7 @@
 //! lowest pending ids to `active` under a lease, `attempts` + 1 each (the lease token).
 
 use crate::protocol::counters::{self, CLAIMED};
+use crate::protocol::limits::Limits;
 use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
 use super::limit::{self, Window};
@@ -75,6 +76,91 @@ pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome
         None => None,
     };
     let due = Due::find(store, now, PROMOTE_BUDGET)?;
+    let in_window = window.as_ref().map_or(0, |w| w.in_window);
+    let first = match due.is_empty() {
+        true => take_first(store, count, &limits, in_window, now + lease_ms)?,
+        false => None,
+    };
+    let (claimed, limited) = match first {
+        Some(taken) => taken,
+        None => promote_and_take(store, &due, count, &limits, &window, now, lease_ms)?,
+    };
+    if let Some(window) = &window {
+        window.trim(store)?;
+        limit::record_claims(store, now, claimed.iter().map(|c| (c.id.clone(), c.token)))?;
+    }
+    counters::count(&CLAIMED, claimed.len() as u64);
+    // A head with no job in it, and members still pending: the head was all rowless members
+    // (now dropped) up to the budget.
+    let more_behind = claimed.is_empty() && !limited && store.len(Set::Pending) != 0;
+    Ok(Outcome {
+        claimed,
+        more_behind,
+    })
+}
+
+/// The claim's common case, with nothing due (so no write comes before the jobs are taken):
+/// the first `count` pending members (as many as the limits leave room for), every one with
+/// its row, or all there are. Each row is opened once, for its checks and its writes. `None`
+/// when one has no row and more members are behind it: [`promote_and_take`] passes over those.
+/// The jobs taken, and whether the limits took fewer than `count`.
+fn take_first<S: Store>(
+    store: &S,
+    count: usize,
+    limits: &Limits,
+    in_window: u64,
+    deadline: i64,
+) -> Result<Option<(Vec<Claimed>, bool)>, EmqError> {
+    let room = limits.room(store.len(Set::Active), in_window);
+    let limited = room < count;
+    let want = count.min(room);
+    let members = match want {
+        0 => Vec::new(),
+        n => store.range(Set::Pending, f64::NEG_INFINITY, f64::INFINITY, n)?,
+    };
+    let names = members
+        .iter()
+        .map(|(member, _)| row_of(store, member))
+        .collect::<Result<Vec<_>, _>>()?;
+    let keys: Vec<KeyRef<'_, S::Name>> = names.iter().flatten().map(KeyRef::Row).collect();
+    store.check_access(&keys)?;
+    let rows = names
+        .iter()
+        .map(|name| name.as_ref().map(|n| store.open_row(n)).transpose())
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut orphans = false;
+    let mut head = Vec::with_capacity(rows.len());
+    for ((member, _), row) in members.iter().zip(rows) {
+        let row = match row.as_ref().map_or(Holds::Nothing, |r| store.holds(r)) {
+            Holds::Hash => row,
+            Holds::Nothing => {
+                orphans = true;
+                None
+            }
+            _ => return Err(EmqError::WrongType),
+        };
+        head.push((member, row));
+    }
+    if orphans && members.len() == want {
+        return Ok(None);
+    }
+    if limited {
+        counters::count(&counters::LIMITED, 1);
+    }
+    Ok(Some((take(store, head, deadline)?, limited)))
+}
+
+/// The claim's general path: promotes what is due, then takes the head, passing over members
+/// without a row. The jobs taken, and whether the limits took fewer than `count`.
+fn promote_and_take<S: Store>(
+    store: &S,
+    due: &Due<S>,
+    count: usize,
+    limits: &Limits,
+    window: &Option<Window<S>>,
+    now: i64,
+    lease_ms: i64,
+) -> Result<(Vec<Claimed>, bool), EmqError> {
     let head = pending_head(store, count)?;
     let rows: Vec<KeyRef<'_, S::Name>> = due
         .rows()
@@ -100,19 +186,16 @@ pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome
         (0, false) => head,
         _ => pending_head(store, count.min(room))?,
     };
-    let claimed = take(store, head, now + lease_ms)?;
-    if let Some(window) = &window {
-        window.trim(store)?;
-        limit::record_claims(store, now, claimed.iter().map(|c| (c.id.clone(), c.token)))?;
-    }
-    counters::count(&CLAIMED, claimed.len() as u64);
-    // A head with no job in it, and members still pending: the head was all rowless members
-    // (now dropped) up to the budget.
-    let more_behind = claimed.is_empty() && !limited && store.len(Set::Pending) != 0;
-    Ok(Outcome {
-        claimed,
-        more_behind,
-    })
+    // The rows are opened once the promotion's writes are done.
+    let rows = head
+        .iter()
+        .map(|h| match (&h.row, h.holds) {
+            (Some(name), Holds::Hash) => store.open_row(name).map(Some),
+            _ => Ok(None),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let head = head.iter().map(|h| &h.member).zip(rows).collect();
+    Ok((take(store, head, now + lease_ms)?, limited))
 }
 
 /// The lowest pending members, in order, up to the `count`-th whose row exists, read without
@@ -160,39 +243,42 @@ fn check_head_types<S: Store>(head: &[Head<S>]) -> Result<(), EmqError> {
     }
 }
 
-/// Moves the jobs of `head` to `active` until `deadline`, with `state active` and `attempts`
-/// + 1, in order. Members without a row are dropped, not handed out.
-fn take<S: Store>(store: &S, head: Vec<Head<S>>, deadline: i64) -> Result<Vec<Claimed>, EmqError> {
+/// Moves the jobs of `head` to `active` until `deadline`, with `state active` and their
+/// attempts raised by one, in order. Each member comes with its row, open, or `None` for a
+/// member without one: those are dropped, not handed out.
+fn take<S: Store>(
+    store: &S,
+    head: Vec<(&S::Text, Option<S::Row<'_>>)>,
+    deadline: i64,
+) -> Result<Vec<Claimed>, EmqError> {
     let mut out = Vec::with_capacity(head.len());
     // The sets change once for the batch: one `ZREM` out of `pending` and one `ZADD` into
     // `active`, each one event and one effect.
     store.remove_many(
         Set::Pending,
-        &head.iter().map(|h| &h.member).collect::<Vec<_>>(),
+        &head.iter().map(|(member, _)| *member).collect::<Vec<_>>(),
     )?;
     let mut taken = Vec::with_capacity(head.len());
-    for Head { member, row, holds } in &head {
-        // What the row held was read with the head (and checked by `check_head_types`).
-        let (Some(name), Holds::Hash) = (row, holds) else {
+    for (member, row) in &head {
+        let Some(row) = row else {
             count_dropped();
             continue;
         };
-        let row = store.open_row(name)?;
-        let (attempts, fence, payload) = leased_fields(store, &row, Field::Payload);
+        let (attempts, fence, payload) = leased_fields(store, row, Field::Payload);
         let attempts = attempts.saturating_add(1);
         let token = fence.saturating_add(attempts);
         let payload = payload
             .map(|p| store.bytes(&p).to_vec())
             .unwrap_or_default();
         store.set_fields(
-            &row,
+            row,
             &[
                 (Field::State, Value::State(State::Active)),
                 (Field::Attempts, Value::Int(attempts)),
             ],
         )?;
-        record(store, Event::Claimed, Some(member), || attempts)?;
-        taken.push((deadline, member));
+        record(store, Event::Claimed, Some(*member), || attempts)?;
+        taken.push((deadline, *member));
         out.push(Claimed {
             id: store.bytes(member).to_vec(),
             payload,
