@@ -8,7 +8,7 @@ use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, 
 use super::limit::{self, Window};
 use super::operate::paused;
 use super::promote::{count_dropped, Due, PROMOTE_BUDGET};
-use super::{check_row_types, leased_fields, record, row_of};
+use super::{check_row_types, checked_rows, leased_fields, record, row_of};
 
 /// Most jobs one claim takes.
 pub const MAX_COUNT: i64 = 1000;
@@ -118,12 +118,7 @@ fn take_first<S: Store>(
         0 => Vec::new(),
         n => store.range(Set::Pending, f64::NEG_INFINITY, f64::INFINITY, n)?,
     };
-    let names = members
-        .iter()
-        .map(|(member, _)| row_of(store, member))
-        .collect::<Result<Vec<_>, _>>()?;
-    let keys: Vec<KeyRef<'_, S::Name>> = names.iter().flatten().map(KeyRef::Row).collect();
-    store.check_access(&keys)?;
+    let names = checked_rows(store, &members)?;
     let rows = names
         .iter()
         .map(|name| name.as_ref().map(|n| store.open_row(n)).transpose())

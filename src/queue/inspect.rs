@@ -13,7 +13,7 @@
 use crate::protocol::job::attempts_from;
 use crate::protocol::{EmqError, Field, Holds, KeyRef, Ranked, Set};
 
-use super::{row_of, Job};
+use super::{checked_rows, Job};
 
 /// Jobs in a page when `COUNT` is not given.
 pub const DEFAULT_COUNT: usize = 100;
@@ -252,12 +252,7 @@ pub fn page<S: Ranked>(
         });
     }
     let members = store.range_by_rank(set, start, start + count as u64 - 1)?;
-    let names = members
-        .iter()
-        .map(|(member, _)| row_of(store, member))
-        .collect::<Result<Vec<_>, _>>()?;
-    let rows: Vec<KeyRef<'_, S::Name>> = names.iter().flatten().map(KeyRef::Row).collect();
-    store.check_access(&rows)?;
+    let names = checked_rows(store, &members)?;
     let mut jobs = Vec::with_capacity(members.len());
     for ((member, score), name) in members.into_iter().zip(&names) {
         let mut entry = Entry {

@@ -22,7 +22,7 @@ mod memory;
 #[cfg(test)]
 mod tests;
 
-use crate::protocol::{BrandedId, EmqError, Event, Field, Holds, State, Store, Value};
+use crate::protocol::{BrandedId, EmqError, Event, Field, Holds, KeyRef, State, Store, Value};
 
 /// A job named by its id and its set member (the id's canonical text, as the store holds it).
 pub struct Job<'j, S: Store> {
@@ -36,6 +36,21 @@ pub fn row_of<S: Store>(store: &S, member: &S::Text) -> Result<Option<S::Name>, 
         Some(id) => store.row_name(&id, member).map(Some),
         None => Ok(None),
     }
+}
+
+/// The row names of `members` (`None` for one outside the grammar), once the caller's
+/// permission on all of them is checked.
+pub fn checked_rows<S: Store>(
+    store: &S,
+    members: &[(S::Text, f64)],
+) -> Result<Vec<Option<S::Name>>, EmqError> {
+    let names = members
+        .iter()
+        .map(|(member, _)| row_of(store, member))
+        .collect::<Result<Vec<_>, _>>()?;
+    let keys: Vec<KeyRef<'_, S::Name>> = names.iter().flatten().map(KeyRef::Row).collect();
+    store.check_access(&keys)?;
+    Ok(names)
 }
 
 /// The row's `attempts` (see `protocol::job::attempts_from`).
