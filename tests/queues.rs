@@ -383,52 +383,54 @@ fn a_queue_is_dropped_with_its_last_key() {
     assert_eq!(known(&mut con), 0);
 }
 
-#[test]
-fn done_rows_hold_their_queue_until_they_expire() {
+/// `jobs` jobs of `queue` claimed, then settled one `EMQ.ACK` each or in one `EMQ.MACK`
+/// (which notes its rows' expiries and has the registry learn the latest once, at its end):
+/// the done rows keep the queue listed until they expire.
+fn done_rows_hold_their_queue(queue: &str, jobs: u64, batched: bool) {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     config_set(&mut con, "emq.done-ttl-ms", "1500");
-    enqueue(&mut con, "done", &job_id(1), "p");
-    let claimed: Vec<(String, Vec<u8>, i64)> =
-        cmd("EMQ.CLAIM").arg("done").query(&mut con).expect("claim");
-    let _: i64 = cmd("EMQ.ACK")
-        .arg("done")
-        .arg(&claimed[0].0)
-        .arg(claimed[0].2)
-        .query(&mut con)
-        .expect("ack");
-    assert_eq!(keys_of(&mut con, "done"), [row_key("done", &job_id(1))]);
-    assert!(is_listed(&mut con, "done"), "its done row remains");
+    for n in 1..=jobs {
+        enqueue(&mut con, queue, &job_id(n), "p");
+    }
+    let claimed = claim(&mut con, queue, &["COUNT", &jobs.to_string()]).expect("claimed");
+    assert_eq!(claimed.len() as u64, jobs);
+    if batched {
+        let mut mack = cmd("EMQ.MACK");
+        mack.arg(queue);
+        for (id, _, token) in &claimed {
+            mack.arg(id).arg(token);
+        }
+        let settled: Vec<i64> = mack.query(&mut con).expect("mack");
+        assert_eq!(settled, vec![1; claimed.len()]);
+    } else {
+        for (id, _, token) in &claimed {
+            let _: i64 = cmd("EMQ.ACK")
+                .arg(queue)
+                .arg(id)
+                .arg(token)
+                .query(&mut con)
+                .expect("ack");
+        }
+    }
+    let mut rows = keys_of(&mut con, queue);
+    rows.sort();
+    let expected: Vec<String> = (1..=jobs).map(|n| row_key(queue, &job_id(n))).collect();
+    assert_eq!(rows, expected);
+    assert!(is_listed(&mut con, queue), "its done rows remain");
     assert_eq!(known(&mut con), 1);
-    assert!(wait_listed(&mut con, "done", false), "gone with its row");
+    assert!(wait_listed(&mut con, queue, false), "gone with its rows");
     assert_eq!(known(&mut con), 0);
 }
 
 #[test]
+fn done_rows_hold_their_queue_until_they_expire() {
+    done_rows_hold_their_queue("done", 1, false);
+}
+
+#[test]
 fn done_rows_of_a_batched_settle_hold_their_queue_until_they_expire() {
-    // EMQ.MACK notes its rows' expiries and the registry learns the latest once, at its end.
-    let server = Server::start(Options::default());
-    let mut con = server.conn();
-    config_set(&mut con, "emq.done-ttl-ms", "1500");
-    enqueue(&mut con, "batch", &job_id(1), "p");
-    enqueue(&mut con, "batch", &job_id(2), "p");
-    let claimed = claim(&mut con, "batch", &["COUNT", "2"]).expect("claimed");
-    let mut mack = cmd("EMQ.MACK");
-    mack.arg("batch");
-    for (id, _, token) in &claimed {
-        mack.arg(id).arg(token);
-    }
-    let settled: Vec<i64> = mack.query(&mut con).expect("mack");
-    assert_eq!(settled, [1, 1]);
-    let mut rows = keys_of(&mut con, "batch");
-    rows.sort();
-    assert_eq!(
-        rows,
-        [row_key("batch", &job_id(1)), row_key("batch", &job_id(2))]
-    );
-    assert!(is_listed(&mut con, "batch"), "its done rows remain");
-    assert!(wait_listed(&mut con, "batch", false), "gone with its rows");
-    assert_eq!(known(&mut con), 0);
+    done_rows_hold_their_queue("batch", 2, true);
 }
 
 #[test]

@@ -215,6 +215,8 @@ impl<'n> Key<'n> {
         let (Some(f), Some(key)) = (unsafe { raw::RedisModule_HashGet }, self.ptr) else {
             return none();
         };
+        // The crate's `hash_get_multi` copies each field name into a new server string per
+        // call; these names are made once at load.
         let mut values: [*mut raw::RedisModuleString; 3] = [ptr::null_mut(); 3];
         let [v0, v1, v2] = &mut values;
         // SAFETY: the key is an open hash; the fields are server strings; the variadic list is

@@ -8,7 +8,7 @@ use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, 
 use super::limit::{self, Window};
 use super::operate::paused;
 use super::promote::{count_dropped, Due, PROMOTE_BUDGET};
-use super::{check_row_types, checked_rows, leased_fields, record, row_of};
+use super::{check_row_types, checked_rows, lease_token, leased_fields, record, row_of};
 
 /// Most jobs one claim takes.
 pub const MAX_COUNT: i64 = 1000;
@@ -261,7 +261,7 @@ fn take<S: Store>(
         };
         let (attempts, fence, payload) = leased_fields(store, row, Field::Payload);
         let attempts = attempts.saturating_add(1);
-        let token = fence.saturating_add(attempts);
+        let token = lease_token(fence, attempts);
         let payload = payload
             .map(|p| store.bytes(&p).to_vec())
             .unwrap_or_default();

@@ -10,7 +10,7 @@ use crate::protocol::{settings, EmqError, Event, Field, Holds, KeyRef, Set, Stat
 use super::job::Target;
 use super::limit::{self, room_freed};
 use super::promote::bury;
-use super::{leased_fields, record, set_state, Job};
+use super::{lease_token, leased_fields, record, set_state, Job};
 
 /// The job is active, in the active set, and its current attempt's token is `token`: its
 /// attempts.
@@ -24,7 +24,7 @@ fn check_lease<S: Store>(
     let active = store.holds(row) == Holds::Hash
         && state.is_some_and(|s| store.bytes(&s) == State::Active.as_bytes())
         && store.score(Set::Active, member).is_some();
-    if !active || fence.saturating_add(attempts) != token {
+    if !active || lease_token(fence, attempts) != token {
         return Err(EmqError::Lease);
     }
     Ok(attempts)

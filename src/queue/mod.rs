@@ -80,16 +80,16 @@ pub fn leased_fields<S: Store>(
     (number(attempts), number(fence), other)
 }
 
-/// The lease token of the job's attempt `attempts`: that many after its fence, so a job's
+/// The lease token of a job's attempt `attempts`: that many after its `fence`, so a job's
 /// tokens only grow, across `EMQ.REQUEUE` too; equal to `attempts` for a job never requeued.
-pub fn token_of<S: Store>(store: &S, row: &S::Row<'_>, attempts: i64) -> i64 {
-    fence(store, row).saturating_add(attempts)
+pub fn lease_token(fence: i64, attempts: i64) -> i64 {
+    fence.saturating_add(attempts)
 }
 
 /// The `fence` a job given back its attempts for a new life (`EMQ.REQUEUE`) takes: past every
 /// token its leases took, so no worker still holding one can settle the new life's attempts.
 pub fn fence_for_new_life<S: Store>(store: &S, row: &S::Row<'_>) -> i64 {
-    token_of(store, row, attempts(store, row))
+    lease_token(fence(store, row), attempts(store, row))
 }
 
 /// The row's `priority` (its `pending` score), 0 where it has none.
