@@ -1,8 +1,9 @@
 //! `emq.learn-foreign-writes no`: EchoMQ subscribes to no zset or generic keyspace event on
-//! every key, so writes to other keys cost the server nothing more than its command filter.
-//! EchoMQ's own writes still drive the timer, the registry and blocked claims; a queue written
-//! only by others (a Lua speaker, `COPY`, `ZADD` by hand) is learned at the next EchoMQ write to
-//! it, a load, a promotion or a slot import; a `RESTORE` is learned as it comes.
+//! every key, and outside a cluster registers no command filter, so writes to other keys cost
+//! the server nothing more. EchoMQ's own writes still drive the timer, the registry and blocked
+//! claims; a queue written only by others (a Lua speaker, `COPY`, `RESTORE`, `ZADD` by hand) is
+//! learned at the next EchoMQ write to it, a load, a promotion or a slot import; on a cluster
+//! node a `RESTORE` (a legacy slot migration's import) is learned as it comes.
 
 mod support;
 
@@ -51,6 +52,12 @@ fn the_setting_is_yes_by_default_and_is_read_only_at_load() {
     );
     assert!(err.contains("immutable"), "{err}");
     assert_eq!(setting(&mut con), ["emq.learn-foreign-writes", "no"]);
+    // Outside a cluster, nothing is left for a command filter to do.
+    assert_eq!(
+        info_int(&mut default.conn(), "emq", "emq_command_filter"),
+        1
+    );
+    assert_eq!(info_int(&mut con, "emq", "emq_command_filter"), 0);
 }
 
 #[test]
@@ -99,7 +106,7 @@ fn echomq_s_own_writes_still_drive_waiters_the_timer_and_the_registry() {
 }
 
 #[test]
-fn a_queue_only_others_wrote_is_learned_at_echomq_s_next_write_to_it_and_a_restore_at_once() {
+fn a_queue_only_others_wrote_is_learned_at_echomq_s_next_write_to_it() {
     let server = Server::start(not_learning());
     let mut con = server.conn();
     let (id, later) = (job_id(1), job_id(2));
@@ -139,10 +146,41 @@ fn a_queue_only_others_wrote_is_learned_at_echomq_s_next_write_to_it_and_a_resto
         "the queue was learned at EchoMQ's write"
     );
     assert_eq!(job_state(&mut con, "copy", &id).as_deref(), Some("pending"));
+}
 
-    // A schedule set restored from a dump (a legacy slot migration's import) is learned as the
-    // command filter sees the RESTORE: the set is made on a key outside the grammar, dumped,
-    // and restored under the queue's name, beside a copy of the job's row.
+/// A cluster node keeps the command filter for legacy slot migrations: a schedule set restored
+/// from a dump (the import's `RESTORE`) is learned as the filter sees it. A node of a cluster
+/// of its own, holding every slot; the set is made on a key outside the grammar, dumped, and
+/// restored under the queue's name, beside a job's row restored the same way.
+#[test]
+fn on_a_cluster_node_a_restore_is_learned_as_it_comes() {
+    let server = Server::start(
+        not_learning()
+            .arg("cluster-enabled", "yes")
+            .arg("cluster-config-file", "nodes.conf")
+            .arg("cluster-port", &free_port().to_string()),
+    );
+    let mut con = server.conn();
+    let _: String = cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .query(&mut con)
+        .expect("CLUSTER ADDSLOTSRANGE");
+    assert!(
+        wait_until(Duration::from_secs(10), || cmd("CLUSTER")
+            .arg("INFO")
+            .query::<String>(&mut con)
+            .is_ok_and(|i| i.contains("cluster_state:ok"))),
+        "the node serves every slot"
+    );
+    assert_eq!(info_int(&mut con, "emq", "emq_command_filter"), 1);
+    let id = job_id(1);
+    enqueue_delayed(&mut con, "source", &id, "restored", 60_000);
+    let row: Vec<u8> = cmd("DUMP")
+        .arg(row_key("source", &id))
+        .query(&mut con)
+        .expect("DUMP");
     let scratch = "scratch:schedule";
     let _: i64 = cmd("ZADD")
         .arg(scratch)
@@ -150,20 +188,19 @@ fn a_queue_only_others_wrote_is_learned_at_echomq_s_next_write_to_it_and_a_resto
         .arg(&id)
         .query(&mut con)
         .expect("ZADD");
-    let dump: Vec<u8> = cmd("DUMP").arg(scratch).query(&mut con).expect("DUMP");
-    let copied: i64 = cmd("COPY")
-        .arg(row_key("source", &id))
-        .arg(row_key("restored", &id))
-        .query(&mut con)
-        .expect("COPY");
-    assert_eq!(copied, 1);
-    let ok: String = cmd("RESTORE")
-        .arg(set_key("restored", "schedule"))
-        .arg(0)
-        .arg(dump)
-        .query(&mut con)
-        .expect("RESTORE");
-    assert_eq!(ok, "OK");
+    let set: Vec<u8> = cmd("DUMP").arg(scratch).query(&mut con).expect("DUMP");
+    for (key, dump) in [
+        (row_key("restored", &id), row),
+        (set_key("restored", "schedule"), set),
+    ] {
+        let ok: String = cmd("RESTORE")
+            .arg(key)
+            .arg(0)
+            .arg(dump)
+            .query(&mut con)
+            .expect("RESTORE");
+        assert_eq!(ok, "OK");
+    }
     assert!(
         wait_until(Duration::from_secs(10), || set_score(
             &mut con, "restored", "pending", &id
@@ -172,6 +209,40 @@ fn a_queue_only_others_wrote_is_learned_at_echomq_s_next_write_to_it_and_a_resto
         "the restored queue was learned"
     );
     assert!(queues(&mut con).contains(&"restored".to_string()));
+}
+
+/// Outside a cluster there is no command filter to stop the timer before `MODULE UNLOAD`: the
+/// server refuses to unload a module whose timer waits, and says why. Everything still runs,
+/// and a node that watches no queue (its timer unarmed) unloads.
+#[test]
+fn without_the_command_filter_the_server_refuses_to_unload_while_the_timer_waits() {
+    let unloadable = || not_learning().arg("enable-module-command", "local");
+    let server = Server::start(unloadable());
+    let mut con = server.conn();
+    let q = "kept";
+    enqueue_delayed(&mut con, q, &job_id(1), "due soon", 300);
+    let err = expect_err(&mut con, cmd("MODULE").arg("UNLOAD").arg("emq"));
+    assert!(err.contains("holds timer"), "{err}");
+    assert_eq!(module_names(&mut con), vec!["emq".to_string()]);
+    assert!(
+        wait_until(Duration::from_secs(10), || set_score(
+            &mut con,
+            q,
+            "pending",
+            &job_id(1)
+        )
+        .is_some()),
+        "the timer still runs"
+    );
+
+    let idle = Server::start(unloadable());
+    let mut con = idle.conn();
+    let _: () = cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("emq")
+        .query(&mut con)
+        .expect("MODULE UNLOAD");
+    assert!(module_names(&mut con).is_empty());
 }
 
 #[test]

@@ -105,6 +105,9 @@ pub enum ServerEvent<'a> {
     Cron,
     /// This server became a replica, or a primary again.
     RoleChanged,
+    /// The server forked a child (a snapshot for a replica's full sync, `BGSAVE`, an AOF
+    /// rewrite), in the parent, before anything else runs.
+    Forked,
     /// `SWAPDB a b`.
     SwapDb(i32, i32),
     /// A database was emptied (`-1`: every database).
@@ -132,8 +135,12 @@ pub trait ServerEvents {
 const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
 
 /// Subscribes `H` to the server events above (atomic slot migrations only where the server
-/// has them).
-pub fn subscribe_server_events<H: ServerEvents>(ctx: &Context, atomic_migrations: bool) {
+/// has them, forks only when `forks`).
+pub fn subscribe_server_events<H: ServerEvents>(
+    ctx: &Context,
+    atomic_migrations: bool,
+    forks: bool,
+) {
     let events = [
         raw::REDISMODULE_EVENT_LOADING,
         raw::REDISMODULE_EVENT_CONFIG,
@@ -143,7 +150,8 @@ pub fn subscribe_server_events<H: ServerEvents>(ctx: &Context, atomic_migrations
         raw::REDISMODULE_EVENT_FLUSHDB,
     ];
     let atomic = atomic_migrations.then_some(EVENT_ATOMIC_SLOT_MIGRATION);
-    for id in events.into_iter().chain(atomic) {
+    let fork = forks.then_some(raw::REDISMODULE_EVENT_FORK_CHILD);
+    for id in events.into_iter().chain(atomic).chain(fork) {
         // The crate's `register_server_events` keeps neither the databases of FLUSHDB and
         // SWAPDB nor the slot-migration event; its plain subscription serves.
         let _ = raw::subscribe_to_server_event(
@@ -203,6 +211,11 @@ unsafe extern "C" fn on_server<H: ServerEvents>(
             raw::REDISMODULE_EVENT_CRON_LOOP => H::on_event(&ctx, ServerEvent::Cron),
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED => {
                 H::on_event(&ctx, ServerEvent::RoleChanged)
+            }
+            raw::REDISMODULE_EVENT_FORK_CHILD
+                if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN =>
+            {
+                H::on_event(&ctx, ServerEvent::Forked)
             }
             raw::REDISMODULE_EVENT_SWAPDB if !data.is_null() => {
                 // SAFETY: for this event the server passes its swap description.

@@ -40,6 +40,16 @@ pub fn meta_may_exist() {
 /// the same number of fields, is the same hash at that generation (see [`MetaCache`]).
 static META_GENERATION: AtomicU64 = AtomicU64::new(0);
 
+/// Whether the runtime sees hash writes EchoMQ does not make (its command filter), the
+/// replication stream's included. Where it does not, a replica's `meta` facts are read afresh
+/// every time: the stream writes them unseen.
+static HASH_WRITES_SEEN: AtomicBool = AtomicBool::new(true);
+
+/// Module load: whether hash writes EchoMQ does not make are seen.
+pub fn hash_writes_seen(seen: bool) {
+    HASH_WRITES_SEEN.store(seen, Ordering::Relaxed);
+}
+
 /// Any `meta` hash may have changed.
 pub fn meta_changed() {
     META_GENERATION.fetch_add(1, Ordering::Relaxed);
@@ -768,7 +778,9 @@ impl ServerStore<'_, '_> {
     fn cached_meta(&self, key: &Key<'_>) -> Result<MetaFacts, EmqError> {
         let generation = META_GENERATION.load(Ordering::Relaxed);
         let len = key.len();
-        let cacheable = !Flags::of(self.ctx).has_any(CACHE_UNSAFE);
+        let flags = Flags::of(self.ctx);
+        let cacheable = !flags.has_any(CACHE_UNSAFE)
+            && (flags.primary() || HASH_WRITES_SEEN.load(Ordering::Relaxed));
         let id = (selected_db(self.ctx), self.names.queue.as_bytes().to_vec());
         if cacheable {
             let hit = meta_cache(|c| {

@@ -16,6 +16,14 @@
 //!   filter), or a replication role change (a server event, whatever caused it: a cluster
 //!   failover, `CLUSTER REPLICATE`, ...), or an atomic slot migration starting to export
 //!   from this server (a server event; the export streams the writes it propagates);
+//! - where no command filter is registered (`emq.learn-foreign-writes no` outside a cluster),
+//!   a fork opens it instead of `SYNC` and `PSYNC`: a replica's full sync starts from a
+//!   snapshot taken in a fork, and the server reports the fork in the parent before it runs
+//!   anything else, so every write after the snapshot is propagated. A write skipped before
+//!   the fork is in the snapshot; if the `SYNC` already made a backlog, the command counted as
+//!   a change (below) went into it, before the offset the replica starts from, which no
+//!   replica reads (a new backlog comes with a new replication id). A partial resync needs a
+//!   backlog, which keeps the gate open;
 //! - AOF is read from the context flags by every command (once, for all its effects), so AOF
 //!   turned on by any path is seen by the next write; writes outside a command (the timer's)
 //!   always replicate;
@@ -23,8 +31,9 @@
 //!   open or EchoMQ writes (with the gate closed, an idle server is asked nothing: `INFO
 //!   replication` is most of what an idle module would cost), when `INFO replication` shows a primary with no replicas and no backlog,
 //!   and no atomic slot migration exports from it. Every path that creates a replica or a backlog on a primary
-//!   runs in a command the filter sees first, or in a role change, and an export starts in
-//!   a server event, so nothing can start receiving while the gate is closed.
+//!   runs in a command the filter sees first (without the filter: starts receiving at a
+//!   fork), or in a role change, and an export starts in a server event, so nothing can start
+//!   receiving while the gate is closed.
 //!
 //! A skipped effect still counts as a change for the server's `save` points: it goes to
 //! `RM_ReplicateVerbatim`, which adds one to the server's change counter, as
@@ -63,6 +72,13 @@ pub fn observe_command(first: &[u8]) {
     }
 }
 
+/// The server forked (only reported where no command filter is registered): it may be the
+/// snapshot a replica's full sync starts from. A fork for `BGSAVE` or an AOF rewrite opens
+/// the gate for nothing until the next probe.
+pub fn forked() {
+    set_gate(true);
+}
+
 /// A replication role change (this server became a replica, or a primary again).
 pub fn role_changed() {
     set_gate(true);
@@ -91,7 +107,9 @@ pub fn probe(ctx: &Context, now_ms: u64) {
             None => true,
         };
     let was_open = set_gate(listened);
-    if listened && !was_open {
+    // Without the filter, a replica waiting for its snapshot (`repl-diskless-sync-delay`) is
+    // seen here before the fork that would open the gate: opening it now is early, not late.
+    if listened && !was_open && super::command_filter() {
         // Every path to a replica or a backlog should have opened the gate before it ran.
         log(
             ctx,

@@ -14,10 +14,14 @@
 //!   change (the eviction warning, the dead sets' retention), the cron, once a second (re-arm
 //!   the timer, slot migrations, the effects gate, the registry's noted keys and lingering
 //!   queues), a role change (the gate),
-//!   `SWAPDB` and flushes (the watched queues, the registry), atomic slot migrations.
+//!   `SWAPDB` and flushes (the watched queues, the registry), atomic slot migrations, and,
+//!   where no command filter is registered, forks (the gate).
 //! - **The command filter**: `MODULE UNLOAD emq`, `CLUSTER ...`, the commands that open the
 //!   effects gate, the database correction's `COPY`/`EXEC`, and the hash and stream writes
-//!   the registry notes.
+//!   the registry notes. Every command pays for the server's call of a filter, so with
+//!   `emq.learn-foreign-writes no` it is registered on a cluster node only (`runtime::start`):
+//!   elsewhere, hash writes EchoMQ did not make and `RESTORE` are learned as other foreign
+//!   writes are, and `MODULE UNLOAD emq` is refused by the server while the timer waits.
 
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -166,12 +170,15 @@ impl ServerEvents for Events {
                 effects::role_changed();
                 meta_watch::unsure();
                 // A promoted primary's timer starts on what it watched as a replica, which
-                // learned nothing from the replication stream if it takes no foreign writes.
+                // learned nothing from the replication stream if it takes no foreign writes:
+                // it starts as at load, its tables unread (the stream may have written them).
                 if !learn_foreign_writes() && Flags::of(ctx).primary() {
+                    timer::watched().forget_db(-1);
                     rebuild(ctx);
                 }
                 timer::rearm(ctx);
             }
+            ServerEvent::Forked => effects::forked(),
             // `SWAPDB a b` exchanges the two databases' contents (no keyspace event says so).
             ServerEvent::SwapDb(a, b) => {
                 timer::forget_cron_due();

@@ -32,6 +32,7 @@ fn section(ctx: &InfoContext) -> ValkeyResult<()> {
     }
     s = s
         .field("effects_replicated", u64::from(gate_open()))?
+        .field("command_filter", u64::from(super::command_filter()))?
         .field("meta_read", u64::from(meta_read()))?
         .field("watched_queues", timer::watched_queues() as u64)?
         .field("known_queues", queues::known_queues() as u64)?

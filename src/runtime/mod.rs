@@ -16,7 +16,7 @@ pub mod queues;
 pub mod timer;
 pub mod watchlist;
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use valkey_module::Context;
 
@@ -25,6 +25,7 @@ use crate::host::events::{
     unroute_own_events,
 };
 use crate::host::propagate::{NOTIFY_EVICTED, NOTIFY_EXPIRED, NOTIFY_GENERIC, NOTIFY_ZSET};
+use crate::host::store::hash_writes_seen;
 use crate::protocol::settings::learn_foreign_writes;
 
 /// What must be known before commands are registered (module load).
@@ -48,14 +49,30 @@ pub fn start(ctx: &Context) -> Result<(), String> {
     } else {
         route_own_events::<events::Events>(NOTIFY_ZSET | NOTIFY_GENERIC);
     }
-    subscribe_server_events::<events::Events>(ctx, cluster::handles_atomic_migration());
-    register_filter::<events::Events>(ctx)?;
+    // The command filter: every command on the server pays for the server's call of it (about
+    // 2% of a round of plain writes), so it is registered only where one of its duties needs
+    // it: learning foreign writes, and a cluster node's legacy slot migrations (`CLUSTER
+    // SETSLOT`, `RESTORE-ASKING`). Without it a fork opens the effects gate (`effects`).
+    let filtered = learn_foreign_writes() || cluster::enabled();
+    subscribe_server_events::<events::Events>(ctx, cluster::handles_atomic_migration(), !filtered);
+    if filtered {
+        register_filter::<events::Events>(ctx)?;
+    }
+    COMMAND_FILTER.store(filtered, Ordering::Relaxed);
+    hash_writes_seen(filtered);
     queues::start();
     events::rebuild(ctx);
     timer::start(ctx);
     eviction::check(ctx);
     register_info::<info::Info>(ctx);
     Ok(())
+}
+
+/// Whether the command filter is registered (see [`start`]).
+static COMMAND_FILTER: AtomicBool = AtomicBool::new(true);
+
+pub fn command_filter() -> bool {
+    COMMAND_FILTER.load(Ordering::Relaxed)
 }
 
 /// Stops the timer and forgets the watched queues and the registry (module unload, or a
@@ -69,10 +86,9 @@ pub fn stop(ctx: &Context) {
 /// Whether `every_ms` has passed since the time stamped in `last` (0: never); if so, stamps
 /// `now_ms`. For work done at most so often from the cron or the timer (main thread only).
 pub fn once_every(last: &AtomicU64, now_ms: u64, every_ms: u64) -> bool {
-    use std::sync::atomic::Ordering::Relaxed;
-    if now_ms.saturating_sub(last.load(Relaxed)) < every_ms {
+    if now_ms.saturating_sub(last.load(Ordering::Relaxed)) < every_ms {
         return false;
     }
-    last.store(now_ms, Relaxed);
+    last.store(now_ms, Ordering::Relaxed);
     true
 }
