@@ -76,6 +76,20 @@ async fn text(b: &Client, css: &str) -> String {
     panic!("{css}: {last}")
 }
 
+/// The text of the element `css` finds once it reads `want`, or the last text read after five
+/// seconds: a click on a form's button returns before the page it loads is there.
+async fn text_after_click(b: &Client, css: &str, want: &str) -> String {
+    let mut shown = String::new();
+    for _ in 0..25 {
+        shown = text(b, css).await;
+        if shown == want {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    shown
+}
+
 /// Clicks what `locator` finds, found again if the page reloaded under it.
 async fn click(b: &Client, locator: Locator<'_>) {
     let mut last = String::new();
@@ -189,7 +203,7 @@ async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_q
 
     // Requeue: the job is pending on the server.
     click(&b, Locator::Css("form[action$='/requeue'] button")).await;
-    assert_eq!(text(&b, "#flash").await, "requeued");
+    assert_eq!(text_after_click(&b, "#flash", "requeued").await, "requeued");
     let set: std::collections::HashMap<String, String> = redis::cmd("EMQ.JOB")
         .arg("emails")
         .arg(&dead)
@@ -226,7 +240,7 @@ async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_q
         .await
         .expect("open");
     click(&b, Locator::Css("form[action$='/pause'] button")).await;
-    assert_eq!(text(&b, "#state").await, "paused");
+    assert_eq!(text_after_click(&b, "#state", "paused").await, "paused");
     assert_eq!(count(&mut con, "orders", "paused"), 1);
     let claimed: Vec<redis::Value> = redis::cmd("EMQ.CLAIM")
         .arg("orders")
@@ -235,7 +249,7 @@ async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_q
     assert!(claimed.is_empty());
     assert_eq!(count(&mut con, "orders", "pending"), 3);
     click(&b, Locator::Css("form[action$='/resume'] button")).await;
-    assert_eq!(text(&b, "#state").await, "running");
+    assert_eq!(text_after_click(&b, "#state", "running").await, "running");
     let claimed: Vec<redis::Value> = redis::cmd("EMQ.CLAIM")
         .arg("orders")
         .query(&mut con)
