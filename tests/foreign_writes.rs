@@ -213,7 +213,7 @@ fn on_a_cluster_node_a_restore_is_learned_as_it_comes() {
 
 /// Outside a cluster there is no command filter to stop the timer before `MODULE UNLOAD`: the
 /// server refuses to unload a module whose timer waits, and says why. Everything still runs,
-/// and a node that watches no queue (its timer unarmed) unloads.
+/// and a node that watches no queue (its timer unarmed after its first tick) unloads.
 #[test]
 fn without_the_command_filter_the_server_refuses_to_unload_while_the_timer_waits() {
     let unloadable = || not_learning().arg("enable-module-command", "local");
@@ -237,6 +237,15 @@ fn without_the_command_filter_the_server_refuses_to_unload_while_the_timer_waits
 
     let idle = Server::start(unloadable());
     let mut con = idle.conn();
+    // The timer's first tick, armed at load, finds nothing to watch and arms nothing more.
+    assert!(
+        wait_until(Duration::from_secs(10), || info_int(
+            &mut con,
+            "emq",
+            "emq_timer_ticks"
+        ) >= 1),
+        "the first tick"
+    );
     let _: () = cmd("MODULE")
         .arg("UNLOAD")
         .arg("emq")
