@@ -33,6 +33,13 @@ fn queues(con: &mut Connection) -> Vec<String> {
     names
 }
 
+/// Whether job `id` of `queue` is in its `pending` set within ten seconds.
+fn comes_pending(con: &mut Connection, queue: &str, id: &str) -> bool {
+    wait_until(Duration::from_secs(10), || {
+        set_score(con, queue, "pending", id).is_some()
+    })
+}
+
 #[test]
 fn the_setting_is_yes_by_default_and_is_read_only_at_load() {
     let default = Server::start(Options::default());
@@ -92,13 +99,7 @@ fn echomq_s_own_writes_still_drive_waiters_the_timer_and_the_registry() {
     // A delayed job comes due with no claim or write to its queue.
     enqueue_delayed(&mut con, q, &job_id(3), "later", 200);
     assert!(
-        wait_until(Duration::from_secs(10), || set_score(
-            &mut con,
-            q,
-            "pending",
-            &job_id(3)
-        )
-        .is_some()),
+        comes_pending(&mut con, q, &job_id(3)),
         "the delayed job came due"
     );
     assert!(queues(&mut con).contains(&q.to_string()));
@@ -139,10 +140,7 @@ fn a_queue_only_others_wrote_is_learned_at_echomq_s_next_write_to_it() {
     // EchoMQ's own delayed enqueue to that queue makes it watched: both jobs come due.
     enqueue_delayed(&mut con, "copy", &later, "own", 100);
     assert!(
-        wait_until(Duration::from_secs(10), || {
-            set_score(&mut con, "copy", "pending", &id).is_some()
-                && set_score(&mut con, "copy", "pending", &later).is_some()
-        }),
+        comes_pending(&mut con, "copy", &id) && comes_pending(&mut con, "copy", &later),
         "the queue was learned at EchoMQ's write"
     );
     assert_eq!(job_state(&mut con, "copy", &id).as_deref(), Some("pending"));
@@ -202,10 +200,7 @@ fn on_a_cluster_node_a_restore_is_learned_as_it_comes() {
         assert_eq!(ok, "OK");
     }
     assert!(
-        wait_until(Duration::from_secs(10), || set_score(
-            &mut con, "restored", "pending", &id
-        )
-        .is_some()),
+        comes_pending(&mut con, "restored", &id),
         "the restored queue was learned"
     );
     assert!(queues(&mut con).contains(&"restored".to_string()));
@@ -225,13 +220,7 @@ fn without_the_command_filter_the_server_refuses_to_unload_while_the_timer_waits
     assert!(err.contains("holds timer"), "{err}");
     assert_eq!(module_names(&mut con), vec!["emq".to_string()]);
     assert!(
-        wait_until(Duration::from_secs(10), || set_score(
-            &mut con,
-            q,
-            "pending",
-            &job_id(1)
-        )
-        .is_some()),
+        comes_pending(&mut con, q, &job_id(1)),
         "the timer still runs"
     );
 
@@ -274,10 +263,7 @@ fn a_promoted_replica_learns_the_queues_the_replication_stream_wrote() {
         "the promoted primary rebuilt what it watches"
     );
     assert!(
-        wait_until(Duration::from_secs(10), || set_score(
-            &mut r, "failover", "pending", &id
-        )
-        .is_some()),
+        comes_pending(&mut r, "failover", &id),
         "the job came due on the promoted primary"
     );
 }

@@ -53,17 +53,20 @@ pub fn checked_rows<S: Store>(
     Ok(names)
 }
 
-/// The row's `attempts` (see `protocol::job::attempts_from`).
-pub fn attempts<S: Store>(store: &S, row: &S::Row<'_>) -> i64 {
-    let text = store.field(row, Field::Attempts);
+/// A count field's value as read (see `protocol::job::attempts_from`).
+fn count_of<S: Store>(store: &S, text: Option<S::Text>) -> i64 {
     crate::protocol::job::attempts_from(text.as_ref().map(|t| store.bytes(t)))
+}
+
+/// The row's `attempts`.
+pub fn attempts<S: Store>(store: &S, row: &S::Row<'_>) -> i64 {
+    count_of(store, store.field(row, Field::Attempts))
 }
 
 /// The row's `fence` (the tokens taken before its attempts were last reset), 0 where it has
 /// none.
 pub fn fence<S: Store>(store: &S, row: &S::Row<'_>) -> i64 {
-    let text = store.field(row, Field::Fence);
-    crate::protocol::job::attempts_from(text.as_ref().map(|t| store.bytes(t)))
+    count_of(store, store.field(row, Field::Fence))
 }
 
 /// The row's `attempts` and `fence` (as [`attempts`] and [`fence`] read them) and the field
@@ -74,10 +77,7 @@ pub fn leased_fields<S: Store>(
     other: Field,
 ) -> (i64, i64, Option<S::Text>) {
     let [attempts, fence, other] = store.fields3(row, [Field::Attempts, Field::Fence, other]);
-    let number = |t: Option<S::Text>| {
-        crate::protocol::job::attempts_from(t.as_ref().map(|t| store.bytes(t)))
-    };
-    (number(attempts), number(fence), other)
+    (count_of(store, attempts), count_of(store, fence), other)
 }
 
 /// The lease token of a job's attempt `attempts`: that many after its `fence`, so a job's
