@@ -159,3 +159,126 @@ fn keyspace_hits_and_misses_count_only_what_clients_read() {
         "EMQ.STATS reads four sets"
     );
 }
+
+/// While nothing but EchoMQ takes keyspace events, its writes' events reach it without the
+/// server (`emq_own_events_direct`), and still wake a blocked claim and the timer. Channels
+/// turned on by `notify-keyspace-events` take the events through the server again, and
+/// clients hear them; turned off, EchoMQ hears its own directly again.
+#[test]
+fn echomq_hears_its_own_writes_directly_only_while_no_channel_listens() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let direct = |con: &mut Connection| info_int(con, "emq", "emq_own_events_direct");
+    assert_eq!(direct(&mut con), 1, "nothing else listens");
+    let q = unique_queue("direct");
+    let claim = blocked_claim(&mut con, server.conn(), &q, 5_000);
+    enqueue(&mut con, &q, &job_id(1), "x");
+    let woken = claim.join().expect("the claim's thread").expect("a claim");
+    assert!(
+        matches!(&woken, Value::Array(jobs) if !jobs.is_empty()),
+        "the enqueue woke the claim: {woken:?}"
+    );
+    enqueue_delayed(&mut con, &q, &job_id(2), "later", 100);
+    assert!(
+        wait_until(Duration::from_secs(5), || set_score(
+            &mut con,
+            &q,
+            "pending",
+            &job_id(2)
+        )
+        .is_some()),
+        "the timer promoted the delayed job"
+    );
+
+    for (flags, direct_after) in [("KEA", 0), ("Egz", 0), ("Kg", 0), ("gzx", 1), ("", 1)] {
+        let _: () = cmd("CONFIG")
+            .arg("SET")
+            .arg("notify-keyspace-events")
+            .arg(flags)
+            .query(&mut con)
+            .expect("CONFIG SET");
+        assert_eq!(
+            direct(&mut con),
+            direct_after,
+            "notify-keyspace-events {flags:?}"
+        );
+    }
+
+    let _: () = cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("Ez")
+        .query(&mut con)
+        .expect("CONFIG SET");
+    let mut sub_con = server.conn();
+    let mut events = sub_con.as_pubsub();
+    events.subscribe("__keyevent@0__:zadd").expect("subscribe");
+    events
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    enqueue(&mut con, &q, &job_id(3), "x");
+    let msg = events.get_message().expect("the enqueue's zadd");
+    let key: String = msg.get_payload().expect("a key");
+    assert_eq!(key, set_key(&q, "pending"));
+}
+
+/// Another module subscribed to keyspace events hears EchoMQ's writes as it hears native
+/// ones: with it loaded, EchoMQ's events go through the server; once it is unloaded, EchoMQ
+/// hears its own directly again.
+#[test]
+fn another_module_subscribed_to_keyspace_events_hears_echomq_s_writes() {
+    let server = Server::start(
+        Options::default()
+            .arg("loadmodule", &caller_module())
+            .arg("enable-module-command", "local"),
+    );
+    let mut con = server.conn();
+    let direct = |con: &mut Connection| info_int(con, "emq", "emq_own_events_direct");
+    assert_eq!(direct(&mut con), 0, "another module may listen");
+    let heard = |con: &mut Connection| -> Vec<String> {
+        cmd("EMQCALLER.HEARD").query(con).expect("EMQCALLER.HEARD")
+    };
+    heard(&mut con);
+    let q = unique_queue("heard");
+    let id = job_id(1);
+    enqueue(&mut con, &q, &id, "x");
+    claim(&mut con, &q, &[]).expect("claim");
+    let _: i64 = cmd("EMQ.ACK")
+        .arg(&q)
+        .arg(&id)
+        .arg(1)
+        .query(&mut con)
+        .expect("ack");
+    let (pending, active, row) = (
+        set_key(&q, "pending"),
+        set_key(&q, "active"),
+        row_key(&q, &id),
+    );
+    let expected: Vec<String> = [
+        ("zadd", &pending),
+        ("zrem", &pending),
+        ("del", &pending),
+        ("zadd", &active),
+        ("zrem", &active),
+        ("del", &active),
+        ("expire", &row),
+    ]
+    .iter()
+    .map(|(event, key)| format!("{event} {key}"))
+    .collect();
+    assert_eq!(heard(&mut con), expected);
+
+    let _: () = cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("emqcaller")
+        .query(&mut con)
+        .expect("MODULE UNLOAD");
+    assert_eq!(direct(&mut con), 1, "EchoMQ alone");
+    let claim = blocked_claim(&mut con, server.conn(), &q, 5_000);
+    enqueue(&mut con, &q, &job_id(2), "x");
+    let woken = claim.join().expect("the claim's thread").expect("a claim");
+    assert!(
+        matches!(&woken, Value::Array(jobs) if !jobs.is_empty()),
+        "the enqueue woke the claim: {woken:?}"
+    );
+}

@@ -56,14 +56,15 @@ pub fn subscribe_keyspace<H: KeyspaceEvents>(ctx: &Context, classes: c_int) -> R
 }
 
 /// Has the keyspace events of `classes` that EchoMQ's own writes notify reach `H` directly,
-/// without the server: for when `H` is not subscribed to those classes on every key.
-pub fn route_own_events<H: KeyspaceEvents>(classes: c_int) {
-    set_own_events(own_event::<H>, classes);
+/// without the server: always when `H` is not subscribed to those classes on every key
+/// (`subscribed` false), and otherwise while nothing else takes keyspace events.
+pub fn route_own_events<H: KeyspaceEvents>(classes: c_int, subscribed: bool) {
+    set_own_events(own_event::<H>, classes, subscribed);
 }
 
 /// Stops [`route_own_events`] (module unload).
 pub fn unroute_own_events() {
-    set_own_events(own_event::<NoEvents>, 0);
+    set_own_events(own_event::<NoEvents>, 0, false);
 }
 
 fn own_event<H: KeyspaceEvents>(ctx: &Context, class: c_int, event: &CStr, key: Str<'_>) {
@@ -108,6 +109,8 @@ pub enum ServerEvent<'a> {
     /// The server forked a child (a snapshot for a replica's full sync, `BGSAVE`, an AOF
     /// rewrite), in the parent, before anything else runs.
     Forked,
+    /// Another module was loaded (`true`) or unloaded (`false`).
+    ModuleChanged(bool),
     /// `SWAPDB a b`.
     SwapDb(i32, i32),
     /// A database was emptied (`-1`: every database).
@@ -148,6 +151,7 @@ pub fn subscribe_server_events<H: ServerEvents>(
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
         raw::REDISMODULE_EVENT_SWAPDB,
         raw::REDISMODULE_EVENT_FLUSHDB,
+        raw::REDISMODULE_EVENT_MODULE_CHANGE,
     ];
     let atomic = atomic_migrations.then_some(EVENT_ATOMIC_SLOT_MIGRATION);
     let fork = forks.then_some(raw::REDISMODULE_EVENT_FORK_CHILD);
@@ -217,6 +221,11 @@ unsafe extern "C" fn on_server<H: ServerEvents>(
             {
                 H::on_event(&ctx, ServerEvent::Forked)
             }
+            // The server tells a module of every module's load and unload but its own.
+            raw::REDISMODULE_EVENT_MODULE_CHANGE => H::on_event(
+                &ctx,
+                ServerEvent::ModuleChanged(subevent == raw::REDISMODULE_SUBEVENT_MODULE_LOADED),
+            ),
             raw::REDISMODULE_EVENT_SWAPDB if !data.is_null() => {
                 // SAFETY: for this event the server passes its swap description.
                 let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };

@@ -18,34 +18,61 @@ use crate::protocol::EmqError;
 use super::client::Flags;
 use super::string::{OwnedString, Str};
 
-/// Fires a keyspace event as the native command would.
+/// Fires a keyspace event as the native command would. When nothing but EchoMQ takes keyspace
+/// events (see [`set_others_listen`]), the server is not called: the event reaches EchoMQ's
+/// own handler directly, which is all the server would do with it.
 pub fn notify(ctx: &Context, class: c_int, event: &CStr, key: &OwnedString) {
-    if let Some(f) = unsafe { raw::RedisModule_NotifyKeyspaceEvent } {
-        // SAFETY: live context and key name.
-        unsafe { f(ctx.ctx, class, event.as_ptr(), key.as_ptr()) };
+    let own = class & OWN_CLASSES.load(Ordering::Relaxed) != 0;
+    if OTHERS_LISTEN.load(Ordering::Relaxed) {
+        if let Some(f) = unsafe { raw::RedisModule_NotifyKeyspaceEvent } {
+            // SAFETY: live context and key name.
+            unsafe { f(ctx.ctx, class, event.as_ptr(), key.as_ptr()) };
+        }
+        // EchoMQ's subscription on every key took it from the server.
+        if SUBSCRIBED.load(Ordering::Relaxed) {
+            return;
+        }
     }
-    if class & OWN_CLASSES.load(Ordering::Relaxed) != 0 {
+    if own {
         if let Ok(handler) = OWN.read() {
             (*handler)(ctx, class, event, key.as_str());
         }
     }
 }
 
-/// What EchoMQ's own notifications of some classes also reach, directly (see
-/// `events::route_own_events`).
+/// What EchoMQ's own notifications of some classes reach directly, when the server does not
+/// bring them (see `events::route_own_events`).
 pub type OwnEvents = fn(&Context, c_int, &CStr, Str<'_>);
 static OWN: RwLock<OwnEvents> = RwLock::new(no_event);
 /// The classes of EchoMQ's own events that reach [`OWN`] (0: none).
 static OWN_CLASSES: AtomicI32 = AtomicI32::new(0);
+/// Whether EchoMQ is subscribed to the [`OWN_CLASSES`] on every key, so that a call of the
+/// server's notification brings them to it.
+static SUBSCRIBED: AtomicBool = AtomicBool::new(false);
+/// Whether anything but EchoMQ may take a keyspace event: another module, or clients through
+/// the channels of `notify-keyspace-events`. Until told otherwise, something may.
+static OTHERS_LISTEN: AtomicBool = AtomicBool::new(true);
 
 fn no_event(_: &Context, _: c_int, _: &CStr, _: Str<'_>) {}
 
-/// Has EchoMQ's own events of `classes` reach `handler` too (0: none).
-pub fn set_own_events(handler: OwnEvents, classes: c_int) {
+/// Has EchoMQ's own events of `classes` reach `handler` (0: none); `subscribed`: EchoMQ's
+/// subscription on every key takes those classes from the server.
+pub fn set_own_events(handler: OwnEvents, classes: c_int, subscribed: bool) {
     if let Ok(mut own) = OWN.write() {
         *own = handler;
     }
     OWN_CLASSES.store(classes, Ordering::Relaxed);
+    SUBSCRIBED.store(subscribed, Ordering::Relaxed);
+}
+
+/// Says whether anything but EchoMQ may take keyspace events; while nothing does, EchoMQ's
+/// writes notify only EchoMQ, without the server.
+pub fn set_others_listen(listen: bool) {
+    OTHERS_LISTEN.store(listen, Ordering::Relaxed);
+}
+
+pub fn others_listen() -> bool {
+    OTHERS_LISTEN.load(Ordering::Relaxed)
 }
 
 pub const NOTIFY_HASH: c_int = raw::REDISMODULE_NOTIFY_HASH;

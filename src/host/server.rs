@@ -52,6 +52,39 @@ pub fn reply_text(v: &ValkeyValue) -> Option<String> {
     }
 }
 
+/// How many modules but EchoMQ the server has loaded (`MODULE LIST`); `None` if it cannot say.
+pub fn other_modules(ctx: &Context) -> Option<usize> {
+    let Ok(ValkeyValue::Array(modules)) = ctx.call("MODULE", &["LIST"]) else {
+        return None;
+    };
+    let named = |entry: &ValkeyValue, name: &str| match entry {
+        // Each module: `name`, its name, then its other fields, as pairs.
+        ValkeyValue::Array(fields) => fields.chunks(2).any(|pair| {
+            pair.len() == 2
+                && reply_text(&pair[0]).as_deref() == Some("name")
+                && reply_text(&pair[1]).as_deref() == Some(name)
+        }),
+        _ => false,
+    };
+    Some(modules.iter().filter(|m| !named(m, MODULE_NAME)).count())
+}
+
+/// The name EchoMQ registers itself under.
+pub const MODULE_NAME: &str = "emq";
+
+/// Whether `notify-keyspace-events` publishes keyspace events to clients (it names a channel
+/// kind: `K` or `E`); `true` if the server cannot say.
+pub fn keyspace_channels(ctx: &Context) -> bool {
+    let Ok(ValkeyValue::Array(reply)) = ctx.call("CONFIG", &["GET", "notify-keyspace-events"])
+    else {
+        return true;
+    };
+    match reply.get(1).and_then(reply_text) {
+        Some(flags) => flags.contains(['K', 'E']),
+        None => true,
+    }
+}
+
 /// The server's clock, in unix milliseconds.
 pub fn now_ms() -> u64 {
     match unsafe { raw::RedisModule_Milliseconds } {

@@ -40,7 +40,7 @@ use crate::host::string::{OwnedString, Str};
 use crate::protocol::settings::learn_foreign_writes;
 use crate::protocol::{decode, Decoded, Holds, KeyBuf, KeyType, Queue};
 
-use super::{client_db, cluster, effects, eviction, meta_watch, queues, timer};
+use super::{client_db, cluster, effects, eviction, listeners, meta_watch, queues, timer};
 
 /// The handler of every event EchoMQ subscribes to.
 pub struct Events;
@@ -146,6 +146,7 @@ impl ServerEvents for Events {
             }
             ServerEvent::ConfigChanged(names) => {
                 eviction::on_config_change(ctx, names);
+                listeners::on_config_change(ctx, names);
                 // A new retention of dead jobs has the watched queues visited at once.
                 timer::rearm(ctx);
             }
@@ -179,6 +180,7 @@ impl ServerEvents for Events {
                 timer::rearm(ctx);
             }
             ServerEvent::Forked => effects::forked(),
+            ServerEvent::ModuleChanged(loaded) => listeners::on_module_change(loaded),
             // `SWAPDB a b` exchanges the two databases' contents (no keyspace event says so).
             ServerEvent::SwapDb(a, b) => {
                 timer::forget_cron_due();

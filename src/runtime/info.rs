@@ -4,7 +4,7 @@
 use valkey_module::{InfoContext, ValkeyResult};
 
 use crate::host::events::InfoSection;
-use crate::host::propagate::gate_open;
+use crate::host::propagate::{gate_open, others_listen};
 use crate::host::store::meta_read;
 use crate::protocol::counters::{
     get, JOB_COUNTERS, REFUSALS, REFUSAL_REASONS, TICKS, TICKS_AT_BUDGET, VISITS_REFUSED,
@@ -33,6 +33,7 @@ fn section(ctx: &InfoContext) -> ValkeyResult<()> {
     s = s
         .field("effects_replicated", u64::from(gate_open()))?
         .field("command_filter", u64::from(super::command_filter()))?
+        .field("own_events_direct", u64::from(!others_listen()))?
         .field("meta_read", u64::from(meta_read()))?
         .field("watched_queues", timer::watched_queues() as u64)?
         .field("known_queues", queues::known_queues() as u64)?

@@ -1,7 +1,8 @@
 //! What runs beside commands: the timer ([`timer`]), the keyspace and server events and the
 //! command filter ([`events`]), slot migration ([`cluster`]), the effects gate's policy
 //! ([`effects`]), the Valkey 8.1 database correction ([`client_db`]), the eviction warning
-//! ([`eviction`]), the registry of the node's queues ([`queues`]) and `INFO emq` ([`info`]).
+//! ([`eviction`]), the registry of the node's queues ([`queues`]), who else takes keyspace
+//! events ([`listeners`]) and `INFO emq` ([`info`]).
 
 #![forbid(unsafe_code)]
 
@@ -11,6 +12,7 @@ pub mod effects;
 pub mod events;
 pub mod eviction;
 pub mod info;
+pub mod listeners;
 pub mod meta_watch;
 pub mod queues;
 pub mod timer;
@@ -41,14 +43,16 @@ pub fn start(ctx: &Context) -> Result<(), String> {
     // Keyspace events on every key tell EchoMQ of the queues others write, and of their keys
     // the server expires or evicts. Without them (`emq.learn-foreign-writes no`), the server
     // calls EchoMQ for no event on another key, and its own writes' events reach it directly.
+    // Either way, while nothing else takes keyspace events (`listeners`), EchoMQ's own writes
+    // notify it directly, without the server's dispatch.
     if learn_foreign_writes() {
         subscribe_keyspace::<events::Events>(
             ctx,
             NOTIFY_ZSET | NOTIFY_GENERIC | NOTIFY_EXPIRED | NOTIFY_EVICTED,
         )?;
-    } else {
-        route_own_events::<events::Events>(NOTIFY_ZSET | NOTIFY_GENERIC);
     }
+    route_own_events::<events::Events>(NOTIFY_ZSET | NOTIFY_GENERIC, learn_foreign_writes());
+    listeners::start(ctx);
     // The command filter: every command on the server pays for the server's call of it (about
     // 2% of a round of plain writes), so it is registered only where one of its duties needs
     // it: learning foreign writes, and a cluster node's legacy slot migrations (`CLUSTER
@@ -80,6 +84,7 @@ pub fn command_filter() -> bool {
 pub fn stop(ctx: &Context) {
     timer::stop(ctx);
     unroute_own_events();
+    listeners::stop();
     queues::stop();
 }
 

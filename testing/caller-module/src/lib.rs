@@ -7,16 +7,21 @@
 //! `AS-ROOT-BLOCKING` (the `K` flag) a command may block: the reply is then `PROMISE`, and the
 //! command's eventual reply is dropped when it comes.
 //!
+//! `EMQCALLER.HEARD` replies the zset and generic keyspace events this module heard, oldest
+//! first, each as `<event> <key>` (at most the last 1000), and forgets them: what another
+//! module subscribed to keyspace events learns of EchoMQ's writes.
+//!
 //! `EMQCALLER.LOGIN` authenticates the calling client as `emqcaller-user`, a user this module
 //! creates (`RM_CreateModuleUser`: outside the server's ACL list) with every right.
 
 use std::os::raw::c_char;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Mutex;
 
 use valkey_module::alloc::ValkeyAlloc;
 use valkey_module::{
-    raw, valkey_module, Context, ValkeyError, ValkeyResult, ValkeyString, ValkeyValue,
+    raw, valkey_module, Context, NotifyEvent, ValkeyError, ValkeyResult, ValkeyString, ValkeyValue,
 };
 
 fn call(ctx: &Context, args: Vec<ValkeyString>) -> ValkeyResult {
@@ -122,6 +127,25 @@ fn login(ctx: &Context, _args: Vec<ValkeyString>) -> ValkeyResult {
     Ok(ValkeyValue::SimpleStringStatic("OK"))
 }
 
+/// The keyspace events heard, oldest first.
+static HEARD: Mutex<Vec<String>> = Mutex::new(Vec::new());
+const HEARD_KEPT: usize = 1000;
+
+fn on_keyspace(_ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8]) {
+    let mut heard = HEARD.lock().unwrap_or_else(|p| p.into_inner());
+    if heard.len() >= HEARD_KEPT {
+        heard.remove(0);
+    }
+    heard.push(format!("{event} {}", String::from_utf8_lossy(key)));
+}
+
+fn heard(_ctx: &Context, _args: Vec<ValkeyString>) -> ValkeyResult {
+    let heard = std::mem::take(&mut *HEARD.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(ValkeyValue::Array(
+        heard.into_iter().map(ValkeyValue::BulkString).collect(),
+    ))
+}
+
 valkey_module! {
     name: "emqcaller",
     version: 1,
@@ -130,5 +154,9 @@ valkey_module! {
     commands: [
         ["emqcaller.call", call, "write", 0, 0, 0],
         ["emqcaller.login", login, "", 0, 0, 0],
+        ["emqcaller.heard", heard, "", 0, 0, 0],
+    ],
+    event_handlers: [
+        [@ZSET @GENERIC: on_keyspace],
     ],
 }

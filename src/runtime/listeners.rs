@@ -1,0 +1,63 @@
+//! Whether anything but EchoMQ takes keyspace events, for `host::propagate::notify`: while
+//! nothing does, an EchoMQ write's event reaches EchoMQ's own handler directly, without the
+//! server's dispatch (a context and a temporary client made and freed for each event).
+//!
+//! Two things may take one: another module (any loaded module may subscribe to keyspace
+//! events), and clients, through the channels `notify-keyspace-events` turns on. The first is
+//! counted at load and kept by the server's module events; the second is read at load and at
+//! every change of that setting. Until both are known, something may listen.
+
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use valkey_module::Context;
+
+use crate::host::propagate::set_others_listen;
+use crate::host::server::{keyspace_channels, other_modules};
+
+/// Modules loaded besides EchoMQ (`usize::MAX`: unknown).
+static OTHER_MODULES: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// Whether `notify-keyspace-events` publishes to clients.
+static CHANNELS: AtomicBool = AtomicBool::new(true);
+
+/// Reads both at load.
+pub fn start(ctx: &Context) {
+    OTHER_MODULES.store(other_modules(ctx).unwrap_or(usize::MAX), Ordering::Relaxed);
+    CHANNELS.store(keyspace_channels(ctx), Ordering::Relaxed);
+    publish();
+}
+
+/// Something may listen again (module unload).
+pub fn stop() {
+    OTHER_MODULES.store(usize::MAX, Ordering::Relaxed);
+    publish();
+}
+
+/// A config change: reads the setting again when it changed.
+pub fn on_config_change(ctx: &Context, names: &[&CStr]) {
+    if names
+        .iter()
+        .any(|n| n.to_bytes().eq_ignore_ascii_case(b"notify-keyspace-events"))
+    {
+        CHANNELS.store(keyspace_channels(ctx), Ordering::Relaxed);
+        publish();
+    }
+}
+
+/// Another module was loaded or unloaded.
+pub fn on_module_change(loaded: bool) {
+    let others = OTHER_MODULES.load(Ordering::Relaxed);
+    let others = match (others, loaded) {
+        (usize::MAX, _) => usize::MAX,
+        (n, true) => n.saturating_add(1).min(usize::MAX - 1),
+        (n, false) => n.saturating_sub(1),
+    };
+    OTHER_MODULES.store(others, Ordering::Relaxed);
+    publish();
+}
+
+fn publish() {
+    set_others_listen(
+        OTHER_MODULES.load(Ordering::Relaxed) != 0 || CHANNELS.load(Ordering::Relaxed),
+    );
+}
