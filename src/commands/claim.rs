@@ -12,8 +12,9 @@ use crate::host::propagate::signal_ready;
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::OwnedString;
+use crate::protocol::job::Claimed;
 use crate::protocol::{settings, EmqError, KeyBuf, KeyType, Queue};
-use crate::queue::claim::{claim, Claimed, Outcome, MAX_COUNT};
+use crate::queue::claim::{claim, Outcome, MAX_COUNT};
 use crate::runtime::{cluster, timer};
 
 struct Request<'a> {
@@ -84,13 +85,8 @@ pub fn wake_past_orphans(ctx: &Context, queue: Queue<'_>) {
 }
 
 /// The jobs a claim took, as `EMQ.CLAIM` replies them: `[id, payload, token]` each.
-pub fn reply(claimed: Vec<Claimed>) -> Reply {
-    Reply::Array(
-        claimed
-            .into_iter()
-            .map(|c| Reply::Job(c.id, c.payload, c.token))
-            .collect(),
-    )
+pub fn reply(claimed: Claimed) -> Reply {
+    Reply::Jobs(claimed)
 }
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {

@@ -6,6 +6,7 @@ use std::ptr::NonNull;
 
 use valkey_module::{raw, Context};
 
+use crate::protocol::job::Claimed;
 use crate::protocol::{counters, EmqError};
 
 use super::string::{string_bytes, Str};
@@ -62,9 +63,9 @@ pub enum Reply {
     Blocked,
     /// A refusal in one place of an array (`EMQ.MACK`'s stale token), counted as a refusal.
     Error(EmqError),
-    /// A claimed job, `[id, payload, token]`: the shape of every claim's reply, one per job,
-    /// written without an array of its own to build and free.
-    Job(Vec<u8>, Vec<u8>, i64),
+    /// The jobs a claim took, an array of `[id, payload, token]`, written straight from the
+    /// claim's one buffer.
+    Jobs(Claimed),
 }
 
 pub type CommandResult = Result<Reply, EmqError>;
@@ -104,14 +105,19 @@ pub(crate) fn render(ctx: *mut raw::RedisModuleCtx, reply: &Reply) {
                     render(ctx, item);
                 }
             }
-            Reply::Job(id, payload, token) => {
+            Reply::Jobs(jobs) => {
                 if let Some(f) = raw::RedisModule_ReplyWithArray {
-                    f(ctx, 3);
+                    f(ctx, jobs.len() as c_long);
                 }
-                bulk(ctx, id);
-                bulk(ctx, payload);
-                if let Some(f) = raw::RedisModule_ReplyWithLongLong {
-                    f(ctx, *token);
+                for job in jobs.iter() {
+                    if let Some(f) = raw::RedisModule_ReplyWithArray {
+                        f(ctx, 3);
+                    }
+                    bulk(ctx, job.id);
+                    bulk(ctx, job.payload);
+                    if let Some(f) = raw::RedisModule_ReplyWithLongLong {
+                        f(ctx, job.token);
+                    }
                 }
             }
             Reply::Blocked => {}

@@ -163,6 +163,63 @@ pub fn attempts_from(text: Option<&[u8]>) -> i64 {
         .map_or(0, |a| a.max(0))
 }
 
+/// Jobs handed to a worker, as a claim replies them: each job's id and payload end to end in
+/// one buffer, so a claim of many jobs makes no allocation a job, and its lease token.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Claimed {
+    bytes: Vec<u8>,
+    /// Each job: where its id ends and where its payload ends in `bytes`, and its token.
+    jobs: Vec<(usize, usize, i64)>,
+}
+
+/// One job of [`Claimed`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClaimedJob<'a> {
+    pub id: &'a [u8],
+    pub payload: &'a [u8],
+    /// The lease token: the job's attempts, this one included, after its fence (the job's
+    /// attempts where it was never requeued).
+    pub token: i64,
+}
+
+impl Claimed {
+    /// Room for `jobs` jobs (their bytes are reserved as for short payloads).
+    pub fn with_capacity(jobs: usize) -> Self {
+        Self {
+            bytes: Vec::with_capacity(jobs.saturating_mul(64)),
+            jobs: Vec::with_capacity(jobs),
+        }
+    }
+
+    pub fn push(&mut self, id: &[u8], payload: &[u8], token: i64) {
+        self.bytes.extend_from_slice(id);
+        let id_end = self.bytes.len();
+        self.bytes.extend_from_slice(payload);
+        self.jobs.push((id_end, self.bytes.len(), token));
+    }
+
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// The jobs, in the order they were taken.
+    pub fn iter(&self) -> impl Iterator<Item = ClaimedJob<'_>> {
+        let starts = std::iter::once(0).chain(self.jobs.iter().map(|&(_, end, _)| end));
+        self.jobs
+            .iter()
+            .zip(starts)
+            .map(|(&(id_end, end, token), start)| ClaimedJob {
+                id: &self.bytes[start..id_end],
+                payload: &self.bytes[id_end..end],
+                token,
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,5 +242,32 @@ mod tests {
                 limit: limit as i64
             })
         );
+    }
+
+    #[test]
+    fn claimed_jobs_read_back_as_pushed() {
+        let mut c = super::Claimed::with_capacity(1);
+        assert!(c.is_empty());
+        c.push(b"JOB1", b"first", 1);
+        c.push(b"JOB22", b"", 7);
+        c.push(
+            b"JOB333",
+            b"a longer payload than the reserve of sixty-four bytes for a job",
+            -2,
+        );
+        let read: Vec<_> = c.iter().map(|j| (j.id, j.payload, j.token)).collect();
+        assert_eq!(
+            read,
+            vec![
+                (&b"JOB1"[..], &b"first"[..], 1),
+                (&b"JOB22"[..], &b""[..], 7),
+                (
+                    &b"JOB333"[..],
+                    &b"a longer payload than the reserve of sixty-four bytes for a job"[..],
+                    -2
+                ),
+            ]
+        );
+        assert_eq!(c.len(), 3);
     }
 }

@@ -2,6 +2,7 @@
 //! lowest pending ids to `active` under a lease, `attempts` + 1 each (the lease token).
 
 use crate::protocol::counters::{self, CLAIMED};
+use crate::protocol::job::Claimed;
 use crate::protocol::limits::Limits;
 use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
@@ -17,19 +18,10 @@ pub const MAX_COUNT: i64 = 1000;
 /// one claim passes over, so no call does unbounded work.
 pub const ORPHAN_BUDGET: usize = 1000;
 
-/// A job handed to a worker.
-pub struct Claimed {
-    pub id: Vec<u8>,
-    pub payload: Vec<u8>,
-    /// The lease token: the job's attempts, this one included, after its fence (the job's
-    /// attempts where it was never requeued).
-    pub token: i64,
-}
-
 /// What a claim did: the jobs it took, and whether it met only members without a row, as many
 /// as one claim passes over, with more members waiting behind them.
 pub struct Outcome {
-    pub claimed: Vec<Claimed>,
+    pub claimed: Claimed,
     pub more_behind: bool,
 }
 
@@ -65,7 +57,7 @@ pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome
     if paused(store)? {
         // No claim takes a job of a paused queue (its timer still moves what is due).
         return Ok(Outcome {
-            claimed: Vec::new(),
+            claimed: Claimed::default(),
             more_behind: false,
         });
     }
@@ -87,7 +79,7 @@ pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome
     };
     if let Some(window) = &window {
         window.trim(store)?;
-        limit::record_claims(store, now, claimed.iter().map(|c| (c.id.clone(), c.token)))?;
+        limit::record_claims(store, now, claimed.iter().map(|c| (c.id, c.token)))?;
     }
     counters::count(&CLAIMED, claimed.len() as u64);
     // A head with no job in it, and members still pending: the head was all rowless members
@@ -110,7 +102,7 @@ fn take_first<S: Store>(
     limits: &Limits,
     in_window: u64,
     deadline: i64,
-) -> Result<Option<(Vec<Claimed>, bool)>, EmqError> {
+) -> Result<Option<(Claimed, bool)>, EmqError> {
     let room = limits.room(store.len(Set::Active), in_window);
     let limited = room < count;
     let want = count.min(room);
@@ -155,7 +147,7 @@ fn promote_and_take<S: Store>(
     window: &Option<Window<S>>,
     now: i64,
     lease_ms: i64,
-) -> Result<(Vec<Claimed>, bool), EmqError> {
+) -> Result<(Claimed, bool), EmqError> {
     let head = pending_head(store, count)?;
     let rows: Vec<KeyRef<'_, S::Name>> = due
         .rows()
@@ -245,8 +237,8 @@ fn take<S: Store>(
     store: &S,
     head: Vec<(&S::Text, Option<S::Row<'_>>)>,
     deadline: i64,
-) -> Result<Vec<Claimed>, EmqError> {
-    let mut out = Vec::with_capacity(head.len());
+) -> Result<Claimed, EmqError> {
+    let mut out = Claimed::with_capacity(head.len());
     // The sets change once for the batch: one `ZREM` out of `pending` and one `ZADD` into
     // `active`, each one event and one effect.
     store.remove_many(
@@ -262,9 +254,6 @@ fn take<S: Store>(
         let (attempts, fence, payload) = leased_fields(store, row, Field::Payload);
         let attempts = attempts.saturating_add(1);
         let token = lease_token(fence, attempts);
-        let payload = payload
-            .map(|p| store.bytes(&p).to_vec())
-            .unwrap_or_default();
         store.set_fields(
             row,
             &[
@@ -274,11 +263,8 @@ fn take<S: Store>(
         )?;
         record(store, Event::Claimed, Some(*member), || attempts)?;
         taken.push((deadline, *member));
-        out.push(Claimed {
-            id: store.bytes(member).to_vec(),
-            payload,
-            token,
-        });
+        let payload = payload.as_ref().map_or(&[][..], |p| store.bytes(p));
+        out.push(store.bytes(member), payload, token);
     }
     store.add_many(Set::Active, &taken)?;
     Ok(out)

@@ -155,14 +155,14 @@ fn trim<S: Store>(
 /// Records `claims` (each job's id and attempt) in the rate window at `now`. A job claimed
 /// again with the same attempt while its first claim is in the window (requeued, or enqueued
 /// again after its row went) gets a member of its own, `<id>:<attempt>:<n>`.
-pub fn record_claims<S: Store>(
+pub fn record_claims<'c, S: Store>(
     store: &S,
     now: i64,
-    claims: impl Iterator<Item = (Vec<u8>, i64)>,
+    claims: impl Iterator<Item = (&'c [u8], i64)>,
 ) -> Result<(), EmqError> {
     let mut members = Vec::new();
     for (id, attempt) in claims {
-        let base = rate_member(&id, attempt);
+        let base = rate_member(id, attempt);
         let mut member = store.text(&base)?;
         let mut n = 1;
         while store.score(Set::Rate, &member).is_some() {
