@@ -281,4 +281,14 @@ fn another_module_subscribed_to_keyspace_events_hears_echomq_s_writes() {
         matches!(&woken, Value::Array(jobs) if !jobs.is_empty()),
         "the enqueue woke the claim: {woken:?}"
     );
+
+    // Loaded again, after EchoMQ: it hears EchoMQ's writes from its first.
+    let _: () = cmd("MODULE")
+        .arg("LOAD")
+        .arg(caller_module())
+        .query(&mut con)
+        .expect("MODULE LOAD");
+    assert_eq!(direct(&mut con), 0, "another module may listen again");
+    enqueue(&mut con, &q, &job_id(3), "x");
+    assert_eq!(heard(&mut con), vec![format!("zadd {pending}")]);
 }

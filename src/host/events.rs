@@ -109,8 +109,8 @@ pub enum ServerEvent<'a> {
     /// The server forked a child (a snapshot for a replica's full sync, `BGSAVE`, an AOF
     /// rewrite), in the parent, before anything else runs.
     Forked,
-    /// Another module was loaded (`true`) or unloaded (`false`).
-    ModuleChanged(bool),
+    /// Another module was loaded (`true`) or is being unloaded (`false`), with its name.
+    ModuleChanged(bool, &'a str),
     /// `SWAPDB a b`.
     SwapDb(i32, i32),
     /// A database was emptied (`-1`: every database).
@@ -222,10 +222,20 @@ unsafe extern "C" fn on_server<H: ServerEvents>(
                 H::on_event(&ctx, ServerEvent::Forked)
             }
             // The server tells a module of every module's load and unload but its own.
-            raw::REDISMODULE_EVENT_MODULE_CHANGE => H::on_event(
-                &ctx,
-                ServerEvent::ModuleChanged(subevent == raw::REDISMODULE_SUBEVENT_MODULE_LOADED),
-            ),
+            raw::REDISMODULE_EVENT_MODULE_CHANGE if !data.is_null() => {
+                // SAFETY: for this event the server passes the module's change record, whose
+                // name is a live C string during the call.
+                let change = unsafe { &*data.cast::<raw::RedisModuleModuleChange>() };
+                let name = match change.module_name.is_null() {
+                    true => "",
+                    // SAFETY: a live C string, as above.
+                    false => unsafe { CStr::from_ptr(change.module_name) }
+                        .to_str()
+                        .unwrap_or(""),
+                };
+                let loaded = subevent == raw::REDISMODULE_SUBEVENT_MODULE_LOADED;
+                H::on_event(&ctx, ServerEvent::ModuleChanged(loaded, name))
+            }
             raw::REDISMODULE_EVENT_SWAPDB if !data.is_null() => {
                 // SAFETY: for this event the server passes its swap description.
                 let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };

@@ -52,21 +52,28 @@ pub fn reply_text(v: &ValkeyValue) -> Option<String> {
     }
 }
 
-/// How many modules but EchoMQ the server has loaded (`MODULE LIST`); `None` if it cannot say.
-pub fn other_modules(ctx: &Context) -> Option<usize> {
+/// How many modules the server has loaded that may take keyspace events: all but EchoMQ,
+/// `leaving` (a module being unloaded, still listed) and the Lua scripting engine Valkey 9
+/// loads as a module of its own (listed as `lua` at path `lua`), which takes none. `None` if
+/// the server cannot say.
+pub fn other_modules(ctx: &Context, leaving: Option<&str>) -> Option<usize> {
     let Ok(ValkeyValue::Array(modules)) = ctx.call("MODULE", &["LIST"]) else {
         return None;
     };
-    let named = |entry: &ValkeyValue, name: &str| match entry {
-        // Each module: `name`, its name, then its other fields, as pairs.
-        ValkeyValue::Array(fields) => fields.chunks(2).any(|pair| {
-            pair.len() == 2
-                && reply_text(&pair[0]).as_deref() == Some("name")
-                && reply_text(&pair[1]).as_deref() == Some(name)
-        }),
-        _ => false,
+    // Each module: its fields as name-value pairs (`name`, `ver`, `path`, `args`).
+    let field = |entry: &ValkeyValue, wanted: &str| match entry {
+        ValkeyValue::Array(fields) => fields
+            .chunks(2)
+            .find(|pair| pair.len() == 2 && reply_text(&pair[0]).as_deref() == Some(wanted))
+            .and_then(|pair| reply_text(&pair[1])),
+        _ => None,
     };
-    Some(modules.iter().filter(|m| !named(m, MODULE_NAME)).count())
+    let others = modules.iter().filter(|m| {
+        let (name, path) = (field(m, "name"), field(m, "path"));
+        let built_in_lua = name.as_deref() == Some("lua") && path.as_deref() == Some("lua");
+        name.as_deref() != Some(MODULE_NAME) && name.as_deref() != leaving && !built_in_lua
+    });
+    Some(others.count())
 }
 
 /// The name EchoMQ registers itself under.

@@ -180,7 +180,9 @@ impl ServerEvents for Events {
                 timer::rearm(ctx);
             }
             ServerEvent::Forked => effects::forked(),
-            ServerEvent::ModuleChanged(loaded) => listeners::on_module_change(loaded),
+            ServerEvent::ModuleChanged(loaded, name) => {
+                listeners::on_module_change(ctx, loaded, name)
+            }
             // `SWAPDB a b` exchanges the two databases' contents (no keyspace event says so).
             ServerEvent::SwapDb(a, b) => {
                 timer::forget_cron_due();

@@ -3,9 +3,10 @@
 //! server's dispatch (a context and a temporary client made and freed for each event).
 //!
 //! Two things may take one: another module (any loaded module may subscribe to keyspace
-//! events), and clients, through the channels `notify-keyspace-events` turns on. The first is
-//! counted at load and kept by the server's module events; the second is read at load and at
-//! every change of that setting. Until both are known, something may listen.
+//! events, but for the Lua engine Valkey 9 loads as a module), and clients, through the
+//! channels `notify-keyspace-events` turns on. The modules are counted at load and again at
+//! each module's load or unload; the setting is read at load and at every change of it. Until
+//! both are known, something may listen.
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -22,7 +23,10 @@ static CHANNELS: AtomicBool = AtomicBool::new(true);
 
 /// Reads both at load.
 pub fn start(ctx: &Context) {
-    OTHER_MODULES.store(other_modules(ctx).unwrap_or(usize::MAX), Ordering::Relaxed);
+    OTHER_MODULES.store(
+        other_modules(ctx, None).unwrap_or(usize::MAX),
+        Ordering::Relaxed,
+    );
     CHANNELS.store(keyspace_channels(ctx), Ordering::Relaxed);
     publish();
 }
@@ -44,15 +48,13 @@ pub fn on_config_change(ctx: &Context, names: &[&CStr]) {
     }
 }
 
-/// Another module was loaded or unloaded.
-pub fn on_module_change(loaded: bool) {
-    let others = OTHER_MODULES.load(Ordering::Relaxed);
-    let others = match (others, loaded) {
-        (usize::MAX, _) => usize::MAX,
-        (n, true) => n.saturating_add(1).min(usize::MAX - 1),
-        (n, false) => n.saturating_sub(1),
-    };
-    OTHER_MODULES.store(others, Ordering::Relaxed);
+/// Another module was loaded or is being unloaded (`name`, still listed): counts again.
+pub fn on_module_change(ctx: &Context, loaded: bool, name: &str) {
+    let leaving = (!loaded).then_some(name);
+    OTHER_MODULES.store(
+        other_modules(ctx, leaving).unwrap_or(usize::MAX),
+        Ordering::Relaxed,
+    );
     publish();
 }
 
