@@ -195,8 +195,8 @@ fn a_claim_takes_the_lowest_ids_in_order_under_a_lease() {
         .iter()
         .map(|c| {
             (
-                String::from_utf8_lossy(&c.id).into_owned(),
-                String::from_utf8_lossy(&c.payload).into_owned(),
+                String::from_utf8_lossy(c.id).into_owned(),
+                String::from_utf8_lossy(c.payload).into_owned(),
                 c.token,
             )
         })
