@@ -21,14 +21,7 @@ fn lifecycle_writes_fire_the_keyspace_events_native_commands_would() {
         .expect("timeout");
     let q = unique_queue("events");
     let id = job_id(1);
-    enqueue(&mut con, &q, &id, "x");
-    claim(&mut con, &q, &[]).expect("claim");
-    let _: i64 = cmd("EMQ.ACK")
-        .arg(&q)
-        .arg(&id)
-        .arg(1)
-        .query(&mut con)
-        .expect("ack");
+    one_life(&mut con, &q, &id);
     enqueue_delayed(&mut con, &q, &job_id(2), "later", 60_000);
     let _: i64 = cmd("EMQ.CANCEL")
         .arg(&q)
@@ -171,13 +164,7 @@ fn echomq_hears_its_own_writes_directly_only_while_no_channel_listens() {
     let direct = |con: &mut Connection| info_int(con, "emq", "emq_own_events_direct");
     assert_eq!(direct(&mut con), 1, "nothing else listens");
     let q = unique_queue("direct");
-    let claim = blocked_claim(&mut con, server.conn(), &q, 5_000);
-    enqueue(&mut con, &q, &job_id(1), "x");
-    let woken = claim.join().expect("the claim's thread").expect("a claim");
-    assert!(
-        matches!(&woken, Value::Array(jobs) if !jobs.is_empty()),
-        "the enqueue woke the claim: {woken:?}"
-    );
+    an_enqueue_wakes_a_blocked_claim(&server, &mut con, &q, &job_id(1));
     enqueue_delayed(&mut con, &q, &job_id(2), "later", 100);
     assert!(
         wait_until(Duration::from_secs(5), || set_score(
@@ -241,14 +228,7 @@ fn another_module_subscribed_to_keyspace_events_hears_echomq_s_writes() {
     heard(&mut con);
     let q = unique_queue("heard");
     let id = job_id(1);
-    enqueue(&mut con, &q, &id, "x");
-    claim(&mut con, &q, &[]).expect("claim");
-    let _: i64 = cmd("EMQ.ACK")
-        .arg(&q)
-        .arg(&id)
-        .arg(1)
-        .query(&mut con)
-        .expect("ack");
+    one_life(&mut con, &q, &id);
     let (pending, active, row) = (
         set_key(&q, "pending"),
         set_key(&q, "active"),
@@ -274,13 +254,7 @@ fn another_module_subscribed_to_keyspace_events_hears_echomq_s_writes() {
         .query(&mut con)
         .expect("MODULE UNLOAD");
     assert_eq!(direct(&mut con), 1, "EchoMQ alone");
-    let claim = blocked_claim(&mut con, server.conn(), &q, 5_000);
-    enqueue(&mut con, &q, &job_id(2), "x");
-    let woken = claim.join().expect("the claim's thread").expect("a claim");
-    assert!(
-        matches!(&woken, Value::Array(jobs) if !jobs.is_empty()),
-        "the enqueue woke the claim: {woken:?}"
-    );
+    an_enqueue_wakes_a_blocked_claim(&server, &mut con, &q, &job_id(2));
 
     // Loaded again, after EchoMQ: it hears EchoMQ's writes from its first.
     let _: () = cmd("MODULE")
@@ -291,4 +265,27 @@ fn another_module_subscribed_to_keyspace_events_hears_echomq_s_writes() {
     assert_eq!(direct(&mut con), 0, "another module may listen again");
     enqueue(&mut con, &q, &job_id(3), "x");
     assert_eq!(heard(&mut con), vec![format!("zadd {pending}")]);
+}
+
+/// Enqueues, claims and acknowledges the job `id` of `q` (its first lease's token is 1).
+fn one_life(con: &mut Connection, q: &str, id: &str) {
+    enqueue(con, q, id, "x");
+    claim(con, q, &[]).expect("claim");
+    let _: i64 = cmd("EMQ.ACK")
+        .arg(q)
+        .arg(id)
+        .arg(1)
+        .query(con)
+        .expect("ack");
+}
+
+/// A claim blocked on `q` is woken by the enqueue of `id`.
+fn an_enqueue_wakes_a_blocked_claim(server: &Server, con: &mut Connection, q: &str, id: &str) {
+    let claim = blocked_claim(con, server.conn(), q, 5_000);
+    enqueue(con, q, id, "x");
+    let woken = claim.join().expect("the claim's thread").expect("a claim");
+    assert!(
+        matches!(&woken, Value::Array(jobs) if !jobs.is_empty()),
+        "the enqueue woke the claim: {woken:?}"
+    );
 }
