@@ -64,7 +64,7 @@ pub unsafe fn on_load(
     let status = unsafe {
         raw::Export_RedisModule_Init(
             ctx,
-            c"emq".as_ptr(),
+            server::MODULE_NAME.as_ptr(),
             module_version(),
             raw::REDISMODULE_APIVER_1 as c_int,
         )

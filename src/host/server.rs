@@ -52,13 +52,16 @@ pub fn reply_text(v: &ValkeyValue) -> Option<String> {
     }
 }
 
-/// How many modules the server has loaded that may take keyspace events: all but EchoMQ,
+/// The name EchoMQ registers itself under (`MODULE LIST`, `MODULE UNLOAD emq`).
+pub const MODULE_NAME: &CStr = c"emq";
+
+/// Whether the server has loaded a module that may take keyspace events: any but EchoMQ,
 /// `leaving` (a module being unloaded, still listed) and the Lua scripting engine Valkey 9
-/// loads as a module of its own (listed as `lua` at path `lua`), which takes none. `None` if
+/// loads as a module of its own (listed as `lua` at path `lua`), which takes none. `true` if
 /// the server cannot say.
-pub fn other_modules(ctx: &Context, leaving: Option<&str>) -> Option<usize> {
+pub fn other_modules_loaded(ctx: &Context, leaving: Option<&str>) -> bool {
     let Ok(ValkeyValue::Array(modules)) = ctx.call("MODULE", &["LIST"]) else {
-        return None;
+        return true;
     };
     // Each module: its fields as name-value pairs (`name`, `ver`, `path`, `args`).
     let field = |entry: &ValkeyValue, wanted: &str| match entry {
@@ -68,16 +71,12 @@ pub fn other_modules(ctx: &Context, leaving: Option<&str>) -> Option<usize> {
             .and_then(|pair| reply_text(&pair[1])),
         _ => None,
     };
-    let others = modules.iter().filter(|m| {
+    modules.iter().any(|m| {
         let (name, path) = (field(m, "name"), field(m, "path"));
         let built_in_lua = name.as_deref() == Some("lua") && path.as_deref() == Some("lua");
-        name.as_deref() != Some(MODULE_NAME) && name.as_deref() != leaving && !built_in_lua
-    });
-    Some(others.count())
+        name.as_deref() != MODULE_NAME.to_str().ok() && name.as_deref() != leaving && !built_in_lua
+    })
 }
-
-/// The name EchoMQ registers itself under.
-pub const MODULE_NAME: &str = "emq";
 
 /// Whether `notify-keyspace-events` publishes keyspace events to clients (it names a channel
 /// kind: `K` or `E`); `true` if the server cannot say.

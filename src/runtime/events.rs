@@ -35,7 +35,7 @@ use crate::host::events::{
 };
 use crate::host::key::Key;
 use crate::host::propagate::signal_ready;
-use crate::host::server::now_ms;
+use crate::host::server::{now_ms, MODULE_NAME};
 use crate::host::string::{OwnedString, Str};
 use crate::protocol::settings::learn_foreign_writes;
 use crate::protocol::{decode, Decoded, Holds, KeyBuf, KeyType, Queue};
@@ -323,7 +323,10 @@ fn observe_command(args: &FilterArgs, first: &[u8]) {
     }
     if first.eq_ignore_ascii_case(b"MODULE") {
         let words = args.words(8);
-        if words.len() == 3 && words[1].eq_ignore_ascii_case(b"UNLOAD") && words[2] == b"emq" {
+        if words.len() == 3
+            && words[1].eq_ignore_ascii_case(b"UNLOAD")
+            && words[2] == MODULE_NAME.to_bytes()
+        {
             timer::disarm_for_unload();
         }
     } else if first.eq_ignore_ascii_case(b"CLUSTER") {
