@@ -85,6 +85,38 @@ fn each_job_is_settled_on_its_own_and_a_stale_token_refuses_only_its_job() {
 }
 
 #[test]
+fn a_job_out_of_active_is_refused_in_its_place_and_its_row_left_as_it_was() {
+    // Its row still says active with the worker's token, but the job is no longer in `active`
+    // (taken out by hand): its place is EMQLEASE, the row unchanged, and the others settle.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let q = "orders";
+    for i in 1..=3 {
+        enqueue(&mut con, q, &job_id(i), "work");
+    }
+    let jobs = claimed(&mut con, q, 3);
+    let row = row_key(q, &jobs[1].0);
+    let _: i64 = cmd("ZREM")
+        .arg(set_key(q, "active"))
+        .arg(&jobs[1].0)
+        .query(&mut con)
+        .expect("ZREM");
+    let before: Vec<(String, String)> = cmd("HGETALL").arg(&row).query(&mut con).expect("row");
+    let Value::Array(slots) = mack(&mut con, q, &pairs(&jobs)).expect("EMQ.MACK") else {
+        panic!("an array of outcomes");
+    };
+    assert_eq!(slots[0], Value::Int(1));
+    assert!(is_lease_refusal(&slots[1]), "{:?}", slots[1]);
+    assert_eq!(slots[2], Value::Int(1));
+    let after: Vec<(String, String)> = cmd("HGETALL").arg(&row).query(&mut con).expect("row");
+    assert_eq!(after, before, "the refused job's row");
+    let ttl: i64 = cmd("PTTL").arg(&row).query(&mut con).expect("PTTL");
+    assert_eq!(ttl, -1, "no expiry on the refused job's row");
+    assert_eq!(job_state(&mut con, q, &jobs[2].0).as_deref(), Some("done"));
+    assert_eq!(stats(&mut con, q)["active"], 0);
+}
+
+#[test]
 fn a_result_is_kept_per_job() {
     let server = Server::start(Options::default());
     let mut con = server.conn();

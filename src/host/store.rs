@@ -420,27 +420,29 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(true)
     }
 
-    fn remove_many(&self, set: Set, members: &[&Text<'a>]) -> Result<usize, EmqError> {
+    fn remove_many(&self, set: Set, members: &[&Text<'a>]) -> Result<Vec<bool>, EmqError> {
         if members.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         let key = self.set(set)?;
         let mut args = Vec::with_capacity(1 + members.len());
         args.push(key.name().as_str());
+        let mut there = Vec::with_capacity(members.len());
         for member in members {
-            if key.zrem(member.as_str())? {
+            let removed = key.zrem(member.as_str())?;
+            if removed {
                 args.push(member.as_str());
             }
+            there.push(removed);
         }
-        let removed = args.len() - 1;
-        if removed > 0 {
+        if args.len() > 1 {
             notify(self.ctx, NOTIFY_ZSET, c"zrem", key.name());
             if key.is_empty() {
                 notify(self.ctx, NOTIFY_GENERIC, c"del", key.name());
             }
             emit(self.ctx, c"ZREM", &args);
         }
-        Ok(removed)
+        Ok(there)
     }
 
     fn remove_upto(

@@ -210,9 +210,9 @@ pub trait Store {
     /// `ZREM set member` (and `del` when the set is left empty); whether it was there.
     fn remove(&self, set: Set, member: &Self::Text) -> Result<bool, EmqError>;
     /// `ZREM set member [member ...]` of the members that are there: one `zrem` event (and
-    /// `del` when the set is left empty) and one variadic effect, however many it removes; how
-    /// many were there.
-    fn remove_many(&self, set: Set, members: &[&Self::Text]) -> Result<usize, EmqError>;
+    /// `del` when the set is left empty) and one variadic effect, however many it removes;
+    /// whether each was there.
+    fn remove_many(&self, set: Set, members: &[&Self::Text]) -> Result<Vec<bool>, EmqError>;
     /// `ZREMRANGEBYSCORE set -inf max` (`+inf` for `None`), whose members the caller read: all
     /// of them, in `members`. One `zremrangebyscore` event (and `del` when the set is left
     /// empty) and one effect, however many it removes.

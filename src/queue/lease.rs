@@ -20,10 +20,19 @@ fn check_lease<S: Store>(
     member: &S::Text,
     token: i64,
 ) -> Result<i64, EmqError> {
+    let attempts = check_token(store, row, token)?;
+    match store.score(Set::Active, member) {
+        Some(_) => Ok(attempts),
+        None => Err(EmqError::Lease),
+    }
+}
+
+/// What the row says of a lease: the job is active and its current attempt's token is
+/// `token`; its attempts. That it is in the active set too is the caller's to check.
+fn check_token<S: Store>(store: &S, row: &S::Row<'_>, token: i64) -> Result<i64, EmqError> {
     let (attempts, fence, state) = leased_fields(store, row, Field::State);
     let active = store.holds(row) == Holds::Hash
-        && state.is_some_and(|s| store.bytes(&s) == State::Active.as_bytes())
-        && store.score(Set::Active, member).is_some();
+        && state.is_some_and(|s| store.bytes(&s) == State::Active.as_bytes());
     if !active || lease_token(fence, attempts) != token {
         return Err(EmqError::Lease);
     }
@@ -160,24 +169,36 @@ pub fn ack_many<S: Store>(
     }
     store.events()?;
     let limits = limit::limits(store)?;
+    // Each job's row first, reading only: the jobs whose lease it shows.
     let mut outcomes = Vec::with_capacity(jobs.len());
-    // Out of `active` together at the end: one `ZREM`, one event, one effect.
-    let mut acked = Vec::with_capacity(jobs.len());
-    for (s, row) in jobs.iter().zip(&rows) {
+    let mut leased = Vec::with_capacity(jobs.len());
+    for (at, (s, row)) in jobs.iter().zip(&rows).enumerate() {
         let (Some(row), Some(token)) = (row, s.token) else {
             outcomes.push(Err(EmqError::Lease));
             continue;
         };
-        if let Err(refused) = check_lease(store, row, s.job.member, token) {
-            outcomes.push(Err(refused));
+        match check_token(store, row, token) {
+            Ok(_) => {
+                outcomes.push(Ok(()));
+                leased.push((at, row, s, token));
+            }
+            Err(refused) => outcomes.push(Err(refused)),
+        }
+    }
+    // Then out of `active` together, as a single ack leaves it before its row changes: one
+    // `ZREM`, one event, one effect. Its removal is the check that a job is there: one that
+    // is not is refused and its row left as it was.
+    let members: Vec<&S::Text> = leased.iter().map(|(_, _, s, _)| s.job.member).collect();
+    let there = store.remove_many(Set::Active, &members)?;
+    let mut acked = 0u64;
+    for ((at, row, s, token), there) in leased.into_iter().zip(there) {
+        if !there {
+            outcomes[at] = Err(EmqError::Lease);
             continue;
         }
         finish(store, row, s.job.member, token, s.result)?;
-        outcomes.push(Ok(()));
-        acked.push(s.job.member);
+        acked += 1;
     }
-    store.remove_many(Set::Active, &acked)?;
-    let acked = acked.len() as u64;
     if acked > 0 {
         room_freed(store, &limits)?;
         counters::count(&ACKED, acked);

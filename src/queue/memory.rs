@@ -259,17 +259,22 @@ impl Store for Memory {
         Ok(was)
     }
 
-    fn remove_many(&self, set: Set, members: &[&Vec<u8>]) -> Result<usize, EmqError> {
+    fn remove_many(&self, set: Set, members: &[&Vec<u8>]) -> Result<Vec<bool>, EmqError> {
         self.opened(set)?;
+        let there: Vec<bool> = members
+            .iter()
+            .map(|m| self.sets.borrow_mut()[set.index()].remove(*m).is_some())
+            .collect();
         let removed: Vec<String> = members
             .iter()
-            .filter(|m| self.sets.borrow_mut()[set.index()].remove(**m).is_some())
-            .map(|m| text(m))
+            .zip(&there)
+            .filter(|(_, there)| **there)
+            .map(|(m, _)| text(m))
             .collect();
         if !removed.is_empty() {
             self.log(format!("ZREM {set:?} {}", removed.join(" ")));
         }
-        Ok(removed.len())
+        Ok(there)
     }
 
     fn remove_upto(&self, set: Set, max: Option<i64>, members: &[Vec<u8>]) -> Result<(), EmqError> {
