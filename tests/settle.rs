@@ -32,6 +32,13 @@ fn claimed(con: &mut Connection, q: &str, n: usize) -> Vec<(String, i64)> {
         .collect()
 }
 
+/// Enqueues jobs 1 to `n` on `q`, each with the payload `work`.
+fn enqueue_jobs(con: &mut Connection, q: &str, n: u64) {
+    for i in 1..=n {
+        enqueue(con, q, &job_id(i), "work");
+    }
+}
+
 /// `EMQ.MACK ... CLAIM`'s reply: the places, then the jobs claimed.
 type Next = (Vec<i64>, Vec<Job>);
 
@@ -44,9 +51,7 @@ fn each_job_is_settled_on_its_own_and_a_stale_token_refuses_only_its_job() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     let q = "orders";
-    for i in 1..=5 {
-        enqueue(&mut con, q, &job_id(i), "work");
-    }
+    enqueue_jobs(&mut con, q, 5);
     let jobs = claimed(&mut con, q, 5);
     assert_eq!(jobs.len(), 5);
     let refused_before = info_int(&mut con, "emq", "emq_refused_lease");
@@ -91,9 +96,7 @@ fn a_job_out_of_active_is_refused_in_its_place_and_its_row_left_as_it_was() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     let q = "orders";
-    for i in 1..=3 {
-        enqueue(&mut con, q, &job_id(i), "work");
-    }
+    enqueue_jobs(&mut con, q, 3);
     let jobs = claimed(&mut con, q, 3);
     let row = row_key(q, &jobs[1].0);
     let _: i64 = cmd("ZREM")
@@ -187,9 +190,7 @@ fn claim_honours_pause_and_the_concurrency_limit() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     let q = "limited";
-    for i in 1..=6 {
-        enqueue(&mut con, q, &job_id(i), "work");
-    }
+    enqueue_jobs(&mut con, q, 6);
     let _: Value = cmd("EMQ.LIMIT")
         .arg(q)
         .arg("CONCURRENCY")
@@ -222,9 +223,7 @@ fn what_refuses_every_job_refuses_the_batch_before_any_write() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     let q = "whole";
-    for i in 1..=3 {
-        enqueue(&mut con, q, &job_id(i), "work");
-    }
+    enqueue_jobs(&mut con, q, 3);
     let jobs = claimed(&mut con, q, 3);
     let all = pairs(&jobs);
     let refusal = |con: &mut Connection, q: &str, args: &[String]| -> String {
@@ -276,9 +275,7 @@ fn a_batch_reaches_a_replica_as_its_effects() {
     let (primary, replica) = primary_and_replica(Options::default());
     let mut con = primary.conn();
     let q = "replicated";
-    for i in 1..=4 {
-        enqueue(&mut con, q, &job_id(i), "work");
-    }
+    enqueue_jobs(&mut con, q, 4);
     let jobs = claimed(&mut con, q, 2);
     let mut args = pairs(&jobs);
     args[3] = "9".into();
@@ -304,9 +301,7 @@ fn a_batch_is_persisted_as_one_transaction_of_effects() {
     );
     let mut con = server.conn();
     let q = "persisted";
-    for i in 1..=3 {
-        enqueue(&mut con, q, &job_id(i), "work");
-    }
+    enqueue_jobs(&mut con, q, 3);
     let jobs = claimed(&mut con, q, 3);
     let before = aof_words(&server).len();
     let mut args = pairs(&jobs);
@@ -357,9 +352,7 @@ fn a_batched_claim_moves_its_jobs_in_one_zrem_and_one_zadd() {
     );
     let mut con = server.conn();
     let q = "claimed-together";
-    for i in 1..=3 {
-        enqueue(&mut con, q, &job_id(i), "work");
-    }
+    enqueue_jobs(&mut con, q, 3);
     let before = aof_words(&server).len();
     let jobs = claimed(&mut con, q, 3);
     assert_eq!(jobs.len(), 3);
