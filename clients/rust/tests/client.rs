@@ -205,19 +205,20 @@ async fn a_lost_lease_is_seen_by_the_handler_and_never_acked() {
     let worker = worker_of(&server, "stolen", move |job: Job| {
         let url = url.clone();
         async move {
-            // The lease runs out under the handler and another attempt takes the job.
+            // The lease runs out under the handler and another attempt takes the job. The
+            // lease ends at each try, should a renewal have come between.
             let mut admin = redis::Client::open(url)
                 .expect("client")
                 .get_connection()
                 .expect("conn");
-            let _: i64 = redis::cmd("ZADD")
-                .arg("emq:{stolen}:active")
-                .arg("XX")
-                .arg(0)
-                .arg(&job.id)
-                .query(&mut admin)
-                .expect("zadd");
             let taken = wait_until(Duration::from_secs(5), || {
+                let _: i64 = redis::cmd("ZADD")
+                    .arg("emq:{stolen}:active")
+                    .arg("XX")
+                    .arg(0)
+                    .arg(&job.id)
+                    .query(&mut admin)
+                    .expect("zadd");
                 support::claim(&mut admin, "stolen", &[]).is_some_and(|j| !j.is_empty())
             });
             assert!(taken);
@@ -231,6 +232,9 @@ async fn a_lost_lease_is_seen_by_the_handler_and_never_acked() {
         }
     })
     .await
+    // One slot: while the handler runs, the worker claims nothing, so the only other attempt
+    // is the one the handler's claim takes.
+    .concurrency(1)
     .lease(Duration::from_millis(300));
     let token = worker.shutdown_token();
     let run = tokio::spawn(worker.run());
