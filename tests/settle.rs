@@ -39,6 +39,12 @@ fn enqueue_jobs(con: &mut Connection, q: &str, n: u64) {
     }
 }
 
+/// Enqueues jobs 1 to `n` on `q` and claims them all: each job's id and token.
+fn enqueued_and_claimed(con: &mut Connection, q: &str, n: u64) -> Vec<(String, i64)> {
+    enqueue_jobs(con, q, n);
+    claimed(con, q, n as usize)
+}
+
 /// `EMQ.MACK ... CLAIM`'s reply: the places, then the jobs claimed.
 type Next = (Vec<i64>, Vec<Job>);
 
@@ -51,8 +57,7 @@ fn each_job_is_settled_on_its_own_and_a_stale_token_refuses_only_its_job() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     let q = "orders";
-    enqueue_jobs(&mut con, q, 5);
-    let jobs = claimed(&mut con, q, 5);
+    let jobs = enqueued_and_claimed(&mut con, q, 5);
     assert_eq!(jobs.len(), 5);
     let refused_before = info_int(&mut con, "emq", "emq_refused_lease");
     let mut args = pairs(&jobs);
@@ -96,8 +101,7 @@ fn a_job_out_of_active_is_refused_in_its_place_and_its_row_left_as_it_was() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     let q = "orders";
-    enqueue_jobs(&mut con, q, 3);
-    let jobs = claimed(&mut con, q, 3);
+    let jobs = enqueued_and_claimed(&mut con, q, 3);
     let row = row_key(q, &jobs[1].0);
     let _: i64 = cmd("ZREM")
         .arg(set_key(q, "active"))
@@ -223,8 +227,7 @@ fn what_refuses_every_job_refuses_the_batch_before_any_write() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     let q = "whole";
-    enqueue_jobs(&mut con, q, 3);
-    let jobs = claimed(&mut con, q, 3);
+    let jobs = enqueued_and_claimed(&mut con, q, 3);
     let all = pairs(&jobs);
     let refusal = |con: &mut Connection, q: &str, args: &[String]| -> String {
         error_text(&mack(con, q, args).expect_err("refused"))
@@ -301,8 +304,7 @@ fn a_batch_is_persisted_as_one_transaction_of_effects() {
     );
     let mut con = server.conn();
     let q = "persisted";
-    enqueue_jobs(&mut con, q, 3);
-    let jobs = claimed(&mut con, q, 3);
+    let jobs = enqueued_and_claimed(&mut con, q, 3);
     let before = aof_words(&server).len();
     let mut args = pairs(&jobs);
     args.extend(["CLAIM".into(), "1".into()]);
