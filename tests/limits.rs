@@ -38,19 +38,13 @@ fn ack(con: &mut Connection, q: &str, id: &str, token: i64) {
     assert_eq!(acked, 1);
 }
 
-fn fill(con: &mut Connection, q: &str, n: u64) {
-    for i in 1..=n {
-        enqueue(con, q, &job_id(i), "p");
-    }
-}
-
 #[test]
 fn sixteen_claimers_never_hold_more_jobs_than_the_concurrency_limit() {
     let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("conc");
     const JOBS: i64 = 300;
-    fill(&mut con, &q, JOBS as u64);
+    enqueue_numbered(&mut con, &q, JOBS as u64, "p");
     limit(&mut con, &q, &["CONCURRENCY", "3"]);
     let acked = Arc::new(AtomicI64::new(0));
     let done = Arc::new(AtomicBool::new(false));
@@ -110,7 +104,7 @@ fn a_rate_limit_holds_in_every_window_and_the_timer_wakes_the_claimers() {
     const JOBS: u64 = 40;
     const N: usize = 5;
     const PER: u64 = 300;
-    fill(&mut con, &q, JOBS);
+    enqueue_numbered(&mut con, &q, JOBS, "p");
     let _: i64 = cmd("EMQ.EVENTS")
         .arg(&q)
         .arg("ON")
@@ -199,7 +193,7 @@ fn room_made_by_a_settle_or_a_raised_limit_wakes_a_blocked_claimer() {
     let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("wake");
-    fill(&mut con, &q, 3);
+    enqueue_numbered(&mut con, &q, 3, "p");
     limit(&mut con, &q, &["CONCURRENCY", "1"]);
     let held = claim(&mut con, &q, &["COUNT", "3"]).expect("jobs");
     assert_eq!(held.len(), 1);
@@ -229,7 +223,7 @@ fn the_limits_and_the_rate_window_survive_a_failover() {
     let mut p = primary.conn();
     let mut r = replica.conn();
     let q = "failover-limits";
-    fill(&mut p, q, 10);
+    enqueue_numbered(&mut p, q, 10, "p");
     limit(
         &mut p,
         q,
@@ -330,7 +324,7 @@ fn a_claim_under_a_rate_limit_needs_permission_on_the_window() {
     let server = Server::start_or_external();
     let mut admin = server.conn();
     let q = unique_queue("rateacl");
-    fill(&mut admin, &q, 2);
+    enqueue_numbered(&mut admin, &q, 2, "p");
     let pattern = format!("~emq:{{{q}}}:*");
     let not_rate = format!("%R~emq:{{{q}}}:rate");
     let mut worker = user_with(&server, "ratelimited", &["+@all", &pattern]);
@@ -361,7 +355,7 @@ fn a_replica_without_the_module_ends_identical() {
     let mut p = primary.conn();
     let mut r = replica.conn();
     let q = "mirrored-limits";
-    fill(&mut p, q, 12);
+    enqueue_numbered(&mut p, q, 12, "p");
     limit(&mut p, q, &["CONCURRENCY", "4", "RATE", "3", "PER", "200"]);
     let first = claim(&mut p, q, &["COUNT", "10"]).expect("jobs");
     ack(&mut p, q, &first[0].0, first[0].2);
@@ -380,7 +374,7 @@ fn limits_written_by_hand_are_honoured_at_once_in_a_transaction_too() {
     let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("handlimit");
-    fill(&mut con, &q, 10);
+    enqueue_numbered(&mut con, &q, 10, "p");
     let meta = set_key(&q, "meta");
     let hset = |con: &mut Connection, n: i64| {
         let _: i64 = cmd("HSET")

@@ -139,9 +139,7 @@ fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
     let mut p = primary.conn();
     let mut r = replica.conn();
     let q = unique_queue("life");
-    for i in 1..=40u64 {
-        enqueue(&mut p, &q, &job_id(i), "x");
-    }
+    enqueue_numbered(&mut p, &q, 40, "x");
     for i in 41..=50u64 {
         enqueue_delayed(&mut p, &q, &job_id(i), "later", 150);
     }
@@ -394,9 +392,7 @@ fn ids_dropped_for_a_missing_row_are_dropped_on_the_replica_too() {
     let mut p = primary.conn();
     let mut r = replica.conn();
     let q = unique_queue("dropped");
-    for i in 1..=5u64 {
-        enqueue(&mut p, &q, &job_id(i), "x");
-    }
+    enqueue_numbered(&mut p, &q, 5, "x");
     let _: i64 = cmd("DEL")
         .arg(row_key(&q, &job_id(1)))
         .arg(row_key(&q, &job_id(2)))

@@ -32,16 +32,9 @@ fn claimed(con: &mut Connection, q: &str, n: usize) -> Vec<(String, i64)> {
         .collect()
 }
 
-/// Enqueues jobs 1 to `n` on `q`, each with the payload `work`.
-fn enqueue_jobs(con: &mut Connection, q: &str, n: u64) {
-    for i in 1..=n {
-        enqueue(con, q, &job_id(i), "work");
-    }
-}
-
 /// Enqueues jobs 1 to `n` on `q` and claims them all: each job's id and token.
 fn enqueued_and_claimed(con: &mut Connection, q: &str, n: u64) -> Vec<(String, i64)> {
-    enqueue_jobs(con, q, n);
+    enqueue_numbered(con, q, n, "work");
     claimed(con, q, n as usize)
 }
 
@@ -194,7 +187,7 @@ fn claim_honours_pause_and_the_concurrency_limit() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     let q = "limited";
-    enqueue_jobs(&mut con, q, 6);
+    enqueue_numbered(&mut con, q, 6, "work");
     let _: Value = cmd("EMQ.LIMIT")
         .arg(q)
         .arg("CONCURRENCY")
@@ -278,7 +271,7 @@ fn a_batch_reaches_a_replica_as_its_effects() {
     let (primary, replica) = primary_and_replica(Options::default());
     let mut con = primary.conn();
     let q = "replicated";
-    enqueue_jobs(&mut con, q, 4);
+    enqueue_numbered(&mut con, q, 4, "work");
     let jobs = claimed(&mut con, q, 2);
     let mut args = pairs(&jobs);
     args[3] = "9".into();
@@ -354,7 +347,7 @@ fn a_batched_claim_moves_its_jobs_in_one_zrem_and_one_zadd() {
     );
     let mut con = server.conn();
     let q = "claimed-together";
-    enqueue_jobs(&mut con, q, 3);
+    enqueue_numbered(&mut con, q, 3, "work");
     let before = aof_words(&server).len();
     let jobs = claimed(&mut con, q, 3);
     assert_eq!(jobs.len(), 3);

@@ -86,6 +86,13 @@ pub fn enqueue(con: &mut impl redis::ConnectionLike, q: &str, id: &str, payload:
         .expect("enqueue")
 }
 
+/// Enqueues jobs 1 to `n` (as [`job_id`] names them) on `q`, each with `payload`.
+pub fn enqueue_numbered(con: &mut impl redis::ConnectionLike, q: &str, n: u64, payload: &str) {
+    for i in 1..=n {
+        enqueue(con, q, &job_id(i), payload);
+    }
+}
+
 /// `EMQ.ENQUEUE <q> <id> <payload> DELAY <ms>`: a job due `delay_ms` from now.
 pub fn enqueue_delayed(
     con: &mut impl redis::ConnectionLike,
