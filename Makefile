@@ -3,8 +3,8 @@
 #   make web / make top  the emq console's dashboard / terminal view against that server
 #   make test   unit tests and integration tests against real servers, the Rust and Python
 #               clients' and the emq console's included (its browser tests in headless Chromium)
-#   make lint   cargo fmt --check, clippy with warnings denied, the layer check, and mypy --strict
-#               on the Python client
+#   make lint   cargo fmt --check, clippy with warnings denied, the layer and docs checks, and
+#               mypy --strict on the Python client
 #   make test-redis7  the core suites against redis-server 7.0
 #   make test-valkey-latest  every suite against the newest Valkey in Debian's archive
 #   make test-python-versions  the Python client's suite on Python 3.9 and 3.10, where found
@@ -196,11 +196,12 @@ bench-clients: build python
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(PY_VENV)/bin/python clients/python/bench/clients.py
 
 # The layer check (tests/layers.rs) reads src/ and fails on an upward import, an import cycle
-# or unsafe code outside host/ (docs/architecture.md).
+# or unsafe code outside host/ (docs/architecture.md); the docs check (tests/docs.rs) fails on a
+# README over 250 lines or a `protocol.md §N` that docs/protocol.md lacks.
 lint: deps python
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) test --test layers
+	$(CARGO) test --test layers --test docs
 	cd clients/python && ../../$(PY_VENV)/bin/mypy --strict src tests
 	@# The package supports Python 3.9+: its syntax and standard library, checked against 3.9 (mypy
 	@# checks types for the oldest Python it knows, pyproject.toml's python_version).

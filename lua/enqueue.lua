@@ -1,4 +1,4 @@
--- The reference @enqueue script (SPEC §8), kept as the interop and benchmark baseline.
+-- The reference @enqueue script (protocol.md §8), kept as the interop and benchmark baseline.
 -- KEYS[1] = the job row    KEYS[2] = the pending set
 -- ARGV[1] = the branded id  ARGV[2] = the payload
 if string.sub(ARGV[1], 1, 3) ~= 'JOB' then

@@ -2,7 +2,7 @@
 //! load order; the layers below it import only downward:
 //!
 //! `protocol` (pure: the grammar, ids, the job row, errors, the store trait) <- `host` (the
-//! only unsafe code: the server's API) <- `queue` (every SPEC §6 transition, over the store
+//! only unsafe code: the server's API) <- `queue` (every protocol.md §6 transition, over the store
 //! trait) <- `runtime` (the timer, events, the command filter, slot migration, `INFO`) <-
 //! `commands` (parse -> one transition -> reply) <- this file. See docs/architecture.md.
 

@@ -1,4 +1,4 @@
-//! ACL on the real derived keys (SPEC §5): a user limited to `~emq:{orders}:*` may enqueue to
+//! ACL on the real derived keys (protocol.md §5): a user limited to `~emq:{orders}:*` may enqueue to
 //! and work on `orders` and gets NOPERM, logged in ACL LOG, with nothing written, for any other
 //! queue.
 

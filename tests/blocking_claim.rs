@@ -1,4 +1,4 @@
-//! `EMQ.CLAIM ... BLOCK` (SPEC §6): a waiter is woken by an enqueue or a job coming due, served
+//! `EMQ.CLAIM ... BLOCK` (protocol.md §6): a waiter is woken by an enqueue or a job coming due, served
 //! in arrival order from its own database (another module's blocking call as well), answers at
 //! once where it cannot block, and takes no job once it has gone away or been unblocked.
 

@@ -1,4 +1,4 @@
-//! `EMQ.CANCEL` (SPEC §6): a pending or scheduled job is removed, row and all; an active one, or
+//! `EMQ.CANCEL` (protocol.md §6): a pending or scheduled job is removed, row and all; an active one, or
 //! one that does not exist, is left as it is. (`EMQ.REQUEUE` of a dead job: tests/lease.rs.)
 
 mod support;

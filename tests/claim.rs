@@ -1,4 +1,4 @@
-//! `EMQ.CLAIM` without blocking (SPEC §6): it takes the lowest ids, counts attempts into the
+//! `EMQ.CLAIM` without blocking (protocol.md §6): it takes the lowest ids, counts attempts into the
 //! lease token, passes over members whose row is gone, and a refusal writes nothing.
 
 mod support;

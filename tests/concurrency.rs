@@ -1,4 +1,4 @@
-//! Many workers at once (SPEC §6): every job ends `done` or `dead` exactly once and no job is
+//! Many workers at once (protocol.md §6): every job ends `done` or `dead` exactly once and no job is
 //! held by two workers, with the server's I/O threads serving the clients or without them.
 
 mod support;

@@ -1,4 +1,4 @@
-//! Delayed jobs and the timer (SPEC §6): a job waits in `schedule` until its due time, which is
+//! Delayed jobs and the timer (protocol.md §6): a job waits in `schedule` until its due time, which is
 //! kept exactly, and the timer promotes it wherever a command puts its keys, in full, with no
 //! claim or write to its queue; the timer watches exactly the queues that have timed sets.
 

@@ -1,5 +1,5 @@
 //! Module and Lua speakers share a deployment: keys written by EMQ.ENQUEUE are DUMP-identical
-//! to those the reference `@enqueue` script writes for the same input (SPEC §5, §8).
+//! to those the reference `@enqueue` script writes for the same input (protocol.md §5, §8).
 
 mod support;
 

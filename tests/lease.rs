@@ -1,4 +1,4 @@
-//! Leases (SPEC §6): `EMQ.RENEW`, `EMQ.ACK` and `EMQ.FAIL` under the attempt token, retries with
+//! Leases (protocol.md §6): `EMQ.RENEW`, `EMQ.ACK` and `EMQ.FAIL` under the attempt token, retries with
 //! backoff until a job is dead, and an expired lease returning the job and fencing the worker
 //! that held it, however often that worker crashes.
 

@@ -1,4 +1,4 @@
-//! The job lifecycle against a reference model (SPEC §6): random sequences of enqueues,
+//! The job lifecycle against a reference model (protocol.md §6): random sequences of enqueues,
 //! batches, claims, acks (with results), failures, renewals (with progress), cancels, requeues
 //! one by one and in bulk, purges, pauses and resumes, concurrency and rate limits set and
 //! lifted, enqueues holding unique keys, with valid and stale tokens, and the dead

@@ -1,4 +1,4 @@
-//! Replication by effect (SPEC §5): a replica *without* the module follows the primary to the
+//! Replication by effect (protocol.md §5): a replica *without* the module follows the primary to the
 //! same data, and refusals and duplicates propagate nothing.
 
 mod support;

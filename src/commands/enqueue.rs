@@ -1,7 +1,7 @@
 //! `EMQ.ENQUEUE <queue> <id|*> <payload> [DELAY <ms> | AT <unix-ms>] [PRIORITY <p>]
-//! [UNIQUE <key> [FOR <ms>]]` (SPEC §4, §6, §9): replies 1 for a new job, 0 for a duplicate,
+//! [UNIQUE <key> [FOR <ms>]]` (protocol.md §4, §6, §9): replies 1 for a new job, 0 for a duplicate,
 //! the minted id for `*`, or, when another job holds the unique key, that job's id. The
-//! refusals come in SPEC order: queue -> id -> kind -> payload size -> due time -> (the queue
+//! refusals come in protocol.md §4 order: queue -> id -> kind -> payload size -> due time -> (the queue
 //! layer) ACL -> row exists -> set type -> unique table type.
 
 use valkey_module::Context;

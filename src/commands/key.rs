@@ -1,4 +1,4 @@
-//! `EMQ.KEY <queue> <type> [<id>]`: composes a key through the grammar (SPEC §1).
+//! `EMQ.KEY <queue> <type> [<id>]`: composes a key through the grammar (protocol.md §1).
 
 use valkey_module::Context;
 

@@ -1,5 +1,5 @@
 //! One file per command: parse the arguments (pure), then one `queue` call, then the reply.
-//! Refusals come in SPEC order; each is a typed `EmqError`, rendered in one place (the host's
+//! Refusals come in protocol.md §4 order; each is a typed `EmqError`, rendered in one place (the host's
 //! guard).
 
 #![forbid(unsafe_code)]
@@ -39,12 +39,12 @@ use crate::queue::job::Target;
 use crate::queue::Job;
 use crate::runtime::cluster;
 
-/// SPEC §1.1: the queue name, or `EMQQUEUE`.
+/// protocol.md §1.1: the queue name, or `EMQQUEUE`.
 pub fn parse_queue(bytes: &[u8]) -> Result<Queue<'_>, EmqError> {
     Queue::parse(bytes).ok_or(EmqError::Queue)
 }
 
-/// SPEC §2: a well-formed branded id of any kind, or `EMQID`.
+/// protocol.md §2: a well-formed branded id of any kind, or `EMQID`.
 pub fn parse_id(bytes: &[u8]) -> Result<BrandedId, EmqError> {
     BrandedId::parse(bytes).ok_or(EmqError::Id)
 }

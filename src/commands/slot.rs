@@ -1,4 +1,4 @@
-//! `EMQ.SLOT <key>`: the cluster slot of any byte string (SPEC §3).
+//! `EMQ.SLOT <key>`: the cluster slot of any byte string (protocol.md §3).
 
 use valkey_module::Context;
 

@@ -1,4 +1,4 @@
-//! Branded ids (SPEC §2): 3 bytes of kind (`[A-Z]{3}`) and an 11-byte Base62 snowflake,
+//! Branded ids (protocol.md §2): 3 bytes of kind (`[A-Z]{3}`) and an 11-byte Base62 snowflake,
 //! big-endian and zero-padded, so byte order equals numeric order equals mint order.
 
 /// Total length of a branded id.

@@ -1,4 +1,4 @@
-//! Repeating jobs (SPEC §9): a schedule's spec and its record in the queue's `cron` table.
+//! Repeating jobs (protocol.md §9): a schedule's spec and its record in the queue's `cron` table.
 //!
 //! A spec is a cron expression, standard five fields with an optional leading seconds field,
 //! read by the `croner` crate (`@hourly` and the like, ranges, steps, names, `L`, `W`, `#`),

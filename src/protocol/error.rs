@@ -1,11 +1,11 @@
-//! The error catalogue (SPEC §7): one enum, rendered to a reply in one place.
+//! The error catalogue (protocol.md §7): one enum, rendered to a reply in one place.
 
 use std::borrow::Cow;
 
 /// Every way an EchoMQ command can refuse.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EmqError {
-    /// The queue name breaks SPEC §1.1.
+    /// The queue name breaks protocol.md §1.1.
     Queue,
     /// An unknown key type.
     Type,

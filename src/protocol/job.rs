@@ -1,12 +1,12 @@
-//! The job row (SPEC §1.2): its fields, its states and their words, and the payload limit.
+//! The job row (protocol.md §1.2): its fields, its states and their words, and the payload limit.
 
 use super::error::EmqError;
 use super::settings;
 
-/// The protocol version this module speaks (SPEC §4), which `EMQ.VERSION` answers.
+/// The protocol version this module speaks (protocol.md §4), which `EMQ.VERSION` answers.
 pub const PROTOCOL_VERSION: &str = "echomq:2.0.0";
 
-/// Row states (SPEC §6).
+/// Row states (protocol.md §6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
     Pending,

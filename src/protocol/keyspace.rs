@@ -1,9 +1,9 @@
-//! The keyspace grammar (SPEC §1): every key is `emq:{<queue>}:<type>`, composed here and
+//! The keyspace grammar (protocol.md §1): every key is `emq:{<queue>}:<type>`, composed here and
 //! nowhere else. The type set is closed.
 
 use super::{BrandedId, ID_LEN};
 
-/// Longest queue name, in bytes (SPEC §1.1).
+/// Longest queue name, in bytes (protocol.md §1.1).
 pub const MAX_QUEUE_LEN: usize = 128;
 /// What every per-queue key starts with: the protocol's prefix and the hashtag's brace.
 pub const PREFIX: &[u8] = b"emq:{";
@@ -38,19 +38,19 @@ pub enum KeyType {
     Schedule,
     /// Jobs that exhausted their attempts (zset, score = time of death).
     Dead,
-    /// Per-queue facts (hash): the paused flag, the event stream's setting (SPEC §9).
+    /// Per-queue facts (hash): the paused flag, the event stream's setting (protocol.md §9).
     Meta,
-    /// The queue's transitions while its event stream is on (stream, capped; SPEC §9).
+    /// The queue's transitions while its event stream is on (stream, capped; protocol.md §9).
     Events,
     /// The job row (hash); its key carries a branded id.
     Job,
     /// The claims of the rate limit's window (zset, member `<id>:<attempt>`, score = the time
-    /// of the claim; SPEC §9).
+    /// of the claim; protocol.md §9).
     Rate,
     /// The deduplication keys (hash: unique key -> the first job's id and its window's end;
-    /// SPEC §9).
+    /// protocol.md §9).
     Unique,
-    /// The repeating jobs (hash: name -> its schedule, payload and next firing; SPEC §9).
+    /// The repeating jobs (hash: name -> its schedule, payload and next firing; protocol.md §9).
     Cron,
 }
 

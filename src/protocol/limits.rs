@@ -1,4 +1,4 @@
-//! A queue's claim limits (SPEC §9): how many of its jobs may be active at once, and how many
+//! A queue's claim limits (protocol.md §9): how many of its jobs may be active at once, and how many
 //! claims any window of a given length may hold. Both live in the queue's `meta` hash; the
 //! rate limit's window is the queue's `rate` zset, one member a claim.
 //!

@@ -11,7 +11,7 @@ pub const MAX_PAYLOAD_MIN: i64 = 1;
 /// The server's own `proto-max-bulk-len` default.
 pub const MAX_PAYLOAD_MAX: i64 = 512 << 20;
 
-/// The node id carried by minted snowflakes (SPEC §2), 0..=1023.
+/// The node id carried by minted snowflakes (protocol.md §2), 0..=1023.
 pub static NODE_ID: AtomicI64 = AtomicI64::new(0);
 pub const NODE_ID_MAX: i64 = super::branded_id::MAX_NODE as i64;
 

@@ -1,4 +1,4 @@
-//! Cluster slots (SPEC §3): the same function the server uses for `CLUSTER KEYSLOT`.
+//! Cluster slots (protocol.md §3): the same function the server uses for `CLUSTER KEYSLOT`.
 
 use crc16::{State, XMODEM};
 

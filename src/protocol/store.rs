@@ -1,4 +1,4 @@
-//! What a transition may read and write of one queue (SPEC §1): its four sets and its job
+//! What a transition may read and write of one queue (protocol.md §1): its four sets and its job
 //! rows. The host implements [`Store`] over the server's keys, each write with the keyspace
 //! event and the replicated effect its native command would have; the queue layer's tests
 //! implement it over memory. A transition checks names, permissions and types through it
@@ -9,7 +9,7 @@ use super::error::EmqError;
 use super::job::{Field, State};
 use super::keyspace::KeyType;
 
-/// A queue's sets (SPEC §1).
+/// A queue's sets (protocol.md §1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Set {
     /// Ready jobs, score 0, so byte order is mint order.
@@ -47,7 +47,7 @@ impl Set {
     }
 }
 
-/// A hash of the queue beside its sets and rows, field -> value (SPEC §9).
+/// A hash of the queue beside its sets and rows, field -> value (protocol.md §9).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Table {
     /// `unique`: a unique key -> the job holding it (`<id>`, until that job is done or dead)
@@ -93,7 +93,7 @@ pub enum KeyRef<'a, N> {
     Row(&'a N),
 }
 
-/// A fact of the queue's `meta` hash (SPEC §9), by its field.
+/// A fact of the queue's `meta` hash (protocol.md §9), by its field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Meta {
     /// `1` while the queue is paused (`EMQ.PAUSE`): no claim takes a job.
@@ -242,7 +242,7 @@ pub trait Store {
     /// `PEXPIREAT row at_ms`.
     fn expire_row(&self, row: &Self::Row<'_>, at_ms: i64) -> Result<(), EmqError>;
 
-    // ---- the queue's meta hash and event stream (SPEC §9) ----
+    // ---- the queue's meta hash and event stream (protocol.md §9) ----
 
     /// A field of the `meta` hash, looked at without counting as a client's read (`WRONGTYPE`
     /// when the key holds another type).
@@ -261,7 +261,7 @@ pub trait Store {
     /// Wakes the claimers blocked on the pending set.
     fn wake_claimers(&self) -> Result<(), EmqError>;
 
-    // ---- the queue's tables (SPEC §9) ----
+    // ---- the queue's tables (protocol.md §9) ----
 
     /// `HGET table field` (`WRONGTYPE` when the key holds another type).
     fn table_get(&self, table: Table, field: &[u8]) -> Result<Option<Self::Text>, EmqError>;

@@ -1,4 +1,4 @@
-//! `EMQ.CLAIM`'s transition (SPEC §6): promote what is due, then move up to `count` of the
+//! `EMQ.CLAIM`'s transition (protocol.md §6): promote what is due, then move up to `count` of the
 //! lowest pending ids to `active` under a lease, `attempts` + 1 each (the lease token).
 
 use crate::protocol::counters::{self, CLAIMED};

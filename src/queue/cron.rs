@@ -1,4 +1,4 @@
-//! Repeating jobs (SPEC §9, `protocol::cron`): `EMQ.CRON` sets a schedule, `EMQ.UNCRON` removes
+//! Repeating jobs (protocol.md §9, `protocol::cron`): `EMQ.CRON` sets a schedule, `EMQ.UNCRON` removes
 //! one, `EMQ.CRONS` lists them, and the timer fires the ones that are due, each firing one job
 //! with a minted id and the schedule's next firing written in the same step.
 

@@ -1,5 +1,5 @@
-//! Enqueue (SPEC §4, §6): the reference `@enqueue` script as one in-process step, for one job
-//! or an all-or-nothing batch. Every check runs before the first write, in SPEC order:
+//! Enqueue (protocol.md §4, §6): the reference `@enqueue` script as one in-process step, for one job
+//! or an all-or-nothing batch. Every check runs before the first write, in protocol.md §4 order:
 //! queue -> id -> kind -> payload size ([`check_new`], while parsing) -> ACL -> row exists ->
 //! set type. A due time in the future parks the job in `schedule` with `state scheduled`.
 
@@ -30,7 +30,7 @@ pub fn mint(now_ms: i64) -> BrandedId {
     minter.mint(u64::try_from(now_ms).unwrap_or(0), settings::node_id())
 }
 
-/// A job's id (when the client gave one) and payload, as SPEC §2 and §1.2 allow them: only a
+/// A job's id (when the client gave one) and payload, as protocol.md §2 and §1.2 allow them: only a
 /// `JOB` id may be enqueued, and the payload fits `emq.max-payload-bytes`.
 pub fn check_new(id: Option<&BrandedId>, payload: &[u8]) -> Result<(), EmqError> {
     if id.is_some_and(|id| !id.is_job()) {
@@ -112,7 +112,7 @@ pub fn enqueue<S: Store>(
 }
 
 /// [`enqueue`], and with `unique`, only when no job holds its key: a job that does is the
-/// answer, and nothing is written (SPEC §9).
+/// answer, and nothing is written (protocol.md §9).
 pub fn enqueue_with<S: Store>(
     store: &S,
     job: Option<Job<'_, S>>,

@@ -1,5 +1,5 @@
 //! One job named by a client (`<queue> <id>`): its keys checked before anything is opened,
-//! and the operator's transitions on it, cancel and requeue (SPEC §6).
+//! and the operator's transitions on it, cancel and requeue (protocol.md §6).
 
 use crate::protocol::counters::{self, CANCELLED, REQUEUED};
 use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};

@@ -1,4 +1,4 @@
-//! The lease holder's transitions (SPEC §6): renew, ack and fail. The token is the one the
+//! The lease holder's transitions (protocol.md §6): renew, ack and fail. The token is the one the
 //! claim returned (the job's `attempts` after its `fence`); a wrong, stale or missing one is
 //! `EMQLEASE` and changes nothing.
 

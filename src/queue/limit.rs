@@ -1,4 +1,4 @@
-//! A queue's claim limits (SPEC §9, `protocol::limits`): `EMQ.LIMIT` sets and reports them, a
+//! A queue's claim limits (protocol.md §9, `protocol::limits`): `EMQ.LIMIT` sets and reports them, a
 //! claim takes no more than they leave room for, a settled job wakes the claimers waiting for
 //! room, and the timer trims the rate window and wakes them when it frees.
 

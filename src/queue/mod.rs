@@ -1,4 +1,4 @@
-//! Every SPEC §6 transition, in one place: enqueue, claim, renew, ack, fail, cancel, requeue,
+//! Every protocol.md §6 transition, in one place: enqueue, claim, renew, ack, fail, cancel, requeue,
 //! and the timer's promote and bury. Each runs over the protocol's [`Store`] trait, checks
 //! names, permissions and types before its first write, and counts what it did in `INFO emq`.
 //! The host implements the store over the server's keys; the tests here over memory.

@@ -1,4 +1,4 @@
-//! Operating a queue (SPEC §9): pausing and resuming it, its event stream, purging a set, and
+//! Operating a queue (protocol.md §9): pausing and resuming it, its event stream, purging a set, and
 //! bringing dead jobs back in bulk. Every bulk transition is bounded per call and replies how
 //! many jobs it moved, so a client loops until 0 and the server never stalls on a large set.
 

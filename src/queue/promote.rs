@@ -1,4 +1,4 @@
-//! What the timer (and each claim, first) moves by itself (SPEC §6): scheduled jobs whose time
+//! What the timer (and each claim, first) moves by itself (protocol.md §6): scheduled jobs whose time
 //! came go to pending, and so do jobs whose lease expired, unless that was their last attempt,
 //! when they are buried in `dead`.
 

@@ -1,4 +1,4 @@
-//! Deduplication windows (SPEC §9): `EMQ.ENQUEUE ... UNIQUE <key> [FOR <ms>]`. The queue's
+//! Deduplication windows (protocol.md §9): `EMQ.ENQUEUE ... UNIQUE <key> [FOR <ms>]`. The queue's
 //! `unique` table maps each key to the job that holds it: `<id>` while that job is pending,
 //! scheduled or active (the window lasts until it is done or dead), or `<id>:<until>` for a
 //! window that ends at `until` (unix ms) whatever becomes of the job.

@@ -389,7 +389,7 @@ pub enum Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
-    /// `0`, a queue name (SPEC §1.1), or a number in braces; anything else is `EMQCURSOR`.
+    /// `0`, a queue name (protocol.md §1.1), or a number in braces; anything else is `EMQCURSOR`.
     pub fn parse(bytes: &'a [u8]) -> Result<Cursor<'a>, EmqError> {
         if bytes == b"0" {
             return Ok(Cursor::Start);

@@ -684,7 +684,7 @@ pub fn wait_caught_up(primary: &mut Connection, replica: &mut Connection) {
     );
 }
 
-/// `emq:{<queue>}:job:<id>`, spelled out as SPEC §1 has it (the tests do not borrow the
+/// `emq:{<queue>}:job:<id>`, spelled out as protocol.md §1 has it (the tests do not borrow the
 /// module's own key builder).
 pub fn row_key(queue: &str, id: &str) -> String {
     format!("emq:{{{queue}}}:job:{id}")

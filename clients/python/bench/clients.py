@@ -255,7 +255,7 @@ def main() -> None:
     if start >= 0 and end > start:
         text = text[:start] + section + text[end + len("<!-- /clients bench -->"):]
     else:
-        marker = "### Against the targets"
+        marker = "## How these figures were reached"
         text = text.replace(marker, section + "\n\n" + marker, 1)
     path.write_text(text)
 

@@ -1,4 +1,4 @@
-//! Branded ids minted by the client, in the module's layout (SPEC §2): `JOB` and 11 base62
+//! Branded ids minted by the client, in the module's layout (protocol.md §2): `JOB` and 11 base62
 //! digits of a 63-bit value, the milliseconds since 2024-01-01 in the high bits, so they sort
 //! as minted. A producer that mints its ids retries an enqueue with the same id, which the
 //! server makes idempotent.

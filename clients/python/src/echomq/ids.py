@@ -1,4 +1,4 @@
-"""Branded ids minted by the client, in the module's own layout (SPEC §2): ``JOB`` and 11 base62
+"""Branded ids minted by the client, in the module's own layout (protocol.md §2): ``JOB`` and 11 base62
 digits of a 63-bit value, the milliseconds since 2024-01-01 in the high bits, so ids sort as
 they were minted. A producer that mints its ids can retry an enqueue with the same id, which
 the server makes idempotent."""
