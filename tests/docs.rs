@@ -105,9 +105,15 @@ fn every_protocol_citation_names_a_section_of_protocol_md() {
         let Ok(text) = std::fs::read_to_string(&file) else {
             continue;
         };
-        let name = file.strip_prefix(root()).unwrap_or(&file).display().to_string();
+        let name = file
+            .strip_prefix(root())
+            .unwrap_or(&file)
+            .display()
+            .to_string();
         if text.contains(OLD_CITATION) {
-            wrong.push(format!("{name}: cites `{OLD_CITATION}`, a document the repository does not hold"));
+            wrong.push(format!(
+                "{name}: cites `{OLD_CITATION}`, a document the repository does not hold"
+            ));
         }
         for cited in citations(&text) {
             if !have.contains(&cited) {
