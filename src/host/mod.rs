@@ -4,7 +4,8 @@
 //! ([`acl`]), keyspace events and replication by effect ([`propagate`]), blocking
 //! ([`block`]), the client and its context ([`client`]), what the server says of itself
 //! ([`server`]), events, the timer and the command filter ([`events`]), registration
-//! ([`register`], [`load`]), and the one panic guard ([`guard`]).
+//! ([`register`], [`load`]), what the store may skip of a queue's `meta` hash ([`meta_cache`]), and the
+//! one panic guard ([`guard`]).
 //!
 //! The `valkey-module` crate's safe API is used where it serves every server EchoMQ supports
 //! (Valkey 8.0-9.1, Redis 7.0; the crate is built with `use-redismodule-api` and its default
@@ -44,6 +45,7 @@ pub mod events;
 pub mod guard;
 pub mod key;
 pub mod load;
+pub mod meta_cache;
 pub mod propagate;
 pub mod ranked;
 pub mod register;

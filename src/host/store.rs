@@ -4,7 +4,6 @@
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use valkey_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context};
 
@@ -16,75 +15,13 @@ use crate::protocol::{
 use super::acl::{check_permission, Access};
 use super::client::{selected_db, Flags};
 use super::key::{announcing_expiry, Key};
+use super::meta_cache::{self, MetaFacts};
 use super::propagate::{
     emit, emit_at, notify, signal_ready, NOTIFY_GENERIC, NOTIFY_HASH, NOTIFY_ZSET,
 };
 use super::server::now_ms;
 use super::string::{OwnedString, Text};
 use super::words::words;
-
-/// Whether a queue's `meta` hash may exist on this node. While it may not, transitions read no
-/// `meta` (no queue is paused, no event stream is on): a node that never uses those pays
-/// nothing for them. The runtime keeps it (`runtime::meta_watch`): cleared only by a scan of
-/// every key that found no `meta` hash, set by anything that may write one.
-static META_MAY_EXIST: AtomicBool = AtomicBool::new(true);
-
-/// A `meta` hash may exist from now on (and any may have changed).
-pub fn meta_may_exist() {
-    META_MAY_EXIST.store(true, Ordering::Relaxed);
-    meta_changed();
-}
-
-/// Bumped by anything that may change a `meta` hash: every [`meta_may_exist`], a `meta` key
-/// that went or moved, `EXEC`, a flush, `SWAPDB`. A `meta` hash read at one generation, with
-/// the same number of fields, is the same hash at that generation (see [`MetaCache`]).
-static META_GENERATION: AtomicU64 = AtomicU64::new(0);
-
-/// Whether the runtime sees hash writes EchoMQ does not make (its command filter), the
-/// replication stream's included. Where it does not, a replica's `meta` facts are read afresh
-/// every time: the stream writes them unseen.
-static HASH_WRITES_SEEN: AtomicBool = AtomicBool::new(true);
-
-/// Module load: whether hash writes EchoMQ does not make are seen.
-pub fn hash_writes_seen(seen: bool) {
-    HASH_WRITES_SEEN.store(seen, Ordering::Relaxed);
-}
-
-/// Any `meta` hash may have changed.
-pub fn meta_changed() {
-    META_GENERATION.fetch_add(1, Ordering::Relaxed);
-}
-
-/// The facts of the `meta` hashes read lately, by (db, queue), each with the generation and the
-/// number of fields it was read at: a transition of a queue whose `meta` hash has not changed
-/// since reads no field of it (one lookup of the key, for its length). Not used inside `MULTI`
-/// or a script, whose queued or scripted hash writes pass the command filter before they run.
-struct MetaCache {
-    entries: std::collections::HashMap<(i32, Vec<u8>), (u64, u64, MetaFacts)>,
-}
-
-/// Most queues' facts kept; the cache starts again empty past it.
-const META_CACHE_MAX: usize = 4096;
-
-static META_CACHE: std::sync::Mutex<Option<MetaCache>> = std::sync::Mutex::new(None);
-
-fn meta_cache<R>(f: impl FnOnce(&mut MetaCache) -> R) -> R {
-    let mut guard = META_CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    let cache = guard.get_or_insert_with(|| MetaCache {
-        entries: std::collections::HashMap::new(),
-    });
-    f(cache)
-}
-
-/// Whether transitions read `meta` hashes (for `INFO emq`).
-pub fn meta_read() -> bool {
-    META_MAY_EXIST.load(Ordering::Relaxed)
-}
-
-/// A scan of every key found no `meta` hash.
-pub fn no_meta_exists() {
-    META_MAY_EXIST.store(false, Ordering::Relaxed);
-}
 
 /// The names of a queue's keys (its four sets, `meta` and `events`), each made when first
 /// asked for.
@@ -184,9 +121,6 @@ fn read_meta(key: &Key<'_>) -> Result<MetaFacts, EmqError> {
 /// Most fields of a `meta` hash read in one walk; a bigger one (written by hand) is read a
 /// fact at a time.
 const META_WALK: usize = 16;
-
-/// Each fact of a `meta` hash ([`Meta::index`]), as it was read.
-type MetaFacts = [Option<Vec<u8>>; Meta::ALL.len()];
 
 /// One queue's keys, open for one call (`'s`), writing strings that live for `'a`.
 pub struct ServerStore<'s, 'a> {
@@ -591,7 +525,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
     fn meta(&self, field: Meta) -> Result<Option<Vec<u8>>, EmqError> {
         // A transition looks only where a meta hash may be; a read command (`EMQ.STATS`)
         // always looks.
-        if self.access == Access::ReadWrite && !META_MAY_EXIST.load(Ordering::Relaxed) {
+        if self.access == Access::ReadWrite && !meta_cache::may_exist() {
             return Ok(None);
         }
         if let Some(facts) = self.meta.borrow().as_ref() {
@@ -611,7 +545,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
     #[inline]
     fn set_meta(&self, field: Meta, value: &[u8]) -> Result<(), EmqError> {
         let name = self.names.meta()?;
-        meta_may_exist();
+        meta_cache::meta_may_exist();
         *self.meta.borrow_mut() = None;
         let key = Key::open(self.ctx, name)?;
         if !matches!(key.holds(), Holds::Nothing | Holds::Hash) {
@@ -633,7 +567,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
     fn del_meta(&self, field: Meta) -> Result<bool, EmqError> {
         let name = self.names.meta()?;
         *self.meta.borrow_mut() = None;
-        meta_changed();
+        meta_cache::meta_changed();
         let key = Key::open(self.ctx, name)?;
         if !matches!(key.holds(), Holds::Nothing | Holds::Hash) {
             return Err(EmqError::WrongType);
@@ -652,8 +586,8 @@ impl<'a> Store for ServerStore<'_, 'a> {
 
     #[inline(always)]
     fn events(&self) -> Result<Option<u64>, EmqError> {
-        if self.access == Access::ReadWrite && !META_MAY_EXIST.load(Ordering::Relaxed) {
-            return Ok(None); // no meta hash, so no stream on (see `META_MAY_EXIST`)
+        if self.access == Access::ReadWrite && !meta_cache::may_exist() {
+            return Ok(None); // no meta hash, so no stream on (see `meta_cache::may_exist`)
         }
         if let Some(cap) = self.events.get() {
             return Ok(*cap);
@@ -778,31 +712,20 @@ impl<'a> Store for ServerStore<'_, 'a> {
 impl ServerStore<'_, '_> {
     /// The facts of the queue's `meta` hash, `key`: from the cache while the hash is unchanged.
     fn cached_meta(&self, key: &Key<'_>) -> Result<MetaFacts, EmqError> {
-        let generation = META_GENERATION.load(Ordering::Relaxed);
+        let generation = meta_cache::generation();
         let len = key.len();
         let flags = Flags::of(self.ctx);
-        let cacheable = !flags.has_any(CACHE_UNSAFE)
-            && (flags.primary() || HASH_WRITES_SEEN.load(Ordering::Relaxed));
+        let cacheable =
+            !flags.has_any(CACHE_UNSAFE) && (flags.primary() || meta_cache::hash_writes_are_seen());
         let id = (selected_db(self.ctx), self.names.queue.as_bytes().to_vec());
         if cacheable {
-            let hit = meta_cache(|c| {
-                c.entries
-                    .get(&id)
-                    .filter(|(g, l, _)| *g == generation && *l == len)
-                    .map(|(_, _, facts)| facts.clone())
-            });
-            if let Some(facts) = hit {
+            if let Some(facts) = meta_cache::lookup(&id, generation, len) {
                 return Ok(facts);
             }
         }
         let facts = read_meta(key)?;
         if cacheable {
-            meta_cache(|c| {
-                if c.entries.len() >= META_CACHE_MAX {
-                    c.entries.clear();
-                }
-                c.entries.insert(id, (generation, len, facts.clone()));
-            });
+            meta_cache::remember(id, generation, len, facts.clone());
         }
         Ok(facts)
     }

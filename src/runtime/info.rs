@@ -4,8 +4,8 @@
 use valkey_module::{InfoContext, ValkeyResult};
 
 use crate::host::events::InfoSection;
+use crate::host::meta_cache::meta_read;
 use crate::host::propagate::{gate_open, others_listen};
-use crate::host::store::meta_read;
 use crate::protocol::counters::{
     get, JOB_COUNTERS, REFUSALS, REFUSAL_REASONS, TICKS, TICKS_AT_BUDGET, VISITS_REFUSED,
 };

@@ -21,7 +21,7 @@
 //! transition reads a queue's `meta` hash again only after something may have changed one.
 
 use crate::host::events::FilterArgs;
-use crate::host::store::{meta_changed, meta_may_exist, no_meta_exists};
+use crate::host::meta_cache::{meta_changed, meta_may_exist, no_meta_exists};
 use crate::protocol::keyspace::PREFIX;
 use crate::protocol::KeyType;
 

@@ -26,8 +26,8 @@ use crate::host::events::{
     register_filter, register_info, route_own_events, subscribe_keyspace, subscribe_server_events,
     unroute_own_events,
 };
+use crate::host::meta_cache::hash_writes_seen;
 use crate::host::propagate::{NOTIFY_EVICTED, NOTIFY_EXPIRED, NOTIFY_GENERIC, NOTIFY_ZSET};
-use crate::host::store::hash_writes_seen;
 use crate::protocol::settings::learn_foreign_writes;
 
 /// What must be known before commands are registered (module load).
