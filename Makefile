@@ -151,7 +151,8 @@ chaos-short: docker-image
 	$(CARGO) build --release -p emq-chaos
 	target/release/emq-chaos --seed $(CHAOS_SEED) --jobs 400
 
-# The fault tests' figures (failover, resharding, kill -9) into docs/reliability.md.
+# The fault tests' figures (failover, resharding, kill -9, a simulated power loss) into
+# docs/reliability.md.
 reliability: build
 	bash scripts/reliability-report.sh
 
