@@ -185,7 +185,7 @@ ssize_t pwrite(int fd, const void *buf, size_t len, off_t off) {
         pthread_mutex_unlock(&lock);
         return REAL(pwrite)(fd, buf, len, off);
     }
-    ssize_t n = record(f, buf, len, off);
+    ssize_t n = record(f, buf, len, f->append ? f->size : off); /* Linux appends, whatever off */
     pthread_mutex_unlock(&lock);
     return n;
 }
@@ -198,7 +198,7 @@ ssize_t pwrite64(int fd, const void *buf, size_t len, off_t off) {
         pthread_mutex_unlock(&lock);
         return REAL(pwrite64)(fd, buf, len, off);
     }
-    ssize_t n = record(f, buf, len, off);
+    ssize_t n = record(f, buf, len, f->append ? f->size : off); /* Linux appends, whatever off */
     pthread_mutex_unlock(&lock);
     return n;
 }
