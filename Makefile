@@ -94,19 +94,21 @@ test-redis7: build test-modules python
 	cd clients/python && ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(REDIS7_ENV) ../../$(PY_VENV)/bin/pytest -q tests -m "not cluster"
 
 # The Python client's suite on Python 3.9 and 3.10, wherever an interpreter of each is found
-# (python3.X on PATH, or pyenv's); skipped, saying so, where none is.
+# (python3.X on PATH, or pyenv's); skipped, saying so, where none is (on CI a failure where
+# .ci/tiers says the machine has the tier).
 test-python-versions: build
 	@bash scripts/test-python-versions.sh
 
 # Every suite against the newest Valkey in Debian's archive (unstable), built from Debian's
 # source package into target/valkey-latest (kept for the next run); skipped, with a message,
 # where no such server can be had (the archive out of reach, a file that does not verify, a
-# build that fails). Then the cluster suite's tests of Valkey 9.0 (atomic slot migration,
-# databases in cluster mode), which `make test` ignores; each fails, saying so, on an older one.
+# build that fails); on CI a failure where .ci/tiers says the machine has the tier. Then the
+# cluster suite's tests of Valkey 9.0 (atomic slot migration, databases in cluster mode),
+# which `make test` ignores; each fails, saying so, on an older one.
 VALKEY_LATEST := target/valkey-latest
 test-valkey-latest: build test-modules python
 	@bash scripts/build-valkey.sh $(VALKEY_LATEST); rc=$$?; \
-	if [ $$rc = 3 ]; then echo "echomq: test-valkey-latest skipped: no newest Valkey could be had here (see above)"; exit 0; fi; \
+	if [ $$rc = 3 ]; then bash scripts/tier-skip.sh valkey-latest "no newest Valkey could be had here (see above)"; exit $$?; fi; \
 	[ $$rc = 0 ] || exit $$rc; \
 	$(CARGO) build --workspace --examples && \
 	VALKEY_SERVER=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-server VALKEY_CLI=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-cli \
@@ -149,7 +151,8 @@ chaos-short: docker-image
 	$(CARGO) build --release -p emq-chaos
 	target/release/emq-chaos --seed $(CHAOS_SEED) --jobs 400
 
-# The fault tests' figures (failover, resharding, kill -9) into docs/reliability.md.
+# The fault tests' figures (failover, resharding, kill -9, a simulated power loss) into
+# docs/reliability.md.
 reliability: build
 	bash scripts/reliability-report.sh
 

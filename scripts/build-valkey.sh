@@ -7,8 +7,8 @@
 # against the machine's Debian archive keyring, the Sources index against InRelease, and the
 # upstream tarball against the index. A build is kept in <dir> and reused for the same version.
 #
-# Exits 0 with the binaries in place; 3, which callers treat as a tier to skip, when no such
-# server can be had here: no apt sources naming a Debian mirror, no network to it, a file that
+# Exits 0 with the binaries in place; 3, which callers treat as a tier to skip (scripts/tier-skip.sh:
+# a failure on CI where .ci/tiers lists the tier), when no such server can be had here: no apt sources naming a Debian mirror, no network to it, a file that
 # does not verify (nothing unverified is built), or a build that fails (a newer Valkey than
 # this machine's compiler can build). Anything else is a failure.
 set -euo pipefail

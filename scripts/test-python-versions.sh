@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python client's suite on the oldest Pythons it declares (3.9 and 3.10), each in a venv of
-# its own under target/ (the package and its test tools from PyPI). A version this machine has
-# no interpreter for is skipped, saying so; Debian 12's own python3 is 3.11 (make test).
-# An interpreter is python3.X on PATH, or one of pyenv's versions.
+# its own under target/ (the package and its test tools from PyPI). An interpreter is python3.X
+# on PATH, or one of pyenv's versions ($PYENV_ROOT, else ~/.pyenv, pyenv on PATH or not):
+# Debian 12's own python3 is 3.11 (make test), and its archive has neither. A version with no
+# interpreter is skipped, saying so, except on CI where .ci/tiers says the machine has it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 module="${ECHOMQ_MODULE:-$PWD/target/release/libechomq.so}"
@@ -12,17 +13,17 @@ find_python() {
   if p="$(command -v "python$v" 2>/dev/null)" && "$p" -c 'import sys' >/dev/null 2>&1; then
     echo "$p"; return 0
   fi
-  if command -v pyenv >/dev/null 2>&1; then
-    for p in "$(pyenv root)"/versions/"$v".*/bin/python; do
-      [ -x "$p" ] && { echo "$p"; return 0; }
-    done
-  fi
+  local root="${PYENV_ROOT:-${HOME:-}/.pyenv}"
+  command -v pyenv >/dev/null 2>&1 && root="$(pyenv root)"
+  for p in "$root"/versions/"$v".*/bin/python; do
+    [ -x "$p" ] && "$p" -c 'import sys' >/dev/null 2>&1 && { echo "$p"; return 0; }
+  done
   return 1
 }
 
 for v in 3.9 3.10; do
   if ! python="$(find_python "$v")"; then
-    echo "echomq: Python $v tests skipped: no python$v here (on PATH or in pyenv)"
+    bash scripts/tier-skip.sh python-versions "no Python $v here (python$v on PATH, or pyenv's versions in ${PYENV_ROOT:-${HOME:-}/.pyenv})"
     continue
   fi
   venv="target/py$v"

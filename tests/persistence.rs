@@ -1,10 +1,13 @@
-//! Persistence: RDB snapshots, the AOF under kill -9, AOF rewrites, and an AOF written with the
-//! module replayed by a server without it (replication by effect).
+//! Persistence: RDB snapshots, the AOF under kill -9 and under a simulated power loss (a shim,
+//! scripts/aof-power-loss-shim.c, keeps the AOF's bytes from the file until the server fsyncs
+//! them), AOF rewrites, and an AOF written with the module replayed by a server without it.
 
 mod support;
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
 
@@ -72,26 +75,79 @@ fn an_rdb_snapshot_restores_the_same_data() {
     assert_eq!(stats.get("active"), Some(&15), "{stats:?}");
 }
 
-#[test]
-fn the_aof_keeps_every_acknowledged_job_through_kill_9() {
-    let mut server = Server::start(persistent(true));
+/// An AOF server with `appendfsync <policy>`.
+fn aof(policy: &str) -> Options {
+    Options::default()
+        .arg("enable-debug-command", "local")
+        .arg("appendonly", "yes")
+        .arg("appendfsync", policy)
+}
+
+/// The power-loss shim (scripts/aof-power-loss-shim.c), built once per run with `cc`.
+fn power_loss_shim() -> &'static Path {
+    static SHIM: OnceLock<PathBuf> = OnceLock::new();
+    SHIM.get_or_init(|| {
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("aof-power-loss-shim.so");
+        let building = out.with_extension(format!("so.{}", std::process::id()));
+        let status = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
+            .arg(&building)
+            .arg(repo_root().join("scripts/aof-power-loss-shim.c"))
+            .args(["-ldl", "-lpthread"])
+            .status()
+            .expect("run cc (scripts/install-deps.sh installs gcc)");
+        assert!(status.success(), "cc failed to build the power-loss shim");
+        std::fs::rename(&building, &out).expect("move the shim into place");
+        out
+    })
+}
+
+/// A server with `appendfsync <policy>` under the shim: the bytes of its AOF directory reach
+/// the file only when the server fsyncs them, so `kill -9` is a power loss for the AOF.
+fn under_power_loss(policy: &str) -> Server {
+    let shim = power_loss_shim().display().to_string();
+    let server = Server::start_with_env(
+        aof(policy),
+        &[
+            ("LD_PRELOAD", shim.as_str()),
+            ("ECHOMQ_POWER_LOSS_DIR", "appendonlydir"),
+        ],
+    );
+    let pid = server.pid().expect("a server of our own");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("the server's maps");
+    assert!(
+        maps.contains("aof-power-loss-shim.so"),
+        "the shim is loaded in the server"
+    );
+    server
+}
+
+/// Enqueues job_id(first), job_id(first + 1), ... on one connection until the server dies,
+/// and kills it (SIGKILL) once `at_least` are acknowledged. The enqueues tried, and the
+/// acknowledged ids in the order of their replies.
+fn enqueue_until_killed(
+    server: &mut Server,
+    q: &str,
+    first: u64,
+    at_least: usize,
+) -> (u64, Vec<String>) {
     let acked = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let producer = {
-        let (url, acked, stop) = (server.url(), acked.clone(), stop.clone());
+        let (url, acked, stop, q) = (server.url(), acked.clone(), stop.clone(), q.to_string());
         thread::spawn(move || {
             let mut con = redis::Client::open(url)
                 .expect("client")
                 .get_connection()
                 .expect("conn");
             let mut tried = 0u64;
-            for i in 1.. {
+            for i in first.. {
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
                 tried += 1;
                 let r: redis::RedisResult<i64> = cmd("EMQ.ENQUEUE")
-                    .arg("aof")
+                    .arg(&q)
                     .arg(job_id(i))
                     .arg("x")
                     .query(&mut con);
@@ -103,23 +159,46 @@ fn the_aof_keeps_every_acknowledged_job_through_kill_9() {
             tried
         })
     };
-    assert!(wait_until(Duration::from_secs(20), || acked
+    assert!(wait_until(Duration::from_secs(60), || acked
         .lock()
         .expect("lock")
         .len()
-        >= 2000));
+        >= at_least));
     server.kill();
     stop.store(true, Ordering::Relaxed);
     let tried = producer.join().expect("producer");
-    server.restart(true);
-    let mut con = server.conn();
     let acked = acked.lock().expect("lock").clone();
+    (tried, acked)
+}
+
+/// Whether each id is pending in `q`.
+fn pending(con: &mut Connection, q: &str, ids: &[String]) -> Vec<bool> {
     let mut p = redis::pipe();
-    for id in &acked {
-        p.cmd("ZSCORE").arg(set_key("aof", "pending")).arg(id);
+    for id in ids {
+        p.cmd("ZSCORE").arg(set_key(q, "pending")).arg(id);
     }
-    let scores: Vec<Option<f64>> = p.query(&mut con).expect("scores");
-    let found = scores.iter().filter(|s| s.is_some()).count();
+    let scores: Vec<Option<f64>> = p.query(con).expect("scores");
+    scores.iter().map(Option::is_some).collect()
+}
+
+/// The AOF is appended in the order the server acknowledged: what survives is a prefix.
+fn assert_a_prefix(found: &[bool]) {
+    let kept = found.iter().take_while(|f| **f).count();
+    assert!(
+        found[kept..].iter().all(|f| !f),
+        "the jobs found are the first {kept} acknowledged and no later one"
+    );
+}
+
+#[test]
+fn a_process_killed_with_kill_9_loses_no_acknowledged_job_even_with_appendfsync_no() {
+    // kill -9 ends the process, not the kernel: what it wrote stays in the page cache and
+    // reaches the file whether or not the server fsyncs (a power loss is the tests below).
+    let mut server = Server::start(aof("no"));
+    let (tried, acked) = enqueue_until_killed(&mut server, "aof", 1, 2000);
+    server.restart(true);
+    let found = pending(&mut server.conn(), "aof", &acked);
+    let found = found.iter().filter(|f| **f).count();
     println!(
         "RELIABILITY aof-kill-9 tried={tried} acknowledged={} found={found}",
         acked.len()
@@ -128,6 +207,74 @@ fn the_aof_keeps_every_acknowledged_job_through_kill_9() {
         found,
         acked.len(),
         "every acknowledged job survived kill -9"
+    );
+}
+
+#[test]
+fn with_appendfsync_always_every_acknowledged_job_survives_a_power_loss() {
+    let mut server = under_power_loss("always");
+    let (tried, acked) = enqueue_until_killed(&mut server, "aof", 1, 2000);
+    server.restart(true);
+    let found = pending(&mut server.conn(), "aof", &acked);
+    assert_a_prefix(&found);
+    let found = found.iter().filter(|f| **f).count();
+    println!(
+        "RELIABILITY aof-power-loss-always tried={tried} acknowledged={} found={found}",
+        acked.len()
+    );
+    assert_eq!(
+        found,
+        acked.len(),
+        "every acknowledged job survived the power loss"
+    );
+}
+
+#[test]
+fn with_appendfsync_no_a_power_loss_loses_acknowledged_jobs() {
+    // The proof that the simulation bites: the same load and kill as with `always` above.
+    let mut server = under_power_loss("no");
+    let (tried, acked) = enqueue_until_killed(&mut server, "aof", 1, 2000);
+    server.restart(true);
+    let found = pending(&mut server.conn(), "aof", &acked);
+    assert_a_prefix(&found);
+    let found = found.iter().filter(|f| **f).count();
+    println!(
+        "RELIABILITY aof-power-loss-no tried={tried} acknowledged={} found={found}",
+        acked.len()
+    );
+    assert!(
+        found < acked.len(),
+        "a power loss took acknowledged jobs the server never fsynced: {found} of {} found",
+        acked.len()
+    );
+}
+
+#[test]
+fn with_appendfsync_everysec_a_power_loss_keeps_what_was_fsynced() {
+    let mut server = under_power_loss("everysec");
+    let mut con = server.conn();
+    enqueue_numbered(&mut con, "aof", 500, "x");
+    // The server's background fsync puts the first 500 in the file; then more load, and the cut.
+    assert!(
+        wait_until(Duration::from_secs(60), || aof_words(&server)
+            .contains(&job_id(500))),
+        "the first 500 jobs reached the AOF file by an fsync"
+    );
+    let (tried, acked) = enqueue_until_killed(&mut server, "aof", 501, 2000);
+    server.restart(true);
+    let mut con = server.conn();
+    let first: Vec<String> = (1..=500).map(job_id).collect();
+    let found_first = pending(&mut con, "aof", &first);
+    assert!(
+        found_first.iter().all(|f| *f),
+        "every job fsynced before the cut survived"
+    );
+    let found = pending(&mut con, "aof", &acked);
+    assert_a_prefix(&found);
+    let found = found.iter().filter(|f| **f).count();
+    println!(
+        "RELIABILITY aof-power-loss-everysec fsynced_first=500 tried={tried} acknowledged={} found={found}",
+        acked.len()
     );
 }
 

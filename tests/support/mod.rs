@@ -179,6 +179,8 @@ pub struct Server {
     pub dir: Option<tempfile::TempDir>,
     pub log: PathBuf,
     opts: Options,
+    /// Variables set in the server's environment (kept for restarts).
+    env: Vec<(String, String)>,
 }
 
 impl Server {
@@ -194,6 +196,7 @@ impl Server {
                 dir: None,
                 log: PathBuf::new(),
                 opts: Options::default(),
+                env: Vec::new(),
             };
         }
         Server::start(Options::default())
@@ -201,9 +204,19 @@ impl Server {
 
     /// A fresh server of our own, started with `opts`.
     pub fn start(opts: Options) -> Server {
+        Self::start_with_env(opts, &[])
+    }
+
+    /// A fresh server of our own, started with `opts` and these variables in its environment
+    /// (at every restart too).
+    pub fn start_with_env(opts: Options, env: &[(&str, &str)]) -> Server {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let mut last_err = String::new();
         for _ in 0..5 {
-            match Self::try_start(&opts) {
+            match Self::try_start(&opts, &env) {
                 Ok(s) => return s,
                 Err(e) => last_err = e,
             }
@@ -211,7 +224,7 @@ impl Server {
         panic!("could not start {}: {last_err}", server_binary());
     }
 
-    fn try_start(opts: &Options) -> Result<Server, String> {
+    fn try_start(opts: &Options, env: &[(String, String)]) -> Result<Server, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let port = free_port();
         let log = dir.path().join("server.log");
@@ -222,6 +235,7 @@ impl Server {
             dir: Some(dir),
             log,
             opts: opts.clone(),
+            env: env.to_vec(),
         };
         server.spawn()?;
         Ok(server)
@@ -259,6 +273,7 @@ impl Server {
             cmd.arg("--loadmodule").arg(module_path());
         }
         cmd.args(&opts.args);
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
