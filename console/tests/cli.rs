@@ -80,7 +80,7 @@ fn the_server_s_errors_are_shown_as_they_are_and_exit_1_and_usage_errors_exit_2(
     let (code, _, err) = emq(&s.url(), &["enqueue", "bad{name}", "x"]);
     assert_eq!(code, 1);
     assert!(err.starts_with("EMQQUEUE"), "{err}");
-    let (code, _, err) = emq(&s.url(), &["purge", "mail", "active"]);
+    let (code, _, err) = emq(&s.url(), &["purge", "mail", "active", "--yes"]);
     assert_eq!(code, 1);
     assert!(err.starts_with("EMQSET"), "{err}");
     let (code, _, err) = emq(&s.url(), &["requeue", "mail"]);
@@ -140,7 +140,7 @@ fn purge_and_requeue_dead_run_their_bounded_steps_to_the_end() {
         cmd.arg("*").arg(format!("job {i}"));
     }
     let _: redis::Value = cmd.query(&mut con).expect("menqueue");
-    let (code, text, _) = emq(&s.url(), &["--json", "purge", "big", "pending"]);
+    let (code, text, _) = emq(&s.url(), &["--json", "purge", "big", "pending", "--yes"]);
     assert_eq!(code, 0);
     assert_eq!(
         serde_json::from_str::<Json>(&text).expect("json")["purged"],
@@ -152,10 +152,82 @@ fn purge_and_requeue_dead_run_their_bounded_steps_to_the_end() {
         enqueue(&mut con, "big", &format!("doomed {i}"));
         kill_next(&mut con, "big", "no");
     }
-    let (code, text, _) = emq(&s.url(), &["requeue", "big", "--dead"]);
+    let (code, text, _) = emq(&s.url(), &["requeue", "big", "--dead", "--yes"]);
     assert_eq!((code, text.trim()), (0, "1200 requeued"));
     assert_eq!(count(&mut con, "big", "dead"), 0);
     assert_eq!(count(&mut con, "big", "pending"), 1_200);
+}
+
+#[test]
+fn purge_and_requeue_dead_without_yes_refuse_off_a_terminal_and_change_nothing() {
+    let s = server();
+    let mut con = s.conn();
+    for n in 0..3 {
+        enqueue(&mut con, "keep", &format!("job {n}"));
+    }
+    kill_next(&mut con, "keep", "boom");
+
+    // The suite's emq has no terminal: it says what it would do and does nothing.
+    let (code, out, err) = emq(&s.url(), &["purge", "keep", "pending"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("purge the 2 pending jobs of keep") && err.contains("--yes"),
+        "{err}"
+    );
+    assert_eq!(count(&mut con, "keep", "pending"), 2);
+    let (code, out, err) = emq(&s.url(), &["requeue", "keep", "--dead"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("requeue the 1 dead jobs of keep") && err.contains("--yes"),
+        "{err}"
+    );
+    assert_eq!(count(&mut con, "keep", "dead"), 1);
+
+    let (code, text, _) = emq(&s.url(), &["requeue", "keep", "--dead", "--yes"]);
+    assert_eq!((code, text.trim()), (0, "1 requeued"));
+    let (code, text, _) = emq(&s.url(), &["purge", "keep", "pending", "--yes"]);
+    assert_eq!((code, text.trim()), (0, "3 purged"));
+    assert_eq!(count(&mut con, "keep", "pending"), 0);
+}
+
+#[test]
+fn control_characters_of_a_payload_error_or_name_print_escaped() {
+    let s = server();
+    let mut con = s.conn();
+    enqueue(&mut con, "tty", "\x1b[2Jcleared\x1b]0;title\x07\u{9b}31m");
+    let dead = kill_next(&mut con, "tty", "bad \x1b[31mred\x7f");
+    enqueue(&mut con, "tty", "\x1b[2Jcleared");
+
+    let (code, text, _) = emq(&s.url(), &["job", "tty", &dead]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("\\e[2Jcleared\\e]0;title\\x07\\u{9b}31m"),
+        "{text}"
+    );
+    assert!(text.contains("bad \\e[31mred\\x7f"), "{text}");
+    let (code, text, _) = emq(&s.url(), &["jobs", "tty", "dead"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("error: bad \\e[31mred"), "{text}");
+    let (code, text, _) = emq(&s.url(), &["jobs", "tty", "pending"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("\\e[2Jcleared"), "{text}");
+    for (_, text, err) in [
+        emq(&s.url(), &["job", "tty", &dead]),
+        emq(&s.url(), &["jobs", "tty", "dead"]),
+        emq(&s.url(), &["--json", "job", "tty", &dead]),
+        emq(&s.url(), &["--json", "jobs", "tty", "dead"]),
+        emq(&s.url(), &["job", "tty\x1b[2J", "JOB00000000000"]),
+    ] {
+        let raw = |t: &str| {
+            t.chars()
+                .any(|c| c == '\x1b' || c == '\x7f' || c == '\u{9b}')
+        };
+        assert!(!raw(&text) && !raw(&err), "{text:?} {err:?}");
+    }
+    // JSON keeps the bytes: escaped the JSON way, read back the same.
+    let (_, json, _) = emq(&s.url(), &["--json", "job", "tty", &dead]);
+    let row: Json = serde_json::from_str(&json).expect("json");
+    assert_eq!(row["payload"], "\x1b[2Jcleared\x1b]0;title\x07\u{9b}31m");
 }
 
 #[test]
@@ -205,7 +277,7 @@ fn on_a_cluster_queues_are_gathered_from_every_primary_and_commands_reach_their_
 
     for q in &names {
         assert_eq!(emq(&url, &["pause", q]).0, 0);
-        let (code, _, _) = emq(&url, &["purge", q, "pending"]);
+        let (code, _, _) = emq(&url, &["purge", q, "pending", "--yes"]);
         assert_eq!(code, 0);
     }
     let (_, json, _) = emq(&url, &["--json", "queues"]);

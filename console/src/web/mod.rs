@@ -219,7 +219,8 @@ async fn queue_page(
     let set = q.set.unwrap_or_else(|| "pending".into());
     let cursor = q.cursor.unwrap_or_else(|| "0".into());
     let row = overview::queue_row(&app.dep, &queue, overview::now_ms()).await?;
-    let (next, jobs) = overview::jobs(&app.dep, &queue, &set, &cursor, PAGE, true).await?;
+    let (next, jobs) =
+        overview::jobs(&app.dep, &queue, &set, &cursor, PAGE, Some(pages::PREVIEW)).await?;
     let history = app.history.read().await;
     Ok(pages::queue(&app, &row, &set, &jobs, &next, q.done.as_deref(), &history).into_response())
 }

@@ -22,8 +22,8 @@ pub fn segment(text: &str) -> String {
     utf8_percent_encode(text, SEGMENT).to_string()
 }
 
-/// Characters of a payload a list shows before cutting it.
-const PREVIEW: usize = 160;
+/// Bytes of a payload (and of an error) a list keeps and shows before cutting it.
+pub const PREVIEW: usize = 200;
 
 const STYLE: &str = "
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1f2937;background:#f9fafb}
@@ -180,7 +180,7 @@ pub fn queue(
                         tr data-id=(j.id) {
                             td { a href={ (base) "/jobs/" (segment(&j.id)) } { (j.id) } }
                             td.n { (j.score) } td.n { (j.attempts) }
-                            td { pre.payload { (preview(&j.payload)) } }
+                            td { pre.payload { (preview(j)) } }
                             td { pre { (j.error.as_deref().and_then(|e| e.lines().next()).unwrap_or_default()) } }
                         }
                     }
@@ -191,11 +191,12 @@ pub fn queue(
     )
 }
 
-fn preview(payload: &str) -> String {
-    match payload.char_indices().nth(PREVIEW) {
-        Some((cut, _)) => format!("{}…", &payload[..cut]),
-        None => payload.to_string(),
+/// A listed job's payload: whole when short, else its first bytes and its size.
+fn preview(j: &JobEntry) -> String {
+    if j.payload_bytes <= PREVIEW {
+        return j.payload.clone();
     }
+    format!("{}… ({} bytes)", j.payload, j.payload_bytes)
 }
 
 pub fn job(
