@@ -1,11 +1,12 @@
 //! `emq web` over HTTP against a real server: its pages hold the server's counts, a crafted
 //! payload or error is escaped, actions need a POST with the dashboard's CSRF token,
-//! `--read-only` serves and shows no action, `--auth` guards every page, and a bind off loopback
-//! without auth is refused.
+//! `--read-only` serves and shows no action, `--auth` guards every page, a bind off loopback
+//! without auth is refused, and a foreign `Host` or `Origin` (DNS rebinding, a cross-site form)
+//! gets nothing.
 
 mod common;
 
-use common::{count, emq, enqueue, free_port, get, kill_next, post, server, web};
+use common::{count, emq, enqueue, free_port, get, http, kill_next, post, post_with, server, web};
 
 /// The CSRF token the dashboard's forms carry.
 fn token(page: &str) -> String {
@@ -166,4 +167,91 @@ fn on_a_cluster_the_dashboard_lists_every_primary_s_queues_and_acts_on_each() {
             .expect("stats");
         assert_eq!(paused.get("paused"), Some(&redis::Value::Int(1)), "{q}");
     }
+}
+
+#[test]
+fn a_foreign_host_gets_nothing_and_a_change_needs_the_dashboard_s_own_origin() {
+    let s = server();
+    let mut con = s.conn();
+    enqueue(&mut con, "work", "secret payload");
+    let port = free_port();
+    let _web = web(&s.url(), port, &["--allow-host", "emq.example.com"]);
+    let (code, page) = get(port, "/queues/work", "");
+    assert_eq!(code, 200, "{page}");
+    let csrf = token(&page);
+
+    // A DNS-rebinding page's requests carry its own name: no page, no token.
+    let foreign = |host: &str| {
+        http(
+            port,
+            &format!("GET /queues/work HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    for host in [
+        format!("evil.example:{port}"),
+        format!("127.0.0.1.evil.example:{port}"),
+        format!("localhost:{}", port.wrapping_add(1)),
+        "127.0.0.1".to_string(),
+    ] {
+        let (code, response) = foreign(&host);
+        assert_eq!(code, 421, "{host}: {response}");
+        assert!(!response.contains(&csrf), "{host}: {response}");
+        assert!(!response.contains("secret payload"), "{host}: {response}");
+    }
+    let (code, _) = http(port, "GET / HTTP/1.0\r\nConnection: close\r\n\r\n");
+    assert_eq!(code, 421, "no Host at all");
+    // The names it is served as: loopback's, with the port, and --allow-host's on any port.
+    for host in [
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        "emq.example.com".to_string(),
+        "EMQ.example.com:8443".to_string(),
+    ] {
+        assert_eq!(foreign(&host).0, 200, "{host}");
+    }
+
+    // A change with the right token but from another site's page, or from nowhere said.
+    let pause = |headers: &str| {
+        post_with(
+            port,
+            "/queues/work/pause",
+            &format!("Host: 127.0.0.1:{port}\r\n{headers}"),
+            &format!("csrf={csrf}"),
+        )
+    };
+    for headers in [
+        "Origin: http://evil.example\r\n".to_string(),
+        format!("Origin: http://evil.example:{port}\r\n"),
+        "Origin: null\r\n".to_string(),
+        format!("Origin: http://localhost:{}\r\n", port.wrapping_add(1)),
+        "Referer: http://evil.example/attack.html\r\n".to_string(),
+        format!("Origin: http://evil.example\r\nReferer: http://127.0.0.1:{port}/queues/work\r\n"),
+        String::new(),
+    ] {
+        let (code, response) = pause(&headers);
+        assert_eq!(code, 403, "{headers:?}: {response}");
+        assert!(response.contains("nothing was changed"), "{response}");
+    }
+    assert_eq!(count(&mut con, "work", "paused"), 0);
+
+    // From its own pages: by Origin, by Referer when a browser sends no Origin, by another name.
+    let (code, _) = pause(&format!("Origin: http://localhost:{port}\r\n"));
+    assert_eq!(code, 303);
+    assert_eq!(count(&mut con, "work", "paused"), 1);
+    let (code, _) = post_with(
+        port,
+        "/queues/work/resume",
+        &format!("Host: 127.0.0.1:{port}\r\nReferer: http://127.0.0.1:{port}/queues/work\r\n"),
+        &format!("csrf={csrf}"),
+    );
+    assert_eq!(code, 303);
+    assert_eq!(count(&mut con, "work", "paused"), 0);
+    let (code, _) = post_with(
+        port,
+        "/queues/work/pause",
+        "Host: emq.example.com\r\nOrigin: https://emq.example.com\r\n",
+        &format!("csrf={csrf}"),
+    );
+    assert_eq!(code, 303);
+    assert_eq!(count(&mut con, "work", "paused"), 1);
 }

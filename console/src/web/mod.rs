@@ -1,9 +1,11 @@
 //! `emq web`: the dashboard, served by axum. Pages are maud templates (every interpolated value
 //! is HTML-escaped), charts are SVG drawn here, and nothing is fetched from elsewhere. Safe by
-//! default: loopback unless told otherwise, Basic auth required off loopback, every action a
-//! POST carrying the process's CSRF token, none at all with `--read-only`.
+//! default: loopback unless told otherwise, Basic auth required off loopback, only the names it
+//! is served as ([`origin`]), every action a POST from its own pages carrying the process's CSRF
+//! token, none at all with `--read-only`.
 
 mod chart;
+mod origin;
 mod pages;
 
 use std::net::SocketAddr;
@@ -34,6 +36,10 @@ pub struct Options {
     /// Show everything, change nothing: no action is served or shown.
     #[arg(long)]
     pub read_only: bool,
+    /// Another name the dashboard is served as (`name` for any port, `name:port`), beside the
+    /// listen address (and, on loopback, localhost, 127.0.0.1 and [::1]); repeatable.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_host: Vec<String>,
     /// user:password for HTTP Basic auth.
     #[arg(long, env = "ECHOMQ_WEB_AUTH", hide_env_values = true)]
     pub auth: Option<String>,
@@ -48,6 +54,7 @@ pub struct App {
     pub csrf: String,
     pub read_only: bool,
     auth: Option<String>,
+    hosts: origin::Hosts,
 }
 
 /// A page that could not be made: the server's error, shown as it came (escaped).
@@ -75,8 +82,15 @@ type Page = std::result::Result<Response, WebError>;
 
 pub async fn serve(dep: Deployment, options: Options) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(options.bind).await?;
-    let app = app(dep, &options)?;
     let addr = listener.local_addr()?;
+    // The names it answers to carry the port it got (`--bind ...:0`).
+    let app = app(
+        dep,
+        &Options {
+            bind: addr,
+            ..options.clone()
+        },
+    )?;
     eprintln!(
         "emq web: serving http://{addr}/{}",
         if app.read_only { " (read-only)" } else { "" }
@@ -117,6 +131,7 @@ pub fn app(dep: Deployment, options: &Options) -> Result<Arc<App>> {
         csrf: format!("{:032x}", rand::random::<u128>()),
         read_only: options.read_only,
         auth: options.auth.clone(),
+        hosts: origin::Hosts::new(options.bind, &options.allow_host)?,
     }))
 }
 
@@ -134,9 +149,14 @@ pub fn router(app: Arc<App>) -> Router {
             .route("/queues/{queue}/jobs/{id}/requeue", post(requeue_job))
             .route("/queues/{queue}/jobs/{id}/cancel", post(cancel_job));
     }
+    // Outermost first: the headers on every response, then the Host and Origin check, then auth.
     routes
-        .layer(middleware::from_fn(headers))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), basic_auth))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&app),
+            origin::guard,
+        ))
+        .layer(middleware::from_fn(headers))
         .with_state(app)
 }
 
