@@ -8,6 +8,25 @@ mod common;
 
 use common::{count, emq, enqueue, free_port, get, http, kill_next, post, post_with, server, web};
 
+/// The value of the form field `name` on `page`.
+fn field(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let at = page.find(&marker).expect("the field") + marker.len();
+    page[at..].split('"').next().unwrap_or_default().to_string()
+}
+
+/// The ids of a set's jobs, in the set's order.
+fn ids(con: &mut redis::Connection, queue: &str, set: &str) -> Vec<String> {
+    let (_, jobs): (String, Vec<Vec<redis::Value>>) = redis::cmd("EMQ.JOBS")
+        .arg(queue)
+        .arg(set)
+        .query(con)
+        .expect("jobs");
+    jobs.iter()
+        .map(|j| redis::from_redis_value_ref::<String>(&j[0]).expect("id"))
+        .collect()
+}
+
 /// The CSRF token the dashboard's forms carry.
 fn token(page: &str) -> String {
     let at = page
@@ -254,4 +273,104 @@ fn a_foreign_host_gets_nothing_and_a_change_needs_the_dashboard_s_own_origin() {
     );
     assert_eq!(code, 303);
     assert_eq!(count(&mut con, "work", "paused"), 1);
+}
+
+#[test]
+fn purge_asks_for_the_queue_s_name_and_deletes_only_the_jobs_there_when_it_asked() {
+    let s = server();
+    let mut con = s.conn();
+    for n in 0..3 {
+        enqueue(&mut con, "p", &format!("early {n}"));
+    }
+    let port = free_port();
+    let _web = web(&s.url(), port, &[]);
+    // The queue page offers purge as a way to its confirmation, not as a one-click form.
+    let (_, page) = get(port, "/queues/p?set=pending", "");
+    assert!(
+        page.contains("href=\"/queues/p/purge?set=pending\""),
+        "{page}"
+    );
+    assert!(!page.contains("action=\"/queues/p/purge\""), "{page}");
+    let (code, confirm) = get(port, "/queues/p/purge?set=pending", "");
+    assert_eq!(code, 200, "{confirm}");
+    assert!(
+        confirm.contains("<strong>3 pending jobs</strong>"),
+        "{confirm}"
+    );
+    let (csrf, ticket) = (token(&confirm), field(&confirm, "ticket"));
+
+    // Jobs that come after the page: one behind the others, one ahead of them by priority.
+    let later = enqueue(&mut con, "p", "later");
+    let urgent: String = redis::cmd("EMQ.ENQUEUE")
+        .arg("p")
+        .arg("*")
+        .arg("urgent")
+        .arg("PRIORITY")
+        .arg(-10)
+        .query(&mut con)
+        .expect("enqueue");
+    let form = |confirm: &str| format!("csrf={csrf}&set=pending&ticket={ticket}{confirm}");
+
+    // Without the queue's name typed, or with another, nothing is purged.
+    for typed in ["", "&confirm=", "&confirm=q", "&confirm=P"] {
+        let (code, response) = post(port, "/queues/p/purge", &form(typed));
+        assert_eq!(code, 422, "{typed}: {response}");
+        assert!(response.contains("nothing was purged"), "{response}");
+    }
+    assert_eq!(count(&mut con, "p", "pending"), 5);
+    let (code, _) = post(
+        port,
+        "/queues/p/purge",
+        &format!("csrf=0123456789abcdef0123456789abcdef&set=pending&ticket={ticket}&confirm=p"),
+    );
+    assert_eq!(code, 403);
+    assert_eq!(count(&mut con, "p", "pending"), 5);
+
+    let (code, response) = post(port, "/queues/p/purge", &form("&confirm=p"));
+    assert_eq!(code, 303, "{response}");
+    assert!(
+        response.contains("location: /queues/p?set=pending&done=3%20purged"),
+        "{response}"
+    );
+    let mut kept = ids(&mut con, "p", "pending");
+    kept.sort();
+    let mut want = vec![later, urgent];
+    want.sort();
+    assert_eq!(kept, want);
+    // A confirmation is used once.
+    let (code, response) = post(port, "/queues/p/purge", &form("&confirm=p"));
+    assert_eq!(code, 409, "{response}");
+    assert_eq!(count(&mut con, "p", "pending"), 2);
+
+    // The dead set: a job that dies after the page stays.
+    for n in 0..2 {
+        enqueue(&mut con, "d", &format!("doomed {n}"));
+        kill_next(&mut con, "d", "no");
+    }
+    let (_, confirm) = get(port, "/queues/d/purge?set=dead", "");
+    assert!(
+        confirm.contains("<strong>2 dead jobs</strong>"),
+        "{confirm}"
+    );
+    enqueue(&mut con, "d", "doomed later");
+    let late = kill_next(&mut con, "d", "no");
+    let (code, response) = post(
+        port,
+        "/queues/d/purge",
+        &format!(
+            "csrf={}&set=dead&ticket={}&confirm=d",
+            token(&confirm),
+            field(&confirm, "ticket")
+        ),
+    );
+    assert_eq!(code, 303, "{response}");
+    assert!(response.contains("done=2%20purged"), "{response}");
+    assert_eq!(ids(&mut con, "d", "dead"), [late]);
+
+    // Active jobs cannot be purged, and a read-only dashboard has no purge at all.
+    assert_eq!(get(port, "/queues/p/purge?set=active", "").0, 400);
+    let ro = free_port();
+    let _read_only = web(&s.url(), ro, &["--read-only"]);
+    assert_eq!(get(ro, "/queues/p/purge?set=pending", "").0, 404);
+    assert!(!get(ro, "/queues/p?set=pending", "").1.contains("purge"));
 }

@@ -7,6 +7,7 @@
 mod chart;
 mod origin;
 mod pages;
+mod purge;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -55,6 +56,7 @@ pub struct App {
     pub read_only: bool,
     auth: Option<String>,
     hosts: origin::Hosts,
+    tickets: purge::Tickets,
 }
 
 /// A page that could not be made: the server's error, shown as it came (escaped).
@@ -132,6 +134,7 @@ pub fn app(dep: Deployment, options: &Options) -> Result<Arc<App>> {
         read_only: options.read_only,
         auth: options.auth.clone(),
         hosts: origin::Hosts::new(options.bind, &options.allow_host)?,
+        tickets: purge::Tickets::default(),
     }))
 }
 
@@ -144,7 +147,10 @@ pub fn router(app: Arc<App>) -> Router {
         routes = routes
             .route("/queues/{queue}/pause", post(pause))
             .route("/queues/{queue}/resume", post(resume))
-            .route("/queues/{queue}/purge", post(purge))
+            .route(
+                "/queues/{queue}/purge",
+                get(purge::confirm).post(purge::purge),
+            )
             .route("/queues/{queue}/requeue-dead", post(requeue_dead))
             .route("/queues/{queue}/jobs/{id}/requeue", post(requeue_job))
             .route("/queues/{queue}/jobs/{id}/cancel", post(cancel_job));
@@ -263,11 +269,10 @@ async fn job_page(
 #[derive(Deserialize)]
 struct Action {
     csrf: String,
-    set: Option<String>,
 }
 
-fn checked(app: &App, form: &Action) -> std::result::Result<(), WebError> {
-    if same(form.csrf.as_bytes(), app.csrf.as_bytes()) {
+fn checked(app: &App, csrf: &str) -> std::result::Result<(), WebError> {
+    if same(csrf.as_bytes(), app.csrf.as_bytes()) {
         return Ok(());
     }
     Err(WebError(
@@ -291,7 +296,7 @@ async fn pause(
     Path(queue): Path<String>,
     Form(form): Form<Action>,
 ) -> Page {
-    checked(&app, &form)?;
+    checked(&app, &form.csrf)?;
     let changed = app.dep.queue(&queue).pause().await?;
     Ok(back_to(
         &queue,
@@ -305,7 +310,7 @@ async fn resume(
     Path(queue): Path<String>,
     Form(form): Form<Action>,
 ) -> Page {
-    checked(&app, &form)?;
+    checked(&app, &form.csrf)?;
     let changed = app.dep.queue(&queue).resume().await?;
     Ok(back_to(
         &queue,
@@ -314,29 +319,12 @@ async fn resume(
     ))
 }
 
-async fn purge(
-    State(app): State<Arc<App>>,
-    Path(queue): Path<String>,
-    Form(form): Form<Action>,
-) -> Page {
-    checked(&app, &form)?;
-    let set = form.set.unwrap_or_default();
-    let n = drain(
-        &app.dep,
-        &queue,
-        ProgressBar::hidden(),
-        &["EMQ.PURGE", &set],
-    )
-    .await?;
-    Ok(back_to(&queue, &set, &format!("{n} purged")))
-}
-
 async fn requeue_dead(
     State(app): State<Arc<App>>,
     Path(queue): Path<String>,
     Form(form): Form<Action>,
 ) -> Page {
-    checked(&app, &form)?;
+    checked(&app, &form.csrf)?;
     let n = drain(
         &app.dep,
         &queue,
@@ -362,7 +350,7 @@ async fn requeue_job(
     Path((queue, id)): Path<(String, String)>,
     Form(form): Form<Action>,
 ) -> Page {
-    checked(&app, &form)?;
+    checked(&app, &form.csrf)?;
     let moved = app.dep.queue(&queue).requeue(&id).await?;
     Ok(to_job(
         &queue,
@@ -376,7 +364,7 @@ async fn cancel_job(
     Path((queue, id)): Path<(String, String)>,
     Form(form): Form<Action>,
 ) -> Page {
-    checked(&app, &form)?;
+    checked(&app, &form.csrf)?;
     let removed = app.dep.queue(&queue).cancel(&id).await?;
     if removed {
         return Ok(back_to(&queue, "pending", &format!("{id} cancelled")));

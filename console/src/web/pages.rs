@@ -65,14 +65,13 @@ pub fn error(status: StatusCode, message: &str) -> Markup {
 }
 
 /// A POST form with the CSRF token; nothing at all on a read-only dashboard.
-fn action(app: &App, path: &str, label: &str, set: Option<&str>) -> Markup {
+fn action(app: &App, path: &str, label: &str) -> Markup {
     if app.read_only {
         return html! {};
     }
     html! {
         form method="post" action=(path) {
             input type="hidden" name="csrf" value=(app.csrf);
-            @if let Some(set) = set { input type="hidden" name="set" value=(set); }
             button type="submit" { (label) }
         }
     }
@@ -150,9 +149,9 @@ pub fn queue(
         html! {
             @if let Some(done) = done { div.flash #flash { (done) } }
             p {
-                @if row.paused { span.paused #state { "paused" } " " (action(app, &format!("{base}/resume"), "resume", None)) }
-                @else { span #state { "running" } " " (action(app, &format!("{base}/pause"), "pause", None)) }
-                @if row.dead > 0 { (action(app, &format!("{base}/requeue-dead"), "requeue all dead", None)) }
+                @if row.paused { span.paused #state { "paused" } " " (action(app, &format!("{base}/resume"), "resume")) }
+                @else { span #state { "running" } " " (action(app, &format!("{base}/pause"), "pause")) }
+                @if row.dead > 0 { (action(app, &format!("{base}/requeue-dead"), "requeue all dead")) }
             }
             p { "backlog, last minute " (PreEscaped(sparkline(&history.backlog_series(&row.name, "pending"), 240, 32))) }
             div.rates {
@@ -169,8 +168,8 @@ pub fn queue(
                 @for s in SETS {
                     a.on[s == set] href={ (base) "?set=" (s) } { (s) " (" (row.count(s)) ")" }
                 }
-                @if set != "active" && row.count(set) > 0 {
-                    (action(app, &format!("{base}/purge"), &format!("purge {set}"), Some(set)))
+                @if !app.read_only && set != "active" && row.count(set) > 0 {
+                    a #purge href={ (base) "/purge?set=" (segment(set)) } { "purge " (set) "…" }
                 }
             }
             table #jobs {
@@ -187,6 +186,33 @@ pub fn queue(
                 }
             }
             @if next != "0" { p { a #next href={ (base) "?set=" (segment(set)) "&cursor=" (segment(next)) } { "next page" } } }
+        },
+    )
+}
+
+/// The purge's confirmation: what it deletes, and the form that does it once the queue's name
+/// is typed (the server checks it).
+pub fn purge(app: &App, queue: &str, set: &str, noted: usize, total: i64, ticket: &str) -> Markup {
+    let base = format!("/queues/{}", segment(queue));
+    layout(
+        &format!("{queue} · purge {set}"),
+        false,
+        html! {
+            p #what {
+                "Purge deletes the " strong { (noted) " " (set) " jobs" } " of " strong { (queue) }
+                " that are there now, for good. Jobs that come after this page stay."
+            }
+            @if (noted as i64) < total {
+                p #more { "The set holds " (total) ": this purge takes its first " (noted) "; purge again for the rest." }
+            }
+            form method="post" action={ (base) "/purge" } {
+                input type="hidden" name="csrf" value=(app.csrf);
+                input type="hidden" name="set" value=(set);
+                input type="hidden" name="ticket" value=(ticket);
+                label { "Type the queue's name to confirm: " input type="text" name="confirm" required autocomplete="off"; }
+                " " button type="submit" { "purge " (noted) " jobs" }
+            }
+            p { a href={ (base) "?set=" (segment(set)) } { "← back, purging nothing" } }
         },
     )
 }
@@ -220,8 +246,8 @@ pub fn job(
             p {
                 a href={ "/queues/" (segment(queue)) } { "← " (queue) }
                 " "
-                @if set == "dead" { (action(app, &format!("{base}/requeue"), "requeue", None)) }
-                @if set == "pending" || set == "scheduled" { (action(app, &format!("{base}/cancel"), "cancel", None)) }
+                @if set == "dead" { (action(app, &format!("{base}/requeue"), "requeue")) }
+                @if set == "pending" || set == "scheduled" { (action(app, &format!("{base}/cancel"), "cancel")) }
             }
             table #job {
                 @for (k, v) in fields {
