@@ -374,3 +374,57 @@ fn purge_asks_for_the_queue_s_name_and_deletes_only_the_jobs_there_when_it_asked
     assert_eq!(get(ro, "/queues/p/purge?set=pending", "").0, 404);
     assert!(!get(ro, "/queues/p?set=pending", "").1.contains("purge"));
 }
+
+#[test]
+fn a_large_payload_shows_cut_with_its_size_and_downloads_whole() {
+    let s = server();
+    let mut con = s.conn();
+    let big = format!("{}TAIL", "x".repeat(300_000));
+    let id = enqueue(&mut con, "big", &big);
+    let short = enqueue(&mut con, "big", "short one");
+    let port = free_port();
+    let _web = web(&s.url(), port, &[]);
+
+    // The list: the first 200 bytes and the size.
+    let (code, page) = get(port, "/queues/big?set=pending", "");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains(&format!("{}… (300004 bytes)", "x".repeat(200))),
+        "{page}"
+    );
+    assert!(
+        !page.contains(&"x".repeat(201)),
+        "more than 200 bytes listed"
+    );
+    assert!(page.contains(">short one</pre>"), "{page}");
+    assert!(page.len() < 20_000, "{} bytes", page.len());
+
+    // The job: the first 64 KiB, the size, and the whole payload to download.
+    let (code, page) = get(port, &format!("/queues/big/jobs/{id}"), "");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("300004 bytes, first 64 KiB shown"),
+        "{}",
+        &page[page.len().saturating_sub(2_000)..]
+    );
+    assert!(page.contains(&"x".repeat(64 * 1024)));
+    assert!(!page.contains(&"x".repeat(64 * 1024 + 1)));
+    assert!(!page.contains("TAIL"));
+    assert!(page.len() < 64 * 1024 + 10_000, "{} bytes", page.len());
+    assert!(page.contains(&format!("href=\"/queues/big/jobs/{id}/payload\"")));
+    let (code, whole) = get(port, &format!("/queues/big/jobs/{id}/payload"), "");
+    assert_eq!(code, 200);
+    assert!(
+        whole.contains(&format!(
+            "content-disposition: attachment; filename=\"{id}.payload\""
+        )),
+        "{}",
+        &whole[..500]
+    );
+    assert!(whole.contains("content-type: application/octet-stream"));
+    assert!(whole.ends_with(&format!("\r\n\r\n{big}")));
+
+    let (_, page) = get(port, &format!("/queues/big/jobs/{short}"), "");
+    assert!(page.contains(">short one</pre>"), "{page}");
+    assert!(!page.contains("KiB shown"), "{page}");
+}

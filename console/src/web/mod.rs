@@ -142,7 +142,8 @@ pub fn router(app: Arc<App>) -> Router {
     let mut routes = Router::new()
         .route("/", get(index))
         .route("/queues/{queue}", get(queue_page))
-        .route("/queues/{queue}/jobs/{id}", get(job_page));
+        .route("/queues/{queue}/jobs/{id}", get(job_page))
+        .route("/queues/{queue}/jobs/{id}/payload", get(job_payload));
     if !app.read_only {
         routes = routes
             .route("/queues/{queue}/pause", post(pause))
@@ -256,14 +257,43 @@ async fn job_page(
     Path((queue, id)): Path<(String, String)>,
     Query(q): Query<Listing>,
 ) -> Page {
-    let Some(fields) = overview::job(&app.dep, &queue, &id).await? else {
-        return Err(WebError(
-            StatusCode::NOT_FOUND,
-            format!("no job {id} in {queue}"),
-        ));
+    let Some(raw) = overview::job_bytes(&app.dep, &queue, &id).await? else {
+        return Err(no_job(&queue, &id));
     };
+    let fields = pages::fields(raw);
     let history = overview::job_history(&app.dep, &queue, &id, 100).await?;
     Ok(pages::job(&app, &queue, &id, &fields, &history, q.done.as_deref()).into_response())
+}
+
+fn no_job(queue: &str, id: &str) -> WebError {
+    WebError(StatusCode::NOT_FOUND, format!("no job {id} in {queue}"))
+}
+
+/// The whole payload, as bytes to save (never to show: a page shows its first 64 KiB).
+async fn job_payload(
+    State(app): State<Arc<App>>,
+    Path((queue, id)): Path<(String, String)>,
+) -> Page {
+    let Some(raw) = overview::job_bytes(&app.dep, &queue, &id).await? else {
+        return Err(no_job(&queue, &id));
+    };
+    let payload = raw
+        .into_iter()
+        .find(|(k, _)| k == "payload")
+        .map(|(_, v)| v)
+        .ok_or_else(|| no_job(&queue, &id))?;
+    let file: String = id.chars().filter(char::is_ascii_alphanumeric).collect();
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{file}.payload\""),
+            ),
+        ],
+        payload,
+    )
+        .into_response())
 }
 
 #[derive(Deserialize)]

@@ -9,7 +9,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use super::chart::sparkline;
 use super::App;
 use crate::cli::age;
-use crate::overview::{History, JobEntry, QueueRow, RATES, SETS};
+use crate::overview::{cut, History, JobEntry, QueueRow, RATES, SETS};
 
 /// What a path segment or query value keeps as it is; the rest is percent-encoded.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -225,19 +225,40 @@ fn preview(j: &JobEntry) -> String {
     format!("{}… ({} bytes)", j.payload, j.payload_bytes)
 }
 
+/// Bytes of each field (payload, error, result, progress) a job page shows at most.
+pub const SHOWN: usize = 64 * 1024;
+
+/// One field of a job as its page shows it: the first [`SHOWN`] bytes, and the whole size.
+pub struct Field {
+    pub name: String,
+    pub text: String,
+    pub bytes: usize,
+}
+
+/// The job's fields as the server sent them, each cut to [`SHOWN`] bytes.
+pub fn fields(raw: Vec<(String, Vec<u8>)>) -> Vec<Field> {
+    raw.into_iter()
+        .map(|(name, value)| Field {
+            text: cut(&value, SHOWN).0,
+            bytes: value.len(),
+            name,
+        })
+        .collect()
+}
+
 pub fn job(
     app: &App,
     queue: &str,
     id: &str,
-    fields: &[(String, String)],
+    fields: &[Field],
     history: &[(u64, String)],
     done: Option<&str>,
 ) -> Markup {
     let base = format!("/queues/{}/jobs/{}", segment(queue), segment(id));
     let set = fields
         .iter()
-        .find(|(k, _)| k == "set")
-        .map_or("", |(_, v)| v.as_str());
+        .find(|f| f.name == "set")
+        .map_or("", |f| f.text.as_str());
     layout(
         &format!("{queue} · {id}"),
         false,
@@ -250,8 +271,16 @@ pub fn job(
                 @if set == "pending" || set == "scheduled" { (action(app, &format!("{base}/cancel"), "cancel")) }
             }
             table #job {
-                @for (k, v) in fields {
-                    tr { th { (k) } td { pre data-field=(k) { (v) } } }
+                @for f in fields {
+                    tr { th { (f.name) } td {
+                        pre data-field=(f.name) { (f.text) }
+                        @if f.bytes > SHOWN {
+                            p.cut data-cut=(f.name) {
+                                (f.bytes) " bytes, first " (SHOWN / 1024) " KiB shown"
+                                @if f.name == "payload" { " · " a #whole href={ (base) "/payload" } { "download the whole payload" } }
+                            }
+                        }
+                    } }
                 }
             }
             @if !history.is_empty() {
