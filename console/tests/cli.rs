@@ -1,6 +1,7 @@
 //! `emq`'s subcommands against real servers: the queues of every primary with their counts,
-//! text and JSON, exit codes, the server's errors as they are, and the bounded loops of purge
-//! and requeue run to the end.
+//! text and JSON, exit codes, the server's errors as they are, the bounded loops of purge
+//! and requeue run to the end (and refused without --yes off a terminal), and control
+//! characters of what they print escaped.
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! Purge in two steps. The confirmation page notes the ids of the set's jobs as they are then
-//! (at most [`PURGE_MAX`], oldest first) under a one-use ticket; the purge itself, once the
+//! (at most [`PURGE_MAX`], in the set's order) under a one-use ticket; the purge itself, once the
 //! queue's name is typed, deletes those jobs and no other: a job enqueued, scheduled or killed
 //! after the page was made stays.
 
@@ -73,7 +73,7 @@ fn purgeable(set: &str) -> std::result::Result<(), WebError> {
     ))
 }
 
-/// The ids of the set's jobs now, oldest first, at most [`PURGE_MAX`].
+/// The ids of the set's jobs now, in the set's order, at most [`PURGE_MAX`].
 async fn note(dep: &Deployment, queue: &str, set: &str) -> Result<Vec<String>> {
     let mut ids = Vec::new();
     let mut cursor = "0".to_string();
@@ -147,7 +147,8 @@ pub async fn purge(
 
 /// Deletes the `jobs` of `set` that are still there; how many it deleted. Pending and scheduled
 /// jobs go one by one (`EMQ.CANCEL`); dead ones, which only `EMQ.PURGE` deletes, in steps of
-/// the run of noted jobs at the head of the set (oldest first), stopping at one not noted.
+/// the run of noted jobs at the head of the set (`EMQ.PURGE` deletes from the head), stopping
+/// at one not noted.
 async fn delete(dep: &Deployment, queue: &str, set: &str, jobs: Vec<String>) -> Result<i64> {
     let q = dep.queue(queue);
     let mut done = 0;
