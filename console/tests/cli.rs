@@ -191,6 +191,53 @@ fn purge_and_requeue_dead_without_yes_refuse_off_a_terminal_and_change_nothing()
     assert_eq!(count(&mut con, "keep", "pending"), 0);
 }
 
+/// `emq --url <url> args...` on a terminal (util-linux's `script` gives it one), `answer`
+/// typed: its exit code and what the terminal showed.
+fn emq_on_a_terminal(url: &str, args: &[&str], answer: &str) -> (i32, String) {
+    use std::io::Write;
+    let line = std::iter::once(env!("CARGO_BIN_EXE_emq"))
+        .chain(["--url", url])
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (util-linux)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(answer.as_bytes())
+        .expect("type");
+    let out = child.wait_with_output().expect("wait");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn on_a_terminal_purge_asks_and_goes_on_only_on_yes() {
+    let s = server();
+    let mut con = s.conn();
+    enqueue(&mut con, "asked", "a");
+    enqueue(&mut con, "asked", "b");
+    let (code, shown) = emq_on_a_terminal(&s.url(), &["purge", "asked", "pending"], "n\n");
+    assert_eq!(code, 2, "{shown}");
+    assert!(
+        shown.contains("purge the 2 pending jobs of asked? [y/N]"),
+        "{shown}"
+    );
+    assert_eq!(count(&mut con, "asked", "pending"), 2);
+    let (code, shown) = emq_on_a_terminal(&s.url(), &["purge", "asked", "pending"], "y\n");
+    assert_eq!(code, 0, "{shown}");
+    assert!(shown.contains("2 purged"), "{shown}");
+    assert_eq!(count(&mut con, "asked", "pending"), 0);
+}
+
 #[test]
 fn control_characters_of_a_payload_error_or_name_print_escaped() {
     let s = server();
