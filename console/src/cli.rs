@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value as Json};
 
 use crate::deployment::Deployment;
+use crate::escape::terminal;
 use crate::overview::{self, int, QueueRow};
 
 /// A refusal or a lost connection: the server's error is printed as it came.
@@ -70,13 +71,22 @@ pub enum Command {
     /// Lets claims take the queue's jobs again.
     Resume { queue: String },
     /// Deletes every job of one set (pending, scheduled or dead), a bounded step at a time.
-    Purge { queue: String, set: String },
+    Purge {
+        queue: String,
+        set: String,
+        /// Do it: without --yes, purge asks on a terminal and refuses elsewhere.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Moves a dead job back to pending, or with --dead every dead job.
     Requeue {
         queue: String,
         id: Option<String>,
         #[arg(long, conflicts_with = "id")]
         dead: bool,
+        /// With --dead, do it: without --yes it asks on a terminal and refuses elsewhere.
+        #[arg(long)]
+        yes: bool,
     },
     /// Removes a pending or scheduled job.
     Cancel { queue: String, id: String },
@@ -143,16 +153,21 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         command => subcommand(&dep, command).await?,
     };
     if cli.json {
-        println!("{}", out.json);
+        println!("{}", crate::escape::json(&out.json.to_string()));
     } else if !out.text.is_empty() {
         println!("{}", out.text.trim_end());
     }
     Ok(ExitCode::from(out.code))
 }
 
-/// The rows as a table: a header line, then one line a queue.
+/// The rows as a table: a header line, then one line a queue (names and errors escaped).
 pub fn table(rows: &[QueueRow]) -> String {
-    let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(5).max(5);
+    let width = rows
+        .iter()
+        .map(|r| terminal(&r.name).len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
     let mut out = format!(
         "{:<width$}  {:>9} {:>9} {:>9} {:>9}  {:>8}  paused\n",
         "queue", "pending", "active", "scheduled", "dead", "oldest"
@@ -160,7 +175,7 @@ pub fn table(rows: &[QueueRow]) -> String {
     for r in rows {
         out += &format!(
             "{:<width$}  {:>9} {:>9} {:>9} {:>9}  {:>8}  {}\n",
-            r.name,
+            terminal(&r.name),
             r.pending,
             r.active,
             r.scheduled,
@@ -169,7 +184,7 @@ pub fn table(rows: &[QueueRow]) -> String {
             if r.paused { "yes" } else { "no" },
         );
         if let Some(e) = &r.error {
-            out += &format!("  {e}\n");
+            out += &format!("  {}\n", terminal(e));
         }
     }
     out
@@ -204,10 +219,11 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
                 let stats = dep.queue(&name).stats().await?;
                 let mut fields: Vec<_> = stats.into_iter().collect();
                 fields.sort();
-                text += &format!("{name}\n");
+                text += &format!("{}\n", terminal(&name));
                 for (k, v) in &fields {
                     text += &format!(
-                        "  {k:<12} {}\n",
+                        "  {:<12} {}\n",
+                        terminal(k),
                         v.map_or("-".to_string(), |n| n.to_string())
                     );
                 }
@@ -223,14 +239,14 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
         }
         Command::Job { queue, id } => match overview::job(dep, &queue, &id).await? {
             None => Output {
-                text: format!("no job {id} in {queue}"),
+                text: format!("no job {} in {}", terminal(&id), terminal(&queue)),
                 json: Json::Null,
                 code: EXIT_NOT_FOUND,
             },
             Some(fields) => {
                 let text = fields
                     .iter()
-                    .map(|(k, v)| format!("{k:<10} {v}\n"))
+                    .map(|(k, v)| format!("{:<10} {}\n", terminal(k), terminal(v)))
                     .collect();
                 let map: serde_json::Map<_, _> =
                     fields.into_iter().map(|(k, v)| (k, json!(v))).collect();
@@ -243,20 +259,31 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
             count,
             cursor,
         } => {
-            let (next, jobs) =
-                overview::jobs(dep, &queue, &set, &cursor, count as usize, true).await?;
+            let (next, jobs) = overview::jobs(
+                dep,
+                &queue,
+                &set,
+                &cursor,
+                count as usize,
+                Some(overview::WHOLE),
+            )
+            .await?;
             let mut text = String::new();
             for j in &jobs {
                 text += &format!(
                     "{}  score {}  attempts {}  {}\n",
-                    j.id, j.score, j.attempts, j.payload
+                    terminal(&j.id),
+                    j.score,
+                    j.attempts,
+                    terminal(&j.payload)
                 );
                 if let Some(e) = &j.error {
-                    text += &format!("    error: {}\n", e.lines().next().unwrap_or_default());
+                    let first = e.lines().next().unwrap_or_default();
+                    text += &format!("    error: {}\n", terminal(first));
                 }
             }
             if next != "0" {
-                text += &format!("more: --cursor {next}\n");
+                text += &format!("more: --cursor {}\n", terminal(&next));
             }
             Output::ok(text, json!({ "cursor": next, "jobs": jobs }))
         }
@@ -270,8 +297,13 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
             let text = if changed { "resumed" } else { "not paused" };
             Output::ok(text.into(), json!({ "paused": false, "changed": changed }))
         }
-        Command::Purge { queue, set } => {
+        Command::Purge { queue, set, yes } => {
             let total = overview::queue_row(dep, &queue, 0).await?.count(&set);
+            confirmed(
+                yes,
+                &format!("purge the {total} {set} jobs of {}", terminal(&queue)),
+            )
+            .await?;
             let done = drain(dep, &queue, progress(total, "purged"), &["EMQ.PURGE", &set]).await?;
             Output::ok(format!("{done} purged"), json!({ "purged": done }))
         }
@@ -281,12 +313,13 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
             ..
         } => {
             let moved = dep.queue(&queue).requeue(&id).await?;
-            Output::changed(moved, "requeued", format!("{id} is not dead"))
+            Output::changed(moved, "requeued", format!("{} is not dead", terminal(&id)))
         }
         Command::Requeue {
             queue,
             id: None,
             dead,
+            yes,
         } => {
             if !dead {
                 return Err(Error::Usage(
@@ -294,6 +327,11 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
                 ));
             }
             let total = overview::queue_row(dep, &queue, 0).await?.dead;
+            confirmed(
+                yes,
+                &format!("requeue the {total} dead jobs of {}", terminal(&queue)),
+            )
+            .await?;
             let done = drain(
                 dep,
                 &queue,
@@ -308,7 +346,7 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
             Output::changed(
                 removed,
                 "cancelled",
-                format!("{id} is not pending or scheduled"),
+                format!("{} is not pending or scheduled", terminal(&id)),
             )
         }
         Command::Enqueue {
@@ -328,10 +366,40 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
                 .queue(&queue)
                 .enqueue_with(payload.as_bytes(), how)
                 .await?;
-            Output::ok(id.clone(), json!({ "id": id }))
+            Output::ok(terminal(&id).into_owned(), json!({ "id": id }))
         }
         Command::Top { .. } | Command::Web(_) => Output::ok(String::new(), Json::Null),
     })
+}
+
+/// Whether a change of many jobs (`what`, as "purge the 3 pending jobs of q") may go ahead:
+/// with `--yes`, or when the person at a terminal answers `y`; anywhere else it is refused
+/// (a usage error, exit 2) with what it would have done.
+async fn confirmed(yes: bool, what: &str) -> Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if yes {
+        return Ok(());
+    }
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return Err(Error::Usage(format!(
+            "this would {what}: pass --yes to do it"
+        )));
+    }
+    let question = format!("{what}? [y/N] ");
+    let answer = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+        let mut err = std::io::stderr();
+        err.write_all(question.as_bytes())?;
+        err.flush()?;
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        Ok(line)
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    if matches!(answer.trim(), "y" | "Y" | "yes") {
+        return Ok(());
+    }
+    Err(Error::Usage(format!("not confirmed: did not {what}")))
 }
 
 /// A bar on stderr for `total` jobs, drawn only when stderr is a terminal.

@@ -12,8 +12,8 @@ async fn main() -> ExitCode {
     match cli::run(args).await {
         Ok(code) => code,
         Err(e) => {
-            // The server's error as it came, or the connection's.
-            eprintln!("{e}");
+            // The server's error as it came, or the connection's, its control characters escaped.
+            eprintln!("{}", emq::escape::terminal(&e.to_string()));
             let code = match e {
                 Error::Usage(_) => cli::EXIT_USAGE,
                 _ => cli::EXIT_ERROR,

@@ -89,17 +89,45 @@ pub struct JobEntry {
     /// `active`, time of death in `dead`.
     pub score: i64,
     pub attempts: i64,
+    /// The payload, or its first bytes when the page was read with a cut ([`jobs`]).
     pub payload: String,
+    /// The whole payload's size in bytes.
+    #[serde(skip)]
+    pub payload_bytes: usize,
+    /// The last error, or its first bytes when the page was read with a cut.
     pub error: Option<String>,
 }
 
+/// A page's payloads and errors whole ([`jobs`]).
+pub const WHOLE: usize = usize::MAX;
+
+/// The first `limit` bytes of `bytes` as text (cut back to a character's start when it is
+/// UTF-8, invalid bytes shown as U+FFFD), and whether anything was left out.
+pub fn cut(bytes: &[u8], limit: usize) -> (String, bool) {
+    if bytes.len() <= limit {
+        return (String::from_utf8_lossy(bytes).into_owned(), false);
+    }
+    let mut head = &bytes[..limit];
+    if let Err(e) = std::str::from_utf8(head) {
+        // A character cut in two at the end: drop its first bytes.
+        if e.error_len().is_none() {
+            head = &head[..e.valid_up_to()];
+        }
+    }
+    (String::from_utf8_lossy(head).into_owned(), true)
+}
+
 fn text(v: &Value) -> Option<String> {
+    bytes(v).map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// A reply's value as the bytes it stands for.
+fn bytes(v: &Value) -> Option<Vec<u8>> {
     match v {
-        Value::Nil => None,
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Int(n) => Some(n.to_string()),
-        Value::Double(d) => Some(d.to_string()),
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        Value::Int(n) => Some(n.to_string().into_bytes()),
+        Value::Double(d) => Some(d.to_string().into_bytes()),
         _ => None,
     }
 }
@@ -126,7 +154,7 @@ pub async fn queue_row(dep: &Deployment, name: &str, now: u64) -> Result<QueueRo
         flow: None,
     };
     if row.pending > 0 {
-        let (_, first) = jobs(dep, name, "pending", "0", 1, false).await?;
+        let (_, first) = jobs(dep, name, "pending", "0", 1, None).await?;
         row.oldest_pending_ms = first
             .first()
             .and_then(|j| ids::minted_at_ms(&j.id))
@@ -153,16 +181,19 @@ pub async fn overview(dep: &Deployment) -> Result<Vec<QueueRow>> {
     Ok(rows)
 }
 
-/// A page of one set: the next cursor (`"0"` at the end) and its jobs with their payloads and
-/// last errors.
+/// A page of one set: the next cursor (`"0"` at the end) and its jobs, with `payloads` their
+/// payloads and last errors cut to that many bytes each ([`WHOLE`] for all of them). The server
+/// sends them whole (`EMQ.JOBS` has no range): the cut bounds what is kept and shown.
 pub async fn jobs(
     dep: &Deployment,
     queue: &str,
     set: &str,
     cursor: &str,
     count: usize,
-    with_payloads: bool,
+    payloads: Option<usize>,
 ) -> Result<(String, Vec<JobEntry>)> {
+    let with_payloads = payloads.is_some();
+    let limit = payloads.unwrap_or(WHOLE);
     let mut args = vec![
         set.as_bytes().to_vec(),
         b"CURSOR".to_vec(),
@@ -184,12 +215,14 @@ pub async fn jobs(
             let Value::Array(fields) = item else { continue };
             let field = |i: usize| fields.get(i).and_then(text);
             let Some(id) = field(0) else { continue };
+            let payload = fields.get(3).and_then(bytes).unwrap_or_default();
             out.push(JobEntry {
                 id,
                 score: fields.get(1).map_or(0, number),
                 attempts: fields.get(2).map_or(0, number),
-                payload: field(3).unwrap_or_default(),
-                error: field(4),
+                payload: cut(&payload, limit).0,
+                payload_bytes: payload.len(),
+                error: fields.get(4).and_then(bytes).map(|e| cut(&e, limit).0),
             });
         }
     }
@@ -199,22 +232,36 @@ pub async fn jobs(
 /// One job's row, set and score, field by field in the server's order; `None` when there is
 /// no such job.
 pub async fn job(dep: &Deployment, queue: &str, id: &str) -> Result<Option<Vec<(String, String)>>> {
+    Ok(job_bytes(dep, queue, id).await?.map(|fields| {
+        fields
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+            .collect()
+    }))
+}
+
+/// [`job`], each value as the bytes the server sent.
+pub async fn job_bytes(
+    dep: &Deployment,
+    queue: &str,
+    id: &str,
+) -> Result<Option<Vec<(String, Vec<u8>)>>> {
     let reply = dep
         .queue(queue)
         .call("EMQ.JOB", &[id.as_bytes().to_vec()])
         .await?;
-    let pairs: Vec<(String, String)> = match &reply {
+    let pairs: Vec<(String, Vec<u8>)> = match &reply {
         Value::Nil => return Ok(None),
         Value::Map(m) => m
             .iter()
-            .map(|(k, v)| (text(k).unwrap_or_default(), text(v).unwrap_or_default()))
+            .map(|(k, v)| (text(k).unwrap_or_default(), bytes(v).unwrap_or_default()))
             .collect(),
         Value::Array(items) => items
             .chunks(2)
             .filter_map(|kv| {
                 Some((
                     text(kv.first()?)?,
-                    kv.get(1).and_then(text).unwrap_or_default(),
+                    kv.get(1).and_then(bytes).unwrap_or_default(),
                 ))
             })
             .collect(),
@@ -568,6 +615,18 @@ mod tests {
         assert_eq!(h.queue_rate("q", "acked"), Some(3.0));
         assert_eq!(h.queue_rate_series("q", "acked"), vec![0.0, 6.0, 3.0]);
         assert_eq!(h.queue_rate("other", "acked"), None);
+    }
+
+    #[test]
+    fn a_cut_keeps_whole_characters_and_says_it_cut() {
+        assert_eq!(cut(b"abc", 3), ("abc".to_string(), false));
+        assert_eq!(cut(b"abcd", 3), ("abc".to_string(), true));
+        // "é" is two bytes: a cut between them drops its first.
+        assert_eq!(cut("aé".as_bytes(), 2), ("a".to_string(), true));
+        assert_eq!(
+            cut(b"\xff\xfeab", 3),
+            ("\u{fffd}\u{fffd}a".to_string(), true)
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ use ratatui::Frame;
 
 use crate::cli::age;
 use crate::deployment::Deployment;
+use crate::escape::terminal;
 use crate::overview::{History, QueueRow, Sampler, RATES};
 
 /// The column the queues are sorted by; `s` goes to the next.
@@ -148,7 +149,7 @@ impl Top {
         let table = Table::new(
             rows.iter().map(|q| {
                 Row::new(vec![
-                    q.name.clone(),
+                    terminal(&q.name).into_owned(),
                     q.pending.to_string(),
                     q.active.to_string(),
                     q.scheduled.to_string(),
@@ -196,7 +197,7 @@ impl Top {
             if self.filter.is_empty() {
                 String::new()
             } else {
-                format!(", matching \"{}\"", self.filter)
+                format!(", matching \"{}\"", terminal(&self.filter))
             }
         )));
         let mut state = TableState::default().with_selected(Some(self.selected));
@@ -204,7 +205,7 @@ impl Top {
 
         let counters = self.history.latest().map_or(String::new(), |s| {
             if let Some(e) = &s.counters_error {
-                return e.clone();
+                return terminal(e).into_owned();
             }
             s.counters
                 .iter()
@@ -220,11 +221,14 @@ impl Top {
             counters_area,
         );
         let help = if self.typing {
-            format!("filter: {}_   (Enter to keep, Esc to end)", self.filter)
+            format!(
+                "filter: {}_   (Enter to keep, Esc to end)",
+                terminal(&self.filter)
+            )
         } else {
             format!(
                 "q quit  s sort  / filter  ↑↓ select  p pause  r resume   {}",
-                self.status
+                terminal(&self.status)
             )
         };
         frame.render_widget(Paragraph::new(help), help_area);

@@ -1,7 +1,8 @@
 //! The dashboard in a real browser: headless Chromium, driven through chromedriver (WebDriver)
 //! with fantoccini, against `emq web` and a real server. It sees the real counts, opens a dead
-//! job and its error, requeues it, pauses a queue and sees claims stop, sees a `<script>`
-//! payload as text, and keeps screenshots under target/console/.
+//! job and its error, requeues it, pauses a queue and sees claims stop, purges a queue through
+//! its confirmation (the browser's own Origin let through), sees a `<script>` payload as text,
+//! and keeps screenshots under target/console/.
 //!
 //! Chromium and chromedriver come from Debian's packages: `scripts/install-deps.sh
 //! --with-browser` (which `make test` runs).
@@ -255,5 +256,22 @@ async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_q
         .query(&mut con)
         .expect("claim");
     assert_eq!(claimed.len(), 1);
+
+    // Purge: the confirmation says what goes, the queue's name typed makes it go.
+    b.goto(&format!("{base}/queues/orders?set=pending"))
+        .await
+        .expect("open");
+    click(&b, Locator::Css("a#purge")).await;
+    let what = text(&b, "#what").await;
+    assert!(what.contains("2 pending jobs"), "{what}");
+    b.find(Locator::Css("input[name=confirm]"))
+        .await
+        .expect("the name's field")
+        .send_keys("orders")
+        .await
+        .expect("type the name");
+    click(&b, Locator::Css("form[action$='/purge'] button")).await;
+    assert_eq!(text_after_click(&b, "#flash", "2 purged").await, "2 purged");
+    assert_eq!(count(&mut con, "orders", "pending"), 0);
     b.close().await.expect("close the browser");
 }

@@ -1,6 +1,7 @@
 //! `emq`'s subcommands against real servers: the queues of every primary with their counts,
-//! text and JSON, exit codes, the server's errors as they are, and the bounded loops of purge
-//! and requeue run to the end.
+//! text and JSON, exit codes, the server's errors as they are, the bounded loops of purge
+//! and requeue run to the end (and refused without --yes off a terminal), and control
+//! characters of what they print escaped.
 
 mod common;
 
@@ -80,7 +81,7 @@ fn the_server_s_errors_are_shown_as_they_are_and_exit_1_and_usage_errors_exit_2(
     let (code, _, err) = emq(&s.url(), &["enqueue", "bad{name}", "x"]);
     assert_eq!(code, 1);
     assert!(err.starts_with("EMQQUEUE"), "{err}");
-    let (code, _, err) = emq(&s.url(), &["purge", "mail", "active"]);
+    let (code, _, err) = emq(&s.url(), &["purge", "mail", "active", "--yes"]);
     assert_eq!(code, 1);
     assert!(err.starts_with("EMQSET"), "{err}");
     let (code, _, err) = emq(&s.url(), &["requeue", "mail"]);
@@ -140,7 +141,7 @@ fn purge_and_requeue_dead_run_their_bounded_steps_to_the_end() {
         cmd.arg("*").arg(format!("job {i}"));
     }
     let _: redis::Value = cmd.query(&mut con).expect("menqueue");
-    let (code, text, _) = emq(&s.url(), &["--json", "purge", "big", "pending"]);
+    let (code, text, _) = emq(&s.url(), &["--json", "purge", "big", "pending", "--yes"]);
     assert_eq!(code, 0);
     assert_eq!(
         serde_json::from_str::<Json>(&text).expect("json")["purged"],
@@ -152,10 +153,129 @@ fn purge_and_requeue_dead_run_their_bounded_steps_to_the_end() {
         enqueue(&mut con, "big", &format!("doomed {i}"));
         kill_next(&mut con, "big", "no");
     }
-    let (code, text, _) = emq(&s.url(), &["requeue", "big", "--dead"]);
+    let (code, text, _) = emq(&s.url(), &["requeue", "big", "--dead", "--yes"]);
     assert_eq!((code, text.trim()), (0, "1200 requeued"));
     assert_eq!(count(&mut con, "big", "dead"), 0);
     assert_eq!(count(&mut con, "big", "pending"), 1_200);
+}
+
+#[test]
+fn purge_and_requeue_dead_without_yes_refuse_off_a_terminal_and_change_nothing() {
+    let s = server();
+    let mut con = s.conn();
+    for n in 0..3 {
+        enqueue(&mut con, "keep", &format!("job {n}"));
+    }
+    kill_next(&mut con, "keep", "boom");
+
+    // The suite's emq has no terminal: it says what it would do and does nothing.
+    let (code, out, err) = emq(&s.url(), &["purge", "keep", "pending"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("purge the 2 pending jobs of keep") && err.contains("--yes"),
+        "{err}"
+    );
+    assert_eq!(count(&mut con, "keep", "pending"), 2);
+    let (code, out, err) = emq(&s.url(), &["requeue", "keep", "--dead"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("requeue the 1 dead jobs of keep") && err.contains("--yes"),
+        "{err}"
+    );
+    assert_eq!(count(&mut con, "keep", "dead"), 1);
+
+    let (code, text, _) = emq(&s.url(), &["requeue", "keep", "--dead", "--yes"]);
+    assert_eq!((code, text.trim()), (0, "1 requeued"));
+    let (code, text, _) = emq(&s.url(), &["purge", "keep", "pending", "--yes"]);
+    assert_eq!((code, text.trim()), (0, "3 purged"));
+    assert_eq!(count(&mut con, "keep", "pending"), 0);
+}
+
+/// `emq --url <url> args...` on a terminal (util-linux's `script` gives it one), `answer`
+/// typed: its exit code and what the terminal showed.
+fn emq_on_a_terminal(url: &str, args: &[&str], answer: &str) -> (i32, String) {
+    use std::io::Write;
+    let line = std::iter::once(env!("CARGO_BIN_EXE_emq"))
+        .chain(["--url", url])
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (util-linux)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(answer.as_bytes())
+        .expect("type");
+    let out = child.wait_with_output().expect("wait");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn on_a_terminal_purge_asks_and_goes_on_only_on_yes() {
+    let s = server();
+    let mut con = s.conn();
+    enqueue(&mut con, "asked", "a");
+    enqueue(&mut con, "asked", "b");
+    let (code, shown) = emq_on_a_terminal(&s.url(), &["purge", "asked", "pending"], "n\n");
+    assert_eq!(code, 2, "{shown}");
+    assert!(
+        shown.contains("purge the 2 pending jobs of asked? [y/N]"),
+        "{shown}"
+    );
+    assert_eq!(count(&mut con, "asked", "pending"), 2);
+    let (code, shown) = emq_on_a_terminal(&s.url(), &["purge", "asked", "pending"], "y\n");
+    assert_eq!(code, 0, "{shown}");
+    assert!(shown.contains("2 purged"), "{shown}");
+    assert_eq!(count(&mut con, "asked", "pending"), 0);
+}
+
+#[test]
+fn control_characters_of_a_payload_error_or_name_print_escaped() {
+    let s = server();
+    let mut con = s.conn();
+    enqueue(&mut con, "tty", "\x1b[2Jcleared\x1b]0;title\x07\u{9b}31m");
+    let dead = kill_next(&mut con, "tty", "bad \x1b[31mred\x7f");
+    enqueue(&mut con, "tty", "\x1b[2Jcleared");
+
+    let (code, text, _) = emq(&s.url(), &["job", "tty", &dead]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("\\e[2Jcleared\\e]0;title\\x07\\u{9b}31m"),
+        "{text}"
+    );
+    assert!(text.contains("bad \\e[31mred\\x7f"), "{text}");
+    let (code, text, _) = emq(&s.url(), &["jobs", "tty", "dead"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("error: bad \\e[31mred"), "{text}");
+    let (code, text, _) = emq(&s.url(), &["jobs", "tty", "pending"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("\\e[2Jcleared"), "{text}");
+    for (_, text, err) in [
+        emq(&s.url(), &["job", "tty", &dead]),
+        emq(&s.url(), &["jobs", "tty", "dead"]),
+        emq(&s.url(), &["--json", "job", "tty", &dead]),
+        emq(&s.url(), &["--json", "jobs", "tty", "dead"]),
+        emq(&s.url(), &["job", "tty\x1b[2J", "JOB00000000000"]),
+    ] {
+        let raw = |t: &str| {
+            t.chars()
+                .any(|c| c == '\x1b' || c == '\x7f' || c == '\u{9b}')
+        };
+        assert!(!raw(&text) && !raw(&err), "{text:?} {err:?}");
+    }
+    // JSON keeps the bytes: escaped the JSON way, read back the same.
+    let (_, json, _) = emq(&s.url(), &["--json", "job", "tty", &dead]);
+    let row: Json = serde_json::from_str(&json).expect("json");
+    assert_eq!(row["payload"], "\x1b[2Jcleared\x1b]0;title\x07\u{9b}31m");
 }
 
 #[test]
@@ -205,7 +325,7 @@ fn on_a_cluster_queues_are_gathered_from_every_primary_and_commands_reach_their_
 
     for q in &names {
         assert_eq!(emq(&url, &["pause", q]).0, 0);
-        let (code, _, _) = emq(&url, &["purge", q, "pending"]);
+        let (code, _, _) = emq(&url, &["purge", q, "pending", "--yes"]);
         assert_eq!(code, 0);
     }
     let (_, json, _) = emq(&url, &["--json", "queues"]);

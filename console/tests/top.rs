@@ -1,6 +1,6 @@
 //! `emq top` drawn on ratatui's test backend from a real server's samples: the screen shows the
 //! queues and their counts, updates when jobs move, shows the rates and counters, and its keys
-//! sort, filter, pause and resume on the server.
+//! sort, filter, pause and resume on the server; control characters in what it shows are escaped.
 
 mod common;
 
@@ -156,4 +156,31 @@ async fn keys_sort_filter_and_pause_and_resume_the_chosen_queue_on_the_server() 
     assert!(top.status.contains("alpha resumed"), "{}", top.status);
     let quit = top.key(KeyCode::Char('q'));
     assert!(!apply(&mut top, &dep, quit).await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn control_characters_in_the_status_and_the_filter_are_drawn_escaped() {
+    let s = server();
+    let mut con = s.conn();
+    enqueue(&mut con, "plain", "x");
+    let (_dep, mut top, _sampler) = watching(&s).await;
+    // What an action's error reads is the server's text: shown, never obeyed.
+    top.status = "ERR \x1b[2Jgone\x07".into();
+    let lines = screen(&top);
+    assert!(
+        lines.iter().any(|l| l.contains("ERR \\e[2Jgone\\x07")),
+        "{lines:#?}"
+    );
+    for k in ['/', '\u{9b}', 'p'] {
+        top.key(KeyCode::Char(k));
+    }
+    let lines = screen(&top);
+    assert!(
+        lines.iter().any(|l| l.contains("filter: \\u{9b}p_")),
+        "{lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains(['\x1b', '\x07', '\u{9b}'])),
+        "{lines:#?}"
+    );
 }

@@ -1,11 +1,31 @@
 //! `emq web` over HTTP against a real server: its pages hold the server's counts, a crafted
 //! payload or error is escaped, actions need a POST with the dashboard's CSRF token,
-//! `--read-only` serves and shows no action, `--auth` guards every page, and a bind off loopback
-//! without auth is refused.
+//! `--read-only` serves and shows no action, `--auth` guards every page, a bind off loopback
+//! without auth is refused, and a foreign `Host` or `Origin` (DNS rebinding, a cross-site form)
+//! gets nothing.
 
 mod common;
 
-use common::{count, emq, enqueue, free_port, get, kill_next, post, server, web};
+use common::{count, emq, enqueue, free_port, get, http, kill_next, post, post_with, server, web};
+
+/// The value of the form field `name` on `page`.
+fn field(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let at = page.find(&marker).expect("the field") + marker.len();
+    page[at..].split('"').next().unwrap_or_default().to_string()
+}
+
+/// The ids of a set's jobs, in the set's order.
+fn ids(con: &mut redis::Connection, queue: &str, set: &str) -> Vec<String> {
+    let (_, jobs): (String, Vec<Vec<redis::Value>>) = redis::cmd("EMQ.JOBS")
+        .arg(queue)
+        .arg(set)
+        .query(con)
+        .expect("jobs");
+    jobs.iter()
+        .map(|j| redis::from_redis_value_ref::<String>(&j[0]).expect("id"))
+        .collect()
+}
 
 /// The CSRF token the dashboard's forms carry.
 fn token(page: &str) -> String {
@@ -166,4 +186,245 @@ fn on_a_cluster_the_dashboard_lists_every_primary_s_queues_and_acts_on_each() {
             .expect("stats");
         assert_eq!(paused.get("paused"), Some(&redis::Value::Int(1)), "{q}");
     }
+}
+
+#[test]
+fn a_foreign_host_gets_nothing_and_a_change_needs_the_dashboard_s_own_origin() {
+    let s = server();
+    let mut con = s.conn();
+    enqueue(&mut con, "work", "secret payload");
+    let port = free_port();
+    let _web = web(&s.url(), port, &["--allow-host", "emq.example.com"]);
+    let (code, page) = get(port, "/queues/work", "");
+    assert_eq!(code, 200, "{page}");
+    let csrf = token(&page);
+
+    // A DNS-rebinding page's requests carry its own name: no page, no token.
+    let foreign = |host: &str| {
+        http(
+            port,
+            &format!("GET /queues/work HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    for host in [
+        format!("evil.example:{port}"),
+        format!("127.0.0.1.evil.example:{port}"),
+        format!("localhost:{}", port.wrapping_add(1)),
+        "127.0.0.1".to_string(),
+    ] {
+        let (code, response) = foreign(&host);
+        assert_eq!(code, 421, "{host}: {response}");
+        assert!(!response.contains(&csrf), "{host}: {response}");
+        assert!(!response.contains("secret payload"), "{host}: {response}");
+    }
+    let (code, _) = http(port, "GET / HTTP/1.0\r\nConnection: close\r\n\r\n");
+    assert_eq!(code, 421, "no Host at all");
+    // The names it is served as: loopback's, with the port, and --allow-host's on any port.
+    for host in [
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        "emq.example.com".to_string(),
+        "EMQ.example.com:8443".to_string(),
+    ] {
+        assert_eq!(foreign(&host).0, 200, "{host}");
+    }
+
+    // A change with the right token but from another site's page, or from nowhere said.
+    let pause = |headers: &str| {
+        post_with(
+            port,
+            "/queues/work/pause",
+            &format!("Host: 127.0.0.1:{port}\r\n{headers}"),
+            &format!("csrf={csrf}"),
+        )
+    };
+    for headers in [
+        "Origin: http://evil.example\r\n".to_string(),
+        format!("Origin: http://evil.example:{port}\r\n"),
+        "Origin: null\r\n".to_string(),
+        format!("Origin: http://localhost:{}\r\n", port.wrapping_add(1)),
+        "Referer: http://evil.example/attack.html\r\n".to_string(),
+        format!("Origin: http://evil.example\r\nReferer: http://127.0.0.1:{port}/queues/work\r\n"),
+        String::new(),
+    ] {
+        let (code, response) = pause(&headers);
+        assert_eq!(code, 403, "{headers:?}: {response}");
+        assert!(response.contains("nothing was changed"), "{response}");
+    }
+    assert_eq!(count(&mut con, "work", "paused"), 0);
+
+    // From its own pages: by Origin, by Referer when a browser sends no Origin, by another name.
+    let (code, _) = pause(&format!("Origin: http://localhost:{port}\r\n"));
+    assert_eq!(code, 303);
+    assert_eq!(count(&mut con, "work", "paused"), 1);
+    let (code, _) = post_with(
+        port,
+        "/queues/work/resume",
+        &format!("Host: 127.0.0.1:{port}\r\nReferer: http://127.0.0.1:{port}/queues/work\r\n"),
+        &format!("csrf={csrf}"),
+    );
+    assert_eq!(code, 303);
+    assert_eq!(count(&mut con, "work", "paused"), 0);
+    let (code, _) = post_with(
+        port,
+        "/queues/work/pause",
+        "Host: emq.example.com\r\nOrigin: https://emq.example.com\r\n",
+        &format!("csrf={csrf}"),
+    );
+    assert_eq!(code, 303);
+    assert_eq!(count(&mut con, "work", "paused"), 1);
+}
+
+#[test]
+fn purge_asks_for_the_queue_s_name_and_deletes_only_the_jobs_there_when_it_asked() {
+    let s = server();
+    let mut con = s.conn();
+    for n in 0..3 {
+        enqueue(&mut con, "p", &format!("early {n}"));
+    }
+    let port = free_port();
+    let _web = web(&s.url(), port, &[]);
+    // The queue page offers purge as a way to its confirmation, not as a one-click form.
+    let (_, page) = get(port, "/queues/p?set=pending", "");
+    assert!(
+        page.contains("href=\"/queues/p/purge?set=pending\""),
+        "{page}"
+    );
+    assert!(!page.contains("action=\"/queues/p/purge\""), "{page}");
+    let (code, confirm) = get(port, "/queues/p/purge?set=pending", "");
+    assert_eq!(code, 200, "{confirm}");
+    assert!(
+        confirm.contains("<strong>3 pending jobs</strong>"),
+        "{confirm}"
+    );
+    let (csrf, ticket) = (token(&confirm), field(&confirm, "ticket"));
+
+    // Jobs that come after the page: one behind the others, one ahead of them by priority.
+    let later = enqueue(&mut con, "p", "later");
+    let urgent: String = redis::cmd("EMQ.ENQUEUE")
+        .arg("p")
+        .arg("*")
+        .arg("urgent")
+        .arg("PRIORITY")
+        .arg(-10)
+        .query(&mut con)
+        .expect("enqueue");
+    let form = |confirm: &str| format!("csrf={csrf}&set=pending&ticket={ticket}{confirm}");
+
+    // Without the queue's name typed, or with another, nothing is purged.
+    for typed in ["", "&confirm=", "&confirm=q", "&confirm=P"] {
+        let (code, response) = post(port, "/queues/p/purge", &form(typed));
+        assert_eq!(code, 422, "{typed}: {response}");
+        assert!(response.contains("nothing was purged"), "{response}");
+    }
+    assert_eq!(count(&mut con, "p", "pending"), 5);
+    let (code, _) = post(
+        port,
+        "/queues/p/purge",
+        &format!("csrf=0123456789abcdef0123456789abcdef&set=pending&ticket={ticket}&confirm=p"),
+    );
+    assert_eq!(code, 403);
+    assert_eq!(count(&mut con, "p", "pending"), 5);
+
+    let (code, response) = post(port, "/queues/p/purge", &form("&confirm=p"));
+    assert_eq!(code, 303, "{response}");
+    assert!(
+        response.contains("location: /queues/p?set=pending&done=3%20purged"),
+        "{response}"
+    );
+    let mut kept = ids(&mut con, "p", "pending");
+    kept.sort();
+    let mut want = vec![later, urgent];
+    want.sort();
+    assert_eq!(kept, want);
+    // A confirmation is used once.
+    let (code, response) = post(port, "/queues/p/purge", &form("&confirm=p"));
+    assert_eq!(code, 409, "{response}");
+    assert_eq!(count(&mut con, "p", "pending"), 2);
+
+    // The dead set: a job that dies after the page stays.
+    for n in 0..2 {
+        enqueue(&mut con, "d", &format!("doomed {n}"));
+        kill_next(&mut con, "d", "no");
+    }
+    let (_, confirm) = get(port, "/queues/d/purge?set=dead", "");
+    assert!(
+        confirm.contains("<strong>2 dead jobs</strong>"),
+        "{confirm}"
+    );
+    enqueue(&mut con, "d", "doomed later");
+    let late = kill_next(&mut con, "d", "no");
+    let (code, response) = post(
+        port,
+        "/queues/d/purge",
+        &format!(
+            "csrf={}&set=dead&ticket={}&confirm=d",
+            token(&confirm),
+            field(&confirm, "ticket")
+        ),
+    );
+    assert_eq!(code, 303, "{response}");
+    assert!(response.contains("done=2%20purged"), "{response}");
+    assert_eq!(ids(&mut con, "d", "dead"), [late]);
+
+    // Active jobs cannot be purged, and a read-only dashboard has no purge at all.
+    assert_eq!(get(port, "/queues/p/purge?set=active", "").0, 400);
+    let ro = free_port();
+    let _read_only = web(&s.url(), ro, &["--read-only"]);
+    assert_eq!(get(ro, "/queues/p/purge?set=pending", "").0, 404);
+    assert!(!get(ro, "/queues/p?set=pending", "").1.contains("purge"));
+}
+
+#[test]
+fn a_large_payload_shows_cut_with_its_size_and_downloads_whole() {
+    let s = server();
+    let mut con = s.conn();
+    let big = format!("{}TAIL", "x".repeat(300_000));
+    let id = enqueue(&mut con, "big", &big);
+    let short = enqueue(&mut con, "big", "short one");
+    let port = free_port();
+    let _web = web(&s.url(), port, &[]);
+
+    // The list: the first 200 bytes and the size.
+    let (code, page) = get(port, "/queues/big?set=pending", "");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains(&format!("{}… (300004 bytes)", "x".repeat(200))),
+        "{page}"
+    );
+    assert!(
+        !page.contains(&"x".repeat(201)),
+        "more than 200 bytes listed"
+    );
+    assert!(page.contains(">short one</pre>"), "{page}");
+    assert!(page.len() < 20_000, "{} bytes", page.len());
+
+    // The job: the first 64 KiB, the size, and the whole payload to download.
+    let (code, page) = get(port, &format!("/queues/big/jobs/{id}"), "");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("300004 bytes, first 64 KiB shown"),
+        "{}",
+        &page[page.len().saturating_sub(2_000)..]
+    );
+    assert!(page.contains(&"x".repeat(64 * 1024)));
+    assert!(!page.contains(&"x".repeat(64 * 1024 + 1)));
+    assert!(!page.contains("TAIL"));
+    assert!(page.len() < 64 * 1024 + 10_000, "{} bytes", page.len());
+    assert!(page.contains(&format!("href=\"/queues/big/jobs/{id}/payload\"")));
+    let (code, whole) = get(port, &format!("/queues/big/jobs/{id}/payload"), "");
+    assert_eq!(code, 200);
+    assert!(
+        whole.contains(&format!(
+            "content-disposition: attachment; filename=\"{id}.payload\""
+        )),
+        "{}",
+        &whole[..500]
+    );
+    assert!(whole.contains("content-type: application/octet-stream"));
+    assert!(whole.ends_with(&format!("\r\n\r\n{big}")));
+
+    let (_, page) = get(port, &format!("/queues/big/jobs/{short}"), "");
+    assert!(page.contains(">short one</pre>"), "{page}");
+    assert!(!page.contains("KiB shown"), "{page}");
 }

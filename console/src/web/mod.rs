@@ -1,10 +1,13 @@
 //! `emq web`: the dashboard, served by axum. Pages are maud templates (every interpolated value
 //! is HTML-escaped), charts are SVG drawn here, and nothing is fetched from elsewhere. Safe by
-//! default: loopback unless told otherwise, Basic auth required off loopback, every action a
-//! POST carrying the process's CSRF token, none at all with `--read-only`.
+//! default: loopback unless told otherwise, Basic auth required off loopback, only the names it
+//! is served as ([`origin`]), every action a POST from its own pages carrying the process's CSRF
+//! token, none at all with `--read-only`.
 
 mod chart;
+mod origin;
 mod pages;
+mod purge;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,6 +37,10 @@ pub struct Options {
     /// Show everything, change nothing: no action is served or shown.
     #[arg(long)]
     pub read_only: bool,
+    /// Another name the dashboard is served as (`name` for any port, `name:port`), beside the
+    /// listen address (and, on loopback, localhost, 127.0.0.1 and [::1]); repeatable.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_host: Vec<String>,
     /// user:password for HTTP Basic auth.
     #[arg(long, env = "ECHOMQ_WEB_AUTH", hide_env_values = true)]
     pub auth: Option<String>,
@@ -48,6 +55,8 @@ pub struct App {
     pub csrf: String,
     pub read_only: bool,
     auth: Option<String>,
+    hosts: origin::Hosts,
+    tickets: purge::Tickets,
 }
 
 /// A page that could not be made: the server's error, shown as it came (escaped).
@@ -75,8 +84,15 @@ type Page = std::result::Result<Response, WebError>;
 
 pub async fn serve(dep: Deployment, options: Options) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(options.bind).await?;
-    let app = app(dep, &options)?;
     let addr = listener.local_addr()?;
+    // The names it answers to carry the port it got (`--bind ...:0`).
+    let app = app(
+        dep,
+        &Options {
+            bind: addr,
+            ..options.clone()
+        },
+    )?;
     eprintln!(
         "emq web: serving http://{addr}/{}",
         if app.read_only { " (read-only)" } else { "" }
@@ -117,6 +133,8 @@ pub fn app(dep: Deployment, options: &Options) -> Result<Arc<App>> {
         csrf: format!("{:032x}", rand::random::<u128>()),
         read_only: options.read_only,
         auth: options.auth.clone(),
+        hosts: origin::Hosts::new(options.bind, &options.allow_host)?,
+        tickets: purge::Tickets::default(),
     }))
 }
 
@@ -124,19 +142,28 @@ pub fn router(app: Arc<App>) -> Router {
     let mut routes = Router::new()
         .route("/", get(index))
         .route("/queues/{queue}", get(queue_page))
-        .route("/queues/{queue}/jobs/{id}", get(job_page));
+        .route("/queues/{queue}/jobs/{id}", get(job_page))
+        .route("/queues/{queue}/jobs/{id}/payload", get(job_payload));
     if !app.read_only {
         routes = routes
             .route("/queues/{queue}/pause", post(pause))
             .route("/queues/{queue}/resume", post(resume))
-            .route("/queues/{queue}/purge", post(purge))
+            .route(
+                "/queues/{queue}/purge",
+                get(purge::confirm).post(purge::purge),
+            )
             .route("/queues/{queue}/requeue-dead", post(requeue_dead))
             .route("/queues/{queue}/jobs/{id}/requeue", post(requeue_job))
             .route("/queues/{queue}/jobs/{id}/cancel", post(cancel_job));
     }
+    // Outermost first: the headers on every response, then the Host and Origin check, then auth.
     routes
-        .layer(middleware::from_fn(headers))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), basic_auth))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&app),
+            origin::guard,
+        ))
+        .layer(middleware::from_fn(headers))
         .with_state(app)
 }
 
@@ -219,7 +246,8 @@ async fn queue_page(
     let set = q.set.unwrap_or_else(|| "pending".into());
     let cursor = q.cursor.unwrap_or_else(|| "0".into());
     let row = overview::queue_row(&app.dep, &queue, overview::now_ms()).await?;
-    let (next, jobs) = overview::jobs(&app.dep, &queue, &set, &cursor, PAGE, true).await?;
+    let (next, jobs) =
+        overview::jobs(&app.dep, &queue, &set, &cursor, PAGE, Some(pages::PREVIEW)).await?;
     let history = app.history.read().await;
     Ok(pages::queue(&app, &row, &set, &jobs, &next, q.done.as_deref(), &history).into_response())
 }
@@ -229,24 +257,52 @@ async fn job_page(
     Path((queue, id)): Path<(String, String)>,
     Query(q): Query<Listing>,
 ) -> Page {
-    let Some(fields) = overview::job(&app.dep, &queue, &id).await? else {
-        return Err(WebError(
-            StatusCode::NOT_FOUND,
-            format!("no job {id} in {queue}"),
-        ));
+    let Some(raw) = overview::job_bytes(&app.dep, &queue, &id).await? else {
+        return Err(no_job(&queue, &id));
     };
+    let fields = pages::fields(raw);
     let history = overview::job_history(&app.dep, &queue, &id, 100).await?;
     Ok(pages::job(&app, &queue, &id, &fields, &history, q.done.as_deref()).into_response())
+}
+
+fn no_job(queue: &str, id: &str) -> WebError {
+    WebError(StatusCode::NOT_FOUND, format!("no job {id} in {queue}"))
+}
+
+/// The whole payload, as bytes to save (never to show: a page shows its first 64 KiB).
+async fn job_payload(
+    State(app): State<Arc<App>>,
+    Path((queue, id)): Path<(String, String)>,
+) -> Page {
+    let Some(raw) = overview::job_bytes(&app.dep, &queue, &id).await? else {
+        return Err(no_job(&queue, &id));
+    };
+    let payload = raw
+        .into_iter()
+        .find(|(k, _)| k == "payload")
+        .map(|(_, v)| v)
+        .ok_or_else(|| no_job(&queue, &id))?;
+    let file: String = id.chars().filter(char::is_ascii_alphanumeric).collect();
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{file}.payload\""),
+            ),
+        ],
+        payload,
+    )
+        .into_response())
 }
 
 #[derive(Deserialize)]
 struct Action {
     csrf: String,
-    set: Option<String>,
 }
 
-fn checked(app: &App, form: &Action) -> std::result::Result<(), WebError> {
-    if same(form.csrf.as_bytes(), app.csrf.as_bytes()) {
+fn checked(app: &App, csrf: &str) -> std::result::Result<(), WebError> {
+    if same(csrf.as_bytes(), app.csrf.as_bytes()) {
         return Ok(());
     }
     Err(WebError(
@@ -270,7 +326,7 @@ async fn pause(
     Path(queue): Path<String>,
     Form(form): Form<Action>,
 ) -> Page {
-    checked(&app, &form)?;
+    checked(&app, &form.csrf)?;
     let changed = app.dep.queue(&queue).pause().await?;
     Ok(back_to(
         &queue,
@@ -284,7 +340,7 @@ async fn resume(
     Path(queue): Path<String>,
     Form(form): Form<Action>,
 ) -> Page {
-    checked(&app, &form)?;
+    checked(&app, &form.csrf)?;
     let changed = app.dep.queue(&queue).resume().await?;
     Ok(back_to(
         &queue,
@@ -293,29 +349,12 @@ async fn resume(
     ))
 }
 
-async fn purge(
-    State(app): State<Arc<App>>,
-    Path(queue): Path<String>,
-    Form(form): Form<Action>,
-) -> Page {
-    checked(&app, &form)?;
-    let set = form.set.unwrap_or_default();
-    let n = drain(
-        &app.dep,
-        &queue,
-        ProgressBar::hidden(),
-        &["EMQ.PURGE", &set],
-    )
-    .await?;
-    Ok(back_to(&queue, &set, &format!("{n} purged")))
-}
-
 async fn requeue_dead(
     State(app): State<Arc<App>>,
     Path(queue): Path<String>,
     Form(form): Form<Action>,
 ) -> Page {
-    checked(&app, &form)?;
+    checked(&app, &form.csrf)?;
     let n = drain(
         &app.dep,
         &queue,
@@ -341,7 +380,7 @@ async fn requeue_job(
     Path((queue, id)): Path<(String, String)>,
     Form(form): Form<Action>,
 ) -> Page {
-    checked(&app, &form)?;
+    checked(&app, &form.csrf)?;
     let moved = app.dep.queue(&queue).requeue(&id).await?;
     Ok(to_job(
         &queue,
@@ -355,7 +394,7 @@ async fn cancel_job(
     Path((queue, id)): Path<(String, String)>,
     Form(form): Form<Action>,
 ) -> Page {
-    checked(&app, &form)?;
+    checked(&app, &form.csrf)?;
     let removed = app.dep.queue(&queue).cancel(&id).await?;
     if removed {
         return Ok(back_to(&queue, "pending", &format!("{id} cancelled")));

@@ -9,7 +9,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use super::chart::sparkline;
 use super::App;
 use crate::cli::age;
-use crate::overview::{History, JobEntry, QueueRow, RATES, SETS};
+use crate::overview::{cut, History, JobEntry, QueueRow, RATES, SETS};
 
 /// What a path segment or query value keeps as it is; the rest is percent-encoded.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -22,8 +22,8 @@ pub fn segment(text: &str) -> String {
     utf8_percent_encode(text, SEGMENT).to_string()
 }
 
-/// Characters of a payload a list shows before cutting it.
-const PREVIEW: usize = 160;
+/// Bytes of a payload (and of an error) a list keeps and shows before cutting it.
+pub const PREVIEW: usize = 200;
 
 const STYLE: &str = "
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1f2937;background:#f9fafb}
@@ -65,14 +65,13 @@ pub fn error(status: StatusCode, message: &str) -> Markup {
 }
 
 /// A POST form with the CSRF token; nothing at all on a read-only dashboard.
-fn action(app: &App, path: &str, label: &str, set: Option<&str>) -> Markup {
+fn action(app: &App, path: &str, label: &str) -> Markup {
     if app.read_only {
         return html! {};
     }
     html! {
         form method="post" action=(path) {
             input type="hidden" name="csrf" value=(app.csrf);
-            @if let Some(set) = set { input type="hidden" name="set" value=(set); }
             button type="submit" { (label) }
         }
     }
@@ -150,9 +149,9 @@ pub fn queue(
         html! {
             @if let Some(done) = done { div.flash #flash { (done) } }
             p {
-                @if row.paused { span.paused #state { "paused" } " " (action(app, &format!("{base}/resume"), "resume", None)) }
-                @else { span #state { "running" } " " (action(app, &format!("{base}/pause"), "pause", None)) }
-                @if row.dead > 0 { (action(app, &format!("{base}/requeue-dead"), "requeue all dead", None)) }
+                @if row.paused { span.paused #state { "paused" } " " (action(app, &format!("{base}/resume"), "resume")) }
+                @else { span #state { "running" } " " (action(app, &format!("{base}/pause"), "pause")) }
+                @if row.dead > 0 { (action(app, &format!("{base}/requeue-dead"), "requeue all dead")) }
             }
             p { "backlog, last minute " (PreEscaped(sparkline(&history.backlog_series(&row.name, "pending"), 240, 32))) }
             div.rates {
@@ -169,8 +168,8 @@ pub fn queue(
                 @for s in SETS {
                     a.on[s == set] href={ (base) "?set=" (s) } { (s) " (" (row.count(s)) ")" }
                 }
-                @if set != "active" && row.count(set) > 0 {
-                    (action(app, &format!("{base}/purge"), &format!("purge {set}"), Some(set)))
+                @if !app.read_only && set != "active" && row.count(set) > 0 {
+                    a #purge href={ (base) "/purge?set=" (segment(set)) } { "purge " (set) "…" }
                 }
             }
             table #jobs {
@@ -180,7 +179,7 @@ pub fn queue(
                         tr data-id=(j.id) {
                             td { a href={ (base) "/jobs/" (segment(&j.id)) } { (j.id) } }
                             td.n { (j.score) } td.n { (j.attempts) }
-                            td { pre.payload { (preview(&j.payload)) } }
+                            td { pre.payload { (preview(j)) } }
                             td { pre { (j.error.as_deref().and_then(|e| e.lines().next()).unwrap_or_default()) } }
                         }
                     }
@@ -191,26 +190,75 @@ pub fn queue(
     )
 }
 
-fn preview(payload: &str) -> String {
-    match payload.char_indices().nth(PREVIEW) {
-        Some((cut, _)) => format!("{}…", &payload[..cut]),
-        None => payload.to_string(),
+/// The purge's confirmation: what it deletes, and the form that does it once the queue's name
+/// is typed (the server checks it).
+pub fn purge(app: &App, queue: &str, set: &str, noted: usize, total: i64, ticket: &str) -> Markup {
+    let base = format!("/queues/{}", segment(queue));
+    layout(
+        &format!("{queue} · purge {set}"),
+        false,
+        html! {
+            p #what {
+                "Purge deletes the " strong { (noted) " " (set) " jobs" } " of " strong { (queue) }
+                " that are there now, for good. Jobs that come after this page stay."
+            }
+            @if (noted as i64) < total {
+                p #more { "The set holds " (total) ": this purge takes its first " (noted) "; purge again for the rest." }
+            }
+            form method="post" action={ (base) "/purge" } {
+                input type="hidden" name="csrf" value=(app.csrf);
+                input type="hidden" name="set" value=(set);
+                input type="hidden" name="ticket" value=(ticket);
+                label { "Type the queue's name to confirm: " input type="text" name="confirm" required autocomplete="off"; }
+                " " button type="submit" { "purge " (noted) " jobs" }
+            }
+            p { a href={ (base) "?set=" (segment(set)) } { "← back, purging nothing" } }
+        },
+    )
+}
+
+/// A listed job's payload: whole when short, else its first bytes and its size.
+fn preview(j: &JobEntry) -> String {
+    if j.payload_bytes <= PREVIEW {
+        return j.payload.clone();
     }
+    format!("{}… ({} bytes)", j.payload, j.payload_bytes)
+}
+
+/// Bytes of each field (payload, error, result, progress) a job page shows at most.
+pub const SHOWN: usize = 64 * 1024;
+
+/// One field of a job as its page shows it: the first [`SHOWN`] bytes, and the whole size.
+pub struct Field {
+    pub name: String,
+    pub text: String,
+    pub bytes: usize,
+}
+
+/// The job's fields as the server sent them, each cut to [`SHOWN`] bytes.
+pub fn fields(raw: Vec<(String, Vec<u8>)>) -> Vec<Field> {
+    raw.into_iter()
+        .map(|(name, value)| Field {
+            text: cut(&value, SHOWN).0,
+            bytes: value.len(),
+            name,
+        })
+        .collect()
 }
 
 pub fn job(
     app: &App,
     queue: &str,
     id: &str,
-    fields: &[(String, String)],
+    fields: &[Field],
     history: &[(u64, String)],
     done: Option<&str>,
 ) -> Markup {
     let base = format!("/queues/{}/jobs/{}", segment(queue), segment(id));
     let set = fields
         .iter()
-        .find(|(k, _)| k == "set")
-        .map_or("", |(_, v)| v.as_str());
+        .find(|f| f.name == "set")
+        .map_or("", |f| f.text.as_str());
     layout(
         &format!("{queue} · {id}"),
         false,
@@ -219,12 +267,20 @@ pub fn job(
             p {
                 a href={ "/queues/" (segment(queue)) } { "← " (queue) }
                 " "
-                @if set == "dead" { (action(app, &format!("{base}/requeue"), "requeue", None)) }
-                @if set == "pending" || set == "scheduled" { (action(app, &format!("{base}/cancel"), "cancel", None)) }
+                @if set == "dead" { (action(app, &format!("{base}/requeue"), "requeue")) }
+                @if set == "pending" || set == "scheduled" { (action(app, &format!("{base}/cancel"), "cancel")) }
             }
             table #job {
-                @for (k, v) in fields {
-                    tr { th { (k) } td { pre data-field=(k) { (v) } } }
+                @for f in fields {
+                    tr { th { (f.name) } td {
+                        pre data-field=(f.name) { (f.text) }
+                        @if f.bytes > SHOWN {
+                            p.cut data-cut=(f.name) {
+                                (f.bytes) " bytes, first " (SHOWN / 1024) " KiB shown"
+                                @if f.name == "payload" { " · " a #whole href={ (base) "/payload" } { "download the whole payload" } }
+                            }
+                        }
+                    } }
                 }
             }
             @if !history.is_empty() {

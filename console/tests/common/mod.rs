@@ -141,18 +141,33 @@ pub fn http(port: u16, request: &str) -> (u16, String) {
     (code, response)
 }
 
+/// A GET as a browser on the dashboard's own address sends it, with `headers` (each ending in
+/// CRLF) added.
 pub fn get(port: u16, path: &str, headers: &str) -> (u16, String) {
     http(
         port,
-        &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Connection: close\r\n\r\n"),
+        &format!(
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{headers}Connection: close\r\n\r\n"
+        ),
     )
 }
 
+/// A form's POST as a browser on one of the dashboard's pages sends it.
 pub fn post(port: u16, path: &str, body: &str) -> (u16, String) {
+    post_with(
+        port,
+        path,
+        &format!("Host: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\n"),
+        body,
+    )
+}
+
+/// A form's POST with the `headers` given (Host, Origin, Referer: each ending in CRLF).
+pub fn post_with(port: u16, path: &str, headers: &str, body: &str) -> (u16, String) {
     http(
         port,
         &format!(
-            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\n{headers}Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         ),
     )
