@@ -103,7 +103,7 @@ test-python-versions: build
 # source package into target/valkey-latest (kept for the next run); skipped, with a message,
 # where no such server can be had (the archive out of reach, a file that does not verify, a
 # build that fails); on CI a failure where .ci/tiers says the machine has the tier. Then the
-# cluster suite's tests of Valkey 9.0 (atomic slot migration, databases in cluster mode),
+# cluster_atomic suite (Valkey 9.0: atomic slot migration, databases in cluster mode),
 # which `make test` ignores; each fails, saying so, on an older one.
 VALKEY_LATEST := target/valkey-latest
 test-valkey-latest: build test-modules python
@@ -114,7 +114,7 @@ test-valkey-latest: build test-modules python
 	VALKEY_SERVER=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-server VALKEY_CLI=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-cli \
 	  $(CARGO) test --all-targets && \
 	VALKEY_SERVER=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-server VALKEY_CLI=$(CURDIR)/$(VALKEY_LATEST)/bin/valkey-cli \
-	  $(CARGO) test --test cluster -- --ignored
+	  $(CARGO) test --test cluster_atomic -- --ignored
 
 # The integration suites with every server under valgrind memcheck; fails on any error or
 # leak whose stack passes through the module. Slow: not part of every CI run. The I/O threads

@@ -10,13 +10,13 @@ trap 'rm -f "$log" "$chaos"' EXIT
 sed -n '/<!-- chaos: begin -->/,/<!-- chaos: end -->/p' docs/reliability.md > "$chaos"
 # So does the memory line of the last `make test-valgrind`, when this machine has no newer one.
 memory="$(grep -m1 '^Memory: ' docs/reliability.md || true)"
-cargo test --test cluster --test persistence -- --nocapture --test-threads=1 2>&1 | tee "$log" | grep -E "^test |test result" || true
+cargo test --test cluster_failover --test cluster_resharding --test persistence -- --nocapture --test-threads=1 2>&1 | tee "$log" | grep -E "^test |test result" || true
 grep -q "test result: ok" "$log" || { echo "reliability: the fault tests failed" >&2; exit 1; }
 field() { grep -o "RELIABILITY $1 .*" "$log" | tail -1 | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 {
   echo "# EchoMQ reliability figures"
   echo
-  echo "From the last run of \`make reliability\` ($(date -u +%Y-%m-%d), valkey-server $(valkey-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), $(nproc) cores): the fault tests in \`tests/cluster.rs\` and \`tests/persistence.rs\`, which assert what each row shows: no acknowledged job lost, but for a power loss with \`appendfsync everysec\` or \`no\`, where they assert that every job fsynced before the cut was found and, with \`no\`, that acknowledged jobs were lost."
+  echo "From the last run of \`make reliability\` ($(date -u +%Y-%m-%d), valkey-server $(valkey-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), $(nproc) cores): the fault tests in \`tests/cluster_failover.rs\`, \`tests/cluster_resharding.rs\` and \`tests/persistence.rs\`, which assert what each row shows: no acknowledged job lost, but for a power loss with \`appendfsync everysec\` or \`no\`, where they assert that every job fsynced before the cut was found and, with \`no\`, that acknowledged jobs were lost."
   echo
   echo "| fault | what the client did | tried | acknowledged | found afterwards | lost |"
   echo "|---|---|---|---|---|---|"

@@ -34,12 +34,15 @@ static HASH_WRITES_SEEN: AtomicBool = AtomicBool::new(true);
 /// fields it was read at: a transition of a queue whose `meta` hash has not changed since reads
 /// no field of it (one lookup of the key, for its length). Not used inside `MULTI` or a script,
 /// whose queued or scripted hash writes pass the command filter before they run.
-static META_CACHE: Mutex<Option<HashMap<MetaId, (u64, u64, MetaFacts)>>> = Mutex::new(None);
+static META_CACHE: Mutex<Option<HashMap<MetaId, Kept>>> = Mutex::new(None);
+
+/// The facts of one `meta` hash, with the generation and the number of fields they were read at.
+type Kept = (u64, u64, MetaFacts);
 
 /// Most queues' facts kept; the cache starts again empty past it.
 const META_CACHE_MAX: usize = 4096;
 
-fn cache<R>(f: impl FnOnce(&mut HashMap<MetaId, (u64, u64, MetaFacts)>) -> R) -> R {
+fn cache<R>(f: impl FnOnce(&mut HashMap<MetaId, Kept>) -> R) -> R {
     let mut guard = META_CACHE.lock().unwrap_or_else(|p| p.into_inner());
     f(guard.get_or_insert_with(HashMap::new))
 }

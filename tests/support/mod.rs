@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod cluster_load;
 
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
