@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import List
+from typing import List, Type
 
+import pytest
 import redis.asyncio
 
 import echomq
@@ -69,6 +70,85 @@ def test_an_async_handler_outliving_its_lease_keeps_it(server: Server) -> None:
         await asyncio.wait_for(task, 5)
         job = await q.job(job_id)
         assert job is not None and job["attempts"] == 1 and job["result"] == "ok"
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_async_payload_that_does_not_decode_fails_its_job_and_the_worker_goes_on() -> None:
+    server = Server(["--emq.max-attempts", "2", "--emq.backoff-base-ms", "10"])
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        raw = AsyncQueue(client, "async-undecodable")  # enqueued raw, past the Json serializer
+        first = await raw.enqueue_many([b'{"n": 1}', b'{"n": 2}'])
+        bad = await raw.enqueue(b"{not json")
+        last = await raw.enqueue(b'{"n": 3}')
+        seen: List[int] = []
+
+        async def handle(job: echomq.Job) -> None:
+            seen.append(job.payload["n"])
+
+        worker = AsyncWorker(client, "async-undecodable", handle, serializer=echomq.Json())
+        task = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 10
+        while ((await raw.job(bad)) or {}).get("state") != "dead" or worker.counts["acked"] < 3:
+            assert time.monotonic() < deadline and not task.done(), (task, worker.counts)
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        assert sorted(seen) == [1, 2, 3]
+        dead = await raw.job(bad)
+        assert dead is not None and dead["attempts"] == 2 and "JSONDecodeError" in dead["error"]
+        assert worker.counts["failed"] == 2
+        for job_id in [*first, last]:
+            job = await raw.job(job_id)
+            assert job is not None and (job["state"], job["attempts"]) == ("done", 1), job
+        await client.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.stop()
+
+
+class Halt(BaseException):
+    """A BaseException that is not an Exception, as a handler might raise."""
+
+
+@pytest.mark.parametrize("fatal", [SystemExit, Halt])
+def test_an_async_handler_raising_a_base_exception_fails_its_job_and_stops_the_worker(
+    server: Server, fatal: Type[BaseException]
+) -> None:
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        await client.config_set("emq.backoff-base-ms", 60_000)
+        q = AsyncQueue(client, "async-fatal")
+        other, stopper, never = await q.enqueue_many([b"other", b"stop", b"never"])
+
+        async def handle(job: echomq.Job) -> None:
+            if job.payload == b"stop":
+                raise fatal("out")
+            # Returns once the other job's failure is in: the worker stopped claiming by then.
+            deadline = time.monotonic() + 10
+            while ((await q.job(stopper)) or {}).get("state") != "scheduled":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+
+        worker = AsyncWorker(client, "async-fatal", handle, concurrency=2)
+        # Awaited here, not as a task of its own: a task ending in SystemExit or
+        # KeyboardInterrupt takes the loop down with it. The timer bounds a worker that never
+        # stops by itself.
+        timer = asyncio.get_running_loop().call_later(20, worker.stop)
+        with pytest.raises(fatal):
+            await worker.run()
+        timer.cancel()
+        failed = await q.job(stopper)
+        assert failed is not None and failed["state"] == "scheduled" and failed["attempts"] == 1
+        assert f"{fatal.__name__}: out" in failed["error"]
+        assert ((await q.job(other)) or {}).get("state") == "done", "the other handler finished"
+        assert ((await q.job(never)) or {}).get("state") == "pending", "nothing claimed after"
+        assert (worker.counts["acked"], worker.counts["failed"]) == (1, 1)
         await client.aclose()
 
     asyncio.run(main())

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, List
+from typing import Any, List, Tuple, Type
+
+import pytest
 
 import echomq
 from conftest import Server, until
@@ -16,6 +18,21 @@ def start(worker: echomq.Worker) -> threading.Thread:
     t = threading.Thread(target=worker.run, daemon=True)
     t.start()
     return t
+
+
+def start_catching(worker: echomq.Worker) -> Tuple[threading.Thread, List[BaseException]]:
+    """``run`` on a thread of its own, and what it raised (empty while it has raised nothing)."""
+    raised: List[BaseException] = []
+
+    def target() -> None:
+        try:
+            worker.run()
+        except BaseException as e:
+            raised.append(e)
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t, raised
 
 
 def test_a_worker_runs_every_job_once_up_to_its_concurrency(server: Server) -> None:
@@ -223,3 +240,64 @@ def test_a_cluster_map_refresh_that_finds_no_node_for_a_moment_is_tried_again() 
     )
     # A cluster client given a command it cannot route is not a moment's failure.
     assert not transient(RedisClusterException("No way to dispatch this command to Redis Cluster."))
+
+
+def test_a_payload_that_does_not_decode_fails_its_job_and_the_worker_goes_on() -> None:
+    server = Server(["--emq.max-attempts", "2", "--emq.backoff-base-ms", "10"])
+    try:
+        # Enqueued raw, past the Json serializer: one payload is not JSON.
+        raw = echomq.Queue(server.client(), "undecodable")
+        first = raw.enqueue_many([b'{"n": 1}', b'{"n": 2}'])
+        bad = raw.enqueue(b"{not json")
+        last = raw.enqueue(b'{"n": 3}')
+        seen: List[int] = []
+        worker = echomq.Worker(
+            server.client(), "undecodable", lambda job: seen.append(job.payload["n"]),
+            serializer=echomq.Json(),
+        )
+        t, raised = start_catching(worker)
+        assert until(lambda: (raw.job(bad) or {}).get("state") == "dead"), (raised, worker.counts)
+        assert until(lambda: worker.counts["acked"] == 3), (raised, worker.counts)
+        worker.stop()
+        t.join(10)
+        assert not t.is_alive() and raised == []
+        assert sorted(seen) == [1, 2, 3]
+        dead = raw.job(bad)
+        assert dead is not None and dead["attempts"] == 2 and "JSONDecodeError" in dead["error"]
+        assert worker.counts["failed"] == 2
+        for job_id in [*first, last]:
+            job = raw.job(job_id)
+            assert job is not None and (job["state"], job["attempts"]) == ("done", 1), job
+    finally:
+        server.stop()
+
+
+class Halt(BaseException):
+    """A BaseException that is not an Exception, as a handler might raise."""
+
+
+@pytest.mark.parametrize("fatal", [KeyboardInterrupt, SystemExit, Halt])
+def test_a_handler_raising_a_base_exception_fails_its_job_and_stops_the_worker(
+    server: Server, fatal: Type[BaseException]
+) -> None:
+    server.client().config_set("emq.backoff-base-ms", 60_000)
+    q = echomq.Queue(server.client(), "fatal")
+    other, stopper, never = q.enqueue_many([b"other", b"stop", b"never"])
+
+    def handle(job: echomq.Job) -> None:
+        if job.payload == b"stop":
+            raise fatal("out")
+        # Returns once the other job's failure is in: the worker has stopped claiming by then.
+        assert until(lambda: (q.job(stopper) or {}).get("state") == "scheduled")
+
+    worker = echomq.Worker(server.client(), "fatal", handle, concurrency=2)
+    t, raised = start_catching(worker)
+    t.join(20)
+    assert not t.is_alive(), "the worker stopped"
+    assert [type(e) for e in raised] == [fatal], raised
+    failed = q.job(stopper)
+    assert failed is not None and failed["state"] == "scheduled" and failed["attempts"] == 1
+    assert f"{fatal.__name__}: out" in failed["error"]
+    assert (q.job(other) or {}).get("state") == "done", "the running handler finished and was acked"
+    assert (q.job(never) or {}).get("state") == "pending", "nothing claimed after the stop"
+    assert (worker.counts["acked"], worker.counts["failed"]) == (1, 1)

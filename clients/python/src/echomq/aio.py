@@ -104,7 +104,9 @@ class AsyncQueue:
 class AsyncWorker(Claiming):
     """``echomq.Worker`` for asyncio: ``await handler(job)`` for each job, as a task, up to
     ``concurrency`` at once, leases renewed by a background task, stopped by ``stop()`` or, on
-    the main thread's loop, SIGTERM and SIGINT."""
+    the main thread's loop, SIGTERM and SIGINT. A payload that does not decode fails its job; a
+    handler's ``BaseException`` that is not an ``Exception`` fails its job and stops the
+    worker, and ``run`` raises it once the other running jobs are settled."""
 
     def __init__(
         self,
@@ -127,6 +129,8 @@ class AsyncWorker(Claiming):
         self._stopping = asyncio.Event()
         self._room = asyncio.Event()
         self._closed = False
+        #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
+        self._fatal: Optional[BaseException] = None
         self.counts: Dict[str, int] = {"acked": 0, "failed": 0, "retried": 0, "lost": 0}
 
     def stop(self) -> None:
@@ -146,9 +150,13 @@ class AsyncWorker(Claiming):
                 pass  # not the main thread's loop, or no signals here
         renewer = asyncio.create_task(self._renew_loop())
         try:
-            await self._claim_loop()
-            if self._running:
-                await asyncio.wait(list(self._running.values()), timeout=self.shutdown_timeout)
+            try:
+                await self._claim_loop()
+            finally:
+                # Even when claiming failed for good: the running jobs' outcomes are sent.
+                self._stopping.set()
+                if self._running:
+                    await asyncio.wait(list(self._running.values()), timeout=self.shutdown_timeout)
         finally:
             # A handler still running now is left to its lease: its outcome is not sent.
             self._closed = True
@@ -157,6 +165,8 @@ class AsyncWorker(Claiming):
             renewer.cancel()
             for s in signals:
                 loop.remove_signal_handler(s)
+        if self._fatal is not None:
+            raise self._fatal
 
     async def _claim_loop(self) -> None:
         failures = 0
@@ -182,20 +192,30 @@ class AsyncWorker(Claiming):
                 failures += 1
                 continue
             for raw in claimed or []:
-                job = job_of(self.queue.name, self.queue.serializer, raw)
+                job = job_of(self.queue.name, raw)
                 self._jobs[job.id] = job
                 self._running[job.id] = asyncio.create_task(self._run_job(job))
 
     async def _run_job(self, job: Job) -> None:
+        serializer = self.queue.serializer
         try:
             try:
+                # Decoded here, on the job's own path: a payload that does not decode fails it.
+                job.payload = serializer.loads(job.payload)
                 result = await self.handler(job)
+                ended = outcome(serializer, result=result)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                await self._settle(job, *outcome(self.queue.serializer, error=e))
-            else:
-                await self._settle(job, *outcome(self.queue.serializer, result=result))
+                ended = outcome(serializer, error=e)
+            except BaseException as e:
+                # KeyboardInterrupt, SystemExit...: the job fails with it and the worker stops
+                # (before the failure frees the slot, so nothing is claimed after it); ``run``
+                # raises it once the other running jobs are settled.
+                self._fatal = self._fatal or e
+                self.stop()
+                ended = outcome(serializer, error=e)
+            await self._settle(job, *ended)
         finally:
             self._running.pop(job.id, None)
             self._jobs.pop(job.id, None)

@@ -66,10 +66,33 @@ def outcome(
     return "acked", "EMQ.ACK", extra
 
 
-def job_of(queue: str, serializer: Serializer, claimed: Any) -> Job:
-    """A job as ``EMQ.CLAIM`` replied it (``[id, payload, attempts]``)."""
+def job_of(queue: str, claimed: Any) -> Job:
+    """A job as ``EMQ.CLAIM`` replied it (``[id, payload, attempts]``), its payload still the
+    bytes: it is decoded on the job's own path (``settled``), where a payload that does not
+    decode is that job's failure, not the worker's."""
     job_id, payload, attempt = claimed
-    return Job(id=text(job_id), payload=serializer.loads(payload), attempt=int(attempt), queue=queue)
+    return Job(id=text(job_id), payload=payload, attempt=int(attempt), queue=queue)
+
+
+def settled(
+    serializer: Serializer, job: Job, run: Callable[[Job], Any]
+) -> Tuple[Tuple[str, str, List[Any]], Optional[BaseException]]:
+    """Decodes the job's payload, runs `run` (the handler) and says what its end means
+    (``outcome``): a payload that does not decode, a handler's exception and a result that does
+    not encode each fail the job. The second value is a ``BaseException`` that is not an
+    ``Exception`` (``KeyboardInterrupt``, ``SystemExit``...) the job failed with: the worker
+    stops on it."""
+    try:
+        job.payload = serializer.loads(job.payload)
+        result = run(job)
+    except Exception as e:
+        return outcome(serializer, error=e), None
+    except BaseException as e:
+        return outcome(serializer, error=e), e
+    try:
+        return outcome(serializer, result=result), None
+    except Exception as e:
+        return outcome(serializer, error=e), None
 
 
 def renew_args(queue: str, job: Job, lease_ms: int) -> List[Any]:
@@ -127,8 +150,9 @@ class Worker(Claiming):
     """Runs ``handler(job)`` for the jobs of ``queue``, up to ``concurrency`` at once.
 
     A return acknowledges the job (a returned value is kept as its result); ``Retry(after)``
-    fails it for a retry after that many seconds; any other exception fails it with the
-    exception and its traceback (the server retries it with backoff, then buries it). The
+    fails it for a retry after that many seconds; any other exception, and a payload that does
+    not decode, fails it with the exception and its traceback (the server retries it with
+    backoff, then buries it). The
     client must not time out a blocked read sooner than ``block`` seconds (redis-py's default
     has no socket timeout).
     """
@@ -155,6 +179,8 @@ class Worker(Claiming):
         self._lock = threading.Condition()
         self._stopping = threading.Event()
         self._closed = False
+        #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
+        self._fatal: Optional[BaseException] = None
         #: What happened, for logs and tests: acked, failed, retried, lost (and
         #: failed-to-settle: an outcome the server refused for another reason).
         self.counts: Dict[str, int] = {"acked": 0, "failed": 0, "retried": 0, "lost": 0}
@@ -168,7 +194,10 @@ class Worker(Claiming):
             self._lock.notify_all()
 
     def run(self) -> None:
-        """Claims and runs jobs until ``stop`` (or SIGTERM/SIGINT, when run on the main thread)."""
+        """Claims and runs jobs until ``stop`` (or SIGTERM/SIGINT, when run on the main thread).
+        A handler's ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``,
+        ``SystemExit``...) fails its job and stops the worker as ``stop`` does; ``run`` raises it
+        once the other running jobs are settled."""
         args, options = version_call(self.queue.client)
         check_version(self.queue.client.execute_command(*args, **options))
         restore = self._install_signals()
@@ -181,16 +210,21 @@ class Worker(Claiming):
         for n in range(self.concurrency):
             threading.Thread(target=self._handler_loop, name=f"echomq-handler-{n}", daemon=True).start()
         try:
-            self._claim_loop()
-            self._drain()
+            try:
+                self._claim_loop()
+            finally:
+                # Even when claiming failed for good: the running jobs' outcomes are sent.
+                self._stopping.set()
+                self._drain()
         finally:
             with self._lock:
                 # A handler still running now is left to its lease: its outcome is not sent.
                 self._closed = True
-            self._stopping.set()
             for _ in range(self.concurrency):
                 self._inbox.put(None)
             restore()
+        if self._fatal is not None:
+            raise self._fatal
 
     def _install_signals(self) -> Callable[[], None]:
         if threading.current_thread() is not threading.main_thread():
@@ -239,7 +273,7 @@ class Worker(Claiming):
                 failures += 1
                 continue
             for raw in claimed or []:
-                job = job_of(self.queue.name, self.queue.serializer, raw)
+                job = job_of(self.queue.name, raw)
                 with self._lock:
                     self._running[job.id] = job
                 self._inbox.put(job)
@@ -260,14 +294,14 @@ class Worker(Claiming):
             self._run_job(job)
 
     def _run_job(self, job: Job) -> None:
-        try:
-            result = self.handler(job)
-        except Exception as e:
-            settled = outcome(self.queue.serializer, error=e)
-        else:
-            settled = outcome(self.queue.serializer, result=result)
+        ended, fatal = settled(self.queue.serializer, job, self.handler)
+        if fatal is not None:
+            # Stops claiming before the failure frees the slot: nothing is claimed after it.
+            with self._lock:
+                self._fatal = self._fatal or fatal
+            self.stop()
         # The settler sends it, with the other outcomes waiting then, and frees the slot.
-        self._outcomes.put((job, *settled))
+        self._outcomes.put((job, *ended))
 
     def _settle_loop(self) -> None:
         """Sends the handlers' outcomes, as many as are waiting in one pipeline, and frees their
