@@ -11,7 +11,7 @@ from typing import Any, List, Tuple, Type
 import pytest
 
 import echomq
-from conftest import Server, until
+from conftest import Server, joined, until
 
 
 def start(worker: echomq.Worker) -> threading.Thread:
@@ -41,12 +41,14 @@ def test_a_worker_runs_every_job_once_up_to_its_concurrency(server: Server) -> N
     seen: List[bytes] = []
     running = [0, 0]  # now, most
     lock = threading.Lock()
+    # Eight at a time, all eight in at once: each handler waits for seven others.
+    rounds = threading.Barrier(8, timeout=30)
 
     def handle(job: echomq.Job) -> bytes:
         with lock:
             running[0] += 1
             running[1] = max(running[1], running[0])
-        time.sleep(0.005)
+        rounds.wait()
         with lock:
             running[0] -= 1
             seen.append(job.payload)
@@ -54,11 +56,11 @@ def test_a_worker_runs_every_job_once_up_to_its_concurrency(server: Server) -> N
 
     worker = echomq.Worker(server.client(), "work", handle, concurrency=8, lease=5)
     t = start(worker)
-    assert until(lambda: worker.counts["acked"] == 200)
+    assert until(lambda: worker.counts["acked"] == 200, timeout=60), worker.counts
     worker.stop()
-    t.join(5)
+    assert joined(t), "run() returned after stop()"
     assert sorted(seen) == sorted(b"job %d" % n for n in range(200))
-    assert 1 < running[1] <= 8, running
+    assert running[1] == 8, running
     stats = q.stats()
     assert (stats["pending"], stats["active"]) == (0, 0)
 
@@ -77,10 +79,12 @@ def test_a_failure_keeps_the_traceback_and_retry_sets_the_delay(server: Server) 
         raise echomq.Retry(after=30, reason="upstream busy")
 
     worker = echomq.Worker(server.client(), "fail", handle)
+    before = int(time.time() * 1000)
     t = start(worker)
     assert until(lambda: worker.counts["failed"] + worker.counts["retried"] == 2)
+    after = int(time.time() * 1000) + 1
     worker.stop()
-    t.join(5)
+    assert joined(t), "run() returned after stop()"
     failed = q.job(broken)
     # Waiting for its retry in `schedule`, for the backoff.
     assert failed is not None and failed["state"] == "scheduled"
@@ -89,8 +93,8 @@ def test_a_failure_keeps_the_traceback_and_retry_sets_the_delay(server: Server) 
     assert "Traceback" in failed["error"]
     retried = q.job(later)
     assert retried is not None and retried["error"] == "upstream busy"
-    due = int(retried["due"])
-    assert 25_000 < due - time.time() * 1000 <= 30_000
+    # Due 30 s after the failure, which came between `before` and `after` (one clock).
+    assert before + 30_000 <= int(retried["due"]) <= after + 30_000, (before, retried["due"], after)
 
 
 def test_a_long_handler_keeps_its_lease(server: Server) -> None:
@@ -100,7 +104,7 @@ def test_a_long_handler_keeps_its_lease(server: Server) -> None:
     t = start(worker)
     assert until(lambda: worker.counts["acked"] == 1)
     worker.stop()
-    t.join(5)
+    assert joined(t), "run() returned after stop()"
     assert worker.counts["lost"] == 0
     assert server.client().hget(f"emq:{{long}}:job:{job_id}", "attempts") == b"1"
 
@@ -131,7 +135,7 @@ def test_a_lost_lease_is_reported_and_never_acked(server: Server) -> None:
     t = start(worker)
     assert until(lambda: worker.counts["lost"] == 1)
     worker.stop()
-    t.join(5)
+    assert joined(t), "run() returned after stop()"
     assert lost.is_set()
     assert worker.counts["acked"] == 0
     assert server.client().hget(f"emq:{{stolen}}:job:{job_id}", "attempts") == b"2"
@@ -151,8 +155,7 @@ def test_stop_lets_running_handlers_finish_and_acks_them(server: Server) -> None
     t = start(worker)
     assert started.wait(5)
     worker.stop()
-    t.join(10)
-    assert not t.is_alive()
+    assert joined(t), "run() returned after stop()"
     assert worker.counts["acked"] == 2
     assert q.stats()["active"] == 0
 
@@ -171,8 +174,7 @@ def test_a_handler_past_the_shutdown_timeout_is_left_to_its_lease(server: Server
     t = start(worker)
     assert started.wait(5)
     worker.stop()
-    t.join(5)
-    assert not t.is_alive()
+    assert joined(t), "run() returned after stop()"
     release.set()
     time.sleep(0.2)
     job = q.job(job_id)
@@ -183,15 +185,27 @@ def test_a_handler_past_the_shutdown_timeout_is_left_to_its_lease(server: Server
 def test_the_servers_active_count_never_exceeds_the_concurrency(server: Server) -> None:
     q = echomq.Queue(server.client(), "bounded")
     q.enqueue_many(b"x" for _ in range(60))
-    worker = echomq.Worker(server.client(), "bounded", lambda job: time.sleep(0.02), concurrency=3)
+    # Three handlers at a time, all three in at once: each reads the server's active count
+    # while the three are in (between the barriers). A slot is freed only once its job's
+    # outcome is in, so each read counts exactly the three running jobs.
+    inside = threading.Barrier(3, timeout=30)
+    counted = threading.Barrier(3, timeout=30)
+    active: List[int] = []
+    lock = threading.Lock()
+
+    def handle(job: echomq.Job) -> None:
+        inside.wait()
+        n = int(server.cmd("ZCARD", "emq:{bounded}:active"))
+        with lock:
+            active.append(n)
+        counted.wait()
+
+    worker = echomq.Worker(server.client(), "bounded", handle, concurrency=3)
     t = start(worker)
-    samples: List[int] = []
-    while worker.counts["acked"] < 60:
-        samples.append(int(server.cmd("ZCARD", "emq:{bounded}:active")))
+    assert until(lambda: worker.counts["acked"] == 60, timeout=60), worker.counts
     worker.stop()
-    t.join(5)
-    assert len(samples) > 20 and max(samples) <= 3, max(samples)
-    assert max(samples) == 3, "the worker kept its three slots busy"
+    assert joined(t), "run() returned after stop()"
+    assert active == [3] * 60, active
 
 
 def test_an_exception_is_retried_then_the_job_is_dead() -> None:
@@ -209,7 +223,7 @@ def test_an_exception_is_retried_then_the_job_is_dead() -> None:
         t = start(worker)
         assert until(lambda: (q.job(job_id) or {}).get("state") == "dead")
         worker.stop()
-        t.join(5)
+        assert joined(t), "run() returned after stop()"
         assert calls == [1, 2, 3]
         job = q.job(job_id)
         assert job is not None and "KeyError: 'missing'" in job["error"]
@@ -259,8 +273,8 @@ def test_a_payload_that_does_not_decode_fails_its_job_and_the_worker_goes_on() -
         assert until(lambda: (raw.job(bad) or {}).get("state") == "dead"), (raised, worker.counts)
         assert until(lambda: worker.counts["acked"] == 3), (raised, worker.counts)
         worker.stop()
-        t.join(10)
-        assert not t.is_alive() and raised == []
+        assert joined(t), "run() returned after stop()"
+        assert raised == []
         assert sorted(seen) == [1, 2, 3]
         dead = raw.job(bad)
         assert dead is not None and dead["attempts"] == 2 and "JSONDecodeError" in dead["error"]
@@ -292,8 +306,7 @@ def test_a_handler_raising_a_base_exception_fails_its_job_and_stops_the_worker(
 
     worker = echomq.Worker(server.client(), "fatal", handle, concurrency=2)
     t, raised = start_catching(worker)
-    t.join(20)
-    assert not t.is_alive(), "the worker stopped"
+    assert joined(t), "the worker stopped by itself"
     assert [type(e) for e in raised] == [fatal], raised
     failed = q.job(stopper)
     assert failed is not None and failed["state"] == "scheduled" and failed["attempts"] == 1
