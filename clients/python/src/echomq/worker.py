@@ -14,8 +14,10 @@ from queue import Empty, SimpleQueue
 from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, transient
 from .errors import EmqLeaseLost, EmqVersionError, translate
+from .events import Hook, WorkerEvent, default_name, failure
 from .queue import Queue, text
 from .serializers import Serializer
 
@@ -79,20 +81,22 @@ def settled(
 ) -> Tuple[Tuple[str, str, List[Any]], Optional[BaseException]]:
     """Decodes the job's payload, runs `run` (the handler) and says what its end means
     (``outcome``): a payload that does not decode, a handler's exception and a result that does
-    not encode each fail the job. The second value is a ``BaseException`` that is not an
-    ``Exception`` (``KeyboardInterrupt``, ``SystemExit``...) the job failed with: the worker
-    stops on it."""
+    not encode each fail the job. The second value is the exception it failed with; one that
+    is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``...) stops the worker."""
     try:
         job.payload = serializer.loads(job.payload)
         result = run(job)
-    except Exception as e:
-        return outcome(serializer, error=e), None
     except BaseException as e:
         return outcome(serializer, error=e), e
     try:
         return outcome(serializer, result=result), None
     except Exception as e:
-        return outcome(serializer, error=e), None
+        return outcome(serializer, error=e), e
+
+
+def retryable(reply: Any) -> bool:
+    """An outcome's reply worth sending again: a moment's failure, or a node's ``MOVED``."""
+    return isinstance(reply, Exception) and (transient(reply) or moved(reply))
 
 
 def renew_args(queue: str, job: Job, lease_ms: int) -> List[Any]:
@@ -152,9 +156,13 @@ class Worker(Claiming):
     A return acknowledges the job (a returned value is kept as its result); ``Retry(after)``
     fails it for a retry after that many seconds; any other exception, and a payload that does
     not decode, fails it with the exception and its traceback (the server retries it with
-    backoff, then buries it). The
-    client must not time out a blocked read sooner than ``block`` seconds (redis-py's default
-    has no socket timeout).
+    backoff, then buries it). The client must not time out a blocked read sooner than
+    ``block`` seconds (redis-py's default has no socket timeout).
+
+    ``name`` identifies the worker in its events (default ``<hostname>:<pid>:<6 random hex>``);
+    ``on_event`` is called with a ``WorkerEvent`` for each claim, renewal, settle and handler
+    start and end. With ``wait_replicas`` n > 0, each settle pipeline ends with ``WAIT n``
+    (``wait_timeout`` seconds); what it reported goes into the settle events' ``replicated``.
     """
 
     def __init__(
@@ -169,10 +177,16 @@ class Worker(Claiming):
         renew_every: float = 1 / 3,
         shutdown_timeout: float = 30.0,
         serializer: Optional[Serializer] = None,
+        name: Optional[str] = None,
+        on_event: Optional[Callable[[WorkerEvent], None]] = None,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
     ) -> None:
-        self.queue = Queue(client, queue, serializer)
+        self.queue = Queue(client, queue, serializer, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
         self.handler = handler
         super().__init__(concurrency, lease, batch, block, renew_every, shutdown_timeout)
+        self.name = name or default_name()
+        self._event = Hook(on_event, self.name, queue)
         self._running: Dict[str, Job] = {}
         self._outcomes: "SimpleQueue[Tuple[Job, str, str, List[Any]]]" = SimpleQueue()
         self._inbox: "SimpleQueue[Optional[Job]]" = SimpleQueue()
@@ -254,6 +268,7 @@ class Worker(Claiming):
                     self._lock.wait(timeout=0.1)
                     continue
             try:
+                sent = time.time_ns()
                 claimed = self.queue.client.execute_command(
                     "EMQ.CLAIM",
                     self.queue.name,
@@ -272,8 +287,10 @@ class Worker(Claiming):
                 self._stopping.wait(backoff(failures))
                 failures += 1
                 continue
+            answered = time.time_ns()
             for raw in claimed or []:
                 job = job_of(self.queue.name, raw)
+                self._event("claim", job.id, job.attempt, sent, answered)
                 with self._lock:
                     self._running[job.id] = job
                 self._inbox.put(job)
@@ -294,7 +311,10 @@ class Worker(Claiming):
             self._run_job(job)
 
     def _run_job(self, job: Job) -> None:
-        ended, fatal = settled(self.queue.serializer, job, self.handler)
+        self._event("handler_start", job.id, job.attempt, time.time_ns())
+        ended, error = settled(self.queue.serializer, job, self.handler)
+        self._event("handler_end", job.id, job.attempt, time.time_ns(), error=failure(error))
+        fatal = None if isinstance(error, Exception) else error
         if fatal is not None:
             # Stops claiming before the failure frees the slot: nothing is claimed after it.
             with self._lock:
@@ -336,18 +356,17 @@ class Worker(Claiming):
             self._count("lost")
         if not send:
             return
-        try:
-            replies = self._send(send)
-        except Exception as e:
-            replies = [e] * len(send)
+        replies = self._send(send)
         # What did not get through (a failover, a lost connection, a slot on the move) is sent
         # again one by one, each retried; one applied already answers EMQLEASE, counted as lost.
-        for i, (job, _, command, extra) in enumerate(send):
-            if isinstance(replies[i], Exception) and transient(replies[i]):
-                try:
-                    replies[i] = self.queue.call(command, job.id, job.attempt, *extra)
-                except Exception as e:
-                    replies[i] = e
+        for i, one in enumerate(send):
+            attempt = 0
+            while retryable(replies[i]) and attempt < self.queue.retries:
+                if moved(replies[i]):
+                    refresh(self.queue.client)
+                time.sleep(backoff(attempt))
+                attempt += 1
+                replies[i] = self._send([one])[0]
         for (job, counted, _, _), reply in zip(send, replies):
             if isinstance(reply, Exception):
                 typed = translate(reply)
@@ -361,21 +380,30 @@ class Worker(Claiming):
 
     def _send(self, send: List[Tuple[Job, str, str, List[Any]]]) -> List[Any]:
         """One pipeline: the acknowledgements as one ``EMQ.MACK`` (each job's outcome in its
-        place), each ``FAIL`` on its own; the replies in the order of ``send``."""
+        place), each ``FAIL`` on its own, then ``WAIT`` with ``wait_replicas``; the replies in
+        the order of ``send`` (an exception for one that failed), a settle event for each."""
         acks = [i for i, (_, _, command, _) in enumerate(send) if command == "EMQ.ACK"]
-        pipe = self.queue.client.pipeline(transaction=False)
+        commands: List[List[Any]] = []
         if acks:
             args: List[Any] = []
             for i in acks:
                 job, _, _, extra = send[i]
                 args += [job.id, job.attempt, *extra]
-            pipe.execute_command("EMQ.MACK", self.queue.name, *args)
+            commands.append(["EMQ.MACK", self.queue.name, *args])
         acked = set(acks)
         fails = [i for i in range(len(send)) if i not in acked]
         for i in fails:
             job, _, command, extra = send[i]
-            pipe.execute_command(command, self.queue.name, job.id, job.attempt, *extra)
-        answers = pipe.execute(raise_on_error=False)
+            commands.append([command, self.queue.name, job.id, job.attempt, *extra])
+        waiting = self.queue.wait_replicas
+        sent = time.time_ns()
+        try:
+            answers, confirmed = pipelined(
+                self.queue.client, self.queue.name, commands, waiting, self.queue.wait_timeout_ms
+            )
+        except Exception as e:
+            answers, confirmed = [e] * len(commands), (0 if waiting > 0 else None)
+        answered = time.time_ns()
         replies: List[Any] = [None] * len(send)
         if acks:
             placed = answers.pop(0)
@@ -385,6 +413,13 @@ class Worker(Claiming):
                 replies[i] = reply
         for i, reply in zip(fails, answers):
             replies[i] = reply
+        replicated = None if confirmed is None else confirmed >= waiting
+        for (job, _, command, _), reply in zip(send, replies):
+            action: Any = "ack" if command == "EMQ.ACK" else "fail"
+            self._event(
+                "settle", job.id, job.attempt, sent, answered, reply=reply,
+                action=action, replicated=replicated,
+            )
         return replies
 
     def _count(self, outcome: str) -> None:
@@ -408,12 +443,15 @@ class Worker(Claiming):
             for job in jobs:
                 if job.lease_lost.is_set():
                     continue
+                sent = time.time_ns()
                 try:
-                    self.queue.client.execute_command(
+                    reply = self.queue.client.execute_command(
                         *renew_args(self.queue.name, job, self.lease_ms)
                     )
                 except Exception as e:
+                    reply = e
                     # A lost lease ends the renewals; a failover or a lost connection: the next
                     # round tries again.
                     if isinstance(translate(e), EmqLeaseLost):
                         job.lease_lost.set()
+                self._event("renew", job.id, job.attempt, sent, time.time_ns(), reply=reply)
