@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Iterator, List, Tuple
+from typing import Any, Iterator, List, Tuple
 
 import pytest
 import redis.asyncio
+import redis.cluster
 
 import echomq
 from echomq.aio import AsyncQueue
-from conftest import Server, joined, until
+from conftest import Cluster, Server, joined, until
 
 
 @pytest.fixture
@@ -35,8 +36,9 @@ def replicated() -> Iterator[Tuple[Server, Server]]:
         primary.stop()
 
 
-def settles(worker_queue: str, client_of: Server, n: int) -> Tuple[echomq.Worker, List[echomq.WorkerEvent]]:
-    """A worker with ``wait_replicas=1`` run until it acknowledged `n` jobs; its settle events."""
+def settle_events(client: Any, queue: str, n: int) -> List[echomq.WorkerEvent]:
+    """The settle events of a worker with ``wait_replicas=1`` (``WAIT`` for 0.2 s) run until it
+    acknowledged `n` jobs."""
     events: List[echomq.WorkerEvent] = []
     lock = threading.Lock()
 
@@ -46,15 +48,14 @@ def settles(worker_queue: str, client_of: Server, n: int) -> Tuple[echomq.Worker
                 events.append(event)
 
     worker = echomq.Worker(
-        client_of.client(), worker_queue, lambda job: None, wait_replicas=1, wait_timeout=0.05,
-        on_event=on_event,
+        client, queue, lambda job: None, wait_replicas=1, wait_timeout=0.2, on_event=on_event
     )
     t = threading.Thread(target=worker.run, daemon=True)
     t.start()
     assert until(lambda: worker.counts["acked"] == n, timeout=30), worker.counts
     worker.stop()
     assert joined(t), "run() returned after stop()"
-    return worker, events
+    return events
 
 
 def test_a_replica_confirms_enqueues_and_settles(replicated: Tuple[Server, Server]) -> None:
@@ -65,10 +66,9 @@ def test_a_replica_confirms_enqueues_and_settles(replicated: Tuple[Server, Serve
     # WAIT confirmed them: the replica holds each row already.
     for job_id in [one, *many]:
         assert replica.cmd("EXISTS", f"emq:{{safe}}:job:{job_id}") == 1, job_id
-    worker, events = settles("safe", primary, 4)
+    events = settle_events(primary.client(), "safe", 4)
     assert sorted(e.id for e in events) == sorted([one, *many])
     assert all((e.outcome, e.action, e.replicated) == ("ok", "ack", True) for e in events), events
-    assert worker.counts["acked"] == 4
 
 
 def test_an_enqueue_no_replica_confirms_raises_and_is_taken(server: Server) -> None:
@@ -90,7 +90,7 @@ def test_an_enqueue_no_replica_confirms_raises_and_is_taken(server: Server) -> N
 def test_a_settle_no_replica_confirms_is_reported_not_retried(server: Server) -> None:
     q = echomq.Queue(server.client(), "unsafe-settle")
     ids = q.enqueue_many([b"a", b"b"])
-    worker, events = settles("unsafe-settle", server, 2)
+    events = settle_events(server.client(), "unsafe-settle", 2)
     assert sorted(e.id for e in events) == sorted(ids), "one settle each: none sent again"
     assert all((e.outcome, e.replicated) == ("ok", False) for e in events), events
     assert all((q.job(i) or {}).get("state") == "done" for i in ids)
@@ -110,3 +110,53 @@ def test_an_async_enqueue_with_and_without_a_replica(replicated: Tuple[Server, S
         await client.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.cluster
+def test_on_a_cluster_the_wait_goes_to_the_node_that_took_the_write() -> None:
+    # Two queues on two primaries; the first's replica is killed. Its writes are confirmed by
+    # no replica, the second's by its replica: each WAIT went to its own queue's primary.
+    cluster = Cluster(replicas=1)
+    try:
+        client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        primaries = [n for n in cluster.nodes if n.cmd("ROLE")[0] == b"master"]
+
+        def owner(name: str) -> Server:
+            slot = int(cluster.nodes[0].cmd("CLUSTER", "KEYSLOT", f"emq:{{{name}}}:pending"))
+            port = next(
+                int(primary[1]) for lo, hi, primary, *_ in cluster.nodes[0].cmd("CLUSTER", "SLOTS")
+                if lo <= slot <= hi
+            )
+            return next(n for n in primaries if n.port == port)
+
+        def replica_of(primary: Server) -> Server:
+            return next(
+                n for n in cluster.nodes
+                if n.cmd("ROLE")[0] == b"slave" and int(n.cmd("ROLE")[2]) == primary.port
+            )
+
+        names = [f"spread-{n}" for n in range(20)]
+        lone = names[0]
+        safe = next(name for name in names if owner(name).port != owner(lone).port)
+        gone, kept = replica_of(owner(lone)), replica_of(owner(safe))
+        gone.process.kill()
+        gone.process.wait()
+
+        q = echomq.Queue(client, lone, wait_replicas=1, wait_timeout=0.2)
+        with pytest.raises(echomq.EmqNotReplicated) as short:
+            q.enqueue(b"x")
+        assert short.value.replicas == 0
+        assert (q.job(short.value.ids[0]) or {}).get("state") == "pending", "the primary took it"
+
+        job_id = echomq.Queue(client, safe, wait_replicas=1, wait_timeout=30).enqueue(b"y")
+        # Confirmed by that primary's replica: it holds the row already (read there after
+        # READONLY, on the same connection).
+        reads: Any = kept.client().pipeline(transaction=False)
+        reads.execute_command("READONLY")
+        reads.execute_command("EXISTS", f"emq:{{{safe}}}:job:{job_id}")
+        assert reads.execute()[1] == 1
+
+        assert [e.replicated for e in settle_events(client, lone, 1)] == [False]
+        assert [e.replicated for e in settle_events(client, safe, 1)] == [True]
+    finally:
+        cluster.stop()
