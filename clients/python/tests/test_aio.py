@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import List, Type
+from typing import Any, List, Type
 
 import pytest
 import redis.asyncio
+import redis.exceptions
 
 import echomq
 from echomq.aio import AsyncQueue, AsyncWorker
@@ -149,6 +150,36 @@ def test_an_async_handler_raising_a_base_exception_fails_its_job_and_stops_the_w
         assert ((await q.job(other)) or {}).get("state") == "done", "the other handler finished"
         assert ((await q.job(never)) or {}).get("state") == "pending", "nothing claimed after"
         assert (worker.counts["acked"], worker.counts["failed"]) == (1, 1)
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_async_claim_refused_for_good_still_sends_the_running_jobs_outcomes(
+    server: Server,
+) -> None:
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        q = AsyncQueue(client, "async-revoked")
+        first, second = await q.enqueue_many([b"revoke", b"wait"])
+
+        async def handle(job: echomq.Job) -> None:
+            if job.payload == b"revoke":
+                # The next claim is refused for good (NOPERM); settling stays allowed.
+                admin: Any = client
+                await admin.execute_command("ACL", "SETUSER", "default", "-emq.claim")
+                return
+            # Still running when the claim loop fails: returns once the worker stopped claiming.
+            deadline = time.monotonic() + 20
+            while not worker._stopping.is_set():
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+
+        worker = AsyncWorker(client, "async-revoked", handle, concurrency=2)
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            await asyncio.wait_for(worker.run(), 30)
+        assert worker.counts["acked"] == 2
+        assert [((await q.job(i)) or {}).get("state") for i in (first, second)] == ["done", "done"]
         await client.aclose()
 
     asyncio.run(main())

@@ -314,3 +314,24 @@ def test_a_handler_raising_a_base_exception_fails_its_job_and_stops_the_worker(
     assert (q.job(other) or {}).get("state") == "done", "the running handler finished and was acked"
     assert (q.job(never) or {}).get("state") == "pending", "nothing claimed after the stop"
     assert (worker.counts["acked"], worker.counts["failed"]) == (1, 1)
+
+
+def test_a_claim_refused_for_good_still_sends_the_running_jobs_outcomes(server: Server) -> None:
+    q = echomq.Queue(server.client(), "revoked")
+    first, second = q.enqueue_many([b"revoke", b"wait"])
+    admin: Any = server.client()
+
+    def handle(job: echomq.Job) -> None:
+        if job.payload == b"revoke":
+            # The next claim is refused for good (NOPERM); settling stays allowed.
+            admin.execute_command("ACL", "SETUSER", "default", "-emq.claim")
+            return
+        # Still running when the claim loop fails: returns once the worker stopped claiming.
+        assert until(worker._stopping.is_set, timeout=20)
+
+    worker = echomq.Worker(server.client(), "revoked", handle, concurrency=2)
+    t, raised = start_catching(worker)
+    assert joined(t), "run() raised once the running job was settled"
+    assert [type(e).__name__ for e in raised] == ["NoPermissionError"], raised
+    assert worker.counts["acked"] == 2
+    assert [(q.job(i) or {}).get("state") for i in (first, second)] == ["done", "done"]
