@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tup
 from ._replicas import pipelined_async, wait_settings
 from ._retry import backoff, transient
 from .errors import EmqLeaseLost, EmqNotReplicated, translate
-from .events import Hook, WorkerEvent, default_name, failure
+from .events import Action, Hook, WorkerEvent, default_name, failure
 from .queue import (
     CHUNK, batches, cron_args, enqueue_args, enqueued, limit_args, pairs, retry_after, text,
     unconfirmed,
@@ -286,7 +286,7 @@ class AsyncWorker(Claiming):
             self.counts["lost"] += 1
             return
         waiting = self.queue.wait_replicas
-        action: Any = "ack" if command == "EMQ.ACK" else "fail"
+        action: Action = "ack" if command == "EMQ.ACK" else "fail"
         attempt = 0
         while True:
             sent = time.time_ns()

@@ -1,7 +1,7 @@
 """The consumer's side: ``Worker`` claims jobs in batches up to its free concurrency, runs them
 in a pool of one thread a slot, renews their leases in the background for as long as they run, settles
-each (``ACK``, or ``FAIL`` with the exception and its traceback), and stops gracefully on
-SIGTERM or SIGINT."""
+each (``ACK``, or ``FAIL`` with the exception and its traceback), tells an ``on_event`` hook of
+each step (``events``), and stops gracefully on SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, transient
 from .errors import EmqLeaseLost, EmqVersionError, translate
-from .events import Hook, WorkerEvent, default_name, failure
+from .events import Action, Hook, WorkerEvent, default_name, failure
 from .queue import Queue, text
 from .serializers import Serializer
 
@@ -415,7 +415,7 @@ class Worker(Claiming):
             replies[i] = reply
         replicated = None if confirmed is None else confirmed >= waiting
         for (job, _, command, _), reply in zip(send, replies):
-            action: Any = "ack" if command == "EMQ.ACK" else "fail"
+            action: Action = "ack" if command == "EMQ.ACK" else "fail"
             self._event(
                 "settle", job.id, job.attempt, sent, answered, reply=reply,
                 action=action, replicated=replicated,
