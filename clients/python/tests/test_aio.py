@@ -57,11 +57,20 @@ def test_an_async_handler_outliving_its_lease_keeps_it(server: Server) -> None:
         q = AsyncQueue(client, "async-long")
         job_id = await q.enqueue(b"slow")
 
+        renewals: List[echomq.WorkerEvent] = []
+
         async def handle(job: echomq.Job) -> bytes:
-            await asyncio.sleep(1.2)
+            # Outlives its lease three renewals over.
+            deadline = time.monotonic() + 20
+            while len(renewals) < 3:
+                assert time.monotonic() < deadline, "no renewal while the handler ran"
+                await asyncio.sleep(0.02)
             return b"ok"
 
-        worker = AsyncWorker(client, "async-long", handle, lease=0.3)
+        worker = AsyncWorker(
+            client, "async-long", handle, lease=0.3,
+            on_event=lambda e: renewals.append(e) if e.kind == "renew" else None,
+        )
         task = asyncio.create_task(worker.run())
         deadline = time.monotonic() + 10
         while worker.counts["acked"] < 1:
@@ -71,6 +80,7 @@ def test_an_async_handler_outliving_its_lease_keeps_it(server: Server) -> None:
         await asyncio.wait_for(task, 5)
         job = await q.job(job_id)
         assert job is not None and job["attempts"] == 1 and job["result"] == "ok"
+        assert all(e.outcome == "ok" for e in renewals), renewals
         await client.aclose()
 
     asyncio.run(main())

@@ -100,12 +100,26 @@ def test_a_failure_keeps_the_traceback_and_retry_sets_the_delay(server: Server) 
 def test_a_long_handler_keeps_its_lease(server: Server) -> None:
     q = echomq.Queue(server.client(), "long")
     job_id = q.enqueue(b"slow")
-    worker = echomq.Worker(server.client(), "long", lambda job: time.sleep(1.5), lease=0.4)
+    renewals: List[echomq.WorkerEvent] = []
+    renewed = threading.Semaphore(0)
+
+    def on_event(event: echomq.WorkerEvent) -> None:
+        if event.kind == "renew":
+            renewals.append(event)
+            renewed.release()
+
+    def handle(job: echomq.Job) -> None:
+        # Outlives its lease three renewals over.
+        for _ in range(3):
+            assert renewed.acquire(timeout=20), "no renewal while the handler ran"
+
+    worker = echomq.Worker(server.client(), "long", handle, lease=0.4, on_event=on_event)
     t = start(worker)
     assert until(lambda: worker.counts["acked"] == 1)
     worker.stop()
     assert joined(t), "run() returned after stop()"
     assert worker.counts["lost"] == 0
+    assert len(renewals) >= 3 and all(e.outcome == "ok" for e in renewals), renewals
     assert server.client().hget(f"emq:{{long}}:job:{job_id}", "attempts") == b"1"
 
 
