@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional
@@ -25,6 +26,12 @@ def until(f: Callable[[], Any], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def joined(thread: threading.Thread, timeout: float = 30.0) -> bool:
+    """Joins `thread` (up to `timeout` seconds: a bound, not a measure); whether it ended."""
+    thread.join(timeout)
+    return not thread.is_alive()
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, List
 
 import echomq
-from conftest import Server
+from conftest import Server, joined
 
 TESTS = Path(__file__).resolve().parent
 ECHOMQ = str(Path(sys.executable).with_name("echomq"))
@@ -36,10 +36,13 @@ def test_the_queue_operations_from_the_shell(server: Server) -> None:
     server.cmd("EMQ.FAIL", "cli", job_id, 1, "ERROR", "broken", "RETRY-IN", 0)
     # One attempt a job by default is not enough to die: bury it by hand through the server.
     q = echomq.Queue(server.client(), "cli")
-    while (q.job(job_id) or {}).get("state") != "dead":
+    for _ in range(100):
+        if (q.job(job_id) or {}).get("state") == "dead":
+            break
         server.cmd("EMQ.CLAIM", "cli")
         attempts = int((q.job(job_id) or {}).get("attempts") or 0)
         server.cmd("EMQ.FAIL", "cli", job_id, attempts, "ERROR", "broken", "RETRY-IN", 0)
+    assert (q.job(job_id) or {}).get("state") == "dead", "dead within 100 failed attempts"
     dead = cli(server, "dead", "cli")
     assert [(d["id"], d["error"]) for d in dead] == [(job_id, "broken")]
     assert cli(server, "requeue", "cli", "--dead") == 1
@@ -77,6 +80,6 @@ def test_sigterm_mid_batch_loses_and_repeats_nothing(server: Server) -> None:
         assert time.monotonic() < deadline + 20
         time.sleep(0.02)
     w2.stop()
-    t.join(5)
+    assert joined(t), "run() returned after stop()"
     attempts: List[Any] = [(q.job(i) or {}).get("attempts") for i in ids]
     assert attempts == [1] * 300, "each job claimed once"

@@ -12,7 +12,7 @@ import redis.cluster
 import valkey
 
 import echomq
-from conftest import Cluster, Server, until
+from conftest import Cluster, Server, joined, until
 
 
 @pytest.mark.cluster
@@ -38,7 +38,7 @@ def test_queues_on_every_primary_of_a_cluster(cluster: Cluster) -> None:
     for w in workers:
         w.stop()
     for t in threads:
-        t.join(5)
+        assert joined(t), "run() returned after stop()"
     assert len(done) == 180
     assert all(echomq.Queue(client, name).stats()["pending"] == 0 for name in names)
 
@@ -56,7 +56,7 @@ def test_valkey_py(server: Server) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     worker.stop()
-    t.join(5)
+    assert joined(t), "run() returned after stop()"
     assert got == [job_id]
     job = q.job(job_id)
     assert job is not None and job["state"] == "done"
@@ -100,7 +100,7 @@ def test_a_primary_killed_under_load_leaves_every_job_done_once() -> None:
 
         assert until(settled, timeout=90), worker.counts
         worker.stop()
-        t.join(10)
+        assert joined(t), "run() returned after stop()"
         states = [(q.job(i) or {}).get("state") for i in ids]
         assert states == ["done"] * 300, {s: states.count(s) for s in set(states)}
     finally:
@@ -113,7 +113,9 @@ def move_slot(cluster: Cluster, slot: int, src: Server, dst: Server) -> None:
     src_id, dst_id = src.cmd("CLUSTER", "MYID"), dst.cmd("CLUSTER", "MYID")
     dst.cmd("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
     src.cmd("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    deadline = time.monotonic() + 60
     while True:
+        assert time.monotonic() < deadline, "the slot's keys never all moved"
         keys = src.cmd("CLUSTER", "GETKEYSINSLOT", slot, 50)
         if not keys:
             break
@@ -145,5 +147,5 @@ def test_a_worker_goes_on_through_a_slot_migration_of_its_queue(cluster: Cluster
 
     assert until(all_done, timeout=90), worker.counts
     worker.stop()
-    t.join(10)
+    assert joined(t), "run() returned after stop()"
     assert int(src.cmd("DBSIZE")) == 0, "everything moved"

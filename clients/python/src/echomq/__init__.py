@@ -14,12 +14,14 @@ from .errors import (
     EmqKeyError,
     EmqKindError,
     EmqLeaseLost,
+    EmqNotReplicated,
     EmqPayloadError,
     EmqQueueNameError,
     EmqSetError,
     EmqTypeError,
     EmqVersionError,
 )
+from .events import WorkerEvent
 from .ids import mint
 from .queue import Queue
 from .serializers import Json, Raw, Serializer
@@ -33,6 +35,7 @@ __all__ = [
     "EmqKeyError",
     "EmqKindError",
     "EmqLeaseLost",
+    "EmqNotReplicated",
     "EmqPayloadError",
     "EmqQueueNameError",
     "EmqSetError",
@@ -46,6 +49,7 @@ __all__ = [
     "Retry",
     "Serializer",
     "Worker",
+    "WorkerEvent",
     "check_version",
     "mint",
 ]

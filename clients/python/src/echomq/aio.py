@@ -6,31 +6,65 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional
+import time
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tuple
 
+from ._replicas import pipelined_async, wait_settings
 from ._retry import backoff, transient
-from .errors import EmqLeaseLost, translate
-from .queue import CHUNK, batches, cron_args, enqueue_args, enqueued, limit_args, pairs, retry_after, text
+from .errors import EmqLeaseLost, EmqNotReplicated, translate
+from .events import Action, Hook, WorkerEvent, default_name, failure
+from .queue import (
+    CHUNK, batches, cron_args, enqueue_args, enqueued, limit_args, pairs, retry_after, text,
+    unconfirmed,
+)
 from .serializers import Raw, Serializer
 from .worker import Claiming, Job, check_version, job_of, outcome, renew_args, version_call
 
 
 class AsyncQueue:
-    """``echomq.Queue`` for asyncio: the same calls, awaited, retried the same way."""
+    """``echomq.Queue`` for asyncio: the same calls, awaited, retried the same way, and the
+    same ``wait_replicas`` (not with an asyncio cluster client: ``ValueError``)."""
 
     def __init__(
-        self, client: Any, name: str, serializer: Optional[Serializer] = None, retries: int = 8
+        self,
+        client: Any,
+        name: str,
+        serializer: Optional[Serializer] = None,
+        retries: int = 8,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
     ) -> None:
         self.client = client
         self.name = name
         self.serializer: Serializer = serializer or Raw()
         self.retries = retries
+        self.wait_replicas, self.wait_timeout_ms = wait_settings(wait_replicas, wait_timeout)
+        if self.wait_replicas > 0 and hasattr(client, "get_node_from_key"):
+            raise ValueError("wait_replicas needs a single-server asyncio client (or Queue)")
 
     async def call(self, command: str, *args: Any) -> Any:
         attempt = 0
         while True:
             try:
                 return await self.client.execute_command(command, self.name, *args)
+            except Exception as e:
+                await asyncio.sleep(retry_after(e, attempt, self.retries))
+                attempt += 1
+
+    async def write(self, command: str, *args: Any) -> Tuple[Any, Optional[int]]:
+        """``Queue.write``, awaited."""
+        if self.wait_replicas <= 0:
+            return await self.call(command, *args), None
+        attempt = 0
+        while True:
+            try:
+                (reply,), confirmed = await pipelined_async(
+                    self.client, self.name, [[command, self.name, *args]],
+                    self.wait_replicas, self.wait_timeout_ms,
+                )
+                if isinstance(reply, Exception):
+                    raise reply
+                return reply, confirmed
             except Exception as e:
                 await asyncio.sleep(retry_after(e, attempt, self.retries))
                 attempt += 1
@@ -48,13 +82,24 @@ class AsyncQueue:
         job_id, args = enqueue_args(
             self.serializer, payload, id, delay, at, priority, unique, unique_for
         )
-        return enqueued(await self.call("EMQ.ENQUEUE", *args), job_id)
+        reply, confirmed = await self.write("EMQ.ENQUEUE", *args)
+        out = enqueued(reply, job_id)
+        if unconfirmed([out], confirmed, self.wait_replicas):
+            raise EmqNotReplicated([out], confirmed or 0, self.wait_replicas)
+        return out
 
     async def enqueue_many(self, payloads: Iterable[Any], chunk: int = CHUNK) -> List[str]:
         out: List[str] = []
+        short: List[str] = []
+        fewest: Optional[int] = None
         for job_ids, args in batches(self.serializer, payloads, chunk):
-            await self.call("EMQ.MENQUEUE", *args)
+            _, confirmed = await self.write("EMQ.MENQUEUE", *args)
             out += job_ids
+            if unconfirmed(job_ids, confirmed, self.wait_replicas):
+                short += job_ids
+                fewest = confirmed if fewest is None else min(fewest, confirmed or 0)
+        if short:
+            raise EmqNotReplicated(short, fewest or 0, self.wait_replicas, enqueued=out)
         return out
 
     async def stats(self) -> Dict[str, Optional[int]]:
@@ -104,7 +149,10 @@ class AsyncQueue:
 class AsyncWorker(Claiming):
     """``echomq.Worker`` for asyncio: ``await handler(job)`` for each job, as a task, up to
     ``concurrency`` at once, leases renewed by a background task, stopped by ``stop()`` or, on
-    the main thread's loop, SIGTERM and SIGINT."""
+    the main thread's loop, SIGTERM and SIGINT. A payload that does not decode fails its job; a
+    handler's ``BaseException`` that is not an ``Exception`` fails its job and stops the
+    worker, and ``run`` raises it once the other running jobs are settled. ``name``,
+    ``on_event``, ``wait_replicas`` and ``wait_timeout`` are ``Worker``'s."""
 
     def __init__(
         self,
@@ -118,15 +166,23 @@ class AsyncWorker(Claiming):
         renew_every: float = 1 / 3,
         shutdown_timeout: float = 30.0,
         serializer: Optional[Serializer] = None,
+        name: Optional[str] = None,
+        on_event: Optional[Callable[[WorkerEvent], None]] = None,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
     ) -> None:
-        self.queue = AsyncQueue(client, queue, serializer)
+        self.queue = AsyncQueue(client, queue, serializer, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
         self.handler = handler
         super().__init__(concurrency, lease, batch, block, renew_every, shutdown_timeout)
+        self.name = name or default_name()
+        self._event = Hook(on_event, self.name, queue)
         self._running: Dict[str, "asyncio.Task[None]"] = {}
         self._jobs: Dict[str, Job] = {}
         self._stopping = asyncio.Event()
         self._room = asyncio.Event()
         self._closed = False
+        #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
+        self._fatal: Optional[BaseException] = None
         self.counts: Dict[str, int] = {"acked": 0, "failed": 0, "retried": 0, "lost": 0}
 
     def stop(self) -> None:
@@ -146,9 +202,13 @@ class AsyncWorker(Claiming):
                 pass  # not the main thread's loop, or no signals here
         renewer = asyncio.create_task(self._renew_loop())
         try:
-            await self._claim_loop()
-            if self._running:
-                await asyncio.wait(list(self._running.values()), timeout=self.shutdown_timeout)
+            try:
+                await self._claim_loop()
+            finally:
+                # Even when claiming failed for good: the running jobs' outcomes are sent.
+                self._stopping.set()
+                if self._running:
+                    await asyncio.wait(list(self._running.values()), timeout=self.shutdown_timeout)
         finally:
             # A handler still running now is left to its lease: its outcome is not sent.
             self._closed = True
@@ -157,6 +217,8 @@ class AsyncWorker(Claiming):
             renewer.cancel()
             for s in signals:
                 loop.remove_signal_handler(s)
+        if self._fatal is not None:
+            raise self._fatal
 
     async def _claim_loop(self) -> None:
         failures = 0
@@ -167,6 +229,7 @@ class AsyncWorker(Claiming):
                 await self._room.wait()
                 continue
             try:
+                sent = time.time_ns()
                 claimed = await self.queue.client.execute_command(
                     "EMQ.CLAIM", self.queue.name, "COUNT", min(free, self.batch),
                     "LEASE", self.lease_ms, "BLOCK", self.block_ms,
@@ -181,35 +244,78 @@ class AsyncWorker(Claiming):
                     pass
                 failures += 1
                 continue
+            answered = time.time_ns()
             for raw in claimed or []:
-                job = job_of(self.queue.name, self.queue.serializer, raw)
+                job = job_of(self.queue.name, raw)
+                self._event("claim", job.id, job.attempt, sent, answered)
                 self._jobs[job.id] = job
                 self._running[job.id] = asyncio.create_task(self._run_job(job))
 
     async def _run_job(self, job: Job) -> None:
+        serializer = self.queue.serializer
         try:
+            self._event("handler_start", job.id, job.attempt, time.time_ns())
+            error: Optional[BaseException] = None
             try:
+                # Decoded here, on the job's own path: a payload that does not decode fails it.
+                job.payload = serializer.loads(job.payload)
                 result = await self.handler(job)
+                ended = outcome(serializer, result=result)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                await self._settle(job, *outcome(self.queue.serializer, error=e))
-            else:
-                await self._settle(job, *outcome(self.queue.serializer, result=result))
+                error, ended = e, outcome(serializer, error=e)
+            except BaseException as e:
+                # KeyboardInterrupt, SystemExit...: the job fails with it and the worker stops
+                # (before the failure frees the slot, so nothing is claimed after it); ``run``
+                # raises it once the other running jobs are settled.
+                self._fatal = self._fatal or e
+                self.stop()
+                error, ended = e, outcome(serializer, error=e)
+            self._event("handler_end", job.id, job.attempt, time.time_ns(), error=failure(error))
+            await self._settle(job, *ended)
         finally:
             self._running.pop(job.id, None)
             self._jobs.pop(job.id, None)
             self._room.set()
 
     async def _settle(self, job: Job, counted: str, command: str, extra: List[Any]) -> None:
+        """Sends the outcome (with ``WAIT`` after it, with ``wait_replicas``), again while the
+        failure is a moment's; a settle event for each try."""
         if self._closed or job.lease_lost.is_set():
             self.counts["lost"] += 1
             return
-        try:
-            await self.queue.call(command, job.id, job.attempt, *extra)
-        except EmqLeaseLost:
-            job.lease_lost.set()
-            self.counts["lost"] += 1
+        waiting = self.queue.wait_replicas
+        action: Action = "ack" if command == "EMQ.ACK" else "fail"
+        attempt = 0
+        while True:
+            sent = time.time_ns()
+            args = [command, self.queue.name, job.id, job.attempt, *extra]
+            try:
+                if waiting > 0:
+                    (reply,), confirmed = await pipelined_async(
+                        self.queue.client, self.queue.name, [args], waiting,
+                        self.queue.wait_timeout_ms,
+                    )
+                else:
+                    reply, confirmed = await self.queue.client.execute_command(*args), None
+            except Exception as e:
+                reply, confirmed = e, (0 if waiting > 0 else None)
+            replicated = None if confirmed is None else confirmed >= waiting
+            self._event(
+                "settle", job.id, job.attempt, sent, time.time_ns(), reply=reply,
+                action=action, replicated=replicated,
+            )
+            if not (isinstance(reply, Exception) and transient(reply)) or attempt >= self.queue.retries:
+                break
+            await asyncio.sleep(backoff(attempt))
+            attempt += 1
+        if isinstance(reply, Exception):
+            if isinstance(translate(reply), EmqLeaseLost):
+                job.lease_lost.set()
+                self.counts["lost"] += 1
+            else:
+                self.counts["failed-to-settle"] = self.counts.get("failed-to-settle", 0) + 1
             return
         self.counts[counted] += 1
 
@@ -219,12 +325,15 @@ class AsyncWorker(Claiming):
             for job in list(self._jobs.values()):
                 if job.lease_lost.is_set():
                     continue
+                sent = time.time_ns()
                 try:
-                    await self.queue.client.execute_command(
+                    reply = await self.queue.client.execute_command(
                         *renew_args(self.queue.name, job, self.lease_ms)
                     )
                 except Exception as e:
+                    reply = e
                     # A lost lease ends the renewals; a failover or a lost connection: the next
                     # round tries again.
                     if isinstance(translate(e), EmqLeaseLost):
                         job.lease_lost.set()
+                self._event("renew", job.id, job.attempt, sent, time.time_ns(), reply=reply)

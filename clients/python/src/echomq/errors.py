@@ -5,7 +5,7 @@ plain ``ResponseError`` the client raised, never swallowed."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, FrozenSet, Type
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Sequence, Type
 
 from redis.exceptions import ResponseError
 
@@ -103,6 +103,30 @@ class EmqCronError(EmqError):
     """``EMQCRON``: a repeating schedule refused (the parser's reason, or a full queue)."""
 
     code = "EMQCRON"
+
+
+class EmqNotReplicated(EmqError):
+    """The write was taken by the primary but not confirmed by ``wanted`` replicas (``WAIT``,
+    with a queue's ``wait_replicas``, reported ``replicas``): it may be lost in a failover.
+    ``ids``: the jobs of the unconfirmed writes; ``enqueued``: every job the call enqueued
+    (all of them taken by the primary), in order. Not a server refusal: its ``code`` is empty."""
+
+    def __init__(
+        self,
+        ids: Sequence[str],
+        replicas: int,
+        wanted: int,
+        enqueued: Optional[Sequence[str]] = None,
+    ) -> None:
+        super().__init__(
+            f"{len(ids)} job(s) taken by the primary but confirmed by {replicas} of the "
+            f"{wanted} replicas asked: they may be lost in a failover ({', '.join(ids[:3])}"
+            f"{', ...' if len(ids) > 3 else ''})"
+        )
+        self.ids: List[str] = list(ids)
+        self.replicas = replicas
+        self.wanted = wanted
+        self.enqueued: List[str] = list(enqueued if enqueued is not None else ids)
 
 
 class EmqVersionError(Exception):

@@ -7,8 +7,9 @@ import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from . import ids
+from ._replicas import moved, pipelined, refresh, wait_settings
 from ._retry import backoff, transient
-from .errors import translate
+from .errors import EmqNotReplicated, translate
 from .serializers import Raw, Serializer
 
 #: Jobs one ``EMQ.MENQUEUE`` carries (the server takes up to 10,000).
@@ -119,10 +120,20 @@ def cron_args(
     return [*when, serializer.dumps(payload), *extra]
 
 
+def unconfirmed(job_ids: List[str], confirmed: Optional[int], wanted: int) -> List[str]:
+    """The ids of a write ``WAIT`` confirmed on fewer replicas than `wanted` (none without a
+    wait)."""
+    return job_ids if confirmed is not None and confirmed < wanted else []
+
+
 class Queue:
     """One queue of a deployment. Calls are retried, with backoff, through failovers and slot
     migrations (``TRYAGAIN``, ``READONLY``, ``LOADING``, lost connections); an enqueue carries
-    an id minted here, so a retried one stays a single job."""
+    an id minted here, so a retried one stays a single job.
+
+    With ``wait_replicas`` n > 0, each enqueue is followed by ``WAIT n`` (``wait_timeout``
+    seconds) on the same connection, and one that fewer replicas confirmed raises
+    ``EmqNotReplicated``: the primary took it, but it may be lost in a failover."""
 
     def __init__(
         self,
@@ -130,11 +141,14 @@ class Queue:
         name: str,
         serializer: Optional[Serializer] = None,
         retries: int = 8,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
     ) -> None:
         self.client = client
         self.name = name
         self.serializer: Serializer = serializer or Raw()
         self.retries = retries
+        self.wait_replicas, self.wait_timeout_ms = wait_settings(wait_replicas, wait_timeout)
 
     def call(self, command: str, *args: Any) -> Any:
         """``command <queue> args...``, retried while the failure is transient; a refusal as
@@ -145,6 +159,30 @@ class Queue:
                 return self.client.execute_command(command, self.name, *args)
             except Exception as e:
                 time.sleep(retry_after(e, attempt, self.retries))
+                attempt += 1
+
+    def write(self, command: str, *args: Any) -> Tuple[Any, Optional[int]]:
+        """``call`` for a write: with ``wait_replicas``, the command and ``WAIT`` pipelined on
+        one connection, retried alike. The reply and how many replicas confirmed the write
+        (``None`` without a wait)."""
+        if self.wait_replicas <= 0:
+            return self.call(command, *args), None
+        attempt = 0
+        while True:
+            try:
+                (reply,), confirmed = pipelined(
+                    self.client, self.name, [[command, self.name, *args]],
+                    self.wait_replicas, self.wait_timeout_ms,
+                )
+                if isinstance(reply, Exception):
+                    raise reply
+                return reply, confirmed
+            except Exception as e:
+                if moved(e) and attempt < self.retries:
+                    refresh(self.client)
+                    time.sleep(backoff(attempt))
+                else:
+                    time.sleep(retry_after(e, attempt, self.retries))
                 attempt += 1
 
     # ---- producing ----
@@ -163,18 +201,32 @@ class Queue:
         parks it until then; ``priority`` puts it ahead of (lower) or behind (higher) the
         default 0; with ``unique``, the job is written only while no job holds that key (for
         ``unique_for`` seconds, or until the holder is done or dead), and the holder's id is
-        returned otherwise."""
+        returned otherwise. With ``wait_replicas``, ``EmqNotReplicated`` when fewer replicas
+        confirmed it."""
         job_id, args = enqueue_args(
             self.serializer, payload, id, delay, at, priority, unique, unique_for
         )
-        return enqueued(self.call("EMQ.ENQUEUE", *args), job_id)
+        reply, confirmed = self.write("EMQ.ENQUEUE", *args)
+        out = enqueued(reply, job_id)
+        if unconfirmed([out], confirmed, self.wait_replicas):
+            raise EmqNotReplicated([out], confirmed or 0, self.wait_replicas)
+        return out
 
     def enqueue_many(self, payloads: Iterable[Any], chunk: int = CHUNK) -> List[str]:
-        """Enqueues every payload, ``chunk`` to an atomic ``EMQ.MENQUEUE``; their ids, in order."""
+        """Enqueues every payload, ``chunk`` to an atomic ``EMQ.MENQUEUE``; their ids, in order.
+        With ``wait_replicas``, every chunk is written, then ``EmqNotReplicated`` names the jobs
+        of the chunks fewer replicas confirmed (the fewest confirmations its count)."""
         out: List[str] = []
+        short: List[str] = []
+        fewest: Optional[int] = None
         for job_ids, args in batches(self.serializer, payloads, chunk):
-            self.call("EMQ.MENQUEUE", *args)
+            _, confirmed = self.write("EMQ.MENQUEUE", *args)
             out += job_ids
+            if unconfirmed(job_ids, confirmed, self.wait_replicas):
+                short += job_ids
+                fewest = confirmed if fewest is None else min(fewest, confirmed or 0)
+        if short:
+            raise EmqNotReplicated(short, fewest or 0, self.wait_replicas, enqueued=out)
         return out
 
     # ---- looking ----

@@ -1,7 +1,7 @@
 """The consumer's side: ``Worker`` claims jobs in batches up to its free concurrency, runs them
 in a pool of one thread a slot, renews their leases in the background for as long as they run, settles
-each (``ACK``, or ``FAIL`` with the exception and its traceback), and stops gracefully on
-SIGTERM or SIGINT."""
+each (``ACK``, or ``FAIL`` with the exception and its traceback), tells an ``on_event`` hook of
+each step (``events``), and stops gracefully on SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from queue import Empty, SimpleQueue
 from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, transient
 from .errors import EmqLeaseLost, EmqVersionError, translate
+from .events import Action, Hook, WorkerEvent, default_name, failure
 from .queue import Queue, text
 from .serializers import Serializer
 
@@ -66,10 +68,35 @@ def outcome(
     return "acked", "EMQ.ACK", extra
 
 
-def job_of(queue: str, serializer: Serializer, claimed: Any) -> Job:
-    """A job as ``EMQ.CLAIM`` replied it (``[id, payload, attempts]``)."""
+def job_of(queue: str, claimed: Any) -> Job:
+    """A job as ``EMQ.CLAIM`` replied it (``[id, payload, attempts]``), its payload still the
+    bytes: it is decoded on the job's own path (``settled``), where a payload that does not
+    decode is that job's failure, not the worker's."""
     job_id, payload, attempt = claimed
-    return Job(id=text(job_id), payload=serializer.loads(payload), attempt=int(attempt), queue=queue)
+    return Job(id=text(job_id), payload=payload, attempt=int(attempt), queue=queue)
+
+
+def settled(
+    serializer: Serializer, job: Job, run: Callable[[Job], Any]
+) -> Tuple[Tuple[str, str, List[Any]], Optional[BaseException]]:
+    """Decodes the job's payload, runs `run` (the handler) and says what its end means
+    (``outcome``): a payload that does not decode, a handler's exception and a result that does
+    not encode each fail the job. The second value is the exception it failed with; one that
+    is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``...) stops the worker."""
+    try:
+        job.payload = serializer.loads(job.payload)
+        result = run(job)
+    except BaseException as e:
+        return outcome(serializer, error=e), e
+    try:
+        return outcome(serializer, result=result), None
+    except Exception as e:
+        return outcome(serializer, error=e), e
+
+
+def retryable(reply: Any) -> bool:
+    """An outcome's reply worth sending again: a moment's failure, or a node's ``MOVED``."""
+    return isinstance(reply, Exception) and (transient(reply) or moved(reply))
 
 
 def renew_args(queue: str, job: Job, lease_ms: int) -> List[Any]:
@@ -127,10 +154,15 @@ class Worker(Claiming):
     """Runs ``handler(job)`` for the jobs of ``queue``, up to ``concurrency`` at once.
 
     A return acknowledges the job (a returned value is kept as its result); ``Retry(after)``
-    fails it for a retry after that many seconds; any other exception fails it with the
-    exception and its traceback (the server retries it with backoff, then buries it). The
-    client must not time out a blocked read sooner than ``block`` seconds (redis-py's default
-    has no socket timeout).
+    fails it for a retry after that many seconds; any other exception, and a payload that does
+    not decode, fails it with the exception and its traceback (the server retries it with
+    backoff, then buries it). The client must not time out a blocked read sooner than
+    ``block`` seconds (redis-py's default has no socket timeout).
+
+    ``name`` identifies the worker in its events (default ``<hostname>:<pid>:<6 random hex>``);
+    ``on_event`` is called with a ``WorkerEvent`` for each claim, renewal, settle and handler
+    start and end. With ``wait_replicas`` n > 0, each settle pipeline ends with ``WAIT n``
+    (``wait_timeout`` seconds); what it reported goes into the settle events' ``replicated``.
     """
 
     def __init__(
@@ -145,16 +177,24 @@ class Worker(Claiming):
         renew_every: float = 1 / 3,
         shutdown_timeout: float = 30.0,
         serializer: Optional[Serializer] = None,
+        name: Optional[str] = None,
+        on_event: Optional[Callable[[WorkerEvent], None]] = None,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
     ) -> None:
-        self.queue = Queue(client, queue, serializer)
+        self.queue = Queue(client, queue, serializer, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
         self.handler = handler
         super().__init__(concurrency, lease, batch, block, renew_every, shutdown_timeout)
+        self.name = name or default_name()
+        self._event = Hook(on_event, self.name, queue)
         self._running: Dict[str, Job] = {}
         self._outcomes: "SimpleQueue[Tuple[Job, str, str, List[Any]]]" = SimpleQueue()
         self._inbox: "SimpleQueue[Optional[Job]]" = SimpleQueue()
         self._lock = threading.Condition()
         self._stopping = threading.Event()
         self._closed = False
+        #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
+        self._fatal: Optional[BaseException] = None
         #: What happened, for logs and tests: acked, failed, retried, lost (and
         #: failed-to-settle: an outcome the server refused for another reason).
         self.counts: Dict[str, int] = {"acked": 0, "failed": 0, "retried": 0, "lost": 0}
@@ -168,7 +208,10 @@ class Worker(Claiming):
             self._lock.notify_all()
 
     def run(self) -> None:
-        """Claims and runs jobs until ``stop`` (or SIGTERM/SIGINT, when run on the main thread)."""
+        """Claims and runs jobs until ``stop`` (or SIGTERM/SIGINT, when run on the main thread).
+        A handler's ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``,
+        ``SystemExit``...) fails its job and stops the worker as ``stop`` does; ``run`` raises it
+        once the other running jobs are settled."""
         args, options = version_call(self.queue.client)
         check_version(self.queue.client.execute_command(*args, **options))
         restore = self._install_signals()
@@ -181,16 +224,21 @@ class Worker(Claiming):
         for n in range(self.concurrency):
             threading.Thread(target=self._handler_loop, name=f"echomq-handler-{n}", daemon=True).start()
         try:
-            self._claim_loop()
-            self._drain()
+            try:
+                self._claim_loop()
+            finally:
+                # Even when claiming failed for good: the running jobs' outcomes are sent.
+                self._stopping.set()
+                self._drain()
         finally:
             with self._lock:
                 # A handler still running now is left to its lease: its outcome is not sent.
                 self._closed = True
-            self._stopping.set()
             for _ in range(self.concurrency):
                 self._inbox.put(None)
             restore()
+        if self._fatal is not None:
+            raise self._fatal
 
     def _install_signals(self) -> Callable[[], None]:
         if threading.current_thread() is not threading.main_thread():
@@ -220,6 +268,7 @@ class Worker(Claiming):
                     self._lock.wait(timeout=0.1)
                     continue
             try:
+                sent = time.time_ns()
                 claimed = self.queue.client.execute_command(
                     "EMQ.CLAIM",
                     self.queue.name,
@@ -238,8 +287,10 @@ class Worker(Claiming):
                 self._stopping.wait(backoff(failures))
                 failures += 1
                 continue
+            answered = time.time_ns()
             for raw in claimed or []:
-                job = job_of(self.queue.name, self.queue.serializer, raw)
+                job = job_of(self.queue.name, raw)
+                self._event("claim", job.id, job.attempt, sent, answered)
                 with self._lock:
                     self._running[job.id] = job
                 self._inbox.put(job)
@@ -260,14 +311,17 @@ class Worker(Claiming):
             self._run_job(job)
 
     def _run_job(self, job: Job) -> None:
-        try:
-            result = self.handler(job)
-        except Exception as e:
-            settled = outcome(self.queue.serializer, error=e)
-        else:
-            settled = outcome(self.queue.serializer, result=result)
+        self._event("handler_start", job.id, job.attempt, time.time_ns())
+        ended, error = settled(self.queue.serializer, job, self.handler)
+        self._event("handler_end", job.id, job.attempt, time.time_ns(), error=failure(error))
+        fatal = None if isinstance(error, Exception) else error
+        if fatal is not None:
+            # Stops claiming before the failure frees the slot: nothing is claimed after it.
+            with self._lock:
+                self._fatal = self._fatal or fatal
+            self.stop()
         # The settler sends it, with the other outcomes waiting then, and frees the slot.
-        self._outcomes.put((job, *settled))
+        self._outcomes.put((job, *ended))
 
     def _settle_loop(self) -> None:
         """Sends the handlers' outcomes, as many as are waiting in one pipeline, and frees their
@@ -302,18 +356,17 @@ class Worker(Claiming):
             self._count("lost")
         if not send:
             return
-        try:
-            replies = self._send(send)
-        except Exception as e:
-            replies = [e] * len(send)
+        replies = self._send(send)
         # What did not get through (a failover, a lost connection, a slot on the move) is sent
         # again one by one, each retried; one applied already answers EMQLEASE, counted as lost.
-        for i, (job, _, command, extra) in enumerate(send):
-            if isinstance(replies[i], Exception) and transient(replies[i]):
-                try:
-                    replies[i] = self.queue.call(command, job.id, job.attempt, *extra)
-                except Exception as e:
-                    replies[i] = e
+        for i, one in enumerate(send):
+            attempt = 0
+            while retryable(replies[i]) and attempt < self.queue.retries:
+                if moved(replies[i]):
+                    refresh(self.queue.client)
+                time.sleep(backoff(attempt))
+                attempt += 1
+                replies[i] = self._send([one])[0]
         for (job, counted, _, _), reply in zip(send, replies):
             if isinstance(reply, Exception):
                 typed = translate(reply)
@@ -327,21 +380,30 @@ class Worker(Claiming):
 
     def _send(self, send: List[Tuple[Job, str, str, List[Any]]]) -> List[Any]:
         """One pipeline: the acknowledgements as one ``EMQ.MACK`` (each job's outcome in its
-        place), each ``FAIL`` on its own; the replies in the order of ``send``."""
+        place), each ``FAIL`` on its own, then ``WAIT`` with ``wait_replicas``; the replies in
+        the order of ``send`` (an exception for one that failed), a settle event for each."""
         acks = [i for i, (_, _, command, _) in enumerate(send) if command == "EMQ.ACK"]
-        pipe = self.queue.client.pipeline(transaction=False)
+        commands: List[List[Any]] = []
         if acks:
             args: List[Any] = []
             for i in acks:
                 job, _, _, extra = send[i]
                 args += [job.id, job.attempt, *extra]
-            pipe.execute_command("EMQ.MACK", self.queue.name, *args)
+            commands.append(["EMQ.MACK", self.queue.name, *args])
         acked = set(acks)
         fails = [i for i in range(len(send)) if i not in acked]
         for i in fails:
             job, _, command, extra = send[i]
-            pipe.execute_command(command, self.queue.name, job.id, job.attempt, *extra)
-        answers = pipe.execute(raise_on_error=False)
+            commands.append([command, self.queue.name, job.id, job.attempt, *extra])
+        waiting = self.queue.wait_replicas
+        sent = time.time_ns()
+        try:
+            answers, confirmed = pipelined(
+                self.queue.client, self.queue.name, commands, waiting, self.queue.wait_timeout_ms
+            )
+        except Exception as e:
+            answers, confirmed = [e] * len(commands), (0 if waiting > 0 else None)
+        answered = time.time_ns()
         replies: List[Any] = [None] * len(send)
         if acks:
             placed = answers.pop(0)
@@ -351,6 +413,13 @@ class Worker(Claiming):
                 replies[i] = reply
         for i, reply in zip(fails, answers):
             replies[i] = reply
+        replicated = None if confirmed is None else confirmed >= waiting
+        for (job, _, command, _), reply in zip(send, replies):
+            action: Action = "ack" if command == "EMQ.ACK" else "fail"
+            self._event(
+                "settle", job.id, job.attempt, sent, answered, reply=reply,
+                action=action, replicated=replicated,
+            )
         return replies
 
     def _count(self, outcome: str) -> None:
@@ -374,12 +443,15 @@ class Worker(Claiming):
             for job in jobs:
                 if job.lease_lost.is_set():
                     continue
+                sent = time.time_ns()
                 try:
-                    self.queue.client.execute_command(
+                    reply = self.queue.client.execute_command(
                         *renew_args(self.queue.name, job, self.lease_ms)
                     )
                 except Exception as e:
+                    reply = e
                     # A lost lease ends the renewals; a failover or a lost connection: the next
                     # round tries again.
                     if isinstance(translate(e), EmqLeaseLost):
                         job.lease_lost.set()
+                self._event("renew", job.id, job.attempt, sent, time.time_ns(), reply=reply)

@@ -1,0 +1,81 @@
+"""How a write waits for replicas: the commands and ``WAIT n timeout`` pipelined on one
+connection, the one of the node that takes the write (on a cluster client, the primary of the
+queue's slot), so ``WAIT`` counts the replicas that confirmed that write."""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+from .errors import kinds
+
+
+def wait_settings(replicas: int, timeout: float) -> Tuple[int, int]:
+    """``wait_replicas`` and ``wait_timeout`` (seconds) checked: the count and ``WAIT``'s timeout
+    in ms (at least 1: ``WAIT n 0`` would block for ever)."""
+    if replicas < 0:
+        raise ValueError("wait_replicas is 0 (no wait) or more")
+    if timeout <= 0:
+        raise ValueError("wait_timeout is more than 0 seconds")
+    return replicas, max(1, int(timeout * 1000))
+
+
+def moved(error: Any) -> bool:
+    """A ``MOVED`` or ``ASK`` reply of a node to a pipeline sent to it directly: the slot went
+    (or is going) elsewhere; the cluster client's map is refreshed (``refresh``) and the write
+    tried again."""
+    return isinstance(error, BaseException) and bool(kinds(error) & {"MovedError", "AskError"})
+
+
+def refresh(client: Any) -> None:
+    """Has a cluster client read its map of the slots again (nothing for other clients)."""
+    nodes = getattr(client, "nodes_manager", None)
+    if nodes is not None and hasattr(client, "get_node_from_key"):
+        nodes.initialize()
+
+
+def pipeline_on(client: Any, queue: str) -> Any:
+    """A pipeline (no transaction) on the connection that serves `queue`: a cluster client's is
+    its node's own (a cluster pipeline routes by key, and ``WAIT`` has none)."""
+    if hasattr(client, "get_node_from_key"):
+        node = client.get_node_from_key(f"emq:{{{queue}}}:pending")
+        if hasattr(client, "get_redis_connection"):
+            return client.get_redis_connection(node).pipeline(transaction=False)
+        return node.redis_connection.pipeline(transaction=False)
+    return client.pipeline(transaction=False)
+
+
+def confirmations(answer: Any) -> int:
+    """``WAIT``'s answer as a count: a refusal of ``WAIT`` itself confirms nothing."""
+    return 0 if isinstance(answer, BaseException) else int(answer)
+
+
+def pipelined(
+    client: Any, queue: str, commands: Sequence[List[Any]], replicas: int, timeout_ms: int
+) -> Tuple[List[Any], Optional[int]]:
+    """`commands` in one pipeline without a transaction, followed by ``WAIT`` when `replicas`
+    is more than 0: each reply in its place (a refused command's exception there) and how many
+    replicas ``WAIT`` reported (``None`` without a wait). A lost connection raises."""
+    pipe = pipeline_on(client, queue) if replicas > 0 else client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    if replicas > 0:
+        pipe.execute_command("WAIT", replicas, timeout_ms)
+    answers = list(pipe.execute(raise_on_error=False))
+    if replicas <= 0:
+        return answers, None
+    return answers[:-1], confirmations(answers[-1])
+
+
+async def pipelined_async(
+    client: Any, queue: str, commands: Sequence[List[Any]], replicas: int, timeout_ms: int
+) -> Tuple[List[Any], Optional[int]]:
+    """``pipelined`` for an asyncio client (``redis.asyncio.Redis``; not its cluster client)."""
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    if replicas > 0:
+        pipe.execute_command("WAIT", replicas, timeout_ms)
+    answers = list(await pipe.execute(raise_on_error=False))
+    if replicas <= 0:
+        return answers, None
+    return answers[:-1], confirmations(answers[-1])
