@@ -1,12 +1,16 @@
 //! The consumer's side: `Worker` claims jobs with `BLOCK`, in batches up to its free
 //! concurrency, runs each handler as a task, renews its lease in the background for as long as
 //! it runs, settles it (`ACK`, batched with the others waiting into one `EMQ.MACK`, or `FAIL`
-//! with the error), and stops gracefully on its cancellation token (`shutdown_on_signal`
-//! cancels it on SIGTERM or SIGINT).
+//! with the error; a handler that panics fails its job with the panic's message), and stops
+//! gracefully on its cancellation token (`shutdown_on_signal` cancels it on SIGTERM or SIGINT).
 
+use std::any::Any;
 use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -350,7 +354,11 @@ where
     F: Future<Output = Outcome> + Send + 'static,
 {
     async fn run(self, job: Job) {
-        let handler = (self.handler)(job.clone());
+        let _slot = Slot {
+            running: self.running.clone(),
+            room: self.room.clone(),
+        };
+        let handler = guarded(|| (self.handler)(job.clone()));
         tokio::pin!(handler);
         let mut ticks = tokio::time::interval(self.renew);
         ticks.tick().await; // the first tick is now
@@ -361,8 +369,6 @@ where
             }
         };
         self.settle(&job, outcome).await;
-        self.running.fetch_sub(1, Ordering::SeqCst);
-        self.room.notify_waiters();
     }
 
     async fn renew(&self, job: &Job) {
@@ -444,6 +450,60 @@ where
         if let Ok(mut c) = self.counts.lock() {
             f(&mut c);
         }
+    }
+}
+
+/// A running job's place in the worker's concurrency, given back when its task ends, however
+/// it ends.
+struct Slot {
+    running: Arc<AtomicUsize>,
+    room: Arc<Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        self.room.notify_waiters();
+    }
+}
+
+/// Runs the handler `make` starts; a panic, in the call or in the future, is the failure
+/// `panicked: <message>` (so the job is failed like any other, its renewals stop and its slot
+/// is freed), never the task's end.
+async fn guarded<F>(make: impl FnOnce() -> F) -> Outcome
+where
+    F: Future<Output = Outcome>,
+{
+    let handler = match catch_unwind(AssertUnwindSafe(make)) {
+        Ok(handler) => handler,
+        Err(payload) => return panicked(payload),
+    };
+    let mut handler = pin!(handler);
+    std::future::poll_fn(|cx| {
+        match catch_unwind(AssertUnwindSafe(|| handler.as_mut().poll(cx))) {
+            Ok(poll) => poll,
+            // Never polled again: the outcome is ready.
+            Err(payload) => Poll::Ready(panicked(payload)),
+        }
+    })
+    .await
+}
+
+/// A panic as the failure it makes.
+fn panicked(payload: Box<dyn Any + Send>) -> Outcome {
+    let message = panic_message(payload.as_ref());
+    tracing::error!(panic = %message, "a handler panicked; its job is failed");
+    Err(Failure::Error(format!("panicked: {message}")))
+}
+
+/// A panic's message (`panic!` gives a `&str` or a `String`).
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
     }
 }
 

@@ -468,3 +468,56 @@ async fn a_worker_goes_on_through_a_slot_migration_of_its_queue() {
         "{states:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_fails_its_job_and_frees_its_slot() {
+    let server = start(
+        Options::default()
+            .arg("emq.max-attempts", "2")
+            .arg("emq.backoff-base-ms", "10"),
+    );
+    let q = Queue::new(conn(&server).await, "panics");
+    let booms = q
+        .enqueue_many((0..3).map(|n| format!("boom {n}")))
+        .await
+        .expect("batch");
+    let fine = q.enqueue(b"fine").await.expect("enqueue");
+    let worker = worker_of(&server, "panics", |job: Job| async move {
+        if job.payload.starts_with(b"boom") {
+            panic!(
+                "handler blew up on {}",
+                String::from_utf8_lossy(&job.payload)
+            );
+        }
+        Ok(None)
+    })
+    .await
+    .concurrency(2);
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut admin = server.conn();
+    // Six panics (three jobs, two attempts each) against two slots: the worker only gets to
+    // the last job if each panic frees its slot.
+    let settled = wait_until(Duration::from_secs(20), || {
+        support::job_state(&mut admin, "panics", &fine).as_deref() == Some("done")
+            && booms
+                .iter()
+                .all(|id| support::job_state(&mut admin, "panics", id).as_deref() == Some("dead"))
+    });
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert!(settled, "{counts:?}");
+    assert_eq!((counts.acked, counts.failed, counts.lost), (1, 6, 0));
+    for (n, id) in booms.iter().enumerate() {
+        assert_eq!(
+            support::job_attempts(&mut admin, "panics", id).as_deref(),
+            Some("2")
+        );
+        let error = support::row_field(&mut admin, "panics", id, "error").unwrap_or_default();
+        assert!(
+            error.contains(&format!("handler blew up on boom {n}")),
+            "{error}"
+        );
+    }
+    assert_eq!(set_len(&mut admin, "panics", "active"), 0);
+}
