@@ -2,11 +2,13 @@
 //! the `redis` crate's multiplexed or cluster-async connections. See clients/rust/README.md.
 
 pub mod error;
+pub mod events;
 pub mod ids;
 pub mod queue;
 pub mod worker;
 
 pub use error::{Error, Result};
+pub use events::{EventKind, EventOutcome, SettleAction, WorkerEvent};
 pub use queue::{Enqueue, Queue};
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{check_version, shutdown_on_signal, Counts, Failure, Job, Outcome, Worker};
