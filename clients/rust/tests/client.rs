@@ -820,3 +820,63 @@ async fn a_workers_settles_report_whether_replicas_confirmed_them() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_wait_reaches_the_primary_that_took_the_write() {
+    servers_load_the_module();
+    let cluster = Cluster::start(3, 1);
+    let queue = "routed";
+    let owner = cluster.owner(echomq::protocol::slot(queue.as_bytes()));
+    // `WAIT` alone would go to every primary (the cluster client's rule for it); pipelined
+    // behind the write, it goes where the write goes.
+    let q =
+        Queue::new(cluster_conn(&cluster).await, queue).wait_replicas(1, Duration::from_secs(10));
+    let id = q
+        .enqueue(b"x")
+        .await
+        .expect("confirmed by the owner's replica");
+    let recorded: Recorded = Arc::new(Mutex::new(Vec::new()));
+    let h = recorded.clone();
+    let worker = Worker::new(
+        cluster_conn(&cluster).await,
+        cluster_conn(&cluster).await,
+        queue,
+        |_job: Job| async { Ok(None) },
+    )
+    .wait_replicas(1, Duration::from_secs(10))
+    .on_event(move |e: &WorkerEvent| h.lock().expect("lock").push(e.clone()));
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    for _ in 0..500 {
+        if events_of(&recorded, &id)
+            .iter()
+            .any(|e| e.kind == EventKind::Settle)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    token.cancel();
+    assert_eq!(run.await.expect("task").expect("run").acked, 1);
+    let settle = events_of(&recorded, &id)
+        .into_iter()
+        .find(|e| e.kind == EventKind::Settle)
+        .expect("a settle");
+    assert_eq!(settle.replicated, Some(true), "{settle:?}");
+    // Two WAITs (the enqueue's and the settle's), both on the owner.
+    let waits = |port: u16| {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut cluster.node(port).conn())
+            .expect("INFO");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+            .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    for node in cluster.topology().iter().filter(|n| n.primary) {
+        let want = if node.port == owner.port { 2 } else { 0 };
+        assert_eq!(waits(node.port), want, "primary {}", node.port);
+    }
+}
