@@ -36,6 +36,17 @@ pub enum Error {
     /// A batched call (`EMQ.MACK`) this job's outcome went in failed as a whole.
     #[error("the batched call failed: {0}")]
     Batch(String),
+    /// The write was taken by the primary but not confirmed by `wanted` replicas (a queue's
+    /// `wait_replicas`: `WAIT` reported `replicas`): it may be lost in a failover. `ids`: the
+    /// jobs of the writes not confirmed; `enqueued`: every job the call enqueued (all of them
+    /// taken by the primary), in order.
+    #[error("{} job(s) taken by the primary but confirmed by {replicas} of the {wanted} replicas asked: they may be lost in a failover", ids.len())]
+    NotReplicated {
+        ids: Vec<String>,
+        replicas: i64,
+        wanted: usize,
+        enqueued: Vec<String>,
+    },
     /// A reply of a shape the protocol does not give.
     #[error("unexpected reply: {0}")]
     Reply(String),

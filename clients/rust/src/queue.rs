@@ -1,5 +1,5 @@
 //! The producer's side: `Queue` enqueues jobs and operates a queue, over a multiplexed or a
-//! cluster connection.
+//! cluster connection; with `wait_replicas`, each write is followed by `WAIT` on its connection.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,6 +8,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, RedisError, Value};
 
 use crate::error::{transient, Error, Result};
+use crate::events::{answered, now_ns};
 use crate::ids;
 
 /// Jobs one `EMQ.MENQUEUE` carries (the server takes up to 10,000).
@@ -35,12 +36,55 @@ pub struct Queue<C> {
     pub(crate) conn: C,
     pub(crate) name: String,
     retries: u32,
+    /// Replicas each write waits for (`WAIT n timeout`), and the timeout; 0: no wait.
+    pub(crate) wait_replicas: usize,
+    pub(crate) wait_timeout: Duration,
+}
+
+/// What one call came to, over its tries.
+pub(crate) struct Sent {
+    /// The reply; a server error as its typed `Err`, and so is a lost connection or a timeout.
+    pub reply: Result<Value>,
+    /// A try before the last got no answer: it may have been applied, so a refusal after it
+    /// may be the answer to that try's effect.
+    pub unsure: bool,
+    /// What `WAIT` reported after the last try (0 when it was refused or never answered);
+    /// `None` without a wait.
+    pub replicas: Option<i64>,
+    /// When the first try was sent and the last one answered (Unix-epoch nanoseconds).
+    pub sent_ns: u64,
+    pub answered_ns: u64,
 }
 
 /// Seconds to wait before try `attempt` (0-based): exponential, capped at 2 s, full jitter.
 pub(crate) fn backoff(attempt: u32) -> Duration {
     let cap = (50u64 << attempt.min(6)).min(2000);
     Duration::from_millis(rand::random_range(0..=cap))
+}
+
+/// An `EMQ.MACK` reply as each job's outcome in its place.
+pub(crate) fn places(reply: Result<Value>) -> Result<Vec<Result<()>>> {
+    let reply = reply?;
+    let Value::Array(places) = reply else {
+        return Err(Error::Reply(format!("{reply:?}")));
+    };
+    Ok(places
+        .into_iter()
+        .map(|place| match place {
+            Value::Int(1) => Ok(()),
+            Value::ServerError(e) => Err(Error::from_redis(e.into())),
+            other => Err(Error::Reply(format!("{other:?}"))),
+        })
+        .collect())
+}
+
+/// The error of a pipeline that came back short.
+fn no_reply(what: &str) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "a pipeline came back short",
+        what.to_string(),
+    ))
 }
 
 /// A map reply (a flat array under RESP2, a map under RESP3) as pairs.
@@ -62,7 +106,20 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             conn,
             name: name.into(),
             retries: 8,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_secs(1),
         }
+    }
+
+    /// Follows each enqueue with `WAIT replicas timeout` on the same connection (pipelined: on
+    /// a cluster connection it reaches the primary that took the write, the node of the
+    /// queue's slot), and answers [`Error::NotReplicated`] when fewer replicas confirmed it.
+    /// `WAIT` holds the connection it is sent on until it answers, up to `timeout` (at least
+    /// 1 ms; `WAIT` with 0 would wait for ever). 0 replicas: no wait (the default).
+    pub fn wait_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.wait_replicas = replicas;
+        self.wait_timeout = timeout.max(Duration::from_millis(1));
+        self
     }
 
     pub fn name(&self) -> &str {
@@ -72,22 +129,79 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// `command <queue> args...`, retried while the failure is transient; a refusal as its
     /// typed error.
     pub async fn call(&self, command: &str, args: &[Vec<u8>]) -> Result<Value> {
+        self.send(&self.command(command, args), false).await.reply
+    }
+
+    /// `command <queue> args...` as a command.
+    pub(crate) fn command(&self, command: &str, args: &[Vec<u8>]) -> Cmd {
         let mut cmd = Cmd::new();
         cmd.arg(command).arg(&self.name);
         for a in args {
             cmd.arg(a.as_slice());
         }
+        cmd
+    }
+
+    /// Sends `cmd`, followed by `WAIT` in the same pipeline when `wait` and the queue waits for
+    /// replicas, retried while the failure is transient. The raw reply is kept (`query_async`
+    /// would make an error in one place of an `EMQ.MACK` reply the whole reply's).
+    pub(crate) async fn send(&self, cmd: &Cmd, wait: bool) -> Sent {
+        let waiting = wait && self.wait_replicas > 0;
+        let mut pipe = redis::pipe();
+        if waiting {
+            pipe.add_command(cmd.clone())
+                .cmd("WAIT")
+                .arg(self.wait_replicas)
+                .arg(self.wait_timeout.as_millis().max(1) as u64);
+        }
+        let sent_ns = now_ns();
         let mut attempt = 0;
+        let mut unsure = false;
         loop {
             let mut conn = self.conn.clone();
-            match cmd.query_async::<Value>(&mut conn).await {
-                Ok(v) => return Ok(v),
-                Err(e) if transient(&e) && attempt < self.retries => {
-                    tokio::time::sleep(backoff(attempt)).await;
-                    attempt += 1;
+            let (reply, replicas) = if waiting {
+                match conn.req_packed_commands(&pipe, 0, 2).await {
+                    Ok(mut values) => {
+                        let confirmed = values
+                            .pop()
+                            .and_then(|v| i64::from_redis_value(v).ok())
+                            .unwrap_or(0);
+                        (
+                            values.pop().ok_or_else(|| no_reply("WAIT")),
+                            Some(confirmed),
+                        )
+                    }
+                    Err(e) => (Err(e), Some(0)),
                 }
-                Err(e) => return Err(Error::from_redis(e)),
+            } else {
+                (conn.req_packed_command(cmd).await, None)
+            };
+            let e = match reply {
+                Ok(Value::ServerError(e)) => RedisError::from(e),
+                Ok(v) => {
+                    return Sent {
+                        reply: Ok(v),
+                        unsure,
+                        replicas,
+                        sent_ns,
+                        answered_ns: now_ns(),
+                    }
+                }
+                Err(e) => e,
+            };
+            if transient(&e) && attempt < self.retries {
+                unsure |= !answered(&e);
+                tokio::time::sleep(backoff(attempt)).await;
+                attempt += 1;
+                continue;
             }
+            return Sent {
+                reply: Err(Error::from_redis(e)),
+                unsure,
+                replicas,
+                sent_ns,
+                answered_ns: now_ns(),
+            };
         }
     }
 
@@ -96,6 +210,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// a stale token, the others acknowledged). A call retried after the server applied it
     /// answers `LeaseLost` for its jobs.
     pub async fn ack_many(&self, jobs: &[(&str, i64, Option<&[u8]>)]) -> Result<Vec<Result<()>>> {
+        let sent = self.mack(jobs, false).await;
+        places(sent.reply)
+    }
+
+    /// `EMQ.MACK` for `jobs`, followed by `WAIT` when `wait` and the queue waits for replicas.
+    pub(crate) async fn mack(&self, jobs: &[(&str, i64, Option<&[u8]>)], wait: bool) -> Sent {
         let mut cmd = Cmd::new();
         cmd.arg("EMQ.MACK").arg(&self.name);
         for (id, token, result) in jobs {
@@ -104,33 +224,22 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
                 cmd.arg("RESULT").arg(*result);
             }
         }
-        let mut attempt = 0;
-        let reply = loop {
-            let mut conn = self.conn.clone();
-            // The raw reply: `query_async` would make an error in one place the whole reply's.
-            let e = match conn.req_packed_command(&cmd).await {
-                Ok(Value::ServerError(e)) => RedisError::from(e),
-                Ok(v) => break v,
-                Err(e) => e,
-            };
-            if transient(&e) && attempt < self.retries {
-                tokio::time::sleep(backoff(attempt)).await;
-                attempt += 1;
-                continue;
-            }
-            return Err(Error::from_redis(e));
-        };
-        let Value::Array(places) = reply else {
-            return Err(Error::Reply(format!("{reply:?}")));
-        };
-        Ok(places
-            .into_iter()
-            .map(|place| match place {
-                Value::Int(1) => Ok(()),
-                Value::ServerError(e) => Err(Error::from_redis(e.into())),
-                other => Err(Error::Reply(format!("{other:?}"))),
-            })
-            .collect())
+        self.send(&cmd, wait).await
+    }
+
+    /// One `EMQ.MENQUEUE` of `args`; the replicas its wait reported when they fell short.
+    async fn menqueue(&self, args: Vec<Vec<u8>>) -> Result<Option<i64>> {
+        let sent = self.send(&self.command("EMQ.MENQUEUE", &args), true).await;
+        sent.reply?;
+        Ok(self.confirmed(sent.replicas).err())
+    }
+
+    /// The replicas a wait reported, as an `Err` when they fell short of the queue's.
+    fn confirmed(&self, replicas: Option<i64>) -> std::result::Result<(), i64> {
+        match replicas {
+            Some(r) if r < self.wait_replicas as i64 => Err(r),
+            _ => Ok(()),
+        }
     }
 
     /// Enqueues one job now; its id.
@@ -155,34 +264,58 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
                 args.extend([b"FOR".to_vec(), ms(d)]);
             }
         }
-        match self.call("EMQ.ENQUEUE", &args).await? {
+        let sent = self.send(&self.command("EMQ.ENQUEUE", &args), true).await;
+        let id = match sent.reply? {
             // 1: written; 0: this id was enqueued already; an id: the unique key's holder.
-            Value::Int(_) => Ok(id),
-            Value::BulkString(holder) => Ok(String::from_utf8_lossy(&holder).into_owned()),
-            other => Err(Error::Reply(format!("{other:?}"))),
+            Value::Int(_) => id,
+            Value::BulkString(holder) => String::from_utf8_lossy(&holder).into_owned(),
+            other => return Err(Error::Reply(format!("{other:?}"))),
+        };
+        match self.confirmed(sent.replicas) {
+            Ok(()) => Ok(id),
+            Err(replicas) => Err(Error::NotReplicated {
+                ids: vec![id.clone()],
+                replicas,
+                wanted: self.wait_replicas,
+                enqueued: vec![id],
+            }),
         }
     }
 
-    /// Enqueues every payload, `CHUNK` to an atomic `EMQ.MENQUEUE`; their ids, in order.
+    /// Enqueues every payload, `CHUNK` to an atomic `EMQ.MENQUEUE`; their ids, in order. With
+    /// `wait_replicas`, each chunk waits, and the chunks not confirmed make the call's
+    /// [`Error::NotReplicated`] (every chunk enqueued still).
     pub async fn enqueue_many<P: AsRef<[u8]>>(
         &self,
         payloads: impl IntoIterator<Item = P>,
     ) -> Result<Vec<String>> {
         let mut out = Vec::new();
         let mut args = Vec::new();
-        for p in payloads {
+        let mut unconfirmed = Vec::new();
+        let mut fewest: Option<i64> = None;
+        let mut start = 0;
+        let mut iter = payloads.into_iter().peekable();
+        while let Some(p) = iter.next() {
             let id = ids::mint();
             args.extend([id.clone().into_bytes(), p.as_ref().to_vec()]);
             out.push(id);
-            if args.len() >= 2 * CHUNK {
-                self.call("EMQ.MENQUEUE", &std::mem::take(&mut args))
-                    .await?;
+            if args.len() >= 2 * CHUNK || iter.peek().is_none() {
+                if let Some(r) = self.menqueue(std::mem::take(&mut args)).await? {
+                    fewest = Some(fewest.map_or(r, |f: i64| f.min(r)));
+                    unconfirmed.extend_from_slice(&out[start..]);
+                }
+                start = out.len();
             }
         }
-        if !args.is_empty() {
-            self.call("EMQ.MENQUEUE", &args).await?;
+        match fewest {
+            None => Ok(out),
+            Some(replicas) => Err(Error::NotReplicated {
+                ids: unconfirmed,
+                replicas,
+                wanted: self.wait_replicas,
+                enqueued: out,
+            }),
         }
-        Ok(out)
     }
 
     /// The counts of each set, the pause flag, and the limits and their use (`None`: not set).

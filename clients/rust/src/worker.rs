@@ -1,12 +1,17 @@
 //! The consumer's side: `Worker` claims jobs with `BLOCK`, in batches up to its free
 //! concurrency, runs each handler as a task, renews its lease in the background for as long as
 //! it runs, settles it (`ACK`, batched with the others waiting into one `EMQ.MACK`, or `FAIL`
-//! with the error), and stops gracefully on its cancellation token (`shutdown_on_signal`
-//! cancels it on SIGTERM or SIGINT).
+//! with the error; a handler that panics fails its job with the panic's message), and stops
+//! gracefully on its cancellation token (`shutdown_on_signal` cancels it on SIGTERM or SIGINT).
+//! Each claim, renewal, settle and handler run is reported to its `on_event` hook.
 
+use std::any::Any;
 use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -15,7 +20,11 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{transient, Error, Result};
-use crate::queue::{backoff, Queue};
+use crate::events::{
+    default_name, now_ns, outcome_of, EventKind, EventOutcome, Fields, Hook, OnEvent, SettleAction,
+    WorkerEvent,
+};
+use crate::queue::{backoff, places, Queue, Sent};
 
 /// The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`).
 pub const PROTOCOL_MAJOR: u32 = 2;
@@ -67,6 +76,8 @@ pub struct Counts {
     pub failed: u64,
     pub retried: u64,
     pub lost: u64,
+    /// Times the `on_event` hook panicked (each logged, and the worker went on).
+    pub hook_panics: u64,
 }
 
 /// Refuses a server that speaks another protocol major version than [`PROTOCOL_MAJOR`].
@@ -117,6 +128,10 @@ pub struct Worker<C, H> {
     /// Renewals come every this much of the lease.
     pub renew_every: f64,
     pub shutdown_timeout: Duration,
+    /// The worker's identity in its events: `<hostname>:<pid>:<6 random hex digits>` unless
+    /// set with [`Worker::name`].
+    pub name: String,
+    on_event: Option<OnEvent>,
     shutdown: CancellationToken,
 }
 
@@ -139,8 +154,35 @@ where
             block: Duration::from_secs(1),
             renew_every: 1.0 / 3.0,
             shutdown_timeout: Duration::from_secs(30),
+            name: default_name(),
+            on_event: None,
             shutdown: CancellationToken::new(),
         }
+    }
+
+    /// The worker's identity in its events.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Calls `f` once for each event ([`WorkerEvent`]): each job a claim returned, each
+    /// renewal, each settle (one a job of a batched `EMQ.MACK`, with its own answer), each
+    /// start and end of a handler. It is called synchronously, from the task that did it, so
+    /// it should be quick; a panic in it is logged and counted (`Counts::hook_panics`), and the
+    /// worker goes on.
+    pub fn on_event(mut self, f: impl Fn(&WorkerEvent) + Send + Sync + 'static) -> Self {
+        self.on_event = Some(Arc::new(f));
+        self
+    }
+
+    /// Follows each settle (`EMQ.MACK`, `EMQ.FAIL`) with `WAIT replicas timeout` on the same
+    /// connection, and reports in the settle events' `replicated` whether that many replicas
+    /// confirmed it (not retried: only reported). `WAIT` holds the settling connection until
+    /// it answers, up to `timeout`. 0 replicas: no wait (the default).
+    pub fn wait_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.queue = self.queue.wait_replicas(replicas, timeout);
+        self
     }
 
     pub fn concurrency(mut self, n: usize) -> Self {
@@ -184,8 +226,13 @@ where
         } else {
             self.batch
         };
+        let hook = Arc::new(Hook::new(
+            self.on_event.clone(),
+            &self.name,
+            &self.queue.name,
+        ));
         let (acks, waiting) = mpsc::unbounded_channel();
-        tokio::spawn(send_acks(self.queue.clone(), waiting));
+        tokio::spawn(send_acks(self.queue.clone(), waiting, hook.clone()));
         let mut failures = 0;
         while !self.shutdown.is_cancelled() {
             let free = self
@@ -210,6 +257,7 @@ where
                 .arg(lease_ms)
                 .arg("BLOCK")
                 .arg(self.block.as_millis() as u64);
+            let sent_ns = now_ns();
             let reply: Value = match claim.query_async(&mut self.claims.clone()).await {
                 Ok(v) => {
                     failures = 0;
@@ -227,7 +275,13 @@ where
                 }
                 Err(e) => return Err(Error::from_redis(e)),
             };
+            let answered_ns = now_ns();
             for job in jobs_of(reply)? {
+                hook.emit(Fields {
+                    sent_ns,
+                    answered_ns,
+                    ..Fields::at(EventKind::Claim, &job.id, job.attempt, 0)
+                });
                 running.fetch_add(1, Ordering::SeqCst);
                 let task = Task {
                     queue: self.queue.clone(),
@@ -237,6 +291,7 @@ where
                     room: room.clone(),
                     closed: closed.clone(),
                     counts: counts.clone(),
+                    hook: hook.clone(),
                     lease_ms,
                     renew: self.lease.mul_f64(self.renew_every.clamp(0.05, 0.9)),
                 };
@@ -252,7 +307,8 @@ where
             }
         }
         closed.store(true, Ordering::SeqCst);
-        let counts = counts.lock().map(|c| c.clone()).unwrap_or_default();
+        let mut counts = counts.lock().map(|c| c.clone()).unwrap_or_default();
+        counts.hook_panics = hook.panics();
         Ok(counts)
     }
 }
@@ -288,9 +344,10 @@ struct Ack {
 }
 
 /// The settler: sends the acknowledgements waiting, up to [`SETTLE_BATCH`], as one
-/// `EMQ.MACK`, while the tasks behind them wait for their outcomes; under load one call
-/// carries many, alone it carries one.
-async fn send_acks<C>(queue: Queue<C>, mut waiting: mpsc::UnboundedReceiver<Ack>)
+/// `EMQ.MACK` (followed by `WAIT` with `wait_replicas`), while the tasks behind them wait for
+/// their outcomes; under load one call carries many, alone it carries one. A settle event for
+/// each job, with its own answer.
+async fn send_acks<C>(queue: Queue<C>, mut waiting: mpsc::UnboundedReceiver<Ack>, hook: Arc<Hook>)
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
@@ -306,28 +363,53 @@ where
             .iter()
             .map(|a| (a.id.as_str(), a.attempt, a.result.as_deref()))
             .collect();
-        let places = queue.ack_many(&jobs).await;
+        let sent = queue.mack(&jobs, true).await;
         drop(jobs);
-        match places {
-            Ok(places) if places.len() == batch.len() => {
-                for (ack, place) in batch.into_iter().zip(places) {
-                    let _ = ack.outcome.send(place);
-                }
-            }
+        let (unsure, replicated) = (sent.unsure, replicated(&queue, &sent));
+        let (sent_ns, answered_ns) = (sent.sent_ns, sent.answered_ns);
+        // Each job's outcome, and what the server's answer was for it.
+        let outcomes: Vec<(Result<()>, EventOutcome)> = match places(sent.reply) {
+            Ok(places) if places.len() == batch.len() => places
+                .into_iter()
+                .map(|place| {
+                    let outcome = match &place {
+                        Ok(()) => EventOutcome::Ok,
+                        Err(e) => outcome_of(e, unsure),
+                    };
+                    (place, outcome)
+                })
+                .collect(),
             Ok(places) => {
                 let why = format!("{} places for {} jobs", places.len(), batch.len());
-                for ack in batch {
-                    let _ = ack.outcome.send(Err(Error::Reply(why.clone())));
-                }
+                let e = || Err(Error::Reply(why.clone()));
+                batch.iter().map(|_| (e(), EventOutcome::Unknown)).collect()
             }
             Err(e) => {
+                // The call failed as a whole: its answer stands for each job.
+                let outcome = outcome_of(&e, unsure);
                 let why = e.to_string();
-                for ack in batch {
-                    let _ = ack.outcome.send(Err(Error::Batch(why.clone())));
-                }
+                let e = || Err(Error::Batch(why.clone()));
+                batch.iter().map(|_| (e(), outcome)).collect()
             }
+        };
+        for (ack, (place, outcome)) in batch.into_iter().zip(outcomes) {
+            hook.emit(Fields {
+                sent_ns,
+                answered_ns,
+                outcome,
+                error: place.as_ref().err().map(|e| e.to_string()),
+                action: Some(SettleAction::Ack),
+                replicated,
+                ..Fields::at(EventKind::Settle, &ack.id, ack.attempt, 0)
+            });
+            let _ = ack.outcome.send(place);
         }
     }
+}
+
+/// Whether a settle's wait confirmed the worker's `wait_replicas` (`None` without a wait).
+fn replicated<C>(queue: &Queue<C>, sent: &Sent) -> Option<bool> {
+    sent.replicas.map(|r| r >= queue.wait_replicas as i64)
 }
 
 /// One job's task: the handler, its lease renewed beside it, then its outcome sent.
@@ -339,6 +421,7 @@ struct Task<C, H> {
     room: Arc<Notify>,
     closed: Arc<AtomicBool>,
     counts: Arc<Mutex<Counts>>,
+    hook: Arc<Hook>,
     lease_ms: u64,
     renew: Duration,
 }
@@ -350,7 +433,14 @@ where
     F: Future<Output = Outcome> + Send + 'static,
 {
     async fn run(self, job: Job) {
-        let handler = (self.handler)(job.clone());
+        let _slot = Slot {
+            running: self.running.clone(),
+            room: self.room.clone(),
+        };
+        let (id, token) = (job.id.as_str(), job.attempt);
+        self.hook
+            .emit(Fields::at(EventKind::HandlerStart, id, token, now_ns()));
+        let handler = guarded(|| (self.handler)(job.clone()));
         tokio::pin!(handler);
         let mut ticks = tokio::time::interval(self.renew);
         ticks.tick().await; // the first tick is now
@@ -360,9 +450,14 @@ where
                 _ = ticks.tick() => self.renew(&job).await,
             }
         };
+        self.hook.emit(Fields {
+            error: match &outcome {
+                Ok(_) => None,
+                Err(Failure::Retry(_, why) | Failure::Error(why)) => Some(why.clone()),
+            },
+            ..Fields::at(EventKind::HandlerEnd, id, token, now_ns())
+        });
         self.settle(&job, outcome).await;
-        self.running.fetch_sub(1, Ordering::SeqCst);
-        self.room.notify_waiters();
     }
 
     async fn renew(&self, job: &Job) {
@@ -374,7 +469,22 @@ where
             job.attempt.to_string().into_bytes(),
             self.lease_ms.to_string().into_bytes(),
         ];
-        match self.queue.call("EMQ.RENEW", &args).await {
+        let sent = self
+            .queue
+            .send(&self.queue.command("EMQ.RENEW", &args), false)
+            .await;
+        let (outcome, error) = match &sent.reply {
+            Ok(_) => (EventOutcome::Ok, None),
+            Err(e) => (outcome_of(e, sent.unsure), Some(e.to_string())),
+        };
+        self.hook.emit(Fields {
+            sent_ns: sent.sent_ns,
+            answered_ns: sent.answered_ns,
+            outcome,
+            error,
+            ..Fields::at(EventKind::Renew, &job.id, job.attempt, 0)
+        });
+        match sent.reply {
             Err(Error::LeaseLost(_)) => job.lost.store(true, Ordering::SeqCst),
             // A failover or a lost connection: the next tick tries again.
             Err(e) => tracing::debug!(error = %e, id = %job.id, "renewal failed"),
@@ -407,8 +517,24 @@ where
                 ("EMQ.FAIL", |c| c.failed += 1)
             }
         };
-        let sent = self.queue.call(command, &args).await.map(|_| ());
-        self.settled(job, sent, counted);
+        let sent = self
+            .queue
+            .send(&self.queue.command(command, &args), true)
+            .await;
+        let (outcome, error) = match &sent.reply {
+            Ok(_) => (EventOutcome::Ok, None),
+            Err(e) => (outcome_of(e, sent.unsure), Some(e.to_string())),
+        };
+        self.hook.emit(Fields {
+            sent_ns: sent.sent_ns,
+            answered_ns: sent.answered_ns,
+            outcome,
+            error,
+            action: Some(SettleAction::Fail),
+            replicated: replicated(&self.queue, &sent),
+            ..Fields::at(EventKind::Settle, &job.id, job.attempt, 0)
+        });
+        self.settled(job, sent.reply.map(|_| ()), counted);
     }
 
     /// Acknowledges through the settler, and waits for the outcome.
@@ -444,6 +570,60 @@ where
         if let Ok(mut c) = self.counts.lock() {
             f(&mut c);
         }
+    }
+}
+
+/// A running job's place in the worker's concurrency, given back when its task ends, however
+/// it ends.
+struct Slot {
+    running: Arc<AtomicUsize>,
+    room: Arc<Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        self.room.notify_waiters();
+    }
+}
+
+/// Runs the handler `make` starts; a panic, in the call or in the future, is the failure
+/// `panicked: <message>` (so the job is failed like any other, its renewals stop and its slot
+/// is freed), never the task's end.
+async fn guarded<F>(make: impl FnOnce() -> F) -> Outcome
+where
+    F: Future<Output = Outcome>,
+{
+    let handler = match catch_unwind(AssertUnwindSafe(make)) {
+        Ok(handler) => handler,
+        Err(payload) => return panicked(payload),
+    };
+    let mut handler = pin!(handler);
+    std::future::poll_fn(|cx| {
+        match catch_unwind(AssertUnwindSafe(|| handler.as_mut().poll(cx))) {
+            Ok(poll) => poll,
+            // Never polled again: the outcome is ready.
+            Err(payload) => Poll::Ready(panicked(payload)),
+        }
+    })
+    .await
+}
+
+/// A panic as the failure it makes.
+fn panicked(payload: Box<dyn Any + Send>) -> Outcome {
+    let message = panic_message(payload.as_ref());
+    tracing::error!(panic = %message, "a handler panicked; its job is failed");
+    Err(Failure::Error(format!("panicked: {message}")))
+}
+
+/// A panic's message (`panic!` gives a `&str` or a `String`).
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
     }
 }
 

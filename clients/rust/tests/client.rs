@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use echomq_client::{Enqueue, Error, Failure, Job, Queue, Worker};
+use echomq_client::{
+    Enqueue, Error, EventKind, EventOutcome, Failure, Job, Queue, SettleAction, Worker, WorkerEvent,
+};
 use redis::aio::MultiplexedConnection;
 use support::{cluster::Cluster, set_len, wait_until, Options, Server};
 
@@ -467,4 +469,414 @@ async fn a_worker_goes_on_through_a_slot_migration_of_its_queue() {
         states.iter().all(|s| s.as_deref() == Some("done")),
         "{states:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_fails_its_job_and_frees_its_slot() {
+    let server = start(
+        Options::default()
+            .arg("emq.max-attempts", "2")
+            .arg("emq.backoff-base-ms", "10"),
+    );
+    let q = Queue::new(conn(&server).await, "panics");
+    let booms = q
+        .enqueue_many((0..3).map(|n| format!("boom {n}")))
+        .await
+        .expect("batch");
+    let fine = q.enqueue(b"fine").await.expect("enqueue");
+    let worker = worker_of(&server, "panics", |job: Job| async move {
+        if job.payload.starts_with(b"boom") {
+            panic!(
+                "handler blew up on {}",
+                String::from_utf8_lossy(&job.payload)
+            );
+        }
+        Ok(None)
+    })
+    .await
+    .concurrency(2);
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut admin = server.conn();
+    // Six panics (three jobs, two attempts each) against two slots: the worker only gets to
+    // the last job if each panic frees its slot.
+    let settled = wait_until(Duration::from_secs(20), || {
+        support::job_state(&mut admin, "panics", &fine).as_deref() == Some("done")
+            && booms
+                .iter()
+                .all(|id| support::job_state(&mut admin, "panics", id).as_deref() == Some("dead"))
+    });
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert!(settled, "{counts:?}");
+    assert_eq!((counts.acked, counts.failed, counts.lost), (1, 6, 0));
+    for (n, id) in booms.iter().enumerate() {
+        assert_eq!(
+            support::job_attempts(&mut admin, "panics", id).as_deref(),
+            Some("2")
+        );
+        let error = support::row_field(&mut admin, "panics", id, "error").unwrap_or_default();
+        assert!(
+            error.contains(&format!("handler blew up on boom {n}")),
+            "{error}"
+        );
+    }
+    assert_eq!(set_len(&mut admin, "panics", "active"), 0);
+}
+
+/// The events a hook recorded.
+type Recorded = Arc<Mutex<Vec<WorkerEvent>>>;
+
+fn events_of(recorded: &Recorded, id: &str) -> Vec<WorkerEvent> {
+    recorded
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|e| e.id == id)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hook_sees_each_jobs_claim_handler_renewals_and_settle_in_order() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "seen");
+    let ids = q.enqueue_many(["slow", "a", "b"]).await.expect("batch");
+    let recorded: Recorded = Arc::new(Mutex::new(Vec::new()));
+    let (r, h) = (recorded.clone(), recorded.clone());
+    let worker = worker_of(&server, "seen", move |job: Job| {
+        let r = r.clone();
+        async move {
+            // The slow job runs until its lease has been renewed (seen by the hook).
+            if job.payload == b"slow" {
+                for _ in 0..500 {
+                    if events_of(&r, &job.id)
+                        .iter()
+                        .any(|e| e.kind == EventKind::Renew)
+                    {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            Ok(None)
+        }
+    })
+    .await
+    .name("worker-7")
+    .lease(Duration::from_millis(600))
+    .on_event(move |e: &WorkerEvent| {
+        h.lock().expect("lock").push(e.clone());
+        // A hook that panics breaks nothing: counted, and the worker goes on.
+        if e.kind == EventKind::HandlerEnd {
+            panic!("the hook fails on purpose");
+        }
+    });
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut admin = server.conn();
+    assert!(wait_until(Duration::from_secs(20), || ids.iter().all(
+        |id| support::job_state(&mut admin, "seen", id).as_deref() == Some("done")
+    )));
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert_eq!((counts.acked, counts.hook_panics), (3, 3), "{counts:?}");
+    for id in &ids {
+        let events = events_of(&recorded, id);
+        let kinds: Vec<EventKind> = events
+            .iter()
+            .map(|e| e.kind)
+            .filter(|k| *k != EventKind::Renew)
+            .collect();
+        use EventKind::*;
+        assert_eq!(
+            kinds,
+            [Claim, HandlerStart, HandlerEnd, Settle],
+            "{events:#?}"
+        );
+        // Renewals only while the handler runs.
+        let start = events.iter().position(|e| e.kind == HandlerStart);
+        let end = events.iter().position(|e| e.kind == HandlerEnd);
+        assert!(events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.kind == Renew)
+            .all(|(i, _)| Some(i) > start && Some(i) < end));
+        let mut last = 0;
+        for e in &events {
+            assert_eq!((e.worker.as_str(), e.queue.as_str()), ("worker-7", "seen"));
+            assert_eq!(e.token, 1);
+            assert_eq!(e.outcome, EventOutcome::Ok, "{e:?}");
+            assert!(
+                e.sent_ns >= last && e.answered_ns >= e.sent_ns,
+                "{events:#?}"
+            );
+            last = e.answered_ns;
+        }
+        let settle = events.last().expect("a settle");
+        assert_eq!(
+            (settle.action, settle.replicated, settle.error.as_deref()),
+            (Some(SettleAction::Ack), None, None)
+        );
+    }
+    let renewals = |id: &str| {
+        events_of(&recorded, id)
+            .iter()
+            .filter(|e| e.kind == EventKind::Renew)
+            .count()
+    };
+    assert!(renewals(&ids[0]) >= 1, "the slow job's lease was renewed");
+    // Two workers named by default are told apart.
+    let named = |w: Worker<MultiplexedConnection, _>| w.name;
+    let handler = |_job: Job| async { Ok(None) };
+    let (a, b) = (
+        named(worker_of(&server, "seen", handler).await),
+        named(worker_of(&server, "seen", handler).await),
+    );
+    assert_ne!(a, b);
+    assert!(a.contains(&format!(":{}:", std::process::id())), "{a}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_after_the_lease_was_lost_is_a_refused_event() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "refused");
+    let id = q.enqueue(b"x").await.expect("enqueue");
+    let url = server.url();
+    let recorded: Recorded = Arc::new(Mutex::new(Vec::new()));
+    let h = recorded.clone();
+    let worker = worker_of(&server, "refused", move |job: Job| {
+        let url = url.clone();
+        async move {
+            // The lease runs out under the handler and a claim of the test takes the job;
+            // the handler then returns before any renewal (a minute's lease renews every 20
+            // seconds), so its acknowledgement is what learns the lease was lost.
+            let mut admin = redis::Client::open(url)
+                .expect("client")
+                .get_connection()
+                .expect("conn");
+            let taken = wait_until(Duration::from_secs(5), || {
+                let _: i64 = redis::cmd("ZADD")
+                    .arg("emq:{refused}:active")
+                    .arg("XX")
+                    .arg(0)
+                    .arg(&job.id)
+                    .query(&mut admin)
+                    .expect("zadd");
+                support::claim(&mut admin, "refused", &[]).is_some_and(|j| !j.is_empty())
+            });
+            assert!(taken);
+            Ok(None)
+        }
+    })
+    .await
+    .concurrency(1)
+    .lease(Duration::from_secs(60))
+    .on_event(move |e: &WorkerEvent| h.lock().expect("lock").push(e.clone()));
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let settled = || {
+        events_of(&recorded, &id)
+            .into_iter()
+            .find(|e| e.kind == EventKind::Settle)
+    };
+    for _ in 0..500 {
+        if settled().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    let settle = settled().expect("a settle event");
+    assert_eq!(
+        (settle.token, settle.action, settle.outcome),
+        (1, Some(SettleAction::Ack), EventOutcome::Refused)
+    );
+    let error = settle.error.unwrap_or_default();
+    assert!(error.contains("EMQLEASE"), "{error}");
+    assert_eq!((counts.acked, counts.lost), (0, 1));
+    let mut admin = server.conn();
+    assert_eq!(
+        support::job_attempts(&mut admin, "refused", &id).as_deref(),
+        Some("2"),
+        "the test's claim holds it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_waiting_for_a_replica_is_confirmed_by_one_and_not_without() {
+    servers_load_the_module();
+    let (primary, replica) = support::primary_and_replica(Options::default());
+    let q = Queue::new(conn(&primary).await, "held").wait_replicas(1, Duration::from_secs(10));
+    let id = q.enqueue(b"kept").await.expect("confirmed by the replica");
+    // Confirmed: the replica holds the job already, with no wait on our side.
+    let mut r = replica.conn();
+    assert_eq!(
+        support::job_state(&mut r, "held", &id).as_deref(),
+        Some("pending")
+    );
+    let ids = q
+        .enqueue_many((0..1500).map(|n| format!("job {n}")))
+        .await
+        .expect("confirmed");
+    assert_eq!(
+        support::job_state(&mut r, "held", &ids[1499]).as_deref(),
+        Some("pending")
+    );
+    // A server with no replica: WAIT answers 0, and the write stands on the primary alone.
+    let alone = start(Options::default());
+    let q = Queue::new(conn(&alone).await, "alone").wait_replicas(1, Duration::from_millis(50));
+    let err = q.enqueue(b"at risk").await.expect_err("not replicated");
+    let Error::NotReplicated {
+        ids,
+        replicas,
+        wanted,
+        enqueued,
+    } = err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!((ids.len(), replicas, wanted), (1, 0, 1));
+    assert_eq!(ids, enqueued);
+    let mut a = alone.conn();
+    assert_eq!(
+        support::job_state(&mut a, "alone", &ids[0]).as_deref(),
+        Some("pending"),
+        "taken by the primary"
+    );
+    let err = q
+        .enqueue_many((0..1500).map(|n| format!("job {n}")))
+        .await
+        .expect_err("not replicated");
+    let Error::NotReplicated { ids, enqueued, .. } = err else {
+        panic!("{err:?}");
+    };
+    assert_eq!((ids.len(), enqueued.len()), (1500, 1500));
+    assert_eq!(set_len(&mut a, "alone", "pending"), 1501);
+    // Without wait_replicas no WAIT is sent.
+    let plain = Queue::new(conn(&alone).await, "alone");
+    plain.enqueue(b"plain").await.expect("no wait");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_settles_report_whether_replicas_confirmed_them() {
+    servers_load_the_module();
+    let (primary, _replica) = support::primary_and_replica(Options::default());
+    let alone = start(Options::default());
+    for (server, want) in [(&primary, true), (&alone, false)] {
+        let q = Queue::new(conn(server).await, "waits");
+        let ok = q.enqueue(b"ok").await.expect("enqueue");
+        let bad = q.enqueue(b"bad").await.expect("enqueue");
+        let recorded: Recorded = Arc::new(Mutex::new(Vec::new()));
+        let h = recorded.clone();
+        let worker = worker_of(server, "waits", |job: Job| async move {
+            match job.payload.as_slice() {
+                // Retried in an hour: settled once within the test.
+                b"bad" => Err(Failure::Retry(
+                    Duration::from_secs(3600),
+                    "failed on purpose".into(),
+                )),
+                _ => Ok(None),
+            }
+        })
+        .await
+        .wait_replicas(1, Duration::from_millis(if want { 10_000 } else { 50 }))
+        .on_event(move |e: &WorkerEvent| h.lock().expect("lock").push(e.clone()));
+        let token = worker.shutdown_token();
+        let run = tokio::spawn(worker.run());
+        let mut admin = server.conn();
+        assert!(wait_until(Duration::from_secs(20), || {
+            let settles = recorded
+                .lock()
+                .expect("lock")
+                .iter()
+                .filter(|e| e.kind == EventKind::Settle)
+                .count();
+            settles == 2
+        }));
+        token.cancel();
+        let counts = run.await.expect("task").expect("run");
+        assert_eq!((counts.acked, counts.retried), (1, 1), "{counts:?}");
+        for (id, action) in [(&ok, SettleAction::Ack), (&bad, SettleAction::Fail)] {
+            let settle = events_of(&recorded, id)
+                .into_iter()
+                .find(|e| e.kind == EventKind::Settle)
+                .expect("a settle");
+            assert_eq!(
+                (settle.action, settle.outcome, settle.replicated),
+                (Some(action), EventOutcome::Ok, Some(want)),
+                "{settle:?}"
+            );
+        }
+        // Reported, not retried: the jobs were settled once either way.
+        assert_eq!(
+            support::job_state(&mut admin, "waits", &ok).as_deref(),
+            Some("done")
+        );
+        assert_eq!(
+            support::job_attempts(&mut admin, "waits", &bad).as_deref(),
+            Some("1")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_wait_reaches_the_primary_that_took_the_write() {
+    servers_load_the_module();
+    let cluster = Cluster::start(3, 1);
+    let queue = "routed";
+    let owner = cluster.owner(echomq::protocol::slot(queue.as_bytes()));
+    // `WAIT` alone would go to every primary (the cluster client's rule for it); pipelined
+    // behind the write, it goes where the write goes.
+    let q =
+        Queue::new(cluster_conn(&cluster).await, queue).wait_replicas(1, Duration::from_secs(10));
+    let id = q
+        .enqueue(b"x")
+        .await
+        .expect("confirmed by the owner's replica");
+    let recorded: Recorded = Arc::new(Mutex::new(Vec::new()));
+    let h = recorded.clone();
+    let worker = Worker::new(
+        cluster_conn(&cluster).await,
+        cluster_conn(&cluster).await,
+        queue,
+        |_job: Job| async { Ok(None) },
+    )
+    .wait_replicas(1, Duration::from_secs(10))
+    .on_event(move |e: &WorkerEvent| h.lock().expect("lock").push(e.clone()));
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    for _ in 0..500 {
+        if events_of(&recorded, &id)
+            .iter()
+            .any(|e| e.kind == EventKind::Settle)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    token.cancel();
+    assert_eq!(run.await.expect("task").expect("run").acked, 1);
+    let settle = events_of(&recorded, &id)
+        .into_iter()
+        .find(|e| e.kind == EventKind::Settle)
+        .expect("a settle");
+    assert_eq!(settle.replicated, Some(true), "{settle:?}");
+    // Two WAITs (the enqueue's and the settle's), both on the owner.
+    let waits = |port: u16| {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut cluster.node(port).conn())
+            .expect("INFO");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+            .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    for node in cluster.topology().iter().filter(|n| n.primary) {
+        let want = if node.port == owner.port { 2 } else { 0 };
+        assert_eq!(waits(node.port), want, "primary {}", node.port);
+    }
 }
