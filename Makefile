@@ -198,7 +198,7 @@ bench-clients: build python
 	$(CARGO) build --release -p echomq-client --example drain
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(PY_VENV)/bin/python clients/python/bench/clients.py
 
-# The layer check (tests/layers.rs) reads src/ and fails on an upward import, an import cycle
+# The layer check (tests/layers.rs) reads src/ and console/src and fails on an upward import, an import cycle
 # or unsafe code outside host/ (docs/architecture.md); the docs check (tests/docs.rs) fails on a
 # README over 250 lines or a `protocol.md §N` that docs/protocol.md lacks.
 lint: deps python

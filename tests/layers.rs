@@ -1,19 +1,44 @@
 //! The layers of `src/` import only downward, with no cycle between modules, and `unsafe`
-//! lives only in `host/`: `protocol` <- `host` <- `queue` <- `runtime` <- `commands` <- `lib.rs`
-//! (docs/architecture.md). `make lint` runs this suite; it reads the sources, no server.
+//! lives only in `host/`: `protocol` <- `host` <- `queue` <- `runtime` <- `commands` <- `lib.rs`;
+//! the console's (`console/src`) likewise: `deployment` <- `overview` <- `history` <- `top`,
+//! `web` <- `cli` (docs/architecture.md). `make lint` runs this suite; it reads the sources, no
+//! server.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// The layers, lowest first: a module may use its own layer and those before it.
-const LAYERS: [&str; 6] = ["protocol", "host", "queue", "runtime", "commands", "lib"];
+/// Layers, lowest first, each a group of top-level modules: a module may use its own layer and
+/// those before it. A module in no layer counts as the highest.
+type Layers = &'static [&'static [&'static str]];
 
-fn rank(module: &str) -> usize {
-    let layer = module.split("::").next().unwrap_or("");
-    LAYERS
+/// The module's layers.
+const MODULE: Layers = &[
+    &["protocol"],
+    &["host"],
+    &["queue"],
+    &["runtime"],
+    &["commands"],
+    &["lib"],
+];
+
+/// The console's layers: what everything uses, the deployment, the queries, the samples over
+/// time, the two live views, the subcommands, and the crate root and binary.
+const CONSOLE: Layers = &[
+    &["error", "escape"],
+    &["deployment"],
+    &["overview"],
+    &["history"],
+    &["top", "web"],
+    &["cli"],
+    &["lib", "main"],
+];
+
+fn rank(layers: Layers, module: &str) -> usize {
+    let top = module.split("::").next().unwrap_or("");
+    layers
         .iter()
-        .position(|l| *l == layer)
-        .unwrap_or(LAYERS.len() - 1)
+        .position(|group| group.contains(&top))
+        .unwrap_or(layers.len())
 }
 
 /// Every `.rs` file under `dir`, by module path (`lib` for the crate root).
@@ -243,12 +268,12 @@ fn graph(files: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>>
 }
 
 /// Every import from a module to a higher layer, as `from -> to`.
-fn upward(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+fn upward(graph: &BTreeMap<String, BTreeSet<String>>, layers: Layers) -> Vec<String> {
     graph
         .iter()
         .flat_map(|(m, deps)| {
             deps.iter()
-                .filter(|d| rank(d) > rank(m))
+                .filter(|d| rank(layers, d) > rank(layers, m))
                 .map(move |d| format!("{m} -> {d}"))
         })
         .collect()
@@ -319,11 +344,15 @@ fn project() -> BTreeMap<String, String> {
     sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
 }
 
+fn console() -> BTreeMap<String, String> {
+    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("console/src"))
+}
+
 #[test]
 fn the_layers_import_only_downward() {
     let g = graph(&project());
     assert!(g.contains_key("queue::claim") && g.contains_key("host::store"));
-    let up = upward(&g);
+    let up = upward(&g, MODULE);
     assert!(
         up.is_empty(),
         "imports into a higher layer:\n{}",
@@ -338,13 +367,37 @@ fn no_modules_import_each_other_in_a_cycle() {
 }
 
 #[test]
+fn the_console_imports_one_way_with_no_cycle() {
+    let g = graph(&console());
+    assert!(g.contains_key("web::pages") && g.contains_key("overview"));
+    let unplaced: Vec<&String> = g
+        .keys()
+        .filter(|m| rank(CONSOLE, m) == CONSOLE.len())
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "console modules in no layer (add them to CONSOLE): {unplaced:?}"
+    );
+    let up = upward(&g, CONSOLE);
+    assert!(
+        up.is_empty(),
+        "console imports into a higher layer:\n{}",
+        up.join("\n")
+    );
+    let found = cycles(&g);
+    assert!(found.is_empty(), "console import cycles: {found:?}");
+}
+
+#[test]
 fn unsafe_code_lives_only_in_the_host_layer() {
     let files = project();
     let mut offenders = Vec::new();
     for (module, text) in &files {
         // The keyword, not the lint's name (`forbid(unsafe_code)`).
         let code = code(text);
-        if rank(module) != rank("host") && code.replace("unsafe_code", "").contains("unsafe") {
+        if rank(MODULE, module) != rank(MODULE, "host")
+            && code.replace("unsafe_code", "").contains("unsafe")
+        {
             offenders.push(module.clone());
         }
     }
@@ -397,7 +450,10 @@ fn the_checker_finds_an_upward_import_and_a_cycle() {
             .map(String::from)
             .into()
     );
-    assert_eq!(upward(&g), ["host::y -> queue", "protocol::b -> host"]);
+    assert_eq!(
+        upward(&g, MODULE),
+        ["host::y -> queue", "protocol::b -> host"]
+    );
     assert_eq!(cycles(&g), [["protocol::a", "protocol::b"]]);
     assert!(g["queue"].is_empty());
 }

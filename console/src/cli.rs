@@ -13,7 +13,7 @@ use serde_json::{json, Value as Json};
 
 use crate::deployment::Deployment;
 use crate::escape::terminal;
-use crate::overview::{self, int, QueueRow};
+use crate::overview::{self, QueueRow};
 
 /// A refusal or a lost connection: the server's error is printed as it came.
 pub const EXIT_ERROR: u8 = 1;
@@ -180,7 +180,7 @@ pub fn table(rows: &[QueueRow]) -> String {
             r.active,
             r.scheduled,
             r.dead,
-            r.oldest_pending_ms.map_or("-".to_string(), age),
+            r.oldest_pending_ms.map_or("-".to_string(), overview::age),
             if r.paused { "yes" } else { "no" },
         );
         if let Some(e) = &r.error {
@@ -188,17 +188,6 @@ pub fn table(rows: &[QueueRow]) -> String {
         }
     }
     out
-}
-
-/// A duration in the largest unit that keeps it short: 850ms, 12s, 4m, 3h, 2d.
-pub fn age(ms: u64) -> String {
-    match ms {
-        0..=999 => format!("{ms}ms"),
-        1_000..=59_999 => format!("{}s", ms / 1_000),
-        60_000..=3_599_999 => format!("{}m", ms / 60_000),
-        3_600_000..=86_399_999 => format!("{}h", ms / 3_600_000),
-        _ => format!("{}d", ms / 86_400_000),
-    }
 }
 
 async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
@@ -304,7 +293,10 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
                 &format!("purge the {total} {set} jobs of {}", terminal(&queue)),
             )
             .await?;
-            let done = drain(dep, &queue, progress(total, "purged"), &["EMQ.PURGE", &set]).await?;
+            let bar = progress(total, "purged");
+            let done =
+                overview::drain(dep, &queue, &["EMQ.PURGE", &set], |n| advance(&bar, n)).await?;
+            bar.finish_and_clear();
             Output::ok(format!("{done} purged"), json!({ "purged": done }))
         }
         Command::Requeue {
@@ -332,13 +324,10 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
                 &format!("requeue the {total} dead jobs of {}", terminal(&queue)),
             )
             .await?;
-            let done = drain(
-                dep,
-                &queue,
-                progress(total, "requeued"),
-                &["EMQ.REQUEUE", "DEAD"],
-            )
-            .await?;
+            let bar = progress(total, "requeued");
+            let done = overview::drain(dep, &queue, &["EMQ.REQUEUE", "DEAD"], |n| advance(&bar, n))
+                .await?;
+            bar.finish_and_clear();
             Output::ok(format!("{done} requeued"), json!({ "requeued": done }))
         }
         Command::Cancel { queue, id } => {
@@ -413,26 +402,9 @@ pub fn progress(total: i64, verb: &str) -> ProgressBar {
     bar
 }
 
-/// Calls `command <queue> args...` (a bounded step: `EMQ.PURGE`, `EMQ.REQUEUE ... DEAD`) until
-/// it answers 0, moving `bar` on; how many jobs it moved in all.
-pub async fn drain(
-    dep: &Deployment,
-    queue: &str,
-    bar: ProgressBar,
-    command: &[&str],
-) -> Result<i64> {
-    let q = dep.queue(queue);
-    let args: Vec<Vec<u8>> = command[1..].iter().map(|a| a.as_bytes().to_vec()).collect();
-    let mut done = 0;
-    loop {
-        let n = int(&q.call(command[0], &args).await?)?;
-        if n <= 0 {
-            break;
-        }
-        done += n;
-        bar.set_length(bar.length().unwrap_or(0).max(done as u64));
-        bar.set_position(done as u64);
-    }
-    bar.finish_and_clear();
-    Ok(done)
+/// Moves `bar` to `done` jobs, stretching it when more were moved than it was sized for.
+fn advance(bar: &ProgressBar, done: i64) {
+    let done = done.max(0) as u64;
+    bar.set_length(bar.length().unwrap_or(0).max(done));
+    bar.set_position(done);
 }

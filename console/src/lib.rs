@@ -7,6 +7,7 @@ pub mod cli;
 pub mod deployment;
 pub mod error;
 pub mod escape;
+pub mod history;
 pub mod overview;
 pub mod top;
 pub mod web;

@@ -13,10 +13,10 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
-use crate::cli::age;
 use crate::deployment::Deployment;
 use crate::escape::terminal;
-use crate::overview::{History, QueueRow, Sampler, RATES};
+use crate::history::{History, Sampler, RATES};
+use crate::overview::{age, QueueRow};
 
 /// The column the queues are sorted by; `s` goes to the next.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -6,7 +6,7 @@ mod common;
 
 use common::{count, enqueue, server};
 use emq::deployment::Deployment;
-use emq::overview::Sampler;
+use emq::history::Sampler;
 use emq::top::{apply, Action, Top};
 use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::KeyCode;

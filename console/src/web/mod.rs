@@ -21,13 +21,12 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use base64::Engine;
-use indicatif::ProgressBar;
 use serde::Deserialize;
 use tokio::sync::RwLock;
 
-use crate::cli::drain;
 use crate::deployment::Deployment;
-use crate::overview::{self, History, Sampler};
+use crate::history::{History, Sampler};
+use crate::overview;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Options {
@@ -355,13 +354,7 @@ async fn requeue_dead(
     Form(form): Form<Action>,
 ) -> Page {
     checked(&app, &form.csrf)?;
-    let n = drain(
-        &app.dep,
-        &queue,
-        ProgressBar::hidden(),
-        &["EMQ.REQUEUE", "DEAD"],
-    )
-    .await?;
+    let n = overview::drain(&app.dep, &queue, &["EMQ.REQUEUE", "DEAD"], |_| {}).await?;
     Ok(back_to(&queue, "dead", &format!("{n} requeued")))
 }
 

@@ -8,8 +8,8 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::chart::sparkline;
 use super::App;
-use crate::cli::age;
-use crate::overview::{cut, History, JobEntry, QueueRow, RATES, SETS};
+use crate::history::{History, RATES};
+use crate::overview::{age, cut, JobEntry, QueueRow, SETS};
 
 /// What a path segment or query value keeps as it is; the rest is percent-encoded.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
