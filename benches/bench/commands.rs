@@ -41,6 +41,7 @@ pub fn encode_lua_enqueue(out: &mut Vec<u8>, sha: &str, queue: &str, pending: &s
     );
 }
 
+/// `EMQ.ACK` of job `id` with its claim's `token`.
 pub fn encode_ack(out: &mut Vec<u8>, queue: &str, id: &[u8], token: &[u8]) {
     encode(out, &[b"EMQ.ACK", queue.as_bytes(), id, token]);
 }

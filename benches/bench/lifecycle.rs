@@ -33,6 +33,7 @@ enum Policy {
     Unique,
 }
 
+/// The policies in the order of [`LifeSamples`]' columns.
 const POLICIES: [Policy; 4] = [
     Policy::Plain,
     Policy::Events,

@@ -118,6 +118,7 @@ pub fn header(buf: &[u8], pos: &mut usize) -> (u8, i64) {
     (kind, n)
 }
 
+/// The bulk string at `pos`, moving past it.
 pub fn bulk<'a>(buf: &'a [u8], pos: &mut usize) -> &'a [u8] {
     let (kind, n) = header(buf, pos);
     assert_eq!(kind, b'$', "a bulk string");

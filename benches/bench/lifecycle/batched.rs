@@ -15,6 +15,7 @@ use crate::resp::{encode, read_replies, Window};
 use crate::support::{row_key, set_key, Server};
 use crate::workload::{now_unix_ms, reset_stats, CONNECTIONS, ENQUEUE_LUA, LIFE_LEASE_MS, PAYLOAD};
 
+/// The bench's Lua claim and ack, the same transitions as `EMQ.CLAIM` and `EMQ.ACK`.
 const CLAIM_LUA: &str = include_str!("../../lua/claim.lua");
 const ACK_LUA: &str = include_str!("../../lua/ack.lua");
 
