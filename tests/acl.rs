@@ -2,7 +2,7 @@
 //! and work on `orders` and gets NOPERM, logged in ACL LOG, with nothing written, for any other
 //! queue.
 
-mod support;
+use emq_harness as support;
 
 use redis::{cmd, Value};
 use support::*;

@@ -2,7 +2,7 @@
 //! in arrival order from its own database (another module's blocking call as well), answers at
 //! once where it cannot block, and takes no job once it has gone away or been unblocked.
 
-mod support;
+use emq_harness as support;
 
 use std::thread;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! oldest `COUNT` jobs, counted per call, never timed), in a suite of its own: its 100,000
 //! jobs share the machine with no other test of the same run.
 
-mod support;
+use emq_harness as support;
 
 use redis::{cmd, Connection, Value};
 use support::*;

@@ -1,7 +1,7 @@
 //! `EMQ.CANCEL` (protocol.md §6): a pending or scheduled job is removed, row and all; an active one, or
 //! one that does not exist, is left as it is. (`EMQ.REQUEUE` of a dead job: tests/lease.rs.)
 
-mod support;
+use emq_harness as support;
 
 use redis::cmd;
 use support::*;

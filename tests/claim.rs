@@ -1,7 +1,7 @@
 //! `EMQ.CLAIM` without blocking (protocol.md §6): it takes the lowest ids, counts attempts into the
 //! lease token, passes over members whose row is gone, and a refusal writes nothing.
 
-mod support;
+use emq_harness as support;
 
 use std::time::{Duration, Instant};
 

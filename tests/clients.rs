@@ -3,7 +3,7 @@
 //! queue on a real server. The libraries' own suites (clients/python/tests,
 //! clients/rust/tests) test the runtime itself: renewal, lost leases, shutdown, failover.
 
-mod support;
+use emq_harness as support;
 
 use std::collections::HashMap;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! timers on every primary. Resharding, failover and Valkey 9's atomic migrations have suites
 //! of their own (`cluster_resharding`, `cluster_failover`, `cluster_atomic`).
 
-mod support;
+use emq_harness as support;
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! databases of a cluster: ignored by `make test` (Valkey 8.0), run by
 //! `make test-valkey-latest`.
 
-mod support;
+use emq_harness as support;
 
 use std::thread;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Failover on a real cluster: a primary killed under load loses no job a replica confirmed,
 //! and a manual failover hands a queue and its timer to the replica.
 
-mod support;
+use emq_harness as support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! load of enqueues, with a claimer blocked on it, and with its schedules, unique keys and
 //! limits: nothing lost, nothing duplicated, nothing left behind.
 
-mod support;
+use emq_harness as support;
 
 use std::thread;
 use std::time::Duration;

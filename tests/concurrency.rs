@@ -1,7 +1,7 @@
 //! Many workers at once (protocol.md §6): every job ends `done` or `dead` exactly once and no job is
 //! held by two workers, with the server's I/O threads serving the clients or without them.
 
-mod support;
+use emq_harness as support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 //! a firing nor repeat one; refusals are typed (a malformed spec quotes the parser) and write
 //! nothing; a replica without the module ends identical.
 
-mod support;
+use emq_harness as support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

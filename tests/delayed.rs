@@ -2,7 +2,7 @@
 //! kept exactly, and the timer promotes it wherever a command puts its keys, in full, with no
 //! claim or write to its queue; the timer watches exactly the queues that have timed sets.
 
-mod support;
+use emq_harness as support;
 
 use std::thread;
 use std::time::Duration;

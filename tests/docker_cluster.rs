@@ -1,7 +1,7 @@
 //! Smoke tests against the compose cluster (`make docker-test` starts it and sets
 //! ECHOMQ_CLUSTER_PORTS): routing, MOVED, and enqueue across 50 queues.
 
-mod support;
+use emq_harness as support;
 
 use std::time::Duration;
 

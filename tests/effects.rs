@@ -4,7 +4,7 @@
 //! replication history — still gets every write. Each test first checks that the scenario
 //! it needs really happened (gate closed, partial resync, ...), so a pass means something.
 
-mod support;
+use emq_harness as support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! EMQ.ENQUEUE on a real server: the reference `@enqueue` behaviour, every refusal in SPEC
 //! order, and nothing half-written.
 
-mod support;
+use emq_harness as support;
 
 use redis::cmd;
 use support::*;

@@ -1,7 +1,7 @@
 //! What the server's observers see of EchoMQ: its writes fire the keyspace events native
 //! commands would, and only what clients read counts in the keyspace hits and misses.
 
-mod support;
+use emq_harness as support;
 
 use std::thread;
 use std::time::Duration;

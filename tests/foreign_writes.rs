@@ -5,7 +5,7 @@
 //! learned at the next EchoMQ write to it, a load, a promotion or a slot import; on a cluster
 //! node a `RESTORE` (a legacy slot migration's import) is learned as it comes.
 
-mod support;
+use emq_harness as support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The grammar commands on a real server: EMQ.KEY, EMQ.SLOT, EMQ.DECODE, EMQ.VERSION, and
 //! the seeds' transcript (F1 the map, F2 the gate, F5 co-location).
 
-mod support;
+use emq_harness as support;
 
 use redis::{cmd, Value};
 use support::*;

@@ -3,7 +3,7 @@
 //! every reply is a typed error or a well-formed value. Lifecycle commands on a queue whose
 //! keys are overwritten at random are refused with nothing written, or succeed.
 
-mod support;
+use emq_harness as support;
 
 use redis::{cmd, Value};
 use support::*;

@@ -3,7 +3,7 @@
 //! that stays while others come and go, every refusal is typed and counted, ACL applies to
 //! the derived keys, and a page deep in a large set stays fast.
 
-mod support;
+use emq_harness as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,7 +1,7 @@
 //! Module and Lua speakers share a deployment: keys written by EMQ.ENQUEUE are DUMP-identical
 //! to those the reference `@enqueue` script writes for the same input (protocol.md §5, §8).
 
-mod support;
+use emq_harness as support;
 
 use redis::cmd;
 use support::*;

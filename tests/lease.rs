@@ -2,7 +2,7 @@
 //! backoff until a job is dead, and an expired lease returning the job and fencing the worker
 //! that held it, however often that worker crashes.
 
-mod support;
+use emq_harness as support;
 
 use std::thread;
 use std::time::Duration;

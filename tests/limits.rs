@@ -4,7 +4,7 @@
 //! limits and their window survive a failover, refusals are typed and write nothing, and a
 //! replica without the module ends identical.
 
-mod support;
+use emq_harness as support;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;

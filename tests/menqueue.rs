@@ -1,6 +1,6 @@
 //! EMQ.MENQUEUE: many jobs in one atomic step, all or nothing.
 
-mod support;
+use emq_harness as support;
 
 use redis::{cmd, Value};
 use support::*;

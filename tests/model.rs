@@ -7,7 +7,7 @@
 //! data. Delays and leases are an hour long, so the timer acts only where the test moves a due
 //! time or a lease deadline into the past, and every outcome is determined by the sequence.
 
-mod support;
+use emq_harness as support;
 
 use std::collections::BTreeMap;
 

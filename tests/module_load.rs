@@ -1,7 +1,7 @@
 //! The three ways the module arrives: `loadmodule` in a config file (module.conf), runtime
 //! MODULE LOAD / MODULE LOADEX ... CONFIG, and MODULE UNLOAD followed by a fresh load.
 
-mod support;
+use emq_harness as support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Under maxmemory, EMQ.ENQUEUE (`write deny-oom`) is refused and writes nothing, while the
 //! pure commands keep answering.
 
-mod support;
+use emq_harness as support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! the dead set's retention, results and progress, the event stream, and all of it under ACL,
 //! `maxmemory` and a replica without the module.
 
-mod support;
+use emq_harness as support;
 
 use std::time::Duration;
 

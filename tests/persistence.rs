@@ -2,7 +2,7 @@
 //! scripts/aof-power-loss-shim.c, keeps the AOF's bytes from the file until the server fsyncs
 //! them), AOF rewrites, and an AOF written with the module replayed by a server without it.
 
-mod support;
+use emq_harness as support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

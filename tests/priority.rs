@@ -3,7 +3,7 @@
 //! every way back to `pending`; batches give each job its own; out of range is refused, and a
 //! replica without the module ends identical.
 
-mod support;
+use emq_harness as support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! with a stable cursor, per database, per primary on a cluster, and only those the caller may
 //! read.
 
-mod support;
+use emq_harness as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;

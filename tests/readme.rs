@@ -2,7 +2,7 @@
 //! setting and `INFO emq` field in docs/configuration.md exists with the documented flags,
 //! options, default and range, and nothing the module registers is left out.
 
-mod support;
+use emq_harness as support;
 
 use std::collections::BTreeSet;
 

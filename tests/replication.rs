@@ -1,7 +1,7 @@
 //! Replication by effect (protocol.md §5): a replica *without* the module follows the primary to the
 //! same data, and refusals and duplicates propagate nothing.
 
-mod support;
+use emq_harness as support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! refuses every job alike and before any write, and `CLAIM` taking the next jobs in the same
 //! call; replicated by effect like the single `EMQ.ACK`.
 
-mod support;
+use emq_harness as support;
 
 use redis::{cmd, ConnectionLike, Value};
 use support::*;

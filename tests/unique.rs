@@ -3,7 +3,7 @@
 //! window; `EMQ.JOB` shows it; the timer sweeps what holds nothing, on a promoted replica too;
 //! refusals are typed and write nothing; a replica without the module ends identical.
 
-mod support;
+use emq_harness as support;
 
 use std::time::Duration;
 

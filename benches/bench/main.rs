@@ -4,8 +4,7 @@
 //! event stream off and on; then blocked-claim wake-up latency and delayed-job lateness.
 //! Prints Markdown and writes it to docs/bench.md. Figures are measurements, never assertions.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
+pub(crate) use emq_harness as support;
 
 mod commands;
 mod idle;

@@ -3,8 +3,7 @@
 //! outliving its lease kept alive, failures retried then dead, a lost lease never acked, a
 //! graceful stop mid-batch losing and repeating nothing), on one server and on a cluster.
 
-#[path = "../../../tests/support/mod.rs"]
-mod support;
+use emq_harness as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -6,8 +6,7 @@ use std::process::{Command, Output};
 
 use redis::Connection;
 
-#[path = "../../../tests/support/mod.rs"]
-pub mod support;
+pub use emq_harness as support;
 
 #[allow(unused_imports)] // each suite takes what it needs
 pub use support::{cluster::Cluster, free_port, Options, Server};

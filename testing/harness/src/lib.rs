@@ -7,7 +7,6 @@
 //! - `ECHOMQ_EXTERNAL`: `host:port` of an already-running server with the module; tests that
 //!   only need one plain server (`Server::start_or_external`) use it instead of spawning their
 //!   own.
-#![allow(dead_code)]
 
 pub mod cluster;
 pub mod cluster_load;
@@ -29,12 +28,13 @@ pub fn server_binary() -> String {
 pub fn module_path() -> PathBuf {
     match std::env::var("ECHOMQ_MODULE") {
         Ok(p) => PathBuf::from(p),
-        Err(_) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/libechomq.so"),
+        Err(_) => repo_root().join("target/release/libechomq.so"),
     }
 }
 
+/// The repository's root (this crate lives in `testing/harness`).
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// The test-only module of `testing/caller-module` (`make test` builds it), which calls
