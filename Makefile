@@ -200,11 +200,12 @@ bench-clients: build python
 
 # The layer check (tests/layers.rs) reads src/ and console/src and fails on an upward import, an import cycle
 # or unsafe code outside host/ (docs/architecture.md); the docs check (tests/docs.rs) fails on a
-# README over 250 lines or a `protocol.md §N` that docs/protocol.md lacks.
+# README over 250 lines or a `protocol.md §N` that docs/protocol.md lacks; the shape check
+# (tests/shape.rs) on a test file over 900 lines or a src/ file over 600 that gives no reason.
 lint: deps python
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) test --test layers --test docs
+	$(CARGO) test --test layers --test docs --test shape
 	cd clients/python && ../../$(PY_VENV)/bin/mypy --strict src tests
 	@# The package supports Python 3.9+: its syntax and standard library, checked against 3.9 (mypy
 	@# checks types for the oldest Python it knows, pyproject.toml's python_version).

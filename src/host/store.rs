@@ -1,6 +1,8 @@
 //! The host's [`Store`]: one queue's keys in the server. Every write fires the keyspace event
 //! its native command would and replicates its effect (through the effects gate); names of the
 //! queue's sets come from the name cache, so the hot paths create no string for them.
+//! Over 600 lines: the one implementation of the `Store` trait, whose methods share one call's
+//! open keys, name cache and `meta` facts, and so stay in one `impl`.
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::marker::PhantomData;
