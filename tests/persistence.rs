@@ -210,18 +210,26 @@ fn a_process_killed_with_kill_9_loses_no_acknowledged_job_even_with_appendfsync_
     );
 }
 
-#[test]
-fn with_appendfsync_always_every_acknowledged_job_survives_a_power_loss() {
-    let mut server = under_power_loss("always");
+/// Enqueues on a server with `appendfsync <policy>` under the power-loss shim until it is
+/// killed, restarts it, and prints its figures: the acknowledged jobs, and how many were found
+/// (always the first ones acknowledged).
+fn power_loss(policy: &str) -> (Vec<String>, usize) {
+    let mut server = under_power_loss(policy);
     let (tried, acked) = enqueue_until_killed(&mut server, "aof", 1, 2000);
     server.restart(true);
     let found = pending(&mut server.conn(), "aof", &acked);
     assert_a_prefix(&found);
     let found = found.iter().filter(|f| **f).count();
     println!(
-        "RELIABILITY aof-power-loss-always tried={tried} acknowledged={} found={found}",
+        "RELIABILITY aof-power-loss-{policy} tried={tried} acknowledged={} found={found}",
         acked.len()
     );
+    (acked, found)
+}
+
+#[test]
+fn with_appendfsync_always_every_acknowledged_job_survives_a_power_loss() {
+    let (acked, found) = power_loss("always");
     assert_eq!(
         found,
         acked.len(),
@@ -232,16 +240,7 @@ fn with_appendfsync_always_every_acknowledged_job_survives_a_power_loss() {
 #[test]
 fn with_appendfsync_no_a_power_loss_loses_acknowledged_jobs() {
     // The proof that the simulation bites: the same load and kill as with `always` above.
-    let mut server = under_power_loss("no");
-    let (tried, acked) = enqueue_until_killed(&mut server, "aof", 1, 2000);
-    server.restart(true);
-    let found = pending(&mut server.conn(), "aof", &acked);
-    assert_a_prefix(&found);
-    let found = found.iter().filter(|f| **f).count();
-    println!(
-        "RELIABILITY aof-power-loss-no tried={tried} acknowledged={} found={found}",
-        acked.len()
-    );
+    let (acked, found) = power_loss("no");
     assert!(
         found < acked.len(),
         "a power loss took acknowledged jobs the server never fsynced: {found} of {} found",

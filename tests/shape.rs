@@ -55,8 +55,14 @@ fn relative(path: &Path) -> String {
 #[test]
 fn no_test_file_is_over_900_lines() {
     let mut all = Vec::new();
-    for dir in ["tests", "src", "console", "clients", "chaos", "testing", "benches"] {
-        files(&root().join(dir), &[".rs", ".py", ".js", ".ts", ".mjs"], &mut all);
+    for dir in [
+        "tests", "src", "console", "clients", "chaos", "testing", "benches",
+    ] {
+        files(
+            &root().join(dir),
+            &[".rs", ".py", ".js", ".ts", ".mjs"],
+            &mut all,
+        );
     }
     let long: Vec<String> = all
         .iter()

@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use redis::ErrorKind;
 
 use crate::error::Error;
+use crate::queue::Sent;
 
 /// What happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -104,6 +105,14 @@ pub(crate) fn answered(e: &redis::RedisError) -> bool {
 }
 
 /// The outcome of a command that ended in `e`, `unsure` when a try before got no answer.
+/// How a sent command ended, for its event: its outcome and, unless it was answered, the error.
+pub(crate) fn answer_of(sent: &Sent) -> (EventOutcome, Option<String>) {
+    match &sent.reply {
+        Ok(_) => (EventOutcome::Ok, None),
+        Err(e) => (outcome_of(e, sent.unsure), Some(e.to_string())),
+    }
+}
+
 pub(crate) fn outcome_of(e: &Error, unsure: bool) -> EventOutcome {
     let refused = match e {
         Error::Redis(r) => answered(r),

@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{transient, Error, Result};
 use crate::events::{
-    default_name, now_ns, outcome_of, EventKind, EventOutcome, Fields, Hook, OnEvent, SettleAction,
-    WorkerEvent,
+    answer_of, default_name, now_ns, outcome_of, EventKind, EventOutcome, Fields, Hook, OnEvent,
+    SettleAction, WorkerEvent,
 };
 use crate::queue::{backoff, places, Queue, Sent};
 
@@ -473,10 +473,7 @@ where
             .queue
             .send(&self.queue.command("EMQ.RENEW", &args), false)
             .await;
-        let (outcome, error) = match &sent.reply {
-            Ok(_) => (EventOutcome::Ok, None),
-            Err(e) => (outcome_of(e, sent.unsure), Some(e.to_string())),
-        };
+        let (outcome, error) = answer_of(&sent);
         self.hook.emit(Fields {
             sent_ns: sent.sent_ns,
             answered_ns: sent.answered_ns,
@@ -521,10 +518,7 @@ where
             .queue
             .send(&self.queue.command(command, &args), true)
             .await;
-        let (outcome, error) = match &sent.reply {
-            Ok(_) => (EventOutcome::Ok, None),
-            Err(e) => (outcome_of(e, sent.unsure), Some(e.to_string())),
-        };
+        let (outcome, error) = answer_of(&sent);
         self.hook.emit(Fields {
             sent_ns: sent.sent_ns,
             answered_ns: sent.answered_ns,

@@ -208,21 +208,7 @@ async fn a_lost_lease_is_seen_by_the_handler_and_never_acked() {
         async move {
             // The lease runs out under the handler and another attempt takes the job. The
             // lease ends at each try, should a renewal have come between.
-            let mut admin = redis::Client::open(url)
-                .expect("client")
-                .get_connection()
-                .expect("conn");
-            let taken = wait_until(Duration::from_secs(5), || {
-                let _: i64 = redis::cmd("ZADD")
-                    .arg("emq:{stolen}:active")
-                    .arg("XX")
-                    .arg(0)
-                    .arg(&job.id)
-                    .query(&mut admin)
-                    .expect("zadd");
-                support::claim(&mut admin, "stolen", &[]).is_some_and(|j| !j.is_empty())
-            });
-            assert!(taken);
+            take_over(&url, "stolen", &job.id);
             for _ in 0..100 {
                 if job.lease_lost() {
                     break;
@@ -650,21 +636,7 @@ async fn a_settle_after_the_lease_was_lost_is_a_refused_event() {
             // The lease runs out under the handler and a claim of the test takes the job;
             // the handler then returns before any renewal (a minute's lease renews every 20
             // seconds), so its acknowledgement is what learns the lease was lost.
-            let mut admin = redis::Client::open(url)
-                .expect("client")
-                .get_connection()
-                .expect("conn");
-            let taken = wait_until(Duration::from_secs(5), || {
-                let _: i64 = redis::cmd("ZADD")
-                    .arg("emq:{refused}:active")
-                    .arg("XX")
-                    .arg(0)
-                    .arg(&job.id)
-                    .query(&mut admin)
-                    .expect("zadd");
-                support::claim(&mut admin, "refused", &[]).is_some_and(|j| !j.is_empty())
-            });
-            assert!(taken);
+            take_over(&url, "refused", &job.id);
             Ok(None)
         }
     })
@@ -878,4 +850,25 @@ async fn on_a_cluster_the_wait_reaches_the_primary_that_took_the_write() {
         let want = if node.port == owner.port { 2 } else { 0 };
         assert_eq!(waits(node.port), want, "primary {}", node.port);
     }
+}
+
+/// Ends the lease of job `id` of `queue` (its deadline moved to 0) and claims it, as another
+/// worker would once it ran out; the lease is ended again at each try, should a renewal come
+/// between.
+fn take_over(url: &str, queue: &str, id: &str) {
+    let mut admin = redis::Client::open(url)
+        .expect("client")
+        .get_connection()
+        .expect("conn");
+    let taken = wait_until(Duration::from_secs(5), || {
+        let _: i64 = redis::cmd("ZADD")
+            .arg(format!("emq:{{{queue}}}:active"))
+            .arg("XX")
+            .arg(0)
+            .arg(id)
+            .query(&mut admin)
+            .expect("zadd");
+        support::claim(&mut admin, queue, &[]).is_some_and(|j| !j.is_empty())
+    });
+    assert!(taken, "{queue}/{id} taken over");
 }
