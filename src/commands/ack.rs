@@ -3,10 +3,23 @@
 
 use valkey_module::Context;
 
-use super::{parse_blob_option, parse_token, with_job};
+use super::{parse_blob_option, parse_token, with_job, ID, QUEUE, TOKEN};
+use crate::host::register::{Arg, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::protocol::EmqError;
 use crate::queue::lease;
+
+pub const COMMAND: Command = Command {
+    name: c"emq.ack",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom fast",
+    arity: -4,
+    routes_by_queue: true,
+    summary:
+        c"Acknowledge a claimed job: active -> done, the row (and RESULT) kept emq.done-ttl-ms",
+    complexity: c"O(log(N))",
+    args: &[QUEUE, ID, TOKEN, Arg::token(c"result", c"RESULT", Str)],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 4 {

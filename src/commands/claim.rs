@@ -4,11 +4,12 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_queue};
+use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::{check_command, Access};
 use crate::host::block::{block_on_key, Waiter};
 use crate::host::client::{writes_paused, Flags};
 use crate::host::propagate::signal_ready;
+use crate::host::register::{Arg, ArgKind::Integer as Int, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::OwnedString;
@@ -88,6 +89,22 @@ pub fn wake_past_orphans(ctx: &Context, queue: Queue<'_>) {
 pub fn reply(claimed: Claimed) -> Reply {
     Reply::Jobs(claimed)
 }
+
+pub const COMMAND: Command = Command {
+    name: c"emq.claim",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom blocking",
+    arity: -2,
+    routes_by_queue: true,
+    summary: c"Claim up to COUNT ready jobs under a lease, waiting up to BLOCK ms for one; each [id, payload, token]",
+    complexity: c"O((P+C)*log(N)) with P jobs promoted and C claimed",
+    args: &[
+        QUEUE,
+        Arg::token(c"count", c"COUNT", Int),
+        Arg::token(c"lease", c"LEASE", Int),
+        Arg::token(c"block", c"BLOCK", Int),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let req = parse(args)?;

@@ -5,8 +5,11 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_queue};
+use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::String as Str, Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::protocol::cron::{Spec, MAX_NAME_LEN, MIN_EVERY_MS};
@@ -71,6 +74,29 @@ fn queue_of<'a>(
     parse_queue(args.bytes(1))
 }
 
+pub const COMMAND: Command = Command {
+    name: c"emq.cron",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom",
+    arity: -5,
+    routes_by_queue: true,
+    summary: c"Set (or replace) a repeating schedule: the timer enqueues its payload at each firing of a cron spec (UTC, optional seconds) or EVERY ms; replies the next firing",
+    complexity: c"O(1)",
+    args: &[
+        QUEUE,
+        Arg::required(c"name", Str),
+        Arg::required(
+            c"when",
+            OneOf(&[
+                Arg::required(c"spec", Str),
+                Arg::keyword(c"every", c"EVERY", Int),
+            ]),
+        ),
+        Arg::required(c"payload", Str),
+        Arg::token(c"priority", c"PRIORITY", Int),
+    ],
+};
+
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let queue = queue_of(args, args.len() >= 5, "emq.cron")?;
     let name = parse_name(args)?;
@@ -83,6 +109,17 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     Ok(Reply::Integer(next))
 }
 
+pub const UNCRON: Command = Command {
+    name: c"emq.uncron",
+    callback: crate::callback!(run_uncron),
+    flags: c"write fast",
+    arity: 3,
+    routes_by_queue: true,
+    summary: c"Remove a repeating schedule; 1, or 0 when there was none",
+    complexity: c"O(1)",
+    args: &[QUEUE, Arg::required(c"name", Str)],
+};
+
 pub fn run_uncron(ctx: &Context, args: &Args) -> CommandResult {
     let queue = queue_of(args, args.len() == 3, "emq.uncron")?;
     let name = parse_name(args)?;
@@ -94,6 +131,17 @@ pub fn run_uncron(ctx: &Context, args: &Args) -> CommandResult {
     timer::watch_cron(ctx, queue, 0);
     Ok(Reply::Integer(i64::from(removed)))
 }
+
+pub const CRONS: Command = Command {
+    name: c"emq.crons",
+    callback: crate::callback!(run_crons),
+    flags: c"readonly",
+    arity: 2,
+    routes_by_queue: true,
+    summary: c"Every repeating schedule of a queue, by name: its spec or period, priority, next and last firing, and payload",
+    complexity: c"O(N) with N the queue's schedules, at most 1000",
+    args: &[QUEUE],
+};
 
 pub fn run_crons(ctx: &Context, args: &Args) -> CommandResult {
     let queue = queue_of(args, args.len() == 2, "emq.crons")?;

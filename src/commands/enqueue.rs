@@ -6,8 +6,11 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_id, parse_int, parse_queue};
+use super::{is_token, parse_id, parse_int, parse_queue, ID, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::String as Str, Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::server::now_ms;
 use crate::host::store::with_queue;
@@ -77,6 +80,36 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
         unique: unique.map(|key| Unique { key, for_ms }),
     })
 }
+
+pub const COMMAND: Command = Command {
+    name: c"emq.enqueue",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom",
+    arity: -4,
+    routes_by_queue: true,
+    summary: c"Enqueue a job: write its row and add it to the queue's pending set, once; with UNIQUE, only while no job holds the key (the holder's id is the reply)",
+    complexity: c"O(log(N)) with N the number of pending jobs",
+    args: &[
+        QUEUE,
+        ID,
+        Arg::required(c"payload", Str),
+        Arg::optional(
+            c"due",
+            OneOf(&[
+                Arg::keyword(c"delay", c"DELAY", Int),
+                Arg::keyword(c"at", c"AT", Int),
+            ]),
+        ),
+        Arg::token(c"priority", c"PRIORITY", Int),
+        Arg::optional(
+            c"unique",
+            Block(&[
+                Arg::keyword(c"key", c"UNIQUE", Str),
+                Arg::token(c"window", c"FOR", Int),
+            ]),
+        ),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 4 || !args.len().is_multiple_of(2) {

@@ -4,8 +4,12 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_queue};
+use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::PureToken as Pure,
+    Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::protocol::EmqError;
@@ -15,6 +19,32 @@ use crate::runtime::cluster;
 /// The stream's default cap, and the largest.
 pub const DEFAULT_MAXLEN: i64 = 10_000;
 pub const MAX_MAXLEN: i64 = 10_000_000;
+
+pub const COMMAND: Command = Command {
+    name: c"emq.events",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom fast",
+    arity: -3,
+    routes_by_queue: true,
+    summary: c"Turn the queue's event stream emq:{queue}:events on (capped near MAXLEN) or off",
+    complexity: c"O(1)",
+    args: &[
+        QUEUE,
+        Arg::required(
+            c"state",
+            OneOf(&[
+                Arg::required(
+                    c"on",
+                    Block(&[
+                        Arg::keyword(c"on", c"ON", Pure),
+                        Arg::token(c"maxlen", c"MAXLEN", Int),
+                    ]),
+                ),
+                Arg::keyword(c"off", c"OFF", Pure),
+            ]),
+        ),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 3 {

@@ -3,10 +3,28 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_token, with_job};
+use super::{is_token, parse_int, parse_token, with_job, ID, QUEUE, TOKEN};
+use crate::host::register::{Arg, ArgKind::Integer as Int, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::protocol::{job, settings, EmqError};
 use crate::queue::lease::{self, Failed};
+
+pub const COMMAND: Command = Command {
+    name: c"emq.fail",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom fast",
+    arity: -4,
+    routes_by_queue: true,
+    summary: c"Fail a claimed job: retry after RETRY-IN or backoff, or dead after the last attempt",
+    complexity: c"O(log(N))",
+    args: &[
+        QUEUE,
+        ID,
+        TOKEN,
+        Arg::token(c"error", c"ERROR", Str),
+        Arg::token(c"retry-in", c"RETRY-IN", Int),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 4 {

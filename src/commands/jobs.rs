@@ -4,8 +4,12 @@
 use valkey_module::Context;
 
 use super::job::score_reply;
-use super::{is_token, parse_int, parse_queue};
+use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::PureToken as Pure,
+    ArgKind::String as Str, Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::Text;
@@ -74,6 +78,31 @@ fn job_reply(entry: Entry<Text<'_>>, with_payloads: bool) -> Reply {
     }
     Reply::Array(job)
 }
+
+pub const COMMAND: Command = Command {
+    name: c"emq.jobs",
+    callback: crate::callback!(run),
+    flags: c"readonly",
+    arity: -3,
+    routes_by_queue: true,
+    summary: c"One page of a set's jobs in the set's order, resuming after a cursor",
+    complexity: c"O(log(N)^2 + C*log(N)) with N the jobs in the set and C the COUNT",
+    args: &[
+        QUEUE,
+        Arg::required(
+            c"set",
+            OneOf(&[
+                Arg::keyword(c"pending", c"pending", Pure),
+                Arg::keyword(c"active", c"active", Pure),
+                Arg::keyword(c"scheduled", c"scheduled", Pure),
+                Arg::keyword(c"dead", c"dead", Pure),
+            ]),
+        ),
+        Arg::token(c"cursor", c"CURSOR", Str),
+        Arg::token(c"count", c"COUNT", Int),
+        Arg::token(c"withpayloads", c"WITHPAYLOADS", Pure),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let req = parse(args)?;

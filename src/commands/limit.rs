@@ -4,8 +4,12 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_queue};
+use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::PureToken as Pure,
+    Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::protocol::limits::{Rate, MAX_CONCURRENCY, MAX_PER_MS, MAX_RATE};
@@ -77,6 +81,52 @@ pub fn usage_fields(usage: &Usage) -> Vec<(&'static str, Reply)> {
         ("rate-used", Reply::Integer(usage.in_window as i64)),
     ]
 }
+
+pub const COMMAND: Command = Command {
+    name: c"emq.limit",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom fast",
+    arity: -2,
+    routes_by_queue: true,
+    summary: c"Set (or with no option, report) the queue's concurrency and sliding-window rate limits; replies the limits and their use",
+    complexity: c"O(1), or O(log(N)+E) under a rate limit, with N claims in the window and E past it",
+    args: &[
+        QUEUE,
+        Arg::optional(
+            c"limits",
+            OneOf(&[
+                Arg::keyword(c"off", c"OFF", Pure),
+                Arg::required(
+                    c"set",
+                    Block(&[
+                        Arg::token(
+                            c"concurrency",
+                            c"CONCURRENCY",
+                            OneOf(&[
+                                Arg::required(c"n", Int),
+                                Arg::keyword(c"off", c"OFF", Pure),
+                            ]),
+                        ),
+                        Arg::token(
+                            c"rate",
+                            c"RATE",
+                            OneOf(&[
+                                Arg::required(
+                                    c"window",
+                                    Block(&[
+                                        Arg::required(c"n", Int),
+                                        Arg::keyword(c"per", c"PER", Int),
+                                    ]),
+                                ),
+                                Arg::keyword(c"off", c"OFF", Pure),
+                            ]),
+                        ),
+                    ]),
+                ),
+            ]),
+        ),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 2 {

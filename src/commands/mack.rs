@@ -12,8 +12,11 @@
 use valkey_module::Context;
 
 use super::claim::{reply as claimed_reply, wake_past_orphans};
-use super::{is_token, parse_id, parse_int, parse_queue, parse_token};
+use super::{is_token, parse_id, parse_int, parse_queue, parse_token, ID, QUEUE, TOKEN};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::Text;
@@ -103,6 +106,34 @@ fn parse<'a>(args: &Args<'a>) -> Result<(Vec<Named<'a>>, Option<(usize, i64)>), 
     }
     Ok((jobs, next))
 }
+
+pub const COMMAND: Command = Command {
+    name: c"emq.mack",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom",
+    arity: -4,
+    routes_by_queue: true,
+    summary: c"Acknowledge many claimed jobs of a queue, each on its own (1, or EMQLEASE in its place); with CLAIM, replies [outcomes, next jobs]",
+    complexity: c"O((M+C)*log(N)) with M jobs acknowledged and C claimed",
+    args: &[
+        QUEUE,
+        Arg::multiple(
+            c"job",
+            Block(&[
+                ID,
+                TOKEN,
+                Arg::token(c"result", c"RESULT", Str),
+            ]),
+        ),
+        Arg::optional(
+            c"claim",
+            Block(&[
+                Arg::keyword(c"count", c"CLAIM", Int),
+                Arg::token(c"lease", c"LEASE", Int),
+            ]),
+        ),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 4 {

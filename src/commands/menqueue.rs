@@ -6,8 +6,11 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_id, parse_int, parse_queue};
+use super::{is_token, parse_id, parse_int, parse_queue, ID, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::Text;
@@ -16,6 +19,27 @@ use crate::protocol::EmqError;
 use crate::queue::enqueue::{check_new, enqueue_many, Added, BatchJob, MAX_BATCH};
 use crate::queue::Job;
 use crate::runtime::cluster;
+
+pub const COMMAND: Command = Command {
+    name: c"emq.menqueue",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom",
+    arity: -4,
+    routes_by_queue: true,
+    summary: c"Enqueue many jobs in one atomic step; one 1/0 (or minted id) per job",
+    complexity: c"O(M*log(N)) with M jobs and N pending jobs",
+    args: &[
+        QUEUE,
+        Arg::multiple(
+            c"job",
+            Block(&[
+                Arg::token(c"priority", c"PRIORITY", Int),
+                ID,
+                Arg::required(c"payload", Str),
+            ]),
+        ),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 4 || !args.len().is_multiple_of(2) {

@@ -1,4 +1,6 @@
-//! One file per command: parse the arguments (pure), then one `queue` call, then the reply.
+//! One file per command: its descriptor (`COMMAND`: name, flags, arity, key spec and the
+//! `COMMAND DOCS` arguments, which `lib.rs` lists), and its handler: parse the arguments (pure),
+//! then one `queue` call, then the reply.
 //! Refusals come in protocol.md §4 order; each is a typed `EmqError`, rendered in one place (the host's
 //! guard).
 
@@ -31,6 +33,7 @@ pub mod version;
 use valkey_module::Context;
 
 use crate::host::acl::Access;
+use crate::host::register::{Arg, ArgKind};
 use crate::host::reply::Args;
 use crate::host::store::{with_queue, ServerStore};
 use crate::host::string::{Str, Text};
@@ -38,6 +41,12 @@ use crate::protocol::{job::check_payload, BrandedId, EmqError, Queue};
 use crate::queue::job::Target;
 use crate::queue::Job;
 use crate::runtime::cluster;
+
+/// The arguments many commands document alike, as [`parse_queue`], [`parse_id`] and
+/// [`parse_token`] read them.
+pub const QUEUE: Arg = Arg::required(c"queue", ArgKind::String);
+pub const ID: Arg = Arg::required(c"id", ArgKind::String);
+pub const TOKEN: Arg = Arg::required(c"token", ArgKind::Integer);
 
 /// protocol.md §1.1: the queue name, or `EMQQUEUE`.
 pub fn parse_queue(bytes: &[u8]) -> Result<Queue<'_>, EmqError> {

@@ -2,13 +2,25 @@
 
 use valkey_module::Context;
 
-use super::parse_queue;
+use super::{parse_queue, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::Command;
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::protocol::EmqError;
 use crate::queue::operate;
 use crate::runtime::cluster;
+
+pub const COMMAND: Command = Command {
+    name: c"emq.pause",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom fast",
+    arity: 2,
+    routes_by_queue: true,
+    summary: c"Pause a queue: claims take no job until EMQ.RESUME; enqueues and the timer go on",
+    complexity: c"O(1)",
+    args: &[QUEUE],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() != 2 {

@@ -5,6 +5,7 @@ use valkey_module::Context;
 
 use super::{is_token, parse_int};
 use crate::host::acl::with_key_reads;
+use crate::host::register::{Arg, ArgKind::Integer as Int, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::protocol::EmqError;
 use crate::runtime::queues::{self, Cursor};
@@ -45,6 +46,20 @@ fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
     }
     Ok(req)
 }
+
+pub const COMMAND: Command = Command {
+    name: c"emq.queues",
+    callback: crate::callback!(run),
+    flags: c"readonly",
+    arity: -1,
+    routes_by_queue: false,
+    summary: c"Page through the queues this node holds in the client's database, in name order",
+    complexity: c"O(log(Q)+C) with Q queues known and C the names read (COUNT, more for a key-restricted user)",
+    args: &[
+        Arg::token(c"cursor", c"CURSOR", Str),
+        Arg::token(c"count", c"COUNT", Int),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let req = parse(args)?;

@@ -3,12 +3,24 @@
 
 use valkey_module::Context;
 
-use super::parse_queue;
+use super::{parse_queue, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::Command;
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::protocol::EmqError;
 use crate::queue::stats;
+
+pub const COMMAND: Command = Command {
+    name: c"emq.stats",
+    callback: crate::callback!(run),
+    flags: c"readonly fast",
+    arity: 2,
+    routes_by_queue: true,
+    summary: c"Counts of pending, active, scheduled and dead jobs of a queue, whether it is paused, and its claim limits and their use",
+    complexity: c"O(1), or O(log(N)+E) under a rate limit, with N claims in the window and E past it",
+    args: &[QUEUE],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() != 2 {
