@@ -3,7 +3,8 @@
 
 use valkey_module::Context;
 
-use super::{parse_blob_option, parse_token, with_job, ID, QUEUE, TOKEN};
+use super::cursor::ArgCursor;
+use super::{parse_token, with_job, ID, QUEUE, TOKEN};
 use crate::host::register::{Arg, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::protocol::EmqError;
@@ -25,7 +26,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 4 {
         return Err(EmqError::Arity("emq.ack"));
     }
-    let result = parse_blob_option(args, 4, "RESULT")?;
+    let result = ArgCursor::new(args, 4).last_bytes("RESULT")?;
     with_job(ctx, args, |store, target| {
         let token = parse_token(args.bytes(3))?;
         lease::ack(store, target, token, result)?;

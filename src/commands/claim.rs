@@ -4,7 +4,8 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_queue, QUEUE};
+use super::cursor::{syntax, ArgCursor};
+use super::{is_token, parse_queue, QUEUE};
 use crate::host::acl::{check_command, Access};
 use crate::host::block::{block_on_key, Waiter};
 use crate::host::client::{writes_paused, Flags};
@@ -36,26 +37,17 @@ fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
         lease_ms: settings::lease_ms(),
         block_ms: None,
     };
-    let mut i = 2;
-    while i < args.len() {
-        let (name, value) = (args.bytes(i), args.bytes(i + 1));
-        if i + 1 >= args.len() {
-            return Err(EmqError::Syntax(
-                "syntax error: an option lacks its value".into(),
-            ));
-        }
+    let mut options = ArgCursor::new(args, 2);
+    while let Some(name) = options.next_option()? {
         if is_token(name, "COUNT") {
-            req.count = parse_int(value, 1, MAX_COUNT, "COUNT")? as usize;
+            req.count = options.next_int(1, MAX_COUNT, "COUNT")? as usize;
         } else if is_token(name, "LEASE") {
-            req.lease_ms = parse_int(value, 1, settings::MAX_DURATION_MS, "LEASE")?;
+            req.lease_ms = options.next_int(1, settings::MAX_DURATION_MS, "LEASE")?;
         } else if is_token(name, "BLOCK") {
-            req.block_ms = Some(parse_int(value, 0, settings::MAX_DURATION_MS, "BLOCK")?);
+            req.block_ms = Some(options.next_int(0, settings::MAX_DURATION_MS, "BLOCK")?);
         } else {
-            return Err(EmqError::Syntax(
-                "syntax error: expected COUNT, LEASE or BLOCK".into(),
-            ));
+            return Err(syntax("syntax error: expected COUNT, LEASE or BLOCK"));
         }
-        i += 2;
     }
     Ok(req)
 }

@@ -5,6 +5,7 @@
 
 use valkey_module::Context;
 
+use super::cursor::{syntax, ArgCursor};
 use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::{
@@ -49,14 +50,12 @@ fn parse_schedule<'a>(args: &Args<'a>) -> Result<(Spec, &'a [u8], i64), EmqError
     }
     let payload = args.bytes(at);
     check_payload(payload)?;
-    let priority = match args.len() - at - 1 {
-        0 => 0,
-        2 if is_token(args.bytes(at + 1), "PRIORITY") => {
-            parse_int(args.bytes(at + 2), PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?
-        }
-        _ => {
-            return Err(EmqError::Syntax(
-                "syntax error: expected PRIORITY <p> after the payload".into(),
+    let priority = match ArgCursor::new(args, at + 1).last_option("PRIORITY") {
+        Some(None) => 0,
+        Some(Some(p)) => parse_int(p, PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?,
+        None => {
+            return Err(syntax(
+                "syntax error: expected PRIORITY <p> after the payload",
             ))
         }
     };

@@ -4,6 +4,7 @@
 
 use valkey_module::Context;
 
+use super::cursor::syntax;
 use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::{
@@ -57,11 +58,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         5 if is_token(args.bytes(2), "ON") && is_token(args.bytes(3), "MAXLEN") => {
             Some(parse_int(args.bytes(4), 1, MAX_MAXLEN, "MAXLEN")?)
         }
-        _ => {
-            return Err(EmqError::Syntax(
-                "syntax error: expected ON [MAXLEN <n>] or OFF".into(),
-            ))
-        }
+        _ => return Err(syntax("syntax error: expected ON [MAXLEN <n>] or OFF")),
     };
     cluster::check_stable(queue)?;
     let cap = cap.map(|c| c as u64);

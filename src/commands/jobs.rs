@@ -3,8 +3,9 @@
 
 use valkey_module::Context;
 
+use super::cursor::{syntax, ArgCursor};
 use super::job::score_reply;
-use super::{is_token, parse_int, parse_queue, QUEUE};
+use super::{is_token, parse_queue, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::{
     Arg, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::PureToken as Pure,
@@ -35,32 +36,19 @@ fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
         count: DEFAULT_COUNT,
         with_payloads: false,
     };
-    let mut i = 3;
-    while i < args.len() {
-        let name = args.bytes(i);
+    let mut options = ArgCursor::new(args, 3);
+    while let Some(name) = options.next_word() {
         if is_token(name, "WITHPAYLOADS") {
             req.with_payloads = true;
-            i += 1;
-            continue;
-        }
-        let (cursor, count) = (is_token(name, "CURSOR"), is_token(name, "COUNT"));
-        if !cursor && !count {
-            return Err(EmqError::Syntax(
-                "syntax error: expected CURSOR, COUNT or WITHPAYLOADS".into(),
-            ));
-        }
-        if i + 1 >= args.len() {
-            return Err(EmqError::Syntax(
-                "syntax error: an option lacks its value".into(),
-            ));
-        }
-        let value = args.bytes(i + 1);
-        if cursor {
-            req.cursor = Cursor::parse(value)?;
+        } else if is_token(name, "CURSOR") {
+            req.cursor = Cursor::parse(options.value()?)?;
+        } else if is_token(name, "COUNT") {
+            req.count = options.next_int(1, MAX_COUNT, "COUNT")? as usize;
         } else {
-            req.count = parse_int(value, 1, MAX_COUNT, "COUNT")? as usize;
+            return Err(syntax(
+                "syntax error: expected CURSOR, COUNT or WITHPAYLOADS",
+            ));
         }
-        i += 2;
     }
     Ok(req)
 }

@@ -4,6 +4,7 @@
 
 use valkey_module::Context;
 
+use super::cursor::{syntax, ArgCursor};
 use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::{
@@ -19,51 +20,36 @@ use crate::runtime::cluster;
 
 /// The options after the queue (`None`: a report).
 fn parse_change(args: &Args<'_>) -> Result<Option<Change>, EmqError> {
-    let word = |i: usize| args.bytes(i);
     if args.len() == 2 {
         return Ok(None);
     }
-    if args.len() == 3 && is_token(word(2), "OFF") {
+    if args.len() == 3 && is_token(args.bytes(2), "OFF") {
         return Ok(Some(Change::OFF));
     }
     let mut change = Change::default();
-    let mut i = 2;
-    while i < args.len() {
-        let lacks = |n: usize| {
-            (i + n >= args.len())
-                .then(|| EmqError::Syntax("syntax error: an option lacks its value".into()))
-        };
-        if is_token(word(i), "CONCURRENCY") && change.concurrency.is_none() {
-            if let Some(e) = lacks(1) {
-                return Err(e);
-            }
-            change.concurrency = Some(match is_token(word(i + 1), "OFF") {
+    let mut options = ArgCursor::new(args, 2);
+    while let Some(name) = options.next_word() {
+        if is_token(name, "CONCURRENCY") && change.concurrency.is_none() {
+            let value = options.value()?;
+            change.concurrency = Some(match is_token(value, "OFF") {
                 true => None,
-                false => Some(parse_int(word(i + 1), 1, MAX_CONCURRENCY, "CONCURRENCY")?),
+                false => Some(parse_int(value, 1, MAX_CONCURRENCY, "CONCURRENCY")?),
             });
-            i += 2;
-        } else if is_token(word(i), "RATE") && change.rate.is_none() {
-            if i + 1 < args.len() && is_token(word(i + 1), "OFF") {
+        } else if is_token(name, "RATE") && change.rate.is_none() {
+            if options.next_is("OFF") {
                 change.rate = Some(None);
-                i += 2;
                 continue;
             }
-            if let Some(e) = lacks(3) {
-                return Err(e);
+            options.expect_values(3)?;
+            let n = options.next_int(1, MAX_RATE, "RATE")?;
+            if !options.next_is("PER") {
+                return Err(syntax("syntax error: expected RATE <n> PER <ms>"));
             }
-            let n = parse_int(word(i + 1), 1, MAX_RATE, "RATE")?;
-            if !is_token(word(i + 2), "PER") {
-                return Err(EmqError::Syntax(
-                    "syntax error: expected RATE <n> PER <ms>".into(),
-                ));
-            }
-            let per_ms = parse_int(word(i + 3), 1, MAX_PER_MS, "PER")?;
+            let per_ms = options.next_int(1, MAX_PER_MS, "PER")?;
             change.rate = Some(Some(Rate { n, per_ms }));
-            i += 4;
         } else {
-            return Err(EmqError::Syntax(
-                "syntax error: expected CONCURRENCY <n>|OFF, RATE <n> PER <ms>|OFF, or OFF alone"
-                    .into(),
+            return Err(syntax(
+                "syntax error: expected CONCURRENCY <n>|OFF, RATE <n> PER <ms>|OFF, or OFF alone",
             ));
         }
     }

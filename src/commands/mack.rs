@@ -12,7 +12,8 @@
 use valkey_module::Context;
 
 use super::claim::{reply as claimed_reply, wake_past_orphans};
-use super::{is_token, parse_id, parse_int, parse_queue, parse_token, ID, QUEUE, TOKEN};
+use super::cursor::{syntax, ArgCursor};
+use super::{parse_id, parse_queue, parse_token, ID, QUEUE, TOKEN};
 use crate::host::acl::Access;
 use crate::host::register::{
     Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command,
@@ -20,7 +21,6 @@ use crate::host::register::{
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::Text;
-use crate::protocol::job::check_payload;
 use crate::protocol::{settings, BrandedId, EmqError};
 use crate::queue::claim::{claim, Outcome, MAX_COUNT};
 use crate::queue::lease::{ack_many, Settle, MAX_SETTLE};
@@ -35,23 +35,20 @@ struct Named<'a> {
     result: Option<&'a [u8]>,
 }
 
-/// `CLAIM <count> [LEASE <ms>]` at `args[at..]`, the end of the call.
-fn parse_claim(args: &Args<'_>, at: usize) -> Result<(usize, i64), EmqError> {
-    let rest = args.len() - at;
-    if rest != 2 && rest != 4 {
-        return Err(EmqError::Syntax(
-            "syntax error: CLAIM <count> [LEASE <ms>] ends the call".into(),
+/// `<count> [LEASE <ms>]` after `CLAIM`, the end of the call.
+fn parse_claim(rest: &mut ArgCursor<'_, '_>) -> Result<(usize, i64), EmqError> {
+    if rest.remaining() != 1 && rest.remaining() != 3 {
+        return Err(syntax(
+            "syntax error: CLAIM <count> [LEASE <ms>] ends the call",
         ));
     }
-    let count = parse_int(args.bytes(at + 1), 1, MAX_COUNT, "COUNT")? as usize;
+    let count = rest.next_int(1, MAX_COUNT, "COUNT")? as usize;
     let mut lease_ms = settings::lease_ms();
-    if rest == 4 {
-        if !is_token(args.bytes(at + 2), "LEASE") {
-            return Err(EmqError::Syntax(
-                "syntax error: expected LEASE after CLAIM <count>".into(),
-            ));
+    if !rest.done() {
+        if !rest.next_is("LEASE") {
+            return Err(syntax("syntax error: expected LEASE after CLAIM <count>"));
         }
-        lease_ms = parse_int(args.bytes(at + 3), 1, settings::MAX_DURATION_MS, "LEASE")?;
+        lease_ms = rest.next_int(1, settings::MAX_DURATION_MS, "LEASE")?;
     }
     Ok((count, lease_ms))
 }
@@ -61,15 +58,15 @@ fn parse_claim(args: &Args<'_>, at: usize) -> Result<(usize, i64), EmqError> {
 fn parse<'a>(args: &Args<'a>) -> Result<(Vec<Named<'a>>, Option<(usize, i64)>), EmqError> {
     let mut jobs = Vec::new();
     let mut next = None;
-    let mut i = 2;
-    while i < args.len() {
-        if is_token(args.bytes(i), "CLAIM") {
-            next = Some(parse_claim(args, i)?);
+    let mut rest = ArgCursor::new(args, 2);
+    while !rest.done() {
+        if rest.next_is("CLAIM") {
+            next = Some(parse_claim(&mut rest)?);
             break;
         }
-        if i + 1 >= args.len() {
-            return Err(EmqError::Syntax(
-                "syntax error: each job is <id> <token> [RESULT <bytes>]".into(),
+        if rest.remaining() < 2 {
+            return Err(syntax(
+                "syntax error: each job is <id> <token> [RESULT <bytes>]",
             ));
         }
         if jobs.len() == MAX_SETTLE {
@@ -77,22 +74,16 @@ fn parse<'a>(args: &Args<'a>) -> Result<(Vec<Named<'a>>, Option<(usize, i64)>), 
                 format!("at most {MAX_SETTLE} jobs per call").into(),
             ));
         }
-        let id = parse_id(args.bytes(i))?;
+        let at = rest.position();
+        let id = parse_id(rest.value()?)?;
         // A token that cannot be one refuses its job alone, as a stale one does.
-        let token = parse_token(args.bytes(i + 1)).ok();
-        let at = i;
-        i += 2;
+        let token = parse_token(rest.value()?).ok();
         let mut result = None;
-        if i < args.len() && is_token(args.bytes(i), "RESULT") {
-            if i + 1 >= args.len() {
-                return Err(EmqError::Syntax(
-                    "syntax error: expected RESULT <bytes>".into(),
-                ));
+        if rest.next_is("RESULT") {
+            if rest.done() {
+                return Err(syntax("syntax error: expected RESULT <bytes>"));
             }
-            let value = args.bytes(i + 1);
-            check_payload(value)?;
-            result = Some(value);
-            i += 2;
+            result = Some(rest.next_bytes()?);
         }
         jobs.push(Named {
             id,

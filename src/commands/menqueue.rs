@@ -6,7 +6,8 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_id, parse_int, parse_queue, ID, QUEUE};
+use super::cursor::{syntax, ArgCursor};
+use super::{parse_id, parse_queue, ID, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::{
     Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command,
@@ -49,15 +50,14 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     // Every id, kind, payload and priority first: each job is `[PRIORITY <p>] <id> <payload>`,
     // its id `None` for `*`, with the places of its id and payload.
     let mut requested = Vec::new();
-    let mut i = 2;
-    while i < args.len() {
+    let mut rest = ArgCursor::new(args, 2);
+    while !rest.done() {
         let mut priority = 0;
-        if is_token(args.bytes(i), "PRIORITY") {
-            priority = parse_int(args.bytes(i + 1), PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?;
-            i += 2;
-            if i >= args.len() {
-                return Err(EmqError::Syntax(
-                    "syntax error: PRIORITY <p> comes before a job's <id> <payload>".into(),
+        if rest.next_is("PRIORITY") {
+            priority = rest.next_int(PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?;
+            if rest.done() {
+                return Err(syntax(
+                    "syntax error: PRIORITY <p> comes before a job's <id> <payload>",
                 ));
             }
         }
@@ -66,13 +66,13 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
                 format!("at most {MAX_BATCH} jobs per call").into(),
             ));
         }
-        let id = match args.bytes(i) {
+        let at = rest.position();
+        let id = match rest.value()? {
             b"*" => None,
             id => Some(parse_id(id)?),
         };
-        check_new(id.as_ref(), args.bytes(i + 1))?;
-        requested.push((id, i, priority));
-        i += 2;
+        check_new(id.as_ref(), rest.value()?)?;
+        requested.push((id, at, priority));
     }
     cluster::check_stable(queue)?;
     // The client's strings: each given id is canonical, so its argument is its set member.

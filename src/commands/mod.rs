@@ -10,6 +10,7 @@ pub mod ack;
 pub mod cancel;
 pub mod claim;
 pub mod cron;
+pub mod cursor;
 pub mod decode;
 pub mod enqueue;
 pub mod events;
@@ -37,7 +38,7 @@ use crate::host::register::{Arg, ArgKind};
 use crate::host::reply::Args;
 use crate::host::store::{with_queue, ServerStore};
 use crate::host::string::{Str, Text};
-use crate::protocol::{job::check_payload, BrandedId, EmqError, Queue};
+use crate::protocol::{BrandedId, EmqError, Queue};
 use crate::queue::job::Target;
 use crate::queue::Job;
 use crate::runtime::cluster;
@@ -72,26 +73,6 @@ pub fn parse_int(bytes: &[u8], min: i64, max: i64, what: &str) -> Result<i64, Em
 /// A lease token (`EMQLEASE` when it cannot be one).
 pub fn parse_token(bytes: &[u8]) -> Result<i64, EmqError> {
     parse_int(bytes, 1, i64::MAX, "token").map_err(|_| EmqError::Lease)
-}
-
-/// One optional `NAME <bytes>` pair at `args[at..]` (nothing, or exactly the pair): the bytes,
-/// bounded by `emq.max-payload-bytes`, or a syntax error.
-pub fn parse_blob_option<'a>(
-    args: &Args<'a>,
-    at: usize,
-    name: &str,
-) -> Result<Option<&'a [u8]>, EmqError> {
-    match args.len().saturating_sub(at) {
-        0 => Ok(None),
-        2 if is_token(args.bytes(at), name) => {
-            let value = args.bytes(at + 1);
-            check_payload(value)?;
-            Ok(Some(value))
-        }
-        _ => Err(EmqError::Syntax(
-            format!("syntax error: expected {name} <bytes>").into(),
-        )),
-    }
 }
 
 /// Whether an option token matches `name`, ignoring ASCII case (as the server's own options).

@@ -3,7 +3,8 @@
 
 use valkey_module::Context;
 
-use super::{parse_blob_option, parse_int, parse_token, with_job, ID, QUEUE, TOKEN};
+use super::cursor::ArgCursor;
+use super::{parse_int, parse_token, with_job, ID, QUEUE, TOKEN};
 use crate::host::register::{Arg, ArgKind::Integer as Int, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::protocol::{settings, EmqError};
@@ -31,7 +32,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 5 {
         return Err(EmqError::Arity("emq.renew"));
     }
-    let progress = parse_blob_option(args, 5, "PROGRESS")?;
+    let progress = ArgCursor::new(args, 5).last_bytes("PROGRESS")?;
     with_job(ctx, args, |store, target| {
         let token = parse_token(args.bytes(3))?;
         let ms = parse_int(args.bytes(4), 1, settings::MAX_DURATION_MS, "lease ms")?;
