@@ -3,11 +3,10 @@
 
 use valkey_module::Context;
 
-use super::cursor::ArgCursor;
+use super::cursor::{check_arity, ArgCursor};
 use super::{parse_token, with_job, ID, QUEUE, TOKEN};
 use crate::host::register::{Arg, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
-use crate::protocol::EmqError;
 use crate::queue::lease;
 
 pub const COMMAND: Command = Command {
@@ -23,9 +22,7 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 4 {
-        return Err(EmqError::Arity("emq.ack"));
-    }
+    check_arity(args, &COMMAND)?;
     let result = ArgCursor::new(args, 4).last_bytes("RESULT")?;
     with_job(ctx, args, |store, target| {
         let token = parse_token(args.bytes(3))?;

@@ -3,10 +3,10 @@
 
 use valkey_module::Context;
 
+use super::cursor::check_arity;
 use super::{with_job, ID, QUEUE};
 use crate::host::register::Command;
 use crate::host::reply::{Args, CommandResult, Reply};
-use crate::protocol::EmqError;
 use crate::queue::job;
 
 pub const COMMAND: Command = Command {
@@ -21,9 +21,7 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() != 3 {
-        return Err(EmqError::Arity("emq.cancel"));
-    }
+    check_arity(args, &COMMAND)?;
     with_job(ctx, args, |store, target| {
         Ok(Reply::Integer(i64::from(job::cancel(store, target)?)))
     })

@@ -4,7 +4,7 @@
 
 use valkey_module::Context;
 
-use super::cursor::{syntax, ArgCursor};
+use super::cursor::{check_arity, syntax, ArgCursor};
 use super::{is_token, parse_queue, QUEUE};
 use crate::host::acl::{check_command, Access};
 use crate::host::block::{block_on_key, Waiter};
@@ -27,9 +27,7 @@ struct Request<'a> {
 }
 
 fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
-    if args.len() < 2 {
-        return Err(EmqError::Arity("emq.claim"));
-    }
+    check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
     let mut req = Request {
         queue,

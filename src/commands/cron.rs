@@ -5,7 +5,7 @@
 
 use valkey_module::Context;
 
-use super::cursor::{syntax, ArgCursor};
+use super::cursor::{check_arity, syntax, ArgCursor};
 use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::{
@@ -62,14 +62,9 @@ fn parse_schedule<'a>(args: &Args<'a>) -> Result<(Spec, &'a [u8], i64), EmqError
     Ok((spec, payload, priority))
 }
 
-fn queue_of<'a>(
-    args: &Args<'a>,
-    arity: bool,
-    command: &'static str,
-) -> Result<Queue<'a>, EmqError> {
-    if !arity {
-        return Err(EmqError::Arity(command));
-    }
+/// The queue, once the call has `command`'s arity.
+fn queue_of<'a>(args: &Args<'a>, command: &Command) -> Result<Queue<'a>, EmqError> {
+    check_arity(args, command)?;
     parse_queue(args.bytes(1))
 }
 
@@ -97,7 +92,7 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    let queue = queue_of(args, args.len() >= 5, "emq.cron")?;
+    let queue = queue_of(args, &COMMAND)?;
     let name = parse_name(args)?;
     let (spec, payload, priority) = parse_schedule(args)?;
     cluster::check_stable(queue)?;
@@ -120,7 +115,7 @@ pub const UNCRON: Command = Command {
 };
 
 pub fn run_uncron(ctx: &Context, args: &Args) -> CommandResult {
-    let queue = queue_of(args, args.len() == 3, "emq.uncron")?;
+    let queue = queue_of(args, &UNCRON)?;
     let name = parse_name(args)?;
     cluster::check_stable(queue)?;
     let removed = with_queue(ctx, queue, Access::ReadWrite, |store| {
@@ -143,7 +138,7 @@ pub const CRONS: Command = Command {
 };
 
 pub fn run_crons(ctx: &Context, args: &Args) -> CommandResult {
-    let queue = queue_of(args, args.len() == 2, "emq.crons")?;
+    let queue = queue_of(args, &CRONS)?;
     let all = with_queue(ctx, queue, Access::Read, |store| cron::list(store))?;
     let opt = |v: Option<i64>| v.map_or(Reply::Null, Reply::Integer);
     Ok(Reply::Array(

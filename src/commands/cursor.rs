@@ -3,6 +3,7 @@
 //! in their range, bytes bounded as a payload, and a last optional `NAME <value>` pair.
 
 use super::{is_token, parse_int};
+use crate::host::register::Command;
 use crate::host::reply::Args;
 use crate::protocol::job::check_payload;
 use crate::protocol::EmqError;
@@ -31,6 +32,16 @@ impl<'a> Words<'a> for &[&'a [u8]] {
     fn arg(&self, i: usize) -> &'a [u8] {
         self.get(i).copied().unwrap_or_default()
     }
+}
+
+/// The call's argument count (the command's name included) against `command`'s declared arity:
+/// exactly `n`, or at least `-n`; else `Arity`.
+pub fn check_arity(args: &dyn Words<'_>, command: &Command) -> Result<(), EmqError> {
+    let (len, arity) = (args.arg_count() as i64, i64::from(command.arity));
+    if (arity < 0 && len >= -arity) || len == arity {
+        return Ok(());
+    }
+    Err(EmqError::Arity(command.name.to_str().unwrap_or("emq")))
 }
 
 /// A syntax refusal with a fixed text.
@@ -157,6 +168,20 @@ mod tests {
     }
 
     #[test]
+    fn the_arity_is_exact_or_a_least_count() {
+        use super::super::{pause, purge};
+        let w = |n: usize| vec![&b"x"[..]; n];
+        let count = |n: usize| check_arity(&w(n).as_slice(), &pause::COMMAND);
+        assert_eq!(count(2), Ok(()));
+        assert_eq!(count(1), Err(EmqError::Arity("emq.pause")));
+        assert_eq!(count(3), Err(EmqError::Arity("emq.pause")));
+        let at_least = |n: usize| check_arity(&w(n).as_slice(), &purge::COMMAND);
+        assert_eq!(at_least(3), Ok(()));
+        assert_eq!(at_least(9), Ok(()));
+        assert_eq!(at_least(2), Err(EmqError::Arity("emq.purge")));
+    }
+
+    #[test]
     fn words_come_in_turn_and_keywords_ignore_case() {
         let w = words(&[b"q", b"count", b"5", b"WITHPAYLOADS"]);
         let mut c = ArgCursor::new(&w, 1);
@@ -216,17 +241,18 @@ mod tests {
     #[test]
     fn a_last_bytes_option_names_itself_when_refused() {
         let w = words(&[b"q", b"PROGRESS", b"half"]);
-        assert_eq!(
-            ArgCursor::new(&w, 1).last_bytes("PROGRESS"),
-            Ok(Some(&b"half"[..]))
-        );
-        assert_eq!(ArgCursor::new(&w, 3).last_bytes("PROGRESS"), Ok(None));
-        assert_eq!(
-            ArgCursor::new(&w, 2).last_bytes("PROGRESS"),
-            Err(EmqError::Syntax(
-                "syntax error: expected PROGRESS <bytes>".into()
-            ))
-        );
+        let refused = EmqError::Syntax("syntax error: expected PROGRESS <bytes>".into());
+        for (at, want) in [
+            (1, Ok(Some(&b"half"[..]))),
+            (3, Ok(None)),
+            (2, Err(refused)),
+        ] {
+            assert_eq!(
+                ArgCursor::new(&w, at).last_bytes("PROGRESS"),
+                want,
+                "at {at}"
+            );
+        }
     }
 
     #[test]

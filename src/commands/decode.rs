@@ -2,6 +2,7 @@
 
 use valkey_module::Context;
 
+use super::cursor::check_arity;
 use crate::host::register::{Arg, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::protocol::EmqError;
@@ -19,9 +20,7 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() != 2 {
-        return Err(EmqError::Arity("emq.decode"));
-    }
+    check_arity(args, &COMMAND)?;
     let key = args.bytes(1);
     let decoded = decode(key).ok_or(EmqError::Key)?;
     let (queue, ty, id) = match decoded {

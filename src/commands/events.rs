@@ -4,7 +4,7 @@
 
 use valkey_module::Context;
 
-use super::cursor::syntax;
+use super::cursor::{check_arity, syntax};
 use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::{
@@ -13,7 +13,6 @@ use crate::host::register::{
 };
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
-use crate::protocol::EmqError;
 use crate::queue::operate;
 use crate::runtime::cluster;
 
@@ -48,9 +47,7 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 3 {
-        return Err(EmqError::Arity("emq.events"));
-    }
+    check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
     let cap = match args.len() {
         3 if is_token(args.bytes(2), "OFF") => None,

@@ -3,11 +3,11 @@
 
 use valkey_module::Context;
 
-use super::cursor::{syntax, ArgCursor};
+use super::cursor::{check_arity, syntax, ArgCursor};
 use super::{is_token, parse_token, with_job, ID, QUEUE, TOKEN};
 use crate::host::register::{Arg, ArgKind::Integer as Int, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
-use crate::protocol::{settings, EmqError};
+use crate::protocol::settings;
 use crate::queue::lease::{self, Failed};
 
 pub const COMMAND: Command = Command {
@@ -28,9 +28,7 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 4 {
-        return Err(EmqError::Arity("emq.fail"));
-    }
+    check_arity(args, &COMMAND)?;
     let mut error = None;
     let mut retry_in = None;
     let mut options = ArgCursor::new(args, 4);

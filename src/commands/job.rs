@@ -3,6 +3,7 @@
 
 use valkey_module::Context;
 
+use super::cursor::check_arity;
 use super::{parse_id, parse_queue, ID, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::Command;
@@ -26,9 +27,7 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() != 3 {
-        return Err(EmqError::Arity("emq.job"));
-    }
+    check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
     let id = parse_id(args.bytes(2))?;
     let member = args.string(2).ok_or(EmqError::Internal)?;

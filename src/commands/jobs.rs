@@ -3,7 +3,7 @@
 
 use valkey_module::Context;
 
-use super::cursor::{syntax, ArgCursor};
+use super::cursor::{check_arity, syntax, ArgCursor};
 use super::job::score_reply;
 use super::{is_token, parse_queue, QUEUE};
 use crate::host::acl::Access;
@@ -26,9 +26,7 @@ struct Request<'a> {
 }
 
 fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
-    if args.len() < 3 {
-        return Err(EmqError::Arity("emq.jobs"));
-    }
+    check_arity(args, &COMMAND)?;
     let mut req = Request {
         queue: parse_queue(args.bytes(1))?,
         set: inspect::set_named(args.bytes(2))?,

@@ -4,7 +4,7 @@
 
 use valkey_module::Context;
 
-use super::cursor::{syntax, ArgCursor};
+use super::cursor::{check_arity, syntax, ArgCursor};
 use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::{
@@ -115,9 +115,7 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 2 {
-        return Err(EmqError::Arity("emq.limit"));
-    }
+    check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
     let change = parse_change(args)?;
     let usage = match change {

@@ -12,8 +12,8 @@
 use valkey_module::Context;
 
 use super::claim::{reply as claimed_reply, wake_past_orphans};
-use super::cursor::{syntax, ArgCursor};
-use super::{parse_id, parse_queue, parse_token, ID, QUEUE, TOKEN};
+use super::cursor::{check_arity, syntax, ArgCursor};
+use super::{check_batch, parse_id, parse_queue, parse_token, ID, QUEUE, TOKEN};
 use crate::host::acl::Access;
 use crate::host::register::{
     Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command,
@@ -69,11 +69,7 @@ fn parse<'a>(args: &Args<'a>) -> Result<(Vec<Named<'a>>, Option<(usize, i64)>), 
                 "syntax error: each job is <id> <token> [RESULT <bytes>]",
             ));
         }
-        if jobs.len() == MAX_SETTLE {
-            return Err(EmqError::Syntax(
-                format!("at most {MAX_SETTLE} jobs per call").into(),
-            ));
-        }
+        check_batch(jobs.len(), MAX_SETTLE)?;
         let at = rest.position();
         let id = parse_id(rest.value()?)?;
         // A token that cannot be one refuses its job alone, as a stale one does.
@@ -127,9 +123,7 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 4 {
-        return Err(EmqError::Arity("emq.mack"));
-    }
+    check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
     let (named, next) = parse(args)?;
     cluster::check_stable(queue)?;

@@ -7,7 +7,7 @@
 use valkey_module::Context;
 
 use super::cursor::{syntax, ArgCursor};
-use super::{parse_id, parse_queue, ID, QUEUE};
+use super::{check_batch, parse_id, parse_queue, ID, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::{
     Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command,
@@ -61,11 +61,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
                 ));
             }
         }
-        if requested.len() == MAX_BATCH {
-            return Err(EmqError::Syntax(
-                format!("at most {MAX_BATCH} jobs per call").into(),
-            ));
-        }
+        check_batch(requested.len(), MAX_BATCH)?;
         let at = rest.position();
         let id = match rest.value()? {
             b"*" => None,

@@ -75,6 +75,17 @@ pub fn parse_token(bytes: &[u8]) -> Result<i64, EmqError> {
     parse_int(bytes, 1, i64::MAX, "token").map_err(|_| EmqError::Lease)
 }
 
+/// Room for one more job in a batch that holds `jobs` (`EMQ.MENQUEUE`, `EMQ.MACK`): at most
+/// `max` a call.
+pub fn check_batch(jobs: usize, max: usize) -> Result<(), EmqError> {
+    if jobs == max {
+        return Err(EmqError::Syntax(
+            format!("at most {max} jobs per call").into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Whether an option token matches `name`, ignoring ASCII case (as the server's own options).
 pub fn is_token(bytes: &[u8], name: &str) -> bool {
     bytes.eq_ignore_ascii_case(name.as_bytes())
@@ -129,6 +140,16 @@ mod tests {
         assert!(parse_int(b"1.5", 0, 10, "BLOCK").is_err());
         assert!(parse_int(b"", 0, 10, "BLOCK").is_err());
         assert!(parse_int(b"99999999999999999999", 0, i64::MAX, "AT").is_err());
+    }
+
+    #[test]
+    fn a_batch_has_room_below_its_most() {
+        assert_eq!(check_batch(0, 2), Ok(()));
+        assert_eq!(check_batch(1, 2), Ok(()));
+        assert_eq!(
+            check_batch(2, 2),
+            Err(EmqError::Syntax("at most 2 jobs per call".into()))
+        );
     }
 
     #[test]

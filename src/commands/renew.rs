@@ -3,11 +3,11 @@
 
 use valkey_module::Context;
 
-use super::cursor::ArgCursor;
+use super::cursor::{check_arity, ArgCursor};
 use super::{parse_int, parse_token, with_job, ID, QUEUE, TOKEN};
 use crate::host::register::{Arg, ArgKind::Integer as Int, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
-use crate::protocol::{settings, EmqError};
+use crate::protocol::settings;
 use crate::queue::lease;
 
 pub const COMMAND: Command = Command {
@@ -29,9 +29,7 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 5 {
-        return Err(EmqError::Arity("emq.renew"));
-    }
+    check_arity(args, &COMMAND)?;
     let progress = ArgCursor::new(args, 5).last_bytes("PROGRESS")?;
     with_job(ctx, args, |store, target| {
         let token = parse_token(args.bytes(3))?;

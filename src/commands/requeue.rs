@@ -5,6 +5,7 @@
 
 use valkey_module::Context;
 
+use super::cursor::check_arity;
 use super::purge::parse_count;
 use super::{is_token, parse_queue, with_job, ID, QUEUE};
 use crate::host::acl::Access;
@@ -45,9 +46,7 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 3 {
-        return Err(EmqError::Arity("emq.requeue"));
-    }
+    check_arity(args, &COMMAND)?;
     if is_token(args.bytes(2), "DEAD") {
         let queue = parse_queue(args.bytes(1))?;
         let count = parse_count(args, 3)?;

@@ -2,10 +2,10 @@
 
 use valkey_module::Context;
 
+use super::cursor::check_arity;
 use crate::host::register::{Arg, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::protocol::slot;
-use crate::protocol::EmqError;
 
 pub const COMMAND: Command = Command {
     name: c"emq.slot",
@@ -19,8 +19,6 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() != 2 {
-        return Err(EmqError::Arity("emq.slot"));
-    }
+    check_arity(args, &COMMAND)?;
     Ok(Reply::Integer(i64::from(slot(args.bytes(1)))))
 }

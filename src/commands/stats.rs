@@ -3,12 +3,12 @@
 
 use valkey_module::Context;
 
+use super::cursor::check_arity;
 use super::{parse_queue, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::Command;
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
-use crate::protocol::EmqError;
 use crate::queue::stats;
 
 pub const COMMAND: Command = Command {
@@ -23,9 +23,7 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() != 2 {
-        return Err(EmqError::Arity("emq.stats"));
-    }
+    check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
     let stats = with_queue(ctx, queue, Access::Read, |store| stats::stats(store))?;
     let [pending, active, scheduled, dead] = stats.sets;

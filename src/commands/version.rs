@@ -2,9 +2,9 @@
 
 use valkey_module::Context;
 
+use super::cursor::check_arity;
 use crate::host::register::Command;
 use crate::host::reply::{Args, CommandResult, Reply};
-use crate::protocol::EmqError;
 use crate::protocol::PROTOCOL_VERSION;
 
 pub const COMMAND: Command = Command {
@@ -19,8 +19,6 @@ pub const COMMAND: Command = Command {
 };
 
 pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() != 1 {
-        return Err(EmqError::Arity("emq.version"));
-    }
+    check_arity(args, &COMMAND)?;
     Ok(Reply::Bulk(PROTOCOL_VERSION.as_bytes().to_vec()))
 }
