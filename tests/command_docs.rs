@@ -1,7 +1,9 @@
 //! `COMMAND DOCS` and `COMMAND INFO` of every `EMQ.*` command answer byte for byte as the
 //! checked-in copy, tests/data/command-docs.txt, says: the replies (RESP3) rendered one value a
 //! line, commands in name order. After a deliberate change to a command's descriptor, rewrite
-//! the copy with `ECHOMQ_BLESS=1 cargo test --test command_docs` and review its diff.
+//! the copy with `ECHOMQ_BLESS=1 cargo test --test command_docs` and review its diff. The copy
+//! names the server it was captured from; another server may answer otherwise (Redis 7.0 has no
+//! module ACL categories), and a failure says which server answered.
 
 mod support;
 
@@ -75,9 +77,23 @@ fn render(v: &Value, depth: usize, lead: &str, out: &mut String) {
     }
 }
 
-/// The live server's `COMMAND DOCS` and `COMMAND INFO` of each `EMQ.*` command, rendered.
-fn live() -> String {
+/// The server's name and version (`valkey 8.0.1`), which the copy's header records.
+fn server_version(server: &Server) -> String {
+    let mut con = server.conn();
+    match info_field(&mut con, "server", "valkey_version") {
+        Some(v) => format!("valkey {v}"),
+        None => format!(
+            "redis {}",
+            info_field(&mut con, "server", "redis_version").unwrap_or_default()
+        ),
+    }
+}
+
+/// The live server's version, and its `COMMAND DOCS` and `COMMAND INFO` of each `EMQ.*`
+/// command, rendered.
+fn live() -> (String, String) {
     let server = Server::start(Options::default());
+    let version = server_version(&server);
     let mut con = server.conn3();
     let mut names = emq_commands(&mut con);
     names.sort();
@@ -97,7 +113,7 @@ fn live() -> String {
             render(&reply, 0, &format!("COMMAND {sub}: "), &mut out);
         }
     }
-    out
+    (version, out)
 }
 
 /// The copy's text after its header.
@@ -141,10 +157,11 @@ fn diff(want: &str, got: &str, skip: usize) -> String {
 
 #[test]
 fn command_docs_and_info_answer_as_the_checked_in_copy() {
-    let got = live();
+    let (version, got) = live();
+    let captured = format!("# Captured from {version}.\n");
     if std::env::var_os("ECHOMQ_BLESS").is_some_and(|v| v == "1") {
         std::fs::create_dir_all(copy_path().parent().expect("tests/data")).expect("mkdir");
-        std::fs::write(copy_path(), format!("{HEADER}{got}")).expect("write the copy");
+        std::fs::write(copy_path(), format!("{HEADER}{captured}{got}")).expect("write the copy");
     }
     let copy = std::fs::read_to_string(copy_path())
         .unwrap_or_else(|e| panic!("{}: {e}", copy_path().display()));
@@ -152,9 +169,12 @@ fn command_docs_and_info_answer_as_the_checked_in_copy() {
     let skip = copy.lines().count().saturating_sub(want.lines().count());
     assert!(
         want == got,
-        "COMMAND DOCS/INFO differ from {} (by line: - the copy, + the server):\n{}\n\
-         After a deliberate change: ECHOMQ_BLESS=1 cargo test --test command_docs",
+        "COMMAND DOCS/INFO of {version} differ from {} ({}; by line: - the copy, + the \
+         server):\n{}\nAfter a deliberate change: ECHOMQ_BLESS=1 cargo test --test command_docs",
         copy_path().display(),
+        copy.lines()
+            .find(|l| l.starts_with("# Captured"))
+            .unwrap_or("# Captured from ?"),
         diff(want, &got, skip)
     );
 }
