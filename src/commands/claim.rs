@@ -4,11 +4,13 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_queue};
+use super::cursor::{check_arity, syntax, ArgCursor};
+use super::{is_token, parse_queue, QUEUE};
 use crate::host::acl::{check_command, Access};
 use crate::host::block::{block_on_key, Waiter};
 use crate::host::client::{writes_paused, Flags};
 use crate::host::propagate::signal_ready;
+use crate::host::register::{Arg, ArgKind::Integer as Int, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::OwnedString;
@@ -25,9 +27,7 @@ struct Request<'a> {
 }
 
 fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
-    if args.len() < 2 {
-        return Err(EmqError::Arity("emq.claim"));
-    }
+    check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
     let mut req = Request {
         queue,
@@ -35,26 +35,17 @@ fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
         lease_ms: settings::lease_ms(),
         block_ms: None,
     };
-    let mut i = 2;
-    while i < args.len() {
-        let (name, value) = (args.bytes(i), args.bytes(i + 1));
-        if i + 1 >= args.len() {
-            return Err(EmqError::Syntax(
-                "syntax error: an option lacks its value".into(),
-            ));
-        }
+    let mut options = ArgCursor::new(args, 2);
+    while let Some(name) = options.next_option()? {
         if is_token(name, "COUNT") {
-            req.count = parse_int(value, 1, MAX_COUNT, "COUNT")? as usize;
+            req.count = options.next_int(1, MAX_COUNT, "COUNT")? as usize;
         } else if is_token(name, "LEASE") {
-            req.lease_ms = parse_int(value, 1, settings::MAX_DURATION_MS, "LEASE")?;
+            req.lease_ms = options.next_int(1, settings::MAX_DURATION_MS, "LEASE")?;
         } else if is_token(name, "BLOCK") {
-            req.block_ms = Some(parse_int(value, 0, settings::MAX_DURATION_MS, "BLOCK")?);
+            req.block_ms = Some(options.next_int(0, settings::MAX_DURATION_MS, "BLOCK")?);
         } else {
-            return Err(EmqError::Syntax(
-                "syntax error: expected COUNT, LEASE or BLOCK".into(),
-            ));
+            return Err(syntax("syntax error: expected COUNT, LEASE or BLOCK"));
         }
-        i += 2;
     }
     Ok(req)
 }
@@ -88,6 +79,22 @@ pub fn wake_past_orphans(ctx: &Context, queue: Queue<'_>) {
 pub fn reply(claimed: Claimed) -> Reply {
     Reply::Jobs(claimed)
 }
+
+pub const COMMAND: Command = Command {
+    name: c"emq.claim",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom blocking",
+    arity: -2,
+    routes_by_queue: true,
+    summary: c"Claim up to COUNT ready jobs under a lease, waiting up to BLOCK ms for one; each [id, payload, token]",
+    complexity: c"O((P+C)*log(N)) with P jobs promoted and C claimed",
+    args: &[
+        QUEUE,
+        Arg::token(c"count", c"COUNT", Int),
+        Arg::token(c"lease", c"LEASE", Int),
+        Arg::token(c"block", c"BLOCK", Int),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let req = parse(args)?;

@@ -5,8 +5,12 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_queue};
+use super::cursor::{check_arity, syntax, ArgCursor};
+use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::String as Str, Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::protocol::cron::{Spec, MAX_NAME_LEN, MIN_EVERY_MS};
@@ -46,33 +50,49 @@ fn parse_schedule<'a>(args: &Args<'a>) -> Result<(Spec, &'a [u8], i64), EmqError
     }
     let payload = args.bytes(at);
     check_payload(payload)?;
-    let priority = match args.len() - at - 1 {
-        0 => 0,
-        2 if is_token(args.bytes(at + 1), "PRIORITY") => {
-            parse_int(args.bytes(at + 2), PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?
-        }
-        _ => {
-            return Err(EmqError::Syntax(
-                "syntax error: expected PRIORITY <p> after the payload".into(),
+    let priority = match ArgCursor::new(args, at + 1).last_option("PRIORITY") {
+        Some(None) => 0,
+        Some(Some(p)) => parse_int(p, PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?,
+        None => {
+            return Err(syntax(
+                "syntax error: expected PRIORITY <p> after the payload",
             ))
         }
     };
     Ok((spec, payload, priority))
 }
 
-fn queue_of<'a>(
-    args: &Args<'a>,
-    arity: bool,
-    command: &'static str,
-) -> Result<Queue<'a>, EmqError> {
-    if !arity {
-        return Err(EmqError::Arity(command));
-    }
+/// The queue, once the call has `command`'s arity.
+fn queue_of<'a>(args: &Args<'a>, command: &Command) -> Result<Queue<'a>, EmqError> {
+    check_arity(args, command)?;
     parse_queue(args.bytes(1))
 }
 
+pub const COMMAND: Command = Command {
+    name: c"emq.cron",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom",
+    arity: -5,
+    routes_by_queue: true,
+    summary: c"Set (or replace) a repeating schedule: the timer enqueues its payload at each firing of a cron spec (UTC, optional seconds) or EVERY ms; replies the next firing",
+    complexity: c"O(1)",
+    args: &[
+        QUEUE,
+        Arg::required(c"name", Str),
+        Arg::required(
+            c"when",
+            OneOf(&[
+                Arg::required(c"spec", Str),
+                Arg::keyword(c"every", c"EVERY", Int),
+            ]),
+        ),
+        Arg::required(c"payload", Str),
+        Arg::token(c"priority", c"PRIORITY", Int),
+    ],
+};
+
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    let queue = queue_of(args, args.len() >= 5, "emq.cron")?;
+    let queue = queue_of(args, &COMMAND)?;
     let name = parse_name(args)?;
     let (spec, payload, priority) = parse_schedule(args)?;
     cluster::check_stable(queue)?;
@@ -83,8 +103,19 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     Ok(Reply::Integer(next))
 }
 
+pub const UNCRON: Command = Command {
+    name: c"emq.uncron",
+    callback: crate::callback!(run_uncron),
+    flags: c"write fast",
+    arity: 3,
+    routes_by_queue: true,
+    summary: c"Remove a repeating schedule; 1, or 0 when there was none",
+    complexity: c"O(1)",
+    args: &[QUEUE, Arg::required(c"name", Str)],
+};
+
 pub fn run_uncron(ctx: &Context, args: &Args) -> CommandResult {
-    let queue = queue_of(args, args.len() == 3, "emq.uncron")?;
+    let queue = queue_of(args, &UNCRON)?;
     let name = parse_name(args)?;
     cluster::check_stable(queue)?;
     let removed = with_queue(ctx, queue, Access::ReadWrite, |store| {
@@ -95,8 +126,19 @@ pub fn run_uncron(ctx: &Context, args: &Args) -> CommandResult {
     Ok(Reply::Integer(i64::from(removed)))
 }
 
+pub const CRONS: Command = Command {
+    name: c"emq.crons",
+    callback: crate::callback!(run_crons),
+    flags: c"readonly",
+    arity: 2,
+    routes_by_queue: true,
+    summary: c"Every repeating schedule of a queue, by name: its spec or period, priority, next and last firing, and payload",
+    complexity: c"O(N) with N the queue's schedules, at most 1000",
+    args: &[QUEUE],
+};
+
 pub fn run_crons(ctx: &Context, args: &Args) -> CommandResult {
-    let queue = queue_of(args, args.len() == 2, "emq.crons")?;
+    let queue = queue_of(args, &CRONS)?;
     let all = with_queue(ctx, queue, Access::Read, |store| cron::list(store))?;
     let opt = |v: Option<i64>| v.map_or(Reply::Null, Reply::Integer);
     Ok(Reply::Array(

@@ -2,14 +2,25 @@
 
 use valkey_module::Context;
 
+use super::cursor::check_arity;
+use crate::host::register::{Arg, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::protocol::EmqError;
 use crate::protocol::{decode, slot, Decoded};
 
+pub const COMMAND: Command = Command {
+    name: c"emq.decode",
+    callback: crate::callback!(run),
+    flags: c"readonly fast",
+    arity: 2,
+    routes_by_queue: false,
+    summary: c"Read a key through the grammar: queue, type, id, kind and slot",
+    complexity: c"O(N) with N the length of the key",
+    args: &[Arg::required(c"key", Str)],
+};
+
 pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() != 2 {
-        return Err(EmqError::Arity("emq.decode"));
-    }
+    check_arity(args, &COMMAND)?;
     let key = args.bytes(1);
     let decoded = decode(key).ok_or(EmqError::Key)?;
     let (queue, ty, id) = match decoded {

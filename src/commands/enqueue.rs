@@ -6,8 +6,12 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_id, parse_int, parse_queue};
+use super::cursor::{syntax, ArgCursor};
+use super::{is_token, parse_id, parse_queue, ID, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::String as Str, Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::server::now_ms;
 use crate::host::store::with_queue;
@@ -35,17 +39,17 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
     let mut unique: Option<&'a [u8]> = None;
     let mut for_ms = None;
     let mut now = None;
-    let mut i = at;
-    while i < args.len() {
-        let (name, value) = (args.bytes(i), args.bytes(i + 1));
+    let mut options = ArgCursor::new(args, at);
+    while let Some(name) = options.next_option()? {
         if due.is_none() && is_token(name, "DELAY") {
             let t = *now.get_or_insert_with(|| now_ms() as i64);
-            due = Some(t + parse_int(value, 0, settings::MAX_DURATION_MS, "DELAY")?);
+            due = Some(t + options.next_int(0, settings::MAX_DURATION_MS, "DELAY")?);
         } else if due.is_none() && is_token(name, "AT") {
-            due = Some(parse_int(value, 0, settings::MAX_UNIX_MS, "AT")?);
+            due = Some(options.next_int(0, settings::MAX_UNIX_MS, "AT")?);
         } else if priority.is_none() && is_token(name, "PRIORITY") {
-            priority = Some(parse_int(value, PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?);
+            priority = Some(options.next_int(PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?);
         } else if unique.is_none() && is_token(name, "UNIQUE") {
+            let value = options.value()?;
             if value.is_empty() || value.len() > MAX_KEY_LEN {
                 return Err(EmqError::Syntax(
                     format!("UNIQUE key must be 1 to {MAX_KEY_LEN} bytes").into(),
@@ -53,18 +57,16 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
             }
             unique = Some(value);
         } else if for_ms.is_none() && is_token(name, "FOR") {
-            for_ms = Some(parse_int(value, 1, settings::MAX_DURATION_MS, "FOR")?);
+            for_ms = Some(options.next_int(1, settings::MAX_DURATION_MS, "FOR")?);
         } else {
-            return Err(EmqError::Syntax(
-                "syntax error: expected DELAY <ms> or AT <unix-ms>, PRIORITY <p> and UNIQUE <key> [FOR <ms>], once each"
-                    .into(),
+            return Err(syntax(
+                "syntax error: expected DELAY <ms> or AT <unix-ms>, PRIORITY <p> and UNIQUE <key> [FOR <ms>], once each",
             ));
         }
-        i += 2;
     }
     if for_ms.is_some() && unique.is_none() {
-        return Err(EmqError::Syntax(
-            "syntax error: FOR <ms> is the window of a UNIQUE key".into(),
+        return Err(syntax(
+            "syntax error: FOR <ms> is the window of a UNIQUE key",
         ));
     }
     let placement = match due {
@@ -77,6 +79,36 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
         unique: unique.map(|key| Unique { key, for_ms }),
     })
 }
+
+pub const COMMAND: Command = Command {
+    name: c"emq.enqueue",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom",
+    arity: -4,
+    routes_by_queue: true,
+    summary: c"Enqueue a job: write its row and add it to the queue's pending set, once; with UNIQUE, only while no job holds the key (the holder's id is the reply)",
+    complexity: c"O(log(N)) with N the number of pending jobs",
+    args: &[
+        QUEUE,
+        ID,
+        Arg::required(c"payload", Str),
+        Arg::optional(
+            c"due",
+            OneOf(&[
+                Arg::keyword(c"delay", c"DELAY", Int),
+                Arg::keyword(c"at", c"AT", Int),
+            ]),
+        ),
+        Arg::token(c"priority", c"PRIORITY", Int),
+        Arg::optional(
+            c"unique",
+            Block(&[
+                Arg::keyword(c"key", c"UNIQUE", Str),
+                Arg::token(c"window", c"FOR", Int),
+            ]),
+        ),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 4 || !args.len().is_multiple_of(2) {

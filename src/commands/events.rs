@@ -4,11 +4,15 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_queue};
+use super::cursor::{check_arity, syntax};
+use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::PureToken as Pure,
+    Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
-use crate::protocol::EmqError;
 use crate::queue::operate;
 use crate::runtime::cluster;
 
@@ -16,10 +20,34 @@ use crate::runtime::cluster;
 pub const DEFAULT_MAXLEN: i64 = 10_000;
 pub const MAX_MAXLEN: i64 = 10_000_000;
 
+pub const COMMAND: Command = Command {
+    name: c"emq.events",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom fast",
+    arity: -3,
+    routes_by_queue: true,
+    summary: c"Turn the queue's event stream emq:{queue}:events on (capped near MAXLEN) or off",
+    complexity: c"O(1)",
+    args: &[
+        QUEUE,
+        Arg::required(
+            c"state",
+            OneOf(&[
+                Arg::required(
+                    c"on",
+                    Block(&[
+                        Arg::keyword(c"on", c"ON", Pure),
+                        Arg::token(c"maxlen", c"MAXLEN", Int),
+                    ]),
+                ),
+                Arg::keyword(c"off", c"OFF", Pure),
+            ]),
+        ),
+    ],
+};
+
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 3 {
-        return Err(EmqError::Arity("emq.events"));
-    }
+    check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
     let cap = match args.len() {
         3 if is_token(args.bytes(2), "OFF") => None,
@@ -27,11 +55,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         5 if is_token(args.bytes(2), "ON") && is_token(args.bytes(3), "MAXLEN") => {
             Some(parse_int(args.bytes(4), 1, MAX_MAXLEN, "MAXLEN")?)
         }
-        _ => {
-            return Err(EmqError::Syntax(
-                "syntax error: expected ON [MAXLEN <n>] or OFF".into(),
-            ))
-        }
+        _ => return Err(syntax("syntax error: expected ON [MAXLEN <n>] or OFF")),
     };
     cluster::check_stable(queue)?;
     let cap = cap.map(|c| c as u64);

@@ -3,36 +3,43 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_token, with_job};
+use super::cursor::{check_arity, syntax, ArgCursor};
+use super::{is_token, parse_token, with_job, ID, QUEUE, TOKEN};
+use crate::host::register::{Arg, ArgKind::Integer as Int, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
-use crate::protocol::{job, settings, EmqError};
+use crate::protocol::settings;
 use crate::queue::lease::{self, Failed};
 
+pub const COMMAND: Command = Command {
+    name: c"emq.fail",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom fast",
+    arity: -4,
+    routes_by_queue: true,
+    summary: c"Fail a claimed job: retry after RETRY-IN or backoff, or dead after the last attempt",
+    complexity: c"O(log(N))",
+    args: &[
+        QUEUE,
+        ID,
+        TOKEN,
+        Arg::token(c"error", c"ERROR", Str),
+        Arg::token(c"retry-in", c"RETRY-IN", Int),
+    ],
+};
+
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 4 {
-        return Err(EmqError::Arity("emq.fail"));
-    }
+    check_arity(args, &COMMAND)?;
     let mut error = None;
     let mut retry_in = None;
-    let mut i = 4;
-    while i < args.len() {
-        if i + 1 >= args.len() {
-            return Err(EmqError::Syntax(
-                "syntax error: an option lacks its value".into(),
-            ));
-        }
-        let (name, value) = (args.bytes(i), args.bytes(i + 1));
+    let mut options = ArgCursor::new(args, 4);
+    while let Some(name) = options.next_option()? {
         if is_token(name, "ERROR") {
-            job::check_payload(value)?;
-            error = Some(value);
+            error = Some(options.next_bytes()?);
         } else if is_token(name, "RETRY-IN") {
-            retry_in = Some(parse_int(value, 0, settings::MAX_DURATION_MS, "RETRY-IN")?);
+            retry_in = Some(options.next_int(0, settings::MAX_DURATION_MS, "RETRY-IN")?);
         } else {
-            return Err(EmqError::Syntax(
-                "syntax error: expected ERROR or RETRY-IN".into(),
-            ));
+            return Err(syntax("syntax error: expected ERROR or RETRY-IN"));
         }
-        i += 2;
     }
     with_job(ctx, args, |store, target| {
         let token = parse_token(args.bytes(3))?;

@@ -3,8 +3,10 @@
 
 use valkey_module::Context;
 
-use super::{parse_id, parse_queue};
+use super::cursor::check_arity;
+use super::{parse_id, parse_queue, ID, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::Command;
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::Text;
@@ -13,10 +15,19 @@ use crate::protocol::{EmqError, Field};
 use crate::queue::inspect::{self, field_name, score_name, set_word, Score};
 use crate::queue::Job;
 
+pub const COMMAND: Command = Command {
+    name: c"emq.job",
+    callback: crate::callback!(run),
+    flags: c"readonly",
+    arity: 3,
+    routes_by_queue: true,
+    summary: c"One job: its row's fields, the set that holds it and its score there",
+    complexity: c"O(log(N)) with N the jobs in the queue's sets",
+    args: &[QUEUE, ID],
+};
+
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() != 3 {
-        return Err(EmqError::Arity("emq.job"));
-    }
+    check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
     let id = parse_id(args.bytes(2))?;
     let member = args.string(2).ok_or(EmqError::Internal)?;

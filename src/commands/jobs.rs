@@ -3,9 +3,14 @@
 
 use valkey_module::Context;
 
+use super::cursor::{check_arity, syntax, ArgCursor};
 use super::job::score_reply;
-use super::{is_token, parse_int, parse_queue};
+use super::{is_token, parse_queue, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::PureToken as Pure,
+    ArgKind::String as Str, Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::Text;
@@ -21,9 +26,7 @@ struct Request<'a> {
 }
 
 fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
-    if args.len() < 3 {
-        return Err(EmqError::Arity("emq.jobs"));
-    }
+    check_arity(args, &COMMAND)?;
     let mut req = Request {
         queue: parse_queue(args.bytes(1))?,
         set: inspect::set_named(args.bytes(2))?,
@@ -31,32 +34,19 @@ fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
         count: DEFAULT_COUNT,
         with_payloads: false,
     };
-    let mut i = 3;
-    while i < args.len() {
-        let name = args.bytes(i);
+    let mut options = ArgCursor::new(args, 3);
+    while let Some(name) = options.next_word() {
         if is_token(name, "WITHPAYLOADS") {
             req.with_payloads = true;
-            i += 1;
-            continue;
-        }
-        let (cursor, count) = (is_token(name, "CURSOR"), is_token(name, "COUNT"));
-        if !cursor && !count {
-            return Err(EmqError::Syntax(
-                "syntax error: expected CURSOR, COUNT or WITHPAYLOADS".into(),
-            ));
-        }
-        if i + 1 >= args.len() {
-            return Err(EmqError::Syntax(
-                "syntax error: an option lacks its value".into(),
-            ));
-        }
-        let value = args.bytes(i + 1);
-        if cursor {
-            req.cursor = Cursor::parse(value)?;
+        } else if is_token(name, "CURSOR") {
+            req.cursor = Cursor::parse(options.value()?)?;
+        } else if is_token(name, "COUNT") {
+            req.count = options.next_int(1, MAX_COUNT, "COUNT")? as usize;
         } else {
-            req.count = parse_int(value, 1, MAX_COUNT, "COUNT")? as usize;
+            return Err(syntax(
+                "syntax error: expected CURSOR, COUNT or WITHPAYLOADS",
+            ));
         }
-        i += 2;
     }
     Ok(req)
 }
@@ -74,6 +64,31 @@ fn job_reply(entry: Entry<Text<'_>>, with_payloads: bool) -> Reply {
     }
     Reply::Array(job)
 }
+
+pub const COMMAND: Command = Command {
+    name: c"emq.jobs",
+    callback: crate::callback!(run),
+    flags: c"readonly",
+    arity: -3,
+    routes_by_queue: true,
+    summary: c"One page of a set's jobs in the set's order, resuming after a cursor",
+    complexity: c"O(log(N)^2 + C*log(N)) with N the jobs in the set and C the COUNT",
+    args: &[
+        QUEUE,
+        Arg::required(
+            c"set",
+            OneOf(&[
+                Arg::keyword(c"pending", c"pending", Pure),
+                Arg::keyword(c"active", c"active", Pure),
+                Arg::keyword(c"scheduled", c"scheduled", Pure),
+                Arg::keyword(c"dead", c"dead", Pure),
+            ]),
+        ),
+        Arg::token(c"cursor", c"CURSOR", Str),
+        Arg::token(c"count", c"COUNT", Int),
+        Arg::token(c"withpayloads", c"WITHPAYLOADS", Pure),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let req = parse(args)?;

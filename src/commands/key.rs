@@ -2,10 +2,26 @@
 
 use valkey_module::Context;
 
-use super::{parse_id, parse_queue};
+use super::{parse_id, parse_queue, QUEUE};
+use crate::host::register::{Arg, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::protocol::EmqError;
 use crate::protocol::{job_key, queue_key, KeyType};
+
+pub const COMMAND: Command = Command {
+    name: c"emq.key",
+    callback: crate::callback!(run),
+    flags: c"readonly fast",
+    arity: -3,
+    routes_by_queue: false,
+    summary: c"Compose a key of the emq:{queue}:<type> grammar",
+    complexity: c"O(1)",
+    args: &[
+        QUEUE,
+        Arg::required(c"type", Str),
+        Arg::optional(c"id", Str),
+    ],
+};
 
 pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
     if !(3..=4).contains(&args.len()) {

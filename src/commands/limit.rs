@@ -4,8 +4,13 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_queue};
+use super::cursor::{check_arity, syntax, ArgCursor};
+use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::PureToken as Pure,
+    Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::protocol::limits::{Rate, MAX_CONCURRENCY, MAX_PER_MS, MAX_RATE};
@@ -15,51 +20,36 @@ use crate::runtime::cluster;
 
 /// The options after the queue (`None`: a report).
 fn parse_change(args: &Args<'_>) -> Result<Option<Change>, EmqError> {
-    let word = |i: usize| args.bytes(i);
     if args.len() == 2 {
         return Ok(None);
     }
-    if args.len() == 3 && is_token(word(2), "OFF") {
+    if args.len() == 3 && is_token(args.bytes(2), "OFF") {
         return Ok(Some(Change::OFF));
     }
     let mut change = Change::default();
-    let mut i = 2;
-    while i < args.len() {
-        let lacks = |n: usize| {
-            (i + n >= args.len())
-                .then(|| EmqError::Syntax("syntax error: an option lacks its value".into()))
-        };
-        if is_token(word(i), "CONCURRENCY") && change.concurrency.is_none() {
-            if let Some(e) = lacks(1) {
-                return Err(e);
-            }
-            change.concurrency = Some(match is_token(word(i + 1), "OFF") {
+    let mut options = ArgCursor::new(args, 2);
+    while let Some(name) = options.next_word() {
+        if is_token(name, "CONCURRENCY") && change.concurrency.is_none() {
+            let value = options.value()?;
+            change.concurrency = Some(match is_token(value, "OFF") {
                 true => None,
-                false => Some(parse_int(word(i + 1), 1, MAX_CONCURRENCY, "CONCURRENCY")?),
+                false => Some(parse_int(value, 1, MAX_CONCURRENCY, "CONCURRENCY")?),
             });
-            i += 2;
-        } else if is_token(word(i), "RATE") && change.rate.is_none() {
-            if i + 1 < args.len() && is_token(word(i + 1), "OFF") {
+        } else if is_token(name, "RATE") && change.rate.is_none() {
+            if options.next_is("OFF") {
                 change.rate = Some(None);
-                i += 2;
                 continue;
             }
-            if let Some(e) = lacks(3) {
-                return Err(e);
+            options.expect_values(3)?;
+            let n = options.next_int(1, MAX_RATE, "RATE")?;
+            if !options.next_is("PER") {
+                return Err(syntax("syntax error: expected RATE <n> PER <ms>"));
             }
-            let n = parse_int(word(i + 1), 1, MAX_RATE, "RATE")?;
-            if !is_token(word(i + 2), "PER") {
-                return Err(EmqError::Syntax(
-                    "syntax error: expected RATE <n> PER <ms>".into(),
-                ));
-            }
-            let per_ms = parse_int(word(i + 3), 1, MAX_PER_MS, "PER")?;
+            let per_ms = options.next_int(1, MAX_PER_MS, "PER")?;
             change.rate = Some(Some(Rate { n, per_ms }));
-            i += 4;
         } else {
-            return Err(EmqError::Syntax(
-                "syntax error: expected CONCURRENCY <n>|OFF, RATE <n> PER <ms>|OFF, or OFF alone"
-                    .into(),
+            return Err(syntax(
+                "syntax error: expected CONCURRENCY <n>|OFF, RATE <n> PER <ms>|OFF, or OFF alone",
             ));
         }
     }
@@ -78,10 +68,54 @@ pub fn usage_fields(usage: &Usage) -> Vec<(&'static str, Reply)> {
     ]
 }
 
+pub const COMMAND: Command = Command {
+    name: c"emq.limit",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom fast",
+    arity: -2,
+    routes_by_queue: true,
+    summary: c"Set (or with no option, report) the queue's concurrency and sliding-window rate limits; replies the limits and their use",
+    complexity: c"O(1), or O(log(N)+E) under a rate limit, with N claims in the window and E past it",
+    args: &[
+        QUEUE,
+        Arg::optional(
+            c"limits",
+            OneOf(&[
+                Arg::keyword(c"off", c"OFF", Pure),
+                Arg::required(
+                    c"set",
+                    Block(&[
+                        Arg::token(
+                            c"concurrency",
+                            c"CONCURRENCY",
+                            OneOf(&[
+                                Arg::required(c"n", Int),
+                                Arg::keyword(c"off", c"OFF", Pure),
+                            ]),
+                        ),
+                        Arg::token(
+                            c"rate",
+                            c"RATE",
+                            OneOf(&[
+                                Arg::required(
+                                    c"window",
+                                    Block(&[
+                                        Arg::required(c"n", Int),
+                                        Arg::keyword(c"per", c"PER", Int),
+                                    ]),
+                                ),
+                                Arg::keyword(c"off", c"OFF", Pure),
+                            ]),
+                        ),
+                    ]),
+                ),
+            ]),
+        ),
+    ],
+};
+
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 2 {
-        return Err(EmqError::Arity("emq.limit"));
-    }
+    check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
     let change = parse_change(args)?;
     let usage = match change {

@@ -12,12 +12,15 @@
 use valkey_module::Context;
 
 use super::claim::{reply as claimed_reply, wake_past_orphans};
-use super::{is_token, parse_id, parse_int, parse_queue, parse_token};
+use super::cursor::{check_arity, syntax, ArgCursor};
+use super::{check_batch, parse_id, parse_queue, parse_token, ID, QUEUE, TOKEN};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::Text;
-use crate::protocol::job::check_payload;
 use crate::protocol::{settings, BrandedId, EmqError};
 use crate::queue::claim::{claim, Outcome, MAX_COUNT};
 use crate::queue::lease::{ack_many, Settle, MAX_SETTLE};
@@ -32,23 +35,20 @@ struct Named<'a> {
     result: Option<&'a [u8]>,
 }
 
-/// `CLAIM <count> [LEASE <ms>]` at `args[at..]`, the end of the call.
-fn parse_claim(args: &Args<'_>, at: usize) -> Result<(usize, i64), EmqError> {
-    let rest = args.len() - at;
-    if rest != 2 && rest != 4 {
-        return Err(EmqError::Syntax(
-            "syntax error: CLAIM <count> [LEASE <ms>] ends the call".into(),
+/// `<count> [LEASE <ms>]` after `CLAIM`, the end of the call.
+fn parse_claim(rest: &mut ArgCursor<'_, '_>) -> Result<(usize, i64), EmqError> {
+    if rest.remaining() != 1 && rest.remaining() != 3 {
+        return Err(syntax(
+            "syntax error: CLAIM <count> [LEASE <ms>] ends the call",
         ));
     }
-    let count = parse_int(args.bytes(at + 1), 1, MAX_COUNT, "COUNT")? as usize;
+    let count = rest.next_int(1, MAX_COUNT, "COUNT")? as usize;
     let mut lease_ms = settings::lease_ms();
-    if rest == 4 {
-        if !is_token(args.bytes(at + 2), "LEASE") {
-            return Err(EmqError::Syntax(
-                "syntax error: expected LEASE after CLAIM <count>".into(),
-            ));
+    if !rest.done() {
+        if !rest.next_is("LEASE") {
+            return Err(syntax("syntax error: expected LEASE after CLAIM <count>"));
         }
-        lease_ms = parse_int(args.bytes(at + 3), 1, settings::MAX_DURATION_MS, "LEASE")?;
+        lease_ms = rest.next_int(1, settings::MAX_DURATION_MS, "LEASE")?;
     }
     Ok((count, lease_ms))
 }
@@ -58,38 +58,28 @@ fn parse_claim(args: &Args<'_>, at: usize) -> Result<(usize, i64), EmqError> {
 fn parse<'a>(args: &Args<'a>) -> Result<(Vec<Named<'a>>, Option<(usize, i64)>), EmqError> {
     let mut jobs = Vec::new();
     let mut next = None;
-    let mut i = 2;
-    while i < args.len() {
-        if is_token(args.bytes(i), "CLAIM") {
-            next = Some(parse_claim(args, i)?);
+    let mut rest = ArgCursor::new(args, 2);
+    while !rest.done() {
+        if rest.next_is("CLAIM") {
+            next = Some(parse_claim(&mut rest)?);
             break;
         }
-        if i + 1 >= args.len() {
-            return Err(EmqError::Syntax(
-                "syntax error: each job is <id> <token> [RESULT <bytes>]".into(),
+        if rest.remaining() < 2 {
+            return Err(syntax(
+                "syntax error: each job is <id> <token> [RESULT <bytes>]",
             ));
         }
-        if jobs.len() == MAX_SETTLE {
-            return Err(EmqError::Syntax(
-                format!("at most {MAX_SETTLE} jobs per call").into(),
-            ));
-        }
-        let id = parse_id(args.bytes(i))?;
+        check_batch(jobs.len(), MAX_SETTLE)?;
+        let at = rest.position();
+        let id = parse_id(rest.value()?)?;
         // A token that cannot be one refuses its job alone, as a stale one does.
-        let token = parse_token(args.bytes(i + 1)).ok();
-        let at = i;
-        i += 2;
+        let token = parse_token(rest.value()?).ok();
         let mut result = None;
-        if i < args.len() && is_token(args.bytes(i), "RESULT") {
-            if i + 1 >= args.len() {
-                return Err(EmqError::Syntax(
-                    "syntax error: expected RESULT <bytes>".into(),
-                ));
+        if rest.next_is("RESULT") {
+            if rest.done() {
+                return Err(syntax("syntax error: expected RESULT <bytes>"));
             }
-            let value = args.bytes(i + 1);
-            check_payload(value)?;
-            result = Some(value);
-            i += 2;
+            result = Some(rest.next_bytes()?);
         }
         jobs.push(Named {
             id,
@@ -104,10 +94,36 @@ fn parse<'a>(args: &Args<'a>) -> Result<(Vec<Named<'a>>, Option<(usize, i64)>), 
     Ok((jobs, next))
 }
 
+pub const COMMAND: Command = Command {
+    name: c"emq.mack",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom",
+    arity: -4,
+    routes_by_queue: true,
+    summary: c"Acknowledge many claimed jobs of a queue, each on its own (1, or EMQLEASE in its place); with CLAIM, replies [outcomes, next jobs]",
+    complexity: c"O((M+C)*log(N)) with M jobs acknowledged and C claimed",
+    args: &[
+        QUEUE,
+        Arg::multiple(
+            c"job",
+            Block(&[
+                ID,
+                TOKEN,
+                Arg::token(c"result", c"RESULT", Str),
+            ]),
+        ),
+        Arg::optional(
+            c"claim",
+            Block(&[
+                Arg::keyword(c"count", c"CLAIM", Int),
+                Arg::token(c"lease", c"LEASE", Int),
+            ]),
+        ),
+    ],
+};
+
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 4 {
-        return Err(EmqError::Arity("emq.mack"));
-    }
+    check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
     let (named, next) = parse(args)?;
     cluster::check_stable(queue)?;

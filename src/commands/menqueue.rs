@@ -6,8 +6,12 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_id, parse_int, parse_queue};
+use super::cursor::{syntax, ArgCursor};
+use super::{check_batch, parse_id, parse_queue, ID, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::Text;
@@ -17,6 +21,27 @@ use crate::queue::enqueue::{check_new, enqueue_many, Added, BatchJob, MAX_BATCH}
 use crate::queue::Job;
 use crate::runtime::cluster;
 
+pub const COMMAND: Command = Command {
+    name: c"emq.menqueue",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom",
+    arity: -4,
+    routes_by_queue: true,
+    summary: c"Enqueue many jobs in one atomic step; one 1/0 (or minted id) per job",
+    complexity: c"O(M*log(N)) with M jobs and N pending jobs",
+    args: &[
+        QUEUE,
+        Arg::multiple(
+            c"job",
+            Block(&[
+                Arg::token(c"priority", c"PRIORITY", Int),
+                ID,
+                Arg::required(c"payload", Str),
+            ]),
+        ),
+    ],
+};
+
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() < 4 || !args.len().is_multiple_of(2) {
         return Err(EmqError::Arity("emq.menqueue"));
@@ -25,30 +50,25 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     // Every id, kind, payload and priority first: each job is `[PRIORITY <p>] <id> <payload>`,
     // its id `None` for `*`, with the places of its id and payload.
     let mut requested = Vec::new();
-    let mut i = 2;
-    while i < args.len() {
+    let mut rest = ArgCursor::new(args, 2);
+    while !rest.done() {
         let mut priority = 0;
-        if is_token(args.bytes(i), "PRIORITY") {
-            priority = parse_int(args.bytes(i + 1), PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?;
-            i += 2;
-            if i >= args.len() {
-                return Err(EmqError::Syntax(
-                    "syntax error: PRIORITY <p> comes before a job's <id> <payload>".into(),
+        if rest.next_is("PRIORITY") {
+            priority = rest.next_int(PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?;
+            if rest.done() {
+                return Err(syntax(
+                    "syntax error: PRIORITY <p> comes before a job's <id> <payload>",
                 ));
             }
         }
-        if requested.len() == MAX_BATCH {
-            return Err(EmqError::Syntax(
-                format!("at most {MAX_BATCH} jobs per call").into(),
-            ));
-        }
-        let id = match args.bytes(i) {
+        check_batch(requested.len(), MAX_BATCH)?;
+        let at = rest.position();
+        let id = match rest.value()? {
             b"*" => None,
             id => Some(parse_id(id)?),
         };
-        check_new(id.as_ref(), args.bytes(i + 1))?;
-        requested.push((id, i, priority));
-        i += 2;
+        check_new(id.as_ref(), rest.value()?)?;
+        requested.push((id, at, priority));
     }
     cluster::check_stable(queue)?;
     // The client's strings: each given id is canonical, so its argument is its set member.

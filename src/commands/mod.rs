@@ -1,4 +1,6 @@
-//! One file per command: parse the arguments (pure), then one `queue` call, then the reply.
+//! One file per command: its descriptor (`COMMAND`: name, flags, arity, key spec and the
+//! `COMMAND DOCS` arguments, which `lib.rs` lists), and its handler: parse the arguments (pure),
+//! then one `queue` call, then the reply.
 //! Refusals come in protocol.md §4 order; each is a typed `EmqError`, rendered in one place (the host's
 //! guard).
 
@@ -8,6 +10,7 @@ pub mod ack;
 pub mod cancel;
 pub mod claim;
 pub mod cron;
+pub mod cursor;
 pub mod decode;
 pub mod enqueue;
 pub mod events;
@@ -31,13 +34,20 @@ pub mod version;
 use valkey_module::Context;
 
 use crate::host::acl::Access;
+use crate::host::register::{Arg, ArgKind};
 use crate::host::reply::Args;
 use crate::host::store::{with_queue, ServerStore};
 use crate::host::string::{Str, Text};
-use crate::protocol::{job::check_payload, BrandedId, EmqError, Queue};
+use crate::protocol::{BrandedId, EmqError, Queue};
 use crate::queue::job::Target;
 use crate::queue::Job;
 use crate::runtime::cluster;
+
+/// The arguments many commands document alike, as [`parse_queue`], [`parse_id`] and
+/// [`parse_token`] read them.
+pub const QUEUE: Arg = Arg::required(c"queue", ArgKind::String);
+pub const ID: Arg = Arg::required(c"id", ArgKind::String);
+pub const TOKEN: Arg = Arg::required(c"token", ArgKind::Integer);
 
 /// protocol.md §1.1: the queue name, or `EMQQUEUE`.
 pub fn parse_queue(bytes: &[u8]) -> Result<Queue<'_>, EmqError> {
@@ -65,24 +75,15 @@ pub fn parse_token(bytes: &[u8]) -> Result<i64, EmqError> {
     parse_int(bytes, 1, i64::MAX, "token").map_err(|_| EmqError::Lease)
 }
 
-/// One optional `NAME <bytes>` pair at `args[at..]` (nothing, or exactly the pair): the bytes,
-/// bounded by `emq.max-payload-bytes`, or a syntax error.
-pub fn parse_blob_option<'a>(
-    args: &Args<'a>,
-    at: usize,
-    name: &str,
-) -> Result<Option<&'a [u8]>, EmqError> {
-    match args.len().saturating_sub(at) {
-        0 => Ok(None),
-        2 if is_token(args.bytes(at), name) => {
-            let value = args.bytes(at + 1);
-            check_payload(value)?;
-            Ok(Some(value))
-        }
-        _ => Err(EmqError::Syntax(
-            format!("syntax error: expected {name} <bytes>").into(),
-        )),
+/// Room for one more job in a batch that holds `jobs` (`EMQ.MENQUEUE`, `EMQ.MACK`): at most
+/// `max` a call.
+pub fn check_batch(jobs: usize, max: usize) -> Result<(), EmqError> {
+    if jobs == max {
+        return Err(EmqError::Syntax(
+            format!("at most {max} jobs per call").into(),
+        ));
     }
+    Ok(())
 }
 
 /// Whether an option token matches `name`, ignoring ASCII case (as the server's own options).
@@ -139,6 +140,16 @@ mod tests {
         assert!(parse_int(b"1.5", 0, 10, "BLOCK").is_err());
         assert!(parse_int(b"", 0, 10, "BLOCK").is_err());
         assert!(parse_int(b"99999999999999999999", 0, i64::MAX, "AT").is_err());
+    }
+
+    #[test]
+    fn a_batch_has_room_below_its_most() {
+        assert_eq!(check_batch(0, 2), Ok(()));
+        assert_eq!(check_batch(1, 2), Ok(()));
+        assert_eq!(
+            check_batch(2, 2),
+            Err(EmqError::Syntax("at most 2 jobs per call".into()))
+        );
     }
 
     #[test]

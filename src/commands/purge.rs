@@ -4,14 +4,31 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int, parse_queue};
+use super::cursor::{syntax, ArgCursor};
+use super::{parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{Arg, ArgKind::Integer as Int, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::protocol::EmqError;
 use crate::queue::inspect::set_named;
 use crate::queue::operate::{self, BULK_DEFAULT, BULK_MAX};
 use crate::runtime::cluster;
+
+pub const COMMAND: Command = Command {
+    name: c"emq.purge",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom",
+    arity: -3,
+    routes_by_queue: true,
+    summary: c"Delete up to COUNT jobs of a set (pending, scheduled or dead), rows included; replies how many",
+    complexity: c"O(M*log(N)) with M jobs deleted, at most 10000",
+    args: &[
+        QUEUE,
+        Arg::required(c"set", Str),
+        Arg::token(c"count", c"COUNT", Int),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     if args.len() != 3 && args.len() != 5 {
@@ -29,11 +46,9 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
 
 /// `[COUNT <n>]` at `args[at..]` for the bulk commands: 1 to 10,000, default 1,000.
 pub fn parse_count(args: &Args, at: usize) -> Result<usize, EmqError> {
-    match args.len().saturating_sub(at) {
-        0 => Ok(BULK_DEFAULT as usize),
-        2 if is_token(args.bytes(at), "COUNT") => {
-            Ok(parse_int(args.bytes(at + 1), 1, BULK_MAX, "COUNT")? as usize)
-        }
-        _ => Err(EmqError::Syntax("syntax error: expected COUNT <n>".into())),
+    match ArgCursor::new(args, at).last_option("COUNT") {
+        Some(None) => Ok(BULK_DEFAULT as usize),
+        Some(Some(n)) => Ok(parse_int(n, 1, BULK_MAX, "COUNT")? as usize),
+        None => Err(syntax("syntax error: expected COUNT <n>")),
     }
 }

@@ -3,8 +3,10 @@
 
 use valkey_module::Context;
 
-use super::{is_token, parse_int};
+use super::cursor::{syntax, ArgCursor};
+use super::is_token;
 use crate::host::acl::with_key_reads;
+use crate::host::register::{Arg, ArgKind::Integer as Int, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::protocol::EmqError;
 use crate::runtime::queues::{self, Cursor};
@@ -24,27 +26,32 @@ fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
         cursor: Cursor::Start,
         count: DEFAULT_COUNT as usize,
     };
-    let mut i = 1;
-    while i < args.len() {
-        let (name, value) = (args.bytes(i), args.bytes(i + 1));
-        if i + 1 >= args.len() {
-            return Err(EmqError::Syntax(
-                "syntax error: an option lacks its value".into(),
-            ));
-        }
+    let mut options = ArgCursor::new(args, 1);
+    while let Some(name) = options.next_option()? {
         if is_token(name, "CURSOR") {
-            req.cursor = Cursor::parse(value)?;
+            req.cursor = Cursor::parse(options.value()?)?;
         } else if is_token(name, "COUNT") {
-            req.count = parse_int(value, 1, MAX_COUNT, "COUNT")? as usize;
+            req.count = options.next_int(1, MAX_COUNT, "COUNT")? as usize;
         } else {
-            return Err(EmqError::Syntax(
-                "syntax error: expected CURSOR or COUNT".into(),
-            ));
+            return Err(syntax("syntax error: expected CURSOR or COUNT"));
         }
-        i += 2;
     }
     Ok(req)
 }
+
+pub const COMMAND: Command = Command {
+    name: c"emq.queues",
+    callback: crate::callback!(run),
+    flags: c"readonly",
+    arity: -1,
+    routes_by_queue: false,
+    summary: c"Page through the queues this node holds in the client's database, in name order",
+    complexity: c"O(log(Q)+C) with Q queues known and C the names read (COUNT, more for a key-restricted user)",
+    args: &[
+        Arg::token(c"cursor", c"CURSOR", Str),
+        Arg::token(c"count", c"COUNT", Int),
+    ],
+};
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let req = parse(args)?;

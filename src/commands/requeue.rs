@@ -5,19 +5,48 @@
 
 use valkey_module::Context;
 
+use super::cursor::check_arity;
 use super::purge::parse_count;
-use super::{is_token, parse_queue, with_job};
+use super::{is_token, parse_queue, with_job, ID, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::{
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::PureToken as Pure,
+    Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::protocol::EmqError;
 use crate::queue::{job, operate};
 use crate::runtime::cluster;
 
+pub const COMMAND: Command = Command {
+    name: c"emq.requeue",
+    callback: crate::callback!(run),
+    flags: c"write deny-oom",
+    arity: -3,
+    routes_by_queue: true,
+    summary: c"Move a dead job, or up to COUNT of the oldest (DEAD), back to pending with attempts reset; its lease tokens carry on past the old ones",
+    complexity: c"O(M*log(N)) with M jobs moved (one for an id)",
+    args: &[
+        QUEUE,
+        Arg::required(
+            c"which",
+            OneOf(&[
+                ID,
+                Arg::required(
+                    c"dead",
+                    Block(&[
+                        Arg::keyword(c"dead", c"DEAD", Pure),
+                        Arg::token(c"count", c"COUNT", Int),
+                    ]),
+                ),
+            ]),
+        ),
+    ],
+};
+
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 3 {
-        return Err(EmqError::Arity("emq.requeue"));
-    }
+    check_arity(args, &COMMAND)?;
     if is_token(args.bytes(2), "DEAD") {
         let queue = parse_queue(args.bytes(1))?;
         let count = parse_count(args, 3)?;

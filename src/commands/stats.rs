@@ -3,17 +3,27 @@
 
 use valkey_module::Context;
 
-use super::parse_queue;
+use super::cursor::check_arity;
+use super::{parse_queue, QUEUE};
 use crate::host::acl::Access;
+use crate::host::register::Command;
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
-use crate::protocol::EmqError;
 use crate::queue::stats;
 
+pub const COMMAND: Command = Command {
+    name: c"emq.stats",
+    callback: crate::callback!(run),
+    flags: c"readonly fast",
+    arity: 2,
+    routes_by_queue: true,
+    summary: c"Counts of pending, active, scheduled and dead jobs of a queue, whether it is paused, and its claim limits and their use",
+    complexity: c"O(1), or O(log(N)+E) under a rate limit, with N claims in the window and E past it",
+    args: &[QUEUE],
+};
+
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() != 2 {
-        return Err(EmqError::Arity("emq.stats"));
-    }
+    check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
     let stats = with_queue(ctx, queue, Access::Read, |store| stats::stats(store))?;
     let [pending, active, scheduled, dead] = stats.sets;

@@ -1,5 +1,6 @@
-//! Turns the command table in `lib.rs` into server registrations: the command, its key spec,
-//! `COMMAND DOCS` (summary, complexity, arguments) and its ACL category; and finds the ACL rules
+//! Turns the command descriptors (each `commands/<name>.rs` declares its own [`Command`]; `lib.rs`
+//! lists them) into server registrations: the command, its key spec, `COMMAND DOCS` (summary,
+//! complexity, arguments) and its ACL category; and finds the ACL rules
 //! that name those commands (which the server cannot unload a module under). The crate's
 //! `valkey_module!` macro would do the registration, but it `unwrap()`s API pointers that
 //! Redis 7.0 lacks and has no way to document arguments this fully.
@@ -92,6 +93,8 @@ impl Arg {
     }
 }
 
+/// A command as the server is told of it: a `commands/<name>.rs` declares its own, next to its
+/// parser, with its handler wrapped by `callback!`.
 pub struct Command {
     pub name: &'static CStr,
     pub callback: Callback,
@@ -186,7 +189,7 @@ pub fn acl_category(ctx: &Context, name: &CStr) {
     }
 }
 
-/// Creates every command in `table`, with key specs, docs and the ACL category.
+/// Creates every command of `table`, with key specs, docs and the ACL category.
 pub fn commands(ctx: &Context, table: &[Command], acl: &CStr) -> Result<(), String> {
     let create = unsafe { raw::RedisModule_CreateCommand }.ok_or("no CreateCommand API")?;
     for cmd in table {
