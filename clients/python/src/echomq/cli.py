@@ -19,7 +19,8 @@ from typing import Any, Callable, List, Optional
 
 from redis.exceptions import RedisError
 
-from .queue import Queue, text
+from .commands import text
+from .queue import Queue
 from .worker import Job, Worker
 
 
@@ -122,12 +123,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.command == "stats":
             show(q.stats(), args.json)
         elif args.command == "dead":
-            _, jobs = q.call("EMQ.JOBS", "dead", "COUNT", args.count, "WITHPAYLOADS")
-            rows = [
-                {"id": text(j[0]), "died-at": j[1], "attempts": j[2], "payload": text(j[3]), "error": text(j[4])}
-                for j in jobs
-            ]
-            show(rows, args.json)
+            show(q.jobs("dead", count=args.count, payloads=True)[1], args.json)
         elif args.command == "requeue":
             if args.dead:
                 show(q.requeue_dead(args.count), args.json)

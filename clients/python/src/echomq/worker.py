@@ -1,7 +1,8 @@
 """The consumer's side: ``Worker`` claims jobs in batches up to its free concurrency, runs them
 in a pool of one thread a slot, renews their leases in the background for as long as they run, settles
 each (``ACK``, or ``FAIL`` with the exception and its traceback), tells an ``on_event`` hook of
-each step (``events``), and stops gracefully on SIGTERM or SIGINT."""
+each step (``events``), and stops gracefully on SIGTERM or SIGINT. Its commands are built and
+their replies parsed by ``commands``."""
 
 from __future__ import annotations
 
@@ -14,15 +15,14 @@ from queue import Empty, SimpleQueue
 from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from . import commands as cmd
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, transient
-from .errors import EmqLeaseLost, EmqVersionError, translate
+from .errors import EmqLeaseLost, translate
 from .events import Action, Hook, WorkerEvent, default_name, failure
-from .queue import Queue, text
+from .queue import Queue
 from .serializers import Serializer
 
-#: The protocol major version this client speaks (``EMQ.VERSION`` answers ``echomq:<x.y.z>``).
-PROTOCOL_MAJOR = 2
 #: Most bytes of an error (the exception and its traceback) sent with ``EMQ.FAIL``.
 MAX_ERROR = 4096
 #: Most outcomes (``ACK``, ``FAIL``) sent in one pipeline.
@@ -56,24 +56,26 @@ class Job:
 def outcome(
     serializer: Serializer, result: Any = None, error: Optional[BaseException] = None
 ) -> Tuple[str, str, List[Any]]:
-    """What a handler's end means: its count's name, the command and its arguments after the
+    """What a handler's end means: its count's name, the command and its options after the
     token. A return is ``ACK`` (with ``RESULT`` when it returned a value), ``Retry`` a ``FAIL``
     with ``RETRY-IN``, any other exception a ``FAIL`` with it and its traceback."""
     if isinstance(error, Retry):
-        return "retried", "EMQ.FAIL", ["ERROR", str(error), "RETRY-IN", int(error.after * 1000)]
+        return "retried", cmd.FAIL, cmd.fail_options(str(error), int(error.after * 1000))
     if error is not None:
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        return "failed", "EMQ.FAIL", ["ERROR", trace[-MAX_ERROR:]]
-    extra: List[Any] = ["RESULT", serializer.dumps(result)] if result is not None else []
-    return "acked", "EMQ.ACK", extra
+        return "failed", cmd.FAIL, cmd.fail_options(trace[-MAX_ERROR:])
+    encoded = serializer.dumps(result) if result is not None else None
+    return "acked", cmd.ACK, cmd.ack_options(encoded)
 
 
-def job_of(queue: str, claimed: Any) -> Job:
-    """A job as ``EMQ.CLAIM`` replied it (``[id, payload, attempts]``), its payload still the
-    bytes: it is decoded on the job's own path (``settled``), where a payload that does not
-    decode is that job's failure, not the worker's."""
-    job_id, payload, attempt = claimed
-    return Job(id=text(job_id), payload=payload, attempt=int(attempt), queue=queue)
+def jobs_of(queue: str, reply: Any) -> List[Job]:
+    """The jobs an ``EMQ.CLAIM`` replied (``commands.claimed``), each payload still the bytes:
+    it is decoded on the job's own path (``settled``), where a payload that does not decode is
+    that job's failure, not the worker's."""
+    return [
+        Job(id=job_id, payload=payload, attempt=token, queue=queue)
+        for job_id, payload, token in cmd.claimed(reply)
+    ]
 
 
 def settled(
@@ -99,18 +101,12 @@ def retryable(reply: Any) -> bool:
     return isinstance(reply, Exception) and (transient(reply) or moved(reply))
 
 
-def renew_args(queue: str, job: Job, lease_ms: int) -> List[Any]:
-    """``EMQ.RENEW`` of a running job, with its progress when it has one."""
-    extra: List[Any] = ["PROGRESS", job.progress] if job.progress is not None else []
-    return ["EMQ.RENEW", queue, job.id, job.attempt, lease_ms, *extra]
-
-
-def version_call(client: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
-    """``EMQ.VERSION`` for `client`: a cluster client (which cannot route a command without a
-    key) sends it to any node, as every node speaks the one protocol."""
+def version_options(client: Any) -> Dict[str, Any]:
+    """Where `client` sends ``EMQ.VERSION``: a cluster client (which cannot route a command
+    without a key) to any node, as every node speaks the one protocol."""
     if hasattr(client, "get_random_node"):
-        return ("EMQ.VERSION",), {"target_nodes": client.get_random_node()}
-    return ("EMQ.VERSION",), {}
+        return {"target_nodes": client.get_random_node()}
+    return {}
 
 
 class Claiming:
@@ -135,19 +131,13 @@ class Claiming:
         self.renew_interval = lease * renew_every
         self.shutdown_timeout = shutdown_timeout
 
+    def claim_args(self, queue: str, free: int) -> List[Any]:
+        """The ``EMQ.CLAIM`` of up to `free` jobs (no more than ``batch``), with ``BLOCK``."""
+        return cmd.claim(queue, min(free, self.batch), self.lease_ms, self.block_ms)
 
-def check_version(answer: Any) -> None:
-    """Refuses a server that speaks another protocol major version than ``PROTOCOL_MAJOR``."""
-    version = text(answer)
-    try:
-        name, number = str(version).split(":", 1)
-        major = int(number.split(".", 1)[0])
-    except ValueError:
-        raise EmqVersionError(f"EMQ.VERSION answered {version!r}, not echomq:<version>") from None
-    if name != "echomq" or major != PROTOCOL_MAJOR:
-        raise EmqVersionError(
-            f"the server speaks {version}; this client speaks echomq:{PROTOCOL_MAJOR}.x"
-        )
+    def renew_args(self, job: Job) -> List[Any]:
+        """The ``EMQ.RENEW`` of a running job, with its progress when it has one."""
+        return cmd.renew(job.queue, job.id, job.attempt, self.lease_ms, job.progress)
 
 
 class Worker(Claiming):
@@ -212,8 +202,8 @@ class Worker(Claiming):
         A handler's ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``,
         ``SystemExit``...) fails its job and stops the worker as ``stop`` does; ``run`` raises it
         once the other running jobs are settled."""
-        args, options = version_call(self.queue.client)
-        check_version(self.queue.client.execute_command(*args, **options))
+        client = self.queue.client
+        cmd.check_version(client.execute_command(*cmd.version(), **version_options(client)))
         restore = self._install_signals()
         renewer = threading.Thread(target=self._renew_loop, name="echomq-renew", daemon=True)
         renewer.start()
@@ -269,16 +259,7 @@ class Worker(Claiming):
                     continue
             try:
                 sent = time.time_ns()
-                claimed = self.queue.client.execute_command(
-                    "EMQ.CLAIM",
-                    self.queue.name,
-                    "COUNT",
-                    min(free, self.batch),
-                    "LEASE",
-                    self.lease_ms,
-                    "BLOCK",
-                    self.block_ms,
-                )
+                claimed = self.queue.client.execute_command(*self.claim_args(self.queue.name, free))
                 failures = 0
             except Exception as e:
                 if not transient(e):
@@ -288,8 +269,7 @@ class Worker(Claiming):
                 failures += 1
                 continue
             answered = time.time_ns()
-            for raw in claimed or []:
-                job = job_of(self.queue.name, raw)
+            for job in jobs_of(self.queue.name, claimed):
                 self._event("claim", job.id, job.attempt, sent, answered)
                 with self._lock:
                     self._running[job.id] = job
@@ -382,19 +362,16 @@ class Worker(Claiming):
         """One pipeline: the acknowledgements as one ``EMQ.MACK`` (each job's outcome in its
         place), each ``FAIL`` on its own, then ``WAIT`` with ``wait_replicas``; the replies in
         the order of ``send`` (an exception for one that failed), a settle event for each."""
-        acks = [i for i, (_, _, command, _) in enumerate(send) if command == "EMQ.ACK"]
+        acks = [i for i, (_, _, command, _) in enumerate(send) if command == cmd.ACK]
         commands: List[List[Any]] = []
         if acks:
-            args: List[Any] = []
-            for i in acks:
-                job, _, _, extra = send[i]
-                args += [job.id, job.attempt, *extra]
-            commands.append(["EMQ.MACK", self.queue.name, *args])
+            each = (send[i] for i in acks)
+            commands.append(cmd.mack(self.queue.name, ((j.id, j.attempt, o) for j, _, _, o in each)))
         acked = set(acks)
         fails = [i for i in range(len(send)) if i not in acked]
         for i in fails:
-            job, _, command, extra = send[i]
-            commands.append([command, self.queue.name, job.id, job.attempt, *extra])
+            job, _, command, options = send[i]
+            commands.append(cmd.settle(self.queue.name, command, job.id, job.attempt, options))
         waiting = self.queue.wait_replicas
         sent = time.time_ns()
         try:
@@ -406,16 +383,13 @@ class Worker(Claiming):
         answered = time.time_ns()
         replies: List[Any] = [None] * len(send)
         if acks:
-            placed = answers.pop(0)
-            # A refusal of the whole call (a failover, say) stands for each of its jobs.
-            each = placed if isinstance(placed, list) else [placed] * len(acks)
-            for i, reply in zip(acks, each):
+            for i, reply in zip(acks, cmd.macked(answers.pop(0), len(acks))):
                 replies[i] = reply
         for i, reply in zip(fails, answers):
             replies[i] = reply
         replicated = None if confirmed is None else confirmed >= waiting
         for (job, _, command, _), reply in zip(send, replies):
-            action: Action = "ack" if command == "EMQ.ACK" else "fail"
+            action: Action = "ack" if command == cmd.ACK else "fail"
             self._event(
                 "settle", job.id, job.attempt, sent, answered, reply=reply,
                 action=action, replicated=replicated,
@@ -445,9 +419,7 @@ class Worker(Claiming):
                     continue
                 sent = time.time_ns()
                 try:
-                    reply = self.queue.client.execute_command(
-                        *renew_args(self.queue.name, job, self.lease_ms)
-                    )
+                    reply = self.queue.client.execute_command(*self.renew_args(job))
                 except Exception as e:
                     reply = e
                     # A lost lease ends the renewals; a failover or a lost connection: the next
