@@ -12,11 +12,11 @@ from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tup
 from . import commands as cmd
 from ._replicas import pipelined_async
 from ._retry import backoff, retry_after, transient
-from .errors import EmqLeaseLost, translate
-from .events import Action, Hook, WorkerEvent, default_name, failure
+from .errors import translate
+from .events import Action, WorkerEvent, failure
 from .queue import CHUNK, Settings
 from .serializers import Serializer
-from .worker import Claiming, Job, jobs_of, outcome, version_options
+from .worker import Claiming, Job, outcome, version_options
 
 
 class AsyncQueue(Settings):
@@ -161,17 +161,13 @@ class AsyncWorker(Claiming):
     ) -> None:
         self.queue = AsyncQueue(client, queue, serializer, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
         self.handler = handler
-        super().__init__(concurrency, lease, batch, block, renew_every, shutdown_timeout)
-        self.name = name or default_name()
-        self._event = Hook(on_event, self.name, queue)
+        super().__init__(
+            queue, concurrency, lease, batch, block, renew_every, shutdown_timeout, name, on_event
+        )
         self._running: Dict[str, "asyncio.Task[None]"] = {}
         self._jobs: Dict[str, Job] = {}
         self._stopping = asyncio.Event()
         self._room = asyncio.Event()
-        self._closed = False
-        #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
-        self._fatal: Optional[BaseException] = None
-        self.counts: Dict[str, int] = {"acked": 0, "failed": 0, "retried": 0, "lost": 0}
 
     def stop(self) -> None:
         self._stopping.set()
@@ -230,9 +226,7 @@ class AsyncWorker(Claiming):
                     pass
                 failures += 1
                 continue
-            answered = time.time_ns()
-            for job in jobs_of(self.queue.name, claimed):
-                self._event("claim", job.id, job.attempt, sent, answered)
+            for job in self.claimed(self.queue.name, claimed, sent):
                 self._jobs[job.id] = job
                 self._running[job.id] = asyncio.create_task(self._run_job(job))
 
@@ -296,7 +290,7 @@ class AsyncWorker(Claiming):
             await asyncio.sleep(backoff(attempt))
             attempt += 1
         if isinstance(reply, Exception):
-            if isinstance(translate(reply), EmqLeaseLost):
+            if cmd.lease_lost(reply):
                 job.lease_lost.set()
                 self.counts["lost"] += 1
             else:
@@ -315,8 +309,4 @@ class AsyncWorker(Claiming):
                     reply = await self.queue.client.execute_command(*self.renew_args(job))
                 except Exception as e:
                     reply = e
-                    # A lost lease ends the renewals; a failover or a lost connection: the next
-                    # round tries again.
-                    if isinstance(translate(e), EmqLeaseLost):
-                        job.lease_lost.set()
-                self._event("renew", job.id, job.attempt, sent, time.time_ns(), reply=reply)
+                self.renewed(job, sent, reply)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from . import ids
-from .errors import EmqNotReplicated, EmqVersionError
+from .errors import EmqLeaseLost, EmqNotReplicated, EmqVersionError, translate
 from .serializers import Serializer
 
 #: The protocol major version this client speaks (``EMQ.VERSION`` answers ``echomq:<x.y.z>``).
@@ -288,6 +288,12 @@ class Written:
         if self.short:
             raise EmqNotReplicated(self.short, self.fewest or 0, self.wanted, enqueued=self.enqueued)
         return self.enqueued
+
+
+def lease_lost(reply: Any) -> bool:
+    """Whether a renewal's or a settle's reply is ``EMQLEASE``: the lease ran out and another
+    attempt holds the job (a failover or a lost connection is not: it may be tried again)."""
+    return isinstance(reply, Exception) and isinstance(translate(reply), EmqLeaseLost)
 
 
 def claimed(reply: Any) -> List[Tuple[str, Any, int]]:

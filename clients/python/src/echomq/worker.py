@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from . import commands as cmd
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, transient
-from .errors import EmqLeaseLost, translate
+from .errors import translate
 from .events import Action, Hook, WorkerEvent, default_name, failure
 from .queue import Queue
 from .serializers import Serializer
@@ -110,16 +110,21 @@ def version_options(client: Any) -> Dict[str, Any]:
 
 
 class Claiming:
-    """A worker's claiming settings, checked and in ms (``Worker``'s and ``AsyncWorker``'s)."""
+    """A worker's claiming settings, checked and in ms, its name, its ``on_event`` hook and
+    what it counts (``Worker``'s and ``AsyncWorker``'s), and what both build and read of their
+    commands."""
 
     def __init__(
         self,
+        queue: str,
         concurrency: int,
         lease: float,
         batch: Optional[int],
         block: float,
         renew_every: float,
         shutdown_timeout: float,
+        name: Optional[str],
+        on_event: Optional[Callable[[WorkerEvent], None]],
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency is at least 1")
@@ -130,14 +135,39 @@ class Claiming:
         #: Renewals come every `renew_every` of the lease.
         self.renew_interval = lease * renew_every
         self.shutdown_timeout = shutdown_timeout
+        self.name = name or default_name()
+        self._event = Hook(on_event, self.name, queue)
+        #: Set once the worker shut down: an outcome not sent by then is left to its lease.
+        self._closed = False
+        #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
+        self._fatal: Optional[BaseException] = None
+        #: What happened, for logs and tests: acked, failed, retried, lost (and
+        #: failed-to-settle: an outcome the server refused for another reason).
+        self.counts: Dict[str, int] = {"acked": 0, "failed": 0, "retried": 0, "lost": 0}
 
     def claim_args(self, queue: str, free: int) -> List[Any]:
         """The ``EMQ.CLAIM`` of up to `free` jobs (no more than ``batch``), with ``BLOCK``."""
         return cmd.claim(queue, min(free, self.batch), self.lease_ms, self.block_ms)
 
+    def claimed(self, queue: str, reply: Any, sent_ns: int) -> List[Job]:
+        """The jobs a claim's reply holds (``jobs_of``), with a claim event for each."""
+        answered = time.time_ns()
+        jobs = jobs_of(queue, reply)
+        for job in jobs:
+            self._event("claim", job.id, job.attempt, sent_ns, answered)
+        return jobs
+
     def renew_args(self, job: Job) -> List[Any]:
         """The ``EMQ.RENEW`` of a running job, with its progress when it has one."""
         return cmd.renew(job.queue, job.id, job.attempt, self.lease_ms, job.progress)
+
+    def renewed(self, job: Job, sent_ns: int, reply: Any) -> None:
+        """A renewal's reply (an exception for one that failed), as a renew event: a lost
+        lease ends the job's renewals; a failover or a lost connection, the next round tries
+        again."""
+        if cmd.lease_lost(reply):
+            job.lease_lost.set()
+        self._event("renew", job.id, job.attempt, sent_ns, time.time_ns(), reply=reply)
 
 
 class Worker(Claiming):
@@ -174,20 +204,14 @@ class Worker(Claiming):
     ) -> None:
         self.queue = Queue(client, queue, serializer, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
         self.handler = handler
-        super().__init__(concurrency, lease, batch, block, renew_every, shutdown_timeout)
-        self.name = name or default_name()
-        self._event = Hook(on_event, self.name, queue)
+        super().__init__(
+            queue, concurrency, lease, batch, block, renew_every, shutdown_timeout, name, on_event
+        )
         self._running: Dict[str, Job] = {}
         self._outcomes: "SimpleQueue[Tuple[Job, str, str, List[Any]]]" = SimpleQueue()
         self._inbox: "SimpleQueue[Optional[Job]]" = SimpleQueue()
         self._lock = threading.Condition()
         self._stopping = threading.Event()
-        self._closed = False
-        #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
-        self._fatal: Optional[BaseException] = None
-        #: What happened, for logs and tests: acked, failed, retried, lost (and
-        #: failed-to-settle: an outcome the server refused for another reason).
-        self.counts: Dict[str, int] = {"acked": 0, "failed": 0, "retried": 0, "lost": 0}
 
     # ---- control ----
 
@@ -268,9 +292,7 @@ class Worker(Claiming):
                 self._stopping.wait(backoff(failures))
                 failures += 1
                 continue
-            answered = time.time_ns()
-            for job in jobs_of(self.queue.name, claimed):
-                self._event("claim", job.id, job.attempt, sent, answered)
+            for job in self.claimed(self.queue.name, claimed, sent):
                 with self._lock:
                     self._running[job.id] = job
                 self._inbox.put(job)
@@ -349,8 +371,7 @@ class Worker(Claiming):
                 replies[i] = self._send([one])[0]
         for (job, counted, _, _), reply in zip(send, replies):
             if isinstance(reply, Exception):
-                typed = translate(reply)
-                if isinstance(typed, EmqLeaseLost):
+                if cmd.lease_lost(reply):
                     job.lease_lost.set()
                     self._count("lost")
                     continue
@@ -422,8 +443,4 @@ class Worker(Claiming):
                     reply = self.queue.client.execute_command(*self.renew_args(job))
                 except Exception as e:
                     reply = e
-                    # A lost lease ends the renewals; a failover or a lost connection: the next
-                    # round tries again.
-                    if isinstance(translate(e), EmqLeaseLost):
-                        job.lease_lost.set()
-                self._event("renew", job.id, job.attempt, sent, time.time_ns(), reply=reply)
+                self.renewed(job, sent, reply)
