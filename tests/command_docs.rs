@@ -5,7 +5,7 @@
 //! names the server it was captured from; another server may answer otherwise (Redis 7.0 has no
 //! module ACL categories), and a failure says which server answered.
 
-mod support;
+use emq_harness as support;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

@@ -193,3 +193,39 @@ def test_an_async_claim_refused_for_good_still_sends_the_running_jobs_outcomes(
         await client.aclose()
 
     asyncio.run(main())
+
+
+def test_an_async_queue_operates_its_queue_as_queue_does(server: Server) -> None:
+    # One attempt a job: a failed one is dead at once.
+    server.cmd("CONFIG", "SET", "emq.max-attempts", "1")
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        q = AsyncQueue(client, "async-ops", serializer=echomq.Json())
+        first, second = await q.enqueue_many([{"n": 1}, {"n": 2}])
+        for job_id in (first, second):
+            server.cmd("EMQ.CLAIM", "async-ops")
+            server.cmd("EMQ.FAIL", "async-ops", job_id, 1, "ERROR", f"broken {job_id}")
+        cursor, dead = await q.jobs("dead", payloads=True)
+        assert cursor == "0", "one page holds both"
+        assert [(d["id"], d["attempts"], d["payload"], d["error"]) for d in dead] == [
+            (first, 1, '{"n":1}', f"broken {first}"),
+            (second, 1, '{"n":2}', f"broken {second}"),
+        ]
+        assert all(isinstance(d["died-at"], int) for d in dead)
+        assert await q.requeue_dead(count=1) == 1
+        _, pending = await q.jobs("pending")
+        assert [(p["id"], sorted(p)) for p in pending] == [(first, ["attempts", "id"])]
+        assert await q.purge("dead") == 1
+        assert await q.purge("pending", count=10) == 1
+        stats = await q.stats()
+        assert (stats["pending"], stats["dead"]) == (0, 0)
+        assert await q.cron("tick", {"tick": 1}, every=60, priority=2) > time.time() * 1000
+        assert [(c["name"], c["spec"], c["every"], c["priority"], c["payload"]) for c in await q.crons()] == [
+            ("tick", None, 60000, 2, '{"tick":1}')
+        ]
+        assert await q.uncron("tick") and not await q.uncron("tick")
+        assert await q.crons() == []
+        await client.aclose()
+
+    asyncio.run(main())

@@ -1,5 +1,6 @@
-"""``echomq``, the command line: the queue's operations, and a worker run from a handler's
-module path that SIGTERM stops mid-batch without losing or repeating a job."""
+"""``echomq``, the command line: the queue's operations, a worker run from a handler's module
+path that SIGTERM stops mid-batch without losing or repeating a job, and the connection options
+taken before the subcommand or after it."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import time
 from pathlib import Path
 from typing import Any, List
 
+import pytest
+
 import echomq
 from conftest import Server, joined
+from echomq.cli import DEFAULT_URL, parser
 
 TESTS = Path(__file__).resolve().parent
 ECHOMQ = str(Path(sys.executable).with_name("echomq"))
@@ -83,3 +87,44 @@ def test_sigterm_mid_batch_loses_and_repeats_nothing(server: Server) -> None:
     assert joined(t), "run() returned after stop()"
     attempts: List[Any] = [(q.job(i) or {}).get("attempts") for i in ids]
     assert attempts == [1] * 300, "each job claimed once"
+
+
+@pytest.mark.parametrize(
+    "command", [["worker", "handlers:slow", "--queue", "q"], ["enqueue", "q", "x"], ["stats", "q"],
+                ["dead", "q"], ["requeue", "q", "--dead"]],
+)
+def test_the_connection_options_go_before_or_after_the_subcommand(command: List[str]) -> None:
+    options = ["--url", "redis://before:1", "--cluster", "redis://node:2", "--json"]
+    before = parser().parse_args([*options, *command])
+    after = parser().parse_args([*command, *options])
+    for args in (before, after):
+        assert (args.url, args.cluster, args.json) == ("redis://before:1", "redis://node:2", True)
+    neither = parser().parse_args(command)
+    assert (neither.url, neither.cluster, neither.json) == (DEFAULT_URL, None, False)
+    # Given on both sides, the one after the subcommand wins; one given only before stays.
+    both = parser().parse_args(["--url", "redis://before:1", "--json", *command, "--url", "redis://after:3"])
+    assert (both.url, both.json) == ("redis://after:3", True)
+
+
+def test_a_worker_takes_url_after_the_subcommand_as_rq_worker_does(server: Server) -> None:
+    q = echomq.Queue(server.client(), "after")
+    q.enqueue_many(b"job %d" % n for n in range(20))
+    url = f"redis://127.0.0.1:{server.port}"
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    worker = subprocess.Popen(
+        [ECHOMQ, "worker", "handlers:slow", "--queue", "after", "--url", url, "--json"],
+        env=env, stdout=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 20
+    while (q.stats()["pending"] or 0) + (q.stats()["active"] or 0) > 0:
+        assert time.monotonic() < deadline and worker.poll() is None, "the worker reached the server"
+        time.sleep(0.02)
+    worker.send_signal(signal.SIGTERM)
+    out, _ = worker.communicate(timeout=30)
+    assert worker.returncode == 0
+    assert json.loads(out)["acked"] == 20
+    stats = subprocess.run(
+        [ECHOMQ, "stats", "after", "--url", url, "--json"],
+        check=True, capture_output=True, text=True, timeout=30,
+    )
+    assert json.loads(stats.stdout)["pending"] == 0

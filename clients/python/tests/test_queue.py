@@ -48,6 +48,32 @@ def test_batches_options_and_operations(server: Server) -> None:
     assert q.uncron("tick") and not q.uncron("tick")
 
 
+def test_pages_of_a_set_and_the_schedules(server: Server) -> None:
+    q = echomq.Queue(server.client(), "pages")
+    ids = q.enqueue_many(b"job %d" % n for n in range(5))
+    later = q.enqueue(b"later", delay=60)
+    seen = []
+    cursor = "0"
+    while True:
+        cursor, page = q.jobs("pending", cursor=cursor, count=2, payloads=True)
+        assert len(page) <= 2
+        seen += [(j["id"], j["payload"], j["error"]) for j in page]
+        if cursor == "0":
+            break
+    assert seen == [(i, f"job {n}", None) for n, i in enumerate(ids)], "mint order, each once"
+    _, scheduled = q.jobs("scheduled")
+    assert [j["id"] for j in scheduled] == [later] and scheduled[0]["due"] > time.time() * 1000
+    assert q.crons() == []
+    q.cron("nightly", b"report", spec="0 3 * * *")
+    q.cron("beat", b"ping", every=1.5, priority=-1)
+    assert [(c["name"], c["spec"], c["every"], c["priority"], c["payload"], c["last"]) for c in q.crons()] == [
+        ("beat", None, 1500, -1, "ping", None),
+        ("nightly", "0 3 * * *", None, 0, "report", None),
+    ]
+    with pytest.raises(echomq.EmqSetError):
+        q.jobs("done")
+
+
 def test_a_held_unique_key_answers_the_holders_id(server: Server) -> None:
     q = echomq.Queue(server.client(), "uniq")
     first = q.enqueue(b"welcome ann", unique="welcome:ann", unique_for=60)

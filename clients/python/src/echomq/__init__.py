@@ -21,11 +21,12 @@ from .errors import (
     EmqTypeError,
     EmqVersionError,
 )
+from .commands import PROTOCOL_MAJOR, check_version
 from .events import WorkerEvent
 from .ids import mint
 from .queue import Queue
 from .serializers import Json, Raw, Serializer
-from .worker import PROTOCOL_MAJOR, Job, Retry, Worker, check_version
+from .worker import Job, Retry, Worker
 
 __all__ = [
     "EmqCronError",

@@ -1,10 +1,11 @@
-"""What a failover or a reshard looks like to a client, and how long to wait before trying again."""
+"""What a failover or a reshard looks like to a client, how long to wait before trying again, and
+when to stop trying."""
 
 from __future__ import annotations
 
 import random
 
-from .errors import kinds
+from .errors import kinds, translate
 
 # Replies that mean "not now, here": a slot in migration, a blocked call ended by a failover, a
 # replica promoted or demoted, a server loading its data, a cluster without a majority.
@@ -44,3 +45,14 @@ def transient(error: Exception) -> bool:
 def backoff(attempt: int, base: float = 0.05, cap: float = 2.0) -> float:
     """Seconds to wait before try `attempt` (0-based): exponential, capped, with full jitter."""
     return random.uniform(0, min(cap, base * (2**attempt)))
+
+
+def retry_after(error: Exception, attempt: int, retries: int) -> float:
+    """How long to wait before trying a call again after `error`, its `attempt`-th failure;
+    raises the error (typed, for a refusal) when it is not worth another try."""
+    if transient(error) and attempt < retries:
+        return backoff(attempt)
+    typed = translate(error)
+    if typed is error:
+        raise error
+    raise typed from error

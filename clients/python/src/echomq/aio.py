@@ -9,58 +9,48 @@ import signal
 import time
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tuple
 
-from ._replicas import pipelined_async, wait_settings
-from ._retry import backoff, transient
-from .errors import EmqLeaseLost, EmqNotReplicated, translate
-from .events import Action, Hook, WorkerEvent, default_name, failure
-from .queue import (
-    CHUNK, batches, cron_args, enqueue_args, enqueued, limit_args, pairs, retry_after, text,
-    unconfirmed,
-)
-from .serializers import Raw, Serializer
-from .worker import Claiming, Job, check_version, job_of, outcome, renew_args, version_call
+from . import commands as cmd
+from ._replicas import pipelined_async
+from ._retry import backoff, retry_after, transient
+from .errors import translate
+from .events import Action, WorkerEvent, failure
+from .queue import CHUNK, Settings
+from .serializers import Serializer
+from .worker import Claiming, Job, outcome, version_options
 
 
-class AsyncQueue:
+class AsyncQueue(Settings):
     """``echomq.Queue`` for asyncio: the same calls, awaited, retried the same way, and the
-    same ``wait_replicas`` (not with an asyncio cluster client: ``ValueError``)."""
+    same ``wait_replicas`` (not with an asyncio cluster client: ``ValueError``). Each call
+    builds its command and parses the reply with ``commands``, as ``Queue``'s do."""
 
-    def __init__(
-        self,
-        client: Any,
-        name: str,
-        serializer: Optional[Serializer] = None,
-        retries: int = 8,
-        wait_replicas: int = 0,
-        wait_timeout: float = 1.0,
-    ) -> None:
-        self.client = client
-        self.name = name
-        self.serializer: Serializer = serializer or Raw()
-        self.retries = retries
-        self.wait_replicas, self.wait_timeout_ms = wait_settings(wait_replicas, wait_timeout)
-        if self.wait_replicas > 0 and hasattr(client, "get_node_from_key"):
-            raise ValueError("wait_replicas needs a single-server asyncio client (or Queue)")
+    waits_on_cluster = False
 
     async def call(self, command: str, *args: Any) -> Any:
+        """``Queue.call``, awaited."""
+        return await self._send([command, self.name, *args])
+
+    async def write(self, command: str, *args: Any) -> Tuple[Any, Optional[int]]:
+        """``Queue.write``, awaited."""
+        return await self._write([command, self.name, *args])
+
+    async def _send(self, args: List[Any]) -> Any:
         attempt = 0
         while True:
             try:
-                return await self.client.execute_command(command, self.name, *args)
+                return await self.client.execute_command(*args)
             except Exception as e:
                 await asyncio.sleep(retry_after(e, attempt, self.retries))
                 attempt += 1
 
-    async def write(self, command: str, *args: Any) -> Tuple[Any, Optional[int]]:
-        """``Queue.write``, awaited."""
+    async def _write(self, args: List[Any]) -> Tuple[Any, Optional[int]]:
         if self.wait_replicas <= 0:
-            return await self.call(command, *args), None
+            return await self._send(args), None
         attempt = 0
         while True:
             try:
                 (reply,), confirmed = await pipelined_async(
-                    self.client, self.name, [[command, self.name, *args]],
-                    self.wait_replicas, self.wait_timeout_ms,
+                    self.client, self.name, [args], self.wait_replicas, self.wait_timeout_ms
                 )
                 if isinstance(reply, Exception):
                     raise reply
@@ -69,81 +59,79 @@ class AsyncQueue:
                 await asyncio.sleep(retry_after(e, attempt, self.retries))
                 attempt += 1
 
+    # ---- producing ----
+
     async def enqueue(
-        self,
-        payload: Any,
-        id: Optional[str] = None,
-        delay: Optional[float] = None,
-        at: Optional[float] = None,
-        priority: Optional[int] = None,
-        unique: Optional[str] = None,
-        unique_for: Optional[float] = None,
+        self, payload: Any, id: Optional[str] = None, delay: Optional[float] = None,
+        at: Optional[float] = None, priority: Optional[int] = None,
+        unique: Optional[str] = None, unique_for: Optional[float] = None,
     ) -> str:
-        job_id, args = enqueue_args(
-            self.serializer, payload, id, delay, at, priority, unique, unique_for
+        """``Queue.enqueue``, awaited."""
+        job_id, args = cmd.enqueue(
+            self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for
         )
-        reply, confirmed = await self.write("EMQ.ENQUEUE", *args)
-        out = enqueued(reply, job_id)
-        if unconfirmed([out], confirmed, self.wait_replicas):
-            raise EmqNotReplicated([out], confirmed or 0, self.wait_replicas)
-        return out
+        reply, confirmed = await self._write(args)
+        return cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
 
     async def enqueue_many(self, payloads: Iterable[Any], chunk: int = CHUNK) -> List[str]:
-        out: List[str] = []
-        short: List[str] = []
-        fewest: Optional[int] = None
-        for job_ids, args in batches(self.serializer, payloads, chunk):
-            _, confirmed = await self.write("EMQ.MENQUEUE", *args)
-            out += job_ids
-            if unconfirmed(job_ids, confirmed, self.wait_replicas):
-                short += job_ids
-                fewest = confirmed if fewest is None else min(fewest, confirmed or 0)
-        if short:
-            raise EmqNotReplicated(short, fewest or 0, self.wait_replicas, enqueued=out)
-        return out
+        """``Queue.enqueue_many``, awaited."""
+        written = cmd.Written(self.wait_replicas)
+        for job_ids, args in cmd.menqueue(self.name, self.serializer, payloads, chunk):
+            written.add(job_ids, (await self._write(args))[1])
+        return written.ids()
+
+    # ---- looking ----
 
     async def stats(self) -> Dict[str, Optional[int]]:
-        reply: Dict[str, Optional[int]] = pairs(await self.call("EMQ.STATS"))
-        return reply
+        return cmd.counts(await self._send(cmd.stats(self.name)))
 
     async def job(self, job_id: str) -> Optional[Dict[str, Any]]:
-        reply = await self.call("EMQ.JOB", job_id)
-        return None if reply is None else {k: text(v) for k, v in pairs(reply).items()}
+        return cmd.row(await self._send(cmd.job(self.name, job_id)))
+
+    async def jobs(
+        self, set_name: str, cursor: str = "0", count: Optional[int] = None, payloads: bool = False
+    ) -> Tuple[str, List[Dict[str, Any]]]:
+        reply = await self._send(cmd.jobs(self.name, set_name, cursor, count, payloads))
+        return cmd.page(reply, set_name)
+
+    async def crons(self) -> List[Dict[str, Any]]:
+        return cmd.schedules(await self._send(cmd.crons(self.name)))
+
+    # ---- operating ----
 
     async def cancel(self, job_id: str) -> bool:
-        return bool(await self.call("EMQ.CANCEL", job_id))
+        return cmd.flag(await self._send(cmd.cancel(self.name, job_id)))
 
     async def requeue(self, job_id: str) -> bool:
-        return bool(await self.call("EMQ.REQUEUE", job_id))
+        return cmd.flag(await self._send(cmd.requeue(self.name, job_id)))
+
+    async def requeue_dead(self, count: Optional[int] = None) -> int:
+        return cmd.count(await self._send(cmd.requeue_dead(self.name, count)))
+
+    async def purge(self, set_name: str, count: Optional[int] = None) -> int:
+        return cmd.count(await self._send(cmd.purge(self.name, set_name, count)))
 
     async def pause(self) -> bool:
-        return bool(await self.call("EMQ.PAUSE"))
+        return cmd.flag(await self._send(cmd.pause(self.name)))
 
     async def resume(self) -> bool:
-        return bool(await self.call("EMQ.RESUME"))
+        return cmd.flag(await self._send(cmd.resume(self.name)))
 
     async def limit(
-        self,
-        concurrency: Optional[int] = None,
-        rate: Optional[int] = None,
-        per: Optional[float] = None,
-        off: bool = False,
+        self, concurrency: Optional[int] = None, rate: Optional[int] = None,
+        per: Optional[float] = None, off: bool = False,
     ) -> Dict[str, Optional[int]]:
-        reply: Dict[str, Optional[int]] = pairs(
-            await self.call("EMQ.LIMIT", *limit_args(concurrency, rate, per, off))
-        )
-        return reply
+        return cmd.counts(await self._send(cmd.limit(self.name, concurrency, rate, per, off)))
 
     async def cron(
-        self,
-        name: str,
-        payload: Any,
-        spec: Optional[str] = None,
-        every: Optional[float] = None,
-        priority: Optional[int] = None,
+        self, name: str, payload: Any, spec: Optional[str] = None,
+        every: Optional[float] = None, priority: Optional[int] = None,
     ) -> int:
-        args = cron_args(self.serializer, payload, spec, every, priority)
-        return int(await self.call("EMQ.CRON", name, *args))
+        args = cmd.cron(self.name, self.serializer, name, payload, spec, every, priority)
+        return cmd.count(await self._send(args))
+
+    async def uncron(self, name: str) -> bool:
+        return cmd.flag(await self._send(cmd.uncron(self.name, name)))
 
 
 class AsyncWorker(Claiming):
@@ -173,25 +161,21 @@ class AsyncWorker(Claiming):
     ) -> None:
         self.queue = AsyncQueue(client, queue, serializer, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
         self.handler = handler
-        super().__init__(concurrency, lease, batch, block, renew_every, shutdown_timeout)
-        self.name = name or default_name()
-        self._event = Hook(on_event, self.name, queue)
+        super().__init__(
+            queue, concurrency, lease, batch, block, renew_every, shutdown_timeout, name, on_event
+        )
         self._running: Dict[str, "asyncio.Task[None]"] = {}
         self._jobs: Dict[str, Job] = {}
         self._stopping = asyncio.Event()
         self._room = asyncio.Event()
-        self._closed = False
-        #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
-        self._fatal: Optional[BaseException] = None
-        self.counts: Dict[str, int] = {"acked": 0, "failed": 0, "retried": 0, "lost": 0}
 
     def stop(self) -> None:
         self._stopping.set()
         self._room.set()
 
     async def run(self) -> None:
-        args, options = version_call(self.queue.client)
-        check_version(await self.queue.client.execute_command(*args, **options))
+        client = self.queue.client
+        cmd.check_version(await client.execute_command(*cmd.version(), **version_options(client)))
         loop = asyncio.get_running_loop()
         signals: List[signal.Signals] = []
         for s in (signal.SIGTERM, signal.SIGINT):
@@ -230,10 +214,8 @@ class AsyncWorker(Claiming):
                 continue
             try:
                 sent = time.time_ns()
-                claimed = await self.queue.client.execute_command(
-                    "EMQ.CLAIM", self.queue.name, "COUNT", min(free, self.batch),
-                    "LEASE", self.lease_ms, "BLOCK", self.block_ms,
-                )
+                args = self.claim_args(self.queue.name, free)
+                claimed = await self.queue.client.execute_command(*args)
                 failures = 0
             except Exception as e:
                 if not transient(e):
@@ -244,10 +226,7 @@ class AsyncWorker(Claiming):
                     pass
                 failures += 1
                 continue
-            answered = time.time_ns()
-            for raw in claimed or []:
-                job = job_of(self.queue.name, raw)
-                self._event("claim", job.id, job.attempt, sent, answered)
+            for job in self.claimed(self.queue.name, claimed, sent):
                 self._jobs[job.id] = job
                 self._running[job.id] = asyncio.create_task(self._run_job(job))
 
@@ -279,18 +258,18 @@ class AsyncWorker(Claiming):
             self._jobs.pop(job.id, None)
             self._room.set()
 
-    async def _settle(self, job: Job, counted: str, command: str, extra: List[Any]) -> None:
+    async def _settle(self, job: Job, counted: str, command: str, options: List[Any]) -> None:
         """Sends the outcome (with ``WAIT`` after it, with ``wait_replicas``), again while the
         failure is a moment's; a settle event for each try."""
         if self._closed or job.lease_lost.is_set():
             self.counts["lost"] += 1
             return
         waiting = self.queue.wait_replicas
-        action: Action = "ack" if command == "EMQ.ACK" else "fail"
+        action: Action = "ack" if command == cmd.ACK else "fail"
         attempt = 0
         while True:
             sent = time.time_ns()
-            args = [command, self.queue.name, job.id, job.attempt, *extra]
+            args = cmd.settle(self.queue.name, command, job.id, job.attempt, options)
             try:
                 if waiting > 0:
                     (reply,), confirmed = await pipelined_async(
@@ -311,7 +290,7 @@ class AsyncWorker(Claiming):
             await asyncio.sleep(backoff(attempt))
             attempt += 1
         if isinstance(reply, Exception):
-            if isinstance(translate(reply), EmqLeaseLost):
+            if cmd.lease_lost(reply):
                 job.lease_lost.set()
                 self.counts["lost"] += 1
             else:
@@ -327,13 +306,7 @@ class AsyncWorker(Claiming):
                     continue
                 sent = time.time_ns()
                 try:
-                    reply = await self.queue.client.execute_command(
-                        *renew_args(self.queue.name, job, self.lease_ms)
-                    )
+                    reply = await self.queue.client.execute_command(*self.renew_args(job))
                 except Exception as e:
                     reply = e
-                    # A lost lease ends the renewals; a failover or a lost connection: the next
-                    # round tries again.
-                    if isinstance(translate(e), EmqLeaseLost):
-                        job.lease_lost.set()
-                self._event("renew", job.id, job.attempt, sent, time.time_ns(), reply=reply)
+                self.renewed(job, sent, reply)

@@ -6,6 +6,9 @@ queue's operations from the shell.
     echomq stats emails
     echomq dead emails --count 20
     echomq requeue emails --dead
+
+The connection options (``--url``, ``--cluster``, ``--json``) go before the subcommand or
+after it: ``echomq worker app:handle --url redis://...`` as ``rq worker --url`` takes it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Any, Callable, List, Optional
 
 from redis.exceptions import RedisError
 
-from .queue import Queue, text
+from .commands import text
+from .queue import Queue
 from .worker import Job, Worker
 
 
@@ -61,14 +65,39 @@ def show(value: Any, as_json: bool) -> None:
         print(text(value))
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="echomq", description="EchoMQ's worker and queue operations")
-    p.add_argument("--url", default="redis://127.0.0.1:6379", help="the server (default: %(default)s)")
-    p.add_argument("--cluster", metavar="URL", help="any node of a cluster, instead of --url")
-    p.add_argument("--json", action="store_true", help="print JSON, for scripts")
-    sub = p.add_subparsers(dest="command", required=True)
+#: The server when no ``--url`` is given, before the subcommand or after it.
+DEFAULT_URL = "redis://127.0.0.1:6379"
 
-    w = sub.add_parser("worker", help="run a worker: module:function is the handler")
+
+def connection(defaults: bool) -> argparse.ArgumentParser:
+    """The connection options: a parent of the top parser, with their defaults (`defaults`),
+    and of each subcommand's, without them (``SUPPRESS``), so that one given after the
+    subcommand wins and one not given there leaves what came before it."""
+    unset = argparse.SUPPRESS
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument(
+        "--url", default=DEFAULT_URL if defaults else unset,
+        help=f"the server (default: {DEFAULT_URL})",
+    )
+    p.add_argument(
+        "--cluster", default=None if defaults else unset, metavar="URL",
+        help="any node of a cluster, instead of --url",
+    )
+    p.add_argument(
+        "--json", action="store_true", default=False if defaults else unset,
+        help="print JSON, for scripts",
+    )
+    return p
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="echomq", description="EchoMQ's worker and queue operations", parents=[connection(True)]
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    options = [connection(False)]
+
+    w = sub.add_parser("worker", parents=options, help="run a worker: module:function is the handler")
     w.add_argument("handler")
     w.add_argument("--queue", required=True)
     w.add_argument("--concurrency", type=int, default=4)
@@ -76,21 +105,21 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--batch", type=int, help="most jobs a claim takes (default: the concurrency)")
     w.add_argument("--shutdown-timeout", type=float, default=30.0)
 
-    e = sub.add_parser("enqueue", help="enqueue one job; prints its id")
+    e = sub.add_parser("enqueue", parents=options, help="enqueue one job; prints its id")
     e.add_argument("queue")
     e.add_argument("payload")
     e.add_argument("--delay", type=float)
     e.add_argument("--priority", type=int)
     e.add_argument("--unique")
 
-    s = sub.add_parser("stats", help="a queue's counts, pause flag and limits")
+    s = sub.add_parser("stats", parents=options, help="a queue's counts, pause flag and limits")
     s.add_argument("queue")
 
-    d = sub.add_parser("dead", help="the oldest dead jobs, with their errors")
+    d = sub.add_parser("dead", parents=options, help="the oldest dead jobs, with their errors")
     d.add_argument("queue")
     d.add_argument("--count", type=int, default=10)
 
-    r = sub.add_parser("requeue", help="a dead job back to pending, or with --dead the oldest dead ones")
+    r = sub.add_parser("requeue", parents=options, help="a dead job back to pending, or with --dead the oldest dead ones")
     r.add_argument("queue")
     r.add_argument("id", nargs="?")
     r.add_argument("--dead", action="store_true")
@@ -122,12 +151,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.command == "stats":
             show(q.stats(), args.json)
         elif args.command == "dead":
-            _, jobs = q.call("EMQ.JOBS", "dead", "COUNT", args.count, "WITHPAYLOADS")
-            rows = [
-                {"id": text(j[0]), "died-at": j[1], "attempts": j[2], "payload": text(j[3]), "error": text(j[4])}
-                for j in jobs
-            ]
-            show(rows, args.json)
+            show(q.jobs("dead", count=args.count, payloads=True)[1], args.json)
         elif args.command == "requeue":
             if args.dead:
                 show(q.requeue_dead(args.count), args.json)

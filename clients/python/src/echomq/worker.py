@@ -1,7 +1,8 @@
 """The consumer's side: ``Worker`` claims jobs in batches up to its free concurrency, runs them
 in a pool of one thread a slot, renews their leases in the background for as long as they run, settles
 each (``ACK``, or ``FAIL`` with the exception and its traceback), tells an ``on_event`` hook of
-each step (``events``), and stops gracefully on SIGTERM or SIGINT."""
+each step (``events``), and stops gracefully on SIGTERM or SIGINT. Its commands are built and
+their replies parsed by ``commands``."""
 
 from __future__ import annotations
 
@@ -14,15 +15,14 @@ from queue import Empty, SimpleQueue
 from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from . import commands as cmd
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, transient
-from .errors import EmqLeaseLost, EmqVersionError, translate
+from .errors import translate
 from .events import Action, Hook, WorkerEvent, default_name, failure
-from .queue import Queue, text
+from .queue import Queue
 from .serializers import Serializer
 
-#: The protocol major version this client speaks (``EMQ.VERSION`` answers ``echomq:<x.y.z>``).
-PROTOCOL_MAJOR = 2
 #: Most bytes of an error (the exception and its traceback) sent with ``EMQ.FAIL``.
 MAX_ERROR = 4096
 #: Most outcomes (``ACK``, ``FAIL``) sent in one pipeline.
@@ -56,24 +56,26 @@ class Job:
 def outcome(
     serializer: Serializer, result: Any = None, error: Optional[BaseException] = None
 ) -> Tuple[str, str, List[Any]]:
-    """What a handler's end means: its count's name, the command and its arguments after the
+    """What a handler's end means: its count's name, the command and its options after the
     token. A return is ``ACK`` (with ``RESULT`` when it returned a value), ``Retry`` a ``FAIL``
     with ``RETRY-IN``, any other exception a ``FAIL`` with it and its traceback."""
     if isinstance(error, Retry):
-        return "retried", "EMQ.FAIL", ["ERROR", str(error), "RETRY-IN", int(error.after * 1000)]
+        return "retried", cmd.FAIL, cmd.fail_options(str(error), int(error.after * 1000))
     if error is not None:
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        return "failed", "EMQ.FAIL", ["ERROR", trace[-MAX_ERROR:]]
-    extra: List[Any] = ["RESULT", serializer.dumps(result)] if result is not None else []
-    return "acked", "EMQ.ACK", extra
+        return "failed", cmd.FAIL, cmd.fail_options(trace[-MAX_ERROR:])
+    encoded = serializer.dumps(result) if result is not None else None
+    return "acked", cmd.ACK, cmd.ack_options(encoded)
 
 
-def job_of(queue: str, claimed: Any) -> Job:
-    """A job as ``EMQ.CLAIM`` replied it (``[id, payload, attempts]``), its payload still the
-    bytes: it is decoded on the job's own path (``settled``), where a payload that does not
-    decode is that job's failure, not the worker's."""
-    job_id, payload, attempt = claimed
-    return Job(id=text(job_id), payload=payload, attempt=int(attempt), queue=queue)
+def jobs_of(queue: str, reply: Any) -> List[Job]:
+    """The jobs an ``EMQ.CLAIM`` replied (``commands.claimed``), each payload still the bytes:
+    it is decoded on the job's own path (``settled``), where a payload that does not decode is
+    that job's failure, not the worker's."""
+    return [
+        Job(id=job_id, payload=payload, attempt=token, queue=queue)
+        for job_id, payload, token in cmd.claimed(reply)
+    ]
 
 
 def settled(
@@ -99,31 +101,30 @@ def retryable(reply: Any) -> bool:
     return isinstance(reply, Exception) and (transient(reply) or moved(reply))
 
 
-def renew_args(queue: str, job: Job, lease_ms: int) -> List[Any]:
-    """``EMQ.RENEW`` of a running job, with its progress when it has one."""
-    extra: List[Any] = ["PROGRESS", job.progress] if job.progress is not None else []
-    return ["EMQ.RENEW", queue, job.id, job.attempt, lease_ms, *extra]
-
-
-def version_call(client: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
-    """``EMQ.VERSION`` for `client`: a cluster client (which cannot route a command without a
-    key) sends it to any node, as every node speaks the one protocol."""
+def version_options(client: Any) -> Dict[str, Any]:
+    """Where `client` sends ``EMQ.VERSION``: a cluster client (which cannot route a command
+    without a key) to any node, as every node speaks the one protocol."""
     if hasattr(client, "get_random_node"):
-        return ("EMQ.VERSION",), {"target_nodes": client.get_random_node()}
-    return ("EMQ.VERSION",), {}
+        return {"target_nodes": client.get_random_node()}
+    return {}
 
 
 class Claiming:
-    """A worker's claiming settings, checked and in ms (``Worker``'s and ``AsyncWorker``'s)."""
+    """A worker's claiming settings, checked and in ms, its name, its ``on_event`` hook and
+    what it counts (``Worker``'s and ``AsyncWorker``'s), and what both build and read of their
+    commands."""
 
     def __init__(
         self,
+        queue: str,
         concurrency: int,
         lease: float,
         batch: Optional[int],
         block: float,
         renew_every: float,
         shutdown_timeout: float,
+        name: Optional[str],
+        on_event: Optional[Callable[[WorkerEvent], None]],
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency is at least 1")
@@ -134,20 +135,39 @@ class Claiming:
         #: Renewals come every `renew_every` of the lease.
         self.renew_interval = lease * renew_every
         self.shutdown_timeout = shutdown_timeout
+        self.name = name or default_name()
+        self._event = Hook(on_event, self.name, queue)
+        #: Set once the worker shut down: an outcome not sent by then is left to its lease.
+        self._closed = False
+        #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
+        self._fatal: Optional[BaseException] = None
+        #: What happened, for logs and tests: acked, failed, retried, lost (and
+        #: failed-to-settle: an outcome the server refused for another reason).
+        self.counts: Dict[str, int] = {"acked": 0, "failed": 0, "retried": 0, "lost": 0}
 
+    def claim_args(self, queue: str, free: int) -> List[Any]:
+        """The ``EMQ.CLAIM`` of up to `free` jobs (no more than ``batch``), with ``BLOCK``."""
+        return cmd.claim(queue, min(free, self.batch), self.lease_ms, self.block_ms)
 
-def check_version(answer: Any) -> None:
-    """Refuses a server that speaks another protocol major version than ``PROTOCOL_MAJOR``."""
-    version = text(answer)
-    try:
-        name, number = str(version).split(":", 1)
-        major = int(number.split(".", 1)[0])
-    except ValueError:
-        raise EmqVersionError(f"EMQ.VERSION answered {version!r}, not echomq:<version>") from None
-    if name != "echomq" or major != PROTOCOL_MAJOR:
-        raise EmqVersionError(
-            f"the server speaks {version}; this client speaks echomq:{PROTOCOL_MAJOR}.x"
-        )
+    def claimed(self, queue: str, reply: Any, sent_ns: int) -> List[Job]:
+        """The jobs a claim's reply holds (``jobs_of``), with a claim event for each."""
+        answered = time.time_ns()
+        jobs = jobs_of(queue, reply)
+        for job in jobs:
+            self._event("claim", job.id, job.attempt, sent_ns, answered)
+        return jobs
+
+    def renew_args(self, job: Job) -> List[Any]:
+        """The ``EMQ.RENEW`` of a running job, with its progress when it has one."""
+        return cmd.renew(job.queue, job.id, job.attempt, self.lease_ms, job.progress)
+
+    def renewed(self, job: Job, sent_ns: int, reply: Any) -> None:
+        """A renewal's reply (an exception for one that failed), as a renew event: a lost
+        lease ends the job's renewals; a failover or a lost connection, the next round tries
+        again."""
+        if cmd.lease_lost(reply):
+            job.lease_lost.set()
+        self._event("renew", job.id, job.attempt, sent_ns, time.time_ns(), reply=reply)
 
 
 class Worker(Claiming):
@@ -184,20 +204,14 @@ class Worker(Claiming):
     ) -> None:
         self.queue = Queue(client, queue, serializer, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
         self.handler = handler
-        super().__init__(concurrency, lease, batch, block, renew_every, shutdown_timeout)
-        self.name = name or default_name()
-        self._event = Hook(on_event, self.name, queue)
+        super().__init__(
+            queue, concurrency, lease, batch, block, renew_every, shutdown_timeout, name, on_event
+        )
         self._running: Dict[str, Job] = {}
         self._outcomes: "SimpleQueue[Tuple[Job, str, str, List[Any]]]" = SimpleQueue()
         self._inbox: "SimpleQueue[Optional[Job]]" = SimpleQueue()
         self._lock = threading.Condition()
         self._stopping = threading.Event()
-        self._closed = False
-        #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
-        self._fatal: Optional[BaseException] = None
-        #: What happened, for logs and tests: acked, failed, retried, lost (and
-        #: failed-to-settle: an outcome the server refused for another reason).
-        self.counts: Dict[str, int] = {"acked": 0, "failed": 0, "retried": 0, "lost": 0}
 
     # ---- control ----
 
@@ -212,8 +226,8 @@ class Worker(Claiming):
         A handler's ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``,
         ``SystemExit``...) fails its job and stops the worker as ``stop`` does; ``run`` raises it
         once the other running jobs are settled."""
-        args, options = version_call(self.queue.client)
-        check_version(self.queue.client.execute_command(*args, **options))
+        client = self.queue.client
+        cmd.check_version(client.execute_command(*cmd.version(), **version_options(client)))
         restore = self._install_signals()
         renewer = threading.Thread(target=self._renew_loop, name="echomq-renew", daemon=True)
         renewer.start()
@@ -269,16 +283,7 @@ class Worker(Claiming):
                     continue
             try:
                 sent = time.time_ns()
-                claimed = self.queue.client.execute_command(
-                    "EMQ.CLAIM",
-                    self.queue.name,
-                    "COUNT",
-                    min(free, self.batch),
-                    "LEASE",
-                    self.lease_ms,
-                    "BLOCK",
-                    self.block_ms,
-                )
+                claimed = self.queue.client.execute_command(*self.claim_args(self.queue.name, free))
                 failures = 0
             except Exception as e:
                 if not transient(e):
@@ -287,10 +292,7 @@ class Worker(Claiming):
                 self._stopping.wait(backoff(failures))
                 failures += 1
                 continue
-            answered = time.time_ns()
-            for raw in claimed or []:
-                job = job_of(self.queue.name, raw)
-                self._event("claim", job.id, job.attempt, sent, answered)
+            for job in self.claimed(self.queue.name, claimed, sent):
                 with self._lock:
                     self._running[job.id] = job
                 self._inbox.put(job)
@@ -369,8 +371,7 @@ class Worker(Claiming):
                 replies[i] = self._send([one])[0]
         for (job, counted, _, _), reply in zip(send, replies):
             if isinstance(reply, Exception):
-                typed = translate(reply)
-                if isinstance(typed, EmqLeaseLost):
+                if cmd.lease_lost(reply):
                     job.lease_lost.set()
                     self._count("lost")
                     continue
@@ -382,19 +383,16 @@ class Worker(Claiming):
         """One pipeline: the acknowledgements as one ``EMQ.MACK`` (each job's outcome in its
         place), each ``FAIL`` on its own, then ``WAIT`` with ``wait_replicas``; the replies in
         the order of ``send`` (an exception for one that failed), a settle event for each."""
-        acks = [i for i, (_, _, command, _) in enumerate(send) if command == "EMQ.ACK"]
+        acks = [i for i, (_, _, command, _) in enumerate(send) if command == cmd.ACK]
         commands: List[List[Any]] = []
         if acks:
-            args: List[Any] = []
-            for i in acks:
-                job, _, _, extra = send[i]
-                args += [job.id, job.attempt, *extra]
-            commands.append(["EMQ.MACK", self.queue.name, *args])
+            each = (send[i] for i in acks)
+            commands.append(cmd.mack(self.queue.name, ((j.id, j.attempt, o) for j, _, _, o in each)))
         acked = set(acks)
         fails = [i for i in range(len(send)) if i not in acked]
         for i in fails:
-            job, _, command, extra = send[i]
-            commands.append([command, self.queue.name, job.id, job.attempt, *extra])
+            job, _, command, options = send[i]
+            commands.append(cmd.settle(self.queue.name, command, job.id, job.attempt, options))
         waiting = self.queue.wait_replicas
         sent = time.time_ns()
         try:
@@ -406,16 +404,13 @@ class Worker(Claiming):
         answered = time.time_ns()
         replies: List[Any] = [None] * len(send)
         if acks:
-            placed = answers.pop(0)
-            # A refusal of the whole call (a failover, say) stands for each of its jobs.
-            each = placed if isinstance(placed, list) else [placed] * len(acks)
-            for i, reply in zip(acks, each):
+            for i, reply in zip(acks, cmd.macked(answers.pop(0), len(acks))):
                 replies[i] = reply
         for i, reply in zip(fails, answers):
             replies[i] = reply
         replicated = None if confirmed is None else confirmed >= waiting
         for (job, _, command, _), reply in zip(send, replies):
-            action: Action = "ack" if command == "EMQ.ACK" else "fail"
+            action: Action = "ack" if command == cmd.ACK else "fail"
             self._event(
                 "settle", job.id, job.attempt, sent, answered, reply=reply,
                 action=action, replicated=replicated,
@@ -445,13 +440,7 @@ class Worker(Claiming):
                     continue
                 sent = time.time_ns()
                 try:
-                    reply = self.queue.client.execute_command(
-                        *renew_args(self.queue.name, job, self.lease_ms)
-                    )
+                    reply = self.queue.client.execute_command(*self.renew_args(job))
                 except Exception as e:
                     reply = e
-                    # A lost lease ends the renewals; a failover or a lost connection: the next
-                    # round tries again.
-                    if isinstance(translate(e), EmqLeaseLost):
-                        job.lease_lost.set()
-                self._event("renew", job.id, job.attempt, sent, time.time_ns(), reply=reply)
+                self.renewed(job, sent, reply)

@@ -1,0 +1,322 @@
+"""Every ``EMQ.*`` command the package sends: a pure function per command that builds its
+arguments (the command's name, then the queue, then the rest), and one per reply shape that
+parses what the server answered. No I/O: ``Queue``, ``AsyncQueue`` and the workers send what
+these build, each its own way (blocking or awaited, alone or pipelined)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from . import ids
+from .errors import EmqLeaseLost, EmqNotReplicated, EmqVersionError, translate
+from .serializers import Serializer
+
+#: The protocol major version this client speaks (``EMQ.VERSION`` answers ``echomq:<x.y.z>``).
+PROTOCOL_MAJOR = 2
+#: Jobs one ``EMQ.MENQUEUE`` carries (the server takes up to 10,000).
+CHUNK = 1000
+#: The two outcomes of a job's attempt (``settle``).
+ACK, FAIL = "EMQ.ACK", "EMQ.FAIL"
+#: The name ``jobs`` gives each set's score, as ``EMQ.JOB`` names it (pending has none).
+SCORES = {"scheduled": "due", "active": "lease-deadline", "dead": "died-at"}
+
+# ---- building: producing ----
+
+
+def enqueue(
+    queue: str,
+    serializer: Serializer,
+    payload: Any,
+    id: Optional[str],
+    delay: Optional[float],
+    at: Optional[float],
+    priority: Optional[int],
+    unique: Optional[str],
+    unique_for: Optional[float],
+) -> Tuple[str, List[Any]]:
+    """The job's id (minted when not given) and its ``EMQ.ENQUEUE``."""
+    job_id = id or ids.mint()
+    args: List[Any] = ["EMQ.ENQUEUE", queue, job_id, serializer.dumps(payload)]
+    if delay is not None and at is not None:
+        raise ValueError("give delay or at, not both")
+    if delay is not None:
+        args += ["DELAY", int(delay * 1000)]
+    if at is not None:
+        args += ["AT", int(at * 1000)]
+    if priority is not None:
+        args += ["PRIORITY", priority]
+    if unique is not None:
+        args += ["UNIQUE", unique]
+        if unique_for is not None:
+            args += ["FOR", int(unique_for * 1000)]
+    elif unique_for is not None:
+        raise ValueError("unique_for is the window of a unique key")
+    return job_id, args
+
+
+def menqueue(
+    queue: str, serializer: Serializer, payloads: Iterable[Any], chunk: int
+) -> Iterator[Tuple[List[str], List[Any]]]:
+    """``EMQ.MENQUEUE``s of ``chunk`` jobs each, with the ids minted for them."""
+    job_ids: List[str] = []
+    args: List[Any] = []
+    for payload in payloads:
+        job_ids.append(ids.mint())
+        args += [job_ids[-1], serializer.dumps(payload)]
+        if len(job_ids) >= chunk:
+            yield job_ids, ["EMQ.MENQUEUE", queue, *args]
+            job_ids, args = [], []
+    if job_ids:
+        yield job_ids, ["EMQ.MENQUEUE", queue, *args]
+
+
+# ---- building: looking ----
+
+
+def stats(queue: str) -> List[Any]:
+    return ["EMQ.STATS", queue]
+
+
+def job(queue: str, job_id: str) -> List[Any]:
+    return ["EMQ.JOB", queue, job_id]
+
+
+def jobs(queue: str, set_name: str, cursor: str, count: Optional[int], payloads: bool) -> List[Any]:
+    """``EMQ.JOBS``: one page of a set, after ``cursor`` (``"0"``: from the start)."""
+    args: List[Any] = ["EMQ.JOBS", queue, set_name, "CURSOR", cursor]
+    if count is not None:
+        args += ["COUNT", count]
+    return args + (["WITHPAYLOADS"] if payloads else [])
+
+
+def crons(queue: str) -> List[Any]:
+    return ["EMQ.CRONS", queue]
+
+
+def version() -> List[Any]:
+    return ["EMQ.VERSION"]
+
+
+# ---- building: operating ----
+
+
+def cancel(queue: str, job_id: str) -> List[Any]:
+    return ["EMQ.CANCEL", queue, job_id]
+
+
+def requeue(queue: str, job_id: str) -> List[Any]:
+    return ["EMQ.REQUEUE", queue, job_id]
+
+
+def requeue_dead(queue: str, count: Optional[int]) -> List[Any]:
+    return ["EMQ.REQUEUE", queue, "DEAD", *(["COUNT", count] if count is not None else [])]
+
+
+def purge(queue: str, set_name: str, count: Optional[int]) -> List[Any]:
+    return ["EMQ.PURGE", queue, set_name, *(["COUNT", count] if count is not None else [])]
+
+
+def pause(queue: str) -> List[Any]:
+    return ["EMQ.PAUSE", queue]
+
+
+def resume(queue: str) -> List[Any]:
+    return ["EMQ.RESUME", queue]
+
+
+def limit(
+    queue: str, concurrency: Optional[int], rate: Optional[int], per: Optional[float], off: bool
+) -> List[Any]:
+    """``EMQ.LIMIT``: the given limits, ``OFF``, or with neither a report."""
+    args: List[Any] = ["EMQ.LIMIT", queue, *(["OFF"] if off else [])]
+    if concurrency is not None:
+        args += ["CONCURRENCY", concurrency]
+    if rate is not None:
+        if per is None:
+            raise ValueError("a rate needs its window, per")
+        args += ["RATE", rate, "PER", int(per * 1000)]
+    return args
+
+
+def cron(
+    queue: str,
+    serializer: Serializer,
+    name: str,
+    payload: Any,
+    spec: Optional[str],
+    every: Optional[float],
+    priority: Optional[int],
+) -> List[Any]:
+    """``EMQ.CRON``: a cron ``spec``, or ``EVERY`` so many seconds (sent in ms)."""
+    if (spec is None) == (every is None):
+        raise ValueError("give spec or every")
+    when: List[Any] = [spec] if spec is not None else ["EVERY", int((every or 0) * 1000)]
+    extra: List[Any] = ["PRIORITY", priority] if priority is not None else []
+    return ["EMQ.CRON", queue, name, *when, serializer.dumps(payload), *extra]
+
+
+def uncron(queue: str, name: str) -> List[Any]:
+    return ["EMQ.UNCRON", queue, name]
+
+
+# ---- building: working ----
+
+
+def claim(queue: str, count: int, lease_ms: int, block_ms: int) -> List[Any]:
+    return ["EMQ.CLAIM", queue, "COUNT", count, "LEASE", lease_ms, "BLOCK", block_ms]
+
+
+def renew(
+    queue: str, job_id: str, token: int, lease_ms: int, progress: Optional[bytes]
+) -> List[Any]:
+    """``EMQ.RENEW`` of a running job, with its progress when it has one."""
+    extra: List[Any] = ["PROGRESS", progress] if progress is not None else []
+    return ["EMQ.RENEW", queue, job_id, token, lease_ms, *extra]
+
+
+def ack_options(result: Optional[bytes]) -> List[Any]:
+    """What follows the token in an ``EMQ.ACK`` (or an ``EMQ.MACK``'s job): the result's."""
+    return ["RESULT", result] if result is not None else []
+
+
+def fail_options(error: str, retry_in_ms: Optional[int] = None) -> List[Any]:
+    """What follows the token in an ``EMQ.FAIL``: the error, and when to retry if it says."""
+    return ["ERROR", error, *(["RETRY-IN", retry_in_ms] if retry_in_ms is not None else [])]
+
+
+def settle(queue: str, command: str, job_id: str, token: int, options: Sequence[Any]) -> List[Any]:
+    """One job's outcome: ``EMQ.ACK`` or ``EMQ.FAIL`` with its options."""
+    return [command, queue, job_id, token, *options]
+
+
+def mack(queue: str, acks: Iterable[Tuple[str, int, Sequence[Any]]]) -> List[Any]:
+    """One ``EMQ.MACK`` of several jobs' acknowledgements (id, token, ``ack_options``)."""
+    args: List[Any] = ["EMQ.MACK", queue]
+    for job_id, token, options in acks:
+        args += [job_id, token, *options]
+    return args
+
+
+# ---- parsing ----
+
+
+def text(value: Any) -> Any:
+    """A reply's bytes as ``str``; other values as they are."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def pairs(flat: Any) -> Dict[str, Any]:
+    """A map reply (a flat array under RESP2, a dict under RESP3) as a ``dict``."""
+    if isinstance(flat, dict):
+        return {text(k): v for k, v in flat.items()}
+    return {text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
+
+
+def flag(reply: Any) -> bool:
+    """An integer reply that says whether the call did something."""
+    return bool(reply)
+
+
+def count(reply: Any) -> int:
+    """An integer reply: how many, or a time in unix ms."""
+    return int(reply)
+
+
+def counts(reply: Any) -> Dict[str, Optional[int]]:
+    """``EMQ.STATS``'s and ``EMQ.LIMIT``'s map: each field's integer (or null)."""
+    out: Dict[str, Optional[int]] = pairs(reply)
+    return out
+
+
+def row(reply: Any) -> Optional[Dict[str, Any]]:
+    """``EMQ.JOB``'s map, its values as text; ``None`` when there is no such job."""
+    return None if reply is None else {k: text(v) for k, v in pairs(reply).items()}
+
+
+def page(reply: Any, set_name: str) -> Tuple[str, List[Dict[str, Any]]]:
+    """``EMQ.JOBS``'s ``[next-cursor, jobs]``: the cursor (``"0"`` at the end) and each job's
+    ``id``, its score under ``SCORES``' name for the set (pending's is left out),
+    ``attempts``, and with payloads ``payload`` and ``error``; values as text."""
+    cursor, found = reply
+    fields = ["id", SCORES.get(set_name, ""), "attempts", "payload", "error"]
+    return str(text(cursor)), [
+        {k: text(v) for k, v in zip(fields, one) if k} for one in found or []
+    ]
+
+
+def schedules(reply: Any) -> List[Dict[str, Any]]:
+    """``EMQ.CRONS``: each schedule's ``name``, ``spec`` (or ``every``, ms), ``priority``,
+    ``next`` and ``last`` firings (unix ms; ``last`` null before the first) and ``payload``,
+    by name; values as text, as ``row``'s."""
+    return [{k: text(v) for k, v in pairs(one).items()} for one in reply or []]
+
+
+def enqueued(reply: Any, confirmed: Optional[int], job_id: str, wanted: int) -> str:
+    """The id an enqueue stands for: 1 (written) or 0 (this id was enqueued already) is the
+    job's own; an id is the unique key's holder. ``EmqNotReplicated`` when ``WAIT`` confirmed
+    it on fewer replicas than `wanted`."""
+    out = str(text(reply)) if isinstance(reply, bytes) else job_id
+    if unconfirmed(confirmed, wanted):
+        raise EmqNotReplicated([out], confirmed or 0, wanted)
+    return out
+
+
+def unconfirmed(confirmed: Optional[int], wanted: int) -> bool:
+    """Whether a write's ``WAIT`` confirmed it on fewer replicas than `wanted` (never, without
+    a wait)."""
+    return confirmed is not None and confirmed < wanted
+
+
+class Written:
+    """What an ``enqueue_many``'s ``EMQ.MENQUEUE``s wrote, chunk by chunk (``add``): every id,
+    and which of them fewer replicas than `wanted` confirmed (``ids`` raises for those)."""
+
+    def __init__(self, wanted: int) -> None:
+        self.wanted = wanted
+        self.enqueued: List[str] = []
+        self.short: List[str] = []
+        self.fewest: Optional[int] = None
+
+    def add(self, job_ids: List[str], confirmed: Optional[int]) -> None:
+        self.enqueued += job_ids
+        if unconfirmed(confirmed, self.wanted):
+            self.short += job_ids
+            self.fewest = confirmed if self.fewest is None else min(self.fewest, confirmed or 0)
+
+    def ids(self) -> List[str]:
+        """Every id, in order; ``EmqNotReplicated`` naming the unconfirmed chunks' jobs."""
+        if self.short:
+            raise EmqNotReplicated(self.short, self.fewest or 0, self.wanted, enqueued=self.enqueued)
+        return self.enqueued
+
+
+def lease_lost(reply: Any) -> bool:
+    """Whether a renewal's or a settle's reply is ``EMQLEASE``: the lease ran out and another
+    attempt holds the job (a failover or a lost connection is not: it may be tried again)."""
+    return isinstance(reply, Exception) and isinstance(translate(reply), EmqLeaseLost)
+
+
+def claimed(reply: Any) -> List[Tuple[str, Any, int]]:
+    """``EMQ.CLAIM``'s jobs, each ``[id, payload, attempts]``: the id, the payload's bytes (a
+    worker decodes them on the job's own path) and the attempt, the lease token."""
+    return [(str(text(job_id)), payload, int(token)) for job_id, payload, token in reply or []]
+
+
+def macked(reply: Any, count: int) -> List[Any]:
+    """``EMQ.MACK``'s reply for each of its `count` jobs, in order: each job's own, or the
+    refusal of the whole call (a failover, say) standing for each."""
+    return list(reply) if isinstance(reply, list) else [reply] * count
+
+
+def check_version(answer: Any) -> None:
+    """Refuses a server that speaks another protocol major version than ``PROTOCOL_MAJOR``."""
+    version = text(answer)
+    try:
+        name, number = str(version).split(":", 1)
+        major = int(number.split(".", 1)[0])
+    except ValueError:
+        raise EmqVersionError(f"EMQ.VERSION answered {version!r}, not echomq:<version>") from None
+    if name != "echomq" or major != PROTOCOL_MAJOR:
+        raise EmqVersionError(
+            f"the server speaks {version}; this client speaks echomq:{PROTOCOL_MAJOR}.x"
+        )
