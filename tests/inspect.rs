@@ -807,6 +807,7 @@ fn the_commands_are_read_only_route_by_queue_and_document_their_arguments() {
         "CURSOR",
         "COUNT",
         "WITHPAYLOADS",
+        "PREVIEW",
     ] {
         assert!(text.contains(&format!("\"{word}\"")), "{word}: {text}");
     }

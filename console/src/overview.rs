@@ -96,6 +96,9 @@ pub struct JobEntry {
 
 /// A page's payloads and errors whole ([`jobs`]).
 pub const WHOLE: usize = usize::MAX;
+/// The longest cut the server makes itself (`EMQ.JOBS ... PREVIEW`); a longer one is read whole
+/// and cut here.
+const MAX_PREVIEW: usize = 65_536;
 
 /// The first `limit` bytes of `bytes` as text (cut back to a character's start when it is
 /// UTF-8, invalid bytes shown as U+FFFD), and whether anything was left out.
@@ -197,7 +200,12 @@ pub async fn jobs(
         b"COUNT".to_vec(),
         count.to_string().into_bytes(),
     ];
-    if with_payloads {
+    // A cut page asks the server for the first bytes alone (and their lengths): a page of
+    // large jobs stays small on the wire too.
+    let preview = with_payloads && limit < MAX_PREVIEW;
+    if preview {
+        args.extend([b"PREVIEW".to_vec(), limit.max(1).to_string().into_bytes()]);
+    } else if with_payloads {
         args.push(b"WITHPAYLOADS".to_vec());
     }
     let reply = dep.queue(queue).call("EMQ.JOBS", &args).await?;
@@ -212,12 +220,16 @@ pub async fn jobs(
             let field = |i: usize| fields.get(i).and_then(text);
             let Some(id) = field(0) else { continue };
             let payload = fields.get(3).and_then(bytes).unwrap_or_default();
+            let payload_bytes = match fields.get(5) {
+                Some(whole) if preview => usize::try_from(number(whole)).unwrap_or(0),
+                _ => payload.len(),
+            };
             out.push(JobEntry {
                 id,
                 score: fields.get(1).map_or(0, number),
                 attempts: fields.get(2).map_or(0, number),
                 payload: cut(&payload, limit).0,
-                payload_bytes: payload.len(),
+                payload_bytes,
                 error: fields.get(4).and_then(bytes).map(|e| cut(&e, limit).0),
             });
         }

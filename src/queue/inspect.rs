@@ -210,6 +210,9 @@ pub fn job<S: Ranked>(store: &S, job: &Job<'_, S>) -> Result<Option<View<S::Text
 
 // ---- EMQ.JOBS -------------------------------------------------------------------------------
 
+/// Most bytes of a payload or an error `EMQ.JOBS ... PREVIEW` shows.
+pub const MAX_PREVIEW: i64 = 65_536;
+
 /// One job of a page.
 pub struct Entry<T> {
     pub member: T,
