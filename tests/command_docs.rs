@@ -36,8 +36,9 @@ fn scalar(v: &Value) -> Option<String> {
         Value::Double(d) => format!("(double) {d}"),
         Value::Boolean(b) => format!("(boolean) {b}"),
         Value::VerbatimString { text, .. } => format!("(verbatim) {text:?}"),
-        Value::Array(items) if items.is_empty() => "[]".to_string(),
-        Value::Set(items) if items.is_empty() => "(set) []".to_string(),
+        // Empty, a set and an array say the same; servers differ in which they send (the
+        // subcommands of `COMMAND INFO`: a set on Valkey 8.0, an array on 9.1).
+        Value::Array(items) | Value::Set(items) if items.is_empty() => "[]".to_string(),
         Value::Map(pairs) if pairs.is_empty() => "{}".to_string(),
         Value::Array(_) | Value::Set(_) | Value::Map(_) => return None,
         other => format!("{other:?}"),
