@@ -325,7 +325,8 @@ export class Worker extends EventEmitter {
     for (const { controller } of this.running.values()) controller.abort(new Error('the worker closed before the job finished'));
     clearInterval(this.renewTimer ?? undefined);
     if (this.signalHandler) for (const s of ['SIGTERM', 'SIGINT']) process.off(s, this.signalHandler);
-    if (this.claims?.isOpen) await this.claims.disconnect().catch(() => {});
+    // A cluster client has no `isOpen`; a client that never connected refuses disconnect().
+    if (this.claims) await this.claims.disconnect().catch(() => {});
     this.emit('closed');
   }
 

@@ -10,12 +10,14 @@ const SLOTS = 16384;
 export class Cluster {
   static async start(primaries = 3) {
     const nodes = [];
+    const busPorts = [];
     for (let i = 0; i < primaries; i++) {
+      busPorts.push(await freePort());
       nodes.push(
         await Server.start([
           '--cluster-enabled', 'yes',
           '--cluster-config-file', 'nodes.conf',
-          '--cluster-port', String(await freePort()),
+          '--cluster-port', String(busPorts[i]),
           '--cluster-node-timeout', '2000',
         ]),
       );
@@ -26,7 +28,7 @@ export class Cluster {
       const last = Math.floor((SLOTS * (i + 1)) / primaries) - 1;
       await nodes[i].cmd('CLUSTER', 'ADDSLOTSRANGE', first, last);
     }
-    for (const node of nodes.slice(1)) await nodes[0].cmd('CLUSTER', 'MEET', '127.0.0.1', node.port);
+    for (let i = 1; i < primaries; i++) await nodes[0].cmd('CLUSTER', 'MEET', '127.0.0.1', nodes[i].port, busPorts[i]);
     const ok = await until(async () => {
       for (const node of nodes) {
         const info = String(await node.cmd('CLUSTER', 'INFO'));
