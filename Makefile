@@ -195,6 +195,7 @@ bench: build
 bench-clients: build python
 	$(PY_VENV)/bin/pip install --quiet -e 'clients/python[dev,bench]'
 	$(CARGO) build --release -p echomq-client --example drain
+	@$(MAKE) --no-print-directory node-deps
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(PY_VENV)/bin/python clients/python/bench/clients.py
 
 # The layer check (tests/layers.rs) reads src/ and fails on an upward import, an import cycle
