@@ -215,7 +215,7 @@ lint: deps python
 # (install-deps.sh --with-node); node_modules links to them where npm has not installed them,
 # and NODE_PATH lets node-redis find its own @redis packages there. test-node runs its suites
 # against real servers (single, 3-primary cluster, and beside the Python client's venv);
-# lint-node type-checks index.d.ts against test/types.ts (tsc --strict).
+# lint-node type-checks index.d.ts against test/types.ts (tsc --strict) and src/ itself (checkJs).
 .PHONY: node-deps test-node lint-node
 NODE_DIR := clients/node
 NODE_SHARE := /usr/share/nodejs
@@ -231,7 +231,7 @@ test-node: build python node-deps
 	  node --test test/*.test.js
 
 lint-node: node-deps
-	cd $(NODE_DIR) && tsc -p tsconfig.json
+	cd $(NODE_DIR) && tsc -p tsconfig.json && tsc -p tsconfig.src.json
 
 clean:
 	$(CARGO) clean

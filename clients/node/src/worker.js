@@ -246,6 +246,7 @@ export class Worker extends EventEmitter {
   }
 
   async settle(batch) {
+    /** @type {Array<string | Buffer>} */
     const args = ['EMQ.MACK', this.queue.name];
     const kept = [];
     for (const item of batch) {
