@@ -239,6 +239,8 @@ export class Worker extends EventEmitter {
    * time; each call also claims as many jobs as its acknowledgements and the free slots allow. */
   flush() {
     this.flushing ??= (async () => {
+      // The handlers that end in this turn of the event loop go in the same call.
+      await new Promise((resolve) => setImmediate(resolve));
       while (this.acks.length > 0) await this.settle(this.acks.splice(0, SETTLE_BATCH));
       this.flushing = null;
     })();

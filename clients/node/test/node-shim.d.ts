@@ -22,3 +22,4 @@ declare const process: {
   on(signal: string, listener: () => void): void;
   off(signal: string, listener: () => void): void;
 };
+declare function setImmediate(callback: (value?: unknown) => void): unknown;
