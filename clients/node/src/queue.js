@@ -153,17 +153,21 @@ export class Queue {
 
   /**
    * Deletes the jobs of a set, `count` a call (each call bounded in the server), until a call
-   * deletes fewer; how many in all.
+   * deletes fewer, or as many calls as the set's size when it began takes (so jobs that keep
+   * coming cannot hold it in the loop); how many in all.
    * @param {'pending' | 'scheduled' | 'dead'} set
    */
   async purge(set, options = {}) {
     const count = options.count ?? PURGE_COUNT;
+    const size = Number((await this.stats())[set]) || 0;
+    const rounds = Math.ceil(size / count) + 1;
     let total = 0;
-    for (;;) {
-      const n = Number(await this.call('EMQ.PURGE', set, 'COUNT', count));
+    for (let round = 0; round < rounds; round++) {
+      const n = Number(await this.call('EMQ.PURGE', set, 'COUNT', String(count)));
       total += n;
-      if (n < count) return total;
+      if (n < count) break;
     }
+    return total;
   }
 
   /** Stops the queue's claims; false when it was paused already. */
