@@ -7,8 +7,8 @@
 # tier, whose TLS node gets certificates scripts/tls-certs.sh makes with openssl) and
 # iptables (--with-iptables, the faults harness, which cuts links with it) and chromium with
 # chromium-driver (--with-browser, the console's browser tests), and node-redis with tsc
-# (--with-node, the Node.js client's tests and type check; Node.js itself, 18 or later, as
-# installed: apt keeps a nodejs already there rather than replacing it).
+# (--with-node, the Node.js client's tests and type check; Node.js 18 or later as installed,
+# which apt keeps rather than replacing it, or Debian's nodejs 18 where there is none).
 # Idempotent: does nothing when everything is already present.
 set -euo pipefail
 
@@ -60,6 +60,9 @@ fi
 # Debian's node-redis (v4) lands in /usr/share/nodejs, found through NODE_PATH.
 have_node_redis() { [ -e /usr/share/nodejs/redis/package.json ]; }
 if [ $want_node = 1 ]; then
+  if command -v node >/dev/null 2>&1 && ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 18 ? 0 : 1)'; then
+    echo "echomq: the Node.js client needs node >= 18; this machine has: $(node --version)" >&2; exit 1
+  fi
   have_node_redis || missing+=(node-redis)
   command -v tsc >/dev/null 2>&1 || missing+=(node-typescript)
 fi
@@ -119,6 +122,3 @@ if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
   $SUDO systemctl disable --now valkey-server >/dev/null 2>&1 || true
 fi
 have_valkey || { echo "echomq: valkey-server still missing after install" >&2; exit 1; }
-if [ $want_node = 1 ] && ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 18 ? 0 : 1)' 2>/dev/null; then
-  echo "echomq: the Node.js client needs node >= 18; this machine has: $(node --version 2>&1)" >&2; exit 1
-fi
