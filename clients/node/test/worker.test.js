@@ -40,6 +40,8 @@ describe('Worker', () => {
       },
       { concurrency: 8 },
     );
+    const completed = new Set();
+    worker.on('completed', (job) => completed.add(job.id));
     let sampledMost = 0;
     while (worker.counts.acked < 200) {
       const { active } = await q.stats();
@@ -53,6 +55,7 @@ describe('Worker', () => {
     assert.deepEqual(new Set(seen.values()), new Set([1]));
     assert.deepEqual([...seen.keys()].sort(), [...ids].sort());
     assert.deepEqual(worker.counts, { acked: 200, failed: 0, retried: 0, lost: 0 });
+    assert.equal(completed.size, 200, "a 'completed' event for each job");
     assert.equal((await q.stats()).active, 0);
   });
 
