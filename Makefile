@@ -227,8 +227,7 @@ node-deps:
 
 test-node: build python node-deps
 	cd $(NODE_DIR) && NODE_PATH=$(NODE_SHARE) ECHOMQ_MODULE=$(CURDIR)/$(MODULE) VALKEY_SERVER=$(VALKEY_SERVER) \
-	  ECHOMQ_PYTHON=$(CURDIR)/$(PY_VENV)/bin/python ECHOMQ_DRAIN=$(CURDIR)/target/debug/examples/drain \
-	  node --test test/*.test.js
+	  ECHOMQ_PYTHON=$(CURDIR)/$(PY_VENV)/bin/python node --test test/*.test.js
 
 lint-node: node-deps
 	cd $(NODE_DIR) && tsc -p tsconfig.json && tsc -p tsconfig.src.json

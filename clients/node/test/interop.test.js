@@ -3,7 +3,7 @@
 // Python worker work together, each job once; and the Rust crate's drain example, where built.
 // ECHOMQ_PYTHON: a Python with the `echomq` package (default <repo>/target/py/bin/python);
 // ECHOMQ_DRAIN: the Rust example (default <repo>/target/debug/examples/drain, which `make test`
-// builds).
+// builds, or the release one `make bench-clients` builds).
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -14,7 +14,10 @@ import { Queue, Worker } from '../src/index.js';
 import { ROOT, Server, until } from './support/server.js';
 
 const PYTHON = process.env.ECHOMQ_PYTHON ?? join(ROOT, 'target/py/bin/python');
-const DRAIN = process.env.ECHOMQ_DRAIN ?? join(ROOT, 'target/debug/examples/drain');
+const DRAIN =
+  process.env.ECHOMQ_DRAIN ??
+  ['target/debug/examples/drain', 'target/release/examples/drain'].map((p) => join(ROOT, p)).find(existsSync) ??
+  join(ROOT, 'target/debug/examples/drain');
 const run = promisify(execFile);
 
 /** A Python worker: acks `n` jobs of `queue` (0: until the queue has none pending or active),
