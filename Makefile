@@ -12,6 +12,7 @@
 #   make docker-image / docker-up / docker-down / docker-test
 #   make bench  EMQ.ENQUEUE against the reference Lua script and native commands
 #   make bench-clients  one Python worker of the package against bullmq's and rq's
+#   make test-node / lint-node  the Node.js client's tests and type check (in test and lint)
 
 CARGO  ?= cargo
 MODULE := target/release/libechomq.so
@@ -64,6 +65,7 @@ test: build test-modules python
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(CARGO) test -p echomq-client
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(CARGO) test -p emq
 	cd clients/python && ECHOMQ_MODULE=$(CURDIR)/$(MODULE) VALKEY_SERVER=$(VALKEY_SERVER) ../../$(PY_VENV)/bin/pytest -q tests
+	@$(MAKE) --no-print-directory test-node
 
 # The core suites against Debian's redis-server 7.0 (installed if missing). Redis 7 only: a
 # later Redis loads modules of its own, which the suites' exact module lists do not expect.
@@ -196,6 +198,7 @@ bench: build
 bench-clients: build python
 	$(PY_VENV)/bin/pip install --quiet -e 'clients/python[dev,bench]'
 	$(CARGO) build --release -p echomq-client --example drain
+	@$(MAKE) --no-print-directory node-deps
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(PY_VENV)/bin/python clients/python/bench/clients.py
 
 # The layer check (tests/layers.rs) reads src/ and console/src and fails on an upward import, an import cycle
@@ -210,6 +213,28 @@ lint: deps python
 	@# The package supports Python 3.9+: its syntax and standard library, checked against 3.9 (mypy
 	@# checks types for the oldest Python it knows, pyproject.toml's python_version).
 	cd clients/python && ../../$(PY_VENV)/bin/vermin -q -t=3.9- --no-tips --violations --eval-annotations src tests ../../examples/worker.py
+	@$(MAKE) --no-print-directory lint-node
+
+# The Node.js client (clients/node). Its dependency, node-redis v4, and tsc come from Debian
+# (install-deps.sh --with-node); node_modules links to them where npm has not installed them,
+# and NODE_PATH lets node-redis find its own @redis packages there. test-node runs its suites
+# against real servers (single, 3-primary cluster, and beside the Python client's venv);
+# lint-node type-checks index.d.ts against test/types.ts (tsc --strict) and src/ itself (checkJs).
+.PHONY: node-deps test-node lint-node
+NODE_DIR := clients/node
+NODE_SHARE := /usr/share/nodejs
+node-deps:
+	@bash scripts/install-deps.sh --with-node
+	@mkdir -p $(NODE_DIR)/node_modules
+	@[ -e $(NODE_DIR)/node_modules/redis ] || ln -sfn $(NODE_SHARE)/redis $(NODE_DIR)/node_modules/redis
+	@[ -e $(NODE_DIR)/node_modules/@redis ] || ln -sfn $(NODE_SHARE)/@redis $(NODE_DIR)/node_modules/@redis
+
+test-node: build python node-deps
+	cd $(NODE_DIR) && NODE_PATH=$(NODE_SHARE) ECHOMQ_MODULE=$(CURDIR)/$(MODULE) VALKEY_SERVER=$(VALKEY_SERVER) \
+	  ECHOMQ_PYTHON=$(CURDIR)/$(PY_VENV)/bin/python node --test test/*.test.js
+
+lint-node: node-deps
+	cd $(NODE_DIR) && tsc -p tsconfig.json && tsc -p tsconfig.src.json
 
 clean:
 	$(CARGO) clean

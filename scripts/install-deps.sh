@@ -6,7 +6,9 @@
 # (--with-redis, the Redis 7 tier), docker-compose and openssl (--with-compose, the docker
 # tier, whose TLS node gets certificates scripts/tls-certs.sh makes with openssl) and
 # iptables (--with-iptables, the faults harness, which cuts links with it) and chromium with
-# chromium-driver (--with-browser, the console's browser tests).
+# chromium-driver (--with-browser, the console's browser tests), and node-redis with tsc
+# (--with-node, the Node.js client's tests and type check; Node.js 18 or later as installed,
+# which apt keeps rather than replacing it, or Debian's nodejs 18 where there is none).
 # Idempotent: does nothing when everything is already present.
 set -euo pipefail
 
@@ -14,12 +16,14 @@ want_redis=0
 want_compose=0
 want_iptables=0
 want_browser=0
+want_node=0
 for arg in "$@"; do
   case "$arg" in
     --with-redis) want_redis=1 ;;
     --with-compose) want_compose=1 ;;
     --with-iptables) want_iptables=1 ;;
     --with-browser) want_browser=1 ;;
+    --with-node) want_node=1 ;;
   esac
 done
 
@@ -52,6 +56,15 @@ have_venv || missing+=(python3-venv)
 if [ $want_browser = 1 ]; then
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+fi
+# Debian's node-redis (v4) lands in /usr/share/nodejs, found through NODE_PATH.
+have_node_redis() { [ -e /usr/share/nodejs/redis/package.json ]; }
+if [ $want_node = 1 ]; then
+  if command -v node >/dev/null 2>&1 && ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 18 ? 0 : 1)'; then
+    echo "echomq: the Node.js client needs node >= 18; this machine has: $(node --version)" >&2; exit 1
+  fi
+  have_node_redis || missing+=(node-redis)
+  command -v tsc >/dev/null 2>&1 || missing+=(node-typescript)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 

@@ -29,6 +29,8 @@ import echomq  # noqa: E402
 JOBS = int(os.environ.get("BENCH_CLIENT_JOBS", "20000"))
 ROUNDS = int(os.environ.get("BENCH_CLIENT_ROUNDS", "3"))
 CONCURRENCY = 64
+#: The Node.js worker's concurrency (its row: 50, as the issue that added it measured).
+NODE_CONCURRENCY = int(os.environ.get("BENCH_NODE_CONCURRENCY", "50"))
 
 
 def main_thread_cpu(client: Any) -> float:
@@ -146,6 +148,22 @@ def run_rust(server: Server) -> Tuple[float, float]:
     return float(out.stdout.strip()), cpu * 1e6 / JOBS
 
 
+def run_node(server: Server) -> Tuple[float, float]:
+    """The Node.js package's worker (`clients/node/bench/drain.js`, node-redis from
+    NODE_PATH): its own jobs/s, and the server's CPU over its whole run."""
+    client = server.client()
+    fresh(client)
+    echomq.Queue(client, "bench").enqueue_many(b"{}" for _ in range(JOBS))
+    env = {**os.environ, "NODE_PATH": os.environ.get("NODE_PATH", "/usr/share/nodejs")}
+    cpu0 = main_thread_cpu(client)
+    out = subprocess.run(
+        ["node", str(ROOT / "clients/node/bench/drain.js"), str(server.port), "bench", str(JOBS), str(NODE_CONCURRENCY)],
+        check=True, capture_output=True, text=True, timeout=300, env=env,
+    )
+    cpu = main_thread_cpu(client) - cpu0
+    return float(out.stdout.strip()), cpu * 1e6 / JOBS
+
+
 def enqueue_runs(server: Server) -> Dict[str, Tuple[float, float]]:
     """Each library enqueueing JOBS jobs one call at a time, and in batches of 1,000."""
     import bullmq
@@ -197,7 +215,7 @@ def main() -> None:
     server = Server()
     version = server.client().info("server")["valkey_version"] if "valkey_version" in server.client().info("server") else server.client().info("server")["redis_version"]
     results: Dict[str, List[Tuple[float, float]]] = {}
-    runners = {"echomq": run_echomq, "rust": run_rust, "bullmq": run_bullmq, "rq": run_rq}
+    runners = {"echomq": run_echomq, "rust": run_rust, "node": run_node, "bullmq": run_bullmq, "rq": run_rq}
     try:
         for r in range(ROUNDS):
             for name, run in runners.items():
@@ -220,6 +238,7 @@ def main() -> None:
     rows = [
         row("`echomq.Worker` (64 threads, claims of up to 100, pipelined acks)", "echomq", "echomq"),
         row("`echomq_client::Worker` (Rust, 64 tasks)", "rust", "echomq"),
+        row(f"`echomq` `Worker` (Node.js, concurrency {NODE_CONCURRENCY})", "node", "echomq"),
         row("bullmq `Worker` (Python, concurrency 64)", "bullmq", "echomq"),
         row("rq `SimpleWorker` (burst)", "rq", "echomq"),
     ]

@@ -1,0 +1,237 @@
+// Types of the echomq package (the JavaScript in src/ is what runs; `make lint` checks these
+// against test/types.ts with tsc --strict).
+import type { EventEmitter } from 'node:events';
+
+/** A connected node-redis v4 client (`createClient`) or cluster client (`createCluster`). */
+export type Client = {
+  sendCommand(...args: any[]): Promise<unknown>;
+  duplicate(...args: any[]): any;
+};
+
+/** A payload or result: a string or bytes as they are, any other value as JSON. */
+export type Payload = unknown;
+
+export interface EnqueueOptions {
+  /** The job's id (`JOB` and 11 base62 digits); minted here when not given. */
+  id?: string;
+  /** Due in this many ms (the job waits in `scheduled`). */
+  delay?: number;
+  /** Due at this time (unix ms or a Date). */
+  at?: number | Date;
+  /** Lower goes first; -1,000,000 to 1,000,000, default 0. */
+  priority?: number;
+  /** Enqueue only while no job holds this key; the holder's id is returned otherwise. */
+  unique?: string;
+  /** Hold the unique key this many ms from the enqueue, whatever becomes of the job. */
+  uniqueFor?: number;
+}
+
+export interface JobSpec {
+  payload: Payload;
+  id?: string;
+  priority?: number;
+}
+
+export type SetName = 'pending' | 'active' | 'scheduled' | 'dead';
+
+export interface Stats {
+  pending: number;
+  active: number;
+  scheduled: number;
+  dead: number;
+  paused: number;
+  concurrency: number | null;
+  rate: number | null;
+  'rate-per': number | null;
+  'rate-used': number;
+}
+
+export interface Limits {
+  active: number;
+  concurrency: number | null;
+  rate: number | null;
+  'rate-per': number | null;
+  'rate-used': number;
+}
+
+/** `EMQ.JOB`'s reply: the row's fields where present, the set and the score there. */
+export interface JobRow {
+  id: string;
+  state?: string;
+  attempts?: number;
+  payload?: string;
+  error?: string;
+  result?: string;
+  progress?: string;
+  priority?: number;
+  unique?: string;
+  set: SetName | null;
+  due?: number;
+  'lease-deadline'?: number;
+  'died-at'?: number;
+  [field: string]: unknown;
+}
+
+export interface JobSummary {
+  id: string;
+  score: number | string;
+  attempts: number | null;
+  payload?: string | null;
+  error?: string | null;
+}
+
+export interface JobsPage {
+  /** Pass it back for the next page; `'0'` at the end. */
+  cursor: string;
+  jobs: JobSummary[];
+}
+
+export interface Cron {
+  name: string;
+  spec: string | null;
+  every: number | null;
+  priority: number;
+  next: number;
+  last: number | null;
+  payload: string;
+}
+
+export interface QueueEvent {
+  /** The stream entry's id (pass it as `from` to resume after it). */
+  streamId: string;
+  event: 'enqueued' | 'scheduled' | 'claimed' | 'acked' | 'retrying' | 'dead' | 'promoted' | 'expired' | 'cancelled' | 'requeued' | 'purged' | 'paused' | 'resumed';
+  /** The job's id; null for `paused` and `resumed`. */
+  id: string | null;
+  attempt: number | null;
+}
+
+export declare const CHUNK: number;
+export declare const PURGE_COUNT: number;
+
+export declare class Queue {
+  constructor(client: Client, name: string, options?: { retries?: number });
+  readonly client: Client;
+  readonly name: string;
+  retries: number;
+  /** `command <queue> ...args`, retried while transient, a refusal as its typed error. */
+  call(command: string, ...args: Array<string | number | Uint8Array>): Promise<any>;
+  /** A whole command (queue included), routed by the queue. */
+  send(args: Array<string | Uint8Array>, readonly?: boolean): Promise<any>;
+  enqueue(payload: Payload, options?: EnqueueOptions): Promise<string>;
+  enqueueMany(jobs: Iterable<JobSpec>, options?: { chunk?: number }): Promise<string[]>;
+  stats(): Promise<Stats>;
+  job(id: string): Promise<JobRow | null>;
+  jobs(set: SetName, options?: { cursor?: string; count?: number; withPayloads?: boolean }): Promise<JobsPage>;
+  cancel(id: string): Promise<boolean>;
+  requeue(id: string): Promise<boolean>;
+  requeueDead(options?: { count?: number }): Promise<number>;
+  purge(set: 'pending' | 'scheduled' | 'dead', options?: { count?: number }): Promise<number>;
+  pause(): Promise<boolean>;
+  resume(): Promise<boolean>;
+  limit(options?: { concurrency?: number | null; rate?: number | null; per?: number; off?: boolean }): Promise<Limits>;
+  cron(name: string, payload: Payload, options: { spec: string; priority?: number } | { every: number; priority?: number }): Promise<number>;
+  uncron(name: string): Promise<boolean>;
+  crons(): Promise<Cron[]>;
+  enableEvents(options?: { maxlen?: number }): Promise<boolean>;
+  disableEvents(): Promise<boolean>;
+  events(options?: { from?: string; block?: number; count?: number; signal?: AbortSignal }): AsyncGenerator<QueueEvent, void, undefined>;
+}
+
+export declare class Job {
+  readonly queue: string;
+  readonly id: string;
+  /** The bytes enqueued, as UTF-8 text. */
+  readonly payload: string;
+  /** This attempt's lease token: 1 for the first. */
+  readonly attempt: number;
+  /** Aborted when the lease is lost (`EmqLeaseError`) or the worker closes past its timeout. */
+  readonly signal: AbortSignal;
+  /** Sent as the row's `progress` with the next renewal. */
+  progress: Payload | undefined;
+  leaseLost: boolean;
+  /** The payload parsed as JSON. */
+  readonly data: any;
+}
+
+/** Thrown by a handler: fail this attempt, to be retried after `after` ms. */
+export declare class Retry extends Error {
+  constructor(after: number, reason?: string);
+  readonly after: number;
+}
+
+export type Handler = (job: Job, context: { signal: AbortSignal }) => unknown;
+
+export type Backoff = number | { type: 'fixed' | 'exponential'; delay: number } | ((attempt: number, error: unknown) => number);
+
+export interface WorkerOptions {
+  /** Most handlers running at once (4). */
+  concurrency?: number;
+  /** Lease of a claim, ms (30,000); renewed every `renewEvery` of it while the handler runs. */
+  lease?: number;
+  /** How long a claim waits in the server for a job, ms (1,000). */
+  block?: number;
+  /** Most jobs one claim takes (the concurrency; at most 1,000). */
+  batch?: number;
+  /** Renewals come every this much of the lease (1/3). */
+  renewEvery?: number;
+  /** How long close() waits for running handlers, ms (30,000). */
+  shutdownTimeout?: number;
+  /** The wait before a failed job's retry (`RETRY-IN`): default 1 s doubling, capped at 1 h. */
+  backoff?: Backoff;
+  /** Close gracefully on SIGTERM and SIGINT (false). */
+  handleSignals?: boolean;
+  /** Start claiming at once (true); otherwise call run(). */
+  autorun?: boolean;
+}
+
+export interface WorkerCounts {
+  acked: number;
+  failed: number;
+  retried: number;
+  lost: number;
+}
+
+export declare class Worker extends EventEmitter {
+  constructor(queue: Queue, handler: Handler, options?: WorkerOptions);
+  readonly queue: Queue;
+  readonly concurrency: number;
+  readonly counts: WorkerCounts;
+  /** Claims and runs jobs until close(); rejects on a fatal error (also sent to 'error'). */
+  run(): Promise<void>;
+  /** Stops claiming, drains the running handlers (up to `timeout` ms), then aborts the rest. */
+  close(timeout?: number): Promise<void>;
+  on(event: 'completed', listener: (job: Job, result: unknown) => void): this;
+  on(event: 'failed', listener: (job: Job, error: unknown) => void): this;
+  on(event: 'error', listener: (error: unknown) => void): this;
+  on(event: 'closed', listener: () => void): this;
+  once(event: 'completed', listener: (job: Job, result: unknown) => void): this;
+  once(event: 'failed', listener: (job: Job, error: unknown) => void): this;
+  once(event: 'error', listener: (error: unknown) => void): this;
+  once(event: 'closed', listener: () => void): this;
+}
+
+export declare const PROTOCOL_MAJOR: number;
+export declare const MAX_ERROR: number;
+export declare const SETTLE_BATCH: number;
+export declare function checkVersion(answer: unknown): void;
+export declare function errorText(error: unknown): string;
+export declare function mint(): string;
+export declare function eventsKey(queue: string): string;
+export declare function translate(error: unknown): unknown;
+
+/** A refusal of the EchoMQ module; `code` is its reply's first word (`EMQLEASE`, ...). */
+export declare class EmqError extends Error {
+  constructor(message: string, cause?: unknown);
+  readonly code: string;
+}
+export declare class EmqQueueError extends EmqError {}
+export declare class EmqTypeError extends EmqError {}
+export declare class EmqIdError extends EmqError {}
+export declare class EmqKindError extends EmqError {}
+export declare class EmqKeyError extends EmqError {}
+export declare class EmqPayloadError extends EmqError {}
+export declare class EmqLeaseError extends EmqError {}
+export declare class EmqSetError extends EmqError {}
+export declare class EmqCursorError extends EmqError {}
+export declare class EmqCronError extends EmqError {}
+export declare class EmqVersionError extends Error {}

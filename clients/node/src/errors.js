@@ -1,0 +1,76 @@
+// The error catalogue as classes: each EchoMQ refusal (an error reply starting with an EMQ*
+// code) becomes a subclass of EmqError; any other error stays the client's own, untouched.
+
+/** A refusal from the EchoMQ module; `code` is its reply's first word. */
+export class EmqError extends Error {
+  /**
+   * @param {string} message the server's reply, code first
+   * @param {unknown} [cause] the client library's error it came as
+   */
+  constructor(message, cause) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = new.target.name;
+    this.code = message.split(' ', 1)[0];
+  }
+}
+
+/** `EMQQUEUE`: the queue name is not 1-128 printable ASCII bytes without braces. */
+export class EmqQueueError extends EmqError {}
+/** `EMQTYPE`: an unknown key type. */
+export class EmqTypeError extends EmqError {}
+/** `EMQID`: a malformed branded id. */
+export class EmqIdError extends EmqError {}
+/** `EMQKIND`: an id of another kind than `JOB` at enqueue. */
+export class EmqKindError extends EmqError {}
+/** `EMQKEY`: a key outside the grammar. */
+export class EmqKeyError extends EmqError {}
+/** `EMQPAYLOAD`: a payload (or result, progress, error text) over `emq.max-payload-bytes`. */
+export class EmqPayloadError extends EmqError {}
+/** `EMQLEASE`: the lease token is stale or missing; the job is no longer this worker's. */
+export class EmqLeaseError extends EmqError {}
+/** `EMQSET`: an unknown set name, or a purge of the active set. */
+export class EmqSetError extends EmqError {}
+/** `EMQCURSOR`: a cursor no reply gave. */
+export class EmqCursorError extends EmqError {}
+/** `EMQCRON`: a repeating schedule refused (the parser's reason, or a full queue). */
+export class EmqCronError extends EmqError {}
+
+/** The server speaks another major version of the protocol than this client (no reply code). */
+export class EmqVersionError extends Error {
+  /** @param {string} message */
+  constructor(message) {
+    super(message);
+    this.name = 'EmqVersionError';
+  }
+}
+
+/** @type {Record<string, new (message: string, cause?: unknown) => EmqError>} */
+export const CODES = {
+  EMQQUEUE: EmqQueueError,
+  EMQTYPE: EmqTypeError,
+  EMQID: EmqIdError,
+  EMQKIND: EmqKindError,
+  EMQKEY: EmqKeyError,
+  EMQPAYLOAD: EmqPayloadError,
+  EMQLEASE: EmqLeaseError,
+  EMQSET: EmqSetError,
+  EMQCURSOR: EmqCursorError,
+  EMQCRON: EmqCronError,
+};
+
+/** Whether `value` is a server's error reply (node-redis's `ErrorReply`, top level or in place). */
+export function isErrorReply(value) {
+  return value instanceof Error && value.constructor.name === 'ErrorReply';
+}
+
+/**
+ * The typed error for a server refusal, or `error` itself when it is not one of EchoMQ's.
+ * @param {unknown} error
+ * @returns {unknown}
+ */
+export function translate(error) {
+  if (!isErrorReply(error) || error instanceof EmqError) return error;
+  const message = /** @type {Error} */ (error).message;
+  const Class = CODES[message.split(' ', 1)[0]];
+  return Class ? new Class(message, error) : error;
+}

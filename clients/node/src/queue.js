@@ -1,0 +1,248 @@
+// The producer's side: `Queue` enqueues jobs and operates one queue, over a node-redis v4
+// client or cluster client. Calls are retried through failovers and slot migrations; ids are
+// minted here, so a retried enqueue stays a single job.
+import { encode, ms, pairs } from './codec.js';
+import { send } from './connection.js';
+import { translate } from './errors.js';
+import { readEvents } from './events.js';
+import { mint } from './ids.js';
+import { backoff, sleep, transient } from './retry.js';
+
+/** Jobs one `EMQ.MENQUEUE` carries (the server takes up to 10,000). */
+export const CHUNK = 1000;
+/** Jobs one `EMQ.PURGE` deletes (the server's default and the loop's step). */
+export const PURGE_COUNT = 1000;
+/** The sets a job can be in (`jobs`, `purge` take the last three but `active`). */
+export const SETS = ['pending', 'active', 'scheduled', 'dead'];
+
+/** A `job(id)` reply's integer fields. */
+const NUMERIC = new Set(['attempts', 'due', 'lease-deadline', 'died-at', 'priority']);
+
+export class Queue {
+  /**
+   * @param {any} client a connected node-redis client (`createClient`) or cluster (`createCluster`)
+   * @param {string} name the queue
+   * @param {{retries?: number}} [options] how often a transient failure is tried again (8)
+   */
+  constructor(client, name, options = {}) {
+    this.client = client;
+    this.name = name;
+    this.retries = options.retries ?? 8;
+  }
+
+  /** `command <queue> ...args`, retried while the failure is transient; a refusal typed. */
+  async call(command, ...args) {
+    return this.send([command, this.name, ...args.map(arg)]);
+  }
+
+  /** A command (with its queue) sent as is, routed by the queue, retried, typed. */
+  async send(args, readonly = false) {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await send(this.client, this.name, args, readonly);
+      } catch (e) {
+        if (!transient(e) || attempt >= this.retries) throw translate(e);
+        await sleep(backoff(attempt));
+      }
+    }
+  }
+
+  // ---- producing ----
+
+  /**
+   * Enqueues one job; its id, or with `unique` the holder's id while another job holds the key.
+   * @param {unknown} payload a string or bytes as they are, anything else as JSON
+   * @param {{id?: string, delay?: number, at?: number | Date, priority?: number, unique?: string, uniqueFor?: number}} [options]
+   */
+  async enqueue(payload, options = {}) {
+    const id = options.id ?? mint();
+    const args = [id, encode(payload)];
+    if (options.delay !== undefined && options.at !== undefined) throw new TypeError('give delay or at, not both');
+    if (options.delay !== undefined) args.push('DELAY', ms(options.delay, 'delay'));
+    if (options.at !== undefined) args.push('AT', ms(options.at, 'at'));
+    if (options.priority !== undefined) args.push('PRIORITY', String(options.priority));
+    if (options.unique !== undefined) {
+      args.push('UNIQUE', options.unique);
+      if (options.uniqueFor !== undefined) args.push('FOR', ms(options.uniqueFor, 'uniqueFor'));
+    } else if (options.uniqueFor !== undefined) {
+      throw new TypeError('uniqueFor is the window of a unique key');
+    }
+    const reply = await this.call('EMQ.ENQUEUE', ...args);
+    // 1 (written) or 0 (this id was enqueued already) is the job's own id; a string, the holder's.
+    return typeof reply === 'string' ? reply : id;
+  }
+
+  /**
+   * Enqueues every job, `chunk` to one atomic `EMQ.MENQUEUE`; their ids, in order.
+   * @param {Iterable<{payload: unknown, id?: string, priority?: number}>} jobs
+   * @param {{chunk?: number}} [options]
+   */
+  async enqueueMany(jobs, options = {}) {
+    const chunk = Math.min(10_000, Math.max(1, options.chunk ?? CHUNK));
+    /** @type {string[]} */
+    const ids = [];
+    let args = [];
+    let inChunk = 0;
+    for (const job of jobs) {
+      const id = job.id ?? mint();
+      if (job.priority !== undefined) args.push('PRIORITY', String(job.priority));
+      args.push(id, encode(job.payload));
+      ids.push(id);
+      if (++inChunk >= chunk) {
+        await this.call('EMQ.MENQUEUE', ...args);
+        args = [];
+        inChunk = 0;
+      }
+    }
+    if (inChunk > 0) await this.call('EMQ.MENQUEUE', ...args);
+    return ids;
+  }
+
+  // ---- looking ----
+
+  /** The counts of each set, the pause flag, and the limits and their use (`EMQ.STATS`). */
+  async stats() {
+    return pairs(await this.send(['EMQ.STATS', this.name], true));
+  }
+
+  /** A job's row, its set and its score there (`EMQ.JOB`); null when there is no such job. */
+  async job(id) {
+    const reply = await this.send(['EMQ.JOB', this.name, id], true);
+    if (reply === null || reply === undefined) return null;
+    const row = pairs(reply);
+    for (const key of NUMERIC) if (typeof row[key] === 'string' && /^-?\d+$/.test(row[key])) row[key] = Number(row[key]);
+    return row;
+  }
+
+  /**
+   * One page of a set (`EMQ.JOBS`): pass the reply's cursor back for the next; `'0'` at the end.
+   * @param {'pending' | 'active' | 'scheduled' | 'dead'} set
+   * @param {{cursor?: string, count?: number, withPayloads?: boolean}} [options]
+   */
+  async jobs(set, options = {}) {
+    const args = ['EMQ.JOBS', this.name, set, 'CURSOR', options.cursor ?? '0'];
+    if (options.count !== undefined) args.push('COUNT', String(options.count));
+    if (options.withPayloads) args.push('WITHPAYLOADS');
+    const [cursor, rows] = await this.send(args, true);
+    const jobs = rows.map((/** @type {any[]} */ r) => {
+      /** @type {Record<string, any>} */
+      const job = { id: r[0], score: r[1], attempts: r[2] };
+      if (options.withPayloads) Object.assign(job, { payload: r[3], error: r[4] });
+      return job;
+    });
+    return { cursor: String(cursor), jobs };
+  }
+
+  // ---- operating ----
+
+  /** Removes a pending or scheduled job; whether it did. */
+  async cancel(id) {
+    return (await this.call('EMQ.CANCEL', id)) === 1;
+  }
+
+  /** Moves a dead job back to pending, its attempts reset; whether it was dead. */
+  async requeue(id) {
+    return (await this.call('EMQ.REQUEUE', id)) === 1;
+  }
+
+  /** Moves up to `count` (the server's default: 1,000) of the oldest dead jobs back; how many. */
+  async requeueDead(options = {}) {
+    const extra = options.count === undefined ? [] : ['COUNT', options.count];
+    return Number(await this.call('EMQ.REQUEUE', 'DEAD', ...extra));
+  }
+
+  /**
+   * Deletes the jobs of a set, `count` a call (each call bounded in the server), until a call
+   * deletes fewer, or as many calls as the set's size when it began takes (so jobs that keep
+   * coming cannot hold it in the loop); how many in all.
+   * @param {'pending' | 'scheduled' | 'dead'} set
+   */
+  async purge(set, options = {}) {
+    const count = options.count ?? PURGE_COUNT;
+    const size = Number((await this.stats())[set]) || 0;
+    const rounds = Math.ceil(size / count) + 1;
+    let total = 0;
+    for (let round = 0; round < rounds; round++) {
+      const n = Number(await this.call('EMQ.PURGE', set, 'COUNT', String(count)));
+      total += n;
+      if (n < count) break;
+    }
+    return total;
+  }
+
+  /** Stops the queue's claims; false when it was paused already. */
+  async pause() {
+    return (await this.call('EMQ.PAUSE')) === 1;
+  }
+
+  /** Lets claims take jobs again; false when it was not paused. */
+  async resume() {
+    return (await this.call('EMQ.RESUME')) === 1;
+  }
+
+  /**
+   * `EMQ.LIMIT`: sets the limits given (null removes one; `off` removes both); with none,
+   * reports them. The limits and their use.
+   * @param {{concurrency?: number | null, rate?: number | null, per?: number, off?: boolean}} [options]
+   */
+  async limit(options = {}) {
+    const args = options.off ? ['OFF'] : [];
+    if (options.concurrency === null) args.push('CONCURRENCY', 'OFF');
+    else if (options.concurrency !== undefined) args.push('CONCURRENCY', String(options.concurrency));
+    if (options.rate === null) args.push('RATE', 'OFF');
+    else if (options.rate !== undefined) {
+      if (options.per === undefined) throw new TypeError('a rate needs its window, per (ms)');
+      args.push('RATE', String(options.rate), 'PER', ms(options.per, 'per'));
+    }
+    return pairs(await this.call('EMQ.LIMIT', ...args));
+  }
+
+  /**
+   * A repeating schedule: `spec` (a cron expression, UTC) or `every` ms; its next firing (unix ms).
+   * @param {string} name
+   * @param {unknown} payload
+   * @param {{spec?: string, every?: number, priority?: number}} options
+   */
+  async cron(name, payload, options) {
+    if ((options.spec === undefined) === (options.every === undefined)) throw new TypeError('give spec or every');
+    const when = options.spec !== undefined ? [options.spec] : ['EVERY', ms(options.every, 'every')];
+    const extra = options.priority === undefined ? [] : ['PRIORITY', String(options.priority)];
+    return Number(await this.call('EMQ.CRON', name, ...when, encode(payload), ...extra));
+  }
+
+  /** Removes a schedule; whether there was one. */
+  async uncron(name) {
+    return (await this.call('EMQ.UNCRON', name)) === 1;
+  }
+
+  /** Every schedule of the queue, by name (`EMQ.CRONS`). */
+  async crons() {
+    const reply = await this.send(['EMQ.CRONS', this.name], true);
+    return reply.map(pairs);
+  }
+
+  /** Turns the queue's event stream on (capped near `maxlen` entries); whether it changed. */
+  async enableEvents(options = {}) {
+    const extra = options.maxlen === undefined ? [] : ['MAXLEN', options.maxlen];
+    return (await this.call('EMQ.EVENTS', 'ON', ...extra)) === 1;
+  }
+
+  /** Turns the queue's event stream off (the stream stays); whether it changed. */
+  async disableEvents() {
+    return (await this.call('EMQ.EVENTS', 'OFF')) === 1;
+  }
+
+  /**
+   * The queue's events as they come (`XREAD BLOCK` on a connection of its own), from `from`
+   * (a stream id; default `$`, what comes next) until the loop breaks or `signal` aborts.
+   * @param {{from?: string, block?: number, count?: number, signal?: AbortSignal}} [options]
+   */
+  events(options = {}) {
+    return readEvents(this, options);
+  }
+}
+
+/** An argument for the wire: node-redis takes strings and buffers only. */
+function arg(value) {
+  return typeof value === 'string' || value instanceof Uint8Array ? value : String(value);
+}

@@ -1,0 +1,42 @@
+// What a failover or a reshard looks like to a client, and how long to wait before trying
+// again. node-redis reconnects and follows MOVED/ASK itself; these are the replies it passes on.
+
+/** Replies that mean "not now, here": a slot in migration, a blocked call ended by a failover,
+ * a replica promoted or demoted, a server loading, a cluster without a majority. */
+export const TRANSIENT_CODES = ['TRYAGAIN', 'UNBLOCKED', 'READONLY', 'LOADING', 'MASTERDOWN', 'CLUSTERDOWN'];
+
+/** node-redis's errors for a connection lost, closed under a command, or not yet back. */
+const CONNECTION_ERRORS = new Set([
+  'SocketClosedUnexpectedlyError',
+  'ClientOfflineError',
+  'ConnectionTimeoutError',
+  'DisconnectsClientError',
+  'RootNodesUnavailableError',
+]);
+
+/** Whether trying the same call again, a moment later, may succeed. */
+export function transient(error) {
+  if (!(error instanceof Error)) return false;
+  if (CONNECTION_ERRORS.has(error.constructor.name)) return true;
+  if (/** @type {{code?: unknown}} */ (error).code === 'ECONNREFUSED' || /** @type {{code?: unknown}} */ (error).code === 'ECONNRESET') return true;
+  return error.constructor.name === 'ErrorReply' && TRANSIENT_CODES.some((c) => error.message.startsWith(c));
+}
+
+/** Milliseconds to wait before try `attempt` (0-based): exponential, capped, full jitter. */
+export function backoff(attempt, base = 50, cap = 2000) {
+  return Math.random() * Math.min(cap, base * 2 ** attempt);
+}
+
+/** Resolves after `ms` milliseconds, or at once when `signal` aborts. */
+export function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve(undefined);
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve(undefined);
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}

@@ -1,0 +1,349 @@
+// The consumer's side: `Worker` claims jobs in batches up to its free concurrency (a blocking
+// `EMQ.CLAIM` on a connection of its own), runs each handler with an AbortSignal, renews the
+// leases of running handlers, settles acknowledgements in batches with `EMQ.MACK` that claim
+// the next jobs in the same call, fails a throwing handler's job with its stack and a backoff,
+// and closes gracefully (on SIGTERM/SIGINT too, when asked).
+import { EventEmitter } from 'node:events';
+import { DEFAULT_BACKOFF, retryIn } from './backoff.js';
+import { encode } from './codec.js';
+import { isCluster, routingKey } from './connection.js';
+import { EmqLeaseError, EmqVersionError, isErrorReply, translate } from './errors.js';
+import { Job, Retry } from './job.js';
+import { backoff, sleep, transient } from './retry.js';
+
+/** The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`). */
+export const PROTOCOL_MAJOR = 2;
+/** Most bytes of an error (message and stack) sent with `EMQ.FAIL`. */
+export const MAX_ERROR = 4096;
+/** Most acknowledgements one `EMQ.MACK` carries. */
+export const SETTLE_BATCH = 100;
+/** Most jobs one claim takes (the server's bound on `COUNT`). */
+export const MAX_CLAIM = 1000;
+
+/** An error's text for `EMQ.FAIL`: its stack (which names it and its message), at most
+ * `MAX_ERROR` bytes, its end kept, on a character boundary. */
+export function errorText(error) {
+  const text = error instanceof Error ? error.stack ?? `${error.name}: ${error.message}` : String(error);
+  const bytes = Buffer.from(text);
+  if (bytes.length <= MAX_ERROR) return text;
+  let start = bytes.length - MAX_ERROR;
+  while (start < bytes.length && (bytes[start] & 0xc0) === 0x80) start++;
+  return bytes.subarray(start).toString();
+}
+
+/** Refuses a server that speaks another protocol major version than `PROTOCOL_MAJOR`. */
+export function checkVersion(answer) {
+  const match = /^echomq:(\d+)\./.exec(String(answer));
+  if (!match || Number(match[1]) !== PROTOCOL_MAJOR) {
+    throw new EmqVersionError(`the server speaks ${answer}; this client speaks echomq:${PROTOCOL_MAJOR}.x`);
+  }
+}
+
+export class Worker extends EventEmitter {
+  /**
+   * @param {import('./queue.js').Queue} queue
+   * @param {(job: Job, context: {signal: AbortSignal}) => unknown} handler
+   * @param {object} [options] see index.d.ts's WorkerOptions
+   */
+  constructor(queue, handler, options = {}) {
+    super();
+    this.queue = queue;
+    this.handler = handler;
+    this.concurrency = Math.max(1, Math.floor(options.concurrency ?? 4));
+    this.lease = Math.max(1, Math.round(options.lease ?? 30_000));
+    this.block = Math.max(1, Math.round(options.block ?? 1000));
+    this.batch = Math.min(MAX_CLAIM, Math.max(1, options.batch ?? this.concurrency));
+    this.renewEvery = Math.min(0.9, Math.max(0.05, options.renewEvery ?? 1 / 3));
+    this.shutdownTimeout = Math.max(0, options.shutdownTimeout ?? 30_000);
+    this.backoff = options.backoff ?? DEFAULT_BACKOFF;
+    /** What happened, for logs and tests. */
+    this.counts = { acked: 0, failed: 0, retried: 0, lost: 0 };
+    /** @type {Map<string, {job: Job, controller: AbortController, finished: boolean}>} */
+    this.running = new Map();
+    this.claimReserved = 0; // slots the claim in flight may fill
+    this.mackReserved = 0; // slots the EMQ.MACK ... CLAIM in flight may fill, beyond its acks
+    this.acks = []; // finished handlers waiting to be acknowledged
+    this.flushing = null;
+    this.closing = false;
+    this.closed = false;
+    this.wakers = new Set();
+    this.claims = null;
+    this.renewTimer = null;
+    this.closePromise = null;
+    this.signalHandler = options.handleSignals ? () => void this.close() : null;
+    this.runPromise = null;
+    this.loopPromise = null;
+    if (options.autorun ?? true) {
+      // Errors reach the 'error' listeners; `run()` returns this same promise to await.
+      this.run().catch(() => {});
+    }
+  }
+
+  /** Claims and runs jobs until `close()`; resolves once closed, rejects on a fatal error. */
+  run() {
+    this.runPromise ??= (async () => {
+      this.loopPromise = this.loop();
+      try {
+        await this.loopPromise;
+      } catch (e) {
+        this.report(e);
+        await this.close();
+        throw e;
+      }
+      await this.close();
+    })();
+    return this.runPromise;
+  }
+
+  /** Stops claiming, lets running handlers finish and settles them, up to `timeout` ms (the
+   * `shutdownTimeout` option); then aborts the handlers still running, whose outcomes are not
+   * sent (their leases run out and the jobs are claimed again). */
+  close(timeout = this.shutdownTimeout) {
+    this.closePromise ??= this.shutdown(timeout);
+    return this.closePromise;
+  }
+
+  // ---- claiming ----
+
+  async loop() {
+    checkVersion(await this.queue.send(['EMQ.VERSION'], true));
+    this.claims = this.queue.client.duplicate();
+    this.claims.on?.('error', (/** @type {unknown} */ e) => this.report(e));
+    await this.claims.connect();
+    if (this.signalHandler) for (const s of ['SIGTERM', 'SIGINT']) process.on(s, this.signalHandler);
+    const renewMs = Math.max(1, Math.round(this.lease * this.renewEvery));
+    this.renewTimer = setInterval(() => void this.renewAll(), renewMs);
+    let failures = 0;
+    while (!this.closing) {
+      const free = this.free();
+      if (free <= 0) {
+        await this.room();
+        continue;
+      }
+      const count = Math.min(free, this.batch);
+      this.claimReserved = count;
+      let reply;
+      try {
+        // A claim in flight is never dropped, even by close(): its jobs would be leased to no one.
+        reply = await this.claim(count);
+        failures = 0;
+      } catch (e) {
+        this.claimReserved = 0;
+        if (!transient(e)) throw translate(e);
+        await sleep(backoff(failures++), this.closingSignal());
+        continue;
+      }
+      this.claimReserved = 0;
+      for (const raw of reply ?? []) this.start(raw);
+    }
+  }
+
+  claim(count) {
+    const args = ['EMQ.CLAIM', this.queue.name, 'COUNT', String(count), 'LEASE', String(this.lease), 'BLOCK', String(this.block)];
+    return isCluster(this.claims) ? this.claims.sendCommand(routingKey(this.queue.name), false, args) : this.claims.sendCommand(args);
+  }
+
+  free() {
+    return this.concurrency - this.running.size - this.claimReserved - this.mackReserved;
+  }
+
+  /** Resolves when a slot may have freed, or the worker closes. */
+  room() {
+    return new Promise((resolve) => {
+      this.wakers.add(resolve);
+    });
+  }
+
+  wake() {
+    const wakers = [...this.wakers];
+    this.wakers.clear();
+    for (const w of wakers) w(undefined);
+  }
+
+  closingSignal() {
+    const controller = new AbortController();
+    if (this.closing) controller.abort();
+    else this.room().then(() => controller.abort());
+    return controller.signal;
+  }
+
+  // ---- one job ----
+
+  /** Runs the handler of a job as a claim replied it (`[id, payload, token]`). */
+  start(raw) {
+    const [id, payload, token] = raw;
+    const controller = new AbortController();
+    const job = new Job(this.queue.name, String(id), String(payload), Number(token), controller.signal);
+    const state = { job, controller, finished: false };
+    this.running.set(job.id, state);
+    // Job timeouts and cancelling a running job (a later issue) abort `controller` too.
+    void this.runJob(state);
+  }
+
+  async runJob(state) {
+    const { job } = state;
+    let result;
+    let error;
+    let threw = false;
+    try {
+      result = await this.handler(job, { signal: job.signal });
+    } catch (e) {
+      threw = true;
+      error = e;
+    }
+    state.finished = true;
+    if (this.closed || job.leaseLost) {
+      this.counts.lost++;
+      this.release([job.id]);
+      return;
+    }
+    if (!threw) {
+      this.acks.push({ state, result });
+      void this.flush();
+      return;
+    }
+    await this.fail(job, error);
+    this.release([job.id]);
+  }
+
+  async fail(job, error) {
+    const retried = error instanceof Retry;
+    const wait = retried ? Math.max(0, Math.round(error.after)) : retryIn(this.backoff, job.attempt, error);
+    try {
+      await this.queue.call('EMQ.FAIL', job.id, String(job.attempt), 'ERROR', retried ? error.message : errorText(error), 'RETRY-IN', String(wait));
+      this.counts[retried ? 'retried' : 'failed']++;
+      this.emit('failed', job, error);
+    } catch (e) {
+      this.settleRefused(job, e);
+    }
+  }
+
+  settleRefused(job, e) {
+    if (e instanceof EmqLeaseError) {
+      job.leaseLost = true;
+      this.counts.lost++;
+    } else {
+      this.report(e);
+    }
+  }
+
+  /** Frees the slots of settled (or abandoned) jobs. */
+  release(ids) {
+    for (const id of ids) this.running.delete(id);
+    this.wake();
+  }
+
+  // ---- settling ----
+
+  /** Sends the acknowledgements waiting, up to `SETTLE_BATCH` an `EMQ.MACK`, one call at a
+   * time; each call also claims as many jobs as its acknowledgements and the free slots allow. */
+  flush() {
+    this.flushing ??= (async () => {
+      // The handlers that end in this turn of the event loop go in the same call.
+      await new Promise((resolve) => setImmediate(resolve));
+      while (this.acks.length > 0) await this.settle(this.acks.splice(0, SETTLE_BATCH));
+      this.flushing = null;
+    })();
+    return this.flushing;
+  }
+
+  async settle(batch) {
+    /** @type {Array<string | Buffer>} */
+    const args = ['EMQ.MACK', this.queue.name];
+    const kept = [];
+    for (const item of batch) {
+      // A lease lost (or the worker closed) while the acknowledgement waited: not sent.
+      if (this.closed || item.state.job.leaseLost) {
+        this.counts.lost++;
+        continue;
+      }
+      let result = null;
+      try {
+        result = item.result === undefined || item.result === null ? null : encode(item.result);
+      } catch (e) {
+        result = null;
+        this.report(e);
+      }
+      args.push(item.state.job.id, String(item.state.job.attempt));
+      if (result !== null) args.push('RESULT', result);
+      kept.push(item);
+    }
+    const ids = batch.map((item) => item.state.job.id);
+    if (kept.length === 0) return this.release(ids);
+    const next = this.closing ? 0 : Math.min(MAX_CLAIM, this.free() + kept.length);
+    if (next > 0) args.push('CLAIM', String(next), 'LEASE', String(this.lease));
+    this.mackReserved = next - kept.length;
+    let reply;
+    try {
+      reply = await this.queue.send(args);
+    } catch (e) {
+      this.mackReserved = 0;
+      for (const item of kept) this.settleRefused(item.state.job, translate(e));
+      return this.release(ids);
+    }
+    const [places, claimed] = next > 0 ? reply : [reply, []];
+    kept.forEach((item, i) => {
+      const place = places[i];
+      if (isErrorReply(place)) return this.settleRefused(item.state.job, translate(place));
+      this.counts.acked++;
+      this.emit('completed', item.state.job, item.result);
+    });
+    this.mackReserved = 0;
+    for (const id of ids) this.running.delete(id);
+    if (isErrorReply(claimed)) this.report(translate(claimed));
+    else for (const raw of claimed) this.start(raw);
+    this.wake();
+  }
+
+  // ---- leases ----
+
+  /** Renews the lease of every running handler (pipelined by node-redis); a renewal answered
+   * `EMQLEASE` marks the job lost and aborts its signal; a failover is tried at the next round. */
+  async renewAll() {
+    const states = [...this.running.values()].filter((s) => !s.finished && !s.job.leaseLost);
+    await Promise.all(
+      states.map(async ({ job, controller }) => {
+        const extra = job.progress === undefined ? [] : ['PROGRESS', encode(job.progress)];
+        try {
+          await this.queue.call('EMQ.RENEW', job.id, String(job.attempt), String(this.lease), ...extra);
+        } catch (e) {
+          if (e instanceof EmqLeaseError) {
+            job.leaseLost = true;
+            controller.abort(e);
+          }
+        }
+      }),
+    );
+  }
+
+  // ---- closing ----
+
+  async shutdown(timeout) {
+    this.closing = true;
+    this.wake();
+    // The claim in flight ends within `block` ms; its jobs run and are drained with the rest.
+    await this.loopPromise?.catch(() => {});
+    await this.drained(timeout);
+    this.closed = true;
+    for (const { controller } of this.running.values()) controller.abort(new Error('the worker closed before the job finished'));
+    clearInterval(this.renewTimer ?? undefined);
+    if (this.signalHandler) for (const s of ['SIGTERM', 'SIGINT']) process.off(s, this.signalHandler);
+    // A cluster client has no `isOpen`; a client that never connected refuses disconnect().
+    if (this.claims) await this.claims.disconnect().catch(() => {});
+    this.emit('closed');
+  }
+
+  /** Resolves once no job runs and nothing waits to be settled, or after `timeout` ms. */
+  async drained(timeout) {
+    const deadline = Date.now() + timeout;
+    while ((this.running.size > 0 || this.flushing) && Date.now() < deadline) {
+      await Promise.race([this.room(), sleep(Math.min(50, Math.max(0, deadline - Date.now())))]);
+    }
+  }
+
+  /** An error no call is there to receive: to the 'error' listeners, or stderr without one. */
+  report(error) {
+    if (this.listenerCount('error') > 0) this.emit('error', error);
+    else console.error('echomq worker:', error);
+  }
+}

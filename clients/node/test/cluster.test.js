@@ -1,0 +1,67 @@
+// On a 3-primary cluster through node-redis's cluster client: a queue on every primary is
+// produced, inspected and worked, each call routed by the queue.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { Queue, Worker } from '../src/index.js';
+import { Cluster } from './support/cluster.js';
+import { until } from './support/server.js';
+
+/** @type {Cluster} */
+let cluster;
+before(async () => {
+  cluster = await Cluster.start(3);
+});
+after(() => cluster?.stop());
+
+test('queues on every primary of a cluster', async () => {
+  const client = await cluster.connect();
+  // One queue name held by each primary.
+  const byNode = new Map();
+  for (let n = 0; byNode.size < cluster.nodes.length; n++) {
+    const owner = await cluster.owner(`orders-${n}`);
+    if (!byNode.has(owner.port)) byNode.set(owner.port, `orders-${n}`);
+  }
+  const queues = [...byNode.values()].map((name) => new Queue(client, name));
+  const done = new Map();
+  const workers = [];
+  for (const q of queues) {
+    const one = await q.enqueue({ queue: q.name });
+    const many = await q.enqueueMany(Array.from({ length: 20 }, (_, n) => ({ payload: { n } })));
+    assert.equal((await q.job(one)).set, 'pending');
+    assert.equal((await q.jobs('pending', { count: 100 })).jobs.length, 21);
+    assert.equal(many.length, 20);
+    done.set(q.name, []);
+    workers.push(new Worker(q, (job) => void done.get(q.name).push(job.id), { concurrency: 4 }));
+  }
+  assert.ok(await until(async () => {
+    for (const q of queues) if ((await q.stats()).pending + (await q.stats()).active > 0) return false;
+    return true;
+  }, 30_000));
+  await Promise.all(workers.map((w) => w.close()));
+  for (const [port, name] of byNode) {
+    const q = queues.find((x) => x.name === name);
+    assert.equal(done.get(name).length, 21, `${name} on ${port}`);
+    assert.equal(new Set(done.get(name)).size, 21);
+    const node = cluster.nodes.find((n) => n.port === port);
+    // The queue's keys live on the primary that owns its slot, and only there.
+    assert.equal(await node.cmd('EXISTS', `emq:{${name}}:pending`), 0);
+    assert.deepEqual(await node.cmd('EMQ.QUEUES'), ['0', [name]]);
+    assert.equal((await q.stats()).active, 0);
+  }
+  for (const w of workers) assert.deepEqual(w.counts, { acked: 21, failed: 0, retried: 0, lost: 0 });
+});
+
+test('the event stream and limits of a queue on a cluster', async () => {
+  const client = await cluster.connect();
+  const q = new Queue(client, 'clustered-events');
+  await q.enableEvents();
+  assert.equal((await q.limit({ concurrency: 2 })).concurrency, 2);
+  const id = await q.enqueue('x');
+  const seen = [];
+  for await (const e of q.events({ from: '0', block: 100 })) {
+    seen.push(e.event);
+    break;
+  }
+  assert.deepEqual(seen, ['enqueued']);
+  assert.equal((await q.job(id)).payload, 'x');
+});

@@ -1,0 +1,62 @@
+// Every EMQ* refusal arrives as its typed class, sharing EmqError; any other error stays the
+// client's own (node-redis's ErrorReply).
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { ErrorReply } from 'redis';
+import * as echomq from '../src/index.js';
+import { Server } from './support/server.js';
+
+/** @type {Server} */
+let server;
+let client;
+before(async () => {
+  server = await Server.start(['--emq.max-payload-bytes', '64']);
+  client = await server.connect();
+});
+after(() => server.stop());
+
+/** Asserts that `call` rejects with `Class`, an EmqError whose code is `code`. */
+async function refuses(call, Class, code) {
+  await assert.rejects(call, (e) => {
+    assert.ok(e instanceof Class, `${e} is a ${Class.name}`);
+    assert.ok(e instanceof echomq.EmqError);
+    assert.equal(e.code, code);
+    assert.equal(e.name, Class.name);
+    assert.ok(e.cause instanceof ErrorReply, 'the client error is its cause');
+    return true;
+  });
+}
+
+test('each EMQ* error prefix is a typed error', async () => {
+  const q = new echomq.Queue(client, 'errs');
+  await refuses(new echomq.Queue(client, 'a{b').enqueue('x'), echomq.EmqQueueError, 'EMQQUEUE');
+  await refuses(q.enqueue('x', { id: 'not-an-id' }), echomq.EmqIdError, 'EMQID');
+  await refuses(q.enqueue('x', { id: 'ABC00000000001' }), echomq.EmqKindError, 'EMQKIND');
+  await refuses(q.enqueue('x'.repeat(65)), echomq.EmqPayloadError, 'EMQPAYLOAD');
+  await refuses(q.call('EMQ.ACK', 'JOB00000000001', 1), echomq.EmqLeaseError, 'EMQLEASE');
+  await refuses(q.jobs(/** @type {any} */ ('nope')), echomq.EmqSetError, 'EMQSET');
+  await refuses(q.jobs('pending', { cursor: 'nope' }), echomq.EmqCursorError, 'EMQCURSOR');
+  await refuses(q.cron('bad', 'x', { spec: '99 * * * *' }), echomq.EmqCronError, 'EMQCRON');
+  await refuses(q.call('EMQ.KEY', 'nope'), echomq.EmqTypeError, 'EMQTYPE');
+  await refuses(q.send(['EMQ.DECODE', 'not-a-key']), echomq.EmqKeyError, 'EMQKEY');
+});
+
+test('an error that is not EchoMQ stays the client error', async () => {
+  await server.cmd('SET', 'emq:{wrong}:pending', 'a string');
+  const q = new echomq.Queue(client, 'wrong');
+  await assert.rejects(q.enqueue('x'), (e) => e instanceof ErrorReply && !(e instanceof echomq.EmqError) && /^WRONGTYPE/.test(e.message));
+  await assert.rejects(q.call('EMQ.NOSUCH'), (e) => e instanceof ErrorReply && !(e instanceof echomq.EmqError));
+});
+
+test('a server of another protocol major version is refused', () => {
+  assert.throws(() => echomq.checkVersion('echomq:3.0.0'), echomq.EmqVersionError);
+  assert.doesNotThrow(() => echomq.checkVersion('echomq:2.0.0'));
+});
+
+test('an error text is bounded to 4096 bytes, its end kept, on a character boundary', () => {
+  const e = new Error('é'.repeat(5000));
+  const text = echomq.errorText(e);
+  assert.ok(Buffer.byteLength(text) <= echomq.MAX_ERROR);
+  assert.ok(!text.includes('\uFFFD'));
+  assert.ok(text.endsWith(e.stack.slice(-100)));
+});

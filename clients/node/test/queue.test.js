@@ -1,0 +1,187 @@
+// The Queue's calls against a real server: enqueue and its options, enqueueMany in chunks,
+// looking (job, jobs, stats), operating (pause, purge, requeue, cancel, limit, cron), events.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { Queue, Worker } from '../src/index.js';
+import { Server, until } from './support/server.js';
+
+/** @type {Server} */
+let server;
+let client;
+before(async () => {
+  server = await Server.start();
+  client = await server.connect();
+});
+after(() => server.stop());
+
+async function calls(command) {
+  const stats = String(await server.cmd('INFO', 'commandstats'));
+  const m = new RegExp(`cmdstat_${command.replace('.', '\\.')}:calls=(\\d+)`).exec(stats);
+  return m ? Number(m[1]) : 0;
+}
+
+describe('Queue', () => {
+  test('enqueue: minted or given ids, JSON or raw payloads, idempotent on its id', async () => {
+    const q = new Queue(client, 'enq');
+    const id = await q.enqueue({ to: 'ann' });
+    assert.match(id, /^JOB[0-9A-Za-z]{11}$/);
+    assert.equal((await q.job(id)).payload, '{"to":"ann"}');
+    assert.equal(await q.enqueue('raw text', { id: 'JOB00000000001' }), 'JOB00000000001');
+    assert.equal(await q.enqueue('again', { id: 'JOB00000000001' }), 'JOB00000000001');
+    assert.equal((await q.job('JOB00000000001')).payload, 'raw text');
+    assert.equal((await q.job(await q.enqueue(Buffer.from([0x68, 0x69])))).payload, 'hi');
+    assert.equal((await q.stats()).pending, 3);
+  });
+
+  test('enqueue: delay and at schedule, priority orders the claims', async () => {
+    const q = new Queue(client, 'when');
+    const later = await q.enqueue('later', { delay: 60_000 });
+    const at = await q.enqueue('at', { at: new Date(Date.now() + 120_000) });
+    const low = await q.enqueue('low', { priority: 5 });
+    const high = await q.enqueue('high', { priority: -5 });
+    assert.equal((await q.job(later)).set, 'scheduled');
+    assert.equal((await q.job(at)).set, 'scheduled');
+    const claimed = await q.call('EMQ.CLAIM', 'COUNT', 2);
+    assert.deepEqual(claimed.map((j) => j[0]), [high, low]);
+  });
+
+  test('enqueue: a unique key returns the holder while it is held', async () => {
+    const q = new Queue(client, 'uniq');
+    const first = await q.enqueue('welcome ann', { unique: 'welcome:ann', uniqueFor: 60_000 });
+    const second = await q.enqueue('welcome ann', { unique: 'welcome:ann', uniqueFor: 60_000 });
+    assert.equal(second, first);
+    assert.equal((await q.stats()).pending, 1);
+    await assert.rejects(q.enqueue('x', { uniqueFor: 5 }), TypeError);
+  });
+
+  test('enqueueMany: EMQ.MENQUEUE in bounded chunks, ids in order, priorities kept', async () => {
+    await server.cmd('CONFIG', 'RESETSTAT');
+    const q = new Queue(client, 'many');
+    const jobs = Array.from({ length: 2500 }, (_, n) => ({ payload: { n } }));
+    const ids = await q.enqueueMany(jobs);
+    assert.equal(ids.length, 2500);
+    assert.equal(new Set(ids).size, 2500);
+    assert.deepEqual([...ids].sort(), ids, 'minted in order');
+    assert.equal(await calls('emq.menqueue'), 3);
+    assert.equal((await q.stats()).pending, 2500);
+    const urgent = await q.enqueueMany([{ payload: 'a', priority: -1 }, { payload: 'b', id: 'JOB00000000002' }], { chunk: 1 });
+    assert.equal(urgent[1], 'JOB00000000002');
+    assert.equal(await calls('emq.menqueue'), 5);
+    assert.equal((await q.job(urgent[0])).priority, -1);
+  });
+
+  test('job, jobs and stats', async () => {
+    const q = new Queue(client, 'look');
+    assert.equal(await q.job('JOB00000000009'), null);
+    const ids = await q.enqueueMany(Array.from({ length: 5 }, (_, n) => ({ payload: `p${n}` })));
+    const seen = [];
+    let cursor = '0';
+    let pages = 0;
+    do {
+      const page = await q.jobs('pending', { cursor, count: 2, withPayloads: true });
+      seen.push(...page.jobs);
+      cursor = page.cursor;
+      pages++;
+    } while (cursor !== '0');
+    assert.equal(pages, 3);
+    assert.deepEqual(seen.map((j) => j.id), ids);
+    assert.deepEqual(seen.map((j) => j.payload), ['p0', 'p1', 'p2', 'p3', 'p4']);
+    assert.deepEqual(Object.keys(seen[0]), ['id', 'score', 'attempts', 'payload', 'error']);
+    const stats = await q.stats();
+    assert.deepEqual([stats.pending, stats.active, stats.scheduled, stats.dead, stats.paused], [5, 0, 0, 0, 0]);
+  });
+
+  test('pause and resume', async () => {
+    const q = new Queue(client, 'pause');
+    assert.equal(await q.pause(), true);
+    assert.equal(await q.pause(), false);
+    await q.enqueue('x');
+    assert.deepEqual(await q.call('EMQ.CLAIM'), []);
+    assert.equal((await q.stats()).paused, 1);
+    assert.equal(await q.resume(), true);
+    assert.equal(await q.resume(), false);
+    assert.equal((await q.call('EMQ.CLAIM')).length, 1);
+  });
+
+  test('purge loops EMQ.PURGE ... COUNT until the set is empty', async () => {
+    await server.cmd('CONFIG', 'RESETSTAT');
+    const q = new Queue(client, 'purge');
+    await q.enqueueMany(Array.from({ length: 25 }, () => ({ payload: 'x' })));
+    assert.equal(await q.purge('pending', { count: 10 }), 25);
+    assert.equal(await calls('emq.purge'), 3);
+    assert.equal((await q.stats()).pending, 0);
+    assert.equal(await q.purge('dead'), 0);
+  });
+
+  test('cancel, requeue and requeueDead', async () => {
+    await server.cmd('CONFIG', 'SET', 'emq.max-attempts', '1');
+    try {
+      const q = new Queue(client, 'ops');
+      const waiting = await q.enqueue('x', { delay: 60_000 });
+      assert.equal(await q.cancel(waiting), true);
+      assert.equal(await q.cancel(waiting), false);
+      const ids = await q.enqueueMany([{ payload: 'a' }, { payload: 'b' }, { payload: 'c' }]);
+      const worker = new Worker(q, () => {
+        throw new Error('no');
+      });
+      assert.ok(await until(async () => (await q.stats()).dead === 3));
+      await worker.close();
+      assert.equal(await q.requeue(ids[0]), true);
+      assert.equal(await q.requeue(ids[0]), false);
+      assert.equal(await q.requeueDead({ count: 1 }), 1);
+      assert.equal(await q.requeueDead(), 1);
+      const stats = await q.stats();
+      assert.deepEqual([stats.pending, stats.dead], [3, 0]);
+      assert.equal((await q.job(ids[0])).attempts, 0);
+    } finally {
+      await server.cmd('CONFIG', 'SET', 'emq.max-attempts', '25');
+    }
+  });
+
+  test('limit sets, reports and removes the claim limits', async () => {
+    const q = new Queue(client, 'limits');
+    const set = await q.limit({ concurrency: 3, rate: 100, per: 60_000 });
+    assert.deepEqual([set.concurrency, set.rate, set['rate-per']], [3, 100, 60_000]);
+    assert.deepEqual(await q.limit(), set);
+    const some = await q.limit({ concurrency: null });
+    assert.deepEqual([some.concurrency, some.rate], [null, 100]);
+    const none = await q.limit({ off: true });
+    assert.deepEqual([none.concurrency, none.rate], [null, null]);
+    assert.equal((await q.stats()).concurrency, null);
+  });
+
+  test('cron, crons and uncron', async () => {
+    const q = new Queue(client, 'crons');
+    const next = await q.cron('nightly', { report: 'daily' }, { spec: '0 3 * * *' });
+    assert.ok(next > Date.now());
+    await q.cron('beat', 'ping', { every: 60_000, priority: -1 });
+    const all = await q.crons();
+    assert.deepEqual(all.map((c) => c.name), ['beat', 'nightly']);
+    assert.equal(all[1].payload, '{"report":"daily"}');
+    assert.equal(all[0].every, 60_000);
+    assert.equal(await q.uncron('beat'), true);
+    assert.equal(await q.uncron('beat'), false);
+    assert.equal((await q.crons()).length, 1);
+    await assert.rejects(q.cron('x', 'y', {}), TypeError);
+  });
+
+  test('events: an async iterator over the queue event stream', async () => {
+    const q = new Queue(client, 'ev');
+    assert.equal(await q.enableEvents({ maxlen: 1000 }), true);
+    const controller = new AbortController();
+    const seen = [];
+    const reading = (async () => {
+      for await (const e of q.events({ from: '0', block: 100, signal: controller.signal })) {
+        seen.push(e);
+        if (seen.length === 3) break;
+      }
+    })();
+    const id = await q.enqueue('x');
+    const worker = new Worker(q, () => 'ok');
+    await reading;
+    await worker.close();
+    assert.deepEqual(seen.map((e) => [e.event, e.id]), [['enqueued', id], ['claimed', id], ['acked', id]]);
+    assert.equal(seen[1].attempt, 1);
+    assert.equal(await q.disableEvents(), true);
+  });
+});

@@ -1,0 +1,68 @@
+// A real 3-primary cluster for the tests: valkey-server nodes with the module and
+// `--cluster-enabled yes`, slots assigned with CLUSTER ADDSLOTSRANGE, joined with CLUSTER MEET,
+// waited for until every node says cluster_state:ok (as tests/support/cluster.rs, without
+// replicas or valkey-cli).
+import { createCluster } from 'redis';
+import { Server, freePort, until } from './server.js';
+
+const SLOTS = 16384;
+
+export class Cluster {
+  static async start(primaries = 3) {
+    const nodes = [];
+    const busPorts = [];
+    for (let i = 0; i < primaries; i++) {
+      busPorts.push(await freePort());
+      nodes.push(
+        await Server.start([
+          '--cluster-enabled', 'yes',
+          '--cluster-config-file', 'nodes.conf',
+          '--cluster-port', String(busPorts[i]),
+          '--cluster-node-timeout', '2000',
+        ]),
+      );
+    }
+    const cluster = new Cluster(nodes);
+    for (let i = 0; i < primaries; i++) {
+      const first = Math.floor((SLOTS * i) / primaries);
+      const last = Math.floor((SLOTS * (i + 1)) / primaries) - 1;
+      await nodes[i].cmd('CLUSTER', 'ADDSLOTSRANGE', first, last);
+    }
+    for (let i = 1; i < primaries; i++) await nodes[0].cmd('CLUSTER', 'MEET', '127.0.0.1', nodes[i].port, busPorts[i]);
+    const ok = await until(async () => {
+      for (const node of nodes) {
+        const info = String(await node.cmd('CLUSTER', 'INFO'));
+        if (!info.includes('cluster_state:ok') || !info.includes(`cluster_known_nodes:${primaries}`)) return false;
+      }
+      return true;
+    }, 30_000);
+    if (!ok) {
+      await cluster.stop();
+      throw new Error('the cluster did not become healthy');
+    }
+    return cluster;
+  }
+
+  constructor(nodes) {
+    this.nodes = nodes;
+  }
+
+  /** A connected cluster client, closed by `stop`. */
+  async connect() {
+    const c = createCluster({ rootNodes: this.nodes.map((n) => ({ url: n.url })) });
+    await c.connect();
+    (this.clients ??= []).push(c);
+    return c;
+  }
+
+  /** The node whose slots hold `queue`'s keys. */
+  async owner(queue) {
+    const slot = Number(await this.nodes[0].cmd('CLUSTER', 'KEYSLOT', `emq:{${queue}}:pending`));
+    return this.nodes.find((_, i) => slot >= Math.floor((SLOTS * i) / this.nodes.length) && slot < Math.floor((SLOTS * (i + 1)) / this.nodes.length));
+  }
+
+  async stop() {
+    for (const c of this.clients ?? []) await c.disconnect().catch(() => {});
+    for (const n of this.nodes) await n.stop();
+  }
+}

@@ -1,0 +1,61 @@
+// A typed use of the package, checked by `make lint` (tsc --noEmit --strict): every call of
+// the README, so the declarations in index.d.ts stay true to how the package is used.
+import { createClient, createCluster } from 'redis';
+import { EmqError, EmqLeaseError, Job, Queue, Retry, Worker, type QueueEvent, type Stats } from 'echomq';
+
+export async function producer(): Promise<void> {
+  const client = createClient({ url: 'redis://127.0.0.1:6379' });
+  await client.connect();
+  const q = new Queue(client, 'emails');
+  const id: string = await q.enqueue({ to: 'ann' }, { delay: 60_000, priority: -1, unique: 'welcome:ann', uniqueFor: 86_400_000 });
+  await q.enqueue('raw', { at: new Date() });
+  const ids: string[] = await q.enqueueMany([{ payload: { n: 1 } }, { payload: 'x', priority: 2, id }]);
+  const stats: Stats = await q.stats();
+  const active: number = stats.active;
+  const row = await q.job(ids[0]);
+  const attempts: number | undefined = row?.attempts;
+  const page = await q.jobs('dead', { count: 10, withPayloads: true });
+  const next: string = page.cursor;
+  const purged: number = await q.purge('dead', { count: 100 });
+  const moved: boolean = (await q.requeue(id)) || (await q.cancel(id));
+  const requeued: number = await q.requeueDead({ count: 10 });
+  await q.pause();
+  await q.resume();
+  const limits = await q.limit({ concurrency: 3, rate: 100, per: 60_000 });
+  const cap: number | null = limits.concurrency;
+  const at: number = await q.cron('nightly', { report: 'daily' }, { spec: '0 3 * * *' });
+  await q.cron('beat', 'ping', { every: 60_000, priority: -1 });
+  const names: string[] = (await q.crons()).map((c) => c.name);
+  await q.uncron('beat');
+  await q.enableEvents({ maxlen: 1000 });
+  for await (const e of q.events({ from: '0', block: 500 })) {
+    const event: QueueEvent['event'] = e.event;
+    if (event === 'acked') break;
+  }
+  void [active, attempts, next, purged, moved, requeued, cap, at, names];
+  await client.quit();
+}
+
+export async function worker(): Promise<void> {
+  const cluster = createCluster({ rootNodes: [{ url: 'redis://127.0.0.1:7001' }] });
+  await cluster.connect();
+  const q = new Queue(cluster, 'emails');
+  const w = new Worker(
+    q,
+    async (job: Job, { signal }) => {
+      if (job.attempt > 3) throw new Retry(30_000, 'later');
+      job.progress = { step: 1 };
+      signal.addEventListener('abort', () => undefined);
+      return { sent: job.data.to as string };
+    },
+    { concurrency: 8, lease: 30_000, block: 1000, backoff: { type: 'exponential', delay: 1000 }, handleSignals: true },
+  );
+  w.on('completed', (job, result) => console.log(job.id, result));
+  w.on('failed', (job, error) => console.log(job.id, error));
+  w.on('error', (error) => {
+    if (error instanceof EmqLeaseError || error instanceof EmqError) console.log(error.code);
+  });
+  const acked: number = w.counts.acked;
+  void acked;
+  await w.close(5000);
+}

@@ -1,0 +1,222 @@
+// The Worker against a real server: batched claims within the concurrency, renewals, retries
+// into dead with the stack, typed lease errors, aborts on a lost lease, results and draining.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { EmqLeaseError, Queue, Retry, Worker } from '../src/index.js';
+import { Server, until } from './support/server.js';
+
+/** @type {Server} */
+let server;
+let client;
+before(async () => {
+  server = await Server.start();
+  client = await server.connect();
+});
+after(() => server.stop());
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Resolves once `worker.counts` says `n` jobs settled one way or another (bounded wait). */
+async function settled(worker, n, timeout = 30_000) {
+  const ok = await until(() => worker.counts.acked + worker.counts.failed + worker.counts.retried + worker.counts.lost >= n, timeout);
+  assert.ok(ok, `settled ${JSON.stringify(worker.counts)} of ${n}`);
+}
+
+describe('Worker', () => {
+  test('at concurrency 8 never more than 8 jobs are active, and each job is acked once', async () => {
+    const q = new Queue(client, 'conc8');
+    const ids = await q.enqueueMany(Array.from({ length: 200 }, (_, n) => ({ payload: { n } })));
+    let inside = 0;
+    let most = 0;
+    const seen = new Map();
+    const worker = new Worker(
+      q,
+      async (job) => {
+        inside++;
+        most = Math.max(most, inside);
+        seen.set(job.id, (seen.get(job.id) ?? 0) + 1);
+        await sleep(5 + (job.data.n % 7));
+        inside--;
+      },
+      { concurrency: 8 },
+    );
+    const completed = new Set();
+    worker.on('completed', (job) => completed.add(job.id));
+    let sampledMost = 0;
+    while (worker.counts.acked < 200) {
+      const { active } = await q.stats();
+      sampledMost = Math.max(sampledMost, active);
+      await sleep(3);
+    }
+    await worker.close();
+    assert.equal(most, 8, 'the handlers ran 8 at a time at most, and reached 8');
+    assert.ok(sampledMost <= 8, `EMQ.STATS active reached ${sampledMost}`);
+    assert.equal(seen.size, 200);
+    assert.deepEqual(new Set(seen.values()), new Set([1]));
+    assert.deepEqual([...seen.keys()].sort(), [...ids].sort());
+    assert.deepEqual(worker.counts, { acked: 200, failed: 0, retried: 0, lost: 0 });
+    assert.equal(completed.size, 200, "a 'completed' event for each job");
+    assert.equal((await q.stats()).active, 0);
+  });
+
+  test('settling claims the next jobs in the same EMQ.MACK', async () => {
+    await server.cmd('CONFIG', 'RESETSTAT');
+    const q = new Queue(client, 'claimnext');
+    await q.enqueueMany(Array.from({ length: 50 }, () => ({ payload: 'x' })));
+    const worker = new Worker(q, async () => sleep(2), { concurrency: 4 });
+    await settled(worker, 50);
+    await worker.close();
+    const stats = String(await server.cmd('INFO', 'commandstats'));
+    const mack = /cmdstat_emq\.mack:calls=(\d+)/.exec(stats);
+    assert.ok(mack && Number(mack[1]) > 0, 'EMQ.MACK was used');
+    assert.equal(worker.counts.acked, 50);
+  });
+
+  test('a handler that throws is retried with backoff, then dead with its stack', async () => {
+    await server.cmd('CONFIG', 'SET', 'emq.max-attempts', '3');
+    try {
+      const q = new Queue(client, 'throws');
+      const id = await q.enqueue('boom');
+      const attempts = [];
+      const worker = new Worker(
+        q,
+        (job) => {
+          attempts.push(job.attempt);
+          throw new TypeError(`handler broke on attempt ${job.attempt}`);
+        },
+        { backoff: 10 },
+      );
+      const failed = [];
+      worker.on('failed', (job, e) => failed.push([job.id, e.message]));
+      assert.ok(await until(async () => (await q.stats()).dead === 1));
+      await worker.close();
+      assert.deepEqual(attempts, [1, 2, 3]);
+      assert.equal(failed.length, 3);
+      const row = await q.job(id);
+      assert.equal(row.set, 'dead');
+      assert.equal(row.attempts, 3);
+      assert.match(row.error, /^TypeError: handler broke on attempt 3\n\s+at /);
+      assert.match(row.error, /worker\.test\.js/);
+    } finally {
+      await server.cmd('CONFIG', 'SET', 'emq.max-attempts', '25');
+    }
+  });
+
+  test('Retry fails the attempt for a retry after its own delay', async () => {
+    const q = new Queue(client, 'retry');
+    const id = await q.enqueue('later');
+    const worker = new Worker(q, (job) => {
+      if (job.attempt === 1) throw new Retry(60_000, 'not yet');
+      return 'ok';
+    });
+    await settled(worker, 1);
+    await worker.close();
+    const row = await q.job(id);
+    assert.equal(row.set, 'scheduled');
+    assert.equal(row.error, 'not yet');
+    assert.ok(row.due > Date.now() + 30_000, 'due about a minute on');
+    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 1, lost: 0 });
+  });
+
+  test('a slow handler keeps its lease through renewals: acked once, on attempt 1', async () => {
+    const q = new Queue(client, 'slow');
+    const id = await q.enqueue('slow');
+    const runs = [];
+    const worker = new Worker(
+      q,
+      async (job) => {
+        runs.push(job.attempt);
+        job.progress = 'halfway';
+        await sleep(1200); // four leases long
+        return { done: true };
+      },
+      { lease: 300 },
+    );
+    await settled(worker, 1);
+    await worker.close();
+    assert.deepEqual(runs, [1]);
+    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 0 });
+    const row = await q.job(id);
+    assert.equal(row.state, 'done');
+    assert.equal(row.attempts, 1);
+    assert.equal(row.result, '{"done":true}');
+    assert.equal(row.progress, 'halfway');
+  });
+
+  test('a stale token is refused with EmqLeaseError', async () => {
+    const q = new Queue(client, 'stale');
+    const id = await q.enqueue('x');
+    const [[claimed, , token]] = await q.call('EMQ.CLAIM', 'COUNT', 1, 'LEASE', 60_000);
+    assert.equal(claimed, id);
+    await assert.rejects(q.call('EMQ.ACK', id, token + 1), EmqLeaseError);
+    await assert.rejects(q.call('EMQ.RENEW', id, token + 1, 1000), (e) => e instanceof EmqLeaseError && e.code === 'EMQLEASE');
+    assert.equal(await q.call('EMQ.ACK', id, token), 1);
+  });
+
+  test('a lost lease aborts the handler signal and its outcome is not sent', async () => {
+    const q = new Queue(client, 'lost');
+    const id = await q.enqueue('x');
+    let reason;
+    const worker = new Worker(
+      q,
+      (job, { signal }) =>
+        new Promise((resolve) => {
+          signal.addEventListener('abort', () => {
+            reason = signal.reason;
+            resolve('too late');
+          });
+        }),
+      { lease: 300 },
+    );
+    assert.ok(await until(async () => (await q.stats()).active === 1));
+    // Another life of the job takes over: the worker's token is now stale.
+    await server.cmd('ZREM', `emq:{lost}:active`, id);
+    await settled(worker, 1);
+    await worker.close();
+    assert.ok(reason instanceof EmqLeaseError);
+    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 0, lost: 1 });
+  });
+
+  test('close() drains the running handlers: each acked, none lost', async () => {
+    const q = new Queue(client, 'drain');
+    await q.enqueueMany(Array.from({ length: 6 }, () => ({ payload: 'x' })));
+    let started = 0;
+    const worker = new Worker(q, async () => {
+      started++;
+      await sleep(300);
+    }, { concurrency: 3 });
+    assert.ok(await until(() => started === 3));
+    await worker.close();
+    assert.equal(started, 3);
+    assert.deepEqual(worker.counts, { acked: 3, failed: 0, retried: 0, lost: 0 });
+    const stats = await q.stats();
+    assert.equal(stats.active, 0);
+    assert.equal(stats.pending, 3);
+  });
+
+  test('close() past its timeout aborts the handlers still running and sends nothing for them', async () => {
+    const q = new Queue(client, 'abort');
+    await q.enqueue('x');
+    let aborted = false;
+    const worker = new Worker(q, (job, { signal }) => new Promise((resolve) => {
+      signal.addEventListener('abort', () => {
+        aborted = true;
+        resolve(undefined);
+      });
+    }), { shutdownTimeout: 100 });
+    assert.ok(await until(async () => (await q.stats()).active === 1));
+    await worker.close();
+    assert.ok(aborted);
+    assert.equal(worker.counts.lost, 1);
+    assert.equal((await q.stats()).active, 1, 'left to its lease');
+  });
+
+  test('a fatal claim error reaches the error listeners and closes the worker', async () => {
+    const q = new Queue(client, 'bad{name');
+    const errors = [];
+    const worker = new Worker(q, () => {}, { autorun: false });
+    worker.on('error', (e) => errors.push(e));
+    await assert.rejects(worker.run(), { name: 'EmqQueueError' });
+    assert.equal(errors.length, 1);
+  });
+});
