@@ -4,10 +4,8 @@
 
 use emq_harness as support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -83,29 +81,10 @@ fn aof(policy: &str) -> Options {
         .arg("appendfsync", policy)
 }
 
-/// The power-loss shim (scripts/aof-power-loss-shim.c), built once per run with `cc`.
-fn power_loss_shim() -> &'static Path {
-    static SHIM: OnceLock<PathBuf> = OnceLock::new();
-    SHIM.get_or_init(|| {
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("aof-power-loss-shim.so");
-        let building = out.with_extension(format!("so.{}", std::process::id()));
-        let status = Command::new("cc")
-            .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
-            .arg(&building)
-            .arg(repo_root().join("scripts/aof-power-loss-shim.c"))
-            .args(["-ldl", "-lpthread"])
-            .status()
-            .expect("run cc (scripts/install-deps.sh installs gcc)");
-        assert!(status.success(), "cc failed to build the power-loss shim");
-        std::fs::rename(&building, &out).expect("move the shim into place");
-        out
-    })
-}
-
 /// A server with `appendfsync <policy>` under the shim: the bytes of its AOF directory reach
 /// the file only when the server fsyncs them, so `kill -9` is a power loss for the AOF.
 fn under_power_loss(policy: &str) -> Server {
-    let shim = power_loss_shim().display().to_string();
+    let shim = preload_shim("aof-power-loss-shim").display().to_string();
     let server = Server::start_with_env(
         aof(policy),
         &[

@@ -58,6 +58,31 @@ pub fn caller_module() -> String {
     path.display().to_string()
 }
 
+/// A preload shim of `scripts/` (`aof-power-loss-shim`, `clock-shift-shim`) built with `cc`
+/// into `target/shims`, once per test process; its path, for `LD_PRELOAD`.
+pub fn preload_shim(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, path)) = built.iter().find(|(n, _)| n == name) {
+        return path.clone();
+    }
+    let dir = repo_root().join("target/shims");
+    std::fs::create_dir_all(&dir).expect("target/shims");
+    let out = dir.join(format!("{name}.so"));
+    let building = dir.join(format!("{name}.so.{}", std::process::id()));
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
+        .arg(&building)
+        .arg(repo_root().join(format!("scripts/{name}.c")))
+        .args(["-ldl", "-lpthread"])
+        .status()
+        .expect("run cc (scripts/install-deps.sh installs gcc)");
+    assert!(status.success(), "cc failed to build scripts/{name}.c");
+    std::fs::rename(&building, &out).expect("move the shim into place");
+    built.push((name.to_string(), out.clone()));
+    out
+}
+
 /// A primary (`Options::primary()`) and a replica of it started with `replica`, its link up.
 pub fn primary_and_replica(replica: Options) -> (Server, Server) {
     let primary = Server::start(Options::primary());
