@@ -2,12 +2,20 @@
 //! addresses, and the faults done to them. Partitions, packet loss and packet delay are made
 //! inside a node's network namespace with the host's `iptables` (`nsenter`), so the image needs
 //! nothing more than valkey. Delay goes through an NFQUEUE to the harness's own loop
-//! ([`crate::delay`]), since this kernel has no `sch_netem` for `tc netem`. Everything is
-//! removed when the [`Net`] is dropped.
+//! ([`crate::delay`]), since this kernel has no `sch_netem` for `tc netem`. Each node's `/data`
+//! is a small filesystem of its own (a loop-mounted file), which the harness fills from the
+//! host, and its server runs under the host's libfaketime, its offset in a file the harness
+//! writes. Everything is removed when the [`Net`] is dropped.
 
 use std::borrow::Cow;
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
+
+/// The host's libfaketime (Debian's `libfaketime`), mounted read-only into every node.
+pub const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+/// Each node's data filesystem, in MB: room for a phase's AOF and its rewrite.
+const DISK_MB: u64 = 256;
 
 /// What a docker or nsenter command said, or why it failed.
 pub fn run(program: &str, args: &[&str]) -> Result<String, String> {
@@ -35,12 +43,16 @@ fn docker(args: &[&str]) -> Result<String, String> {
 pub struct Node {
     pub name: String,
     pub ip: String,
+    pub index: usize,
 }
 
 /// The harness's network and its nodes.
 pub struct Net {
     pub name: String,
     pub nodes: Vec<Node>,
+    /// On the host: each node's clock offset file and its data filesystem's mount point.
+    dir: PathBuf,
+    mounted: Vec<PathBuf>,
 }
 
 pub const PORT: u16 = 6379;
@@ -175,15 +187,31 @@ impl Net {
             }
         }
         let subnet = subnet.ok_or("no free subnet for the harness's network")?;
+        if !std::path::Path::new(FAKETIME_LIB).exists() {
+            return Err(format!(
+                "{FAKETIME_LIB} is missing: apt-get install libfaketime"
+            ));
+        }
+        let dir = std::env::temp_dir().join(&name);
         let mut net = Net {
             name,
             nodes: Vec::new(),
+            dir,
+            mounted: Vec::new(),
         };
         for i in 0..n {
             let node = Node {
                 name: format!("{}-{i}", net.name),
                 ip: format!("{subnet}.{}", 10 + i),
+                index: i,
             };
+            let data = net.disk(i)?;
+            let clock = net.dir.join(format!("clock-{i}"));
+            std::fs::create_dir_all(&clock).map_err(|e| format!("{}: {e}", clock.display()))?;
+            net.set_clock(&node, 0)?;
+            let data_mount = format!("{}:/data", data.display());
+            let clock_mount = format!("{}:/faketime", clock.display());
+            let lib_mount = format!("{FAKETIME_LIB}:/opt/faketime/libfaketime.so.1:ro");
             let timeout = node_timeout_ms.to_string();
             let node_id = i.to_string();
             let acl = acl_args(queues);
@@ -196,6 +224,22 @@ impl Net {
                 &net.name,
                 "--ip",
                 &node.ip,
+                "-v",
+                &data_mount,
+                "-v",
+                &clock_mount,
+                "-v",
+                &lib_mount,
+                "-e",
+                "LD_PRELOAD=/opt/faketime/libfaketime.so.1",
+                "-e",
+                "FAKETIME_TIMESTAMP_FILE=/faketime/offset",
+                // The offset file is read again at most once a second; only the wall clock
+                // moves (as an NTP step does), the monotonic clock runs on.
+                "-e",
+                "FAKETIME_CACHE_DURATION=1",
+                "-e",
+                "FAKETIME_DONT_FAKE_MONOTONIC=1",
                 image,
                 "--cluster-enabled",
                 "yes",
@@ -211,6 +255,55 @@ impl Net {
             net.nodes.push(node);
         }
         Ok(net)
+    }
+
+    /// Makes node `i`'s data filesystem (a sparse file, ext4 without reserved blocks, mounted
+    /// on a loop device) and returns its mount point.
+    fn disk(&mut self, i: usize) -> Result<PathBuf, String> {
+        let image = self.dir.join(format!("disk-{i}.img"));
+        let mount = self.dir.join(format!("data-{i}"));
+        std::fs::create_dir_all(&mount).map_err(|e| format!("{}: {e}", mount.display()))?;
+        let (image_s, mount_s) = (image.display().to_string(), mount.display().to_string());
+        run("truncate", &["-s", &format!("{DISK_MB}M"), &image_s])?;
+        run("mkfs.ext4", &["-q", "-F", "-m", "0", &image_s])?;
+        run("mount", &["-o", "loop", &image_s, &mount_s])?;
+        self.mounted.push(mount.clone());
+        Ok(mount)
+    }
+
+    /// Sets `node`'s wall clock `seconds` ahead of the host's (behind, when negative).
+    pub fn set_clock(&self, node: &Node, seconds: i64) -> Result<(), String> {
+        let file = self
+            .dir
+            .join(format!("clock-{}", node.index))
+            .join("offset");
+        // Written in place (the same inode), so the node's mount sees it.
+        std::fs::write(&file, format!("{seconds:+}\n"))
+            .map_err(|e| format!("{}: {e}", file.display()))
+    }
+
+    /// Fills `node`'s data filesystem to the last byte; returns the filler's size in MB.
+    pub fn fill_disk(&self, node: &Node) -> Result<u64, String> {
+        let fill = self.dir.join(format!("data-{}", node.index)).join("fill");
+        // dd stops at ENOSPC, which is what it is for here.
+        let _ = run(
+            "dd",
+            &[
+                "if=/dev/zero",
+                &format!("of={}", fill.display()),
+                "bs=1M",
+                "status=none",
+            ],
+        );
+        run("sync", &[])?;
+        let size = std::fs::metadata(&fill).map_err(|e| format!("{}: {e}", fill.display()))?;
+        Ok(size.len() >> 20)
+    }
+
+    /// Gives `node`'s data filesystem its room back.
+    pub fn free_disk(&self, node: &Node) -> Result<(), String> {
+        let fill = self.dir.join(format!("data-{}", node.index)).join("fill");
+        std::fs::remove_file(&fill).map_err(|e| format!("{}: {e}", fill.display()))
     }
 
     /// The host pid of a node's server (its container's first process).
@@ -358,6 +451,11 @@ pub struct Slow {
 }
 
 impl Slow {
+    /// Whether the delay loop still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.helper.try_wait(), Ok(None))
+    }
+
     /// Takes the node's rules away, lets the packets still held leave, then stops the loop.
     pub fn heal(mut self, net: &Net) -> Result<(), String> {
         let healed = net.heal(&self.node);
@@ -382,5 +480,9 @@ impl Drop for Net {
         }
         let _ = docker(&["network", "rm", &self.name]);
         std::thread::sleep(Duration::from_millis(100));
+        for mount in &self.mounted {
+            let _ = run("umount", &[&mount.display().to_string()]);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

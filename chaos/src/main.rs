@@ -10,6 +10,10 @@ mod check;
 mod cluster;
 mod delay;
 mod docker;
+mod history;
+mod report;
+mod state;
+mod watch;
 mod workload;
 
 use std::sync::{Arc, Mutex};
@@ -21,10 +25,17 @@ use rand::{Rng, SeedableRng};
 use check::Report;
 use cluster::{connect, field, pairs, stable, wait_for};
 use docker::{Net, Node};
-use workload::{History, Load, Queues};
+use history::{History, Log, Outcome};
+use watch::{Limit, Watch};
+use workload::{Load, Queues, LEASE_MS};
+
+/// The concurrency limit set on one queue of each phase (its second).
+const CONCURRENCY: i64 = 3;
+/// The nodes' `emq.max-attempts` (the default).
+const MAX_ATTEMPTS: i64 = 25;
 
 const NODE_TIMEOUT_MS: u64 = 2_000;
-const FAULTS: [&str; 7] = [
+const FAULTS: [&str; 10] = [
     "partition-primary",
     "pause-primary",
     "kill-primary",
@@ -32,6 +43,9 @@ const FAULTS: [&str; 7] = [
     "rolling-restart",
     "reshard-under-partition",
     "slow-primary",
+    "clock-jump",
+    "memory-pressure",
+    "disk-full",
 ];
 
 struct Args {
@@ -93,6 +107,8 @@ fn others(nodes: &[Node], node: &Node) -> Vec<Node> {
 const SLOW_MS: u64 = 300;
 const SLOW_JITTER_MS: u64 = 200;
 const SLOW_LOSS: f64 = 0.1;
+/// The least median `PING` that shows the delay held.
+const SLOW_MIN_PING_MS: f64 = 200.0;
 
 /// `n` `PING` round trips to `node` on one connection, in ms, sorted (those that came back
 /// within 5 s).
@@ -118,8 +134,138 @@ fn hold() {
 }
 
 /// Does `fault` to the cluster (under the load already running) and heals it; `seed` draws
-/// what the fault itself draws (a slowed link's delays).
-fn inject(net: &Net, fault: &str, slot: u16, seed: u64) -> Result<String, String> {
+/// what the fault itself draws (a slowed link's delays). Says what was done, and the error
+/// code the fault must be seen refusing enqueues with, if any.
+fn inject(
+    net: &Net,
+    fault: &str,
+    slot: u16,
+    seed: u64,
+) -> Result<(String, Option<&'static str>), String> {
+    let primary = || owner_of(&net.nodes, slot).ok_or("no owner of the busy slot");
+    match fault {
+        "clock-jump" => clock_jump(net, &primary()?).map(|what| (what, None)),
+        "memory-pressure" => memory_pressure(&primary()?).map(|what| (what, Some("OOM"))),
+        "disk-full" => disk_full(net, &primary()?).map(|what| (what, Some("MISCONF"))),
+        _ => inject_net(net, fault, slot, seed).map(|what| (what, None)),
+    }
+}
+
+/// How far `node`'s clock (`TIME`) is ahead of the harness's, in seconds.
+fn clock_offset(node: &Node) -> Option<f64> {
+    let mut con = connect(&node.ip, Duration::from_secs(1)).ok()?;
+    let before = history::now_ns();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).ok()?;
+    let after = history::now_ns();
+    let server = secs as f64 + micros as f64 / 1e6;
+    let harness = (before / 2 + after / 2) as f64 / 1e9;
+    Some(server - harness)
+}
+
+/// Waits up to 5 s for `node`'s clock offset to satisfy `ok`; the last offset read.
+fn offset_until(node: &Node, ok: impl Fn(f64) -> bool) -> (bool, Option<f64>) {
+    let mut last = None;
+    let held = wait_for(Duration::from_secs(5), || {
+        last = clock_offset(node);
+        last.is_some_and(&ok)
+    });
+    (held, last)
+}
+
+/// The step of `clock-jump`, in seconds.
+const CLOCK_STEP_S: i64 = 30;
+
+fn clock_jump(net: &Net, primary: &Node) -> Result<String, String> {
+    net.set_clock(primary, CLOCK_STEP_S)?;
+    let (ahead, seen) = offset_until(primary, |d| d >= CLOCK_STEP_S as f64 - 5.0);
+    if !ahead {
+        net.set_clock(primary, 0)?;
+        return Err(format!(
+            "{}'s clock did not move {CLOCK_STEP_S} s ahead: `TIME` is {seen:?} s off",
+            primary.ip
+        ));
+    }
+    hold();
+    net.set_clock(primary, 0)?;
+    let (back, now) = offset_until(primary, |d| d.abs() < 2.0);
+    if !back {
+        return Err(format!(
+            "{}'s clock did not come back: `TIME` is {now:?} s off",
+            primary.ip
+        ));
+    }
+    Ok(format!(
+        "{}'s wall clock (libfaketime) {:.1} s ahead by `TIME` for three node timeouts, then back ({:.1} s)",
+        primary.ip,
+        seen.unwrap_or_default(),
+        now.unwrap_or_default()
+    ))
+}
+
+fn memory_pressure(primary: &Node) -> Result<String, String> {
+    let config = |value: u64| -> Result<(), String> {
+        let mut con = connect(&primary.ip, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(value)
+            .query::<()>(&mut con)
+            .map_err(|e| format!("CONFIG SET maxmemory {value}: {e}"))
+    };
+    let mut con = connect(&primary.ip, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query(&mut con)
+        .map_err(|e| e.to_string())?;
+    let used: u64 = field(&info, "used_memory")
+        .and_then(|v| v.parse().ok())
+        .ok_or("no used_memory")?;
+    // Just under what it holds: the next write that needs memory is refused.
+    let limit = used.saturating_sub(64 * 1024).max(1 << 20);
+    config(limit)?;
+    hold();
+    config(0)?;
+    Ok(format!(
+        "{}'s `maxmemory` set to {} KB (it held {} KB), then lifted",
+        primary.ip,
+        limit >> 10,
+        used >> 10
+    ))
+}
+
+fn disk_full(net: &Net, primary: &Node) -> Result<String, String> {
+    let filled = net.fill_disk(primary)?;
+    hold();
+    net.free_disk(primary)?;
+    // The server retries the AOF write once there is room, and takes writes again.
+    let writes = || {
+        connect(&primary.ip, Duration::from_secs(1))
+            .ok()
+            .and_then(|mut con| {
+                redis::cmd("INFO")
+                    .arg("persistence")
+                    .query::<String>(&mut con)
+                    .ok()
+            })
+            .and_then(|info| field(&info, "aof_last_write_status"))
+            .is_some_and(|s| s == "ok")
+    };
+    if !wait_for(Duration::from_secs(30), writes) {
+        return Err(format!(
+            "{}'s AOF writes did not resume once the disk had room",
+            primary.ip
+        ));
+    }
+    // Then its AOF is all it has: a restart replays it.
+    net.restart(primary)?;
+    Ok(format!(
+        "{}'s data filesystem filled ({filled} MB of filler) under its AOF, then emptied, then the node restarted from its AOF",
+        primary.ip
+    ))
+}
+
+/// The faults of links and processes.
+fn inject_net(net: &Net, fault: &str, slot: u16, seed: u64) -> Result<String, String> {
     let nodes = &net.nodes;
     let primary = owner_of(nodes, slot).ok_or("no owner of the busy slot")?;
     match fault {
@@ -190,24 +336,36 @@ fn inject(net: &Net, fault: &str, slot: u16, seed: u64) -> Result<String, String
         }
         "slow-primary" => {
             // Every link of the busy primary: its replica's, the bus's and the clients'.
-            let slow = net.slow(&primary, SLOW_MS, SLOW_JITTER_MS, SLOW_LOSS, seed)?;
+            let mut slow = net.slow(&primary, SLOW_MS, SLOW_JITTER_MS, SLOW_LOSS, seed)?;
             // What the harness's own round trips took meanwhile, on one connection.
             let started = Instant::now();
             let pings = ping_times(&primary, 5);
             std::thread::sleep(
                 (Duration::from_millis(NODE_TIMEOUT_MS * 3)).saturating_sub(started.elapsed()),
             );
+            // The loop is checked last thing before the heal: a loop gone at any moment is
+            // gone then too (and the fault would have been loss alone).
+            let alive = slow.alive();
             slow.heal(net)?;
-            let ping = match pings.get(pings.len() / 2) {
-                Some(ms) => format!("a `PING` took {ms:.0} ms (median of {})", pings.len()),
-                None => "no `PING` came back".to_string(),
+            if !alive {
+                return Err("the delay loop died during the fault".into());
+            }
+            let Some(median) = pings.get(pings.len() / 2).copied() else {
+                return Err("no `PING` came back during the fault".into());
             };
+            if median < SLOW_MIN_PING_MS {
+                return Err(format!(
+                    "a `PING` took {median:.0} ms (median of {}), under {SLOW_MIN_PING_MS} ms: the delay did not hold",
+                    pings.len()
+                ));
+            }
             Ok(format!(
-                "{} delayed {}–{} ms each way and {:.0}% of its packets dropped, on all its links: {ping}",
+                "{} delayed {}–{} ms each way and {:.0}% of its packets dropped, on all its links: a `PING` took {median:.0} ms (median of {}), the delay loop alive throughout",
                 primary.ip,
                 SLOW_MS - SLOW_JITTER_MS,
                 SLOW_MS + SLOW_JITTER_MS,
-                SLOW_LOSS * 100.0
+                SLOW_LOSS * 100.0,
+                pings.len()
             ))
         }
         other => Err(format!("unknown fault {other}")),
@@ -236,12 +394,29 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
         queues.push((name, slot));
     }
     let queues = Queues(queues);
-    let history: History = Arc::new(Mutex::new(Vec::new()));
+    let history: History = Arc::new(Mutex::new(Log::default()));
+    let limit = Limit {
+        queue: queues.0[1].0.clone(),
+        slot: queues.0[1].1,
+        concurrency: CONCURRENCY,
+    };
+    limit.set(nodes)?;
+    let watch = Watch::start(nodes, limit, &history);
     let load = Load::start(nodes, &queues, &history, seed, 2, 3, a.jobs);
     std::thread::sleep(Duration::from_secs(2));
-    let what = inject(net, fault, queues.0[0].1, seed)?;
-    if !wait_for(Duration::from_secs(120), || stable(nodes)) {
+    let injected = inject(net, fault, queues.0[0].1, seed);
+    let healed = wait_for(Duration::from_secs(120), || stable(nodes));
+    let (what, refusal) = match injected {
+        Ok(done) => done,
+        Err(e) => {
+            load.stop();
+            watch.stop();
+            return Err(e);
+        }
+    };
+    if !healed {
         load.stop();
+        watch.stop();
         return Err(format!("{fault}: the cluster is not stable after healing"));
     }
     // The rest of the jobs go in, then the workers drain the queues.
@@ -257,22 +432,44 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
             .all(|(q, slot)| left(nodes, q, *slot) == Some(0))
     });
     load.stop();
-    if !drained {
-        eprintln!("{fault}: some jobs were still queued when the drain ended");
-    }
     wait_for(Duration::from_secs(60), || stable(nodes));
-    let ops = history.lock().map(|h| h.clone()).unwrap_or_default();
-    let mut report = check::check(nodes, &queues, &ops)?;
-    report.violations.extend(check::digests(&pairs(nodes)));
+    let failover = watch.stop();
+    let log = std::mem::take(&mut *history.lock().map_err(|_| "the history's lock")?);
+    let finals = state::read(nodes, &queues)?;
+    let mut report = check::check(&check::Input {
+        enqueues: &log.enqueues,
+        events: &log.events,
+        limits: &log.limits,
+        finals: &finals,
+        lease_ms: LEASE_MS,
+        max_attempts: MAX_ATTEMPTS,
+        failover,
+    });
+    if !drained {
+        report
+            .violations
+            .push("the queues had not drained 120 s after the last enqueue".into());
+    }
+    // A fault that must be seen refusing writes: the code in some enqueue's refusal.
+    if let Some(code) = refusal {
+        let seen = log
+            .enqueues
+            .iter()
+            .filter(|e| matches!(&e.outcome, Outcome::Refused(why) if why.contains(code)))
+            .count();
+        report.refusals = Some((code, seen));
+        if seen == 0 {
+            report
+                .violations
+                .push(format!("{fault}: no enqueue was refused with {code}"));
+        }
+    }
+    report.violations.extend(state::digests(&pairs(nodes)));
     Ok((report, what))
 }
 
 fn enqueues(history: &History) -> usize {
-    history.lock().map_or(0, |h| {
-        h.iter()
-            .filter(|op| matches!(op, workload::Op::Enqueue { .. }))
-            .count()
-    })
+    history.lock().map_or(0, |h| h.enqueues.len())
 }
 
 /// Jobs of `queue` not yet settled for good: pending, active and scheduled.
@@ -363,9 +560,8 @@ fn main() {
         match phase(&net, fault, i, &a) {
             Ok((r, what)) => {
                 println!(
-                    "{fault}: {what}; tried {}, acknowledged {}, found {}, lost {}, duplicated {}, re-run after ack {}, unconfirmed and lost {}, unknown {} (found {}), settles accepted {} (answer never came {}, the same attempt settled twice without WAIT {}), {:.0} s",
-                    r.tried, r.acknowledged, r.found, r.lost, r.duplicated, r.rerun_after_ack,
-                    r.unconfirmed_lost, r.unknown, r.unknown_found, r.settles_accepted, r.settles_unknown, r.settles_superseded,
+                    "{fault}: {what}; {}, {:.0} s",
+                    r.summary(),
                     started.elapsed().as_secs_f64()
                 );
                 for v in r.violations.iter().take(20) {
@@ -389,5 +585,3 @@ fn main() {
     }
     std::process::exit(i32::from(failed));
 }
-
-mod report;
