@@ -4,16 +4,13 @@
 //! nothing more than valkey. Delay goes through an NFQUEUE to the harness's own loop
 //! ([`crate::delay`]), since this kernel has no `sch_netem` for `tc netem`. Each node's `/data`
 //! is a small filesystem of its own (a loop-mounted file), which the harness fills from the
-//! host, and its server runs under the host's libfaketime, its offset in a file the harness
-//! writes. Everything is removed when the [`Net`] is dropped.
+//! host. Everything is removed when the [`Net`] is dropped.
 
 use std::borrow::Cow;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-/// The host's libfaketime (Debian's `libfaketime`), mounted read-only into every node.
-pub const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 /// Each node's data filesystem, in MB: room for a phase's AOF and its rewrite.
 const DISK_MB: u64 = 256;
 
@@ -50,7 +47,7 @@ pub struct Node {
 pub struct Net {
     pub name: String,
     pub nodes: Vec<Node>,
-    /// On the host: each node's clock offset file and its data filesystem's mount point.
+    /// On the host: each node's data filesystem's image and mount point.
     dir: PathBuf,
     mounted: Vec<PathBuf>,
 }
@@ -187,11 +184,6 @@ impl Net {
             }
         }
         let subnet = subnet.ok_or("no free subnet for the harness's network")?;
-        if !std::path::Path::new(FAKETIME_LIB).exists() {
-            return Err(format!(
-                "{FAKETIME_LIB} is missing: apt-get install libfaketime"
-            ));
-        }
         let dir = std::env::temp_dir().join(&name);
         let mut net = Net {
             name,
@@ -206,12 +198,7 @@ impl Net {
                 index: i,
             };
             let data = net.disk(i)?;
-            let clock = net.dir.join(format!("clock-{i}"));
-            std::fs::create_dir_all(&clock).map_err(|e| format!("{}: {e}", clock.display()))?;
-            net.set_clock(&node, 0)?;
             let data_mount = format!("{}:/data", data.display());
-            let clock_mount = format!("{}:/faketime", clock.display());
-            let lib_mount = format!("{FAKETIME_LIB}:/opt/faketime/libfaketime.so.1:ro");
             let timeout = node_timeout_ms.to_string();
             let node_id = i.to_string();
             let acl = acl_args(queues);
@@ -226,20 +213,6 @@ impl Net {
                 &node.ip,
                 "-v",
                 &data_mount,
-                "-v",
-                &clock_mount,
-                "-v",
-                &lib_mount,
-                "-e",
-                "LD_PRELOAD=/opt/faketime/libfaketime.so.1",
-                "-e",
-                "FAKETIME_TIMESTAMP_FILE=/faketime/offset",
-                // The offset file is read again at most once a second; only the wall clock
-                // moves (as an NTP step does), the monotonic clock runs on.
-                "-e",
-                "FAKETIME_CACHE_DURATION=1",
-                "-e",
-                "FAKETIME_DONT_FAKE_MONOTONIC=1",
                 image,
                 "--cluster-enabled",
                 "yes",
@@ -271,30 +244,24 @@ impl Net {
         Ok(mount)
     }
 
-    /// Sets `node`'s wall clock `seconds` ahead of the host's (behind, when negative).
-    pub fn set_clock(&self, node: &Node, seconds: i64) -> Result<(), String> {
-        let file = self
-            .dir
-            .join(format!("clock-{}", node.index))
-            .join("offset");
-        // Written in place (the same inode), so the node's mount sees it.
-        std::fs::write(&file, format!("{seconds:+}\n"))
-            .map_err(|e| format!("{}: {e}", file.display()))
-    }
-
     /// Fills `node`'s data filesystem to the last byte; returns the filler's size in MB.
     pub fn fill_disk(&self, node: &Node) -> Result<u64, String> {
         let fill = self.dir.join(format!("data-{}", node.index)).join("fill");
-        // dd stops at ENOSPC, which is what it is for here.
-        let _ = run(
-            "dd",
-            &[
-                "if=/dev/zero",
-                &format!("of={}", fill.display()),
-                "bs=1M",
-                "status=none",
-            ],
-        );
+        // dd stops at ENOSPC, which is what it is for here: 1 MB blocks first, then 4 KB ones
+        // for what a last whole megabyte did not fill.
+        for bs in ["bs=1M", "bs=4k"] {
+            let _ = run(
+                "dd",
+                &[
+                    "if=/dev/zero",
+                    &format!("of={}", fill.display()),
+                    bs,
+                    "oflag=append",
+                    "conv=notrunc",
+                    "status=none",
+                ],
+            );
+        }
         run("sync", &[])?;
         let size = std::fs::metadata(&fill).map_err(|e| format!("{}: {e}", fill.display()))?;
         Ok(size.len() >> 20)

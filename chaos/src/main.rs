@@ -35,7 +35,7 @@ const CONCURRENCY: i64 = 3;
 const MAX_ATTEMPTS: i64 = 25;
 
 const NODE_TIMEOUT_MS: u64 = 2_000;
-const FAULTS: [&str; 10] = [
+const FAULTS: [&str; 9] = [
     "partition-primary",
     "pause-primary",
     "kill-primary",
@@ -43,7 +43,6 @@ const FAULTS: [&str; 10] = [
     "rolling-restart",
     "reshard-under-partition",
     "slow-primary",
-    "clock-jump",
     "memory-pressure",
     "disk-full",
 ];
@@ -144,62 +143,10 @@ fn inject(
 ) -> Result<(String, Option<&'static str>), String> {
     let primary = || owner_of(&net.nodes, slot).ok_or("no owner of the busy slot");
     match fault {
-        "clock-jump" => clock_jump(net, &primary()?).map(|what| (what, None)),
         "memory-pressure" => memory_pressure(&primary()?).map(|what| (what, Some("OOM"))),
         "disk-full" => disk_full(net, &primary()?).map(|what| (what, Some("MISCONF"))),
         _ => inject_net(net, fault, slot, seed).map(|what| (what, None)),
     }
-}
-
-/// How far `node`'s clock (`TIME`) is ahead of the harness's, in seconds.
-fn clock_offset(node: &Node) -> Option<f64> {
-    let mut con = connect(&node.ip, Duration::from_secs(1)).ok()?;
-    let before = history::now_ns();
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).ok()?;
-    let after = history::now_ns();
-    let server = secs as f64 + micros as f64 / 1e6;
-    let harness = (before / 2 + after / 2) as f64 / 1e9;
-    Some(server - harness)
-}
-
-/// Waits up to 5 s for `node`'s clock offset to satisfy `ok`; the last offset read.
-fn offset_until(node: &Node, ok: impl Fn(f64) -> bool) -> (bool, Option<f64>) {
-    let mut last = None;
-    let held = wait_for(Duration::from_secs(5), || {
-        last = clock_offset(node);
-        last.is_some_and(&ok)
-    });
-    (held, last)
-}
-
-/// The step of `clock-jump`, in seconds.
-const CLOCK_STEP_S: i64 = 30;
-
-fn clock_jump(net: &Net, primary: &Node) -> Result<String, String> {
-    net.set_clock(primary, CLOCK_STEP_S)?;
-    let (ahead, seen) = offset_until(primary, |d| d >= CLOCK_STEP_S as f64 - 5.0);
-    if !ahead {
-        net.set_clock(primary, 0)?;
-        return Err(format!(
-            "{}'s clock did not move {CLOCK_STEP_S} s ahead: `TIME` is {seen:?} s off",
-            primary.ip
-        ));
-    }
-    hold();
-    net.set_clock(primary, 0)?;
-    let (back, now) = offset_until(primary, |d| d.abs() < 2.0);
-    if !back {
-        return Err(format!(
-            "{}'s clock did not come back: `TIME` is {now:?} s off",
-            primary.ip
-        ));
-    }
-    Ok(format!(
-        "{}'s wall clock (libfaketime) {:.1} s ahead by `TIME` for three node timeouts, then back ({:.1} s)",
-        primary.ip,
-        seen.unwrap_or_default(),
-        now.unwrap_or_default()
-    ))
 }
 
 fn memory_pressure(primary: &Node) -> Result<String, String> {
@@ -459,9 +406,20 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
             .count();
         report.refusals = Some((code, seen));
         if seen == 0 {
-            report
-                .violations
-                .push(format!("{fault}: no enqueue was refused with {code}"));
+            let mut others: Vec<&str> = log
+                .enqueues
+                .iter()
+                .filter_map(|e| match &e.outcome {
+                    Outcome::Refused(why) | Outcome::Unknown(why) => Some(why.as_str()),
+                    Outcome::Ok => None,
+                })
+                .collect();
+            others.sort_unstable();
+            others.dedup();
+            others.truncate(5);
+            report.violations.push(format!(
+                "{fault}: no enqueue was refused with {code} (other errors: {others:?})"
+            ));
         }
     }
     report.violations.extend(state::digests(&pairs(nodes)));
