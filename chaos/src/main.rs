@@ -3,8 +3,9 @@
 //! (producers with `WAIT 1`, workers that claim, settle with `WAIT 1` or die), then healed; once
 //! every node is back and the cluster stable, the checker reads the history and the final state.
 //!
-//! `emq-chaos [--seed N] [--jobs N] [--faults a,b,...] [--report docs/reliability.md]`
-//! (`--jobs`: enqueues tried per fault). A violation fails the run and prints what was involved.
+//! `emq-chaos [--seed N | --seeds N,M,...] [--jobs N] [--faults a,b,...] [--report docs/reliability.md]`
+//! (`--jobs`: enqueues tried per fault; each seed runs on a cluster of its own). A violation
+//! fails the run and prints what was involved.
 
 mod check;
 mod cluster;
@@ -47,8 +48,11 @@ const FAULTS: [&str; 9] = [
     "disk-full",
 ];
 
+#[derive(Clone)]
 struct Args {
+    /// The seed of the run going on; `seeds` are all the runs'.
     seed: u64,
+    seeds: Vec<u64>,
     jobs: usize,
     faults: Vec<String>,
     report: Option<String>,
@@ -58,6 +62,7 @@ struct Args {
 fn args() -> Result<Args, String> {
     let mut a = Args {
         seed: 1,
+        seeds: vec![1],
         jobs: 2_000,
         faults: FAULTS.iter().map(|f| f.to_string()).collect(),
         report: None,
@@ -67,7 +72,13 @@ fn args() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
-            "--seed" => a.seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--seed" => a.seeds = vec![value()?.parse().map_err(|e| format!("--seed: {e}"))?],
+            "--seeds" => {
+                a.seeds = value()?
+                    .split(',')
+                    .map(|s| s.parse().map_err(|e| format!("--seeds: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
             "--jobs" => a.jobs = value()?.parse().map_err(|e| format!("--jobs: {e}"))?,
             "--faults" => a.faults = value()?.split(',').map(str::to_string).collect(),
             "--report" => a.report = Some(value()?),
@@ -468,21 +479,42 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let mut rows = Vec::new();
+    let mut failed = false;
+    for seed in &a.seeds {
+        let one = Args {
+            seed: *seed,
+            ..a.clone()
+        };
+        println!("seed {seed}:");
+        failed |= !run(&one, &mut rows);
+    }
+    if let Some(path) = &a.report {
+        if let Err(e) = report::write(path, &a.seeds, a.jobs, &rows) {
+            eprintln!("emq-chaos: {e}");
+            failed = true;
+        }
+    }
+    std::process::exit(i32::from(failed));
+}
+
+/// One seed's run on a cluster of its own: its rows, and whether every fault passed.
+fn run(a: &Args, rows: &mut Vec<report::Row>) -> bool {
     // A producer and a worker user for each of the run's queues, limited to its keys.
     let all_queues: Vec<String> = (0..a.faults.len())
-        .flat_map(|i| queue_names(&a, i))
+        .flat_map(|i| queue_names(a, i))
         .collect();
     // Each producer and worker user may touch one queue: the first queue's, checked on every
     // node, may not touch the second's on the node that owns it.
     let (Some(own), Some(other)) = (all_queues.first(), all_queues.get(1)) else {
         eprintln!("emq-chaos: no fault to run");
-        std::process::exit(2);
+        return false;
     };
     let net = match Net::start(&a.image, 6, NODE_TIMEOUT_MS, &all_queues) {
         Ok(net) => net,
         Err(e) => {
             eprintln!("emq-chaos: {e}");
-            std::process::exit(1);
+            return false;
         }
     };
     let up = wait_for(Duration::from_secs(30), || {
@@ -493,8 +525,7 @@ fn main() {
         || !wait_for(Duration::from_secs(60), || stable(&net.nodes))
     {
         eprintln!("emq-chaos: the cluster did not form");
-        drop(net);
-        std::process::exit(1);
+        return false;
     }
     let other_owner = cluster::slot_of(&net.nodes[0].ip, other)
         .ok()
@@ -508,38 +539,34 @@ fn main() {
     };
     if let Err(e) = acl {
         eprintln!("emq-chaos: the ACL does not hold: {e}");
-        drop(net);
-        std::process::exit(1);
+        return false;
     }
-    let mut rows = Vec::new();
-    let mut failed = false;
+    let mut passed = true;
     for (i, fault) in a.faults.iter().enumerate() {
         let started = Instant::now();
-        match phase(&net, fault, i, &a) {
-            Ok((r, what)) => {
+        match phase(&net, fault, i, a) {
+            Ok((report, what)) => {
                 println!(
                     "{fault}: {what}; {}, {:.0} s",
-                    r.summary(),
+                    report.summary(),
                     started.elapsed().as_secs_f64()
                 );
-                for v in r.violations.iter().take(20) {
+                for v in report.violations.iter().take(20) {
                     println!("  VIOLATION {v}");
                 }
-                failed |= !r.violations.is_empty();
-                rows.push((fault.clone(), what, r));
+                passed &= report.violations.is_empty();
+                rows.push(report::Row {
+                    seed: a.seed,
+                    fault: fault.clone(),
+                    what,
+                    report,
+                });
             }
             Err(e) => {
                 println!("{fault}: could not run: {e}");
-                failed = true;
+                passed = false;
             }
         }
     }
-    drop(net);
-    if let Some(path) = &a.report {
-        if let Err(e) = report::write(path, a.seed, a.jobs, &rows) {
-            eprintln!("emq-chaos: {e}");
-            failed = true;
-        }
-    }
-    std::process::exit(i32::from(failed));
+    passed
 }
