@@ -2,7 +2,8 @@
 #   make run    build the module and start valkey-server with module.conf (foreground)
 #   make web / make top  the emq console's dashboard / terminal view against that server
 #   make test   unit tests and integration tests against real servers, the Rust and Python
-#               clients' and the emq console's included (its browser tests in headless Chromium)
+#               clients' and the emq console's included (its browser tests in headless Chromium),
+#               and the chaos checker's own tests
 #   make lint   cargo fmt --check, clippy with warnings denied, the layer check, and mypy --strict
 #               on the Python client
 #   make test-redis7  the core suites against redis-server 7.0
@@ -63,6 +64,7 @@ test: build test-modules python
 	$(CARGO) test --all-targets
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(CARGO) test -p echomq-client
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(CARGO) test -p emq
+	$(CARGO) test -p emq-chaos
 	cd clients/python && ECHOMQ_MODULE=$(CURDIR)/$(MODULE) VALKEY_SERVER=$(VALKEY_SERVER) ../../$(PY_VENV)/bin/pytest -q tests
 
 # The core suites against Debian's redis-server 7.0 (installed if missing). Redis 7 only: a
