@@ -74,3 +74,41 @@ pub fn write(path: &str, seeds: &[u64], jobs: usize, rows: &[Row]) -> Result<(),
     let page = format!("{}{out}{}", &page[..a], &page[b..]);
     std::fs::write(path, page).map_err(|e| format!("{path}: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{write, Row, BEGIN, END};
+    use crate::check::Report;
+
+    #[test]
+    fn the_section_holds_a_row_per_seed_and_fault_and_keeps_the_page_around_it() {
+        let path = std::env::temp_dir().join(format!("emq-chaos-report-{}.md", std::process::id()));
+        std::fs::write(&path, format!("above\n{BEGIN}\nold\n{END}\nbelow\n")).unwrap();
+        let rows: Vec<Row> = [1u64, 2, 3]
+            .iter()
+            .flat_map(|seed| {
+                ["kill-primary", "disk-full"].map(|fault| Row {
+                    seed: *seed,
+                    fault: fault.into(),
+                    what: "done".into(),
+                    report: Report {
+                        tried: 10,
+                        refusals: (fault == "disk-full").then_some(("MISCONF", 4)),
+                        ..Report::default()
+                    },
+                })
+            })
+            .collect();
+        write(path.to_str().unwrap(), &[1, 2, 3], 10, &rows).unwrap();
+        let page = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(page.starts_with("above\n") && page.ends_with(&format!("{END}\nbelow\n")));
+        assert!(!page.contains("\nold\n"));
+        assert!(page.contains("--seeds 1,2,3 --jobs 10") && page.contains(", 60 in all."));
+        let table: Vec<&str> = page.lines().filter(|l| l.starts_with("| ")).collect();
+        assert_eq!(table.len(), 1 + 6, "{table:?}");
+        assert!(table[6].starts_with("| 3 | disk-full | done | 10 |"));
+        assert!(table[6].contains("| 4 `MISCONF` |"));
+        assert!(page.contains("on commit `"));
+    }
+}
