@@ -1,44 +1,115 @@
-//! The checker: reads the history and the final state of a phase's queues (every node back,
-//! the cluster stable) and counts what each guarantee met.
+//! The checker, pure: a phase's history and the final state of its queues, as plain data, in;
+//! its figures and the violations found (each naming what was involved) out. Reading the
+//! servers is `state.rs`'s; this file touches nothing but its input, so its tests feed it
+//! histories by hand.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::Duration;
 
-use redis::Value;
+use crate::history::{Action, Enqueue, Event, Kind, LimitSample, Outcome};
 
-use crate::cluster::{connect, owner, slot_map};
-use crate::docker::Node;
-use crate::workload::{Op, Outcome, Queues};
+/// One job's row at the end.
+#[derive(Clone, Debug, Default)]
+pub struct Row {
+    pub state: String,
+    pub payload: String,
+    pub attempts: i64,
+}
 
-/// A phase's figures, and the violations found (each with the operations involved).
+/// One queue at the end, on its primary: rows by id, and the sets each id is a member of
+/// (`pending`, `active`, `schedule`, `dead`).
+#[derive(Clone, Debug, Default)]
+pub struct QueueState {
+    pub rows: HashMap<String, Row>,
+    pub members: HashMap<String, Vec<String>>,
+}
+
+/// What the checker reads.
+pub struct Input<'a> {
+    pub enqueues: &'a [Enqueue],
+    pub events: &'a [Event],
+    pub limits: &'a [LimitSample],
+    pub finals: &'a BTreeMap<String, QueueState>,
+    /// The workers' lease: a settle sent longer than this (and `GRACE_NS`) after its claim or
+    /// last renewal was answered is a zombie's.
+    pub lease_ms: u64,
+    pub max_attempts: i64,
+    /// Whether a primary of the phase lost its role: only then may a write that no replica
+    /// confirmed have been undone, and only then is such a write's outcome excused.
+    pub failover: bool,
+}
+
+/// How long past a lease's end the server may still take the job back (its timer's tick or
+/// so): a settle later than that is refused, whatever the worker thinks.
+pub const GRACE_NS: u64 = 1_000_000_000;
+
+/// A phase's figures, and the violations found.
 #[derive(Debug, Default)]
 pub struct Report {
     pub tried: usize,
     /// Enqueues a replica confirmed (`WAIT` ≥ 1).
     pub acknowledged: usize,
-    /// Of those, found once in the final state.
+    /// Of those, found once in the final state, done or dead.
     pub found: usize,
     pub lost: usize,
     pub duplicated: usize,
-    /// Jobs claimed again after an acknowledged `ACK`.
+    /// Rows not done or dead at the end (pending, active, scheduled).
+    pub unfinished: usize,
+    /// Jobs claimed again after an `ACK` a replica confirmed.
     pub rerun_after_ack: usize,
-    /// Enqueues a primary took with no replica's `WAIT` (a primary cut off from its replica, or
-    /// one about to lose its role), later gone: Valkey's replication is asynchronous, and
-    /// such a write is not acknowledged. Counted, never a pass.
+    /// Handler runs beyond a job's first (a lease ran out, a failure retried): counted.
+    pub handler_reruns: usize,
+    /// Enqueues a primary took with no replica's `WAIT`, later gone, in a phase with a
+    /// failover. Counted, never a pass (without a failover such a loss is a violation).
     pub unconfirmed_lost: usize,
+    pub unknown: usize,
     /// Enqueues whose answer never came, found once (the others were not written).
     pub unknown_found: usize,
-    pub unknown: usize,
     pub settles_accepted: usize,
-    /// Attempts settled twice, at most once with a replica's `WAIT`: a primary cut off from
-    /// its replica took one, its failover undid it, and the new primary gave the same token to
-    /// the job's next claim. Counted, never a pass.
-    pub settles_superseded: usize,
     /// Settles whose answer never came.
     pub settles_unknown: usize,
+    /// Attempts settled twice, at most once with a replica's `WAIT`, after a failover.
+    pub settles_superseded: usize,
+    /// A token handed out again, or a stale settle taken, where the newer claim or the settle
+    /// had no replica's `WAIT` and a failover came: the write was undone. Counted.
+    pub fencing_unconfirmed: usize,
+    /// Settles sent past their lease and its grace.
+    pub zombies_tried: usize,
+    pub zombies_refused: usize,
+    pub zombies_unknown: usize,
+    /// The most a limit's reading ever showed, and that limit: `(observed, limit)`.
+    pub limit_peak: Option<(i64, i64)>,
+    pub limit_samples: usize,
+    /// For a fault that must refuse writes: the error code, and how many enqueues it refused.
+    pub refusals: Option<(&'static str, usize)>,
     pub violations: Vec<String>,
 }
 
+impl Report {
+    /// The figures in one line.
+    pub fn summary(&self) -> String {
+        let limit = self
+            .limit_peak
+            .map_or("no limit reading".into(), |(seen, n)| {
+                format!(
+                    "at most {seen} active of a limit of {n} ({} readings)",
+                    self.limit_samples
+                )
+            });
+        let refusals = self.refusals.map_or(String::new(), |(code, n)| {
+            format!(", refused with {code} {n}")
+        });
+        format!(
+            "tried {}, acknowledged {}, found {}, lost {}, duplicated {}, unfinished {}, re-run after ack {}, handler re-runs {}, unconfirmed and lost {}, unknown {} (found {}), settles accepted {} (answer never came {}, the same attempt settled twice after a failover {}, unconfirmed fencing after a failover {}), zombie settles {} (refused {}, answer never came {}), {limit}{refusals}",
+            self.tried, self.acknowledged, self.found, self.lost, self.duplicated, self.unfinished,
+            self.rerun_after_ack, self.handler_reruns, self.unconfirmed_lost, self.unknown,
+            self.unknown_found, self.settles_accepted, self.settles_unknown,
+            self.settles_superseded, self.fencing_unconfirmed, self.zombies_tried,
+            self.zombies_refused, self.zombies_unknown
+        )
+    }
+}
+
+/// The sets a row of each state belongs to (`done` rows are in none).
 const SETS: [(&str, &str); 4] = [
     ("pending", "pending"),
     ("active", "active"),
@@ -46,250 +117,393 @@ const SETS: [(&str, &str); 4] = [
     ("dead", "dead"),
 ];
 
-/// One queue's final state on its primary: rows (id → state, payload) and set members.
-struct Final {
-    rows: HashMap<String, (String, String)>,
-    members: HashMap<String, Vec<&'static str>>,
+fn unconfirmed(e: &Event) -> bool {
+    e.replicated == Some(false)
 }
 
-fn read_queue(ip: &str, queue: &str) -> Result<Final, String> {
-    let mut con = connect(ip, Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    let mut members: HashMap<String, Vec<&'static str>> = HashMap::new();
-    for (set, _) in SETS {
-        let ids: Vec<String> = redis::cmd("ZRANGE")
-            .arg(format!("emq:{{{queue}}}:{set}"))
-            .arg(0)
-            .arg(-1)
-            .query(&mut con)
-            .map_err(|e| e.to_string())?;
-        for id in ids {
-            members.entry(id).or_default().push(set);
-        }
-    }
-    let mut rows = HashMap::new();
-    let prefix = format!("emq:{{{queue}}}:job:");
-    let mut cursor = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query(&mut con)
-            .map_err(|e| e.to_string())?;
-        for key in keys {
-            let fields: HashMap<String, String> = redis::cmd("HGETALL")
-                .arg(&key)
-                .query(&mut con)
-                .map_err(|e| e.to_string())?;
-            let id = key.trim_start_matches(&prefix).to_string();
-            rows.insert(
-                id,
-                (
-                    fields.get("state").cloned().unwrap_or_default(),
-                    fields.get("payload").cloned().unwrap_or_default(),
-                ),
-            );
-        }
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    Ok(Final { rows, members })
+/// Checks a phase's history against its final state.
+pub fn check(input: &Input) -> Report {
+    let mut r = Report::default();
+    clock(input, &mut r);
+    structure(input, &mut r);
+    enqueues(input, &mut r);
+    let jobs = by_job(input.events);
+    finished(input, &jobs, &mut r);
+    fencing(input, &jobs, &mut r);
+    zombies(input, &jobs, &mut r);
+    after_ack(&jobs, input, &mut r);
+    limits(input, &mut r);
+    r
 }
 
-/// Checks the phase's `history` against the final state of its `queues`.
-pub fn check(nodes: &[Node], queues: &Queues, history: &[Op]) -> Result<Report, String> {
-    let map = slot_map(nodes).ok_or("no node gives the slot map")?;
-    let mut report = Report::default();
-    // payload -> (queue, id) found; and each queue's final state.
-    let mut by_payload: HashMap<(String, String), Vec<String>> = HashMap::new();
-    let mut states: HashMap<(String, String), String> = HashMap::new();
-    for (queue, slot) in &queues.0 {
-        let ip = owner(&map, *slot).ok_or("a queue's slot has no owner")?;
-        let fin = read_queue(ip, queue)?;
+type Job = (String, String);
+
+/// Each job's events, in the order recorded.
+fn by_job(events: &[Event]) -> BTreeMap<Job, Vec<&Event>> {
+    let mut jobs: BTreeMap<Job, Vec<&Event>> = BTreeMap::new();
+    for e in events.iter().filter(|e| !e.id.is_empty()) {
+        jobs.entry((e.queue.clone(), e.id.clone()))
+            .or_default()
+            .push(e);
+    }
+    jobs
+}
+
+/// Every record was answered no earlier than it was sent: the time-ordered checks below read
+/// the history's clock, and a history whose clock runs backwards cannot be trusted.
+fn clock(input: &Input, r: &mut Report) {
+    let backwards = input
+        .enqueues
+        .iter()
+        .filter(|e| e.answered_ns < e.sent_ns)
+        .count()
+        + input
+            .events
+            .iter()
+            .filter(|e| e.answered_ns < e.sent_ns)
+            .count();
+    if backwards > 0 {
+        r.violations.push(format!(
+            "{backwards} records of the history answered before they were sent"
+        ));
+    }
+}
+
+/// Every member of a set has its row and is in one set, the one its row's state names.
+fn structure(input: &Input, r: &mut Report) {
+    for (queue, fin) in input.finals {
         for (id, sets) in &fin.members {
             if !fin.rows.contains_key(id) {
-                report.violations.push(format!(
+                r.violations.push(format!(
                     "{queue}/{id}: a member of {sets:?} without its row"
                 ));
             }
             if sets.len() > 1 {
-                report
-                    .violations
+                r.violations
                     .push(format!("{queue}/{id}: in two sets at once: {sets:?}"));
             }
         }
-        for (id, (state, payload)) in &fin.rows {
+        for (id, row) in &fin.rows {
             let sets = fin.members.get(id).cloned().unwrap_or_default();
             let expected: Vec<&str> = SETS
                 .iter()
-                .filter(|(_, s)| s == state)
+                .filter(|(_, s)| *s == row.state)
                 .map(|(set, _)| *set)
                 .collect();
-            if state != "done" && sets != expected || state == "done" && !sets.is_empty() {
-                report
-                    .violations
-                    .push(format!("{queue}/{id}: state {state} but in {sets:?}"));
+            if (row.state != "done" && sets != expected)
+                || (row.state == "done" && !sets.is_empty())
+            {
+                r.violations
+                    .push(format!("{queue}/{id}: state {} but in {sets:?}", row.state));
             }
-            by_payload
-                .entry((queue.clone(), payload.clone()))
-                .or_default()
-                .push(id.clone());
-            states.insert((queue.clone(), id.clone()), state.clone());
         }
     }
+}
 
-    // Enqueues.
-    for op in history {
-        let Op::Enqueue {
-            queue,
-            payload,
-            id,
-            replicated,
-            outcome,
-        } = op
-        else {
-            continue;
-        };
-        report.tried += 1;
+/// Each enqueue against the rows: acknowledged ones found exactly once, refused ones never.
+fn enqueues(input: &Input, r: &mut Report) {
+    let mut by_payload: HashMap<(&str, &str), usize> = HashMap::new();
+    for (queue, fin) in input.finals {
+        for row in fin.rows.values() {
+            *by_payload.entry((queue, &row.payload)).or_default() += 1;
+        }
+    }
+    for op in input.enqueues {
+        r.tried += 1;
         let found = by_payload
-            .get(&(queue.clone(), payload.clone()))
-            .map_or(0, Vec::len);
+            .get(&(op.queue.as_str(), op.payload.as_str()))
+            .copied()
+            .unwrap_or(0);
         if found > 1 {
-            report.duplicated += 1;
-            report.violations.push(format!(
-                "{queue}: payload {payload} (enqueued as {id:?}) in {found} jobs"
+            r.duplicated += 1;
+            r.violations.push(format!(
+                "{}: payload {} (enqueued as {:?}) in {found} jobs",
+                op.queue, op.payload, op.id
             ));
         }
-        match outcome {
-            Outcome::Ok if *replicated => {
-                report.acknowledged += 1;
+        match &op.outcome {
+            Outcome::Ok if op.replicated => {
+                r.acknowledged += 1;
                 if found == 0 {
-                    report.lost += 1;
-                    report
-                        .violations
-                        .push(format!("{queue}: acknowledged enqueue lost ({op:?})"));
+                    r.lost += 1;
+                    r.violations
+                        .push(format!("{}: acknowledged enqueue lost ({op:?})", op.queue));
                 } else {
-                    report.found += 1;
+                    r.found += 1;
                 }
             }
-            Outcome::Ok => {
-                if found == 0 {
-                    report.unconfirmed_lost += 1;
+            Outcome::Ok if found == 0 => {
+                if input.failover {
+                    r.unconfirmed_lost += 1;
+                } else {
+                    r.violations.push(format!(
+                        "{}: an enqueue the server took is gone, and no primary lost its role ({op:?})",
+                        op.queue
+                    ));
                 }
             }
+            Outcome::Ok => {}
             Outcome::Unknown(_) => {
-                report.unknown += 1;
+                r.unknown += 1;
                 if found == 1 {
-                    report.unknown_found += 1;
+                    r.unknown_found += 1;
                 }
             }
             Outcome::Refused(why) => {
                 if found > 0 {
-                    report.violations.push(format!(
-                        "{queue}: a refused enqueue ({why}) was written ({op:?})"
+                    r.violations.push(format!(
+                        "{}: a refused enqueue ({why}) was written ({op:?})",
+                        op.queue
                     ));
                 }
             }
         }
     }
+}
 
-    // Settles: fencing, and no claim after an acknowledged ACK.
-    let mut accepted: BTreeMap<(String, String, i64), usize> = BTreeMap::new();
-    let mut taken: BTreeMap<(String, String, i64), usize> = BTreeMap::new();
-    let mut acked: HashMap<(String, String), std::time::Instant> = HashMap::new();
-    for op in history {
-        if let Op::Settle {
-            outcome: Outcome::Unknown(_),
-            ..
-        } = op
-        {
-            report.settles_unknown += 1;
+/// Every row is done or dead, and its attempts are the claims' account: a done job's
+/// `attempts` is the token of an `ACK` a worker sent, a dead one used all its attempts, and no
+/// row has fewer attempts than a claim of it returned (one a failover may have undone aside),
+/// nor more than its claims could have taken.
+fn finished(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
+    let mut unanswered: HashMap<&str, i64> = HashMap::new();
+    for e in input.events {
+        if e.kind == Kind::Claim && matches!(e.outcome, Outcome::Unknown(_)) {
+            *unanswered.entry(&e.queue).or_default() += 1;
         }
-        if let Op::Settle {
-            queue,
-            id,
-            token,
-            fail,
-            accepted: true,
-            replicated,
-            answered,
-            ..
-        } = op
-        {
-            report.settles_accepted += 1;
-            // Fencing is a promise about settles a replica confirmed: one a primary took
-            // without (cut off from its replica) may be undone by its failover, and the job's
-            // new primary hand out the same token again.
-            *accepted
-                .entry((queue.clone(), id.clone(), *token))
-                .or_default() += usize::from(*replicated);
-            *taken
-                .entry((queue.clone(), id.clone(), *token))
-                .or_default() += 1;
-            if !fail && *replicated {
-                acked.insert((queue.clone(), id.clone()), *answered);
+    }
+    let none = Vec::new();
+    for (queue, fin) in input.finals {
+        for (id, row) in &fin.rows {
+            let what = format!("{queue}/{id}");
+            let events = jobs.get(&(queue.clone(), id.clone())).unwrap_or(&none);
+            match row.state.as_str() {
+                "done" => {
+                    let acked = events.iter().any(|e| {
+                        e.kind == Kind::Settle
+                            && e.action == Some(Action::Ack)
+                            && e.token == row.attempts
+                            && !matches!(e.outcome, Outcome::Refused(_))
+                    });
+                    if !acked {
+                        r.violations.push(format!(
+                            "{what}: done with attempts {}, but no worker sent an ACK with that token",
+                            row.attempts
+                        ));
+                    }
+                }
+                "dead" => {
+                    if row.attempts < input.max_attempts {
+                        r.violations.push(format!(
+                            "{what}: dead after {} attempts of {}",
+                            row.attempts, input.max_attempts
+                        ));
+                    }
+                }
+                other => {
+                    r.unfinished += 1;
+                    r.violations.push(format!(
+                        "{what}: {other} at the end: the queue did not drain"
+                    ));
+                }
+            }
+            let claims = events
+                .iter()
+                .filter(|e| e.kind == Kind::Claim && e.outcome == Outcome::Ok);
+            let most = claims.clone().map(|e| e.token).max().unwrap_or(0);
+            let kept = claims
+                .filter(|e| !(input.failover && unconfirmed(e)))
+                .map(|e| e.token)
+                .max()
+                .unwrap_or(0);
+            if row.attempts < kept {
+                r.violations.push(format!(
+                    "{what}: attempts {} but a claim returned token {kept}",
+                    row.attempts
+                ));
+            }
+            let could = most + unanswered.get(queue.as_str()).copied().unwrap_or(0);
+            if row.attempts > could {
+                r.violations.push(format!(
+                    "{what}: attempts {} but claims could have taken it at most {could} times",
+                    row.attempts
+                ));
             }
         }
     }
-    for ((queue, id, token), n) in &accepted {
-        if *n > 1 {
-            report.violations.push(format!(
-                "{queue}/{id}: {n} settles accepted for token {token}: fencing failed"
-            ));
+}
+
+/// Tokens only grow, a token is settled once, and a settle with a token older than a claim
+/// already answered is refused.
+fn fencing(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
+    for ((queue, id), events) in jobs {
+        let claims: Vec<&&Event> = events
+            .iter()
+            .filter(|e| e.kind == Kind::Claim && e.outcome == Outcome::Ok)
+            .collect();
+        for c in &claims {
+            for earlier in claims.iter().filter(|e| e.answered_ns < c.sent_ns) {
+                if earlier.token >= c.token {
+                    if input.failover && unconfirmed(earlier) {
+                        r.fencing_unconfirmed += 1;
+                    } else {
+                        r.violations.push(format!(
+                            "{queue}/{id}: claim by {} returned token {} after a claim by {} had returned {}",
+                            c.worker, c.token, earlier.worker, earlier.token
+                        ));
+                    }
+                }
+            }
         }
-    }
-    report.settles_superseded = taken.values().filter(|n| **n > 1).count();
-    let mut rerun: BTreeSet<(String, String)> = BTreeSet::new();
-    for op in history {
-        if let Op::Claim { queue, jobs, sent } = op {
-            for (id, token) in jobs {
-                let key = (queue.clone(), id.clone());
-                if acked.get(&key).is_some_and(|at| sent > at) && rerun.insert(key) {
-                    report.violations.push(format!(
-                        "{queue}/{id}: claimed again (token {token}) after an acknowledged ACK"
+        let mut per_token: BTreeMap<i64, (usize, usize)> = BTreeMap::new();
+        for s in events
+            .iter()
+            .filter(|e| e.kind == Kind::Settle && e.outcome == Outcome::Ok)
+        {
+            r.settles_accepted += 1;
+            let n = per_token.entry(s.token).or_default();
+            n.0 += 1;
+            n.1 += usize::from(s.replicated != Some(false));
+            if let Some(newer) = claims
+                .iter()
+                .find(|c| c.answered_ns < s.sent_ns && c.token > s.token)
+            {
+                if input.failover && (unconfirmed(newer) || unconfirmed(s)) {
+                    r.fencing_unconfirmed += 1;
+                } else {
+                    r.violations.push(format!(
+                        "{queue}/{id}: {:?} by {} with token {} accepted after a claim by {} had returned token {}",
+                        s.action, s.worker, s.token, newer.worker, newer.token
                     ));
                 }
             }
         }
+        for (token, (taken, confirmed)) in per_token {
+            if taken < 2 {
+                continue;
+            }
+            if input.failover && confirmed < 2 {
+                r.settles_superseded += 1;
+            } else {
+                r.violations.push(format!(
+                    "{queue}/{id}: {taken} settles accepted for token {token}: fencing failed"
+                ));
+            }
+        }
+        r.settles_unknown += events
+            .iter()
+            .filter(|e| e.kind == Kind::Settle && matches!(e.outcome, Outcome::Unknown(_)))
+            .count();
     }
-    report.rerun_after_ack = rerun.len();
-    for (key, _) in acked {
-        if states.get(&key).map(String::as_str) != Some("done") {
-            report.violations.push(format!(
-                "{}/{}: acknowledged ACK but the job is {:?}",
-                key.0,
-                key.1,
-                states.get(&key)
+}
+
+/// A settle sent past its lease (and the grace) must be refused.
+fn zombies(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
+    let lease_ns = input.lease_ms * 1_000_000;
+    for ((queue, id), events) in jobs {
+        for s in events.iter().filter(|e| e.kind == Kind::Settle) {
+            // The lease's last start this worker knew of: its claim's answer, or a renewal's.
+            let since = events
+                .iter()
+                .filter(|e| {
+                    e.worker == s.worker
+                        && e.token == s.token
+                        && e.outcome == Outcome::Ok
+                        && matches!(e.kind, Kind::Claim | Kind::Renew)
+                        && e.answered_ns <= s.sent_ns
+                })
+                .map(|e| e.answered_ns)
+                .max();
+            let Some(since) = since else { continue };
+            if s.sent_ns <= since + lease_ns + GRACE_NS {
+                continue;
+            }
+            r.zombies_tried += 1;
+            match &s.outcome {
+                Outcome::Refused(_) => r.zombies_refused += 1,
+                Outcome::Unknown(_) => r.zombies_unknown += 1,
+                Outcome::Ok => r.violations.push(format!(
+                    "{queue}/{id}: zombie {:?} by {} with token {} accepted {} ms after its lease began (lease {} ms)",
+                    s.action,
+                    s.worker,
+                    s.token,
+                    (s.sent_ns - since) / 1_000_000,
+                    input.lease_ms
+                )),
+            }
+        }
+    }
+}
+
+/// No claim and no handler run after an `ACK` a replica confirmed, and such a job is done.
+fn after_ack(jobs: &BTreeMap<Job, Vec<&Event>>, input: &Input, r: &mut Report) {
+    let mut rerun: BTreeSet<Job> = BTreeSet::new();
+    for ((queue, id), events) in jobs {
+        let starts = events
+            .iter()
+            .filter(|e| e.kind == Kind::HandlerStart)
+            .count();
+        r.handler_reruns += starts.saturating_sub(1);
+        let Some(acked) = events
+            .iter()
+            .filter(|e| {
+                e.kind == Kind::Settle
+                    && e.action == Some(Action::Ack)
+                    && e.outcome == Outcome::Ok
+                    && e.replicated == Some(true)
+            })
+            .map(|e| e.answered_ns)
+            .min()
+        else {
+            continue;
+        };
+        for e in events {
+            if e.kind == Kind::Claim
+                && e.outcome == Outcome::Ok
+                && e.sent_ns > acked
+                && rerun.insert((queue.clone(), id.clone()))
+            {
+                r.violations.push(format!(
+                    "{queue}/{id}: claimed again by {} (token {}) after an acknowledged ACK",
+                    e.worker, e.token
+                ));
+            }
+            if e.kind == Kind::HandlerStart && e.sent_ns > acked {
+                r.violations.push(format!(
+                    "{queue}/{id}: handler started by {} (token {}) after an acknowledged ACK",
+                    e.worker, e.token
+                ));
+            }
+        }
+        let state = input
+            .finals
+            .get(queue)
+            .and_then(|f| f.rows.get(id))
+            .map(|row| row.state.as_str());
+        if state != Some("done") {
+            r.violations.push(format!(
+                "{queue}/{id}: acknowledged ACK but the job is {state:?}"
             ));
         }
     }
-    Ok(report)
+    r.rerun_after_ack = rerun.len();
 }
 
-/// Whether every replica's `DEBUG DIGEST` equals its primary's; the pairs that differ.
-pub fn digests(pairs: &[(Node, Node)]) -> Vec<String> {
-    let digest = |ip: &str| -> Option<String> {
-        let mut con = connect(ip, Duration::from_secs(5)).ok()?;
-        match redis::cmd("DEBUG")
-            .arg("DIGEST")
-            .query::<Value>(&mut con)
-            .ok()?
-        {
-            Value::SimpleString(s) => Some(s),
-            Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
-            _ => None,
+/// No reading of a limit above it.
+fn limits(input: &Input, r: &mut Report) {
+    r.limit_samples = input.limits.len();
+    for s in input.limits {
+        if r.limit_peak.is_none_or(|(seen, _)| s.observed > seen) {
+            r.limit_peak = Some((s.observed, s.limit));
         }
-    };
-    pairs
-        .iter()
-        .filter(|(p, r)| {
-            let primary = digest(&p.ip);
-            primary.is_none() || primary != digest(&r.ip)
-        })
-        .map(|(p, r)| format!("replica {} differs from its primary {}", r.ip, p.ip))
-        .collect()
+        if s.observed > s.limit {
+            r.violations.push(format!(
+                "{}: {} counted against a limit of {} (at {} ns)",
+                s.scope, s.observed, s.limit, s.at_ns
+            ));
+        }
+    }
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,12 +2,17 @@
 //! addresses, and the faults done to them. Partitions, packet loss and packet delay are made
 //! inside a node's network namespace with the host's `iptables` (`nsenter`), so the image needs
 //! nothing more than valkey. Delay goes through an NFQUEUE to the harness's own loop
-//! ([`crate::delay`]), since this kernel has no `sch_netem` for `tc netem`. Everything is
-//! removed when the [`Net`] is dropped.
+//! ([`crate::delay`]), since this kernel has no `sch_netem` for `tc netem`. Each node's `/data`
+//! is a small filesystem of its own (a loop-mounted file), which the harness fills from the
+//! host. Everything is removed when the [`Net`] is dropped.
 
 use std::borrow::Cow;
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
+
+/// Each node's data filesystem, in MB: room for a phase's AOF and its rewrite.
+const DISK_MB: u64 = 256;
 
 /// What a docker or nsenter command said, or why it failed.
 pub fn run(program: &str, args: &[&str]) -> Result<String, String> {
@@ -35,12 +40,16 @@ fn docker(args: &[&str]) -> Result<String, String> {
 pub struct Node {
     pub name: String,
     pub ip: String,
+    pub index: usize,
 }
 
 /// The harness's network and its nodes.
 pub struct Net {
     pub name: String,
     pub nodes: Vec<Node>,
+    /// On the host: each node's data filesystem's image and mount point.
+    dir: PathBuf,
+    mounted: Vec<PathBuf>,
 }
 
 pub const PORT: u16 = 6379;
@@ -175,15 +184,21 @@ impl Net {
             }
         }
         let subnet = subnet.ok_or("no free subnet for the harness's network")?;
+        let dir = std::env::temp_dir().join(&name);
         let mut net = Net {
             name,
             nodes: Vec::new(),
+            dir,
+            mounted: Vec::new(),
         };
         for i in 0..n {
             let node = Node {
                 name: format!("{}-{i}", net.name),
                 ip: format!("{subnet}.{}", 10 + i),
+                index: i,
             };
+            let data = net.disk(i)?;
+            let data_mount = format!("{}:/data", data.display());
             let timeout = node_timeout_ms.to_string();
             let node_id = i.to_string();
             let acl = acl_args(queues);
@@ -196,6 +211,8 @@ impl Net {
                 &net.name,
                 "--ip",
                 &node.ip,
+                "-v",
+                &data_mount,
                 image,
                 "--cluster-enabled",
                 "yes",
@@ -211,6 +228,49 @@ impl Net {
             net.nodes.push(node);
         }
         Ok(net)
+    }
+
+    /// Makes node `i`'s data filesystem (a sparse file, ext4 without reserved blocks, mounted
+    /// on a loop device) and returns its mount point.
+    fn disk(&mut self, i: usize) -> Result<PathBuf, String> {
+        let image = self.dir.join(format!("disk-{i}.img"));
+        let mount = self.dir.join(format!("data-{i}"));
+        std::fs::create_dir_all(&mount).map_err(|e| format!("{}: {e}", mount.display()))?;
+        let (image_s, mount_s) = (image.display().to_string(), mount.display().to_string());
+        run("truncate", &["-s", &format!("{DISK_MB}M"), &image_s])?;
+        run("mkfs.ext4", &["-q", "-F", "-m", "0", &image_s])?;
+        run("mount", &["-o", "loop", &image_s, &mount_s])?;
+        self.mounted.push(mount.clone());
+        Ok(mount)
+    }
+
+    /// Fills `node`'s data filesystem to the last byte; returns the filler's size in MB.
+    pub fn fill_disk(&self, node: &Node) -> Result<u64, String> {
+        let fill = self.dir.join(format!("data-{}", node.index)).join("fill");
+        // dd stops at ENOSPC, which is what it is for here: 1 MB blocks first, then 4 KB ones
+        // for what a last whole megabyte did not fill.
+        for bs in ["bs=1M", "bs=4k"] {
+            let _ = run(
+                "dd",
+                &[
+                    "if=/dev/zero",
+                    &format!("of={}", fill.display()),
+                    bs,
+                    "oflag=append",
+                    "conv=notrunc",
+                    "status=none",
+                ],
+            );
+        }
+        run("sync", &[])?;
+        let size = std::fs::metadata(&fill).map_err(|e| format!("{}: {e}", fill.display()))?;
+        Ok(size.len() >> 20)
+    }
+
+    /// Gives `node`'s data filesystem its room back.
+    pub fn free_disk(&self, node: &Node) -> Result<(), String> {
+        let fill = self.dir.join(format!("data-{}", node.index)).join("fill");
+        std::fs::remove_file(&fill).map_err(|e| format!("{}: {e}", fill.display()))
     }
 
     /// The host pid of a node's server (its container's first process).
@@ -358,6 +418,11 @@ pub struct Slow {
 }
 
 impl Slow {
+    /// Whether the delay loop still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.helper.try_wait(), Ok(None))
+    }
+
     /// Takes the node's rules away, lets the packets still held leave, then stops the loop.
     pub fn heal(mut self, net: &Net) -> Result<(), String> {
         let healed = net.heal(&self.node);
@@ -382,5 +447,9 @@ impl Drop for Net {
         }
         let _ = docker(&["network", "rm", &self.name]);
         std::thread::sleep(Duration::from_millis(100));
+        for mount in &self.mounted {
+            let _ = run("umount", &[&mount.display().to_string()]);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -3,13 +3,18 @@
 //! (producers with `WAIT 1`, workers that claim, settle with `WAIT 1` or die), then healed; once
 //! every node is back and the cluster stable, the checker reads the history and the final state.
 //!
-//! `emq-chaos [--seed N] [--jobs N] [--faults a,b,...] [--report docs/reliability.md]`
-//! (`--jobs`: enqueues tried per fault). A violation fails the run and prints what was involved.
+//! `emq-chaos [--seed N | --seeds N,M,...] [--jobs N] [--faults a,b,...] [--report docs/reliability.md]`
+//! (`--jobs`: enqueues tried per fault; each seed runs on a cluster of its own). A violation
+//! fails the run and prints what was involved.
 
 mod check;
 mod cluster;
 mod delay;
 mod docker;
+mod history;
+mod report;
+mod state;
+mod watch;
 mod workload;
 
 use std::sync::{Arc, Mutex};
@@ -21,10 +26,17 @@ use rand::{Rng, SeedableRng};
 use check::Report;
 use cluster::{connect, field, pairs, stable, wait_for};
 use docker::{Net, Node};
-use workload::{History, Load, Queues};
+use history::{History, Log, Outcome};
+use watch::{Limit, Watch};
+use workload::{Load, Queues, LEASE_MS};
+
+/// The concurrency limit set on one queue of each phase (its second).
+const CONCURRENCY: i64 = 3;
+/// The nodes' `emq.max-attempts` (the default).
+const MAX_ATTEMPTS: i64 = 25;
 
 const NODE_TIMEOUT_MS: u64 = 2_000;
-const FAULTS: [&str; 7] = [
+const FAULTS: [&str; 9] = [
     "partition-primary",
     "pause-primary",
     "kill-primary",
@@ -32,10 +44,15 @@ const FAULTS: [&str; 7] = [
     "rolling-restart",
     "reshard-under-partition",
     "slow-primary",
+    "memory-pressure",
+    "disk-full",
 ];
 
+#[derive(Clone)]
 struct Args {
+    /// The seed of the run going on; `seeds` are all the runs'.
     seed: u64,
+    seeds: Vec<u64>,
     jobs: usize,
     faults: Vec<String>,
     report: Option<String>,
@@ -45,6 +62,7 @@ struct Args {
 fn args() -> Result<Args, String> {
     let mut a = Args {
         seed: 1,
+        seeds: vec![1],
         jobs: 2_000,
         faults: FAULTS.iter().map(|f| f.to_string()).collect(),
         report: None,
@@ -54,7 +72,13 @@ fn args() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
-            "--seed" => a.seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--seed" => a.seeds = vec![value()?.parse().map_err(|e| format!("--seed: {e}"))?],
+            "--seeds" => {
+                a.seeds = value()?
+                    .split(',')
+                    .map(|s| s.parse().map_err(|e| format!("--seeds: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
             "--jobs" => a.jobs = value()?.parse().map_err(|e| format!("--jobs: {e}"))?,
             "--faults" => a.faults = value()?.split(',').map(str::to_string).collect(),
             "--report" => a.report = Some(value()?),
@@ -93,6 +117,8 @@ fn others(nodes: &[Node], node: &Node) -> Vec<Node> {
 const SLOW_MS: u64 = 300;
 const SLOW_JITTER_MS: u64 = 200;
 const SLOW_LOSS: f64 = 0.1;
+/// The least median `PING` that shows the delay held.
+const SLOW_MIN_PING_MS: f64 = 200.0;
 
 /// `n` `PING` round trips to `node` on one connection, in ms, sorted (those that came back
 /// within 5 s).
@@ -118,8 +144,86 @@ fn hold() {
 }
 
 /// Does `fault` to the cluster (under the load already running) and heals it; `seed` draws
-/// what the fault itself draws (a slowed link's delays).
-fn inject(net: &Net, fault: &str, slot: u16, seed: u64) -> Result<String, String> {
+/// what the fault itself draws (a slowed link's delays). Says what was done, and the error
+/// code the fault must be seen refusing enqueues with, if any.
+fn inject(
+    net: &Net,
+    fault: &str,
+    slot: u16,
+    seed: u64,
+) -> Result<(String, Option<&'static str>), String> {
+    let primary = || owner_of(&net.nodes, slot).ok_or("no owner of the busy slot");
+    match fault {
+        "memory-pressure" => memory_pressure(&primary()?).map(|what| (what, Some("OOM"))),
+        "disk-full" => disk_full(net, &primary()?).map(|what| (what, Some("MISCONF"))),
+        _ => inject_net(net, fault, slot, seed).map(|what| (what, None)),
+    }
+}
+
+fn memory_pressure(primary: &Node) -> Result<String, String> {
+    let config = |value: u64| -> Result<(), String> {
+        let mut con = connect(&primary.ip, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(value)
+            .query::<()>(&mut con)
+            .map_err(|e| format!("CONFIG SET maxmemory {value}: {e}"))
+    };
+    let mut con = connect(&primary.ip, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query(&mut con)
+        .map_err(|e| e.to_string())?;
+    let used: u64 = field(&info, "used_memory")
+        .and_then(|v| v.parse().ok())
+        .ok_or("no used_memory")?;
+    // Just under what it holds: the next write that needs memory is refused.
+    let limit = used.saturating_sub(64 * 1024).max(1 << 20);
+    config(limit)?;
+    hold();
+    config(0)?;
+    Ok(format!(
+        "{}'s `maxmemory` set to {} KB (it held {} KB), then lifted",
+        primary.ip,
+        limit >> 10,
+        used >> 10
+    ))
+}
+
+fn disk_full(net: &Net, primary: &Node) -> Result<String, String> {
+    let filled = net.fill_disk(primary)?;
+    hold();
+    net.free_disk(primary)?;
+    // The server retries the AOF write once there is room, and takes writes again.
+    let writes = || {
+        connect(&primary.ip, Duration::from_secs(1))
+            .ok()
+            .and_then(|mut con| {
+                redis::cmd("INFO")
+                    .arg("persistence")
+                    .query::<String>(&mut con)
+                    .ok()
+            })
+            .and_then(|info| field(&info, "aof_last_write_status"))
+            .is_some_and(|s| s == "ok")
+    };
+    if !wait_for(Duration::from_secs(30), writes) {
+        return Err(format!(
+            "{}'s AOF writes did not resume once the disk had room",
+            primary.ip
+        ));
+    }
+    // Then its AOF is all it has: a restart replays it.
+    net.restart(primary)?;
+    Ok(format!(
+        "{}'s data filesystem filled ({filled} MB of filler) under its AOF, then emptied, then the node restarted from its AOF",
+        primary.ip
+    ))
+}
+
+/// The faults of links and processes.
+fn inject_net(net: &Net, fault: &str, slot: u16, seed: u64) -> Result<String, String> {
     let nodes = &net.nodes;
     let primary = owner_of(nodes, slot).ok_or("no owner of the busy slot")?;
     match fault {
@@ -190,24 +294,36 @@ fn inject(net: &Net, fault: &str, slot: u16, seed: u64) -> Result<String, String
         }
         "slow-primary" => {
             // Every link of the busy primary: its replica's, the bus's and the clients'.
-            let slow = net.slow(&primary, SLOW_MS, SLOW_JITTER_MS, SLOW_LOSS, seed)?;
+            let mut slow = net.slow(&primary, SLOW_MS, SLOW_JITTER_MS, SLOW_LOSS, seed)?;
             // What the harness's own round trips took meanwhile, on one connection.
             let started = Instant::now();
             let pings = ping_times(&primary, 5);
             std::thread::sleep(
                 (Duration::from_millis(NODE_TIMEOUT_MS * 3)).saturating_sub(started.elapsed()),
             );
+            // The loop is checked last thing before the heal: a loop gone at any moment is
+            // gone then too (and the fault would have been loss alone).
+            let alive = slow.alive();
             slow.heal(net)?;
-            let ping = match pings.get(pings.len() / 2) {
-                Some(ms) => format!("a `PING` took {ms:.0} ms (median of {})", pings.len()),
-                None => "no `PING` came back".to_string(),
+            if !alive {
+                return Err("the delay loop died during the fault".into());
+            }
+            let Some(median) = pings.get(pings.len() / 2).copied() else {
+                return Err("no `PING` came back during the fault".into());
             };
+            if median < SLOW_MIN_PING_MS {
+                return Err(format!(
+                    "a `PING` took {median:.0} ms (median of {}), under {SLOW_MIN_PING_MS} ms: the delay did not hold",
+                    pings.len()
+                ));
+            }
             Ok(format!(
-                "{} delayed {}–{} ms each way and {:.0}% of its packets dropped, on all its links: {ping}",
+                "{} delayed {}–{} ms each way and {:.0}% of its packets dropped, on all its links: a `PING` took {median:.0} ms (median of {}), the delay loop alive throughout",
                 primary.ip,
                 SLOW_MS - SLOW_JITTER_MS,
                 SLOW_MS + SLOW_JITTER_MS,
-                SLOW_LOSS * 100.0
+                SLOW_LOSS * 100.0,
+                pings.len()
             ))
         }
         other => Err(format!("unknown fault {other}")),
@@ -236,12 +352,29 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
         queues.push((name, slot));
     }
     let queues = Queues(queues);
-    let history: History = Arc::new(Mutex::new(Vec::new()));
+    let history: History = Arc::new(Mutex::new(Log::default()));
+    let limit = Limit {
+        queue: queues.0[1].0.clone(),
+        slot: queues.0[1].1,
+        concurrency: CONCURRENCY,
+    };
+    limit.set(nodes)?;
+    let watch = Watch::start(nodes, limit, &history);
     let load = Load::start(nodes, &queues, &history, seed, 2, 3, a.jobs);
     std::thread::sleep(Duration::from_secs(2));
-    let what = inject(net, fault, queues.0[0].1, seed)?;
-    if !wait_for(Duration::from_secs(120), || stable(nodes)) {
+    let injected = inject(net, fault, queues.0[0].1, seed);
+    let healed = wait_for(Duration::from_secs(120), || stable(nodes));
+    let (what, refusal) = match injected {
+        Ok(done) => done,
+        Err(e) => {
+            load.stop();
+            watch.stop();
+            return Err(e);
+        }
+    };
+    if !healed {
         load.stop();
+        watch.stop();
         return Err(format!("{fault}: the cluster is not stable after healing"));
     }
     // The rest of the jobs go in, then the workers drain the queues.
@@ -257,22 +390,55 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
             .all(|(q, slot)| left(nodes, q, *slot) == Some(0))
     });
     load.stop();
-    if !drained {
-        eprintln!("{fault}: some jobs were still queued when the drain ended");
-    }
     wait_for(Duration::from_secs(60), || stable(nodes));
-    let ops = history.lock().map(|h| h.clone()).unwrap_or_default();
-    let mut report = check::check(nodes, &queues, &ops)?;
-    report.violations.extend(check::digests(&pairs(nodes)));
+    let failover = watch.stop();
+    let log = std::mem::take(&mut *history.lock().map_err(|_| "the history's lock")?);
+    let finals = state::read(nodes, &queues)?;
+    let mut report = check::check(&check::Input {
+        enqueues: &log.enqueues,
+        events: &log.events,
+        limits: &log.limits,
+        finals: &finals,
+        lease_ms: LEASE_MS,
+        max_attempts: MAX_ATTEMPTS,
+        failover,
+    });
+    if !drained {
+        report
+            .violations
+            .push("the queues had not drained 120 s after the last enqueue".into());
+    }
+    // A fault that must be seen refusing writes: the code in some enqueue's refusal.
+    if let Some(code) = refusal {
+        let seen = log
+            .enqueues
+            .iter()
+            .filter(|e| matches!(&e.outcome, Outcome::Refused(why) if why.contains(code)))
+            .count();
+        report.refusals = Some((code, seen));
+        if seen == 0 {
+            let mut others: Vec<&str> = log
+                .enqueues
+                .iter()
+                .filter_map(|e| match &e.outcome {
+                    Outcome::Refused(why) | Outcome::Unknown(why) => Some(why.as_str()),
+                    Outcome::Ok => None,
+                })
+                .collect();
+            others.sort_unstable();
+            others.dedup();
+            others.truncate(5);
+            report.violations.push(format!(
+                "{fault}: no enqueue was refused with {code} (other errors: {others:?})"
+            ));
+        }
+    }
+    report.violations.extend(state::digests(&pairs(nodes)));
     Ok((report, what))
 }
 
 fn enqueues(history: &History) -> usize {
-    history.lock().map_or(0, |h| {
-        h.iter()
-            .filter(|op| matches!(op, workload::Op::Enqueue { .. }))
-            .count()
-    })
+    history.lock().map_or(0, |h| h.enqueues.len())
 }
 
 /// Jobs of `queue` not yet settled for good: pending, active and scheduled.
@@ -313,21 +479,42 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let mut rows = Vec::new();
+    let mut failed = false;
+    for seed in &a.seeds {
+        let one = Args {
+            seed: *seed,
+            ..a.clone()
+        };
+        println!("seed {seed}:");
+        failed |= !run(&one, &mut rows);
+    }
+    if let Some(path) = &a.report {
+        if let Err(e) = report::write(path, &a.seeds, a.jobs, &rows) {
+            eprintln!("emq-chaos: {e}");
+            failed = true;
+        }
+    }
+    std::process::exit(i32::from(failed));
+}
+
+/// One seed's run on a cluster of its own: its rows, and whether every fault passed.
+fn run(a: &Args, rows: &mut Vec<report::Row>) -> bool {
     // A producer and a worker user for each of the run's queues, limited to its keys.
     let all_queues: Vec<String> = (0..a.faults.len())
-        .flat_map(|i| queue_names(&a, i))
+        .flat_map(|i| queue_names(a, i))
         .collect();
     // Each producer and worker user may touch one queue: the first queue's, checked on every
     // node, may not touch the second's on the node that owns it.
     let (Some(own), Some(other)) = (all_queues.first(), all_queues.get(1)) else {
         eprintln!("emq-chaos: no fault to run");
-        std::process::exit(2);
+        return false;
     };
     let net = match Net::start(&a.image, 6, NODE_TIMEOUT_MS, &all_queues) {
         Ok(net) => net,
         Err(e) => {
             eprintln!("emq-chaos: {e}");
-            std::process::exit(1);
+            return false;
         }
     };
     let up = wait_for(Duration::from_secs(30), || {
@@ -338,8 +525,7 @@ fn main() {
         || !wait_for(Duration::from_secs(60), || stable(&net.nodes))
     {
         eprintln!("emq-chaos: the cluster did not form");
-        drop(net);
-        std::process::exit(1);
+        return false;
     }
     let other_owner = cluster::slot_of(&net.nodes[0].ip, other)
         .ok()
@@ -353,41 +539,34 @@ fn main() {
     };
     if let Err(e) = acl {
         eprintln!("emq-chaos: the ACL does not hold: {e}");
-        drop(net);
-        std::process::exit(1);
+        return false;
     }
-    let mut rows = Vec::new();
-    let mut failed = false;
+    let mut passed = true;
     for (i, fault) in a.faults.iter().enumerate() {
         let started = Instant::now();
-        match phase(&net, fault, i, &a) {
-            Ok((r, what)) => {
+        match phase(&net, fault, i, a) {
+            Ok((report, what)) => {
                 println!(
-                    "{fault}: {what}; tried {}, acknowledged {}, found {}, lost {}, duplicated {}, re-run after ack {}, unconfirmed and lost {}, unknown {} (found {}), settles accepted {} (answer never came {}, the same attempt settled twice without WAIT {}), {:.0} s",
-                    r.tried, r.acknowledged, r.found, r.lost, r.duplicated, r.rerun_after_ack,
-                    r.unconfirmed_lost, r.unknown, r.unknown_found, r.settles_accepted, r.settles_unknown, r.settles_superseded,
+                    "{fault}: {what}; {}, {:.0} s",
+                    report.summary(),
                     started.elapsed().as_secs_f64()
                 );
-                for v in r.violations.iter().take(20) {
+                for v in report.violations.iter().take(20) {
                     println!("  VIOLATION {v}");
                 }
-                failed |= !r.violations.is_empty();
-                rows.push((fault.clone(), what, r));
+                passed &= report.violations.is_empty();
+                rows.push(report::Row {
+                    seed: a.seed,
+                    fault: fault.clone(),
+                    what,
+                    report,
+                });
             }
             Err(e) => {
                 println!("{fault}: could not run: {e}");
-                failed = true;
+                passed = false;
             }
         }
     }
-    drop(net);
-    if let Some(path) = &a.report {
-        if let Err(e) = report::write(path, a.seed, a.jobs, &rows) {
-            eprintln!("emq-chaos: {e}");
-            failed = true;
-        }
-    }
-    std::process::exit(i32::from(failed));
+    passed
 }
-
-mod report;

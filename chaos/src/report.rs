@@ -1,45 +1,114 @@
-//! Writes `docs/reliability.md`'s table of faults from a run (`--report`), keeping the rest of
-//! the page: the table sits between two markers.
+//! Writes `docs/reliability.md`'s chaos section from a run (`--report`), keeping the rest of
+//! the page: the section sits between two markers, and says what the harness did, what each
+//! column means, what the checker checks and what it cannot see.
 
 use crate::check::Report;
 
 const BEGIN: &str = "<!-- chaos: begin -->";
 const END: &str = "<!-- chaos: end -->";
 
-const INTRO: &str = "A 3-primary, 3-replica EchoMQ cluster runs as six containers of `echomq:dev` on a docker network the harness creates (`cluster-node-timeout` 2000 ms), each node with its own address; the harness reaches them from the network's gateway, and cuts links inside a node's network namespace with `iptables`. The nodes' ACL has the default user off (with its permissions kept, as docs/configuration.md says, so a restarted node replays its AOF whole): each queue of the run has a producer user that may only `EMQ.ENQUEUE` and `WAIT` and a worker user that may only claim, renew, settle and `WAIT`, both only on that queue's keys (`~emq:{<queue>}:*`; the queues are drawn from the seed before the nodes start, and every producer and worker connects to a queue as its user), replicas authenticate as the harness's user, and before the first fault the harness checks on every node that a client without a user, a producer's claim and a worker's enqueue are refused, and on its owner that one queue's producer and worker can neither enqueue on nor claim from another queue of the run. Each fault runs under load on four queues of its own: two producers (`EMQ.ENQUEUE <queue> * <payload>`, then `WAIT 1 300`; an enqueue counts as acknowledged when `WAIT` answers 1), three workers (`EMQ.CLAIM COUNT 5 LEASE 2000`, a hold of up to 60 ms, then `EMQ.ACK`, or `EMQ.FAIL ... RETRY-IN 100` one time in ten, each followed by `WAIT 1 300`, or nothing one time in twenty: the worker dies and the lease runs out). Faults last three node timeouts, then heal (the reshard fault cuts a third primary off, waits one node timeout, moves the busy queue's slot between the other two with `CLUSTER SETSLOT` and `MIGRATE` batches of 100, retried while the cluster is down, holds three node timeouts, then heals); the workers drain the queues, and once every node is back and the cluster stable the checker reads the history and each queue's sets and rows on its primary. A violation fails the run: an acknowledged enqueue lost or found twice, a member of a set without its row or in two sets, a row in the wrong set, a job claimed again after an `ACK` a replica confirmed, an acknowledged `ACK` whose job is not done, two settles of one attempt (one token) that a replica both confirmed, a refused enqueue written, or a replica whose `DEBUG DIGEST` differs from its primary's.\n";
+/// One fault of one seed's run.
+pub struct Row {
+    pub seed: u64,
+    pub fault: String,
+    pub what: String,
+    pub report: Report,
+}
 
-const OUTCOMES: &str = "\nTwo outcomes are Valkey's asynchronous replication, not EchoMQ's, and are counted apart, never passed silently. *Written without a replica's `WAIT`, then lost*: an enqueue a primary took while cut off from its replica (or while about to lose its role) and answered with `WAIT` 0; its failover drops it, and the producer was never told it was safe. *An attempt settled twice, once without `WAIT`*: the cut-off primary took a claim and its `ACK` without a replica; after the failover the job is pending on the new primary, whose next claim hands out the same token, and that attempt is settled again, this time confirmed. Only acknowledged settles are fenced: a worker must count its `ACK` done when `WAIT` confirms it. This machine's kernel has no `sch_netem` for `tc netem`, so the slowed primary's packets are dropped by an `iptables` rule (a share of them) and the rest go through an NFQUEUE to the harness's own loop (`chaos/src/delay.rs`), which holds each for its delay and lets them go in the order they came; the harness's own `PING` round trips during the fault are in the table.\n";
+const SETUP: &str = "A 3-primary, 3-replica EchoMQ cluster runs as six containers of `echomq:dev` on a docker network the harness creates (`cluster-node-timeout` 2000 ms), each node with its own address and its `/data` (where its AOF is) on a 256 MB ext4 filesystem of its own, a loop-mounted file on the host. The harness reaches the nodes from the network's gateway and cuts links inside a node's network namespace with `iptables`. The nodes' ACL has the default user off (with its permissions kept, so a restarted node replays its AOF whole): each queue of the run has a producer user that may only `EMQ.ENQUEUE` and `WAIT` and a worker user that may only claim, renew, settle and `WAIT`, both only on that queue's keys, and before the first fault the harness checks on every node that a client without a user, a producer's claim and a worker's enqueue are refused, and that one queue's users can touch no other queue. Each seed's run forms a cluster of its own; each fault runs under load on four queues of its own, the second with `EMQ.LIMIT <queue> CONCURRENCY 3`. Two producers send `EMQ.ENQUEUE <queue> * <payload>`, then `WAIT 1 300` (acknowledged when `WAIT` answers 1). Three workers send `EMQ.CLAIM COUNT 5 LEASE 2000` then `WAIT 1 300`, and for each job they still hold at least 500 ms of lease for: one time in twenty nothing (the worker dies; the lease runs out); otherwise the handler runs (up to 60 ms), one time in twenty with an `EMQ.RENEW` first, then `EMQ.ACK`, or `EMQ.FAIL ... RETRY-IN 100` one time in ten, each followed by `WAIT 1 300`. Every worker, at most once in 5 s and one batch in four past that, freezes its batch's first handler for the lease and 2 s more, then settles it anyway: a zombie. Every step goes into the history with the worker, the job, the token, and the times it was sent and answered on the harness's wall clock (Unix ns). Faults last three node timeouts, then heal; the workers drain the queues, and once every node is back and the cluster stable, the checker reads the history and each queue's rows and sets on its primary.\n\nThe faults: *partition-primary* cuts the busy queue's primary off from the other five; *pause-primary* stops it (SIGSTOP) and resumes it; *kill-primary* kills it (SIGKILL) and starts it again; *partition-replica* cuts its replica off; *rolling-restart* restarts all six nodes one at a time; *reshard-under-partition* cuts a third primary off, then moves the busy slot between the other two with `CLUSTER SETSLOT` and `MIGRATE` batches of 100; *slow-primary* delays all the primary's packets 100–500 ms each way and drops 10% (this kernel has no `sch_netem`: an `iptables` rule drops the share, and an NFQUEUE hands the rest to the harness's own loop, `chaos/src/delay.rs`, which holds each for its delay and lets them go in order), and fails unless that loop was alive throughout and the median of the harness's `PING`s during the fault took at least 200 ms; *memory-pressure* sets the primary's `maxmemory` 64 KB under what it holds (the `noeviction` policy), then lifts it, and fails unless some enqueue was refused with `OOM`; *disk-full* fills the primary's data filesystem to the last block under its AOF, empties it, waits until `aof_last_write_status` is `ok` again, then restarts the node from its AOF, and fails unless some enqueue was refused with `MISCONF`.\n";
 
-pub fn write(
-    path: &str,
-    seed: u64,
-    jobs: usize,
-    rows: &[(String, String, Report)],
-) -> Result<(), String> {
+const COLUMNS: &str = "\nThe columns: **tried**, enqueues sent; **ack'd**, those a replica confirmed; **found**, of those, found once in the final state, done or dead; **lost** and **dup**, acknowledged enqueues not found, and payloads found in more than one job; **unfinished**, rows still pending, active or scheduled at the end; **re-run after ack**, jobs claimed again after an `ACK` a replica confirmed; **handler re-runs**, handler runs beyond a job's first (a lease that ran out, a failure retried: allowed, counted); **zombies (refused)**, settles sent past their lease's end and a second's grace (the claim's answer, or the last renewal's, plus 2000 ms), and how many the server refused; **limit**, the most active jobs `EMQ.STATS` ever showed for the limited queue during the phase, of its limit of 3 (read about every 50 ms); **refused**, for the faults that must refuse writes, the enqueues refused with `OOM` or `MISCONF`; **unconfirmed, lost**, enqueues a primary took with `WAIT` 0 and lost in its failover; **unanswered (found)**, enqueues whose answer never came, and how many of them were written; **after a failover**, settles of one attempt taken twice, and stale tokens taken or handed out again, where a write no replica confirmed was undone by a failover.\n";
+
+const CHECKS: &str = "\nA violation fails the run. The checker (`chaos/src/check.rs`, pure: the history and the final rows and sets in, the report out; its tests feed it a history holding each violation below and a clean one) fails a phase on: an acknowledged enqueue lost or found twice; a refused enqueue written; any row not done or dead at the end (the queues must drain), or queues still holding jobs 120 s after the last enqueue; a done row whose `attempts` is not the token of an `ACK` some worker sent; a dead row with attempts left; a row with fewer attempts than a token a claim of it returned, or more than the claims (including those whose answer never came) could have taken; a claim whose token is not greater than every token of that job returned before the claim was sent; a settle accepted with a token older than one a claim of that job had returned before the settle was sent; one token settled twice; a claim, or a handler's start, after an `ACK` of that job a replica confirmed, and such a job not done at the end; a zombie's settle accepted; a reading of the limited queue above its limit; a member of a set without its row, in two sets, or in another set than its row's state; a replica whose `DEBUG DIGEST` differs from its primary's; a record of the history answered before it was sent.\n\nValkey replicates asynchronously, so a write a primary took with no replica's `WAIT` can be undone by its failover: an enqueue gone, a claim's token handed out again, a settle forgotten. Those outcomes are excused, and counted in their columns, only in a phase where a primary lost its role (the harness reads the slot map's primaries every 50 ms), and only for a write whose `WAIT` answered 0; anywhere else each is a violation. A settle counts as confirmed for fencing unless its `WAIT` answered 0.\n\nWhat the checker cannot see: writes whose answer never came are counted, not judged (one that took effect may explain a done row, an attempt or a token); a worker's claim whose answer never came may have taken jobs that nobody heard of, so the upper bound on attempts is loose by those; the limit is read about every 50 ms, so an excess shorter than that can pass unseen, and only the concurrency limit of one queue is read; the times are the harness's clock, and each node's clock is the same host's, so a fault of a node's clock is not among these (Debian's libfaketime deadlocks Debian's jemalloc-linked `valkey-server` at its start, so no clock is moved); the final state is read from each queue's primary once the cluster is stable, so a state that held only in between is judged by the history alone; a zombie's settle is judged only when the server answered it.\n";
+
+/// The short commit the run was built from.
+fn commit() -> String {
+    crate::docker::run("git", &["rev-parse", "--short", "HEAD"]).unwrap_or_else(|_| "?".into())
+}
+
+pub fn write(path: &str, seeds: &[u64], jobs: usize, rows: &[Row]) -> Result<(), String> {
     let when = crate::docker::run("date", &["-u", "+%Y-%m-%d"]).unwrap_or_default();
     let page = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     let (Some(a), Some(b)) = (page.find(BEGIN), page.find(END)) else {
         return Err(format!("{path} has no {BEGIN} ... {END} markers"));
     };
-    let mut table = format!(
-        "{BEGIN}\n{INTRO}\nThis run: `emq-chaos --seed {seed} --jobs {jobs} --report docs/reliability.md` ({when}), seed {seed}, {jobs} enqueues tried per fault; the same seed gives the same choices of queues, payloads, workers' holds and outcomes (the cluster's own timing is not seeded).\n\n| fault | what was done | tried | acknowledged | found | lost | duplicated | re-run after ack | written without a replica's `WAIT`, then lost | answer never came (found) | an attempt settled twice, once without `WAIT` |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+    let seeds_text: Vec<String> = seeds.iter().map(u64::to_string).collect();
+    let tried: usize = rows.iter().map(|r| r.report.tried).sum();
+    let mut out = format!(
+        "{BEGIN}\n{SETUP}{COLUMNS}\nThis run: `emq-chaos --seeds {} --jobs {jobs} --report docs/reliability.md` on commit `{}` ({when}): seeds {}, {jobs} enqueues tried per fault, {tried} in all. A seed fixes the choices of queues, payloads, workers' holds, zombies and outcomes; the cluster's own timing is not seeded.\n\n| seed | fault | what was done | tried | ack'd | found | lost | dup | unfinished | re-run after ack | handler re-runs | zombies (refused) | limit | refused | unconfirmed, lost | unanswered (found) | after a failover: settled twice, stale tokens |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        seeds_text.join(","),
+        commit(),
+        seeds_text.join(", ")
     );
-    for (fault, what, r) in rows {
-        table.push_str(&format!(
-            "| {fault} | {what} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} |\n",
+    for row in rows {
+        let r = &row.report;
+        let limit = r
+            .limit_peak
+            .map_or("none read".into(), |(seen, n)| format!("{seen} of {n}"));
+        let refused = r
+            .refusals
+            .map_or("".into(), |(code, n)| format!("{n} `{code}`"));
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {limit} | {refused} | {} | {} ({}) | {}, {} |\n",
+            row.seed,
+            row.fault,
+            row.what,
             r.tried,
             r.acknowledged,
             r.found,
             r.lost,
             r.duplicated,
+            r.unfinished,
             r.rerun_after_ack,
+            r.handler_reruns,
+            r.zombies_tried,
+            r.zombies_refused,
             r.unconfirmed_lost,
             r.unknown,
             r.unknown_found,
-            r.settles_superseded
+            r.settles_superseded,
+            r.fencing_unconfirmed
         ));
     }
-    table.push_str(OUTCOMES);
-    let out = format!("{}{table}{}", &page[..a], &page[b..]);
-    std::fs::write(path, out).map_err(|e| format!("{path}: {e}"))
+    out.push_str(CHECKS);
+    let page = format!("{}{out}{}", &page[..a], &page[b..]);
+    std::fs::write(path, page).map_err(|e| format!("{path}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{write, Row, BEGIN, END};
+    use crate::check::Report;
+
+    #[test]
+    fn the_section_holds_a_row_per_seed_and_fault_and_keeps_the_page_around_it() {
+        let path = std::env::temp_dir().join(format!("emq-chaos-report-{}.md", std::process::id()));
+        std::fs::write(&path, format!("above\n{BEGIN}\nold\n{END}\nbelow\n")).unwrap();
+        let rows: Vec<Row> = [1u64, 2, 3]
+            .iter()
+            .flat_map(|seed| {
+                ["kill-primary", "disk-full"].map(|fault| Row {
+                    seed: *seed,
+                    fault: fault.into(),
+                    what: "done".into(),
+                    report: Report {
+                        tried: 10,
+                        refusals: (fault == "disk-full").then_some(("MISCONF", 4)),
+                        ..Report::default()
+                    },
+                })
+            })
+            .collect();
+        write(path.to_str().unwrap(), &[1, 2, 3], 10, &rows).unwrap();
+        let page = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(page.starts_with("above\n") && page.ends_with(&format!("{END}\nbelow\n")));
+        assert!(!page.contains("\nold\n"));
+        assert!(page.contains("--seeds 1,2,3 --jobs 10") && page.contains(", 60 in all."));
+        let table: Vec<&str> = page.lines().filter(|l| l.starts_with("| ")).collect();
+        assert_eq!(table.len(), 1 + 6, "{table:?}");
+        assert!(table[6].starts_with("| 3 | disk-full | done | 10 |"));
+        assert!(table[6].contains("| 4 `MISCONF` |"));
+        assert!(page.contains("on commit `"));
+    }
 }

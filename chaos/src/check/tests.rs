@@ -1,0 +1,358 @@
+//! The checker on histories made by hand: a clean one passes, and each violation it claims to
+//! catch, put into an otherwise clean history, is caught.
+
+use std::collections::BTreeMap;
+
+use super::{check, Input, QueueState, Report, Row};
+use crate::history::{Action, Enqueue, Event, Kind, LimitSample, Outcome};
+
+const MS: u64 = 1_000_000;
+const LEASE_MS: u64 = 2_000;
+
+struct Case {
+    enqueues: Vec<Enqueue>,
+    events: Vec<Event>,
+    limits: Vec<LimitSample>,
+    finals: BTreeMap<String, QueueState>,
+    failover: bool,
+}
+
+fn event(kind: Kind, worker: &str, id: &str, token: i64, sent_ms: u64, answered_ms: u64) -> Event {
+    Event {
+        kind,
+        worker: worker.into(),
+        queue: "q".into(),
+        id: id.into(),
+        token,
+        sent_ns: sent_ms * MS,
+        answered_ns: answered_ms * MS,
+        outcome: Outcome::Ok,
+        action: None,
+        replicated: Some(true),
+    }
+}
+
+fn claim(worker: &str, id: &str, token: i64, sent_ms: u64, answered_ms: u64) -> Event {
+    event(Kind::Claim, worker, id, token, sent_ms, answered_ms)
+}
+
+fn ack(worker: &str, id: &str, token: i64, sent_ms: u64, answered_ms: u64) -> Event {
+    Event {
+        action: Some(Action::Ack),
+        ..event(Kind::Settle, worker, id, token, sent_ms, answered_ms)
+    }
+}
+
+fn refused(mut e: Event) -> Event {
+    e.outcome = Outcome::Refused("EMQLEASE".into());
+    e
+}
+
+fn handler(worker: &str, id: &str, token: i64, at_ms: u64) -> [Event; 2] {
+    [
+        event(Kind::HandlerStart, worker, id, token, at_ms, at_ms),
+        event(Kind::HandlerEnd, worker, id, token, at_ms + 1, at_ms + 1),
+    ]
+}
+
+fn enqueue(payload: &str, id: &str) -> Enqueue {
+    Enqueue {
+        queue: "q".into(),
+        payload: payload.into(),
+        id: Some(id.into()),
+        replicated: true,
+        outcome: Outcome::Ok,
+        sent_ns: 0,
+        answered_ns: MS,
+    }
+}
+
+impl Case {
+    /// Two jobs, each enqueued, claimed once by its worker, run and acknowledged; a limit read
+    /// under its bound.
+    fn clean() -> Case {
+        let mut events = Vec::new();
+        for (w, id, at) in [("w1", "J1", 10), ("w2", "J2", 20)] {
+            events.push(claim(w, id, 1, at, at + 1));
+            events.extend(handler(w, id, 1, at + 2));
+            events.push(ack(w, id, 1, at + 4, at + 5));
+        }
+        let mut case = Case {
+            enqueues: vec![enqueue("p1", "J1"), enqueue("p2", "J2")],
+            events,
+            limits: vec![LimitSample {
+                scope: "queue q concurrency".into(),
+                limit: 3,
+                observed: 2,
+                at_ns: 15 * MS,
+            }],
+            finals: BTreeMap::new(),
+            failover: false,
+        };
+        case.row("J1", "done", "p1", 1);
+        case.row("J2", "done", "p2", 1);
+        case
+    }
+
+    fn row(&mut self, id: &str, state: &str, payload: &str, attempts: i64) {
+        let q = self.finals.entry("q".into()).or_default();
+        q.rows.insert(
+            id.into(),
+            Row {
+                state: state.into(),
+                payload: payload.into(),
+                attempts,
+            },
+        );
+        q.members.remove(id);
+        let set = match state {
+            "pending" => "pending",
+            "active" => "active",
+            "scheduled" => "schedule",
+            "dead" => "dead",
+            _ => return,
+        };
+        q.members.insert(id.into(), vec![set.into()]);
+    }
+
+    fn check(&self) -> Report {
+        check(&Input {
+            enqueues: &self.enqueues,
+            events: &self.events,
+            limits: &self.limits,
+            finals: &self.finals,
+            lease_ms: LEASE_MS,
+            max_attempts: 25,
+            failover: self.failover,
+        })
+    }
+}
+
+/// The report's violations, which must hold one naming `needle`.
+fn caught(case: &Case, needle: &str) -> Report {
+    let r = case.check();
+    assert!(
+        r.violations.iter().any(|v| v.contains(needle)),
+        "expected a violation naming {needle:?}, got {:?}",
+        r.violations
+    );
+    r
+}
+
+#[test]
+fn a_clean_history_passes() {
+    let r = Case::clean().check();
+    assert_eq!(r.violations, Vec::<String>::new());
+    assert_eq!((r.tried, r.acknowledged, r.found, r.lost), (2, 2, 2, 0));
+    assert_eq!(r.settles_accepted, 2);
+    assert_eq!(r.limit_peak, Some((2, 3)));
+}
+
+#[test]
+fn an_acknowledged_enqueue_lost_is_caught() {
+    let mut case = Case::clean();
+    case.finals.get_mut("q").unwrap().rows.remove("J2");
+    let r = caught(&case, "acknowledged enqueue lost");
+    assert_eq!(r.lost, 1);
+}
+
+#[test]
+fn an_undrained_queue_is_caught() {
+    let mut case = Case::clean();
+    case.events.pop(); // J2's ACK never sent
+    case.row("J2", "pending", "p2", 1);
+    let r = caught(&case, "the queue did not drain");
+    assert_eq!(r.unfinished, 1);
+}
+
+#[test]
+fn a_done_job_no_ack_of_its_attempt_explains_is_caught() {
+    let mut case = Case::clean();
+    case.row("J2", "done", "p2", 2);
+    caught(&case, "no worker sent an ACK with that token");
+    // Nor may a row count more attempts than claims could have made.
+    caught(&case, "claims could have taken it at most 1 times");
+}
+
+#[test]
+fn attempts_below_a_returned_token_are_caught() {
+    let mut case = Case::clean();
+    case.events.push(claim("w3", "J2", 2, 30, 31));
+    caught(&case, "attempts 1 but a claim returned token 2");
+}
+
+#[test]
+fn a_dead_job_with_attempts_left_is_caught() {
+    let mut case = Case::clean();
+    case.row("J2", "dead", "p2", 1);
+    caught(&case, "dead after 1 attempts of 25");
+}
+
+#[test]
+fn a_handler_run_after_a_confirmed_ack_is_caught() {
+    let mut case = Case::clean();
+    // w3 still held J1 from before and ran it after w1's ACK was confirmed (at 15 ms).
+    case.events.extend(handler("w3", "J1", 1, 16));
+    caught(
+        &case,
+        "handler started by w3 (token 1) after an acknowledged ACK",
+    );
+}
+
+#[test]
+fn a_claim_after_a_confirmed_ack_is_caught() {
+    let mut case = Case::clean();
+    case.events.push(claim("w3", "J1", 2, 16, 17));
+    let r = caught(&case, "claimed again by w3");
+    assert_eq!(r.rerun_after_ack, 1);
+}
+
+#[test]
+fn a_stale_settle_accepted_after_a_newer_claim_is_caught() {
+    let mut case = Case::clean();
+    // J2: w2 claims token 1; its lease runs out, w3 claims token 2, then w2's ACK with token 1
+    // is taken. w3's ACK with token 2 finishes the job.
+    case.events.retain(|e| e.id != "J2");
+    case.events.push(claim("w2", "J2", 1, 20, 21));
+    case.events.push(claim("w3", "J2", 2, 2_100, 2_101));
+    case.events.push(ack("w2", "J2", 1, 2_200, 2_201));
+    case.events.push(refused(ack("w3", "J2", 2, 2_300, 2_301)));
+    case.row("J2", "done", "p2", 2);
+    let r = caught(
+        &case,
+        "Some(Ack) by w2 with token 1 accepted after a claim by w3 had returned token 2",
+    );
+    // The same with the newer claim unconfirmed and no failover: still caught.
+    let newer = case.events.len() - 3;
+    case.events[newer].replicated = Some(false);
+    caught(&case, "accepted after a claim by w3");
+    // With a failover, an unconfirmed claim may have been undone: counted apart.
+    case.failover = true;
+    let excused = case.check();
+    assert!(r.fencing_unconfirmed == 0 && excused.fencing_unconfirmed == 1);
+}
+
+#[test]
+fn a_token_that_does_not_grow_is_caught() {
+    let mut case = Case::clean();
+    case.events.push(claim("w3", "J1", 1, 12, 13));
+    caught(
+        &case,
+        "claim by w3 returned token 1 after a claim by w1 had returned 1",
+    );
+}
+
+#[test]
+fn one_token_settled_twice_is_caught() {
+    let mut case = Case::clean();
+    case.events.push(ack("w3", "J2", 1, 26, 27));
+    caught(&case, "2 settles accepted for token 1");
+    // After a failover, with one of them unconfirmed: counted apart, not passed silently.
+    case.failover = true;
+    case.events.last_mut().unwrap().replicated = Some(false);
+    let r = case.check();
+    assert_eq!(r.settles_superseded, 1);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+}
+
+#[test]
+fn a_zombie_ack_accepted_is_caught_and_refused_ones_counted() {
+    let mut case = Case::clean();
+    // w2 froze past its lease: its ACK of J2, sent 4 s after its claim came back.
+    case.events.retain(|e| e.id != "J2");
+    case.events.push(claim("w2", "J2", 1, 20, 21));
+    case.events.extend(handler("w2", "J2", 1, 22));
+    case.events.push(ack("w2", "J2", 1, 4_021, 4_022));
+    let r = caught(&case, "zombie Some(Ack) by w2 with token 1 accepted");
+    assert_eq!((r.zombies_tried, r.zombies_refused), (1, 0));
+    // Refused, and the job finished by w3's claim and ACK: a pass, counted.
+    let last = case.events.len() - 1;
+    case.events[last] = refused(case.events[last].clone());
+    case.events.push(claim("w3", "J2", 2, 3_100, 3_101));
+    case.events.push(ack("w3", "J2", 2, 3_102, 3_103));
+    case.row("J2", "done", "p2", 2);
+    let r = case.check();
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!((r.zombies_tried, r.zombies_refused), (1, 1));
+    // A renewal answered in time makes a late ACK no zombie's.
+    case.events
+        .push(event(Kind::Renew, "w2", "J2", 1, 2_500, 2_501));
+    assert_eq!(case.check().zombies_tried, 0);
+}
+
+#[test]
+fn a_limit_exceeded_is_caught() {
+    let mut case = Case::clean();
+    case.limits.push(LimitSample {
+        scope: "queue q concurrency".into(),
+        limit: 3,
+        observed: 4,
+        at_ns: 16 * MS,
+    });
+    let r = caught(&case, "queue q concurrency: 4 counted against a limit of 3");
+    assert_eq!(r.limit_peak, Some((4, 3)));
+}
+
+#[test]
+fn a_refused_enqueue_written_is_caught() {
+    let mut case = Case::clean();
+    case.enqueues[1].outcome = Outcome::Refused("OOM".into());
+    caught(&case, "a refused enqueue (OOM) was written");
+}
+
+#[test]
+fn a_payload_in_two_jobs_is_caught() {
+    let mut case = Case::clean();
+    case.events.push(claim("w3", "J3", 1, 30, 31));
+    case.events.push(ack("w3", "J3", 1, 32, 33));
+    case.row("J3", "done", "p2", 1);
+    let r = caught(&case, "payload p2 (enqueued as Some(\"J2\")) in 2 jobs");
+    assert_eq!(r.duplicated, 1);
+}
+
+#[test]
+fn an_unconfirmed_enqueue_lost_is_excused_only_after_a_failover() {
+    let mut case = Case::clean();
+    case.enqueues.push(Enqueue {
+        replicated: false,
+        ..enqueue("p3", "J3")
+    });
+    caught(&case, "no primary lost its role");
+    case.failover = true;
+    let r = case.check();
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.unconfirmed_lost, 1);
+}
+
+#[test]
+fn a_broken_set_membership_is_caught() {
+    let mut case = Case::clean();
+    let q = case.finals.get_mut("q").unwrap();
+    q.members.insert("J1".into(), vec!["pending".into()]);
+    q.members
+        .insert("J9".into(), vec!["active".into(), "dead".into()]);
+    caught(&case, "q/J1: state done but in [\"pending\"]");
+    caught(&case, "q/J9: a member of");
+    caught(&case, "q/J9: in two sets at once");
+}
+
+#[test]
+fn an_acknowledged_ack_of_a_job_not_done_is_caught() {
+    let mut case = Case::clean();
+    case.row("J1", "dead", "p1", 25);
+    caught(
+        &case,
+        "q/J1: acknowledged ACK but the job is Some(\"dead\")",
+    );
+}
+
+#[test]
+fn a_history_whose_clock_runs_backwards_is_caught() {
+    let mut case = Case::clean();
+    case.enqueues[0].answered_ns = 0;
+    case.enqueues[0].sent_ns = 5 * MS;
+    caught(
+        &case,
+        "1 records of the history answered before they were sent",
+    );
+}

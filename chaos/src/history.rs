@@ -1,0 +1,105 @@
+//! The history a phase records: every enqueue, and every claim, renewal, settle and handler run
+//! of whatever workers ran (the harness's own, or later real clients' through their hook), each
+//! with its send and answer times on one clock (wall-clock Unix-epoch nanoseconds).
+
+use std::sync::{Arc, Mutex};
+
+/// How an operation ended: the server answered, refused it, or the answer never came (it may
+/// or may not have happened).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Ok,
+    Refused(String),
+    Unknown(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Claim,
+    Renew,
+    Settle,
+    HandlerStart,
+    HandlerEnd,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Ack,
+    Fail,
+}
+
+/// One worker-side event, one job each (a claim of five jobs is five events with the same
+/// times). For a handler's start and end, `sent_ns` and `answered_ns` are both the moment.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub kind: Kind,
+    pub worker: String,
+    pub queue: String,
+    pub id: String,
+    /// The token a claim returned, or the one a renewal or settle sent.
+    pub token: i64,
+    pub sent_ns: u64,
+    pub answered_ns: u64,
+    pub outcome: Outcome,
+    /// Settles only.
+    pub action: Option<Action>,
+    /// Whether a replica confirmed the write (`WAIT 1` after it), where the worker asked.
+    pub replicated: Option<bool>,
+}
+
+/// `EMQ.ENQUEUE <queue> * <payload>`, then `WAIT 1`: `replicated` when a replica had it.
+#[derive(Clone, Debug)]
+pub struct Enqueue {
+    pub queue: String,
+    pub payload: String,
+    pub id: Option<String>,
+    pub replicated: bool,
+    pub outcome: Outcome,
+    pub sent_ns: u64,
+    pub answered_ns: u64,
+}
+
+/// One reading of a limit during the run: what the server counted against it.
+#[derive(Clone, Debug)]
+pub struct LimitSample {
+    /// What is limited, e.g. `queue f1-42 concurrency` (a group's limit reads the same way).
+    pub scope: String,
+    pub limit: i64,
+    pub observed: i64,
+    pub at_ns: u64,
+}
+
+/// A phase's history, shared by the threads that write it.
+#[derive(Default)]
+pub struct Log {
+    pub enqueues: Vec<Enqueue>,
+    pub events: Vec<Event>,
+    pub limits: Vec<LimitSample>,
+}
+
+pub type History = Arc<Mutex<Log>>;
+
+/// Now, on the history's clock.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+pub fn record_enqueue(history: &History, op: Enqueue) {
+    if let Ok(mut h) = history.lock() {
+        h.enqueues.push(op);
+    }
+}
+
+pub fn record(history: &History, event: Event) {
+    if let Ok(mut h) = history.lock() {
+        h.events.push(event);
+    }
+}
+
+pub fn record_limit(history: &History, sample: LimitSample) {
+    if let Ok(mut h) = history.lock() {
+        h.limits.push(sample);
+    }
+}

@@ -1,0 +1,98 @@
+//! Reading a phase's final state from the servers, for the checker: each queue's rows and set
+//! members on its primary, and whether every replica's data equals its primary's.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::check::{QueueState, Row};
+use crate::cluster::{connect, owner, slot_map};
+use crate::docker::Node;
+use crate::workload::Queues;
+
+const SETS: [&str; 4] = ["pending", "active", "schedule", "dead"];
+
+fn read_queue(ip: &str, queue: &str) -> Result<QueueState, String> {
+    let mut con = connect(ip, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    let mut fin = QueueState::default();
+    for set in SETS {
+        let ids: Vec<String> = redis::cmd("ZRANGE")
+            .arg(format!("emq:{{{queue}}}:{set}"))
+            .arg(0)
+            .arg(-1)
+            .query(&mut con)
+            .map_err(|e| e.to_string())?;
+        for id in ids {
+            fin.members.entry(id).or_default().push(set.to_string());
+        }
+    }
+    let prefix = format!("emq:{{{queue}}}:job:");
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query(&mut con)
+            .map_err(|e| e.to_string())?;
+        for key in keys {
+            let fields: HashMap<String, String> = redis::cmd("HGETALL")
+                .arg(&key)
+                .query(&mut con)
+                .map_err(|e| e.to_string())?;
+            let id = key.trim_start_matches(&prefix).to_string();
+            let get = |f: &str| fields.get(f).cloned().unwrap_or_default();
+            fin.rows.insert(
+                id,
+                Row {
+                    state: get("state"),
+                    payload: get("payload"),
+                    attempts: get("attempts").parse().unwrap_or(0),
+                },
+            );
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    Ok(fin)
+}
+
+/// Each of `queues` as its primary holds it now.
+pub fn read(nodes: &[Node], queues: &Queues) -> Result<BTreeMap<String, QueueState>, String> {
+    let map = slot_map(nodes).ok_or("no node gives the slot map")?;
+    let mut finals = BTreeMap::new();
+    for (queue, slot) in &queues.0 {
+        let ip = owner(&map, *slot).ok_or("a queue's slot has no owner")?;
+        finals.insert(queue.clone(), read_queue(ip, queue)?);
+    }
+    Ok(finals)
+}
+
+/// Whether every replica's `DEBUG DIGEST` equals its primary's; the pairs that differ.
+pub fn digests(pairs: &[(Node, Node)]) -> Vec<String> {
+    let digest = |ip: &str| -> Option<String> {
+        let mut con = connect(ip, Duration::from_secs(5)).ok()?;
+        match redis::cmd("DEBUG")
+            .arg("DIGEST")
+            .query::<Value>(&mut con)
+            .ok()?
+        {
+            Value::SimpleString(s) => Some(s),
+            Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+            _ => None,
+        }
+    };
+    pairs
+        .iter()
+        .filter(|(p, r)| {
+            let primary = digest(&p.ip);
+            primary.is_none() || primary != digest(&r.ip)
+        })
+        .map(|(p, r)| format!("replica {} differs from its primary {}", r.ip, p.ip))
+        .collect()
+}
