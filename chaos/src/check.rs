@@ -36,6 +36,10 @@ pub struct Input<'a> {
     /// Whether a primary of the phase lost its role: only then may a write that no replica
     /// confirmed have been undone, and only then is such a write's outcome excused.
     pub failover: bool,
+    /// When (wall-clock ns) a primary's clock stepped back, and by how many ms: the server
+    /// counts a lease by its own clock, so a lease running across such a step ends that much
+    /// later, and a settle sent within it may be taken (fencing by tokens still holds).
+    pub clock_back: &'a [(u64, u64)],
 }
 
 /// How long past a lease's end the server may still take the job back (its timer's tick or
@@ -415,7 +419,13 @@ fn zombies(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
                 .map(|e| e.answered_ns)
                 .max();
             let Some(since) = since else { continue };
-            if s.sent_ns <= since + lease_ns + GRACE_NS {
+            let stepped_back: u64 = input
+                .clock_back
+                .iter()
+                .filter(|(at, _)| (since..=s.sent_ns).contains(at))
+                .map(|(_, by_ms)| by_ms * 1_000_000)
+                .sum();
+            if s.sent_ns <= since + lease_ns + GRACE_NS + stepped_back {
                 continue;
             }
             r.zombies_tried += 1;

@@ -156,6 +156,25 @@ fn acl_args(queues: &[String]) -> Vec<String> {
     args
 }
 
+/// Where a node finds the clock shim (bind-mounted from the host).
+const SHIM_IN_NODE: &str = "/usr/lib/echomq/clock-shift-shim.so";
+
+/// The clock shim built on the host (`make chaos` builds it): `ECHOMQ_CLOCK_SHIM`, or
+/// `target/shims/clock-shift-shim.so` under the working directory.
+fn clock_shim() -> Result<PathBuf, String> {
+    let path = std::env::var_os("ECHOMQ_CLOCK_SHIM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/shims/clock-shift-shim.so"));
+    let path = std::fs::canonicalize(&path).map_err(|e| {
+        format!(
+            "the clock shim {} ({e}): build it with cc -shared -fPIC -O2 -o {} scripts/clock-shift-shim.c (make chaos does)",
+            path.display(),
+            path.display()
+        )
+    })?;
+    Ok(path)
+}
+
 impl Net {
     /// Creates the network (a /24 of 10.231.x.0 no other network uses) and starts `n` nodes
     /// of `image` on it, cluster-enabled with `node_timeout_ms`, their producers and workers
@@ -199,6 +218,9 @@ impl Net {
             };
             let data = net.disk(i)?;
             let data_mount = format!("{}:/data", data.display());
+            let clock = net.clock_dir(&node)?;
+            let clock_mount = format!("{}:/clock", clock.display());
+            let shim_mount = format!("{}:{SHIM_IN_NODE}:ro", clock_shim()?.display());
             let timeout = node_timeout_ms.to_string();
             let node_id = i.to_string();
             let acl = acl_args(queues);
@@ -213,6 +235,15 @@ impl Net {
                 &node.ip,
                 "-v",
                 &data_mount,
+                // Every node's wall clock can be stepped (`Net::set_clock`).
+                "-v",
+                &clock_mount,
+                "-v",
+                &shim_mount,
+                "-e",
+                concat!("LD_PRELOAD=", "/usr/lib/echomq/clock-shift-shim.so"),
+                "-e",
+                "ECHOMQ_CLOCK_FILE=/clock/offset",
                 image,
                 "--cluster-enabled",
                 "yes",
@@ -228,6 +259,25 @@ impl Net {
             net.nodes.push(node);
         }
         Ok(net)
+    }
+
+    /// Node `node`'s clock folder, mounted at `/clock` in it: `offset` holds how many
+    /// milliseconds its wall clock is off the real one (0 to start with).
+    fn clock_dir(&self, node: &Node) -> Result<PathBuf, String> {
+        let dir = self.dir.join(format!("clock-{}", node.index));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::write(dir.join("offset"), "0").map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(dir)
+    }
+
+    /// Steps `node`'s wall clock to `offset_ms` off the real one: its server reads the clock
+    /// through scripts/clock-shift-shim.c, which rereads the file every 20 ms.
+    pub fn set_clock(&self, node: &Node, offset_ms: i64) -> Result<(), String> {
+        let file = self
+            .dir
+            .join(format!("clock-{}", node.index))
+            .join("offset");
+        std::fs::write(&file, offset_ms.to_string()).map_err(|e| format!("{}: {e}", file.display()))
     }
 
     /// Makes node `i`'s data filesystem (a sparse file, ext4 without reserved blocks, mounted

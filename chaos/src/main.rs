@@ -36,7 +36,7 @@ const CONCURRENCY: i64 = 3;
 const MAX_ATTEMPTS: i64 = 25;
 
 const NODE_TIMEOUT_MS: u64 = 2_000;
-const FAULTS: [&str; 9] = [
+const FAULTS: [&str; 10] = [
     "partition-primary",
     "pause-primary",
     "kill-primary",
@@ -46,6 +46,7 @@ const FAULTS: [&str; 9] = [
     "slow-primary",
     "memory-pressure",
     "disk-full",
+    "clock-jump",
 ];
 
 #[derive(Clone)]
@@ -151,13 +152,69 @@ fn inject(
     fault: &str,
     slot: u16,
     seed: u64,
+    clock_back: &mut Vec<(u64, u64)>,
 ) -> Result<(String, Option<&'static str>), String> {
     let primary = || owner_of(&net.nodes, slot).ok_or("no owner of the busy slot");
     match fault {
+        "clock-jump" => clock_jump(net, &primary()?, clock_back).map(|what| (what, None)),
         "memory-pressure" => memory_pressure(&primary()?).map(|what| (what, Some("OOM"))),
         "disk-full" => disk_full(net, &primary()?).map(|what| (what, Some("MISCONF"))),
         _ => inject_net(net, fault, slot, seed).map(|what| (what, None)),
     }
+}
+
+/// How far the clock fault steps a primary's wall clock, forward and then back.
+const CLOCK_STEP_MS: i64 = 30_000;
+
+/// `node`'s wall clock as its `TIME` says, off the harness's, in ms.
+fn clock_offset_ms(node: &Node) -> Option<i64> {
+    let mut con = connect(&node.ip, Duration::from_secs(1)).ok()?;
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut con).ok()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis() as i64;
+    Some(secs * 1000 + micros / 1000 - now)
+}
+
+/// Steps `node`'s clock to `offset_ms` and waits until its `TIME` shows it (within 5 s).
+fn step_clock(net: &Net, node: &Node, offset_ms: i64) -> Result<i64, String> {
+    net.set_clock(node, offset_ms)?;
+    let mut seen = None;
+    let stepped = wait_for(Duration::from_secs(10), || {
+        seen = clock_offset_ms(node);
+        seen.is_some_and(|off| (off - offset_ms).abs() < 5_000)
+    });
+    match seen {
+        Some(off) if stepped => Ok(off),
+        _ => Err(format!(
+            "{}'s clock did not step to {offset_ms} ms (its TIME was {seen:?} ms off)",
+            node.ip
+        )),
+    }
+}
+
+/// The primary's wall clock moves 30 s ahead, holds, then steps back 30 s; the step back is
+/// recorded, as it lengthens every lease the primary held then (see `check::Input`).
+fn clock_jump(
+    net: &Net,
+    primary: &Node,
+    clock_back: &mut Vec<(u64, u64)>,
+) -> Result<String, String> {
+    let ahead = step_clock(net, primary, CLOCK_STEP_MS)?;
+    hold();
+    let at = history::now_ns();
+    let back = step_clock(net, primary, 0);
+    clock_back.push((at, CLOCK_STEP_MS as u64));
+    let back = back?;
+    hold();
+    Ok(format!(
+        "{}'s wall clock stepped {} s ahead (its `TIME` {:+.1} s off), then back ({:+.1} s)",
+        primary.ip,
+        CLOCK_STEP_MS / 1000,
+        ahead as f64 / 1000.0,
+        back as f64 / 1000.0
+    ))
 }
 
 fn memory_pressure(primary: &Node) -> Result<String, String> {
@@ -362,7 +419,8 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
     let watch = Watch::start(nodes, limit, &history);
     let load = Load::start(nodes, &queues, &history, seed, 2, 3, a.jobs);
     std::thread::sleep(Duration::from_secs(2));
-    let injected = inject(net, fault, queues.0[0].1, seed);
+    let mut clock_back = Vec::new();
+    let injected = inject(net, fault, queues.0[0].1, seed, &mut clock_back);
     let healed = wait_for(Duration::from_secs(120), || stable(nodes));
     let (what, refusal) = match injected {
         Ok(done) => done,
@@ -402,6 +460,7 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
         lease_ms: LEASE_MS,
         max_attempts: MAX_ATTEMPTS,
         failover,
+        clock_back: &clock_back,
     });
     if !drained {
         report

@@ -15,6 +15,7 @@ struct Case {
     limits: Vec<LimitSample>,
     finals: BTreeMap<String, QueueState>,
     failover: bool,
+    clock_back: Vec<(u64, u64)>,
 }
 
 fn event(kind: Kind, worker: &str, id: &str, token: i64, sent_ms: u64, answered_ms: u64) -> Event {
@@ -88,6 +89,7 @@ impl Case {
             }],
             finals: BTreeMap::new(),
             failover: false,
+            clock_back: Vec::new(),
         };
         case.row("J1", "done", "p1", 1);
         case.row("J2", "done", "p2", 1);
@@ -124,6 +126,7 @@ impl Case {
             lease_ms: LEASE_MS,
             max_attempts: 25,
             failover: self.failover,
+            clock_back: &self.clock_back,
         })
     }
 }
@@ -278,6 +281,27 @@ fn a_zombie_ack_accepted_is_caught_and_refused_ones_counted() {
     case.events
         .push(event(Kind::Renew, "w2", "J2", 1, 2_500, 2_501));
     assert_eq!(case.check().zombies_tried, 0);
+}
+
+#[test]
+fn a_late_settle_across_a_clock_step_back_is_no_zombie_but_one_past_the_step_is() {
+    // J2's lease began at 21 ms; its primary's clock stepped back 30 s at 1 s, so the server
+    // holds the lease until about 32 s: an ACK at 4 s is taken, and no violation.
+    let mut case = Case::clean();
+    case.events.retain(|e| e.id != "J2");
+    case.events.push(claim("w2", "J2", 1, 20, 21));
+    case.events.extend(handler("w2", "J2", 1, 22));
+    case.events.push(ack("w2", "J2", 1, 4_021, 4_022));
+    case.clock_back.push((1_000 * MS, 30_000));
+    let r = case.check();
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.zombies_tried, 0);
+    // A step back after the ACK was sent lengthens nothing it held: the zombie is caught.
+    case.clock_back = vec![(5_000 * MS, 30_000)];
+    caught(&case, "zombie Some(Ack) by w2 with token 1 accepted");
+    // An ACK past even the lengthened lease is a zombie's too.
+    case.clock_back = vec![(1_000 * MS, 500)];
+    caught(&case, "zombie Some(Ack) by w2 with token 1 accepted");
 }
 
 #[test]
