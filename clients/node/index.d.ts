@@ -140,7 +140,9 @@ export declare class Queue {
 export declare class Job {
   readonly queue: string;
   readonly id: string;
-  /** The bytes enqueued, as UTF-8 text. */
+  /** The payload as enqueued, byte for byte (it need not be text). */
+  readonly bytes: Uint8Array;
+  /** The payload read as UTF-8 text. */
   readonly payload: string;
   /** This attempt's lease token: 1 for the first. */
   readonly attempt: number;

@@ -18,8 +18,10 @@ export function routingKey(queue) {
  * @param {string} queue
  * @param {Array<string | Uint8Array>} args
  * @param {boolean} [readonly]
+ * @param {{returnBuffers?: boolean}} [options] node-redis's command options: `returnBuffers`
+ *   answers bulk strings as bytes (a claim's payloads, which need not be text)
  */
-export function send(client, queue, args, readonly = false) {
-  if (isCluster(client)) return client.sendCommand(routingKey(queue), readonly, args);
-  return client.sendCommand(args);
+export function send(client, queue, args, readonly = false, options = undefined) {
+  if (isCluster(client)) return client.sendCommand(routingKey(queue), readonly, args, options);
+  return client.sendCommand(args, options);
 }

@@ -4,14 +4,17 @@ export class Job {
   /**
    * @param {string} queue
    * @param {string} id
-   * @param {string} payload the bytes enqueued, as UTF-8 text
+   * @param {Uint8Array} bytes the payload, the bytes enqueued
    * @param {number} attempt this attempt's lease token: 1 for the first (docs/commands.md)
    * @param {AbortSignal} signal fired when the lease is lost or the worker closes past its timeout
    */
-  constructor(queue, id, payload, attempt, signal) {
+  constructor(queue, id, bytes, attempt, signal) {
     this.queue = queue;
     this.id = id;
-    this.payload = payload;
+    /** The payload as enqueued, byte for byte. */
+    this.bytes = bytes;
+    /** The payload read as UTF-8 text. */
+    this.payload = Buffer.from(bytes).toString('utf8');
     this.attempt = attempt;
     this.signal = signal;
     /** What the next renewal sends as the row's `progress` (`EMQ.RENEW ... PROGRESS`). */

@@ -36,10 +36,10 @@ export class Queue {
   }
 
   /** A command (with its queue) sent as is, routed by the queue, retried, typed. */
-  async send(args, readonly = false) {
+  async send(args, readonly = false, options = undefined) {
     for (let attempt = 0; ; attempt++) {
       try {
-        return await send(this.client, this.name, args, readonly);
+        return await send(this.client, this.name, args, readonly, options);
       } catch (e) {
         if (!transient(e) || attempt >= this.retries) throw translate(e);
         await sleep(backoff(attempt));

@@ -19,6 +19,8 @@ export const MAX_ERROR = 4096;
 export const SETTLE_BATCH = 100;
 /** Most jobs one claim takes (the server's bound on `COUNT`). */
 export const MAX_CLAIM = 1000;
+/** Claims answer payloads as bytes: a payload need not be text. */
+const BYTES = { returnBuffers: true };
 
 /** An error's text for `EMQ.FAIL`: its stack (which names it and its message), at most
  * `MAX_ERROR` bytes, its end kept, on a character boundary. */
@@ -140,7 +142,9 @@ export class Worker extends EventEmitter {
 
   claim(count) {
     const args = ['EMQ.CLAIM', this.queue.name, 'COUNT', String(count), 'LEASE', String(this.lease), 'BLOCK', String(this.block)];
-    return isCluster(this.claims) ? this.claims.sendCommand(routingKey(this.queue.name), false, args) : this.claims.sendCommand(args);
+    return isCluster(this.claims)
+      ? this.claims.sendCommand(routingKey(this.queue.name), false, args, BYTES)
+      : this.claims.sendCommand(args, BYTES);
   }
 
   free() {
@@ -173,7 +177,8 @@ export class Worker extends EventEmitter {
   start(raw) {
     const [id, payload, token] = raw;
     const controller = new AbortController();
-    const job = new Job(this.queue.name, String(id), String(payload), Number(token), controller.signal);
+    const bytes = typeof payload === 'string' ? Buffer.from(payload) : payload;
+    const job = new Job(this.queue.name, String(id), bytes, Number(token), controller.signal);
     const state = { job, controller, finished: false };
     this.running.set(job.id, state);
     // Job timeouts and cancelling a running job (a later issue) abort `controller` too.
@@ -275,7 +280,7 @@ export class Worker extends EventEmitter {
     this.mackReserved = next - kept.length;
     let reply;
     try {
-      reply = await this.queue.send(args);
+      reply = await this.queue.send(args, false, BYTES);
     } catch (e) {
       this.mackReserved = 0;
       for (const item of kept) this.settleRefused(item.state.job, translate(e));

@@ -72,6 +72,22 @@ describe('Worker', () => {
     assert.equal(worker.counts.acked, 50);
   });
 
+  test('a payload that is not text reaches the handler byte for byte, by claim and by claim-next', async () => {
+    const q = new Queue(client, 'binary');
+    const all = Buffer.from(Array.from({ length: 256 }, (_, n) => n));
+    const payloads = Array.from({ length: 12 }, (_, n) => Buffer.concat([all, Buffer.from([n])]));
+    await q.enqueueMany(payloads.map((payload) => ({ payload })));
+    const seen = [];
+    const worker = new Worker(q, async (job) => {
+      seen.push(Buffer.from(job.bytes));
+    }, { concurrency: 2 });
+    await settled(worker, 12);
+    await worker.close();
+    assert.equal(worker.counts.acked, 12);
+    const key = (b) => b.toString('hex');
+    assert.deepEqual(seen.map(key).sort(), payloads.map(key).sort());
+  });
+
   test('a handler that throws is retried with backoff, then dead with its stack', async () => {
     await server.cmd('CONFIG', 'SET', 'emq.max-attempts', '3');
     try {
