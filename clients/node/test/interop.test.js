@@ -1,6 +1,7 @@
 // Node, Python and Rust producers and workers share a queue: Node enqueues and a Python worker
 // acks; Python enqueues and the Node worker acks; both enqueue into one queue that a Node and a
-// Python worker work together, each job once; and the Rust crate's drain example, where built.
+// Python worker work together, each job once; the Rust crate's drain example, where built;
+// and the Rust crate's producer (through `emq enqueue`) for the Node worker.
 // ECHOMQ_PYTHON: a Python with the `echomq` package (default <repo>/target/py/bin/python);
 // ECHOMQ_DRAIN: the Rust example (default <repo>/target/debug/examples/drain, which `make test`
 // builds, or the release one `make bench-clients` builds).
@@ -19,6 +20,11 @@ const DRAIN =
   ['target/debug/examples/drain', 'target/release/examples/drain'].map((p) => join(ROOT, p)).find(existsSync) ??
   join(ROOT, 'target/debug/examples/drain');
 const run = promisify(execFile);
+// ECHOMQ_EMQ: the console (`emq`, whose `enqueue` is the Rust crate's Queue); default
+// <repo>/target/debug/emq, which `make test` builds.
+const EMQ = process.env.ECHOMQ_EMQ ??
+  ['target/debug/emq', 'target/release/emq'].map((p) => join(ROOT, p)).find(existsSync) ??
+  join(ROOT, 'target/debug/emq');
 
 /** A Python worker: acks `n` jobs of `queue` (0: until the queue has none pending or active),
  * their payloads as JSON on stdout. */
@@ -117,4 +123,21 @@ test('Node enqueues, the Rust worker (clients/rust/examples/drain.rs) acks', { s
   const code = await new Promise((resolve) => child.once('exit', resolve));
   assert.equal(code, 0);
   for (const id of ids) assert.equal((await q.job(id)).state, 'done');
+});
+
+test('Rust enqueues (emq enqueue, on the crate\'s Queue), the Node worker acks', { skip: existsSync(EMQ) ? false : `no emq binary at ${EMQ} (set ECHOMQ_EMQ)` }, async () => {
+  const q = new Queue(client, 'rust-to-node');
+  const ids = [];
+  for (let n = 0; n < 20; n++) {
+    const { stdout } = await run(EMQ, ['--url', `redis://127.0.0.1:${server.port}`, 'enqueue', q.name, JSON.stringify({ n })]);
+    ids.push(stdout.trim().split(/\s+/).pop());
+  }
+  const seen = [];
+  const worker = new Worker(q, async (job) => {
+    seen.push(job.data.n);
+  }, { concurrency: 4 });
+  assert.ok(await until(() => worker.counts.acked >= 20, 30_000), `acked ${worker.counts.acked} of 20`);
+  await worker.close();
+  assert.deepEqual([...seen].sort((a, b) => a - b), Array.from({ length: 20 }, (_, n) => n));
+  for (const id of ids) assert.deepEqual(((await q.job(id)) ?? {}).state, 'done', id);
 });
