@@ -211,6 +211,15 @@ def median_spread(values: List[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
 
+def commit() -> str:
+    """The commit the figures come from, with ``+changes`` when the tree differs from it."""
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def main() -> None:
     server = Server()
     version = server.client().info("server")["valkey_version"] if "valkey_version" in server.client().info("server") else server.client().info("server")["redis_version"]
@@ -254,7 +263,7 @@ def main() -> None:
         "<!-- clients bench -->",
         "### Client libraries: one worker against bullmq and rq, and enqueueing",
         "",
-        f"Produced by `make bench-clients` (`BENCH_CLIENT_ROUNDS={ROUNDS} BENCH_CLIENT_JOBS={JOBS} python clients/python/bench/clients.py`) on {platform.processor() or platform.machine()} ({os.cpu_count()} cores), valkey-server {version} with the module: each round drains {JOBS} no-op jobs (enqueued before the clock starts, in batches) with one worker of each library in this process (the Rust crate's in a process of its own, `clients/rust/examples/drain.rs`, timed by itself to its last handler done, its server CPU over its whole run), on an emptied server, timed from the worker's start to its last job done (its shutdown after is not); jobs/s is the client's, main-thread CPU the server's `INFO cpu` over the same span, per job. Medians (min–max) over {ROUNDS} rounds; the last two columns are EchoMQ's figure over the row's, the median of the per-round ratios (EchoMQ's own row is 1).",
+        f"Produced by `make bench-clients` (`BENCH_CLIENT_ROUNDS={ROUNDS} BENCH_CLIENT_JOBS={JOBS} python clients/python/bench/clients.py`) at commit {commit()} on {platform.processor() or platform.machine()} ({os.cpu_count()} cores), valkey-server {version} with the module: each round drains {JOBS} no-op jobs (enqueued before the clock starts, in batches) with one worker of each library in this process (the Rust crate's in a process of its own, `clients/rust/examples/drain.rs`, timed by itself to its last handler done, its server CPU over its whole run), on an emptied server, timed from the worker's start to its last job done (its shutdown after is not); jobs/s is the client's, main-thread CPU the server's `INFO cpu` over the same span, per job. Medians (min–max) over {ROUNDS} rounds; the last two columns are EchoMQ's figure over the row's, the median of the per-round ratios (EchoMQ's own row is 1).",
         "",
         "| worker | jobs/s | server main-thread CPU µs/job | EchoMQ (Python) jobs/s ÷ this | EchoMQ (Python) CPU ÷ this |",
         "|---|---|---|---|---|",
