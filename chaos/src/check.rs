@@ -36,10 +36,11 @@ pub struct Input<'a> {
     /// Whether a primary of the phase lost its role: only then may a write that no replica
     /// confirmed have been undone, and only then is such a write's outcome excused.
     pub failover: bool,
-    /// When (wall-clock ns) a primary's clock stepped back, and by how many ms: the server
-    /// counts a lease by its own clock, so a lease running across such a step ends that much
-    /// later, and a settle sent within it may be taken (fencing by tokens still holds).
-    pub clock_back: &'a [(u64, u64)],
+    /// When (wall-clock ns) a primary's clock stepped, and by how many ms (ahead positive): the
+    /// server counts a lease by its own clock, so a lease running across steps that put it
+    /// behind on the whole ends that much later, and a settle sent within it may be taken
+    /// (fencing by tokens still holds); steps ahead only end leases early.
+    pub clock_steps: &'a [(u64, i64)],
 }
 
 /// How long past a lease's end the server may still take the job back (its timer's tick or
@@ -419,12 +420,13 @@ fn zombies(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
                 .map(|e| e.answered_ns)
                 .max();
             let Some(since) = since else { continue };
-            let stepped_back: u64 = input
-                .clock_back
+            let stepped: i64 = input
+                .clock_steps
                 .iter()
                 .filter(|(at, _)| (since..=s.sent_ns).contains(at))
-                .map(|(_, by_ms)| by_ms * 1_000_000)
+                .map(|(_, by_ms)| by_ms)
                 .sum();
+            let stepped_back = (-stepped).max(0) as u64 * 1_000_000;
             if s.sent_ns <= since + lease_ns + GRACE_NS + stepped_back {
                 continue;
             }
@@ -460,7 +462,8 @@ fn after_ack(jobs: &BTreeMap<Job, Vec<&Event>>, input: &Input, r: &mut Report) {
                 e.kind == Kind::Settle
                     && e.action == Some(Action::Ack)
                     && e.outcome == Outcome::Ok
-                    && e.replicated == Some(true)
+                    // An ACK no replica confirmed can be undone only by a failover.
+                    && (e.replicated == Some(true) || !input.failover)
             })
             .map(|e| e.answered_ns)
             .min()

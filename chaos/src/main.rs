@@ -152,11 +152,11 @@ fn inject(
     fault: &str,
     slot: u16,
     seed: u64,
-    clock_back: &mut Vec<(u64, u64)>,
+    clock_steps: &mut Vec<(u64, i64)>,
 ) -> Result<(String, Option<&'static str>), String> {
     let primary = || owner_of(&net.nodes, slot).ok_or("no owner of the busy slot");
     match fault {
-        "clock-jump" => clock_jump(net, &primary()?, clock_back).map(|what| (what, None)),
+        "clock-jump" => clock_jump(net, &primary()?, clock_steps).map(|what| (what, None)),
         "memory-pressure" => memory_pressure(&primary()?).map(|what| (what, Some("OOM"))),
         "disk-full" => disk_full(net, &primary()?).map(|what| (what, Some("MISCONF"))),
         _ => inject_net(net, fault, slot, seed).map(|what| (what, None)),
@@ -194,18 +194,19 @@ fn step_clock(net: &Net, node: &Node, offset_ms: i64) -> Result<i64, String> {
     }
 }
 
-/// The primary's wall clock moves 30 s ahead, holds, then steps back 30 s; the step back is
-/// recorded, as it lengthens every lease the primary held then (see `check::Input`).
+/// The primary's wall clock moves 30 s ahead, holds, then steps back 30 s; both steps are
+/// recorded, as the step back lengthens every lease the primary held then (see
+/// `check::Input`).
 fn clock_jump(
     net: &Net,
     primary: &Node,
-    clock_back: &mut Vec<(u64, u64)>,
+    clock_steps: &mut Vec<(u64, i64)>,
 ) -> Result<String, String> {
+    clock_steps.push((history::now_ns(), CLOCK_STEP_MS));
     let ahead = step_clock(net, primary, CLOCK_STEP_MS)?;
     hold();
-    let at = history::now_ns();
+    clock_steps.push((history::now_ns(), -CLOCK_STEP_MS));
     let back = step_clock(net, primary, 0);
-    clock_back.push((at, CLOCK_STEP_MS as u64));
     let back = back?;
     hold();
     Ok(format!(
@@ -419,8 +420,8 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
     let watch = Watch::start(nodes, limit, &history);
     let load = Load::start(nodes, &queues, &history, seed, 2, 3, a.jobs);
     std::thread::sleep(Duration::from_secs(2));
-    let mut clock_back = Vec::new();
-    let injected = inject(net, fault, queues.0[0].1, seed, &mut clock_back);
+    let mut clock_steps = Vec::new();
+    let injected = inject(net, fault, queues.0[0].1, seed, &mut clock_steps);
     let healed = wait_for(Duration::from_secs(120), || stable(nodes));
     let (what, refusal) = match injected {
         Ok(done) => done,
@@ -460,12 +461,25 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
         lease_ms: LEASE_MS,
         max_attempts: MAX_ATTEMPTS,
         failover,
-        clock_back: &clock_back,
+        clock_steps: &clock_steps,
     });
     if !drained {
         report
             .violations
             .push("the queues had not drained 120 s after the last enqueue".into());
+    }
+    // A phase that met no load proves nothing: each must have acknowledged enqueues, zombies
+    // whose settles were judged, and readings of the limit.
+    for (seen, what) in [
+        (report.acknowledged, "acknowledged enqueue"),
+        (report.zombies_tried, "zombie settle"),
+        (report.limit_samples, "reading of the limited queue"),
+    ] {
+        if seen == 0 {
+            report
+                .violations
+                .push(format!("no {what} in the phase: it proved nothing"));
+        }
     }
     // A fault that must be seen refusing writes: the code in some enqueue's refusal.
     if let Some(code) = refusal {

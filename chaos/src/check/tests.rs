@@ -15,7 +15,7 @@ struct Case {
     limits: Vec<LimitSample>,
     finals: BTreeMap<String, QueueState>,
     failover: bool,
-    clock_back: Vec<(u64, u64)>,
+    clock_steps: Vec<(u64, i64)>,
 }
 
 fn event(kind: Kind, worker: &str, id: &str, token: i64, sent_ms: u64, answered_ms: u64) -> Event {
@@ -89,7 +89,7 @@ impl Case {
             }],
             finals: BTreeMap::new(),
             failover: false,
-            clock_back: Vec::new(),
+            clock_steps: Vec::new(),
         };
         case.row("J1", "done", "p1", 1);
         case.row("J2", "done", "p2", 1);
@@ -126,7 +126,7 @@ impl Case {
             lease_ms: LEASE_MS,
             max_attempts: 25,
             failover: self.failover,
-            clock_back: &self.clock_back,
+            clock_steps: &self.clock_steps,
         })
     }
 }
@@ -211,6 +211,29 @@ fn a_claim_after_a_confirmed_ack_is_caught() {
 }
 
 #[test]
+fn a_claim_after_an_unconfirmed_ack_is_caught_unless_a_failover_could_undo_it() {
+    let mut case = Case::clean();
+    // J1's ACK (at 15 ms) had no replica's confirmation: with no failover nothing undoes it.
+    for e in case
+        .events
+        .iter_mut()
+        .filter(|e| e.id == "J1" && e.kind == Kind::Settle)
+    {
+        e.replicated = Some(false);
+    }
+    case.events.push(claim("w3", "J1", 2, 16, 17));
+    caught(&case, "claimed again by w3");
+    // With a failover in the phase, the ACK may have been undone: the claim is no violation.
+    case.failover = true;
+    let r = case.check();
+    assert!(
+        !r.violations.iter().any(|v| v.contains("claimed again")),
+        "{:?}",
+        r.violations
+    );
+}
+
+#[test]
 fn a_stale_settle_accepted_after_a_newer_claim_is_caught() {
     let mut case = Case::clean();
     // J2: w2 claims token 1; its lease runs out, w3 claims token 2, then w2's ACK with token 1
@@ -292,15 +315,18 @@ fn a_late_settle_across_a_clock_step_back_is_no_zombie_but_one_past_the_step_is(
     case.events.push(claim("w2", "J2", 1, 20, 21));
     case.events.extend(handler("w2", "J2", 1, 22));
     case.events.push(ack("w2", "J2", 1, 4_021, 4_022));
-    case.clock_back.push((1_000 * MS, 30_000));
+    case.clock_steps.push((1_000 * MS, -30_000));
     let r = case.check();
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert_eq!(r.zombies_tried, 0);
     // A step back after the ACK was sent lengthens nothing it held: the zombie is caught.
-    case.clock_back = vec![(5_000 * MS, 30_000)];
+    case.clock_steps = vec![(5_000 * MS, -30_000)];
     caught(&case, "zombie Some(Ack) by w2 with token 1 accepted");
     // An ACK past even the lengthened lease is a zombie's too.
-    case.clock_back = vec![(1_000 * MS, 500)];
+    case.clock_steps = vec![(1_000 * MS, -500)];
+    caught(&case, "zombie Some(Ack) by w2 with token 1 accepted");
+    // A step ahead and back within the lease lengthens nothing: the zombie is caught.
+    case.clock_steps = vec![(500 * MS, 30_000), (1_000 * MS, -30_000)];
     caught(&case, "zombie Some(Ack) by w2 with token 1 accepted");
 }
 
