@@ -3,7 +3,7 @@
 
 use emq_harness as support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::cmd;
 use support::*;
@@ -183,14 +183,10 @@ fn a_claim_passes_over_pending_members_whose_row_is_gone() {
         del.arg(row_key(&q, &job_id(n)));
     }
     let _: i64 = del.query(&mut con).expect("del");
-    let start = Instant::now();
+    // Nothing else writes the queue, so a claim that waited would only time out (a null
+    // reply): getting the job means the claim found it in its own call.
     let jobs = claim(&mut con, &q, &["BLOCK", "5000"]).expect("not timed out");
     assert_eq!(jobs, vec![(job_id(total), b"x".to_vec(), 1)]);
-    assert!(
-        start.elapsed() < Duration::from_secs(4),
-        "{:?}",
-        start.elapsed()
-    );
     assert_eq!(set_len(&mut con, &q, "pending"), 0);
     assert_eq!(dropped(&mut con), 2 + (total as i64 - 1));
 
