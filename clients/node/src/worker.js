@@ -180,7 +180,8 @@ export class Worker extends EventEmitter {
     const bytes = typeof payload === 'string' ? Buffer.from(payload) : payload;
     const job = new Job(this.queue.name, String(id), bytes, Number(token), controller.signal);
     const state = { job, controller, finished: false };
-    this.running.set(job.id, state);
+    // By the job's own object: the same job claimed again (its lease lost) is another run.
+    this.running.set(job, state);
     // Job timeouts and cancelling a running job (a later issue) abort `controller` too.
     void this.runJob(state);
   }
@@ -199,7 +200,7 @@ export class Worker extends EventEmitter {
     state.finished = true;
     if (this.closed || job.leaseLost) {
       this.counts.lost++;
-      this.release([job.id]);
+      this.release([job]);
       return;
     }
     if (!threw) {
@@ -208,7 +209,7 @@ export class Worker extends EventEmitter {
       return;
     }
     await this.fail(job, error);
-    this.release([job.id]);
+    this.release([job]);
   }
 
   async fail(job, error) {
@@ -233,8 +234,8 @@ export class Worker extends EventEmitter {
   }
 
   /** Frees the slots of settled (or abandoned) jobs. */
-  release(ids) {
-    for (const id of ids) this.running.delete(id);
+  release(jobs) {
+    for (const job of jobs) this.running.delete(job);
     this.wake();
   }
 
@@ -273,8 +274,8 @@ export class Worker extends EventEmitter {
       if (result !== null) args.push('RESULT', result);
       kept.push(item);
     }
-    const ids = batch.map((item) => item.state.job.id);
-    if (kept.length === 0) return this.release(ids);
+    const jobs = batch.map((item) => item.state.job);
+    if (kept.length === 0) return this.release(jobs);
     const next = this.closing ? 0 : Math.min(MAX_CLAIM, this.free() + kept.length);
     if (next > 0) args.push('CLAIM', String(next), 'LEASE', String(this.lease));
     this.mackReserved = next - kept.length;
@@ -284,7 +285,7 @@ export class Worker extends EventEmitter {
     } catch (e) {
       this.mackReserved = 0;
       for (const item of kept) this.settleRefused(item.state.job, translate(e));
-      return this.release(ids);
+      return this.release(jobs);
     }
     const [places, claimed] = next > 0 ? reply : [reply, []];
     kept.forEach((item, i) => {
@@ -294,7 +295,7 @@ export class Worker extends EventEmitter {
       this.emit('completed', item.state.job, item.result);
     });
     this.mackReserved = 0;
-    for (const id of ids) this.running.delete(id);
+    for (const job of jobs) this.running.delete(job);
     if (isErrorReply(claimed)) this.report(translate(claimed));
     else for (const raw of claimed) this.start(raw);
     this.wake();

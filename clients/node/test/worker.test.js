@@ -22,6 +22,26 @@ async function settled(worker, n, timeout = 30_000) {
   assert.ok(ok, `settled ${JSON.stringify(worker.counts)} of ${n}`);
 }
 
+/** Resolves true once the lease deadline of job `id` (its score in `active`) has moved `n`
+ * times, as renewals move it (bounded wait). */
+async function renewals(id, n, timeout = 30_000) {
+  const queue = id && (await findQueue(id));
+  const seen = new Set();
+  return until(async () => {
+    const score = await server.cmd('ZSCORE', `emq:{${queue}}:active`, id);
+    if (score !== null) seen.add(String(score));
+    return seen.size > n;
+  }, timeout);
+}
+
+/** The queue of the tests' job `id` (each test has a queue of its own). */
+async function findQueue(id) {
+  for (const name of ['slow', 'again']) {
+    if ((await server.cmd('EXISTS', `emq:{${name}}:job:${id}`)) === 1) return name;
+  }
+  throw new Error(`no queue holds ${id}`);
+}
+
 describe('Worker', () => {
   test('at concurrency 8 never more than 8 jobs are active, and each job is acked once', async () => {
     const q = new Queue(client, 'conc8');
@@ -143,10 +163,12 @@ describe('Worker', () => {
       async (job) => {
         runs.push(job.attempt);
         job.progress = 'halfway';
-        await sleep(1200); // four leases long
+        // Four renewals of a 1.5 s lease (every 0.5 s): the handler outlives the lease it began
+        // with, counted by the deadlines the server kept, not by a clock.
+        assert.ok(await renewals(id, 4), 'four renewals seen');
         return { done: true };
       },
-      { lease: 300 },
+      { lease: 1500 },
     );
     await settled(worker, 1);
     await worker.close();
@@ -162,11 +184,50 @@ describe('Worker', () => {
   test('a stale token is refused with EmqLeaseError', async () => {
     const q = new Queue(client, 'stale');
     const id = await q.enqueue('x');
-    const [[claimed, , token]] = await q.call('EMQ.CLAIM', 'COUNT', 1, 'LEASE', 60_000);
+    const [[claimed, , stale]] = await q.call('EMQ.CLAIM', 'COUNT', 1, 'LEASE', 60_000);
     assert.equal(claimed, id);
-    await assert.rejects(q.call('EMQ.ACK', id, token + 1), EmqLeaseError);
-    await assert.rejects(q.call('EMQ.RENEW', id, token + 1, 1000), (e) => e instanceof EmqLeaseError && e.code === 'EMQLEASE');
+    // The lease runs out and another claim takes the job: the first token is now stale.
+    await server.cmd('ZADD', 'emq:{stale}:active', 'XX', '0', id);
+    let token;
+    assert.ok(await until(async () => {
+      const jobs = await q.call('EMQ.CLAIM', 'COUNT', 1, 'LEASE', 60_000);
+      token = jobs?.[0]?.[2];
+      return token !== undefined;
+    }), 'claimed again');
+    assert.equal(token, stale + 1);
+    await assert.rejects(q.call('EMQ.ACK', id, stale), EmqLeaseError);
+    await assert.rejects(q.call('EMQ.RENEW', id, stale, 1000), (e) => e instanceof EmqLeaseError && e.code === 'EMQLEASE');
     assert.equal(await q.call('EMQ.ACK', id, token), 1);
+  });
+
+  test('a job claimed again while its lost run still ends is a run of its own: renewed, acked, counted', async () => {
+    const q = new Queue(client, 'again');
+    const id = await q.enqueue('x');
+    const release = [];
+    const attempts = [];
+    const worker = new Worker(
+      q,
+      (job) =>
+        new Promise((resolve) => {
+          attempts.push(job.attempt);
+          release[job.attempt] = resolve;
+        }),
+      { concurrency: 2, lease: 1500 },
+    );
+    assert.ok(await until(() => attempts.length === 1), 'attempt 1 runs');
+    // Its lease runs out under it; the same worker's next claim takes the job (attempt 2).
+    await server.cmd('ZADD', 'emq:{again}:active', 'XX', '0', id);
+    assert.ok(await until(() => attempts.length === 2, 30_000), 'attempt 2 runs beside it');
+    assert.deepEqual(attempts, [1, 2]);
+    release[1]('late');
+    // The lost run's end frees its own slot only: attempt 2 is still renewed.
+    assert.ok(await renewals(id, 2), 'attempt 2 renewed after attempt 1 ended');
+    release[2]('done');
+    await settled(worker, 2);
+    await worker.close();
+    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 1 });
+    const row = await q.job(id);
+    assert.deepEqual([row.state, row.attempts], ['done', 2]);
   });
 
   test('a lost lease aborts the handler signal and its outcome is not sent', async () => {
