@@ -60,7 +60,7 @@ export class Worker extends EventEmitter {
     this.backoff = options.backoff ?? DEFAULT_BACKOFF;
     /** What happened, for logs and tests. */
     this.counts = { acked: 0, failed: 0, retried: 0, lost: 0 };
-    /** @type {Map<string, {job: Job, controller: AbortController, finished: boolean}>} */
+    /** The running handlers, by their job (a run of it). @type {Map<Job, {job: Job, controller: AbortController, finished: boolean}>} */
     this.running = new Map();
     this.claimReserved = 0; // slots the claim in flight may fill
     this.mackReserved = 0; // slots the EMQ.MACK ... CLAIM in flight may fill, beyond its acks
