@@ -1,4 +1,4 @@
-//! (Compiled for tests only: `#[cfg(test)]` in `grammar/mod.rs`.)
+//! (Compiled for tests only: `#[cfg(test)]` in `protocol/mod.rs`.)
 //! Property tests of the pure parsers over arbitrary input: they never panic, they agree with
 //! straightforward reference implementations, and every production reads back.
 
