@@ -872,3 +872,56 @@ fn take_over(url: &str, queue: &str, id: &str) {
     });
     assert!(taken, "{queue}/{id} taken over");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_lease_ran_out_before_its_handler_started_is_not_run() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "stalled");
+    let id = q.enqueue(b"x").await.expect("enqueue");
+    let recorded: Recorded = Arc::new(Mutex::new(Vec::new()));
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let (r, h) = (runs.clone(), recorded.clone());
+    let worker = worker_of(&server, "stalled", move |job: Job| {
+        r.lock().expect("lock").push(job.attempt);
+        async { Ok(None) }
+    })
+    .await
+    .lease(Duration::from_millis(300))
+    .on_event(move |e: &WorkerEvent| {
+        h.lock().expect("lock").push(e.clone());
+        // The worker stalls between its first claim and the handler (as a frozen process
+        // does): the lease runs out meanwhile and the job goes back to the queue.
+        if e.kind == EventKind::Claim && e.token == 1 {
+            std::thread::sleep(Duration::from_millis(600));
+        }
+    });
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut admin = server.conn();
+    assert!(wait_until(Duration::from_secs(20), || support::job_state(
+        &mut admin, "stalled", &id
+    )
+    .as_deref()
+        == Some("done")));
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert_eq!((counts.acked, counts.lost), (1, 1), "{counts:?}");
+    // The first attempt's handler never ran; the second's did, and was acked.
+    assert_eq!(*runs.lock().expect("lock"), [2]);
+    use EventKind::*;
+    let kinds: Vec<(EventKind, i64)> = events_of(&recorded, &id)
+        .iter()
+        .map(|e| (e.kind, e.token))
+        .filter(|(k, _)| *k != Renew)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (Claim, 1),
+            (Claim, 2),
+            (HandlerStart, 2),
+            (HandlerEnd, 2),
+            (Settle, 2)
+        ]
+    );
+}

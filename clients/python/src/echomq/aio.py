@@ -233,6 +233,9 @@ class AsyncWorker(Claiming):
     async def _run_job(self, job: Job) -> None:
         serializer = self.queue.serializer
         try:
+            if self.stale(job):
+                self.counts["lost"] += 1
+                return
             self._event("handler_start", job.id, job.attempt, time.time_ns())
             error: Optional[BaseException] = None
             try:
