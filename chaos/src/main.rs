@@ -11,10 +11,12 @@ mod check;
 mod cluster;
 mod delay;
 mod docker;
+mod fleet;
 mod history;
 mod report;
 mod state;
 mod watch;
+mod worker;
 mod workload;
 
 use std::sync::{Arc, Mutex};
@@ -26,9 +28,10 @@ use rand::{Rng, SeedableRng};
 use check::Report;
 use cluster::{connect, field, pairs, stable, wait_for};
 use docker::{Net, Node};
+use fleet::{Fleet, LEASE_MS};
 use history::{History, Log, Outcome};
 use watch::{Limit, Watch};
-use workload::{Load, Queues, LEASE_MS};
+use workload::{Load, Queues};
 
 /// The concurrency limit set on one queue of each phase (its second).
 const CONCURRENCY: i64 = 3;
@@ -360,7 +363,15 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
     };
     limit.set(nodes)?;
     let watch = Watch::start(nodes, limit, &history);
-    let load = Load::start(nodes, &queues, &history, seed, 2, 3, a.jobs);
+    let load = Load::start(nodes, &queues, &history, seed, 2, a.jobs);
+    let fleet = match Fleet::start(nodes, &queues, &history, seed) {
+        Ok(fleet) => fleet,
+        Err(e) => {
+            load.stop();
+            watch.stop();
+            return Err(e);
+        }
+    };
     std::thread::sleep(Duration::from_secs(2));
     let injected = inject(net, fault, queues.0[0].1, seed);
     let healed = wait_for(Duration::from_secs(120), || stable(nodes));
@@ -368,12 +379,14 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
         Ok(done) => done,
         Err(e) => {
             load.stop();
+            fleet.stop();
             watch.stop();
             return Err(e);
         }
     };
     if !healed {
         load.stop();
+        fleet.stop();
         watch.stop();
         return Err(format!("{fault}: the cluster is not stable after healing"));
     }
@@ -390,6 +403,7 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
             .all(|(q, slot)| left(nodes, q, *slot) == Some(0))
     });
     load.stop();
+    let workers = fleet.stop();
     wait_for(Duration::from_secs(60), || stable(nodes));
     let failover = watch.stop();
     let log = std::mem::take(&mut *history.lock().map_err(|_| "the history's lock")?);
@@ -434,6 +448,17 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
         }
     }
     report.violations.extend(state::digests(&pairs(nodes)));
+    report.violations.extend(workers.problems);
+    if workers.freezes == 0 {
+        report.violations.push(format!(
+            "{fault}: no worker was frozen with a handler running"
+        ));
+    }
+    let what = format!(
+        "{what}; {} worker processes frozen (SIGSTOP) {} ms each, then resumed",
+        workers.freezes,
+        LEASE_MS + 2_000
+    );
     Ok((report, what))
 }
 
@@ -468,6 +493,15 @@ fn main() {
         };
         if let Err(e) = delay::serve(ms, jitter, seed) {
             eprintln!("emq-chaos delay: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    // `emq-chaos worker --queue Q ...`: the real Rust worker the harness runs as a child.
+    if argv.get(1).map(String::as_str) == Some("worker") {
+        let run = worker::Args::parse(&argv[2..]).and_then(worker::run);
+        if let Err(e) = run {
+            eprintln!("emq-chaos worker: {e}");
             std::process::exit(1);
         }
         return;
