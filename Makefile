@@ -140,6 +140,7 @@ profile: build
 
 # The fault-injection harness (chaos/): nine faults under load on a 3+3 cluster in containers
 # on a docker network of its own, each checked against its history (zombie workers included);
+# the workers are the shipped Python and Rust clients' (the Python one on the venv's interpreter);
 # `make chaos` runs three seeds, each on a cluster of its own, and writes their table into
 # docs/reliability.md. CHAOS_JOBS: enqueues tried per fault (3 seeds x 9 faults x 4000 =
 # 108,000); CHAOS_SEEDS: the seeds. It cuts links inside the nodes' network namespaces and
@@ -147,16 +148,16 @@ profile: build
 CHAOS_JOBS ?= 4000
 CHAOS_SEEDS ?= 1,2,3
 CHAOS_SEED ?= 1
-chaos: docker-image
+chaos: docker-image python
 	bash scripts/install-deps.sh --with-iptables
 	$(CARGO) build --release -p emq-chaos
-	target/release/emq-chaos --seeds $(CHAOS_SEEDS) --jobs $(CHAOS_JOBS) --report docs/reliability.md
+	EMQ_CHAOS_PYTHON=$(CURDIR)/$(PY_VENV)/bin/python target/release/emq-chaos --seeds $(CHAOS_SEEDS) --jobs $(CHAOS_JOBS) --report docs/reliability.md
 
 # The same faults and zombies, one seed, a few hundred jobs each, nothing written (CI).
-chaos-short: docker-image
+chaos-short: docker-image python
 	bash scripts/install-deps.sh --with-iptables
 	$(CARGO) build --release -p emq-chaos
-	target/release/emq-chaos --seed $(CHAOS_SEED) --jobs 400
+	EMQ_CHAOS_PYTHON=$(CURDIR)/$(PY_VENV)/bin/python target/release/emq-chaos --seed $(CHAOS_SEED) --jobs 400
 
 # The fault tests' figures (failover, resharding, kill -9, a simulated power loss) into
 # docs/reliability.md.
