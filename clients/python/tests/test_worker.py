@@ -186,6 +186,25 @@ def test_a_job_whose_lease_ran_out_before_its_handler_started_is_not_run(server:
     ], kinds
 
 
+def test_a_claim_refused_for_want_of_memory_is_waited_out(server: Server) -> None:
+    q = echomq.Queue(server.client(), "full")
+    job_id = q.enqueue(b"x")
+    admin = server.client()
+    admin.config_set("maxmemory", 1)
+    try:
+        worker = echomq.Worker(server.client(), "full", lambda job: None, lease=5)
+        t, raised = start_catching(worker)
+        time.sleep(0.5)
+        # Each claim is refused with OOM meanwhile: the worker waits, it does not stop.
+        assert t.is_alive() and raised == [], raised
+    finally:
+        admin.config_set("maxmemory", 0)
+    assert until(lambda: server.client().hget(f"emq:{{full}}:job:{job_id}", "state") == b"done")
+    worker.stop()
+    assert joined(t), "run() returned after stop()"
+    assert raised == [] and worker.counts["acked"] == 1
+
+
 def test_stop_lets_running_handlers_finish_and_acks_them(server: Server) -> None:
     q = echomq.Queue(server.client(), "stop")
     q.enqueue_many([b"a", b"b"])

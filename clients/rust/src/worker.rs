@@ -19,7 +19,7 @@ use redis::{Cmd, FromRedisValue, Value};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{transient, Error, Result};
+use crate::error::{server_full, transient, Error, Result};
 use crate::events::{
     answer_of, default_name, now_ns, outcome_of, EventKind, EventOutcome, Fields, Hook, OnEvent,
     SettleAction, WorkerEvent,
@@ -263,8 +263,9 @@ where
                     failures = 0;
                     v
                 }
-                Err(e) if transient(&e) => {
-                    // A failover, a reshard, a lost connection: claim again after a while.
+                Err(e) if transient(&e) || server_full(&e) => {
+                    // A failover, a reshard, a lost connection, a server out of memory or
+                    // disk: claim again after a while.
                     tracing::debug!(error = %e, "claim failed; claiming again");
                     tokio::select! {
                         _ = tokio::time::sleep(backoff(failures)) => {}

@@ -925,3 +925,38 @@ async fn a_job_whose_lease_ran_out_before_its_handler_started_is_not_run() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_refused_for_want_of_memory_is_waited_out() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "full");
+    let id = q.enqueue(b"x").await.expect("enqueue");
+    let mut admin = server.conn();
+    let maxmemory = |admin: &mut redis::Connection, n: u64| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(n)
+            .query::<()>(admin)
+            .expect("CONFIG SET");
+    };
+    maxmemory(&mut admin, 1);
+    let worker = worker_of(&server, "full", |_job: Job| async { Ok(None) })
+        .await
+        .lease(Duration::from_secs(5));
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Each claim is refused with OOM meanwhile: the worker waits, it does not stop.
+    let stopped = run.is_finished();
+    maxmemory(&mut admin, 0);
+    assert!(!stopped, "the worker stopped on OOM: {:?}", run.await);
+    assert!(wait_until(Duration::from_secs(10), || support::job_state(
+        &mut admin, "full", &id
+    )
+    .as_deref()
+        == Some("done")));
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert_eq!(counts.acked, 1, "{counts:?}");
+}

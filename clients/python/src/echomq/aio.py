@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tup
 
 from . import commands as cmd
 from ._replicas import pipelined_async
-from ._retry import backoff, retry_after, transient
+from ._retry import backoff, retry_after, server_full, transient
 from .errors import translate
 from .events import Action, WorkerEvent, failure
 from .queue import CHUNK, Settings
@@ -218,7 +218,7 @@ class AsyncWorker(Claiming):
                 claimed = await self.queue.client.execute_command(*args)
                 failures = 0
             except Exception as e:
-                if not transient(e):
+                if not (transient(e) or server_full(e)):
                     raise translate(e)
                 try:
                     await asyncio.wait_for(self._stopping.wait(), backoff(failures))

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import commands as cmd
 from ._replicas import moved, pipelined, refresh
-from ._retry import backoff, transient
+from ._retry import backoff, server_full, transient
 from .errors import translate
 from .events import Action, Hook, WorkerEvent, default_name, failure
 from .queue import Queue
@@ -299,7 +299,7 @@ class Worker(Claiming):
                 claimed = self.queue.client.execute_command(*self.claim_args(self.queue.name, free))
                 failures = 0
             except Exception as e:
-                if not transient(e):
+                if not (transient(e) or server_full(e)):
                     raise translate(e)
                 # A failover, a reshard, a lost connection: claim again after a while.
                 self._stopping.wait(backoff(failures))
