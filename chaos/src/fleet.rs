@@ -134,7 +134,7 @@ impl Fleet {
         let busy = Arc::new(Mutex::new(Busy::default()));
         let problems = Arc::new(Mutex::new(Vec::new()));
         let exe = std::env::current_exe().map_err(|e| format!("emq-chaos itself: {e}"))?;
-        let fleet = Fleet {
+        let mut fleet = Fleet {
             procs: Arc::new(Mutex::new(Vec::new())),
             running: Arc::new(AtomicBool::new(true)),
             freezer: None,
@@ -166,11 +166,10 @@ impl Fleet {
             }
         }
         let (procs, running) = (fleet.procs.clone(), fleet.running.clone());
-        let freezer = std::thread::spawn(move || freeze(&procs, &busy, &running, seed));
-        Ok(Fleet {
-            freezer: Some(freezer),
-            ..fleet
-        })
+        fleet.freezer = Some(std::thread::spawn(move || {
+            freeze(&procs, &busy, &running, seed)
+        }));
+        Ok(fleet)
     }
 
     fn spawn(
@@ -271,6 +270,22 @@ impl Fleet {
             }
         }
         Done { freezes, problems }
+    }
+}
+
+/// A fleet dropped without [`Fleet::stop`] (the harness returning early): no worker outlives it.
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.running.store(false, Ordering::SeqCst);
+        if let Some(f) = self.freezer.take() {
+            let _ = f.join();
+        }
+        if let Ok(mut procs) = self.procs.lock() {
+            for p in procs.iter_mut() {
+                let _ = p.child.kill();
+                let _ = p.child.wait();
+            }
+        }
     }
 }
 

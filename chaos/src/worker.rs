@@ -146,8 +146,13 @@ async fn serve(a: Args) -> Result<(), String> {
         .wait_replicas(1, Duration::from_secs(1))
         .on_event(move |e| {
             if let Ok(mut out) = out.lock() {
-                let _ = writeln!(out, "{}", line(e));
-                let _ = out.flush();
+                // The harness gone (its end of the pipe closed): so is the worker.
+                if writeln!(out, "{}", line(e))
+                    .and_then(|_| out.flush())
+                    .is_err()
+                {
+                    std::process::exit(0);
+                }
             }
         });
     shutdown_on_signal(worker.shutdown_token());

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import threading
@@ -39,8 +40,12 @@ def on_event(e: echomq.WorkerEvent) -> None:
         }
     )
     with _out:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The harness gone (its end of the pipe closed): so is the worker.
+            os._exit(0)
 
 
 def main() -> None:
