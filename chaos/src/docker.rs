@@ -98,7 +98,10 @@ pub const PRODUCER: Role = Role {
         "+ping",
     ],
 };
-/// The workers: claim and settle on their queue, and WAIT; they cannot enqueue.
+/// The workers: claim and settle on their queue, and WAIT; they cannot enqueue. Then what the
+/// shipped workers' cluster clients send besides: `EMQ.VERSION` at start, the slot map
+/// (`CLUSTER SLOTS`), redis-py's command table (`COMMAND`), and the library's name on each
+/// connection (`CLIENT SETINFO`: both clients ignore its refusal, which the ACL log showed).
 pub const WORKER: Role = Role {
     name: "chaos-worker",
     password: "worker-secret",
@@ -108,10 +111,15 @@ pub const WORKER: Role = Role {
         "-@all",
         "+emq.claim",
         "+emq.ack",
+        "+emq.mack",
         "+emq.fail",
         "+emq.renew",
         "+wait",
         "+ping",
+        "+emq.version",
+        "+cluster|slots",
+        "+command",
+        "+client|setinfo",
     ],
 };
 

@@ -1,5 +1,5 @@
 //! The history a phase records: every enqueue, and every claim, renewal, settle and handler run
-//! of whatever workers ran (the harness's own, or later real clients' through their hook), each
+//! of the workers (the shipped clients', through their `on_event` hook), each
 //! with its send and answer times on one clock (wall-clock Unix-epoch nanoseconds).
 
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,7 @@
 //! `make chaos`: EchoMQ under the faults a deployment meets. A 3-primary, 3-replica cluster runs
 //! in containers on a docker network of the harness's own; each fault is done under load
-//! (producers with `WAIT 1`, workers that claim, settle with `WAIT 1` or die), then healed; once
+//! (producers with `WAIT 1`; the shipped Python and Rust workers, settling with `WAIT 1`, now and
+//! then frozen past their lease), then healed; once
 //! every node is back and the cluster stable, the checker reads the history and the final state.
 //!
 //! `emq-chaos [--seed N | --seeds N,M,...] [--jobs N] [--faults a,b,...] [--report docs/reliability.md]`
@@ -11,10 +12,12 @@ mod check;
 mod cluster;
 mod delay;
 mod docker;
+mod fleet;
 mod history;
 mod report;
 mod state;
 mod watch;
+mod worker;
 mod workload;
 
 use std::sync::{Arc, Mutex};
@@ -26,9 +29,10 @@ use rand::{Rng, SeedableRng};
 use check::Report;
 use cluster::{connect, field, pairs, stable, wait_for};
 use docker::{Net, Node};
+use fleet::{Fleet, LEASE_MS};
 use history::{History, Log, Outcome};
 use watch::{Limit, Watch};
-use workload::{Load, Queues, LEASE_MS};
+use workload::{Load, Queues};
 
 /// The concurrency limit set on one queue of each phase (its second).
 const CONCURRENCY: i64 = 3;
@@ -418,7 +422,15 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
     };
     limit.set(nodes)?;
     let watch = Watch::start(nodes, limit, &history);
-    let load = Load::start(nodes, &queues, &history, seed, 2, 3, a.jobs);
+    let load = Load::start(nodes, &queues, &history, seed, 2, a.jobs);
+    let fleet = match Fleet::start(nodes, &queues, &history, seed) {
+        Ok(fleet) => fleet,
+        Err(e) => {
+            load.stop();
+            watch.stop();
+            return Err(e);
+        }
+    };
     std::thread::sleep(Duration::from_secs(2));
     let mut clock_steps = Vec::new();
     let injected = inject(net, fault, queues.0[0].1, seed, &mut clock_steps);
@@ -427,12 +439,14 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
         Ok(done) => done,
         Err(e) => {
             load.stop();
+            fleet.stop();
             watch.stop();
             return Err(e);
         }
     };
     if !healed {
         load.stop();
+        fleet.stop();
         watch.stop();
         return Err(format!("{fault}: the cluster is not stable after healing"));
     }
@@ -449,6 +463,7 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
             .all(|(q, slot)| left(nodes, q, *slot) == Some(0))
     });
     load.stop();
+    let workers = fleet.stop();
     wait_for(Duration::from_secs(60), || stable(nodes));
     let failover = watch.stop();
     let log = std::mem::take(&mut *history.lock().map_err(|_| "the history's lock")?);
@@ -468,11 +483,10 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
             .violations
             .push("the queues had not drained 120 s after the last enqueue".into());
     }
-    // A phase that met no load proves nothing: each must have acknowledged enqueues, zombies
-    // whose settles were judged, and readings of the limit.
+    // A phase that met no load proves nothing: each must have acknowledged enqueues and
+    // readings of the limit (and frozen workers: the fleet's own check).
     for (seen, what) in [
         (report.acknowledged, "acknowledged enqueue"),
-        (report.zombies_tried, "zombie settle"),
         (report.limit_samples, "reading of the limited queue"),
     ] {
         if seen == 0 {
@@ -507,6 +521,17 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
         }
     }
     report.violations.extend(state::digests(&pairs(nodes)));
+    report.violations.extend(workers.problems);
+    if workers.freezes == 0 {
+        report.violations.push(format!(
+            "{fault}: no worker was frozen with a handler running"
+        ));
+    }
+    let what = format!(
+        "{what}; {} worker processes frozen (SIGSTOP) {} ms each, then resumed",
+        workers.freezes,
+        LEASE_MS + 2_000
+    );
     Ok((report, what))
 }
 
@@ -541,6 +566,15 @@ fn main() {
         };
         if let Err(e) = delay::serve(ms, jitter, seed) {
             eprintln!("emq-chaos delay: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    // `emq-chaos worker --queue Q ...`: the real Rust worker the harness runs as a child.
+    if argv.get(1).map(String::as_str) == Some("worker") {
+        let run = worker::Args::parse(&argv[2..]).and_then(worker::run);
+        if let Err(e) = run {
+            eprintln!("emq-chaos worker: {e}");
             std::process::exit(1);
         }
         return;

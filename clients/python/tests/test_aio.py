@@ -86,6 +86,46 @@ def test_an_async_handler_outliving_its_lease_keeps_it(server: Server) -> None:
     asyncio.run(main())
 
 
+def test_an_async_job_whose_lease_ran_out_before_its_handler_started_is_not_run(
+    server: Server,
+) -> None:
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        q = AsyncQueue(client, "async-stalled")
+        job_id = await q.enqueue(b"x")
+        runs: List[int] = []
+        events: List[echomq.WorkerEvent] = []
+
+        def on_event(e: echomq.WorkerEvent) -> None:
+            events.append(e)
+            # The worker stalls between its first claim and the handler (as a frozen process
+            # does): the lease runs out meanwhile and the job goes back to the queue.
+            if e.kind == "claim" and e.token == 1:
+                time.sleep(0.6)
+
+        async def handle(job: echomq.Job) -> None:
+            runs.append(job.attempt)
+
+        worker = AsyncWorker(client, "async-stalled", handle, lease=0.3, on_event=on_event)
+        task = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 10
+        while worker.counts["acked"] < 1:
+            assert time.monotonic() < deadline, worker.counts
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await asyncio.wait_for(task, 5)
+        # The first attempt's handler never ran; the second's did, and was acked.
+        assert runs == [2]
+        assert worker.counts["lost"] == 1
+        kinds = [(e.kind, e.token) for e in events if e.id == job_id and e.kind != "renew"]
+        assert kinds == [
+            ("claim", 1), ("claim", 2), ("handler_start", 2), ("handler_end", 2), ("settle", 2)
+        ], kinds
+        await client.aclose()
+
+    asyncio.run(main())
+
+
 def test_an_async_payload_that_does_not_decode_fails_its_job_and_the_worker_goes_on() -> None:
     server = Server(["--emq.max-attempts", "2", "--emq.backoff-base-ms", "10"])
 

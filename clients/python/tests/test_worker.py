@@ -156,6 +156,55 @@ def test_a_lost_lease_is_reported_and_never_acked(server: Server) -> None:
     assert server.client().hget(f"emq:{{stolen}}:job:{job_id}", "state") == b"active"
 
 
+def test_a_job_whose_lease_ran_out_before_its_handler_started_is_not_run(server: Server) -> None:
+    q = echomq.Queue(server.client(), "stalled")
+    job_id = q.enqueue(b"x")
+    runs: List[int] = []
+    events: List[echomq.WorkerEvent] = []
+
+    def on_event(e: echomq.WorkerEvent) -> None:
+        events.append(e)
+        # The worker stalls between its first claim and the handler (as a frozen process
+        # does): the lease runs out meanwhile and the job goes back to the queue.
+        if e.kind == "claim" and e.token == 1:
+            time.sleep(0.6)
+
+    worker = echomq.Worker(
+        server.client(), "stalled", lambda job: runs.append(job.attempt), lease=0.3,
+        on_event=on_event,
+    )
+    t = start(worker)
+    assert until(lambda: server.client().hget(f"emq:{{stalled}}:job:{job_id}", "state") == b"done")
+    worker.stop()
+    assert joined(t), "run() returned after stop()"
+    # The first attempt's handler never ran; the second's did, and was acked.
+    assert runs == [2]
+    assert (worker.counts["acked"], worker.counts["lost"]) == (1, 1)
+    kinds = [(e.kind, e.token) for e in events if e.id == job_id and e.kind != "renew"]
+    assert kinds == [
+        ("claim", 1), ("claim", 2), ("handler_start", 2), ("handler_end", 2), ("settle", 2)
+    ], kinds
+
+
+def test_a_claim_refused_for_want_of_memory_is_waited_out(server: Server) -> None:
+    q = echomq.Queue(server.client(), "full")
+    job_id = q.enqueue(b"x")
+    admin = server.client()
+    admin.config_set("maxmemory", 1)
+    try:
+        worker = echomq.Worker(server.client(), "full", lambda job: None, lease=5)
+        t, raised = start_catching(worker)
+        time.sleep(0.5)
+        # Each claim is refused with OOM meanwhile: the worker waits, it does not stop.
+        assert t.is_alive() and raised == [], raised
+    finally:
+        admin.config_set("maxmemory", 0)
+    assert until(lambda: server.client().hget(f"emq:{{full}}:job:{job_id}", "state") == b"done")
+    worker.stop()
+    assert joined(t), "run() returned after stop()"
+    assert raised == [] and worker.counts["acked"] == 1
+
+
 def test_stop_lets_running_handlers_finish_and_acks_them(server: Server) -> None:
     q = echomq.Queue(server.client(), "stop")
     q.enqueue_many([b"a", b"b"])

@@ -98,4 +98,11 @@ pub fn transient(e: &RedisError) -> bool {
         || e.code().is_some_and(|c| TRANSIENT_CODES.contains(&c))
 }
 
+/// Whether the server refused a write for want of room: over its `maxmemory` (`OOM`) or unable
+/// to persist (`MISCONF`). It lasts until memory or disk is freed: a worker's claim waits it
+/// out rather than stopping.
+pub fn server_full(e: &RedisError) -> bool {
+    e.code().is_some_and(|c| c == "OOM" || c == "MISCONF")
+}
+
 pub type Result<T> = std::result::Result<T, Error>;

@@ -19,7 +19,7 @@ use redis::{Cmd, FromRedisValue, Value};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{transient, Error, Result};
+use crate::error::{server_full, transient, Error, Result};
 use crate::events::{
     answer_of, default_name, now_ns, outcome_of, EventKind, EventOutcome, Fields, Hook, OnEvent,
     SettleAction, WorkerEvent,
@@ -263,8 +263,9 @@ where
                     failures = 0;
                     v
                 }
-                Err(e) if transient(&e) => {
-                    // A failover, a reshard, a lost connection: claim again after a while.
+                Err(e) if transient(&e) || server_full(&e) => {
+                    // A failover, a reshard, a lost connection, a server out of memory or
+                    // disk: claim again after a while.
                     tracing::debug!(error = %e, "claim failed; claiming again");
                     tokio::select! {
                         _ = tokio::time::sleep(backoff(failures)) => {}
@@ -293,6 +294,7 @@ where
                     counts: counts.clone(),
                     hook: hook.clone(),
                     lease_ms,
+                    claimed_ns: sent_ns,
                     renew: self.lease.mul_f64(self.renew_every.clamp(0.05, 0.9)),
                 };
                 tokio::spawn(task.run(job));
@@ -423,6 +425,8 @@ struct Task<C, H> {
     counts: Arc<Mutex<Counts>>,
     hook: Arc<Hook>,
     lease_ms: u64,
+    /// When the claim that returned the job was sent: its lease began no sooner.
+    claimed_ns: u64,
     renew: Duration,
 }
 
@@ -438,6 +442,15 @@ where
             room: self.room.clone(),
         };
         let (id, token) = (job.id.as_str(), job.attempt);
+        // A lease's worth of time since the claim was sent (the process stalled between the
+        // claim and now: frozen, swapped out): the lease may have run out and another attempt
+        // taken the job, even finished it. Its handler is not started; the job is left to its
+        // lease, as a lost one.
+        if now_ns() >= self.claimed_ns.saturating_add(self.lease_ms * 1_000_000) {
+            job.lost.store(true, Ordering::SeqCst);
+            self.count(|c| c.lost += 1);
+            return;
+        }
         self.hook
             .emit(Fields::at(EventKind::HandlerStart, id, token, now_ns()));
         let handler = guarded(|| (self.handler)(job.clone()));

@@ -42,6 +42,16 @@ def transient(error: Exception) -> bool:
     return "ResponseError" in names and str(error).startswith(TRANSIENT_CODES)
 
 
+def server_full(error: Exception) -> bool:
+    """Whether the server refused a write for want of room: over its ``maxmemory`` (``OOM``,
+    which redis-py's parser types, code stripped) or unable to persist (``MISCONF``). It lasts
+    until memory or disk is freed: a worker's claim waits it out rather than stopping."""
+    names = kinds(error)
+    if "OutOfMemoryError" in names:
+        return True
+    return "ResponseError" in names and str(error).startswith(("OOM", "MISCONF"))
+
+
 def backoff(attempt: int, base: float = 0.05, cap: float = 2.0) -> float:
     """Seconds to wait before try `attempt` (0-based): exponential, capped, with full jitter."""
     return random.uniform(0, min(cap, base * (2**attempt)))

@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tup
 
 from . import commands as cmd
 from ._replicas import pipelined_async
-from ._retry import backoff, retry_after, transient
+from ._retry import backoff, retry_after, server_full, transient
 from .errors import translate
 from .events import Action, WorkerEvent, failure
 from .queue import CHUNK, Settings
@@ -218,7 +218,7 @@ class AsyncWorker(Claiming):
                 claimed = await self.queue.client.execute_command(*args)
                 failures = 0
             except Exception as e:
-                if not transient(e):
+                if not (transient(e) or server_full(e)):
                     raise translate(e)
                 try:
                     await asyncio.wait_for(self._stopping.wait(), backoff(failures))
@@ -233,6 +233,9 @@ class AsyncWorker(Claiming):
     async def _run_job(self, job: Job) -> None:
         serializer = self.queue.serializer
         try:
+            if self.stale(job):
+                self.counts["lost"] += 1
+                return
             self._event("handler_start", job.id, job.attempt, time.time_ns())
             error: Optional[BaseException] = None
             try:

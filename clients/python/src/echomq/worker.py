@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import commands as cmd
 from ._replicas import moved, pipelined, refresh
-from ._retry import backoff, transient
+from ._retry import backoff, server_full, transient
 from .errors import translate
 from .events import Action, Hook, WorkerEvent, default_name, failure
 from .queue import Queue
@@ -51,6 +51,8 @@ class Job:
     lease_lost: threading.Event = field(default_factory=threading.Event)
     #: What the next renewal sends as the row's ``progress`` (``RENEW ... PROGRESS``).
     progress: Optional[bytes] = None
+    #: When the claim that returned it was sent (``time.time_ns()``): its lease began no sooner.
+    claimed_ns: int = 0
 
 
 def outcome(
@@ -154,8 +156,19 @@ class Claiming:
         answered = time.time_ns()
         jobs = jobs_of(queue, reply)
         for job in jobs:
+            job.claimed_ns = sent_ns
             self._event("claim", job.id, job.attempt, sent_ns, answered)
         return jobs
+
+    def stale(self, job: Job) -> bool:
+        """A lease's worth of time since the job's claim was sent: the process stalled between
+        the claim and now (frozen, swapped out), so the lease may have run out and another
+        attempt taken the job, even finished it. Its handler is not started (the job is left to
+        its lease, counted as lost)."""
+        if time.time_ns() < job.claimed_ns + self.lease_ms * 1_000_000:
+            return False
+        job.lease_lost.set()
+        return True
 
     def renew_args(self, job: Job) -> List[Any]:
         """The ``EMQ.RENEW`` of a running job, with its progress when it has one."""
@@ -286,7 +299,7 @@ class Worker(Claiming):
                 claimed = self.queue.client.execute_command(*self.claim_args(self.queue.name, free))
                 failures = 0
             except Exception as e:
-                if not transient(e):
+                if not (transient(e) or server_full(e)):
                     raise translate(e)
                 # A failover, a reshard, a lost connection: claim again after a while.
                 self._stopping.wait(backoff(failures))
@@ -313,6 +326,12 @@ class Worker(Claiming):
             self._run_job(job)
 
     def _run_job(self, job: Job) -> None:
+        if self.stale(job):
+            self._count("lost")
+            with self._lock:
+                self._running.pop(job.id, None)
+                self._lock.notify_all()
+            return
         self._event("handler_start", job.id, job.attempt, time.time_ns())
         ended, error = settled(self.queue.serializer, job, self.handler)
         self._event("handler_end", job.id, job.attempt, time.time_ns(), error=failure(error))

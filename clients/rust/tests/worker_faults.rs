@@ -1,0 +1,148 @@
+//! The Rust worker through what a deployment does to it: a process stalled between a claim and
+//! its handler (the job's lease ran out meanwhile: its handler is not run), and a server out of
+//! memory refusing its claims (waited out, not the worker's end). Against real servers.
+
+use emq_harness as support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use echomq_client::{EventKind, Job, Queue, Worker, WorkerEvent};
+use redis::aio::MultiplexedConnection;
+use support::{wait_until, Options, Server};
+
+/// The module the servers load: the workspace's release build, unless ECHOMQ_MODULE says.
+fn servers_load_the_module() {
+    if std::env::var_os("ECHOMQ_MODULE").is_none() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        std::env::set_var("ECHOMQ_MODULE", root.join("target/release/libechomq.so"));
+    }
+}
+
+fn start(opts: Options) -> Server {
+    servers_load_the_module();
+    Server::start(opts)
+}
+
+/// A multiplexed connection with no response timeout (a blocked claim waits in the server).
+async fn conn(server: &Server) -> MultiplexedConnection {
+    let client = redis::Client::open(server.url()).expect("client");
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("connection")
+}
+
+async fn worker_of<H, F>(
+    server: &Server,
+    queue: &str,
+    handler: H,
+) -> Worker<MultiplexedConnection, H>
+where
+    H: Fn(Job) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = echomq_client::Outcome> + Send + 'static,
+{
+    Worker::new(conn(server).await, conn(server).await, queue, handler)
+}
+
+/// The events a hook recorded.
+type Recorded = Arc<Mutex<Vec<WorkerEvent>>>;
+
+fn events_of(recorded: &Recorded, id: &str) -> Vec<WorkerEvent> {
+    recorded
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|e| e.id == id)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_lease_ran_out_before_its_handler_started_is_not_run() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "stalled");
+    let id = q.enqueue(b"x").await.expect("enqueue");
+    let recorded: Recorded = Arc::new(Mutex::new(Vec::new()));
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let (r, h) = (runs.clone(), recorded.clone());
+    let worker = worker_of(&server, "stalled", move |job: Job| {
+        r.lock().expect("lock").push(job.attempt);
+        async { Ok(None) }
+    })
+    .await
+    .lease(Duration::from_millis(300))
+    .on_event(move |e: &WorkerEvent| {
+        h.lock().expect("lock").push(e.clone());
+        // The worker stalls between its first claim and the handler (as a frozen process
+        // does): the lease runs out meanwhile and the job goes back to the queue.
+        if e.kind == EventKind::Claim && e.token == 1 {
+            std::thread::sleep(Duration::from_millis(600));
+        }
+    });
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut admin = server.conn();
+    assert!(wait_until(Duration::from_secs(20), || support::job_state(
+        &mut admin, "stalled", &id
+    )
+    .as_deref()
+        == Some("done")));
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert_eq!((counts.acked, counts.lost), (1, 1), "{counts:?}");
+    // The first attempt's handler never ran; the second's did, and was acked.
+    assert_eq!(*runs.lock().expect("lock"), [2]);
+    use EventKind::*;
+    let kinds: Vec<(EventKind, i64)> = events_of(&recorded, &id)
+        .iter()
+        .map(|e| (e.kind, e.token))
+        .filter(|(k, _)| *k != Renew)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (Claim, 1),
+            (Claim, 2),
+            (HandlerStart, 2),
+            (HandlerEnd, 2),
+            (Settle, 2)
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_refused_for_want_of_memory_is_waited_out() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "full");
+    let id = q.enqueue(b"x").await.expect("enqueue");
+    let mut admin = server.conn();
+    let maxmemory = |admin: &mut redis::Connection, n: u64| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(n)
+            .query::<()>(admin)
+            .expect("CONFIG SET");
+    };
+    maxmemory(&mut admin, 1);
+    let worker = worker_of(&server, "full", |_job: Job| async { Ok(None) })
+        .await
+        .lease(Duration::from_secs(5));
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Each claim is refused with OOM meanwhile: the worker waits, it does not stop.
+    let stopped = run.is_finished();
+    maxmemory(&mut admin, 0);
+    assert!(!stopped, "the worker stopped on OOM: {:?}", run.await);
+    assert!(wait_until(Duration::from_secs(10), || support::job_state(
+        &mut admin, "full", &id
+    )
+    .as_deref()
+        == Some("done")));
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert_eq!(counts.acked, 1, "{counts:?}");
+}
