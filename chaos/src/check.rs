@@ -122,8 +122,10 @@ const SETS: [(&str, &str); 4] = [
     ("dead", "dead"),
 ];
 
+/// A write no replica confirmed: its `WAIT` answered 0, or it had none (a claim: the shipped
+/// workers wait on their settles only). Only a failover can undo it.
 fn unconfirmed(e: &Event) -> bool {
-    e.replicated == Some(false)
+    e.replicated != Some(true)
 }
 
 /// Checks a phase's history against its final state.

@@ -259,6 +259,46 @@ fn a_stale_settle_accepted_after_a_newer_claim_is_caught() {
 }
 
 #[test]
+fn a_token_handed_out_again_after_a_failover_is_excused_only_for_unconfirmed_claims() {
+    let mut case = Case::clean();
+    // J1's first claim (by w1) had no replica's confirmation (the workers wait on settles only):
+    // a failover may undo it and the new primary hand out token 1 again.
+    for e in case
+        .events
+        .iter_mut()
+        .filter(|e| e.id == "J1" && e.kind == Kind::Claim)
+    {
+        e.replicated = None;
+    }
+    case.events.push(claim("w3", "J1", 1, 12, 13));
+    caught(
+        &case,
+        "claim by w3 returned token 1 after a claim by w1 had returned 1",
+    );
+    case.failover = true;
+    let r = case.check();
+    assert!(
+        !r.violations
+            .iter()
+            .any(|v| v.contains("returned token 1 after")),
+        "{:?}",
+        r.violations
+    );
+    // A claim a replica confirmed survives the failover: its token handed out again is caught.
+    for e in case
+        .events
+        .iter_mut()
+        .filter(|e| e.worker == "w1" && e.kind == Kind::Claim)
+    {
+        e.replicated = Some(true);
+    }
+    caught(
+        &case,
+        "claim by w3 returned token 1 after a claim by w1 had returned 1",
+    );
+}
+
+#[test]
 fn a_token_that_does_not_grow_is_caught() {
     let mut case = Case::clean();
     case.events.push(claim("w3", "J1", 1, 12, 13));
