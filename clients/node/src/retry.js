@@ -22,6 +22,15 @@ export function transient(error) {
   return error.constructor.name === 'ErrorReply' && TRANSIENT_CODES.some((c) => error.message.startsWith(c));
 }
 
+/** Replies of a server out of memory or of disk: a claim waits them out (the server takes no
+ * write until an operator makes room), where an enqueue reports them to its caller. */
+export const FULL_CODES = ['OOM', 'MISCONF'];
+
+/** Whether `error` is a server refusing writes for want of memory or disk. */
+export function serverFull(error) {
+  return error instanceof Error && error.constructor.name === 'ErrorReply' && FULL_CODES.some((c) => error.message.startsWith(c));
+}
+
 /** Milliseconds to wait before try `attempt` (0-based): exponential, capped, full jitter. */
 export function backoff(attempt, base = 50, cap = 2000) {
   return Math.random() * Math.min(cap, base * 2 ** attempt);

@@ -9,7 +9,7 @@ import { encode } from './codec.js';
 import { isCluster, routingKey } from './connection.js';
 import { EmqLeaseError, EmqVersionError, isErrorReply, translate } from './errors.js';
 import { Job, Retry } from './job.js';
-import { backoff, sleep, transient } from './retry.js';
+import { backoff, serverFull, sleep, transient } from './retry.js';
 
 /** The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`). */
 export const PROTOCOL_MAJOR = 2;
@@ -53,7 +53,9 @@ export class Worker extends EventEmitter {
     this.handler = handler;
     this.concurrency = Math.max(1, Math.floor(options.concurrency ?? 4));
     this.lease = Math.max(1, Math.round(options.lease ?? 30_000));
-    this.block = Math.max(1, Math.round(options.block ?? 1000));
+    // At most half the lease: a job's handler is not started a lease after its claim was sent
+    // (see start()), so a claim must not wait in the server for most of a lease.
+    this.block = Math.max(1, Math.min(Math.round(options.block ?? 1000), Math.floor(this.lease / 2)));
     this.batch = Math.min(MAX_CLAIM, Math.max(1, options.batch ?? this.concurrency));
     this.renewEvery = Math.min(0.9, Math.max(0.05, options.renewEvery ?? 1 / 3));
     this.shutdownTimeout = Math.max(0, options.shutdownTimeout ?? 30_000);
@@ -125,18 +127,20 @@ export class Worker extends EventEmitter {
       const count = Math.min(free, this.batch);
       this.claimReserved = count;
       let reply;
+      const sentAt = Date.now();
       try {
         // A claim in flight is never dropped, even by close(): its jobs would be leased to no one.
         reply = await this.claim(count);
         failures = 0;
       } catch (e) {
         this.claimReserved = 0;
-        if (!transient(e)) throw translate(e);
+        // A failover, or a server out of memory or disk: not the worker's end.
+        if (!transient(e) && !serverFull(e)) throw translate(e);
         await sleep(backoff(failures++), this.closingSignal());
         continue;
       }
       this.claimReserved = 0;
-      for (const raw of reply ?? []) this.start(raw);
+      for (const raw of reply ?? []) this.start(raw, sentAt);
     }
   }
 
@@ -173,9 +177,17 @@ export class Worker extends EventEmitter {
 
   // ---- one job ----
 
-  /** Runs the handler of a job as a claim replied it (`[id, payload, token]`). */
-  start(raw) {
+  /** Runs the handler of a job as a claim replied it (`[id, payload, token]`), that claim sent
+   * at `sentAt` (ms). A lease's worth of time since then means the process stalled (frozen,
+   * swapped out): the lease may have run out and another attempt taken the job, even finished
+   * it, so the handler is not started; the job is left to its lease, counted lost. */
+  start(raw, sentAt) {
     const [id, payload, token] = raw;
+    if (Date.now() >= sentAt + this.lease) {
+      this.counts.lost++;
+      this.wake();
+      return;
+    }
     const controller = new AbortController();
     const bytes = typeof payload === 'string' ? Buffer.from(payload) : payload;
     const job = new Job(this.queue.name, String(id), bytes, Number(token), controller.signal);
@@ -280,6 +292,7 @@ export class Worker extends EventEmitter {
     if (next > 0) args.push('CLAIM', String(next), 'LEASE', String(this.lease));
     this.mackReserved = next - kept.length;
     let reply;
+    const sentAt = Date.now();
     try {
       reply = await this.queue.send(args, false, BYTES);
     } catch (e) {
@@ -297,7 +310,7 @@ export class Worker extends EventEmitter {
     this.mackReserved = 0;
     for (const job of jobs) this.running.delete(job);
     if (isErrorReply(claimed)) this.report(translate(claimed));
-    else for (const raw of claimed) this.start(raw);
+    else for (const raw of claimed) this.start(raw, sentAt);
     this.wake();
   }
 

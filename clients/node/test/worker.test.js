@@ -288,6 +288,56 @@ describe('Worker', () => {
     assert.equal((await q.stats()).active, 1, 'left to its lease');
   });
 
+  test('a job whose claim was sent a lease ago is not started: left to its lease, then run once', async () => {
+    const q = new Queue(client, 'stalled');
+    const id = await q.enqueue('x');
+    const runs = [];
+    const worker = new Worker(q, async (job) => {
+      runs.push(job.attempt);
+    }, { lease: 1000, autorun: false });
+    // The first claim's answer reaches the worker after more than a lease, as if the process
+    // had stalled with it in flight.
+    const claim = worker.claim.bind(worker);
+    let first = true;
+    worker.claim = async (count) => {
+      const reply = await claim(count);
+      if (first && reply?.length) {
+        first = false;
+        await sleep(1200);
+      }
+      return reply;
+    };
+    void worker.run();
+    await settled(worker, 2);
+    await worker.close();
+    assert.deepEqual(runs, [2], 'attempt 1 never ran; attempt 2 ran once');
+    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 1 });
+    assert.deepEqual((await q.job(id)).state, 'done');
+  });
+
+  test('claims refused while the server is out of memory are waited out, not the worker\'s end', async () => {
+    const q = new Queue(client, 'full');
+    const id = await q.enqueue('x');
+    await server.cmd('CONFIG', 'SET', 'maxmemory', '1');
+    const errors = [];
+    const worker = new Worker(q, async () => {}, { autorun: false });
+    worker.on('error', (e) => errors.push(e));
+    const running = worker.run();
+    try {
+      assert.ok(await until(async () => {
+        const stats = String(await server.cmd('INFO', 'commandstats'));
+        return /cmdstat_emq\.claim:.*rejected_calls=[1-9]/.test(stats);
+      }), 'a claim was refused with OOM');
+    } finally {
+      await server.cmd('CONFIG', 'SET', 'maxmemory', '0');
+    }
+    await settled(worker, 1);
+    await worker.close();
+    await running;
+    assert.deepEqual(errors, []);
+    assert.equal((await q.job(id)).state, 'done');
+  });
+
   test('a fatal claim error reaches the error listeners and closes the worker', async () => {
     const q = new Queue(client, 'bad{name');
     const errors = [];

@@ -256,7 +256,9 @@ where
                 .arg("LEASE")
                 .arg(lease_ms)
                 .arg("BLOCK")
-                .arg(self.block.as_millis() as u64);
+                // At most half the lease: a job's handler is not started a lease after its
+                // claim was sent, so a claim must not wait in the server for most of a lease.
+                .arg((self.block.as_millis() as u64).min(lease_ms / 2).max(1));
             let sent_ns = now_ns();
             let reply: Value = match claim.query_async(&mut self.claims.clone()).await {
                 Ok(v) => {

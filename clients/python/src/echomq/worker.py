@@ -133,7 +133,9 @@ class Claiming:
         self.concurrency = concurrency
         self.lease_ms = max(1, int(lease * 1000))
         self.batch = batch or concurrency
-        self.block_ms = max(1, int(block * 1000))
+        # At most half the lease: a job's handler is not started a lease after its claim was
+        # sent (`stale`), so a claim must not wait in the server for most of a lease.
+        self.block_ms = max(1, min(int(block * 1000), self.lease_ms // 2))
         #: Renewals come every `renew_every` of the lease.
         self.renew_interval = lease * renew_every
         self.shutdown_timeout = shutdown_timeout
