@@ -28,6 +28,17 @@ fn commit() -> String {
     crate::docker::run("git", &["rev-parse", "--short", "HEAD"]).unwrap_or_else(|_| "?".into())
 }
 
+/// The loss window of a client that takes a primary's answer for done (no `WAIT`), measured:
+/// the enqueues a primary answered and its failover lost, against those a replica confirmed.
+fn window(rows: &[Row]) -> String {
+    let lost: usize = rows.iter().map(|r| r.report.unconfirmed_lost).sum();
+    let confirmed: usize = rows.iter().map(|r| r.report.acknowledged).sum();
+    let lost_confirmed: usize = rows.iter().map(|r| r.report.lost).sum();
+    format!(
+        "\nWithout a replica's `WAIT` (the clients' `wait_replicas`), a client takes a primary's answer for done: in this run, {lost} enqueues a primary answered were lost in its failover (*unconfirmed, lost*), against {lost_confirmed} of the {confirmed} a replica confirmed.\n"
+    )
+}
+
 pub fn write(path: &str, seeds: &[u64], jobs: usize, rows: &[Row]) -> Result<(), String> {
     let when = crate::docker::run("date", &["-u", "+%Y-%m-%d"]).unwrap_or_default();
     let page = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
@@ -72,6 +83,7 @@ pub fn write(path: &str, seeds: &[u64], jobs: usize, rows: &[Row]) -> Result<(),
             r.fencing_unconfirmed
         ));
     }
+    out.push_str(&window(rows));
     out.push_str(CHECKS);
     let page = format!("{}{out}{}", &page[..a], &page[b..]);
     std::fs::write(path, page).map_err(|e| format!("{path}: {e}"))
@@ -95,6 +107,8 @@ mod tests {
                     what: "done".into(),
                     report: Report {
                         tried: 10,
+                        acknowledged: 9,
+                        unconfirmed_lost: 1,
                         refusals: (fault == "disk-full").then_some(("MISCONF", 4)),
                         ..Report::default()
                     },
@@ -112,5 +126,10 @@ mod tests {
         assert!(table[6].starts_with("| 3 | disk-full | done | 10 |"));
         assert!(table[6].contains("| 4 `MISCONF` |"));
         assert!(page.contains("on commit `"));
+        assert!(
+            page.contains("6 enqueues a primary answered were lost in its failover")
+                && page.contains("against 0 of the 54 a replica confirmed"),
+            "the loss window without WAIT, summed over the rows"
+        );
     }
 }
