@@ -3,52 +3,21 @@
 //! outliving its lease kept alive, failures retried then dead, a lost lease never acked, a
 //! graceful stop mid-batch losing and repeating nothing), on one server and on a cluster.
 
+mod common;
+
 use emq_harness as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+use common::*;
 use std::time::Duration;
 
 use echomq_client::{
     Enqueue, Error, EventKind, EventOutcome, Failure, Job, Queue, SettleAction, Worker, WorkerEvent,
 };
 use redis::aio::MultiplexedConnection;
-use support::{cluster::Cluster, set_len, wait_until, Options, Server};
-
-/// The module the servers load: the workspace's release build, unless ECHOMQ_MODULE says.
-fn servers_load_the_module() {
-    if std::env::var_os("ECHOMQ_MODULE").is_none() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        std::env::set_var("ECHOMQ_MODULE", root.join("target/release/libechomq.so"));
-    }
-}
-
-fn start(opts: Options) -> Server {
-    servers_load_the_module();
-    Server::start(opts)
-}
-
-/// A multiplexed connection with no response timeout (a blocked claim waits in the server).
-async fn conn(server: &Server) -> MultiplexedConnection {
-    let client = redis::Client::open(server.url()).expect("client");
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .expect("connection")
-}
-
-async fn worker_of<H, F>(
-    server: &Server,
-    queue: &str,
-    handler: H,
-) -> Worker<MultiplexedConnection, H>
-where
-    H: Fn(Job) -> F + Send + Sync + 'static,
-    F: std::future::Future<Output = echomq_client::Outcome> + Send + 'static,
-{
-    Worker::new(conn(server).await, conn(server).await, queue, handler)
-}
+use support::{cluster::Cluster, set_len, wait_until, Options};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producing_with_minted_ids_batches_and_typed_errors() {
@@ -284,7 +253,6 @@ async fn a_stop_mid_batch_loses_and_repeats_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queues_on_every_primary_of_a_cluster() {
-    servers_load_the_module();
     let cluster = Cluster::start(3, 0);
     let client = redis::cluster::ClusterClient::new(cluster.urls()).expect("cluster client");
     let conn = || async {
@@ -401,7 +369,6 @@ async fn drain_through(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_killed_under_load_leaves_every_job_done_once() {
-    servers_load_the_module();
     let cluster = Cluster::start(3, 1);
     let queue = "failover";
     let ids = Queue::new(cluster_conn(&cluster).await, queue)
@@ -436,7 +403,6 @@ async fn a_primary_killed_under_load_leaves_every_job_done_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_goes_on_through_a_slot_migration_of_its_queue() {
-    servers_load_the_module();
     let cluster = Cluster::start(3, 0);
     let queue = "moving";
     let ids = Queue::new(cluster_conn(&cluster).await, queue)
@@ -507,19 +473,6 @@ async fn a_panicking_handler_fails_its_job_and_frees_its_slot() {
         );
     }
     assert_eq!(set_len(&mut admin, "panics", "active"), 0);
-}
-
-/// The events a hook recorded.
-type Recorded = Arc<Mutex<Vec<WorkerEvent>>>;
-
-fn events_of(recorded: &Recorded, id: &str) -> Vec<WorkerEvent> {
-    recorded
-        .lock()
-        .expect("lock")
-        .iter()
-        .filter(|e| e.id == id)
-        .cloned()
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -677,7 +630,6 @@ async fn a_settle_after_the_lease_was_lost_is_a_refused_event() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_enqueue_waiting_for_a_replica_is_confirmed_by_one_and_not_without() {
-    servers_load_the_module();
     let (primary, replica) = support::primary_and_replica(Options::default());
     let q = Queue::new(conn(&primary).await, "held").wait_replicas(1, Duration::from_secs(10));
     let id = q.enqueue(b"kept").await.expect("confirmed by the replica");
@@ -732,7 +684,6 @@ async fn an_enqueue_waiting_for_a_replica_is_confirmed_by_one_and_not_without() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workers_settles_report_whether_replicas_confirmed_them() {
-    servers_load_the_module();
     let (primary, _replica) = support::primary_and_replica(Options::default());
     let alone = start(Options::default());
     for (server, want) in [(&primary, true), (&alone, false)] {
@@ -794,7 +745,6 @@ async fn a_workers_settles_report_whether_replicas_confirmed_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_the_wait_reaches_the_primary_that_took_the_write() {
-    servers_load_the_module();
     let cluster = Cluster::start(3, 1);
     let queue = "routed";
     let owner = cluster.owner(echomq::protocol::slot(queue.as_bytes()));

@@ -2,62 +2,17 @@
 //! its handler (the job's lease ran out meanwhile: its handler is not run), and a server out of
 //! memory refusing its claims (waited out, not the worker's end). Against real servers.
 
+mod common;
+
 use emq_harness as support;
 
 use std::sync::{Arc, Mutex};
+
+use common::*;
 use std::time::Duration;
 
-use echomq_client::{EventKind, Job, Queue, Worker, WorkerEvent};
-use redis::aio::MultiplexedConnection;
-use support::{wait_until, Options, Server};
-
-/// The module the servers load: the workspace's release build, unless ECHOMQ_MODULE says.
-fn servers_load_the_module() {
-    if std::env::var_os("ECHOMQ_MODULE").is_none() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        std::env::set_var("ECHOMQ_MODULE", root.join("target/release/libechomq.so"));
-    }
-}
-
-fn start(opts: Options) -> Server {
-    servers_load_the_module();
-    Server::start(opts)
-}
-
-/// A multiplexed connection with no response timeout (a blocked claim waits in the server).
-async fn conn(server: &Server) -> MultiplexedConnection {
-    let client = redis::Client::open(server.url()).expect("client");
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .expect("connection")
-}
-
-async fn worker_of<H, F>(
-    server: &Server,
-    queue: &str,
-    handler: H,
-) -> Worker<MultiplexedConnection, H>
-where
-    H: Fn(Job) -> F + Send + Sync + 'static,
-    F: std::future::Future<Output = echomq_client::Outcome> + Send + 'static,
-{
-    Worker::new(conn(server).await, conn(server).await, queue, handler)
-}
-
-/// The events a hook recorded.
-type Recorded = Arc<Mutex<Vec<WorkerEvent>>>;
-
-fn events_of(recorded: &Recorded, id: &str) -> Vec<WorkerEvent> {
-    recorded
-        .lock()
-        .expect("lock")
-        .iter()
-        .filter(|e| e.id == id)
-        .cloned()
-        .collect()
-}
+use echomq_client::{EventKind, Job, Queue, WorkerEvent};
+use support::{wait_until, Options};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_lease_ran_out_before_its_handler_started_is_not_run() {

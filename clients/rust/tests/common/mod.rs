@@ -1,0 +1,49 @@
+//! What the client's suites share: servers with the workspace's module (the harness finds
+//! target/release/libechomq.so, or ECHOMQ_MODULE), connections a blocked claim can wait on,
+//! a worker on them, and the events a hook recorded.
+#![allow(dead_code)] // each suite takes what it needs
+
+use std::sync::{Arc, Mutex};
+
+use echomq_client::{Job, Worker, WorkerEvent};
+use emq_harness::{Options, Server};
+use redis::aio::MultiplexedConnection;
+
+pub fn start(opts: Options) -> Server {
+    Server::start(opts)
+}
+
+/// A multiplexed connection with no response timeout (a blocked claim waits in the server).
+pub async fn conn(server: &Server) -> MultiplexedConnection {
+    let client = redis::Client::open(server.url()).expect("client");
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("connection")
+}
+
+pub async fn worker_of<H, F>(
+    server: &Server,
+    queue: &str,
+    handler: H,
+) -> Worker<MultiplexedConnection, H>
+where
+    H: Fn(Job) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = echomq_client::Outcome> + Send + 'static,
+{
+    Worker::new(conn(server).await, conn(server).await, queue, handler)
+}
+
+/// The events a hook recorded.
+pub type Recorded = Arc<Mutex<Vec<WorkerEvent>>>;
+
+pub fn events_of(recorded: &Recorded, id: &str) -> Vec<WorkerEvent> {
+    recorded
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|e| e.id == id)
+        .cloned()
+        .collect()
+}
