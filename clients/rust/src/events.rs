@@ -195,7 +195,7 @@ impl Hook {
         };
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| on_event(&event))) {
             self.panics.fetch_add(1, Ordering::SeqCst);
-            let message = crate::worker::panic_message(payload.as_ref());
+            let message = crate::unwind::panic_message(payload.as_ref());
             tracing::warn!(panic = %message, ?event, "the on_event hook panicked; the worker goes on");
         }
     }

@@ -7,6 +7,8 @@ pub mod error;
 pub mod events;
 pub mod ids;
 pub mod queue;
+mod settle;
+mod unwind;
 pub mod worker;
 
 pub use error::{Error, Result};

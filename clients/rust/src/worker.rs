@@ -5,13 +5,9 @@
 //! gracefully on its cancellation token (`shutdown_on_signal` cancels it on SIGTERM or SIGINT).
 //! Each claim, renewal, settle and handler run is reported to its `on_event` hook.
 
-use std::any::Any;
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -21,10 +17,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{server_full, transient, Error, Result};
 use crate::events::{
-    answer_of, default_name, now_ns, outcome_of, EventKind, EventOutcome, Fields, Hook, OnEvent,
-    SettleAction, WorkerEvent,
+    answer_of, default_name, now_ns, EventKind, Fields, Hook, OnEvent, SettleAction, WorkerEvent,
 };
-use crate::queue::{backoff, places, Queue, Sent};
+use crate::queue::{backoff, Queue};
+use crate::settle::{replicated, send_acks, Ack};
+use crate::unwind::guarded;
 
 /// The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`).
 pub const PROTOCOL_MAJOR: u32 = 2;
@@ -339,83 +336,6 @@ fn jobs_of(reply: Value) -> Result<Vec<Job>> {
         .collect()
 }
 
-/// An acknowledgement on its way to the settler, and where its job's outcome comes back.
-struct Ack {
-    id: String,
-    attempt: i64,
-    result: Option<Vec<u8>>,
-    outcome: oneshot::Sender<Result<()>>,
-}
-
-/// The settler: sends the acknowledgements waiting, up to [`SETTLE_BATCH`], as one
-/// `EMQ.MACK` (followed by `WAIT` with `wait_replicas`), while the tasks behind them wait for
-/// their outcomes; under load one call carries many, alone it carries one. A settle event for
-/// each job, with its own answer.
-async fn send_acks<C>(queue: Queue<C>, mut waiting: mpsc::UnboundedReceiver<Ack>, hook: Arc<Hook>)
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    while let Some(first) = waiting.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < SETTLE_BATCH {
-            match waiting.try_recv() {
-                Ok(ack) => batch.push(ack),
-                Err(_) => break,
-            }
-        }
-        let jobs: Vec<(&str, i64, Option<&[u8]>)> = batch
-            .iter()
-            .map(|a| (a.id.as_str(), a.attempt, a.result.as_deref()))
-            .collect();
-        let sent = queue.mack(&jobs, true).await;
-        drop(jobs);
-        let (unsure, replicated) = (sent.unsure, replicated(&queue, &sent));
-        let (sent_ns, answered_ns) = (sent.sent_ns, sent.answered_ns);
-        // Each job's outcome, and what the server's answer was for it.
-        let outcomes: Vec<(Result<()>, EventOutcome)> = match places(sent.reply) {
-            Ok(places) if places.len() == batch.len() => places
-                .into_iter()
-                .map(|place| {
-                    let outcome = match &place {
-                        Ok(()) => EventOutcome::Ok,
-                        Err(e) => outcome_of(e, unsure),
-                    };
-                    (place, outcome)
-                })
-                .collect(),
-            Ok(places) => {
-                let why = format!("{} places for {} jobs", places.len(), batch.len());
-                let e = || Err(Error::Reply(why.clone()));
-                batch.iter().map(|_| (e(), EventOutcome::Unknown)).collect()
-            }
-            Err(e) => {
-                // The call failed as a whole: its answer stands for each job.
-                let outcome = outcome_of(&e, unsure);
-                let why = e.to_string();
-                let e = || Err(Error::Batch(why.clone()));
-                batch.iter().map(|_| (e(), outcome)).collect()
-            }
-        };
-        for (ack, (place, outcome)) in batch.into_iter().zip(outcomes) {
-            hook.emit(Fields {
-                sent_ns,
-                answered_ns,
-                outcome,
-                error: place.as_ref().err().map(|e| e.to_string()),
-                action: Some(SettleAction::Ack),
-                replicated,
-                ..Fields::at(EventKind::Settle, &ack.id, ack.attempt, 0)
-            });
-            let _ = ack.outcome.send(place);
-        }
-    }
-}
-
-/// Whether a settle's wait confirmed the worker's `wait_replicas` (`None` without a wait).
-fn replicated<C>(queue: &Queue<C>, sent: &Sent) -> Option<bool> {
-    sent.replicas.map(|r| r >= queue.wait_replicas as i64)
-}
-
 /// One job's task: the handler, its lease renewed beside it, then its outcome sent.
 struct Task<C, H> {
     queue: Queue<C>,
@@ -593,46 +513,6 @@ impl Drop for Slot {
     fn drop(&mut self) {
         self.running.fetch_sub(1, Ordering::SeqCst);
         self.room.notify_waiters();
-    }
-}
-
-/// Runs the handler `make` starts; a panic, in the call or in the future, is the failure
-/// `panicked: <message>` (so the job is failed like any other, its renewals stop and its slot
-/// is freed), never the task's end.
-async fn guarded<F>(make: impl FnOnce() -> F) -> Outcome
-where
-    F: Future<Output = Outcome>,
-{
-    let handler = match catch_unwind(AssertUnwindSafe(make)) {
-        Ok(handler) => handler,
-        Err(payload) => return panicked(payload),
-    };
-    let mut handler = pin!(handler);
-    std::future::poll_fn(|cx| {
-        match catch_unwind(AssertUnwindSafe(|| handler.as_mut().poll(cx))) {
-            Ok(poll) => poll,
-            // Never polled again: the outcome is ready.
-            Err(payload) => Poll::Ready(panicked(payload)),
-        }
-    })
-    .await
-}
-
-/// A panic as the failure it makes.
-fn panicked(payload: Box<dyn Any + Send>) -> Outcome {
-    let message = panic_message(payload.as_ref());
-    tracing::error!(panic = %message, "a handler panicked; its job is failed");
-    Err(Failure::Error(format!("panicked: {message}")))
-}
-
-/// A panic's message (`panic!` gives a `&str` or a `String`).
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_string()
     }
 }
 

@@ -1,0 +1,92 @@
+//! The worker's settler: acknowledgements batched into one `EMQ.MACK` (followed by `WAIT` with
+//! `wait_replicas`), each job's own outcome handed back to its task and reported to the hook.
+
+use std::sync::Arc;
+
+use redis::aio::ConnectionLike;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, Result};
+use crate::events::{outcome_of, EventKind, EventOutcome, Fields, Hook, SettleAction};
+use crate::queue::{places, Queue, Sent};
+use crate::worker::SETTLE_BATCH;
+
+/// An acknowledgement on its way to the settler, and where its job's outcome comes back.
+pub(crate) struct Ack {
+    pub id: String,
+    pub attempt: i64,
+    pub result: Option<Vec<u8>>,
+    pub outcome: oneshot::Sender<Result<()>>,
+}
+
+/// The settler: sends the acknowledgements waiting, up to [`SETTLE_BATCH`], as one
+/// `EMQ.MACK` (followed by `WAIT` with `wait_replicas`), while the tasks behind them wait for
+/// their outcomes; under load one call carries many, alone it carries one. A settle event for
+/// each job, with its own answer.
+pub(crate) async fn send_acks<C>(
+    queue: Queue<C>,
+    mut waiting: mpsc::UnboundedReceiver<Ack>,
+    hook: Arc<Hook>,
+) where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    while let Some(first) = waiting.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < SETTLE_BATCH {
+            match waiting.try_recv() {
+                Ok(ack) => batch.push(ack),
+                Err(_) => break,
+            }
+        }
+        let jobs: Vec<(&str, i64, Option<&[u8]>)> = batch
+            .iter()
+            .map(|a| (a.id.as_str(), a.attempt, a.result.as_deref()))
+            .collect();
+        let sent = queue.mack(&jobs, true).await;
+        drop(jobs);
+        let (unsure, replicated) = (sent.unsure, replicated(&queue, &sent));
+        let (sent_ns, answered_ns) = (sent.sent_ns, sent.answered_ns);
+        // Each job's outcome, and what the server's answer was for it.
+        let outcomes: Vec<(Result<()>, EventOutcome)> = match places(sent.reply) {
+            Ok(places) if places.len() == batch.len() => places
+                .into_iter()
+                .map(|place| {
+                    let outcome = match &place {
+                        Ok(()) => EventOutcome::Ok,
+                        Err(e) => outcome_of(e, unsure),
+                    };
+                    (place, outcome)
+                })
+                .collect(),
+            Ok(places) => {
+                let why = format!("{} places for {} jobs", places.len(), batch.len());
+                let e = || Err(Error::Reply(why.clone()));
+                batch.iter().map(|_| (e(), EventOutcome::Unknown)).collect()
+            }
+            Err(e) => {
+                // The call failed as a whole: its answer stands for each job.
+                let outcome = outcome_of(&e, unsure);
+                let why = e.to_string();
+                let e = || Err(Error::Batch(why.clone()));
+                batch.iter().map(|_| (e(), outcome)).collect()
+            }
+        };
+        for (ack, (place, outcome)) in batch.into_iter().zip(outcomes) {
+            hook.emit(Fields {
+                sent_ns,
+                answered_ns,
+                outcome,
+                error: place.as_ref().err().map(|e| e.to_string()),
+                action: Some(SettleAction::Ack),
+                replicated,
+                ..Fields::at(EventKind::Settle, &ack.id, ack.attempt, 0)
+            });
+            let _ = ack.outcome.send(place);
+        }
+    }
+}
+
+/// Whether a settle's wait confirmed the worker's `wait_replicas` (`None` without a wait).
+pub(crate) fn replicated<C>(queue: &Queue<C>, sent: &Sent) -> Option<bool> {
+    sent.replicas.map(|r| r >= queue.wait_replicas as i64)
+}
