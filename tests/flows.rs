@@ -178,6 +178,11 @@ fn a_parent_waits_for_every_child_then_runs_once_with_their_results() {
     let token = claim_one(&mut con, albums, &job_id(1));
     ack(&mut con, albums, &job_id(1), token, "published");
     assert_eq!(claim(&mut con, albums, &[]), Some(vec![]));
+    // A retried flow after its parent ran: each child is a duplicate, and nothing is refused.
+    assert_eq!(
+        child(&mut con, thumbs, &job_id(2), albums, &job_id(1), "FAIL"),
+        0
+    );
     assert_eq!(info_int(&mut con, "emq", "emq_released"), 1);
     assert_eq!(info_int(&mut con, "emq", "emq_handed_over"), 3);
     assert_eq!(

@@ -16,9 +16,10 @@ use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::server::now_ms;
 use crate::host::store::with_queue;
 use crate::host::string::Text;
+use crate::protocol::counters;
 use crate::protocol::flow::{write_parents, ParentRef, Policy, MAX_CHILDREN, MAX_PARENTS};
 use crate::protocol::job::{PRIORITY_MAX, PRIORITY_MIN};
-use crate::protocol::{settings, BrandedId, EmqError, Queue};
+use crate::protocol::{settings, BrandedId, EmqError, Holds, KeyRef, Queue, Store};
 use crate::queue::enqueue::{check_new, enqueue_flow, Added, Flow, Placement};
 use crate::queue::unique::{Unique, MAX_KEY_LEN, SWEEP_ROUND_MS};
 use crate::queue::Job;
@@ -190,6 +191,20 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         .iter()
         .filter_map(|p| Some((Queue::parse(&p.queue)?, p.id)))
         .collect();
+    // A child that exists already is a duplicate, whatever became of its parents since (a
+    // retried flow): checked before them.
+    if let (Some(id), false) = (requested.as_ref(), parents.is_empty()) {
+        let exists = with_queue(ctx, queue, Access::ReadWrite, |store| {
+            let member = Text::Borrowed(id_text);
+            let name = store.row_name(id, &member)?;
+            store.check_access(&[KeyRef::Row(&name)])?;
+            Ok::<_, EmqError>(store.probe(&name)? != Holds::Nothing)
+        })?;
+        if exists {
+            counters::count(&counters::DUPLICATES, 1);
+            return Ok(Reply::Integer(0));
+        }
+    }
     flows::adopt_in_reach(ctx, queue, requested.as_ref(), &parents, false)?;
     let flow = Flow {
         children: options.children,

@@ -55,10 +55,8 @@ pub fn adopt<S: Store>(
         Holds::Nothing => return Err(refused(store, parent, "does not exist")),
         _ => return Err(EmqError::WrongType),
     }
-    let state = store.field(&row, Field::State);
-    if state.as_ref().map(|s| store.bytes(s)) != Some(State::Waiting.as_bytes()) {
-        return Err(refused(store, parent, "is not waiting for children"));
-    }
+    // A child registered before stays registered, whatever became of the parent since: a
+    // retried flow finds it so.
     let field = child.map(|(queue, id)| child_field(queue, id));
     if field
         .as_ref()
@@ -66,8 +64,12 @@ pub fn adopt<S: Store>(
     {
         return Ok(false);
     }
-    let adopted = count_of(store, store.field(&row, Field::Adopted));
-    let children = count_of(store, store.field(&row, Field::Children));
+    let [state, adopted, children] =
+        store.fields3(&row, [Field::State, Field::Adopted, Field::Children]);
+    if state.as_ref().map(|s| store.bytes(s)) != Some(State::Waiting.as_bytes()) {
+        return Err(refused(store, parent, "is not waiting for children"));
+    }
+    let (adopted, children) = (count_of(store, adopted), count_of(store, children));
     if adopted >= children {
         return Err(refused(
             store,

@@ -49,13 +49,16 @@ pub fn cancel<S: Store>(store: &S, target: &Target<'_, S>) -> Result<bool, EmqEr
     Ok(cancel_job(store, target)?.is_some())
 }
 
+/// Children of a cancelled parent, by queue and id, for the caller to cancel too.
+pub type Children = Vec<(Vec<u8>, BrandedId)>;
+
 /// [`cancel`], and for a waiting parent, the children it leaves that have not finished (at
 /// most [`MAX_CANCELLED_CHILDREN`]), for the caller to cancel too: `None` when nothing was
 /// cancelled.
 pub fn cancel_job<S: Store>(
     store: &S,
     target: &Target<'_, S>,
-) -> Result<Option<Vec<(Vec<u8>, BrandedId)>>, EmqError> {
+) -> Result<Option<Children>, EmqError> {
     store.check_access(&[KeyRef::Set(Set::Waiting)])?;
     let row = target.open(store)?;
     store.open_sets(&[Set::Waiting])?;

@@ -1,6 +1,7 @@
 //! Every transition over the in-memory store: what it writes, in which order, and that a
 //! refusal writes nothing. One file a family of transitions; the helpers they share are here.
 
+mod flow;
 mod lifecycle;
 mod limits;
 mod operate;
