@@ -222,6 +222,10 @@ def test_a_retried_flow_with_the_same_ids_counts_each_child_once(
     assert len(seen) == 1 and len(seen[0]) == 3, seen
     row = q.job(tree.id or "") or {}
     assert (row["state"], row["finished"]) == ("done", "3"), row
+    # A retry once the parent ran, which now refuses children: each job is there already.
+    assert q.flow(tree) == tree
+    assert (q.stats()["pending"], echomq.Queue(client, "parts").stats()["pending"]) == (0, 0)
+    assert ran.counts["acked"] == 3
 
 
 def test_a_parent_that_refuses_a_child_is_a_typed_error(server: Server) -> None:
@@ -242,6 +246,7 @@ def test_a_parent_that_refuses_a_child_is_a_typed_error(server: Server) -> None:
     with pytest.raises(echomq.EmqParentError):
         q.enqueue(b"child", parents=[("reports", plain)])
     assert q.stats()["waiting"] == 1
+    assert [j["id"] for j in q.jobs("waiting")[1]] == [one]
 
 
 def test_the_asyncio_queue_and_worker_run_a_flow(server: Server) -> None:

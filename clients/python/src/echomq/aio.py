@@ -78,13 +78,14 @@ class AsyncQueue(Settings):
             self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for,
             children, above,
         )
-        for adopt in cmd.adoptions(self.name, job_id, above):
-            try:
+        try:
+            for adopt in cmd.adoptions(self.name, job_id, above):
                 await self._send(adopt)
-            except EmqParentError:
-                if await self.job(job_id) is None:
-                    raise
-        reply, confirmed = await self._write(args)
+            reply, confirmed = await self._write(args)
+        except EmqParentError:
+            if above and await self.job(job_id) is not None:
+                return job_id
+            raise
         return cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
 
     async def enqueue_many(self, payloads: Iterable[Any], chunk: int = CHUNK) -> List[str]:

@@ -22,7 +22,7 @@ ACK, FAIL = "EMQ.ACK", "EMQ.FAIL"
 #: Entries an ``EMQ.OUTBOX`` or an ``EMQ.CHILDREN`` page asks for.
 PAGE = 1000
 #: The name ``jobs`` gives each set's score, as ``EMQ.JOB`` names it (pending has none).
-SCORES = {"scheduled": "due", "active": "lease-deadline", "dead": "died-at"}
+SCORES = {"scheduled": "due", "active": "lease-deadline", "dead": "died-at", "waiting": "due"}
 
 # ---- building: producing ----
 

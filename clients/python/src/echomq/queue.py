@@ -131,14 +131,16 @@ class Queue(Settings):
             self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for,
             children, above,
         )
-        for adopt in cmd.adoptions(self.name, job_id, above):
-            try:
+        try:
+            for adopt in cmd.adoptions(self.name, job_id, above):
                 self._send(adopt)
-            except EmqParentError:
-                # A retry of an enqueue that went through: the parent may have moved on since.
-                if self.job(job_id) is None:
-                    raise
-        reply, confirmed = self._write(args)
+            reply, confirmed = self._write(args)
+        except EmqParentError:
+            # A retry of an enqueue that went through (its row is there): the parent may have
+            # run since, and refuses the child it counted already.
+            if above and self.job(job_id) is not None:
+                return job_id
+            raise
         return cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
 
     def enqueue_many(self, payloads: Iterable[Any], chunk: int = CHUNK) -> List[str]:
