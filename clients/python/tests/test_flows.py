@@ -422,3 +422,43 @@ def test_the_enqueue_arguments_of_a_child_and_a_parent() -> None:
             parents_of(bad)
     with pytest.raises(ValueError):
         cmd.enqueue("q", echomq.Raw(), b"p", None, None, None, None, None, None, 0, [])
+
+
+def test_a_sweep_delivers_each_hand_over_and_leaves_what_failed() -> None:
+    from echomq import outbox
+    from echomq.events import Hook
+
+    entries = [
+        [b"JOB0KHTOWnGLuA", b"p", b"JOB0KHTOWnGLu1", b"acked", b"fail", b"r"],  # counted
+        [b"JOB0KHTOWnGLuB", b"p", b"JOB0KHTOWnGLu2", b"dead", b"ignore", b"e"],  # orphan
+        [b"JOB0KHTOWnGLuC", b"p", b"JOB0KHTOWnGLu3", b"acked", b"fail", b""],  # refused
+        [b"JOB0KHTOWnGLuD", b"p", b"JOB0KHTOWnGLu4", b"acked", b"fail", b""],  # not replicated
+    ]
+    answers = {b"JOB0KHTOWnGLuA": b"counted", b"JOB0KHTOWnGLuB": b"orphan"}
+    sent: List[List[Any]] = []
+
+    def send(one: Any) -> Tuple[Any, Any]:
+        sent.append(one.command)
+        if one.kind == "outbox":
+            return [b"0", entries], None
+        if one.kind == "handover":
+            child = one.command[4].encode()
+            if child == b"JOB0KHTOWnGLuC":
+                return ConnectionError("lost"), None
+            return answers.get(child, b"counted"), (0 if child == b"JOB0KHTOWnGLuD" else 1)
+        return 1, None
+
+    events: List[echomq.WorkerEvent] = []
+    assert outbox.swept(send, "c", Hook(events.append, "w", "c"), 1) == (4, False)
+    assert [c for c in sent if c[0] == "EMQ.DELIVERED"] == [
+        ["EMQ.DELIVERED", "c", "JOB0KHTOWnGLuA", "p", "JOB0KHTOWnGLu1"],
+        ["EMQ.DELIVERED", "c", "JOB0KHTOWnGLuB", "p", "JOB0KHTOWnGLu2", "ORPHAN"],
+    ]
+    assert sent[1] == ["EMQ.HANDOVER", "p", "JOB0KHTOWnGLu1", "c", "JOB0KHTOWnGLuA", b"acked", b"fail", b"r"]
+    assert [(e.kind, e.id[-1], e.outcome, e.replicated) for e in events] == [
+        ("handover", "A", "ok", True), ("delivered", "A", "ok", None),
+        ("handover", "B", "ok", True), ("delivered", "B", "ok", None),
+        ("handover", "C", "unknown", None), ("handover", "D", "ok", False),
+    ]
+    # Once every step went through, the next sweep comes at once; else after a second.
+    assert (outbox.pause(4, True), outbox.pause(4, False), outbox.pause(0, True)) == (0.0, 1.0, 1.0)

@@ -228,7 +228,10 @@ class AsyncWorker(Claiming):
                 pass  # not the main thread's loop, or no signals here
         renewer = asyncio.create_task(self._renew_loop())
         courier = asyncio.create_task(
-            outbox.adeliver(client, self.queue.name, self._stopping, self._event)
+            outbox.adeliver(
+                client, self.queue.name, self._stopping, self._event,
+                self.queue.wait_replicas, self.queue.wait_timeout_ms,
+            )
         )
         try:
             try:

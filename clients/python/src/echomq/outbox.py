@@ -8,16 +8,21 @@ loses it, and the parent counts a child once (a re-delivery answers ``duplicate`
 
 A sweep (``sweep``) yields the commands and takes their replies, no I/O; ``deliver`` and
 ``adeliver`` send them, for ``Worker`` and ``AsyncWorker``: at least once a second, and again
-at once while the last sweep found hand-overs (and every step of it went through)."""
+at once while the last sweep found hand-overs (and every step of it went through). With the
+worker's ``wait_replicas``, a hand-over is followed by ``WAIT`` on the parent's node, and left
+in the outbox until that many of the parent's replicas confirmed it: a failover of the
+parent's primary cannot then lose a count whose entry is gone."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
-from typing import Any, Awaitable, Callable, Generator, List, NamedTuple, Tuple
+from typing import Any, Awaitable, Callable, Generator, List, NamedTuple, Optional, Tuple
 
 from . import commands as cmd
+from ._replicas import moved, pipelined, pipelined_async, refresh
+from .errors import EmqNotReplicated
 from .events import EventKind, Hook
 
 #: Most seconds between two sweeps of a queue's outbox.
@@ -26,11 +31,12 @@ EVERY = 1.0
 
 class Sent(NamedTuple):
     """A command of a sweep: its event's kind, the child it is for (``""`` for a page of the
-    outbox), and the command."""
+    outbox), the command, and the queue it goes to (the parent's, for a hand-over)."""
 
     kind: EventKind
     id: str
     command: List[Any]
+    route: str
 
 
 #: A sweep's course: each command sent, each reply (an exception for a failed one) taken back,
@@ -43,17 +49,19 @@ def sweep(queue: str) -> Sweep:
     then, once the parent's side answered, ``EMQ.DELIVERED``."""
     cursor, found, clean = "0", 0, True
     while True:
-        reply = yield Sent("outbox", "", cmd.outbox(queue, cursor))
+        reply = yield Sent("outbox", "", cmd.outbox(queue, cursor), queue)
         if isinstance(reply, Exception):
             return found, False
         cursor, page = cmd.outboxed(queue, reply)
         for h in page:
             found += 1
-            answer = yield Sent("handover", h.id, cmd.handover(h))
+            answer = yield Sent("handover", h.id, cmd.handover(h), h.parent_queue)
             if isinstance(answer, Exception):
                 clean = False  # left in the outbox for the next sweep
                 continue
-            removed = yield Sent("delivered", h.id, cmd.delivered(h, cmd.orphaned(answer)))
+            removed = yield Sent(
+                "delivered", h.id, cmd.delivered(h, cmd.orphaned(answer)), queue
+            )
             clean = clean and not isinstance(removed, Exception)
         if cursor == "0":
             return found, clean
@@ -65,13 +73,42 @@ def pause(found: int, clean: bool) -> float:
     return 0.0 if found and clean else EVERY
 
 
-def report(event: Hook, sent: Sent, sent_ns: int, reply: Any) -> None:
-    """Each hand-over's steps as events; a page of the outbox only when its read failed."""
+def answered(
+    event: Hook, sent: Sent, sent_ns: int, reply: Any, confirmed: Optional[int], wanted: int
+) -> Any:
+    """What the sweep takes back for a step (an exception for one that did not go through, and
+    for a hand-over fewer of the parent's replicas than `wanted` confirmed: left in the outbox,
+    the parent's count may yet be lost in a failover), reported as its event (a page of the
+    outbox only when its read failed)."""
+    replicated = None if confirmed is None else confirmed >= wanted
     if sent.kind != "outbox" or isinstance(reply, Exception):
-        event(sent.kind, sent.id, 0, sent_ns, time.time_ns(), reply=reply)
+        event(sent.kind, sent.id, 0, sent_ns, time.time_ns(), reply=reply, replicated=replicated)
+    if replicated is False and not isinstance(reply, Exception):
+        return EmqNotReplicated([sent.id], confirmed or 0, wanted)
+    return reply
 
 
-def swept(send: Callable[[List[Any]], Any], queue: str, event: Hook) -> Tuple[int, bool]:
+#: How a driver sends a sweep's command: its reply, and how many of the parent's replicas
+#: confirmed a hand-over (``None`` without ``wait_replicas``).
+Send = Callable[[Sent], Tuple[Any, Optional[int]]]
+
+
+def sender(client: Any, replicas: int, timeout_ms: int) -> Send:
+    """``Worker``'s: each command on its own; with `replicas`, a hand-over and ``WAIT`` in one
+    pipeline on the parent's node."""
+
+    def send(sent: Sent) -> Tuple[Any, Optional[int]]:
+        if sent.kind != "handover" or replicas <= 0:
+            return client.execute_command(*sent.command), None
+        (reply,), confirmed = pipelined(client, sent.route, [sent.command], replicas, timeout_ms)
+        if moved(reply):
+            refresh(client)  # the parent's slot moved: the next sweep finds its new node
+        return reply, confirmed
+
+    return send
+
+
+def swept(send: Send, queue: str, event: Hook, wanted: int) -> Tuple[int, bool]:
     """One sweep, each command sent by `send` (a failure in place of its reply)."""
     steps = sweep(queue)
     reply: Any = None
@@ -80,26 +117,44 @@ def swept(send: Callable[[List[Any]], Any], queue: str, event: Hook) -> Tuple[in
             sent = steps.send(reply)
             sent_ns = time.time_ns()
             try:
-                reply = send(sent.command)
+                got, confirmed = send(sent)
             except Exception as e:
-                reply = e
-            report(event, sent, sent_ns, reply)
+                got, confirmed = e, None
+            reply = answered(event, sent, sent_ns, got, confirmed, wanted)
     except StopIteration as end:
         result: Tuple[int, bool] = end.value
         return result
 
 
-def deliver(client: Any, queue: str, stopping: threading.Event, event: Hook) -> None:
+def deliver(
+    client: Any, queue: str, stopping: threading.Event, event: Hook, replicas: int = 0,
+    timeout_ms: int = 1000,
+) -> None:
     """``Worker``'s delivery thread: sweeps until `stopping` is set."""
+    send = sender(client, replicas, timeout_ms)
     while not stopping.is_set():
-        wait = pause(*swept(lambda args: client.execute_command(*args), queue, event))
+        wait = pause(*swept(send, queue, event, replicas))
         if wait:
             stopping.wait(wait)
 
 
-async def aswept(
-    send: Callable[[List[Any]], Awaitable[Any]], queue: str, event: Hook
-) -> Tuple[int, bool]:
+ASend = Callable[[Sent], Awaitable[Tuple[Any, Optional[int]]]]
+
+
+def asender(client: Any, replicas: int, timeout_ms: int) -> ASend:
+    """``sender`` for an asyncio client (``wait_replicas`` on a single server only)."""
+
+    async def send(sent: Sent) -> Tuple[Any, Optional[int]]:
+        if sent.kind != "handover" or replicas <= 0:
+            return await client.execute_command(*sent.command), None
+        pipe = await pipelined_async(client, sent.route, [sent.command], replicas, timeout_ms)
+        (reply,), confirmed = pipe
+        return reply, confirmed
+
+    return send
+
+
+async def aswept(send: ASend, queue: str, event: Hook, wanted: int) -> Tuple[int, bool]:
     """``swept``, each command awaited."""
     steps = sweep(queue)
     reply: Any = None
@@ -108,19 +163,23 @@ async def aswept(
             sent = steps.send(reply)
             sent_ns = time.time_ns()
             try:
-                reply = await send(sent.command)
+                got, confirmed = await send(sent)
             except Exception as e:
-                reply = e
-            report(event, sent, sent_ns, reply)
+                got, confirmed = e, None
+            reply = answered(event, sent, sent_ns, got, confirmed, wanted)
     except StopIteration as end:
         result: Tuple[int, bool] = end.value
         return result
 
 
-async def adeliver(client: Any, queue: str, stopping: asyncio.Event, event: Hook) -> None:
+async def adeliver(
+    client: Any, queue: str, stopping: asyncio.Event, event: Hook, replicas: int = 0,
+    timeout_ms: int = 1000,
+) -> None:
     """``AsyncWorker``'s delivery task: sweeps until `stopping` is set (or it is cancelled)."""
+    send = asender(client, replicas, timeout_ms)
     while not stopping.is_set():
-        wait = pause(*await aswept(lambda args: client.execute_command(*args), queue, event))
+        wait = pause(*await aswept(send, queue, event, replicas))
         if wait:
             try:
                 await asyncio.wait_for(stopping.wait(), wait)

@@ -276,7 +276,9 @@ class Worker(Claiming):
         settler = threading.Thread(target=self._settle_loop, name="echomq-settle", daemon=True)
         settler.start()
         courier = threading.Thread(
-            target=outbox.deliver, args=(client, self.queue.name, self._stopping, self._event),
+            target=outbox.deliver,
+            args=(client, self.queue.name, self._stopping, self._event,
+                  self.queue.wait_replicas, self.queue.wait_timeout_ms),
             name="echomq-outbox", daemon=True,
         )
         courier.start()
