@@ -401,6 +401,9 @@ def test_chain_and_batch_trees() -> None:
     assert [(c.queue, c.on_fail) for c in batch.children] == [("q", "ignore"), ("r", "ignore")]
     with pytest.raises(ValueError):
         chained([])
+    with pytest.raises(ValueError):  # refused before anything is sent
+        steps(echomq.minted({"queue": "q", "payload": b"p", "children": [
+            {"queue": "q", "payload": b"c", "on_fail": "later"}]}))
 
 
 def test_the_enqueue_arguments_of_a_child_and_a_parent() -> None:

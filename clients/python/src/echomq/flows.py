@@ -113,12 +113,13 @@ class Step(NamedTuple):
 def steps(tree: Node) -> List[Step]:
     """The enqueues of a minted tree, top down: the root with ``CHILDREN``, then each child
     with its ``PARENT`` (and ``CHILDREN`` when it has its own), a parent always before its
-    children, which the module checks it has."""
+    children, which the module checks it has. Every node is checked before any is sent."""
     out: List[Step] = []
     for parent, node in tree.walk():
         assert node.id is not None, "steps takes a minted tree"
-        above = [] if parent is None else [Parent(parent.queue, parent.id or "", node.on_fail)]
-        out.append(Step(node.queue, node.id, node.payload, len(node.children) or None, above))
+        above = [] if parent is None else [(parent.queue, parent.id or "", node.on_fail)]
+        children = len(node.children) or None
+        out.append(Step(node.queue, node.id, node.payload, children, parents_of(above)))
     return out
 
 
