@@ -23,6 +23,8 @@ def test_the_async_queue_has_each_call_of_the_queue_with_its_parameters() -> Non
     assert sorted(aio) == sorted(sync)
     # The calls this parity was written for, which AsyncQueue once lacked.
     assert {"purge", "requeue_dead", "uncron", "crons", "jobs"} <= set(sync)
+    # And the flows' calls.
+    assert {"flow", "chain", "batch", "children"} <= set(sync)
     for name in sync:
         assert parameters(aio[name]) == parameters(sync[name]), name
         assert inspect.iscoroutinefunction(aio[name]), f"AsyncQueue.{name} is awaited"

@@ -15,6 +15,7 @@ from .errors import (
     EmqKindError,
     EmqLeaseLost,
     EmqNotReplicated,
+    EmqParentError,
     EmqPayloadError,
     EmqQueueNameError,
     EmqSetError,
@@ -23,6 +24,7 @@ from .errors import (
 )
 from .commands import PROTOCOL_MAJOR, check_version
 from .events import WorkerEvent
+from .flows import Child, Children, Node, Parent, minted
 from .ids import mint
 from .queue import Queue
 from .serializers import Json, Raw, Serializer
@@ -37,13 +39,18 @@ __all__ = [
     "EmqKindError",
     "EmqLeaseLost",
     "EmqNotReplicated",
+    "EmqParentError",
     "EmqPayloadError",
     "EmqQueueNameError",
     "EmqSetError",
     "EmqTypeError",
     "EmqVersionError",
+    "Child",
+    "Children",
     "Job",
     "Json",
+    "Node",
+    "Parent",
     "PROTOCOL_MAJOR",
     "Queue",
     "Raw",
@@ -53,4 +60,5 @@ __all__ = [
     "WorkerEvent",
     "check_version",
     "mint",
+    "minted",
 ]

@@ -7,13 +7,18 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import commands as cmd
+from . import outbox
 from ._replicas import pipelined_async
 from ._retry import backoff, retry_after, server_full, transient
 from .errors import translate
+from .errors import EmqParentError
 from .events import Action, WorkerEvent, failure
+from .flows import (
+    Children, Node, NodeLike, ParentLike, batched, chained, minted, parents_of, steps,
+)
 from .queue import CHUNK, Settings
 from .serializers import Serializer
 from .worker import Claiming, Job, outcome, version_options
@@ -65,12 +70,22 @@ class AsyncQueue(Settings):
         self, payload: Any, id: Optional[str] = None, delay: Optional[float] = None,
         at: Optional[float] = None, priority: Optional[int] = None,
         unique: Optional[str] = None, unique_for: Optional[float] = None,
+        children: Optional[int] = None, parents: Optional[Sequence[ParentLike]] = None,
     ) -> str:
         """``Queue.enqueue``, awaited."""
+        above = parents_of(parents)
         job_id, args = cmd.enqueue(
-            self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for
+            self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for,
+            children, above,
         )
-        reply, confirmed = await self._write(args)
+        try:
+            for adopt in cmd.adoptions(self.name, job_id, above):
+                await self._send(adopt)
+            reply, confirmed = await self._write(args)
+        except EmqParentError:
+            if above and await self.job(job_id) is not None:
+                return job_id
+            raise
         return cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
 
     async def enqueue_many(self, payloads: Iterable[Any], chunk: int = CHUNK) -> List[str]:
@@ -79,6 +94,23 @@ class AsyncQueue(Settings):
         for job_ids, args in cmd.menqueue(self.name, self.serializer, payloads, chunk):
             written.add(job_ids, (await self._write(args))[1])
         return written.ids()
+
+    async def flow(self, tree: NodeLike) -> Node:
+        """``Queue.flow``, awaited."""
+        tree = minted(tree)
+        for step in steps(tree):
+            await self._on(step.queue).enqueue(
+                step.payload, id=step.id, children=step.children, parents=step.parents
+            )
+        return tree
+
+    async def chain(self, jobs: Sequence[NodeLike]) -> Node:
+        return await self.flow(chained(jobs))
+
+    async def batch(
+        self, jobs: Sequence[NodeLike], on_complete: Union[Tuple[str, Any], NodeLike]
+    ) -> Node:
+        return await self.flow(batched(jobs, on_complete))
 
     # ---- looking ----
 
@@ -96,6 +128,14 @@ class AsyncQueue(Settings):
 
     async def crons(self) -> List[Dict[str, Any]]:
         return cmd.schedules(await self._send(cmd.crons(self.name)))
+
+    async def children(self, job_id: str) -> Children:
+        found, cursor = Children(), "0"
+        while True:
+            reply = await self._send(cmd.children(self.name, job_id, cursor))
+            cursor = cmd.children_page(reply, found)
+            if cursor == "0":
+                return found
 
     # ---- operating ----
 
@@ -139,8 +179,10 @@ class AsyncWorker(Claiming):
     ``concurrency`` at once, leases renewed by a background task, stopped by ``stop()`` or, on
     the main thread's loop, SIGTERM and SIGINT. A payload that does not decode fails its job; a
     handler's ``BaseException`` that is not an ``Exception`` fails its job and stops the
-    worker, and ``run`` raises it once the other running jobs are settled. ``name``,
-    ``on_event``, ``wait_replicas`` and ``wait_timeout`` are ``Worker``'s."""
+    worker, and ``run`` raises it once the other running jobs are settled. A task delivers the
+    queue's flow hand-overs, as ``Worker``'s thread does; a parent's handler reads its children
+    with ``await job.achildren()``. ``name``, ``on_event``, ``wait_replicas`` and
+    ``wait_timeout`` are ``Worker``'s."""
 
     def __init__(
         self,
@@ -185,6 +227,12 @@ class AsyncWorker(Claiming):
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread's loop, or no signals here
         renewer = asyncio.create_task(self._renew_loop())
+        courier = asyncio.create_task(
+            outbox.adeliver(
+                client, self.queue.name, self._stopping, self._event,
+                self.queue.wait_replicas, self.queue.wait_timeout_ms,
+            )
+        )
         try:
             try:
                 await self._claim_loop()
@@ -199,6 +247,7 @@ class AsyncWorker(Claiming):
             for task in list(self._running.values()):
                 task.cancel()
             renewer.cancel()
+            courier.cancel()
             for s in signals:
                 loop.remove_signal_handler(s)
         if self._fatal is not None:
@@ -227,6 +276,7 @@ class AsyncWorker(Claiming):
                 failures += 1
                 continue
             for job in self.claimed(self.queue.name, claimed, sent):
+                job._achildren = self.queue.children
                 self._jobs[job.id] = job
                 self._running[job.id] = asyncio.create_task(self._run_job(job))
 

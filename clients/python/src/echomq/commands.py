@@ -5,11 +5,13 @@ these build, each its own way (blocking or awaited, alone or pipelined)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import ids
 from .errors import EmqLeaseLost, EmqNotReplicated, EmqVersionError, translate
+from .flows import MAX_CHILDREN, Child, Children, Parent
 from .serializers import Serializer
+from .slots import slot
 
 #: The protocol major version this client speaks (``EMQ.VERSION`` answers ``echomq:<x.y.z>``).
 PROTOCOL_MAJOR = 2
@@ -17,8 +19,10 @@ PROTOCOL_MAJOR = 2
 CHUNK = 1000
 #: The two outcomes of a job's attempt (``settle``).
 ACK, FAIL = "EMQ.ACK", "EMQ.FAIL"
+#: Entries an ``EMQ.OUTBOX`` or an ``EMQ.CHILDREN`` page asks for.
+PAGE = 1000
 #: The name ``jobs`` gives each set's score, as ``EMQ.JOB`` names it (pending has none).
-SCORES = {"scheduled": "due", "active": "lease-deadline", "dead": "died-at"}
+SCORES = {"scheduled": "due", "active": "lease-deadline", "dead": "died-at", "waiting": "due"}
 
 # ---- building: producing ----
 
@@ -33,8 +37,11 @@ def enqueue(
     priority: Optional[int],
     unique: Optional[str],
     unique_for: Optional[float],
+    children: Optional[int] = None,
+    parents: Sequence[Parent] = (),
 ) -> Tuple[str, List[Any]]:
-    """The job's id (minted when not given) and its ``EMQ.ENQUEUE``."""
+    """The job's id (minted when not given) and its ``EMQ.ENQUEUE``: a parent waits for
+    ``children`` children; a child names its ``parents`` (``flows.parents_of`` checked them)."""
     job_id = id or ids.mint()
     args: List[Any] = ["EMQ.ENQUEUE", queue, job_id, serializer.dumps(payload)]
     if delay is not None and at is not None:
@@ -51,7 +58,25 @@ def enqueue(
             args += ["FOR", int(unique_for * 1000)]
     elif unique_for is not None:
         raise ValueError("unique_for is the window of a unique key")
+    if children is not None:
+        if not 1 <= children <= MAX_CHILDREN:
+            raise ValueError(f"children is 1 to {MAX_CHILDREN}")
+        args += ["CHILDREN", children]
+    for parent in parents:
+        args += ["PARENT", parent.queue, parent.id]
+        if parent.on_fail != "fail":  # the default
+            args += ["ON-FAIL", parent.on_fail.upper()]
     return job_id, args
+
+
+def adoptions(queue: str, job_id: str, parents: Sequence[Parent]) -> List[List[Any]]:
+    """The ``EMQ.ADOPT`` each parent out of the child's slot needs before the child's enqueue
+    (on one server they are harmless): the module cannot reach that parent from the child's
+    enqueue on a cluster, so the parent's node registers the child first."""
+    here = slot(queue)
+    return [
+        ["EMQ.ADOPT", p.queue, p.id, queue, job_id] for p in parents if slot(p.queue) != here
+    ]
 
 
 def menqueue(
@@ -87,6 +112,11 @@ def jobs(queue: str, set_name: str, cursor: str, count: Optional[int], payloads:
     if count is not None:
         args += ["COUNT", count]
     return args + (["WITHPAYLOADS"] if payloads else [])
+
+
+def children(queue: str, job_id: str, cursor: str) -> List[Any]:
+    """``EMQ.CHILDREN``: one page of a parent's children, after ``cursor``."""
+    return ["EMQ.CHILDREN", queue, job_id, "CURSOR", cursor, "COUNT", PAGE]
 
 
 def crons(queue: str) -> List[Any]:
@@ -197,6 +227,37 @@ def mack(queue: str, acks: Iterable[Tuple[str, int, Sequence[Any]]]) -> List[Any
     return args
 
 
+# ---- building: delivering a flow's hand-overs (workers) ----
+
+
+class Handover(NamedTuple):
+    """A finished child's hand-over waiting in its queue's outbox: the child, its parent, how
+    it finished (``acked``, ``dead``, ``cancelled``), the parent's policy and the data."""
+
+    queue: str
+    id: str
+    parent_queue: str
+    parent_id: str
+    outcome: Any
+    policy: Any
+    data: Any
+
+
+def outbox(queue: str, cursor: str) -> List[Any]:
+    """``EMQ.OUTBOX``: one page of the hand-overs waiting in `queue`'s outbox."""
+    return ["EMQ.OUTBOX", queue, "CURSOR", cursor, "COUNT", PAGE]
+
+
+def handover(h: Handover) -> List[Any]:
+    """``EMQ.HANDOVER`` to the parent's queue (so to its node, on a cluster)."""
+    return ["EMQ.HANDOVER", h.parent_queue, h.parent_id, h.queue, h.id, h.outcome, h.policy, h.data]
+
+
+def delivered(h: Handover, orphan: bool) -> List[Any]:
+    """``EMQ.DELIVERED``: the outbox entry removed once the parent's side answered."""
+    return ["EMQ.DELIVERED", h.queue, h.id, h.parent_queue, h.parent_id, *(["ORPHAN"] if orphan else [])]
+
+
 # ---- parsing ----
 
 
@@ -242,6 +303,32 @@ def page(reply: Any, set_name: str) -> Tuple[str, List[Dict[str, Any]]]:
     return str(text(cursor)), [
         {k: text(v) for k, v in zip(fields, one) if k} for one in found or []
     ]
+
+
+def outboxed(queue: str, reply: Any) -> Tuple[str, List[Handover]]:
+    """``EMQ.OUTBOX``'s ``[next-cursor, [[cid, pq, pid, outcome, policy, data], ...]]``: the
+    cursor (``"0"`` at the end) and each hand-over, the names as text, the rest as sent."""
+    cursor, found = reply
+    return str(text(cursor)), [
+        Handover(queue, str(text(cid)), str(text(pq)), str(text(pid)), outcome, policy, data)
+        for cid, pq, pid, outcome, policy, data in found or []
+    ]
+
+
+def orphaned(reply: Any) -> bool:
+    """Whether ``EMQ.HANDOVER`` answered ``orphan`` (not ``counted`` or ``duplicate``): the
+    parent is gone, or neither waits for the child nor has room for it."""
+    return bool(text(reply) == "orphan")
+
+
+def children_page(reply: Any, into: Children) -> str:
+    """``EMQ.CHILDREN``'s ``[next-cursor, [[cq, cid, status, data], ...]]`` added to `into`;
+    the next cursor (``"0"`` at the end)."""
+    cursor, found = reply
+    for cq, cid, status, data in found or []:
+        raw = data.encode() if isinstance(data, str) else bytes(data or b"")
+        into[(str(text(cq)), str(text(cid)))] = Child(str(text(status)), raw)
+    return str(text(cursor))
 
 
 def schedules(reply: Any) -> List[Dict[str, Any]]:

@@ -105,6 +105,13 @@ class EmqCronError(EmqError):
     code = "EMQCRON"
 
 
+class EmqParentError(EmqError):
+    """``EMQPARENT``: a child's parent refused it (no such parent, not waiting, or all its
+    children registered already)."""
+
+    code = "EMQPARENT"
+
+
 class EmqNotReplicated(EmqError):
     """The write was taken by the primary but not confirmed by ``wanted`` replicas (``WAIT``,
     with a queue's ``wait_replicas``, reported ``replicas``): it may be lost in a failover.
@@ -146,6 +153,7 @@ CODES: Dict[str, Type[EmqError]] = {
         EmqSetError,
         EmqCursorError,
         EmqCronError,
+        EmqParentError,
     )
 }
 

@@ -1,7 +1,7 @@
 """The workers' observability hook: a ``WorkerEvent`` for each claim, renewal and settle of a
-job (with the server's answer to it) and each start and end of its handler, passed to the
-worker's ``on_event`` synchronously, from the thread or task that did it. The Rust worker
-keeps the same contract."""
+job (with the server's answer to it), each start and end of its handler, and each step of a
+flow's hand-over from the queue's outbox, passed to the worker's ``on_event`` synchronously,
+from the thread or task that did it. The Rust worker keeps the same contract."""
 
 from __future__ import annotations
 
@@ -17,8 +17,12 @@ from .errors import refusal
 log = logging.getLogger("echomq")
 
 #: What happened: a job a claim returned, a lease renewal, an outcome sent (``ACK``/``MACK`` or
-#: ``FAIL``), the handler's start and end.
-EventKind = Literal["claim", "renew", "settle", "handler_start", "handler_end"]
+#: ``FAIL``), the handler's start and end; for a flow, a finished child's hand-over to its parent
+#: (``EMQ.HANDOVER``) and its removal from the outbox (``EMQ.DELIVERED``), the child's id and
+#: token 0, and a read of the outbox that failed (``EMQ.OUTBOX``, the id empty).
+EventKind = Literal[
+    "claim", "renew", "settle", "handler_start", "handler_end", "handover", "delivered", "outbox"
+]
 #: ``ok``: the server answered and did it. ``refused``: it answered with an error for that job
 #: (a stale token, ``EMQLEASE``, say): it did not happen. ``unknown``: no answer came (a lost
 #: connection, a timeout): it may or may not have happened.

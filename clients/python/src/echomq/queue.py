@@ -5,15 +5,21 @@ call builds its command and parses the reply with ``commands``; this is the send
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import commands as cmd
 from ._replicas import moved, pipelined, refresh, wait_settings
 from ._retry import backoff, retry_after
+from .errors import EmqParentError
+from .flows import (
+    Children, Node, NodeLike, ParentLike, batched, chained, minted, parents_of, steps,
+)
 from .serializers import Raw, Serializer
 
 #: Jobs one ``EMQ.MENQUEUE`` carries (the server takes up to 10,000).
 CHUNK = cmd.CHUNK
+
+S = TypeVar("S", bound="Settings")
 
 
 class Settings:
@@ -40,6 +46,16 @@ class Settings:
         cluster = hasattr(client, "get_node_from_key")
         if self.wait_replicas > 0 and cluster and not self.waits_on_cluster:
             raise ValueError("wait_replicas needs a single-server asyncio client (or Queue)")
+
+    def _on(self: S, queue: str) -> S:
+        """This queue's like for `queue` (a flow's jobs on other queues): the same client and
+        settings."""
+        if queue == self.name:
+            return self
+        return type(self)(
+            self.client, queue, self.serializer, self.retries, self.wait_replicas,
+            self.wait_timeout_ms / 1000,
+        )
 
 
 class Queue(Settings):
@@ -97,17 +113,34 @@ class Queue(Settings):
         self, payload: Any, id: Optional[str] = None, delay: Optional[float] = None,
         at: Optional[float] = None, priority: Optional[int] = None,
         unique: Optional[str] = None, unique_for: Optional[float] = None,
+        children: Optional[int] = None, parents: Optional[Sequence[ParentLike]] = None,
     ) -> str:
         """Enqueues one job and returns its id. ``delay`` (seconds) or ``at`` (unix seconds)
         parks it until then; ``priority`` puts it ahead of (lower) or behind (higher) the
         default 0; with ``unique``, the job is written only while no job holds that key (for
         ``unique_for`` seconds, or until the holder is done or dead), and the holder's id is
         returned otherwise. With ``wait_replicas``, ``EmqNotReplicated`` when fewer replicas
-        confirmed it."""
+        confirmed it.
+
+        Flows: with ``children`` n the job waits (``waiting``) until n children finished; with
+        ``parents`` (``Parent``s or ``(queue, id[, on_fail])``, at most 16) it is a child of
+        each, which a parent out of the queue's slot registers first (``EMQ.ADOPT``).
+        ``EmqParentError`` when a parent refuses it."""
+        above = parents_of(parents)
         job_id, args = cmd.enqueue(
-            self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for
+            self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for,
+            children, above,
         )
-        reply, confirmed = self._write(args)
+        try:
+            for adopt in cmd.adoptions(self.name, job_id, above):
+                self._send(adopt)
+            reply, confirmed = self._write(args)
+        except EmqParentError:
+            # A retry of an enqueue that went through (its row is there): the parent may have
+            # run since, and refuses the child it counted already.
+            if above and self.job(job_id) is not None:
+                return job_id
+            raise
         return cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
 
     def enqueue_many(self, payloads: Iterable[Any], chunk: int = CHUNK) -> List[str]:
@@ -119,10 +152,35 @@ class Queue(Settings):
             written.add(job_ids, self._write(args)[1])
         return written.ids()
 
+    def flow(self, tree: NodeLike) -> Node:
+        """Enqueues a flow: a tree of ``Node``s (or mappings ``{"queue", "payload", "id"?,
+        "on_fail"?, "children"?}``), each job waiting for its children. Every missing id is
+        minted first; the tree with them is returned, and giving it again retries the flow
+        without a job written twice (``flows.minted`` mints them ahead, for a retry after an
+        exception). Jobs are enqueued top down, each parent before its children."""
+        tree = minted(tree)
+        for step in steps(tree):
+            self._on(step.queue).enqueue(
+                step.payload, id=step.id, children=step.children, parents=step.parents
+            )
+        return tree
+
+    def chain(self, jobs: Sequence[NodeLike]) -> Node:
+        """``flow`` of jobs that run one after the other, in the order given: each the parent
+        of the one before. The flow's tree (its root the last job)."""
+        return self.flow(chained(jobs))
+
+    def batch(self, jobs: Sequence[NodeLike], on_complete: Union[Tuple[str, Any], NodeLike]) -> Node:
+        """``flow`` of `jobs` and a callback, ``on_complete`` (``(queue, payload)`` or a node),
+        which runs once after every job finished, however (each its child with ``on_fail``
+        ``ignore``): its handler counts them with ``job.children().count("acked")``."""
+        return self.flow(batched(jobs, on_complete))
+
     # ---- looking ----
 
     def stats(self) -> Dict[str, Optional[int]]:
-        """The counts of each set, whether the queue is paused, and its limits and their use."""
+        """The counts of each set (``waiting``: the flow parents that wait for children),
+        whether the queue is paused, and its limits and their use."""
         return cmd.counts(self._send(cmd.stats(self.name)))
 
     def job(self, job_id: str) -> Optional[Dict[str, Any]]:
@@ -140,6 +198,15 @@ class Queue(Settings):
     def crons(self) -> List[Dict[str, Any]]:
         """The queue's schedules (``EMQ.CRONS``), by name (``commands.schedules``)."""
         return cmd.schedules(self._send(cmd.crons(self.name)))
+
+    def children(self, job_id: str) -> Children:
+        """A flow parent's children, every page of ``EMQ.CHILDREN``: ``(queue, id)`` ->
+        ``Child`` (status, data)."""
+        found, cursor = Children(), "0"
+        while True:
+            cursor = cmd.children_page(self._send(cmd.children(self.name, job_id, cursor)), found)
+            if cursor == "0":
+                return found
 
     # ---- operating ----
 

@@ -1,8 +1,9 @@
 """The consumer's side: ``Worker`` claims jobs in batches up to its free concurrency, runs them
 in a pool of one thread a slot, renews their leases in the background for as long as they run, settles
-each (``ACK``, or ``FAIL`` with the exception and its traceback), tells an ``on_event`` hook of
-each step (``events``), and stops gracefully on SIGTERM or SIGINT. Its commands are built and
-their replies parsed by ``commands``."""
+each (``ACK``, or ``FAIL`` with the exception and its traceback), delivers its queue's flow
+hand-overs (``outbox``), tells an ``on_event`` hook of each step (``events``), and stops
+gracefully on SIGTERM or SIGINT. Its commands are built and their replies parsed by
+``commands``."""
 
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ import traceback
 from dataclasses import dataclass, field
 from queue import Empty, SimpleQueue
 from types import FrameType
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from . import commands as cmd
+from . import outbox
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, server_full, transient
 from .errors import translate
 from .events import Action, Hook, WorkerEvent, default_name, failure
+from .flows import Children
 from .queue import Queue
 from .serializers import Serializer
 
@@ -53,6 +56,26 @@ class Job:
     progress: Optional[bytes] = None
     #: When the claim that returned it was sent (``time.time_ns()``): its lease began no sooner.
     claimed_ns: int = 0
+    #: How ``children`` (a ``Worker``'s job) or ``achildren`` (an ``AsyncWorker``'s) reads them:
+    #: the claiming worker's queue's ``children``.
+    _children: Optional[Callable[[str], Children]] = field(default=None, repr=False, compare=False)
+    _achildren: Optional[Callable[[str], Awaitable[Children]]] = field(
+        default=None, repr=False, compare=False
+    )
+
+    def children(self) -> Children:
+        """This job's children, when it is a flow's parent: ``(queue, id)`` -> ``Child``
+        (status, data), every page of ``EMQ.CHILDREN``; empty for a job without children. In
+        an ``AsyncWorker``'s handler, ``await job.achildren()``."""
+        if self._children is None:
+            raise TypeError("an AsyncWorker's job reads its children with await job.achildren()")
+        return self._children(self.id)
+
+    async def achildren(self) -> Children:
+        """``children``, in an ``AsyncWorker``'s handler."""
+        if self._achildren is None:
+            raise TypeError("a Worker's job reads its children with job.children()")
+        return await self._achildren(self.id)
 
 
 def outcome(
@@ -194,9 +217,13 @@ class Worker(Claiming):
     backoff, then buries it). The client must not time out a blocked read sooner than
     ``block`` seconds (redis-py's default has no socket timeout).
 
+    A thread of its own delivers the hand-overs of the queue's finished flow children that
+    wait in its outbox (``outbox``); a parent's handler reads its children with
+    ``job.children()``.
+
     ``name`` identifies the worker in its events (default ``<hostname>:<pid>:<6 random hex>``);
-    ``on_event`` is called with a ``WorkerEvent`` for each claim, renewal, settle and handler
-    start and end. With ``wait_replicas`` n > 0, each settle pipeline ends with ``WAIT n``
+    ``on_event`` is called with a ``WorkerEvent`` for each claim, renewal, settle, handler
+    start and end, and hand-over. With ``wait_replicas`` n > 0, each settle pipeline ends with ``WAIT n``
     (``wait_timeout`` seconds); what it reported goes into the settle events' ``replicated``.
     """
 
@@ -248,6 +275,13 @@ class Worker(Claiming):
         renewer.start()
         settler = threading.Thread(target=self._settle_loop, name="echomq-settle", daemon=True)
         settler.start()
+        courier = threading.Thread(
+            target=outbox.deliver,
+            args=(client, self.queue.name, self._stopping, self._event,
+                  self.queue.wait_replicas, self.queue.wait_timeout_ms),
+            name="echomq-outbox", daemon=True,
+        )
+        courier.start()
         # The pool: one thread a slot, each taking the next claimed job (daemon threads, so a
         # handler still running past the shutdown timeout does not hold the process).
         for n in range(self.concurrency):
@@ -308,6 +342,7 @@ class Worker(Claiming):
                 failures += 1
                 continue
             for job in self.claimed(self.queue.name, claimed, sent):
+                job._children = self.queue.children
                 with self._lock:
                     self._running[job.id] = job
                 self._inbox.put(job)

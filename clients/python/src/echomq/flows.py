@@ -1,0 +1,163 @@
+"""Flows, jobs that wait for other jobs, as the client shapes them: a child's ``Parent``, a
+flow's tree of ``Node``s and the order its jobs are enqueued in (``steps``), the trees
+``chain`` and ``batch`` build, and what a parent reads of its children (``Children``). Pure:
+``Queue`` and ``AsyncQueue`` send what these plan."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import (
+    Any, Dict, Iterable, Iterator, List, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple,
+    Union, cast,
+)
+
+from . import ids
+
+#: What a child's death or cancellation does to its parent: ``fail`` kills it (the default),
+#: ``ignore`` just counts it as finished.
+OnFail = Literal["fail", "ignore"]
+#: Most parents a child may have (``PARENT`` repeats up to 16 times).
+MAX_PARENTS = 16
+#: Most children a parent may wait for (``CHILDREN`` 1..=100000).
+MAX_CHILDREN = 100_000
+
+
+class Parent(NamedTuple):
+    """A parent of the job being enqueued: its queue, its id, and what the child's failure
+    does to it. A plain ``(queue, id)`` or ``(queue, id, on_fail)`` tuple is one too."""
+
+    queue: str
+    id: str
+    on_fail: OnFail = "fail"
+
+
+#: A parent as ``enqueue`` takes it.
+ParentLike = Union[Parent, Tuple[str, str], Tuple[str, str, str]]
+
+
+def parents_of(given: Optional[Iterable[ParentLike]]) -> List[Parent]:
+    """The `given` parents as ``Parent``s, checked before anything is sent: at most 16,
+    distinct, each ``on_fail`` ``fail`` or ``ignore``."""
+    found: List[Parent] = []
+    for one in given or ():
+        queue, job_id, *rest = one
+        on_fail = rest[0] if rest else "fail"
+        if on_fail not in ("fail", "ignore"):
+            raise ValueError(f"on_fail is 'fail' or 'ignore', not {on_fail!r}")
+        parent = Parent(queue, job_id, cast(OnFail, on_fail))
+        if any((p.queue, p.id) == (parent.queue, parent.id) for p in found):
+            raise ValueError(f"parent {parent.queue} {parent.id} given twice")
+        found.append(parent)
+    if len(found) > MAX_PARENTS:
+        raise ValueError(f"a job has at most {MAX_PARENTS} parents")
+    return found
+
+
+@dataclass(frozen=True)
+class Node:
+    """A job of a flow: its queue and payload, its id (minted when missing), what its failure
+    does to its parent (``on_fail``; the root's is unused), and the children it waits for."""
+
+    queue: str
+    payload: Any
+    id: Optional[str] = None
+    on_fail: OnFail = "fail"
+    children: Sequence["Node"] = ()
+
+    @classmethod
+    def of(cls, node: NodeLike) -> Node:
+        """A ``Node`` from a node or a mapping with the same keys (``{"queue", "payload",
+        "id"?, "on_fail"?, "children"?}``), its children too."""
+        if isinstance(node, Node):
+            fields = {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
+        else:
+            fields = dict(node)
+        fields["children"] = tuple(cls.of(c) for c in fields.get("children") or ())
+        return cls(**fields)
+
+    def walk(self) -> Iterator[Tuple[Optional[Node], Node]]:
+        """Each node of the tree with its parent (``None`` for this one), top down: a parent
+        always before its children."""
+        stack: List[Tuple[Optional[Node], Node]] = [(None, self)]
+        while stack:
+            parent, node = stack.pop()
+            yield parent, node
+            stack.extend((node, c) for c in reversed(node.children))
+
+
+#: A flow's node as ``flow``, ``chain`` and ``batch`` take it.
+NodeLike = Union[Node, Mapping[str, Any]]
+
+
+def minted(tree: NodeLike) -> Node:
+    """`tree` as ``Node``s with every missing id minted: enqueue this one, and give it again
+    to retry, so a retry writes no job twice."""
+    node = Node.of(tree)
+    return dataclasses.replace(
+        node, id=node.id or ids.mint(), children=tuple(minted(c) for c in node.children)
+    )
+
+
+class Step(NamedTuple):
+    """One enqueue of a flow: the job, how many children it waits for (``None``: none) and its
+    parent (``None`` for the root)."""
+
+    queue: str
+    id: str
+    payload: Any
+    children: Optional[int]
+    parents: List[Parent]
+
+
+def steps(tree: Node) -> List[Step]:
+    """The enqueues of a minted tree, top down: the root with ``CHILDREN``, then each child
+    with its ``PARENT`` (and ``CHILDREN`` when it has its own), a parent always before its
+    children, which the module checks it has. Every node is checked before any is sent."""
+    out: List[Step] = []
+    for parent, node in tree.walk():
+        assert node.id is not None, "steps takes a minted tree"
+        above = [] if parent is None else [(parent.queue, parent.id or "", node.on_fail)]
+        children = len(node.children) or None
+        out.append(Step(node.queue, node.id, node.payload, children, parents_of(above)))
+    return out
+
+
+def chained(jobs: Sequence[NodeLike]) -> Node:
+    """``chain([a, b, c])``'s tree: a runs, then b, then c; c is b's parent, b is a's."""
+    if not jobs:
+        raise ValueError("a chain has at least one job")
+    nodes = [Node.of(j) for j in jobs]
+    tree = nodes[0]
+    for node in nodes[1:]:
+        tree = dataclasses.replace(node, children=(*node.children, tree))
+    return tree
+
+
+def batched(jobs: Sequence[NodeLike], on_complete: Union[Tuple[str, Any], NodeLike]) -> Node:
+    """``batch(jobs, on_complete=(queue, payload))``'s tree: the callback, a parent of every
+    job, each with ``on_fail`` ``ignore``: it runs once all of them finished, however."""
+    if not jobs:
+        raise ValueError("a batch has at least one job")
+    if isinstance(on_complete, tuple):
+        callback = Node(on_complete[0], on_complete[1])
+    else:
+        callback = Node.of(on_complete)
+    children = tuple(dataclasses.replace(Node.of(j), on_fail="ignore") for j in jobs)
+    return dataclasses.replace(callback, children=(*callback.children, *children))
+
+
+class Child(NamedTuple):
+    """A child as its parent sees it: ``waiting``, ``acked``, ``dead`` or ``cancelled``, and
+    its result's bytes (acked) or its error's (dead); empty when it has neither."""
+
+    status: str
+    data: bytes
+
+
+class Children(Dict[Tuple[str, str], Child]):
+    """A parent's children (``EMQ.CHILDREN``): ``(queue, id)`` -> ``Child``."""
+
+    def count(self, status: str) -> int:
+        """How many children have `status` (``acked``, ``dead``, ``cancelled``, ``waiting``)."""
+        return sum(1 for c in self.values() if c.status == status)

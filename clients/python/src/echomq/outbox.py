@@ -1,0 +1,189 @@
+"""A worker's delivery of its queue's outbox (flows): the hand-overs of finished children whose
+parent the module could not reach in the child's own ack or death (its queue on another slot of
+a cluster, or no permission on its keys). Each is handed to the parent's queue
+(``EMQ.HANDOVER``, which a cluster client sends to that queue's node), then removed from the
+child's (``EMQ.DELIVERED``, ``ORPHAN`` when the parent had no place for it). A failed step
+leaves the entry to the next sweep: a worker killed between the two delays the parent, never
+loses it, and the parent counts a child once (a re-delivery answers ``duplicate``).
+
+A sweep (``sweep``) yields the commands and takes their replies, no I/O; ``deliver`` and
+``adeliver`` send them, for ``Worker`` and ``AsyncWorker``: at least once a second, and again
+at once while the last sweep found hand-overs (and every step of it went through). With the
+worker's ``wait_replicas``, a hand-over is followed by ``WAIT`` on the parent's node, and left
+in the outbox until that many of the parent's replicas confirmed it: a failover of the
+parent's primary cannot then lose a count whose entry is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Awaitable, Callable, Generator, List, NamedTuple, Optional, Tuple
+
+from . import commands as cmd
+from ._replicas import moved, pipelined, pipelined_async, refresh
+from .errors import EmqNotReplicated
+from .events import EventKind, Hook
+
+#: Most seconds between two sweeps of a queue's outbox.
+EVERY = 1.0
+
+
+class Sent(NamedTuple):
+    """A command of a sweep: its event's kind, the child it is for (``""`` for a page of the
+    outbox), the command, and the queue it goes to (the parent's, for a hand-over)."""
+
+    kind: EventKind
+    id: str
+    command: List[Any]
+    route: str
+
+
+#: A sweep's course: each command sent, each reply (an exception for a failed one) taken back,
+#: and at its end how many hand-overs it found and whether every step went through.
+Sweep = Generator[Sent, Any, Tuple[int, bool]]
+
+
+def sweep(queue: str) -> Sweep:
+    """One pass over `queue`'s outbox, page by page to the end: per hand-over ``EMQ.HANDOVER``,
+    then, once the parent's side answered, ``EMQ.DELIVERED``."""
+    cursor, found, clean = "0", 0, True
+    while True:
+        reply = yield Sent("outbox", "", cmd.outbox(queue, cursor), queue)
+        if isinstance(reply, Exception):
+            return found, False
+        cursor, page = cmd.outboxed(queue, reply)
+        for h in page:
+            found += 1
+            answer = yield Sent("handover", h.id, cmd.handover(h), h.parent_queue)
+            if isinstance(answer, Exception):
+                clean = False  # left in the outbox for the next sweep
+                continue
+            removed = yield Sent(
+                "delivered", h.id, cmd.delivered(h, cmd.orphaned(answer)), queue
+            )
+            clean = clean and not isinstance(removed, Exception)
+        if cursor == "0":
+            return found, clean
+
+
+def pause(found: int, clean: bool) -> float:
+    """Seconds until the next sweep: none after one that found hand-overs and delivered them
+    all (more may be waiting); else ``EVERY`` (a failed step is not tried again in a loop)."""
+    return 0.0 if found and clean else EVERY
+
+
+def answered(
+    event: Hook, sent: Sent, sent_ns: int, reply: Any, confirmed: Optional[int], wanted: int
+) -> Any:
+    """What the sweep takes back for a step (an exception for one that did not go through, and
+    for a hand-over fewer of the parent's replicas than `wanted` confirmed: left in the outbox,
+    the parent's count may yet be lost in a failover), reported as its event (a page of the
+    outbox only when its read failed)."""
+    replicated = None if confirmed is None else confirmed >= wanted
+    if sent.kind != "outbox" or isinstance(reply, Exception):
+        event(sent.kind, sent.id, 0, sent_ns, time.time_ns(), reply=reply, replicated=replicated)
+    if replicated is False and not isinstance(reply, Exception):
+        return EmqNotReplicated([sent.id], confirmed or 0, wanted)
+    return reply
+
+
+#: How a driver sends a sweep's command: its reply, and how many of the parent's replicas
+#: confirmed a hand-over (``None`` without ``wait_replicas``).
+Send = Callable[[Sent], Tuple[Any, Optional[int]]]
+
+
+def sender(client: Any, replicas: int, timeout_ms: int) -> Send:
+    """``Worker``'s: each command on its own; with `replicas`, a hand-over and ``WAIT`` in one
+    pipeline on the parent's node."""
+
+    def send(sent: Sent) -> Tuple[Any, Optional[int]]:
+        if sent.kind != "handover" or replicas <= 0:
+            return client.execute_command(*sent.command), None
+        (reply,), confirmed = pipelined(client, sent.route, [sent.command], replicas, timeout_ms)
+        if moved(reply):
+            refresh(client)  # the parent's slot moved: the next sweep finds its new node
+        return reply, confirmed
+
+    return send
+
+
+def swept(send: Send, queue: str, event: Hook, wanted: int) -> Tuple[int, bool]:
+    """One sweep, each command sent by `send` (a failure in place of its reply)."""
+    steps = sweep(queue)
+    reply: Any = None
+    try:
+        while True:
+            sent = steps.send(reply)
+            sent_ns = time.time_ns()
+            try:
+                got, confirmed = send(sent)
+            except Exception as e:
+                got, confirmed = e, None
+            reply = answered(event, sent, sent_ns, got, confirmed, wanted)
+    except StopIteration as end:
+        result: Tuple[int, bool] = end.value
+        return result
+
+
+def deliver(
+    client: Any, queue: str, stopping: threading.Event, event: Hook, replicas: int = 0,
+    timeout_ms: int = 1000,
+) -> None:
+    """``Worker``'s delivery thread: sweeps until `stopping` is set."""
+    send = sender(client, replicas, timeout_ms)
+    while not stopping.is_set():
+        wait = pause(*swept(send, queue, event, replicas))
+        if wait:
+            stopping.wait(wait)
+
+
+ASend = Callable[[Sent], Awaitable[Tuple[Any, Optional[int]]]]
+
+
+def asender(client: Any, replicas: int, timeout_ms: int) -> ASend:
+    """``sender`` for an asyncio client (``wait_replicas`` on a single server only)."""
+
+    async def send(sent: Sent) -> Tuple[Any, Optional[int]]:
+        if sent.kind != "handover" or replicas <= 0:
+            return await client.execute_command(*sent.command), None
+        pipe = await pipelined_async(client, sent.route, [sent.command], replicas, timeout_ms)
+        (reply,), confirmed = pipe
+        return reply, confirmed
+
+    return send
+
+
+async def aswept(send: ASend, queue: str, event: Hook, wanted: int) -> Tuple[int, bool]:
+    """``swept``, each command awaited."""
+    steps = sweep(queue)
+    reply: Any = None
+    try:
+        while True:
+            sent = steps.send(reply)
+            sent_ns = time.time_ns()
+            try:
+                got, confirmed = await send(sent)
+            except Exception as e:
+                got, confirmed = e, None
+            reply = answered(event, sent, sent_ns, got, confirmed, wanted)
+    except StopIteration as end:
+        result: Tuple[int, bool] = end.value
+        return result
+
+
+async def adeliver(
+    client: Any, queue: str, stopping: asyncio.Event, event: Hook, replicas: int = 0,
+    timeout_ms: int = 1000,
+) -> None:
+    """``AsyncWorker``'s delivery task: sweeps until `stopping` is set (or it is cancelled)."""
+    send = asender(client, replicas, timeout_ms)
+    while not stopping.is_set():
+        wait = pause(*await aswept(send, queue, event, replicas))
+        if wait:
+            try:
+                await asyncio.wait_for(stopping.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+        else:
+            await asyncio.sleep(0)  # a long drain of the outbox still lets the handlers run
