@@ -32,7 +32,7 @@ use super::words::words;
 pub struct QueueNames<'q> {
     ctx: &'q Context,
     queue: Queue<'q>,
-    names: [OnceCell<OwnedString>; Set::COUNT + 4],
+    names: [OnceCell<OwnedString>; Set::COUNT + 2 + Table::COUNT],
 }
 
 impl<'q> QueueNames<'q> {

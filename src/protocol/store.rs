@@ -67,6 +67,9 @@ pub enum Table {
 }
 
 impl Table {
+    /// How many tables a queue has.
+    pub const COUNT: usize = 3;
+
     pub fn key_type(self) -> KeyType {
         match self {
             Table::Unique => KeyType::Unique,
