@@ -452,7 +452,26 @@ async fn on_a_cluster_children_on_another_primary_reach_their_parent_through_the
         fetch,
     )
     .on_event(move |e: &WorkerEvent| r.lock().expect("lock").push(e.clone())));
-    assert!(until(|| async { state(&reports, &root).await.as_deref() == Some("done") }).await);
+    let done = until(|| async { state(&reports, &root).await.as_deref() == Some("done") }).await;
+    let outbox = Queue::new(cluster_conn(&cluster).await, child_queue.clone())
+        .call("EMQ.OUTBOX", &[])
+        .await;
+    assert!(
+        done,
+        "the parent: {:?}\nthe outbox: {outbox:?}\nthe sweep: {:?}\nthe logs: {:?}",
+        reports.job(&root).await,
+        recorded
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|e| e.kind == EventKind::Deliver)
+            .collect::<Vec<_>>(),
+        cluster
+            .nodes
+            .iter()
+            .map(|n| n.log_tail())
+            .collect::<Vec<_>>()
+    );
     assert_eq!(children.stop().await.acked, 2);
     assert_eq!(parents.stop().await.acked, 1);
     let seen = seen.lock().expect("lock").clone();
