@@ -273,9 +273,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             }
         }
         args.extend(flow::options(how.children, &how.parents));
-        self.adopt(&how.parents, &id).await?;
+        if let Err(e) = self.adopt(&how.parents, &id).await {
+            return self.enqueued_before(e, id).await;
+        }
         let sent = self.send(&self.command("EMQ.ENQUEUE", &args), true).await;
-        let id = match sent.reply? {
+        let reply = match sent.reply {
+            Err(e @ Error::Parent(_)) => return self.enqueued_before(e, id).await,
+            reply => reply?,
+        };
+        let id = match reply {
             // 1: written; 0: this id was enqueued already; an id: the unique key's holder.
             Value::Int(_) => id,
             Value::BulkString(holder) => String::from_utf8_lossy(&holder).into_owned(),
@@ -289,6 +295,16 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
                 wanted: self.wait_replicas,
                 enqueued: vec![id],
             }),
+        }
+    }
+
+    /// A child's enqueue a parent refused (`EMQPARENT`), when the child exists already: the
+    /// retry of an enqueue that was written (its parents registered it then) after the parent
+    /// stopped waiting, which answers as the duplicate it is. Any other error stands.
+    async fn enqueued_before(&self, e: Error, id: String) -> Result<String> {
+        match e {
+            Error::Parent(_) if self.job(&id).await?.is_some() => Ok(id),
+            e => Err(e),
         }
     }
 

@@ -353,6 +353,13 @@ async fn a_retried_flow_with_the_same_ids_counts_each_child_once() {
     let seen = seen.lock().expect("lock").clone();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].len(), 2);
+    // A retry after the parent ran (it waits for no one now): the same flow, nothing new.
+    assert_eq!(flows.flow(&mut tree).await.expect("late retry"), root);
+    assert_eq!(
+        field(&reports, &root, "adopted").await.as_deref(),
+        Some("2")
+    );
+    assert_eq!(fetches.stats().await.expect("stats")["pending"], Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
