@@ -1,4 +1,4 @@
-//! Flows, jobs that wait for other jobs (docs/flows-protocol, "What the clients do" 1 and 4):
+//! Flows, jobs that wait for other jobs (docs/flows.md; what the clients do, 1 and 4):
 //! a parent is enqueued with `CHILDREN n` and waits until `n` children have finished; a child
 //! names its parents (`PARENT pq pid ON-FAIL FAIL|IGNORE`), each adopted first by its node
 //! (`EMQ.ADOPT`) when its queue's slot is not the child's. [`Flows`] builds trees, chains and
@@ -165,6 +165,26 @@ impl FlowJob {
 
 /// Enqueues flows on a connection (multiplexed, or a cluster's, which routes each call to
 /// its queue's node).
+///
+/// ```no_run
+/// # use echomq_client::{FlowJob, Flows, Job, Worker};
+/// # async fn example(conn: redis::aio::MultiplexedConnection) -> echomq_client::Result<()> {
+/// # let (claims, calls) = (conn.clone(), conn.clone());
+/// let flows = Flows::new(conn);
+/// let mut report = FlowJob::new("reports", b"march")
+///     .child(FlowJob::new("fetch", b"eu"))
+///     .child(FlowJob::new("fetch", b"us"));
+/// let id = flows.flow(&mut report).await?; // ids minted into `report`: a retry reuses them
+///
+/// let worker = Worker::new(claims, calls, "reports", |job: Job| async move {
+///     let children = job.children().await?; // (queue, id) -> status and result
+///     let rows: usize = children.values().map(|c| c.data.len()).sum();
+///     Ok(Some(rows.to_string().into_bytes()))
+/// });
+/// # let _ = (id, worker);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Flows<C> {
     conn: C,
