@@ -6,8 +6,8 @@
 
 use crate::protocol::counters::{self, DEAD, HANDED_OVER, ORPHANED, PARKED, RELEASED};
 use crate::protocol::flow::{
-    child_field, child_value, failed_by, read_child_field, read_child_value, read_parents,
-    Delivery, Outcome, Policy,
+    child_field, child_value, failed_by, read_child_field, read_child_value, Delivery, Outcome,
+    Policy,
 };
 use crate::protocol::{
     BrandedId, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Table, Value,
@@ -193,34 +193,6 @@ fn release<S: Store>(store: &S, member: &S::Text, row: &S::Row<'_>) -> Result<()
     }
     record(store, Event::Released, Some(member), || 0)?;
     counters::count(&RELEASED, 1);
-    Ok(())
-}
-
-/// The child's side, as its last transition writes it (ack, death, cancel): one hand-over
-/// kept per parent its row names (`Store::defer`), to be delivered once the call's
-/// transitions end. A job with no parents reads one field and keeps nothing.
-pub fn finished<S: Store>(
-    store: &S,
-    row: &S::Row<'_>,
-    member: &S::Text,
-    outcome: Outcome,
-    data: &[u8],
-) -> Result<(), EmqError> {
-    let Some(parents) = store.field(row, Field::Parents) else {
-        return Ok(());
-    };
-    let Some(child) = BrandedId::parse(store.bytes(member)) else {
-        return Ok(());
-    };
-    for parent in read_parents(store.bytes(&parents)) {
-        store.defer(Delivery {
-            child_queue: store.queue_name().to_vec(),
-            child,
-            parent,
-            outcome,
-            data: data.to_vec(),
-        });
-    }
     Ok(())
 }
 

@@ -5,7 +5,7 @@ use crate::protocol::counters::{self, CANCELLED, REQUEUED};
 use crate::protocol::flow::Outcome;
 use crate::protocol::{BrandedId, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
-use super::{attempts, fence_for_new_life, flow, priority, record, Job};
+use super::{attempts, fence_for_new_life, finished, flow, priority, record, Job};
 
 /// One job's keys, named and permission-checked; nothing opened yet.
 pub struct Target<'j, S: Store> {
@@ -80,7 +80,7 @@ pub fn cancel_job<S: Store>(
         attempts(store, &row)
     })?;
     if store.holds(&row) != Holds::Nothing {
-        flow::finished(store, &row, member, Outcome::Cancelled, b"")?;
+        finished::keep_hand_overs(store, &row, member, Outcome::Cancelled, b"")?;
         store.delete_row(&row)?;
     }
     counters::count(&CANCELLED, 1);

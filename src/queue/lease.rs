@@ -8,7 +8,7 @@ use crate::protocol::counters::{self, ACKED, DEAD, RENEWED, RETRIED};
 use crate::protocol::flow::Outcome;
 use crate::protocol::{settings, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
-use super::flow;
+use super::finished;
 use super::job::Target;
 use super::limit::{self, room_freed};
 use super::promote::bury;
@@ -100,7 +100,7 @@ fn finish<S: Store>(
     token: i64,
     result: Option<&[u8]>,
 ) -> Result<(), EmqError> {
-    flow::finished(
+    finished::keep_hand_overs(
         store,
         row,
         member,

@@ -1,6 +1,8 @@
 //! A [`Store`] over memory, for the transitions' unit tests: a queue's four sets and its rows,
 //! keys that hold another type, permissions denied, and a log of every write (the effects a
 //! replica would receive), so a test sees exactly what a transition wrote.
+//! Over 600 lines: the one in-memory implementation of the `Store` trait, every method beside
+//! the others it shares state with, as the host's `ServerStore` is.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;

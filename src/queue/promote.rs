@@ -157,7 +157,7 @@ pub fn bury<S: Store>(
     set_state(store, row, State::Dead, error)?;
     store.add(Set::Dead, now, member)?;
     record(store, Event::Dead, Some(member), || attempts(store, row))?;
-    super::flow::finished(store, row, member, Outcome::Dead, error.unwrap_or_default())
+    super::finished::keep_hand_overs(store, row, member, Outcome::Dead, error.unwrap_or_default())
 }
 
 /// The earliest due time or lease deadline of the queue (unix ms), if it has any.
