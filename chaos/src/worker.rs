@@ -66,6 +66,7 @@ fn line(e: &WorkerEvent) -> String {
         EventKind::Settle => "settle",
         EventKind::HandlerStart => "handler_start",
         EventKind::HandlerEnd => "handler_end",
+        EventKind::Deliver => "deliver",
     };
     let outcome = match e.outcome {
         EventOutcome::Ok => "ok",

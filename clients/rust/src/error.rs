@@ -27,6 +27,16 @@ pub enum Error {
     /// `EMQCRON`: a repeating schedule refused.
     #[error("{0}")]
     Cron(String),
+    /// `EMQPARENT`: a parent refused a child: no such parent, a parent not waiting, or one
+    /// that has registered all its children.
+    #[error("{0}")]
+    Parent(String),
+    /// A flow refused by the client before anything was sent: over [`MAX_PARENTS`] parents,
+    /// the same parent twice, a batch of no jobs.
+    ///
+    /// [`MAX_PARENTS`]: crate::flow::MAX_PARENTS
+    #[error("{0}")]
+    Flow(String),
     /// Another refusal of the catalogue (`EMQTYPE`, `EMQKEY`, `EMQCURSOR`).
     #[error("{0}")]
     Emq(String),
@@ -72,6 +82,7 @@ impl Error {
             Some("EMQLEASE") => Error::LeaseLost(detail()),
             Some("EMQSET") => Error::Set(detail()),
             Some("EMQCRON") => Error::Cron(detail()),
+            Some("EMQPARENT") => Error::Parent(detail()),
             Some("EMQTYPE" | "EMQKEY" | "EMQCURSOR") => Error::Emq(detail()),
             _ => Error::Redis(e),
         }

@@ -1,5 +1,6 @@
 //! The worker's observability hook: a [`WorkerEvent`] for each job a claim returned, each
-//! renewal and settle of it (with the server's answer), and each start and end of its handler,
+//! renewal and settle of it (with the server's answer), each start and end of its handler, and
+//! each hand-over of its queue's outbox it delivered,
 //! passed to the worker's `on_event` synchronously, from the task that did it. A hook that
 //! panics is logged and counted, never the worker's end. The Python worker keeps the same
 //! contract.
@@ -28,6 +29,10 @@ pub enum EventKind {
     HandlerStart,
     /// The handler ended (its failure, or its panic, in `error`).
     HandlerEnd,
+    /// A hand-over of the queue's outbox delivered to its parent (`EMQ.HANDOVER`, then
+    /// `EMQ.DELIVERED`; one event an entry, `id` the child's, `token` 0), or, with its error,
+    /// left for the next sweep.
+    Deliver,
 }
 
 /// What the server's answer to the command was.

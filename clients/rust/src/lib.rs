@@ -1,18 +1,26 @@
 //! EchoMQ's Rust client: [`Queue`] to produce and operate, [`Worker`] to consume, on tokio and
 //! the `redis` crate's multiplexed or cluster-async connections. A worker reports what it does
 //! to an optional hook ([`Worker::on_event`], [`WorkerEvent`]); a handler that panics fails its
-//! job; `wait_replicas` follows writes with `WAIT`. See clients/rust/README.md.
+//! job; `wait_replicas` follows writes with `WAIT`. Flows ([`Flows`], [`Enqueue::children`] and
+//! [`Enqueue::parents`]) make jobs wait for other jobs; a worker delivers its queue's outbox and
+//! a handler reads its children ([`Job::children`]). See clients/rust/README.md.
 
+pub mod children;
+mod deliver;
 pub mod error;
 pub mod events;
+pub mod flow;
 pub mod ids;
 pub mod queue;
 mod settle;
+pub mod slot;
 mod unwind;
 pub mod worker;
 
+pub use children::{ChildOutcome, ChildStatus, Children};
 pub use error::{Error, Result};
 pub use events::{EventKind, EventOutcome, SettleAction, WorkerEvent};
+pub use flow::{FlowJob, Flows, OnFail, Parent};
 pub use queue::{Enqueue, Queue};
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{check_version, shutdown_on_signal, Counts, Failure, Job, Outcome, Worker};

@@ -7,8 +7,10 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, RedisError, Value};
 
+use crate::children::{read_children, Children};
 use crate::error::{transient, Error, Result};
 use crate::events::{answered, now_ns};
+use crate::flow::{self, Parent};
 use crate::ids;
 
 /// Jobs one `EMQ.MENQUEUE` carries (the server takes up to 10,000).
@@ -27,6 +29,10 @@ pub struct Enqueue {
     /// `unique_for` or until the holder is done or dead.
     pub unique: Option<String>,
     pub unique_for: Option<Duration>,
+    /// A parent: it waits (`waiting`, never claimed) until this many children have finished.
+    pub children: Option<u32>,
+    /// The parents this job is a child of, at most [`MAX_PARENTS`](crate::flow::MAX_PARENTS).
+    pub parents: Vec<Parent>,
 }
 
 /// One queue of a deployment. Calls are retried with jittered backoff through failovers and
@@ -247,8 +253,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         self.enqueue_with(payload, Enqueue::default()).await
     }
 
-    /// Enqueues one job as `how` says; its id, or the holder's for a held unique key.
+    /// Enqueues one job as `how` says; its id, or the holder's for a held unique key. A child
+    /// is adopted first by each parent whose queue's slot is not this queue's (`EMQ.ADOPT`).
     pub async fn enqueue_with(&self, payload: impl AsRef<[u8]>, how: Enqueue) -> Result<String> {
+        flow::check(&how.parents)?;
         let id = how.id.unwrap_or_else(ids::mint);
         let mut args = vec![id.clone().into_bytes(), payload.as_ref().to_vec()];
         let ms = |d: Duration| d.as_millis().to_string().into_bytes();
@@ -264,8 +272,16 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
                 args.extend([b"FOR".to_vec(), ms(d)]);
             }
         }
+        args.extend(flow::options(how.children, &how.parents));
+        if let Err(e) = self.adopt(&how.parents, &id).await {
+            return self.enqueued_before(e, id).await;
+        }
         let sent = self.send(&self.command("EMQ.ENQUEUE", &args), true).await;
-        let id = match sent.reply? {
+        let reply = match sent.reply {
+            Err(e @ Error::Parent(_)) => return self.enqueued_before(e, id).await,
+            reply => reply?,
+        };
+        let id = match reply {
             // 1: written; 0: this id was enqueued already; an id: the unique key's holder.
             Value::Int(_) => id,
             Value::BulkString(holder) => String::from_utf8_lossy(&holder).into_owned(),
@@ -279,6 +295,16 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
                 wanted: self.wait_replicas,
                 enqueued: vec![id],
             }),
+        }
+    }
+
+    /// A child's enqueue a parent refused (`EMQPARENT`), when the child exists already: the
+    /// retry of an enqueue that was written (its parents registered it then) after the parent
+    /// stopped waiting, which answers as the duplicate it is. Any other error stands.
+    async fn enqueued_before(&self, e: Error, id: String) -> Result<String> {
+        match e {
+            Error::Parent(_) if self.job(&id).await?.is_some() => Ok(id),
+            e => Err(e),
         }
     }
 
@@ -318,7 +344,16 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         }
     }
 
-    /// The counts of each set, the pause flag, and the limits and their use (`None`: not set).
+    /// The outcomes of a parent's children (`EMQ.CHILDREN`, paged to the end).
+    pub async fn children(&self, id: &str) -> Result<Children> {
+        read_children(|cursor| async move {
+            let args = [id.as_bytes().to_vec(), b"CURSOR".to_vec(), cursor];
+            self.call("EMQ.CHILDREN", &args).await
+        })
+        .await
+    }
+
+    /// The counts of each set (`waiting`: the parents waiting for children), the pause flag, and the limits and their use (`None`: not set).
     pub async fn stats(&self) -> Result<HashMap<String, Option<i64>>> {
         let v = self.call("EMQ.STATS", &[]).await?;
         Ok(pairs(&v)

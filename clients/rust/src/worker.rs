@@ -3,7 +3,9 @@
 //! it runs, settles it (`ACK`, batched with the others waiting into one `EMQ.MACK`, or `FAIL`
 //! with the error; a handler that panics fails its job with the panic's message), and stops
 //! gracefully on its cancellation token (`shutdown_on_signal` cancels it on SIGTERM or SIGINT).
-//! Each claim, renewal, settle and handler run is reported to its `on_event` hook.
+//! Beside it, the worker delivers its queue's outbox (flows' hand-overs to parents on other
+//! nodes, `deliver.rs`). Each claim, renewal, settle, handler run and hand-over is reported to
+//! its `on_event` hook.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -15,6 +17,8 @@ use redis::{Cmd, FromRedisValue, Value};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::children::{Children, Reader};
+use crate::deliver::deliver;
 use crate::error::{server_full, transient, Error, Result};
 use crate::events::{
     answer_of, default_name, now_ns, EventKind, Fields, Hook, OnEvent, SettleAction, WorkerEvent,
@@ -38,9 +42,16 @@ pub struct Job {
     /// This attempt (the lease token): 1 for the first.
     pub attempt: i64,
     lost: Arc<AtomicBool>,
+    reader: Reader,
 }
 
 impl Job {
+    /// The outcomes of this job's children, when it is a parent: `(queue, id)` -> status and
+    /// data (`EMQ.CHILDREN`, paged to the end).
+    pub async fn children(&self) -> Result<Children> {
+        self.reader.0.children(&self.id).await
+    }
+
     /// Whether the lease was lost (it ran out and another attempt took the job): the
     /// handler's outcome will not be sent.
     pub fn lease_lost(&self) -> bool {
@@ -230,6 +241,11 @@ where
         ));
         let (acks, waiting) = mpsc::unbounded_channel();
         tokio::spawn(send_acks(self.queue.clone(), waiting, hook.clone()));
+        // The sweep stops with the worker, however `run` ends.
+        let sweeping = self.shutdown.child_token();
+        tokio::spawn(deliver(self.queue.clone(), hook.clone(), sweeping.clone()));
+        let _sweeping = sweeping.drop_guard();
+        let reader = Reader(Arc::new(self.queue.clone()));
         let mut failures = 0;
         while !self.shutdown.is_cancelled() {
             let free = self
@@ -276,7 +292,7 @@ where
                 Err(e) => return Err(Error::from_redis(e)),
             };
             let answered_ns = now_ns();
-            for job in jobs_of(reply)? {
+            for job in jobs_of(reply, &reader)? {
                 hook.emit(Fields {
                     sent_ns,
                     answered_ns,
@@ -315,7 +331,7 @@ where
 }
 
 /// The jobs of an `EMQ.CLAIM` reply (`[[id, payload, attempts], ...]`, or null on a timeout).
-fn jobs_of(reply: Value) -> Result<Vec<Job>> {
+fn jobs_of(reply: Value, reader: &Reader) -> Result<Vec<Job>> {
     let items = match reply {
         Value::Nil => return Ok(Vec::new()),
         Value::Array(items) => items,
@@ -331,6 +347,7 @@ fn jobs_of(reply: Value) -> Result<Vec<Job>> {
                 payload,
                 attempt,
                 lost: Arc::new(AtomicBool::new(false)),
+                reader: reader.clone(),
             })
         })
         .collect()

@@ -302,17 +302,6 @@ async fn queues_on_every_primary_of_a_cluster() {
     assert_eq!(acked, 120);
 }
 
-/// A cluster connection, its slots refreshed when a node goes (the client's own retries).
-async fn cluster_conn(cluster: &Cluster) -> redis::cluster_async::ClusterConnection {
-    redis::cluster::ClusterClient::builder(cluster.urls())
-        .response_timeout(Duration::from_secs(10))
-        .build()
-        .expect("cluster client")
-        .get_async_connection()
-        .await
-        .expect("cluster connection")
-}
-
 /// Drains `queue` with a worker until every one of `ids` is done (or the time runs out),
 /// calling `meanwhile` once a few jobs are done; the jobs' final states.
 async fn drain_through(

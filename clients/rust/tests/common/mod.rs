@@ -1,12 +1,13 @@
 //! What the client's suites share: servers with the workspace's module (the harness finds
 //! target/release/libechomq.so, or ECHOMQ_MODULE), connections a blocked claim can wait on,
-//! a worker on them, and the events a hook recorded.
+//! a worker on them, cluster connections, and the events a hook recorded.
 #![allow(dead_code)] // each suite takes what it needs
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use echomq_client::{Job, Worker, WorkerEvent};
-use emq_harness::{Options, Server};
+use emq_harness::{cluster::Cluster, Options, Server};
 use redis::aio::MultiplexedConnection;
 
 pub fn start(opts: Options) -> Server {
@@ -21,6 +22,17 @@ pub async fn conn(server: &Server) -> MultiplexedConnection {
         .get_multiplexed_async_connection_with_config(&config)
         .await
         .expect("connection")
+}
+
+/// A cluster connection, its slots refreshed when a node goes (the client's own retries).
+pub async fn cluster_conn(cluster: &Cluster) -> redis::cluster_async::ClusterConnection {
+    redis::cluster::ClusterClient::builder(cluster.urls())
+        .response_timeout(Duration::from_secs(10))
+        .build()
+        .expect("cluster client")
+        .get_async_connection()
+        .await
+        .expect("cluster connection")
 }
 
 pub async fn worker_of<H, F>(

@@ -1,0 +1,310 @@
+//! Flows, jobs that wait for other jobs (docs/flows.md; what the clients do, 1 and 4):
+//! a parent is enqueued with `CHILDREN n` and waits until `n` children have finished; a child
+//! names its parents (`PARENT pq pid ON-FAIL FAIL|IGNORE`), each adopted first by its node
+//! (`EMQ.ADOPT`) when its queue's slot is not the child's. [`Flows`] builds trees, chains and
+//! batches, minting every missing id before it sends anything, so a retry is the same flow.
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, Value};
+
+use crate::error::{Error, Result};
+use crate::ids;
+use crate::queue::{Enqueue, Queue};
+use crate::slot::slot;
+
+/// Most parents one child names.
+pub const MAX_PARENTS: usize = 16;
+
+/// What a child's death or cancellation does to its parent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OnFail {
+    /// The parent goes to `dead`, with the child's queue, id and error in its own.
+    #[default]
+    Fail,
+    /// The child just counts as finished.
+    Ignore,
+}
+
+impl OnFail {
+    fn word(self) -> &'static [u8] {
+        match self {
+            OnFail::Fail => b"FAIL",
+            OnFail::Ignore => b"IGNORE",
+        }
+    }
+}
+
+/// A parent a job is enqueued as the child of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parent {
+    pub queue: String,
+    pub id: String,
+    pub on_fail: OnFail,
+}
+
+impl Parent {
+    pub fn new(queue: impl Into<String>, id: impl Into<String>) -> Parent {
+        Parent {
+            queue: queue.into(),
+            id: id.into(),
+            on_fail: OnFail::Fail,
+        }
+    }
+
+    pub fn on_fail(mut self, on_fail: OnFail) -> Parent {
+        self.on_fail = on_fail;
+        self
+    }
+}
+
+/// Refuses parents the client cannot send as one step: over [`MAX_PARENTS`], or one twice.
+pub(crate) fn check(parents: &[Parent]) -> Result<()> {
+    if parents.len() > MAX_PARENTS {
+        return Err(Error::Flow(format!(
+            "{} parents; a job has at most {MAX_PARENTS}",
+            parents.len()
+        )));
+    }
+    for (i, p) in parents.iter().enumerate() {
+        if parents[..i]
+            .iter()
+            .any(|q| q.queue == p.queue && q.id == p.id)
+        {
+            return Err(Error::Flow(format!(
+                "parent {} {} named twice",
+                p.queue, p.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The enqueue's flow options: `CHILDREN n`, then `PARENT pq pid ON-FAIL ...` for each parent.
+pub(crate) fn options(children: Option<u32>, parents: &[Parent]) -> Vec<Vec<u8>> {
+    let mut args = Vec::new();
+    if let Some(n) = children {
+        args.extend([b"CHILDREN".to_vec(), n.to_string().into_bytes()]);
+    }
+    for p in parents {
+        args.extend([
+            b"PARENT".to_vec(),
+            p.queue.clone().into_bytes(),
+            p.id.clone().into_bytes(),
+            b"ON-FAIL".to_vec(),
+            p.on_fail.word().to_vec(),
+        ]);
+    }
+    args
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
+    /// `EMQ.ADOPT` on each parent's node whose queue's slot is not this queue's: the module
+    /// registers a child with a parent out of its reach only so, before the child exists.
+    pub(crate) async fn adopt(&self, parents: &[Parent], child: &str) -> Result<()> {
+        let here = slot(&self.name);
+        for p in parents.iter().filter(|p| slot(&p.queue) != here) {
+            let mut cmd = Cmd::new();
+            cmd.arg("EMQ.ADOPT")
+                .arg(&p.queue)
+                .arg(&p.id)
+                .arg(&self.name)
+                .arg(child);
+            match self.send(&cmd, false).await.reply? {
+                // 1: registered now; 0: registered already (a retry).
+                Value::Int(_) => {}
+                other => return Err(Error::Reply(format!("{other:?}"))),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A job of a flow: its queue and payload, its id (minted when `None`), what its death does
+/// to its parent, and its children, which it waits for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlowJob {
+    pub queue: String,
+    pub payload: Vec<u8>,
+    pub id: Option<String>,
+    pub on_fail: OnFail,
+    pub children: Vec<FlowJob>,
+}
+
+impl FlowJob {
+    pub fn new(queue: impl Into<String>, payload: impl AsRef<[u8]>) -> FlowJob {
+        FlowJob {
+            queue: queue.into(),
+            payload: payload.as_ref().to_vec(),
+            ..FlowJob::default()
+        }
+    }
+
+    pub fn id(mut self, id: impl Into<String>) -> FlowJob {
+        self.id = Some(id.into());
+        self
+    }
+
+    pub fn on_fail(mut self, on_fail: OnFail) -> FlowJob {
+        self.on_fail = on_fail;
+        self
+    }
+
+    pub fn child(mut self, child: FlowJob) -> FlowJob {
+        self.children.push(child);
+        self
+    }
+
+    /// Mints the id of this job and of every job under it that has none; this job's id.
+    pub fn mint_ids(&mut self) -> String {
+        for child in &mut self.children {
+            child.mint_ids();
+        }
+        self.id.get_or_insert_with(ids::mint).clone()
+    }
+}
+
+/// Enqueues flows on a connection (multiplexed, or a cluster's, which routes each call to
+/// its queue's node).
+///
+/// ```no_run
+/// # use echomq_client::{FlowJob, Flows, Job, Worker};
+/// # async fn example(conn: redis::aio::MultiplexedConnection) -> echomq_client::Result<()> {
+/// # let (claims, calls) = (conn.clone(), conn.clone());
+/// let flows = Flows::new(conn);
+/// let mut report = FlowJob::new("reports", b"march")
+///     .child(FlowJob::new("fetch", b"eu"))
+///     .child(FlowJob::new("fetch", b"us"));
+/// let id = flows.flow(&mut report).await?; // ids minted into `report`: a retry reuses them
+///
+/// let worker = Worker::new(claims, calls, "reports", |job: Job| async move {
+///     let children = job.children().await?; // (queue, id) -> status and result
+///     let rows: usize = children.values().map(|c| c.data.len()).sum();
+///     Ok(Some(rows.to_string().into_bytes()))
+/// });
+/// # let _ = (id, worker);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Flows<C> {
+    conn: C,
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Flows<C> {
+    pub fn new(conn: C) -> Flows<C> {
+        Flows { conn }
+    }
+
+    /// Mints the tree's missing ids into it, then enqueues it top down: each job with
+    /// `CHILDREN` (when it has children) and `PARENT` (its parent's, with its `on_fail`); the
+    /// root's id. A call that failed part way is retried with the same tree: the jobs written
+    /// already answer as duplicates, and each child is counted once.
+    pub async fn flow(&self, tree: &mut FlowJob) -> Result<String> {
+        let root = tree.mint_ids();
+        let mut todo: Vec<(&FlowJob, Option<Parent>)> = vec![(tree, None)];
+        while let Some((job, parent)) = todo.pop() {
+            let id = job.id.clone().unwrap_or_else(ids::mint);
+            let how = Enqueue {
+                id: Some(id.clone()),
+                children: (!job.children.is_empty()).then_some(job.children.len() as u32),
+                parents: parent.into_iter().collect(),
+                ..Enqueue::default()
+            };
+            Queue::new(self.conn.clone(), job.queue.clone())
+                .enqueue_with(&job.payload, how)
+                .await?;
+            // Reversed: the stack hands the first child back first.
+            for child in job.children.iter().rev() {
+                let parent = Parent::new(job.queue.clone(), id.clone()).on_fail(child.on_fail);
+                todo.push((child, Some(parent)));
+            }
+        }
+        Ok(root)
+    }
+
+    /// `jobs` run one after another, the first first: each is the parent of the one before
+    /// it. Their ids (minted into `jobs` where missing), in order.
+    pub async fn chain(&self, jobs: &mut [FlowJob]) -> Result<Vec<String>> {
+        let ids: Vec<String> = jobs.iter_mut().map(FlowJob::mint_ids).collect();
+        let mut links = jobs.iter().cloned();
+        let Some(mut tree) = links.next() else {
+            return Ok(ids);
+        };
+        for mut next in links {
+            next.children.push(tree);
+            tree = next;
+        }
+        self.flow(&mut tree).await?;
+        Ok(ids)
+    }
+
+    /// `on_complete` runs once every job of `jobs` has finished, acknowledged or dead (each
+    /// is its child with [`OnFail::Ignore`]); its handler reads them with `Job::children`.
+    /// Its id (every missing id minted into `jobs` and `on_complete`).
+    pub async fn batch(&self, jobs: &mut [FlowJob], on_complete: &mut FlowJob) -> Result<String> {
+        if jobs.is_empty() {
+            return Err(Error::Flow("a batch of no jobs".into()));
+        }
+        for job in jobs.iter_mut() {
+            job.mint_ids();
+        }
+        let id = on_complete.mint_ids();
+        let mut tree = on_complete.clone();
+        tree.children
+            .extend(jobs.iter().cloned().map(|j| j.on_fail(OnFail::Ignore)));
+        self.flow(&mut tree).await?;
+        Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_carry_children_and_each_parent_with_its_policy() {
+        let parents = [
+            Parent::new("reports", "JOB0KHTOWnGLuC"),
+            Parent::new("audit", "JOB0KHTOWnGLuD").on_fail(OnFail::Ignore),
+        ];
+        let words: Vec<String> = options(Some(2), &parents)
+            .into_iter()
+            .map(|w| String::from_utf8(w).unwrap())
+            .collect();
+        assert_eq!(
+            words.join(" "),
+            "CHILDREN 2 PARENT reports JOB0KHTOWnGLuC ON-FAIL FAIL \
+             PARENT audit JOB0KHTOWnGLuD ON-FAIL IGNORE"
+        );
+        assert!(options(None, &[]).is_empty());
+    }
+
+    #[test]
+    fn too_many_or_repeated_parents_are_refused_before_sending() {
+        let many: Vec<Parent> = (0..=MAX_PARENTS)
+            .map(|n| Parent::new("p", format!("JOB0000000000{n:X}")))
+            .collect();
+        assert!(check(&many[..MAX_PARENTS]).is_ok());
+        assert!(matches!(check(&many), Err(Error::Flow(_))));
+        let twice = [
+            Parent::new("p", "JOB00000000001"),
+            Parent::new("p", "JOB00000000001"),
+        ];
+        assert!(matches!(check(&twice), Err(Error::Flow(_))));
+    }
+
+    #[test]
+    fn minting_fills_only_the_missing_ids_and_keeps_them() {
+        let mut tree = FlowJob::new("r", b"root")
+            .child(FlowJob::new("c", b"a").id("JOB00000000001"))
+            .child(FlowJob::new("c", b"b").child(FlowJob::new("d", b"leaf")));
+        let root = tree.mint_ids();
+        assert_eq!(tree.id.as_deref(), Some(root.as_str()));
+        assert_eq!(tree.children[0].id.as_deref(), Some("JOB00000000001"));
+        let leaf = tree.children[1].children[0].id.clone();
+        assert!(leaf.is_some());
+        let again = tree.clone();
+        assert_eq!(tree.mint_ids(), root);
+        assert_eq!(tree, again);
+    }
+}

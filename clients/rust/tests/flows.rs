@@ -1,0 +1,511 @@
+//! Flows through the Rust client against real servers: a parent waits for its children and
+//! reads their outcomes; a child's death kills its parent (`ON-FAIL FAIL`) or just counts
+//! (`IGNORE`); a batch's callback runs once; a chain runs in order; a retried flow counts each
+//! child once; refusals are typed; on a cluster, a parent on another primary than its
+//! children hears of them through the worker's outbox sweep.
+
+mod common;
+
+use emq_harness as support;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use echomq_client::slot::slot;
+use echomq_client::{
+    ChildOutcome, ChildStatus, Children, Counts, Enqueue, Error, EventKind, EventOutcome, FlowJob,
+    Flows, Job, OnFail, Outcome, Parent, Queue, Worker, WorkerEvent,
+};
+use redis::aio::ConnectionLike;
+use support::{cluster::Cluster, Options};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Generous: a condition waited on, never a duration asserted.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Polls `f` until it holds or `PATIENCE` runs out; whether it held.
+async fn until<F, Fut>(mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while tokio::time::Instant::now() < deadline {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// A field of a job's row, through `EMQ.JOB`.
+async fn field<C>(q: &Queue<C>, id: &str, name: &str) -> Option<String>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    q.job(id).await.expect("EMQ.JOB")?.get(name).cloned()
+}
+
+async fn state<C>(q: &Queue<C>, id: &str) -> Option<String>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    field(q, id, "state").await
+}
+
+/// A running worker: its stop token and its task.
+struct Running(CancellationToken, JoinHandle<echomq_client::Result<Counts>>);
+
+fn run<C, H, F>(worker: Worker<C, H>) -> Running
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    H: Fn(Job) -> F + Send + Sync + 'static,
+    F: Future<Output = Outcome> + Send + 'static,
+{
+    Running(worker.shutdown_token(), tokio::spawn(worker.run()))
+}
+
+impl Running {
+    async fn stop(self) -> Counts {
+        self.0.cancel();
+        self.1.await.expect("task").expect("run")
+    }
+}
+
+/// A child's handler: `fail` fails it (its error `no rows for <payload>`), any other payload
+/// is acked with the result `rows of <payload>`.
+async fn fetch(job: Job) -> Outcome {
+    let payload = String::from_utf8_lossy(&job.payload).into_owned();
+    if payload.starts_with("fail") {
+        return Err(echomq_client::Failure::Error(format!(
+            "no rows for {payload}"
+        )));
+    }
+    Ok(Some(format!("rows of {payload}").into_bytes()))
+}
+
+/// A parent's handler that records the children it read, each run.
+fn reader(
+    seen: &Arc<Mutex<Vec<Children>>>,
+) -> impl Fn(Job) -> std::pin::Pin<Box<dyn Future<Output = Outcome> + Send>> + Send + Sync + 'static
+{
+    let seen = seen.clone();
+    move |job: Job| {
+        let seen = seen.clone();
+        Box::pin(async move {
+            let children = job.children().await?;
+            seen.lock().expect("lock").push(children);
+            Ok(None)
+        })
+    }
+}
+
+fn key(queue: &str, id: &Option<String>) -> (String, String) {
+    (queue.to_string(), id.clone().expect("a minted id"))
+}
+
+fn acked(result: &str) -> ChildOutcome {
+    ChildOutcome {
+        status: ChildStatus::Acked,
+        data: result.as_bytes().to_vec(),
+    }
+}
+
+/// Jobs die at their first failure: a child's death is seen at once.
+fn one_attempt() -> Options {
+    Options::default().arg("emq.max-attempts", "1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_waits_for_its_children_then_runs_and_sees_their_results() {
+    let server = start(Options::default());
+    let flows = Flows::new(conn(&server).await);
+    let mut tree = FlowJob::new("reports", b"monthly")
+        .child(FlowJob::new("fetch", b"eu"))
+        .child(FlowJob::new("fetch", b"us"));
+    let root = flows.flow(&mut tree).await.expect("flow");
+    let reports = Queue::new(conn(&server).await, "reports");
+    assert_eq!(state(&reports, &root).await.as_deref(), Some("waiting"));
+    let stats = reports.stats().await.expect("stats");
+    assert_eq!((stats["waiting"], stats["pending"]), (Some(1), Some(0)));
+    // The parent's worker runs first: it finds nothing to claim while its children wait.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let parents = run(worker_of(&server, "reports", reader(&seen)).await);
+    let children = run(worker_of(&server, "fetch", fetch).await);
+    assert!(until(|| async { state(&reports, &root).await.as_deref() == Some("done") }).await);
+    let (p, c) = (parents.stop().await, children.stop().await);
+    assert_eq!((p.acked, c.acked), (1, 2));
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 1, "the parent ran once");
+    let expected: Children = [
+        (key("fetch", &tree.children[0].id), acked("rows of eu")),
+        (key("fetch", &tree.children[1].id), acked("rows of us")),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(seen[0], expected, "the parent ran after both were acked");
+    assert_eq!(reports.children(&root).await.expect("children"), expected);
+    assert_eq!(reports.stats().await.expect("stats")["waiting"], Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_child_kills_its_parent_with_its_name_in_the_error() {
+    let server = start(one_attempt());
+    let flows = Flows::new(conn(&server).await);
+    let mut tree = FlowJob::new("invoices", b"march")
+        .child(FlowJob::new("charge", b"fail card 4242"))
+        .child(FlowJob::new("charge", b"card 1881"));
+    let root = flows.flow(&mut tree).await.expect("flow");
+    let failed = tree.children[0].id.clone().expect("minted");
+    let invoices = Queue::new(conn(&server).await, "invoices");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let parents = run(worker_of(&server, "invoices", move |_job: Job| {
+        r.fetch_add(1, Ordering::SeqCst);
+        async { Ok(None) }
+    })
+    .await);
+    let children = run(worker_of(&server, "charge", fetch).await);
+    assert!(until(|| async { state(&invoices, &root).await.as_deref() == Some("dead") }).await);
+    children.stop().await;
+    parents.stop().await;
+    let error = field(&invoices, &root, "error").await.expect("an error");
+    assert!(
+        error.contains(&format!("child charge {failed} dead"))
+            && error.contains("no rows for fail card 4242"),
+        "{error}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "a dead parent never runs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_child_with_on_fail_ignore_just_counts() {
+    let server = start(one_attempt());
+    let reports = Queue::new(conn(&server).await, "reports");
+    let fetches = Queue::new(conn(&server).await, "fetch");
+    let parent = reports
+        .enqueue_with(
+            b"summary",
+            Enqueue {
+                children: Some(2),
+                ..Enqueue::default()
+            },
+        )
+        .await
+        .expect("parent");
+    let child = |payload: &'static str| {
+        let how = Enqueue {
+            parents: vec![Parent::new("reports", parent.clone()).on_fail(OnFail::Ignore)],
+            ..Enqueue::default()
+        };
+        let fetches = fetches.clone();
+        async move { fetches.enqueue_with(payload, how).await.expect("child") }
+    };
+    let (good, bad) = (child("eu").await, child("fail us").await);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let parents = run(worker_of(&server, "reports", reader(&seen)).await);
+    let children = run(worker_of(&server, "fetch", fetch).await);
+    assert!(until(|| async { state(&reports, &parent).await.as_deref() == Some("done") }).await);
+    children.stop().await;
+    assert_eq!(parents.stop().await.acked, 1);
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0][&key("fetch", &Some(good))], acked("rows of eu"));
+    let dead = &seen[0][&key("fetch", &Some(bad))];
+    assert_eq!(dead.status, ChildStatus::Dead);
+    assert!(String::from_utf8_lossy(&dead.data).contains("no rows for fail us"));
+    assert_eq!(
+        field(&reports, &parent, "finished").await.as_deref(),
+        Some("2")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_callback_runs_once_with_the_counts_of_its_jobs() {
+    let server = start(one_attempt());
+    let flows = Flows::new(conn(&server).await);
+    let mut jobs: Vec<FlowJob> = ["a", "fail b", "c", "fail d", "e"]
+        .iter()
+        .map(|p| FlowJob::new("fetch", p))
+        .collect();
+    let mut done = FlowJob::new("batches", b"nightly");
+    let callback = flows.batch(&mut jobs, &mut done).await.expect("batch");
+    assert_eq!(done.id.as_deref(), Some(callback.as_str()));
+    let counts = Arc::new(Mutex::new(Vec::new()));
+    let c = counts.clone();
+    let callbacks = run(worker_of(&server, "batches", move |job: Job| {
+        let c = c.clone();
+        async move {
+            let children = job.children().await?;
+            let of = |s| children.values().filter(|o| o.status == s).count();
+            c.lock()
+                .expect("lock")
+                .push((of(ChildStatus::Acked), of(ChildStatus::Dead)));
+            Ok(None)
+        }
+    })
+    .await);
+    let batch = run(worker_of(&server, "fetch", fetch).await);
+    let q = Queue::new(conn(&server).await, "batches");
+    assert!(until(|| async { state(&q, &callback).await.as_deref() == Some("done") }).await);
+    assert_eq!(batch.stop().await.failed, 2);
+    assert_eq!(callbacks.stop().await.acked, 1);
+    assert_eq!(
+        *counts.lock().expect("lock"),
+        [(3, 2)],
+        "one run, 3 acked, 2 dead"
+    );
+    let read = q.children(&callback).await.expect("children");
+    for job in &jobs {
+        assert!(read.contains_key(&key("fetch", &job.id)), "{job:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_runs_its_jobs_in_order() {
+    let server = start(Options::default());
+    let flows = Flows::new(conn(&server).await);
+    let mut steps: Vec<FlowJob> = ["extract", "transform", "load"]
+        .iter()
+        .map(|p| FlowJob::new("etl", p))
+        .collect();
+    let ids = flows.chain(&mut steps).await.expect("chain");
+    let minted: Vec<String> = steps.iter().filter_map(|s| s.id.clone()).collect();
+    assert_eq!(ids, minted);
+    let q = Queue::new(conn(&server).await, "etl");
+    let stats = q.stats().await.expect("stats");
+    assert_eq!((stats["pending"], stats["waiting"]), (Some(1), Some(2)));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let o = order.clone();
+    let worker = run(worker_of(&server, "etl", move |job: Job| {
+        o.lock()
+            .expect("lock")
+            .push(String::from_utf8_lossy(&job.payload).into_owned());
+        async { Ok(None) }
+    })
+    .await
+    .concurrency(4));
+    assert!(until(|| async { state(&q, &ids[2]).await.as_deref() == Some("done") }).await);
+    assert_eq!(worker.stop().await.acked, 3);
+    assert_eq!(
+        *order.lock().expect("lock"),
+        ["extract", "transform", "load"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_flow_with_the_same_ids_counts_each_child_once() {
+    let server = start(Options::default());
+    let flows = Flows::new(conn(&server).await);
+    // `reports` and `fetch` have different slots: each child is adopted first, on every try.
+    assert_ne!(slot("reports"), slot("fetch"));
+    let mut tree = FlowJob::new("reports", b"weekly")
+        .child(FlowJob::new("fetch", b"eu"))
+        .child(FlowJob::new("fetch", b"us"));
+    let root = tree.mint_ids();
+    // A first try that got as far as the root and its first child.
+    let reports = Queue::new(conn(&server).await, "reports");
+    let fetches = Queue::new(conn(&server).await, "fetch");
+    let as_parent = Enqueue {
+        id: Some(root.clone()),
+        children: Some(2),
+        ..Enqueue::default()
+    };
+    reports
+        .enqueue_with(b"weekly", as_parent)
+        .await
+        .expect("root");
+    let first = tree.children[0].id.clone();
+    let as_child = Enqueue {
+        id: first.clone(),
+        parents: vec![Parent::new("reports", root.clone())],
+        ..Enqueue::default()
+    };
+    fetches
+        .enqueue_with(b"eu", as_child.clone())
+        .await
+        .expect("child");
+    // The retries: the whole flow twice, then the first leaf alone.
+    assert_eq!(flows.flow(&mut tree).await.expect("retry"), root);
+    assert_eq!(flows.flow(&mut tree).await.expect("again"), root);
+    let leaf = fetches.enqueue_with(b"eu", as_child).await.expect("leaf");
+    assert_eq!(Some(leaf), first);
+    assert_eq!(
+        field(&reports, &root, "adopted").await.as_deref(),
+        Some("2")
+    );
+    assert_eq!(fetches.stats().await.expect("stats")["pending"], Some(2));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let parents = run(worker_of(&server, "reports", reader(&seen)).await);
+    let children = run(worker_of(&server, "fetch", fetch).await);
+    assert!(until(|| async { state(&reports, &root).await.as_deref() == Some("done") }).await);
+    assert_eq!(children.stop().await.acked, 2);
+    assert_eq!(parents.stop().await.acked, 1);
+    assert_eq!(
+        field(&reports, &root, "finished").await.as_deref(),
+        Some("2")
+    );
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].len(), 2);
+    // A retry after the parent ran (it waits for no one now): the same flow, nothing new.
+    assert_eq!(flows.flow(&mut tree).await.expect("late retry"), root);
+    assert_eq!(
+        field(&reports, &root, "adopted").await.as_deref(),
+        Some("2")
+    );
+    assert_eq!(fetches.stats().await.expect("stats")["pending"], Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_that_refuses_a_child_is_a_typed_error() {
+    let server = start(Options::default());
+    let reports = Queue::new(conn(&server).await, "reports");
+    let fetches = Queue::new(conn(&server).await, "fetch");
+    let child_of = |queue: &str, id: &str| Enqueue {
+        parents: vec![Parent::new(queue, id)],
+        ..Enqueue::default()
+    };
+    let nobody = echomq_client::ids::mint();
+    // No such parent: in reach (the same queue: the enqueue checks), and on another slot (the
+    // adoption checks).
+    let same = fetches.enqueue_with(b"x", child_of("fetch", &nobody)).await;
+    assert!(matches!(same, Err(Error::Parent(_))), "{same:?}");
+    let other = fetches
+        .enqueue_with(b"x", child_of("reports", &nobody))
+        .await;
+    assert!(matches!(other, Err(Error::Parent(_))), "{other:?}");
+    // A parent not waiting (a plain job), and one with all its children.
+    let plain = reports.enqueue(b"plain").await.expect("plain");
+    let not_waiting = fetches
+        .enqueue_with(b"x", child_of("reports", &plain))
+        .await;
+    assert!(
+        matches!(not_waiting, Err(Error::Parent(_))),
+        "{not_waiting:?}"
+    );
+    let one = Enqueue {
+        children: Some(1),
+        ..Enqueue::default()
+    };
+    let parent = reports.enqueue_with(b"p", one).await.expect("parent");
+    fetches
+        .enqueue_with(b"first", child_of("reports", &parent))
+        .await
+        .expect("the one child");
+    let full = fetches
+        .enqueue_with(b"second", child_of("reports", &parent))
+        .await;
+    assert!(matches!(full, Err(Error::Parent(_))), "{full:?}");
+    // Refused by the client before anything is sent.
+    let id = echomq_client::ids::mint();
+    let many = Enqueue {
+        id: Some(id.clone()),
+        parents: (0..17)
+            .map(|_| Parent::new("reports", echomq_client::ids::mint()))
+            .collect(),
+        ..Enqueue::default()
+    };
+    assert!(matches!(
+        fetches.enqueue_with(b"x", many).await,
+        Err(Error::Flow(_))
+    ));
+    assert_eq!(fetches.job(&id).await.expect("job"), None);
+    let flows = Flows::new(conn(&server).await);
+    let mut done = FlowJob::new("batches", b"none");
+    let empty = flows.batch(&mut [], &mut done).await;
+    assert!(matches!(empty, Err(Error::Flow(_))), "{empty:?}");
+    assert_eq!(fetches.stats().await.expect("stats")["pending"], Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_children_on_another_primary_reach_their_parent_through_the_sweep() {
+    let cluster = Cluster::start(3, 0);
+    let parent_queue = "reports";
+    let parent_node = cluster.owner(slot(parent_queue)).port;
+    let child_queue = (0..)
+        .map(|n| format!("fetch-{n}"))
+        .find(|q| cluster.owner(slot(q)).port != parent_node)
+        .expect("a queue on another primary");
+    let flows = Flows::new(cluster_conn(&cluster).await);
+    let mut tree = FlowJob::new(parent_queue, b"monthly")
+        .child(FlowJob::new(child_queue.clone(), b"eu"))
+        .child(FlowJob::new(child_queue.clone(), b"us"));
+    let root = flows.flow(&mut tree).await.expect("flow");
+    let reports = Queue::new(cluster_conn(&cluster).await, parent_queue);
+    // Adopted on the parent's node before either child existed.
+    assert_eq!(
+        field(&reports, &root, "adopted").await.as_deref(),
+        Some("2")
+    );
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let parents = run(Worker::new(
+        cluster_conn(&cluster).await,
+        cluster_conn(&cluster).await,
+        parent_queue,
+        reader(&seen),
+    ));
+    let recorded: Recorded = Arc::new(Mutex::new(Vec::new()));
+    let r = recorded.clone();
+    let children = run(Worker::new(
+        cluster_conn(&cluster).await,
+        cluster_conn(&cluster).await,
+        child_queue.clone(),
+        fetch,
+    )
+    .on_event(move |e: &WorkerEvent| r.lock().expect("lock").push(e.clone())));
+    let done = until(|| async { state(&reports, &root).await.as_deref() == Some("done") }).await;
+    let outbox = Queue::new(cluster_conn(&cluster).await, child_queue.clone())
+        .call("EMQ.OUTBOX", &[])
+        .await;
+    assert!(
+        done,
+        "the parent: {:?}\nthe outbox: {outbox:?}\nthe sweep: {:?}\nthe logs: {:?}",
+        reports.job(&root).await,
+        recorded
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|e| e.kind == EventKind::Deliver)
+            .collect::<Vec<_>>(),
+        cluster
+            .nodes
+            .iter()
+            .map(|n| n.log_tail())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(children.stop().await.acked, 2);
+    assert_eq!(parents.stop().await.acked, 1);
+    let seen = seen.lock().expect("lock").clone();
+    let expected: Children = [
+        (key(&child_queue, &tree.children[0].id), acked("rows of eu")),
+        (key(&child_queue, &tree.children[1].id), acked("rows of us")),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(seen, [expected]);
+    // Each child's hand-over was delivered by the sweep, once.
+    let mut delivered: Vec<String> = recorded
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|e| e.kind == EventKind::Deliver && e.outcome == EventOutcome::Ok)
+        .map(|e| e.id.clone())
+        .collect();
+    delivered.sort();
+    let mut ids: Vec<String> = tree.children.iter().filter_map(|c| c.id.clone()).collect();
+    ids.sort();
+    assert_eq!(delivered, ids);
+    let outbox = Queue::new(cluster_conn(&cluster).await, child_queue)
+        .call("EMQ.OUTBOX", &[])
+        .await
+        .expect("outbox");
+    let (cursor, entries) =
+        redis::from_redis_value::<(String, Vec<redis::Value>)>(outbox).expect("a page");
+    assert_eq!((cursor.as_str(), entries.len()), ("0", 0));
+}
