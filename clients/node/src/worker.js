@@ -2,13 +2,15 @@
 // `EMQ.CLAIM` on a connection of its own), runs each handler with an AbortSignal, renews the
 // leases of running handlers, settles acknowledgements in batches with `EMQ.MACK` that claim
 // the next jobs in the same call, fails a throwing handler's job with its stack and a backoff,
-// and closes gracefully (on SIGTERM/SIGINT too, when asked).
+// delivers its queue's outbox to the parents of finished children (outbox.js), and closes
+// gracefully (on SIGTERM/SIGINT too, when asked).
 import { EventEmitter } from 'node:events';
 import { DEFAULT_BACKOFF, retryIn } from './backoff.js';
 import { encode } from './codec.js';
 import { isCluster, routingKey } from './connection.js';
 import { EmqLeaseError, EmqVersionError, isErrorReply, translate } from './errors.js';
 import { Job, Retry } from './job.js';
+import { sweepLoop } from './outbox.js';
 import { backoff, serverFull, sleep, transient } from './retry.js';
 
 /** The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`). */
@@ -73,6 +75,8 @@ export class Worker extends EventEmitter {
     this.wakers = new Set();
     this.claims = null;
     this.renewTimer = null;
+    this.sweeper = new AbortController(); // stops the outbox's sweeps, once the worker has closed
+    this.sweeping = null;
     this.closePromise = null;
     this.signalHandler = options.handleSignals ? () => void this.close() : null;
     this.runPromise = null;
@@ -111,6 +115,8 @@ export class Worker extends EventEmitter {
 
   async loop() {
     checkVersion(await this.queue.send(['EMQ.VERSION'], true));
+    const delivered = (/** @type {import('./outbox.js').Handover} */ entry) => void this.emit('delivered', entry);
+    this.sweeping = sweepLoop(this.queue, this.sweeper.signal, delivered, (e) => this.report(e));
     this.claims = this.queue.client.duplicate();
     this.claims.on?.('error', (/** @type {unknown} */ e) => this.report(e));
     await this.claims.connect();
@@ -190,7 +196,7 @@ export class Worker extends EventEmitter {
     }
     const controller = new AbortController();
     const bytes = typeof payload === 'string' ? Buffer.from(payload) : payload;
-    const job = new Job(this.queue.name, String(id), bytes, Number(token), controller.signal);
+    const job = new Job(this.queue.name, String(id), bytes, Number(token), controller.signal, this.queue);
     const state = { job, controller, finished: false };
     // By the job's own object: the same job claimed again (its lease lost) is another run.
     this.running.set(job, state);
@@ -346,6 +352,9 @@ export class Worker extends EventEmitter {
     this.closed = true;
     for (const { controller } of this.running.values()) controller.abort(new Error('the worker closed before the job finished'));
     clearInterval(this.renewTimer ?? undefined);
+    // The sweeps go on while the handlers drain, whose children may have parents to reach.
+    this.sweeper.abort();
+    await this.sweeping;
     if (this.signalHandler) for (const s of ['SIGTERM', 'SIGINT']) process.off(s, this.signalHandler);
     // A cluster client has no `isOpen`; a client that never connected refuses disconnect().
     if (this.claims) await this.claims.disconnect().catch(() => {});
