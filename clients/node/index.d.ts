@@ -135,6 +135,14 @@ export interface JobRow {
   due?: number;
   'lease-deadline'?: number;
   'died-at'?: number;
+  /** A parent's: the children it waits for, those registered so far, those finished. */
+  children?: number;
+  adopted?: number;
+  finished?: number;
+  /** A child's parents, one `<queue> <id> <fail|ignore>` a line. */
+  parents?: string;
+  /** A parent a hand-over found gone (`EMQ.DELIVERED ... ORPHAN`). */
+  orphan?: string;
   [field: string]: unknown;
 }
 
