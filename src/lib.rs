@@ -51,6 +51,11 @@ const COMMANDS: &[Command] = &[
     commands::decode::COMMAND,
     commands::version::COMMAND,
     commands::queues::COMMAND,
+    commands::adopt::COMMAND,
+    commands::handover::COMMAND,
+    commands::delivered::COMMAND,
+    commands::outbox::COMMAND,
+    commands::children::COMMAND,
 ];
 
 /// EchoMQ takes its settings as `emq.*` configs, never as load arguments: an argument is a

@@ -148,8 +148,8 @@ fn keyspace_hits_and_misses_count_only_what_clients_read() {
     let after = ks(&mut con);
     assert_eq!(
         (after.0 - before.0) + (after.1 - before.1),
-        4,
-        "EMQ.STATS reads four sets"
+        5,
+        "EMQ.STATS reads four sets and the waiting parents"
     );
 }
 

@@ -8,9 +8,10 @@ use emq_harness as support;
 use redis::{cmd, Value};
 use support::*;
 
-const ERROR_CODES: [&str; 14] = [
+const ERROR_CODES: [&str; 15] = [
     "EMQQUEUE",
     "EMQCRON",
+    "EMQPARENT",
     "EMQLEASE",
     "EMQSET",
     "EMQCURSOR",

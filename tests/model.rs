@@ -462,6 +462,8 @@ fn check_queue(con: &mut Connection, q: &str, model: &Model, step: usize) {
     ]
     .map(|(name, s)| (name.to_string(), Some(model.count(s))))
     .into();
+    // The model makes no parents (tests/flows.rs does).
+    expected.push(("waiting".to_string(), Some(0)));
     expected.push(("paused".to_string(), Some(i64::from(model.paused))));
     expected.extend(model.limits());
     assert_eq!(stats, expected, "EMQ.STATS at step {step}");

@@ -222,7 +222,8 @@ fn a_read_only_replica_refuses_every_echomq_write_and_answers_its_reads() {
     let (id, token) = (claimed[0].0.clone(), claimed[0].2.to_string());
     wait_caught_up(&mut p, &mut r);
     let before = digest(&mut r);
-    let writes: [(&str, Vec<&str>); 17] = [
+    let (parent, child) = (job_id(900), job_id(901));
+    let writes: [(&str, Vec<&str>); 20] = [
         ("emq.enqueue", vec![q, "*", "y"]),
         ("emq.menqueue", vec![q, "*", "y", "*", "z"]),
         ("emq.claim", vec![q, "BLOCK", "0"]),
@@ -240,6 +241,12 @@ fn a_read_only_replica_refuses_every_echomq_write_and_answers_its_reads() {
         ("emq.limit", vec![q, "CONCURRENCY", "2"]),
         ("emq.cron", vec![q, "c", "EVERY", "1000", "p"]),
         ("emq.uncron", vec![q, "c"]),
+        ("emq.adopt", vec![q, &parent, q, &child]),
+        (
+            "emq.handover",
+            vec![q, &parent, q, &child, "acked", "fail", "r"],
+        ),
+        ("emq.delivered", vec![q, &child, q, &parent]),
     ];
     // Every command the module flags `write` is among them.
     let mut flagged: Vec<String> = emq_commands(&mut r)

@@ -221,7 +221,7 @@ fn bad_unique_options_are_refused_with_typed_errors_and_write_nothing() {
                 &["UNIQUE", "a", "UNIQUE", "b"],
                 "ERR syntax error: expected DELAY",
             ),
-            (&["UNIQUE"], "ERR wrong number of arguments"),
+            (&["UNIQUE"], "ERR syntax error: an option lacks its value"),
         ],
     );
     assert!(keys_of(&mut con, &q).is_empty(), "nothing written");

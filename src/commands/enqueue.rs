@@ -16,18 +16,55 @@ use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::server::now_ms;
 use crate::host::store::with_queue;
 use crate::host::string::Text;
+use crate::protocol::flow::{write_parents, ParentRef, Policy, MAX_CHILDREN, MAX_PARENTS};
 use crate::protocol::job::{PRIORITY_MAX, PRIORITY_MIN};
-use crate::protocol::{settings, EmqError};
-use crate::queue::enqueue::{check_new, enqueue_with, Added, Placement};
+use crate::protocol::{settings, BrandedId, EmqError, Queue};
+use crate::queue::enqueue::{check_new, enqueue_flow, Added, Flow, Placement};
 use crate::queue::unique::{Unique, MAX_KEY_LEN, SWEEP_ROUND_MS};
 use crate::queue::Job;
-use crate::runtime::{cluster, timer};
+use crate::runtime::{cluster, flows, timer};
 
 /// The options after the payload.
 struct Options<'a> {
     placement: Placement,
     priority: i64,
     unique: Option<Unique<'a>>,
+    /// `CHILDREN <n>`: a parent that waits for `n` children.
+    children: Option<i64>,
+    /// Each `PARENT <queue> <id> [ON-FAIL FAIL|IGNORE]`, in order.
+    parents: Vec<ParentRef>,
+}
+
+/// `PARENT <queue> <id> [ON-FAIL FAIL|IGNORE]`, its name read: a parent the job may name once.
+fn parse_parent(
+    options: &mut ArgCursor<'_, '_>,
+    parents: &[ParentRef],
+) -> Result<ParentRef, EmqError> {
+    options.expect_values(2)?;
+    let queue = parse_queue(options.value()?)?;
+    let id = parse_id(options.value()?)?;
+    let policy = if options.next_is("ON-FAIL") {
+        Policy::parse(options.value()?)
+            .ok_or_else(|| syntax("syntax error: ON-FAIL is FAIL or IGNORE"))?
+    } else {
+        Policy::Fail
+    };
+    if parents.len() == MAX_PARENTS {
+        return Err(EmqError::Syntax(
+            format!("a job names at most {MAX_PARENTS} parents").into(),
+        ));
+    }
+    if parents
+        .iter()
+        .any(|p| p.id == id && p.queue == queue.as_bytes())
+    {
+        return Err(syntax("syntax error: a parent is named twice"));
+    }
+    Ok(ParentRef {
+        queue: queue.as_bytes().to_vec(),
+        id,
+        policy,
+    })
 }
 
 /// The options after the payload, at `args[at..]`, in any order, each at most once:
@@ -39,6 +76,8 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
     let mut unique: Option<&'a [u8]> = None;
     let mut for_ms = None;
     let mut now = None;
+    let mut children = None;
+    let mut parents = Vec::new();
     let mut options = ArgCursor::new(args, at);
     while let Some(name) = options.next_option()? {
         if due.is_none() && is_token(name, "DELAY") {
@@ -58,9 +97,14 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
             unique = Some(value);
         } else if for_ms.is_none() && is_token(name, "FOR") {
             for_ms = Some(options.next_int(1, settings::MAX_DURATION_MS, "FOR")?);
+        } else if children.is_none() && is_token(name, "CHILDREN") {
+            children = Some(options.next_int(1, MAX_CHILDREN, "CHILDREN")?);
+        } else if is_token(name, "PARENT") {
+            let parent = parse_parent(&mut options, &parents)?;
+            parents.push(parent);
         } else {
             return Err(syntax(
-                "syntax error: expected DELAY <ms> or AT <unix-ms>, PRIORITY <p> and UNIQUE <key> [FOR <ms>], once each",
+                "syntax error: expected DELAY <ms> or AT <unix-ms>, PRIORITY <p>, UNIQUE <key> [FOR <ms>] and CHILDREN <n>, once each, and PARENT <queue> <id> [ON-FAIL FAIL|IGNORE]",
             ));
         }
     }
@@ -77,6 +121,8 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
         placement,
         priority: priority.unwrap_or(0),
         unique: unique.map(|key| Unique { key, for_ms }),
+        children,
+        parents,
     })
 }
 
@@ -107,11 +153,24 @@ pub const COMMAND: Command = Command {
                 Arg::token(c"window", c"FOR", Int),
             ]),
         ),
+        Arg::token(c"children", c"CHILDREN", Int),
+        Arg::optional_multiple(
+            c"parent",
+            Block(&[
+                Arg::keyword(c"parent-queue", c"PARENT", Str),
+                Arg::required(c"parent-id", Str),
+                Arg::token(
+                    c"on-fail",
+                    c"ON-FAIL",
+                    OneOf(&[Arg::pure(c"fail", c"FAIL"), Arg::pure(c"ignore", c"IGNORE")]),
+                ),
+            ]),
+        ),
     ],
 };
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
-    if args.len() < 4 || !args.len().is_multiple_of(2) {
+    if args.len() < 4 {
         return Err(EmqError::Arity("emq.enqueue"));
     }
     let queue = parse_queue(args.bytes(1))?;
@@ -125,7 +184,18 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let (Some(id_text), Some(payload)) = (args.string(2), args.string(3)) else {
         return Err(EmqError::Internal);
     };
-    with_queue(ctx, queue, Access::ReadWrite, |store| {
+    // The parents in reach are checked before anything is written, and take the child after.
+    let parents: Vec<(Queue<'_>, BrandedId)> = options
+        .parents
+        .iter()
+        .filter_map(|p| Some((Queue::parse(&p.queue)?, p.id)))
+        .collect();
+    flows::adopt_in_reach(ctx, queue, requested.as_ref(), &parents, false)?;
+    let flow = Flow {
+        children: options.children,
+        parents: (!options.parents.is_empty()).then(|| write_parents(&options.parents)),
+    };
+    let added = with_queue(ctx, queue, Access::ReadWrite, |store| {
         // A well-formed id is canonical (parse and encode are inverse), so the client's own
         // argument string is the set member: no copy.
         let member = Text::Borrowed(id_text);
@@ -133,22 +203,32 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             id,
             member: &member,
         });
-        let added = enqueue_with(
+        let added = enqueue_flow(
             store,
             job,
             &Text::Borrowed(payload),
             options.placement,
             options.priority,
             options.unique.as_ref(),
+            &flow,
         )?;
         if options.unique.is_some() && matches!(added, Added::New | Added::Minted(_)) {
             // The unique table's sweep is the timer's: its next round, unless one is nearer.
             timer::watch_unique(ctx, queue, now_ms() as i64 + SWEEP_ROUND_MS);
         }
-        Ok(match added {
-            Added::New => Reply::Integer(1),
-            Added::Duplicate => Reply::Integer(0),
-            Added::Minted(id) | Added::Held(id) => Reply::Bulk(id.encode().to_vec()),
-        })
+        Ok(added)
+    })?;
+    let child = match added {
+        Added::New => requested,
+        Added::Minted(id) => Some(id),
+        Added::Duplicate | Added::Held(_) => None,
+    };
+    if let (Some(child), false) = (child, parents.is_empty()) {
+        flows::adopt_in_reach(ctx, queue, Some(&child), &parents, true)?;
+    }
+    Ok(match added {
+        Added::New => Reply::Integer(1),
+        Added::Duplicate => Reply::Integer(0),
+        Added::Minted(id) | Added::Held(id) => Reply::Bulk(id.encode().to_vec()),
     })
 }

@@ -7,20 +7,25 @@
 #![forbid(unsafe_code)]
 
 pub mod ack;
+pub mod adopt;
 pub mod cancel;
+pub mod children;
 pub mod claim;
 pub mod cron;
 pub mod cursor;
 pub mod decode;
+pub mod delivered;
 pub mod enqueue;
 pub mod events;
 pub mod fail;
+pub mod handover;
 pub mod job;
 pub mod jobs;
 pub mod key;
 pub mod limit;
 pub mod mack;
 pub mod menqueue;
+pub mod outbox;
 pub mod pause;
 pub mod purge;
 pub mod queues;

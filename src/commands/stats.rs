@@ -33,6 +33,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         ("active", n(active)),
         ("scheduled", n(scheduled)),
         ("dead", n(dead)),
+        ("waiting", n(stats.waiting)),
         ("paused", Reply::Integer(i64::from(stats.paused))),
     ];
     fields.extend(super::limit::usage_fields(&stats.usage));

@@ -72,6 +72,28 @@ impl Arg {
         }
     }
 
+    /// A keyword with no value, one choice of a [`ArgKind::OneOf`] (`FAIL`).
+    pub const fn pure(name: &'static CStr, token: &'static CStr) -> Self {
+        Self {
+            name,
+            kind: ArgKind::PureToken,
+            token: Some(token),
+            optional: false,
+            multiple: false,
+        }
+    }
+
+    /// An optional argument that may be given again and again (`[PARENT <queue> <id>] ...`).
+    pub const fn optional_multiple(name: &'static CStr, kind: ArgKind) -> Self {
+        Self {
+            name,
+            kind,
+            token: None,
+            optional: true,
+            multiple: true,
+        }
+    }
+
     pub const fn required(name: &'static CStr, kind: ArgKind) -> Self {
         Self {
             name,

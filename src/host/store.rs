@@ -6,9 +6,11 @@
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::marker::PhantomData;
+use std::sync::OnceLock;
 
 use valkey_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context};
 
+use crate::protocol::flow::Delivery;
 use crate::protocol::{
     BrandedId, EmqError, Field, Holds, KeyBuf, KeyRef, KeyType, Meta, Queue, RowPrefix, ScanStep,
     Set, State, Store, Table, Value,
@@ -30,7 +32,7 @@ use super::words::words;
 pub struct QueueNames<'q> {
     ctx: &'q Context,
     queue: Queue<'q>,
-    names: [OnceCell<OwnedString>; Set::COUNT + 4],
+    names: [OnceCell<OwnedString>; Set::COUNT + 2 + Table::COUNT],
 }
 
 impl<'q> QueueNames<'q> {
@@ -74,8 +76,20 @@ impl<'q> QueueNames<'q> {
     }
 }
 
+/// What delivers the hand-overs a transition kept (`Store::defer`) once it ended, over the
+/// same store: `runtime::flows`, installed at load (the host does not reach up to it).
+pub type HandOver = for<'s, 'a> fn(&ServerStore<'s, 'a>, Vec<Delivery>);
+
+static HAND_OVER: OnceLock<HandOver> = OnceLock::new();
+
+/// Installs the delivery of hand-overs (module load).
+pub fn set_hand_over(f: HandOver) {
+    let _ = HAND_OVER.set(f);
+}
+
 /// Runs `f` over the store of `queue`, whose permissions are checked for `access`. The store
-/// writes strings that live for `'a` (a command's arguments) without copying them.
+/// writes strings that live for `'a` (a command's arguments) without copying them. The
+/// hand-overs `f`'s transitions kept are delivered after it, in the same call.
 #[inline(always)]
 pub fn with_queue<'a, R>(
     ctx: &Context,
@@ -92,9 +106,17 @@ pub fn with_queue<'a, R>(
         prefix: Cell::new(None),
         events: OnceCell::new(),
         meta: RefCell::new(None),
+        deferred: RefCell::new(Vec::new()),
         texts: PhantomData,
     };
-    f(&store)
+    let out = f(&store);
+    if !store.deferred.borrow().is_empty() {
+        let deferred = store.take_deferred();
+        if let Some(hand_over) = HAND_OVER.get() {
+            hand_over(&store, deferred);
+        }
+    }
+    out
 }
 
 /// Where a `meta` hash read is not cached: inside `MULTI` or a script.
@@ -136,6 +158,8 @@ pub struct ServerStore<'s, 'a> {
     /// The `meta` hash's facts, every one read by the first look (one lookup of the key) and
     /// kept for the call until it writes the hash.
     meta: RefCell<Option<MetaFacts>>,
+    /// Hand-overs to parents the call's transitions kept, delivered when it ends.
+    deferred: RefCell<Vec<Delivery>>,
     texts: PhantomData<Text<'a>>,
 }
 
@@ -153,6 +177,16 @@ impl<'s> ServerStore<'s, '_> {
     /// The name of one of the queue's sets.
     pub(crate) fn set_name(&self, set: Set) -> Result<&OwnedString, EmqError> {
         self.names.get(set)
+    }
+
+    /// The queue this store opens.
+    pub fn queue(&self) -> Queue<'s> {
+        self.names.queue
+    }
+
+    /// Whether the caller was checked as a client for reads only.
+    pub fn access(&self) -> Access {
+        self.access
     }
 
     #[inline]
@@ -176,6 +210,10 @@ impl<'a> Store for ServerStore<'_, 'a> {
     #[inline]
     fn now_ms(&self) -> i64 {
         now_ms() as i64
+    }
+
+    fn queue_name(&self) -> &[u8] {
+        self.names.queue.as_bytes()
     }
 
     #[inline]
@@ -514,6 +552,46 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(())
     }
 
+    fn row_get(&self, row: &Key<'_>, field: &[u8]) -> Option<Text<'a>> {
+        let field = OwnedString::new(self.ctx, field).ok()?;
+        row.hash_get(field.as_str()).map(Text::Owned)
+    }
+
+    fn row_set(&self, row: &Key<'_>, pairs: &[(&[u8], &[u8])]) -> Result<(), EmqError> {
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let mut made = Vec::with_capacity(pairs.len());
+        for (field, value) in pairs {
+            made.push((
+                OwnedString::new(self.ctx, field)?,
+                OwnedString::new(self.ctx, value)?,
+            ));
+        }
+        let strs: Vec<_> = made.iter().map(|(f, v)| (f.as_str(), v.as_str())).collect();
+        row.hash_set(&strs)?;
+        let mut args = Vec::with_capacity(1 + 2 * strs.len());
+        args.push(row.name().as_str());
+        for (f, v) in &strs {
+            args.extend([*f, *v]);
+        }
+        notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
+        emit(self.ctx, c"HSET", &args);
+        Ok(())
+    }
+
+    fn row_scan(&self, row: &OwnedString, cursor: u64, count: usize) -> Result<ScanStep, EmqError> {
+        hscan(self.ctx, row, cursor, count)
+    }
+
+    fn defer(&self, delivery: Delivery) {
+        self.deferred.borrow_mut().push(delivery);
+    }
+
+    fn take_deferred(&self) -> Vec<Delivery> {
+        std::mem::take(&mut *self.deferred.borrow_mut())
+    }
+
     #[inline]
     fn expire_row(&self, row: &Key<'_>, at_ms: i64) -> Result<(), EmqError> {
         row.expire_at(at_ms)?;
@@ -682,32 +760,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         if self.open_table(table)?.holds() == Holds::Nothing {
             return Ok((0, Vec::new()));
         }
-        let (cursor, count) = (cursor.to_string(), count.to_string());
-        let args: [&[u8]; 4] = [name.bytes(), cursor.as_bytes(), b"COUNT", count.as_bytes()];
-        // The crate has no safe `RM_ScanKey`, whose cursor cannot outlive the call; `HSCAN`'s
-        // is a number, so a sweep resumes on the next visit. A read: nothing to replicate.
-        let options = CallOptionsBuilder::new().build();
-        let reply: CallResult = self.ctx.call_ext("HSCAN", &options, &args[..]);
-        let Ok(CallReply::Array(reply)) = reply else {
-            return Err(EmqError::Internal);
-        };
-        let bytes = |r: Option<CallResult<'_>>| match r {
-            Some(Ok(CallReply::String(s))) => Some(s.as_bytes().to_vec()),
-            _ => None,
-        };
-        let next = bytes(reply.get(0))
-            .and_then(|c| std::str::from_utf8(&c).ok()?.parse::<u64>().ok())
-            .ok_or(EmqError::Internal)?;
-        let Some(Ok(CallReply::Array(items))) = reply.get(1) else {
-            return Err(EmqError::Internal);
-        };
-        let mut fields = Vec::with_capacity(items.len() / 2);
-        for i in (0..items.len()).step_by(2) {
-            if let (Some(f), Some(v)) = (bytes(items.get(i)), bytes(items.get(i + 1))) {
-                fields.push((f, v));
-            }
-        }
-        Ok((next, fields))
+        hscan(self.ctx, name, cursor, count)
     }
 }
 
@@ -744,4 +797,39 @@ impl ServerStore<'_, '_> {
             _ => Err(EmqError::WrongType),
         }
     }
+}
+
+/// One step of `HSCAN name cursor COUNT count`: the next cursor and the fields with their values.
+fn hscan(
+    ctx: &Context,
+    name: &OwnedString,
+    cursor: u64,
+    count: usize,
+) -> Result<ScanStep, EmqError> {
+    let (cursor, count) = (cursor.to_string(), count.to_string());
+    let args: [&[u8]; 4] = [name.bytes(), cursor.as_bytes(), b"COUNT", count.as_bytes()];
+    // The crate has no safe `RM_ScanKey`, whose cursor cannot outlive the call; `HSCAN`'s
+    // is a number, so a sweep resumes on the next visit. A read: nothing to replicate.
+    let options = CallOptionsBuilder::new().build();
+    let reply: CallResult = ctx.call_ext("HSCAN", &options, &args[..]);
+    let Ok(CallReply::Array(reply)) = reply else {
+        return Err(EmqError::Internal);
+    };
+    let bytes = |r: Option<CallResult<'_>>| match r {
+        Some(Ok(CallReply::String(s))) => Some(s.as_bytes().to_vec()),
+        _ => None,
+    };
+    let next = bytes(reply.get(0))
+        .and_then(|c| std::str::from_utf8(&c).ok()?.parse::<u64>().ok())
+        .ok_or(EmqError::Internal)?;
+    let Some(Ok(CallReply::Array(items))) = reply.get(1) else {
+        return Err(EmqError::Internal);
+    };
+    let mut fields = Vec::with_capacity(items.len() / 2);
+    for i in (0..items.len()).step_by(2) {
+        if let (Some(f), Some(v)) = (bytes(items.get(i)), bytes(items.get(i + 1))) {
+            fields.push((f, v));
+        }
+    }
+    Ok((next, fields))
 }

@@ -10,7 +10,7 @@ use super::string::{release, retained, Str};
 
 pub struct Words {
     fields: [Str<'static>; Field::ALL.len()],
-    states: [Str<'static>; 5],
+    states: [Str<'static>; STATES.len()],
     metas: [Str<'static>; Meta::ALL.len()],
     /// `0` to `SMALL - 1`: a job's attempts, as a claim writes them.
     small: [Str<'static>; SMALL],
@@ -25,12 +25,13 @@ unsafe impl Send for Words {}
 unsafe impl Sync for Words {}
 
 const FIELDS: [Field; Field::ALL.len()] = Field::ALL;
-const STATES: [State; 5] = [
+const STATES: [State; 6] = [
     State::Pending,
     State::Scheduled,
     State::Active,
     State::Done,
     State::Dead,
+    State::Waiting,
 ];
 
 impl Words {

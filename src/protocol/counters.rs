@@ -29,6 +29,14 @@ pub static LIMITED: AtomicU64 = AtomicU64::new(0);
 pub static UNIQUE_HELD: AtomicU64 = AtomicU64::new(0);
 /// Jobs the timer enqueued for repeating schedules.
 pub static CRON_FIRED: AtomicU64 = AtomicU64::new(0);
+/// Finished children counted by their parents (docs/flows.md).
+pub static HANDED_OVER: AtomicU64 = AtomicU64::new(0);
+/// Hand-overs left in a child queue's outbox for a worker to deliver.
+pub static PARKED: AtomicU64 = AtomicU64::new(0);
+/// Parents whose children all finished, moved out of `waiting`.
+pub static RELEASED: AtomicU64 = AtomicU64::new(0);
+/// Hand-overs a parent refused (gone, not waiting, or with all its children).
+pub static ORPHANED: AtomicU64 = AtomicU64::new(0);
 
 /// Timer ticks: one every 10 ms while something is due, none while nothing is.
 pub static TICKS: AtomicU64 = AtomicU64::new(0);
@@ -40,7 +48,7 @@ pub static TICKS_AT_BUDGET: AtomicU64 = AtomicU64::new(0);
 pub static VISITS_REFUSED: AtomicU64 = AtomicU64::new(0);
 
 /// The job counters of `INFO emq`, by field name.
-pub static JOB_COUNTERS: [(&str, &AtomicU64); 17] = [
+pub static JOB_COUNTERS: [(&str, &AtomicU64); 21] = [
     ("enqueued", &ENQUEUED),
     ("duplicates", &DUPLICATES),
     ("scheduled", &SCHEDULED),
@@ -58,13 +66,17 @@ pub static JOB_COUNTERS: [(&str, &AtomicU64); 17] = [
     ("limited", &LIMITED),
     ("unique_held", &UNIQUE_HELD),
     ("cron_fired", &CRON_FIRED),
+    ("handed_over", &HANDED_OVER),
+    ("parked", &PARKED),
+    ("released", &RELEASED),
+    ("orphaned", &ORPHANED),
 ];
 
 /// Refusals by reason, in the order of [`REFUSAL_REASONS`].
 pub static REFUSALS: [AtomicU64; REFUSAL_REASONS.len()] =
     [const { AtomicU64::new(0) }; REFUSAL_REASONS.len()];
 
-pub const REFUSAL_REASONS: [&str; 16] = [
+pub const REFUSAL_REASONS: [&str; 17] = [
     "queue",
     "type",
     "id",
@@ -80,6 +92,7 @@ pub const REFUSAL_REASONS: [&str; 16] = [
     "tryagain",
     "oom",
     "cron",
+    "parent",
     "internal",
 ];
 
@@ -123,6 +136,7 @@ mod tests {
             EmqError::TryAgain,
             EmqError::Oom,
             EmqError::Cron("x".into()),
+            EmqError::Parent("x".into()),
             EmqError::Internal,
         ] {
             assert!(REFUSAL_REASONS.contains(&err.reason()), "{err:?}");

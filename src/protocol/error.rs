@@ -46,6 +46,8 @@ pub enum EmqError {
     /// A repeating schedule refused: a malformed spec (the parser's reason), one that never
     /// fires, or a queue that holds as many schedules as it may.
     Cron(Cow<'static, str>),
+    /// A child's parent refused it: missing, not waiting, or with all its children.
+    Parent(Cow<'static, str>),
     /// A handler panicked; nothing was written past validation.
     Internal,
 }
@@ -58,7 +60,7 @@ impl EmqError {
                 "EMQQUEUE queue name must be 1-128 printable ASCII bytes without braces".into()
             }
             EmqError::Type => {
-                "EMQTYPE unknown key type; expected pending, active, schedule, dead, meta, events, job, rate, unique or cron"
+                "EMQTYPE unknown key type; expected pending, active, schedule, dead, meta, events, job, rate, unique, cron, waiting or outbox"
                     .into()
             }
             EmqError::Id => "EMQID malformed branded id; expected 3 upper-case letters and 11 base62 digits below 2^63".into(),
@@ -69,7 +71,7 @@ impl EmqError {
             }
             EmqError::Lease => "EMQLEASE stale or missing lease token".into(),
             EmqError::Set => {
-                "EMQSET unknown set; expected pending, active, scheduled or dead".into()
+                "EMQSET unknown set; expected pending, active, scheduled, dead or waiting".into()
             }
             EmqError::Leased => "EMQSET active jobs are leased to workers and cannot be purged; \
                                   expected pending, scheduled or dead"
@@ -93,6 +95,7 @@ impl EmqError {
             }
             EmqError::Oom => "OOM command not allowed when used memory > 'maxmemory'.".into(),
             EmqError::Cron(why) => format!("EMQCRON {why}").into(),
+            EmqError::Parent(why) => format!("EMQPARENT {why}").into(),
             EmqError::Internal => "ERR internal error in EchoMQ; see the server log".into(),
         }
     }
@@ -115,6 +118,7 @@ impl EmqError {
             EmqError::TryAgain => "tryagain",
             EmqError::Oom => "oom",
             EmqError::Cron(_) => "cron",
+            EmqError::Parent(_) => "parent",
             EmqError::Internal => "internal",
         }
     }
@@ -151,6 +155,7 @@ mod tests {
             (EmqError::Arity("emq.key"), "ERR "),
             (EmqError::Oom, "OOM "),
             (EmqError::Cron("x".into()), "EMQCRON "),
+            (EmqError::Parent("x".into()), "EMQPARENT "),
         ] {
             assert!(err.message().starts_with(code), "{err:?}");
             assert!(!err.message().contains(['\r', '\n']));

@@ -14,6 +14,8 @@ pub enum State {
     Active,
     Done,
     Dead,
+    /// A parent waiting for its children (docs/flows.md): in `waiting`, not claimable.
+    Waiting,
 }
 
 impl State {
@@ -25,6 +27,7 @@ impl State {
             State::Active => b"active",
             State::Done => b"done",
             State::Dead => b"dead",
+            State::Waiting => b"waiting",
         }
     }
 }
@@ -50,11 +53,21 @@ pub enum Field {
     /// The lease tokens the job took before its attempts were last reset (`EMQ.REQUEUE`),
     /// where they were: its token is `fence` + `attempts`, so tokens only grow over its life.
     Fence,
+    /// A parent's: how many children it waits for (`EMQ.ENQUEUE ... CHILDREN`).
+    Children,
+    /// A parent's: how many children registered with it so far.
+    Adopted,
+    /// A parent's: how many of its children finished so far.
+    Finished,
+    /// A child's: its parents, a line each (`protocol::flow::write_parents`).
+    Parents,
+    /// A child's: the parents that refused it at hand-over, a line each.
+    Orphan,
 }
 
 impl Field {
     /// Every field, in the row's order (the reference fields first).
-    pub const ALL: [Field; 10] = [
+    pub const ALL: [Field; 15] = [
         Field::State,
         Field::Attempts,
         Field::Payload,
@@ -65,6 +78,11 @@ impl Field {
         Field::Unique,
         Field::Cron,
         Field::Fence,
+        Field::Children,
+        Field::Adopted,
+        Field::Finished,
+        Field::Parents,
+        Field::Orphan,
     ];
 
     pub fn as_cstr(self) -> &'static std::ffi::CStr {
@@ -79,6 +97,11 @@ impl Field {
             Field::Unique => c"unique",
             Field::Cron => c"cron",
             Field::Fence => c"fence",
+            Field::Children => c"children",
+            Field::Adopted => c"adopted",
+            Field::Finished => c"finished",
+            Field::Parents => c"parents",
+            Field::Orphan => c"orphan",
         }
     }
 
@@ -113,6 +136,10 @@ pub enum Event {
     Paused,
     /// The queue was resumed (no id, attempt 0).
     Resumed,
+    /// Written to `waiting`: a parent, until its children finish.
+    Waiting,
+    /// Moved from `waiting` to `pending` or `schedule`: its children finished.
+    Released,
 }
 
 impl Event {
@@ -131,6 +158,8 @@ impl Event {
             Event::Purged => b"purged",
             Event::Paused => b"paused",
             Event::Resumed => b"resumed",
+            Event::Waiting => b"waiting",
+            Event::Released => b"released",
         }
     }
 }

@@ -52,10 +52,15 @@ pub enum KeyType {
     Unique,
     /// The repeating jobs (hash: name -> its schedule, payload and next firing; protocol.md §9).
     Cron,
+    /// Parents waiting for their children (zset, score = the due time, 0 for none;
+    /// protocol.md §10).
+    Waiting,
+    /// Finished children's hand-overs to parents out of reach (hash; protocol.md §10).
+    Outbox,
 }
 
 impl KeyType {
-    pub const ALL: [KeyType; 10] = [
+    pub const ALL: [KeyType; 12] = [
         KeyType::Pending,
         KeyType::Active,
         KeyType::Schedule,
@@ -66,6 +71,8 @@ impl KeyType {
         KeyType::Rate,
         KeyType::Unique,
         KeyType::Cron,
+        KeyType::Waiting,
+        KeyType::Outbox,
     ];
 
     pub fn name(self) -> &'static str {
@@ -80,6 +87,8 @@ impl KeyType {
             KeyType::Rate => "rate",
             KeyType::Unique => "unique",
             KeyType::Cron => "cron",
+            KeyType::Waiting => "waiting",
+            KeyType::Outbox => "outbox",
         }
     }
 
@@ -97,6 +106,8 @@ impl KeyType {
             KeyType::Rate => b"}:rate",
             KeyType::Unique => b"}:unique",
             KeyType::Cron => b"}:cron",
+            KeyType::Waiting => b"}:waiting",
+            KeyType::Outbox => b"}:outbox",
         }
     }
 

@@ -10,6 +10,7 @@ pub mod branded_id;
 pub mod counters;
 pub mod cron;
 pub mod error;
+pub mod flow;
 pub mod job;
 pub mod keyspace;
 pub mod limits;

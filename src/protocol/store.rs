@@ -6,6 +6,7 @@
 
 use super::branded_id::BrandedId;
 use super::error::EmqError;
+use super::flow::Delivery;
 use super::job::{Field, State};
 use super::keyspace::KeyType;
 
@@ -23,13 +24,16 @@ pub enum Set {
     /// Not a set of jobs: the claims in the rate limit's window, `<id>:<attempt>` scored by the
     /// time of the claim (`protocol::limits`).
     Rate,
+    /// Parents waiting for their children, scored by their due time (0: none). Outside
+    /// [`Set::ALL`], so the transitions of jobs that are no parents never open it.
+    Waiting,
 }
 
 impl Set {
     /// The sets of jobs, in the order `EMQ.STATS` reports them.
     pub const ALL: [Set; 4] = [Set::Pending, Set::Active, Set::Schedule, Set::Dead];
-    /// How many sets a store opens, the rate window included.
-    pub const COUNT: usize = 5;
+    /// How many sets a store opens, the rate window and the waiting parents included.
+    pub const COUNT: usize = 6;
 
     pub fn key_type(self) -> KeyType {
         match self {
@@ -38,10 +42,12 @@ impl Set {
             Set::Schedule => KeyType::Schedule,
             Set::Dead => KeyType::Dead,
             Set::Rate => KeyType::Rate,
+            Set::Waiting => KeyType::Waiting,
         }
     }
 
-    /// The set's place in [`Set::ALL`] (the rate window's comes after).
+    /// The set's place in [`Set::ALL`] (the rate window's and the waiting parents' come
+    /// after).
     pub fn index(self) -> usize {
         self as usize
     }
@@ -55,13 +61,20 @@ pub enum Table {
     Unique,
     /// `cron`: a schedule's name -> its spec, payload and next firing.
     Cron,
+    /// `outbox`: finished children's hand-overs to parents out of reach,
+    /// `<child-id>:<parent-id>:<parent-queue>` -> `<outcome>:<policy>:<data>`.
+    Outbox,
 }
 
 impl Table {
+    /// How many tables a queue has.
+    pub const COUNT: usize = 3;
+
     pub fn key_type(self) -> KeyType {
         match self {
             Table::Unique => KeyType::Unique,
             Table::Cron => KeyType::Cron,
+            Table::Outbox => KeyType::Outbox,
         }
     }
 }
@@ -163,6 +176,8 @@ pub trait Store {
 
     /// The clock, in unix ms.
     fn now_ms(&self) -> i64;
+    /// The queue's name.
+    fn queue_name(&self) -> &[u8];
     /// A string of the store's own, holding `bytes`.
     fn text(&self, bytes: &[u8]) -> Result<Self::Text, EmqError>;
     fn bytes<'t>(&self, text: &'t Self::Text) -> &'t [u8];
@@ -239,6 +254,22 @@ pub trait Store {
         fields: &[(Field, Value<'_, Self::Text>)],
     ) -> Result<(), EmqError>;
     fn delete_row(&self, row: &Self::Row<'_>) -> Result<(), EmqError>;
+
+    // ---- a row's fields by name: a parent's children (protocol::flow) ----
+
+    /// `HGET row field`, for a field named at run time.
+    fn row_get(&self, row: &Self::Row<'_>, field: &[u8]) -> Option<Self::Text>;
+    /// `HSET row field value ...`, for fields named at run time.
+    fn row_set(&self, row: &Self::Row<'_>, pairs: &[(&[u8], &[u8])]) -> Result<(), EmqError>;
+    /// One step of `HSCAN row cursor COUNT count`, as [`Store::table_scan`].
+    fn row_scan(&self, row: &Self::Name, cursor: u64, count: usize) -> Result<ScanStep, EmqError>;
+
+    // ---- hand-overs to parents, made by a transition and delivered after it ----
+
+    /// Keeps a finished child's hand-over for the caller to deliver once the transition ends.
+    fn defer(&self, delivery: Delivery);
+    /// The hand-overs kept so far, taken.
+    fn take_deferred(&self) -> Vec<Delivery>;
     /// `PEXPIREAT row at_ms`.
     fn expire_row(&self, row: &Self::Row<'_>, at_ms: i64) -> Result<(), EmqError>;
 

@@ -7,7 +7,8 @@ use std::sync::Mutex;
 
 use crate::protocol::counters::{self, DUPLICATES, ENQUEUED, SCHEDULED};
 use crate::protocol::{
-    job, settings, BrandedId, EmqError, Event, Holds, KeyRef, Minter, Set, State, Store,
+    job, settings, BrandedId, EmqError, Event, Field, Holds, KeyRef, Minter, Set, State, Store,
+    Value,
 };
 
 use super::unique::{self, Unique};
@@ -121,6 +122,37 @@ pub fn enqueue_with<S: Store>(
     priority: i64,
     unique: Option<&Unique<'_>>,
 ) -> Result<Added, EmqError> {
+    enqueue_flow(
+        store,
+        job,
+        payload,
+        placement,
+        priority,
+        unique,
+        &Flow::default(),
+    )
+}
+
+/// What a job is in a flow (docs/flows.md): a parent waiting for `children`, and a child of
+/// the parents its `parents` field names (`protocol::flow::write_parents`).
+#[derive(Default)]
+pub struct Flow {
+    pub children: Option<i64>,
+    pub parents: Option<Vec<u8>>,
+}
+
+/// [`enqueue_with`], for a job in a flow: a parent is written to `waiting` (scored by its due
+/// time, 0 for none) with `state waiting` and its `children`; a child's row keeps its
+/// `parents`. Registering the child with its parents is the caller's (`flow::adopt`).
+pub fn enqueue_flow<S: Store>(
+    store: &S,
+    job: Option<Job<'_, S>>,
+    payload: &S::Text,
+    placement: Placement,
+    priority: i64,
+    unique: Option<&Unique<'_>>,
+    flow: &Flow,
+) -> Result<Added, EmqError> {
     if unique.is_some() {
         unique::check(store)?;
     }
@@ -129,6 +161,7 @@ pub fn enqueue_with<S: Store>(
         placement,
         priority,
         unique,
+        flow,
     };
     let added = match job {
         Some(job) => enqueue_one(store, &job, &new)?,
@@ -157,19 +190,24 @@ pub fn enqueue_with<S: Store>(
     Ok(added)
 }
 
-/// What a new job is: its payload, where it goes, its priority and its unique key.
+/// What a new job is: its payload, where it goes, its priority, its unique key and its place
+/// in a flow.
 struct New<'n, S: Store> {
     payload: &'n S::Text,
     placement: Placement,
     priority: i64,
     unique: Option<&'n Unique<'n>>,
+    flow: &'n Flow,
 }
 
 /// ACL -> row exists -> set type -> unique key held, then the row, then the set, each with its
 /// event and effect, in the order the reference script's `HSET` and `ZADD` run, then the unique
 /// key. `New`, `Duplicate` (the row exists) or `Held`.
 fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Result<Added, EmqError> {
-    let set = new.placement.set();
+    let set = match new.flow.children {
+        Some(_) => Set::Waiting,
+        None => new.placement.set(),
+    };
     let name = store.row_name(&job.id, job.member)?;
     store.check_access(&[KeyRef::Row(&name), KeyRef::Set(set)])?;
     let row = store.open_row(&name)?;
@@ -189,9 +227,11 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
         }
         None => 0,
     };
-    let (state, score, event) = match new.placement {
-        Placement::Ready => (State::Pending, new.priority, Event::Enqueued),
-        Placement::Due(at) => (State::Scheduled, at, Event::Scheduled),
+    let (state, score, event) = match (new.flow.children, new.placement) {
+        (Some(_), Placement::Ready) => (State::Waiting, 0, Event::Waiting),
+        (Some(_), Placement::Due(at)) => (State::Waiting, at, Event::Waiting),
+        (None, Placement::Ready) => (State::Pending, new.priority, Event::Enqueued),
+        (None, Placement::Due(at)) => (State::Scheduled, at, Event::Scheduled),
     };
     store.write_row(
         &row,
@@ -200,6 +240,18 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
         new.priority,
         new.unique.map(|u| u.key),
     )?;
+    match (new.flow.children, &new.flow.parents) {
+        (None, None) => {}
+        (Some(n), None) => store.set_fields(&row, &[(Field::Children, Value::Int(n))])?,
+        (None, Some(p)) => store.set_fields(&row, &[(Field::Parents, Value::Bytes(p))])?,
+        (Some(n), Some(p)) => store.set_fields(
+            &row,
+            &[
+                (Field::Children, Value::Int(n)),
+                (Field::Parents, Value::Bytes(p)),
+            ],
+        )?,
+    }
     store.add(set, score, job.member)?;
     if let Some(unique) = new.unique {
         unique::take(store, unique, job.id, now)?;

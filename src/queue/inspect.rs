@@ -23,10 +23,20 @@ pub const MAX_COUNT: i64 = 1000;
 /// The row fields a job's view shows, in this order, each where the row has it.
 pub const ROW_FIELDS: [Field; Field::ALL.len()] = Field::ALL;
 
+/// The sets a job's view looks in, and `EMQ.JOBS` pages: the four of protocol.md §1, and the
+/// waiting parents (docs/flows.md).
+pub const VIEWED: [Set; 5] = [
+    Set::Pending,
+    Set::Active,
+    Set::Schedule,
+    Set::Dead,
+    Set::Waiting,
+];
+
 /// A set by the name a client gives it (`EMQSET` otherwise). Users say `scheduled` for the
 /// `schedule` key, as the row's state and `EMQ.STATS` do.
 pub fn set_named(word: &[u8]) -> Result<Set, EmqError> {
-    Set::ALL
+    VIEWED
         .into_iter()
         .find(|set| set_word(*set).as_bytes() == word)
         .ok_or(EmqError::Set)
@@ -40,6 +50,7 @@ pub fn set_word(set: Set) -> &'static str {
         Set::Schedule => "scheduled",
         Set::Dead => "dead",
         Set::Rate => "rate",
+        Set::Waiting => "waiting",
     }
 }
 
@@ -52,6 +63,7 @@ pub fn score_name(set: Set) -> Option<&'static str> {
         Set::Schedule => Some("due"),
         Set::Dead => Some("died-at"),
         Set::Rate => Some("claimed-at"),
+        Set::Waiting => Some("due"),
     }
 }
 
@@ -68,6 +80,11 @@ pub fn field_name(field: Field) -> &'static str {
         Field::Unique => "unique",
         Field::Cron => "cron",
         Field::Fence => "fence",
+        Field::Children => "children",
+        Field::Adopted => "adopted",
+        Field::Finished => "finished",
+        Field::Parents => "parents",
+        Field::Orphan => "orphan",
     }
 }
 
@@ -175,7 +192,7 @@ pub fn resume_rank<S: Ranked>(
 pub struct View<T> {
     /// The row's fields among [`ROW_FIELDS`], in that order, each where the row has it.
     pub row: Vec<(Field, T)>,
-    /// The set that holds the job (the first of pending, active, scheduled, dead), and its
+    /// The set that holds the job (the first of pending, active, scheduled, dead, waiting), and its
     /// score there.
     pub place: Option<(Set, f64)>,
 }
@@ -189,10 +206,11 @@ pub fn job<S: Ranked>(store: &S, job: &Job<'_, S>) -> Result<Option<View<S::Text
         KeyRef::Set(Set::Active),
         KeyRef::Set(Set::Schedule),
         KeyRef::Set(Set::Dead),
+        KeyRef::Set(Set::Waiting),
         KeyRef::Row(&name),
     ])?;
-    store.open_sets(&Set::ALL)?;
-    let place = Set::ALL
+    store.open_sets(&VIEWED)?;
+    let place = VIEWED
         .into_iter()
         .find_map(|set| store.score(set, job.member).map(|score| (set, score)));
     let row = store.read_row(&name)?;
@@ -351,7 +369,7 @@ mod tests {
         for bad in [&b"schedule"[..], b"PENDING", b"done", b""] {
             assert_eq!(set_named(bad), Err(EmqError::Set), "{bad:?}");
         }
-        for set in Set::ALL {
+        for set in VIEWED {
             assert_eq!(set_named(set_word(set).as_bytes()), Ok(set));
         }
     }

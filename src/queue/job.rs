@@ -2,9 +2,10 @@
 //! and the operator's transitions on it, cancel and requeue (protocol.md §6).
 
 use crate::protocol::counters::{self, CANCELLED, REQUEUED};
-use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
+use crate::protocol::flow::Outcome;
+use crate::protocol::{BrandedId, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
-use super::{attempts, fence_for_new_life, priority, record, Job};
+use super::{attempts, fence_for_new_life, finished, flow, priority, record, Job};
 
 /// One job's keys, named and permission-checked; nothing opened yet.
 pub struct Target<'j, S: Store> {
@@ -39,27 +40,51 @@ impl<'j, S: Store> Target<'j, S> {
     }
 }
 
-/// `EMQ.CANCEL`: removes a pending or scheduled job and its row; whether it did. Any other
-/// job, or none, is left alone.
+/// Most children of a cancelled parent one call cancels with it.
+pub const MAX_CANCELLED_CHILDREN: usize = 1000;
+
+/// `EMQ.CANCEL`: removes a pending, scheduled or waiting job and its row; whether it did. Any
+/// other job, or none, is left alone.
 pub fn cancel<S: Store>(store: &S, target: &Target<'_, S>) -> Result<bool, EmqError> {
+    Ok(cancel_job(store, target)?.is_some())
+}
+
+/// [`cancel`], and for a waiting parent, the children it leaves that have not finished (at
+/// most [`MAX_CANCELLED_CHILDREN`]), for the caller to cancel too: `None` when nothing was
+/// cancelled.
+pub fn cancel_job<S: Store>(
+    store: &S,
+    target: &Target<'_, S>,
+) -> Result<Option<Vec<(Vec<u8>, BrandedId)>>, EmqError> {
+    store.check_access(&[KeyRef::Set(Set::Waiting)])?;
     let row = target.open(store)?;
+    store.open_sets(&[Set::Waiting])?;
     let member = target.job.member;
     let from = if store.score(Set::Pending, member).is_some() {
         Set::Pending
     } else if store.score(Set::Schedule, member).is_some() {
         Set::Schedule
+    } else if store.score(Set::Waiting, member).is_some() {
+        Set::Waiting
     } else {
-        return Ok(false);
+        return Ok(None);
+    };
+    let children = match (from, store.holds(&row)) {
+        (Set::Waiting, Holds::Hash) => {
+            flow::unfinished_children(store, &target.row, MAX_CANCELLED_CHILDREN)?
+        }
+        _ => Vec::new(),
     };
     store.remove(from, member)?;
     record(store, Event::Cancelled, Some(member), || {
         attempts(store, &row)
     })?;
     if store.holds(&row) != Holds::Nothing {
+        finished::keep_hand_overs(store, &row, member, Outcome::Cancelled, b"")?;
         store.delete_row(&row)?;
     }
     counters::count(&CANCELLED, 1);
-    Ok(true)
+    Ok(Some(children))
 }
 
 /// `EMQ.REQUEUE`: moves a dead job back to pending with its attempts reset; whether it did.

@@ -5,8 +5,10 @@
 use std::collections::HashSet;
 
 use crate::protocol::counters::{self, ACKED, DEAD, RENEWED, RETRIED};
+use crate::protocol::flow::Outcome;
 use crate::protocol::{settings, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
+use super::finished;
 use super::job::Target;
 use super::limit::{self, room_freed};
 use super::promote::bury;
@@ -98,6 +100,13 @@ fn finish<S: Store>(
     token: i64,
     result: Option<&[u8]>,
 ) -> Result<(), EmqError> {
+    finished::keep_hand_overs(
+        store,
+        row,
+        member,
+        Outcome::Acked,
+        result.unwrap_or_default(),
+    )?;
     let ttl = settings::done_ttl_ms();
     if ttl == 0 {
         store.delete_row(row)?;

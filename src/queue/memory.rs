@@ -1,10 +1,13 @@
 //! A [`Store`] over memory, for the transitions' unit tests: a queue's four sets and its rows,
 //! keys that hold another type, permissions denied, and a log of every write (the effects a
 //! replica would receive), so a test sees exactly what a transition wrote.
+//! Over 600 lines: the one in-memory implementation of the `Store` trait, every method beside
+//! the others it shares state with, as the host's `ServerStore` is.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
+use crate::protocol::flow::Delivery;
 use crate::protocol::{
     BrandedId, EmqError, Field, Holds, KeyRef, Meta, ScanStep, Set, State, Store, Table, Value,
 };
@@ -46,6 +49,10 @@ pub struct Memory {
     pub wakes: Cell<usize>,
     /// The `unique` and `cron` tables.
     pub tables: RefCell<Tables>,
+    /// Hand-overs the transitions kept (`Store::defer`), not yet taken.
+    pub deferred: RefCell<Vec<Delivery>>,
+    /// The queue's name (`q` unless a test names it).
+    pub name: Vec<u8>,
     opened: RefCell<[bool; Set::COUNT]>,
     events: Cell<Option<Option<u64>>>,
 }
@@ -56,7 +63,15 @@ fn text(b: &[u8]) -> String {
 
 impl Memory {
     pub fn at(now: i64) -> Self {
-        let m = Memory::default();
+        Self::named(b"q", now)
+    }
+
+    /// A queue called `name`, at `now`.
+    pub fn named(name: &[u8], now: i64) -> Self {
+        let m = Memory {
+            name: name.to_vec(),
+            ..Memory::default()
+        };
         m.now.set(now);
         m
     }
@@ -119,11 +134,15 @@ impl Memory {
     }
 
     fn upsert(&self, row: &[u8], field: Field, value: Vec<u8>) {
+        self.upsert_named(row, field.as_bytes(), value)
+    }
+
+    fn upsert_named(&self, row: &[u8], field: &[u8], value: Vec<u8>) {
         let mut rows = self.rows.borrow_mut();
         let (fields, _) = rows.entry(row.to_vec()).or_default();
-        match fields.iter_mut().find(|(f, _)| f == field.as_bytes()) {
+        match fields.iter_mut().find(|(f, _)| f == field) {
             Some((_, v)) => *v = value,
-            None => fields.push((field.as_bytes().to_vec(), value)),
+            None => fields.push((field.to_vec(), value)),
         }
     }
 }
@@ -135,6 +154,47 @@ impl Store for Memory {
 
     fn now_ms(&self) -> i64 {
         self.now.get()
+    }
+
+    fn queue_name(&self) -> &[u8] {
+        &self.name
+    }
+
+    fn row_get(&self, row: &&Vec<u8>, field: &[u8]) -> Option<Vec<u8>> {
+        let rows = self.rows.borrow();
+        let (fields, _) = rows.get(row.as_slice())?;
+        fields
+            .iter()
+            .find(|(f, _)| f == field)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn row_set(&self, row: &&Vec<u8>, pairs: &[(&[u8], &[u8])]) -> Result<(), EmqError> {
+        let mut write = format!("HSET {}", text(row));
+        for (f, v) in pairs {
+            self.upsert_named(row, f, v.to_vec());
+            write.push_str(&format!(" {} {}", text(f), text(v)));
+        }
+        self.log(write);
+        Ok(())
+    }
+
+    fn row_scan(&self, row: &Vec<u8>, _cursor: u64, _count: usize) -> Result<ScanStep, EmqError> {
+        let rows = self.rows.borrow();
+        Ok((
+            0,
+            rows.get(row.as_slice())
+                .map(|r| r.0.clone())
+                .unwrap_or_default(),
+        ))
+    }
+
+    fn defer(&self, delivery: Delivery) {
+        self.deferred.borrow_mut().push(delivery);
+    }
+
+    fn take_deferred(&self) -> Vec<Delivery> {
+        std::mem::take(&mut *self.deferred.borrow_mut())
     }
 
     fn text(&self, bytes: &[u8]) -> Result<Vec<u8>, EmqError> {

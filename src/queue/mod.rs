@@ -8,6 +8,8 @@
 pub mod claim;
 pub mod cron;
 pub mod enqueue;
+pub mod finished;
+pub mod flow;
 pub mod inspect;
 pub mod job;
 pub mod lease;

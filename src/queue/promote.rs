@@ -3,6 +3,7 @@
 //! when they are buried in `dead`.
 
 use crate::protocol::counters::{self, DROPPED};
+use crate::protocol::flow::Outcome;
 use crate::protocol::{settings, EmqError, Event, Holds, Set, State, Store};
 
 use super::{attempts, priority, record, row_of, set_state};
@@ -155,7 +156,8 @@ pub fn bury<S: Store>(
     store.remove(from, member)?;
     set_state(store, row, State::Dead, error)?;
     store.add(Set::Dead, now, member)?;
-    record(store, Event::Dead, Some(member), || attempts(store, row))
+    record(store, Event::Dead, Some(member), || attempts(store, row))?;
+    super::finished::keep_hand_overs(store, row, member, Outcome::Dead, error.unwrap_or_default())
 }
 
 /// The earliest due time or lease deadline of the queue (unix ms), if it has any.

@@ -9,6 +9,8 @@ use super::operate::paused;
 pub struct Stats {
     /// The sizes of `pending`, `active`, `schedule` and `dead`, in that order.
     pub sets: [u64; 4],
+    /// The size of `waiting`: parents waiting for their children.
+    pub waiting: u64,
     pub paused: bool,
     /// The claim limits and their use.
     pub usage: Usage,
@@ -21,11 +23,14 @@ pub fn stats<S: Store>(store: &S) -> Result<Stats, EmqError> {
         KeyRef::Set(Set::Active),
         KeyRef::Set(Set::Schedule),
         KeyRef::Set(Set::Dead),
+        KeyRef::Set(Set::Waiting),
         KeyRef::ReadMeta,
     ])?;
     store.open_sets(&Set::ALL)?;
+    store.open_sets(&[Set::Waiting])?;
     Ok(Stats {
         sets: Set::ALL.map(|set| store.len(set)),
+        waiting: store.len(Set::Waiting),
         paused: paused(store)?,
         usage: usage(store)?,
     })

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod effects;
 pub mod events;
 pub mod eviction;
+pub mod flows;
 pub mod info;
 pub mod listeners;
 pub mod meta_watch;
@@ -32,6 +33,7 @@ use crate::protocol::settings::learn_foreign_writes;
 
 /// What must be known before commands are registered (module load).
 pub fn init(ctx: &Context) {
+    crate::host::store::set_hand_over(flows::hand_over);
     effects::reset();
     cluster::init(ctx);
     client_db::init();

@@ -1,0 +1,320 @@
+//! Flows (docs/flows.md): a parent waits in `waiting` until its children finish. The parent's
+//! side (registering a child, counting a finished one, releasing or failing the parent) and the
+//! child's (keeping its hand-overs, the outbox) are each one store's transitions; carrying a
+//! hand-over from one to the other is `runtime::flows`' (in one call) or a worker's (through
+//! the outbox).
+
+use crate::protocol::counters::{self, DEAD, HANDED_OVER, ORPHANED, PARKED, RELEASED};
+use crate::protocol::flow::{
+    child_field, child_value, failed_by, read_child_field, read_child_value, Delivery, Outcome,
+    Policy,
+};
+use crate::protocol::{
+    BrandedId, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Table, Value,
+};
+
+use super::promote::bury;
+use super::{count_of, priority, record, set_state};
+
+/// A parent named by its id: its set member and its row's name.
+struct Parent<S: Store> {
+    member: S::Text,
+    row: S::Name,
+}
+
+impl<S: Store> Parent<S> {
+    fn name(store: &S, id: &BrandedId) -> Result<Self, EmqError> {
+        let member = store.text(&id.encode())?;
+        let row = store.row_name(id, &member)?;
+        Ok(Self { member, row })
+    }
+}
+
+/// The parent's refusals, naming it.
+fn refused(store: &impl Store, id: &BrandedId, why: &str) -> EmqError {
+    let queue = String::from_utf8_lossy(store.queue_name());
+    let id = String::from_utf8_lossy(&id.encode()).into_owned();
+    EmqError::Parent(format!("parent {queue} {id} {why}").into())
+}
+
+/// Registers child `child` (`None`: one whose id is not minted yet, checked only) with the
+/// waiting parent `parent` of this queue: `true` when it registers now, `false` when it was
+/// registered before. Refused (`EMQPARENT`) when the parent does not exist, is not waiting,
+/// or has registered all its children; with `write` false, nothing is written.
+pub fn adopt<S: Store>(
+    store: &S,
+    parent: &BrandedId,
+    child: Option<(&[u8], &BrandedId)>,
+    write: bool,
+) -> Result<bool, EmqError> {
+    let p = Parent::name(store, parent)?;
+    store.check_access(&[KeyRef::Row(&p.row)])?;
+    let row = store.open_row(&p.row)?;
+    match store.holds(&row) {
+        Holds::Hash => {}
+        Holds::Nothing => return Err(refused(store, parent, "does not exist")),
+        _ => return Err(EmqError::WrongType),
+    }
+    let state = store.field(&row, Field::State);
+    if state.as_ref().map(|s| store.bytes(s)) != Some(State::Waiting.as_bytes()) {
+        return Err(refused(store, parent, "is not waiting for children"));
+    }
+    let field = child.map(|(queue, id)| child_field(queue, id));
+    if field
+        .as_ref()
+        .is_some_and(|f| store.row_get(&row, f).is_some())
+    {
+        return Ok(false);
+    }
+    let adopted = count_of(store, store.field(&row, Field::Adopted));
+    let children = count_of(store, store.field(&row, Field::Children));
+    if adopted >= children {
+        return Err(refused(
+            store,
+            parent,
+            &format!("has all its {children} children"),
+        ));
+    }
+    if write {
+        let field = field.ok_or(EmqError::Internal)?;
+        let adopted = (adopted + 1).to_string();
+        store.row_set(
+            &row,
+            &[
+                (&field, Outcome::Waiting.as_bytes()),
+                (Field::Adopted.as_bytes(), adopted.as_bytes()),
+            ],
+        )?;
+    }
+    Ok(true)
+}
+
+/// What a parent made of a hand-over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Received {
+    /// Counted now.
+    Counted,
+    /// Counted before: a hand-over delivered again.
+    Duplicate,
+    /// Refused: the parent is gone, or neither waits for the child nor has room for it.
+    Orphan,
+}
+
+impl Received {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Received::Counted => "counted",
+            Received::Duplicate => "duplicate",
+            Received::Orphan => "orphan",
+        }
+    }
+}
+
+/// The parent's side of a hand-over (`EMQ.HANDOVER`, or in the child's own call): the child
+/// counts once, by its id. The last child releases a waiting parent to `pending` (or
+/// `schedule`, while its due time is ahead); a dead or cancelled one whose policy is `fail`
+/// buries it, naming the child.
+pub fn receive<S: Store>(store: &S, d: &Delivery) -> Result<Received, EmqError> {
+    let p = Parent::name(store, &d.parent.id)?;
+    store.check_access(&[
+        KeyRef::Row(&p.row),
+        KeyRef::Set(Set::Waiting),
+        KeyRef::Set(Set::Pending),
+        KeyRef::Set(Set::Schedule),
+        KeyRef::Set(Set::Dead),
+    ])?;
+    store.open_sets(&[Set::Waiting, Set::Pending, Set::Schedule, Set::Dead])?;
+    let row = store.open_row(&p.row)?;
+    if store.holds(&row) != Holds::Hash {
+        counters::count(&ORPHANED, 1);
+        return Ok(Received::Orphan);
+    }
+    store.events()?;
+    let field = child_field(&d.child_queue, &d.child);
+    let registered = match store.row_get(&row, &field) {
+        Some(v) if read_child_value(store.bytes(&v)).0 != Outcome::Waiting => {
+            return Ok(Received::Duplicate)
+        }
+        Some(_) => true,
+        None => false,
+    };
+    let state = store.field(&row, Field::State);
+    let waiting = state.as_ref().map(|s| store.bytes(s)) == Some(State::Waiting.as_bytes())
+        && store.score(Set::Waiting, &p.member).is_some();
+    let adopted = count_of(store, store.field(&row, Field::Adopted));
+    let children = count_of(store, store.field(&row, Field::Children));
+    if !registered && (!waiting || adopted >= children) {
+        counters::count(&ORPHANED, 1);
+        return Ok(Received::Orphan);
+    }
+    let finished = count_of(store, store.field(&row, Field::Finished)) + 1;
+    let value = child_value(d.outcome, &d.data);
+    let finished_text = finished.to_string();
+    let adopted_text = (adopted + 1).to_string();
+    let mut pairs: Vec<(&[u8], &[u8])> = vec![
+        (&field, &value),
+        (Field::Finished.as_bytes(), finished_text.as_bytes()),
+    ];
+    if !registered {
+        pairs.push((Field::Adopted.as_bytes(), adopted_text.as_bytes()));
+    }
+    store.row_set(&row, &pairs)?;
+    counters::count(&HANDED_OVER, 1);
+    if waiting {
+        if d.outcome.failed() && d.parent.policy == Policy::Fail {
+            let error = failed_by(&d.child_queue, &d.child, d.outcome, &d.data);
+            bury(
+                store,
+                Set::Waiting,
+                &p.member,
+                &row,
+                store.now_ms(),
+                Some(&error),
+            )?;
+            counters::count(&DEAD, 1);
+        } else if finished >= children {
+            release(store, &p.member, &row)?;
+        }
+    }
+    Ok(Received::Counted)
+}
+
+/// Moves a parent whose children finished from `waiting` to `pending` at its priority, or to
+/// `schedule` while its due time (its `waiting` score) is ahead.
+fn release<S: Store>(store: &S, member: &S::Text, row: &S::Row<'_>) -> Result<(), EmqError> {
+    let due = store.score(Set::Waiting, member).unwrap_or(0.0) as i64;
+    store.remove(Set::Waiting, member)?;
+    if due > store.now_ms() {
+        set_state(store, row, State::Scheduled, None)?;
+        store.add(Set::Schedule, due, member)?;
+    } else {
+        set_state(store, row, State::Pending, None)?;
+        store.add(Set::Pending, priority(store, row), member)?;
+    }
+    record(store, Event::Released, Some(member), || 0)?;
+    counters::count(&RELEASED, 1);
+    Ok(())
+}
+
+/// Keeps a hand-over its parent could not take in this call in the child queue's outbox, for a
+/// worker to deliver (`EMQ.OUTBOX`). The outbox is the queue's own bookkeeping of a transition
+/// the caller was let make: it is written without a permission check of its own.
+pub fn park<S: Store>(store: &S, d: &Delivery) -> Result<(), EmqError> {
+    store.table_set(Table::Outbox, &d.outbox_field(), &d.outbox_value())?;
+    counters::count(&PARKED, 1);
+    Ok(())
+}
+
+/// Notes in the child's row (while it has one) that a parent refused it.
+pub fn mark_orphan<S: Store>(store: &S, d: &Delivery) -> Result<(), EmqError> {
+    let member = store.text(&d.child.encode())?;
+    let name = store.row_name(&d.child, &member)?;
+    let row = store.open_row(&name)?;
+    if store.holds(&row) != Holds::Hash {
+        return Ok(());
+    }
+    let mut line = d.parent.queue.clone();
+    line.push(b' ');
+    line.extend_from_slice(&d.parent.id.encode());
+    let value = match store.field(&row, Field::Orphan) {
+        Some(before) => [store.bytes(&before), b"\n", &line].concat(),
+        None => line,
+    };
+    store.set_fields(&row, &[(Field::Orphan, Value::Bytes(&value))])
+}
+
+/// A page of the queue's outbox (`EMQ.OUTBOX`): the next cursor (`0` at the end) and the
+/// hand-overs; an entry outside the form (written by hand) is skipped.
+pub fn outbox_page<S: Store>(
+    store: &S,
+    cursor: u64,
+    count: usize,
+) -> Result<(u64, Vec<Delivery>), EmqError> {
+    store.check_access(&[KeyRef::Table(Table::Outbox)])?;
+    let (next, entries) = store.table_scan(Table::Outbox, cursor, count)?;
+    let queue = store.queue_name();
+    Ok((
+        next,
+        entries
+            .iter()
+            .filter_map(|(f, v)| Delivery::from_outbox(queue, f, v))
+            .collect(),
+    ))
+}
+
+/// `EMQ.DELIVERED`: the outbox entry of a hand-over its parent answered, removed; with
+/// `orphan`, the child's row notes the refusal. Whether the entry was there.
+pub fn delivered<S: Store>(store: &S, d: &Delivery, orphan: bool) -> Result<bool, EmqError> {
+    let member = store.text(&d.child.encode())?;
+    let name = store.row_name(&d.child, &member)?;
+    store.check_access(&[KeyRef::Table(Table::Outbox), KeyRef::Row(&name)])?;
+    let there = store.table_del(Table::Outbox, &d.outbox_field())?;
+    if there && orphan {
+        counters::count(&ORPHANED, 1);
+        mark_orphan(store, d)?;
+    }
+    Ok(there)
+}
+
+/// One child of a parent, as `EMQ.CHILDREN` lists it.
+pub struct Child {
+    pub queue: Vec<u8>,
+    pub id: BrandedId,
+    pub outcome: Outcome,
+    pub data: Vec<u8>,
+}
+
+/// A page of a parent's children (`EMQ.CHILDREN`): the next cursor (`0` at the end) and the
+/// children the page's fields name. A job that is not a hash has none.
+pub fn children_page<S: Store>(
+    store: &S,
+    id: &BrandedId,
+    cursor: u64,
+    count: usize,
+) -> Result<(u64, Vec<Child>), EmqError> {
+    let p = Parent::name(store, id)?;
+    store.check_access(&[KeyRef::Row(&p.row)])?;
+    if store.probe(&p.row)? != Holds::Hash {
+        return Ok((0, Vec::new()));
+    }
+    let (next, fields) = store.row_scan(&p.row, cursor, count)?;
+    let children = fields
+        .iter()
+        .filter_map(|(f, v)| {
+            let (queue, id) = read_child_field(f)?;
+            let (outcome, data) = read_child_value(v);
+            Some(Child {
+                queue: queue.as_bytes().to_vec(),
+                id,
+                outcome,
+                data: data.to_vec(),
+            })
+        })
+        .collect();
+    Ok((next, children))
+}
+
+/// The children a cancelled parent leaves that have not finished, at most `limit`, from its
+/// row (read before the row goes).
+pub fn unfinished_children<S: Store>(
+    store: &S,
+    row: &S::Name,
+    limit: usize,
+) -> Result<Vec<(Vec<u8>, BrandedId)>, EmqError> {
+    let mut out = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let (next, fields) = store.row_scan(row, cursor, 256)?;
+        for (f, v) in &fields {
+            if let Some((queue, id)) = read_child_field(f) {
+                if read_child_value(v).0 == Outcome::Waiting && out.len() < limit {
+                    out.push((queue.as_bytes().to_vec(), id));
+                }
+            }
+        }
+        if next == 0 || out.len() >= limit {
+            return Ok(out);
+        }
+        cursor = next;
+    }
+}

@@ -1,0 +1,159 @@
+//! Carrying a finished child to its parents in the child's own call (docs/flows.md): the
+//! parents in reach take it at once (`queue::flow::receive`), the others find it in the
+//! child queue's outbox, for a worker to deliver. A parent is in reach on a server that is no
+//! cluster node, and on a cluster node when its queue has the child's slot.
+
+use std::cell::RefCell;
+
+use valkey_module::Context;
+
+use crate::host::acl::Access;
+use crate::host::server::log_module;
+use crate::host::store::{with_queue, ServerStore};
+use crate::host::string::Text;
+use crate::protocol::flow::Delivery;
+use crate::protocol::{slot, BrandedId, EmqError, Queue};
+use crate::queue::flow::{self, Received};
+use crate::queue::job::{self, Target};
+use crate::queue::Job;
+
+use super::cluster;
+
+/// Deepest chain of parents one call carries hand-overs up (a parent failed by its child
+/// fails its own parents, and so on); a deeper one is left in the outbox.
+const MAX_DEPTH: usize = 8;
+
+thread_local! {
+    /// The queues whose stores are open in this call, outermost first: a parent's queue
+    /// among them (but the innermost) is not opened a second time; its hand-over waits in the
+    /// outbox.
+    static OPEN: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether the module reaches `parent`'s queue from a call on `child`'s.
+pub fn in_reach(child: Queue<'_>, parent: Queue<'_>) -> bool {
+    !cluster::enabled() || slot(child.as_bytes()) == slot(parent.as_bytes())
+}
+
+/// Runs `f` over `queue`'s store unless it is open already further out (or the chain is too
+/// deep): `None` then.
+fn nested<R>(
+    ctx: &Context,
+    queue: Queue<'_>,
+    f: impl for<'s> FnOnce(&ServerStore<'s, '_>) -> Result<R, EmqError>,
+) -> Option<Result<R, EmqError>> {
+    let open = OPEN.with_borrow(|open| {
+        open.len() >= MAX_DEPTH || open.iter().any(|q| q.as_slice() == queue.as_bytes())
+    });
+    if open {
+        return None;
+    }
+    OPEN.with_borrow_mut(|open| open.push(queue.as_bytes().to_vec()));
+    let out = cluster::check_stable(queue)
+        .and_then(|()| with_queue(ctx, queue, Access::ReadWrite, |store| f(store)));
+    OPEN.with_borrow_mut(|open| open.pop());
+    Some(out)
+}
+
+/// The hand-overs a call's transitions on `store` kept (`host::store::with_queue` calls this
+/// when they end): each parent in reach takes its own now, in this call; the rest go to the
+/// outbox. Nothing here refuses the call: its transitions are written already.
+pub fn hand_over(store: &ServerStore<'_, '_>, deliveries: Vec<Delivery>) {
+    let ctx = store.ctx();
+    let own = store.queue();
+    let pushed = OPEN.with_borrow_mut(|open| {
+        let innermost = open.last().is_some_and(|q| q.as_slice() == own.as_bytes());
+        if !innermost {
+            open.push(own.as_bytes().to_vec());
+        }
+        !innermost
+    });
+    for d in deliveries {
+        let reached = match Queue::parse(&d.parent.queue) {
+            Some(parent) if parent == own => Some(flow::receive(store, &d)),
+            Some(parent) if in_reach(own, parent) => nested(ctx, parent, |p| flow::receive(p, &d)),
+            _ => None,
+        };
+        let done = match reached {
+            Some(Ok(Received::Counted | Received::Duplicate)) => Ok(()),
+            Some(Ok(Received::Orphan)) => flow::mark_orphan(store, &d),
+            Some(Err(_)) | None => flow::park(store, &d),
+        };
+        if let Err(e) = done {
+            log_module(
+                c"warning",
+                &format!("EchoMQ could not keep a child's hand-over: {}", e.message()),
+            );
+        }
+    }
+    if pushed {
+        OPEN.with_borrow_mut(|open| open.pop());
+    }
+}
+
+/// Checks, and with `write` registers, child `child` of `child_queue` with each parent in
+/// reach (`queue::flow::adopt`); the parents out of reach are the client's to register first
+/// (`EMQ.ADOPT`). The refusal of any parent refuses all.
+pub fn adopt_in_reach(
+    ctx: &Context,
+    child_queue: Queue<'_>,
+    child: Option<&BrandedId>,
+    parents: &[(Queue<'_>, BrandedId)],
+    write: bool,
+) -> Result<(), EmqError> {
+    for (parent_queue, parent) in parents {
+        if !in_reach(child_queue, *parent_queue) {
+            continue;
+        }
+        cluster::check_stable(*parent_queue)?;
+        with_queue(ctx, *parent_queue, Access::ReadWrite, |p| {
+            flow::adopt(p, parent, child.map(|c| (child_queue.as_bytes(), c)), write)
+        })?;
+    }
+    Ok(())
+}
+
+/// Cancels the children a cancelled parent left unfinished, those in reach of `queue`; each
+/// cancels its own in turn, as deep as [`MAX_DEPTH`]. The others are left to finish (their
+/// hand-overs find no parent).
+pub fn cancel_children(ctx: &Context, queue: Queue<'_>, children: Vec<(Vec<u8>, BrandedId)>) {
+    cancel_below(ctx, queue, children, 1);
+}
+
+fn cancel_below(
+    ctx: &Context,
+    queue: Queue<'_>,
+    children: Vec<(Vec<u8>, BrandedId)>,
+    depth: usize,
+) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    for (child_queue, child) in children {
+        let Some(child_queue) = Queue::parse(&child_queue) else {
+            continue;
+        };
+        if !in_reach(queue, child_queue) {
+            continue;
+        }
+        let cancelled = nested(ctx, child_queue, |store| {
+            let member = Text::Owned(crate::host::string::OwnedString::new(
+                store.ctx(),
+                &child.encode(),
+            )?);
+            let target = Target::check(
+                store,
+                Job {
+                    id: child,
+                    member: &member,
+                },
+            )?;
+            job::cancel_job(store, &target)
+        });
+        if let Some(Ok(Some(grandchildren))) = cancelled {
+            if !grandchildren.is_empty() {
+                cancel_below(ctx, child_queue, grandchildren, depth + 1);
+            }
+        }
+    }
+}
