@@ -115,8 +115,6 @@ export class Worker extends EventEmitter {
 
   async loop() {
     checkVersion(await this.queue.send(['EMQ.VERSION'], true));
-    const delivered = (/** @type {import('./outbox.js').Handover} */ entry) => void this.emit('delivered', entry);
-    this.sweeping = sweepLoop(this.queue, this.sweeper.signal, delivered, (e) => this.report(e));
     this.claims = this.queue.client.duplicate();
     this.claims.on?.('error', (/** @type {unknown} */ e) => this.report(e));
     await this.claims.connect();
@@ -138,6 +136,9 @@ export class Worker extends EventEmitter {
         // A claim in flight is never dropped, even by close(): its jobs would be leased to no one.
         reply = await this.claim(count);
         failures = 0;
+        // The outbox's sweeps start once a claim has shown the queue workable (a refused
+        // queue name is the claim's fatal error, reported once).
+        this.sweeping ??= this.sweep();
       } catch (e) {
         this.claimReserved = 0;
         // A failover, or a server out of memory or disk: not the worker's end.
@@ -148,6 +149,11 @@ export class Worker extends EventEmitter {
       this.claimReserved = 0;
       for (const raw of reply ?? []) this.start(raw, sentAt);
     }
+  }
+
+  sweep() {
+    const delivered = (/** @type {import('./outbox.js').Handover} */ entry) => void this.emit('delivered', entry);
+    return sweepLoop(this.queue, this.sweeper.signal, delivered, (e) => this.report(e));
   }
 
   claim(count) {
