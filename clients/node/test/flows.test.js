@@ -293,4 +293,29 @@ describe('flows', () => {
       await kidClient.disconnect();
     }
   });
+
+  test('the outbox: a hand-over whose parent is gone is delivered as an orphan, and the child says so', async () => {
+    await server.cmd('ACL', 'SETUSER', 'lone', 'on', '>pw', '+@all', '~emq:{orphan-kids}:*');
+    const loneClient = createClient({ url: `redis://lone:pw@127.0.0.1:${server.port}` });
+    await loneClient.connect();
+    try {
+      const parents = new Queue(client, 'orphan-parent');
+      const pid = await parents.enqueue('parent', { children: 2 });
+      const kid = await new Queue(client, 'orphan-kids').enqueue('kid', { parents: [{ queue: 'orphan-parent', id: pid }] });
+      const restricted = work(new Queue(loneClient, 'orphan-kids'), () => 'done');
+      await waitFor(() => restricted.counts.acked === 1, 'the kid acked');
+      await restricted.close();
+      assert.equal(await parents.cancel(pid), true, 'a waiting parent is cancelled');
+      const delivered = [];
+      work(new Queue(client, 'orphan-kids'), () => undefined).on('delivered', (entry) => delivered.push(entry));
+      await waitFor(() => delivered.length === 1, 'the orphan delivered');
+      assert.deepEqual([delivered[0].id, delivered[0].reply], [kid, 'orphan']);
+      const row = await new Queue(client, 'orphan-kids').job(kid);
+      assert.match(String(row.orphan), /orphan-parent/);
+      assert.match(String(row.orphan), new RegExp(pid));
+      assert.deepEqual(await server.cmd('EMQ.OUTBOX', 'orphan-kids'), ['0', []]);
+    } finally {
+      await loneClient.disconnect();
+    }
+  });
 });
