@@ -275,6 +275,33 @@ export interface WorkerOptions {
   handleSignals?: boolean;
   /** Start claiming at once (true); otherwise call run(). */
   autorun?: boolean;
+  /** Names the worker in its events (`<hostname>:<pid>:<6 random hex>`). */
+  name?: string;
+  /** Called synchronously with each claim, renewal, settle and handler start and end; what it
+   * throws is logged and ignored. */
+  onEvent?: (event: WorkerEvent) => void;
+}
+
+/** One event of a worker, as `onEvent` gets it (the Python and Rust workers' contract). */
+export interface WorkerEvent {
+  kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end';
+  worker: string;
+  queue: string;
+  id: string;
+  /** The lease token: the attempt. */
+  token: number;
+  /** Wall-clock Unix-epoch ns when the command was sent and answered; for the handler's
+   * events both are that moment. */
+  sentNs: bigint;
+  answeredNs: bigint;
+  /** `refused`: the server answered with an error, it did not happen; `unknown`: no answer. */
+  outcome: 'ok' | 'refused' | 'unknown';
+  /** The refusal or lost connection, or for `handler_end` the handler's failure. */
+  error: string | null;
+  /** For `settle`: what was sent. */
+  action: 'ack' | 'fail' | null;
+  /** Always null: the Node worker has no `waitReplicas` yet. */
+  replicated: boolean | null;
 }
 
 export interface WorkerCounts {
@@ -288,6 +315,7 @@ export declare class Worker extends EventEmitter {
   constructor(queue: Queue, handler: Handler, options?: WorkerOptions);
   readonly queue: Queue;
   readonly concurrency: number;
+  readonly name: string;
   readonly counts: WorkerCounts;
   /** Claims and runs jobs until close(); rejects on a fatal error (also sent to 'error'). */
   run(): Promise<void>;

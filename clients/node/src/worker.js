@@ -9,6 +9,7 @@ import { DEFAULT_BACKOFF, retryIn } from './backoff.js';
 import { encode } from './codec.js';
 import { isCluster, routingKey } from './connection.js';
 import { EmqLeaseError, EmqVersionError, isErrorReply, translate } from './errors.js';
+import { Hook, defaultName, nowNs } from './hook.js';
 import { Job, Retry } from './job.js';
 import { sweepLoop } from './outbox.js';
 import { backoff, serverFull, sleep, transient } from './retry.js';
@@ -62,6 +63,10 @@ export class Worker extends EventEmitter {
     this.renewEvery = Math.min(0.9, Math.max(0.05, options.renewEvery ?? 1 / 3));
     this.shutdownTimeout = Math.max(0, options.shutdownTimeout ?? 30_000);
     this.backoff = options.backoff ?? DEFAULT_BACKOFF;
+    /** Names the worker in its events. */
+    this.name = options.name ?? defaultName();
+    /** `onEvent`'s caller; null without one, so the jobs' way pays nothing for it. */
+    this.hook = options.onEvent ? new Hook(options.onEvent, this.name, queue.name) : null;
     /** What happened, for logs and tests. */
     this.counts = { acked: 0, failed: 0, retried: 0, lost: 0 };
     /** The running handlers, by their job (a run of it). @type {Map<Job, {job: Job, controller: AbortController, finished: boolean}>} */
@@ -132,6 +137,7 @@ export class Worker extends EventEmitter {
       this.claimReserved = count;
       let reply;
       const sentAt = Date.now();
+      const sentNs = this.hook ? nowNs() : 0n;
       try {
         // A claim in flight is never dropped, even by close(): its jobs would be leased to no one.
         reply = await this.claim(count);
@@ -147,7 +153,7 @@ export class Worker extends EventEmitter {
         continue;
       }
       this.claimReserved = 0;
-      for (const raw of reply ?? []) this.start(raw, sentAt);
+      for (const raw of reply ?? []) this.start(raw, sentAt, sentNs);
     }
   }
 
@@ -193,8 +199,9 @@ export class Worker extends EventEmitter {
    * at `sentAt` (ms). A lease's worth of time since then means the process stalled (frozen,
    * swapped out): the lease may have run out and another attempt taken the job, even finished
    * it, so the handler is not started; the job is left to its lease, counted lost. */
-  start(raw, sentAt) {
+  start(raw, sentAt, sentNs = 0n) {
     const [id, payload, token] = raw;
+    this.hook?.emit('claim', { id: String(id), attempt: Number(token) }, sentNs, { answeredNs: nowNs() });
     if (Date.now() >= sentAt + this.lease) {
       this.counts.lost++;
       this.wake();
@@ -215,12 +222,14 @@ export class Worker extends EventEmitter {
     let result;
     let error;
     let threw = false;
+    this.hook?.emit('handler_start', job, nowNs());
     try {
       result = await this.handler(job, { signal: job.signal });
     } catch (e) {
       threw = true;
       error = e;
     }
+    this.hook?.emit('handler_end', job, nowNs(), { failure: threw ? error : undefined });
     state.finished = true;
     if (this.closed || job.leaseLost) {
       this.counts.lost++;
@@ -239,11 +248,14 @@ export class Worker extends EventEmitter {
   async fail(job, error) {
     const retried = error instanceof Retry;
     const wait = retried ? Math.max(0, Math.round(error.after)) : retryIn(this.backoff, job.attempt, error);
+    const sentNs = this.hook ? nowNs() : 0n;
     try {
       await this.queue.call('EMQ.FAIL', job.id, String(job.attempt), 'ERROR', retried ? error.message : errorText(error), 'RETRY-IN', String(wait));
+      this.hook?.emit('settle', job, sentNs, { answeredNs: nowNs(), action: 'fail' });
       this.counts[retried ? 'retried' : 'failed']++;
       this.emit('failed', job, error);
     } catch (e) {
+      this.hook?.emit('settle', job, sentNs, { answeredNs: nowNs(), action: 'fail', error: e });
       this.settleRefused(job, e);
     }
   }
@@ -305,16 +317,23 @@ export class Worker extends EventEmitter {
     this.mackReserved = next - kept.length;
     let reply;
     const sentAt = Date.now();
+    const sentNs = this.hook ? nowNs() : 0n;
     try {
       reply = await this.queue.send(args, false, BYTES);
     } catch (e) {
       this.mackReserved = 0;
-      for (const item of kept) this.settleRefused(item.state.job, translate(e));
+      const answeredNs = this.hook ? nowNs() : 0n;
+      for (const item of kept) {
+        this.hook?.emit('settle', item.state.job, sentNs, { answeredNs, action: 'ack', error: e });
+        this.settleRefused(item.state.job, translate(e));
+      }
       return this.release(jobs);
     }
+    const answeredNs = this.hook ? nowNs() : 0n;
     const [places, claimed] = next > 0 ? reply : [reply, []];
     kept.forEach((item, i) => {
       const place = places[i];
+      this.hook?.emit('settle', item.state.job, sentNs, { answeredNs, action: 'ack', error: isErrorReply(place) ? place : undefined });
       if (isErrorReply(place)) return this.settleRefused(item.state.job, translate(place));
       this.counts.acked++;
       this.emit('completed', item.state.job, item.result);
@@ -322,7 +341,7 @@ export class Worker extends EventEmitter {
     this.mackReserved = 0;
     for (const job of jobs) this.running.delete(job);
     if (isErrorReply(claimed)) this.report(translate(claimed));
-    else for (const raw of claimed) this.start(raw, sentAt);
+    else for (const raw of claimed) this.start(raw, sentAt, sentNs);
     this.wake();
   }
 
@@ -335,9 +354,12 @@ export class Worker extends EventEmitter {
     await Promise.all(
       states.map(async ({ job, controller }) => {
         const extra = job.progress === undefined ? [] : ['PROGRESS', encode(job.progress)];
+        const sentNs = this.hook ? nowNs() : 0n;
         try {
           await this.queue.call('EMQ.RENEW', job.id, String(job.attempt), String(this.lease), ...extra);
+          this.hook?.emit('renew', job, sentNs, { answeredNs: nowNs() });
         } catch (e) {
+          this.hook?.emit('renew', job, sentNs, { answeredNs: nowNs(), error: e });
           if (e instanceof EmqLeaseError) {
             job.leaseLost = true;
             controller.abort(e);

@@ -17,6 +17,7 @@ import {
   type Handover,
   type QueueEvent,
   type Stats,
+  type WorkerEvent,
 } from 'echomq';
 
 export async function producer(): Promise<void> {
@@ -83,6 +84,11 @@ export async function flows(): Promise<void> {
     for (const [key, { status, data }] of kids) if (status === 'acked' && key.endsWith(data ?? '')) acked++;
     return { acked };
   });
+  const events: WorkerEvent[] = [];
+  const watched = new Worker(q, () => 'ok', { name: 'w1', onEvent: (e) => void events.push(e) });
+  const took: bigint = events.length > 0 ? events[0].answeredNs - events[0].sentNs : 0n;
+  const who: string = watched.name;
+  void [took, who];
   w.on('delivered', (entry: Handover) => console.log(entry.parentQueue, entry.parentId, entry.reply));
   await w.close();
   void [childIds, order, first, status, waiting, parents, finished, sameSlot];
