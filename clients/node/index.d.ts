@@ -24,6 +24,70 @@ export interface EnqueueOptions {
   unique?: string;
   /** Hold the unique key this many ms from the enqueue, whatever becomes of the job. */
   uniqueFor?: number;
+  /** A parent: it waits (in `waiting`) until this many children have finished, 1-100,000. */
+  children?: number;
+  /** A child of each (at most 16): on a cluster, `EMQ.ADOPT` goes first to a parent whose
+   * queue has another slot than this job's. */
+  parents?: ParentRef[];
+}
+
+/** What a child's death or cancelling does to its parent: `fail` (the default) kills the
+ * parent, naming the child in its error; `ignore` just counts the child as finished. */
+export type OnFail = 'fail' | 'ignore';
+
+/** A child's parent: a job enqueued with `children`. */
+export interface ParentRef {
+  queue: string;
+  id: string;
+  onFail?: OnFail;
+}
+
+/** A job of a flow (`Queue.flow`, `chain`, `batch`). `queue` and `id`, where missing, are
+ * written in by the builder before anything is sent (the builder's queue; a minted id), so
+ * the same spec given again enqueues the same jobs. */
+export interface FlowNode {
+  queue?: string;
+  payload: Payload;
+  id?: string;
+  /** The policy of this node for its parent (a root has none). */
+  onFail?: OnFail;
+  priority?: number;
+  delay?: number;
+  at?: number | Date;
+  /** Its children: they run first, this job once they have all finished. */
+  children?: FlowNode[];
+}
+
+/** A flow node once built: its queue and id are known. */
+export interface BuiltFlowNode extends FlowNode {
+  queue: string;
+  id: string;
+  children?: BuiltFlowNode[];
+}
+
+/** How a child ended, as its parent sees it (`EMQ.CHILDREN`). */
+export interface ChildOutcome {
+  queue: string;
+  id: string;
+  status: 'waiting' | 'acked' | 'dead' | 'cancelled';
+  /** The result (acked) or the error text (dead), as text. */
+  data: string | null;
+}
+
+/** A parent's children keyed `<queue>:<id>` (a job id has no `:`; the last one splits it). */
+export type Children = Map<string, ChildOutcome>;
+
+/** One outbox entry a worker delivered (its `delivered` event). */
+export interface Handover {
+  /** The child's queue (the worker's) and id. */
+  queue: string;
+  id: string;
+  parentQueue: string;
+  parentId: string;
+  outcome: string;
+  policy: string;
+  /** `EMQ.HANDOVER`'s answer: `counted`, `duplicate` or `orphan`. */
+  reply: string;
 }
 
 export interface JobSpec {
@@ -32,13 +96,15 @@ export interface JobSpec {
   priority?: number;
 }
 
-export type SetName = 'pending' | 'active' | 'scheduled' | 'dead';
+export type SetName = 'pending' | 'active' | 'scheduled' | 'dead' | 'waiting';
 
 export interface Stats {
   pending: number;
   active: number;
   scheduled: number;
   dead: number;
+  /** Parents waiting for their children. */
+  waiting: number;
   paused: number;
   concurrency: number | null;
   rate: number | null;
@@ -69,6 +135,14 @@ export interface JobRow {
   due?: number;
   'lease-deadline'?: number;
   'died-at'?: number;
+  /** A parent's: the children it waits for, those registered so far, those finished. */
+  children?: number;
+  adopted?: number;
+  finished?: number;
+  /** A child's parents, one `<queue> <id> <fail|ignore>` a line. */
+  parents?: string;
+  /** A parent a hand-over found gone (`EMQ.DELIVERED ... ORPHAN`). */
+  orphan?: string;
   [field: string]: unknown;
 }
 
@@ -107,12 +181,19 @@ export interface QueueEvent {
 
 export declare const CHUNK: number;
 export declare const PURGE_COUNT: number;
+export declare const CHILDREN_PAGE: number;
+export declare const MAX_CHILDREN: number;
+export declare const MAX_PARENTS: number;
+export declare const SWEEP_EVERY: number;
+export declare const SWEEP_COUNT: number;
 
 export declare class Queue {
   constructor(client: Client, name: string, options?: { retries?: number });
   readonly client: Client;
   readonly name: string;
   retries: number;
+  /** Another queue on the same client, with the same retries. */
+  sibling(name: string): Queue;
   /** `command <queue> ...args`, retried while transient, a refusal as its typed error. */
   call(command: string, ...args: Array<string | number | Uint8Array>): Promise<any>;
   /** A whole command (queue included), routed by the queue. */
@@ -122,6 +203,14 @@ export declare class Queue {
   stats(): Promise<Stats>;
   job(id: string): Promise<JobRow | null>;
   jobs(set: SetName, options?: { cursor?: string; count?: number; withPayloads?: boolean }): Promise<JobsPage>;
+  /** A parent's children and how each ended (every page of `EMQ.CHILDREN`). */
+  children(id: string): Promise<Children>;
+  /** Enqueues a tree top down; the same tree, every node's queue and id filled in. */
+  flow(tree: FlowNode): Promise<BuiltFlowNode>;
+  /** Jobs run one after another in the order given; their ids in that order. */
+  chain(jobs: FlowNode[]): Promise<string[]>;
+  /** Jobs and a callback that runs once all of them have finished, acked or dead. */
+  batch(jobs: FlowNode[], options: { onComplete: FlowNode }): Promise<{ id: string; ids: string[] }>;
   cancel(id: string): Promise<boolean>;
   requeue(id: string): Promise<boolean>;
   requeueDead(options?: { count?: number }): Promise<number>;
@@ -153,6 +242,8 @@ export declare class Job {
   leaseLost: boolean;
   /** The payload parsed as JSON. */
   readonly data: any;
+  /** A parent's children and how each ended, keyed `<queue>:<id>`. */
+  children(): Promise<Children>;
 }
 
 /** Thrown by a handler: fail this attempt, to be retried after `after` ms. */
@@ -184,6 +275,33 @@ export interface WorkerOptions {
   handleSignals?: boolean;
   /** Start claiming at once (true); otherwise call run(). */
   autorun?: boolean;
+  /** Names the worker in its events (`<hostname>:<pid>:<6 random hex>`). */
+  name?: string;
+  /** Called synchronously with each claim, renewal, settle and handler start and end; what it
+   * throws is logged and ignored. */
+  onEvent?: (event: WorkerEvent) => void;
+}
+
+/** One event of a worker, as `onEvent` gets it (the Python and Rust workers' contract). */
+export interface WorkerEvent {
+  kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end';
+  worker: string;
+  queue: string;
+  id: string;
+  /** The lease token: the attempt. */
+  token: number;
+  /** Wall-clock Unix-epoch ns when the command was sent and answered; for the handler's
+   * events both are that moment. */
+  sentNs: bigint;
+  answeredNs: bigint;
+  /** `refused`: the server answered with an error, it did not happen; `unknown`: no answer. */
+  outcome: 'ok' | 'refused' | 'unknown';
+  /** The refusal or lost connection, or for `handler_end` the handler's failure. */
+  error: string | null;
+  /** For `settle`: what was sent. */
+  action: 'ack' | 'fail' | null;
+  /** Always null: the Node worker has no `waitReplicas` yet. */
+  replicated: boolean | null;
 }
 
 export interface WorkerCounts {
@@ -197,6 +315,7 @@ export declare class Worker extends EventEmitter {
   constructor(queue: Queue, handler: Handler, options?: WorkerOptions);
   readonly queue: Queue;
   readonly concurrency: number;
+  readonly name: string;
   readonly counts: WorkerCounts;
   /** Claims and runs jobs until close(); rejects on a fatal error (also sent to 'error'). */
   run(): Promise<void>;
@@ -206,10 +325,13 @@ export declare class Worker extends EventEmitter {
   on(event: 'failed', listener: (job: Job, error: unknown) => void): this;
   on(event: 'error', listener: (error: unknown) => void): this;
   on(event: 'closed', listener: () => void): this;
+  /** An outbox entry handed over to its parent and removed. */
+  on(event: 'delivered', listener: (entry: Handover) => void): this;
   once(event: 'completed', listener: (job: Job, result: unknown) => void): this;
   once(event: 'failed', listener: (job: Job, error: unknown) => void): this;
   once(event: 'error', listener: (error: unknown) => void): this;
   once(event: 'closed', listener: () => void): this;
+  once(event: 'delivered', listener: (entry: Handover) => void): this;
 }
 
 export declare const PROTOCOL_MAJOR: number;
@@ -219,6 +341,12 @@ export declare function checkVersion(answer: unknown): void;
 export declare function errorText(error: unknown): string;
 export declare function mint(): string;
 export declare function eventsKey(queue: string): string;
+/** CRC16-XMODEM, as a cluster computes slots. */
+export declare function crc16(bytes: Uint8Array): number;
+/** `CLUSTER KEYSLOT key`. */
+export declare function slot(key: string): number;
+/** The slot of every key of a queue. */
+export declare function queueSlot(queue: string): number;
 export declare function translate(error: unknown): unknown;
 
 /** A refusal of the EchoMQ module; `code` is its reply's first word (`EMQLEASE`, ...). */
@@ -236,4 +364,6 @@ export declare class EmqLeaseError extends EmqError {}
 export declare class EmqSetError extends EmqError {}
 export declare class EmqCursorError extends EmqError {}
 export declare class EmqCronError extends EmqError {}
+/** `EMQPARENT`: no such parent, it is not waiting, or it has all its children. */
+export declare class EmqParentError extends EmqError {}
 export declare class EmqVersionError extends Error {}

@@ -34,6 +34,8 @@ export class EmqSetError extends EmqError {}
 export class EmqCursorError extends EmqError {}
 /** `EMQCRON`: a repeating schedule refused (the parser's reason, or a full queue). */
 export class EmqCronError extends EmqError {}
+/** `EMQPARENT`: a child's parent refused it (no such parent, not waiting, or all its children). */
+export class EmqParentError extends EmqError {}
 
 /** The server speaks another major version of the protocol than this client (no reply code). */
 export class EmqVersionError extends Error {
@@ -56,6 +58,7 @@ export const CODES = {
   EMQSET: EmqSetError,
   EMQCURSOR: EmqCursorError,
   EMQCRON: EmqCronError,
+  EMQPARENT: EmqParentError,
 };
 
 /** Whether `value` is a server's error reply (node-redis's `ErrorReply`, top level or in place). */

@@ -1,5 +1,8 @@
 // echomq: the Node.js client of EchoMQ, the job queue whose rules run inside Valkey.
-export { Queue, CHUNK, PURGE_COUNT } from './queue.js';
+export { Queue, CHUNK, PURGE_COUNT, CHILDREN_PAGE } from './queue.js';
+export { MAX_CHILDREN, MAX_PARENTS } from './family.js';
+export { SWEEP_EVERY, SWEEP_COUNT } from './outbox.js';
+export { crc16, slot, queueSlot } from './slot.js';
 export { Worker, PROTOCOL_MAJOR, MAX_ERROR, SETTLE_BATCH, checkVersion, errorText } from './worker.js';
 export { Job, Retry } from './job.js';
 export { mint } from './ids.js';
@@ -16,6 +19,7 @@ export {
   EmqSetError,
   EmqCursorError,
   EmqCronError,
+  EmqParentError,
   EmqVersionError,
   translate,
 } from './errors.js';

@@ -1,14 +1,19 @@
-// A claimed job as its handler sees it, and how a handler asks for a retry at a time of its own.
+// A claimed job as its handler sees it (its children's outcomes too, when it is a parent), and
+// how a handler asks for a retry at a time of its own.
 
 export class Job {
+  /** The Queue it was claimed from, which reads its children. */
+  #source;
+
   /**
    * @param {string} queue
    * @param {string} id
    * @param {Uint8Array} bytes the payload, the bytes enqueued
    * @param {number} attempt this attempt's lease token: 1 for the first (docs/commands.md)
    * @param {AbortSignal} signal fired when the lease is lost or the worker closes past its timeout
+   * @param {{children(id: string): Promise<Map<string, any>>}} [source] the Queue it was claimed from
    */
-  constructor(queue, id, bytes, attempt, signal) {
+  constructor(queue, id, bytes, attempt, signal, source = undefined) {
     this.queue = queue;
     this.id = id;
     /** The payload as enqueued, byte for byte. */
@@ -21,11 +26,18 @@ export class Job {
     this.progress = undefined;
     /** Set when a renewal or the settle answered `EMQLEASE`: the outcome is not sent. */
     this.leaseLost = false;
+    this.#source = source;
   }
 
   /** The payload parsed as JSON (what `Queue.enqueue` wrote for a value not a string). */
   get data() {
     return JSON.parse(this.payload);
+  }
+
+  /** A parent's children and how each ended, keyed `<queue>:<id>` (`Queue.children`). */
+  children() {
+    if (!this.#source) return Promise.reject(new Error('this job was not claimed from a queue'));
+    return this.#source.children(this.id);
   }
 }
 

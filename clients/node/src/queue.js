@@ -3,8 +3,10 @@
 // minted here, so a retried enqueue stays a single job.
 import { encode, ms, pairs } from './codec.js';
 import { send } from './connection.js';
-import { translate } from './errors.js';
+import { EmqParentError, translate } from './errors.js';
 import { readEvents } from './events.js';
+import { adopt, familyArgs } from './family.js';
+import { batch, chain, flow } from './flow.js';
 import { mint } from './ids.js';
 import { backoff, sleep, transient } from './retry.js';
 
@@ -12,11 +14,13 @@ import { backoff, sleep, transient } from './retry.js';
 export const CHUNK = 1000;
 /** Jobs one `EMQ.PURGE` deletes (the server's default and the loop's step). */
 export const PURGE_COUNT = 1000;
-/** The sets a job can be in (`jobs`, `purge` take the last three but `active`). */
-export const SETS = ['pending', 'active', 'scheduled', 'dead'];
+/** The sets a job can be in (`jobs` takes each; `purge` all but `active` and `waiting`). */
+export const SETS = ['pending', 'active', 'scheduled', 'dead', 'waiting'];
+/** Children one `EMQ.CHILDREN` page carries. */
+export const CHILDREN_PAGE = 1000;
 
 /** A `job(id)` reply's integer fields. */
-const NUMERIC = new Set(['attempts', 'due', 'lease-deadline', 'died-at', 'priority']);
+const NUMERIC = new Set(['attempts', 'due', 'lease-deadline', 'died-at', 'priority', 'children', 'adopted', 'finished']);
 
 export class Queue {
   /**
@@ -28,6 +32,11 @@ export class Queue {
     this.client = client;
     this.name = name;
     this.retries = options.retries ?? 8;
+  }
+
+  /** Another queue on the same client and with the same retries (a flow's other queues). */
+  sibling(name) {
+    return name === this.name ? this : new Queue(this.client, name, { retries: this.retries });
   }
 
   /** `command <queue> ...args`, retried while the failure is transient; a refusal typed. */
@@ -51,8 +60,11 @@ export class Queue {
 
   /**
    * Enqueues one job; its id, or with `unique` the holder's id while another job holds the key.
+   * With `children` it is a parent, waiting until that many children have finished; with
+   * `parents` it is their child (on a cluster, `EMQ.ADOPT` first for a parent in another slot).
    * @param {unknown} payload a string or bytes as they are, anything else as JSON
-   * @param {{id?: string, delay?: number, at?: number | Date, priority?: number, unique?: string, uniqueFor?: number}} [options]
+   * @param {{id?: string, delay?: number, at?: number | Date, priority?: number, unique?: string, uniqueFor?: number,
+   *   children?: number, parents?: Array<{queue: string, id: string, onFail?: 'fail' | 'ignore'}>}} [options]
    */
   async enqueue(payload, options = {}) {
     const id = options.id ?? mint();
@@ -67,7 +79,17 @@ export class Queue {
     } else if (options.uniqueFor !== undefined) {
       throw new TypeError('uniqueFor is the window of a unique key');
     }
-    const reply = await this.call('EMQ.ENQUEUE', ...args);
+    args.push(...familyArgs(options));
+    let reply;
+    try {
+      if (options.parents?.length) await adopt(this, id, options.parents);
+      reply = await this.call('EMQ.ENQUEUE', ...args);
+    } catch (e) {
+      // A retried child whose parent has moved on (finished, or all its children counted):
+      // the job is there already, which is what a duplicate enqueue answers.
+      if (e instanceof EmqParentError && options.id !== undefined && (await this.job(id)) !== null) return id;
+      throw e;
+    }
     // 1 (written) or 0 (this id was enqueued already) is the job's own id; a string, the holder's.
     return typeof reply === 'string' ? reply : id;
   }
@@ -116,7 +138,7 @@ export class Queue {
 
   /**
    * One page of a set (`EMQ.JOBS`): pass the reply's cursor back for the next; `'0'` at the end.
-   * @param {'pending' | 'active' | 'scheduled' | 'dead'} set
+   * @param {'pending' | 'active' | 'scheduled' | 'dead' | 'waiting'} set
    * @param {{cursor?: string, count?: number, withPayloads?: boolean}} [options]
    */
   async jobs(set, options = {}) {
@@ -131,6 +153,57 @@ export class Queue {
       return job;
     });
     return { cursor: String(cursor), jobs };
+  }
+
+  /**
+   * A parent's children and how each ended (`EMQ.CHILDREN`, every page), keyed
+   * `<queue>:<id>` (an id has no `:`, so the last one splits the key): `status` is `waiting`,
+   * `acked`, `dead` or `cancelled`, `data` the result (acked) or the error text, as text.
+   * @param {string} id
+   */
+  async children(id) {
+    /** @type {Map<string, {queue: string, id: string, status: string, data: string | null}>} */
+    const out = new Map();
+    let cursor = '0';
+    do {
+      const [next, rows] = await this.send(['EMQ.CHILDREN', this.name, id, 'CURSOR', cursor, 'COUNT', String(CHILDREN_PAGE)], true);
+      cursor = String(next);
+      for (const [queue, child, status, data] of rows) {
+        out.set(`${queue}:${child}`, { queue: String(queue), id: String(child), status: String(status), data: data ?? null });
+      }
+    } while (cursor !== '0');
+    return out;
+  }
+
+  // ---- flows ----
+
+  /**
+   * Enqueues a tree of jobs, top down, each node's children its children in the flow; a node
+   * without `queue` is this queue's. Ids missing are minted and written into the tree first,
+   * so calling again with the same tree (after a failure, say) enqueues the same jobs once.
+   * @param {import('./flow.js').FlowNode} tree
+   */
+  flow(tree) {
+    return flow(this, tree);
+  }
+
+  /**
+   * Jobs that run one after another, in the order given (each the child of the next); their
+   * ids, in that order (also written into the jobs).
+   * @param {import('./flow.js').FlowNode[]} jobs
+   */
+  chain(jobs) {
+    return chain(this, jobs);
+  }
+
+  /**
+   * Jobs and a callback job, `onComplete`, that runs once all of them have finished, whether
+   * acked or dead (each its child with `ON-FAIL IGNORE`); its id and theirs.
+   * @param {import('./flow.js').FlowNode[]} jobs
+   * @param {{onComplete: import('./flow.js').FlowNode}} options
+   */
+  batch(jobs, options) {
+    return batch(this, jobs, options);
   }
 
   // ---- operating ----

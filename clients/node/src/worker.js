@@ -2,13 +2,16 @@
 // `EMQ.CLAIM` on a connection of its own), runs each handler with an AbortSignal, renews the
 // leases of running handlers, settles acknowledgements in batches with `EMQ.MACK` that claim
 // the next jobs in the same call, fails a throwing handler's job with its stack and a backoff,
-// and closes gracefully (on SIGTERM/SIGINT too, when asked).
+// delivers its queue's outbox to the parents of finished children (outbox.js), and closes
+// gracefully (on SIGTERM/SIGINT too, when asked).
 import { EventEmitter } from 'node:events';
 import { DEFAULT_BACKOFF, retryIn } from './backoff.js';
 import { encode } from './codec.js';
 import { isCluster, routingKey } from './connection.js';
 import { EmqLeaseError, EmqVersionError, isErrorReply, translate } from './errors.js';
+import { Hook, defaultName, nowNs } from './hook.js';
 import { Job, Retry } from './job.js';
+import { sweepLoop } from './outbox.js';
 import { backoff, serverFull, sleep, transient } from './retry.js';
 
 /** The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`). */
@@ -60,6 +63,10 @@ export class Worker extends EventEmitter {
     this.renewEvery = Math.min(0.9, Math.max(0.05, options.renewEvery ?? 1 / 3));
     this.shutdownTimeout = Math.max(0, options.shutdownTimeout ?? 30_000);
     this.backoff = options.backoff ?? DEFAULT_BACKOFF;
+    /** Names the worker in its events. */
+    this.name = options.name ?? defaultName();
+    /** `onEvent`'s caller; null without one, so the jobs' way pays nothing for it. */
+    this.hook = options.onEvent ? new Hook(options.onEvent, this.name, queue.name) : null;
     /** What happened, for logs and tests. */
     this.counts = { acked: 0, failed: 0, retried: 0, lost: 0 };
     /** The running handlers, by their job (a run of it). @type {Map<Job, {job: Job, controller: AbortController, finished: boolean}>} */
@@ -73,6 +80,8 @@ export class Worker extends EventEmitter {
     this.wakers = new Set();
     this.claims = null;
     this.renewTimer = null;
+    this.sweeper = new AbortController(); // stops the outbox's sweeps, once the worker has closed
+    this.sweeping = null;
     this.closePromise = null;
     this.signalHandler = options.handleSignals ? () => void this.close() : null;
     this.runPromise = null;
@@ -128,10 +137,14 @@ export class Worker extends EventEmitter {
       this.claimReserved = count;
       let reply;
       const sentAt = Date.now();
+      const sentNs = this.hook ? nowNs() : 0n;
       try {
         // A claim in flight is never dropped, even by close(): its jobs would be leased to no one.
         reply = await this.claim(count);
         failures = 0;
+        // The outbox's sweeps start once a claim has shown the queue workable (a refused
+        // queue name is the claim's fatal error, reported once).
+        this.sweeping ??= this.sweep();
       } catch (e) {
         this.claimReserved = 0;
         // A failover, or a server out of memory or disk: not the worker's end.
@@ -140,8 +153,13 @@ export class Worker extends EventEmitter {
         continue;
       }
       this.claimReserved = 0;
-      for (const raw of reply ?? []) this.start(raw, sentAt);
+      for (const raw of reply ?? []) this.start(raw, sentAt, sentNs);
     }
+  }
+
+  sweep() {
+    const delivered = (/** @type {import('./outbox.js').Handover} */ entry) => void this.emit('delivered', entry);
+    return sweepLoop(this.queue, this.sweeper.signal, delivered, (e) => this.report(e));
   }
 
   claim(count) {
@@ -181,8 +199,9 @@ export class Worker extends EventEmitter {
    * at `sentAt` (ms). A lease's worth of time since then means the process stalled (frozen,
    * swapped out): the lease may have run out and another attempt taken the job, even finished
    * it, so the handler is not started; the job is left to its lease, counted lost. */
-  start(raw, sentAt) {
+  start(raw, sentAt, sentNs = 0n) {
     const [id, payload, token] = raw;
+    this.hook?.emit('claim', { id: String(id), attempt: Number(token) }, sentNs, { answeredNs: nowNs() });
     if (Date.now() >= sentAt + this.lease) {
       this.counts.lost++;
       this.wake();
@@ -190,7 +209,7 @@ export class Worker extends EventEmitter {
     }
     const controller = new AbortController();
     const bytes = typeof payload === 'string' ? Buffer.from(payload) : payload;
-    const job = new Job(this.queue.name, String(id), bytes, Number(token), controller.signal);
+    const job = new Job(this.queue.name, String(id), bytes, Number(token), controller.signal, this.queue);
     const state = { job, controller, finished: false };
     // By the job's own object: the same job claimed again (its lease lost) is another run.
     this.running.set(job, state);
@@ -203,12 +222,14 @@ export class Worker extends EventEmitter {
     let result;
     let error;
     let threw = false;
+    this.hook?.emit('handler_start', job, nowNs());
     try {
       result = await this.handler(job, { signal: job.signal });
     } catch (e) {
       threw = true;
       error = e;
     }
+    this.hook?.emit('handler_end', job, nowNs(), { failure: threw ? error : undefined });
     state.finished = true;
     if (this.closed || job.leaseLost) {
       this.counts.lost++;
@@ -227,11 +248,14 @@ export class Worker extends EventEmitter {
   async fail(job, error) {
     const retried = error instanceof Retry;
     const wait = retried ? Math.max(0, Math.round(error.after)) : retryIn(this.backoff, job.attempt, error);
+    const sentNs = this.hook ? nowNs() : 0n;
     try {
       await this.queue.call('EMQ.FAIL', job.id, String(job.attempt), 'ERROR', retried ? error.message : errorText(error), 'RETRY-IN', String(wait));
+      this.hook?.emit('settle', job, sentNs, { answeredNs: nowNs(), action: 'fail' });
       this.counts[retried ? 'retried' : 'failed']++;
       this.emit('failed', job, error);
     } catch (e) {
+      this.hook?.emit('settle', job, sentNs, { answeredNs: nowNs(), action: 'fail', error: e });
       this.settleRefused(job, e);
     }
   }
@@ -293,16 +317,23 @@ export class Worker extends EventEmitter {
     this.mackReserved = next - kept.length;
     let reply;
     const sentAt = Date.now();
+    const sentNs = this.hook ? nowNs() : 0n;
     try {
       reply = await this.queue.send(args, false, BYTES);
     } catch (e) {
       this.mackReserved = 0;
-      for (const item of kept) this.settleRefused(item.state.job, translate(e));
+      const answeredNs = this.hook ? nowNs() : 0n;
+      for (const item of kept) {
+        this.hook?.emit('settle', item.state.job, sentNs, { answeredNs, action: 'ack', error: e });
+        this.settleRefused(item.state.job, translate(e));
+      }
       return this.release(jobs);
     }
+    const answeredNs = this.hook ? nowNs() : 0n;
     const [places, claimed] = next > 0 ? reply : [reply, []];
     kept.forEach((item, i) => {
       const place = places[i];
+      this.hook?.emit('settle', item.state.job, sentNs, { answeredNs, action: 'ack', error: isErrorReply(place) ? place : undefined });
       if (isErrorReply(place)) return this.settleRefused(item.state.job, translate(place));
       this.counts.acked++;
       this.emit('completed', item.state.job, item.result);
@@ -310,7 +341,7 @@ export class Worker extends EventEmitter {
     this.mackReserved = 0;
     for (const job of jobs) this.running.delete(job);
     if (isErrorReply(claimed)) this.report(translate(claimed));
-    else for (const raw of claimed) this.start(raw, sentAt);
+    else for (const raw of claimed) this.start(raw, sentAt, sentNs);
     this.wake();
   }
 
@@ -323,9 +354,12 @@ export class Worker extends EventEmitter {
     await Promise.all(
       states.map(async ({ job, controller }) => {
         const extra = job.progress === undefined ? [] : ['PROGRESS', encode(job.progress)];
+        const sentNs = this.hook ? nowNs() : 0n;
         try {
           await this.queue.call('EMQ.RENEW', job.id, String(job.attempt), String(this.lease), ...extra);
+          this.hook?.emit('renew', job, sentNs, { answeredNs: nowNs() });
         } catch (e) {
+          this.hook?.emit('renew', job, sentNs, { answeredNs: nowNs(), error: e });
           if (e instanceof EmqLeaseError) {
             job.leaseLost = true;
             controller.abort(e);
@@ -346,6 +380,9 @@ export class Worker extends EventEmitter {
     this.closed = true;
     for (const { controller } of this.running.values()) controller.abort(new Error('the worker closed before the job finished'));
     clearInterval(this.renewTimer ?? undefined);
+    // The sweeps go on while the handlers drain, whose children may have parents to reach.
+    this.sweeper.abort();
+    await this.sweeping;
     if (this.signalHandler) for (const s of ['SIGTERM', 'SIGINT']) process.off(s, this.signalHandler);
     // A cluster client has no `isOpen`; a client that never connected refuses disconnect().
     if (this.claims) await this.claims.disconnect().catch(() => {});

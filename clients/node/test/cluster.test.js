@@ -2,7 +2,7 @@
 // produced, inspected and worked, each call routed by the queue.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { Queue, Worker } from '../src/index.js';
+import { Queue, Worker, queueSlot } from '../src/index.js';
 import { Cluster } from './support/cluster.js';
 import { until } from './support/server.js';
 
@@ -64,4 +64,58 @@ test('the event stream and limits of a queue on a cluster', async () => {
   }
   assert.deepEqual(seen, ['enqueued']);
   assert.equal((await q.job(id)).payload, 'x');
+});
+
+test('a flow across the primaries: ADOPT at enqueue, the hand-overs delivered by the workers sweeps', async () => {
+  const client = await cluster.connect();
+  // The parent's queue on one primary, a child's queue on each of the two others.
+  const names = [];
+  const owners = new Set();
+  for (let n = 0; names.length < cluster.nodes.length; n++) {
+    const owner = await cluster.owner(`flow-${n}`);
+    if (!owners.has(owner.port)) {
+      owners.add(owner.port);
+      names.push(`flow-${n}`);
+    }
+  }
+  const [top, left, right] = names.map((name) => new Queue(client, name));
+  assert.notEqual(queueSlot(top.name), queueSlot(left.name));
+  const tree = {
+    payload: 'root',
+    children: [
+      { queue: left.name, payload: 'left' },
+      { queue: right.name, payload: 'right', onFail: /** @type {const} */ ('ignore') },
+      { payload: 'near' },
+    ],
+  };
+  await top.flow(tree);
+  const root = await top.job(String(tree.id));
+  assert.deepEqual([root.state, root.children, root.adopted], ['waiting', 3, 3], 'two children by EMQ.ADOPT, one in the enqueue');
+  // A retry before anything ran: the same jobs, each registered once.
+  await top.flow(tree);
+  assert.equal((await top.job(String(tree.id))).adopted, 3);
+  const delivered = [];
+  const ran = [];
+  const workers = [
+    new Worker(top, async (job) => {
+      if (job.payload === 'root') ran.push(await job.children());
+      return `${job.payload}!`;
+    }),
+    new Worker(left, (job) => `${job.payload}!`),
+    new Worker(right, (job) => `${job.payload}!`),
+  ];
+  for (const w of workers) w.on('delivered', (entry) => delivered.push(entry));
+  assert.ok(await until(() => ran.length === 1, 30_000), 'the root ran');
+  await Promise.all(workers.map((w) => w.close()));
+  const children = ran[0];
+  assert.deepEqual(
+    [...children.values()].map((c) => [c.queue, c.status, c.data]).sort(),
+    [[left.name, 'acked', 'left!'], [right.name, 'acked', 'right!'], [top.name, 'acked', 'near!']].sort(),
+  );
+  // The two children in other slots reached the root through their queues' outboxes.
+  assert.deepEqual(delivered.map((d) => [d.queue, d.parentQueue, d.reply]).sort(), [[left.name, top.name, 'counted'], [right.name, top.name, 'counted']].sort());
+  for (const q of [left, right]) assert.deepEqual(await q.send(['EMQ.OUTBOX', q.name], true), ['0', []]);
+  assert.ok(await until(async () => (await top.job(String(tree.id)))?.state === 'done', 30_000));
+  assert.equal((await top.job(String(tree.id))).finished, 3);
+  assert.equal(workers[0].counts.acked, 2, 'near and root, once each');
 });

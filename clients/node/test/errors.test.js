@@ -39,6 +39,7 @@ test('each EMQ* error prefix is a typed error', async () => {
   await refuses(q.cron('bad', 'x', { spec: '99 * * * *' }), echomq.EmqCronError, 'EMQCRON');
   await refuses(q.call('EMQ.KEY', 'nope'), echomq.EmqTypeError, 'EMQTYPE');
   await refuses(q.send(['EMQ.DECODE', 'not-a-key']), echomq.EmqKeyError, 'EMQKEY');
+  await refuses(q.enqueue('x', { parents: [{ queue: 'errs', id: 'JOB00000000001' }] }), echomq.EmqParentError, 'EMQPARENT');
 });
 
 test('an error that is not EchoMQ stays the client error', async () => {

@@ -18,7 +18,11 @@ declare class Buffer extends Uint8Array {
   subarray(start?: number, end?: number): Buffer;
   toString(encoding?: string): string;
 }
+declare module 'node:os' {
+  export function hostname(): string;
+}
 declare const process: {
+  pid: number;
   on(signal: string, listener: () => void): void;
   off(signal: string, listener: () => void): void;
 };

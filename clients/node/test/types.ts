@@ -1,7 +1,24 @@
 // A typed use of the package, checked by `make lint` (tsc --noEmit --strict): every call of
 // the README, so the declarations in index.d.ts stay true to how the package is used.
 import { createClient, createCluster } from 'redis';
-import { EmqError, EmqLeaseError, Job, Queue, Retry, Worker, type QueueEvent, type Stats } from 'echomq';
+import {
+  EmqError,
+  EmqLeaseError,
+  EmqParentError,
+  Job,
+  Queue,
+  Retry,
+  Worker,
+  queueSlot,
+  type BuiltFlowNode,
+  type ChildOutcome,
+  type Children,
+  type FlowNode,
+  type Handover,
+  type QueueEvent,
+  type Stats,
+  type WorkerEvent,
+} from 'echomq';
 
 export async function producer(): Promise<void> {
   const client = createClient({ url: 'redis://127.0.0.1:6379' });
@@ -33,6 +50,48 @@ export async function producer(): Promise<void> {
     if (event === 'acked') break;
   }
   void [active, attempts, next, purged, moved, requeued, cap, at, names];
+  await client.quit();
+}
+
+export async function flows(): Promise<void> {
+  const client = createClient({ url: 'redis://127.0.0.1:6379' });
+  await client.connect();
+  const q = new Queue(client, 'reports');
+  const parent: string = await q.enqueue({ report: 'monthly' }, { children: 2 });
+  await q.enqueue('part', { parents: [{ queue: 'reports', id: parent, onFail: 'ignore' }] });
+  try {
+    await q.enqueue('late', { parents: [{ queue: 'reports', id: parent }] });
+  } catch (e) {
+    if (e instanceof EmqParentError) console.log(e.code);
+  }
+  const tree: FlowNode = { payload: 'root', children: [{ queue: 'pdf', payload: { page: 1 }, onFail: 'fail' }, { payload: 'x', priority: 1 }] };
+  const built: BuiltFlowNode = await q.flow(tree);
+  const rootId: string = built.id;
+  const childIds: string[] = (built.children ?? []).map((c) => c.id);
+  const order: string[] = await q.chain([{ payload: 'fetch' }, { payload: 'parse', queue: 'parsers' }, { payload: 'store' }]);
+  const { id, ids } = await q.batch([{ payload: 1 }, { payload: 2 }], { onComplete: { queue: 'done', payload: 'all' } });
+  const children: Children = await q.children(id);
+  const first: ChildOutcome | undefined = children.get(`reports:${ids[0]}`);
+  const status: 'waiting' | 'acked' | 'dead' | 'cancelled' | undefined = first?.status;
+  const waiting: number = (await q.stats()).waiting;
+  const parents: number = (await q.jobs('waiting')).jobs.length;
+  const row = await q.job(rootId);
+  const finished: number | undefined = row?.finished;
+  const sameSlot: boolean = queueSlot('reports') === queueSlot('pdf');
+  const w = new Worker(q, async (job: Job) => {
+    const kids = await job.children();
+    let acked = 0;
+    for (const [key, { status, data }] of kids) if (status === 'acked' && key.endsWith(data ?? '')) acked++;
+    return { acked };
+  });
+  const events: WorkerEvent[] = [];
+  const watched = new Worker(q, () => 'ok', { name: 'w1', onEvent: (e) => void events.push(e) });
+  const took: bigint = events.length > 0 ? events[0].answeredNs - events[0].sentNs : 0n;
+  const who: string = watched.name;
+  void [took, who];
+  w.on('delivered', (entry: Handover) => console.log(entry.parentQueue, entry.parentId, entry.reply));
+  await w.close();
+  void [childIds, order, first, status, waiting, parents, finished, sameSlot];
   await client.quit();
 }
 

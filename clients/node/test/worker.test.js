@@ -347,3 +347,75 @@ describe('Worker', () => {
     assert.equal(errors.length, 1);
   });
 });
+
+describe('onEvent', () => {
+  test('a claim, the handler start and end and the settle of each job, with the server answers', async () => {
+    const q = new Queue(client, 'observed');
+    await server.cmd('CONFIG', 'SET', 'emq.max-attempts', '1');
+    try {
+      const [good, bad] = await q.enqueueMany([{ payload: 'good' }, { payload: 'bad' }]);
+      const events = [];
+      const worker = new Worker(
+        q,
+        (job) => {
+          if (job.payload === 'bad') throw new Error('bad job');
+          return 'ok';
+        },
+        {
+          name: 'observer',
+          onEvent: (e) => {
+            events.push(e);
+            throw new Error('a hook that throws is not the worker end');
+          },
+        },
+      );
+      await settled(worker, 2);
+      await worker.close();
+      assert.equal(worker.name, 'observer');
+      const of = (id) => events.filter((e) => e.id === id).map((e) => [e.kind, e.outcome, e.action, e.error]);
+      assert.deepEqual(of(good), [
+        ['claim', 'ok', null, null],
+        ['handler_start', 'ok', null, null],
+        ['handler_end', 'ok', null, null],
+        ['settle', 'ok', 'ack', null],
+      ]);
+      assert.deepEqual(of(bad), [
+        ['claim', 'ok', null, null],
+        ['handler_start', 'ok', null, null],
+        ['handler_end', 'ok', null, 'Error: bad job'],
+        ['settle', 'ok', 'fail', null],
+      ]);
+      for (const e of events) {
+        assert.deepEqual([e.worker, e.queue, e.token, e.replicated], ['observer', 'observed', 1, null]);
+        assert.ok(typeof e.sentNs === 'bigint' && e.sentNs <= e.answeredNs);
+        assert.ok(e.sentNs > 1_700_000_000_000_000_000n, 'Unix-epoch nanoseconds');
+      }
+      const stale = await q.call('EMQ.RENEW', good, 1, 1000).catch((e) => e);
+      assert.ok(stale instanceof EmqLeaseError);
+      assert.match(new Worker(q, () => {}, { autorun: false }).name, /^.+:\d+:[0-9a-f]{6}$/);
+    } finally {
+      await server.cmd('CONFIG', 'SET', 'emq.max-attempts', '25');
+    }
+  });
+
+  test('renewals are events too, each with the server answer', async () => {
+    const q = new Queue(client, 'observed-renewals');
+    const id = await q.enqueue('slow');
+    const events = [];
+    const worker = new Worker(
+      q,
+      async () => {
+        assert.ok(await until(() => events.some((e) => e.kind === 'renew'), 30_000));
+      },
+      { lease: 600, onEvent: (e) => events.push(e) },
+    );
+    await settled(worker, 1);
+    await worker.close();
+    const kinds = events.map((e) => e.kind);
+    assert.deepEqual([kinds[0], kinds[1], kinds.at(-2), kinds.at(-1)], ['claim', 'handler_start', 'handler_end', 'settle']);
+    const renewals = events.filter((e) => e.kind === 'renew');
+    assert.ok(renewals.length >= 1);
+    for (const r of renewals) assert.deepEqual([r.id, r.outcome, r.action, r.error], [id, 'ok', null, null]);
+  });
+});
+

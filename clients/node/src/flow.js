@@ -1,0 +1,114 @@
+// The flow builders (flows-protocol.md, "Builders"): a tree of jobs, a chain, a batch with its
+// callback. Every missing id is minted (and every missing queue named) in the spec itself
+// before anything is sent, so the same spec given again, after a failure, say, enqueues the
+// same jobs, each once. The tree goes in top down, a level at a time: a child's enqueue finds
+// its parent there.
+import { MAX_CHILDREN } from './family.js';
+import { mint } from './ids.js';
+
+/** Enqueues of one level of a tree in flight at once. */
+export const LEVEL_CHUNK = 1000;
+
+/**
+ * @typedef {{queue?: string, payload: unknown, id?: string, onFail?: 'fail' | 'ignore',
+ *   priority?: number, delay?: number, at?: number | Date, children?: FlowNode[]}} FlowNode
+ * @typedef {import('./queue.js').Queue} Queue
+ */
+
+/**
+ * Enqueues `tree` (ids and queues filled in first); the tree.
+ * @param {Queue} queue the queue of a node that names none
+ * @param {FlowNode} tree
+ */
+export async function flow(queue, tree) {
+  prepare(queue.name, tree);
+  /** @type {Map<string, Queue>} */
+  const queues = new Map();
+  const of = (/** @type {string} */ name) => queues.get(name) ?? queues.set(name, queue.sibling(name)).get(name);
+  /** @type {Array<[FlowNode, FlowNode | null]>} */
+  let level = [[tree, null]];
+  while (level.length > 0) {
+    for (let i = 0; i < level.length; i += LEVEL_CHUNK) {
+      await Promise.all(level.slice(i, i + LEVEL_CHUNK).map(([node, parent]) => enqueueNode(of(String(node.queue)), node, parent)));
+    }
+    level = level.flatMap(([node]) => (node.children ?? []).map((child) => /** @type {[FlowNode, FlowNode]} */ ([child, node])));
+  }
+  return tree;
+}
+
+/**
+ * Jobs run in the order given: each the child of the next. Their ids, in order.
+ * @param {Queue} queue
+ * @param {FlowNode[]} jobs
+ */
+export async function chain(queue, jobs) {
+  if (!Array.isArray(jobs) || jobs.length === 0) throw new TypeError('a chain is a non-empty array of jobs');
+  for (const job of jobs) {
+    if (job.children?.length) throw new TypeError('a job of a chain has no children of its own');
+    name(queue.name, job);
+  }
+  /** @type {FlowNode | null} */
+  let tree = null;
+  for (const job of jobs) tree = { ...job, children: tree ? [tree] : [] };
+  await flow(queue, /** @type {FlowNode} */ (tree));
+  return jobs.map((job) => String(job.id));
+}
+
+/**
+ * `jobs`, and `onComplete`, their parent, which runs once every one of them has finished,
+ * acked or dead (each its child with `ON-FAIL IGNORE`). The callback's id and theirs.
+ * @param {Queue} queue
+ * @param {FlowNode[]} jobs
+ * @param {{onComplete: FlowNode}} options
+ */
+export async function batch(queue, jobs, options) {
+  const callback = options?.onComplete;
+  if (!callback) throw new TypeError('a batch needs its onComplete job');
+  if (!Array.isArray(jobs) || jobs.length === 0) throw new TypeError('a batch is a non-empty array of jobs');
+  for (const job of [callback, ...jobs]) name(queue.name, job);
+  const children = jobs.map((job) => ({ ...job, onFail: /** @type {const} */ ('ignore') }));
+  await flow(queue, { ...callback, children });
+  return { id: String(callback.id), ids: jobs.map((job) => String(job.id)) };
+}
+
+/** Names `node` (its queue and id, where missing) in place. */
+function name(queueName, node) {
+  if (node === null || typeof node !== 'object') throw new TypeError('a flow node is an object {queue?, payload, id?, onFail?, children?}');
+  if (node.payload === undefined) throw new TypeError('a flow node needs its payload');
+  node.queue ??= queueName;
+  node.id ??= mint();
+}
+
+/** Checks every node and names it, before anything is sent: a node given twice, two nodes of
+ * one job, or too many children would leave a parent waiting for a child never counted. */
+function prepare(queueName, tree) {
+  const seen = new Set();
+  const jobs = new Set();
+  const stack = [tree];
+  while (stack.length > 0) {
+    const node = /** @type {FlowNode} */ (stack.pop());
+    if (seen.has(node)) throw new TypeError('a flow node appears twice in the tree');
+    seen.add(node);
+    name(queueName, node);
+    const key = `${node.queue}:${node.id}`;
+    if (jobs.has(key)) throw new TypeError(`the job ${key} appears twice in the tree`);
+    jobs.add(key);
+    const children = node.children ?? [];
+    if (!Array.isArray(children)) throw new TypeError('children is an array of flow nodes');
+    if (children.length > MAX_CHILDREN) throw new RangeError(`a job has at most ${MAX_CHILDREN} children, not ${children.length}`);
+    for (const child of children) stack.push(child);
+  }
+}
+
+/** One node's enqueue: `CHILDREN` when it has any, `PARENT` when it is not the root. */
+function enqueueNode(queue, node, parent) {
+  const children = node.children?.length ?? 0;
+  return queue.enqueue(node.payload, {
+    id: node.id,
+    priority: node.priority,
+    delay: node.delay,
+    at: node.at,
+    children: children > 0 ? children : undefined,
+    parents: parent ? [{ queue: String(parent.queue), id: String(parent.id), onFail: node.onFail }] : undefined,
+  });
+}

@@ -1,0 +1,70 @@
+// The worker's observability hook, `onEvent` (the Python and Rust workers' contract): a
+// WorkerEvent for each job a claim returned, each renewal and settle of it (with the server's
+// answer), and each start and end of its handler, passed synchronously. A hook that throws is
+// logged, never the worker's end; without one, nothing here runs.
+import { hostname } from 'node:os';
+import { randomInt } from 'node:crypto';
+import { EmqError, isErrorReply } from './errors.js';
+
+/** `<hostname>:<pid>:<6 random hex digits>`: unique to one worker. */
+export function defaultName() {
+  return `${hostname()}:${process.pid}:${randomInt(2 ** 24).toString(16).padStart(6, '0')}`;
+}
+
+/** Wall-clock Unix-epoch nanoseconds (microsecond precision), as a BigInt. */
+export function nowNs() {
+  return BigInt(Math.round((performance.timeOrigin + performance.now()) * 1000)) * 1000n;
+}
+
+/** `ok` with no error; `refused` for the server's answer (it did not happen); `unknown` when
+ * no answer came (a lost connection: it may or may not have happened). */
+export function outcomeOf(error) {
+  if (error === undefined) return 'ok';
+  return error instanceof EmqError || isErrorReply(error) ? 'refused' : 'unknown';
+}
+
+export class Hook {
+  /**
+   * @param {(event: any) => void} onEvent
+   * @param {string} worker
+   * @param {string} queue
+   */
+  constructor(onEvent, worker, queue) {
+    this.onEvent = onEvent;
+    this.worker = worker;
+    this.queue = queue;
+  }
+
+  /**
+   * @param {'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end'} kind
+   * @param {{id: string, attempt: number}} job
+   * @param {bigint} sentNs
+   * @param {{answeredNs?: bigint, error?: unknown, failure?: unknown, action?: 'ack' | 'fail'}} [more]
+   */
+  emit(kind, job, sentNs, more = {}) {
+    const failed = more.error !== undefined;
+    const event = {
+      kind,
+      worker: this.worker,
+      queue: this.queue,
+      id: job.id,
+      token: job.attempt,
+      sentNs,
+      answeredNs: more.answeredNs ?? sentNs,
+      outcome: outcomeOf(more.error),
+      error: failed ? text(more.error) : more.failure === undefined ? null : text(more.failure),
+      action: more.action ?? null,
+      replicated: null,
+    };
+    try {
+      this.onEvent(event);
+    } catch (e) {
+      console.error('echomq: the onEvent hook threw; the worker goes on:', e);
+    }
+  }
+}
+
+/** An error as an event's text: `Name: message`. */
+function text(error) {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+}
