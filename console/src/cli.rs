@@ -58,7 +58,7 @@ pub enum Command {
     /// A page of one set's jobs, with their payloads and last errors.
     Jobs {
         queue: String,
-        /// pending, active, scheduled or dead.
+        /// pending, active, scheduled, dead or waiting.
         set: String,
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1000))]
         count: u64,
@@ -169,17 +169,18 @@ pub fn table(rows: &[QueueRow]) -> String {
         .unwrap_or(5)
         .max(5);
     let mut out = format!(
-        "{:<width$}  {:>9} {:>9} {:>9} {:>9}  {:>8}  paused\n",
-        "queue", "pending", "active", "scheduled", "dead", "oldest"
+        "{:<width$}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>8}  paused\n",
+        "queue", "pending", "active", "scheduled", "dead", "waiting", "oldest"
     );
     for r in rows {
         out += &format!(
-            "{:<width$}  {:>9} {:>9} {:>9} {:>9}  {:>8}  {}\n",
+            "{:<width$}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>8}  {}\n",
             terminal(&r.name),
             r.pending,
             r.active,
             r.scheduled,
             r.dead,
+            r.waiting,
             r.oldest_pending_ms.map_or("-".to_string(), overview::age),
             if r.paused { "yes" } else { "no" },
         );

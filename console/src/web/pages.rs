@@ -7,6 +7,7 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::chart::sparkline;
+use super::purge::PURGEABLE;
 use super::App;
 use crate::history::{History, RATES};
 use crate::overview::{age, cut, JobEntry, QueueRow, SETS};
@@ -105,7 +106,7 @@ pub fn index(app: &App, rows: &[QueueRow], history: &History) -> Markup {
             table #queues {
                 thead { tr {
                     th { "queue" } th { "pending" } th { "active" } th { "scheduled" } th { "dead" }
-                    th { "oldest pending" } th { "backlog, last minute" } th { "acked/s, last minute" } th {}
+                    th { "waiting" } th { "oldest pending" } th { "backlog, last minute" } th { "acked/s, last minute" } th {}
                 } }
                 tbody {
                     @for q in rows {
@@ -113,6 +114,7 @@ pub fn index(app: &App, rows: &[QueueRow], history: &History) -> Markup {
                             td { a href={ "/queues/" (segment(&q.name)) } { (q.name) } }
                             td.n.pending { (q.pending) } td.n.active { (q.active) }
                             td.n.scheduled { (q.scheduled) } td.n.dead { (q.dead) }
+                            td.n.waiting { (q.waiting) }
                             td.n { (q.oldest_pending_ms.map_or("-".to_string(), age)) }
                             td { (PreEscaped(sparkline(&history.backlog_series(&q.name, "pending"), 120, 24))) }
                             td.acked {
@@ -168,7 +170,7 @@ pub fn queue(
                 @for s in SETS {
                     a.on[s == set] href={ (base) "?set=" (s) } { (s) " (" (row.count(s)) ")" }
                 }
-                @if !app.read_only && set != "active" && row.count(set) > 0 {
+                @if !app.read_only && PURGEABLE.contains(&set) && row.count(set) > 0 {
                     a #purge href={ (base) "/purge?set=" (segment(set)) } { "purge " (set) "…" }
                 }
             }

@@ -23,8 +23,9 @@ const OPEN_MAX: usize = 16;
 /// Ids one `EMQ.JOBS` page reads while noting a set.
 const NOTE_PAGE: usize = 1_000;
 
-/// The sets a purge can empty (active jobs are leased to workers).
-const PURGEABLE: [&str; 3] = ["pending", "scheduled", "dead"];
+/// The sets a purge can empty (active jobs are leased to workers; a waiting parent is
+/// cancelled, with its children, by `EMQ.CANCEL`, docs/flows.md).
+pub const PURGEABLE: [&str; 3] = ["pending", "scheduled", "dead"];
 
 struct Ticket {
     id: String,
