@@ -16,6 +16,9 @@ use crate::deployment::{page, Deployment};
 /// The sets `EMQ.JOBS` pages through (`waiting`: parents waiting for their children,
 /// docs/flows.md).
 pub const SETS: [&str; 5] = ["pending", "active", "scheduled", "dead", "waiting"];
+/// The sets a purge can empty (active jobs are leased to workers; a waiting parent is
+/// cancelled, with its children, by `EMQ.CANCEL`, docs/flows.md).
+pub const PURGEABLE: [&str; 3] = ["pending", "scheduled", "dead"];
 
 pub fn now_ms() -> u64 {
     SystemTime::now()

@@ -7,10 +7,9 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::chart::sparkline;
-use super::purge::PURGEABLE;
 use super::App;
 use crate::history::{History, RATES};
-use crate::overview::{age, cut, JobEntry, QueueRow, SETS};
+use crate::overview::{age, cut, JobEntry, QueueRow, PURGEABLE, SETS};
 
 /// What a path segment or query value keeps as it is; the rest is percent-encoded.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
