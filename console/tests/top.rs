@@ -137,7 +137,9 @@ async fn a_waiting_parent_is_counted_in_the_waiting_column() {
     let (_dep, top, _sampler) = watching(&s).await;
     let lines = screen(&top);
     assert!(
-        lines.iter().any(|l| l.contains("dead      waiting   oldest")),
+        lines
+            .iter()
+            .any(|l| l.contains("dead      waiting   oldest")),
         "{lines:#?}"
     );
     // queue, pending, active, scheduled, dead, waiting

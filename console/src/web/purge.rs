@@ -23,7 +23,6 @@ const OPEN_MAX: usize = 16;
 /// Ids one `EMQ.JOBS` page reads while noting a set.
 const NOTE_PAGE: usize = 1_000;
 
-
 struct Ticket {
     id: String,
     queue: String,
