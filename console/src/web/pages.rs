@@ -8,6 +8,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::chart::sparkline;
 use super::App;
+use crate::flow::{Children, Flow};
 use crate::history::{History, RATES};
 use crate::overview::{age, cut, JobEntry, QueueRow, PURGEABLE, SETS};
 
@@ -252,6 +253,7 @@ pub fn job(
     queue: &str,
     id: &str,
     fields: &[Field],
+    flow: &Flow,
     history: &[(u64, String)],
     done: Option<&str>,
 ) -> Markup {
@@ -284,6 +286,7 @@ pub fn job(
                     } }
                 }
             }
+            @if !flow.is_empty() { (flow_section(flow)) }
             @if !history.is_empty() {
                 h3 { "history" }
                 table #history {
@@ -292,4 +295,64 @@ pub fn job(
             }
         },
     )
+}
+
+/// The page of the job `queue`/`id`.
+fn job_link(queue: &str, id: &str) -> String {
+    format!("/queues/{}/jobs/{}", segment(queue), segment(id))
+}
+
+/// A job's flow: its parents and the parents that refused it, each a link, then its children
+/// as a nested list of links, each with how it finished and its own state.
+fn flow_section(flow: &Flow) -> Markup {
+    html! {
+        h3 { "flow" }
+        @if !flow.parents.is_empty() {
+            table #parents {
+                thead { tr { th { "parent" } th { "state" } th { "on fail" } } }
+                tbody {
+                    @for p in &flow.parents {
+                        tr data-queue=(p.queue) data-id=(p.id) {
+                            td { a href=(job_link(&p.queue, &p.id)) { (p.queue) " " (p.id) } }
+                            td.state {
+                                @match &p.error {
+                                    Some(e) => { pre.error { (e) } }
+                                    None => { (p.state.as_deref().unwrap_or("gone")) }
+                                }
+                            }
+                            td { (p.policy) }
+                        }
+                    }
+                }
+            }
+        }
+        @if !flow.orphan.is_empty() {
+            p #orphan {
+                "refused at hand-over by: "
+                @for o in &flow.orphan { a.orphan href=(job_link(&o.queue, &o.id)) { (o.queue) " " (o.id) } " " }
+            }
+        }
+        @if let Some(children) = &flow.children { div #children { (children_list(children)) } }
+    }
+}
+
+fn children_list(c: &Children) -> Markup {
+    html! {
+        p.counts { (c.expected) " children expected, " (c.adopted) " registered, " (c.finished) " finished" }
+        @if let Some(e) = &c.error { pre.error { (e) } }
+        ul {
+            @for child in &c.shown {
+                li.child data-queue=(child.queue) data-id=(child.id) data-status=(child.status) {
+                    a href=(job_link(&child.queue, &child.id)) { (child.queue) " " (child.id) }
+                    " · " strong.status { (child.status) }
+                    @if child.read { " · state " span.state { (child.state.as_deref().unwrap_or("gone")) } }
+                    @for o in &child.orphan { " · orphan of " a href=(job_link(&o.queue, &o.id)) { (o.queue) " " (o.id) } }
+                    @if !child.data.is_empty() { pre.data { (child.data) } }
+                    @if let Some(e) = &child.error { pre.error { (e) } }
+                    @if let Some(below) = &child.children { (children_list(below)) }
+                }
+            }
+            @if c.more > 0 { li.more { "and " (c.more) " more" } }
+        }
+    }
 }
