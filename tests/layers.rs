@@ -1,8 +1,8 @@
 //! The layers of `src/` import only downward, with no cycle between modules, and `unsafe`
 //! lives only in `host/`: `protocol` <- `host` <- `queue` <- `runtime` <- `commands` <- `lib.rs`;
-//! the console's (`console/src`) likewise: `deployment` <- `overview` <- `history` <- `top`,
-//! `web` <- `cli` (docs/architecture.md). `make lint` runs this suite; it reads the sources, no
-//! server.
+//! the console's (`console/src`) likewise: `deployment` <- `overview` <- `history`, `flow`
+//! <- `top`, `web` <- `cli` (docs/architecture.md). `make lint` runs this suite; it reads the
+//! sources, no server.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -22,12 +22,13 @@ const MODULE: Layers = &[
 ];
 
 /// The console's layers: what everything uses, the deployment, the queries, the samples over
-/// time, the two live views, the subcommands, and the crate root and binary.
+/// time and a job's flow (both read through the queries), the two live views, the
+/// subcommands, and the crate root and binary.
 const CONSOLE: Layers = &[
     &["error", "escape"],
     &["deployment"],
     &["overview"],
-    &["history"],
+    &["history", "flow"],
     &["top", "web"],
     &["cli"],
     &["lib", "main"],

@@ -13,6 +13,7 @@ use serde_json::{json, Value as Json};
 
 use crate::deployment::Deployment;
 use crate::escape::terminal;
+use crate::flow::{self, Children, Flow};
 use crate::overview::{self, QueueRow};
 
 /// A refusal or a lost connection: the server's error is printed as it came.
@@ -53,12 +54,12 @@ pub enum Command {
     Queues,
     /// The counts, pause flag and limits of the queues named (all of them when none is).
     Stats { queues: Vec<String> },
-    /// One job: its row, set and score.
+    /// One job: its row, set and score, and its flow (parents and children) when it has one.
     Job { queue: String, id: String },
     /// A page of one set's jobs, with their payloads and last errors.
     Jobs {
         queue: String,
-        /// pending, active, scheduled or dead.
+        /// pending, active, scheduled, dead or waiting.
         set: String,
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1000))]
         count: u64,
@@ -169,17 +170,18 @@ pub fn table(rows: &[QueueRow]) -> String {
         .unwrap_or(5)
         .max(5);
     let mut out = format!(
-        "{:<width$}  {:>9} {:>9} {:>9} {:>9}  {:>8}  paused\n",
-        "queue", "pending", "active", "scheduled", "dead", "oldest"
+        "{:<width$}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>8}  paused\n",
+        "queue", "pending", "active", "scheduled", "dead", "waiting", "oldest"
     );
     for r in rows {
         out += &format!(
-            "{:<width$}  {:>9} {:>9} {:>9} {:>9}  {:>8}  {}\n",
+            "{:<width$}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>8}  {}\n",
             terminal(&r.name),
             r.pending,
             r.active,
             r.scheduled,
             r.dead,
+            r.waiting,
             r.oldest_pending_ms.map_or("-".to_string(), overview::age),
             if r.paused { "yes" } else { "no" },
         );
@@ -233,12 +235,17 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
                 code: EXIT_NOT_FOUND,
             },
             Some(fields) => {
-                let text = fields
+                let flow = flow::flow(dep, &queue, &id, &fields, flow::BOUNDS).await;
+                let mut text: String = fields
                     .iter()
                     .map(|(k, v)| format!("{:<10} {}\n", terminal(k), terminal(v)))
                     .collect();
-                let map: serde_json::Map<_, _> =
+                let mut map: serde_json::Map<_, _> =
                     fields.into_iter().map(|(k, v)| (k, json!(v))).collect();
+                if !flow.is_empty() {
+                    text += &flow_text(&flow);
+                    map.insert("flow".into(), json!(flow));
+                }
                 Output::ok(text, Json::Object(map))
             }
         },
@@ -359,6 +366,78 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
         }
         Command::Top { .. } | Command::Web(_) => Output::ok(String::new(), Json::Null),
     })
+}
+
+/// A job's flow as text: its parents with their states, the parents that refused it, and its
+/// children as a tree, two spaces a level, each with how it finished and its own state.
+pub fn flow_text(flow: &Flow) -> String {
+    let mut out = String::new();
+    if !flow.parents.is_empty() {
+        out += "parents\n";
+    }
+    for p in &flow.parents {
+        let state = match &p.error {
+            Some(e) => format!("({})", terminal(e)),
+            None => format!("state {}", terminal(p.state.as_deref().unwrap_or("gone"))),
+        };
+        out += &format!(
+            "  {} {}  {state}  on-fail {}\n",
+            terminal(&p.queue),
+            terminal(&p.id),
+            terminal(&p.policy)
+        );
+    }
+    if !flow.orphan.is_empty() {
+        out += "orphan of\n";
+    }
+    for o in &flow.orphan {
+        out += &format!("  {} {}\n", terminal(&o.queue), terminal(&o.id));
+    }
+    if let Some(children) = &flow.children {
+        children_text(children, 0, &mut out);
+    }
+    out
+}
+
+/// The `children` line of a parent and its children, at `level` (0 for the job's own).
+fn children_text(c: &Children, level: usize, out: &mut String) {
+    let indent = "  ".repeat(level);
+    *out += &format!(
+        "{indent}children  {} expected, {} registered, {} finished\n",
+        c.expected, c.adopted, c.finished
+    );
+    if let Some(e) = &c.error {
+        *out += &format!("{indent}  ({})\n", terminal(e));
+    }
+    for child in &c.shown {
+        *out += &format!(
+            "{indent}  {} {}  {}",
+            terminal(&child.queue),
+            terminal(&child.id),
+            terminal(&child.status)
+        );
+        if child.read {
+            let state = child.state.as_deref().unwrap_or("gone");
+            *out += &format!("  state {}", terminal(state));
+        }
+        for o in &child.orphan {
+            *out += &format!("  orphan of {} {}", terminal(&o.queue), terminal(&o.id));
+        }
+        if !child.data.is_empty() {
+            let first = child.data.lines().next().unwrap_or_default();
+            *out += &format!("  {}", terminal(first));
+        }
+        if let Some(e) = &child.error {
+            *out += &format!("  ({})", terminal(e));
+        }
+        *out += "\n";
+        if let Some(below) = &child.children {
+            children_text(below, level + 2, out);
+        }
+    }
+    if c.more > 0 {
+        *out += &format!("{indent}  and {} more\n", c.more);
+    }
 }
 
 /// Whether a change of many jobs (`what`, as "purge the 3 pending jobs of q") may go ahead:

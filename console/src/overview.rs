@@ -13,8 +13,12 @@ use serde::Serialize;
 
 use crate::deployment::{page, Deployment};
 
-/// The sets `EMQ.JOBS` pages through.
-pub const SETS: [&str; 4] = ["pending", "active", "scheduled", "dead"];
+/// The sets `EMQ.JOBS` pages through (`waiting`: parents waiting for their children,
+/// docs/flows.md).
+pub const SETS: [&str; 5] = ["pending", "active", "scheduled", "dead", "waiting"];
+/// The sets a purge can empty (active jobs are leased to workers; a waiting parent is
+/// cancelled, with its children, by `EMQ.CANCEL`, docs/flows.md).
+pub const PURGEABLE: [&str; 3] = ["pending", "scheduled", "dead"];
 
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -30,6 +34,8 @@ pub struct QueueRow {
     pub active: i64,
     pub scheduled: i64,
     pub dead: i64,
+    /// Parents waiting for their children (docs/flows.md).
+    pub waiting: i64,
     pub paused: bool,
     /// How long the job first in line has waited since its id was minted (ms).
     pub oldest_pending_ms: Option<u64>,
@@ -72,6 +78,7 @@ impl QueueRow {
             "active" => self.active,
             "scheduled" => self.scheduled,
             "dead" => self.dead,
+            "waiting" => self.waiting,
             _ => 0,
         }
     }
@@ -82,7 +89,7 @@ impl QueueRow {
 pub struct JobEntry {
     pub id: String,
     /// Its score in the set: priority in `pending`, due time in `scheduled`, lease deadline in
-    /// `active`, time of death in `dead`.
+    /// `active`, time of death in `dead`, due time (0 for none) in `waiting`.
     pub score: i64,
     pub attempts: i64,
     /// The payload, or its first bytes when the page was read with a cut ([`jobs`]).
@@ -147,6 +154,7 @@ pub async fn queue_row(dep: &Deployment, name: &str, now: u64) -> Result<QueueRo
         active: get("active"),
         scheduled: get("scheduled"),
         dead: get("dead"),
+        waiting: get("waiting"),
         paused: get("paused") == 1,
         oldest_pending_ms: None,
         error: None,

@@ -154,6 +154,7 @@ impl Top {
                     q.active.to_string(),
                     q.scheduled.to_string(),
                     q.dead.to_string(),
+                    q.waiting.to_string(),
                     q.oldest_pending_ms.map_or("-".to_string(), age),
                     self.history
                         .queue_rate(&q.name, "acked")
@@ -171,6 +172,7 @@ impl Top {
                 Constraint::Length(9),
                 Constraint::Length(9),
                 Constraint::Length(9),
+                Constraint::Length(9),
                 Constraint::Length(8),
                 Constraint::Length(9),
                 Constraint::Length(7),
@@ -183,6 +185,7 @@ impl Top {
                 "active",
                 "scheduled",
                 "dead",
+                "waiting",
                 "oldest",
                 "acked/s",
                 "",

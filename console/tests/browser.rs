@@ -275,3 +275,77 @@ async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_q
     assert_eq!(count(&mut con, "orders", "pending"), 0);
     b.close().await.expect("close the browser");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_follows_a_flow_from_a_waiting_parent_to_its_children_and_back() {
+    let s = server();
+    let mut con = s.conn();
+    let (p, c1, c2) = ("JOB0SXemXfm5F1", "JOB0SXemXfm5F2", "JOB0SXemXfm5F3");
+    let _: i64 = redis::cmd("EMQ.ENQUEUE")
+        .arg("albums")
+        .arg(p)
+        .arg("publish")
+        .arg("CHILDREN")
+        .arg(2)
+        .query(&mut con)
+        .expect("the parent");
+    for (q, id) in [("thumbs", c1), ("meta", c2)] {
+        let _: i64 = redis::cmd("EMQ.ENQUEUE")
+            .arg(q)
+            .arg(id)
+            .arg("child")
+            .arg("PARENT")
+            .arg("albums")
+            .arg(p)
+            .query(&mut con)
+            .expect("a child");
+    }
+    let claimed: Vec<(String, Vec<u8>, i64)> = redis::cmd("EMQ.CLAIM")
+        .arg("thumbs")
+        .query(&mut con)
+        .expect("claim");
+    let _: redis::Value = redis::cmd("EMQ.ACK")
+        .arg("thumbs")
+        .arg(c1)
+        .arg(claimed[0].2)
+        .arg("RESULT")
+        .arg("<b>thumb</b>")
+        .query(&mut con)
+        .expect("ack");
+
+    let port = free_port();
+    let _web = web(&s.url(), port, &[]);
+    let _driver = chromedriver();
+    let b = browser().await;
+    let base = format!("http://127.0.0.1:{port}");
+
+    // The parent waits in its queue's waiting set, one click from the queue list.
+    b.goto(&format!("{base}/"))
+        .await
+        .expect("open the queue list");
+    assert_eq!(text(&b, "tr[data-queue=albums] td.waiting").await, "1");
+    click(&b, Locator::Css("tr[data-queue=albums] a")).await;
+    click(&b, Locator::LinkText("waiting (1)")).await;
+    click(&b, Locator::Css(&format!("tr[data-id={p}] a"))).await;
+    assert_eq!(text(&b, "pre[data-field=state]").await, "waiting");
+    let counts = text(&b, "#children p.counts").await;
+    assert_eq!(counts, "2 children expected, 2 registered, 1 finished");
+    let acked = format!("li.child[data-id={c1}]");
+    assert_eq!(text(&b, &format!("{acked} strong.status")).await, "acked");
+    assert_eq!(text(&b, &format!("{acked} pre.data")).await, "<b>thumb</b>");
+    assert!(b
+        .find_all(Locator::Css("#children b"))
+        .await
+        .expect("query")
+        .is_empty());
+    let shot = b.screenshot().await.expect("screenshot");
+    std::fs::write(artifacts().join("flow.png"), shot).expect("keep the screenshot");
+
+    // To the child in the other queue, and back up to its parent.
+    click(&b, Locator::Css(&format!("li.child[data-id={c2}] > a"))).await;
+    assert_eq!(text_after_click(&b, "pre[data-field=id]", c2).await, c2);
+    assert_eq!(text(&b, "#parents td.state").await, "waiting");
+    click(&b, Locator::Css("#parents a")).await;
+    assert_eq!(text_after_click(&b, "pre[data-field=id]", p).await, p);
+    b.close().await.expect("close the browser");
+}

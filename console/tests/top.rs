@@ -101,9 +101,9 @@ async fn the_screen_shows_every_queue_and_follows_the_jobs_as_they_move() {
     let lines = screen(&top);
     let orders = row_of(&lines, "orders");
     assert_eq!(orders[..5], ["orders", "3", "1", "0", "0"]);
-    let acked: f64 = orders[6].parse().unwrap_or_else(|_| panic!("{orders:?}"));
+    let acked: f64 = orders[7].parse().unwrap_or_else(|_| panic!("{orders:?}"));
     assert!(acked > 0.0, "{orders:?}");
-    assert_eq!(row_of(&lines, "emails")[6], "-");
+    assert_eq!(row_of(&lines, "emails")[7], "-");
     let rates = lines
         .iter()
         .find(|l| l.contains("claimed"))
@@ -117,6 +117,36 @@ async fn the_screen_shows_every_queue_and_follows_the_jobs_as_they_move() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/console");
     std::fs::create_dir_all(&dir).expect("target/console");
     std::fs::write(dir.join("top.txt"), lines.join("\n")).expect("keep the screen");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_parent_is_counted_in_the_waiting_column() {
+    let s = server();
+    let mut con = s.conn();
+    for id in ["JOB0SXemXfm5P1", "JOB0SXemXfm5P2"] {
+        let _: i64 = redis::cmd("EMQ.ENQUEUE")
+            .arg("albums")
+            .arg(id)
+            .arg("publish")
+            .arg("CHILDREN")
+            .arg(2)
+            .query(&mut con)
+            .expect("a parent");
+    }
+    enqueue(&mut con, "albums", "plain");
+    let (_dep, top, _sampler) = watching(&s).await;
+    let lines = screen(&top);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("dead      waiting   oldest")),
+        "{lines:#?}"
+    );
+    // queue, pending, active, scheduled, dead, waiting
+    assert_eq!(
+        row_of(&lines, "albums")[..6],
+        ["albums", "1", "0", "0", "0", "2"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -25,6 +25,7 @@ use serde::Deserialize;
 use tokio::sync::RwLock;
 
 use crate::deployment::Deployment;
+use crate::flow;
 use crate::history::{History, Sampler};
 use crate::overview;
 
@@ -259,9 +260,18 @@ async fn job_page(
     let Some(raw) = overview::job_bytes(&app.dep, &queue, &id).await? else {
         return Err(no_job(&queue, &id));
     };
+    let flow = flow::flow(
+        &app.dep,
+        &queue,
+        &id,
+        &flow::flow_fields(&raw),
+        flow::BOUNDS,
+    )
+    .await;
     let fields = pages::fields(raw);
     let history = overview::job_history(&app.dep, &queue, &id, 100).await?;
-    Ok(pages::job(&app, &queue, &id, &fields, &history, q.done.as_deref()).into_response())
+    let done = q.done.as_deref();
+    Ok(pages::job(&app, &queue, &id, &fields, &flow, &history, done).into_response())
 }
 
 fn no_job(queue: &str, id: &str) -> WebError {

@@ -8,8 +8,9 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::chart::sparkline;
 use super::App;
+use crate::flow::{Children, Flow};
 use crate::history::{History, RATES};
-use crate::overview::{age, cut, JobEntry, QueueRow, SETS};
+use crate::overview::{age, cut, JobEntry, QueueRow, PURGEABLE, SETS};
 
 /// What a path segment or query value keeps as it is; the rest is percent-encoded.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -105,7 +106,7 @@ pub fn index(app: &App, rows: &[QueueRow], history: &History) -> Markup {
             table #queues {
                 thead { tr {
                     th { "queue" } th { "pending" } th { "active" } th { "scheduled" } th { "dead" }
-                    th { "oldest pending" } th { "backlog, last minute" } th { "acked/s, last minute" } th {}
+                    th { "waiting" } th { "oldest pending" } th { "backlog, last minute" } th { "acked/s, last minute" } th {}
                 } }
                 tbody {
                     @for q in rows {
@@ -113,6 +114,7 @@ pub fn index(app: &App, rows: &[QueueRow], history: &History) -> Markup {
                             td { a href={ "/queues/" (segment(&q.name)) } { (q.name) } }
                             td.n.pending { (q.pending) } td.n.active { (q.active) }
                             td.n.scheduled { (q.scheduled) } td.n.dead { (q.dead) }
+                            td.n.waiting { (q.waiting) }
                             td.n { (q.oldest_pending_ms.map_or("-".to_string(), age)) }
                             td { (PreEscaped(sparkline(&history.backlog_series(&q.name, "pending"), 120, 24))) }
                             td.acked {
@@ -168,7 +170,7 @@ pub fn queue(
                 @for s in SETS {
                     a.on[s == set] href={ (base) "?set=" (s) } { (s) " (" (row.count(s)) ")" }
                 }
-                @if !app.read_only && set != "active" && row.count(set) > 0 {
+                @if !app.read_only && PURGEABLE.contains(&set) && row.count(set) > 0 {
                     a #purge href={ (base) "/purge?set=" (segment(set)) } { "purge " (set) "…" }
                 }
             }
@@ -251,6 +253,7 @@ pub fn job(
     queue: &str,
     id: &str,
     fields: &[Field],
+    flow: &Flow,
     history: &[(u64, String)],
     done: Option<&str>,
 ) -> Markup {
@@ -283,6 +286,7 @@ pub fn job(
                     } }
                 }
             }
+            @if !flow.is_empty() { (flow_section(flow)) }
             @if !history.is_empty() {
                 h3 { "history" }
                 table #history {
@@ -291,4 +295,64 @@ pub fn job(
             }
         },
     )
+}
+
+/// The page of the job `queue`/`id`.
+fn job_link(queue: &str, id: &str) -> String {
+    format!("/queues/{}/jobs/{}", segment(queue), segment(id))
+}
+
+/// A job's flow: its parents and the parents that refused it, each a link, then its children
+/// as a nested list of links, each with how it finished and its own state.
+fn flow_section(flow: &Flow) -> Markup {
+    html! {
+        h3 { "flow" }
+        @if !flow.parents.is_empty() {
+            table #parents {
+                thead { tr { th { "parent" } th { "state" } th { "on fail" } } }
+                tbody {
+                    @for p in &flow.parents {
+                        tr data-queue=(p.queue) data-id=(p.id) {
+                            td { a href=(job_link(&p.queue, &p.id)) { (p.queue) " " (p.id) } }
+                            td.state {
+                                @match &p.error {
+                                    Some(e) => { pre.error { (e) } }
+                                    None => { (p.state.as_deref().unwrap_or("gone")) }
+                                }
+                            }
+                            td { (p.policy) }
+                        }
+                    }
+                }
+            }
+        }
+        @if !flow.orphan.is_empty() {
+            p #orphan {
+                "refused at hand-over by: "
+                @for o in &flow.orphan { a.orphan href=(job_link(&o.queue, &o.id)) { (o.queue) " " (o.id) } " " }
+            }
+        }
+        @if let Some(children) = &flow.children { div #children { (children_list(children)) } }
+    }
+}
+
+fn children_list(c: &Children) -> Markup {
+    html! {
+        p.counts { (c.expected) " children expected, " (c.adopted) " registered, " (c.finished) " finished" }
+        @if let Some(e) = &c.error { pre.error { (e) } }
+        ul {
+            @for child in &c.shown {
+                li.child data-queue=(child.queue) data-id=(child.id) data-status=(child.status) {
+                    a href=(job_link(&child.queue, &child.id)) { (child.queue) " " (child.id) }
+                    " · " strong.status { (child.status) }
+                    @if child.read { " · state " span.state { (child.state.as_deref().unwrap_or("gone")) } }
+                    @for o in &child.orphan { " · orphan of " a href=(job_link(&o.queue, &o.id)) { (o.queue) " " (o.id) } }
+                    @if !child.data.is_empty() { pre.data { (child.data) } }
+                    @if let Some(e) = &child.error { pre.error { (e) } }
+                    @if let Some(below) = &child.children { (children_list(below)) }
+                }
+            }
+            @if c.more > 0 { li.more { "and " (c.more) " more" } }
+        }
+    }
 }

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use super::{back_to, checked, pages, App, Page, WebError};
 use crate::deployment::Deployment;
 use crate::error::Result;
-use crate::overview::{self, int};
+use crate::overview::{self, int, PURGEABLE};
 
 /// Jobs one confirmation covers at most; a larger set is purged a confirmation at a time.
 pub const PURGE_MAX: usize = 10_000;
@@ -22,9 +22,6 @@ pub const PURGE_MAX: usize = 10_000;
 const OPEN_MAX: usize = 16;
 /// Ids one `EMQ.JOBS` page reads while noting a set.
 const NOTE_PAGE: usize = 1_000;
-
-/// The sets a purge can empty (active jobs are leased to workers).
-const PURGEABLE: [&str; 3] = ["pending", "scheduled", "dead"];
 
 struct Ticket {
     id: String,
