@@ -12,6 +12,9 @@ EMQ.MENQUEUE x100, then EMQ.CLAIM COUNT 100 LEASE 60000 until every job is claim
 EMQ.ACK per claimed job with its token. With PROFILE_CALLGRIND_PID set (the valgrind process
 running the server), it has callgrind dump and zero its counters after each phase, so each
 phase's instructions land in a file of their own (<out>.1 enqueue, .2 claim, .3 ack).
+
+`flows` runs <jobs> plain jobs' lives one command at a time, then <jobs>/10 flows of a parent and
+10 children, a dump after each phase (see `flows`).
 """
 import os
 import socket
@@ -217,6 +220,44 @@ def life_next(sock, jobs, next_in_ack=True):
     dump("claim-next" if next_in_ack else "claim-then-mack")
 
 
+def claim_and_ack(sock, queue, jobs, phase):
+    """`EMQ.CLAIM <queue> COUNT 1` `jobs` times, then an `EMQ.ACK` of each job taken: a dump
+    after each (`<phase>-claim`, `<phase>-ack`)."""
+    sock.sendall(resp("EMQ.CLAIM", queue, "COUNT", "1", "LEASE", "60000") * jobs)
+    claimed = [reply[0] for reply in read_values(sock, jobs) if reply]
+    if len(claimed) != jobs:
+        raise SystemExit("claimed %d of %d jobs" % (len(claimed), jobs))
+    dump(phase + "-claim")
+    sock.sendall(b"".join(resp("EMQ.ACK", queue, job[0], job[2]) for job in claimed))
+    if any(a != 1 for a in read_values(sock, jobs)):
+        raise SystemExit("an ack did not reply 1")
+    dump(phase + "-ack")
+
+
+def flows(sock, jobs):
+    """`jobs` plain jobs' lives one command at a time (`EMQ.ENQUEUE`, `EMQ.CLAIM COUNT 1`,
+    `EMQ.ACK`), then `jobs / 10` flows of 1 parent and 10 children the same way: the parents
+    (`CHILDREN 10`), the children (`PARENT`, each registering with its parent), the children
+    claimed and acked (each ack handing over to its parent in its call; the last releases it),
+    the parents claimed and acked; a dump after each phase (.1 to .9)."""
+    sock.sendall(b"".join(resp("EMQ.ENQUEUE", "plain", job_id(i + 1), PAYLOAD) for i in range(jobs)))
+    read_replies(sock, jobs)
+    dump("plain-enqueue")
+    claim_and_ack(sock, "plain", jobs, "plain")
+    parents = [job_id(jobs + f + 1) for f in range(jobs // 10)]
+    sock.sendall(b"".join(resp("EMQ.ENQUEUE", "flows", p, PAYLOAD, "CHILDREN", "10") for p in parents))
+    read_replies(sock, len(parents))
+    dump("parent-enqueue")
+    sock.sendall(b"".join(
+        resp("EMQ.ENQUEUE", "kids", job_id(2 * jobs + 10 * f + k + 1), PAYLOAD, "PARENT", "flows", p)
+        for f, p in enumerate(parents) for k in range(10)
+    ))
+    read_replies(sock, 10 * len(parents))
+    dump("child-enqueue")
+    claim_and_ack(sock, "kids", 10 * len(parents), "child")
+    claim_and_ack(sock, "flows", len(parents), "parent")
+
+
 def main():
     mode, port, jobs, script_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     sock = socket.create_connection(("127.0.0.1", port))
@@ -274,6 +315,9 @@ def main():
         }[mode]
         life(sock, jobs, limits)
         buf, replies = b"", 0
+    elif mode == "flows":
+        flows(sock, jobs)
+        buf, replies = b"", 0
     elif mode in ("idle-module", "idle-bare"):
         # Queues of one job due in an hour each, for an idle server to hold; it keeps running.
         due = int(time.time() * 1000) + 3_600_000
@@ -298,7 +342,7 @@ def main():
     else:
         raise SystemExit(
             "mode: module, unique, batch, native, lua, foreign, life, life-mack, life-next, life-batches, life-concurrency,"
-            " life-limits, idle-module or idle-bare"
+            " life-limits, flows, idle-module or idle-bare"
         )
     if buf:
         sock.sendall(buf)

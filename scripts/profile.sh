@@ -17,6 +17,8 @@
 # to learn foreign writes);
 # PROFILE_ONLY=policy: what claim limits cost a claim and an ack (the life phases on a queue with
 # limits that never bind) and what a unique key costs an enqueue, beside the plain rows.
+# PROFILE_ONLY=flows: what a flow's child costs its enqueue, claim and ack against a plain job's
+# (one command a job; bench table: BENCH_ONLY=flows make bench), and where the difference goes.
 # PROFILE_ONLY=idle: the instructions a second of an idle server, without the module and with
 # it (PROFILE_IDLE_SECS, default 20, counted after a second's settling); PROFILE_IDLE_QUEUES=N
 # fills both first with N queues of one job due in an hour (EMQ.ENQUEUE ... DELAY with the
@@ -65,7 +67,7 @@ run() { # <mode> [replica|bare|own] -> $dir/<mode>[-replica|-bare|-own].out (bar
     done
   fi
   # life: the driver has callgrind dump after each phase ($out.out.1 enqueue, .2 claim, .3 ack).
-  PROFILE_CALLGRIND_PID="$(case "$mode" in life*) echo "$pid";; esac)" \
+  PROFILE_CALLGRIND_PID="$(case "$mode" in life* | flows) echo "$pid";; esac)" \
     python3 scripts/profile-driver.py "$mode" "$port" "$jobs" lua/enqueue.lua
   wait "$pid" || true
   [ -n "$rpid" ] && kill "$rpid" 2>/dev/null && wait "$rpid" 2>/dev/null
@@ -149,6 +151,34 @@ if [ "${PROFILE_ONLY:-}" = idle ]; then
   echo "| where | instructions/s |"
   echo "|---|---|"
   idle_rows
+  exit 0
+fi
+if [ "${PROFILE_ONLY:-}" = flows ]; then
+  # flows.out.N: 1-3 a plain job's enqueue, claim, ack; 4 the parents' enqueue; 5-7 the
+  # children's enqueue, claim, ack; 8-9 the parents' claim, ack.
+  run flows
+  f="$dir/flows.out"
+  parents=$(( jobs / 10 ))
+  w() { per_job "$(cost "$f.$1" "${2:-processInputBuffer}")"; }
+  p() { echo $(( $(cost "$f.$1" "${2:-processInputBuffer}") / parents )); }
+  echo "| where (instructions per command) | a plain job | a flow's child (or parent) |"
+  echo "|---|---|---|"
+  echo "| \`EMQ.ENQUEUE\`, whole request (\`processInputBuffer\`) | $(w 1) | $(w 5) |"
+  echo "| of which registering with the parent (\`adopt_in_reach\`: a check, then the write) | $(w 1 echomq::runtime::flows::adopt_in_reach) | $(w 5 echomq::runtime::flows::adopt_in_reach) |"
+  echo "| \`EMQ.CLAIM COUNT 1\`, whole request | $(w 2) | $(w 6) |"
+  echo "| \`EMQ.ACK\`, whole request | $(w 3) | $(w 7) |"
+  echo "| of which the child's hand-overs kept (\`keep_hand_overs\`: its \`parents\` field) | $(w 3 echomq::queue::finished::keep_hand_overs) | $(w 7 echomq::queue::finished::keep_hand_overs) |"
+  echo "| of which the hand-over to the parent in the call (\`hand_over\`) | $(w 3 echomq::runtime::flows::hand_over) | $(w 7 echomq::runtime::flows::hand_over) |"
+  for fn in VM_HashGet lpFind VM_HashSet VM_OpenKey echomq::host::acl::with_acl_user; do
+    echo "| in \`EMQ.ENQUEUE\` and \`EMQ.ACK\` together: \`${fn##*::}\` | $(( $(w 1 "$fn") + $(w 3 "$fn") )) | $(( $(w 5 "$fn") + $(w 7 "$fn") )) |"
+  done
+  echo "| a parent: \`EMQ.ENQUEUE ... CHILDREN 10\`, whole request (against a plain job's) | $(w 1) | $(p 4) |"
+  echo "| a parent: \`EMQ.CLAIM COUNT 1\` once released | $(w 2) | $(p 8) |"
+  echo "| a parent: \`EMQ.ACK\`, its row holding its children's outcomes | $(w 3) | $(p 9) |"
+  plain=$(( $(cost "$f.1" processInputBuffer) + $(cost "$f.2" processInputBuffer) + $(cost "$f.3" processInputBuffer) ))
+  flow=0
+  for i in 4 5 6 7 8 9; do flow=$(( flow + $(cost "$f.$i" processInputBuffer) )); done
+  echo "| the whole life of 11 jobs: 11 plain, a flow of 1 + 10 | $(( plain * 11 / jobs )) | $(( flow / parents )) |"
   exit 0
 fi
 if [ "${PROFILE_ONLY:-}" = life ]; then

@@ -1,12 +1,14 @@
 //! `make bench`: EMQ.ENQUEUE and EMQ.MENQUEUE against the reference Lua `@enqueue` (EVALSHA)
 //! and native HSET+ZADD, on one server, interleaved over several rounds, with identical ids
 //! and payloads; in the same rounds, a job's whole life (enqueue, claim, ack) with the queue's
-//! event stream off and on; then blocked-claim wake-up latency and delayed-job lateness.
+//! event stream off and on; a flow's whole life against independent jobs', on one server and
+//! across primaries; then blocked-claim wake-up latency and delayed-job lateness.
 //! Prints Markdown and writes it to docs/bench.md. Figures are measurements, never assertions.
 
 pub(crate) use emq_harness as support;
 
 mod commands;
+mod flows;
 mod idle;
 mod latency;
 mod lifecycle;
@@ -63,10 +65,11 @@ impl Scale {
 type Only = (&'static str, fn(&Scale) -> String);
 
 /// What `BENCH_ONLY` can name: one table alone, printed, nothing written.
-const ONLY: [Only; 3] = [
+const ONLY: [Only; 4] = [
     ("tax", only_tax),
     ("idle", only_idle),
     ("lifecycle", only_lifecycle),
+    ("flows", only_flows),
 ];
 
 /// The table of what EchoMQ costs commands on other keys.
@@ -90,6 +93,13 @@ fn only_lifecycle(scale: &Scale) -> String {
     md
 }
 
+/// The table of a flow's whole life against independent jobs'.
+fn only_flows(scale: &Scale) -> String {
+    let mut md = String::new();
+    flows::table(&mut md, &bench_server(), scale.rounds, scale.jobs);
+    md
+}
+
 /// The server the enqueue, lifecycle and latency tables measure.
 fn bench_server() -> Server {
     Server::start(Options::default().arg("maxclients", "1000"))
@@ -107,6 +117,7 @@ fn everything(scale: &Scale) -> String {
     });
     throughput::replica_table(&mut md, &server, scale.rounds, scale.jobs);
     lifecycle::tables::write(&mut md, &life, scale.jobs);
+    flows::table(&mut md, &server, scale.rounds, scale.jobs);
     // Delayed queues the timer watches: in the latency table, then in the idle table.
     let (queues, secs) = scale.pick((100_000, 5), (2_000, 1));
     latency::table(

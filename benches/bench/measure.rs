@@ -90,6 +90,22 @@ where
     F: FnOnce(&mut TcpStream, &mut Vec<u8>) -> R + Send + 'static,
     R: Send + 'static,
 {
+    timed_across(server, std::slice::from_mut(admin), work)
+}
+
+/// As [`timed`], the CPU summed over the main threads of the servers `admins` reach (the
+/// primaries a cluster's run involves), the clients connected to `server`.
+pub fn timed_across<R, F>(
+    server: &Server,
+    admins: &mut [redis::Connection],
+    work: Vec<F>,
+) -> (f64, f64, Vec<R>)
+where
+    F: FnOnce(&mut TcpStream, &mut Vec<u8>) -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let cpu_of =
+        |admins: &mut [redis::Connection]| -> f64 { admins.iter_mut().map(main_thread_cpu).sum() };
     let barrier = Arc::new(Barrier::new(work.len() + 1));
     let handles: Vec<_> = work
         .into_iter()
@@ -104,7 +120,7 @@ where
             })
         })
         .collect();
-    let cpu_before = main_thread_cpu(admin);
+    let cpu_before = cpu_of(admins);
     barrier.wait();
     let start = Instant::now();
     let out: Vec<R> = handles
@@ -112,7 +128,7 @@ where
         .map(|h| h.join().expect("client"))
         .collect();
     let elapsed = start.elapsed().as_secs_f64();
-    let cpu = main_thread_cpu(admin) - cpu_before;
+    let cpu = cpu_of(admins) - cpu_before;
     (elapsed, cpu, out)
 }
 
