@@ -659,3 +659,46 @@ fn a_failure_deeper_than_one_call_carries_waits_in_the_outbox_and_is_never_lost(
         "the deepest links went by the outbox"
     );
 }
+
+#[test]
+fn a_parent_failed_in_its_own_queue_hands_over_to_a_grandparent_in_it_too() {
+    let server = Server::start(Options::default().arg("emq.max-attempts", "1"));
+    let mut con = server.conn();
+    // Grandparent, parent and child all in one queue: the child's death fails the parent, whose
+    // own death, kept on the same store in the same call, fails the grandparent.
+    parent(&mut con, "q", &job_id(1), 1);
+    assert_eq!(
+        enqueue_with(
+            &mut con,
+            "q",
+            &job_id(2),
+            "p",
+            &["CHILDREN", "1", "PARENT", "q", &job_id(1)]
+        ),
+        1
+    );
+    child(&mut con, "q", &job_id(3), "q", &job_id(2), "FAIL");
+    let token = claim_one(&mut con, "q", &job_id(3));
+    let _: Value = cmd("EMQ.FAIL")
+        .arg("q")
+        .arg(job_id(3))
+        .arg(token)
+        .query(&mut con)
+        .expect("fail");
+    assert_eq!(
+        job_state(&mut con, "q", &job_id(2)).as_deref(),
+        Some("dead")
+    );
+    assert_eq!(
+        job_state(&mut con, "q", &job_id(1)).as_deref(),
+        Some("dead")
+    );
+    assert_eq!(
+        row_field(&mut con, "q", &job_id(1), "error"),
+        Some(format!(
+            "child q {} dead: child q {} dead",
+            job_id(2),
+            job_id(3)
+        ))
+    );
+}

@@ -12,7 +12,7 @@ use crate::host::server::log_module;
 use crate::host::store::{with_queue, ServerStore};
 use crate::host::string::Text;
 use crate::protocol::flow::Delivery;
-use crate::protocol::{slot, BrandedId, EmqError, Queue};
+use crate::protocol::{slot, BrandedId, EmqError, Queue, Store};
 use crate::queue::flow::{self, Received};
 use crate::queue::job::{self, Target};
 use crate::queue::Job;
@@ -48,28 +48,56 @@ fn nested<R>(
     if open {
         return None;
     }
-    OPEN.with_borrow_mut(|open| open.push(queue.as_bytes().to_vec()));
-    let out = cluster::check_stable(queue)
-        .and_then(|()| with_queue(ctx, queue, Access::ReadWrite, |store| f(store)));
-    OPEN.with_borrow_mut(|open| open.pop());
-    Some(out)
+    let _open = Opened::push(queue);
+    Some(
+        cluster::check_stable(queue)
+            .and_then(|()| with_queue(ctx, queue, Access::ReadWrite, |store| f(store))),
+    )
+}
+
+/// A queue's place on [`OPEN`], taken off when dropped: also when a panic the host's guard
+/// catches unwinds through it, so no stale name is left to park later hand-overs.
+struct Opened;
+
+impl Opened {
+    fn push(queue: Queue<'_>) -> Self {
+        OPEN.with_borrow_mut(|open| open.push(queue.as_bytes().to_vec()));
+        Opened
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        OPEN.with_borrow_mut(|open| open.pop());
+    }
 }
 
 /// The hand-overs a call's transitions on `store` kept (`host::store::with_queue` calls this
 /// when they end): each parent in reach takes its own now, in this call; the rest go to the
 /// outbox. Nothing here refuses the call: its transitions are written already.
 pub fn hand_over(store: &ServerStore<'_, '_>, deliveries: Vec<Delivery>) {
+    let own = store.queue();
+    let innermost =
+        OPEN.with_borrow(|open| open.last().is_some_and(|q| q.as_slice() == own.as_bytes()));
+    let _open = (!innermost).then(|| Opened::push(own));
+    // A parent of this queue that a child fails keeps hand-overs of its own on this same store:
+    // they are taken in the next round, as deep as MAX_DEPTH rounds, then parked.
+    let mut batch = deliveries;
+    let mut round = 0;
+    while !batch.is_empty() {
+        hand_over_round(store, batch, round < MAX_DEPTH);
+        round += 1;
+        batch = store.take_deferred();
+    }
+}
+
+/// One round of [`hand_over`]: with `reach`, each parent in reach takes its hand-over now.
+fn hand_over_round(store: &ServerStore<'_, '_>, deliveries: Vec<Delivery>, reach: bool) {
     let ctx = store.ctx();
     let own = store.queue();
-    let pushed = OPEN.with_borrow_mut(|open| {
-        let innermost = open.last().is_some_and(|q| q.as_slice() == own.as_bytes());
-        if !innermost {
-            open.push(own.as_bytes().to_vec());
-        }
-        !innermost
-    });
     for d in deliveries {
         let reached = match Queue::parse(&d.parent.queue) {
+            Some(_) if !reach => None,
             Some(parent) if parent == own => Some(flow::receive(store, &d)),
             Some(parent) if in_reach(own, parent) => nested(ctx, parent, |p| flow::receive(p, &d)),
             _ => None,
@@ -85,9 +113,6 @@ pub fn hand_over(store: &ServerStore<'_, '_>, deliveries: Vec<Delivery>) {
                 &format!("EchoMQ could not keep a child's hand-over: {}", e.message()),
             );
         }
-    }
-    if pushed {
-        OPEN.with_borrow_mut(|open| open.pop());
     }
 }
 
