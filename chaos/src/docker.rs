@@ -98,7 +98,8 @@ pub const PRODUCER: Role = Role {
         "+ping",
     ],
 };
-/// The workers: claim and settle on their queue, and WAIT; they cannot enqueue. Then what the
+/// The workers: claim and settle on their queue, deliver their queue's flow hand-overs (the
+/// outbox sweep every shipped worker runs), and WAIT; they cannot enqueue. Then what the
 /// shipped workers' cluster clients send besides: `EMQ.VERSION` at start, the slot map
 /// (`CLUSTER SLOTS`), redis-py's command table (`COMMAND`), and the library's name on each
 /// connection (`CLIENT SETINFO`: both clients ignore its refusal, which the ACL log showed).
@@ -114,6 +115,9 @@ pub const WORKER: Role = Role {
         "+emq.mack",
         "+emq.fail",
         "+emq.renew",
+        "+emq.outbox",
+        "+emq.handover",
+        "+emq.delivered",
         "+wait",
         "+ping",
         "+emq.version",
