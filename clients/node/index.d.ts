@@ -277,14 +277,23 @@ export interface WorkerOptions {
   autorun?: boolean;
   /** Names the worker in its events (`<hostname>:<pid>:<6 random hex>`). */
   name?: string;
-  /** Called synchronously with each claim, renewal, settle and handler start and end; what it
-   * throws is logged and ignored. */
+  /** Called synchronously with each claim, renewal, settle, handler start and end, and step
+   * of the outbox's hand-overs; what it throws is logged and ignored. */
   onEvent?: (event: WorkerEvent) => void;
+  /** Replicas each settle and each hand-over of the outbox waits for (`WAIT`, on the node that
+   * took the write), 0 for none (0). A hand-over fewer confirmed stays in the outbox for the
+   * next sweep; a settle's count is its event's `replicated`. */
+  waitReplicas?: number;
+  /** `WAIT`'s timeout, ms (1,000). */
+  waitTimeout?: number;
 }
 
 /** One event of a worker, as `onEvent` gets it (the Python and Rust workers' contract). */
 export interface WorkerEvent {
-  kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end';
+  /** A flow's steps from the outbox: `handover` (`EMQ.HANDOVER` of a finished child to its
+   * parent) and `delivered` (`EMQ.DELIVERED`, its removal), the child's id and token 0, and
+   * `outbox`, a read of the outbox that failed (id ''). */
+  kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'handover' | 'delivered' | 'outbox';
   worker: string;
   queue: string;
   id: string;
@@ -300,7 +309,8 @@ export interface WorkerEvent {
   error: string | null;
   /** For `settle`: what was sent. */
   action: 'ack' | 'fail' | null;
-  /** Always null: the Node worker has no `waitReplicas` yet. */
+  /** For `settle` and `handover`: null unless the worker has `waitReplicas`, else whether
+   * `WAIT` reported at least that many replicas. */
   replicated: boolean | null;
 }
 

@@ -1,7 +1,8 @@
 // The worker's observability hook, `onEvent` (the Python and Rust workers' contract): a
 // WorkerEvent for each job a claim returned, each renewal and settle of it (with the server's
-// answer), and each start and end of its handler, passed synchronously. A hook that throws is
-// logged, never the worker's end; without one, nothing here runs.
+// answer), each start and end of its handler, and each step of a flow's hand-over from the
+// queue's outbox, passed synchronously. A hook that throws is logged, never the worker's end;
+// without one, nothing here runs.
 import { hostname } from 'node:os';
 import { randomInt } from 'node:crypto';
 import { EmqError, isErrorReply } from './errors.js';
@@ -36,10 +37,13 @@ export class Hook {
   }
 
   /**
-   * @param {'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end'} kind
-   * @param {{id: string, attempt: number}} job
+   * @param {'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'handover' | 'delivered' | 'outbox'} kind
+   * @param {{id: string, attempt: number}} job a hand-over's child with attempt 0; for a read
+   *   of the outbox, id ''
    * @param {bigint} sentNs
-   * @param {{answeredNs?: bigint, error?: unknown, failure?: unknown, action?: 'ack' | 'fail'}} [more]
+   * @param {{answeredNs?: bigint, error?: unknown, failure?: unknown, action?: 'ack' | 'fail',
+   *   replicated?: boolean | null}} [more] `replicated`: with `waitReplicas`, whether `WAIT`
+   *   reported that many replicas (for a settle or a hand-over)
    */
   emit(kind, job, sentNs, more = {}) {
     const failed = more.error !== undefined;
@@ -54,7 +58,7 @@ export class Hook {
       outcome: outcomeOf(more.error),
       error: failed ? text(more.error) : more.failure === undefined ? null : text(more.failure),
       action: more.action ?? null,
-      replicated: null,
+      replicated: more.replicated ?? null,
     };
     try {
       this.onEvent(event);

@@ -3,7 +3,8 @@
 // leases of running handlers, settles acknowledgements in batches with `EMQ.MACK` that claim
 // the next jobs in the same call, fails a throwing handler's job with its stack and a backoff,
 // delivers its queue's outbox to the parents of finished children (outbox.js), and closes
-// gracefully (on SIGTERM/SIGINT too, when asked).
+// gracefully (on SIGTERM/SIGINT too, when asked). With `waitReplicas`, each settle and each
+// hand-over is followed by `WAIT` on the node that took it (replicas.js).
 import { EventEmitter } from 'node:events';
 import { DEFAULT_BACKOFF, retryIn } from './backoff.js';
 import { encode } from './codec.js';
@@ -12,6 +13,7 @@ import { EmqLeaseError, EmqVersionError, isErrorReply, translate } from './error
 import { Hook, defaultName, nowNs } from './hook.js';
 import { Job, Retry } from './job.js';
 import { sweepLoop } from './outbox.js';
+import { sendWaited, waitSettings } from './replicas.js';
 import { backoff, serverFull, sleep, transient } from './retry.js';
 
 /** The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`). */
@@ -67,6 +69,9 @@ export class Worker extends EventEmitter {
     this.name = options.name ?? defaultName();
     /** `onEvent`'s caller; null without one, so the jobs' way pays nothing for it. */
     this.hook = options.onEvent ? new Hook(options.onEvent, this.name, queue.name) : null;
+    const wait = waitSettings(options.waitReplicas, options.waitTimeout);
+    /** `WAIT`'s replicas and timeout (ms) after each settle and hand-over; null for none. */
+    this.wait = wait.replicas > 0 ? wait : null;
     /** What happened, for logs and tests. */
     this.counts = { acked: 0, failed: 0, retried: 0, lost: 0 };
     /** The running handlers, by their job (a run of it). @type {Map<Job, {job: Job, controller: AbortController, finished: boolean}>} */
@@ -159,7 +164,28 @@ export class Worker extends EventEmitter {
 
   sweep() {
     const delivered = (/** @type {import('./outbox.js').Handover} */ entry) => void this.emit('delivered', entry);
-    return sweepLoop(this.queue, this.sweeper.signal, delivered, (e) => this.report(e));
+    const courier = { hook: this.hook, wait: this.wait, delivered, report: (/** @type {unknown} */ e) => this.report(e) };
+    return sweepLoop(this.queue, this.sweeper.signal, courier);
+  }
+
+  /**
+   * A settle command for this queue: sent with retries, or with `waitReplicas`, followed by
+   * `WAIT` on the queue's node (no retry: a lost connection is the settle's error). Its reply
+   * or error (typed), and whether the replicas confirmed it (null without a wait).
+   * @param {Array<string | Buffer>} args
+   * @param {{returnBuffers?: boolean}} [options]
+   * @returns {Promise<{reply?: any, error?: unknown, replicated: boolean | null}>}
+   */
+  async settleCall(args, options = undefined) {
+    try {
+      if (!this.wait) return { reply: await this.queue.send(args, false, options), replicated: null };
+      const { replies, confirmed } = await sendWaited(this.queue.client, this.queue.name, [args], this.wait, options);
+      const [{ value, error }] = replies;
+      const replicated = confirmed >= this.wait.replicas;
+      return error === undefined ? { reply: value, replicated } : { error: translate(error), replicated };
+    } catch (e) {
+      return { error: translate(e), replicated: this.wait ? false : null };
+    }
   }
 
   claim(count) {
@@ -249,15 +275,12 @@ export class Worker extends EventEmitter {
     const retried = error instanceof Retry;
     const wait = retried ? Math.max(0, Math.round(error.after)) : retryIn(this.backoff, job.attempt, error);
     const sentNs = this.hook ? nowNs() : 0n;
-    try {
-      await this.queue.call('EMQ.FAIL', job.id, String(job.attempt), 'ERROR', retried ? error.message : errorText(error), 'RETRY-IN', String(wait));
-      this.hook?.emit('settle', job, sentNs, { answeredNs: nowNs(), action: 'fail' });
-      this.counts[retried ? 'retried' : 'failed']++;
-      this.emit('failed', job, error);
-    } catch (e) {
-      this.hook?.emit('settle', job, sentNs, { answeredNs: nowNs(), action: 'fail', error: e });
-      this.settleRefused(job, e);
-    }
+    const args = ['EMQ.FAIL', this.queue.name, job.id, String(job.attempt), 'ERROR', retried ? error.message : errorText(error), 'RETRY-IN', String(wait)];
+    const sent = await this.settleCall(args);
+    this.hook?.emit('settle', job, sentNs, { answeredNs: nowNs(), action: 'fail', error: sent.error, replicated: sent.replicated });
+    if (sent.error !== undefined) return this.settleRefused(job, sent.error);
+    this.counts[retried ? 'retried' : 'failed']++;
+    this.emit('failed', job, error);
   }
 
   settleRefused(job, e) {
@@ -315,17 +338,15 @@ export class Worker extends EventEmitter {
     const next = this.closing ? 0 : Math.min(MAX_CLAIM, this.free() + kept.length);
     if (next > 0) args.push('CLAIM', String(next), 'LEASE', String(this.lease));
     this.mackReserved = next - kept.length;
-    let reply;
     const sentAt = Date.now();
     const sentNs = this.hook ? nowNs() : 0n;
-    try {
-      reply = await this.queue.send(args, false, BYTES);
-    } catch (e) {
+    const { reply, error, replicated } = await this.settleCall(args, BYTES);
+    if (error !== undefined) {
       this.mackReserved = 0;
       const answeredNs = this.hook ? nowNs() : 0n;
       for (const item of kept) {
-        this.hook?.emit('settle', item.state.job, sentNs, { answeredNs, action: 'ack', error: e });
-        this.settleRefused(item.state.job, translate(e));
+        this.hook?.emit('settle', item.state.job, sentNs, { answeredNs, action: 'ack', error, replicated });
+        this.settleRefused(item.state.job, error);
       }
       return this.release(jobs);
     }
@@ -333,7 +354,7 @@ export class Worker extends EventEmitter {
     const [places, claimed] = next > 0 ? reply : [reply, []];
     kept.forEach((item, i) => {
       const place = places[i];
-      this.hook?.emit('settle', item.state.job, sentNs, { answeredNs, action: 'ack', error: isErrorReply(place) ? place : undefined });
+      this.hook?.emit('settle', item.state.job, sentNs, { answeredNs, action: 'ack', error: isErrorReply(place) ? place : undefined, replicated });
       if (isErrorReply(place)) return this.settleRefused(item.state.job, translate(place));
       this.counts.acked++;
       this.emit('completed', item.state.job, item.result);

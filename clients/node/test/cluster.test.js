@@ -119,3 +119,37 @@ test('a flow across the primaries: ADOPT at enqueue, the hand-overs delivered by
   assert.equal((await top.job(String(tree.id))).finished, 3);
   assert.equal(workers[0].counts.acked, 2, 'near and root, once each');
 });
+
+/** A queue named `<prefix>-<n>` whose slot `node` owns. */
+async function queueOn(node, prefix) {
+  for (let n = 0; ; n++) if ((await cluster.owner(`${prefix}-${n}`)) === node) return `${prefix}-${n}`;
+}
+
+// Last in the file: it gives the first primary a replica.
+test('waitReplicas on a cluster: WAIT goes to the node that took the write, the parent\'s for a hand-over', async () => {
+  const client = await cluster.connect();
+  const [withReplica, without] = cluster.nodes;
+  await cluster.addReplica(withReplica);
+  const parents = new Queue(client, await queueOn(withReplica, 'wait-parents'));
+  const kids = new Queue(client, await queueOn(without, 'wait-kids'));
+  const pid = await parents.enqueue('parent', { children: 2 });
+  const kidIds = [await kids.enqueue('a', { parents: [{ queue: parents.name, id: pid }] }), await kids.enqueue('b', { parents: [{ queue: parents.name, id: pid }] })];
+  const kidEvents = [];
+  const parentEvents = [];
+  const ran = [];
+  const workers = [
+    new Worker(kids, () => 'done', { waitReplicas: 1, waitTimeout: 2000, onEvent: (e) => kidEvents.push(e) }),
+    new Worker(parents, async (job) => void ran.push(await job.children()), { waitReplicas: 1, waitTimeout: 10_000, onEvent: (e) => parentEvents.push(e) }),
+  ];
+  assert.ok(await until(() => ran.length === 1, 60_000), 'the parent ran');
+  await Promise.all(workers.map((w) => w.close()));
+  // The kids' primary has no replica: their acks went through, unconfirmed.
+  assert.deepEqual(kidEvents.filter((e) => e.kind === 'settle').map((e) => [e.outcome, e.replicated]), [['ok', false], ['ok', false]]);
+  // Their hand-overs were confirmed by the parent's replica, then removed from the kids' outbox.
+  for (const kid of kidIds) {
+    const mine = kidEvents.filter((e) => e.id === kid && (e.kind === 'handover' || e.kind === 'delivered'));
+    assert.deepEqual(mine.slice(-2).map((e) => [e.kind, e.outcome, e.replicated]), [['handover', 'ok', true], ['delivered', 'ok', null]]);
+  }
+  assert.deepEqual(await kids.send(['EMQ.OUTBOX', kids.name], true), ['0', []]);
+  assert.deepEqual(parentEvents.filter((e) => e.kind === 'settle').map((e) => [e.id, e.outcome, e.replicated]), [[pid, 'ok', true]]);
+});

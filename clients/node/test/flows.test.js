@@ -294,6 +294,54 @@ describe('flows', () => {
     }
   });
 
+  test('onEvent: each entry of the outbox is a handover and then a delivered event; a failed read of it an outbox event', async () => {
+    // As above: the kids' user may not write the parent's keys, so each hand-over waits in the
+    // kids' outbox. A user refused EMQ.OUTBOX cannot read it; a full user delivers it.
+    await server.cmd('ACL', 'SETUSER', 'evkid', 'on', '>pw', '+@all', '~emq:{event-kids}:*');
+    await server.cmd('ACL', 'SETUSER', 'blind', 'on', '>pw', '+@all', '-emq.outbox', '~*');
+    const kidClient = createClient({ url: `redis://evkid:pw@127.0.0.1:${server.port}` });
+    const blindClient = createClient({ url: `redis://blind:pw@127.0.0.1:${server.port}` });
+    await kidClient.connect();
+    await blindClient.connect();
+    const steps = (/** @type {any[]} */ events) => events.filter((e) => ['handover', 'delivered', 'outbox'].includes(e.kind));
+    try {
+      const parents = new Queue(client, 'event-parent');
+      const pid = await parents.enqueue('parent', { children: 2 });
+      const kids = [];
+      for (let n = 0; n < 2; n++) kids.push(await new Queue(client, 'event-kids').enqueue({ n }, { parents: [{ queue: 'event-parent', id: pid }] }));
+      const refused = [];
+      const restricted = work(new Queue(kidClient, 'event-kids'), () => 'done', { onEvent: (e) => refused.push(e) });
+      await waitFor(() => restricted.counts.acked === 2 && new Set(steps(refused).map((e) => e.id)).size === 2, 'both hand-overs refused');
+      await restricted.close();
+      for (const e of steps(refused)) {
+        assert.deepEqual([e.kind, e.outcome, e.token, e.queue], ['handover', 'refused', 0, 'event-kids'], 'a refused hand-over is not delivered');
+        assert.match(e.error, /NOPERM/);
+      }
+      const unread = [];
+      const blind = work(new Queue(blindClient, 'event-kids'), () => undefined, { onEvent: (e) => unread.push(e) });
+      await waitFor(() => steps(unread).length > 0, 'the refused read of the outbox');
+      await blind.close();
+      const [read] = steps(unread);
+      assert.deepEqual([read.kind, read.id, read.token, read.outcome, read.queue], ['outbox', '', 0, 'refused', 'event-kids']);
+      assert.ok(steps(unread).every((e) => e.kind === 'outbox'), 'nothing read, nothing handed over');
+      const events = [];
+      work(new Queue(client, 'event-kids'), () => undefined, { name: 'sweeper', onEvent: (e) => events.push(e) });
+      await waitFor(() => steps(events).filter((e) => e.kind === 'delivered').length === 2, 'both entries delivered');
+      for (const kid of kids) {
+        const mine = steps(events).filter((e) => e.id === kid);
+        assert.deepEqual(mine.map((e) => [e.kind, e.outcome, e.token, e.queue, e.worker, e.replicated]), [
+          ['handover', 'ok', 0, 'event-kids', 'sweeper', null],
+          ['delivered', 'ok', 0, 'event-kids', 'sweeper', null],
+        ]);
+      }
+      assert.equal(steps(events).filter((e) => e.kind === 'outbox').length, 0, 'a page read that went through is no event');
+      assert.equal((await parents.job(pid)).finished, 2);
+    } finally {
+      await kidClient.disconnect();
+      await blindClient.disconnect();
+    }
+  });
+
   test('the outbox: a hand-over whose parent is gone is delivered as an orphan, and the child says so', async () => {
     await server.cmd('ACL', 'SETUSER', 'lone', 'on', '>pw', '+@all', '~emq:{orphan-kids}:*');
     const loneClient = createClient({ url: `redis://lone:pw@127.0.0.1:${server.port}` });

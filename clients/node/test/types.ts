@@ -85,10 +85,11 @@ export async function flows(): Promise<void> {
     return { acked };
   });
   const events: WorkerEvent[] = [];
-  const watched = new Worker(q, () => 'ok', { name: 'w1', onEvent: (e) => void events.push(e) });
+  const watched = new Worker(q, () => 'ok', { name: 'w1', onEvent: (e) => void events.push(e), waitReplicas: 1, waitTimeout: 500 });
   const took: bigint = events.length > 0 ? events[0].answeredNs - events[0].sentNs : 0n;
   const who: string = watched.name;
-  void [took, who];
+  const unconfirmed = events.filter((e) => e.kind === 'handover' && e.replicated === false).map((e) => e.id);
+  void [took, who, unconfirmed];
   w.on('delivered', (entry: Handover) => console.log(entry.parentQueue, entry.parentId, entry.reply));
   await w.close();
   void [childIds, order, first, status, waiting, parents, finished, sameSlot];

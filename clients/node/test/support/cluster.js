@@ -1,7 +1,7 @@
 // A real 3-primary cluster for the tests: valkey-server nodes with the module and
 // `--cluster-enabled yes`, slots assigned with CLUSTER ADDSLOTSRANGE, joined with CLUSTER MEET,
 // waited for until every node says cluster_state:ok (as tests/support/cluster.rs, without
-// replicas or valkey-cli).
+// valkey-cli); `addReplica` gives a primary a replica.
 import { createCluster } from 'redis';
 import { Server, freePort, until } from './server.js';
 
@@ -22,7 +22,7 @@ export class Cluster {
         ]),
       );
     }
-    const cluster = new Cluster(nodes);
+    const cluster = new Cluster(nodes, busPorts);
     for (let i = 0; i < primaries; i++) {
       const first = Math.floor((SLOTS * i) / primaries);
       const last = Math.floor((SLOTS * (i + 1)) / primaries) - 1;
@@ -43,8 +43,9 @@ export class Cluster {
     return cluster;
   }
 
-  constructor(nodes) {
+  constructor(nodes, busPorts) {
     this.nodes = nodes;
+    this.busPorts = busPorts;
   }
 
   /** A connected cluster client, closed by `stop`. */
@@ -55,6 +56,26 @@ export class Cluster {
     return c;
   }
 
+  /** Starts a replica of `primary` (one of `nodes`), joined to the cluster; resolves once the
+   * primary counts it. Stopped by `stop`. */
+  async addReplica(primary) {
+    const bus = await freePort();
+    const node = await Server.start([
+      '--cluster-enabled', 'yes',
+      '--cluster-config-file', 'nodes.conf',
+      '--cluster-port', String(bus),
+      '--cluster-node-timeout', '2000',
+    ]);
+    (this.replicas ??= []).push(node);
+    await node.cmd('CLUSTER', 'MEET', '127.0.0.1', primary.port, this.busPorts[this.nodes.indexOf(primary)]);
+    const id = String(await primary.cmd('CLUSTER', 'MYID'));
+    const known = await until(async () => String(await node.cmd('CLUSTER', 'NODES')).includes(id), 30_000);
+    if (known) await node.cmd('CLUSTER', 'REPLICATE', id);
+    const linked = known && (await until(async () => String(await primary.cmd('INFO', 'replication')).includes('connected_slaves:1'), 30_000));
+    if (!linked) throw new Error('the replica did not attach');
+    return node;
+  }
+
   /** The node whose slots hold `queue`'s keys. */
   async owner(queue) {
     const slot = Number(await this.nodes[0].cmd('CLUSTER', 'KEYSLOT', `emq:{${queue}}:pending`));
@@ -63,6 +84,6 @@ export class Cluster {
 
   async stop() {
     for (const c of this.clients ?? []) await c.disconnect().catch(() => {});
-    for (const n of this.nodes) await n.stop();
+    for (const n of [...(this.replicas ?? []), ...this.nodes]) await n.stop();
   }
 }

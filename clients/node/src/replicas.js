@@ -1,0 +1,54 @@
+// How a write waits for replicas (the worker's `waitReplicas`): the commands and `WAIT n
+// timeout` sent together on one connection, the one of the node that takes the write (on a
+// cluster client, the primary of the queue's slot, not wherever the cluster would send a
+// command without a key), so `WAIT` counts the replicas that confirmed that write.
+import { isCluster, routingKey } from './connection.js';
+import { queueSlot } from './slot.js';
+
+/**
+ * The worker's `waitReplicas` and `waitTimeout` (ms) checked: the count and `WAIT`'s timeout
+ * (at least 1 ms: `WAIT n 0` would block for ever).
+ * @param {number | undefined} replicas
+ * @param {number | undefined} timeout
+ */
+export function waitSettings(replicas = 0, timeout = 1000) {
+  if (!Number.isInteger(replicas) || replicas < 0) throw new RangeError(`waitReplicas is 0 (no wait) or more, not ${String(replicas)}`);
+  if (!(timeout > 0)) throw new RangeError(`waitTimeout is more than 0 ms, not ${String(timeout)}`);
+  return { replicas, timeout: Math.max(1, Math.round(timeout)) };
+}
+
+/**
+ * `commands` and then `WAIT replicas timeout`, written together on the connection of the node
+ * that serves `queue`: each command's reply or error in its place, and how many replicas `WAIT`
+ * reported (0 when `WAIT` itself failed). A reply `MOVED`/`ASK` (the slot went elsewhere) has a
+ * cluster client read its map again, so the next try finds the slot's new node.
+ * @param {any} client
+ * @param {string} queue
+ * @param {Array<Array<string | Buffer>>} commands
+ * @param {{replicas: number, timeout: number}} wait
+ * @param {{returnBuffers?: boolean}} [options]
+ * @returns {Promise<{replies: Array<{value?: any, error?: unknown}>, confirmed: number}>}
+ */
+export async function sendWaited(client, queue, commands, wait, options = undefined) {
+  const node = isCluster(client) ? client.getSlotMaster(queueSlot(queue)).client : client;
+  // Sent in one turn of the event loop: node-redis writes them in this order on the one socket.
+  const sent = commands.map((args) => node.sendCommand(args, options));
+  sent.push(node.sendCommand(['WAIT', String(wait.replicas), String(wait.timeout)]));
+  const settled = await Promise.allSettled(sent);
+  const replies = settled.map((s) => (s.status === 'fulfilled' ? { value: s.value } : { error: s.reason }));
+  const waited = /** @type {{value?: any, error?: unknown}} */ (replies.pop());
+  if (isCluster(client) && replies.some((r) => moved(r.error))) await remap(client, queue);
+  return { replies, confirmed: waited.error === undefined ? Number(waited.value) : 0 };
+}
+
+/** Whether `error` is a node's `MOVED` or `ASK`: the slot is (going) elsewhere. */
+function moved(error) {
+  return error instanceof Error && /^(MOVED|ASK) /.test(error.message);
+}
+
+/** Has the cluster client read its map of the slots again: a keyed read through it, which its
+ * own redirection handling follows to the slot's new owner. */
+async function remap(client, queue) {
+  const key = routingKey(queue);
+  await client.sendCommand(key, false, ['EXISTS', key]).catch(() => {});
+}

@@ -1,0 +1,104 @@
+// The worker's `waitReplicas` against a real primary and replica, and against a primary with
+// no replica: each settle reports what `WAIT` confirmed, and an outbox entry is removed only
+// once the parent's replicas confirmed its hand-over (here the kids' user may not write the
+// parent's keys, so every hand-over waits in the kids' outbox for a sweep).
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { createClient } from 'redis';
+import { Queue, Worker } from '../src/index.js';
+import { Server, until } from './support/server.js';
+
+/** @type {Server} */
+let primary;
+/** @type {Server} */
+let replica;
+/** @type {Server} */
+let lone;
+/** @type {Worker[]} */
+const workers = [];
+before(async () => {
+  primary = await Server.start();
+  replica = await Server.start(['--replicaof', '127.0.0.1', String(primary.port)]);
+  lone = await Server.start();
+  const linked = await until(async () => String(await primary.cmd('INFO', 'replication')).includes('connected_slaves:1'), 30_000);
+  assert.ok(linked, 'the replica attached');
+});
+after(async () => {
+  await Promise.all(workers.map((w) => w.close()));
+  for (const s of [replica, primary, lone]) await s?.stop();
+});
+
+function work(queue, handler, options = {}) {
+  const w = new Worker(queue, handler, { block: 200, ...options });
+  w.on('error', () => {});
+  workers.push(w);
+  return w;
+}
+
+/**
+ * A parent on `server` waiting for 2 kids whose hand-overs sit in the kids' outbox: acked by a
+ * user that may write only the kids' queue, with `options`; the parent's id, the kids' ids and
+ * the kids worker's events.
+ */
+async function parked(server, client, options) {
+  await server.cmd('ACL', 'SETUSER', 'kid', 'on', '>pw', '+@all', '~emq:{kids}:*');
+  const kidClient = createClient({ url: `redis://kid:pw@127.0.0.1:${server.port}` });
+  await kidClient.connect();
+  const pid = await new Queue(client, 'parents').enqueue('parent', { children: 2 });
+  const kids = [];
+  for (let n = 0; n < 2; n++) kids.push(await new Queue(client, 'kids').enqueue({ n }, { parents: [{ queue: 'parents', id: pid }] }));
+  const events = [];
+  const w = work(new Queue(kidClient, 'kids'), () => 'done', { ...options, onEvent: (e) => events.push(e) });
+  assert.ok(await until(() => w.counts.acked === 2, 30_000), 'the kids acked');
+  await w.close();
+  await kidClient.disconnect();
+  const outbox = await server.cmd('EMQ.OUTBOX', 'kids');
+  assert.deepEqual(outbox[1].map((/** @type {any[]} */ e) => e[0]).sort(), [...kids].sort(), 'both hand-overs wait in the outbox');
+  return { pid, kids, events };
+}
+
+/** The sweep's events of `events`. */
+function steps(events) {
+  return events.filter((e) => e.kind === 'handover' || e.kind === 'delivered');
+}
+
+test('with a replica attached: settles and hand-overs report replicated, and the entries are delivered', async () => {
+  const client = await primary.connect();
+  const { pid, kids, events: kidEvents } = await parked(primary, client, { waitReplicas: 1, waitTimeout: 10_000 });
+  const settles = kidEvents.filter((e) => e.kind === 'settle');
+  assert.deepEqual(settles.map((e) => [e.action, e.outcome, e.replicated]), [['ack', 'ok', true], ['ack', 'ok', true]]);
+  const events = [];
+  const ran = [];
+  work(new Queue(client, 'kids'), () => undefined, { waitReplicas: 1, waitTimeout: 10_000, onEvent: (e) => events.push(e) });
+  work(new Queue(client, 'parents'), async (job) => void ran.push(await job.children()), { waitReplicas: 1, waitTimeout: 10_000 });
+  assert.ok(await until(() => ran.length === 1, 30_000), 'the parent ran');
+  for (const kid of kids) {
+    assert.deepEqual(
+      steps(events).filter((e) => e.id === kid).map((e) => [e.kind, e.outcome, e.replicated]),
+      [['handover', 'ok', true], ['delivered', 'ok', null]],
+    );
+  }
+  assert.deepEqual(await primary.cmd('EMQ.OUTBOX', 'kids'), ['0', []]);
+  // The replica has both counts: the hand-overs reached it before their entries went.
+  const seen = await until(async () => String(await replica.cmd('HGET', `emq:{parents}:job:${pid}`, 'finished')) === '2', 30_000);
+  assert.ok(seen, "the replica's row of the parent counts both kids");
+});
+
+test('with the replica asked for absent: the hand-over is not delivered, its entry stays', async () => {
+  const client = await lone.connect();
+  const { pid, kids, events: kidEvents } = await parked(lone, client, { waitReplicas: 1, waitTimeout: 50 });
+  assert.deepEqual(kidEvents.filter((e) => e.kind === 'settle').map((e) => [e.outcome, e.replicated]), [['ok', false], ['ok', false]], 'acked, not confirmed');
+  const events = [];
+  const sweeper = work(new Queue(client, 'kids'), () => undefined, { waitReplicas: 1, waitTimeout: 50, onEvent: (e) => events.push(e) });
+  // Two sweeps of each entry: the first left it, the second found it again.
+  const twice = () => kids.every((kid) => steps(events).filter((e) => e.id === kid).length >= 2);
+  assert.ok(await until(twice, 30_000), 'each entry handed over twice');
+  await sweeper.close();
+  for (const e of steps(events)) assert.deepEqual([e.kind, e.outcome, e.replicated], ['handover', 'ok', false], 'never DELIVERED');
+  const outbox = await lone.cmd('EMQ.OUTBOX', 'kids');
+  assert.deepEqual(outbox[1].map((/** @type {any[]} */ e) => e[0]).sort(), [...kids].sort(), 'the entries stay for the next sweep');
+  // The parent counted each kid once (the second hand-over was a duplicate) and runs; only the
+  // entries wait for replicas that are not there.
+  const row = await new Queue(client, 'parents').job(pid);
+  assert.deepEqual([row.finished, row.state], [2, 'pending']);
+});
