@@ -1,8 +1,9 @@
 """Flows against a real server: a parent waits for its children and reads their outcomes; a
 child's death kills its parent (``fail``) or just counts (``ignore``); ``batch``'s callback
 runs once, ``chain`` runs in order, a retried ``flow`` counts each child once; the typed
-``EMQPARENT``; the asyncio queue and worker alike. And what the client plans before it sends
-anything: the enqueues' order, the trees of ``chain`` and ``batch``, the slots, the arguments."""
+``EMQPARENT``; the asyncio queue and worker alike; a cancelled parent takes its unstarted tree
+with it, across slots on a cluster. And what the client plans before it sends anything: the
+enqueues' order, the trees of ``chain`` and ``batch``, the slots, the arguments."""
 
 from __future__ import annotations
 
@@ -286,6 +287,33 @@ def test_the_asyncio_queue_and_worker_run_a_flow(server: Server) -> None:
     assert row["state"] == "done"
 
 
+def test_cancelling_a_parent_cancels_its_unstarted_tree_and_counts_it(server: Server) -> None:
+    q = echomq.Queue(server.client(), "albums")
+    tree = q.flow({"queue": "albums", "payload": b"publish", "children": [
+        {"queue": "thumbs", "payload": b"t1"},
+        {"queue": "thumbs", "payload": b"t2", "children": [{"queue": "crops", "payload": b"c1"}]},
+    ]})
+    t1, t2 = tree.children
+    (c1,) = t2.children
+    # The whole tree was in the server's reach: each job gone, and counted.
+    assert q.cancel_flow(tree.id or "") == 4
+    for queue, job_id in (("albums", tree.id), ("thumbs", t1.id), ("thumbs", t2.id), ("crops", c1.id)):
+        assert echomq.Queue(server.client(), queue).job(job_id or "") is None, (queue, job_id)
+    assert q.cancel_flow(tree.id or "") == 0
+    lone = q.enqueue(b"lone")
+    assert q.cancel(lone) and not q.cancel(lone)
+
+    async def main() -> int:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        aq = AsyncQueue(client, "albums")
+        again = await aq.flow({"queue": "albums", "payload": b"p", "children": [{"queue": "thumbs", "payload": b"t"}]})
+        n = await aq.cancel_flow(again.id or "")
+        await client.aclose()
+        return n
+
+    assert asyncio.run(main()) == 2
+
+
 # ---- on a cluster ----
 
 
@@ -362,6 +390,35 @@ def test_a_flow_across_primaries_is_delivered_by_the_workers_outbox_sweep(cluste
     raw: Any = client
     for queue in (left, right):
         assert raw.execute_command("EMQ.OUTBOX", queue)[1] in ([], None)
+
+
+@pytest.mark.cluster
+def test_cancelling_a_parent_on_a_cluster_cancels_its_unstarted_children_in_other_slots(
+    cluster: Cluster,
+) -> None:
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    owner = owners(cluster)
+    names = [f"cut-{n}" for n in range(100)]
+    left = next(q for q in names if owner(q) != owner("reports"))
+    right = next(q for q in names if owner(q) not in (owner("reports"), owner(left)))
+    started = next(q for q in names if q not in (left, right) and owner(q) != owner("reports"))
+    q = echomq.Queue(client, "reports")
+    # A parent; a child in another slot; a child in its own queue (in reach) that is a parent
+    # of a child in a third; and a child in another slot that has started.
+    tree = q.flow({"queue": "reports", "payload": b"sum", "children": [
+        {"queue": left, "payload": b"a"},
+        {"queue": "reports", "payload": b"b", "children": [{"queue": right, "payload": b"c"}]},
+        {"queue": started, "payload": b"d"},
+    ]})
+    a, b, d = tree.children
+    (c,) = b.children
+    raw: Any = client
+    claimed = raw.execute_command("EMQ.CLAIM", started, "COUNT", 1, "LEASE", 60_000)
+    assert [bytes(j[0]).decode() for j in claimed] == [d.id]
+    assert q.cancel_flow(tree.id or "") == 4, "the parent, a, b (by the module) and c"
+    for queue, job_id in ((left, a.id), ("reports", b.id), (right, c.id)):
+        assert echomq.Queue(client, queue).job(job_id or "") is None, (queue, job_id)
+    assert state(echomq.Queue(client, started), d.id or "") == "active", "a started child runs on"
 
 
 # ---- what the client plans ----

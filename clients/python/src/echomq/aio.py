@@ -13,6 +13,7 @@ from . import commands as cmd
 from . import outbox
 from ._replicas import pipelined_async
 from ._retry import backoff, retry_after, server_full, transient
+from .cancel import cancel as cancelling
 from .errors import translate
 from .errors import EmqParentError
 from .events import Action, WorkerEvent, failure
@@ -140,7 +141,15 @@ class AsyncQueue(Settings):
     # ---- operating ----
 
     async def cancel(self, job_id: str) -> bool:
-        return cmd.flag(await self._send(cmd.cancel(self.name, job_id)))
+        return await self.cancel_flow(job_id) > 0
+
+    async def cancel_flow(self, job_id: str) -> int:
+        steps, reply = cancelling(self.name, job_id), None
+        try:
+            while True:
+                reply = await self._send(steps.send(reply))
+        except StopIteration as end:
+            return int(end.value)
 
     async def requeue(self, job_id: str) -> bool:
         return cmd.flag(await self._send(cmd.requeue(self.name, job_id)))

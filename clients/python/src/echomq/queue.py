@@ -10,6 +10,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 from . import commands as cmd
 from ._replicas import moved, pipelined, refresh, wait_settings
 from ._retry import backoff, retry_after
+from .cancel import cancel as cancelling
 from .errors import EmqParentError
 from .flows import (
     Children, Node, NodeLike, ParentLike, batched, chained, minted, parents_of, steps,
@@ -211,7 +212,19 @@ class Queue(Settings):
     # ---- operating ----
 
     def cancel(self, job_id: str) -> bool:
-        return cmd.flag(self._send(cmd.cancel(self.name, job_id)))
+        """``cancel_flow``: whether the job was cancelled."""
+        return self.cancel_flow(job_id) > 0
+
+    def cancel_flow(self, job_id: str) -> int:
+        """Removes a pending, scheduled or waiting job; for a waiting parent, with the children
+        of its flow that have not started, in any slot (``echomq.cancel``): how many jobs went,
+        0 when the job was not there to cancel."""
+        steps, reply = cancelling(self.name, job_id), None
+        try:
+            while True:
+                reply = self._send(steps.send(reply))
+        except StopIteration as end:
+            return int(end.value)
 
     def requeue(self, job_id: str) -> bool:
         return cmd.flag(self._send(cmd.requeue(self.name, job_id)))
