@@ -186,6 +186,9 @@ export declare const MAX_CHILDREN: number;
 export declare const MAX_PARENTS: number;
 export declare const SWEEP_EVERY: number;
 export declare const SWEEP_COUNT: number;
+/** Most unfinished children of one parent a cancel takes, and most levels below (the module's bounds). */
+export declare const CANCEL_CHILDREN: number;
+export declare const CANCEL_DEPTH: number;
 
 export declare class Queue {
   constructor(client: Client, name: string, options?: { retries?: number });
@@ -211,7 +214,12 @@ export declare class Queue {
   chain(jobs: FlowNode[]): Promise<string[]>;
   /** Jobs and a callback that runs once all of them have finished, acked or dead. */
   batch(jobs: FlowNode[], options: { onComplete: FlowNode }): Promise<{ id: string; ids: string[] }>;
+  /** Removes a pending, scheduled or waiting job (a waiting parent with its flow's unstarted
+   * children, as `cancelFlow`); whether the job went. */
   cancel(id: string): Promise<boolean>;
+  /** Removes a pending, scheduled or waiting job; a waiting parent with the children of its
+   * flow that have not started, in any slot, 1,000 a parent, 8 levels deep: how many jobs went. */
+  cancelFlow(id: string): Promise<number>;
   requeue(id: string): Promise<boolean>;
   requeueDead(options?: { count?: number }): Promise<number>;
   purge(set: 'pending' | 'scheduled' | 'dead', options?: { count?: number }): Promise<number>;

@@ -1,6 +1,7 @@
 // The producer's side: `Queue` enqueues jobs and operates one queue, over a node-redis v4
 // client or cluster client. Calls are retried through failovers and slot migrations; ids are
 // minted here, so a retried enqueue stays a single job.
+import { cancelFlow } from './cancel.js';
 import { encode, ms, pairs } from './codec.js';
 import { send } from './connection.js';
 import { EmqParentError, translate } from './errors.js';
@@ -208,9 +209,20 @@ export class Queue {
 
   // ---- operating ----
 
-  /** Removes a pending or scheduled job; whether it did. */
+  /** Removes a pending, scheduled or waiting job, a waiting parent with the unstarted
+   * children of its flow (`cancelFlow`); whether the job went. */
   async cancel(id) {
-    return (await this.call('EMQ.CANCEL', id)) === 1;
+    return (await this.cancelFlow(id)) > 0;
+  }
+
+  /**
+   * Removes a pending, scheduled or waiting job; a waiting parent with the children of its flow
+   * that have not started, in any slot (cancel.js): how many jobs went, 0 when the job was not
+   * there to cancel.
+   * @param {string} id
+   */
+  cancelFlow(id) {
+    return cancelFlow(this, id);
   }
 
   /** Moves a dead job back to pending, its attempts reset; whether it was dead. */

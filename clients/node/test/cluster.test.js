@@ -120,6 +120,31 @@ test('a flow across the primaries: ADOPT at enqueue, the hand-overs delivered by
   assert.equal(workers[0].counts.acked, 2, 'near and root, once each');
 });
 
+test('cancelFlow on a cluster: the unstarted children in other slots go with their parent, a started one runs on', async () => {
+  const client = await cluster.connect();
+  const [home, second, third] = cluster.nodes;
+  const reports = new Queue(client, await queueOn(home, 'cut-reports'));
+  const left = await queueOn(second, 'cut-left');
+  const right = await queueOn(third, 'cut-right');
+  const started = await queueOn(second, 'cut-started');
+  // A child in another slot; a child in the parent's own queue (in reach) that is the parent of
+  // one in a third slot; and a child in another slot that has started.
+  const built = await reports.flow({ payload: 'sum', children: [
+    { queue: left, payload: 'a' },
+    { payload: 'b', children: [{ queue: right, payload: 'c' }] },
+    { queue: started, payload: 'd' },
+  ] });
+  const [a, b, d] = built.children;
+  const [c] = b.children;
+  const claimed = await reports.sibling(started).send(['EMQ.CLAIM', started, 'COUNT', '1', 'LEASE', '60000']);
+  assert.deepEqual(claimed.map((/** @type {any[]} */ j) => String(j[0])), [d.id]);
+  assert.equal(await reports.cancelFlow(built.id), 4, 'the parent, a, b (by the module) and c');
+  for (const [queue, id] of [[left, a.id], [reports.name, b.id], [right, c.id]]) {
+    assert.equal(await reports.sibling(queue).job(id), null, `${queue} ${id} is gone`);
+  }
+  assert.equal((await reports.sibling(started).job(d.id)).state, 'active', 'a started child runs on');
+});
+
 /** A queue named `<prefix>-<n>` whose slot `node` owns. */
 async function queueOn(node, prefix) {
   for (let n = 0; ; n++) if ((await cluster.owner(`${prefix}-${n}`)) === node) return `${prefix}-${n}`;

@@ -1,8 +1,8 @@
 // Flows against a real server (flows-protocol.md): a parent waits for its children and reads
 // their outcomes, ON-FAIL FAIL and IGNORE, the batch's callback, a chain's order, a retried
 // flow counted once, the EMQPARENT refusals, the checks made before anything is sent, and the
-// outbox a worker sweeps (here a parent the acking user may not write). One attempt a job, so
-// a handler that throws buries its job at once.
+// outbox a worker sweeps (here a parent the acking user may not write) with its events, and a
+// cancelled parent's tree. One attempt a job, so a handler that throws buries its job at once.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { createClient } from 'redis';
@@ -292,6 +292,22 @@ describe('flows', () => {
     } finally {
       await kidClient.disconnect();
     }
+  });
+
+  test('cancelFlow: a waiting parent goes with its unstarted tree, each job counted', async () => {
+    const albums = new Queue(client, 'cancel-albums');
+    const tree = { payload: 'publish', children: [
+      { queue: 'cancel-thumbs', payload: 't1' },
+      { queue: 'cancel-thumbs', payload: 't2', children: [{ queue: 'cancel-crops', payload: 'c1' }] },
+    ] };
+    const built = await albums.flow(tree);
+    const [t1, t2] = built.children;
+    const [c1] = t2.children;
+    assert.equal(await albums.cancelFlow(built.id), 4, 'the parent, both thumbs and the crop');
+    for (const [queue, id] of [['cancel-albums', built.id], ['cancel-thumbs', t1.id], ['cancel-thumbs', t2.id], ['cancel-crops', c1.id]]) {
+      assert.equal(await albums.sibling(queue).job(id), null, `${queue} ${id} is gone`);
+    }
+    assert.equal(await albums.cancelFlow(built.id), 0);
   });
 
   test('onEvent: each entry of the outbox is a handover and then a delivered event; a failed read of it an outbox event', async () => {

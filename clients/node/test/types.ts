@@ -35,6 +35,7 @@ export async function producer(): Promise<void> {
   const next: string = page.cursor;
   const purged: number = await q.purge('dead', { count: 100 });
   const moved: boolean = (await q.requeue(id)) || (await q.cancel(id));
+  const cancelled: number = await q.cancelFlow(id);
   const requeued: number = await q.requeueDead({ count: 10 });
   await q.pause();
   await q.resume();
@@ -49,7 +50,7 @@ export async function producer(): Promise<void> {
     const event: QueueEvent['event'] = e.event;
     if (event === 'acked') break;
   }
-  void [active, attempts, next, purged, moved, requeued, cap, at, names];
+  void [active, attempts, next, purged, moved, cancelled, requeued, cap, at, names];
   await client.quit();
 }
 
