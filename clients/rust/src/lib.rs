@@ -5,6 +5,7 @@
 //! [`Enqueue::parents`]) make jobs wait for other jobs; a worker delivers its queue's outbox and
 //! a handler reads its children ([`Job::children`]). See clients/rust/README.md.
 
+pub mod cancel;
 pub mod children;
 mod deliver;
 pub mod error;

@@ -362,8 +362,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             .collect())
     }
 
+    /// Removes a pending, scheduled or waiting job, a waiting parent with the unstarted
+    /// children of its flow ([`Queue::cancel_flow`]); whether the job went.
     pub async fn cancel(&self, id: &str) -> Result<bool> {
-        Ok(self.call("EMQ.CANCEL", &[id.as_bytes().to_vec()]).await? == Value::Int(1))
+        Ok(self.cancel_flow(id).await? > 0)
     }
 
     pub async fn requeue(&self, id: &str) -> Result<bool> {
