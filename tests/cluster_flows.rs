@@ -12,18 +12,6 @@ use support::cluster::Cluster;
 use support::cluster_load::*;
 use support::*;
 
-/// A queue name owned by a primary other than the owners of `others`' slots.
-fn queue_elsewhere(cluster: &Cluster, prefix: &str, others: &[&str]) -> String {
-    let taken: Vec<u16> = others
-        .iter()
-        .map(|q| cluster.owner(slot_of(q)).port)
-        .collect();
-    (0..10_000)
-        .map(|i| format!("{prefix}{i}"))
-        .find(|q| !taken.contains(&cluster.owner(slot_of(q)).port))
-        .expect("a queue on another primary")
-}
-
 /// A queue name of the same slot as `queue`.
 fn queue_in_slot_of(queue: &str) -> String {
     (0..1_000_000)

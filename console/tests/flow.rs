@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::support::cluster_load::slot_of;
+use common::support::cluster_load::queue_elsewhere;
 use common::support::job_id;
 use common::{emq, free_port, get, server, servers_load_the_module, web, Cluster};
 use redis::ConnectionLike;
@@ -454,17 +454,9 @@ fn on_a_cluster_the_flow_is_read_from_each_job_s_own_primary() {
     let cluster = Cluster::start(3, 0);
     let mut con = cluster.client();
     // The parent's queue and its children's on three different primaries.
-    let owner = |q: &str| cluster.owner(slot_of(q)).port;
     let top = "albums".to_string();
-    let mut queues = vec![top.clone()];
-    for prefix in ["thumbs", "meta"] {
-        let q = (0..10_000)
-            .map(|i| format!("{prefix}{i}"))
-            .find(|q| queues.iter().all(|o| owner(o) != owner(q)))
-            .expect("a queue on another primary");
-        queues.push(q);
-    }
-    let (thumbs, meta) = (queues[1].clone(), queues[2].clone());
+    let thumbs = queue_elsewhere(&cluster, "thumbs", &[&top]);
+    let meta = queue_elsewhere(&cluster, "meta", &[&top, &thumbs]);
     let (p, c1, c2, g) = (job_id(1), job_id(2), job_id(3), job_id(4));
     parent(&mut con, &top, &p, 2);
     child(&mut con, &thumbs, &c1, 0, &[(&top, &p, "fail")], true);

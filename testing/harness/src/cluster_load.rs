@@ -1,5 +1,5 @@
 //! A load of enqueues over a cluster that follows its redirections, and the checks of where
-//! its acknowledged jobs ended up: shared by the cluster suites.
+//! its acknowledged jobs ended up; queues' slots and owners: shared by the cluster suites.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +14,27 @@ use super::*;
 
 pub fn slot_of(queue: &str) -> u16 {
     echomq::protocol::slot(queue.as_bytes())
+}
+
+/// A queue named `<prefix><n>` owned by a primary that owns none of `others`' slots.
+pub fn queue_elsewhere(cluster: &Cluster, prefix: &str, others: &[&str]) -> String {
+    let primaries: Vec<NodeInfo> = cluster
+        .topology()
+        .into_iter()
+        .filter(|n| n.primary)
+        .collect();
+    let owner = |q: &str| {
+        let slot = slot_of(q);
+        primaries
+            .iter()
+            .find(|n| n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+            .map(|n| n.port)
+    };
+    let taken: Vec<Option<u16>> = others.iter().map(|q| owner(q)).collect();
+    (0..10_000)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|q| !taken.contains(&owner(q)))
+        .expect("a queue on another primary")
 }
 
 /// `CLUSTER COUNTKEYSINSLOT` in the connection's database.
