@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Tuple
 
 import pytest
 import redis.asyncio
@@ -94,24 +94,40 @@ def test_a_parent_waits_for_its_children_then_runs_and_reads_their_results(
     assert (row["state"], row["children"], row["finished"]) == ("done", "2", "2"), row
 
 
-def test_a_dead_child_kills_its_parent_with_the_childs_name_in_the_error(
-    server: Server, running: Running
-) -> None:
+class GoodAndBad(NamedTuple):
+    reports: echomq.Queue
+    parts: echomq.Queue
+    parent: str
+    good: str
+    bad: str
+
+
+def good_and_bad(server: Server, on_fail: str) -> GoodAndBad:
+    """A parent in ``reports`` waiting for a good part and a bad one (with `on_fail`), on a
+    server whose jobs die at their first failure."""
     client = server.client()
     client.config_set("emq.max-attempts", 1)
     reports, parts = echomq.Queue(client, "reports"), echomq.Queue(client, "parts")
     parent = reports.enqueue(b"sum", children=2)
     good = parts.enqueue(b"good", parents=[("reports", parent)])
-    bad = parts.enqueue(b"bad", parents=[("reports", parent, "fail")])
+    bad = parts.enqueue(b"bad", parents=[("reports", parent, on_fail)])
+    return GoodAndBad(reports, parts, parent, good, bad)
 
-    def handle(job: echomq.Job) -> bytes:
-        if job.payload == b"bad":
-            raise ValueError("no stock for sku 42")
-        return b"ok"
 
+def out_of_stock(job: echomq.Job) -> bytes:
+    """The parts' handler: the bad one fails (and dies), any other is ``ok``."""
+    if job.payload == b"bad":
+        raise ValueError("no stock for sku 42")
+    return b"ok"
+
+
+def test_a_dead_child_kills_its_parent_with_the_childs_name_in_the_error(
+    server: Server, running: Running
+) -> None:
+    reports, parts, parent, good, bad = good_and_bad(server, "fail")
     ran: List[str] = []
     running.start("reports", lambda job: ran.append(job.id))
-    running.start("parts", handle)
+    running.start("parts", out_of_stock)
     assert until(lambda: state(reports, parent) == "dead", timeout=30), reports.job(parent)
     assert until(lambda: state(parts, good) == "done")
     error = (reports.job(parent) or {})["error"]
@@ -124,21 +140,10 @@ def test_a_dead_child_kills_its_parent_with_the_childs_name_in_the_error(
 def test_an_ignored_childs_death_counts_and_the_parent_runs(
     server: Server, running: Running
 ) -> None:
-    client = server.client()
-    client.config_set("emq.max-attempts", 1)
-    reports, parts = echomq.Queue(client, "reports"), echomq.Queue(client, "parts")
-    parent = reports.enqueue(b"sum", children=2)
-    good = parts.enqueue(b"good", parents=[("reports", parent)])
-    bad = parts.enqueue(b"bad", parents=[("reports", parent, "ignore")])
-
-    def handle(job: echomq.Job) -> bytes:
-        if job.payload == b"bad":
-            raise ValueError("no stock for sku 42")
-        return b"ok"
-
+    reports, _, parent, good, bad = good_and_bad(server, "ignore")
     seen: List[echomq.Children] = []
     summing = running.start("reports", lambda job: seen.append(job.children()))
-    running.start("parts", handle)
+    running.start("parts", out_of_stock)
     assert until(lambda: summing.counts["acked"] == 1, timeout=30), reports.job(parent)
     (children,) = seen
     assert children[("parts", good)] == echomq.Child("acked", b"ok")

@@ -73,23 +73,49 @@ def pause(found: int, clean: bool) -> float:
     return 0.0 if found and clean else EVERY
 
 
-def answered(
-    event: Hook, sent: Sent, sent_ns: int, reply: Any, confirmed: Optional[int], wanted: int
-) -> Any:
-    """What the sweep takes back for a step (an exception for one that did not go through, and
-    for a hand-over fewer of the parent's replicas than `wanted` confirmed: left in the outbox,
-    the parent's count may yet be lost in a failover), reported as its event (a page of the
-    outbox only when its read failed)."""
-    replicated = None if confirmed is None else confirmed >= wanted
-    if sent.kind != "outbox" or isinstance(reply, Exception):
-        event(sent.kind, sent.id, 0, sent_ns, time.time_ns(), reply=reply, replicated=replicated)
-    if replicated is False and not isinstance(reply, Exception):
-        return EmqNotReplicated([sent.id], confirmed or 0, wanted)
-    return reply
+class Course:
+    """A sweep as its drivers step it, each from the reply to the last step: the next command
+    (``None`` at the end, ``result`` then holding how many hand-overs it found and whether every
+    step went through), and what the sweep takes back for each reply."""
+
+    def __init__(self, queue: str, event: Hook, wanted: int) -> None:
+        self.steps = sweep(queue)
+        self.event = event
+        self.wanted = wanted
+        self.result: Tuple[int, bool] = (0, True)
+        self.sent = Sent("outbox", "", [], queue)
+        self.sent_ns = 0
+
+    def next(self, reply: Any) -> Optional[Sent]:
+        """The command to send after `reply` (``None`` before the first)."""
+        try:
+            self.sent = self.steps.send(reply)
+        except StopIteration as end:
+            self.result = end.value
+            return None
+        self.sent_ns = time.time_ns()
+        return self.sent
+
+    def took(self, reply: Any, confirmed: Optional[int]) -> Any:
+        """What the sweep takes back for the step sent (an exception for one that did not go
+        through, and for a hand-over fewer of the parent's replicas than ``wanted`` confirmed:
+        left in the outbox, the parent's count may yet be lost in a failover), reported as its
+        event (a page of the outbox only when its read failed)."""
+        sent, wanted = self.sent, self.wanted
+        replicated = None if confirmed is None else confirmed >= wanted
+        if sent.kind != "outbox" or isinstance(reply, Exception):
+            self.event(
+                sent.kind, sent.id, 0, self.sent_ns, time.time_ns(), reply=reply,
+                replicated=replicated,
+            )
+        if replicated is False and not isinstance(reply, Exception):
+            return EmqNotReplicated([sent.id], confirmed or 0, wanted)
+        return reply
 
 
-#: How a driver sends a sweep's command: its reply, and how many of the parent's replicas
-#: confirmed a hand-over (``None`` without ``wait_replicas``).
+#: How a driver sends a sweep's command: its reply (the exception in its place, for one that
+#: failed), and how many of the parent's replicas confirmed a hand-over (``None`` without
+#: ``wait_replicas``).
 Send = Callable[[Sent], Tuple[Any, Optional[int]]]
 
 
@@ -98,9 +124,12 @@ def sender(client: Any, replicas: int, timeout_ms: int) -> Send:
     pipeline on the parent's node."""
 
     def send(sent: Sent) -> Tuple[Any, Optional[int]]:
-        if sent.kind != "handover" or replicas <= 0:
-            return client.execute_command(*sent.command), None
-        (reply,), confirmed = pipelined(client, sent.route, [sent.command], replicas, timeout_ms)
+        try:
+            if sent.kind != "handover" or replicas <= 0:
+                return client.execute_command(*sent.command), None
+            (reply,), confirmed = pipelined(client, sent.route, [sent.command], replicas, timeout_ms)
+        except Exception as e:
+            return e, None
         if moved(reply):
             refresh(client)  # the parent's slot moved: the next sweep finds its new node
         return reply, confirmed
@@ -109,21 +138,11 @@ def sender(client: Any, replicas: int, timeout_ms: int) -> Send:
 
 
 def swept(send: Send, queue: str, event: Hook, wanted: int) -> Tuple[int, bool]:
-    """One sweep, each command sent by `send` (a failure in place of its reply)."""
-    steps = sweep(queue)
-    reply: Any = None
-    try:
-        while True:
-            sent = steps.send(reply)
-            sent_ns = time.time_ns()
-            try:
-                got, confirmed = send(sent)
-            except Exception as e:
-                got, confirmed = e, None
-            reply = answered(event, sent, sent_ns, got, confirmed, wanted)
-    except StopIteration as end:
-        result: Tuple[int, bool] = end.value
-        return result
+    """One sweep, each command sent by `send`."""
+    course, reply = Course(queue, event, wanted), None
+    while (sent := course.next(reply)) is not None:
+        reply = course.took(*send(sent))
+    return course.result
 
 
 def deliver(
@@ -145,9 +164,12 @@ def asender(client: Any, replicas: int, timeout_ms: int) -> ASend:
     """``sender`` for an asyncio client (``wait_replicas`` on a single server only)."""
 
     async def send(sent: Sent) -> Tuple[Any, Optional[int]]:
-        if sent.kind != "handover" or replicas <= 0:
-            return await client.execute_command(*sent.command), None
-        pipe = await pipelined_async(client, sent.route, [sent.command], replicas, timeout_ms)
+        try:
+            if sent.kind != "handover" or replicas <= 0:
+                return await client.execute_command(*sent.command), None
+            pipe = await pipelined_async(client, sent.route, [sent.command], replicas, timeout_ms)
+        except Exception as e:
+            return e, None
         (reply,), confirmed = pipe
         return reply, confirmed
 
@@ -156,20 +178,10 @@ def asender(client: Any, replicas: int, timeout_ms: int) -> ASend:
 
 async def aswept(send: ASend, queue: str, event: Hook, wanted: int) -> Tuple[int, bool]:
     """``swept``, each command awaited."""
-    steps = sweep(queue)
-    reply: Any = None
-    try:
-        while True:
-            sent = steps.send(reply)
-            sent_ns = time.time_ns()
-            try:
-                got, confirmed = await send(sent)
-            except Exception as e:
-                got, confirmed = e, None
-            reply = answered(event, sent, sent_ns, got, confirmed, wanted)
-    except StopIteration as end:
-        result: Tuple[int, bool] = end.value
-        return result
+    course, reply = Course(queue, event, wanted), None
+    while (sent := course.next(reply)) is not None:
+        reply = course.took(*await send(sent))
+    return course.result
 
 
 async def adeliver(
