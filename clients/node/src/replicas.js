@@ -30,19 +30,42 @@ export function waitSettings(replicas = 0, timeout = 1000) {
  * @returns {Promise<{replies: Array<{value?: any, error?: unknown}>, confirmed: number}>}
  */
 export async function sendWaited(client, queue, commands, wait, options = undefined) {
-  const node = isCluster(client) ? client.getSlotMaster(queueSlot(queue)).client : client;
-  // Sent in one turn of the event loop: node-redis writes them in this order on the one socket.
-  const sent = commands.map((args) => node.sendCommand(args, options));
-  sent.push(node.sendCommand(['WAIT', String(wait.replicas), String(wait.timeout)]));
-  const settled = await Promise.allSettled(sent);
-  const replies = settled.map((s) => (s.status === 'fulfilled' ? { value: s.value } : { error: s.reason }));
+  const node = slotNode(client, queue);
+  if (node === undefined) {
+    await remap(client, queue);
+    throw new SlotUnknownError(`no node known for the slot of queue ${queue} yet`);
+  }
+  // On a connection of their own (a blocked `WAIT` holds it up to its timeout, and every other
+  // command of this node's shared connection would wait behind it), sent in one turn of the
+  // event loop: node-redis writes them in this order on that socket.
+  const settled = await node.executeIsolated((/** @type {any} */ isolated) => {
+    const sent = commands.map((args) => isolated.sendCommand(args, options));
+    sent.push(isolated.sendCommand(['WAIT', String(wait.replicas), String(wait.timeout)]));
+    return Promise.allSettled(sent);
+  });
+  const replies = settled.map((/** @type {PromiseSettledResult<any>} */ s) => (s.status === 'fulfilled' ? { value: s.value } : { error: s.reason }));
   const waited = /** @type {{value?: any, error?: unknown}} */ (replies.pop());
   if (isCluster(client) && replies.some((r) => moved(r.error))) await remap(client, queue);
   return { replies, confirmed: waited.error === undefined ? Number(waited.value) : 0 };
 }
 
+/** A cluster client's map holds no primary for a queue's slot (being read again): transient. */
+export class SlotUnknownError extends Error {}
+
+/** The node client `queue`'s writes go to: the client itself, or on a cluster the primary of
+ * the queue's slot, undefined while the cluster's map holds none. node-redis 4.5.1 makes each
+ * primary's client when it reads the map, so one found is there to use. */
+function slotNode(client, queue) {
+  if (!isCluster(client)) return client;
+  try {
+    return client.getSlotMaster(queueSlot(queue))?.client;
+  } catch {
+    return undefined; // a slot the map does not cover
+  }
+}
+
 /** Whether `error` is a node's `MOVED` or `ASK`: the slot is (going) elsewhere. */
-function moved(error) {
+export function moved(error) {
   return error instanceof Error && /^(MOVED|ASK) /.test(error.message);
 }
 

@@ -12,6 +12,7 @@ const CONNECTION_ERRORS = new Set([
   'ConnectionTimeoutError',
   'DisconnectsClientError',
   'RootNodesUnavailableError',
+  'SlotUnknownError', // ours (replicas.js): a cluster's map without the slot's primary yet
 ]);
 
 /** Whether trying the same call again, a moment later, may succeed. */

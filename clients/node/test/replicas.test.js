@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { createClient } from 'redis';
 import { Queue, Worker } from '../src/index.js';
+import { sendWaited } from '../src/replicas.js';
 import { Server, until } from './support/server.js';
 
 /** @type {Server} */
@@ -101,4 +102,21 @@ test('with the replica asked for absent: the hand-over is not delivered, its ent
   // entries wait for replicas that are not there.
   const row = await new Queue(client, 'parents').job(pid);
   assert.deepEqual([row.finished, row.state], [2, 'pending']);
+});
+
+test('a WAIT pending on a lone primary holds up no other command of the client', async () => {
+  const client = await lone.connect();
+  try {
+    // A write no replica will confirm: WAIT blocks its connection for its whole timeout.
+    const waited = sendWaited(client, 'lonely', [['SET', 'lonely-key', 'x']], { replicas: 1, timeout: 5000 });
+    assert.ok(await until(async () => /blocked_clients:1/.test(String(await lone.cmd('INFO', 'clients'))), 5000), 'the WAIT blocks');
+    assert.equal(await client.sendCommand(['PING']), 'PONG');
+    // The PING was answered while the WAIT still blocks (on a shared connection it would have
+    // waited behind it): the client's other commands go on.
+    assert.match(String(await lone.cmd('INFO', 'clients')), /blocked_clients:1/, 'answered before the WAIT returned');
+    const { replies, confirmed } = await waited;
+    assert.deepEqual([replies[0].value, confirmed], ['OK', 0]);
+  } finally {
+    await client.disconnect();
+  }
 });

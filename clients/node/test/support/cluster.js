@@ -71,7 +71,8 @@ export class Cluster {
     const id = String(await primary.cmd('CLUSTER', 'MYID'));
     const known = await until(async () => String(await node.cmd('CLUSTER', 'NODES')).includes(id), 30_000);
     if (known) await node.cmd('CLUSTER', 'REPLICATE', id);
-    const linked = known && (await until(async () => String(await primary.cmd('INFO', 'replication')).includes('connected_slaves:1'), 30_000));
+    // Online: synced, so a WAIT there counts it (a replica still loading its copy acks nothing).
+    const linked = known && (await until(async () => /slave0:.*state=online/.test(String(await primary.cmd('INFO', 'replication'))), 30_000));
     if (!linked) throw new Error('the replica did not attach');
     return node;
   }
