@@ -13,7 +13,7 @@ import { EmqLeaseError, EmqVersionError, isErrorReply, translate } from './error
 import { Hook, defaultName, nowNs } from './hook.js';
 import { Job, Retry } from './job.js';
 import { sweepLoop } from './outbox.js';
-import { sendWaited, waitSettings } from './replicas.js';
+import { moved, sendWaited, waitSettings } from './replicas.js';
 import { backoff, serverFull, sleep, transient } from './retry.js';
 
 /** The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`). */
@@ -170,21 +170,36 @@ export class Worker extends EventEmitter {
 
   /**
    * A settle command for this queue: sent with retries, or with `waitReplicas`, followed by
-   * `WAIT` on the queue's node (no retry: a lost connection is the settle's error). Its reply
-   * or error (typed), and whether the replicas confirmed it (null without a wait).
+   * `WAIT` on the queue's node, and sent again while its failure is transient or the slot moved
+   * (as the queue's retries allow; one applied already answers EMQLEASE). Its reply or error
+   * (typed), and whether the replicas confirmed it (null without a wait).
    * @param {Array<string | Buffer>} args
    * @param {{returnBuffers?: boolean}} [options]
    * @returns {Promise<{reply?: any, error?: unknown, replicated: boolean | null}>}
    */
   async settleCall(args, options = undefined) {
-    try {
-      if (!this.wait) return { reply: await this.queue.send(args, false, options), replicated: null };
-      const { replies, confirmed } = await sendWaited(this.queue.client, this.queue.name, [args], this.wait, options);
-      const [{ value, error }] = replies;
-      const replicated = confirmed >= this.wait.replicas;
-      return error === undefined ? { reply: value, replicated } : { error: translate(error), replicated };
-    } catch (e) {
-      return { error: translate(e), replicated: this.wait ? false : null };
+    if (!this.wait) {
+      try {
+        return { reply: await this.queue.send(args, false, options), replicated: null };
+      } catch (e) {
+        return { error: translate(e), replicated: null };
+      }
+    }
+    for (let attempt = 0; ; attempt++) {
+      let failure;
+      try {
+        const { replies, confirmed } = await sendWaited(this.queue.client, this.queue.name, [args], this.wait, options);
+        const [{ value, error }] = replies;
+        const replicated = confirmed >= this.wait.replicas;
+        if (error === undefined) return { reply: value, replicated };
+        failure = { error, replicated };
+      } catch (e) {
+        failure = { error: e, replicated: false };
+      }
+      if (!(transient(failure.error) || moved(failure.error)) || attempt >= this.queue.retries) {
+        return { error: translate(failure.error), replicated: failure.replicated };
+      }
+      await sleep(backoff(attempt));
     }
   }
 
