@@ -12,7 +12,8 @@ import { nowNs } from './hook.js';
 import { sendWaited } from './replicas.js';
 import { sleep, transient } from './retry.js';
 
-/** The longest wait between two sweeps, ms; a sweep that delivered something is followed at once. */
+/** The longest wait between two sweeps, ms; a sweep that found entries and delivered them all is
+ * followed at once (more may be waiting), any other after this wait (as Python's `pause`). */
 export const SWEEP_EVERY = 1000;
 /** Entries one `EMQ.OUTBOX` page carries. */
 export const SWEEP_COUNT = 100;
@@ -33,28 +34,30 @@ const BYTES = { returnBuffers: true };
 
 /**
  * Sweeps `queue`'s outbox until `signal` aborts: a sweep at least every `SWEEP_EVERY` ms, and
- * again at once after one that delivered entries. Ends quietly on a server without flows.
+ * again at once after one that found entries and delivered every one (a step that failed or
+ * was left unreplicated is not tried again in a loop). Ends quietly on a server without flows.
  * @param {Queue} queue
  * @param {AbortSignal} signal
  * @param {Courier} courier
  */
 export async function sweepLoop(queue, signal, courier) {
   while (!signal.aborted) {
-    let count = 0;
+    let swept = { found: 0, clean: false };
     try {
-      count = await sweep(queue, courier);
+      swept = await sweep(queue, courier);
     } catch (e) {
       if (unknownCommand(e)) return;
       if (!transient(e)) courier.report(e);
     }
-    if (count === 0) await sleep(SWEEP_EVERY, signal);
+    if (!(swept.found > 0 && swept.clean)) await sleep(SWEEP_EVERY, signal);
   }
 }
 
 /**
- * One pass over the outbox, page by page, each page's entries delivered together; how many
- * entries it delivered. An entry that fails stays (its error to `report`), as does one whose
- * hand-over fewer of the parent's replicas confirmed than `waitReplicas` asks.
+ * One pass over the outbox, page by page, each page's entries delivered together: how many
+ * entries it found, and whether it delivered them all (`clean`). An entry that fails stays (its
+ * error to `report`), as does one whose hand-over fewer of the parent's replicas confirmed than
+ * `waitReplicas` asks.
  * @param {Queue} queue
  * @param {Courier} courier
  */
@@ -62,6 +65,7 @@ export async function sweep(queue, courier) {
   const { hook } = courier;
   /** @type {Map<string, Queue>} */
   const parents = new Map();
+  let found = 0;
   let done = 0;
   let cursor = '0';
   do {
@@ -76,6 +80,7 @@ export async function sweep(queue, courier) {
     }
     const [next, entries] = page;
     cursor = String(next);
+    found += entries.length;
     await Promise.all(
       entries.map(async (/** @type {any[]} */ raw) => {
         const [id, parentQueue, parentId, outcome, policy] = raw.slice(0, 5).map(String);
@@ -106,7 +111,7 @@ export async function sweep(queue, courier) {
       }),
     );
   } while (cursor !== '0');
-  return done;
+  return { found, clean: done === found };
 }
 
 /**
