@@ -2,7 +2,7 @@
 export { Queue, CHUNK, PURGE_COUNT, CHILDREN_PAGE } from './queue.js';
 export { MAX_CHILDREN, MAX_PARENTS } from './family.js';
 export { SWEEP_EVERY, SWEEP_COUNT } from './outbox.js';
-export { CANCEL_CHILDREN, CANCEL_DEPTH } from './cancel.js';
+export { CANCEL_CHILDREN, CANCEL_DEPTH, CANCEL_READS, EmqCancelIncomplete } from './cancel.js';
 export { crc16, slot, queueSlot } from './slot.js';
 export { Worker, PROTOCOL_MAJOR, MAX_ERROR, SETTLE_BATCH, checkVersion, errorText } from './worker.js';
 export { Job, Retry } from './job.js';

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { createClient } from 'redis';
-import { CHILDREN_PAGE, EmqError, EmqParentError, Queue, Worker } from '../src/index.js';
+import { CHILDREN_PAGE, EmqCancelIncomplete, EmqError, EmqParentError, Queue, Worker } from '../src/index.js';
 import { Server, until } from './support/server.js';
 
 /** @type {Server} */
@@ -308,6 +308,76 @@ describe('flows', () => {
       assert.equal(await albums.sibling(queue).job(id), null, `${queue} ${id} is gone`);
     }
     assert.equal(await albums.cancelFlow(built.id), 0);
+  });
+
+  test('cancelFlow reads a layered graph once a job: each parent paged once, each child read once', async () => {
+    // Three layers of 3 below the top, each job of a layer the child of all 3 above it (ON-FAIL
+    // IGNORE: a cancelled child fails no other parent of it): read
+    // once a path, the middle layer's children would be paged 9 times, not 3.
+    const top = new Queue(client, 'layer-top');
+    const tid = await top.enqueue('top', { children: 3 });
+    let above = [{ queue: 'layer-top', id: tid }];
+    for (const [n, name] of ['layer-a', 'layer-b', 'layer-c'].entries()) {
+      const layer = [];
+      for (let k = 0; k < 3; k++) {
+        const parents = above.map((p) => ({ ...p, onFail: 'ignore' }));
+        const options = n < 2 ? { children: 3, parents } : { parents };
+        layer.push({ queue: name, id: await new Queue(client, name).enqueue(`${name}${k}`, options) });
+      }
+      above = layer;
+    }
+    await server.cmd('CONFIG', 'RESETSTAT');
+    assert.equal(await top.cancelFlow(tid), 10, 'the top and its 9');
+    const stats = String(await server.cmd('INFO', 'commandstats'));
+    const calls = (/** @type {string} */ name) => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(stats)?.[1] ?? 0);
+    assert.equal(calls('emq.children'), 7, 'the top and the 6 waiting parents, each once');
+    assert.equal(calls('emq.job'), 18, 'each child read once before, looked up once after');
+    assert.equal(calls('emq.cancel'), 10, 'the top and each child once');
+  });
+
+  test('cancelFlow: a child the user may not read is left, its parent still cancelled', async () => {
+    await server.cmd('ACL', 'SETUSER', 'scoped', 'on', '>pw', '+@all', '~emq:{scoped-top}:*');
+    const scopedClient = createClient({ url: `redis://scoped:pw@127.0.0.1:${server.port}` });
+    await scopedClient.connect();
+    try {
+      const top = new Queue(client, 'scoped-top');
+      const built = await top.flow({ payload: 'top', children: [
+        { queue: 'scoped-top', payload: 'mine' },
+        { queue: 'scoped-other', payload: 'not mine' },
+      ] });
+      const [mine, other] = built.children;
+      assert.equal(await new Queue(scopedClient, 'scoped-top').cancelFlow(built.id), 2, 'the top and its child in its own queue');
+      assert.equal(await top.job(mine.id), null);
+      assert.equal((await top.sibling('scoped-other').job(other.id))?.state, 'pending', 'the child out of the user\'s keys runs on');
+    } finally {
+      await scopedClient.disconnect();
+    }
+  });
+
+  test('cancelFlow: a failure after the parent went is EmqCancelIncomplete, with the children left', async () => {
+    const top = new Queue(client, 'broken-top');
+    const built = await top.flow({ payload: 'top', children: [
+      { queue: 'broken-kids', payload: 'k1' },
+      { queue: 'broken-kids', payload: 'k2', children: [{ queue: 'broken-crops', payload: 'c1' }] },
+    ] });
+    const [k1, k2] = built.children;
+    // A client whose connection breaks after the parent's EMQ.CANCEL: every later call fails.
+    let cancels = 0;
+    const breaking = {
+      sendCommand(/** @type {any[]} */ args, /** @type {any} */ options) {
+        if (String(args[0]) === 'EMQ.CANCEL' && ++cancels > 1) return Promise.reject(new Error('the connection broke'));
+        return client.sendCommand(args, options);
+      },
+    };
+    const error = await new Queue(breaking, 'broken-top').cancelFlow(built.id).then(() => null, (e) => e);
+    assert.ok(error instanceof EmqCancelIncomplete, String(error));
+    assert.equal(error.cancelled, 1, 'the parent went');
+    assert.deepEqual(error.remaining, [
+      { queue: 'broken-kids', id: k1.id },
+      { queue: 'broken-kids', id: k2.id },
+      { queue: 'broken-crops', id: k2.children[0].id },
+    ]);
+    assert.equal(await top.job(built.id), null);
   });
 
   test('onEvent: each entry of the outbox is a handover and then a delivered event; a failed read of it an outbox event', async () => {
