@@ -319,6 +319,76 @@ def test_cancelling_a_parent_cancels_its_unstarted_tree_and_counts_it(server: Se
     assert asyncio.run(main()) == 2
 
 
+def calls(server: Server, command: str) -> int:
+    """How many times `command` ran since the last ``CONFIG RESETSTAT``."""
+    stats = server.client().info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_cancelling_a_layered_graph_reads_each_job_once(server: Server) -> None:
+    # Three layers of 3 below the top, each job the child of all 3 above it (ON-FAIL IGNORE: a
+    # cancelled child fails no other parent): read once a path, the middle layer's children
+    # would be paged 9 times, not 3.
+    client = server.client()
+    top = echomq.Queue(client, "layer-top")
+    tid = top.enqueue(b"top", children=3)
+    above = [echomq.Parent("layer-top", tid, "ignore")]
+    for n, name in enumerate(("layer-a", "layer-b", "layer-c")):
+        q = echomq.Queue(client, name)
+        ids = [q.enqueue(b"x", children=3 if n < 2 else None, parents=above) for _ in range(3)]
+        above = [echomq.Parent(name, i, "ignore") for i in ids]
+    server.cmd("CONFIG", "RESETSTAT")
+    assert top.cancel_flow(tid) == 10, "the top and its 9"
+    assert calls(server, "emq.children") == 7, "the top and the 6 waiting parents, each once"
+    assert calls(server, "emq.job") == 18, "each child read once before, looked up once after"
+    assert calls(server, "emq.cancel") == 10
+
+
+def test_cancelling_leaves_a_child_the_user_may_not_read(server: Server) -> None:
+    server.cmd("ACL", "SETUSER", "scoped", "on", ">pw", "+@all", "~emq:{scoped-top}:*")
+    scoped = redis.Redis(host="127.0.0.1", port=server.port, username="scoped", password="pw")
+    top = echomq.Queue(server.client(), "scoped-top")
+    tree = top.flow({"queue": "scoped-top", "payload": b"top", "children": [
+        {"queue": "scoped-top", "payload": b"mine"},
+        {"queue": "scoped-other", "payload": b"not mine"},
+    ]})
+    mine, other = tree.children
+    assert echomq.Queue(scoped, "scoped-top").cancel_flow(tree.id or "") == 2
+    assert top.job(mine.id or "") is None
+    assert state(echomq.Queue(server.client(), "scoped-other"), other.id or "") == "pending"
+
+
+class Breaking:
+    """A client whose connection breaks after the first ``EMQ.CANCEL``: every later one fails."""
+
+    def __init__(self, client: Any) -> None:
+        self.client, self.cancels = client, 0
+
+    def execute_command(self, *args: Any) -> Any:
+        if args[0] == "EMQ.CANCEL":
+            self.cancels += 1
+            if self.cancels > 1:
+                raise ValueError("the connection broke")
+        return self.client.execute_command(*args)
+
+
+def test_a_cancel_failing_after_its_parent_went_names_the_children_left(server: Server) -> None:
+    q = echomq.Queue(server.client(), "broken-top")
+    tree = q.flow({"queue": "broken-top", "payload": b"top", "children": [
+        {"queue": "broken-kids", "payload": b"k1"},
+        {"queue": "broken-kids", "payload": b"k2", "children": [{"queue": "broken-crops", "payload": b"c1"}]},
+    ]})
+    k1, k2 = tree.children
+    with pytest.raises(echomq.EmqCancelIncomplete) as failed:
+        echomq.Queue(Breaking(server.client()), "broken-top", retries=0).cancel_flow(tree.id or "")
+    assert failed.value.cancelled == 1, "the parent went"
+    assert failed.value.remaining == [
+        ("broken-kids", k1.id), ("broken-kids", k2.id), ("broken-crops", k2.children[0].id)
+    ]
+    assert isinstance(failed.value.__cause__, ValueError)
+    assert q.job(tree.id or "") is None
+
+
 # ---- on a cluster ----
 
 

@@ -7,6 +7,7 @@
 """
 
 from .errors import (
+    EmqCancelIncomplete,
     EmqCronError,
     EmqCursorError,
     EmqError,
@@ -31,6 +32,7 @@ from .serializers import Json, Raw, Serializer
 from .worker import Job, Retry, Worker
 
 __all__ = [
+    "EmqCancelIncomplete",
     "EmqCronError",
     "EmqCursorError",
     "EmqError",

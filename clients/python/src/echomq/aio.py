@@ -147,7 +147,11 @@ class AsyncQueue(Settings):
         steps, reply = cancelling(self.name, job_id), None
         try:
             while True:
-                reply = await self._send(steps.send(reply))
+                command = steps.send(reply)
+                try:
+                    reply = await self._send(command)
+                except Exception as e:  # the cancel decides what it means (cancel.py)
+                    reply = e
         except StopIteration as end:
             return int(end.value)
 

@@ -5,7 +5,7 @@ plain ``ResponseError`` the client raised, never swallowed."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Sequence, Type
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Sequence, Tuple, Type
 
 from redis.exceptions import ResponseError
 
@@ -134,6 +134,21 @@ class EmqNotReplicated(EmqError):
         self.replicas = replicas
         self.wanted = wanted
         self.enqueued: List[str] = list(enqueued if enqueued is not None else ids)
+
+
+class EmqCancelIncomplete(Exception):
+    """A cancel that failed after its job went (its cause chained): ``remaining``, the
+    ``(queue, id)`` of the children not yet cancelled, top down (the caller may cancel them one
+    by one); ``cancelled``, how many jobs went before, the job itself counted. Not a server
+    refusal."""
+
+    def __init__(self, cancelled: int, remaining: Sequence[Tuple[str, str]]) -> None:
+        super().__init__(
+            f"the cancel stopped after {cancelled} job(s), {len(remaining)} child(ren) not "
+            "cancelled"
+        )
+        self.cancelled = cancelled
+        self.remaining: List[Tuple[str, str]] = list(remaining)
 
 
 class EmqVersionError(Exception):

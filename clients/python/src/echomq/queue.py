@@ -222,7 +222,11 @@ class Queue(Settings):
         steps, reply = cancelling(self.name, job_id), None
         try:
             while True:
-                reply = self._send(steps.send(reply))
+                command = steps.send(reply)
+                try:
+                    reply = self._send(command)
+                except Exception as e:  # the cancel decides what it means (cancel.py)
+                    reply = e
         except StopIteration as end:
             return int(end.value)
 
