@@ -597,3 +597,59 @@ def test_a_sweep_delivers_each_hand_over_and_leaves_what_failed() -> None:
     ]
     # Once every step went through, the next sweep comes at once; else after a second.
     assert (outbox.pause(4, True), outbox.pause(4, False), outbox.pause(0, True)) == (0.0, 1.0, 1.0)
+
+
+def test_a_sweep_that_raises_is_told_and_the_sweeps_go_on() -> None:
+    from echomq import outbox
+    from echomq.events import Hook
+
+    # The first page read raises (as a cluster client's map read again after MOVED may); the
+    # next sweeps answer an empty outbox. The thread and the task sweep on, the failure told.
+    Reply = Callable[[Any], Tuple[Any, Any]]
+
+    def sweeps_until_third(run: Callable[[Reply, List[echomq.WorkerEvent]], None]) -> List[Any]:
+        pages: List[int] = []
+        events: List[echomq.WorkerEvent] = []
+
+        def reply(sent: Any) -> Tuple[Any, Any]:
+            pages.append(len(pages))
+            if len(pages) == 1:
+                raise RuntimeError("the map could not be read")
+            return [b"0", []], None
+
+        run(reply, events)
+        return [len(pages), [(e.kind, e.outcome, e.error) for e in events]]
+
+    def threaded(reply: Reply, events: List[echomq.WorkerEvent]) -> None:
+        stopping = threading.Event()
+        hook = Hook(events.append, "w", "c")
+        calls: List[int] = []
+
+        def send(sent: Any) -> Tuple[Any, Any]:
+            calls.append(1)
+            if len(calls) == 3:
+                stopping.set()
+            return reply(sent)
+
+        t = threading.Thread(target=outbox.sweeps, args=(send, "c", stopping, hook, 0), daemon=True)
+        t.start()
+        assert joined(t), "the sweeps stopped when asked, not before"
+
+    def tasked(reply: Reply, events: List[echomq.WorkerEvent]) -> None:
+        async def main() -> None:
+            stopping = asyncio.Event()
+            calls: List[int] = []
+
+            async def send(sent: Any) -> Tuple[Any, Any]:
+                calls.append(1)
+                if len(calls) == 3:
+                    stopping.set()
+                return reply(sent)
+
+            await outbox.asweeps(send, "c", stopping, Hook(events.append, "w", "c"), 0)
+
+        asyncio.run(main())
+
+    told = [("outbox", "unknown", "the map could not be read")]
+    assert sweeps_until_third(threaded) == [3, told]
+    assert sweeps_until_third(tasked) == [3, told]

@@ -8,7 +8,8 @@ loses it, and the parent counts a child once (a re-delivery answers ``duplicate`
 
 A sweep (``sweep``) yields the commands and takes their replies, no I/O; ``deliver`` and
 ``adeliver`` send them, for ``Worker`` and ``AsyncWorker``: at least once a second, and again
-at once while the last sweep found hand-overs (and every step of it went through). With the
+at once while the last sweep found hand-overs (and every step of it went through); a sweep
+that raised is logged and told as a failed step, never the sweeps' end. With the
 worker's ``wait_replicas``, a hand-over is followed by ``WAIT`` on the parent's node, and left
 in the outbox until that many of the parent's replicas confirmed it: a failover of the
 parent's primary cannot then lose a count whose entry is gone."""
@@ -16,6 +17,7 @@ parent's primary cannot then lose a count whose entry is gone."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import Any, Awaitable, Callable, Generator, List, NamedTuple, Optional, Tuple
@@ -27,6 +29,8 @@ from .events import EventKind, Hook
 
 #: Most seconds between two sweeps of a queue's outbox.
 EVERY = 1.0
+
+log = logging.getLogger("echomq")
 
 
 class Sent(NamedTuple):
@@ -128,10 +132,10 @@ def sender(client: Any, replicas: int, timeout_ms: int) -> Send:
             if sent.kind != "handover" or replicas <= 0:
                 return client.execute_command(*sent.command), None
             (reply,), confirmed = pipelined(client, sent.route, [sent.command], replicas, timeout_ms)
+            if moved(reply):
+                refresh(client)  # the parent's slot moved: the next sweep finds its new node
         except Exception as e:
             return e, None
-        if moved(reply):
-            refresh(client)  # the parent's slot moved: the next sweep finds its new node
         return reply, confirmed
 
     return send
@@ -145,14 +149,31 @@ def swept(send: Send, queue: str, event: Hook, wanted: int) -> Tuple[int, bool]:
     return course.result
 
 
+def failed(event: Hook, error: Exception) -> Tuple[int, bool]:
+    """A sweep that raised (a cluster's map not read again, a bug): logged, told as a failed
+    step (an ``outbox`` event), and the next sweep after ``EVERY``; never the sweeps' end."""
+    log.error("echomq: an outbox sweep failed; the next in %ss", EVERY, exc_info=error)
+    now = time.time_ns()
+    event("outbox", "", 0, now, now, reply=error)
+    return 0, False
+
+
 def deliver(
     client: Any, queue: str, stopping: threading.Event, event: Hook, replicas: int = 0,
     timeout_ms: int = 1000,
 ) -> None:
     """``Worker``'s delivery thread: sweeps until `stopping` is set."""
-    send = sender(client, replicas, timeout_ms)
+    sweeps(sender(client, replicas, timeout_ms), queue, stopping, event, replicas)
+
+
+def sweeps(send: Send, queue: str, stopping: threading.Event, event: Hook, wanted: int) -> None:
+    """Sweeps with `send` until `stopping` is set, whatever a sweep raises (``failed``)."""
     while not stopping.is_set():
-        wait = pause(*swept(send, queue, event, replicas))
+        try:
+            result = swept(send, queue, event, wanted)
+        except Exception as e:
+            result = failed(event, e)
+        wait = pause(*result)
         if wait:
             stopping.wait(wait)
 
@@ -189,9 +210,19 @@ async def adeliver(
     timeout_ms: int = 1000,
 ) -> None:
     """``AsyncWorker``'s delivery task: sweeps until `stopping` is set (or it is cancelled)."""
-    send = asender(client, replicas, timeout_ms)
+    await asweeps(asender(client, replicas, timeout_ms), queue, stopping, event, replicas)
+
+
+async def asweeps(
+    send: ASend, queue: str, stopping: asyncio.Event, event: Hook, wanted: int
+) -> None:
+    """``sweeps``, each command awaited."""
     while not stopping.is_set():
-        wait = pause(*await aswept(send, queue, event, replicas))
+        try:
+            result = await aswept(send, queue, event, wanted)
+        except Exception as e:
+            result = failed(event, e)
+        wait = pause(*result)
         if wait:
             try:
                 await asyncio.wait_for(stopping.wait(), wait)
