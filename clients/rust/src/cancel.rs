@@ -2,36 +2,45 @@
 //! waiting parent cancels the children that have not started only where the module reaches
 //! them (the same server; on a cluster, the same slot): children in other slots would run on,
 //! and their hand-overs find no parent. So the client reads the parent's tree first
-//! (`EMQ.CHILDREN` and `EMQ.JOB` of each unfinished child), cancels the parent, then each
-//! unstarted child in another slot on its own queue, and below each child cancelled, its own,
-//! bounded as the module is: 1,000 children a parent, 8 levels.
+//! (`EMQ.CHILDREN`, paged, and `EMQ.JOB` of each unfinished child, each job once), cancels the
+//! parent, then sends `EMQ.CANCEL` for each unstarted child read, top down, below each one gone.
 
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 
 use redis::aio::ConnectionLike;
-use redis::Value;
+use redis::{FromRedisValue, Value};
 
-use crate::children::ChildStatus;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::queue::Queue;
-use crate::slot::slot;
 
-/// Most unfinished children of one parent a cancel takes (the module's bound).
+/// Most unfinished children of one parent a cancel takes, in `EMQ.CHILDREN`'s order (the
+/// module's bound).
 pub const CANCEL_CHILDREN: usize = 1000;
-/// Most levels of children below the cancelled job (the module's bound).
+/// Most levels of children below the cancelled job the client reads.
 pub const CANCEL_DEPTH: usize = 8;
+/// Most jobs one cancel reads (`EMQ.JOB`) in the tree: a job with several parents is read
+/// once, and a tree larger than this has its jobs past it left to run.
+pub const CANCEL_READS: usize = 10_000;
 /// A child in one of these states has not started: a cancel removes it.
 const UNSTARTED: [&str; 3] = ["pending", "scheduled", "waiting"];
+/// Children one `EMQ.CHILDREN` page carries.
+const PAGE: &[u8] = b"1000";
 
-/// A child that had not started when its parent's tree was read: whether the module reaches
-/// it from its parent (the same slot), and its own unstarted children.
-struct Unstarted<C> {
-    queue: Queue<C>,
+/// A child that had not started when the tree was read: its queue, its id, and its parent's
+/// place in the tree (`None`: the job cancelled).
+struct Unstarted {
+    queue: String,
     id: String,
-    in_reach: bool,
-    below: Vec<Unstarted<C>>,
+    parent: Option<usize>,
+}
+
+/// The tree read so far: each unstarted child, a parent before its children, and every job
+/// read (the cancelled one with them).
+struct Tree {
+    children: Vec<Unstarted>,
+    seen: HashSet<(String, String)>,
 }
 
 type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
@@ -39,15 +48,21 @@ type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// Removes a pending, scheduled or waiting job; a waiting parent with the children of its
     /// flow that have not started, in any slot: how many jobs went (0 when the job itself was
-    /// not there to cancel, and then nothing else is). A child counts when this call's
-    /// `EMQ.CANCEL` removed it, or when its row is gone after its parent's (the module
-    /// cancelled it in reach).
+    /// not there to cancel, and then nothing else is). A child counts when its `EMQ.CANCEL`
+    /// answered 1, or answered 0 and its row is gone (the module cancelled it with its parent:
+    /// on one server every child, on a cluster those in the parent's slot). A child the user
+    /// may not read or cancel (`NOPERM`) is left as the module leaves it. An error after the
+    /// job went is [`Error::CancelIncomplete`], naming the children not yet cancelled.
     pub async fn cancel_flow(&self, id: &str) -> Result<usize> {
-        let below = self.unstarted(id, 1).await?;
+        let mut tree = Tree {
+            children: Vec::new(),
+            seen: HashSet::from([(self.name.clone(), id.to_string())]),
+        };
+        self.read_tree(id, None, 1, &mut tree).await?;
         if !self.cancel_one(id).await? {
             return Ok(0);
         }
-        Ok(1 + cancel_below(below, &mut HashSet::new()).await?)
+        Ok(1 + cancel_tree(&self.conn, &tree.children).await?)
     }
 
     /// `EMQ.CANCEL` of this one job; whether it went.
@@ -55,66 +70,144 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         Ok(self.call("EMQ.CANCEL", &[id.as_bytes().to_vec()]).await? == Value::Int(1))
     }
 
-    /// The children of `id` that have not started, at most [`CANCEL_CHILDREN`], each with its
-    /// own below it while `depth` is within [`CANCEL_DEPTH`] (a job that is no parent has none).
-    fn unstarted<'a>(&'a self, id: &'a str, depth: usize) -> Boxed<'a, Vec<Unstarted<C>>> {
+    /// Adds to `tree` the children of `id` that have not started, each followed by its own
+    /// while `depth` is within [`CANCEL_DEPTH`], each job once and no more than
+    /// [`CANCEL_READS`]. A child's read refused leaves it out; the cancelled job's must go
+    /// through.
+    fn read_tree<'a>(
+        &'a self,
+        id: &'a str,
+        parent: Option<usize>,
+        depth: usize,
+        tree: &'a mut Tree,
+    ) -> Boxed<'a, ()> {
         Box::pin(async move {
-            let mut found = Vec::new();
-            if depth > CANCEL_DEPTH {
-                return Ok(found);
-            }
-            let children = self.children(id).await?;
-            let waiting = children
-                .into_iter()
-                .filter(|(_, child)| child.status == ChildStatus::Waiting)
-                .take(CANCEL_CHILDREN);
-            for ((name, child), _) in waiting {
+            let waiting = match self.waiting_children(id).await {
+                Err(e) if parent.is_some() && refused(&e) => return Ok(()),
+                other => other?,
+            };
+            for (name, child) in waiting {
+                if tree.seen.len() > CANCEL_READS {
+                    return Ok(());
+                }
+                if !tree.seen.insert((name.clone(), child.clone())) {
+                    continue;
+                }
                 let queue = Queue::new(self.conn.clone(), name.clone());
-                let row = queue.job(&child).await?;
-                let state = row.and_then(|r| r.get("state").cloned());
+                let state = match queue.job(&child).await {
+                    Err(e) if refused(&e) => continue,
+                    row => row?.and_then(|r| r.get("state").cloned()),
+                };
                 let Some(state) = state.filter(|s| UNSTARTED.contains(&s.as_str())) else {
                     continue;
                 };
-                let below = if state == "waiting" {
-                    queue.unstarted(&child, depth + 1).await?
-                } else {
-                    Vec::new()
-                };
-                let in_reach = slot(&name) == slot(&self.name);
-                found.push(Unstarted {
-                    queue,
+                tree.children.push(Unstarted {
+                    queue: name,
                     id: child,
-                    in_reach,
-                    below,
+                    parent,
                 });
+                if state == "waiting" && depth < CANCEL_DEPTH {
+                    let at = Some(tree.children.len() - 1);
+                    let id = tree.children[tree.children.len() - 1].id.clone();
+                    queue.read_tree(&id, at, depth + 1, tree).await?;
+                }
             }
-            Ok(found)
+            Ok(())
         })
+    }
+
+    /// The `(queue, id)` of `id`'s unfinished children, page by page, up to
+    /// [`CANCEL_CHILDREN`] in scan order.
+    async fn waiting_children(&self, id: &str) -> Result<Vec<(String, String)>> {
+        let mut found = Vec::new();
+        let mut cursor = b"0".to_vec();
+        loop {
+            let args = [
+                id.as_bytes().to_vec(),
+                b"CURSOR".to_vec(),
+                cursor,
+                b"COUNT".to_vec(),
+                PAGE.to_vec(),
+            ];
+            let reply = self.call("EMQ.CHILDREN", &args).await?;
+            // A child acked with no result may carry a null.
+            type Row = (String, String, String, Option<Vec<u8>>);
+            let (next, rows) = <(Vec<u8>, Vec<Row>)>::from_redis_value_ref(&reply)
+                .map_err(|_| Error::Reply(format!("{reply:?}")))?;
+            for (queue, child, status, _) in rows {
+                if status != "waiting" {
+                    continue;
+                }
+                found.push((queue, child));
+                if found.len() == CANCEL_CHILDREN {
+                    return Ok(found);
+                }
+            }
+            if next == b"0" {
+                return Ok(found);
+            }
+            cursor = next;
+        }
     }
 }
 
-/// After their parent went: each child in another slot cancelled here, each in reach looked up
-/// (the module cancelled it with its parent unless it started since), and below each one gone,
-/// its own; how many went (a child of two parents counted once).
-fn cancel_below<C: ConnectionLike + Clone + Send + Sync + 'static>(
-    children: Vec<Unstarted<C>>,
-    seen: &mut HashSet<(String, String)>,
-) -> Boxed<'_, usize> {
-    Box::pin(async move {
-        let mut gone = 0;
-        for child in children {
-            if !seen.insert((child.queue.name.clone(), child.id.clone())) {
-                continue;
+/// After the job went: `EMQ.CANCEL` of each child read whose parent went, top down; how many
+/// went. An error other than `NOPERM` is [`Error::CancelIncomplete`] with the children left.
+async fn cancel_tree<C: ConnectionLike + Clone + Send + Sync + 'static>(
+    conn: &C,
+    tree: &[Unstarted],
+) -> Result<usize> {
+    let mut went = Vec::with_capacity(tree.len());
+    let mut gone = 0;
+    for (i, child) in tree.iter().enumerate() {
+        went.push(false);
+        if child.parent.is_some_and(|p| !went[p]) {
+            continue; // it started since: its own run on
+        }
+        let queue = Queue::new(conn.clone(), child.queue.clone());
+        let removed = match queue.cancel_one(&child.id).await {
+            // Where the module reached it, it cancelled it already, unless it started since.
+            Ok(false) => queue.job(&child.id).await.map(|row| row.is_none()),
+            other => other,
+        };
+        match removed {
+            Ok(removed) => {
+                went[i] = removed;
+                gone += usize::from(removed);
             }
-            let mut removed = !child.in_reach && child.queue.cancel_one(&child.id).await?;
-            if !removed {
-                // On a single server every child is in reach: the module took it already.
-                removed = child.queue.job(&child.id).await?.is_none();
-            }
-            if removed {
-                gone += 1 + cancel_below(child.below, seen).await?;
+            Err(e) if refused(&e) => {} // the module too skips a child it may not write
+            Err(e) => {
+                return Err(Error::CancelIncomplete {
+                    cancelled: 1 + gone,
+                    remaining: remaining(tree, &went, i),
+                    source: Box::new(e),
+                })
             }
         }
-        Ok(gone)
-    })
+    }
+    Ok(gone)
+}
+
+/// The children from `from` on that a cancel stopped at `from` leaves: each whose parent is
+/// the job cancelled, went, or is itself left.
+fn remaining(tree: &[Unstarted], went: &[bool], from: usize) -> Vec<(String, String)> {
+    let mut left = vec![false; tree.len()];
+    let mut out = Vec::new();
+    for j in from..tree.len() {
+        let keep = match tree[j].parent {
+            None => true,
+            Some(p) if p < from => went[p],
+            Some(p) => left[p],
+        };
+        if keep {
+            left[j] = true;
+            out.push((tree[j].queue.clone(), tree[j].id.clone()));
+        }
+    }
+    out
+}
+
+/// Whether `error` is the server refusing the user the keys or the command (`NOPERM`).
+fn refused(error: &Error) -> bool {
+    matches!(error, Error::Redis(e) if e.code() == Some("NOPERM"))
 }

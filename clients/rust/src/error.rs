@@ -57,6 +57,19 @@ pub enum Error {
         wanted: usize,
         enqueued: Vec<String>,
     },
+    /// A cancel ([`Queue::cancel_flow`]) that failed after its job went: `remaining`, the
+    /// `(queue, id)` of the children not yet cancelled, top down (the caller may cancel them
+    /// one by one); `cancelled`, how many jobs went before, the job itself counted; `source`,
+    /// the failure.
+    ///
+    /// [`Queue::cancel_flow`]: crate::Queue::cancel_flow
+    #[error("the cancel stopped after {cancelled} job(s), {} child(ren) not cancelled: {source}", remaining.len())]
+    CancelIncomplete {
+        cancelled: usize,
+        remaining: Vec<(String, String)>,
+        #[source]
+        source: Box<Error>,
+    },
     /// A reply of a shape the protocol does not give.
     #[error("unexpected reply: {0}")]
     Reply(String),
