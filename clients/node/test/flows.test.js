@@ -37,6 +37,14 @@ async function waitFor(f, what) {
   assert.ok(await until(f, 30_000), `timed out waiting for ${what}`);
 }
 
+/** A connected client of `user`, who may touch only `queue`'s keys. */
+async function scopedTo(user, queue) {
+  await server.cmd('ACL', 'SETUSER', user, 'on', '>pw', '+@all', `~emq:{${queue}}:*`);
+  const scoped = createClient({ url: `redis://${user}:pw@127.0.0.1:${server.port}` });
+  await scoped.connect();
+  return scoped;
+}
+
 /** How many children of each status a `children()` map holds. */
 function tally(children) {
   const counts = {};
@@ -336,9 +344,7 @@ describe('flows', () => {
   });
 
   test('cancelFlow: a child the user may not read is left, its parent still cancelled', async () => {
-    await server.cmd('ACL', 'SETUSER', 'scoped', 'on', '>pw', '+@all', '~emq:{scoped-top}:*');
-    const scopedClient = createClient({ url: `redis://scoped:pw@127.0.0.1:${server.port}` });
-    await scopedClient.connect();
+    const scopedClient = await scopedTo('scoped', 'scoped-top');
     try {
       const top = new Queue(client, 'scoped-top');
       const built = await top.flow({ payload: 'top', children: [

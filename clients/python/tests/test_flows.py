@@ -292,12 +292,17 @@ def test_the_asyncio_queue_and_worker_run_a_flow(server: Server) -> None:
     assert row["state"] == "done"
 
 
+def three_below(q: echomq.Queue, kids: str, crops: str) -> echomq.Node:
+    """A parent on `q` with two children on `kids`, the second the parent of one on `crops`."""
+    return q.flow({"queue": q.name, "payload": b"publish", "children": [
+        {"queue": kids, "payload": b"t1"},
+        {"queue": kids, "payload": b"t2", "children": [{"queue": crops, "payload": b"c1"}]},
+    ]})
+
+
 def test_cancelling_a_parent_cancels_its_unstarted_tree_and_counts_it(server: Server) -> None:
     q = echomq.Queue(server.client(), "albums")
-    tree = q.flow({"queue": "albums", "payload": b"publish", "children": [
-        {"queue": "thumbs", "payload": b"t1"},
-        {"queue": "thumbs", "payload": b"t2", "children": [{"queue": "crops", "payload": b"c1"}]},
-    ]})
+    tree = three_below(q, "thumbs", "crops")
     t1, t2 = tree.children
     (c1,) = t2.children
     # The whole tree was in the server's reach: each job gone, and counted.
@@ -374,10 +379,7 @@ class Breaking:
 
 def test_a_cancel_failing_after_its_parent_went_names_the_children_left(server: Server) -> None:
     q = echomq.Queue(server.client(), "broken-top")
-    tree = q.flow({"queue": "broken-top", "payload": b"top", "children": [
-        {"queue": "broken-kids", "payload": b"k1"},
-        {"queue": "broken-kids", "payload": b"k2", "children": [{"queue": "broken-crops", "payload": b"c1"}]},
-    ]})
+    tree = three_below(q, "broken-kids", "broken-crops")
     k1, k2 = tree.children
     with pytest.raises(echomq.EmqCancelIncomplete) as failed:
         echomq.Queue(Breaking(server.client()), "broken-top", retries=0).cancel_flow(tree.id or "")

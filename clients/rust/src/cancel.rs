@@ -122,14 +122,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         let mut found = Vec::new();
         let mut cursor = b"0".to_vec();
         loop {
-            let args = [
-                id.as_bytes().to_vec(),
-                b"CURSOR".to_vec(),
-                cursor,
-                b"COUNT".to_vec(),
-                PAGE.to_vec(),
-            ];
-            let reply = self.call("EMQ.CHILDREN", &args).await?;
+            let args: [&[u8]; 5] = [id.as_bytes(), b"CURSOR", &cursor, b"COUNT", PAGE];
+            let reply = self.call("EMQ.CHILDREN", &args.map(<[u8]>::to_vec)).await?;
             // A child acked with no result may carry a null.
             type Row = (String, String, String, Option<Vec<u8>>);
             let (next, rows) = <(Vec<u8>, Vec<Row>)>::from_redis_value_ref(&reply)

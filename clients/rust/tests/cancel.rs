@@ -25,14 +25,24 @@ where
     q.job(id).await.expect("EMQ.JOB").is_none()
 }
 
+/// A parent on `top` with two children on `kids`, the second the parent of one on `crops`,
+/// enqueued: the tree with its ids, and the parent's id.
+async fn three_below<C>(c: &C, top: &str, kids: &str, crops: &str) -> (FlowJob, String)
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let mut tree = FlowJob::new(top, b"publish")
+        .child(FlowJob::new(kids, b"t1"))
+        .child(FlowJob::new(kids, b"t2").child(FlowJob::new(crops, b"c1")));
+    let root = Flows::new(c.clone()).flow(&mut tree).await.expect("flow");
+    (tree, root)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_parent_takes_its_unstarted_tree_and_counts_it() {
     let server = start(Options::default());
     let c = conn(&server).await;
-    let mut tree = FlowJob::new("albums", b"publish")
-        .child(FlowJob::new("thumbs", b"t1"))
-        .child(FlowJob::new("thumbs", b"t2").child(FlowJob::new("crops", b"c1")));
-    let root = Flows::new(c.clone()).flow(&mut tree).await.expect("flow");
+    let (tree, root) = three_below(&c, "albums", "thumbs", "crops").await;
     let albums = Queue::new(c.clone(), "albums");
     assert_eq!(albums.cancel_flow(&root).await.expect("cancel"), 4);
     let (t1, t2) = (&tree.children[0], &tree.children[1]);
@@ -266,10 +276,7 @@ impl ConnectionLike for Breaking {
 async fn a_cancel_failing_after_its_parent_went_names_the_children_left() {
     let server = start(Options::default());
     let c = conn(&server).await;
-    let mut tree = FlowJob::new("broken-top", b"top")
-        .child(FlowJob::new("broken-kids", b"k1"))
-        .child(FlowJob::new("broken-kids", b"k2").child(FlowJob::new("broken-crops", b"c1")));
-    let root = Flows::new(c.clone()).flow(&mut tree).await.expect("flow");
+    let (tree, root) = three_below(&c, "broken-top", "broken-kids", "broken-crops").await;
     let breaking = Breaking {
         inner: c.clone(),
         cancels: Default::default(),
