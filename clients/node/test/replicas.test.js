@@ -120,3 +120,29 @@ test('a WAIT pending on a lone primary holds up no other command of the client',
     await client.disconnect();
   }
 });
+
+/** What node-redis throws for a connection lost under a command (a transient failure). */
+class SocketClosedUnexpectedlyError extends Error {}
+
+test('a waited settle whose connection broke is sent again, not dropped', async () => {
+  const client = await primary.connect();
+  // The client as it is, but its first waited write (on a connection of its own) is lost.
+  let isolated = 0;
+  const flaky = new Proxy(client, {
+    get(target, name) {
+      if (name === 'executeIsolated') {
+        return (/** @type {any} */ fn) => (++isolated === 1 ? Promise.reject(new SocketClosedUnexpectedlyError('lost')) : target.executeIsolated(fn));
+      }
+      const value = Reflect.get(target, name);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+  const id = await new Queue(client, 'flaky').enqueue('job');
+  const events = [];
+  const w = work(new Queue(flaky, 'flaky'), () => 'done', { waitReplicas: 1, waitTimeout: 10_000, onEvent: (e) => events.push(e) });
+  assert.ok(await until(() => w.counts.acked === 1, 30_000), 'the job acked');
+  await w.close();
+  assert.deepEqual(events.filter((e) => e.kind === 'settle').map((e) => [e.id, e.action, e.outcome, e.replicated]), [[id, 'ack', 'ok', true]]);
+  assert.equal(isolated, 2, 'the lost one, then the one that went through');
+  assert.equal((await new Queue(client, 'flaky').job(id))?.state, 'done');
+});
