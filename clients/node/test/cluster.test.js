@@ -178,3 +178,21 @@ test('waitReplicas on a cluster: WAIT goes to the node that took the write, the 
   assert.deepEqual(await kids.send(['EMQ.OUTBOX', kids.name], true), ['0', []]);
   assert.deepEqual(parentEvents.filter((e) => e.kind === 'settle').map((e) => [e.id, e.outcome, e.replicated]), [[pid, 'ok', true]]);
 });
+
+// After the test above: the first primary has a replica.
+test('cancelFlow with useReplicas reads the tree on the primaries, never a replica', async () => {
+  const client = await cluster.connect({ useReplicas: true });
+  const [withReplica, other] = cluster.nodes;
+  const [replica] = cluster.replicas;
+  const top = new Queue(client, await queueOn(withReplica, 'read-top'));
+  const kids = await queueOn(withReplica, 'read-kids');
+  const elsewhere = await queueOn(other, 'read-else');
+  const built = await top.flow({ payload: 'top', children: [
+    { queue: kids, payload: 'k', children: [{ queue: elsewhere, payload: 'e' }] },
+    { queue: kids, payload: 'l' },
+  ] });
+  await replica.cmd('CONFIG', 'RESETSTAT');
+  assert.equal(await top.cancelFlow(built.id), 4);
+  const stats = String(await replica.cmd('INFO', 'commandstats'));
+  assert.doesNotMatch(stats, /cmdstat_emq\.(children|job):/, 'no read of the tree on the replica');
+});

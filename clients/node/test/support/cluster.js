@@ -48,9 +48,9 @@ export class Cluster {
     this.busPorts = busPorts;
   }
 
-  /** A connected cluster client, closed by `stop`. */
-  async connect() {
-    const c = createCluster({ rootNodes: this.nodes.map((n) => ({ url: n.url })) });
+  /** A connected cluster client, closed by `stop`; `options` for `createCluster` (`useReplicas`). */
+  async connect(options = {}) {
+    const c = createCluster({ rootNodes: this.nodes.map((n) => ({ url: n.url })), ...options });
     await c.connect();
     (this.clients ??= []).push(c);
     return c;
