@@ -47,8 +47,8 @@ export class EmqCancelIncomplete extends Error {
  * the job itself was not pending, scheduled or waiting, and then nothing else is). A child
  * counts when its `EMQ.CANCEL` answered 1, or answered 0 and its row is gone (the module
  * cancelled it with its parent: on one server every child, on a cluster those in the parent's
- * slot). A child the user may not read or cancel (`NOPERM`) is
- * left as the module leaves it. An error after the job went is `EmqCancelIncomplete`.
+ * slot). A child the user may not read or cancel (`NOPERM`) is left as the module leaves it.
+ * An error after the job went is `EmqCancelIncomplete`.
  * @param {Queue} queue
  * @param {string} id
  */
