@@ -164,7 +164,9 @@ if [ "${PROFILE_ONLY:-}" = flows ]; then
   echo "| where (instructions per command) | a plain job | a flow's child (or parent) |"
   echo "|---|---|---|"
   echo "| \`EMQ.ENQUEUE\`, whole request (\`processInputBuffer\`) | $(w 1) | $(w 5) |"
-  echo "| of which registering with the parent (\`adopt_in_reach\`: a check, then the write) | $(w 1 echomq::runtime::flows::adopt_in_reach) | $(w 5 echomq::runtime::flows::adopt_in_reach) |"
+  # The parent's side wraps the child's own enqueue (\`adopt_around\` runs it): the difference.
+  parent_side() { echo $(( $(w "$1" echomq::queue::flow::adopt_around) - $(w "$1" echomq::runtime::flows::adopting\'2) )); }
+  echo "| of which the parent's side (\`adopt_around\`: one check of its row, then the write) | $(parent_side 1) | $(parent_side 5) |"
   echo "| \`EMQ.CLAIM COUNT 1\`, whole request | $(w 2) | $(w 6) |"
   echo "| \`EMQ.ACK\`, whole request | $(w 3) | $(w 7) |"
   echo "| of which the child's hand-overs kept (\`keep_hand_overs\`: its \`parents\` field) | $(w 3 echomq::queue::finished::keep_hand_overs) | $(w 7 echomq::queue::finished::keep_hand_overs) |"

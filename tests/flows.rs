@@ -702,3 +702,51 @@ fn a_parent_failed_in_its_own_queue_hands_over_to_a_grandparent_in_it_too() {
         ))
     );
 }
+
+/// `EMQ.HANDOVER` of child `child` of `cq` to `parent` of `pq`, acked: the parent's answer.
+fn hand_over(con: &mut Connection, pq: &str, parent: &str, cq: &str, child: &str) -> String {
+    cmd("EMQ.HANDOVER")
+        .arg(pq)
+        .arg(parent)
+        .arg(cq)
+        .arg(child)
+        .arg("acked")
+        .arg("fail")
+        .arg("result")
+        .query(con)
+        .expect("handover")
+}
+
+#[test]
+fn a_hand_over_of_a_child_the_parent_never_registered_is_an_orphan() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    parent(&mut con, "albums", &job_id(1), 2);
+    assert_eq!(
+        child(&mut con, "thumbs", &job_id(2), "albums", &job_id(1), "FAIL"),
+        1
+    );
+    // The parent has room for a second child, but never registered this one: it does not
+    // count, however often it is delivered.
+    for _ in 0..2 {
+        assert_eq!(
+            hand_over(&mut con, "albums", &job_id(1), "thumbs", &job_id(9)),
+            "orphan"
+        );
+    }
+    let listed: Vec<String> = children(&mut con, "albums", &job_id(1))
+        .into_iter()
+        .map(|(_, id, status, _)| format!("{id} {status}"))
+        .collect();
+    assert_eq!(listed, vec![format!("{} waiting", job_id(2))]);
+    // The registered child counts; had the forged one counted, this would release the parent.
+    assert_eq!(
+        hand_over(&mut con, "albums", &job_id(1), "thumbs", &job_id(2)),
+        "counted"
+    );
+    assert_eq!(
+        job_state(&mut con, "albums", &job_id(1)).as_deref(),
+        Some("waiting")
+    );
+    assert_eq!(waiting(&mut con, "albums"), 1);
+}

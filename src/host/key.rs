@@ -238,6 +238,37 @@ impl<'n> Key<'n> {
         values.map(|v| OwnedString::adopt(self.ctx, v))
     }
 
+    /// `HMGET key f1 f2 f3 f4`, as [`Key::hash_get3`] (a parent's hand-over reads its child's
+    /// field and three counters).
+    pub fn hash_get4(&self, fields: [Str<'_>; 4]) -> [Option<OwnedString>; 4] {
+        let none = || [None, None, None, None];
+        if self.holds() != Holds::Hash {
+            return none();
+        }
+        let (Some(f), Some(key)) = (unsafe { raw::RedisModule_HashGet }, self.ptr) else {
+            return none();
+        };
+        let mut values: [*mut raw::RedisModuleString; 4] = [ptr::null_mut(); 4];
+        let [v0, v1, v2, v3] = &mut values;
+        // SAFETY: as in `hash_get3`, with four pairs.
+        unsafe {
+            f(
+                key.as_ptr(),
+                raw::REDISMODULE_HASH_NONE as c_int,
+                fields[0].as_ptr(),
+                v0 as *mut *mut raw::RedisModuleString,
+                fields[1].as_ptr(),
+                v1 as *mut *mut raw::RedisModuleString,
+                fields[2].as_ptr(),
+                v2 as *mut *mut raw::RedisModuleString,
+                fields[3].as_ptr(),
+                v3 as *mut *mut raw::RedisModuleString,
+                ptr::null::<c_char>(),
+            )
+        };
+        values.map(|v| OwnedString::adopt(self.ctx, v))
+    }
+
     /// Every field of the hash with its value, in one pass (`RM_ScanKey`), up to `limit` of
     /// them; `None` for a hash with more (or a key that is not a hash), to be read field by
     /// field instead. A few-field hash costs one walk, not one lookup a field.

@@ -24,7 +24,7 @@ use super::propagate::{
     emit, emit_at, notify, signal_ready, NOTIFY_GENERIC, NOTIFY_HASH, NOTIFY_ZSET,
 };
 use super::server::now_ms;
-use super::string::{OwnedString, Text};
+use super::string::{OwnedString, Str, Text};
 use super::words::words;
 
 /// The names of a queue's keys (its four sets, `meta` and `events`), each made when first
@@ -503,45 +503,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         row: &Key<'_>,
         fields: &[(Field, Value<'_, Text<'a>>)],
     ) -> Result<(), EmqError> {
-        let words = words()?;
-        // The strings made for this write (a number past the small ones, an error text), kept
-        // until it is done.
-        let mut made: [Option<OwnedString>; 4] = Default::default();
-        if fields.is_empty() || fields.len() > made.len() {
-            return Err(EmqError::Internal);
-        }
-        for ((_, value), slot) in fields.iter().zip(made.iter_mut()) {
-            *slot = match value {
-                Value::Int(n) if words.small(*n).is_some() => None,
-                Value::State(_) | Value::Text(_) => None,
-                Value::Int(n) => Some(OwnedString::from_i64(self.ctx, *n)?),
-                Value::Bytes(b) => Some(OwnedString::new(self.ctx, b)?),
-            };
-        }
-        let name = row.name().as_str();
-        let mut pairs = [(name, name); 4];
-        for (pair, ((field, value), made)) in pairs.iter_mut().zip(fields.iter().zip(&made)) {
-            let value = match (value, made) {
-                (_, Some(s)) => s.as_str(),
-                (Value::State(s), None) => words.state(*s),
-                (Value::Text(t), None) => t.as_str(),
-                (Value::Int(n), None) => words.small(*n).ok_or(EmqError::Internal)?,
-                (Value::Bytes(_), None) => return Err(EmqError::Internal),
-            };
-            *pair = (words.field(*field), value);
-        }
-        let pairs = &pairs[..fields.len()];
-        // One call for every field, in the order given.
-        row.hash_set(pairs)?;
-        // The effect: `HSET row field value ...`.
-        let mut args = [name; 9];
-        for (i, (field, value)) in pairs.iter().enumerate() {
-            args[1 + 2 * i] = *field;
-            args[2 + 2 * i] = *value;
-        }
-        notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
-        emit(self.ctx, c"HSET", &args[..1 + 2 * pairs.len()]);
-        Ok(())
+        self.hset(row, None, fields)
     }
 
     #[inline]
@@ -552,32 +514,29 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(())
     }
 
-    fn row_get(&self, row: &Key<'_>, field: &[u8]) -> Option<Text<'a>> {
-        let field = OwnedString::new(self.ctx, field).ok()?;
-        row.hash_get(field.as_str()).map(Text::Owned)
+    fn row_get_with3(
+        &self,
+        row: &Key<'_>,
+        field: &Text<'a>,
+        fields: [Field; 3],
+    ) -> (Option<Text<'a>>, [Option<Text<'a>>; 3]) {
+        let Ok(words) = words() else {
+            return (None, [None, None, None]);
+        };
+        let [a, b, c] = fields.map(|f| words.field(f));
+        let [v, x, y, z] = row
+            .hash_get4([field.as_str(), a, b, c])
+            .map(|v| v.map(Text::Owned));
+        (v, [x, y, z])
     }
 
-    fn row_set(&self, row: &Key<'_>, pairs: &[(&[u8], &[u8])]) -> Result<(), EmqError> {
-        if pairs.is_empty() {
-            return Ok(());
-        }
-        let mut made = Vec::with_capacity(pairs.len());
-        for (field, value) in pairs {
-            made.push((
-                OwnedString::new(self.ctx, field)?,
-                OwnedString::new(self.ctx, value)?,
-            ));
-        }
-        let strs: Vec<_> = made.iter().map(|(f, v)| (f.as_str(), v.as_str())).collect();
-        row.hash_set(&strs)?;
-        let mut args = Vec::with_capacity(1 + 2 * strs.len());
-        args.push(row.name().as_str());
-        for (f, v) in &strs {
-            args.extend([*f, *v]);
-        }
-        notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
-        emit(self.ctx, c"HSET", &args);
-        Ok(())
+    fn set_named(
+        &self,
+        row: &Key<'_>,
+        named: (&Text<'a>, &[u8]),
+        fields: &[(Field, Value<'_, Text<'a>>)],
+    ) -> Result<(), EmqError> {
+        self.hset(row, Some(named), fields)
     }
 
     fn row_scan(&self, row: &OwnedString, cursor: u64, count: usize) -> Result<ScanStep, EmqError> {
@@ -762,6 +721,90 @@ impl<'a> Store for ServerStore<'_, 'a> {
         }
         hscan(self.ctx, name, cursor, count)
     }
+}
+
+impl<'a> ServerStore<'_, 'a> {
+    /// `HSET row [named value] field value ...`: at most four pairs in all, in the order given,
+    /// in one call, with one event and one effect.
+    #[inline]
+    fn hset(
+        &self,
+        row: &Key<'_>,
+        named: Option<(&Text<'a>, &[u8])>,
+        fields: &[(Field, Value<'_, Text<'a>>)],
+    ) -> Result<(), EmqError> {
+        let words = words()?;
+        let lead = usize::from(named.is_some());
+        // The strings made for this write (a number past the small ones, an error text, the
+        // named field's value), kept until it is done.
+        let mut made: [Option<OwnedString>; 4] = Default::default();
+        let count = lead + fields.len();
+        if count == 0 || count > made.len() {
+            return Err(EmqError::Internal);
+        }
+        if let Some((_, value)) = named {
+            made[0] = Some(OwnedString::new(self.ctx, value)?);
+        }
+        self.make_values(fields, &mut made[lead..])?;
+        let name = row.name().as_str();
+        let mut pairs = [(name, name); 4];
+        if let (Some((field, _)), Some(value)) = (named, &made[0]) {
+            pairs[0] = (field.as_str(), value.as_str());
+        }
+        for (pair, ((field, value), made)) in pairs[lead..]
+            .iter_mut()
+            .zip(fields.iter().zip(&made[lead..]))
+        {
+            *pair = (words.field(*field), value_str(value, made)?);
+        }
+        let pairs = &pairs[..count];
+        // One call for every field, in the order given.
+        row.hash_set(pairs)?;
+        // The effect: `HSET row field value ...`.
+        let mut args = [name; 9];
+        for (i, (field, value)) in pairs.iter().enumerate() {
+            args[1 + 2 * i] = *field;
+            args[2 + 2 * i] = *value;
+        }
+        notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
+        emit(self.ctx, c"HSET", &args[..1 + 2 * pairs.len()]);
+        Ok(())
+    }
+
+    /// The strings `fields`' values need made for a write (one in `made` for each value but a
+    /// small number, a state or a text, whose strings exist already).
+    fn make_values(
+        &self,
+        fields: &[(Field, Value<'_, Text<'a>>)],
+        made: &mut [Option<OwnedString>],
+    ) -> Result<(), EmqError> {
+        let words = words()?;
+        for ((_, value), slot) in fields.iter().zip(made.iter_mut()) {
+            *slot = match value {
+                Value::Int(n) if words.small(*n).is_some() => None,
+                Value::State(_) | Value::Text(_) => None,
+                Value::Int(n) => Some(OwnedString::from_i64(self.ctx, *n)?),
+                Value::Bytes(b) => Some(OwnedString::new(self.ctx, b)?),
+            };
+        }
+        Ok(())
+    }
+}
+
+/// A value's server string: the one made for it (`make_values`), or one made at load.
+#[inline]
+fn value_str<'v>(
+    value: &'v Value<'_, Text<'_>>,
+    made: &'v Option<OwnedString>,
+) -> Result<Str<'v>, EmqError> {
+    let words = words()?;
+    Ok(match (value, made) {
+        (_, Some(s)) => s.as_str(),
+        (Value::State(s), None) => words.state(*s),
+        (Value::Text(t), None) => t.as_str(),
+        (Value::Int(n), None) => words.small(*n).ok_or(EmqError::Internal)?,
+        (Value::Bytes(_), None) => return Err(EmqError::Internal),
+    })
 }
 
 impl ServerStore<'_, '_> {

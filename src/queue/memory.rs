@@ -61,6 +61,16 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// A value's bytes, as a write stores them.
+fn value_bytes(value: &Value<'_, Vec<u8>>) -> Vec<u8> {
+    match value {
+        Value::State(s) => s.as_bytes().to_vec(),
+        Value::Int(n) => n.to_string().into_bytes(),
+        Value::Text(t) => t.to_vec(),
+        Value::Bytes(b) => b.to_vec(),
+    }
+}
+
 impl Memory {
     pub fn at(now: i64) -> Self {
         Self::named(b"q", now)
@@ -160,20 +170,36 @@ impl Store for Memory {
         &self.name
     }
 
-    fn row_get(&self, row: &&Vec<u8>, field: &[u8]) -> Option<Vec<u8>> {
-        let rows = self.rows.borrow();
-        let (fields, _) = rows.get(row.as_slice())?;
-        fields
-            .iter()
-            .find(|(f, _)| f == field)
-            .map(|(_, v)| v.clone())
+    fn row_get_with3(
+        &self,
+        row: &&Vec<u8>,
+        field: &Vec<u8>,
+        fields: [Field; 3],
+    ) -> (Option<Vec<u8>>, [Option<Vec<u8>>; 3]) {
+        let named = {
+            let rows = self.rows.borrow();
+            rows.get(row.as_slice()).and_then(|(fields, _)| {
+                fields
+                    .iter()
+                    .find(|(f, _)| f == field)
+                    .map(|(_, v)| v.clone())
+            })
+        };
+        (named, self.fields3(row, fields))
     }
 
-    fn row_set(&self, row: &&Vec<u8>, pairs: &[(&[u8], &[u8])]) -> Result<(), EmqError> {
-        let mut write = format!("HSET {}", text(row));
-        for (f, v) in pairs {
-            self.upsert_named(row, f, v.to_vec());
-            write.push_str(&format!(" {} {}", text(f), text(v)));
+    fn set_named(
+        &self,
+        row: &&Vec<u8>,
+        named: (&Vec<u8>, &[u8]),
+        fields: &[(Field, Value<'_, Vec<u8>>)],
+    ) -> Result<(), EmqError> {
+        self.upsert_named(row, named.0, named.1.to_vec());
+        let mut write = format!("HSET {} {} {}", text(row), text(named.0), text(named.1));
+        for (field, value) in fields {
+            let value = value_bytes(value);
+            write.push_str(&format!(" {} {}", text(field.as_bytes()), text(&value)));
+            self.upsert(row, *field, value);
         }
         self.log(write);
         Ok(())
@@ -390,12 +416,7 @@ impl Store for Memory {
     ) -> Result<(), EmqError> {
         let mut write = format!("HSET {}", text(row));
         for (field, value) in fields {
-            let value = match value {
-                Value::State(s) => s.as_bytes().to_vec(),
-                Value::Int(n) => n.to_string().into_bytes(),
-                Value::Text(t) => t.to_vec(),
-                Value::Bytes(b) => b.to_vec(),
-            };
+            let value = value_bytes(value);
             write.push_str(&format!(" {} {}", text(field.as_bytes()), text(&value)));
             self.upsert(row, *field, value);
         }

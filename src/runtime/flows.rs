@@ -116,26 +116,37 @@ fn hand_over_round(store: &ServerStore<'_, '_>, deliveries: Vec<Delivery>, reach
     }
 }
 
-/// Checks, and with `write` registers, child `child` of `child_queue` with each parent in
-/// reach (`queue::flow::adopt`); the parents out of reach are the client's to register first
-/// (`EMQ.ADOPT`). The refusal of any parent refuses all.
-pub fn adopt_in_reach(
+/// What a child's own enqueue answers [`adopting`]: its reply and the child it wrote (`None`:
+/// none, a duplicate or a held unique key).
+pub type Enqueued<R> = Result<(R, Option<BrandedId>), EmqError>;
+
+/// Runs `enqueue` (a child's own enqueue in `child_queue`) inside the stores of its parents in
+/// reach (`queue::flow::adopt_around`): each checked before it, given the first refusal (for
+/// it to refuse, after its own duplicate check, with nothing written), and registering the
+/// child it wrote after it. The parents out of reach are the client's to register first
+/// (`EMQ.ADOPT`).
+pub fn adopting<R>(
     ctx: &Context,
     child_queue: Queue<'_>,
     child: Option<&BrandedId>,
     parents: &[(Queue<'_>, BrandedId)],
-    write: bool,
-) -> Result<(), EmqError> {
-    for (parent_queue, parent) in parents {
-        if !in_reach(child_queue, *parent_queue) {
-            continue;
-        }
-        cluster::check_stable(*parent_queue)?;
-        with_queue(ctx, *parent_queue, Access::ReadWrite, |p| {
-            flow::adopt(p, parent, child.map(|c| (child_queue.as_bytes(), c)), write)
-        })?;
+    refusal: Option<EmqError>,
+    enqueue: &mut dyn FnMut(Option<EmqError>) -> Enqueued<R>,
+) -> Enqueued<R> {
+    let Some(((queue, parent), rest)) = parents.split_first() else {
+        return enqueue(refusal);
+    };
+    if !in_reach(child_queue, *queue) {
+        return adopting(ctx, child_queue, child, rest, refusal, enqueue);
     }
-    Ok(())
+    if let Err(e) = cluster::check_stable(*queue) {
+        return adopting(ctx, child_queue, child, rest, refusal.or(Some(e)), enqueue);
+    }
+    with_queue(ctx, *queue, Access::ReadWrite, |p| {
+        flow::adopt_around(p, parent, child_queue.as_bytes(), child, |mine| {
+            adopting(ctx, child_queue, child, rest, refusal.or(mine), enqueue)
+        })
+    })
 }
 
 /// Cancels the children a cancelled parent left unfinished, those in reach of `queue`; each

@@ -47,19 +47,15 @@ fn a_parent_waits_out_of_pending_and_registers_each_child_once() {
     assert_eq!(m.field(&name(1), "children").as_deref(), Some("2"));
     assert!(m.members(Set::Pending).is_empty());
     let (a, b, c) = (id(2).0, id(3).0, id(4).0);
-    assert_eq!(adopt(&m, &id(1).0, Some((b"thumbs", &a)), true), Ok(true));
-    assert_eq!(
-        adopt(&m, &id(1).0, Some((b"thumbs", &a)), true),
-        Ok(false),
-        "again"
-    );
-    assert_eq!(adopt(&m, &id(1).0, Some((b"thumbs", &b)), true), Ok(true));
+    assert_eq!(adopt(&m, &id(1).0, b"thumbs", &a), Ok(true));
+    assert_eq!(adopt(&m, &id(1).0, b"thumbs", &a), Ok(false), "again");
+    assert_eq!(adopt(&m, &id(1).0, b"thumbs", &b), Ok(true));
     writes(&m);
-    let full = adopt(&m, &id(1).0, Some((b"thumbs", &c)), true);
+    let full = adopt(&m, &id(1).0, b"thumbs", &c);
     assert!(
         matches!(full, Err(EmqError::Parent(ref why)) if why.contains("has all its 2 children"))
     );
-    let missing = adopt(&m, &id(9).0, Some((b"thumbs", &c)), true);
+    let missing = adopt(&m, &id(9).0, b"thumbs", &c);
     assert!(matches!(missing, Err(EmqError::Parent(ref why)) if why.contains("does not exist")));
     assert!(writes(&m).is_empty(), "a refusal writes nothing");
     assert_eq!(m.field(&name(1), "adopted").as_deref(), Some("2"));
@@ -70,7 +66,7 @@ fn the_last_child_releases_its_parent_and_a_second_delivery_counts_nothing() {
     let m = Memory::named(b"albums", NOW);
     parent(&m, 1, 2);
     for c in [2, 3] {
-        adopt(&m, &id(1).0, Some((b"thumbs", &id(c).0)), true).expect("adopted");
+        adopt(&m, &id(1).0, b"thumbs", &id(c).0).expect("adopted");
     }
     let first = delivery(b"thumbs", 2, b"albums", 1, Outcome::Acked, Policy::Fail);
     assert_eq!(receive(&m, &first), Ok(Received::Counted));
@@ -100,6 +96,23 @@ fn the_last_child_releases_its_parent_and_a_second_delivery_counts_nothing() {
 }
 
 #[test]
+fn a_child_the_parent_never_registered_is_an_orphan_and_writes_nothing() {
+    let m = Memory::named(b"albums", NOW);
+    parent(&m, 1, 2);
+    adopt(&m, &id(1).0, b"thumbs", &id(2).0).expect("adopted");
+    writes(&m);
+    // The parent has room for another child, but never registered this one: a forged hand-over.
+    let forged = delivery(b"thumbs", 3, b"albums", 1, Outcome::Acked, Policy::Fail);
+    assert_eq!(receive(&m, &forged), Ok(Received::Orphan));
+    assert!(writes(&m).is_empty(), "an orphan writes nothing");
+    assert_eq!(m.field(&name(1), "finished").as_deref(), Some("0"));
+    assert_eq!(m.field(&name(1), "adopted").as_deref(), Some("1"));
+    let registered = delivery(b"thumbs", 2, b"albums", 1, Outcome::Acked, Policy::Fail);
+    assert_eq!(receive(&m, &registered), Ok(Received::Counted));
+    assert_eq!(m.field(&name(1), "finished").as_deref(), Some("1"));
+}
+
+#[test]
 fn a_failing_child_buries_its_parent_and_the_parent_hands_over_in_turn() {
     let m = Memory::named(b"albums", NOW);
     parent(&m, 1, 2);
@@ -115,12 +128,9 @@ fn a_failing_child_buries_its_parent_and_the_parent_hands_over_in_turn() {
         .expect("row")
         .0
         .push((b"parents".to_vec(), parents));
+    adopt(&m, &id(1).0, b"thumbs", &id(2).0).expect("adopted");
     let d = delivery(b"thumbs", 2, b"albums", 1, Outcome::Cancelled, Policy::Fail);
-    assert_eq!(
-        receive(&m, &d),
-        Ok(Received::Counted),
-        "registered at hand-over: room"
-    );
+    assert_eq!(receive(&m, &d), Ok(Received::Counted));
     assert_eq!(m.field(&name(1), "state").as_deref(), Some("dead"));
     assert_eq!(
         m.field(&name(1), "error"),
