@@ -750,3 +750,104 @@ fn a_hand_over_of_a_child_the_parent_never_registered_is_an_orphan() {
     );
     assert_eq!(waiting(&mut con, "albums"), 1);
 }
+
+/// `EMQ.FAIL` of `id`'s attempt `token` in `q`, with `error`.
+fn fail(con: &mut Connection, q: &str, id: &str, token: i64, error: &str) {
+    let _: Value = cmd("EMQ.FAIL")
+        .arg(q)
+        .arg(id)
+        .arg(token)
+        .arg("ERROR")
+        .arg(error)
+        .query(con)
+        .expect("fail");
+}
+
+fn requeue(con: &mut Connection, q: &str, id: &str) -> i64 {
+    cmd("EMQ.REQUEUE")
+        .arg(q)
+        .arg(id)
+        .query(con)
+        .expect("requeue")
+}
+
+#[test]
+fn a_requeued_parent_that_a_child_failed_waits_for_the_rest_of_its_children() {
+    let server = Server::start(Options::default().arg("emq.max-attempts", "1"));
+    let mut con = server.conn();
+    parent(&mut con, "p", &job_id(1), 2);
+    child(&mut con, "c", &job_id(2), "p", &job_id(1), "FAIL");
+    child(&mut con, "c", &job_id(3), "p", &job_id(1), "FAIL");
+    let jobs = claim(&mut con, "c", &["COUNT", "2"]).expect("jobs");
+    fail(&mut con, "c", &job_id(2), jobs[0].2, "no disk");
+    assert_eq!(
+        job_state(&mut con, "p", &job_id(1)).as_deref(),
+        Some("dead")
+    );
+    // One child is still running: the parent goes back to waiting, not to pending.
+    assert_eq!(requeue(&mut con, "p", &job_id(1)), 1);
+    assert_eq!(
+        job_state(&mut con, "p", &job_id(1)).as_deref(),
+        Some("waiting")
+    );
+    assert_eq!(waiting(&mut con, "p"), 1);
+    assert_eq!(claim(&mut con, "p", &[]), Some(vec![]));
+    // The last child releases it, and its handler sees both outcomes, the failed one too.
+    ack(&mut con, "c", &job_id(3), jobs[1].2, "done");
+    claim_one(&mut con, "p", &job_id(1));
+    let outcomes: Vec<String> = children(&mut con, "p", &job_id(1))
+        .into_iter()
+        .map(|(_, id, status, data)| format!("{id} {status} {data}"))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            format!("{} dead no disk", job_id(2)),
+            format!("{} acked done", job_id(3))
+        ]
+    );
+
+    // A parent whose children all finished goes straight to pending, in bulk as one by one.
+    parent(&mut con, "p", &job_id(11), 1);
+    child(&mut con, "c", &job_id(12), "p", &job_id(11), "FAIL");
+    let token = claim_one(&mut con, "c", &job_id(12));
+    fail(&mut con, "c", &job_id(12), token, "bad row");
+    let moved: i64 = cmd("EMQ.REQUEUE")
+        .arg("p")
+        .arg("DEAD")
+        .query(&mut con)
+        .expect("requeue");
+    assert_eq!(moved, 1);
+    assert_eq!(
+        job_state(&mut con, "p", &job_id(11)).as_deref(),
+        Some("pending")
+    );
+}
+
+#[test]
+fn a_dead_child_requeued_before_its_hand_over_was_delivered_keeps_its_first_outcome() {
+    let server = Server::start(Options::default().arg("emq.max-attempts", "1"));
+    let mut admin = server.conn();
+    parent(&mut admin, "p", &job_id(1), 1);
+    child(&mut admin, "c", &job_id(2), "p", &job_id(1), "FAIL");
+    // A worker that may not touch the parent's keys: the hand-overs wait in the outbox.
+    let mut worker = user_with(&server, "cworker", &["~emq:{c}:*", "+@all"]);
+    let token = claim_one(&mut worker, "c", &job_id(2));
+    fail(&mut worker, "c", &job_id(2), token, "no disk");
+    assert_eq!(requeue(&mut worker, "c", &job_id(2)), 1);
+    let token = claim_one(&mut worker, "c", &job_id(2));
+    ack(&mut worker, "c", &job_id(2), token, "r");
+    let (_, entries): (String, Vec<Vec<String>>) = cmd("EMQ.OUTBOX")
+        .arg("c")
+        .query(&mut admin)
+        .expect("outbox");
+    let outcomes: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|e| (e[3].as_str(), e[5].as_str()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![("dead", "no disk")],
+        "the first outcome stays"
+    );
+}

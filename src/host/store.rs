@@ -12,8 +12,8 @@ use valkey_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context};
 
 use crate::protocol::flow::Delivery;
 use crate::protocol::{
-    BrandedId, EmqError, Field, Holds, KeyBuf, KeyRef, KeyType, Meta, Queue, RowPrefix, ScanStep,
-    Set, State, Store, Table, Value,
+    slot, BrandedId, EmqError, Field, Holds, KeyBuf, KeyRef, KeyType, Meta, Queue, RowPrefix,
+    ScanStep, Set, State, Store, Table, Value,
 };
 
 use super::acl::{check_permission, Access};
@@ -541,6 +541,10 @@ impl<'a> Store for ServerStore<'_, 'a> {
 
     fn row_scan(&self, row: &OwnedString, cursor: u64, count: usize) -> Result<ScanStep, EmqError> {
         hscan(self.ctx, row, cursor, count)
+    }
+
+    fn reaches(&self, queue: &[u8]) -> bool {
+        !Flags::of(self.ctx).cluster() || slot(queue) == slot(self.queue_name())
     }
 
     fn defer(&self, delivery: Delivery) {

@@ -278,6 +278,11 @@ pub trait Store {
 
     // ---- hand-overs to parents, made by a transition and delivered after it ----
 
+    /// Whether a call on this queue reaches `queue`'s keys (docs/flows.md): always on a server
+    /// that is no cluster node; on one, when the two queues share a slot. A hand-over to a
+    /// parent out of reach goes to the outbox.
+    fn reaches(&self, queue: &[u8]) -> bool;
+
     /// Keeps a finished child's hand-over for the caller to deliver once the transition ends.
     fn defer(&self, delivery: Delivery);
     /// The hand-overs kept so far, taken.

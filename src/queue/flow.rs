@@ -13,6 +13,7 @@ use crate::protocol::{
     BrandedId, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Table, Value,
 };
 
+use super::finished;
 use super::promote::bury;
 use super::{count_of, priority, record, set_state};
 
@@ -218,6 +219,11 @@ pub fn receive<S: Store>(store: &S, d: &Delivery) -> Result<Received, EmqError> 
         store.events()?;
         store.score(Set::Waiting, &p.member).is_some()
     };
+    // A parent the child fails hands over to its own parents.
+    let grandparents = match moves && fails {
+        true => finished::parents(store, &row)?,
+        false => None,
+    };
     store.set_named(
         &row,
         (&field, &child_value(d.outcome, &d.data)),
@@ -233,6 +239,7 @@ pub fn receive<S: Store>(store: &S, d: &Delivery) -> Result<Received, EmqError> 
             &row,
             store.now_ms(),
             Some(&error),
+            grandparents.as_ref(),
         )?;
         counters::count(&DEAD, 1);
     } else if moves {
@@ -258,11 +265,33 @@ fn release<S: Store>(store: &S, member: &S::Text, row: &S::Row<'_>) -> Result<()
     Ok(())
 }
 
+/// Where a requeued dead job goes (`EMQ.REQUEUE`): a parent whose children have not all
+/// finished back to `waiting`, for the last of them to release it as ever; any other job, a
+/// parent whose children all finished included, to `pending`, its handler seeing each child's
+/// outcome (the one that failed it too).
+pub fn requeued_to<S: Store>(store: &S, row: &S::Row<'_>) -> Set {
+    let Some(children) = store.field(row, Field::Children) else {
+        return Set::Pending;
+    };
+    let finished = count_of(store, store.field(row, Field::Finished));
+    if finished < count_of(store, Some(children)) {
+        Set::Waiting
+    } else {
+        Set::Pending
+    }
+}
+
 /// Keeps a hand-over its parent could not take in this call in the child queue's outbox, for a
 /// worker to deliver (`EMQ.OUTBOX`). The outbox is the queue's own bookkeeping of a transition
-/// the caller was let make: it is written without a permission check of its own.
+/// the caller was let make: it is written without a permission check of its own. An entry
+/// there already stays: the first outcome counts, as on the parent's side (a dead child
+/// requeued and finished again before its first hand-over was delivered).
 pub fn park<S: Store>(store: &S, d: &Delivery) -> Result<(), EmqError> {
-    store.table_set(Table::Outbox, &d.outbox_field(), &d.outbox_value())?;
+    let field = d.outbox_field();
+    if store.table_get(Table::Outbox, &field)?.is_some() {
+        return Ok(());
+    }
+    store.table_set(Table::Outbox, &field, &d.outbox_value())?;
     counters::count(&PARKED, 1);
     Ok(())
 }

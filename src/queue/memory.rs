@@ -53,6 +53,8 @@ pub struct Memory {
     pub deferred: RefCell<Vec<Delivery>>,
     /// The queue's name (`q` unless a test names it).
     pub name: Vec<u8>,
+    /// Queues out of this one's reach (as in another slot of a cluster).
+    pub away: RefCell<Vec<Vec<u8>>>,
     opened: RefCell<[bool; Set::COUNT]>,
     events: Cell<Option<Option<u64>>>,
 }
@@ -213,6 +215,10 @@ impl Store for Memory {
                 .map(|r| r.0.clone())
                 .unwrap_or_default(),
         ))
+    }
+
+    fn reaches(&self, queue: &[u8]) -> bool {
+        !self.away.borrow().iter().any(|q| q == queue)
     }
 
     fn defer(&self, delivery: Delivery) {

@@ -11,6 +11,7 @@ use crate::host::acl::Access;
 use crate::host::server::log_module;
 use crate::host::store::{with_queue, ServerStore};
 use crate::host::string::Text;
+use crate::protocol::counters::{self, HANDOVERS_LOST};
 use crate::protocol::flow::Delivery;
 use crate::protocol::{slot, BrandedId, EmqError, Queue, Store};
 use crate::queue::flow::{self, Received};
@@ -108,6 +109,7 @@ fn hand_over_round(store: &ServerStore<'_, '_>, deliveries: Vec<Delivery>, reach
             Some(Err(_)) | None => flow::park(store, &d),
         };
         if let Err(e) = done {
+            counters::count(&HANDOVERS_LOST, 1);
             log_module(
                 c"warning",
                 &format!("EchoMQ could not keep a child's hand-over: {}", e.message()),

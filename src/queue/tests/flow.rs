@@ -207,3 +207,79 @@ fn an_acked_child_keeps_one_hand_over_per_parent_and_a_plain_job_none() {
         vec![kept[1].clone()]
     );
 }
+
+#[test]
+fn an_outbox_entry_keeps_the_first_outcome_of_its_child() {
+    let m = Memory::named(b"thumbs", NOW);
+    let dead = delivery(b"thumbs", 2, b"albums", 1, Outcome::Dead, Policy::Fail);
+    park(&m, &dead).expect("parked");
+    // The child, requeued and acked before its death was delivered, parks again: the death stays.
+    let acked = delivery(b"thumbs", 2, b"albums", 1, Outcome::Acked, Policy::Fail);
+    writes(&m);
+    park(&m, &acked).expect("parked");
+    assert!(writes(&m).is_empty(), "the second outcome writes nothing");
+    assert_eq!(outbox_page(&m, 0, 100).expect("page").1, vec![dead]);
+}
+
+#[test]
+fn a_child_with_a_parent_out_of_reach_is_not_finished_while_its_outbox_is_another_type() {
+    let m = Memory::named(b"thumbs", NOW);
+    let child = |n: u64, parent: &[u8]| {
+        let (cid, member) = id(n);
+        let flow = Flow {
+            children: None,
+            parents: Some(write_parents(&[ParentRef {
+                queue: parent.to_vec(),
+                id: id(50).0,
+                policy: Policy::Fail,
+            }])),
+        };
+        let job = Some(Job {
+            id: cid,
+            member: &member,
+        });
+        enqueue_flow(&m, job, &b"c".to_vec(), Placement::Ready, 0, None, &flow).expect("child");
+    };
+    child(1, b"away");
+    child(2, b"near");
+    m.away.borrow_mut().push(b"away".to_vec());
+    m.other
+        .borrow_mut()
+        .push(MemKey::Table(crate::protocol::Table::Outbox));
+    assert_eq!(claim(&m, 2, 1_000).expect("claimed").claimed.len(), 2);
+    child(3, b"away");
+    writes(&m);
+    // Its hand-over could not be kept: refused before any write, in each transition that
+    // finishes it.
+    let (one, two) = (id(1).1, id(2).1);
+    let t = target(&m, 1, &one).expect("allowed");
+    assert_eq!(ack(&m, &t, 1, Some(b"r")), Err(EmqError::WrongType));
+    let three = id(3).1;
+    let pending = target(&m, 3, &three).expect("allowed");
+    assert_eq!(cancel(&m, &pending), Err(EmqError::WrongType));
+    // Its last attempt failing (its row says so, the lease under that token) kills it.
+    let last = settings::max_attempts();
+    for (f, v) in m
+        .rows
+        .borrow_mut()
+        .get_mut(name(1).as_bytes())
+        .expect("row")
+        .0
+        .iter_mut()
+    {
+        if f == b"attempts" {
+            *v = last.to_string().into_bytes();
+        }
+    }
+    writes(&m);
+    assert_eq!(
+        fail(&m, &t, last, Some(b"e"), None),
+        Err(EmqError::WrongType)
+    );
+    assert!(writes(&m).is_empty(), "nothing written");
+    assert!(m.take_deferred().is_empty());
+    // A job whose parents are all in reach needs no outbox.
+    let t = target(&m, 2, &two).expect("allowed");
+    assert_eq!(ack(&m, &t, 1, Some(b"r")), Ok(()));
+    assert_eq!(m.take_deferred().len(), 1);
+}
