@@ -256,22 +256,7 @@ fn a_dead_child_fails_its_parent_unless_ignored_and_names_itself() {
     let server = Server::start(Options::default().arg("emq.max-attempts", "1"));
     let mut con = server.conn();
     // FAIL: the parent dies at once, naming the child, and never runs.
-    parent(&mut con, "p", &job_id(1), 2);
-    child(&mut con, "c", &job_id(2), "p", &job_id(1), "FAIL");
-    child(&mut con, "c", &job_id(3), "p", &job_id(1), "FAIL");
-    let jobs = claim(&mut con, "c", &["COUNT", "2"]).expect("jobs");
-    let _: Value = cmd("EMQ.FAIL")
-        .arg("c")
-        .arg(job_id(2))
-        .arg(jobs[0].2)
-        .arg("ERROR")
-        .arg("no disk")
-        .query(&mut con)
-        .expect("fail");
-    assert_eq!(
-        job_state(&mut con, "p", &job_id(1)).as_deref(),
-        Some("dead")
-    );
+    let jobs = failed_by_its_first_child(&mut con);
     assert_eq!(
         row_field(&mut con, "p", &job_id(1), "error"),
         Some(format!("child c {} dead: no disk", job_id(2)))
@@ -763,6 +748,18 @@ fn fail(con: &mut Connection, q: &str, id: &str, token: i64, error: &str) {
         .expect("fail");
 }
 
+/// Parent 1 of `p`, with children 2 and 3 of `c` (`FAIL`), both claimed: child 2's last
+/// attempt fails (`no disk`), which fails the parent. The children's claims.
+fn failed_by_its_first_child(con: &mut Connection) -> Vec<Job> {
+    parent(con, "p", &job_id(1), 2);
+    child(con, "c", &job_id(2), "p", &job_id(1), "FAIL");
+    child(con, "c", &job_id(3), "p", &job_id(1), "FAIL");
+    let jobs = claim(con, "c", &["COUNT", "2"]).expect("jobs");
+    fail(con, "c", &job_id(2), jobs[0].2, "no disk");
+    assert_eq!(job_state(con, "p", &job_id(1)).as_deref(), Some("dead"));
+    jobs
+}
+
 fn requeue(con: &mut Connection, q: &str, id: &str) -> i64 {
     cmd("EMQ.REQUEUE")
         .arg(q)
@@ -775,15 +772,7 @@ fn requeue(con: &mut Connection, q: &str, id: &str) -> i64 {
 fn a_requeued_parent_that_a_child_failed_waits_for_the_rest_of_its_children() {
     let server = Server::start(Options::default().arg("emq.max-attempts", "1"));
     let mut con = server.conn();
-    parent(&mut con, "p", &job_id(1), 2);
-    child(&mut con, "c", &job_id(2), "p", &job_id(1), "FAIL");
-    child(&mut con, "c", &job_id(3), "p", &job_id(1), "FAIL");
-    let jobs = claim(&mut con, "c", &["COUNT", "2"]).expect("jobs");
-    fail(&mut con, "c", &job_id(2), jobs[0].2, "no disk");
-    assert_eq!(
-        job_state(&mut con, "p", &job_id(1)).as_deref(),
-        Some("dead")
-    );
+    let jobs = failed_by_its_first_child(&mut con);
     // One child is still running: the parent goes back to waiting, not to pending.
     assert_eq!(requeue(&mut con, "p", &job_id(1)), 1);
     assert_eq!(
