@@ -454,8 +454,17 @@ impl<'a> Store for ServerStore<'_, 'a> {
         hash::hscan(self.ctx, row, cursor, count)
     }
 
-    fn reaches(&self, queue: &[u8]) -> bool {
-        !Flags::of(self.ctx).cluster() || slot(queue) == slot(self.queue_name())
+    fn reaches_all(&self, queues: &mut dyn Iterator<Item = &[u8]>) -> bool {
+        if !Flags::of(self.ctx).cluster() {
+            return true;
+        }
+        let own = slot(self.queue_name());
+        for queue in queues {
+            if slot(queue) != own {
+                return false;
+            }
+        }
+        true
     }
 
     fn defer(&self, delivery: Delivery) {

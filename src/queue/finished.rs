@@ -3,7 +3,7 @@
 //! `queue::flow`, so the transitions that finish a job (`lease`, `promote`, `job`) and the
 //! parent's side that buries a parent (`flow`) import it without a cycle.
 
-use crate::protocol::flow::{read_parents, Delivery, Outcome};
+use crate::protocol::flow::{parent_queues, read_parents, Delivery, Outcome};
 use crate::protocol::{BrandedId, EmqError, Field, Store, Table};
 
 /// A finishing job's `parents` field, read before its transition's first write (`None` for a
@@ -13,10 +13,7 @@ use crate::protocol::{BrandedId, EmqError, Field, Store, Table};
 pub fn parents<S: Store>(store: &S, row: &S::Row<'_>) -> Result<Option<S::Text>, EmqError> {
     let parents = store.field(row, Field::Parents);
     if let Some(text) = &parents {
-        if read_parents(store.bytes(text))
-            .iter()
-            .any(|p| !store.reaches(&p.queue))
-        {
+        if !store.reaches_all(&mut parent_queues(store.bytes(text))) {
             store.table_len(Table::Outbox)?;
         }
     }

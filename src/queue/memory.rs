@@ -220,8 +220,14 @@ impl Store for Memory {
         ))
     }
 
-    fn reaches(&self, queue: &[u8]) -> bool {
-        !self.away.borrow().iter().any(|q| q == queue)
+    fn reaches_all(&self, queues: &mut dyn Iterator<Item = &[u8]>) -> bool {
+        let away = self.away.borrow();
+        for queue in queues {
+            if away.iter().any(|q| q == queue) {
+                return false;
+            }
+        }
+        true
     }
 
     fn defer(&self, delivery: Delivery) {
