@@ -164,10 +164,13 @@ if [ "${PROFILE_ONLY:-}" = flows ]; then
   echo "| where (instructions per command) | a plain job | a flow's child (or parent) |"
   echo "|---|---|---|"
   echo "| \`EMQ.ENQUEUE\`, whole request (\`processInputBuffer\`) | $(w 1) | $(w 5) |"
-  echo "| of which registering with the parent (\`adopt_in_reach\`: a check, then the write) | $(w 1 echomq::runtime::flows::adopt_in_reach) | $(w 5 echomq::runtime::flows::adopt_in_reach) |"
+  # The parent's side wraps the child's own enqueue (\`adopt_around\` runs it): the difference.
+  parent_side() { echo $(( $(w "$1" echomq::queue::flow::adopt_around) - $(w "$1" echomq::runtime::flows::adopting\'2) )); }
+  echo "| of which the parent's side (\`adopt_around\`: one check of its row, then the write) | $(parent_side 1) | $(parent_side 5) |"
   echo "| \`EMQ.CLAIM COUNT 1\`, whole request | $(w 2) | $(w 6) |"
   echo "| \`EMQ.ACK\`, whole request | $(w 3) | $(w 7) |"
-  echo "| of which the child's hand-overs kept (\`keep_hand_overs\`: its \`parents\` field) | $(w 3 echomq::queue::finished::keep_hand_overs) | $(w 7 echomq::queue::finished::keep_hand_overs) |"
+  kept() { echo $(( $(w "$1" echomq::queue::finished::parents) + $(w "$1" echomq::queue::finished::keep_hand_overs) )); }
+  echo "| of which the child's hand-overs kept (\`finished::parents\`: its \`parents\` field read and checked; \`keep_hand_overs\`) | $(kept 3) | $(kept 7) |"
   echo "| of which the hand-over to the parent in the call (\`hand_over\`) | $(w 3 echomq::runtime::flows::hand_over) | $(w 7 echomq::runtime::flows::hand_over) |"
   for fn in VM_HashGet lpFind VM_HashSet VM_OpenKey echomq::host::acl::with_acl_user; do
     echo "| in \`EMQ.ENQUEUE\` and \`EMQ.ACK\` together: \`${fn##*::}\` | $(( $(w 1 "$fn") + $(w 3 "$fn") )) | $(( $(w 5 "$fn") + $(w 7 "$fn") )) |"

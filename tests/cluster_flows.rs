@@ -303,3 +303,47 @@ fn queues_that_share_a_slot_hand_over_in_the_childs_own_call() {
         Some(format!("{far} {}", job_id(9)))
     );
 }
+
+#[test]
+fn a_child_whose_outbox_is_another_type_is_refused_and_the_timer_counts_what_it_loses() {
+    let cluster = Cluster::start_with(3, 0, &[("emq.max-attempts", "1")]);
+    let mut con = cluster.client();
+    let p = "parents";
+    let c = queue_elsewhere(&cluster, "kids", &[p]);
+    parent(&mut con, p, &job_id(1), 2);
+    child(&mut con, &c, &job_id(2), p, &job_id(1));
+    child(&mut con, &c, &job_id(3), p, &job_id(1));
+    let slow = claim(&mut con, &c, &["COUNT", "1", "LEASE", "60000"]).expect("claim");
+    let fast = claim(&mut con, &c, &["COUNT", "1", "LEASE", "1"]).expect("claim");
+    assert_eq!((slow.len(), fast.len()), (1, 1));
+    // The children's outbox holds another type: a hand-over to the parent's primary has
+    // nowhere to wait.
+    let _: () = cmd("SET")
+        .arg(format!("emq:{{{c}}}:outbox"))
+        .arg("x")
+        .query(&mut con)
+        .expect("set");
+    let (id, _, token) = &slow[0];
+    let refused = cmd("EMQ.ACK")
+        .arg(&c)
+        .arg(id)
+        .arg(token)
+        .query::<Value>(&mut con)
+        .expect_err("refused");
+    assert!(refused.to_string().contains("WRONGTYPE"), "{refused}");
+    assert_eq!(
+        state(&cluster, &c, id).as_deref(),
+        Some("active"),
+        "nothing written"
+    );
+    // The timer buries the other child when its lease runs out: it is never refused, and
+    // counts the hand-over it could not keep.
+    let owner = cluster.owner(slot_of(&c));
+    let mut node = cluster.node(owner.port).conn();
+    let (buried, _, _) = &fast[0];
+    while state(&cluster, &c, buried).as_deref() != Some("dead") {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(info_int(&mut node, "emq", "emq_handovers_lost"), 1);
+    assert_eq!(state(&cluster, p, &job_id(1)).as_deref(), Some("waiting"));
+}

@@ -256,22 +256,7 @@ fn a_dead_child_fails_its_parent_unless_ignored_and_names_itself() {
     let server = Server::start(Options::default().arg("emq.max-attempts", "1"));
     let mut con = server.conn();
     // FAIL: the parent dies at once, naming the child, and never runs.
-    parent(&mut con, "p", &job_id(1), 2);
-    child(&mut con, "c", &job_id(2), "p", &job_id(1), "FAIL");
-    child(&mut con, "c", &job_id(3), "p", &job_id(1), "FAIL");
-    let jobs = claim(&mut con, "c", &["COUNT", "2"]).expect("jobs");
-    let _: Value = cmd("EMQ.FAIL")
-        .arg("c")
-        .arg(job_id(2))
-        .arg(jobs[0].2)
-        .arg("ERROR")
-        .arg("no disk")
-        .query(&mut con)
-        .expect("fail");
-    assert_eq!(
-        job_state(&mut con, "p", &job_id(1)).as_deref(),
-        Some("dead")
-    );
+    let jobs = failed_by_its_first_child(&mut con);
     assert_eq!(
         row_field(&mut con, "p", &job_id(1), "error"),
         Some(format!("child c {} dead: no disk", job_id(2)))
@@ -700,5 +685,158 @@ fn a_parent_failed_in_its_own_queue_hands_over_to_a_grandparent_in_it_too() {
             job_id(2),
             job_id(3)
         ))
+    );
+}
+
+/// `EMQ.HANDOVER` of child `child` of `cq` to `parent` of `pq`, acked: the parent's answer.
+fn hand_over(con: &mut Connection, pq: &str, parent: &str, cq: &str, child: &str) -> String {
+    cmd("EMQ.HANDOVER")
+        .arg(pq)
+        .arg(parent)
+        .arg(cq)
+        .arg(child)
+        .arg("acked")
+        .arg("fail")
+        .arg("result")
+        .query(con)
+        .expect("handover")
+}
+
+#[test]
+fn a_hand_over_of_a_child_the_parent_never_registered_is_an_orphan() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    parent(&mut con, "albums", &job_id(1), 2);
+    assert_eq!(
+        child(&mut con, "thumbs", &job_id(2), "albums", &job_id(1), "FAIL"),
+        1
+    );
+    // The parent has room for a second child, but never registered this one: it does not
+    // count, however often it is delivered.
+    for _ in 0..2 {
+        assert_eq!(
+            hand_over(&mut con, "albums", &job_id(1), "thumbs", &job_id(9)),
+            "orphan"
+        );
+    }
+    let listed: Vec<String> = children(&mut con, "albums", &job_id(1))
+        .into_iter()
+        .map(|(_, id, status, _)| format!("{id} {status}"))
+        .collect();
+    assert_eq!(listed, vec![format!("{} waiting", job_id(2))]);
+    // The registered child counts; had the forged one counted, this would release the parent.
+    assert_eq!(
+        hand_over(&mut con, "albums", &job_id(1), "thumbs", &job_id(2)),
+        "counted"
+    );
+    assert_eq!(
+        job_state(&mut con, "albums", &job_id(1)).as_deref(),
+        Some("waiting")
+    );
+    assert_eq!(waiting(&mut con, "albums"), 1);
+}
+
+/// `EMQ.FAIL` of `id`'s attempt `token` in `q`, with `error`.
+fn fail(con: &mut Connection, q: &str, id: &str, token: i64, error: &str) {
+    let _: Value = cmd("EMQ.FAIL")
+        .arg(q)
+        .arg(id)
+        .arg(token)
+        .arg("ERROR")
+        .arg(error)
+        .query(con)
+        .expect("fail");
+}
+
+/// Parent 1 of `p`, with children 2 and 3 of `c` (`FAIL`), both claimed: child 2's last
+/// attempt fails (`no disk`), which fails the parent. The children's claims.
+fn failed_by_its_first_child(con: &mut Connection) -> Vec<Job> {
+    parent(con, "p", &job_id(1), 2);
+    child(con, "c", &job_id(2), "p", &job_id(1), "FAIL");
+    child(con, "c", &job_id(3), "p", &job_id(1), "FAIL");
+    let jobs = claim(con, "c", &["COUNT", "2"]).expect("jobs");
+    fail(con, "c", &job_id(2), jobs[0].2, "no disk");
+    assert_eq!(job_state(con, "p", &job_id(1)).as_deref(), Some("dead"));
+    jobs
+}
+
+fn requeue(con: &mut Connection, q: &str, id: &str) -> i64 {
+    cmd("EMQ.REQUEUE")
+        .arg(q)
+        .arg(id)
+        .query(con)
+        .expect("requeue")
+}
+
+#[test]
+fn a_requeued_parent_that_a_child_failed_waits_for_the_rest_of_its_children() {
+    let server = Server::start(Options::default().arg("emq.max-attempts", "1"));
+    let mut con = server.conn();
+    let jobs = failed_by_its_first_child(&mut con);
+    // One child is still running: the parent goes back to waiting, not to pending.
+    assert_eq!(requeue(&mut con, "p", &job_id(1)), 1);
+    assert_eq!(
+        job_state(&mut con, "p", &job_id(1)).as_deref(),
+        Some("waiting")
+    );
+    assert_eq!(waiting(&mut con, "p"), 1);
+    assert_eq!(claim(&mut con, "p", &[]), Some(vec![]));
+    // The last child releases it, and its handler sees both outcomes, the failed one too.
+    ack(&mut con, "c", &job_id(3), jobs[1].2, "done");
+    claim_one(&mut con, "p", &job_id(1));
+    let outcomes: Vec<String> = children(&mut con, "p", &job_id(1))
+        .into_iter()
+        .map(|(_, id, status, data)| format!("{id} {status} {data}"))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            format!("{} dead no disk", job_id(2)),
+            format!("{} acked done", job_id(3))
+        ]
+    );
+
+    // A parent whose children all finished goes straight to pending, in bulk as one by one.
+    parent(&mut con, "p", &job_id(11), 1);
+    child(&mut con, "c", &job_id(12), "p", &job_id(11), "FAIL");
+    let token = claim_one(&mut con, "c", &job_id(12));
+    fail(&mut con, "c", &job_id(12), token, "bad row");
+    let moved: i64 = cmd("EMQ.REQUEUE")
+        .arg("p")
+        .arg("DEAD")
+        .query(&mut con)
+        .expect("requeue");
+    assert_eq!(moved, 1);
+    assert_eq!(
+        job_state(&mut con, "p", &job_id(11)).as_deref(),
+        Some("pending")
+    );
+}
+
+#[test]
+fn a_dead_child_requeued_before_its_hand_over_was_delivered_keeps_its_first_outcome() {
+    let server = Server::start(Options::default().arg("emq.max-attempts", "1"));
+    let mut admin = server.conn();
+    parent(&mut admin, "p", &job_id(1), 1);
+    child(&mut admin, "c", &job_id(2), "p", &job_id(1), "FAIL");
+    // A worker that may not touch the parent's keys: the hand-overs wait in the outbox.
+    let mut worker = user_with(&server, "cworker", &["~emq:{c}:*", "+@all"]);
+    let token = claim_one(&mut worker, "c", &job_id(2));
+    fail(&mut worker, "c", &job_id(2), token, "no disk");
+    assert_eq!(requeue(&mut worker, "c", &job_id(2)), 1);
+    let token = claim_one(&mut worker, "c", &job_id(2));
+    ack(&mut worker, "c", &job_id(2), token, "r");
+    let (_, entries): (String, Vec<Vec<String>>) = cmd("EMQ.OUTBOX")
+        .arg("c")
+        .query(&mut admin)
+        .expect("outbox");
+    let outcomes: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|e| (e[3].as_str(), e[5].as_str()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![("dead", "no disk")],
+        "the first outcome stays"
     );
 }

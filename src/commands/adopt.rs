@@ -38,7 +38,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let child = parse_id(args.bytes(4))?;
     cluster::check_stable(queue)?;
     let new = with_queue(ctx, queue, Access::ReadWrite, |store| {
-        flow::adopt(store, &parent, Some((child_queue.as_bytes(), &child)), true)
+        flow::adopt(store, &parent, child_queue.as_bytes(), &child)
     })?;
     Ok(Reply::Integer(i64::from(new)))
 }

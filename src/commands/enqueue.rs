@@ -191,56 +191,57 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         .iter()
         .filter_map(|p| Some((Queue::parse(&p.queue)?, p.id)))
         .collect();
-    // A child that exists already is a duplicate, whatever became of its parents since (a
-    // retried flow): checked before them.
-    if let (Some(id), false) = (requested.as_ref(), parents.is_empty()) {
-        let exists = with_queue(ctx, queue, Access::ReadWrite, |store| {
-            let member = Text::Borrowed(id_text);
-            let name = store.row_name(id, &member)?;
-            store.check_access(&[KeyRef::Row(&name)])?;
-            Ok::<_, EmqError>(store.probe(&name)? != Holds::Nothing)
-        })?;
-        if exists {
-            counters::count(&counters::DUPLICATES, 1);
-            return Ok(Reply::Integer(0));
-        }
-    }
-    flows::adopt_in_reach(ctx, queue, requested.as_ref(), &parents, false)?;
     let flow = Flow {
         children: options.children,
         parents: (!options.parents.is_empty()).then(|| write_parents(&options.parents)),
     };
-    let added = with_queue(ctx, queue, Access::ReadWrite, |store| {
-        // A well-formed id is canonical (parse and encode are inverse), so the client's own
-        // argument string is the set member: no copy.
-        let member = Text::Borrowed(id_text);
-        let job = requested.map(|id| Job {
-            id,
-            member: &member,
-        });
-        let added = enqueue_flow(
-            store,
-            job,
-            &Text::Borrowed(payload),
-            options.placement,
-            options.priority,
-            options.unique.as_ref(),
-            &flow,
-        )?;
-        if options.unique.is_some() && matches!(added, Added::New | Added::Minted(_)) {
-            // The unique table's sweep is the timer's: its next round, unless one is nearer.
-            timer::watch_unique(ctx, queue, now_ms() as i64 + SWEEP_ROUND_MS);
-        }
-        Ok(added)
-    })?;
-    let child = match added {
-        Added::New => requested,
-        Added::Minted(id) => Some(id),
-        Added::Duplicate | Added::Held(_) => None,
+    // The child's own enqueue, run inside the stores of its parents in reach, which check it
+    // before and register it after (`refusal`: the first of theirs).
+    let mut enqueue = |refusal: Option<EmqError>| {
+        with_queue(ctx, queue, Access::ReadWrite, |store| {
+            // A well-formed id is canonical (parse and encode are inverse), so the client's own
+            // argument string is the set member: no copy.
+            let member = Text::Borrowed(id_text);
+            if let Some(refusal) = refusal {
+                // A child that exists already is a duplicate, whatever became of its parents
+                // since (a retried flow): that answers before their refusal. (With no refusal,
+                // the enqueue itself finds it.)
+                if let Some(id) = requested.as_ref() {
+                    let name = store.row_name(id, &member)?;
+                    store.check_access(&[KeyRef::Row(&name)])?;
+                    if store.probe(&name)? != Holds::Nothing {
+                        counters::count(&counters::DUPLICATES, 1);
+                        return Ok((Added::Duplicate, None));
+                    }
+                }
+                return Err(refusal);
+            }
+            let job = requested.map(|id| Job {
+                id,
+                member: &member,
+            });
+            let added = enqueue_flow(
+                store,
+                job,
+                &Text::Borrowed(payload),
+                options.placement,
+                options.priority,
+                options.unique.as_ref(),
+                &flow,
+            )?;
+            if options.unique.is_some() && matches!(added, Added::New | Added::Minted(_)) {
+                // The unique table's sweep is the timer's: its next round, unless one is nearer.
+                timer::watch_unique(ctx, queue, now_ms() as i64 + SWEEP_ROUND_MS);
+            }
+            let child = match added {
+                Added::New => requested,
+                Added::Minted(id) => Some(id),
+                Added::Duplicate | Added::Held(_) => None,
+            };
+            Ok((added, child))
+        })
     };
-    if let (Some(child), false) = (child, parents.is_empty()) {
-        flows::adopt_in_reach(ctx, queue, Some(&child), &parents, true)?;
-    }
+    let (added, _) = flows::adopting(ctx, queue, requested.as_ref(), &parents, None, &mut enqueue)?;
     Ok(match added {
         Added::New => Reply::Integer(1),
         Added::Duplicate => Reply::Integer(0),

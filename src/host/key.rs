@@ -207,8 +207,23 @@ impl<'n> Key<'n> {
     /// `HMGET key f1 f2 f3`: three fields in one call of the server's hash read, which looks
     /// each up as `HGET` does but makes one call, one type check and one argument walk of
     /// them (the claim and the settle each read three fields of every job's row).
+    #[inline]
     pub fn hash_get3(&self, fields: [Str<'_>; 3]) -> [Option<OwnedString>; 3] {
-        let none = || [None, None, None];
+        self.hash_get_n(fields)
+    }
+
+    /// `HMGET key f1 f2 f3 f4`, as [`Key::hash_get3`] (a parent's hand-over reads its child's
+    /// field and three counters).
+    #[inline]
+    pub fn hash_get4(&self, fields: [Str<'_>; 4]) -> [Option<OwnedString>; 4] {
+        self.hash_get_n(fields)
+    }
+
+    /// `HMGET` of three or four fields (none for another count: a C variadic call cannot take
+    /// a slice, so one call is written for each count).
+    #[inline(always)]
+    fn hash_get_n<const N: usize>(&self, fields: [Str<'_>; N]) -> [Option<OwnedString>; N] {
+        let none = || [(); N].map(|()| None);
         if self.holds() != Holds::Hash {
             return none();
         }
@@ -217,23 +232,26 @@ impl<'n> Key<'n> {
         };
         // The crate's `hash_get_multi` copies each field name into a new server string per
         // call; these names are made once at load.
-        let mut values: [*mut raw::RedisModuleString; 3] = [ptr::null_mut(); 3];
-        let [v0, v1, v2] = &mut values;
+        let mut values: [*mut raw::RedisModuleString; N] = [ptr::null_mut(); N];
+        let v = values.as_mut_ptr();
+        let (k, all, end) = (
+            key.as_ptr(),
+            raw::REDISMODULE_HASH_NONE as c_int,
+            ptr::null::<c_char>(),
+        );
+        // Field i and its value's slot (i < N in each arm below).
+        let p = |i: usize| (fields[i].as_ptr(), v.wrapping_add(i));
         // SAFETY: the key is an open hash; the fields are server strings; the variadic list is
-        // field, value pointer pairs, NULL-terminated. Each value is an auto-memory-free string
-        // we take ownership of (NULL for a missing field).
+        // field, value pointer pairs, NULL-terminated, each value pointer one of `values`'
+        // slots. Each value is an auto-memory-free string we take ownership of (NULL for a
+        // missing field).
+        #[rustfmt::skip]
         unsafe {
-            f(
-                key.as_ptr(),
-                raw::REDISMODULE_HASH_NONE as c_int,
-                fields[0].as_ptr(),
-                v0 as *mut *mut raw::RedisModuleString,
-                fields[1].as_ptr(),
-                v1 as *mut *mut raw::RedisModuleString,
-                fields[2].as_ptr(),
-                v2 as *mut *mut raw::RedisModuleString,
-                ptr::null::<c_char>(),
-            )
+            match N {
+                3 => f(k, all, p(0).0, p(0).1, p(1).0, p(1).1, p(2).0, p(2).1, end),
+                4 => f(k, all, p(0).0, p(0).1, p(1).0, p(1).1, p(2).0, p(2).1, p(3).0, p(3).1, end),
+                _ => return none(),
+            }
         };
         values.map(|v| OwnedString::adopt(self.ctx, v))
     }

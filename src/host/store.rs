@@ -1,23 +1,30 @@
 //! The host's [`Store`]: one queue's keys in the server. Every write fires the keyspace event
 //! its native command would and replicates its effect (through the effects gate); names of the
-//! queue's sets come from the name cache, so the hot paths create no string for them.
-//! Over 600 lines: the one implementation of the `Store` trait, whose methods share one call's
-//! open keys, name cache and `meta` facts, and so stay in one `impl`.
+//! queue's sets come from the name cache, so the hot paths create no string for them. The
+//! trait's one `impl` is here; what it does for hashes by field name ([`hash`]), the `meta`
+//! hash ([`meta`]) and the hand-overs a call keeps ([`handover`]) is each in a file of its own.
+
+mod handover;
+mod hash;
+mod meta;
+mod names;
+
+pub use handover::{set_hand_over, HandOver};
+pub use names::QueueNames;
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::marker::PhantomData;
-use std::sync::OnceLock;
 
-use valkey_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context};
+use valkey_module::{CallOptionsBuilder, CallResult, Context};
 
 use crate::protocol::flow::Delivery;
 use crate::protocol::{
-    BrandedId, EmqError, Field, Holds, KeyBuf, KeyRef, KeyType, Meta, Queue, RowPrefix, ScanStep,
-    Set, State, Store, Table, Value,
+    slot, BrandedId, EmqError, Field, Holds, KeyRef, Meta, Queue, RowPrefix, ScanStep, Set, State,
+    Store, Table, Value,
 };
 
 use super::acl::{check_permission, Access};
-use super::client::{selected_db, Flags};
+use super::client::Flags;
 use super::key::{announcing_expiry, Key};
 use super::meta_cache::{self, MetaFacts};
 use super::propagate::{
@@ -26,66 +33,6 @@ use super::propagate::{
 use super::server::now_ms;
 use super::string::{OwnedString, Text};
 use super::words::words;
-
-/// The names of a queue's keys (its four sets, `meta` and `events`), each made when first
-/// asked for.
-pub struct QueueNames<'q> {
-    ctx: &'q Context,
-    queue: Queue<'q>,
-    names: [OnceCell<OwnedString>; Set::COUNT + 2 + Table::COUNT],
-}
-
-impl<'q> QueueNames<'q> {
-    #[inline]
-    pub fn new(ctx: &'q Context, queue: Queue<'q>) -> Self {
-        Self {
-            ctx,
-            queue,
-            names: Default::default(),
-        }
-    }
-
-    #[inline]
-    pub fn get(&self, set: Set) -> Result<&OwnedString, EmqError> {
-        self.named(set.index(), set.key_type())
-    }
-
-    #[inline]
-    fn meta(&self) -> Result<&OwnedString, EmqError> {
-        self.named(Set::COUNT, KeyType::Meta)
-    }
-
-    #[inline(always)]
-    fn events(&self) -> Result<&OwnedString, EmqError> {
-        self.named(Set::COUNT + 1, KeyType::Events)
-    }
-
-    /// The name of one of the queue's tables.
-    pub fn table(&self, table: Table) -> Result<&OwnedString, EmqError> {
-        self.named(Set::COUNT + 2 + table as usize, table.key_type())
-    }
-
-    #[inline]
-    fn named(&self, i: usize, ty: KeyType) -> Result<&OwnedString, EmqError> {
-        let cell = &self.names[i];
-        if let Some(name) = cell.get() {
-            return Ok(name);
-        }
-        let name = OwnedString::cached(self.ctx, KeyBuf::queue(self.queue, ty).as_bytes())?;
-        Ok(cell.get_or_init(|| name))
-    }
-}
-
-/// What delivers the hand-overs a transition kept (`Store::defer`) once it ended, over the
-/// same store: `runtime::flows`, installed at load (the host does not reach up to it).
-pub type HandOver = for<'s, 'a> fn(&ServerStore<'s, 'a>, Vec<Delivery>);
-
-static HAND_OVER: OnceLock<HandOver> = OnceLock::new();
-
-/// Installs the delivery of hand-overs (module load).
-pub fn set_hand_over(f: HandOver) {
-    let _ = HAND_OVER.set(f);
-}
 
 /// Runs `f` over the store of `queue`, whose permissions are checked for `access`. The store
 /// writes strings that live for `'a` (a command's arguments) without copying them. The
@@ -111,40 +58,10 @@ pub fn with_queue<'a, R>(
     };
     let out = f(&store);
     if !store.deferred.borrow().is_empty() {
-        let deferred = store.take_deferred();
-        if let Some(hand_over) = HAND_OVER.get() {
-            hand_over(&store, deferred);
-        }
+        handover::deliver(&store);
     }
     out
 }
-
-/// Where a `meta` hash read is not cached: inside `MULTI` or a script.
-const CACHE_UNSAFE: u32 = raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA;
-
-/// Every fact of an open `meta` hash.
-fn read_meta(key: &Key<'_>) -> Result<MetaFacts, EmqError> {
-    Ok(match key.hash_fields(META_WALK) {
-        // A hash of a few fields (the usual one): one walk reads them all.
-        Some(fields) => {
-            let mut facts = MetaFacts::default();
-            for (name, value) in fields {
-                if let Some(f) = Meta::ALL.iter().find(|f| f.as_bytes() == name) {
-                    facts[f.index()] = Some(value);
-                }
-            }
-            facts
-        }
-        None => {
-            let words = words()?;
-            Meta::ALL.map(|f| key.hash_get(words.meta(f)).map(|v| v.bytes().to_vec()))
-        }
-    })
-}
-
-/// Most fields of a `meta` hash read in one walk; a bigger one (written by hand) is read a
-/// fact at a time.
-const META_WALK: usize = 16;
 
 /// One queue's keys, open for one call (`'s`), writing strings that live for `'a`.
 pub struct ServerStore<'s, 'a> {
@@ -503,45 +420,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         row: &Key<'_>,
         fields: &[(Field, Value<'_, Text<'a>>)],
     ) -> Result<(), EmqError> {
-        let words = words()?;
-        // The strings made for this write (a number past the small ones, an error text), kept
-        // until it is done.
-        let mut made: [Option<OwnedString>; 4] = Default::default();
-        if fields.is_empty() || fields.len() > made.len() {
-            return Err(EmqError::Internal);
-        }
-        for ((_, value), slot) in fields.iter().zip(made.iter_mut()) {
-            *slot = match value {
-                Value::Int(n) if words.small(*n).is_some() => None,
-                Value::State(_) | Value::Text(_) => None,
-                Value::Int(n) => Some(OwnedString::from_i64(self.ctx, *n)?),
-                Value::Bytes(b) => Some(OwnedString::new(self.ctx, b)?),
-            };
-        }
-        let name = row.name().as_str();
-        let mut pairs = [(name, name); 4];
-        for (pair, ((field, value), made)) in pairs.iter_mut().zip(fields.iter().zip(&made)) {
-            let value = match (value, made) {
-                (_, Some(s)) => s.as_str(),
-                (Value::State(s), None) => words.state(*s),
-                (Value::Text(t), None) => t.as_str(),
-                (Value::Int(n), None) => words.small(*n).ok_or(EmqError::Internal)?,
-                (Value::Bytes(_), None) => return Err(EmqError::Internal),
-            };
-            *pair = (words.field(*field), value);
-        }
-        let pairs = &pairs[..fields.len()];
-        // One call for every field, in the order given.
-        row.hash_set(pairs)?;
-        // The effect: `HSET row field value ...`.
-        let mut args = [name; 9];
-        for (i, (field, value)) in pairs.iter().enumerate() {
-            args[1 + 2 * i] = *field;
-            args[2 + 2 * i] = *value;
-        }
-        notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
-        emit(self.ctx, c"HSET", &args[..1 + 2 * pairs.len()]);
-        Ok(())
+        self.hset(row, None, fields)
     }
 
     #[inline]
@@ -552,36 +431,40 @@ impl<'a> Store for ServerStore<'_, 'a> {
         Ok(())
     }
 
-    fn row_get(&self, row: &Key<'_>, field: &[u8]) -> Option<Text<'a>> {
-        let field = OwnedString::new(self.ctx, field).ok()?;
-        row.hash_get(field.as_str()).map(Text::Owned)
+    #[inline]
+    fn row_get_with3(
+        &self,
+        row: &Key<'_>,
+        field: &Text<'a>,
+        fields: [Field; 3],
+    ) -> (Option<Text<'a>>, [Option<Text<'a>>; 3]) {
+        self.named_fields(row, field, fields)
     }
 
-    fn row_set(&self, row: &Key<'_>, pairs: &[(&[u8], &[u8])]) -> Result<(), EmqError> {
-        if pairs.is_empty() {
-            return Ok(());
-        }
-        let mut made = Vec::with_capacity(pairs.len());
-        for (field, value) in pairs {
-            made.push((
-                OwnedString::new(self.ctx, field)?,
-                OwnedString::new(self.ctx, value)?,
-            ));
-        }
-        let strs: Vec<_> = made.iter().map(|(f, v)| (f.as_str(), v.as_str())).collect();
-        row.hash_set(&strs)?;
-        let mut args = Vec::with_capacity(1 + 2 * strs.len());
-        args.push(row.name().as_str());
-        for (f, v) in &strs {
-            args.extend([*f, *v]);
-        }
-        notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
-        emit(self.ctx, c"HSET", &args);
-        Ok(())
+    fn set_named(
+        &self,
+        row: &Key<'_>,
+        named: (&Text<'a>, &[u8]),
+        fields: &[(Field, Value<'_, Text<'a>>)],
+    ) -> Result<(), EmqError> {
+        self.hset(row, Some(named), fields)
     }
 
     fn row_scan(&self, row: &OwnedString, cursor: u64, count: usize) -> Result<ScanStep, EmqError> {
-        hscan(self.ctx, row, cursor, count)
+        hash::hscan(self.ctx, row, cursor, count)
+    }
+
+    fn reaches_all(&self, queues: &mut dyn Iterator<Item = &[u8]>) -> bool {
+        if !Flags::of(self.ctx).cluster() {
+            return true;
+        }
+        let own = slot(self.queue_name());
+        for queue in queues {
+            if slot(queue) != own {
+                return false;
+            }
+        }
+        true
     }
 
     fn defer(&self, delivery: Delivery) {
@@ -603,65 +486,17 @@ impl<'a> Store for ServerStore<'_, 'a> {
 
     #[inline]
     fn meta(&self, field: Meta) -> Result<Option<Vec<u8>>, EmqError> {
-        // A transition looks only where a meta hash may be; a read command (`EMQ.STATS`)
-        // always looks.
-        if self.access == Access::ReadWrite && !meta_cache::may_exist() {
-            return Ok(None);
-        }
-        if let Some(facts) = self.meta.borrow().as_ref() {
-            return Ok(facts[field.index()].clone());
-        }
-        let key = Key::probe(self.ctx, self.names.meta()?)?;
-        let facts: MetaFacts = match key.holds() {
-            Holds::Nothing => Default::default(),
-            Holds::Hash => self.cached_meta(&key)?,
-            _ => return Err(EmqError::WrongType),
-        };
-        let value = facts[field.index()].clone();
-        *self.meta.borrow_mut() = Some(facts);
-        Ok(value)
+        self.meta_fact(field)
     }
 
     #[inline]
     fn set_meta(&self, field: Meta, value: &[u8]) -> Result<(), EmqError> {
-        let name = self.names.meta()?;
-        meta_cache::meta_may_exist();
-        *self.meta.borrow_mut() = None;
-        let key = Key::open(self.ctx, name)?;
-        if !matches!(key.holds(), Holds::Nothing | Holds::Hash) {
-            return Err(EmqError::WrongType);
-        }
-        let field = OwnedString::new(self.ctx, field.as_bytes())?;
-        let value = OwnedString::new(self.ctx, value)?;
-        key.hash_set(&[(field.as_str(), value.as_str())])?;
-        notify(self.ctx, NOTIFY_HASH, c"hset", name);
-        emit(
-            self.ctx,
-            c"HSET",
-            &[name.as_str(), field.as_str(), value.as_str()],
-        );
-        Ok(())
+        self.set_meta_fact(field, value)
     }
 
     #[inline]
     fn del_meta(&self, field: Meta) -> Result<bool, EmqError> {
-        let name = self.names.meta()?;
-        *self.meta.borrow_mut() = None;
-        meta_cache::meta_changed();
-        let key = Key::open(self.ctx, name)?;
-        if !matches!(key.holds(), Holds::Nothing | Holds::Hash) {
-            return Err(EmqError::WrongType);
-        }
-        if !key.hash_del(words()?.meta(field))? {
-            return Ok(false);
-        }
-        notify(self.ctx, NOTIFY_HASH, c"hdel", name);
-        if key.holds() == Holds::Nothing || key.is_empty() {
-            notify(self.ctx, NOTIFY_GENERIC, c"del", name);
-        }
-        let field = OwnedString::new(self.ctx, field.as_bytes())?;
-        emit(self.ctx, c"HDEL", &[name.as_str(), field.as_str()]);
-        Ok(true)
+        self.del_meta_fact(field)
     }
 
     #[inline(always)]
@@ -716,120 +551,22 @@ impl<'a> Store for ServerStore<'_, 'a> {
     }
 
     fn table_get(&self, table: Table, field: &[u8]) -> Result<Option<Text<'a>>, EmqError> {
-        let key = self.open_table(table)?;
-        let field = OwnedString::new(self.ctx, field)?;
-        Ok(key.hash_get(field.as_str()).map(Text::Owned))
+        self.table_field(table, field)
     }
 
     fn table_set(&self, table: Table, field: &[u8], value: &[u8]) -> Result<(), EmqError> {
-        let key = self.open_table(table)?;
-        let (field, value) = (
-            OwnedString::new(self.ctx, field)?,
-            OwnedString::new(self.ctx, value)?,
-        );
-        key.hash_set(&[(field.as_str(), value.as_str())])?;
-        notify(self.ctx, NOTIFY_HASH, c"hset", key.name());
-        emit(
-            self.ctx,
-            c"HSET",
-            &[key.name().as_str(), field.as_str(), value.as_str()],
-        );
-        Ok(())
+        self.set_table_field(table, field, value)
     }
 
     fn table_del(&self, table: Table, field: &[u8]) -> Result<bool, EmqError> {
-        let key = self.open_table(table)?;
-        let field = OwnedString::new(self.ctx, field)?;
-        if !key.hash_del(field.as_str())? {
-            return Ok(false);
-        }
-        notify(self.ctx, NOTIFY_HASH, c"hdel", key.name());
-        if key.is_empty() {
-            notify(self.ctx, NOTIFY_GENERIC, c"del", key.name());
-        }
-        emit(self.ctx, c"HDEL", &[key.name().as_str(), field.as_str()]);
-        Ok(true)
+        self.del_table_field(table, field)
     }
 
     fn table_len(&self, table: Table) -> Result<u64, EmqError> {
-        Ok(self.open_table(table)?.len())
+        self.table_size(table)
     }
 
     fn table_scan(&self, table: Table, cursor: u64, count: usize) -> Result<ScanStep, EmqError> {
-        let name = self.names.table(table)?;
-        if self.open_table(table)?.holds() == Holds::Nothing {
-            return Ok((0, Vec::new()));
-        }
-        hscan(self.ctx, name, cursor, count)
+        self.scan_table(table, cursor, count)
     }
-}
-
-impl ServerStore<'_, '_> {
-    /// The facts of the queue's `meta` hash, `key`: from the cache while the hash is unchanged.
-    fn cached_meta(&self, key: &Key<'_>) -> Result<MetaFacts, EmqError> {
-        let generation = meta_cache::generation();
-        let len = key.len();
-        let flags = Flags::of(self.ctx);
-        let cacheable =
-            !flags.has_any(CACHE_UNSAFE) && (flags.primary() || meta_cache::hash_writes_are_seen());
-        let id = (selected_db(self.ctx), self.names.queue.as_bytes().to_vec());
-        if cacheable {
-            if let Some(facts) = meta_cache::lookup(&id, generation, len) {
-                return Ok(facts);
-            }
-        }
-        let facts = read_meta(key)?;
-        if cacheable {
-            meta_cache::remember(id, generation, len, facts.clone());
-        }
-        Ok(facts)
-    }
-
-    /// Opens a table, a hash or missing (`WRONGTYPE` otherwise).
-    fn open_table(&self, table: Table) -> Result<Key<'_>, EmqError> {
-        let name = self.names.table(table)?;
-        let key = match self.access {
-            Access::Read => Key::open_read(self.ctx, name)?,
-            Access::ReadWrite => Key::open(self.ctx, name)?,
-        };
-        match key.holds() {
-            Holds::Nothing | Holds::Hash => Ok(key),
-            _ => Err(EmqError::WrongType),
-        }
-    }
-}
-
-/// One step of `HSCAN name cursor COUNT count`: the next cursor and the fields with their values.
-fn hscan(
-    ctx: &Context,
-    name: &OwnedString,
-    cursor: u64,
-    count: usize,
-) -> Result<ScanStep, EmqError> {
-    let (cursor, count) = (cursor.to_string(), count.to_string());
-    let args: [&[u8]; 4] = [name.bytes(), cursor.as_bytes(), b"COUNT", count.as_bytes()];
-    // The crate has no safe `RM_ScanKey`, whose cursor cannot outlive the call; `HSCAN`'s
-    // is a number, so a sweep resumes on the next visit. A read: nothing to replicate.
-    let options = CallOptionsBuilder::new().build();
-    let reply: CallResult = ctx.call_ext("HSCAN", &options, &args[..]);
-    let Ok(CallReply::Array(reply)) = reply else {
-        return Err(EmqError::Internal);
-    };
-    let bytes = |r: Option<CallResult<'_>>| match r {
-        Some(Ok(CallReply::String(s))) => Some(s.as_bytes().to_vec()),
-        _ => None,
-    };
-    let next = bytes(reply.get(0))
-        .and_then(|c| std::str::from_utf8(&c).ok()?.parse::<u64>().ok())
-        .ok_or(EmqError::Internal)?;
-    let Some(Ok(CallReply::Array(items))) = reply.get(1) else {
-        return Err(EmqError::Internal);
-    };
-    let mut fields = Vec::with_capacity(items.len() / 2);
-    for i in (0..items.len()).step_by(2) {
-        if let (Some(f), Some(v)) = (bytes(items.get(i)), bytes(items.get(i + 1))) {
-            fields.push((f, v));
-        }
-    }
-    Ok((next, fields))
 }

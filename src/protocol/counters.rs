@@ -37,6 +37,9 @@ pub static PARKED: AtomicU64 = AtomicU64::new(0);
 pub static RELEASED: AtomicU64 = AtomicU64::new(0);
 /// Hand-overs a parent refused (gone, not waiting, or with all its children).
 pub static ORPHANED: AtomicU64 = AtomicU64::new(0);
+/// Hand-overs neither a parent nor the outbox could take (the outbox key holds another type,
+/// met by the timer's burial of an expired lease, which is never refused): logged, and lost.
+pub static HANDOVERS_LOST: AtomicU64 = AtomicU64::new(0);
 
 /// Timer ticks: one every 10 ms while something is due, none while nothing is.
 pub static TICKS: AtomicU64 = AtomicU64::new(0);
@@ -48,7 +51,7 @@ pub static TICKS_AT_BUDGET: AtomicU64 = AtomicU64::new(0);
 pub static VISITS_REFUSED: AtomicU64 = AtomicU64::new(0);
 
 /// The job counters of `INFO emq`, by field name.
-pub static JOB_COUNTERS: [(&str, &AtomicU64); 21] = [
+pub static JOB_COUNTERS: [(&str, &AtomicU64); 22] = [
     ("enqueued", &ENQUEUED),
     ("duplicates", &DUPLICATES),
     ("scheduled", &SCHEDULED),
@@ -70,6 +73,7 @@ pub static JOB_COUNTERS: [(&str, &AtomicU64); 21] = [
     ("parked", &PARKED),
     ("released", &RELEASED),
     ("orphaned", &ORPHANED),
+    ("handovers_lost", &HANDOVERS_LOST),
 ];
 
 /// Refusals by reason, in the order of [`REFUSAL_REASONS`].

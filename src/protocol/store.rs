@@ -257,14 +257,31 @@ pub trait Store {
 
     // ---- a row's fields by name: a parent's children (protocol::flow) ----
 
-    /// `HGET row field`, for a field named at run time.
-    fn row_get(&self, row: &Self::Row<'_>, field: &[u8]) -> Option<Self::Text>;
-    /// `HSET row field value ...`, for fields named at run time.
-    fn row_set(&self, row: &Self::Row<'_>, pairs: &[(&[u8], &[u8])]) -> Result<(), EmqError>;
+    /// `HMGET row field a b c`: a field named at run time (a child's, in a store text) and
+    /// three others, read together.
+    fn row_get_with3(
+        &self,
+        row: &Self::Row<'_>,
+        field: &Self::Text,
+        fields: [Field; 3],
+    ) -> (Option<Self::Text>, [Option<Self::Text>; 3]);
+    /// `HSET row field value a va ...`: a field named at run time, then up to three others,
+    /// in one write with one event and one effect.
+    fn set_named(
+        &self,
+        row: &Self::Row<'_>,
+        named: (&Self::Text, &[u8]),
+        fields: &[(Field, Value<'_, Self::Text>)],
+    ) -> Result<(), EmqError>;
     /// One step of `HSCAN row cursor COUNT count`, as [`Store::table_scan`].
     fn row_scan(&self, row: &Self::Name, cursor: u64, count: usize) -> Result<ScanStep, EmqError>;
 
     // ---- hand-overs to parents, made by a transition and delivered after it ----
+
+    /// Whether a call on this queue reaches every one of `queues`' keys (docs/flows.md):
+    /// always on a server that is no cluster node; on one, when they share this queue's slot. A
+    /// hand-over to a parent out of reach goes to the outbox.
+    fn reaches_all(&self, queues: &mut dyn Iterator<Item = &[u8]>) -> bool;
 
     /// Keeps a finished child's hand-over for the caller to deliver once the transition ends.
     fn defer(&self, delivery: Delivery);

@@ -240,17 +240,23 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
         new.priority,
         new.unique.map(|u| u.key),
     )?;
+    // A parent's counters are written with it, so each child's registration and hand-over
+    // finds them near the row's head rather than after its children's fields.
+    let counters = |n| {
+        [
+            (Field::Children, Value::Int(n)),
+            (Field::Adopted, Value::Int(0)),
+            (Field::Finished, Value::Int(0)),
+        ]
+    };
     match (new.flow.children, &new.flow.parents) {
         (None, None) => {}
-        (Some(n), None) => store.set_fields(&row, &[(Field::Children, Value::Int(n))])?,
+        (Some(n), None) => store.set_fields(&row, &counters(n))?,
         (None, Some(p)) => store.set_fields(&row, &[(Field::Parents, Value::Bytes(p))])?,
-        (Some(n), Some(p)) => store.set_fields(
-            &row,
-            &[
-                (Field::Children, Value::Int(n)),
-                (Field::Parents, Value::Bytes(p)),
-            ],
-        )?,
+        (Some(n), Some(p)) => {
+            let [c, a, f] = counters(n);
+            store.set_fields(&row, &[c, a, f, (Field::Parents, Value::Bytes(p))])?
+        }
     }
     store.add(set, score, job.member)?;
     if let Some(unique) = new.unique {

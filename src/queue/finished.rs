@@ -3,26 +3,40 @@
 //! `queue::flow`, so the transitions that finish a job (`lease`, `promote`, `job`) and the
 //! parent's side that buries a parent (`flow`) import it without a cycle.
 
-use crate::protocol::flow::{read_parents, Delivery, Outcome};
-use crate::protocol::{BrandedId, EmqError, Field, Store};
+use crate::protocol::flow::{parent_queues, read_parents, Delivery, Outcome};
+use crate::protocol::{BrandedId, EmqError, Field, Store, Table};
+
+/// A finishing job's `parents` field, read before its transition's first write (`None` for a
+/// job that is no child: one field read). A job with a parent out of reach needs the queue's
+/// outbox for that hand-over: a key of another type there refuses the transition
+/// (`WRONGTYPE`), nothing written.
+pub fn parents<S: Store>(store: &S, row: &S::Row<'_>) -> Result<Option<S::Text>, EmqError> {
+    let parents = store.field(row, Field::Parents);
+    if let Some(text) = &parents {
+        if !store.reaches_all(&mut parent_queues(store.bytes(text))) {
+            store.table_len(Table::Outbox)?;
+        }
+    }
+    Ok(parents)
+}
 
 /// The child's side, as its last transition writes it (ack, death, cancel): one hand-over
-/// kept per parent its row names (`Store::defer`), to be delivered once the call's
-/// transitions end. A job with no parents reads one field and keeps nothing.
+/// kept per parent in `parents` (its row's field, read by [`parents`]), to be delivered once
+/// the call's transitions end (`Store::defer`).
 pub fn keep_hand_overs<S: Store>(
     store: &S,
-    row: &S::Row<'_>,
+    parents: Option<&S::Text>,
     member: &S::Text,
     outcome: Outcome,
     data: &[u8],
-) -> Result<(), EmqError> {
-    let Some(parents) = store.field(row, Field::Parents) else {
-        return Ok(());
+) {
+    let Some(parents) = parents else {
+        return;
     };
     let Some(child) = BrandedId::parse(store.bytes(member)) else {
-        return Ok(());
+        return;
     };
-    for parent in read_parents(store.bytes(&parents)) {
+    for parent in read_parents(store.bytes(parents)) {
         store.defer(Delivery {
             child_queue: store.queue_name().to_vec(),
             child,
@@ -31,5 +45,4 @@ pub fn keep_hand_overs<S: Store>(
             data: data.to_vec(),
         });
     }
-    Ok(())
 }

@@ -13,6 +13,7 @@ use crate::protocol::{
     BrandedId, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Table, Value,
 };
 
+use super::finished;
 use super::promote::bury;
 use super::{count_of, priority, record, set_state};
 
@@ -37,35 +38,87 @@ fn refused(store: &impl Store, id: &BrandedId, why: &str) -> EmqError {
     EmqError::Parent(format!("parent {queue} {id} {why}").into())
 }
 
-/// Registers child `child` (`None`: one whose id is not minted yet, checked only) with the
-/// waiting parent `parent` of this queue: `true` when it registers now, `false` when it was
-/// registered before. Refused (`EMQPARENT`) when the parent does not exist, is not waiting,
-/// or has registered all its children; with `write` false, nothing is written.
-pub fn adopt<S: Store>(
+/// Checks child `child` (`None`: one whose id is not minted yet) with the waiting parent
+/// `parent` of this queue, then runs `enqueue` (the child's own enqueue, given this parent's
+/// refusal if any: nothing may be written then), then registers the child it answers
+/// (`Some`), in one pass over the parent's row: one open, one read of its counters, one
+/// write. Refused (`EMQPARENT`) when the parent does not exist, is not waiting, or has
+/// registered all its children. A child registered before stays registered, whatever became
+/// of the parent since: a retried flow finds it so, and nothing is written.
+pub fn adopt_around<S: Store, R>(
     store: &S,
     parent: &BrandedId,
-    child: Option<(&[u8], &BrandedId)>,
-    write: bool,
-) -> Result<bool, EmqError> {
-    let p = Parent::name(store, parent)?;
-    store.check_access(&[KeyRef::Row(&p.row)])?;
-    let row = store.open_row(&p.row)?;
-    match store.holds(&row) {
+    child_queue: &[u8],
+    child: Option<&BrandedId>,
+    enqueue: impl FnOnce(Option<EmqError>) -> Result<(R, Option<BrandedId>), EmqError>,
+) -> Result<(R, Option<BrandedId>), EmqError> {
+    let p = match Parent::name(store, parent) {
+        Ok(p) => p,
+        Err(e) => return enqueue(Some(e)),
+    };
+    let row = match store
+        .check_access(&[KeyRef::Row(&p.row)])
+        .and_then(|()| store.open_row(&p.row))
+    {
+        Ok(row) => row,
+        Err(e) => return enqueue(Some(e)),
+    };
+    // The child's field, named once for the check and the write (a minted child's after).
+    let field = match child.map(|c| store.text(&child_field(child_queue, c))) {
+        Some(Err(e)) => return enqueue(Some(e)),
+        field => field.and_then(Result::ok),
+    };
+    let adopted = match adoption(store, &row, parent, field.as_ref()) {
+        Ok(Some(adopted)) => adopted,
+        Ok(None) => return enqueue(None),
+        Err(e) => return enqueue(Some(e)),
+    };
+    let (out, added) = enqueue(None)?;
+    if let Some(child) = &added {
+        let field = match field {
+            Some(field) => field,
+            None => store.text(&child_field(child_queue, child))?,
+        };
+        register(store, &row, &field, adopted)?;
+    }
+    Ok((out, added))
+}
+
+/// Writes a child's registration: its field, waiting, and the parent's `adopted` count.
+fn register<S: Store>(
+    store: &S,
+    row: &S::Row<'_>,
+    field: &S::Text,
+    adopted: i64,
+) -> Result<(), EmqError> {
+    store.set_named(
+        row,
+        (field, Outcome::Waiting.as_bytes()),
+        &[(Field::Adopted, Value::Int(adopted + 1))],
+    )
+}
+
+/// [`adopt_around`]'s check: the parent's `adopted` count while it has room for a child,
+/// `None` for a child it registered before.
+fn adoption<S: Store>(
+    store: &S,
+    row: &S::Row<'_>,
+    parent: &BrandedId,
+    child: Option<&S::Text>,
+) -> Result<Option<i64>, EmqError> {
+    match store.holds(row) {
         Holds::Hash => {}
         Holds::Nothing => return Err(refused(store, parent, "does not exist")),
         _ => return Err(EmqError::WrongType),
     }
-    // A child registered before stays registered, whatever became of the parent since: a
-    // retried flow finds it so.
-    let field = child.map(|(queue, id)| child_field(queue, id));
-    if field
-        .as_ref()
-        .is_some_and(|f| store.row_get(&row, f).is_some())
-    {
-        return Ok(false);
+    let counters = [Field::State, Field::Adopted, Field::Children];
+    let (before, [state, adopted, children]) = match child {
+        Some(field) => store.row_get_with3(row, field, counters),
+        None => (None, store.fields3(row, counters)),
+    };
+    if before.is_some() {
+        return Ok(None);
     }
-    let [state, adopted, children] =
-        store.fields3(&row, [Field::State, Field::Adopted, Field::Children]);
     if state.as_ref().map(|s| store.bytes(s)) != Some(State::Waiting.as_bytes()) {
         return Err(refused(store, parent, "is not waiting for children"));
     }
@@ -77,18 +130,26 @@ pub fn adopt<S: Store>(
             &format!("has all its {children} children"),
         ));
     }
-    if write {
-        let field = field.ok_or(EmqError::Internal)?;
-        let adopted = (adopted + 1).to_string();
-        store.row_set(
-            &row,
-            &[
-                (&field, Outcome::Waiting.as_bytes()),
-                (Field::Adopted.as_bytes(), adopted.as_bytes()),
-            ],
-        )?;
+    Ok(Some(adopted))
+}
+
+/// `EMQ.ADOPT`: registers child `child` of `child_queue` with the waiting parent `parent`, as
+/// [`adopt_around`] does with nothing to enqueue: `true` when it registers now, `false` when
+/// it was registered before.
+pub fn adopt<S: Store>(
+    store: &S,
+    parent: &BrandedId,
+    child_queue: &[u8],
+    child: &BrandedId,
+) -> Result<bool, EmqError> {
+    let p = Parent::name(store, parent)?;
+    store.check_access(&[KeyRef::Row(&p.row)])?;
+    let row = store.open_row(&p.row)?;
+    let field = store.text(&child_field(child_queue, child))?;
+    match adoption(store, &row, parent, Some(&field))? {
+        Some(adopted) => register(store, &row, &field, adopted).map(|()| true),
+        None => Ok(false),
     }
-    Ok(true)
 }
 
 /// What a parent made of a hand-over.
@@ -112,71 +173,77 @@ impl Received {
     }
 }
 
-/// The parent's side of a hand-over (`EMQ.HANDOVER`, or in the child's own call): the child
-/// counts once, by its id. The last child releases a waiting parent to `pending` (or
+/// The parent's side of a hand-over (`EMQ.HANDOVER`, or in the child's own call): a child the
+/// parent registered counts once, by its id (the first outcome counts); one it never
+/// registered is an orphan. The last child releases a waiting parent to `pending` (or
 /// `schedule`, while its due time is ahead); a dead or cancelled one whose policy is `fail`
-/// buries it, naming the child.
+/// buries it, naming the child. Only the child that moves the parent touches more than its row:
+/// the others check, read (in one call) and write the row alone.
 pub fn receive<S: Store>(store: &S, d: &Delivery) -> Result<Received, EmqError> {
     let p = Parent::name(store, &d.parent.id)?;
-    store.check_access(&[
-        KeyRef::Row(&p.row),
-        KeyRef::Set(Set::Waiting),
-        KeyRef::Set(Set::Pending),
-        KeyRef::Set(Set::Schedule),
-        KeyRef::Set(Set::Dead),
-    ])?;
-    store.open_sets(&[Set::Waiting, Set::Pending, Set::Schedule, Set::Dead])?;
+    store.check_access(&[KeyRef::Row(&p.row)])?;
     let row = store.open_row(&p.row)?;
     if store.holds(&row) != Holds::Hash {
         counters::count(&ORPHANED, 1);
         return Ok(Received::Orphan);
     }
-    store.events()?;
-    let field = child_field(&d.child_queue, &d.child);
-    let registered = match store.row_get(&row, &field) {
+    let field = store.text(&child_field(&d.child_queue, &d.child))?;
+    let (before, [state, children, finished]) = store.row_get_with3(
+        &row,
+        &field,
+        [Field::State, Field::Children, Field::Finished],
+    );
+    match before {
+        None => {
+            counters::count(&ORPHANED, 1);
+            return Ok(Received::Orphan);
+        }
         Some(v) if read_child_value(store.bytes(&v)).0 != Outcome::Waiting => {
             return Ok(Received::Duplicate)
         }
-        Some(_) => true,
-        None => false,
+        Some(_) => {}
+    }
+    let finished = count_of(store, finished) + 1;
+    let fails = d.outcome.failed() && d.parent.policy == Policy::Fail;
+    let moves = state.as_ref().map(|s| store.bytes(s)) == Some(State::Waiting.as_bytes())
+        && (fails || finished >= count_of(store, children));
+    // The move's keys, checked before the first write.
+    let moves = moves && {
+        store.check_access(&[
+            KeyRef::Set(Set::Waiting),
+            KeyRef::Set(Set::Pending),
+            KeyRef::Set(Set::Schedule),
+            KeyRef::Set(Set::Dead),
+        ])?;
+        store.open_sets(&[Set::Waiting, Set::Pending, Set::Schedule, Set::Dead])?;
+        store.events()?;
+        store.score(Set::Waiting, &p.member).is_some()
     };
-    let state = store.field(&row, Field::State);
-    let waiting = state.as_ref().map(|s| store.bytes(s)) == Some(State::Waiting.as_bytes())
-        && store.score(Set::Waiting, &p.member).is_some();
-    let adopted = count_of(store, store.field(&row, Field::Adopted));
-    let children = count_of(store, store.field(&row, Field::Children));
-    if !registered && (!waiting || adopted >= children) {
-        counters::count(&ORPHANED, 1);
-        return Ok(Received::Orphan);
-    }
-    let finished = count_of(store, store.field(&row, Field::Finished)) + 1;
-    let value = child_value(d.outcome, &d.data);
-    let finished_text = finished.to_string();
-    let adopted_text = (adopted + 1).to_string();
-    let mut pairs: Vec<(&[u8], &[u8])> = vec![
-        (&field, &value),
-        (Field::Finished.as_bytes(), finished_text.as_bytes()),
-    ];
-    if !registered {
-        pairs.push((Field::Adopted.as_bytes(), adopted_text.as_bytes()));
-    }
-    store.row_set(&row, &pairs)?;
+    // A parent the child fails hands over to its own parents.
+    let grandparents = match moves && fails {
+        true => finished::parents(store, &row)?,
+        false => None,
+    };
+    store.set_named(
+        &row,
+        (&field, &child_value(d.outcome, &d.data)),
+        &[(Field::Finished, Value::Int(finished))],
+    )?;
     counters::count(&HANDED_OVER, 1);
-    if waiting {
-        if d.outcome.failed() && d.parent.policy == Policy::Fail {
-            let error = failed_by(&d.child_queue, &d.child, d.outcome, &d.data);
-            bury(
-                store,
-                Set::Waiting,
-                &p.member,
-                &row,
-                store.now_ms(),
-                Some(&error),
-            )?;
-            counters::count(&DEAD, 1);
-        } else if finished >= children {
-            release(store, &p.member, &row)?;
-        }
+    if moves && fails {
+        let error = failed_by(&d.child_queue, &d.child, d.outcome, &d.data);
+        bury(
+            store,
+            Set::Waiting,
+            &p.member,
+            &row,
+            store.now_ms(),
+            Some(&error),
+            grandparents.as_ref(),
+        )?;
+        counters::count(&DEAD, 1);
+    } else if moves {
+        release(store, &p.member, &row)?;
     }
     Ok(Received::Counted)
 }
@@ -198,11 +265,33 @@ fn release<S: Store>(store: &S, member: &S::Text, row: &S::Row<'_>) -> Result<()
     Ok(())
 }
 
+/// Where a requeued dead job goes (`EMQ.REQUEUE`): a parent whose children have not all
+/// finished back to `waiting`, for the last of them to release it as ever; any other job, a
+/// parent whose children all finished included, to `pending`, its handler seeing each child's
+/// outcome (the one that failed it too).
+pub fn requeued_to<S: Store>(store: &S, row: &S::Row<'_>) -> Set {
+    let Some(children) = store.field(row, Field::Children) else {
+        return Set::Pending;
+    };
+    let finished = count_of(store, store.field(row, Field::Finished));
+    if finished < count_of(store, Some(children)) {
+        Set::Waiting
+    } else {
+        Set::Pending
+    }
+}
+
 /// Keeps a hand-over its parent could not take in this call in the child queue's outbox, for a
 /// worker to deliver (`EMQ.OUTBOX`). The outbox is the queue's own bookkeeping of a transition
-/// the caller was let make: it is written without a permission check of its own.
+/// the caller was let make: it is written without a permission check of its own. An entry
+/// there already stays: the first outcome counts, as on the parent's side (a dead child
+/// requeued and finished again before its first hand-over was delivered).
 pub fn park<S: Store>(store: &S, d: &Delivery) -> Result<(), EmqError> {
-    store.table_set(Table::Outbox, &d.outbox_field(), &d.outbox_value())?;
+    let field = d.outbox_field();
+    if store.table_get(Table::Outbox, &field)?.is_some() {
+        return Ok(());
+    }
+    store.table_set(Table::Outbox, &field, &d.outbox_value())?;
     counters::count(&PARKED, 1);
     Ok(())
 }

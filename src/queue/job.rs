@@ -78,12 +78,16 @@ pub fn cancel_job<S: Store>(
         }
         _ => Vec::new(),
     };
+    let parents = match store.holds(&row) {
+        Holds::Nothing => None,
+        _ => finished::parents(store, &row)?,
+    };
     store.remove(from, member)?;
     record(store, Event::Cancelled, Some(member), || {
         attempts(store, &row)
     })?;
     if store.holds(&row) != Holds::Nothing {
-        finished::keep_hand_overs(store, &row, member, Outcome::Cancelled, b"")?;
+        finished::keep_hand_overs(store, parents.as_ref(), member, Outcome::Cancelled, b"");
         store.delete_row(&row)?;
     }
     counters::count(&CANCELLED, 1);
@@ -91,25 +95,46 @@ pub fn cancel_job<S: Store>(
 }
 
 /// `EMQ.REQUEUE`: moves a dead job back to pending with its attempts reset; whether it did.
-/// A job that is not dead is left alone.
+/// A job that is not dead is left alone. A parent whose children have not all finished goes
+/// back to `waiting` instead (`flow::requeued_to`).
 pub fn requeue<S: Store>(store: &S, target: &Target<'_, S>) -> Result<bool, EmqError> {
     let row = target.open(store)?;
     let member = target.job.member;
     if store.score(Set::Dead, member).is_none() || store.holds(&row) != Holds::Hash {
         return Ok(false);
     }
+    let to = flow::requeued_to(store, &row);
+    if to == Set::Waiting {
+        store.check_access(&[KeyRef::Set(Set::Waiting)])?;
+        store.open_sets(&[Set::Waiting])?;
+    }
+    revive(store, &row, member, to)?;
+    counters::count(&REQUEUED, 1);
+    Ok(true)
+}
+
+/// A dead job's new life, its attempts reset: out of `dead` into `to`, `pending` at its
+/// priority or `waiting` (a parent, with no due time). The sets are open and checked.
+pub(crate) fn revive<S: Store>(
+    store: &S,
+    row: &S::Row<'_>,
+    member: &S::Text,
+    to: Set,
+) -> Result<(), EmqError> {
     store.remove(Set::Dead, member)?;
-    let fence = fence_for_new_life(store, &row);
+    let fence = fence_for_new_life(store, row);
+    let (state, score) = match to {
+        Set::Waiting => (State::Waiting, 0),
+        _ => (State::Pending, priority(store, row)),
+    };
     store.set_fields(
-        &row,
+        row,
         &[
-            (Field::State, Value::State(State::Pending)),
+            (Field::State, Value::State(state)),
             (Field::Attempts, Value::Int(0)),
             (Field::Fence, Value::Int(fence)),
         ],
     )?;
-    store.add(Set::Pending, priority(store, &row), member)?;
-    record(store, Event::Requeued, Some(member), || 0)?;
-    counters::count(&REQUEUED, 1);
-    Ok(true)
+    store.add(to, score, member)?;
+    record(store, Event::Requeued, Some(member), || 0)
 }

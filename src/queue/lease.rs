@@ -71,8 +71,16 @@ pub fn ack<S: Store>(
 ) -> Result<(), EmqError> {
     let row = target.open(store)?;
     check_lease(store, &row, target.job.member, token)?;
+    let parents = finished::parents(store, &row)?;
     let limits = limit::limits(store)?;
-    done(store, &row, target.job.member, token, result)?;
+    done(
+        store,
+        &row,
+        target.job.member,
+        token,
+        result,
+        parents.as_ref(),
+    )?;
     room_freed(store, &limits)?;
     counters::count(&ACKED, 1);
     Ok(())
@@ -86,9 +94,10 @@ fn done<S: Store>(
     member: &S::Text,
     token: i64,
     result: Option<&[u8]>,
+    parents: Option<&S::Text>,
 ) -> Result<(), EmqError> {
     store.remove(Set::Active, member)?;
-    finish(store, row, member, token, result)
+    finish(store, row, member, token, result, parents)
 }
 
 /// The rest of an acknowledgement once the job is out of `active`: the row done (or deleted),
@@ -99,14 +108,15 @@ fn finish<S: Store>(
     member: &S::Text,
     token: i64,
     result: Option<&[u8]>,
+    parents: Option<&S::Text>,
 ) -> Result<(), EmqError> {
     finished::keep_hand_overs(
         store,
-        row,
+        parents,
         member,
         Outcome::Acked,
         result.unwrap_or_default(),
-    )?;
+    );
     let ttl = settings::done_ttl_ms();
     if ttl == 0 {
         store.delete_row(row)?;
@@ -189,7 +199,7 @@ pub fn ack_many<S: Store>(
         match check_token(store, row, token) {
             Ok(_) => {
                 outcomes.push(Ok(()));
-                leased.push((at, row, s, token));
+                leased.push((at, row, s, token, finished::parents(store, row)?));
             }
             Err(refused) => outcomes.push(Err(refused)),
         }
@@ -197,15 +207,15 @@ pub fn ack_many<S: Store>(
     // Then out of `active` together, as a single ack leaves it before its row changes: one
     // `ZREM`, one event, one effect. Its removal is the check that a job is there: one that
     // is not is refused and its row left as it was.
-    let members: Vec<&S::Text> = leased.iter().map(|(_, _, s, _)| s.job.member).collect();
+    let members: Vec<&S::Text> = leased.iter().map(|(_, _, s, _, _)| s.job.member).collect();
     let there = store.remove_many(Set::Active, &members)?;
     let mut acked = 0u64;
-    for ((at, row, s, token), there) in leased.into_iter().zip(there) {
+    for ((at, row, s, token, parents), there) in leased.into_iter().zip(there) {
         if !there {
             outcomes[at] = Err(EmqError::Lease);
             continue;
         }
-        finish(store, row, s.job.member, token, s.result)?;
+        finish(store, row, s.job.member, token, s.result, parents.as_ref())?;
         acked += 1;
     }
     if acked > 0 {
@@ -236,9 +246,15 @@ pub fn fail<S: Store>(
     let row = target.open(store)?;
     let member = target.job.member;
     let attempts = check_lease(store, &row, member, token)?;
+    let last = attempts >= settings::max_attempts();
+    // A death hands over to the job's parents: checked before the first write.
+    let parents = match last {
+        true => finished::parents(store, &row)?,
+        false => None,
+    };
     let limits = limit::limits(store)?;
     let now = store.now_ms();
-    let failed = if attempts < settings::max_attempts() {
+    let failed = if !last {
         let due = now + retry_in.unwrap_or_else(|| settings::backoff_ms(attempts));
         store.remove(Set::Active, member)?;
         set_state(store, &row, State::Scheduled, error)?;
@@ -247,7 +263,15 @@ pub fn fail<S: Store>(
         counters::count(&RETRIED, 1);
         Failed::Scheduled
     } else {
-        bury(store, Set::Active, member, &row, now, error)?;
+        bury(
+            store,
+            Set::Active,
+            member,
+            &row,
+            now,
+            error,
+            parents.as_ref(),
+        )?;
         counters::count(&DEAD, 1);
         Failed::Dead
     };

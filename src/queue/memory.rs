@@ -1,8 +1,11 @@
 //! A [`Store`] over memory, for the transitions' unit tests: a queue's four sets and its rows,
 //! keys that hold another type, permissions denied, and a log of every write (the effects a
 //! replica would receive), so a test sees exactly what a transition wrote.
-//! Over 600 lines: the one in-memory implementation of the `Store` trait, every method beside
-//! the others it shares state with, as the host's `ServerStore` is.
+//! The ranks the inspection commands read are in [`ranks`].
+
+mod ranks;
+
+pub use ranks::rank_reads;
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -53,12 +56,24 @@ pub struct Memory {
     pub deferred: RefCell<Vec<Delivery>>,
     /// The queue's name (`q` unless a test names it).
     pub name: Vec<u8>,
+    /// Queues out of this one's reach (as in another slot of a cluster).
+    pub away: RefCell<Vec<Vec<u8>>>,
     opened: RefCell<[bool; Set::COUNT]>,
     events: Cell<Option<Option<u64>>>,
 }
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// A value's bytes, as a write stores them.
+fn value_bytes(value: &Value<'_, Vec<u8>>) -> Vec<u8> {
+    match value {
+        Value::State(s) => s.as_bytes().to_vec(),
+        Value::Int(n) => n.to_string().into_bytes(),
+        Value::Text(t) => t.to_vec(),
+        Value::Bytes(b) => b.to_vec(),
+    }
 }
 
 impl Memory {
@@ -160,20 +175,36 @@ impl Store for Memory {
         &self.name
     }
 
-    fn row_get(&self, row: &&Vec<u8>, field: &[u8]) -> Option<Vec<u8>> {
-        let rows = self.rows.borrow();
-        let (fields, _) = rows.get(row.as_slice())?;
-        fields
-            .iter()
-            .find(|(f, _)| f == field)
-            .map(|(_, v)| v.clone())
+    fn row_get_with3(
+        &self,
+        row: &&Vec<u8>,
+        field: &Vec<u8>,
+        fields: [Field; 3],
+    ) -> (Option<Vec<u8>>, [Option<Vec<u8>>; 3]) {
+        let named = {
+            let rows = self.rows.borrow();
+            rows.get(row.as_slice()).and_then(|(fields, _)| {
+                fields
+                    .iter()
+                    .find(|(f, _)| f == field)
+                    .map(|(_, v)| v.clone())
+            })
+        };
+        (named, self.fields3(row, fields))
     }
 
-    fn row_set(&self, row: &&Vec<u8>, pairs: &[(&[u8], &[u8])]) -> Result<(), EmqError> {
-        let mut write = format!("HSET {}", text(row));
-        for (f, v) in pairs {
-            self.upsert_named(row, f, v.to_vec());
-            write.push_str(&format!(" {} {}", text(f), text(v)));
+    fn set_named(
+        &self,
+        row: &&Vec<u8>,
+        named: (&Vec<u8>, &[u8]),
+        fields: &[(Field, Value<'_, Vec<u8>>)],
+    ) -> Result<(), EmqError> {
+        self.upsert_named(row, named.0, named.1.to_vec());
+        let mut write = format!("HSET {} {} {}", text(row), text(named.0), text(named.1));
+        for (field, value) in fields {
+            let value = value_bytes(value);
+            write.push_str(&format!(" {} {}", text(field.as_bytes()), text(&value)));
+            self.upsert(row, *field, value);
         }
         self.log(write);
         Ok(())
@@ -187,6 +218,16 @@ impl Store for Memory {
                 .map(|r| r.0.clone())
                 .unwrap_or_default(),
         ))
+    }
+
+    fn reaches_all(&self, queues: &mut dyn Iterator<Item = &[u8]>) -> bool {
+        let away = self.away.borrow();
+        for queue in queues {
+            if away.iter().any(|q| q == queue) {
+                return false;
+            }
+        }
+        true
     }
 
     fn defer(&self, delivery: Delivery) {
@@ -390,12 +431,7 @@ impl Store for Memory {
     ) -> Result<(), EmqError> {
         let mut write = format!("HSET {}", text(row));
         for (field, value) in fields {
-            let value = match value {
-                Value::State(s) => s.as_bytes().to_vec(),
-                Value::Int(n) => n.to_string().into_bytes(),
-                Value::Text(t) => t.to_vec(),
-                Value::Bytes(b) => b.to_vec(),
-            };
+            let value = value_bytes(value);
             write.push_str(&format!(" {} {}", text(field.as_bytes()), text(&value)));
             self.upsert(row, *field, value);
         }
@@ -547,75 +583,5 @@ impl Memory {
             .filter(|((t, _), _)| *t == table as u8)
             .map(|((_, f), v)| (f.clone(), v.clone()))
             .collect()
-    }
-}
-
-// ---- ranks, for the inspection commands ------------------------------------------------------
-
-use std::cmp::Ordering;
-
-use crate::protocol::Ranked;
-
-thread_local! {
-    /// The rank reads this thread's stores answered: (probes, members returned).
-    static RANK_READS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-}
-
-/// How many rank reads (`count_below`, `range_by_rank`) this thread's stores have answered,
-/// and how many members they returned: the work a page did, as a test counts it.
-pub fn rank_reads() -> (u64, u64) {
-    RANK_READS.with(Cell::get)
-}
-
-fn count_rank_read(members: usize) {
-    RANK_READS.with(|reads| {
-        let (probes, read) = reads.get();
-        reads.set((probes + 1, read + members as u64));
-    });
-}
-
-impl Ranked for Memory {
-    fn count_below(&self, set: Set, score: f64, inclusive: bool) -> Result<u64, EmqError> {
-        self.opened(set)?;
-        count_rank_read(0);
-        let below = self.sets.borrow()[set.index()]
-            .values()
-            .filter(|&&s| s < score || (inclusive && s == score))
-            .count();
-        Ok(below as u64)
-    }
-
-    fn range_by_rank(
-        &self,
-        set: Set,
-        start: u64,
-        stop: u64,
-    ) -> Result<Vec<(Vec<u8>, f64)>, EmqError> {
-        self.opened(set)?;
-        if start > stop {
-            count_rank_read(0);
-            return Ok(Vec::new());
-        }
-        let sets = self.sets.borrow();
-        // The server's order: by score (`-0` equal to `0`), then bytes.
-        let mut all: Vec<(&Vec<u8>, f64)> =
-            sets[set.index()].iter().map(|(m, s)| (m, *s)).collect();
-        all.sort_by(|a, b| {
-            a.1.partial_cmp(&b.1)
-                .unwrap_or(Ordering::Equal)
-                .then_with(|| a.0.cmp(b.0))
-        });
-        let out: Vec<(Vec<u8>, f64)> = all
-            .into_iter()
-            .skip(usize::try_from(start).unwrap_or(usize::MAX))
-            .take(usize::try_from(stop - start).map_or(usize::MAX, |n| n.saturating_add(1)))
-            .map(|(m, s)| (m.clone(), s))
-            .collect();
-        count_rank_read(out.len());
-        Ok(out)
-    }
-
-    fn read_row<'n>(&'n self, row: &'n Vec<u8>) -> Result<&'n Vec<u8>, EmqError> {
-        Ok(row)
     }
 }

@@ -3,10 +3,11 @@
 //! many jobs it moved, so a client loops until 0 and the server never stalls on a large set.
 
 use crate::protocol::counters::{self, PURGED, REQUEUED};
-use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Meta, Set, State, Store, Value};
+use crate::protocol::{EmqError, Event, Holds, KeyRef, Meta, Set, Store};
 
+use super::job::revive;
 use super::promote::{count_dropped, purge_one, with_rows};
-use super::{check_row_types, fence_for_new_life, priority, record};
+use super::{check_row_types, flow, record};
 
 /// The default and the largest count of `EMQ.PURGE` and `EMQ.REQUEUE ... DEAD`.
 pub const BULK_DEFAULT: i64 = 1_000;
@@ -100,28 +101,32 @@ pub fn requeue_dead<S: Store>(store: &S, count: usize) -> Result<usize, EmqError
     store.check_access(&rows.iter().map(|r| KeyRef::Row(*r)).collect::<Vec<_>>())?;
     check_row_types(store, &rows)?;
     store.events()?;
-    let mut moved = 0;
+    // Where each goes (`None`: its row is gone), read before the first write: a parent
+    // that goes back to `waiting` needs that set too.
+    let mut places = Vec::with_capacity(members.len());
     for member in &members {
-        store.remove(Set::Dead, &member.text)?;
-        let row = match &member.row {
-            Some(name) => Some(store.open_row(name)?),
+        let place = match &member.row {
+            Some(name) => {
+                let row = store.open_row(name)?;
+                (store.holds(&row) == Holds::Hash).then(|| flow::requeued_to(store, &row))
+            }
             None => None,
         };
-        let Some(row) = row.filter(|r| store.holds(r) == Holds::Hash) else {
+        places.push(place);
+    }
+    if places.contains(&Some(Set::Waiting)) {
+        store.check_access(&[KeyRef::Set(Set::Waiting)])?;
+        store.open_sets(&[Set::Waiting])?;
+    }
+    let mut moved = 0;
+    for (member, place) in members.iter().zip(places) {
+        let (Some(name), Some(to)) = (&member.row, place) else {
+            store.remove(Set::Dead, &member.text)?;
             count_dropped();
             continue;
         };
-        let fence = fence_for_new_life(store, &row);
-        store.set_fields(
-            &row,
-            &[
-                (Field::State, Value::State(State::Pending)),
-                (Field::Attempts, Value::Int(0)),
-                (Field::Fence, Value::Int(fence)),
-            ],
-        )?;
-        store.add(Set::Pending, priority(store, &row), &member.text)?;
-        record(store, Event::Requeued, Some(&member.text), || 0)?;
+        let row = store.open_row(name)?;
+        revive(store, &row, &member.text, to)?;
         moved += 1;
     }
     counters::count(&REQUEUED, moved as u64);

@@ -4,7 +4,7 @@
 
 use crate::protocol::counters::{self, DROPPED};
 use crate::protocol::flow::Outcome;
-use crate::protocol::{settings, EmqError, Event, Holds, Set, State, Store};
+use crate::protocol::{settings, EmqError, Event, Field, Holds, Set, State, Store};
 
 use super::{attempts, priority, record, row_of, set_state};
 
@@ -93,6 +93,9 @@ impl<S: Store> Due<S> {
                     let row = store.open_row(name)?;
                     let spent = attempts(store, &row) >= settings::max_attempts();
                     if spent {
+                        // Not `finished::parents`: the timer's burial is not refused. A
+                        // hand-over it cannot keep is counted (`handovers_lost`).
+                        let parents = store.field(&row, Field::Parents);
                         bury(
                             store,
                             Set::Active,
@@ -100,6 +103,7 @@ impl<S: Store> Due<S> {
                             &row,
                             now,
                             Some(b"lease expired"),
+                            parents.as_ref(),
                         )?;
                         moved.buried += 1;
                     }
@@ -144,7 +148,8 @@ pub(crate) fn count_dropped() {
     counters::count(&DROPPED, 1);
 }
 
-/// Moves a job from `from` to `dead` at `now`, with `state dead` and its last error.
+/// Moves a job from `from` to `dead` at `now`, with `state dead` and its last error; its
+/// hand-overs are kept for the `parents` its row names (`finished::parents`).
 pub fn bury<S: Store>(
     store: &S,
     from: Set,
@@ -152,12 +157,15 @@ pub fn bury<S: Store>(
     row: &S::Row<'_>,
     now: i64,
     error: Option<&[u8]>,
+    parents: Option<&S::Text>,
 ) -> Result<(), EmqError> {
     store.remove(from, member)?;
     set_state(store, row, State::Dead, error)?;
     store.add(Set::Dead, now, member)?;
     record(store, Event::Dead, Some(member), || attempts(store, row))?;
-    super::finished::keep_hand_overs(store, row, member, Outcome::Dead, error.unwrap_or_default())
+    let error = error.unwrap_or_default();
+    super::finished::keep_hand_overs(store, parents, member, Outcome::Dead, error);
+    Ok(())
 }
 
 /// The earliest due time or lease deadline of the queue (unix ms), if it has any.

@@ -11,6 +11,7 @@ use crate::host::acl::Access;
 use crate::host::server::log_module;
 use crate::host::store::{with_queue, ServerStore};
 use crate::host::string::Text;
+use crate::protocol::counters::{self, HANDOVERS_LOST};
 use crate::protocol::flow::Delivery;
 use crate::protocol::{slot, BrandedId, EmqError, Queue, Store};
 use crate::queue::flow::{self, Received};
@@ -108,6 +109,7 @@ fn hand_over_round(store: &ServerStore<'_, '_>, deliveries: Vec<Delivery>, reach
             Some(Err(_)) | None => flow::park(store, &d),
         };
         if let Err(e) = done {
+            counters::count(&HANDOVERS_LOST, 1);
             log_module(
                 c"warning",
                 &format!("EchoMQ could not keep a child's hand-over: {}", e.message()),
@@ -116,26 +118,37 @@ fn hand_over_round(store: &ServerStore<'_, '_>, deliveries: Vec<Delivery>, reach
     }
 }
 
-/// Checks, and with `write` registers, child `child` of `child_queue` with each parent in
-/// reach (`queue::flow::adopt`); the parents out of reach are the client's to register first
-/// (`EMQ.ADOPT`). The refusal of any parent refuses all.
-pub fn adopt_in_reach(
+/// What a child's own enqueue answers [`adopting`]: its reply and the child it wrote (`None`:
+/// none, a duplicate or a held unique key).
+pub type Enqueued<R> = Result<(R, Option<BrandedId>), EmqError>;
+
+/// Runs `enqueue` (a child's own enqueue in `child_queue`) inside the stores of its parents in
+/// reach (`queue::flow::adopt_around`): each checked before it, given the first refusal (for
+/// it to refuse, after its own duplicate check, with nothing written), and registering the
+/// child it wrote after it. The parents out of reach are the client's to register first
+/// (`EMQ.ADOPT`).
+pub fn adopting<R>(
     ctx: &Context,
     child_queue: Queue<'_>,
     child: Option<&BrandedId>,
     parents: &[(Queue<'_>, BrandedId)],
-    write: bool,
-) -> Result<(), EmqError> {
-    for (parent_queue, parent) in parents {
-        if !in_reach(child_queue, *parent_queue) {
-            continue;
-        }
-        cluster::check_stable(*parent_queue)?;
-        with_queue(ctx, *parent_queue, Access::ReadWrite, |p| {
-            flow::adopt(p, parent, child.map(|c| (child_queue.as_bytes(), c)), write)
-        })?;
+    refusal: Option<EmqError>,
+    enqueue: &mut dyn FnMut(Option<EmqError>) -> Enqueued<R>,
+) -> Enqueued<R> {
+    let Some(((queue, parent), rest)) = parents.split_first() else {
+        return enqueue(refusal);
+    };
+    if !in_reach(child_queue, *queue) {
+        return adopting(ctx, child_queue, child, rest, refusal, enqueue);
     }
-    Ok(())
+    if let Err(e) = cluster::check_stable(*queue) {
+        return adopting(ctx, child_queue, child, rest, refusal.or(Some(e)), enqueue);
+    }
+    with_queue(ctx, *queue, Access::ReadWrite, |p| {
+        flow::adopt_around(p, parent, child_queue.as_bytes(), child, |mine| {
+            adopting(ctx, child_queue, child, rest, refusal.or(mine), enqueue)
+        })
+    })
 }
 
 /// Cancels the children a cancelled parent left unfinished, those in reach of `queue`; each

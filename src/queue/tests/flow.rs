@@ -47,19 +47,15 @@ fn a_parent_waits_out_of_pending_and_registers_each_child_once() {
     assert_eq!(m.field(&name(1), "children").as_deref(), Some("2"));
     assert!(m.members(Set::Pending).is_empty());
     let (a, b, c) = (id(2).0, id(3).0, id(4).0);
-    assert_eq!(adopt(&m, &id(1).0, Some((b"thumbs", &a)), true), Ok(true));
-    assert_eq!(
-        adopt(&m, &id(1).0, Some((b"thumbs", &a)), true),
-        Ok(false),
-        "again"
-    );
-    assert_eq!(adopt(&m, &id(1).0, Some((b"thumbs", &b)), true), Ok(true));
+    assert_eq!(adopt(&m, &id(1).0, b"thumbs", &a), Ok(true));
+    assert_eq!(adopt(&m, &id(1).0, b"thumbs", &a), Ok(false), "again");
+    assert_eq!(adopt(&m, &id(1).0, b"thumbs", &b), Ok(true));
     writes(&m);
-    let full = adopt(&m, &id(1).0, Some((b"thumbs", &c)), true);
+    let full = adopt(&m, &id(1).0, b"thumbs", &c);
     assert!(
         matches!(full, Err(EmqError::Parent(ref why)) if why.contains("has all its 2 children"))
     );
-    let missing = adopt(&m, &id(9).0, Some((b"thumbs", &c)), true);
+    let missing = adopt(&m, &id(9).0, b"thumbs", &c);
     assert!(matches!(missing, Err(EmqError::Parent(ref why)) if why.contains("does not exist")));
     assert!(writes(&m).is_empty(), "a refusal writes nothing");
     assert_eq!(m.field(&name(1), "adopted").as_deref(), Some("2"));
@@ -70,7 +66,7 @@ fn the_last_child_releases_its_parent_and_a_second_delivery_counts_nothing() {
     let m = Memory::named(b"albums", NOW);
     parent(&m, 1, 2);
     for c in [2, 3] {
-        adopt(&m, &id(1).0, Some((b"thumbs", &id(c).0)), true).expect("adopted");
+        adopt(&m, &id(1).0, b"thumbs", &id(c).0).expect("adopted");
     }
     let first = delivery(b"thumbs", 2, b"albums", 1, Outcome::Acked, Policy::Fail);
     assert_eq!(receive(&m, &first), Ok(Received::Counted));
@@ -100,6 +96,23 @@ fn the_last_child_releases_its_parent_and_a_second_delivery_counts_nothing() {
 }
 
 #[test]
+fn a_child_the_parent_never_registered_is_an_orphan_and_writes_nothing() {
+    let m = Memory::named(b"albums", NOW);
+    parent(&m, 1, 2);
+    adopt(&m, &id(1).0, b"thumbs", &id(2).0).expect("adopted");
+    writes(&m);
+    // The parent has room for another child, but never registered this one: a forged hand-over.
+    let forged = delivery(b"thumbs", 3, b"albums", 1, Outcome::Acked, Policy::Fail);
+    assert_eq!(receive(&m, &forged), Ok(Received::Orphan));
+    assert!(writes(&m).is_empty(), "an orphan writes nothing");
+    assert_eq!(m.field(&name(1), "finished").as_deref(), Some("0"));
+    assert_eq!(m.field(&name(1), "adopted").as_deref(), Some("1"));
+    let registered = delivery(b"thumbs", 2, b"albums", 1, Outcome::Acked, Policy::Fail);
+    assert_eq!(receive(&m, &registered), Ok(Received::Counted));
+    assert_eq!(m.field(&name(1), "finished").as_deref(), Some("1"));
+}
+
+#[test]
 fn a_failing_child_buries_its_parent_and_the_parent_hands_over_in_turn() {
     let m = Memory::named(b"albums", NOW);
     parent(&m, 1, 2);
@@ -115,12 +128,9 @@ fn a_failing_child_buries_its_parent_and_the_parent_hands_over_in_turn() {
         .expect("row")
         .0
         .push((b"parents".to_vec(), parents));
+    adopt(&m, &id(1).0, b"thumbs", &id(2).0).expect("adopted");
     let d = delivery(b"thumbs", 2, b"albums", 1, Outcome::Cancelled, Policy::Fail);
-    assert_eq!(
-        receive(&m, &d),
-        Ok(Received::Counted),
-        "registered at hand-over: room"
-    );
+    assert_eq!(receive(&m, &d), Ok(Received::Counted));
     assert_eq!(m.field(&name(1), "state").as_deref(), Some("dead"));
     assert_eq!(
         m.field(&name(1), "error"),
@@ -196,4 +206,80 @@ fn an_acked_child_keeps_one_hand_over_per_parent_and_a_plain_job_none() {
         outbox_page(&m, 0, 100).expect("page").1,
         vec![kept[1].clone()]
     );
+}
+
+#[test]
+fn an_outbox_entry_keeps_the_first_outcome_of_its_child() {
+    let m = Memory::named(b"thumbs", NOW);
+    let dead = delivery(b"thumbs", 2, b"albums", 1, Outcome::Dead, Policy::Fail);
+    park(&m, &dead).expect("parked");
+    // The child, requeued and acked before its death was delivered, parks again: the death stays.
+    let acked = delivery(b"thumbs", 2, b"albums", 1, Outcome::Acked, Policy::Fail);
+    writes(&m);
+    park(&m, &acked).expect("parked");
+    assert!(writes(&m).is_empty(), "the second outcome writes nothing");
+    assert_eq!(outbox_page(&m, 0, 100).expect("page").1, vec![dead]);
+}
+
+#[test]
+fn a_child_with_a_parent_out_of_reach_is_not_finished_while_its_outbox_is_another_type() {
+    let m = Memory::named(b"thumbs", NOW);
+    let child = |n: u64, parent: &[u8]| {
+        let (cid, member) = id(n);
+        let flow = Flow {
+            children: None,
+            parents: Some(write_parents(&[ParentRef {
+                queue: parent.to_vec(),
+                id: id(50).0,
+                policy: Policy::Fail,
+            }])),
+        };
+        let job = Some(Job {
+            id: cid,
+            member: &member,
+        });
+        enqueue_flow(&m, job, &b"c".to_vec(), Placement::Ready, 0, None, &flow).expect("child");
+    };
+    child(1, b"away");
+    child(2, b"near");
+    m.away.borrow_mut().push(b"away".to_vec());
+    m.other
+        .borrow_mut()
+        .push(MemKey::Table(crate::protocol::Table::Outbox));
+    assert_eq!(claim(&m, 2, 1_000).expect("claimed").claimed.len(), 2);
+    child(3, b"away");
+    writes(&m);
+    // Its hand-over could not be kept: refused before any write, in each transition that
+    // finishes it.
+    let (one, two) = (id(1).1, id(2).1);
+    let t = target(&m, 1, &one).expect("allowed");
+    assert_eq!(ack(&m, &t, 1, Some(b"r")), Err(EmqError::WrongType));
+    let three = id(3).1;
+    let pending = target(&m, 3, &three).expect("allowed");
+    assert_eq!(cancel(&m, &pending), Err(EmqError::WrongType));
+    // Its last attempt failing (its row says so, the lease under that token) kills it.
+    let last = settings::max_attempts();
+    for (f, v) in m
+        .rows
+        .borrow_mut()
+        .get_mut(name(1).as_bytes())
+        .expect("row")
+        .0
+        .iter_mut()
+    {
+        if f == b"attempts" {
+            *v = last.to_string().into_bytes();
+        }
+    }
+    writes(&m);
+    assert_eq!(
+        fail(&m, &t, last, Some(b"e"), None),
+        Err(EmqError::WrongType)
+    );
+    assert!(writes(&m).is_empty(), "nothing written");
+    assert!(m.take_deferred().is_empty());
+    // A job whose parents are all in reach needs no outbox.
+    let t = target(&m, 2, &two).expect("allowed");
+    assert_eq!(ack(&m, &t, 1, Some(b"r")), Ok(()));
+    assert_eq!(m.take_deferred().len(), 1);
 }
