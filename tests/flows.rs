@@ -8,75 +8,8 @@ use emq_harness as support;
 use std::time::Duration;
 
 use redis::{cmd, Value};
+use support::flow::*;
 use support::*;
-
-/// `EMQ.ENQUEUE <q> <id> <payload> <options...>`.
-fn enqueue_with(con: &mut Connection, q: &str, id: &str, payload: &str, options: &[&str]) -> i64 {
-    let mut c = cmd("EMQ.ENQUEUE");
-    c.arg(q).arg(id).arg(payload);
-    for o in options {
-        c.arg(*o);
-    }
-    c.query(con).expect("enqueue")
-}
-
-/// A parent of `n` children.
-fn parent(con: &mut Connection, q: &str, id: &str, n: usize) {
-    let n = n.to_string();
-    assert_eq!(enqueue_with(con, q, id, "parent", &["CHILDREN", &n]), 1);
-}
-
-/// A child of `parent` in `pq`, with `policy` (`FAIL` or `IGNORE`).
-fn child(con: &mut Connection, q: &str, id: &str, pq: &str, parent: &str, policy: &str) -> i64 {
-    enqueue_with(
-        con,
-        q,
-        id,
-        "child",
-        &["PARENT", pq, parent, "ON-FAIL", policy],
-    )
-}
-
-/// Claims `id` from `q` (the only job there) and returns its token.
-fn claim_one(con: &mut Connection, q: &str, id: &str) -> i64 {
-    let jobs = claim(con, q, &[]).expect("a job");
-    assert_eq!(jobs.len(), 1);
-    assert_eq!(jobs[0].0, id);
-    jobs[0].2
-}
-
-fn ack(con: &mut Connection, q: &str, id: &str, token: i64, result: &str) {
-    let _: Value = cmd("EMQ.ACK")
-        .arg(q)
-        .arg(id)
-        .arg(token)
-        .arg("RESULT")
-        .arg(result)
-        .query(con)
-        .expect("ack");
-}
-
-/// `EMQ.CHILDREN`, whole: (queue, id, status, data) per child, sorted.
-fn children(con: &mut Connection, q: &str, id: &str) -> Vec<(String, String, String, String)> {
-    let mut all = Vec::new();
-    let mut cursor = "0".to_string();
-    loop {
-        let (next, page): (String, Vec<(String, String, String, String)>) = cmd("EMQ.CHILDREN")
-            .arg(q)
-            .arg(id)
-            .arg("CURSOR")
-            .arg(&cursor)
-            .query(con)
-            .expect("children");
-        all.extend(page);
-        if next == "0" {
-            break;
-        }
-        cursor = next;
-    }
-    all.sort();
-    all
-}
 
 fn waiting(con: &mut Connection, q: &str) -> i64 {
     stats(con, q)["waiting"]
@@ -399,12 +332,7 @@ fn cancelling_a_waiting_parent_cancels_its_children_that_have_not_started() {
     );
     child(&mut con, "d", &job_id(4), "c", &job_id(3), "FAIL");
     child(&mut con, "c", &job_id(5), "p", &job_id(1), "FAIL");
-    let cancelled: i64 = cmd("EMQ.CANCEL")
-        .arg("p")
-        .arg(job_id(1))
-        .query(&mut con)
-        .expect("cancel");
-    assert_eq!(cancelled, 1);
+    assert_eq!(cancel(&mut con, "p", &job_id(1)), 1);
     assert_eq!(job_state(&mut con, "p", &job_id(1)), None);
     assert_eq!(
         job_state(&mut con, "c", &job_id(3)),
@@ -736,18 +664,6 @@ fn a_hand_over_of_a_child_the_parent_never_registered_is_an_orphan() {
     assert_eq!(waiting(&mut con, "albums"), 1);
 }
 
-/// `EMQ.FAIL` of `id`'s attempt `token` in `q`, with `error`.
-fn fail(con: &mut Connection, q: &str, id: &str, token: i64, error: &str) {
-    let _: Value = cmd("EMQ.FAIL")
-        .arg(q)
-        .arg(id)
-        .arg(token)
-        .arg("ERROR")
-        .arg(error)
-        .query(con)
-        .expect("fail");
-}
-
 /// Parent 1 of `p`, with children 2 and 3 of `c` (`FAIL`), both claimed: child 2's last
 /// attempt fails (`no disk`), which fails the parent. The children's claims.
 fn failed_by_its_first_child(con: &mut Connection) -> Vec<Job> {
@@ -758,14 +674,6 @@ fn failed_by_its_first_child(con: &mut Connection) -> Vec<Job> {
     fail(con, "c", &job_id(2), jobs[0].2, "no disk");
     assert_eq!(job_state(con, "p", &job_id(1)).as_deref(), Some("dead"));
     jobs
-}
-
-fn requeue(con: &mut Connection, q: &str, id: &str) -> i64 {
-    cmd("EMQ.REQUEUE")
-        .arg(q)
-        .arg(id)
-        .query(con)
-        .expect("requeue")
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //!   only need one plain server (`Server::start_or_external`) use it instead of spawning their
 //!   own.
 mod facts;
+pub mod flow;
 mod queue;
 mod rng;
 
