@@ -19,12 +19,11 @@ use valkey_module::{CallOptionsBuilder, CallResult, Context};
 
 use crate::protocol::flow::Delivery;
 use crate::protocol::{
-    slot, BrandedId, EmqError, Field, Holds, KeyRef, Meta, Queue, RowPrefix, ScanStep, Set, State,
-    Store, Table, Value,
+    BrandedId, EmqError, Field, Holds, KeyRef, Meta, Queue, RowPrefix, ScanStep, Set, State, Store,
+    Table, Value,
 };
 
 use super::acl::{check_permission, Access};
-use super::client::Flags;
 use super::key::{announcing_expiry, Key};
 use super::meta_cache::{self, MetaFacts};
 use super::propagate::{
@@ -452,19 +451,6 @@ impl<'a> Store for ServerStore<'_, 'a> {
 
     fn row_scan(&self, row: &OwnedString, cursor: u64, count: usize) -> Result<ScanStep, EmqError> {
         hash::hscan(self.ctx, row, cursor, count)
-    }
-
-    fn reaches_all(&self, queues: &mut dyn Iterator<Item = &[u8]>) -> bool {
-        if !Flags::of(self.ctx).cluster() {
-            return true;
-        }
-        let own = slot(self.queue_name());
-        for queue in queues {
-            if slot(queue) != own {
-                return false;
-            }
-        }
-        true
     }
 
     fn defer(&self, delivery: Delivery) {

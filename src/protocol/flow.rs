@@ -100,15 +100,6 @@ pub fn write_parents(parents: &[ParentRef]) -> Vec<u8> {
     out
 }
 
-/// The queues a `parents` field names, each line's first word, read without parsing the rest
-/// (a check of where the parents are, on every finishing child).
-pub fn parent_queues(field: &[u8]) -> impl Iterator<Item = &[u8]> {
-    field
-        .split(|&b| b == b'\n')
-        .filter_map(|line| line.split(|&b| b == b' ').next())
-        .filter(|queue| !queue.is_empty())
-}
-
 /// The parents a `parents` field names; a line outside the form (written by hand) is skipped.
 pub fn read_parents(field: &[u8]) -> Vec<ParentRef> {
     field

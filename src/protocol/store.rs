@@ -278,11 +278,6 @@ pub trait Store {
 
     // ---- hand-overs to parents, made by a transition and delivered after it ----
 
-    /// Whether a call on this queue reaches every one of `queues`' keys (docs/flows.md):
-    /// always on a server that is no cluster node; on one, when they share this queue's slot. A
-    /// hand-over to a parent out of reach goes to the outbox.
-    fn reaches_all(&self, queues: &mut dyn Iterator<Item = &[u8]>) -> bool;
-
     /// Keeps a finished child's hand-over for the caller to deliver once the transition ends.
     fn defer(&self, delivery: Delivery);
     /// The hand-overs kept so far, taken.

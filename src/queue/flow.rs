@@ -296,6 +296,31 @@ pub fn park<S: Store>(store: &S, d: &Delivery) -> Result<(), EmqError> {
     Ok(())
 }
 
+/// The hand-over a parent in reach takes in the child's own call instead of `d`: the one
+/// the outbox keeps for the same child and parent (`true`), parked by an earlier call (its
+/// first outcome), else `d`. On the common path, one look at the outbox key: empty, `d`.
+pub fn first_parked<S: Store>(store: &S, d: Delivery) -> (Delivery, bool) {
+    if !matches!(store.table_len(Table::Outbox), Ok(n) if n > 0) {
+        return (d, false);
+    }
+    let field = d.outbox_field();
+    let parked = match store.table_get(Table::Outbox, &field) {
+        Ok(Some(value)) => Delivery::from_outbox(store.queue_name(), &field, store.bytes(&value)),
+        _ => None,
+    };
+    match parked {
+        Some(first) => (first, true),
+        None => (d, false),
+    }
+}
+
+/// Removes the outbox entry of a parked hand-over its parent answered in the child's call.
+pub fn unpark<S: Store>(store: &S, d: &Delivery) -> Result<(), EmqError> {
+    store
+        .table_del(Table::Outbox, &d.outbox_field())
+        .map(|_| ())
+}
+
 /// Notes in the child's row (while it has one) that a parent refused it.
 pub fn mark_orphan<S: Store>(store: &S, d: &Delivery) -> Result<(), EmqError> {
     let member = store.text(&d.child.encode())?;

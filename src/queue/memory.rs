@@ -56,8 +56,6 @@ pub struct Memory {
     pub deferred: RefCell<Vec<Delivery>>,
     /// The queue's name (`q` unless a test names it).
     pub name: Vec<u8>,
-    /// Queues out of this one's reach (as in another slot of a cluster).
-    pub away: RefCell<Vec<Vec<u8>>>,
     opened: RefCell<[bool; Set::COUNT]>,
     events: Cell<Option<Option<u64>>>,
 }
@@ -218,16 +216,6 @@ impl Store for Memory {
                 .map(|r| r.0.clone())
                 .unwrap_or_default(),
         ))
-    }
-
-    fn reaches_all(&self, queues: &mut dyn Iterator<Item = &[u8]>) -> bool {
-        let away = self.away.borrow();
-        for queue in queues {
-            if away.iter().any(|q| q == queue) {
-                return false;
-            }
-        }
-        true
     }
 
     fn defer(&self, delivery: Delivery) {

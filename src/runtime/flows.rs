@@ -97,16 +97,26 @@ fn hand_over_round(store: &ServerStore<'_, '_>, deliveries: Vec<Delivery>, reach
     let ctx = store.ctx();
     let own = store.queue();
     for d in deliveries {
-        let reached = match Queue::parse(&d.parent.queue) {
-            Some(_) if !reach => None,
+        let reachable = Queue::parse(&d.parent.queue).is_some_and(|p| reach && in_reach(own, p));
+        // A hand-over parked before for the same child and parent goes instead: the first
+        // outcome counts, and its entry goes once the parent answers.
+        let (d, first) = match reachable {
+            true => flow::first_parked(store, d),
+            false => (d, false),
+        };
+        let reached = match Queue::parse(&d.parent.queue).filter(|_| reachable) {
             Some(parent) if parent == own => Some(flow::receive(store, &d)),
-            Some(parent) if in_reach(own, parent) => nested(ctx, parent, |p| flow::receive(p, &d)),
-            _ => None,
+            Some(parent) => nested(ctx, parent, |p| flow::receive(p, &d)),
+            None => None,
         };
         let done = match reached {
             Some(Ok(Received::Counted | Received::Duplicate)) => Ok(()),
             Some(Ok(Received::Orphan)) => flow::mark_orphan(store, &d),
             Some(Err(_)) | None => flow::park(store, &d),
+        };
+        let done = match (first, &reached) {
+            (true, Some(Ok(_))) => done.and_then(|()| flow::unpark(store, &d)),
+            _ => done,
         };
         if let Err(e) = done {
             counters::count(&HANDOVERS_LOST, 1);

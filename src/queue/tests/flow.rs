@@ -6,7 +6,9 @@ use super::*;
 use crate::protocol::flow::{write_parents, Delivery, Outcome, ParentRef, Policy};
 use crate::protocol::Store;
 use crate::queue::enqueue::{enqueue_flow, Flow};
-use crate::queue::flow::{adopt, children_page, delivered, outbox_page, park, receive, Received};
+use crate::queue::flow::{
+    adopt, children_page, delivered, first_parked, outbox_page, park, receive, unpark, Received,
+};
 
 /// A parent of `n` children, job `p` of `m`.
 fn parent(m: &Memory, p: u64, n: i64) {
@@ -222,7 +224,7 @@ fn an_outbox_entry_keeps_the_first_outcome_of_its_child() {
 }
 
 #[test]
-fn a_child_with_a_parent_out_of_reach_is_not_finished_while_its_outbox_is_another_type() {
+fn a_child_is_not_finished_while_its_outbox_is_another_type() {
     let m = Memory::named(b"thumbs", NOW);
     let child = |n: u64, parent: &[u8]| {
         let (cid, member) = id(n);
@@ -242,7 +244,6 @@ fn a_child_with_a_parent_out_of_reach_is_not_finished_while_its_outbox_is_anothe
     };
     child(1, b"away");
     child(2, b"near");
-    m.away.borrow_mut().push(b"away".to_vec());
     m.other
         .borrow_mut()
         .push(MemKey::Table(crate::protocol::Table::Outbox));
@@ -278,8 +279,29 @@ fn a_child_with_a_parent_out_of_reach_is_not_finished_while_its_outbox_is_anothe
     );
     assert!(writes(&m).is_empty(), "nothing written");
     assert!(m.take_deferred().is_empty());
-    // A job whose parents are all in reach needs no outbox.
+    // A job whose parents are all in reach may need it too (a parent that refuses, a chain
+    // back to a queue open in the call): refused as well.
     let t = target(&m, 2, &two).expect("allowed");
+    assert_eq!(ack(&m, &t, 1, Some(b"r")), Err(EmqError::WrongType));
+    assert!(writes(&m).is_empty(), "nothing written");
+    m.other.borrow_mut().clear();
     assert_eq!(ack(&m, &t, 1, Some(b"r")), Ok(()));
     assert_eq!(m.take_deferred().len(), 1);
+}
+
+#[test]
+fn a_hand_over_in_reach_takes_the_first_outcome_parked_for_it() {
+    let m = Memory::named(b"thumbs", NOW);
+    let acked = delivery(b"thumbs", 2, b"albums", 1, Outcome::Acked, Policy::Fail);
+    // An empty outbox: the hand-over goes as it is.
+    assert_eq!(first_parked(&m, acked.clone()), (acked.clone(), false));
+    let dead = delivery(b"thumbs", 2, b"albums", 1, Outcome::Dead, Policy::Fail);
+    park(&m, &dead).expect("parked");
+    // Another child's or parent's entry is not this one's.
+    let other = delivery(b"thumbs", 3, b"albums", 1, Outcome::Acked, Policy::Fail);
+    assert_eq!(first_parked(&m, other.clone()), (other, false));
+    // The parked death goes instead of the ack, and its entry goes once answered.
+    assert_eq!(first_parked(&m, acked), (dead.clone(), true));
+    unpark(&m, &dead).expect("unparked");
+    assert!(outbox_page(&m, 0, 100).expect("page").1.is_empty());
 }
