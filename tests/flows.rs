@@ -748,3 +748,30 @@ fn a_dead_child_requeued_before_its_hand_over_was_delivered_keeps_its_first_outc
         "the first outcome stays"
     );
 }
+
+#[test]
+fn cancelling_a_parent_reads_a_bounded_part_of_its_row() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    // 50 children waiting among 15,000 finished ones (written by hand: their jobs are gone).
+    parent(&mut con, "p", &job_id(1), 50);
+    for n in 0..50 {
+        child(&mut con, "c", &job_id(100 + n), "p", &job_id(1), "FAIL");
+    }
+    for batch in 0..15 {
+        let mut hset = cmd("HSET");
+        hset.arg(row_key("p", &job_id(1)));
+        for n in 0..1_000 {
+            hset.arg(format!("child:c:{}", job_id(10_000 + batch * 1_000 + n)))
+                .arg("acked:r");
+        }
+        let _: i64 = hset.query(&mut con).expect("hset");
+    }
+    assert_eq!(cancel(&mut con, "p", &job_id(1)), 1);
+    // The scan stops after about 10,000 fields: the children beyond are left to finish (the
+    // chance that all 50 lie in the first two thirds of the row is about 1 in 10^9).
+    let left = (0..50)
+        .filter(|n| job_state(&mut con, "c", &job_id(100 + n)).is_some())
+        .count();
+    assert!(left > 0 && left < 50, "{left} of 50 children left");
+}

@@ -410,8 +410,12 @@ pub fn children_page<S: Store>(
     Ok((next, children))
 }
 
+/// Most fields of a cancelled parent's row [`unfinished_children`] reads (about: a scan step
+/// may return a few more), however many of its children have finished.
+pub const MAX_SCANNED_FIELDS: usize = 10_000;
+
 /// The children a cancelled parent leaves that have not finished, at most `limit`, from its
-/// row (read before the row goes).
+/// row (read before the row goes), among its first [`MAX_SCANNED_FIELDS`] fields.
 pub fn unfinished_children<S: Store>(
     store: &S,
     row: &S::Name,
@@ -419,8 +423,10 @@ pub fn unfinished_children<S: Store>(
 ) -> Result<Vec<(Vec<u8>, BrandedId)>, EmqError> {
     let mut out = Vec::new();
     let mut cursor = 0;
+    let mut scanned = 0;
     loop {
         let (next, fields) = store.row_scan(row, cursor, 256)?;
+        scanned += fields.len();
         for (f, v) in &fields {
             if let Some((queue, id)) = read_child_field(f) {
                 if read_child_value(v).0 == Outcome::Waiting && out.len() < limit {
@@ -428,7 +434,7 @@ pub fn unfinished_children<S: Store>(
                 }
             }
         }
-        if next == 0 || out.len() >= limit {
+        if next == 0 || out.len() >= limit || scanned >= MAX_SCANNED_FIELDS {
             return Ok(out);
         }
         cursor = next;
