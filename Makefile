@@ -138,12 +138,13 @@ profile: build
 	@command -v valgrind >/dev/null 2>&1 || apt-get install -y -qq valgrind
 	bash scripts/profile.sh
 
-# The fault-injection harness (chaos/): ten faults under load on a 3+3 cluster in containers
-# on a docker network of its own, each checked against its history (zombie workers included);
-# the workers are the shipped Python and Rust clients' (the Python one on the venv's interpreter);
-# `make chaos` runs three seeds, each on a cluster of its own, and writes their table into
-# docs/reliability.md. CHAOS_JOBS: enqueues tried per fault (3 seeds x 10 faults x 3400 =
-# 102,000); CHAOS_SEEDS: the seeds. It cuts links inside the nodes' network namespaces and
+# The fault-injection harness (chaos/): ten faults under load, flows across primaries
+# included, on a 3+3 cluster in containers on a docker network of its own, each checked
+# against its history (zombie workers included); the workers are the shipped Python and Rust
+# clients' (the Python one on the venv's interpreter); `make chaos` runs three seeds, each on a
+# cluster of its own, and writes their table into docs/reliability.md. CHAOS_JOBS: enqueues
+# tried per fault (3 seeds x 10 faults x 3400 = 102,000), and a flow of 1 to 10 children built
+# for every 15 of them (6,780); CHAOS_SEEDS: the seeds. It cuts links inside the nodes' network namespaces and
 # loop-mounts each node's data filesystem, so it runs as root.
 CHAOS_JOBS ?= 3400
 CHAOS_SEEDS ?= 1,2,3
@@ -161,7 +162,8 @@ chaos: docker-image python $(CLOCK_SHIM)
 	$(CARGO) build --release -p emq-chaos
 	$(CHAOS_ENV) target/release/emq-chaos --seeds $(CHAOS_SEEDS) --jobs $(CHAOS_JOBS) --report docs/reliability.md
 
-# The same faults and zombies, one seed, a few hundred jobs each, nothing written (CI).
+# The same faults and zombies, one seed, a few hundred jobs and a few dozen flows each,
+# nothing written (CI).
 chaos-short: docker-image python $(CLOCK_SHIM)
 	bash scripts/install-deps.sh --with-iptables
 	$(CARGO) build --release -p emq-chaos

@@ -431,6 +431,67 @@ fn a_replica_and_the_aof_take_the_hand_over_as_plain_commands() {
     assert_eq!(digest(&mut con), digest(&mut rcon));
 }
 
+/// `EMQ.HANDOVER` of a child in queue `cq` to its parent in `pq`, then `WAIT 1 <ms>` on the
+/// same connection: its answer and the replicas `WAIT` reported.
+fn hand_over_and_wait(
+    con: &mut Connection,
+    pq: &str,
+    parent: &str,
+    cq: &str,
+    child: &str,
+    ms: u64,
+) -> (String, i64) {
+    let (answer, replicas): (String, i64) = redis::pipe()
+        .cmd("EMQ.HANDOVER")
+        .arg(pq)
+        .arg(parent)
+        .arg(cq)
+        .arg(child)
+        .arg("acked")
+        .arg("fail")
+        .arg("r")
+        .cmd("WAIT")
+        .arg(1)
+        .arg(ms)
+        .query(con)
+        .expect("handover and wait");
+    (answer, replicas)
+}
+
+#[test]
+fn a_duplicate_hand_over_is_confirmed_by_wait_only_once_the_replicas_have_the_count() {
+    let (primary, replica) = primary_and_replica(Options::default());
+    let mut con = primary.conn();
+    parent(&mut con, "p", &job_id(1), 1);
+    wait_caught_up(&mut con, &mut replica.conn());
+    // The replica stops taking the stream: a count made now is on the primary alone.
+    let pid = replica.pid().expect("the replica's pid").to_string();
+    let stop = |sig: &str| {
+        let done = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill");
+        assert!(done.success());
+    };
+    stop("-STOP");
+    let (answer, replicas) = hand_over_and_wait(&mut con, "p", &job_id(1), "c", &job_id(2), 100);
+    assert_eq!((answer.as_str(), replicas), ("counted", 0));
+    // Another worker's connection, which wrote nothing before: its `WAIT` after the duplicate
+    // must not confirm a count the replica does not have.
+    let mut other = primary.conn();
+    let (answer, replicas) = hand_over_and_wait(&mut other, "p", &job_id(1), "c", &job_id(2), 100);
+    stop("-CONT");
+    assert_eq!((answer.as_str(), replicas), ("duplicate", 0));
+    // Once the replica caught up, the duplicate's `WAIT` confirms the count, which it holds.
+    let (answer, replicas) =
+        hand_over_and_wait(&mut other, "p", &job_id(1), "c", &job_id(2), 10_000);
+    assert_eq!((answer.as_str(), replicas), ("duplicate", 1));
+    assert_eq!(
+        job_state(&mut replica.conn(), "p", &job_id(1)).as_deref(),
+        Some("pending")
+    );
+}
+
 #[test]
 fn a_user_who_may_not_touch_the_parent_leaves_the_hand_over_in_the_outbox() {
     let server = Server::start(Options::default());

@@ -1,11 +1,13 @@
 //! The checker, pure: a phase's history and the final state of its queues, as plain data, in;
 //! its figures and the violations found (each naming what was involved) out. Reading the
 //! servers is `state.rs`'s; this file touches nothing but its input, so its tests feed it
-//! histories by hand.
+//! histories by hand. The flows' rules are `check/flows.rs`'s.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::history::{Action, Enqueue, Event, Kind, LimitSample, Outcome};
+use crate::history::{Action, Enqueue, Event, Flow, Kind, LimitSample, Outcome};
+
+pub mod flows;
 
 /// One job's row at the end.
 #[derive(Clone, Debug, Default)]
@@ -15,17 +17,19 @@ pub struct Row {
     pub attempts: i64,
 }
 
-/// One queue at the end, on its primary: rows by id, and the sets each id is a member of
-/// (`pending`, `active`, `schedule`, `dead`).
+/// One queue at the end, on its primary: rows by id, the sets each id is a member of
+/// (`pending`, `active`, `schedule`, `dead`, `waiting`), and the hand-overs in its outbox.
 #[derive(Clone, Debug, Default)]
 pub struct QueueState {
     pub rows: HashMap<String, Row>,
     pub members: HashMap<String, Vec<String>>,
+    pub outbox: usize,
 }
 
 /// What the checker reads.
 pub struct Input<'a> {
     pub enqueues: &'a [Enqueue],
+    pub flows: &'a [Flow],
     pub events: &'a [Event],
     pub limits: &'a [LimitSample],
     pub finals: &'a BTreeMap<String, QueueState>,
@@ -86,6 +90,7 @@ pub struct Report {
     pub limit_samples: usize,
     /// For a fault that must refuse writes: the error code, and how many enqueues it refused.
     pub refusals: Option<(&'static str, usize)>,
+    pub flows: flows::Figures,
     pub violations: Vec<String>,
 }
 
@@ -104,22 +109,23 @@ impl Report {
             format!(", refused with {code} {n}")
         });
         format!(
-            "tried {}, acknowledged {}, found {}, lost {}, duplicated {}, unfinished {}, re-run after ack {}, handler re-runs {}, unconfirmed and lost {}, unknown {} (found {}), settles accepted {} (answer never came {}, the same attempt settled twice after a failover {}, unconfirmed fencing after a failover {}), zombie settles {} (refused {}, answer never came {}), {limit}{refusals}",
+            "tried {}, acknowledged {}, found {}, lost {}, duplicated {}, unfinished {}, re-run after ack {}, handler re-runs {}, unconfirmed and lost {}, unknown {} (found {}), settles accepted {} (answer never came {}, the same attempt settled twice after a failover {}, unconfirmed fencing after a failover {}), zombie settles {} (refused {}, answer never came {}), {limit}{refusals}, {}",
             self.tried, self.acknowledged, self.found, self.lost, self.duplicated, self.unfinished,
             self.rerun_after_ack, self.handler_reruns, self.unconfirmed_lost, self.unknown,
             self.unknown_found, self.settles_accepted, self.settles_unknown,
             self.settles_superseded, self.fencing_unconfirmed, self.zombies_tried,
-            self.zombies_refused, self.zombies_unknown
+            self.zombies_refused, self.zombies_unknown, self.flows.summary()
         )
     }
 }
 
 /// The sets a row of each state belongs to (`done` rows are in none).
-const SETS: [(&str, &str); 4] = [
+const SETS: [(&str, &str); 5] = [
     ("pending", "pending"),
     ("active", "active"),
     ("schedule", "scheduled"),
     ("dead", "dead"),
+    ("waiting", "waiting"),
 ];
 
 /// A write no replica confirmed: its `WAIT` answered 0, or it had none (a claim: the shipped
@@ -135,11 +141,13 @@ pub fn check(input: &Input) -> Report {
     structure(input, &mut r);
     enqueues(input, &mut r);
     let jobs = by_job(input.events);
-    finished(input, &jobs, &mut r);
+    let index = flows::Index::new(input.flows);
+    finished(input, &jobs, &index, &mut r);
     fencing(input, &jobs, &mut r);
     zombies(input, &jobs, &mut r);
     after_ack(&jobs, input, &mut r);
     limits(input, &mut r);
+    flows::check(input, &jobs, &mut r);
     r
 }
 
@@ -168,6 +176,12 @@ fn clock(input: &Input, r: &mut Report) {
             .events
             .iter()
             .filter(|e| e.answered_ns < e.sent_ns)
+            .count()
+        + input
+            .flows
+            .iter()
+            .flat_map(|f| &f.writes)
+            .filter(|w| w.answered_ns < w.sent_ns)
             .count();
     if backwards > 0 {
         r.violations.push(format!(
@@ -176,9 +190,16 @@ fn clock(input: &Input, r: &mut Report) {
     }
 }
 
-/// Every member of a set has its row and is in one set, the one its row's state names.
+/// Every member of a set has its row and is in one set, the one its row's state names; no
+/// hand-over is left in an outbox (the queues drained).
 fn structure(input: &Input, r: &mut Report) {
     for (queue, fin) in input.finals {
+        if fin.outbox > 0 {
+            r.violations.push(format!(
+                "{queue}: {} hand-overs left in its outbox at the end",
+                fin.outbox
+            ));
+        }
         for (id, sets) in &fin.members {
             if !fin.rows.contains_key(id) {
                 r.violations.push(format!(
@@ -269,10 +290,16 @@ fn enqueues(input: &Input, r: &mut Report) {
 }
 
 /// Every row is done or dead, and its attempts are the claims' account: a done job's
-/// `attempts` is the token of an `ACK` a worker sent, a dead one used all its attempts, and no
-/// row has fewer attempts than a claim of it returned (one a failover may have undone aside),
-/// nor more than its claims could have taken.
-fn finished(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
+/// `attempts` is the token of an `ACK` a worker sent, a dead one used all its attempts (or is a
+/// parent a child's death failed), and no row has fewer attempts than a claim of it returned
+/// (one a failover may have undone aside), nor more than its claims could have taken. A parent
+/// waiting at the end is the flows' rules' to judge.
+fn finished(
+    input: &Input,
+    jobs: &BTreeMap<Job, Vec<&Event>>,
+    index: &flows::Index,
+    r: &mut Report,
+) {
     let mut unanswered: HashMap<&str, i64> = HashMap::new();
     for e in input.events {
         if e.kind == Kind::Claim && matches!(e.outcome, Outcome::Unknown(_)) {
@@ -300,13 +327,15 @@ fn finished(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
                     }
                 }
                 "dead" => {
-                    if row.attempts < input.max_attempts {
+                    if row.attempts < input.max_attempts && !index.failed_by_child(input, queue, id)
+                    {
                         r.violations.push(format!(
                             "{what}: dead after {} attempts of {}",
                             row.attempts, input.max_attempts
                         ));
                     }
                 }
+                "waiting" if index.is_parent(queue, id) => {}
                 other => {
                     r.unfinished += 1;
                     r.violations.push(format!(

@@ -288,11 +288,12 @@ pub fn move_slot(
 }
 
 /// Whether the node's ACL is as the harness set it: no client without a user, no producer
-/// that can claim, no worker that can enqueue (the users of `own`, one of the run's queues),
-/// and, with `probe_other` (for the owner of `other`'s slot, another of the run's queues), no
-/// producer or worker of `own` that can enqueue on or claim from `other`.
+/// or flows user that can claim, no worker that can enqueue (the users of `own`, one of the
+/// run's queues, the first of a phase's flow queues), and, with `probe_other` (for the owner
+/// of `other`'s slot, another of the run's queues, not a flow queue), no producer, flows user
+/// or worker of `own` that can enqueue on or claim from `other`.
 pub fn acl_holds(node: &Node, own: &str, other: &str, probe_other: bool) -> Result<(), String> {
-    use crate::docker::{PRODUCER, WORKER};
+    use crate::docker::{FLOWS, PRODUCER, WORKER};
     let timeout = Duration::from_millis(800);
     let refused = |user: Option<&User>, cmd: &mut redis::Cmd, code: &str| -> Result<(), String> {
         let url = match user {
@@ -322,16 +323,23 @@ pub fn acl_holds(node: &Node, own: &str, other: &str, probe_other: bool) -> Resu
         redis::cmd("EMQ.ENQUEUE").arg(own).arg("*").arg("x"),
         "NOPERM",
     )?;
+    refused(
+        Some(&FLOWS.user(own)),
+        redis::cmd("EMQ.CLAIM").arg(own),
+        "NOPERM",
+    )?;
     if !probe_other {
         return Ok(());
     }
     // Another queue of the run, on the node that owns it (the others answer `MOVED` before a
     // handler sees it): its keys are its own users', not these.
-    refused(
-        Some(&PRODUCER.user(own)),
-        redis::cmd("EMQ.ENQUEUE").arg(other).arg("*").arg("x"),
-        "NOPERM",
-    )?;
+    for user in [PRODUCER.user(own), FLOWS.user(own)] {
+        refused(
+            Some(&user),
+            redis::cmd("EMQ.ENQUEUE").arg(other).arg("*").arg("x"),
+            "NOPERM",
+        )?;
+    }
     refused(
         Some(&WORKER.user(own)),
         redis::cmd("EMQ.CLAIM").arg(other),

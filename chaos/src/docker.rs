@@ -98,6 +98,22 @@ pub const PRODUCER: Role = Role {
         "+ping",
     ],
 };
+/// The flows' producers: a user for each phase, `chaos-flows-<its first queue>`, that may
+/// enqueue parents and children and adopt children on the phase's flow queues (see
+/// [`acl_args`]), and WAIT; nothing else.
+pub const FLOWS: Role = Role {
+    name: "chaos-flows",
+    password: "flows-secret",
+    rules: &[
+        "resetkeys",
+        "resetchannels",
+        "-@all",
+        "+emq.enqueue",
+        "+emq.adopt",
+        "+wait",
+        "+ping",
+    ],
+};
 /// The workers: claim and settle on their queue, deliver their queue's flow hand-overs (the
 /// outbox sweep every shipped worker runs), and WAIT; they cannot enqueue. Then what the
 /// shipped workers' cluster clients send besides: `EMQ.VERSION` at start, the slot map
@@ -141,8 +157,11 @@ pub fn queue_keys(queue: &str) -> String {
 
 /// The `--user` arguments that give a node its ACL at every start (a restarted node keeps
 /// it), and the replication user a replica authenticates as: the admin, and a producer and a
-/// worker for each of `queues`, each limited to its queue's keys.
-fn acl_args(queues: &[String]) -> Vec<String> {
+/// worker for each of `queues`, each limited to its queue's keys; for each group of flow
+/// queues (a phase's), a flows user on the group's keys, and for each worker of the group a
+/// selector that lets it hand over (`EMQ.HANDOVER`) to the group's other queues and do nothing
+/// else there: its children's parents are in them.
+fn acl_args(queues: &[String], flow_groups: &[Vec<String>]) -> Vec<String> {
     // Off, so no client connects without a user, but with its permissions: Valkey 8.0 replays
     // the AOF as the default user and checks each EXEC against its rules (valkey-io/valkey#3983),
     // and a restarted node would drop every transaction of EchoMQ's effects.
@@ -162,7 +181,23 @@ fn acl_args(queues: &[String]) -> Vec<String> {
             args.extend(user(&role.user(queue).name, role.password));
             args.extend(role.rules.iter().map(|r| r.to_string()));
             args.push(format!("~{}", queue_keys(queue)));
+            let parents: Vec<String> = flow_groups
+                .iter()
+                .filter(|g| role.name == WORKER.name && g.contains(queue))
+                .flatten()
+                .filter(|q| *q != queue)
+                .map(|q| format!("~{}", queue_keys(q)))
+                .collect();
+            if !parents.is_empty() {
+                args.push(format!("(+emq.handover {})", parents.join(" ")));
+            }
         }
+    }
+    for group in flow_groups {
+        let Some(first) = group.first() else { continue };
+        args.extend(user(&FLOWS.user(first).name, FLOWS.password));
+        args.extend(FLOWS.rules.iter().map(|r| r.to_string()));
+        args.extend(group.iter().map(|q| format!("~{}", queue_keys(q))));
     }
     args.extend(["--masteruser", &*ADMIN.name, "--masterauth", ADMIN.password].map(String::from));
     args
@@ -190,12 +225,13 @@ fn clock_shim() -> Result<PathBuf, String> {
 impl Net {
     /// Creates the network (a /24 of 10.231.x.0 no other network uses) and starts `n` nodes
     /// of `image` on it, cluster-enabled with `node_timeout_ms`, their producers and workers
-    /// limited to `queues`.
+    /// limited to `queues`, and the flows' to each of `flow_groups`.
     pub fn start(
         image: &str,
         n: usize,
         node_timeout_ms: u64,
         queues: &[String],
+        flow_groups: &[Vec<String>],
     ) -> Result<Net, String> {
         let name = format!("emq-chaos-{}", std::process::id());
         let mut subnet = None;
@@ -235,7 +271,7 @@ impl Net {
             let shim_mount = format!("{}:{SHIM_IN_NODE}:ro", clock_shim()?.display());
             let timeout = node_timeout_ms.to_string();
             let node_id = i.to_string();
-            let acl = acl_args(queues);
+            let acl = acl_args(queues, flow_groups);
             let mut args = vec![
                 "run",
                 "-d",

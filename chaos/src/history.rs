@@ -1,6 +1,7 @@
-//! The history a phase records: every enqueue, and every claim, renewal, settle and handler run
-//! of the workers (the shipped clients', through their `on_event` hook), each
-//! with its send and answer times on one clock (wall-clock Unix-epoch nanoseconds).
+//! The history a phase records: every enqueue, every flow built (each try of each of its
+//! writes), and every claim, renewal, settle and handler run of the workers (the shipped
+//! clients', through their `on_event` hook), each with its send and answer times on one clock
+//! (wall-clock Unix-epoch nanoseconds).
 
 use std::sync::{Arc, Mutex};
 
@@ -59,6 +60,50 @@ pub struct Enqueue {
     pub answered_ns: u64,
 }
 
+/// A write of a flow's build: the parent's enqueue (`CHILDREN n`), or child `i`'s adoption on
+/// the parent's node (`EMQ.ADOPT`) or its enqueue (`PARENT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Parent,
+    Adopt(usize),
+    Child(usize),
+}
+
+/// One try of a flow's write, then `WAIT 1`: `replicated` when a replica had it.
+#[derive(Clone, Debug)]
+pub struct FlowWrite {
+    pub step: Step,
+    pub outcome: Outcome,
+    pub replicated: bool,
+    pub sent_ns: u64,
+    pub answered_ns: u64,
+}
+
+/// A flow the producer built: a parent and its children, each in a queue of its own primary,
+/// and every try of every write. A batch's children are `ON-FAIL IGNORE`, the others' `FAIL`.
+#[derive(Clone, Debug)]
+pub struct Flow {
+    /// `(queue, id)` of the parent, then of each child.
+    pub parent: (String, String),
+    pub children: Vec<(String, String)>,
+    pub batch: bool,
+    pub writes: Vec<FlowWrite>,
+}
+
+impl Flow {
+    /// Every write of the flow was confirmed by a replica (on some try).
+    pub fn acknowledged(&self) -> bool {
+        let confirmed = |step: Step| {
+            self.writes
+                .iter()
+                .any(|w| w.step == step && w.outcome == Outcome::Ok && w.replicated)
+        };
+        confirmed(Step::Parent)
+            && (0..self.children.len())
+                .all(|i| confirmed(Step::Adopt(i)) && confirmed(Step::Child(i)))
+    }
+}
+
 /// One reading of a limit during the run: what the server counted against it.
 #[derive(Clone, Debug)]
 pub struct LimitSample {
@@ -73,6 +118,7 @@ pub struct LimitSample {
 #[derive(Default)]
 pub struct Log {
     pub enqueues: Vec<Enqueue>,
+    pub flows: Vec<Flow>,
     pub events: Vec<Event>,
     pub limits: Vec<LimitSample>,
 }
@@ -89,6 +135,12 @@ pub fn now_ns() -> u64 {
 pub fn record_enqueue(history: &History, op: Enqueue) {
     if let Ok(mut h) = history.lock() {
         h.enqueues.push(op);
+    }
+}
+
+pub fn record_flow(history: &History, flow: Flow) {
+    if let Ok(mut h) = history.lock() {
+        h.flows.push(flow);
     }
 }
 

@@ -1,8 +1,9 @@
 //! `make chaos`: EchoMQ under the faults a deployment meets. A 3-primary, 3-replica cluster runs
 //! in containers on a docker network of the harness's own; each fault is done under load
-//! (producers with `WAIT 1`; the shipped Python and Rust workers, settling with `WAIT 1`, now and
-//! then frozen past their lease), then healed; once
-//! every node is back and the cluster stable, the checker reads the history and the final state.
+//! (producers with `WAIT 1`; flows of a parent and 1–10 children on other primaries, each write
+//! confirmed with `WAIT 1`; the shipped Python and Rust workers, settling and handing over with
+//! `WAIT 1`, now and then frozen past their lease), then healed; once every node is back and
+//! the cluster stable, the checker reads the history and the final state.
 //!
 //! `emq-chaos [--seed N | --seeds N,M,...] [--jobs N] [--faults a,b,...] [--report docs/reliability.md]`
 //! (`--jobs`: enqueues tried per fault; each seed runs on a cluster of its own). A violation
@@ -13,7 +14,9 @@ mod cluster;
 mod delay;
 mod docker;
 mod fleet;
+mod flows;
 mod history;
+mod queues;
 mod report;
 mod state;
 mod watch;
@@ -22,9 +25,6 @@ mod workload;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 use check::Report;
 use cluster::{connect, field, pairs, stable, wait_for};
@@ -392,24 +392,11 @@ fn inject_net(net: &Net, fault: &str, slot: u16, seed: u64) -> Result<String, St
     }
 }
 
-/// The seed of fault `index`'s phase.
-fn phase_seed(a: &Args, index: usize) -> u64 {
-    a.seed.wrapping_mul(1_000).wrapping_add(index as u64)
-}
-
-/// The four queues of fault `index`'s phase, drawn from its seed.
-fn queue_names(a: &Args, index: usize) -> Vec<String> {
-    let mut rng = StdRng::seed_from_u64(phase_seed(a, index));
-    (0..4)
-        .map(|q| format!("f{index}-{}", rng.random_range(0..1_000_000u32) + q))
-        .collect()
-}
-
 fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, String), String> {
     let nodes = &net.nodes;
-    let seed = phase_seed(a, index);
+    let seed = queues::phase_seed(a.seed, index);
     let mut queues = Vec::new();
-    for name in queue_names(a, index) {
+    for name in queues::names(a.seed, index) {
         let slot = cluster::slot_of(&nodes[0].ip, &name)?;
         queues.push((name, slot));
     }
@@ -421,8 +408,41 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
         concurrency: CONCURRENCY,
     };
     limit.set(nodes)?;
+    let flow_queues = Queues(
+        queues::FLOW_QUEUES
+            .iter()
+            .map(|q| queues.0[*q].clone())
+            .collect(),
+    );
+    let owners: Vec<String> = flow_queues
+        .0
+        .iter()
+        .filter_map(|(_, slot)| owner_of(nodes, *slot).map(|n| n.ip))
+        .collect();
+    if owners.len() != 3
+        || owners[0] == owners[1]
+        || owners[0] == owners[2]
+        || owners[1] == owners[2]
+    {
+        return Err(format!(
+            "the flow queues {:?} are not on three primaries ({owners:?})",
+            flow_queues.0
+        ));
+    }
     let watch = Watch::start(nodes, limit, &history);
-    let load = Load::start(nodes, &queues, &history, seed, 2, a.jobs);
+    let mut load = Load::start(nodes, &queues, &history, seed, 2, a.jobs);
+    let flows_wanted = queues::flows_of(a.jobs);
+    load.flows(
+        nodes,
+        flows::Plan {
+            scope: flow_queues.0[0].0.clone(),
+            queues: flow_queues,
+            seed: seed ^ 0xf10,
+            max: flows_wanted,
+            pause_ms: (workload::SPREAD.as_millis() as u64 / flows_wanted as u64).max(1),
+        },
+        &history,
+    );
     let fleet = match Fleet::start(nodes, &queues, &history, seed) {
         Ok(fleet) => fleet,
         Err(e) => {
@@ -452,15 +472,23 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
     }
     // The rest of the jobs go in, then the workers drain the queues.
     let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(120) && enqueues(&history) < a.jobs {
+    while started.elapsed() < Duration::from_secs(120)
+        && (enqueues(&history) < a.jobs || built(&history) < flows_wanted)
+    {
         std::thread::sleep(Duration::from_millis(200));
     }
     load.stop_producing();
+    // Drained: nothing pending, active or scheduled and no hand-over in an outbox, read three
+    // times in a row (a hand-over delivered between the reads of two queues may release a
+    // parent a read before missed).
+    let mut quiet = 0;
     let drained = wait_for(Duration::from_secs(120), || {
-        queues
+        let idle = queues
             .0
             .iter()
-            .all(|(q, slot)| left(nodes, q, *slot) == Some(0))
+            .all(|(q, slot)| left(nodes, q, *slot) == Some(0));
+        quiet = if idle { quiet + 1 } else { 0 };
+        quiet >= 3
     });
     load.stop();
     let workers = fleet.stop();
@@ -470,6 +498,7 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
     let finals = state::read(nodes, &queues)?;
     let mut report = check::check(&check::Input {
         enqueues: &log.enqueues,
+        flows: &log.flows,
         events: &log.events,
         limits: &log.limits,
         finals: &finals,
@@ -487,6 +516,7 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
     // readings of the limit (and frozen workers: the fleet's own check).
     for (seen, what) in [
         (report.acknowledged, "acknowledged enqueue"),
+        (report.flows.acknowledged, "acknowledged flow"),
         (report.limit_samples, "reading of the limited queue"),
     ] {
         if seen == 0 {
@@ -539,19 +569,27 @@ fn enqueues(history: &History) -> usize {
     history.lock().map_or(0, |h| h.enqueues.len())
 }
 
-/// Jobs of `queue` not yet settled for good: pending, active and scheduled.
+fn built(history: &History) -> usize {
+    history.lock().map_or(0, |h| h.flows.len())
+}
+
+/// Jobs of `queue` not yet settled for good (pending, active and scheduled), and hand-overs
+/// in its outbox. Waiting parents are not counted: a flow given up leaves its parent waiting.
 fn left(nodes: &[Node], queue: &str, slot: u16) -> Option<i64> {
     let owner = owner_of(nodes, slot)?;
     let mut con = connect(&owner.ip, Duration::from_secs(1)).ok()?;
     let counts: Vec<(String, Option<i64>)> =
         redis::cmd("EMQ.STATS").arg(queue).query(&mut con).ok()?;
-    Some(
-        counts
-            .iter()
-            .filter(|(k, _)| matches!(k.as_str(), "pending" | "active" | "scheduled"))
-            .filter_map(|(_, v)| *v)
-            .sum(),
-    )
+    let outbox: i64 = redis::cmd("HLEN")
+        .arg(format!("emq:{{{queue}}}:outbox"))
+        .query(&mut con)
+        .ok()?;
+    let jobs: i64 = counts
+        .iter()
+        .filter(|(k, _)| matches!(k.as_str(), "pending" | "active" | "scheduled"))
+        .filter_map(|(_, v)| *v)
+        .sum();
+    Some(jobs + outbox)
 }
 
 fn main() {
@@ -609,7 +647,7 @@ fn main() {
 fn run(a: &Args, rows: &mut Vec<report::Row>) -> bool {
     // A producer and a worker user for each of the run's queues, limited to its keys.
     let all_queues: Vec<String> = (0..a.faults.len())
-        .flat_map(|i| queue_names(a, i))
+        .flat_map(|i| queues::names(a.seed, i))
         .collect();
     // Each producer and worker user may touch one queue: the first queue's, checked on every
     // node, may not touch the second's on the node that owns it.
@@ -617,7 +655,10 @@ fn run(a: &Args, rows: &mut Vec<report::Row>) -> bool {
         eprintln!("emq-chaos: no fault to run");
         return false;
     };
-    let net = match Net::start(&a.image, 6, NODE_TIMEOUT_MS, &all_queues) {
+    let flow_groups: Vec<Vec<String>> = (0..a.faults.len())
+        .map(|i| queues::flow_group(a.seed, i))
+        .collect();
+    let net = match Net::start(&a.image, 6, NODE_TIMEOUT_MS, &all_queues, &flow_groups) {
         Ok(net) => net,
         Err(e) => {
             eprintln!("emq-chaos: {e}");

@@ -1,5 +1,6 @@
-//! Reading a phase's final state from the servers, for the checker: each queue's rows and set
-//! members on its primary, and whether every replica's data equals its primary's.
+//! Reading a phase's final state from the servers, for the checker: each queue's rows, set
+//! members and outbox size on its primary, and whether every replica's data equals its
+//! primary's.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -11,7 +12,7 @@ use crate::cluster::{connect, owner, slot_map};
 use crate::docker::Node;
 use crate::workload::Queues;
 
-const SETS: [&str; 4] = ["pending", "active", "schedule", "dead"];
+const SETS: [&str; 5] = ["pending", "active", "schedule", "dead", "waiting"];
 
 fn read_queue(ip: &str, queue: &str) -> Result<QueueState, String> {
     let mut con = connect(ip, Duration::from_secs(5)).map_err(|e| e.to_string())?;
@@ -27,6 +28,10 @@ fn read_queue(ip: &str, queue: &str) -> Result<QueueState, String> {
             fin.members.entry(id).or_default().push(set.to_string());
         }
     }
+    fin.outbox = redis::cmd("HLEN")
+        .arg(format!("emq:{{{queue}}}:outbox"))
+        .query(&mut con)
+        .map_err(|e| e.to_string())?;
     let prefix = format!("emq:{{{queue}}}:job:");
     let mut cursor = 0u64;
     loop {

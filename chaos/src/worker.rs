@@ -66,7 +66,9 @@ fn line(e: &WorkerEvent) -> String {
         EventKind::Settle => "settle",
         EventKind::HandlerStart => "handler_start",
         EventKind::HandlerEnd => "handler_end",
-        EventKind::Deliver => "deliver",
+        EventKind::Handover => "handover",
+        EventKind::Delivered => "delivered",
+        EventKind::Outbox => "outbox",
     };
     let outcome = match e.outcome {
         EventOutcome::Ok => "ok",

@@ -17,27 +17,31 @@ use crate::history::{now_ns, record_enqueue, Enqueue, History, Outcome};
 
 /// Connections to the primaries by the slot map (read as the harness), refreshed after a
 /// redirection or a failure; each connection as the client's own ACL user.
-struct Router {
+pub struct Router {
     nodes: Vec<Node>,
     map: SlotMap,
-    /// By node and queue: each connection is the role's user for that queue.
+    /// By node and queue: each connection is the role's user for that queue (or its scope).
     cons: HashMap<(String, String), Connection>,
     role: &'static Role,
+    /// The queue whose user the role's connections are, whatever queue they touch: a flows
+    /// user has one for the phase's flow queues.
+    scope: Option<String>,
 }
 
 impl Router {
-    fn new(nodes: &[Node], role: &'static Role) -> Router {
+    pub fn new(nodes: &[Node], role: &'static Role, scope: Option<String>) -> Router {
         Router {
             nodes: nodes.to_vec(),
             map: slot_map(nodes).unwrap_or_default(),
             cons: HashMap::new(),
             role,
+            scope,
         }
     }
 
     /// Sends `pipe`, which touches `queue` only, to the owner of `slot` (the queue's), as the
     /// role's user for that queue.
-    fn send(
+    pub fn send(
         &mut self,
         queue: &str,
         slot: u16,
@@ -49,7 +53,7 @@ impl Router {
         };
         let at = (ip, queue.to_string());
         if !self.cons.contains_key(&at) {
-            let user = self.role.user(queue);
+            let user = self.role.user(self.scope.as_deref().unwrap_or(queue));
             let con = connect_as(&at.0, &user, Duration::from_millis(800))?;
             self.cons.insert(at.clone(), con);
         }
@@ -73,7 +77,7 @@ impl Router {
     }
 }
 
-fn outcome_of(e: &redis::RedisError) -> Outcome {
+pub fn outcome_of(e: &redis::RedisError) -> Outcome {
     if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
         Outcome::Unknown(e.to_string())
     } else {
@@ -81,7 +85,7 @@ fn outcome_of(e: &redis::RedisError) -> Outcome {
     }
 }
 
-fn int(v: Option<&Value>) -> Option<i64> {
+pub fn int(v: Option<&Value>) -> Option<i64> {
     match v {
         Some(Value::Int(n)) => Some(*n),
         _ => None,
@@ -140,6 +144,15 @@ impl Load {
         Load { producing, threads }
     }
 
+    /// Starts a flows producer beside the others, stopped with them.
+    pub fn flows(&mut self, nodes: &[Node], plan: crate::flows::Plan, history: &History) {
+        let (nodes, history) = (nodes.to_vec(), history.clone());
+        let producing = self.producing.clone();
+        self.threads.push(std::thread::spawn(move || {
+            crate::flows::produce(&nodes, &plan, &history, &producing)
+        }));
+    }
+
     /// Stops enqueueing.
     pub fn stop_producing(&self) {
         self.producing.store(false, Ordering::SeqCst);
@@ -155,7 +168,7 @@ impl Load {
 }
 
 /// The least time a phase's enqueues take: past the warm-up, the fault and its healing.
-const SPREAD: Duration = Duration::from_secs(14);
+pub const SPREAD: Duration = Duration::from_secs(14);
 
 fn produce(
     nodes: &[Node],
@@ -167,7 +180,7 @@ fn produce(
     pause_ms: u64,
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut router = Router::new(nodes, &PRODUCER);
+    let mut router = Router::new(nodes, &PRODUCER, None);
     let mut sent = 0;
     while producing.load(Ordering::SeqCst) && sent < max_jobs {
         let (queue, slot) = &queues.0[rng.random_range(0..queues.0.len())];

@@ -199,7 +199,13 @@ pub fn receive<S: Store>(store: &S, d: &Delivery) -> Result<Received, EmqError> 
             return Ok(Received::Orphan);
         }
         Some(v) if read_child_value(store.bytes(&v)).0 != Outcome::Waiting => {
-            return Ok(Received::Duplicate)
+            // Written again as it is: the reply then follows the count in the replication
+            // stream, so a `WAIT` after it on any connection confirms the count, which another
+            // connection made and its replicas may not have yet (a worker that removes the
+            // entry once they confirm it would otherwise lose a count a failover undoes).
+            let value = store.bytes(&v).to_vec();
+            store.row_set(&row, &[(&field, &value)])?;
+            return Ok(Received::Duplicate);
         }
         Some(_) => {}
     }

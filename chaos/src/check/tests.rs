@@ -1,16 +1,17 @@
-//! The checker on histories made by hand: a clean one passes, and each violation it claims to
-//! catch, put into an otherwise clean history, is caught.
+//! The checker on histories made by hand: a clean one passes (with flows too), and each
+//! violation it claims to catch, put into an otherwise clean history, is caught.
 
 use std::collections::BTreeMap;
 
 use super::{check, Input, QueueState, Report, Row};
-use crate::history::{Action, Enqueue, Event, Kind, LimitSample, Outcome};
+use crate::history::{Action, Enqueue, Event, Flow, FlowWrite, Kind, LimitSample, Outcome, Step};
 
 const MS: u64 = 1_000_000;
 const LEASE_MS: u64 = 2_000;
 
 struct Case {
     enqueues: Vec<Enqueue>,
+    flows: Vec<Flow>,
     events: Vec<Event>,
     limits: Vec<LimitSample>,
     finals: BTreeMap<String, QueueState>,
@@ -80,6 +81,7 @@ impl Case {
         }
         let mut case = Case {
             enqueues: vec![enqueue("p1", "J1"), enqueue("p2", "J2")],
+            flows: Vec::new(),
             events,
             limits: vec![LimitSample {
                 scope: "queue q concurrency".into(),
@@ -97,7 +99,11 @@ impl Case {
     }
 
     fn row(&mut self, id: &str, state: &str, payload: &str, attempts: i64) {
-        let q = self.finals.entry("q".into()).or_default();
+        self.row_in("q", id, state, payload, attempts);
+    }
+
+    fn row_in(&mut self, queue: &str, id: &str, state: &str, payload: &str, attempts: i64) {
+        let q = self.finals.entry(queue.into()).or_default();
         q.rows.insert(
             id.into(),
             Row {
@@ -112,6 +118,7 @@ impl Case {
             "active" => "active",
             "scheduled" => "schedule",
             "dead" => "dead",
+            "waiting" => "waiting",
             _ => return,
         };
         q.members.insert(id.into(), vec![set.into()]);
@@ -120,6 +127,7 @@ impl Case {
     fn check(&self) -> Report {
         check(&Input {
             enqueues: &self.enqueues,
+            flows: &self.flows,
             events: &self.events,
             limits: &self.limits,
             finals: &self.finals,
@@ -444,5 +452,216 @@ fn a_history_whose_clock_runs_backwards_is_caught() {
     caught(
         &case,
         "1 records of the history answered before they were sent",
+    );
+}
+
+/// `e` in queue `queue`.
+fn in_queue(queue: &str, mut e: Event) -> Event {
+    e.queue = queue.into();
+    e
+}
+
+/// A flow's writes, each confirmed at its first try.
+fn confirmed(children: usize) -> Vec<FlowWrite> {
+    let write = |step| FlowWrite {
+        step,
+        outcome: Outcome::Ok,
+        replicated: true,
+        sent_ns: 0,
+        answered_ns: MS,
+    };
+    let mut writes = vec![write(Step::Parent)];
+    for i in 0..children {
+        writes.extend([write(Step::Adopt(i)), write(Step::Child(i))]);
+    }
+    writes
+}
+
+impl Case {
+    /// The clean case and two flows with their parents in `q` and children in `r`: `P` waits
+    /// for `C1` and `C2` (`ON-FAIL FAIL`), the batch `B` for `C3`; each child is claimed, run
+    /// and acked by 110 ms, each parent after that.
+    fn with_flows() -> Case {
+        let mut case = Case::clean();
+        for (flow, batch, children) in [("P", false, &["C1", "C2"][..]), ("B", true, &["C3"][..])] {
+            case.flows.push(Flow {
+                parent: ("q".into(), flow.into()),
+                children: children
+                    .iter()
+                    .map(|c| ("r".into(), c.to_string()))
+                    .collect(),
+                batch,
+                writes: confirmed(children.len()),
+            });
+            case.row(flow, "done", &format!("{flow}-p"), 1);
+            for c in children {
+                case.row_in("r", c, "done", &format!("{flow}-{c}"), 1);
+            }
+        }
+        for (w, id, at) in [("w1", "C1", 100), ("w2", "C2", 103), ("w1", "C3", 106)] {
+            case.events.push(in_queue("r", claim(w, id, 1, at, at + 1)));
+            case.events
+                .extend(handler(w, id, 1, at + 1).map(|e| in_queue("r", e)));
+            case.events
+                .push(in_queue("r", ack(w, id, 1, at + 2, at + 3)));
+        }
+        for (w, id, at) in [("w3", "P", 200), ("w3", "B", 210)] {
+            case.events.push(claim(w, id, 1, at, at + 1));
+            case.events.extend(handler(w, id, 1, at + 2));
+            case.events.push(ack(w, id, 1, at + 4, at + 5));
+        }
+        case
+    }
+
+    /// Takes away every event of the job `id`.
+    fn forget(&mut self, id: &str) {
+        self.events.retain(|e| e.id != id);
+    }
+}
+
+#[test]
+fn a_clean_history_with_flows_passes() {
+    let r = Case::with_flows().check();
+    assert_eq!(r.violations, Vec::<String>::new());
+    let f = &r.flows;
+    assert_eq!((f.tried, f.acknowledged, f.children), (2, 2, 3));
+    assert_eq!(
+        (f.parents_once, f.batches, f.batches_once, f.failed),
+        (2, 1, 1, 0)
+    );
+}
+
+#[test]
+fn a_parent_run_before_all_its_children_finished_is_caught() {
+    let mut case = Case::with_flows();
+    // P's claim answered at 104 ms, before C2's ACK was sent (105 ms).
+    case.forget("P");
+    case.events.push(claim("w3", "P", 1, 103, 104));
+    case.events.extend(handler("w3", "P", 1, 150));
+    case.events.push(ack("w3", "P", 1, 152, 153));
+    caught(
+        &case,
+        "flow parent q/P: run (Claim by w3, token 1) before its child r/C2 finished",
+    );
+    // A claim answered after C2's ACK was sent passes (the ACK may have been taken first).
+    case.forget("P");
+    case.events.push(claim("w3", "P", 1, 104, 106));
+    case.events.extend(handler("w3", "P", 1, 150));
+    case.events.push(ack("w3", "P", 1, 152, 153));
+    let r = case.check();
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    // A child no settle ever finished: any run of its parent is early.
+    case.forget("C2");
+    caught(&case, "before its child r/C2 finished");
+}
+
+#[test]
+fn a_parent_run_again_after_its_acknowledged_ack_is_caught() {
+    let mut case = Case::with_flows();
+    // P's ACK was confirmed at 209 ms; w4 still held it and ran it at 220 ms.
+    case.events.extend(handler("w4", "P", 1, 220));
+    let r = caught(
+        &case,
+        "flow parent q/P: run again (HandlerStart by w4, token 1) after its acknowledged ACK",
+    );
+    assert_eq!(r.flows.parents_once, 1);
+    // A run before the ACK (a lease lost, the handler run again) is no violation.
+    let mut case = Case::with_flows();
+    case.events.extend(handler("w4", "P", 1, 202));
+    assert!(case.check().violations.is_empty());
+}
+
+#[test]
+fn an_acknowledged_flows_parent_that_never_ran_is_caught() {
+    let mut case = Case::with_flows();
+    case.forget("P");
+    case.row("P", "waiting", "P-p", 0);
+    caught(
+        &case,
+        "flow q/P: acknowledged, but its parent is Some(\"waiting\") at the end, not done",
+    );
+    // A flow a write of which no replica confirmed was given up: its parent may wait.
+    case.flows[0].writes.retain(|w| w.step != Step::Child(1));
+    let r = case.check();
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!((r.flows.tried, r.flows.acknowledged), (2, 1));
+    // An acknowledged flow's child lost is caught.
+    let mut case = Case::with_flows();
+    case.finals.get_mut("r").unwrap().rows.remove("C2");
+    caught(&case, "flow q/P: acknowledged, but its child r/C2 is gone");
+}
+
+#[test]
+fn a_child_that_died_fails_its_parent_and_only_then() {
+    // C1 died (its last FAIL taken): P, `ON-FAIL FAIL`, is dead without a run, and passes.
+    let mut case = Case::with_flows();
+    case.forget("C1");
+    case.events
+        .push(in_queue("r", claim("w1", "C1", 25, 100, 101)));
+    case.events.push(in_queue(
+        "r",
+        Event {
+            action: Some(Action::Fail),
+            ..event(Kind::Settle, "w1", "C1", 25, 102, 103)
+        },
+    ));
+    case.row_in("r", "C1", "dead", "P-C1", 25);
+    case.forget("P");
+    case.row("P", "dead", "P-p", 0);
+    let r = case.check();
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!((r.flows.failed, r.flows.parents_once), (1, 1));
+    // Done instead of dead is caught.
+    case.row("P", "done", "P-p", 1);
+    case.events.push(claim("w3", "P", 1, 200, 201));
+    case.events.push(ack("w3", "P", 1, 204, 205));
+    caught(
+        &case,
+        "flow q/P: acknowledged, but its parent is Some(\"done\") at the end, not dead",
+    );
+    // A batch's child that died does not fail the callback, which must still run.
+    let mut case = Case::with_flows();
+    case.row_in("r", "C3", "dead", "B-C3", 25);
+    case.forget("B");
+    case.row("B", "dead", "B-p", 0);
+    caught(
+        &case,
+        "flow q/B: acknowledged, but its parent is Some(\"dead\")",
+    );
+}
+
+#[test]
+fn a_batch_callback_run_twice_or_never_is_caught() {
+    // Twice: B's lease ran out under w3, w4 claimed it (token 2) and both ACKs were taken and
+    // confirmed.
+    let mut case = Case::with_flows();
+    case.forget("B");
+    case.events.push(claim("w3", "B", 1, 210, 211));
+    case.events.push(claim("w4", "B", 2, 2_300, 2_301));
+    case.events.push(ack("w4", "B", 2, 2_302, 2_303));
+    case.events.push(ack("w3", "B", 1, 2_304, 2_305));
+    case.row("B", "done", "B-p", 2);
+    let r = caught(
+        &case,
+        "batch q/B: its callback ran twice (2 acknowledged ACKs)",
+    );
+    assert_eq!(r.flows.batches_once, 0);
+    // After a failover, an ACK no replica confirmed may have been undone: not twice.
+    case.failover = true;
+    let last = case.events.len() - 1;
+    case.events[last].replicated = Some(false);
+    let r = case.check();
+    assert!(
+        !r.violations.iter().any(|v| v.contains("ran twice")),
+        "{:?}",
+        r.violations
+    );
+    // Never: an acknowledged batch whose callback no ACK finished.
+    let mut case = Case::with_flows();
+    case.forget("B");
+    case.row("B", "pending", "B-p", 0);
+    caught(
+        &case,
+        "batch q/B: acknowledged, but its callback never ran to an ACK",
     );
 }

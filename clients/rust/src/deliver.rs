@@ -2,9 +2,13 @@
 //! not reach in the same step (another slot of a cluster, or no permission) leaves a hand-over
 //! in `emq:{q}:outbox`. A sweep pages it (`EMQ.OUTBOX`) and, for each entry, sends
 //! `EMQ.HANDOVER` to the parent's node, then `EMQ.DELIVERED` to the child's (`ORPHAN` when the
-//! parent had no room for it). An error leaves the entry to the next sweep: a worker stopped
-//! between the two steps delays the parent, never loses it. Sweeps run every second, and again
-//! at once while the last one delivered something.
+//! parent had no room for it). With the worker's `wait_replicas`, the hand-over is followed by
+//! `WAIT` on the parent's node, and the entry stays until that many of the parent's replicas
+//! confirmed it: a failover of the parent's primary cannot then lose a count whose entry is
+//! gone. An error leaves the entry to the next sweep: a worker stopped between the two steps
+//! delays the parent, never loses it. Sweeps run every second, and again at once while the last
+//! one delivered something. Each command is an event (`Handover`, `Delivered`; `Outbox` only
+//! for a page read that failed), as the Python worker reports them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,8 +68,24 @@ where
     let mut delivered = 0;
     loop {
         let args = [b"CURSOR".to_vec(), cursor, b"COUNT".to_vec(), PAGE.to_vec()];
-        let reply = queue.call("EMQ.OUTBOX", &args).await?;
-        let (next, entries) = page(&reply)?;
+        let read = queue.send(&queue.command("EMQ.OUTBOX", &args), false).await;
+        let paged = match read.reply {
+            Ok(reply) => page(&reply).map_err(|e| (EventOutcome::Unknown, e)),
+            Err(e) => Err((outcome_of(&e, read.unsure), e)),
+        };
+        let (next, entries) = match paged {
+            Ok(paged) => paged,
+            Err((outcome, e)) => {
+                hook.emit(Fields {
+                    sent_ns: read.sent_ns,
+                    answered_ns: read.answered_ns,
+                    outcome,
+                    error: Some(e.to_string()),
+                    ..Fields::at(EventKind::Outbox, "", 0, 0)
+                });
+                return Err(e);
+            }
+        };
         for entry in entries {
             if hand_over(queue, hook, &entry).await {
                 delivered += 1;
@@ -99,8 +119,9 @@ fn page(reply: &Value) -> Result<(Vec<u8>, Vec<Entry>)> {
     Ok((next, entries))
 }
 
-/// `EMQ.HANDOVER` to the parent's node, then `EMQ.DELIVERED` to the child's; whether the
-/// entry is gone. One `Deliver` event, with the error that left it there.
+/// `EMQ.HANDOVER` to the parent's node (with `WAIT` there when the worker waits for
+/// replicas), then `EMQ.DELIVERED` to the child's; whether the entry is gone. An event for each
+/// command sent.
 async fn hand_over<C>(queue: &Queue<C>, hook: &Hook, e: &Entry) -> bool
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -115,7 +136,12 @@ where
         .arg(&e.outcome)
         .arg(&e.policy)
         .arg(&e.data);
-    let first = queue.send(&handover, false).await;
+    // The pipeline goes where its first key does: the parent's node, which `WAIT` then asks.
+    let first = queue.send(&handover, true).await;
+    let replicated = match (&first.reply, first.replicas) {
+        (Ok(_), Some(n)) => Some(n >= queue.wait_replicas as i64),
+        _ => None,
+    };
     let orphan = match &first.reply {
         Ok(v) => match String::from_redis_value_ref(v).as_deref() {
             Ok("counted" | "duplicate") => Ok(false),
@@ -124,18 +150,21 @@ where
         },
         Err(e) => Err((outcome_of(e, first.unsure), e.to_string())),
     };
-    let orphan = match orphan {
-        Ok(orphan) => orphan,
-        Err((outcome, error)) => {
-            hook.emit(Fields {
-                sent_ns: first.sent_ns,
-                answered_ns: first.answered_ns,
-                outcome,
-                error: Some(error),
-                ..Fields::at(EventKind::Deliver, &e.child, 0, 0)
-            });
-            return false;
-        }
+    let (outcome, error) = match &orphan {
+        Ok(_) => (EventOutcome::Ok, None),
+        Err((outcome, error)) => (*outcome, Some(error.clone())),
+    };
+    hook.emit(Fields {
+        sent_ns: first.sent_ns,
+        answered_ns: first.answered_ns,
+        outcome,
+        error,
+        replicated,
+        ..Fields::at(EventKind::Handover, &e.child, 0, 0)
+    });
+    // Not yet on enough of the parent's replicas: the entry waits for the next sweep.
+    let (Ok(orphan), None | Some(true)) = (orphan, replicated) else {
+        return false;
     };
     let mut args = vec![
         e.child.clone().into_bytes(),
@@ -150,11 +179,11 @@ where
         .await;
     let (outcome, error) = answer_of(&second);
     hook.emit(Fields {
-        sent_ns: first.sent_ns,
+        sent_ns: second.sent_ns,
         answered_ns: second.answered_ns,
         outcome,
         error,
-        ..Fields::at(EventKind::Deliver, &e.child, 0, 0)
+        ..Fields::at(EventKind::Delivered, &e.child, 0, 0)
     });
     second.reply.is_ok()
 }

@@ -1,9 +1,9 @@
 //! The worker's observability hook: a [`WorkerEvent`] for each job a claim returned, each
 //! renewal and settle of it (with the server's answer), each start and end of its handler, and
-//! each hand-over of its queue's outbox it delivered,
-//! passed to the worker's `on_event` synchronously, from the task that did it. A hook that
-//! panics is logged and counted, never the worker's end. The Python worker keeps the same
-//! contract.
+//! each command of its sweep of the queue's outbox (`Handover`, `Delivered`, and `Outbox` for a
+//! page read that failed), passed to the worker's `on_event` synchronously, from the task that
+//! did it. A hook that panics is logged and counted, never the worker's end. The Python and
+//! Node workers keep the same contract.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,10 +29,16 @@ pub enum EventKind {
     HandlerStart,
     /// The handler ended (its failure, or its panic, in `error`).
     HandlerEnd,
-    /// A hand-over of the queue's outbox delivered to its parent (`EMQ.HANDOVER`, then
-    /// `EMQ.DELIVERED`; one event an entry, `id` the child's, `token` 0), or, with its error,
-    /// left for the next sweep.
-    Deliver,
+    /// A finished child's hand-over sent to its parent's queue (`EMQ.HANDOVER`; one event an
+    /// outbox entry, `id` the child's, `token` 0; with `wait_replicas`, `replicated` says
+    /// whether that many of the parent's replicas confirmed it).
+    Handover,
+    /// The entry removed from the outbox once the parent's side had it (`EMQ.DELIVERED`; `id`
+    /// the child's, `token` 0).
+    Delivered,
+    /// A page of the outbox whose read failed (`EMQ.OUTBOX`; `id` empty, `token` 0); a page
+    /// read is not reported otherwise.
+    Outbox,
 }
 
 /// What the server's answer to the command was.
@@ -76,8 +82,8 @@ pub struct WorkerEvent {
     pub error: Option<String>,
     /// For `Settle`: what was sent.
     pub action: Option<SettleAction>,
-    /// For `Settle`: `None` unless the worker has `wait_replicas`, else whether `WAIT`
-    /// reported at least that many replicas.
+    /// For `Settle` and `Handover`: `None` unless the worker has `wait_replicas`, else whether
+    /// `WAIT` reported at least that many replicas.
     pub replicated: Option<bool>,
 }
 

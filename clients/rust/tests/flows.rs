@@ -2,7 +2,8 @@
 //! reads their outcomes; a child's death kills its parent (`ON-FAIL FAIL`) or just counts
 //! (`IGNORE`); a batch's callback runs once; a chain runs in order; a retried flow counts each
 //! child once; refusals are typed; on a cluster, a parent on another primary than its
-//! children hears of them through the worker's outbox sweep.
+//! children hears of them through the worker's outbox sweep, which reports each hand-over and
+//! removal, and with `wait_replicas` removes an entry only once the parent's replicas have it.
 
 mod common;
 
@@ -423,20 +424,35 @@ async fn a_parent_that_refuses_a_child_is_a_typed_error() {
     assert_eq!(fetches.stats().await.expect("stats")["pending"], Some(1));
 }
 
+/// On `cluster`, a flow whose parent (payload `parent`) is in `parent_queue` and whose two
+/// children (`children`) are in the first queue `<prefix>-<n>` of another primary: that queue,
+/// the tree with its minted ids, and the parent's id.
+async fn across_primaries(
+    cluster: &Cluster,
+    parent_queue: &str,
+    parent: &[u8],
+    prefix: &str,
+    children: [&[u8]; 2],
+) -> (String, FlowJob, String) {
+    let parent_node = cluster.owner(slot(parent_queue)).port;
+    let child_queue = (0..)
+        .map(|n| format!("{prefix}-{n}"))
+        .find(|q| cluster.owner(slot(q)).port != parent_node)
+        .expect("a queue on another primary");
+    let flows = Flows::new(cluster_conn(cluster).await);
+    let mut tree = FlowJob::new(parent_queue, parent)
+        .child(FlowJob::new(child_queue.clone(), children[0]))
+        .child(FlowJob::new(child_queue.clone(), children[1]));
+    let root = flows.flow(&mut tree).await.expect("flow");
+    (child_queue, tree, root)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_children_on_another_primary_reach_their_parent_through_the_sweep() {
     let cluster = Cluster::start(3, 0);
     let parent_queue = "reports";
-    let parent_node = cluster.owner(slot(parent_queue)).port;
-    let child_queue = (0..)
-        .map(|n| format!("fetch-{n}"))
-        .find(|q| cluster.owner(slot(q)).port != parent_node)
-        .expect("a queue on another primary");
-    let flows = Flows::new(cluster_conn(&cluster).await);
-    let mut tree = FlowJob::new(parent_queue, b"monthly")
-        .child(FlowJob::new(child_queue.clone(), b"eu"))
-        .child(FlowJob::new(child_queue.clone(), b"us"));
-    let root = flows.flow(&mut tree).await.expect("flow");
+    let (child_queue, tree, root) =
+        across_primaries(&cluster, parent_queue, b"monthly", "fetch", [b"eu", b"us"]).await;
     let reports = Queue::new(cluster_conn(&cluster).await, parent_queue);
     // Adopted on the parent's node before either child existed.
     assert_eq!(
@@ -471,7 +487,7 @@ async fn on_a_cluster_children_on_another_primary_reach_their_parent_through_the
             .lock()
             .expect("lock")
             .iter()
-            .filter(|e| e.kind == EventKind::Deliver)
+            .filter(|e| matches!(e.kind, EventKind::Handover | EventKind::Delivered))
             .collect::<Vec<_>>(),
         cluster
             .nodes
@@ -489,18 +505,24 @@ async fn on_a_cluster_children_on_another_primary_reach_their_parent_through_the
     .into_iter()
     .collect();
     assert_eq!(seen, [expected]);
-    // Each child's hand-over was delivered by the sweep, once.
-    let mut delivered: Vec<String> = recorded
-        .lock()
-        .expect("lock")
-        .iter()
-        .filter(|e| e.kind == EventKind::Deliver && e.outcome == EventOutcome::Ok)
-        .map(|e| e.id.clone())
-        .collect();
-    delivered.sort();
+    // Each child's hand-over was sent and removed by the sweep, once, with no wait for replicas
+    // (the worker has none), and no page read failed.
+    let sweep = |kind: EventKind| -> Vec<String> {
+        let events = recorded.lock().expect("lock");
+        let mut ids: Vec<String> = events
+            .iter()
+            .filter(|e| e.kind == kind && e.outcome == EventOutcome::Ok)
+            .inspect(|e| assert_eq!((e.token, e.replicated), (0, None), "{e:?}"))
+            .map(|e| e.id.clone())
+            .collect();
+        ids.sort();
+        ids
+    };
     let mut ids: Vec<String> = tree.children.iter().filter_map(|c| c.id.clone()).collect();
     ids.sort();
-    assert_eq!(delivered, ids);
+    assert_eq!(sweep(EventKind::Handover), ids);
+    assert_eq!(sweep(EventKind::Delivered), ids);
+    assert!(sweep(EventKind::Outbox).is_empty());
     let outbox = Queue::new(cluster_conn(&cluster).await, child_queue)
         .call("EMQ.OUTBOX", &[])
         .await
@@ -508,4 +530,81 @@ async fn on_a_cluster_children_on_another_primary_reach_their_parent_through_the
     let (cursor, entries) =
         redis::from_redis_value::<(String, Vec<redis::Value>)>(outbox).expect("a page");
     assert_eq!((cursor.as_str(), entries.len()), ("0", 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_waiting_for_replicas_removes_a_hand_over_only_once_the_parents_replicas_have_it()
+{
+    let cluster = Cluster::start(3, 1);
+    let parent_queue = "albums";
+    let (child_queue, tree, root) = across_primaries(
+        &cluster,
+        parent_queue,
+        b"publish",
+        "thumbs",
+        [b"img-1", b"img-2"],
+    )
+    .await;
+    let albums = Queue::new(cluster_conn(&cluster).await, parent_queue);
+    let thumbs = Queue::new(cluster_conn(&cluster).await, child_queue.clone());
+    let outbox = || async {
+        let page = thumbs.call("EMQ.OUTBOX", &[]).await.expect("outbox");
+        let (_, entries) =
+            redis::from_redis_value::<(String, Vec<redis::Value>)>(page).expect("a page");
+        entries.len()
+    };
+    let worker = |replicas: usize, recorded: &Recorded| {
+        let r = recorded.clone();
+        let cluster = &cluster;
+        let child_queue = child_queue.clone();
+        async move {
+            Worker::new(
+                cluster_conn(cluster).await,
+                cluster_conn(cluster).await,
+                child_queue,
+                fetch,
+            )
+            .wait_replicas(replicas, Duration::from_millis(200))
+            .on_event(move |e: &WorkerEvent| r.lock().expect("lock").push(e.clone()))
+        }
+    };
+    let of = |recorded: &Recorded, kind: EventKind| -> Vec<WorkerEvent> {
+        let events = recorded.lock().expect("lock");
+        events.iter().filter(|e| e.kind == kind).cloned().collect()
+    };
+    // Each primary has one replica: a worker that waits for two never sees a hand-over
+    // confirmed, so it keeps both entries, and sends them again at the next sweep.
+    let short: Recorded = Arc::new(Mutex::new(Vec::new()));
+    let children = run(worker(2, &short).await);
+    let handed = until(|| async { of(&short, EventKind::Handover).len() >= 4 }).await;
+    assert_eq!(children.stop().await.acked, 2);
+    assert!(handed, "{:?}", short.lock().expect("lock"));
+    for e in of(&short, EventKind::Handover) {
+        assert_eq!(
+            (e.outcome, e.replicated),
+            (EventOutcome::Ok, Some(false)),
+            "{e:?}"
+        );
+    }
+    assert!(of(&short, EventKind::Delivered).is_empty());
+    assert_eq!(outbox().await, 2, "left for the next sweep");
+    // The parent's side counted them the first time: the parent is pending.
+    assert_eq!(state(&albums, &root).await.as_deref(), Some("pending"));
+    // A worker that waits for the one replica there is: confirmed, then removed, once each.
+    let enough: Recorded = Arc::new(Mutex::new(Vec::new()));
+    let children = run(worker(1, &enough).await);
+    let emptied = until(|| async { outbox().await == 0 }).await;
+    children.stop().await;
+    assert!(emptied, "{:?}", enough.lock().expect("lock"));
+    let mut ids: Vec<String> = tree.children.iter().filter_map(|c| c.id.clone()).collect();
+    ids.sort();
+    for kind in [EventKind::Handover, EventKind::Delivered] {
+        let events = of(&enough, kind);
+        let mut seen: Vec<String> = events.iter().map(|e| e.id.clone()).collect();
+        seen.sort();
+        assert_eq!(seen, ids, "{kind:?}: {events:?}");
+        let want = (kind == EventKind::Handover).then_some(true);
+        assert!(events.iter().all(|e| e.replicated == want), "{events:?}");
+    }
+    assert_eq!(state(&albums, &root).await.as_deref(), Some("pending"));
 }

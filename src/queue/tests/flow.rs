@@ -72,7 +72,17 @@ fn the_last_child_releases_its_parent_and_a_second_delivery_counts_nothing() {
     }
     let first = delivery(b"thumbs", 2, b"albums", 1, Outcome::Acked, Policy::Fail);
     assert_eq!(receive(&m, &first), Ok(Received::Counted));
+    writes(&m);
     assert_eq!(receive(&m, &first), Ok(Received::Duplicate));
+    // The count is written again as it is (its replicas confirm it with the reply), and
+    // nothing else.
+    let again = writes(&m);
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert!(
+        again[0].starts_with("HSET ") && again[0].contains("child:thumbs:"),
+        "{again:?}"
+    );
+    assert_eq!(m.field(&name(1), "finished").as_deref(), Some("1"));
     assert_eq!(m.field(&name(1), "state").as_deref(), Some("waiting"));
     let second = delivery(b"thumbs", 3, b"albums", 1, Outcome::Dead, Policy::Ignore);
     assert_eq!(receive(&m, &second), Ok(Received::Counted));
