@@ -463,6 +463,14 @@ fn a_duplicate_hand_over_is_confirmed_by_wait_only_once_the_replicas_have_the_co
     let (primary, replica) = primary_and_replica(Options::default());
     let mut con = primary.conn();
     parent(&mut con, "p", &job_id(1), 1);
+    let adopted: i64 = redis::cmd("EMQ.ADOPT")
+        .arg("p")
+        .arg(job_id(1))
+        .arg("c")
+        .arg(job_id(2))
+        .query(&mut con)
+        .expect("adopt");
+    assert_eq!(adopted, 1);
     wait_caught_up(&mut con, &mut replica.conn());
     // The replica stops taking the stream: a count made now is on the primary alone.
     let pid = replica.pid().expect("the replica's pid").to_string();

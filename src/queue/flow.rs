@@ -204,7 +204,7 @@ pub fn receive<S: Store>(store: &S, d: &Delivery) -> Result<Received, EmqError> 
             // connection made and its replicas may not have yet (a worker that removes the
             // entry once they confirm it would otherwise lose a count a failover undoes).
             let value = store.bytes(&v).to_vec();
-            store.row_set(&row, &[(&field, &value)])?;
+            store.set_named(&row, (&field, &value), &[])?;
             return Ok(Received::Duplicate);
         }
         Some(_) => {}
