@@ -125,24 +125,37 @@ const SLOW_LOSS: f64 = 0.1;
 /// The least median `PING` that shows the delay held.
 const SLOW_MIN_PING_MS: f64 = 200.0;
 
-/// `n` `PING` round trips to `node` on one connection, in ms, sorted (those that came back
-/// within 5 s).
-fn ping_times(node: &Node, n: usize) -> Vec<f64> {
-    let Ok(mut con) = connect(&node.ip, Duration::from_secs(5)) else {
-        return Vec::new();
-    };
-    let mut times: Vec<f64> = (0..n)
-        .filter_map(|_| {
-            let sent = Instant::now();
-            redis::cmd("PING")
-                .query::<String>(&mut con)
-                .ok()
-                .map(|_| sent.elapsed().as_secs_f64() * 1000.0)
-        })
-        .collect();
+/// `PING` round trips to `node`, in ms, sorted: one after another until `window` has passed
+/// (and past it, up to `PING_GRACE` more, until one came back). Each waits up to 5 s; a
+/// connection whose `PING` (or handshake) failed is dropped and a new one made, since under
+/// 10% loss each way one lost packet's retransmissions can outlast any single try.
+fn ping_times(node: &Node, window: Duration) -> Vec<f64> {
+    let started = Instant::now();
+    let mut times: Vec<f64> = Vec::new();
+    let mut con = None;
+    while started.elapsed() < window
+        || (times.is_empty() && started.elapsed() < window + PING_GRACE)
+    {
+        if con.is_none() {
+            con = connect(&node.ip, Duration::from_secs(5)).ok();
+            if con.is_none() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            continue;
+        }
+        let Some(c) = con.as_mut() else { continue };
+        let sent = Instant::now();
+        match redis::cmd("PING").query::<String>(c) {
+            Ok(_) => times.push(sent.elapsed().as_secs_f64() * 1000.0),
+            Err(_) => con = None,
+        }
+    }
     times.sort_by(f64::total_cmp);
     times
 }
+
+/// How long past the fault's window the harness goes on trying for a first `PING`.
+const PING_GRACE: Duration = Duration::from_secs(10);
 
 fn hold() {
     std::thread::sleep(Duration::from_millis(NODE_TIMEOUT_MS * 3));
@@ -358,11 +371,7 @@ fn inject_net(net: &Net, fault: &str, slot: u16, seed: u64) -> Result<String, St
             // Every link of the busy primary: its replica's, the bus's and the clients'.
             let mut slow = net.slow(&primary, SLOW_MS, SLOW_JITTER_MS, SLOW_LOSS, seed)?;
             // What the harness's own round trips took meanwhile, on one connection.
-            let started = Instant::now();
-            let pings = ping_times(&primary, 5);
-            std::thread::sleep(
-                (Duration::from_millis(NODE_TIMEOUT_MS * 3)).saturating_sub(started.elapsed()),
-            );
+            let pings = ping_times(&primary, Duration::from_millis(NODE_TIMEOUT_MS * 3));
             // The loop is checked last thing before the heal: a loop gone at any moment is
             // gone then too (and the fault would have been loss alone).
             let alive = slow.alive();
