@@ -803,10 +803,7 @@ fn a_dead_child_requeued_before_its_hand_over_was_delivered_keeps_its_first_outc
     assert_eq!(requeue(&mut worker, "c", &job_id(2)), 1);
     let token = claim_one(&mut worker, "c", &job_id(2));
     ack(&mut worker, "c", &job_id(2), token, "r");
-    let (_, entries): (String, Vec<Vec<String>>) = cmd("EMQ.OUTBOX")
-        .arg("c")
-        .query(&mut admin)
-        .expect("outbox");
+    let entries = outbox(&mut admin, "c");
     let outcomes: Vec<(&str, &str)> = entries
         .iter()
         .map(|e| (e[3].as_str(), e[5].as_str()))

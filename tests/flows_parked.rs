@@ -10,10 +10,8 @@ use support::flow::*;
 use support::*;
 
 /// `EMQ.OUTBOX` of `q`, one page: each entry's child and outcome.
-fn outbox(con: &mut Connection, q: &str) -> Vec<(String, String)> {
-    let (_, entries): (String, Vec<Vec<String>>) =
-        cmd("EMQ.OUTBOX").arg(q).query(con).expect("outbox");
-    entries
+fn parked(con: &mut Connection, q: &str) -> Vec<(String, String)> {
+    outbox(con, q)
         .into_iter()
         .map(|e| (e[0].clone(), e[3].clone()))
         .collect()
@@ -49,7 +47,7 @@ fn a_parent_in_reach_takes_the_first_outcome_its_child_parked_before() {
         job_state(&mut con, "q2", &job_id(2)).as_deref(),
         Some("dead")
     );
-    assert_eq!(outbox(&mut con, "q2"), vec![(job_id(2), "dead".into())]);
+    assert_eq!(parked(&mut con, "q2"), vec![(job_id(2), "dead".into())]);
     // The parent requeued and acked before a worker delivered it: the grandparent in reach
     // takes the first outcome, the parked one, and its entry goes.
     assert_eq!(requeue(&mut con, "q2", &job_id(2)), 1);
@@ -64,7 +62,7 @@ fn a_parent_in_reach_takes_the_first_outcome_its_child_parked_before() {
         .map(|(_, id, status, _)| format!("{id} {status}"))
         .collect();
     assert_eq!(outcomes, vec![format!("{} dead", job_id(2))]);
-    assert!(outbox(&mut con, "q2").is_empty());
+    assert!(parked(&mut con, "q2").is_empty());
 }
 
 #[test]
@@ -112,7 +110,7 @@ fn an_outbox_of_another_type_refuses_a_child_or_keeps_its_hand_over_waiting() {
         job_state(&mut con, "r2", &job_id(2)).as_deref(),
         Some("waiting")
     );
-    assert_eq!(outbox(&mut con, "r1"), vec![(job_id(3), "dead".into())]);
+    assert_eq!(parked(&mut con, "r1"), vec![(job_id(3), "dead".into())]);
     assert_eq!(info_int(&mut con, "emq", "emq_handovers_lost"), 0);
     // Once the key is put right, a worker's delivery fails the parent and the grandparent.
     let _: () = cmd("DEL")

@@ -103,3 +103,11 @@ pub fn requeue(con: &mut Connection, q: &str, id: &str) -> i64 {
 pub fn cancel(con: &mut Connection, q: &str, id: &str) -> i64 {
     cmd("EMQ.CANCEL").arg(q).arg(id).query(con).expect("cancel")
 }
+
+/// `EMQ.OUTBOX <q>`, its first page: each entry as `[child, parent, parent-queue, outcome,
+/// policy, data]`.
+pub fn outbox(con: &mut Connection, q: &str) -> Vec<Vec<String>> {
+    let (_, entries): (String, Vec<Vec<String>>) =
+        cmd("EMQ.OUTBOX").arg(q).query(con).expect("outbox");
+    entries
+}
