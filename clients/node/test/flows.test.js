@@ -291,6 +291,8 @@ describe('flows', () => {
       const ran = [];
       work(parents, async (job) => void ran.push(await job.children()));
       await waitFor(() => ran.length === 1, 'the parent to run');
+      // The last hand-over releases the parent before its DELIVERED is answered: wait for it.
+      await waitFor(() => delivered.length === kidIds.length, 'the three entries delivered');
       assert.deepEqual(delivered.map((d) => d.id).sort(), [...kidIds].sort());
       assert.deepEqual(delivered.map((d) => d.reply).sort(), ['counted', 'counted', 'duplicate']);
       for (const d of delivered) assert.deepEqual([d.queue, d.parentQueue, d.parentId, d.outcome], ['outbox-kids', 'outbox-parent', pid, 'acked']);
