@@ -1,6 +1,8 @@
 //! ACL checks on the keys a command derives, and on a blocked command served later.
 
+use std::cell::Cell;
 use std::os::raw::c_int;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use valkey_module::{raw, Context};
@@ -19,7 +21,7 @@ pub enum Access {
 }
 
 /// The calling user's permission on each key for what is done with it, logged in `ACL LOG` on
-/// refusal; one lookup of the user for all of them.
+/// refusal; one lookup of the user a command for all of them.
 #[inline]
 pub fn check_permission<'k>(
     ctx: &Context,
@@ -116,36 +118,61 @@ pub fn check_command(ctx: &Context, args: &Args) -> Result<(), EmqError> {
     })
 }
 
-/// Runs `check` with the calling client's ACL user, looked up by name and freed after. A
-/// client without a user (the primary's link, another module's `RM_Call` without `C`) may do
-/// everything; a user that is not in the ACL list cannot be checked and is refused.
+/// Runs `check` with the calling client's ACL user, looked up by name once a command (the
+/// first check's lookup serves the rest; [`command_ended`] frees it). A client without a user
+/// (the primary's link, another module's `RM_Call` without `C`) may do everything; a user that
+/// is not in the ACL list cannot be checked and is refused.
 #[inline]
 fn with_acl_user(
     ctx: &Context,
     check: impl FnOnce(*mut raw::RedisModuleUser) -> Result<(), EmqError>,
 ) -> Result<(), EmqError> {
-    let (Some(get_user), Some(free_user)) = (unsafe {
-        (
-            raw::RedisModule_GetModuleUserFromUserName,
-            raw::RedisModule_FreeModuleUser,
-        )
-    }) else {
-        return Ok(());
+    let user = match USER.get() {
+        Some(user) => user,
+        None => {
+            let user = lookup_user(ctx)?;
+            USER.set(Some(user));
+            user
+        }
+    };
+    match user {
+        Some(user) => check(user.as_ptr()),
+        None => Ok(()),
+    }
+}
+
+thread_local! {
+    /// The running command's user: `None` until its first check looks it up, `Some(None)` for
+    /// a client without one.
+    static USER: Cell<Option<Option<NonNull<raw::RedisModuleUser>>>> = const { Cell::new(None) };
+}
+
+/// The calling client's ACL user (`None`: it has none), to be freed by [`command_ended`].
+fn lookup_user(ctx: &Context) -> Result<Option<NonNull<raw::RedisModuleUser>>, EmqError> {
+    let Some(get_user) = (unsafe { raw::RedisModule_GetModuleUserFromUserName }) else {
+        return Ok(None);
     };
     // Only command handlers call this: timer and event contexts have no user to check.
     let Some(name) = current_user_name(ctx)? else {
-        return Ok(());
+        return Ok(None);
     };
-    // SAFETY: `name` is a live string; the user is freed below.
-    let user = unsafe { get_user(name.as_ptr()) };
-    if user.is_null() {
+    // SAFETY: `name` is a live string; the user is freed when the command ends.
+    match NonNull::new(unsafe { get_user(name.as_ptr()) }) {
+        Some(user) => Ok(Some(user)),
         // Not in the ACL list: a module-created user, whose rules cannot be read by name.
-        return Err(EmqError::UncheckableUser);
+        None => Err(EmqError::UncheckableUser),
     }
-    let result = check(user);
-    // SAFETY: obtained above, freed once.
-    unsafe { free_user(user) };
-    result
+}
+
+/// A command's handler returned (or has yet to start): the user its checks looked up is freed,
+/// so the next command looks up its own.
+pub(crate) fn command_ended() {
+    if let Some(Some(user)) = USER.take() {
+        if let Some(free_user) = unsafe { raw::RedisModule_FreeModuleUser } {
+            // SAFETY: looked up by `lookup_user`, freed once (taken out of `USER`).
+            unsafe { free_user(user.as_ptr()) };
+        }
+    }
 }
 
 /// An `ACL LOG` entry for `user` refused `object` (a key or a command name) for `reason`.

@@ -70,6 +70,7 @@ fn guarded(
     handler: impl FnOnce(&Context, &Args) -> Option<CommandResult>,
 ) -> c_int {
     super::propagate::command_started();
+    super::acl::command_ended();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let argv = match usize::try_from(argc) {
             // SAFETY: the server passes `argc` valid string pointers in `argv`.
@@ -100,6 +101,7 @@ fn guarded(
         }
     }));
     super::propagate::command_finished();
+    super::acl::command_ended();
     match outcome {
         Ok(true) => raw::REDISMODULE_OK as c_int,
         Ok(false) => raw::REDISMODULE_ERR as c_int,
