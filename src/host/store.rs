@@ -373,6 +373,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         payload: &Text<'a>,
         priority: i64,
         unique: Option<&[u8]>,
+        more: &[(Field, Value<'_, Text<'a>>)],
     ) -> Result<(), EmqError> {
         let words = words()?;
         let (state, attempts, payload) = (
@@ -380,17 +381,17 @@ impl<'a> Store for ServerStore<'_, 'a> {
             (words.field(Field::Attempts), words.zero),
             (words.field(Field::Payload), payload.as_str()),
         );
-        row.hash_set(&[state, attempts, payload])?;
-        let args = [
-            row.name().as_str(),
-            state.0,
-            state.1,
-            attempts.0,
-            attempts.1,
-            payload.0,
-            payload.1,
-        ];
-        if priority == 0 && unique.is_none() {
+        if priority == 0 && unique.is_none() && more.is_empty() {
+            row.hash_set(&[state, attempts, payload])?;
+            let args = [
+                row.name().as_str(),
+                state.0,
+                state.1,
+                attempts.0,
+                attempts.1,
+                payload.0,
+                payload.1,
+            ];
             notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
             emit(self.ctx, c"HSET", &args);
             return Ok(());
@@ -401,15 +402,38 @@ impl<'a> Store for ServerStore<'_, 'a> {
             p => Some(OwnedString::from_i64(self.ctx, p)?),
         };
         let unique = unique.map(|k| OwnedString::new(self.ctx, k)).transpose()?;
-        let mut all = args.to_vec();
+        let mut made: [Option<OwnedString>; 4] = Default::default();
+        if more.len() > made.len() {
+            return Err(EmqError::Internal);
+        }
+        self.make_values(more, &mut made)?;
+        // Every pair, in order, in place (no allocation): the reference three, then the rest.
+        let name = row.name().as_str();
+        let mut pairs = [(name, name); 9];
+        pairs[..3].copy_from_slice(&[state, attempts, payload]);
+        let mut count = 3;
         for (field, value) in [(Field::Priority, &priority), (Field::Unique, &unique)] {
             if let Some(value) = value {
-                row.hash_set(&[(words.field(field), value.as_str())])?;
-                all.extend([words.field(field), value.as_str()]);
+                pairs[count] = (words.field(field), value.as_str());
+                count += 1;
             }
         }
+        for ((field, value), made) in more.iter().zip(&made) {
+            pairs[count] = (words.field(*field), hash::value_str(value, made)?);
+            count += 1;
+        }
+        let pairs = &pairs[..count];
+        for some in pairs.chunks(4) {
+            row.hash_set(some)?;
+        }
+        let mut all = [name; 19];
+        for (i, (field, value)) in pairs.iter().enumerate() {
+            all[1 + 2 * i] = *field;
+            all[2 + 2 * i] = *value;
+        }
+        let all = &all[..1 + 2 * count];
         notify(self.ctx, NOTIFY_HASH, c"hset", row.name());
-        emit(self.ctx, c"HSET", &all);
+        emit(self.ctx, c"HSET", all);
         Ok(())
     }
 
@@ -438,6 +462,16 @@ impl<'a> Store for ServerStore<'_, 'a> {
         fields: [Field; 3],
     ) -> (Option<Text<'a>>, [Option<Text<'a>>; 3]) {
         self.named_fields(row, field, fields)
+    }
+
+    #[inline]
+    fn row_get_with2(
+        &self,
+        row: &Key<'_>,
+        field: &Text<'a>,
+        fields: [Field; 2],
+    ) -> (Option<Text<'a>>, [Option<Text<'a>>; 2]) {
+        self.named_fields2(row, field, fields)
     }
 
     fn set_named(

@@ -238,7 +238,8 @@ pub trait Store {
         members: &[Self::Text],
     ) -> Result<(), EmqError>;
     /// A new row: `state`, `attempts 0`, `payload`, in the reference script's order, then
-    /// `priority` when it is not 0 and `unique` when the job holds a unique key, in one `HSET`.
+    /// `priority` when it is not 0, `unique` when the job holds a unique key, and up to four
+    /// `more` (a flow's fields), in one `HSET`.
     fn write_row(
         &self,
         row: &Self::Row<'_>,
@@ -246,6 +247,7 @@ pub trait Store {
         payload: &Self::Text,
         priority: i64,
         unique: Option<&[u8]>,
+        more: &[(Field, Value<'_, Self::Text>)],
     ) -> Result<(), EmqError>;
     /// `HSET row field value ...`.
     fn set_fields(
@@ -265,6 +267,13 @@ pub trait Store {
         field: &Self::Text,
         fields: [Field; 3],
     ) -> (Option<Self::Text>, [Option<Self::Text>; 3]);
+    /// `HMGET row field a b`, as [`Store::row_get_with3`] with two others.
+    fn row_get_with2(
+        &self,
+        row: &Self::Row<'_>,
+        field: &Self::Text,
+        fields: [Field; 2],
+    ) -> (Option<Self::Text>, [Option<Self::Text>; 2]);
     /// `HSET row field value a va ...`: a field named at run time, then up to three others,
     /// in one write with one event and one effect.
     fn set_named(

@@ -233,15 +233,9 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
         (None, Placement::Ready) => (State::Pending, new.priority, Event::Enqueued),
         (None, Placement::Due(at)) => (State::Scheduled, at, Event::Scheduled),
     };
-    store.write_row(
-        &row,
-        state,
-        new.payload,
-        new.priority,
-        new.unique.map(|u| u.key),
-    )?;
     // A parent's counters are written with it, so each child's registration and hand-over
-    // finds them near the row's head rather than after its children's fields.
+    // finds them near the row's head rather than after its children's fields; a child's
+    // `parents` after them.
     let counters = |n| {
         [
             (Field::Children, Value::Int(n)),
@@ -249,13 +243,23 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
             (Field::Finished, Value::Int(0)),
         ]
     };
+    let write = |more: &[(Field, Value<'_, S::Text>)]| {
+        store.write_row(
+            &row,
+            state,
+            new.payload,
+            new.priority,
+            new.unique.map(|u| u.key),
+            more,
+        )
+    };
     match (new.flow.children, &new.flow.parents) {
-        (None, None) => {}
-        (Some(n), None) => store.set_fields(&row, &counters(n))?,
-        (None, Some(p)) => store.set_fields(&row, &[(Field::Parents, Value::Bytes(p))])?,
+        (None, None) => write(&[])?,
+        (Some(n), None) => write(&counters(n))?,
+        (None, Some(p)) => write(&[(Field::Parents, Value::Bytes(p))])?,
         (Some(n), Some(p)) => {
             let [c, a, f] = counters(n);
-            store.set_fields(&row, &[c, a, f, (Field::Parents, Value::Bytes(p))])?
+            write(&[c, a, f, (Field::Parents, Value::Bytes(p))])?
         }
     }
     store.add(set, score, job.member)?;
@@ -345,7 +349,7 @@ pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec
             added.push(Added::Duplicate);
             continue;
         }
-        store.write_row(&row, State::Pending, job.payload, job.priority, None)?;
+        store.write_row(&row, State::Pending, job.payload, job.priority, None, &[])?;
         members.push((job.priority, member));
         added.push(outcome);
     }

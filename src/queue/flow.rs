@@ -177,8 +177,8 @@ impl Received {
 /// parent registered counts once, by its id (the first outcome counts); one it never
 /// registered is an orphan. The last child releases a waiting parent to `pending` (or
 /// `schedule`, while its due time is ahead); a dead or cancelled one whose policy is `fail`
-/// buries it, naming the child. Only the child that moves the parent touches more than its row:
-/// the others check, read (in one call) and write the row alone.
+/// buries it, naming the child. Only the child that moves the parent touches more than its row
+/// (and reads its state): the others check, read (in one call) and write the row alone.
 pub fn receive<S: Store>(store: &S, d: &Delivery) -> Result<Received, EmqError> {
     let p = Parent::name(store, &d.parent.id)?;
     store.check_access(&[KeyRef::Row(&p.row)])?;
@@ -188,11 +188,8 @@ pub fn receive<S: Store>(store: &S, d: &Delivery) -> Result<Received, EmqError> 
         return Ok(Received::Orphan);
     }
     let field = store.text(&child_field(&d.child_queue, &d.child))?;
-    let (before, [state, children, finished]) = store.row_get_with3(
-        &row,
-        &field,
-        [Field::State, Field::Children, Field::Finished],
-    );
+    let (before, [children, finished]) =
+        store.row_get_with2(&row, &field, [Field::Children, Field::Finished]);
     match before {
         None => {
             counters::count(&ORPHANED, 1);
@@ -211,8 +208,13 @@ pub fn receive<S: Store>(store: &S, d: &Delivery) -> Result<Received, EmqError> 
     }
     let finished = count_of(store, finished) + 1;
     let fails = d.outcome.failed() && d.parent.policy == Policy::Fail;
-    let moves = state.as_ref().map(|s| store.bytes(s)) == Some(State::Waiting.as_bytes())
-        && (fails || finished >= count_of(store, children));
+    // The parent's state is read only for the child that may move it.
+    let moves = (fails || finished >= count_of(store, children))
+        && store
+            .field(&row, Field::State)
+            .as_ref()
+            .map(|s| store.bytes(s))
+            == Some(State::Waiting.as_bytes());
     // The move's keys, checked before the first write.
     let moves = moves && {
         store.check_access(&[

@@ -150,6 +150,16 @@ impl Memory {
         self.upsert_named(row, field.as_bytes(), value)
     }
 
+    /// A field named at run time (a child's), or `None`.
+    fn named_field(&self, row: &[u8], field: &[u8]) -> Option<Vec<u8>> {
+        let rows = self.rows.borrow();
+        let (fields, _) = rows.get(row)?;
+        fields
+            .iter()
+            .find(|(f, _)| f == field)
+            .map(|(_, v)| v.clone())
+    }
+
     fn upsert_named(&self, row: &[u8], field: &[u8], value: Vec<u8>) {
         let mut rows = self.rows.borrow_mut();
         let (fields, _) = rows.entry(row.to_vec()).or_default();
@@ -179,16 +189,19 @@ impl Store for Memory {
         field: &Vec<u8>,
         fields: [Field; 3],
     ) -> (Option<Vec<u8>>, [Option<Vec<u8>>; 3]) {
-        let named = {
-            let rows = self.rows.borrow();
-            rows.get(row.as_slice()).and_then(|(fields, _)| {
-                fields
-                    .iter()
-                    .find(|(f, _)| f == field)
-                    .map(|(_, v)| v.clone())
-            })
-        };
-        (named, self.fields3(row, fields))
+        (self.named_field(row, field), self.fields3(row, fields))
+    }
+
+    fn row_get_with2(
+        &self,
+        row: &&Vec<u8>,
+        field: &Vec<u8>,
+        fields: [Field; 2],
+    ) -> (Option<Vec<u8>>, [Option<Vec<u8>>; 2]) {
+        (
+            self.named_field(row, field),
+            fields.map(|f| Store::field(self, row, f)),
+        )
     }
 
     fn set_named(
@@ -390,6 +403,7 @@ impl Store for Memory {
         payload: &Vec<u8>,
         priority: i64,
         unique: Option<&[u8]>,
+        more: &[(Field, Value<'_, Vec<u8>>)],
     ) -> Result<(), EmqError> {
         self.upsert(row, Field::State, state.as_bytes().to_vec());
         self.upsert(row, Field::Attempts, b"0".to_vec());
@@ -407,6 +421,11 @@ impl Store for Memory {
         if let Some(key) = unique {
             self.upsert(row, Field::Unique, key.to_vec());
             write.push_str(&format!(" unique {}", text(key)));
+        }
+        for (field, value) in more {
+            let value = value_bytes(value);
+            write.push_str(&format!(" {} {}", text(field.as_bytes()), text(&value)));
+            self.upsert(row, *field, value);
         }
         self.log(write);
         Ok(())

@@ -33,6 +33,24 @@ impl<'a> ServerStore<'_, 'a> {
         (v, [x, y, z])
     }
 
+    /// `HMGET row field a b` (`Store::row_get_with2`).
+    #[inline]
+    pub(super) fn named_fields2(
+        &self,
+        row: &Key<'_>,
+        field: &Text<'a>,
+        fields: [Field; 2],
+    ) -> (Option<Text<'a>>, [Option<Text<'a>>; 2]) {
+        let Ok(words) = words() else {
+            return (None, [None, None]);
+        };
+        let [a, b] = fields.map(|f| words.field(f));
+        let [v, x, y] = row
+            .hash_get3([field.as_str(), a, b])
+            .map(|v| v.map(Text::Owned));
+        (v, [x, y])
+    }
+
     /// `HSET row [named value] field value ...`: at most four pairs in all, in the order given,
     /// in one call, with one event and one effect.
     #[inline]
@@ -82,7 +100,7 @@ impl<'a> ServerStore<'_, 'a> {
 
     /// The strings `fields`' values need made for a write (one in `made` for each value but a
     /// small number, a state or a text, whose strings exist already).
-    fn make_values(
+    pub(super) fn make_values(
         &self,
         fields: &[(Field, Value<'_, Text<'a>>)],
         made: &mut [Option<OwnedString>],
@@ -182,7 +200,7 @@ impl<'a> ServerStore<'_, 'a> {
 
 /// A value's server string: the one made for it (`make_values`), or one made at load.
 #[inline]
-fn value_str<'v>(
+pub(super) fn value_str<'v>(
     value: &'v Value<'_, Text<'_>>,
     made: &'v Option<OwnedString>,
 ) -> Result<Str<'v>, EmqError> {
