@@ -143,7 +143,9 @@ fn with_acl_user(
 
 thread_local! {
     /// The running command's user: `None` until its first check looks it up, `Some(None)` for
-    /// a client without one.
+    /// a client without one. It is the server's live ACL user, valid for the command: only
+    /// another module's keyspace-event handler could delete it in between (`ACL DELUSER` from
+    /// `RM_Call`), which no module of this project does.
     static USER: Cell<Option<Option<NonNull<raw::RedisModuleUser>>>> = const { Cell::new(None) };
 }
 
