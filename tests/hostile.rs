@@ -8,11 +8,12 @@ use emq_harness as support;
 use redis::{cmd, Value};
 use support::*;
 
-const ERROR_CODES: [&str; 15] = [
+const ERROR_CODES: [&str; 16] = [
     "EMQQUEUE",
     "EMQCRON",
     "EMQPARENT",
     "EMQLEASE",
+    "EMQCANCELLED",
     "EMQSET",
     "EMQCURSOR",
     "EMQTYPE",

@@ -70,6 +70,8 @@ struct Job {
     /// Its score in `schedule` or `dead`: a time the server's clock gave, read back once the
     /// job got there (the model orders those sets by it, as purges and the retention do).
     score: Option<f64>,
+    /// The token of the attempt a cancel ended while it ran.
+    cancelled: Option<i64>,
 }
 
 impl Job {
@@ -132,6 +134,7 @@ impl Model {
                 priority,
                 unique: None,
                 score: None,
+                cancelled: None,
             },
         );
         1
@@ -213,7 +216,7 @@ impl Model {
                 }
                 Answer::Int(1)
             }
-            None => lease_error(),
+            None => self.refusal(id, token),
         }
     }
 
@@ -231,7 +234,7 @@ impl Model {
                     Answer::Text("dead".into())
                 }
             }
-            None => lease_error(),
+            None => self.refusal(id, token),
         }
     }
 
@@ -243,7 +246,7 @@ impl Model {
                 }
                 Answer::Deadline
             }
-            None => lease_error(),
+            None => self.refusal(id, token),
         }
     }
 
@@ -317,7 +320,25 @@ impl Model {
                 self.jobs.remove(id);
                 1
             }
+            Some(State::Active) => {
+                let job = self.jobs.get_mut(id).expect("active");
+                job.state = State::Dead;
+                job.error = Some("cancelled".into());
+                job.cancelled = Some(job.token());
+                job.score = None;
+                1
+            }
             _ => 0,
+        }
+    }
+
+    /// What a renewal or settle with a token that is not the lease's is told.
+    fn refusal(&self, id: &str, token: i64) -> Answer {
+        match self.jobs.get(id).and_then(|j| j.cancelled) {
+            Some(ended) if ended == token => {
+                Answer::Error("EMQCANCELLED the job was cancelled while it ran".into())
+            }
+            _ => lease_error(),
         }
     }
 
@@ -521,6 +542,9 @@ fn check_queue(con: &mut Connection, q: &str, model: &Model, step: usize) {
         }
         if let Some(fence) = job.fence {
             fields.insert("fence".into(), fence.to_string());
+        }
+        if let Some(token) = job.cancelled {
+            fields.insert("cancelled".into(), token.to_string());
         }
         for (name, value) in [
             ("error", &job.error),
@@ -803,9 +827,12 @@ fn run_sequences(seed: u64, keep_no_done: bool) {
         ("EMQ.ENQUEUE", &["Int(1)", "Int(0)", "Text(\"JOB"][..]),
         ("EMQ.MENQUEUE", &["1", "0"]),
         ("EMQ.CLAIM", &["Jobs([])", "Jobs([("]),
-        ("EMQ.ACK", &["Int(1)", "EMQLEASE"]),
-        ("EMQ.FAIL", &["scheduled", "dead", "EMQLEASE"]),
-        ("EMQ.RENEW", &["Deadline", "EMQLEASE"]),
+        ("EMQ.ACK", &["Int(1)", "EMQLEASE", "EMQCANCELLED"]),
+        (
+            "EMQ.FAIL",
+            &["scheduled", "dead", "EMQLEASE", "EMQCANCELLED"],
+        ),
+        ("EMQ.RENEW", &["Deadline", "EMQLEASE", "EMQCANCELLED"]),
         ("EMQ.CANCEL", &["Int(1)", "Int(0)"]),
         ("EMQ.REQUEUE", &["Int(1)", "Int(0)"]),
         ("EMQ.PAUSE", &["Int(1)", "Int(0)"]),

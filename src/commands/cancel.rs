@@ -1,6 +1,7 @@
-//! `EMQ.CANCEL <queue> <id>`: removes a pending, scheduled or waiting job and its row (`1`);
-//! any other job, or none, is left alone (`0`). A waiting parent's children in reach that have
-//! not started are cancelled with it (docs/flows.md).
+//! `EMQ.CANCEL <queue> <id>`: removes a pending, scheduled or waiting job and its row, or ends
+//! an active job's attempt, the job to `dead` with the error `cancelled` (`1`); a dead or done
+//! job, or none, is left alone (`0`). A waiting parent's children in reach that have not
+//! started are cancelled with it (docs/flows.md).
 
 use valkey_module::Context;
 
@@ -17,14 +18,16 @@ pub const COMMAND: Command = Command {
     flags: c"write deny-oom fast",
     arity: 3,
     routes_by_queue: true,
-    summary: c"Remove a pending, scheduled or waiting job and its row (a waiting parent with its children that have not started)",
+    summary: c"Remove a pending, scheduled or waiting job and its row (a waiting parent with its children that have not started), or end an active job's attempt: the job goes to dead with the error cancelled, and its worker's next renewal or settle is refused with EMQCANCELLED",
     complexity: c"O(log(N))",
     args: &[QUEUE, ID],
 };
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     check_arity(args, &COMMAND)?;
-    let cancelled = with_job(ctx, args, |store, target| job::cancel_job(store, target))?;
+    let cancelled = with_job(ctx, args, |store, target| {
+        job::cancel_job(store, target, true)
+    })?;
     let Some(children) = cancelled else {
         return Ok(Reply::Integer(0));
     };

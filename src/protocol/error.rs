@@ -19,6 +19,8 @@ pub enum EmqError {
     Payload { limit: i64 },
     /// A stale or missing lease token.
     Lease,
+    /// The token of an attempt `EMQ.CANCEL` ended while it ran.
+    Cancelled,
     /// An unknown set name (`EMQ.JOBS`, `EMQ.PURGE`).
     Set,
     /// A cursor no reply of this command gave.
@@ -70,6 +72,7 @@ impl EmqError {
                 format!("EMQPAYLOAD payload exceeds emq.max-payload-bytes ({limit})").into()
             }
             EmqError::Lease => "EMQLEASE stale or missing lease token".into(),
+            EmqError::Cancelled => "EMQCANCELLED the job was cancelled while it ran".into(),
             EmqError::Set => {
                 "EMQSET unknown set; expected pending, active, scheduled, dead or waiting".into()
             }
@@ -110,6 +113,7 @@ impl EmqError {
             EmqError::Key => "key",
             EmqError::Payload { .. } => "payload",
             EmqError::Lease => "lease",
+            EmqError::Cancelled => "cancelled",
             EmqError::Set | EmqError::Leased => "set",
             EmqError::Cursor => "cursor",
             EmqError::NoPerm | EmqError::NoPermCommand | EmqError::UncheckableUser => "noperm",
@@ -145,6 +149,7 @@ mod tests {
             (EmqError::Key, "EMQKEY "),
             (EmqError::Payload { limit: 5 }, "EMQPAYLOAD "),
             (EmqError::Lease, "EMQLEASE "),
+            (EmqError::Cancelled, "EMQCANCELLED "),
             (EmqError::Set, "EMQSET "),
             (EmqError::Leased, "EMQSET "),
             (EmqError::Cursor, "EMQCURSOR "),

@@ -63,11 +63,13 @@ pub enum Field {
     Parents,
     /// A child's: the parents that refused it at hand-over, a line each.
     Orphan,
+    /// The lease token of the attempt `EMQ.CANCEL` ended while it ran, where one did.
+    Cancelled,
 }
 
 impl Field {
     /// Every field, in the row's order (the reference fields first).
-    pub const ALL: [Field; 15] = [
+    pub const ALL: [Field; 16] = [
         Field::State,
         Field::Attempts,
         Field::Payload,
@@ -83,6 +85,7 @@ impl Field {
         Field::Finished,
         Field::Parents,
         Field::Orphan,
+        Field::Cancelled,
     ];
 
     pub fn as_cstr(self) -> &'static std::ffi::CStr {
@@ -102,6 +105,7 @@ impl Field {
             Field::Finished => c"finished",
             Field::Parents => c"parents",
             Field::Orphan => c"orphan",
+            Field::Cancelled => c"cancelled",
         }
     }
 

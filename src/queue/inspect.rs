@@ -85,6 +85,7 @@ pub fn field_name(field: Field) -> &'static str {
         Field::Finished => "finished",
         Field::Parents => "parents",
         Field::Orphan => "orphan",
+        Field::Cancelled => "cancelled",
     }
 }
 

@@ -5,7 +5,10 @@ use crate::protocol::counters::{self, CANCELLED, REQUEUED};
 use crate::protocol::flow::Outcome;
 use crate::protocol::{BrandedId, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
-use super::{attempts, fence_for_new_life, finished, flow, priority, record, Job};
+use super::limit::{self, room_freed};
+use super::{
+    attempts, fence_for_new_life, finished, flow, lease_token, leased_fields, priority, record, Job,
+};
 
 /// One job's keys, named and permission-checked; nothing opened yet.
 pub struct Target<'j, S: Store> {
@@ -43,21 +46,23 @@ impl<'j, S: Store> Target<'j, S> {
 /// Most children of a cancelled parent one call cancels with it.
 pub const MAX_CANCELLED_CHILDREN: usize = 1000;
 
-/// `EMQ.CANCEL`: removes a pending, scheduled or waiting job and its row; whether it did. Any
-/// other job, or none, is left alone.
+/// `EMQ.CANCEL`: removes a pending, scheduled or waiting job and its row, or ends an active
+/// job's attempt (to `dead`, [`cancel_running`]); whether it did. A dead or done job, or none,
+/// is left alone.
 pub fn cancel<S: Store>(store: &S, target: &Target<'_, S>) -> Result<bool, EmqError> {
-    Ok(cancel_job(store, target)?.is_some())
+    Ok(cancel_job(store, target, true)?.is_some())
 }
 
 /// Children of a cancelled parent, by queue and id, for the caller to cancel too.
 pub type Children = Vec<(Vec<u8>, BrandedId)>;
 
-/// [`cancel`], and for a waiting parent, the children it leaves that have not finished (at
-/// most [`MAX_CANCELLED_CHILDREN`]), for the caller to cancel too: `None` when nothing was
-/// cancelled.
+/// [`cancel`] (an active job only with `running`), and for a waiting parent, the children it
+/// leaves that have not finished (at most [`MAX_CANCELLED_CHILDREN`]), for the caller to cancel
+/// too, those that have not started: `None` when nothing was cancelled.
 pub fn cancel_job<S: Store>(
     store: &S,
     target: &Target<'_, S>,
+    running: bool,
 ) -> Result<Option<Children>, EmqError> {
     store.check_access(&[KeyRef::Set(Set::Waiting)])?;
     let row = target.open(store)?;
@@ -69,6 +74,12 @@ pub fn cancel_job<S: Store>(
         Set::Schedule
     } else if store.score(Set::Waiting, member).is_some() {
         Set::Waiting
+    } else if running
+        && store.holds(&row) == Holds::Hash
+        && store.score(Set::Active, member).is_some()
+    {
+        cancel_running(store, &row, member)?;
+        return Ok(Some(Vec::new()));
     } else {
         return Ok(None);
     };
@@ -93,6 +104,34 @@ pub fn cancel_job<S: Store>(
     counters::count(&CANCELLED, 1);
     Ok(Some(children))
 }
+
+/// Ends an active job's attempt for `EMQ.CANCEL`: the job goes to `dead` with the error
+/// `cancelled` and the attempt's token in `cancelled`, so its worker's next renewal or settle
+/// is told (`EMQCANCELLED`, `lease::check_token`); its parents take it as cancelled, and the
+/// room it held under a concurrency limit is freed.
+fn cancel_running<S: Store>(store: &S, row: &S::Row<'_>, member: &S::Text) -> Result<(), EmqError> {
+    let (attempts, fence, _) = leased_fields(store, row, Field::State);
+    let parents = finished::parents(store, row)?;
+    let limits = limit::limits(store)?;
+    store.remove(Set::Active, member)?;
+    store.set_fields(
+        row,
+        &[
+            (Field::State, Value::State(State::Dead)),
+            (Field::Error, Value::Bytes(CANCELLED_ERROR)),
+            (Field::Cancelled, Value::Int(lease_token(fence, attempts))),
+        ],
+    )?;
+    store.add(Set::Dead, store.now_ms(), member)?;
+    record(store, Event::Cancelled, Some(member), || attempts)?;
+    finished::keep_hand_overs(store, parents.as_ref(), member, Outcome::Cancelled, b"");
+    room_freed(store, &limits)?;
+    counters::count(&CANCELLED, 1);
+    Ok(())
+}
+
+/// The error a job whose attempt `EMQ.CANCEL` ended keeps.
+pub const CANCELLED_ERROR: &[u8] = b"cancelled";
 
 /// `EMQ.REQUEUE`: moves a dead job back to pending with its attempts reset; whether it did.
 /// A job that is not dead is left alone. A parent whose children have not all finished goes

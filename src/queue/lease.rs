@@ -1,6 +1,6 @@
 //! The lease holder's transitions (protocol.md §6): renew, ack and fail. The token is the one the
 //! claim returned (the job's `attempts` after its `fence`); a wrong, stale or missing one is
-//! `EMQLEASE` and changes nothing.
+//! `EMQLEASE` (`EMQCANCELLED` for the attempt a cancel ended) and changes nothing.
 
 use std::collections::HashSet;
 
@@ -12,7 +12,7 @@ use super::finished;
 use super::job::Target;
 use super::limit::{self, room_freed};
 use super::promote::bury;
-use super::{lease_token, leased_fields, record, set_state, Job};
+use super::{count_of, lease_token, leased_fields, record, set_state, Job};
 
 /// The job is active, in the active set, and its current attempt's token is `token`: its
 /// attempts.
@@ -30,13 +30,19 @@ fn check_lease<S: Store>(
 }
 
 /// What the row says of a lease: the job is active and its current attempt's token is
-/// `token`; its attempts. That it is in the active set too is the caller's to check.
+/// `token`; its attempts. That it is in the active set too is the caller's to check. A token
+/// that is not the lease's is `EMQCANCELLED` when `EMQ.CANCEL` ended its attempt while it ran,
+/// `EMQLEASE` otherwise.
 fn check_token<S: Store>(store: &S, row: &S::Row<'_>, token: i64) -> Result<i64, EmqError> {
     let (attempts, fence, state) = leased_fields(store, row, Field::State);
     let active = store.holds(row) == Holds::Hash
         && state.is_some_and(|s| store.bytes(&s) == State::Active.as_bytes());
     if !active || lease_token(fence, attempts) != token {
-        return Err(EmqError::Lease);
+        let cancelled = store.field(row, Field::Cancelled);
+        return match cancelled.map(|c| count_of(store, Some(c))) {
+            Some(ended) if ended == token => Err(EmqError::Cancelled),
+            _ => Err(EmqError::Lease),
+        };
     }
     Ok(attempts)
 }

@@ -161,9 +161,9 @@ pub fn adopting<R>(
     })
 }
 
-/// Cancels the children a cancelled parent left unfinished, those in reach of `queue`; each
-/// cancels its own in turn, as deep as [`MAX_DEPTH`]. The others are left to finish (their
-/// hand-overs find no parent).
+/// Cancels the children a cancelled parent left unfinished that have not started, those in
+/// reach of `queue`; each cancels its own in turn, as deep as [`MAX_DEPTH`]. The others are
+/// left to finish (their hand-overs find no parent).
 pub fn cancel_children(ctx: &Context, queue: Queue<'_>, children: Vec<(Vec<u8>, BrandedId)>) {
     cancel_below(ctx, queue, children, 1);
 }
@@ -196,7 +196,7 @@ fn cancel_below(
                     member: &member,
                 },
             )?;
-            job::cancel_job(store, &target)
+            job::cancel_job(store, &target, false)
         });
         if let Some(Ok(Some(grandchildren))) = cancelled {
             if !grandchildren.is_empty() {

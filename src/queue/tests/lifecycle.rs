@@ -286,7 +286,7 @@ fn a_failure_retries_with_backoff_and_the_last_attempt_buries_the_job() {
 }
 
 #[test]
-fn a_cancel_removes_only_waiting_jobs() {
+fn a_cancel_removes_a_ready_job_and_ends_an_active_ones_attempt() {
     let m = Memory::at(NOW);
     put(&m, 1, "p");
     put(&m, 2, "p");
@@ -294,8 +294,18 @@ fn a_cancel_removes_only_waiting_jobs() {
     let (m1, m2) = (id(1).1, id(2).1);
     assert_eq!(
         cancel(&m, &target(&m, 1, &m1).expect("allowed")),
-        Ok(false),
+        Ok(true),
         "active"
+    );
+    assert_eq!(m.field(&name(1), "state").as_deref(), Some("dead"));
+    assert_eq!(m.field(&name(1), "error").as_deref(), Some("cancelled"));
+    assert_eq!(m.field(&name(1), "cancelled").as_deref(), Some("1"));
+    assert_eq!(m.members(Set::Dead), [(name(1), NOW as f64)]);
+    assert!(m.members(Set::Active).is_empty());
+    assert_eq!(
+        cancel(&m, &target(&m, 1, &m1).expect("allowed")),
+        Ok(false),
+        "dead"
     );
     assert_eq!(cancel(&m, &target(&m, 2, &m2).expect("allowed")), Ok(true));
     assert!(m.field(&name(2), "state").is_none(), "its row is gone");
