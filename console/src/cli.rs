@@ -89,7 +89,7 @@ pub enum Command {
         #[arg(long)]
         yes: bool,
     },
-    /// Removes a pending or scheduled job.
+    /// Removes a pending or scheduled job, or ends a running job's attempt (to dead).
     Cancel { queue: String, id: String },
     /// Enqueues one job; prints its id.
     Enqueue {
@@ -342,7 +342,7 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
             Output::changed(
                 removed,
                 "cancelled",
-                format!("{} is not pending or scheduled", terminal(&id)),
+                format!("{} is not pending, scheduled or active", terminal(&id)),
             )
         }
         Command::Enqueue {

@@ -1,8 +1,8 @@
 //! The dashboard in a real browser: headless Chromium, driven through chromedriver (WebDriver)
 //! with fantoccini, against `emq web` and a real server. It sees the real counts, opens a dead
-//! job and its error, requeues it, pauses a queue and sees claims stop, purges a queue through
-//! its confirmation (the browser's own Origin let through), sees a `<script>` payload as text,
-//! and keeps screenshots under target/console/.
+//! job and its error, requeues it, cancels a running job, pauses a queue and sees claims stop,
+//! purges a queue through its confirmation (the browser's own Origin let through), sees a
+//! `<script>` payload as text, and keeps screenshots under target/console/.
 //!
 //! Chromium and chromedriver come from Debian's packages: `scripts/install-deps.sh
 //! --with-browser` (which `make test` runs).
@@ -211,6 +211,29 @@ async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_q
         .query(&mut con)
         .expect("job");
     assert_eq!(set.get("set").map(String::as_str), Some("pending"));
+
+    // A running job: one click ends its attempt, and the server has it dead, `cancelled`.
+    let running = enqueue(&mut con, "imports", "rows 1-50000");
+    let _: redis::Value = redis::cmd("EMQ.CLAIM")
+        .arg("imports")
+        .query(&mut con)
+        .expect("claim");
+    b.goto(&format!("{base}/queues/imports/jobs/{running}"))
+        .await
+        .expect("open the running job");
+    assert_eq!(text(&b, "pre[data-field=set]").await, "active");
+    click(&b, Locator::Css("form[action$='/cancel'] button")).await;
+    assert_eq!(
+        text_after_click(&b, "#flash", &format!("{running} cancelled")).await,
+        format!("{running} cancelled")
+    );
+    let job: std::collections::HashMap<String, String> = redis::cmd("EMQ.JOB")
+        .arg("imports")
+        .arg(&running)
+        .query(&mut con)
+        .expect("job");
+    assert_eq!(job.get("set").map(String::as_str), Some("dead"));
+    assert_eq!(job.get("error").map(String::as_str), Some("cancelled"));
 
     // The crafted payload is text on the page, and nothing in it ran.
     b.goto(&format!("{base}/queues/emails?set=pending"))

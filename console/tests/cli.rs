@@ -127,6 +127,21 @@ fn pause_resume_enqueue_cancel_and_requeue_change_the_queue_on_the_server() {
     assert_eq!(emq(&s.url(), &["requeue", "work", &dead]).0, 0);
     assert_eq!(count(&mut con, "work", "pending"), 1);
     assert_eq!(emq(&s.url(), &["requeue", "work", &dead]).0, 3);
+
+    // A running job: its attempt ends, and it is dead with the error `cancelled`.
+    let _: redis::Value = redis::cmd("EMQ.CLAIM")
+        .arg("work")
+        .query(&mut con)
+        .expect("claim");
+    assert_eq!(count(&mut con, "work", "active"), 1);
+    assert_eq!(emq(&s.url(), &["cancel", "work", &dead]).0, 0);
+    assert_eq!(count(&mut con, "work", "active"), 0);
+    assert_eq!(count(&mut con, "work", "dead"), 1);
+    let (_, json, _) = emq(&s.url(), &["--json", "job", "work", &dead]);
+    assert_eq!(
+        serde_json::from_str::<Json>(&json).expect("json")["error"],
+        "cancelled"
+    );
 }
 
 #[test]

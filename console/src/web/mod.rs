@@ -402,7 +402,7 @@ async fn cancel_job(
     if removed {
         return Ok(back_to(&queue, "pending", &format!("{id} cancelled")));
     }
-    Ok(to_job(&queue, &id, "not pending or scheduled"))
+    Ok(to_job(&queue, &id, "not pending, scheduled or active"))
 }
 
 #[cfg(test)]

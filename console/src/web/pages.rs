@@ -272,6 +272,9 @@ pub fn job(
                 " "
                 @if set == "dead" { (action(app, &format!("{base}/requeue"), "requeue")) }
                 @if set == "pending" || set == "scheduled" { (action(app, &format!("{base}/cancel"), "cancel")) }
+                // A running job's attempt ends at once: its worker stops the handler at its next
+                // renewal, and the job goes to dead (error `cancelled`).
+                @if set == "active" { (action(app, &format!("{base}/cancel"), "cancel the running job")) }
             }
             table #job {
                 @for f in fields {
