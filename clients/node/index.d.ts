@@ -139,6 +139,8 @@ export interface JobRow {
   children?: number;
   adopted?: number;
   finished?: number;
+  /** The token of the attempt `EMQ.CANCEL` ended while it ran (kept after a requeue). */
+  cancelled?: number;
   /** A child's parents, one `<queue> <id> <fail|ignore>` a line. */
   parents?: string;
   /** A parent a hand-over found gone (`EMQ.DELIVERED ... ORPHAN`). */
@@ -215,10 +217,13 @@ export declare class Queue {
   /** Jobs and a callback that runs once all of them have finished, acked or dead. */
   batch(jobs: FlowNode[], options: { onComplete: FlowNode }): Promise<{ id: string; ids: string[] }>;
   /** Removes a pending, scheduled or waiting job (a waiting parent with its flow's unstarted
-   * children, as `cancelFlow`); whether the job went. */
+   * children, as `cancelFlow`), or ends a running job's attempt: the job goes to dead with the
+   * error `cancelled`, its worker's `signal` is aborted with an `EmqCancelledError` at its next
+   * renewal, and its outcome is refused (it can be requeued). Whether the job went. */
   cancel(id: string): Promise<boolean>;
   /** Removes a pending, scheduled or waiting job; a waiting parent with the children of its
-   * flow that have not started, in any slot, 1,000 a parent, 8 levels deep: how many jobs went. */
+   * flow that have not started, in any slot, 1,000 a parent, 8 levels deep; or ends a running
+   * job's attempt, as `cancel` does: how many jobs went. */
   cancelFlow(id: string): Promise<number>;
   requeue(id: string): Promise<boolean>;
   requeueDead(options?: { count?: number }): Promise<number>;
@@ -243,11 +248,15 @@ export declare class Job {
   readonly payload: string;
   /** This attempt's lease token: 1 for the first. */
   readonly attempt: number;
-  /** Aborted when the lease is lost (`EmqLeaseError`) or the worker closes past its timeout. */
+  /** Aborted when the job is cancelled while it runs (`EmqCancelledError`), the lease is lost
+   * (`EmqLeaseError`), or the worker closes past its timeout; the reason says which. */
   readonly signal: AbortSignal;
   /** Sent as the row's `progress` with the next renewal. */
   progress: Payload | undefined;
   leaseLost: boolean;
+  /** Set when a renewal or the settle answered `EMQCANCELLED`: the job was cancelled while it
+   * ran (it is dead, error `cancelled`); `signal` is aborted and no outcome is sent. */
+  readonly cancelled: boolean;
   /** The payload parsed as JSON. */
   readonly data: any;
   /** A parent's children and how each ended, keyed `<queue>:<id>`. */
@@ -260,6 +269,9 @@ export declare class Retry extends Error {
   readonly after: number;
 }
 
+/** A job's handler. `context.signal` is `job.signal`: aborted when the job is cancelled while it
+ * runs (its reason an `EmqCancelledError`), its lease is lost, or the worker closes past its
+ * timeout. The worker does not wait for a cancelled handler: its slot goes to the next job. */
 export type Handler = (job: Job, context: { signal: AbortSignal }) => unknown;
 
 export type Backoff = number | { type: 'fixed' | 'exponential'; delay: number } | ((attempt: number, error: unknown) => number);
@@ -300,8 +312,10 @@ export interface WorkerOptions {
 export interface WorkerEvent {
   /** A flow's steps from the outbox: `handover` (`EMQ.HANDOVER` of a finished child to its
    * parent) and `delivered` (`EMQ.DELIVERED`, its removal), the child's id and token 0, and
-   * `outbox`, a read of the outbox that failed (id ''). */
-  kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'handover' | 'delivered' | 'outbox';
+   * `outbox`, a read of the outbox that failed (id ''). `cancelled`: a renewal or settle of the
+   * job answered `EMQCANCELLED` (both times that moment, `outcome` ok, `error` the refusal): its
+   * handler's signal was aborted and nothing is sent for it. */
+  kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'handover' | 'delivered' | 'outbox';
   worker: string;
   queue: string;
   id: string;
@@ -327,6 +341,8 @@ export interface WorkerCounts {
   failed: number;
   retried: number;
   lost: number;
+  /** Jobs cancelled (`EMQ.CANCEL`) while their handlers ran: nothing was sent for them. */
+  cancelled: number;
 }
 
 export declare class Worker extends EventEmitter {
@@ -341,12 +357,15 @@ export declare class Worker extends EventEmitter {
   close(timeout?: number): Promise<void>;
   on(event: 'completed', listener: (job: Job, result: unknown) => void): this;
   on(event: 'failed', listener: (job: Job, error: unknown) => void): this;
+  /** A job cancelled while its handler ran: its signal aborted, its slot freed, nothing sent. */
+  on(event: 'cancelled', listener: (job: Job, error: EmqCancelledError) => void): this;
   on(event: 'error', listener: (error: unknown) => void): this;
   on(event: 'closed', listener: () => void): this;
   /** An outbox entry handed over to its parent and removed. */
   on(event: 'delivered', listener: (entry: Handover) => void): this;
   once(event: 'completed', listener: (job: Job, result: unknown) => void): this;
   once(event: 'failed', listener: (job: Job, error: unknown) => void): this;
+  once(event: 'cancelled', listener: (job: Job, error: EmqCancelledError) => void): this;
   once(event: 'error', listener: (error: unknown) => void): this;
   once(event: 'closed', listener: () => void): this;
   once(event: 'delivered', listener: (entry: Handover) => void): this;
@@ -379,6 +398,8 @@ export declare class EmqKindError extends EmqError {}
 export declare class EmqKeyError extends EmqError {}
 export declare class EmqPayloadError extends EmqError {}
 export declare class EmqLeaseError extends EmqError {}
+/** `EMQCANCELLED`: the job was cancelled while this attempt ran; its renewal or settle is refused. */
+export declare class EmqCancelledError extends EmqError {}
 export declare class EmqSetError extends EmqError {}
 export declare class EmqCursorError extends EmqError {}
 export declare class EmqCronError extends EmqError {}

@@ -44,7 +44,8 @@ export class EmqCancelIncomplete extends Error {
 
 /**
  * Cancels `id` of `queue` and the unstarted children of its flow: how many jobs went (0 when
- * the job itself was not pending, scheduled or waiting, and then nothing else is). A child
+ * the job itself was not pending, scheduled, waiting or running, and then nothing else is; a
+ * running job's attempt ends, the job dead with the error `cancelled`). A child
  * counts when its `EMQ.CANCEL` answered 1, or answered 0 and its row is gone (the module
  * cancelled it with its parent: on one server every child, on a cluster those in the parent's
  * slot). A child the user may not read or cancel (`NOPERM`) is left as the module leaves it.

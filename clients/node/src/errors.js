@@ -28,6 +28,9 @@ export class EmqKeyError extends EmqError {}
 export class EmqPayloadError extends EmqError {}
 /** `EMQLEASE`: the lease token is stale or missing; the job is no longer this worker's. */
 export class EmqLeaseError extends EmqError {}
+/** `EMQCANCELLED`: the job was cancelled (`EMQ.CANCEL`) while this attempt ran; it is dead with
+ * the error `cancelled`, and this attempt's renewal or settle is refused. */
+export class EmqCancelledError extends EmqError {}
 /** `EMQSET`: an unknown set name, or a purge of the active set. */
 export class EmqSetError extends EmqError {}
 /** `EMQCURSOR`: a cursor no reply gave. */
@@ -55,6 +58,7 @@ export const CODES = {
   EMQKEY: EmqKeyError,
   EMQPAYLOAD: EmqPayloadError,
   EMQLEASE: EmqLeaseError,
+  EMQCANCELLED: EmqCancelledError,
   EMQSET: EmqSetError,
   EMQCURSOR: EmqCursorError,
   EMQCRON: EmqCronError,

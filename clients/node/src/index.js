@@ -17,6 +17,7 @@ export {
   EmqKeyError,
   EmqPayloadError,
   EmqLeaseError,
+  EmqCancelledError,
   EmqSetError,
   EmqCursorError,
   EmqCronError,

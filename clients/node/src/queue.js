@@ -21,7 +21,7 @@ export const SETS = ['pending', 'active', 'scheduled', 'dead', 'waiting'];
 export const CHILDREN_PAGE = 1000;
 
 /** A `job(id)` reply's integer fields. */
-const NUMERIC = new Set(['attempts', 'due', 'lease-deadline', 'died-at', 'priority', 'children', 'adopted', 'finished']);
+const NUMERIC = new Set(['attempts', 'due', 'lease-deadline', 'died-at', 'priority', 'children', 'adopted', 'finished', 'cancelled']);
 
 export class Queue {
   /**
@@ -210,15 +210,18 @@ export class Queue {
   // ---- operating ----
 
   /** Removes a pending, scheduled or waiting job, a waiting parent with the unstarted
-   * children of its flow (`cancelFlow`); whether the job went. */
+   * children of its flow (`cancelFlow`); or ends a running job's attempt: it goes to dead with
+   * the error `cancelled` (its row's `cancelled` is that attempt's token), its worker's signal is
+   * aborted with an `EmqCancelledError` at its next renewal, and its outcome is refused; it can be
+   * requeued. Whether the job went. */
   async cancel(id) {
     return (await this.cancelFlow(id)) > 0;
   }
 
   /**
    * Removes a pending, scheduled or waiting job; a waiting parent with the children of its flow
-   * that have not started, in any slot (cancel.js): how many jobs went, 0 when the job was not
-   * there to cancel.
+   * that have not started, in any slot (cancel.js); or ends a running job's attempt, as
+   * `cancel` does: how many jobs went, 0 when the job was not there to cancel.
    * @param {string} id
    */
   cancelFlow(id) {

@@ -1,6 +1,7 @@
 // The consumer's side: `Worker` claims jobs in batches up to its free concurrency (a blocking
 // `EMQ.CLAIM` on a connection of its own), runs each handler with an AbortSignal, renews the
-// leases of running handlers, settles acknowledgements in batches with `EMQ.MACK` that claim
+// leases of running handlers (a job cancelled while it runs aborts its signal and frees its
+// slot, with nothing sent for it), settles acknowledgements in batches with `EMQ.MACK` that claim
 // the next jobs in the same call, fails a throwing handler's job with its stack and a backoff,
 // delivers its queue's outbox to the parents of finished children (outbox.js), and closes
 // gracefully (on SIGTERM/SIGINT too, when asked). With `waitReplicas`, each settle and each
@@ -9,7 +10,7 @@ import { EventEmitter } from 'node:events';
 import { DEFAULT_BACKOFF, retryIn } from './backoff.js';
 import { encode } from './codec.js';
 import { isCluster, routingKey } from './connection.js';
-import { EmqLeaseError, EmqVersionError, isErrorReply, translate } from './errors.js';
+import { EmqCancelledError, EmqLeaseError, EmqVersionError, isErrorReply, translate } from './errors.js';
 import { Hook, defaultName, nowNs } from './hook.js';
 import { Job, Retry } from './job.js';
 import { sweepLoop } from './outbox.js';
@@ -73,7 +74,7 @@ export class Worker extends EventEmitter {
     /** `WAIT`'s replicas and timeout (ms) after each settle and hand-over; null for none. */
     this.wait = wait.replicas > 0 ? wait : null;
     /** What happened, for logs and tests. */
-    this.counts = { acked: 0, failed: 0, retried: 0, lost: 0 };
+    this.counts = { acked: 0, failed: 0, retried: 0, lost: 0, cancelled: 0 };
     /** The running handlers, by their job (a run of it). @type {Map<Job, {job: Job, controller: AbortController, finished: boolean}>} */
     this.running = new Map();
     this.claimReserved = 0; // slots the claim in flight may fill
@@ -254,7 +255,7 @@ export class Worker extends EventEmitter {
     const state = { job, controller, finished: false };
     // By the job's own object: the same job claimed again (its lease lost) is another run.
     this.running.set(job, state);
-    // Job timeouts and cancelling a running job (a later issue) abort `controller` too.
+    // A cancel of the running job (`cancelled()`) aborts `controller` too, as job timeouts will.
     void this.runJob(state);
   }
 
@@ -272,6 +273,9 @@ export class Worker extends EventEmitter {
     }
     this.hook?.emit('handler_end', job, nowNs(), { failure: threw ? error : undefined });
     state.finished = true;
+    // Cancelled while it ran: counted, its slot freed and its signal aborted already; whatever
+    // it returned or threw is not sent.
+    if (job.cancelled) return;
     if (this.closed || job.leaseLost) {
       this.counts.lost++;
       this.release([job]);
@@ -299,12 +303,35 @@ export class Worker extends EventEmitter {
   }
 
   settleRefused(job, e) {
-    if (e instanceof EmqLeaseError) {
+    if (e instanceof EmqCancelledError) {
+      this.cancelled(job, e);
+    } else if (e instanceof EmqLeaseError) {
       job.leaseLost = true;
       this.counts.lost++;
     } else {
       this.report(e);
     }
+  }
+
+  /**
+   * The job was cancelled (`EMQ.CANCEL`) while this attempt ran: a renewal or its settle was
+   * answered `EMQCANCELLED`, and the server has made it dead already. Its handler's signal is
+   * aborted with that error, and nothing is sent for the job, now or when the handler ends (a
+   * settle that raced the cancel is not tried again). A handler still running gives up its slot
+   * at once, so the next job runs even beside a handler that ignores its signal; one that has
+   * ended gives it up when its settle, in flight or waiting, is done with.
+   * @param {Job} job
+   * @param {EmqCancelledError} error
+   */
+  cancelled(job, error) {
+    if (job.cancelled) return;
+    job.cancelled = true;
+    this.counts.cancelled++;
+    const state = this.running.get(job);
+    state?.controller.abort(error);
+    if (state && !state.finished) this.release([job]);
+    this.hook?.emit('cancelled', job, nowNs(), { failure: error });
+    this.emit('cancelled', job, error);
   }
 
   /** Frees the slots of settled (or abandoned) jobs. */
@@ -332,6 +359,8 @@ export class Worker extends EventEmitter {
     const args = ['EMQ.MACK', this.queue.name];
     const kept = [];
     for (const item of batch) {
+      // Cancelled while the acknowledgement waited: counted already, not sent.
+      if (item.state.job.cancelled) continue;
       // A lease lost (or the worker closed) while the acknowledgement waited: not sent.
       if (this.closed || item.state.job.leaseLost) {
         this.counts.lost++;
@@ -384,9 +413,10 @@ export class Worker extends EventEmitter {
   // ---- leases ----
 
   /** Renews the lease of every running handler (pipelined by node-redis); a renewal answered
-   * `EMQLEASE` marks the job lost and aborts its signal; a failover is tried at the next round. */
+   * `EMQLEASE` marks the job lost and aborts its signal, one answered `EMQCANCELLED` ends its
+   * run (`cancelled()`); a failover is tried at the next round. */
   async renewAll() {
-    const states = [...this.running.values()].filter((s) => !s.finished && !s.job.leaseLost);
+    const states = [...this.running.values()].filter((s) => !s.finished && !s.job.leaseLost && !s.job.cancelled);
     await Promise.all(
       states.map(async ({ job, controller }) => {
         const extra = job.progress === undefined ? [] : ['PROGRESS', encode(job.progress)];
@@ -396,7 +426,9 @@ export class Worker extends EventEmitter {
           this.hook?.emit('renew', job, sentNs, { answeredNs: nowNs() });
         } catch (e) {
           this.hook?.emit('renew', job, sentNs, { answeredNs: nowNs(), error: e });
-          if (e instanceof EmqLeaseError) {
+          if (e instanceof EmqCancelledError) {
+            this.cancelled(job, e);
+          } else if (e instanceof EmqLeaseError) {
             job.leaseLost = true;
             controller.abort(e);
           }

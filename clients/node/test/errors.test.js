@@ -42,6 +42,22 @@ test('each EMQ* error prefix is a typed error', async () => {
   await refuses(q.enqueue('x', { parents: [{ queue: 'errs', id: 'JOB00000000001' }] }), echomq.EmqParentError, 'EMQPARENT');
 });
 
+test('a renewal, ack, fail or batched ack of an attempt cancelled while it ran is EmqCancelledError', async () => {
+  const q = new echomq.Queue(client, 'errs-cancelled');
+  const id = await q.enqueue('x');
+  const [[claimed, , token]] = await q.call('EMQ.CLAIM', 'COUNT', 1, 'LEASE', 60_000);
+  assert.equal(claimed, id);
+  assert.equal(await q.cancel(id), true);
+  await refuses(q.call('EMQ.RENEW', id, token, 1000), echomq.EmqCancelledError, 'EMQCANCELLED');
+  await refuses(q.call('EMQ.ACK', id, token), echomq.EmqCancelledError, 'EMQCANCELLED');
+  await refuses(q.call('EMQ.FAIL', id, token, 'ERROR', 'x'), echomq.EmqCancelledError, 'EMQCANCELLED');
+  const [place] = await q.call('EMQ.MACK', id, token);
+  assert.ok(echomq.translate(place) instanceof echomq.EmqCancelledError, 'in its place of EMQ.MACK');
+  // Any other token of the job is stale as before.
+  await refuses(q.call('EMQ.ACK', id, token + 1), echomq.EmqLeaseError, 'EMQLEASE');
+  assert.ok(!(new echomq.EmqCancelledError('EMQCANCELLED x') instanceof echomq.EmqLeaseError), 'a class of its own');
+});
+
 test('an error that is not EchoMQ stays the client error', async () => {
   await server.cmd('SET', 'emq:{wrong}:pending', 'a string');
   const q = new echomq.Queue(client, 'wrong');

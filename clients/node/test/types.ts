@@ -2,6 +2,7 @@
 // the README, so the declarations in index.d.ts stay true to how the package is used.
 import { createClient, createCluster } from 'redis';
 import {
+  EmqCancelledError,
   EmqError,
   EmqLeaseError,
   EmqParentError,
@@ -31,6 +32,7 @@ export async function producer(): Promise<void> {
   const active: number = stats.active;
   const row = await q.job(ids[0]);
   const attempts: number | undefined = row?.attempts;
+  const cancelledToken: number | undefined = row?.cancelled;
   const page = await q.jobs('dead', { count: 10, withPayloads: true });
   const next: string = page.cursor;
   const purged: number = await q.purge('dead', { count: 100 });
@@ -50,7 +52,7 @@ export async function producer(): Promise<void> {
     const event: QueueEvent['event'] = e.event;
     if (event === 'acked') break;
   }
-  void [active, attempts, next, purged, moved, cancelled, requeued, cap, at, names];
+  void [active, attempts, cancelledToken, next, purged, moved, cancelled, requeued, cap, at, names];
   await client.quit();
 }
 
@@ -107,6 +109,7 @@ export async function worker(): Promise<void> {
       if (job.attempt > 3) throw new Retry(30_000, 'later');
       job.progress = { step: 1 };
       signal.addEventListener('abort', () => undefined);
+      if (signal.reason instanceof EmqCancelledError || job.cancelled || job.signal.aborted) return { sent: 'nobody' };
       return { sent: job.data.to as string };
     },
     { concurrency: 8, lease: 30_000, block: 1000, backoff: { type: 'exponential', delay: 1000 }, handleSignals: true },
@@ -116,7 +119,9 @@ export async function worker(): Promise<void> {
   w.on('error', (error) => {
     if (error instanceof EmqLeaseError || error instanceof EmqError) console.log(error.code);
   });
+  w.on('cancelled', (job: Job, error: EmqCancelledError) => console.log(job.id, job.cancelled, error.code));
   const acked: number = w.counts.acked;
-  void acked;
+  const cancelled: number = w.counts.cancelled;
+  void [acked, cancelled];
   await w.close(5000);
 }

@@ -1,8 +1,9 @@
 // The Worker against a real server: batched claims within the concurrency, renewals, retries
-// into dead with the stack, typed lease errors, aborts on a lost lease, results and draining.
+// into dead with the stack, typed lease errors, aborts on a lost lease, results and draining,
+// and jobs cancelled while they run.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { EmqLeaseError, Queue, Retry, Worker } from '../src/index.js';
+import { EmqCancelledError, EmqLeaseError, Queue, Retry, Worker, eventsKey } from '../src/index.js';
 import { Server, until } from './support/server.js';
 
 /** @type {Server} */
@@ -74,7 +75,7 @@ describe('Worker', () => {
     assert.equal(seen.size, 200);
     assert.deepEqual(new Set(seen.values()), new Set([1]));
     assert.deepEqual([...seen.keys()].sort(), [...ids].sort());
-    assert.deepEqual(worker.counts, { acked: 200, failed: 0, retried: 0, lost: 0 });
+    assert.deepEqual(worker.counts, { acked: 200, failed: 0, retried: 0, lost: 0, cancelled: 0 });
     assert.equal(completed.size, 200, "a 'completed' event for each job");
     assert.equal((await q.stats()).active, 0);
   });
@@ -151,7 +152,7 @@ describe('Worker', () => {
     assert.equal(row.set, 'scheduled');
     assert.equal(row.error, 'not yet');
     assert.ok(row.due > Date.now() + 30_000, 'due about a minute on');
-    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 1, lost: 0 });
+    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 1, lost: 0, cancelled: 0 });
   });
 
   test('a slow handler keeps its lease through renewals: acked once, on attempt 1', async () => {
@@ -173,7 +174,7 @@ describe('Worker', () => {
     await settled(worker, 1);
     await worker.close();
     assert.deepEqual(runs, [1]);
-    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 0 });
+    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 0, cancelled: 0 });
     const row = await q.job(id);
     assert.equal(row.state, 'done');
     assert.equal(row.attempts, 1);
@@ -225,7 +226,7 @@ describe('Worker', () => {
     release[2]('done');
     await settled(worker, 2);
     await worker.close();
-    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 1 });
+    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 1, cancelled: 0 });
     const row = await q.job(id);
     assert.deepEqual([row.state, row.attempts], ['done', 2]);
   });
@@ -251,7 +252,7 @@ describe('Worker', () => {
     await settled(worker, 1);
     await worker.close();
     assert.ok(reason instanceof EmqLeaseError);
-    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 0, lost: 1 });
+    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 0, lost: 1, cancelled: 0 });
   });
 
   test('close() drains the running handlers: each acked, none lost', async () => {
@@ -265,7 +266,7 @@ describe('Worker', () => {
     assert.ok(await until(() => started === 3));
     await worker.close();
     assert.equal(started, 3);
-    assert.deepEqual(worker.counts, { acked: 3, failed: 0, retried: 0, lost: 0 });
+    assert.deepEqual(worker.counts, { acked: 3, failed: 0, retried: 0, lost: 0, cancelled: 0 });
     const stats = await q.stats();
     assert.equal(stats.active, 0);
     assert.equal(stats.pending, 3);
@@ -311,7 +312,7 @@ describe('Worker', () => {
     await settled(worker, 2);
     await worker.close();
     assert.deepEqual(runs, [2], 'attempt 1 never ran; attempt 2 ran once');
-    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 1 });
+    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 1, cancelled: 0 });
     assert.deepEqual((await q.job(id)).state, 'done');
   });
 
@@ -419,3 +420,161 @@ describe('onEvent', () => {
   });
 });
 
+
+/** The event stream of queue `name` (`EMQ.EVENTS`), as `[event, id]` pairs, oldest first. */
+async function streamed(name) {
+  const entries = await server.cmd('XRANGE', eventsKey(name), '-', '+');
+  return entries.map(([, fields]) => {
+    const f = Object.fromEntries(Array.from({ length: fields.length / 2 }, (_, i) => [String(fields[2 * i]), String(fields[2 * i + 1])]));
+    return [f.event, f.id];
+  });
+}
+
+describe('cancelling a running job', () => {
+  test('a handler that stops on its signal: aborted with EmqCancelledError, the job dead once, nothing sent', async () => {
+    const q = new Queue(client, 'cancel-coop');
+    await q.enableEvents();
+    const id = await q.enqueue('x');
+    const reasons = [];
+    const events = [];
+    const cancelled = [];
+    let handled;
+    const worker = new Worker(
+      q,
+      (job, { signal }) => {
+        handled = job;
+        // A handler that awaits work which rejects once its signal aborts.
+        return new Promise((_, reject) => {
+          signal.addEventListener('abort', () => {
+            reasons.push(signal.reason);
+            reject(signal.reason);
+          });
+        });
+      },
+      { lease: 600, concurrency: 1, onEvent: (e) => events.push(e) },
+    );
+    worker.on('cancelled', (job, error) => cancelled.push([job.id, error]));
+    assert.ok(await until(async () => (await q.stats()).active === 1), 'the job runs');
+    assert.equal(await q.cancel(id), true);
+    assert.ok(await until(() => reasons.length === 1 && worker.counts.cancelled === 1, 30_000), 'the handler was stopped');
+    await worker.close();
+    assert.ok(reasons[0] instanceof EmqCancelledError, `${reasons[0]} is an EmqCancelledError`);
+    assert.equal(reasons[0].code, 'EMQCANCELLED');
+    assert.ok(handled.signal.aborted && handled.cancelled && !handled.leaseLost);
+    assert.equal(cancelled.length, 1, "one 'cancelled' event");
+    assert.equal(cancelled[0][0], id);
+    assert.equal(cancelled[0][1], reasons[0]);
+    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 0, lost: 0, cancelled: 1 });
+    const row = await q.job(id);
+    assert.deepEqual([row.set, row.state, row.error, row.cancelled, row.attempts], ['dead', 'dead', 'cancelled', 1, 1]);
+    assert.equal((await q.stats()).dead, 1);
+    // Its renewal was refused, then the worker sent nothing more for it: no settle at all.
+    const kinds = events.filter((e) => e.id === id).map((e) => [e.kind, e.outcome]);
+    assert.deepEqual(kinds.filter(([k]) => k !== 'renew' && k !== 'handler_end'), [['claim', 'ok'], ['handler_start', 'ok'], ['cancelled', 'ok']]);
+    assert.deepEqual(kinds.filter(([k]) => k === 'renew').at(-1), ['renew', 'refused']);
+    assert.match(events.find((e) => e.kind === 'cancelled').error, /^EmqCancelledError: EMQCANCELLED /);
+    assert.deepEqual((await streamed('cancel-coop')).filter(([, job]) => job === id).map(([e]) => e), ['enqueued', 'claimed', 'cancelled']);
+  });
+
+  test('a handler that ignores its signal: the worker runs the next job, and the cancelled one is dead once', async () => {
+    const q = new Queue(client, 'cancel-stubborn');
+    await q.enableEvents();
+    const stubborn = await q.enqueue('stubborn');
+    const started = [];
+    const events = [];
+    let letGo;
+    const worker = new Worker(
+      q,
+      async (job) => {
+        started.push(job.payload);
+        // Ignores `signal`: ends only when the test lets it.
+        if (job.payload === 'stubborn') return new Promise((resolve) => (letGo = resolve));
+        return 'next done';
+      },
+      { lease: 600, concurrency: 1, onEvent: (e) => events.push(e) },
+    );
+    assert.ok(await until(() => started.length === 1), 'the stubborn job runs');
+    // Behind it, with the only slot taken: it waits in pending.
+    const next = await q.enqueue('next');
+    assert.equal(await q.cancel(stubborn), true);
+    assert.ok(await until(() => worker.counts.acked === 1, 30_000), 'the next job ran and was acked');
+    assert.deepEqual(started, ['stubborn', 'next']);
+    assert.ok(letGo, 'the stubborn handler still runs');
+    // It ends at last: what it returns is dropped, not sent.
+    letGo('too late');
+    await worker.close();
+    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 0, cancelled: 1 });
+    const stats = await q.stats();
+    assert.deepEqual([stats.dead, stats.active, stats.pending], [1, 0, 0]);
+    const row = await q.job(stubborn);
+    assert.deepEqual([row.set, row.error, row.cancelled], ['dead', 'cancelled', 1]);
+    assert.equal((await q.job(next)).state, 'done');
+    const of = (id) => events.filter((e) => e.id === id).map((e) => e.kind);
+    assert.ok(!of(stubborn).includes('settle'), 'no settle sent for the cancelled job');
+    assert.deepEqual(of(stubborn).filter((k) => k === 'cancelled'), ['cancelled']);
+    const order = events.map((e) => `${e.kind} ${e.id}`);
+    assert.ok(order.indexOf(`cancelled ${stubborn}`) < order.indexOf(`handler_start ${next}`), 'the next job started once the slot was freed');
+    const stream = await streamed('cancel-stubborn');
+    assert.deepEqual(stream.filter(([, id]) => id === stubborn).map(([e]) => e), ['enqueued', 'claimed', 'cancelled']);
+  });
+
+  test('an ack or a fail that races the cancel is refused with EMQCANCELLED: not retried, not lost', async () => {
+    const q = new Queue(client, 'cancel-race');
+    const [acking, failing] = await q.enqueueMany([{ payload: 'ack' }, { payload: 'fail' }]);
+    const release = new Map();
+    const signals = new Map();
+    // A lease of a minute: no renewal comes before the settles, which learn of the cancels.
+    const worker = new Worker(
+      q,
+      (job, { signal }) => {
+        signals.set(job.payload, signal);
+        return new Promise((resolve, reject) => release.set(job.payload, job.payload === 'ack' ? resolve : reject));
+      },
+      { lease: 60_000, concurrency: 2 },
+    );
+    const cancelled = [];
+    worker.on('cancelled', (job, error) => cancelled.push([job.id, error]));
+    assert.ok(await until(() => release.size === 2), 'both run');
+    assert.equal(await q.cancel(acking), true);
+    assert.equal(await q.cancel(failing), true);
+    release.get('ack')('done');
+    release.get('fail')(new Error('broke'));
+    assert.ok(await until(() => worker.counts.cancelled === 2, 30_000), 'both settles refused');
+    await worker.close();
+    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 0, lost: 0, cancelled: 2 });
+    assert.deepEqual(cancelled.map(([id]) => id).sort(), [acking, failing].sort());
+    for (const [, error] of cancelled) assert.ok(error instanceof EmqCancelledError);
+    for (const signal of signals.values()) assert.ok(signal.reason instanceof EmqCancelledError);
+    for (const id of [acking, failing]) {
+      const row = await q.job(id);
+      assert.deepEqual([row.set, row.error, row.attempts], ['dead', 'cancelled', 1]);
+    }
+    assert.equal((await q.stats()).dead, 2);
+  });
+
+  test('a cancelled job requeued runs again under a new token and is acked', async () => {
+    const q = new Queue(client, 'cancel-requeue');
+    const id = await q.enqueue('x');
+    const attempts = [];
+    const worker = new Worker(
+      q,
+      (job, { signal }) => {
+        attempts.push(job.attempt);
+        if (attempts.length > 1) return 'second';
+        return new Promise((resolve) => signal.addEventListener('abort', () => resolve('stopped')));
+      },
+      { lease: 600, concurrency: 1 },
+    );
+    assert.ok(await until(() => attempts.length === 1));
+    assert.equal(await q.cancel(id), true);
+    assert.ok(await until(() => worker.counts.cancelled === 1, 30_000));
+    assert.equal(await q.requeue(id), true);
+    assert.ok(await until(() => worker.counts.acked === 1, 30_000));
+    await worker.close();
+    assert.equal(attempts.length, 2);
+    assert.ok(attempts[1] > attempts[0], `a new token: ${attempts}`);
+    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 0, cancelled: 1 });
+    const row = await q.job(id);
+    assert.deepEqual([row.state, row.result, row.cancelled], ['done', 'second', 1]);
+  });
+});
