@@ -8,6 +8,7 @@
 
 from .errors import (
     EmqCancelIncomplete,
+    EmqCancelled,
     EmqCronError,
     EmqCursorError,
     EmqError,
@@ -33,6 +34,7 @@ from .worker import Job, Retry, Worker
 
 __all__ = [
     "EmqCancelIncomplete",
+    "EmqCancelled",
     "EmqCronError",
     "EmqCursorError",
     "EmqError",

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import (
+    Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union,
+)
 
 from . import commands as cmd
 from . import outbox
@@ -141,6 +143,7 @@ class AsyncQueue(Settings):
     # ---- operating ----
 
     async def cancel(self, job_id: str) -> bool:
+        """``Queue.cancel``, awaited: a running job's attempt ends too (dead, ``cancelled``)."""
         return await self.cancel_flow(job_id) > 0
 
     async def cancel_flow(self, job_id: str) -> int:
@@ -195,7 +198,12 @@ class AsyncWorker(Claiming):
     worker, and ``run`` raises it once the other running jobs are settled. A task delivers the
     queue's flow hand-overs, as ``Worker``'s thread does; a parent's handler reads its children
     with ``await job.achildren()``. ``name``, ``on_event``, ``wait_replicas`` and
-    ``wait_timeout`` are ``Worker``'s."""
+    ``wait_timeout`` are ``Worker``'s.
+
+    A job cancelled while it runs (``EMQ.CANCEL``; the next renewal or the settle answers
+    ``EMQCANCELLED``) has its handler's task cancelled (``asyncio.CancelledError`` in the
+    handler) and ``job.cancelled`` set; its slot is freed at once, even for a handler that
+    swallows the cancellation, and nothing is sent for it."""
 
     def __init__(
         self,
@@ -221,6 +229,9 @@ class AsyncWorker(Claiming):
         )
         self._running: Dict[str, "asyncio.Task[None]"] = {}
         self._jobs: Dict[str, Job] = {}
+        #: The tasks of handlers cancelled while they ran and not yet ended: no longer waited
+        #: for, cancelled again when ``run`` ends.
+        self._abandoned: Set["asyncio.Task[None]"] = set()
         self._stopping = asyncio.Event()
         self._room = asyncio.Event()
 
@@ -257,7 +268,7 @@ class AsyncWorker(Claiming):
         finally:
             # A handler still running now is left to its lease: its outcome is not sent.
             self._closed = True
-            for task in list(self._running.values()):
+            for task in [*self._running.values(), *self._abandoned]:
                 task.cancel()
             renewer.cancel()
             courier.cancel()
@@ -295,38 +306,77 @@ class AsyncWorker(Claiming):
 
     async def _run_job(self, job: Job) -> None:
         serializer = self.queue.serializer
+        task = asyncio.current_task()
         try:
             if self.stale(job):
                 self.counts["lost"] += 1
                 return
+            if job.cancelled:
+                return  # cancelled before its handler started
+            job._phase = "running"
             self._event("handler_start", job.id, job.attempt, time.time_ns())
             error: Optional[BaseException] = None
+            ended: Optional[Tuple[str, str, List[Any]]] = None
             try:
                 # Decoded here, on the job's own path: a payload that does not decode fails it.
                 job.payload = serializer.loads(job.payload)
                 result = await self.handler(job)
                 ended = outcome(serializer, result=result)
-            except asyncio.CancelledError:
-                raise
+            except asyncio.CancelledError as e:
+                if job._phase != "abandoned":
+                    raise
+                error = e  # cancelled by ``_cancelled``: the handler's end, nothing to send
             except Exception as e:
                 error, ended = e, outcome(serializer, error=e)
             except BaseException as e:
                 # KeyboardInterrupt, SystemExit...: the job fails with it and the worker stops
                 # (before the failure frees the slot, so nothing is claimed after it); ``run``
                 # raises it once the other running jobs are settled.
-                self._fatal = self._fatal or e
-                self.stop()
+                if job._phase != "abandoned":
+                    self._fatal = self._fatal or e
+                    self.stop()
                 error, ended = e, outcome(serializer, error=e)
             self._event("handler_end", job.id, job.attempt, time.time_ns(), error=failure(error))
+            if job._phase == "abandoned" or ended is None:
+                return  # cancelled while it ran (even if it went on after its task's cancel)
+            job._phase = "ended"
             await self._settle(job, *ended)
         finally:
-            self._running.pop(job.id, None)
-            self._jobs.pop(job.id, None)
+            # Unless a later attempt of the same id holds the slot now.
+            if self._running.get(job.id) is task:
+                del self._running[job.id]
+            if self._jobs.get(job.id) is job:
+                del self._jobs[job.id]
+            if task is not None:
+                self._abandoned.discard(task)
             self._room.set()
+
+    def _cancelled(self, job: Job) -> None:
+        """The job was cancelled while this attempt ran (a renewal or a settle answered
+        ``EMQCANCELLED``). Once: a ``cancelled`` event, then ``job.cancelled`` set. A handler
+        still running has its task cancelled and is no longer waited for: its slot is freed
+        now, whether or not the handler heeds the cancellation, and its end sends nothing."""
+        if job._cancel_seen:
+            return
+        job._cancel_seen = True
+        self._event("cancelled", job.id, job.attempt, time.time_ns())
+        job._cancel.set()
+        self.counts["cancelled"] += 1
+        task = self._running.get(job.id)
+        if job._phase != "running" or task is None or self._jobs.get(job.id) is not job:
+            return  # not started (its task skips it) or ended (its settle drops it)
+        job._phase = "abandoned"
+        del self._running[job.id]
+        del self._jobs[job.id]
+        self._abandoned.add(task)
+        task.cancel()
+        self._room.set()
 
     async def _settle(self, job: Job, counted: str, command: str, options: List[Any]) -> None:
         """Sends the outcome (with ``WAIT`` after it, with ``wait_replicas``), again while the
         failure is a moment's; a settle event for each try."""
+        if job.cancelled:
+            return
         if self._closed or job.lease_lost.is_set():
             self.counts["lost"] += 1
             return
@@ -359,6 +409,8 @@ class AsyncWorker(Claiming):
             if cmd.lease_lost(reply):
                 job.lease_lost.set()
                 self.counts["lost"] += 1
+            elif cmd.cancelled(reply):
+                self._cancelled(job)  # cancelled as it ended: not retried, not lost
             else:
                 self.counts["failed-to-settle"] = self.counts.get("failed-to-settle", 0) + 1
             return
@@ -368,11 +420,12 @@ class AsyncWorker(Claiming):
         while True:
             await asyncio.sleep(self.renew_interval)
             for job in list(self._jobs.values()):
-                if job.lease_lost.is_set():
+                if job.lease_lost.is_set() or job.cancelled:
                     continue
                 sent = time.time_ns()
                 try:
                     reply = await self.queue.client.execute_command(*self.renew_args(job))
                 except Exception as e:
                     reply = e
-                self.renewed(job, sent, reply)
+                if self.renewed(job, sent, reply):
+                    self._cancelled(job)

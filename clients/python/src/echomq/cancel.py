@@ -44,7 +44,8 @@ Tree = List[Unstarted]
 
 def cancel(queue: str, job_id: str) -> Cancel:
     """Cancels `job_id` of `queue` and the unstarted children of its flow: how many jobs went
-    (0 when the job itself was not pending, scheduled or waiting, and then nothing else is).
+    (0 when the job itself was not pending, scheduled, waiting or active, and then nothing else
+    is; an active job's attempt ends, and it goes to dead with the error ``cancelled``).
     A child counts when its ``EMQ.CANCEL`` answered 1, or answered 0 and its row is gone (the
     module cancelled it with its parent: on one server every child, on a cluster those in the
     parent's slot). A child the user may not read or cancel (``NOPERM``) is left as the module

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import ids
-from .errors import EmqLeaseLost, EmqNotReplicated, EmqVersionError, translate
+from .errors import EmqCancelled, EmqLeaseLost, EmqNotReplicated, EmqVersionError, translate
 from .flows import MAX_CHILDREN, Child, Children, Parent
 from .serializers import Serializer
 from .slots import slot
@@ -381,6 +381,12 @@ def lease_lost(reply: Any) -> bool:
     """Whether a renewal's or a settle's reply is ``EMQLEASE``: the lease ran out and another
     attempt holds the job (a failover or a lost connection is not: it may be tried again)."""
     return isinstance(reply, Exception) and isinstance(translate(reply), EmqLeaseLost)
+
+
+def cancelled(reply: Any) -> bool:
+    """Whether a renewal's or a settle's reply is ``EMQCANCELLED``: the job was cancelled while
+    this attempt ran (it is dead now), so the attempt is over and nothing more is sent for it."""
+    return isinstance(reply, Exception) and isinstance(translate(reply), EmqCancelled)
 
 
 def claimed(reply: Any) -> List[Tuple[str, Any, int]]:

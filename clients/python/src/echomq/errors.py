@@ -87,6 +87,13 @@ class EmqLeaseLost(EmqError):
     code = "EMQLEASE"
 
 
+class EmqCancelled(EmqError):
+    """``EMQCANCELLED``: the job was cancelled (``EMQ.CANCEL``) while this attempt ran; it is
+    dead with the error ``cancelled``, and this attempt's renewal or outcome is refused."""
+
+    code = "EMQCANCELLED"
+
+
 class EmqSetError(EmqError):
     """``EMQSET``: an unknown set name, or a purge of the active set."""
 
@@ -165,6 +172,7 @@ CODES: Dict[str, Type[EmqError]] = {
         EmqKeyError,
         EmqPayloadError,
         EmqLeaseLost,
+        EmqCancelled,
         EmqSetError,
         EmqCursorError,
         EmqCronError,

@@ -19,9 +19,12 @@ log = logging.getLogger("echomq")
 #: What happened: a job a claim returned, a lease renewal, an outcome sent (``ACK``/``MACK`` or
 #: ``FAIL``), the handler's start and end; for a flow, a finished child's hand-over to its parent
 #: (``EMQ.HANDOVER``) and its removal from the outbox (``EMQ.DELIVERED``), the child's id and
-#: token 0, and a read of the outbox that failed (``EMQ.OUTBOX``, the id empty).
+#: token 0, and a read of the outbox that failed (``EMQ.OUTBOX``, the id empty); ``cancelled``,
+#: once per attempt, when a renewal or a settle answered ``EMQCANCELLED`` (the job was cancelled
+#: while it ran): the worker sends nothing more for that attempt and frees its slot.
 EventKind = Literal[
-    "claim", "renew", "settle", "handler_start", "handler_end", "handover", "delivered", "outbox"
+    "claim", "renew", "settle", "handler_start", "handler_end", "handover", "delivered", "outbox",
+    "cancelled",
 ]
 #: ``ok``: the server answered and did it. ``refused``: it answered with an error for that job
 #: (a stale token, ``EMQLEASE``, say): it did not happen. ``unknown``: no answer came (a lost

@@ -212,13 +212,18 @@ class Queue(Settings):
     # ---- operating ----
 
     def cancel(self, job_id: str) -> bool:
-        """``cancel_flow``: whether the job was cancelled."""
+        """``cancel_flow``: whether the job was cancelled. A pending, scheduled or waiting job
+        is removed; a running (active) job has its attempt ended at once: it goes to ``dead``
+        with the error ``cancelled``, its worker's next renewal or outcome is refused with
+        ``EmqCancelled`` and the worker stops its handler (``job.cancelled``); it can be
+        requeued."""
         return self.cancel_flow(job_id) > 0
 
     def cancel_flow(self, job_id: str) -> int:
-        """Removes a pending, scheduled or waiting job; for a waiting parent, with the children
-        of its flow that have not started, in any slot (``echomq.cancel``): how many jobs went,
-        0 when the job was not there to cancel."""
+        """Removes a pending, scheduled or waiting job, or ends a running job's attempt (it
+        goes to ``dead`` with the error ``cancelled``: see ``cancel``); for a waiting parent,
+        with the children of its flow that have not started, in any slot (``echomq.cancel``):
+        how many jobs went, 0 when the job was not there to cancel (or had finished)."""
         steps, reply = cancelling(self.name, job_id), None
         try:
             while True:

@@ -52,6 +52,9 @@ class Job:
     #: Set when the lease was lost (it ran out and another attempt took the job): the
     #: handler's outcome will not be sent.
     lease_lost: threading.Event = field(default_factory=threading.Event)
+    #: Set when the job was cancelled (``EMQ.CANCEL``) while this attempt ran: read it as
+    #: ``job.cancelled``.
+    _cancel: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
     #: What the next renewal sends as the row's ``progress`` (``RENEW ... PROGRESS``).
     progress: Optional[bytes] = None
     #: When the claim that returned it was sent (``time.time_ns()``): its lease began no sooner.
@@ -62,6 +65,21 @@ class Job:
     _achildren: Optional[Callable[[str], Awaitable[Children]]] = field(
         default=None, repr=False, compare=False
     )
+    #: Where its worker is with it: ``claimed``, ``running`` (its handler), ``ended`` (its
+    #: outcome on the way), ``abandoned`` (cancelled while its handler ran: no longer waited
+    #: for). Read and written under the ``Worker``'s lock (on the ``AsyncWorker``'s loop).
+    _phase: str = field(default="claimed", repr=False, compare=False)
+    #: Whether its worker took note of its cancel (the ``cancelled`` event, once).
+    _cancel_seen: bool = field(default=False, repr=False, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the job was cancelled (``EMQ.CANCEL``) while this attempt ran, as a renewal
+        (or a settle) learned: it is dead now, with the error ``cancelled``. A sync handler
+        checks it and returns early; what it returns or raises then is not sent, and its worker
+        no longer waits for it (its slot runs the next job). An ``AsyncWorker``'s handler has
+        its task cancelled as well."""
+        return self._cancel.is_set()
 
     def children(self) -> Children:
         """This job's children, when it is a flow's parent: ``(queue, id)`` -> ``Child``
@@ -168,9 +186,12 @@ class Claiming:
         self._closed = False
         #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
         self._fatal: Optional[BaseException] = None
-        #: What happened, for logs and tests: acked, failed, retried, lost (and
-        #: failed-to-settle: an outcome the server refused for another reason).
-        self.counts: Dict[str, int] = {"acked": 0, "failed": 0, "retried": 0, "lost": 0}
+        #: What happened, for logs and tests: acked, failed, retried, lost, cancelled (the job
+        #: was cancelled while it ran: nothing was sent for it), and failed-to-settle (an
+        #: outcome the server refused for another reason).
+        self.counts: Dict[str, int] = {
+            "acked": 0, "failed": 0, "retried": 0, "lost": 0, "cancelled": 0,
+        }
 
     def claim_args(self, queue: str, free: int) -> List[Any]:
         """The ``EMQ.CLAIM`` of up to `free` jobs (no more than ``batch``), with ``BLOCK``."""
@@ -199,13 +220,14 @@ class Claiming:
         """The ``EMQ.RENEW`` of a running job, with its progress when it has one."""
         return cmd.renew(job.queue, job.id, job.attempt, self.lease_ms, job.progress)
 
-    def renewed(self, job: Job, sent_ns: int, reply: Any) -> None:
+    def renewed(self, job: Job, sent_ns: int, reply: Any) -> bool:
         """A renewal's reply (an exception for one that failed), as a renew event: a lost
         lease ends the job's renewals; a failover or a lost connection, the next round tries
-        again."""
+        again. Whether the reply is ``EMQCANCELLED`` (the worker then gives the job up)."""
         if cmd.lease_lost(reply):
             job.lease_lost.set()
         self._event("renew", job.id, job.attempt, sent_ns, time.time_ns(), reply=reply)
+        return cmd.cancelled(reply)
 
 
 class Worker(Claiming):
@@ -216,6 +238,11 @@ class Worker(Claiming):
     not decode, fails it with the exception and its traceback (the server retries it with
     backoff, then buries it). The client must not time out a blocked read sooner than
     ``block`` seconds (redis-py's default has no socket timeout).
+
+    A job cancelled while it runs (``EMQ.CANCEL``; the next renewal, every ``renew_every`` of
+    the lease, or the settle answers ``EMQCANCELLED``) sets ``job.cancelled`` for its handler to
+    check; the worker stops waiting for that handler: its slot takes the next job (a new pool
+    thread, while the old one finishes the handler) and nothing is sent for it.
 
     A thread of its own delivers the hand-overs of the queue's finished flow children that
     wait in its outbox (``outbox``); a parent's handler reads its children with
@@ -360,18 +387,36 @@ class Worker(Claiming):
             job = self._inbox.get()
             if job is None:
                 return
-            self._run_job(job)
+            if not self._run_job(job):
+                return  # cancelled while its handler ran: another thread took this slot
 
-    def _run_job(self, job: Job) -> None:
+    def _release(self, job: Job) -> None:
+        """Frees `job`'s slot (under the lock): unless a later attempt of the same id holds it."""
+        if self._running.get(job.id) is job:
+            del self._running[job.id]
+        self._lock.notify_all()
+
+    def _run_job(self, job: Job) -> bool:
+        """Runs the job's handler and hands its outcome to the settler; False when the job was
+        cancelled while the handler ran (``_cancelled``): its outcome is dropped, and this
+        thread is no longer one of the pool's."""
         if self.stale(job):
             self._count("lost")
             with self._lock:
-                self._running.pop(job.id, None)
-                self._lock.notify_all()
-            return
+                self._release(job)
+            return True
+        with self._lock:
+            if job._cancel.is_set():
+                self._release(job)
+                return True
+            job._phase = "running"
         self._event("handler_start", job.id, job.attempt, time.time_ns())
         ended, error = settled(self.queue.serializer, job, self.handler)
         self._event("handler_end", job.id, job.attempt, time.time_ns(), error=failure(error))
+        with self._lock:
+            if job._phase == "abandoned":
+                return False
+            job._phase = "ended"
         fatal = None if isinstance(error, Exception) else error
         if fatal is not None:
             # Stops claiming before the failure frees the slot: nothing is claimed after it.
@@ -380,6 +425,29 @@ class Worker(Claiming):
             self.stop()
         # The settler sends it, with the other outcomes waiting then, and frees the slot.
         self._outcomes.put((job, *ended))
+        return True
+
+    def _cancelled(self, job: Job) -> None:
+        """The job was cancelled while this attempt ran (a renewal or a settle answered
+        ``EMQCANCELLED``). Once: a ``cancelled`` event, then ``job.cancelled`` set. A handler
+        still running is no longer waited for: its slot is freed and a new pool thread takes
+        the next job, while the old one runs the handler to its end, which sends nothing."""
+        with self._lock:
+            if job._cancel_seen:
+                return
+            job._cancel_seen = True
+        self._event("cancelled", job.id, job.attempt, time.time_ns())
+        with self._lock:
+            job._cancel.set()
+            self.counts["cancelled"] += 1
+            if job._phase != "running":
+                return  # not started (its thread skips it) or ended (the settler drops it)
+            job._phase = "abandoned"
+            self._release(job)
+            if not self._closed:
+                threading.Thread(
+                    target=self._handler_loop, name=f"echomq-handler-{job.id}", daemon=True
+                ).start()
 
     def _settle_loop(self) -> None:
         """Sends the handlers' outcomes, as many as are waiting in one pipeline, and frees their
@@ -402,16 +470,17 @@ class Worker(Claiming):
             self._settle(batch)
             with self._lock:
                 for job, *_ in batch:
-                    self._running.pop(job.id, None)
-                self._lock.notify_all()
+                    self._release(job)
 
     def _settle(self, batch: List[Tuple[Job, str, str, List[Any]]]) -> None:
-        """Sends each outcome, unless its lease was lost or the worker shut down first."""
+        """Sends each outcome, unless its lease was lost, it was cancelled, or the worker shut
+        down first."""
         with self._lock:
             closed = self._closed
-        send = [b for b in batch if not (closed or b[0].lease_lost.is_set())]
-        for _ in range(len(batch) - len(send)):
-            self._count("lost")
+        send = [b for b in batch if not (closed or b[0].lease_lost.is_set() or b[0].cancelled)]
+        for job, *_ in batch:
+            if (closed or job.lease_lost.is_set()) and not job.cancelled:
+                self._count("lost")
         if not send:
             return
         replies = self._send(send)
@@ -430,6 +499,9 @@ class Worker(Claiming):
                 if cmd.lease_lost(reply):
                     job.lease_lost.set()
                     self._count("lost")
+                    continue
+                if cmd.cancelled(reply):
+                    self._cancelled(job)  # cancelled as it ended: not retried, not lost
                     continue
                 self._count("failed-to-settle")
                 continue
@@ -492,11 +564,12 @@ class Worker(Claiming):
             if self._stopping.is_set() and not jobs:
                 return
             for job in jobs:
-                if job.lease_lost.is_set():
+                if job.lease_lost.is_set() or job.cancelled:
                     continue
                 sent = time.time_ns()
                 try:
                     reply = self.queue.client.execute_command(*self.renew_args(job))
                 except Exception as e:
                     reply = e
-                self.renewed(job, sent, reply)
+                if self.renewed(job, sent, reply):
+                    self._cancelled(job)
