@@ -159,3 +159,40 @@ fn a_child_cancelled_while_it_runs_fails_its_parent() {
         Some("cancelled:")
     );
 }
+
+#[test]
+fn unstarted_cancels_only_a_job_that_has_not_started() {
+    let server = Server::start_or_external();
+    let mut con = server.conn();
+    let q = unique_queue("cancel-unstarted");
+    enqueue(&mut con, &q, &job_id(1), "running");
+    enqueue(&mut con, &q, &job_id(2), "pending");
+    let jobs = claim(&mut con, &q, &[]).expect("claim");
+    let unstarted = |con: &mut Connection, id: &str| -> i64 {
+        cmd("EMQ.CANCEL")
+            .arg(&q)
+            .arg(id)
+            .arg("UNSTARTED")
+            .query(con)
+            .expect("cancel")
+    };
+    assert_eq!(unstarted(&mut con, &job_id(1)), 0, "a running job runs on");
+    assert_eq!(
+        job_state(&mut con, &q, &job_id(1)).as_deref(),
+        Some("active")
+    );
+    assert_eq!(unstarted(&mut con, &job_id(2)), 1);
+    assert_eq!(job_state(&mut con, &q, &job_id(2)), None);
+    let acked: i64 = cmd("EMQ.ACK")
+        .arg(&q)
+        .arg(&job_id(1))
+        .arg(jobs[0].2)
+        .query(&mut con)
+        .expect("ack");
+    assert_eq!(acked, 1);
+    assert!(expect_err(
+        &mut con,
+        cmd("EMQ.CANCEL").arg(&q).arg(job_id(2)).arg("NOW")
+    )
+    .starts_with("ERR syntax error"));
+}

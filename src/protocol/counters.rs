@@ -80,7 +80,7 @@ pub static JOB_COUNTERS: [(&str, &AtomicU64); 22] = [
 pub static REFUSALS: [AtomicU64; REFUSAL_REASONS.len()] =
     [const { AtomicU64::new(0) }; REFUSAL_REASONS.len()];
 
-pub const REFUSAL_REASONS: [&str; 17] = [
+pub const REFUSAL_REASONS: [&str; 18] = [
     "queue",
     "type",
     "id",
@@ -88,6 +88,7 @@ pub const REFUSAL_REASONS: [&str; 17] = [
     "key",
     "payload",
     "lease",
+    "cancelled",
     "set",
     "cursor",
     "noperm",
@@ -129,6 +130,7 @@ mod tests {
             EmqError::Key,
             EmqError::Payload { limit: 1 },
             EmqError::Lease,
+            EmqError::Cancelled,
             EmqError::Set,
             EmqError::Leased,
             EmqError::Cursor,

@@ -154,7 +154,7 @@ pub struct Settle<'j, S: Store> {
 }
 
 /// `EMQ.MACK`: each job acknowledged as by [`ack`], on its own: `Ok`, or `EMQLEASE` in its
-/// place for a token that is stale, wrong or missing, which leaves that job as it was and the
+/// place for a token that is stale, wrong or missing (`EMQCANCELLED` for one a cancel ended), which leaves that job as it was and the
 /// others settled. A job named twice is settled by its first mention; the second is stale.
 /// One permission check covers the queue's sets and every row, and a row of another type
 /// refuses the whole batch, both before any write.
