@@ -66,6 +66,7 @@ fn line(e: &WorkerEvent) -> String {
         EventKind::Settle => "settle",
         EventKind::HandlerStart => "handler_start",
         EventKind::HandlerEnd => "handler_end",
+        EventKind::Cancelled => "cancelled",
         EventKind::Handover => "handover",
         EventKind::Delivered => "delivered",
         EventKind::Outbox => "outbox",

@@ -47,8 +47,9 @@ type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// Removes a pending, scheduled or waiting job; a waiting parent with the children of its
-    /// flow that have not started, in any slot: how many jobs went (0 when the job itself was
-    /// not there to cancel, and then nothing else is). A child counts when its `EMQ.CANCEL`
+    /// flow that have not started, in any slot; or ends a running job's attempt (it goes to
+    /// `dead` with the error `cancelled`, see [`Queue::cancel`]): how many jobs went (0 when
+    /// the job itself was not there to cancel, and then nothing else is). A child counts when its `EMQ.CANCEL`
     /// answered 1, or answered 0 and its row is gone (the module cancelled it with its parent:
     /// on one server every child, on a cluster those in the parent's slot). A child the user
     /// may not read or cancel (`NOPERM`) is left as the module leaves it. An error after the

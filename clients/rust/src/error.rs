@@ -21,6 +21,11 @@ pub enum Error {
     /// `EMQLEASE`: the lease token is stale or missing; the job is no longer this worker's.
     #[error("{0}")]
     LeaseLost(String),
+    /// `EMQCANCELLED`: the job was cancelled (`EMQ.CANCEL`) while this attempt ran; the
+    /// attempt is over (the job is `dead` with the error `cancelled`), and its outcome is not
+    /// taken.
+    #[error("{0}")]
+    Cancelled(String),
     /// `EMQSET`: an unknown set, or a purge of the active one.
     #[error("{0}")]
     Set(String),
@@ -93,6 +98,7 @@ impl Error {
             Some("EMQKIND") => Error::Kind(detail()),
             Some("EMQPAYLOAD") => Error::Payload(detail()),
             Some("EMQLEASE") => Error::LeaseLost(detail()),
+            Some("EMQCANCELLED") => Error::Cancelled(detail()),
             Some("EMQSET") => Error::Set(detail()),
             Some("EMQCRON") => Error::Cron(detail()),
             Some("EMQPARENT") => Error::Parent(detail()),

@@ -3,7 +3,8 @@
 //! to an optional hook ([`Worker::on_event`], [`WorkerEvent`]); a handler that panics fails its
 //! job; `wait_replicas` follows writes with `WAIT`. Flows ([`Flows`], [`Enqueue::children`] and
 //! [`Enqueue::parents`]) make jobs wait for other jobs; a worker delivers its queue's outbox and
-//! a handler reads its children ([`Job::children`]). See clients/rust/README.md.
+//! a handler reads its children ([`Job::children`]). A job cancelled while it runs
+//! ([`Queue::cancel`]) has its handler's future dropped. See clients/rust/README.md.
 
 pub mod cancel;
 pub mod children;

@@ -213,8 +213,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
 
     /// `EMQ.MACK`: acknowledges many claimed jobs (`(id, token, result)` each) in one call,
     /// retried while the failure is transient; each job's outcome in its place (`LeaseLost` for
-    /// a stale token, the others acknowledged). A call retried after the server applied it
-    /// answers `LeaseLost` for its jobs.
+    /// a stale token, `Cancelled` for a job cancelled while it ran, the others acknowledged). A
+    /// call retried after the server applied it answers `LeaseLost` for its jobs.
     pub async fn ack_many(&self, jobs: &[(&str, i64, Option<&[u8]>)]) -> Result<Vec<Result<()>>> {
         let sent = self.mack(jobs, false).await;
         places(sent.reply)
@@ -363,7 +363,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     }
 
     /// Removes a pending, scheduled or waiting job, a waiting parent with the unstarted
-    /// children of its flow ([`Queue::cancel_flow`]); whether the job went.
+    /// children of its flow ([`Queue::cancel_flow`]); whether the job went. A running (active)
+    /// job's attempt is ended at once: the job goes to `dead` with the error `cancelled`, and
+    /// its worker's next renewal or settle is refused [`Error::Cancelled`] (a worker of this
+    /// client then drops the handler's future, sends nothing for it, and frees its slot). A
+    /// cancelled job can be requeued ([`Queue::requeue`]) to run again.
     pub async fn cancel(&self, id: &str) -> Result<bool> {
         Ok(self.cancel_flow(id).await? > 0)
     }

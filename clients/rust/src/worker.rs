@@ -3,9 +3,12 @@
 //! it runs, settles it (`ACK`, batched with the others waiting into one `EMQ.MACK`, or `FAIL`
 //! with the error; a handler that panics fails its job with the panic's message), and stops
 //! gracefully on its cancellation token (`shutdown_on_signal` cancels it on SIGTERM or SIGINT).
+//! A job cancelled while it runs (`EMQ.CANCEL`) is learned by its next renewal
+//! (`EMQCANCELLED`): the handler's future is dropped, nothing is sent for the job, and its slot
+//! is freed.
 //! Beside it, the worker delivers its queue's outbox (flows' hand-overs to parents on other
-//! nodes, `deliver.rs`). Each claim, renewal, settle, handler run and hand-over is reported to
-//! its `on_event` hook.
+//! nodes, `deliver.rs`). Each claim, renewal, settle, handler run, cancel and hand-over is
+//! reported to its `on_event` hook.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -42,6 +45,7 @@ pub struct Job {
     /// This attempt (the lease token): 1 for the first.
     pub attempt: i64,
     lost: Arc<AtomicBool>,
+    cancelled: Arc<AtomicBool>,
     reader: Reader,
 }
 
@@ -56,6 +60,14 @@ impl Job {
     /// handler's outcome will not be sent.
     pub fn lease_lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
+    }
+
+    /// Whether the job was cancelled (`EMQ.CANCEL`) while this attempt ran, as a renewal or
+    /// the settle learned it. The worker drops the handler's future then; work the handler
+    /// handed elsewhere (a thread, `spawn_blocking`, a spawned task) holding a clone of the
+    /// job can check this to stop.
+    pub fn cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
     }
 }
 
@@ -84,6 +96,9 @@ pub struct Counts {
     pub failed: u64,
     pub retried: u64,
     pub lost: u64,
+    /// Jobs cancelled (`EMQ.CANCEL`) while their handler ran: the handler dropped, or its
+    /// outcome refused `EMQCANCELLED`; nothing sent for them.
+    pub cancelled: u64,
     /// Times the `on_event` hook panicked (each logged, and the worker went on).
     pub hook_panics: u64,
 }
@@ -347,6 +362,7 @@ fn jobs_of(reply: Value, reader: &Reader) -> Result<Vec<Job>> {
                 payload,
                 attempt,
                 lost: Arc::new(AtomicBool::new(false)),
+                cancelled: Arc::new(AtomicBool::new(false)),
                 reader: reader.clone(),
             })
         })
@@ -392,15 +408,27 @@ where
         }
         self.hook
             .emit(Fields::at(EventKind::HandlerStart, id, token, now_ns()));
-        let handler = guarded(|| (self.handler)(job.clone()));
-        tokio::pin!(handler);
-        let mut ticks = tokio::time::interval(self.renew);
-        ticks.tick().await; // the first tick is now
-        let outcome = loop {
-            tokio::select! {
-                outcome = &mut handler => break outcome,
-                _ = ticks.tick() => self.renew(&job).await,
+        // The handler's future lives in this block: a renewal answered `EMQCANCELLED` ends
+        // the block, and so drops the future where it last yielded.
+        let outcome = {
+            let handler = guarded(|| (self.handler)(job.clone()));
+            tokio::pin!(handler);
+            let mut ticks = tokio::time::interval(self.renew);
+            ticks.tick().await; // the first tick is now
+            loop {
+                tokio::select! {
+                    outcome = &mut handler => break Ok(outcome),
+                    _ = ticks.tick() => {
+                        if let Some(why) = self.renew(&job).await {
+                            break Err(why);
+                        }
+                    }
+                }
             }
+        };
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(why) => return self.cancelled(&job, why),
         };
         self.hook.emit(Fields {
             error: match &outcome {
@@ -412,9 +440,11 @@ where
         self.settle(&job, outcome).await;
     }
 
-    async fn renew(&self, job: &Job) {
+    /// Renews the job's lease; the server's refusal when the job was cancelled while it ran
+    /// (`job.cancelled()` set then).
+    async fn renew(&self, job: &Job) -> Option<String> {
         if job.lease_lost() {
-            return;
+            return None;
         }
         let args = [
             job.id.clone().into_bytes(),
@@ -435,10 +465,15 @@ where
         });
         match sent.reply {
             Err(Error::LeaseLost(_)) => job.lost.store(true, Ordering::SeqCst),
+            Err(Error::Cancelled(why)) => {
+                job.cancelled.store(true, Ordering::SeqCst);
+                return Some(why);
+            }
             // A failover or a lost connection: the next tick tries again.
             Err(e) => tracing::debug!(error = %e, id = %job.id, "renewal failed"),
             Ok(_) => {}
         }
+        None
     }
 
     async fn settle(&self, job: &Job, outcome: Outcome) {
@@ -508,8 +543,21 @@ where
                 job.lost.store(true, Ordering::SeqCst);
                 self.count(|c| c.lost += 1);
             }
+            // Cancelled while the handler ran, learned only now: the job is dead, not lost.
+            Err(Error::Cancelled(why)) => self.cancelled(job, why),
             Err(e) => tracing::warn!(error = %e, id = %job.id, "the outcome was not sent"),
         }
+    }
+
+    /// The job was cancelled while it ran (`why`: the server's refusal, `EMQCANCELLED`): no
+    /// outcome is sent for it, and its slot is freed as the task ends.
+    fn cancelled(&self, job: &Job, why: String) {
+        job.cancelled.store(true, Ordering::SeqCst);
+        self.count(|c| c.cancelled += 1);
+        self.hook.emit(Fields {
+            error: Some(why),
+            ..Fields::at(EventKind::Cancelled, &job.id, job.attempt, now_ns())
+        });
     }
 
     fn count(&self, f: impl FnOnce(&mut Counts)) {
