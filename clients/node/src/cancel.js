@@ -139,7 +139,8 @@ async function cancelTree(tree) {
     went.push(false);
     if (child.parent >= 0 && !went[child.parent]) continue; // it started since: its own run on
     try {
-      let removed = (await child.queue.call('EMQ.CANCEL', child.id)) === 1;
+      // A child that started since runs on: only one that has not started goes.
+      let removed = (await child.queue.call('EMQ.CANCEL', child.id, 'UNSTARTED')) === 1;
       // Where the module reached it, it cancelled it already, unless it started since.
       if (!removed) removed = (await child.queue.send(['EMQ.JOB', child.queue.name, child.id])) === null;
       went[i] = removed;

@@ -71,6 +71,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         Ok(self.call("EMQ.CANCEL", &[id.as_bytes().to_vec()]).await? == Value::Int(1))
     }
 
+    /// `EMQ.CANCEL ... UNSTARTED` of this one job: whether it went (a job that started runs on).
+    async fn cancel_unstarted(&self, id: &str) -> Result<bool> {
+        let args = [id.as_bytes().to_vec(), b"UNSTARTED".to_vec()];
+        Ok(self.call("EMQ.CANCEL", &args).await? == Value::Int(1))
+    }
+
     /// Adds to `tree` the children of `id` that have not started, each followed by its own
     /// while `depth` is within [`CANCEL_DEPTH`], each job once and no more than
     /// [`CANCEL_READS`]. A child's read refused leaves it out; the cancelled job's must go
@@ -160,7 +166,8 @@ async fn cancel_tree<C: ConnectionLike + Clone + Send + Sync + 'static>(
             continue; // it started since: its own run on
         }
         let queue = Queue::new(conn.clone(), child.queue.clone());
-        let removed = match queue.cancel_one(&child.id).await {
+        // A child that started since runs on: only one that has not started goes.
+        let removed = match queue.cancel_unstarted(&child.id).await {
             // Where the module reached it, it cancelled it already, unless it started since.
             Ok(false) => queue.job(&child.id).await.map(|row| row.is_none()),
             other => other,

@@ -114,7 +114,8 @@ def cancel_tree(tree: Tree) -> Cancel:
         went.append(False)
         if child.parent >= 0 and not went[child.parent]:
             continue  # it started since: its own run on
-        reply = yield cmd.cancel(child.queue, child.id)
+        # A child that started since runs on: only one that has not started goes.
+        reply = yield cmd.cancel(child.queue, child.id, unstarted=True)
         if not refused(reply) and not isinstance(reply, Exception) and not cmd.flag(reply):
             # Where the module reached it, it cancelled it already, unless it started since.
             row = yield cmd.job(child.queue, child.id)

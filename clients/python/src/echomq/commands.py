@@ -130,8 +130,10 @@ def version() -> List[Any]:
 # ---- building: operating ----
 
 
-def cancel(queue: str, job_id: str) -> List[Any]:
-    return ["EMQ.CANCEL", queue, job_id]
+def cancel(queue: str, job_id: str, unstarted: bool = False) -> List[Any]:
+    """``EMQ.CANCEL``; with `unstarted`, only a job that has not started goes (a running one
+    answers 0 and runs on)."""
+    return ["EMQ.CANCEL", queue, job_id] + (["UNSTARTED"] if unstarted else [])
 
 
 def requeue(queue: str, job_id: str) -> List[Any]:
