@@ -185,7 +185,7 @@ fn unstarted_cancels_only_a_job_that_has_not_started() {
     assert_eq!(job_state(&mut con, &q, &job_id(2)), None);
     let acked: i64 = cmd("EMQ.ACK")
         .arg(&q)
-        .arg(&job_id(1))
+        .arg(job_id(1))
         .arg(jobs[0].2)
         .query(&mut con)
         .expect("ack");
