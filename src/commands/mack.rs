@@ -3,7 +3,8 @@
 //! with `CLAIM` takes the next jobs in the same call.
 //!
 //! Each job's outcome is its own: `1`, or `EMQLEASE` in its place when its token is stale,
-//! wrong or not a token, which leaves that job as it was. The batch is refused as a whole
+//! wrong or not a token (`EMQCANCELLED` for an attempt a cancel ended), which leaves that job
+//! as it was. The batch is refused as a whole
 //! only for what refuses every job alike (the queue's name, an id, the syntax, a permission,
 //! a key of another type), before any write. Without `CLAIM` it replies the outcomes; with it,
 //! `[outcomes, jobs]`, the jobs as `EMQ.CLAIM` replies them (empty when none is ready; the
@@ -100,7 +101,7 @@ pub const COMMAND: Command = Command {
     flags: c"write deny-oom",
     arity: -4,
     routes_by_queue: true,
-    summary: c"Acknowledge many claimed jobs of a queue, each on its own (1, or EMQLEASE in its place); with CLAIM, replies [outcomes, next jobs]",
+    summary: c"Acknowledge many claimed jobs of a queue, each on its own (1, or EMQLEASE or EMQCANCELLED in its place); with CLAIM, replies [outcomes, next jobs]",
     complexity: c"O((M+C)*log(N)) with M jobs acknowledged and C claimed",
     args: &[
         QUEUE,

@@ -55,12 +55,26 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// may not read or cancel (`NOPERM`) is left as the module leaves it. An error after the
     /// job went is [`Error::CancelIncomplete`], naming the children not yet cancelled.
     pub async fn cancel_flow(&self, id: &str) -> Result<usize> {
+        self.cancel_flow_of(id, false).await
+    }
+
+    /// [`Queue::cancel_flow`] of a job only while it has not started (`EMQ.CANCEL ...
+    /// UNSTARTED`): a running job is left to run, and nothing goes (0).
+    pub async fn cancel_unstarted(&self, id: &str) -> Result<usize> {
+        self.cancel_flow_of(id, true).await
+    }
+
+    async fn cancel_flow_of(&self, id: &str, unstarted: bool) -> Result<usize> {
         let mut tree = Tree {
             children: Vec::new(),
             seen: HashSet::from([(self.name.clone(), id.to_string())]),
         };
         self.read_tree(id, None, 1, &mut tree).await?;
-        if !self.cancel_one(id).await? {
+        let went = match unstarted {
+            true => self.cancel_one_unstarted(id).await?,
+            false => self.cancel_one(id).await?,
+        };
+        if !went {
             return Ok(0);
         }
         Ok(1 + cancel_tree(&self.conn, &tree.children).await?)
@@ -72,7 +86,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     }
 
     /// `EMQ.CANCEL ... UNSTARTED` of this one job: whether it went (a job that started runs on).
-    async fn cancel_unstarted(&self, id: &str) -> Result<bool> {
+    async fn cancel_one_unstarted(&self, id: &str) -> Result<bool> {
         let args = [id.as_bytes().to_vec(), b"UNSTARTED".to_vec()];
         Ok(self.call("EMQ.CANCEL", &args).await? == Value::Int(1))
     }
@@ -167,7 +181,7 @@ async fn cancel_tree<C: ConnectionLike + Clone + Send + Sync + 'static>(
         }
         let queue = Queue::new(conn.clone(), child.queue.clone());
         // A child that started since runs on: only one that has not started goes.
-        let removed = match queue.cancel_unstarted(&child.id).await {
+        let removed = match queue.cancel_one_unstarted(&child.id).await {
             // Where the module reached it, it cancelled it already, unless it started since.
             Ok(false) => queue.job(&child.id).await.map(|row| row.is_none()),
             other => other,

@@ -191,7 +191,7 @@ where
 
     /// Calls `f` once for each event ([`WorkerEvent`]): each job a claim returned, each
     /// renewal, each settle (one a job of a batched `EMQ.MACK`, with its own answer), each
-    /// start and end of a handler. It is called synchronously, from the task that did it, so
+    /// start and end of a handler, and each job cancelled while it ran. It is called synchronously, from the task that did it, so
     /// it should be quick; a panic in it is logged and counted (`Counts::hook_panics`), and the
     /// worker goes on.
     pub fn on_event(mut self, f: impl Fn(&WorkerEvent) + Send + Sync + 'static) -> Self {

@@ -143,7 +143,7 @@ pub async fn purge(
 }
 
 /// Deletes the `jobs` of `set` that are still there; how many it deleted. Pending and scheduled
-/// jobs go one by one (`EMQ.CANCEL`); dead ones, which only `EMQ.PURGE` deletes, in steps of
+/// jobs go one by one (`EMQ.CANCEL ... UNSTARTED`: one a worker claimed since runs on); dead ones, which only `EMQ.PURGE` deletes, in steps of
 /// the run of noted jobs at the head of the set (`EMQ.PURGE` deletes from the head), stopping
 /// at one not noted.
 async fn delete(dep: &Deployment, queue: &str, set: &str, jobs: Vec<String>) -> Result<i64> {
@@ -151,7 +151,7 @@ async fn delete(dep: &Deployment, queue: &str, set: &str, jobs: Vec<String>) -> 
     let mut done = 0;
     if set != "dead" {
         for id in &jobs {
-            done += i64::from(q.cancel(id).await?);
+            done += i64::from(q.cancel_unstarted(id).await? > 0);
         }
         return Ok(done);
     }

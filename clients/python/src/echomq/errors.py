@@ -146,7 +146,8 @@ class EmqNotReplicated(EmqError):
 class EmqCancelIncomplete(Exception):
     """A cancel that failed after its job went (its cause chained): ``remaining``, the
     ``(queue, id)`` of the children not yet cancelled, top down (the caller may cancel them one
-    by one); ``cancelled``, how many jobs went before, the job itself counted. Not a server
+    by one with ``EMQ.CANCEL <queue> <id> UNSTARTED``, which leaves one that started since
+    running); ``cancelled``, how many jobs went before, the job itself counted. Not a server
     refusal."""
 
     def __init__(self, cancelled: int, remaining: Sequence[Tuple[str, str]]) -> None:
