@@ -225,6 +225,8 @@ export declare class Queue {
    * flow that have not started, in any slot, 1,000 a parent, 8 levels deep; or ends a running
    * job's attempt, as `cancel` does: how many jobs went. */
   cancelFlow(id: string): Promise<number>;
+  /** `cancelFlow` only while the job has not started: a running job is left to run (0). */
+  cancelUnstarted(id: string): Promise<number>;
   requeue(id: string): Promise<boolean>;
   requeueDead(options?: { count?: number }): Promise<number>;
   purge(set: 'pending' | 'scheduled' | 'dead', options?: { count?: number }): Promise<number>;

@@ -49,15 +49,18 @@ export class EmqCancelIncomplete extends Error {
  * counts when its `EMQ.CANCEL` answered 1, or answered 0 and its row is gone (the module
  * cancelled it with its parent: on one server every child, on a cluster those in the parent's
  * slot). A child the user may not read or cancel (`NOPERM`) is left as the module leaves it.
- * An error after the job went is `EmqCancelIncomplete`.
+ * An error after the job went is `EmqCancelIncomplete`. With `unstarted`, only a job that has
+ * not started goes (`EMQ.CANCEL ... UNSTARTED`: a running one is left to run, 0).
  * @param {Queue} queue
  * @param {string} id
+ * @param {boolean} [unstarted]
  */
-export async function cancelFlow(queue, id) {
+export async function cancelFlow(queue, id, unstarted = false) {
   /** @type {Unstarted[]} */
   const tree = [];
   await readTree(queue, id, -1, 1, tree, new Set([`${queue.name}:${id}`]));
-  if ((await queue.send(['EMQ.CANCEL', queue.name, id])) !== 1) return 0;
+  const only = unstarted ? ['UNSTARTED'] : [];
+  if ((await queue.send(['EMQ.CANCEL', queue.name, id, ...only])) !== 1) return 0;
   return 1 + (await cancelTree(tree));
 }
 

@@ -228,6 +228,15 @@ export class Queue {
     return cancelFlow(this, id);
   }
 
+  /**
+   * `cancelFlow` only while the job has not started (`EMQ.CANCEL ... UNSTARTED`): a running job
+   * is left to run (0). It finishes an `EmqCancelIncomplete`'s children.
+   * @param {string} id
+   */
+  cancelUnstarted(id) {
+    return cancelFlow(this, id, true);
+  }
+
   /** Moves a dead job back to pending, its attempts reset; whether it was dead. */
   async requeue(id) {
     return (await this.call('EMQ.REQUEUE', id)) === 1;

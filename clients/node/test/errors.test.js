@@ -77,3 +77,16 @@ test('an error text is bounded to 4096 bytes, its end kept, on a character bound
   assert.ok(!text.includes('\uFFFD'));
   assert.ok(text.endsWith(e.stack.slice(-100)));
 });
+
+test('cancelUnstarted leaves a running job to run and removes one that has not started', async () => {
+  const q = new echomq.Queue(client, 'unstarted-cancel');
+  const running = await q.enqueue('r');
+  const waiting = await q.enqueue('w');
+  const [[claimed, , token]] = await q.call('EMQ.CLAIM', 'COUNT', 1, 'LEASE', 60_000);
+  assert.equal(claimed, running);
+  assert.equal(await q.cancelUnstarted(running), 0);
+  assert.equal((await q.job(running))?.state, 'active');
+  assert.equal(await q.cancelUnstarted(waiting), 1);
+  assert.equal(await q.job(waiting), null);
+  assert.equal(await q.call('EMQ.ACK', running, token), 1);
+});

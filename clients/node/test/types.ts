@@ -38,6 +38,7 @@ export async function producer(): Promise<void> {
   const purged: number = await q.purge('dead', { count: 100 });
   const moved: boolean = (await q.requeue(id)) || (await q.cancel(id));
   const cancelled: number = await q.cancelFlow(id);
+  const unstarted: number = await q.cancelUnstarted(id);
   const requeued: number = await q.requeueDead({ count: 10 });
   await q.pause();
   await q.resume();
@@ -52,7 +53,7 @@ export async function producer(): Promise<void> {
     const event: QueueEvent['event'] = e.event;
     if (event === 'acked') break;
   }
-  void [active, attempts, cancelledToken, next, purged, moved, cancelled, requeued, cap, at, names];
+  void [active, attempts, cancelledToken, next, purged, moved, cancelled, unstarted, requeued, cap, at, names];
   await client.quit();
 }
 

@@ -363,3 +363,22 @@ def test_an_async_settle_refused_as_cancelled_is_not_retried_nor_lost(server: Se
         assert stats["dead"] == 1, stats
 
     run_async(server, "cancel-async-settle", body)
+
+
+def test_cancel_unstarted_leaves_a_running_job_and_removes_a_waiting_one(server: Server) -> None:
+    q = echomq.Queue(server.client(), "unstarted-cancel")
+    running, waiting = q.enqueue(b"r"), q.enqueue(b"w")
+    [[claimed, _, token]] = q.call("EMQ.CLAIM", "LEASE", 30_000)
+    assert claimed.decode() == running
+    assert q.cancel_unstarted(running) == 0
+    assert row(server, "unstarted-cancel", running)["state"] == "active"
+    assert q.cancel_unstarted(waiting) == 1
+    assert q.job(waiting) is None
+    assert q.call("EMQ.ACK", running, token) == 1
+
+    async def awaited(aq: AsyncQueue, client: Any) -> None:
+        later = await aq.enqueue(b"l")
+        assert await aq.cancel_unstarted(later) == 1
+        assert await aq.job(later) is None
+
+    run_async(server, "unstarted-cancel", awaited)

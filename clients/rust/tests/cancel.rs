@@ -57,6 +57,28 @@ async fn a_cancelled_parent_takes_its_unstarted_tree_and_counts_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_unstarted_leaves_a_running_job_and_removes_a_waiting_one() {
+    let server = start(Options::default());
+    let c = conn(&server).await;
+    let q = Queue::new(c.clone(), "unstarted");
+    let running = q.enqueue(b"r").await.expect("enqueue");
+    let waiting = q.enqueue(b"w").await.expect("enqueue");
+    let claimed = q
+        .call("EMQ.CLAIM", &[b"LEASE".to_vec(), b"60000".to_vec()])
+        .await
+        .expect("claim");
+    let Value::Array(jobs) = claimed else {
+        panic!("{claimed:?}")
+    };
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(q.cancel_unstarted(&running).await.expect("cancel"), 0);
+    let row = q.job(&running).await.expect("job").expect("a row");
+    assert_eq!(row.get("state").map(String::as_str), Some("active"));
+    assert_eq!(q.cancel_unstarted(&waiting).await.expect("cancel"), 1);
+    assert!(q.job(&waiting).await.expect("job").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_a_cancelled_parent_takes_its_unstarted_children_in_other_slots() {
     let cluster = Cluster::start(3, 0);
     let c = cluster_conn(&cluster).await;

@@ -147,7 +147,14 @@ class AsyncQueue(Settings):
         return await self.cancel_flow(job_id) > 0
 
     async def cancel_flow(self, job_id: str) -> int:
-        steps, reply = cancelling(self.name, job_id), None
+        return await self._cancel(job_id, False)
+
+    async def cancel_unstarted(self, job_id: str) -> int:
+        """``Queue.cancel_unstarted``, awaited: a running job is left to run (0)."""
+        return await self._cancel(job_id, True)
+
+    async def _cancel(self, job_id: str, unstarted: bool) -> int:
+        steps, reply = cancelling(self.name, job_id, unstarted), None
         try:
             while True:
                 command = steps.send(reply)

@@ -42,17 +42,18 @@ Cancel = Generator[List[Any], Any, int]
 Tree = List[Unstarted]
 
 
-def cancel(queue: str, job_id: str) -> Cancel:
+def cancel(queue: str, job_id: str, unstarted: bool = False) -> Cancel:
     """Cancels `job_id` of `queue` and the unstarted children of its flow: how many jobs went
     (0 when the job itself was not pending, scheduled, waiting or active, and then nothing else
     is; an active job's attempt ends, and it goes to dead with the error ``cancelled``).
     A child counts when its ``EMQ.CANCEL`` answered 1, or answered 0 and its row is gone (the
     module cancelled it with its parent: on one server every child, on a cluster those in the
     parent's slot). A child the user may not read or cancel (``NOPERM``) is left as the module
-    leaves it. An error after the job went raises ``EmqCancelIncomplete``."""
+    leaves it. An error after the job went raises ``EmqCancelIncomplete``. With `unstarted`,
+    only a job that has not started goes (a running one is left to run: 0)."""
     tree: Tree = []
     yield from read_tree(queue, job_id, -1, 1, tree, {(queue, job_id)})
-    if not cmd.flag(answer((yield cmd.cancel(queue, job_id)))):
+    if not cmd.flag(answer((yield cmd.cancel(queue, job_id, unstarted)))):
         return 0
     gone = yield from cancel_tree(tree)
     return 1 + gone

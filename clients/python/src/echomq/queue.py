@@ -224,7 +224,15 @@ class Queue(Settings):
         goes to ``dead`` with the error ``cancelled``: see ``cancel``); for a waiting parent,
         with the children of its flow that have not started, in any slot (``echomq.cancel``):
         how many jobs went, 0 when the job was not there to cancel (or had finished)."""
-        steps, reply = cancelling(self.name, job_id), None
+        return self._cancel(job_id, False)
+
+    def cancel_unstarted(self, job_id: str) -> int:
+        """``cancel_flow`` only while the job has not started (``EMQ.CANCEL ... UNSTARTED``): a
+        running job is left to run (0). It finishes an ``EmqCancelIncomplete``'s children."""
+        return self._cancel(job_id, True)
+
+    def _cancel(self, job_id: str, unstarted: bool) -> int:
+        steps, reply = cancelling(self.name, job_id, unstarted), None
         try:
             while True:
                 command = steps.send(reply)
