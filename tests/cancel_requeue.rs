@@ -60,6 +60,7 @@ fn cancelling_an_active_job_ends_its_attempt_and_refuses_its_worker() {
         .clone();
     let ack = cmd("EMQ.ACK").arg(&q).arg(&id).arg(token).clone();
     let fail = cmd("EMQ.FAIL").arg(&q).arg(&id).arg(token).clone();
+    let refused_before = info_int(&mut con, "emq", "emq_refused_cancelled");
     for refused in [&renew, &ack, &fail] {
         assert!(expect_err(&mut con, refused).starts_with("EMQCANCELLED"));
     }
@@ -70,6 +71,11 @@ fn cancelling_an_active_job_ends_its_attempt_and_refuses_its_worker() {
     assert!(
         matches!(&mack, Value::Array(r) if matches!(&r[0], Value::ServerError(e) if e.code() == "EMQCANCELLED")),
         "{mack:?}"
+    );
+    assert_eq!(
+        info_int(&mut con, "emq", "emq_refused_cancelled") - refused_before,
+        4,
+        "each refusal counted in INFO"
     );
     assert_eq!(job_state(&mut con, &q, &id).as_deref(), Some("dead"));
     assert_eq!(cancel(&mut con, &q, &id), 0, "a dead job is left alone");
