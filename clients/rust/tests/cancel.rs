@@ -63,14 +63,7 @@ async fn cancel_unstarted_leaves_a_running_job_and_removes_a_waiting_one() {
     let q = Queue::new(c.clone(), "unstarted");
     let running = q.enqueue(b"r").await.expect("enqueue");
     let waiting = q.enqueue(b"w").await.expect("enqueue");
-    let claimed = q
-        .call("EMQ.CLAIM", &[b"LEASE".to_vec(), b"60000".to_vec()])
-        .await
-        .expect("claim");
-    let Value::Array(jobs) = claimed else {
-        panic!("{claimed:?}")
-    };
-    assert_eq!(jobs.len(), 1);
+    assert_eq!(claim_one(&q).await.0, running);
     assert_eq!(q.cancel_unstarted(&running).await.expect("cancel"), 0);
     let row = q.job(&running).await.expect("job").expect("a row");
     assert_eq!(row.get("state").map(String::as_str), Some("active"));
@@ -94,21 +87,8 @@ async fn on_a_cluster_a_cancelled_parent_takes_its_unstarted_children_in_other_s
         .child(FlowJob::new(started.clone(), b"d"));
     let root = Flows::new(c.clone()).flow(&mut tree).await.expect("flow");
     let (a, b, d) = (&tree.children[0], &tree.children[1], &tree.children[2]);
-    let claimed = Queue::new(c.clone(), started.clone())
-        .call(
-            "EMQ.CLAIM",
-            &[
-                b"COUNT".to_vec(),
-                b"1".to_vec(),
-                b"LEASE".to_vec(),
-                b"60000".to_vec(),
-            ],
-        )
-        .await
-        .expect("claim");
-    let claimed: Vec<(String, Vec<u8>, i64)> = redis::from_redis_value(claimed).expect("jobs");
-    let ids: Vec<Option<String>> = claimed.into_iter().map(|j| Some(j.0)).collect();
-    assert_eq!(ids, vec![d.id.clone()], "the started child claimed");
+    let (claimed, _) = claim_one(&Queue::new(c.clone(), started.clone())).await;
+    assert_eq!(Some(claimed), d.id.clone(), "the started child claimed");
     let n = Queue::new(c.clone(), reports)
         .cancel_flow(&root)
         .await

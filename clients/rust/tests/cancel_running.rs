@@ -304,19 +304,7 @@ async fn emqcancelled_is_the_typed_cancelled_error() {
     let server = start(Options::default());
     let q = Queue::new(conn(&server).await, "typed");
     let id = q.enqueue(b"x").await.expect("enqueue");
-    let claimed = q
-        .call(
-            "EMQ.CLAIM",
-            &[
-                b"COUNT".to_vec(),
-                b"1".to_vec(),
-                b"LEASE".to_vec(),
-                b"60000".to_vec(),
-            ],
-        )
-        .await
-        .expect("claim");
-    assert_ne!(claimed, redis::Value::Nil);
+    assert_eq!(claim_one(&q).await, (id.clone(), 1));
     assert!(q.cancel(&id).await.expect("cancel"));
     let arg = |s: &str| s.as_bytes().to_vec();
     let renew = q

@@ -1,12 +1,12 @@
 //! What the client's suites share: servers with the workspace's module (the harness finds
 //! target/release/libechomq.so, or ECHOMQ_MODULE), connections a blocked claim can wait on,
-//! a worker on them, cluster connections, and the events a hook recorded.
+//! a worker on them, cluster connections, a claim made by hand, and the events a hook recorded.
 #![allow(dead_code)] // each suite takes what it needs
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use echomq_client::{Job, Worker, WorkerEvent};
+use echomq_client::{Job, Queue, Worker, WorkerEvent};
 use emq_harness::{cluster::Cluster, Options, Server};
 use redis::aio::MultiplexedConnection;
 
@@ -58,4 +58,22 @@ pub fn events_of(recorded: &Recorded, id: &str) -> Vec<WorkerEvent> {
         .filter(|e| e.id == id)
         .cloned()
         .collect()
+}
+
+/// `EMQ.CLAIM <queue> COUNT 1 LEASE 60000` through the client, as a worker elsewhere would:
+/// the job it took, id and token.
+pub async fn claim_one<C>(q: &Queue<C>) -> (String, i64)
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let args = [
+        b"COUNT".to_vec(),
+        b"1".to_vec(),
+        b"LEASE".to_vec(),
+        b"60000".to_vec(),
+    ];
+    let reply = q.call("EMQ.CLAIM", &args).await.expect("claim");
+    let jobs: Vec<(String, Vec<u8>, i64)> = redis::from_redis_value(reply).expect("jobs");
+    let [(id, _, token)]: [_; 1] = jobs.try_into().expect("one job claimed");
+    (id, token)
 }
