@@ -5,7 +5,7 @@
 
 use emq_harness as support;
 
-use redis::{cmd, ConnectionLike, Value};
+use redis::{cmd, Value};
 use support::*;
 
 fn cancel(con: &mut Connection, q: &str, id: &str) -> i64 {
@@ -64,10 +64,7 @@ fn cancelling_an_active_job_ends_its_attempt_and_refuses_its_worker() {
     for refused in [&renew, &ack, &fail] {
         assert!(expect_err(&mut con, refused).starts_with("EMQCANCELLED"));
     }
-    // `query` would turn a refusal in one place of the reply into an error for all of it.
-    let mack = con
-        .req_command(cmd("EMQ.MACK").arg(&q).arg(&id).arg(token))
-        .expect("mack");
+    let mack = mack(&mut con, &q, &[id.clone(), token.to_string()]).expect("mack");
     assert!(
         matches!(&mack, Value::Array(r) if matches!(&r[0], Value::ServerError(e) if e.code() == "EMQCANCELLED")),
         "{mack:?}"

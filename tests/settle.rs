@@ -5,17 +5,8 @@
 
 use emq_harness as support;
 
-use redis::{cmd, ConnectionLike, Value};
+use redis::{cmd, Value};
 use support::*;
-
-/// `EMQ.MACK <q> ...` with `args` after the queue: its reply as it came, a refusal in one place
-/// of it included (`query` would turn one into an error for the whole reply).
-fn mack(con: &mut Connection, q: &str, args: &[String]) -> redis::RedisResult<Value> {
-    match con.req_command(cmd("EMQ.MACK").arg(q).arg(args))? {
-        Value::ServerError(e) => Err(e.into()),
-        reply => Ok(reply),
-    }
-}
 
 /// The args naming each job with its token.
 fn pairs(jobs: &[(String, i64)]) -> Vec<String> {

@@ -124,6 +124,15 @@ pub fn set_score(con: &mut Connection, queue: &str, ty: &str, id: &str) -> Optio
 /// One claimed job: (id, payload, attempts).
 pub type Job = (String, Vec<u8>, i64);
 
+/// `EMQ.MACK <q> ...` with `args` after the queue: its reply as it came, a refusal in one place
+/// of it included (`query` would turn one into an error for the whole reply).
+pub fn mack(con: &mut Connection, q: &str, args: &[String]) -> redis::RedisResult<Value> {
+    match redis::ConnectionLike::req_command(con, redis::cmd("EMQ.MACK").arg(q).arg(args))? {
+        Value::ServerError(e) => Err(e.into()),
+        reply => Ok(reply),
+    }
+}
+
 /// `EMQ.CLAIM <queue> [opts...]`: the jobs claimed, `None` when a blocking claim timed out.
 pub fn claim(con: &mut impl redis::ConnectionLike, queue: &str, opts: &[&str]) -> Option<Vec<Job>> {
     let mut c = redis::cmd("EMQ.CLAIM");
