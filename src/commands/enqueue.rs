@@ -19,8 +19,9 @@ use crate::host::string::Text;
 use crate::protocol::counters;
 use crate::protocol::flow::{write_parents, ParentRef, Policy, MAX_CHILDREN, MAX_PARENTS};
 use crate::protocol::job::{PRIORITY_MAX, PRIORITY_MIN};
+use crate::protocol::limits::MAX_TIMEOUT_MS;
 use crate::protocol::{settings, BrandedId, EmqError, Holds, KeyRef, Queue, Store};
-use crate::queue::enqueue::{check_new, enqueue_flow, Added, Flow, Placement};
+use crate::queue::enqueue::{check_new, enqueue_extras, Added, Extras, Placement};
 use crate::queue::unique::{Unique, MAX_KEY_LEN, SWEEP_ROUND_MS};
 use crate::queue::Job;
 use crate::runtime::{cluster, flows, timer};
@@ -34,6 +35,8 @@ struct Options<'a> {
     children: Option<i64>,
     /// Each `PARENT <queue> <id> [ON-FAIL FAIL|IGNORE]`, in order.
     parents: Vec<ParentRef>,
+    /// `TIMEOUT <ms>`: the job's limit on one attempt.
+    timeout: Option<i64>,
 }
 
 /// `PARENT <queue> <id> [ON-FAIL FAIL|IGNORE]`, its name read: a parent the job may name once.
@@ -78,6 +81,7 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
     let mut for_ms = None;
     let mut now = None;
     let mut children = None;
+    let mut timeout = None;
     let mut parents = Vec::new();
     let mut options = ArgCursor::new(args, at);
     while let Some(name) = options.next_option()? {
@@ -98,6 +102,8 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
             unique = Some(value);
         } else if for_ms.is_none() && is_token(name, "FOR") {
             for_ms = Some(options.next_int(1, settings::MAX_DURATION_MS, "FOR")?);
+        } else if timeout.is_none() && is_token(name, "TIMEOUT") {
+            timeout = Some(options.next_int(1, MAX_TIMEOUT_MS, "TIMEOUT")?);
         } else if children.is_none() && is_token(name, "CHILDREN") {
             children = Some(options.next_int(1, MAX_CHILDREN, "CHILDREN")?);
         } else if is_token(name, "PARENT") {
@@ -105,7 +111,7 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
             parents.push(parent);
         } else {
             return Err(syntax(
-                "syntax error: expected DELAY <ms> or AT <unix-ms>, PRIORITY <p>, UNIQUE <key> [FOR <ms>] and CHILDREN <n>, once each, and PARENT <queue> <id> [ON-FAIL FAIL|IGNORE]",
+                "syntax error: expected DELAY <ms> or AT <unix-ms>, PRIORITY <p>, UNIQUE <key> [FOR <ms>], TIMEOUT <ms> and CHILDREN <n>, once each, and PARENT <queue> <id> [ON-FAIL FAIL|IGNORE]",
             ));
         }
     }
@@ -124,6 +130,7 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
         unique: unique.map(|key| Unique { key, for_ms }),
         children,
         parents,
+        timeout,
     })
 }
 
@@ -154,6 +161,7 @@ pub const COMMAND: Command = Command {
                 Arg::token(c"window", c"FOR", Int),
             ]),
         ),
+        Arg::token(c"timeout", c"TIMEOUT", Int),
         Arg::token(c"children", c"CHILDREN", Int),
         Arg::optional_multiple(
             c"parent",
@@ -191,9 +199,10 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         .iter()
         .filter_map(|p| Some((Queue::parse(&p.queue)?, p.id)))
         .collect();
-    let flow = Flow {
+    let extras = Extras {
         children: options.children,
         parents: (!options.parents.is_empty()).then(|| write_parents(&options.parents)),
+        timeout: options.timeout,
     };
     // The child's own enqueue, run inside the stores of its parents in reach, which check it
     // before and register it after (`refusal`: the first of theirs).
@@ -220,14 +229,14 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
                 id,
                 member: &member,
             });
-            let added = enqueue_flow(
+            let added = enqueue_extras(
                 store,
                 job,
                 &Text::Borrowed(payload),
                 options.placement,
                 options.priority,
                 options.unique.as_ref(),
-                &flow,
+                &extras,
             )?;
             if options.unique.is_some() && matches!(added, Added::New | Added::Minted(_)) {
                 // The unique table's sweep is the timer's: its next round, unless one is nearer.

@@ -1,6 +1,6 @@
-//! `EMQ.LIMIT <queue> [CONCURRENCY <n>|OFF] [RATE <n> PER <ms> | RATE OFF] | EMQ.LIMIT <queue>
-//! OFF`: sets or removes the queue's claim limits; with no option, reports them. Either way the
-//! reply is the limits and their use now.
+//! `EMQ.LIMIT <queue> [CONCURRENCY <n>|OFF] [RATE <n> PER <ms> | RATE OFF] [TIMEOUT <ms>|OFF]
+//! | EMQ.LIMIT <queue> OFF`: sets or removes the queue's limits; with no option, reports them.
+//! Either way the reply is the limits and their use now.
 
 use valkey_module::Context;
 
@@ -13,7 +13,7 @@ use crate::host::register::{
 };
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
-use crate::protocol::limits::{Rate, MAX_CONCURRENCY, MAX_PER_MS, MAX_RATE};
+use crate::protocol::limits::{Rate, MAX_CONCURRENCY, MAX_PER_MS, MAX_RATE, MAX_TIMEOUT_MS};
 use crate::protocol::EmqError;
 use crate::queue::limit::{self, Change, Usage};
 use crate::runtime::cluster;
@@ -47,9 +47,15 @@ fn parse_change(args: &Args<'_>) -> Result<Option<Change>, EmqError> {
             }
             let per_ms = options.next_int(1, MAX_PER_MS, "PER")?;
             change.rate = Some(Some(Rate { n, per_ms }));
+        } else if is_token(name, "TIMEOUT") && change.timeout.is_none() {
+            let value = options.value()?;
+            change.timeout = Some(match is_token(value, "OFF") {
+                true => None,
+                false => Some(parse_int(value, 1, MAX_TIMEOUT_MS, "TIMEOUT")?),
+            });
         } else {
             return Err(syntax(
-                "syntax error: expected CONCURRENCY <n>|OFF, RATE <n> PER <ms>|OFF, or OFF alone",
+                "syntax error: expected CONCURRENCY <n>|OFF, RATE <n> PER <ms>|OFF, TIMEOUT <ms>|OFF, or OFF alone",
             ));
         }
     }
@@ -65,6 +71,7 @@ pub fn usage_fields(usage: &Usage) -> Vec<(&'static str, Reply)> {
         ("rate", opt(usage.limits.rate.map(|r| r.n))),
         ("rate-per", opt(usage.limits.rate.map(|r| r.per_ms))),
         ("rate-used", Reply::Integer(usage.in_window as i64)),
+        ("timeout", opt(usage.limits.timeout)),
     ]
 }
 
@@ -74,7 +81,7 @@ pub const COMMAND: Command = Command {
     flags: c"write deny-oom fast",
     arity: -2,
     routes_by_queue: true,
-    summary: c"Set (or with no option, report) the queue's concurrency and sliding-window rate limits; replies the limits and their use",
+    summary: c"Set (or with no option, report) the queue's concurrency and sliding-window rate limits and its default limit on one attempt's time; replies the limits and their use",
     complexity: c"O(1), or O(log(N)+E) under a rate limit, with N claims in the window and E past it",
     args: &[
         QUEUE,
@@ -104,6 +111,14 @@ pub const COMMAND: Command = Command {
                                         Arg::keyword(c"per", c"PER", Int),
                                     ]),
                                 ),
+                                Arg::keyword(c"off", c"OFF", Pure),
+                            ]),
+                        ),
+                        Arg::token(
+                            c"timeout",
+                            c"TIMEOUT",
+                            OneOf(&[
+                                Arg::required(c"ms", Int),
                                 Arg::keyword(c"off", c"OFF", Pure),
                             ]),
                         ),

@@ -402,14 +402,14 @@ impl<'a> Store for ServerStore<'_, 'a> {
             p => Some(OwnedString::from_i64(self.ctx, p)?),
         };
         let unique = unique.map(|k| OwnedString::new(self.ctx, k)).transpose()?;
-        let mut made: [Option<OwnedString>; 4] = Default::default();
+        let mut made: [Option<OwnedString>; 5] = Default::default();
         if more.len() > made.len() {
             return Err(EmqError::Internal);
         }
         self.make_values(more, &mut made)?;
         // Every pair, in order, in place (no allocation): the reference three, then the rest.
         let name = row.name().as_str();
-        let mut pairs = [(name, name); 9];
+        let mut pairs = [(name, name); 10];
         pairs[..3].copy_from_slice(&[state, attempts, payload]);
         let mut count = 3;
         for (field, value) in [(Field::Priority, &priority), (Field::Unique, &unique)] {
@@ -426,7 +426,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         for some in pairs.chunks(4) {
             row.hash_set(some)?;
         }
-        let mut all = [name; 19];
+        let mut all = [name; 21];
         for (i, (field, value)) in pairs.iter().enumerate() {
             all[1 + 2 * i] = *field;
             all[2 + 2 * i] = *value;
@@ -444,6 +444,16 @@ impl<'a> Store for ServerStore<'_, 'a> {
         fields: &[(Field, Value<'_, Text<'a>>)],
     ) -> Result<(), EmqError> {
         self.hset(row, None, fields)
+    }
+
+    fn del_field(&self, row: &Key<'_>, field: Field) -> Result<bool, EmqError> {
+        let name = words()?.field(field);
+        if !row.hash_del(name)? {
+            return Ok(false);
+        }
+        notify(self.ctx, NOTIFY_HASH, c"hdel", row.name());
+        emit(self.ctx, c"HDEL", &[row.name().as_str(), name]);
+        Ok(true)
     }
 
     #[inline]

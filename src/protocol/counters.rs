@@ -14,6 +14,8 @@ pub static ACKED: AtomicU64 = AtomicU64::new(0);
 pub static RETRIED: AtomicU64 = AtomicU64::new(0);
 pub static DEAD: AtomicU64 = AtomicU64::new(0);
 pub static CANCELLED: AtomicU64 = AtomicU64::new(0);
+/// Attempts the server ended at their deadline (`TIMEOUT`).
+pub static TIMED_OUT: AtomicU64 = AtomicU64::new(0);
 pub static REQUEUED: AtomicU64 = AtomicU64::new(0);
 /// Jobs the timer moved to pending (due or lease expired).
 pub static PROMOTED: AtomicU64 = AtomicU64::new(0);
@@ -51,7 +53,7 @@ pub static TICKS_AT_BUDGET: AtomicU64 = AtomicU64::new(0);
 pub static VISITS_REFUSED: AtomicU64 = AtomicU64::new(0);
 
 /// The job counters of `INFO emq`, by field name.
-pub static JOB_COUNTERS: [(&str, &AtomicU64); 22] = [
+pub static JOB_COUNTERS: [(&str, &AtomicU64); 23] = [
     ("enqueued", &ENQUEUED),
     ("duplicates", &DUPLICATES),
     ("scheduled", &SCHEDULED),
@@ -61,6 +63,7 @@ pub static JOB_COUNTERS: [(&str, &AtomicU64); 22] = [
     ("retried", &RETRIED),
     ("dead", &DEAD),
     ("cancelled", &CANCELLED),
+    ("timed_out", &TIMED_OUT),
     ("requeued", &REQUEUED),
     ("promoted", &PROMOTED),
     ("dropped", &DROPPED),
@@ -80,7 +83,7 @@ pub static JOB_COUNTERS: [(&str, &AtomicU64); 22] = [
 pub static REFUSALS: [AtomicU64; REFUSAL_REASONS.len()] =
     [const { AtomicU64::new(0) }; REFUSAL_REASONS.len()];
 
-pub const REFUSAL_REASONS: [&str; 18] = [
+pub const REFUSAL_REASONS: [&str; 19] = [
     "queue",
     "type",
     "id",
@@ -89,6 +92,7 @@ pub const REFUSAL_REASONS: [&str; 18] = [
     "payload",
     "lease",
     "cancelled",
+    "timeout",
     "set",
     "cursor",
     "noperm",
@@ -131,6 +135,7 @@ mod tests {
             EmqError::Payload { limit: 1 },
             EmqError::Lease,
             EmqError::Cancelled,
+            EmqError::Timeout,
             EmqError::Set,
             EmqError::Leased,
             EmqError::Cursor,

@@ -21,6 +21,8 @@ pub enum EmqError {
     Lease,
     /// The token of an attempt `EMQ.CANCEL` ended while it ran.
     Cancelled,
+    /// A renewal of an attempt past its deadline (`TIMEOUT`), ended or about to be.
+    Timeout,
     /// An unknown set name (`EMQ.JOBS`, `EMQ.PURGE`).
     Set,
     /// A cursor no reply of this command gave.
@@ -73,6 +75,7 @@ impl EmqError {
             }
             EmqError::Lease => "EMQLEASE stale or missing lease token".into(),
             EmqError::Cancelled => "EMQCANCELLED the job was cancelled while it ran".into(),
+            EmqError::Timeout => "EMQTIMEOUT the attempt ran past its deadline".into(),
             EmqError::Set => {
                 "EMQSET unknown set; expected pending, active, scheduled, dead or waiting".into()
             }
@@ -114,6 +117,7 @@ impl EmqError {
             EmqError::Payload { .. } => "payload",
             EmqError::Lease => "lease",
             EmqError::Cancelled => "cancelled",
+            EmqError::Timeout => "timeout",
             EmqError::Set | EmqError::Leased => "set",
             EmqError::Cursor => "cursor",
             EmqError::NoPerm | EmqError::NoPermCommand | EmqError::UncheckableUser => "noperm",
@@ -150,6 +154,7 @@ mod tests {
             (EmqError::Payload { limit: 5 }, "EMQPAYLOAD "),
             (EmqError::Lease, "EMQLEASE "),
             (EmqError::Cancelled, "EMQCANCELLED "),
+            (EmqError::Timeout, "EMQTIMEOUT "),
             (EmqError::Set, "EMQSET "),
             (EmqError::Leased, "EMQSET "),
             (EmqError::Cursor, "EMQCURSOR "),

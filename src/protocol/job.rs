@@ -65,11 +65,18 @@ pub enum Field {
     Orphan,
     /// The lease token of the attempt `EMQ.CANCEL` ended while it ran, where one did.
     Cancelled,
+    /// The job's own limit on one attempt, in ms (`EMQ.ENQUEUE ... TIMEOUT`), where it has one.
+    Timeout,
+    /// The current attempt's deadline (unix ms), in a queue whose attempts may have one: a
+    /// claim writes it for a timed attempt and removes it for one that is not.
+    Deadline,
+    /// The lease token of the attempt whose deadline ended it, where one did.
+    TimedOut,
 }
 
 impl Field {
     /// Every field, in the row's order (the reference fields first).
-    pub const ALL: [Field; 16] = [
+    pub const ALL: [Field; 19] = [
         Field::State,
         Field::Attempts,
         Field::Payload,
@@ -86,6 +93,9 @@ impl Field {
         Field::Parents,
         Field::Orphan,
         Field::Cancelled,
+        Field::Timeout,
+        Field::Deadline,
+        Field::TimedOut,
     ];
 
     pub fn as_cstr(self) -> &'static std::ffi::CStr {
@@ -106,6 +116,9 @@ impl Field {
             Field::Parents => c"parents",
             Field::Orphan => c"orphan",
             Field::Cancelled => c"cancelled",
+            Field::Timeout => c"timeout",
+            Field::Deadline => c"deadline",
+            Field::TimedOut => c"timedout",
         }
     }
 

@@ -1,6 +1,6 @@
-//! A queue's claim limits (protocol.md §9): how many of its jobs may be active at once, and how many
-//! claims any window of a given length may hold. Both live in the queue's `meta` hash; the
-//! rate limit's window is the queue's `rate` zset, one member a claim.
+//! A queue's limits (protocol.md §9): how many of its jobs may be active at once, how many claims
+//! any window of a given length may hold, and how long one attempt may run. All live in the
+//! queue's `meta` hash; the rate limit's window is the queue's `rate` zset, one member a claim.
 //!
 //! The rate limit is a **sliding log**: a claim at `t` is allowed while fewer than `n` claims
 //! were made in `(t - per, t]`. Unlike a fixed window it allows no burst at a window's edge,
@@ -13,6 +13,8 @@ pub const MAX_CONCURRENCY: i64 = 1_000_000;
 pub const MAX_RATE: i64 = 10_000;
 /// Longest rate window, in ms: a day.
 pub const MAX_PER_MS: i64 = 86_400_000;
+/// Longest limit on one attempt, in ms: a year (`emq`'s longest duration).
+pub const MAX_TIMEOUT_MS: i64 = super::settings::MAX_DURATION_MS;
 
 /// `RATE <n> PER <ms>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,30 +28,45 @@ pub struct Rate {
 pub struct Limits {
     pub concurrency: Option<i64>,
     pub rate: Option<Rate>,
+    /// The limit on one attempt of a job without one of its own, in ms.
+    pub timeout: Option<i64>,
+    /// Whether a job of the queue may carry a deadline (the `meta` flag `timed`).
+    pub timed: bool,
+}
+
+/// The `meta` fields' values the limits are read from, each as it was (`None`: no field).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MetaLimits<'a> {
+    pub concurrency: Option<&'a [u8]>,
+    pub rate: Option<&'a [u8]>,
+    pub per: Option<&'a [u8]>,
+    pub timeout: Option<&'a [u8]>,
+    pub timed: Option<&'a [u8]>,
+}
+
+/// A positive whole number up to `max`, as a `meta` or row field holds it.
+pub fn bounded(v: Option<&[u8]>, max: i64) -> Option<i64> {
+    v.and_then(|b| std::str::from_utf8(b).ok()?.parse::<i64>().ok())
+        .filter(|n| (1..=max).contains(n))
 }
 
 impl Limits {
+    /// No claim limit (a timeout limits no claim).
     pub fn is_none(&self) -> bool {
         self.concurrency.is_none() && self.rate.is_none()
     }
 
     /// Reads the limits from their `meta` fields' values; a value outside its bounds (written
     /// by hand) counts as no limit.
-    pub fn from_meta(
-        concurrency: Option<&[u8]>,
-        rate: Option<&[u8]>,
-        per: Option<&[u8]>,
-    ) -> Limits {
-        let int = |v: Option<&[u8]>, max: i64| {
-            v.and_then(|b| std::str::from_utf8(b).ok()?.parse::<i64>().ok())
-                .filter(|n| (1..=max).contains(n))
-        };
+    pub fn from_meta(meta: MetaLimits<'_>) -> Limits {
         Limits {
-            concurrency: int(concurrency, MAX_CONCURRENCY),
-            rate: match (int(rate, MAX_RATE), int(per, MAX_PER_MS)) {
+            concurrency: bounded(meta.concurrency, MAX_CONCURRENCY),
+            rate: match (bounded(meta.rate, MAX_RATE), bounded(meta.per, MAX_PER_MS)) {
                 (Some(n), Some(per_ms)) => Some(Rate { n, per_ms }),
                 _ => None,
             },
+            timeout: bounded(meta.timeout, MAX_TIMEOUT_MS),
+            timed: meta.timed.is_some(),
         }
     }
 
@@ -89,6 +106,7 @@ mod tests {
                 n: 10,
                 per_ms: 1000,
             }),
+            ..Limits::default()
         };
         assert_eq!(l.room(0, 0), 3);
         assert_eq!(l.room(2, 0), 1);
@@ -103,12 +121,24 @@ mod tests {
 
     #[test]
     fn values_out_of_bounds_are_no_limit() {
-        let l = Limits::from_meta(Some(b"0"), Some(b"5"), None);
+        let meta = |concurrency, rate, per| MetaLimits {
+            concurrency,
+            rate,
+            per,
+            ..MetaLimits::default()
+        };
+        let l = Limits::from_meta(meta(Some(b"0"), Some(b"5"), None));
         assert!(l.is_none(), "0 and a rate without its window are no limit");
-        let l = Limits::from_meta(Some(b"x"), Some(b"5"), Some(b"1000"));
+        let l = Limits::from_meta(meta(Some(b"x"), Some(b"5"), Some(b"1000")));
         assert_eq!(l.concurrency, None);
         assert_eq!(l.rate, Some(Rate { n: 5, per_ms: 1000 }));
-        assert!(Limits::from_meta(None, Some(b"10001"), Some(b"1")).is_none());
+        assert!(Limits::from_meta(meta(None, Some(b"10001"), Some(b"1"))).is_none());
+        let timed = Limits::from_meta(MetaLimits {
+            timeout: Some(b"0"),
+            timed: Some(b"1"),
+            ..MetaLimits::default()
+        });
+        assert_eq!((timed.timeout, timed.timed), (None, true), "0 is no timeout");
     }
 
     #[test]

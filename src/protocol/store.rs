@@ -119,16 +119,23 @@ pub enum Meta {
     Rate,
     /// The rate window's length in ms (`EMQ.LIMIT ... PER`).
     RatePer,
+    /// The limit on one attempt of a job without its own, in ms (`EMQ.LIMIT ... TIMEOUT`).
+    Timeout,
+    /// `1` once a job of the queue may carry a deadline (a `TIMEOUT` given at enqueue or by
+    /// `EMQ.LIMIT`): its claims then read each job's `timeout` and keep its `deadline`.
+    Timed,
 }
 
 impl Meta {
     /// Every fact, in the order of their places ([`Meta::index`]).
-    pub const ALL: [Meta; 5] = [
+    pub const ALL: [Meta; 7] = [
         Meta::Paused,
         Meta::Events,
         Meta::Concurrency,
         Meta::Rate,
         Meta::RatePer,
+        Meta::Timeout,
+        Meta::Timed,
     ];
 
     pub fn index(self) -> usize {
@@ -142,6 +149,8 @@ impl Meta {
             Meta::Concurrency => c"concurrency",
             Meta::Rate => c"rate",
             Meta::RatePer => c"rate-per",
+            Meta::Timeout => c"timeout",
+            Meta::Timed => c"timed",
         }
     }
 
@@ -160,6 +169,15 @@ pub enum Value<'v, T> {
     /// Bytes the store copies (an error text).
     Bytes(&'v [u8]),
 }
+
+// By hand: a derive would ask `T: Copy`, and only references to `T` are held.
+impl<T> Clone for Value<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Value<'_, T> {}
 
 /// One queue's keys, as a transition sees them. Sets are opened (and type-checked) by
 /// [`Store::open_sets`] before they are read or written; rows are named, probed and opened
@@ -238,8 +256,8 @@ pub trait Store {
         members: &[Self::Text],
     ) -> Result<(), EmqError>;
     /// A new row: `state`, `attempts 0`, `payload`, in the reference script's order, then
-    /// `priority` when it is not 0, `unique` when the job holds a unique key, and up to four
-    /// `more` (a flow's fields), in one `HSET`.
+    /// `priority` when it is not 0, `unique` when the job holds a unique key, and up to five
+    /// `more` (a flow's fields, a timeout), in one `HSET`.
     fn write_row(
         &self,
         row: &Self::Row<'_>,
@@ -255,6 +273,8 @@ pub trait Store {
         row: &Self::Row<'_>,
         fields: &[(Field, Value<'_, Self::Text>)],
     ) -> Result<(), EmqError>;
+    /// `HDEL row field`, of a row with other fields; whether it was there.
+    fn del_field(&self, row: &Self::Row<'_>, field: Field) -> Result<bool, EmqError>;
     fn delete_row(&self, row: &Self::Row<'_>) -> Result<(), EmqError>;
 
     // ---- a row's fields by name: a parent's children (protocol::flow) ----

@@ -1,9 +1,10 @@
 //! `EMQ.CLAIM`'s transition (protocol.md §6): promote what is due, then move up to `count` of the
-//! lowest pending ids to `active` under a lease, `attempts` + 1 each (the lease token).
+//! lowest pending ids to `active` under a lease, `attempts` + 1 each (the lease token). A timed
+//! attempt's lease ends at its deadline at the latest.
 
 use crate::protocol::counters::{self, CLAIMED};
 use crate::protocol::job::Claimed;
-use crate::protocol::limits::Limits;
+use crate::protocol::limits::{bounded, Limits, MAX_TIMEOUT_MS};
 use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
 use super::limit::{self, Window};
@@ -69,13 +70,14 @@ pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome
     };
     let due = Due::find(store, now, PROMOTE_BUDGET)?;
     let in_window = window.as_ref().map_or(0, |w| w.in_window);
+    let lease = Lease::new(&limits, now, lease_ms);
     let first = match due.is_empty() {
-        true => take_first(store, count, &limits, in_window, now + lease_ms)?,
+        true => take_first(store, count, &limits, in_window, &lease)?,
         false => None,
     };
     let (claimed, limited) = match first {
         Some(taken) => taken,
-        None => promote_and_take(store, &due, count, &limits, &window, now, lease_ms)?,
+        None => promote_and_take(store, &due, count, &limits, &window, now, &lease)?,
     };
     if let Some(window) = &window {
         window.trim(store)?;
@@ -101,7 +103,7 @@ fn take_first<S: Store>(
     count: usize,
     limits: &Limits,
     in_window: u64,
-    deadline: i64,
+    lease: &Lease,
 ) -> Result<Option<(Claimed, bool)>, EmqError> {
     let room = limits.room(store.len(Set::Active), in_window);
     let limited = room < count;
@@ -134,7 +136,7 @@ fn take_first<S: Store>(
     if limited {
         counters::count(&counters::LIMITED, 1);
     }
-    Ok(Some((take(store, head, deadline)?, limited)))
+    Ok(Some((take(store, head, lease)?, limited)))
 }
 
 /// The claim's general path: promotes what is due, then takes the head, passing over members
@@ -146,7 +148,7 @@ fn promote_and_take<S: Store>(
     limits: &Limits,
     window: &Option<Window<S>>,
     now: i64,
-    lease_ms: i64,
+    lease: &Lease,
 ) -> Result<(Claimed, bool), EmqError> {
     let head = pending_head(store, count)?;
     let rows: Vec<KeyRef<'_, S::Name>> = due
@@ -182,7 +184,7 @@ fn promote_and_take<S: Store>(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let head = head.iter().map(|h| &h.member).zip(rows).collect();
-    Ok((take(store, head, now + lease_ms)?, limited))
+    Ok((take(store, head, lease)?, limited))
 }
 
 /// The lowest pending members, in order, up to the `count`-th whose row exists, read without
@@ -230,13 +232,38 @@ fn check_head_types<S: Store>(head: &[Head<S>]) -> Result<(), EmqError> {
     }
 }
 
-/// Moves the jobs of `head` to `active` until `deadline`, with `state active` and their
-/// attempts raised by one, in order. Each member comes with its row, open, or `None` for a
-/// member without one: those are dropped, not handed out.
+/// How long a claim's leases run: until `end`, and, in a queue whose jobs may carry a deadline
+/// (`timed`), until the attempt's deadline if that comes first.
+pub struct Lease {
+    end: i64,
+    /// `Some(now)` in a timed queue, with the queue's limit on one attempt.
+    timed: Option<(i64, Option<i64>)>,
+}
+
+impl Lease {
+    pub fn new(limits: &Limits, now: i64, lease_ms: i64) -> Self {
+        Lease {
+            end: now.saturating_add(lease_ms),
+            timed: limits.timed.then_some((now, limits.timeout)),
+        }
+    }
+
+    /// A job's attempt's deadline, where it has one: `now` + its own `timeout`, or the queue's.
+    fn deadline<S: Store>(&self, store: &S, row: &S::Row<'_>) -> Option<i64> {
+        let (now, default) = self.timed?;
+        let own = store.field(row, Field::Timeout);
+        let limit = bounded(own.as_ref().map(|t| store.bytes(t)), MAX_TIMEOUT_MS).or(default);
+        limit.map(|ms| now.saturating_add(ms))
+    }
+}
+
+/// Moves the jobs of `head` to `active` under `lease`, with `state active` and their attempts
+/// raised by one, in order. Each member comes with its row, open, or `None` for a member
+/// without one: those are dropped, not handed out.
 fn take<S: Store>(
     store: &S,
     head: Vec<(&S::Text, Option<S::Row<'_>>)>,
-    deadline: i64,
+    lease: &Lease,
 ) -> Result<Claimed, EmqError> {
     let mut out = Claimed::with_capacity(head.len());
     // The sets change once for the batch: one `ZREM` out of `pending` and one `ZADD` into
@@ -254,15 +281,19 @@ fn take<S: Store>(
         let (attempts, fence, payload) = leased_fields(store, row, Field::Payload);
         let attempts = attempts.saturating_add(1);
         let token = lease_token(fence, attempts);
-        store.set_fields(
-            row,
-            &[
-                (Field::State, Value::State(State::Active)),
-                (Field::Attempts, Value::Int(attempts)),
-            ],
-        )?;
+        let deadline = lease.deadline(store, row);
+        let fields = [
+            (Field::State, Value::State(State::Active)),
+            (Field::Attempts, Value::Int(attempts)),
+            (Field::Deadline, Value::Int(deadline.unwrap_or_default())),
+        ];
+        store.set_fields(row, &fields[..2 + usize::from(deadline.is_some())])?;
+        if deadline.is_none() && lease.timed.is_some() {
+            // In a timed queue, an attempt without a deadline loses an earlier attempt's.
+            store.del_field(row, Field::Deadline)?;
+        }
         record(store, Event::Claimed, Some(*member), || attempts)?;
-        taken.push((deadline, *member));
+        taken.push((deadline.map_or(lease.end, |d| d.min(lease.end)), *member));
         let payload = payload.as_ref().map_or(&[][..], |p| store.bytes(p));
         out.push(store.bytes(member), payload, token);
     }

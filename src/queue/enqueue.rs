@@ -11,6 +11,7 @@ use crate::protocol::{
     Value,
 };
 
+use super::limit;
 use super::unique::{self, Unique};
 use super::{record, Job};
 
@@ -122,36 +123,39 @@ pub fn enqueue_with<S: Store>(
     priority: i64,
     unique: Option<&Unique<'_>>,
 ) -> Result<Added, EmqError> {
-    enqueue_flow(
+    enqueue_extras(
         store,
         job,
         payload,
         placement,
         priority,
         unique,
-        &Flow::default(),
+        &Extras::default(),
     )
 }
 
-/// What a job is in a flow (docs/flows.md): a parent waiting for `children`, and a child of
-/// the parents its `parents` field names (`protocol::flow::write_parents`).
+/// What a job carries beyond the reference row's facts: its place in a flow (docs/flows.md),
+/// a parent waiting for `children` or a child of the parents its `parents` field names
+/// (`protocol::flow::write_parents`), and its own limit on one attempt, `timeout` ms.
 #[derive(Default)]
-pub struct Flow {
+pub struct Extras {
     pub children: Option<i64>,
     pub parents: Option<Vec<u8>>,
+    pub timeout: Option<i64>,
 }
 
-/// [`enqueue_with`], for a job in a flow: a parent is written to `waiting` (scored by its due
-/// time, 0 for none) with `state waiting` and its `children`; a child's row keeps its
-/// `parents`. Registering the child with its parents is the caller's (`flow::adopt`).
-pub fn enqueue_flow<S: Store>(
+/// [`enqueue_with`], for a job with [`Extras`]: a parent is written to `waiting` (scored by
+/// its due time, 0 for none) with `state waiting` and its `children`; a child's row keeps its
+/// `parents`, and a timed job its `timeout` (the queue marked `timed` once). Registering the
+/// child with its parents is the caller's (`flow::adopt`).
+pub fn enqueue_extras<S: Store>(
     store: &S,
     job: Option<Job<'_, S>>,
     payload: &S::Text,
     placement: Placement,
     priority: i64,
     unique: Option<&Unique<'_>>,
-    flow: &Flow,
+    extras: &Extras,
 ) -> Result<Added, EmqError> {
     if unique.is_some() {
         unique::check(store)?;
@@ -161,7 +165,7 @@ pub fn enqueue_flow<S: Store>(
         placement,
         priority,
         unique,
-        flow,
+        extras,
     };
     let added = match job {
         Some(job) => enqueue_one(store, &job, &new)?,
@@ -190,31 +194,40 @@ pub fn enqueue_flow<S: Store>(
     Ok(added)
 }
 
-/// What a new job is: its payload, where it goes, its priority, its unique key and its place
-/// in a flow.
+/// What a new job is: its payload, where it goes, its priority, its unique key and its
+/// extras.
 struct New<'n, S: Store> {
     payload: &'n S::Text,
     placement: Placement,
     priority: i64,
     unique: Option<&'n Unique<'n>>,
-    flow: &'n Flow,
+    extras: &'n Extras,
 }
 
 /// ACL -> row exists -> set type -> unique key held, then the row, then the set, each with its
 /// event and effect, in the order the reference script's `HSET` and `ZADD` run, then the unique
 /// key. `New`, `Duplicate` (the row exists) or `Held`.
 fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Result<Added, EmqError> {
-    let set = match new.flow.children {
+    let flow = new.extras;
+    let set = match flow.children {
         Some(_) => Set::Waiting,
         None => new.placement.set(),
     };
     let name = store.row_name(&job.id, job.member)?;
-    store.check_access(&[KeyRef::Row(&name), KeyRef::Set(set)])?;
+    let keys = [KeyRef::Row(&name), KeyRef::Set(set), KeyRef::Meta];
+    // A timed job marks its queue's `meta`: that too is checked.
+    let checked = if flow.timeout.is_some() { 3 } else { 2 };
+    store.check_access(&keys[..checked])?;
     let row = store.open_row(&name)?;
     if store.holds(&row) != Holds::Nothing {
         return Ok(Added::Duplicate);
     }
     store.open_sets(&[set])?;
+    // Read before any write: a `meta` key of another type refuses.
+    let limits = match flow.timeout {
+        Some(_) => Some(limit::limits(store)?),
+        None => None,
+    };
     store.events()?;
     // The clock, read only for a unique key (the plain enqueue reads none).
     let now = match new.unique {
@@ -227,7 +240,7 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
         }
         None => 0,
     };
-    let (state, score, event) = match (new.flow.children, new.placement) {
+    let (state, score, event) = match (flow.children, new.placement) {
         (Some(_), Placement::Ready) => (State::Waiting, 0, Event::Waiting),
         (Some(_), Placement::Due(at)) => (State::Waiting, at, Event::Waiting),
         (None, Placement::Ready) => (State::Pending, new.priority, Event::Enqueued),
@@ -253,14 +266,25 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
             more,
         )
     };
-    match (new.flow.children, &new.flow.parents) {
-        (None, None) => write(&[])?,
-        (Some(n), None) => write(&counters(n))?,
-        (None, Some(p)) => write(&[(Field::Parents, Value::Bytes(p))])?,
-        (Some(n), Some(p)) => {
-            let [c, a, f] = counters(n);
-            write(&[c, a, f, (Field::Parents, Value::Bytes(p))])?
-        }
+    // The extras on the stack, in the row's order: a parent's counters, a child's `parents`,
+    // the job's `timeout`.
+    let mut more: [(Field, Value<'_, S::Text>); 5] = [(Field::Children, Value::Int(0)); 5];
+    let mut n = 0;
+    if let Some(children) = flow.children {
+        more[..3].copy_from_slice(&counters(children));
+        n = 3;
+    }
+    if let Some(parents) = &flow.parents {
+        more[n] = (Field::Parents, Value::Bytes(parents));
+        n += 1;
+    }
+    if let Some(timeout) = flow.timeout {
+        more[n] = (Field::Timeout, Value::Int(timeout));
+        n += 1;
+    }
+    write(&more[..n])?;
+    if let Some(limits) = &limits {
+        limit::mark_timed(store, limits)?;
     }
     store.add(set, score, job.member)?;
     if let Some(unique) = new.unique {

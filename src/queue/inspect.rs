@@ -86,6 +86,9 @@ pub fn field_name(field: Field) -> &'static str {
         Field::Parents => "parents",
         Field::Orphan => "orphan",
         Field::Cancelled => "cancelled",
+        Field::Timeout => "timeout",
+        Field::Deadline => "deadline",
+        Field::TimedOut => "timedout",
     }
 }
 

@@ -1,10 +1,11 @@
 //! The lease holder's transitions (protocol.md §6): renew, ack and fail. The token is the one the
 //! claim returned (the job's `attempts` after its `fence`); a wrong, stale or missing one is
-//! `EMQLEASE` (`EMQCANCELLED` for the attempt a cancel ended) and changes nothing.
+//! `EMQLEASE` (`EMQCANCELLED` for the attempt a cancel ended, and for a renewal `EMQTIMEOUT`
+//! for one past its deadline) and changes nothing.
 
 use std::collections::HashSet;
 
-use crate::protocol::counters::{self, ACKED, DEAD, RENEWED, RETRIED};
+use crate::protocol::counters::{self, ACKED, DEAD, RENEWED, RETRIED, TIMED_OUT};
 use crate::protocol::flow::Outcome;
 use crate::protocol::{settings, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
@@ -14,8 +15,8 @@ use super::limit::{self, room_freed};
 use super::promote::bury;
 use super::{count_of, lease_token, leased_fields, record, set_state, Job};
 
-/// The job is active, in the active set, and its current attempt's token is `token`: its
-/// attempts.
+/// The job is active, in the active set, its current attempt's token is `token` and its
+/// deadline, if it has one, has not passed (`EMQTIMEOUT`): its attempts.
 fn check_lease<S: Store>(
     store: &S,
     row: &S::Row<'_>,
@@ -24,31 +25,58 @@ fn check_lease<S: Store>(
 ) -> Result<i64, EmqError> {
     let attempts = check_token(store, row, token)?;
     match store.score(Set::Active, member) {
-        Some(_) => Ok(attempts),
+        Some(ends) => {
+            // The deadline is read only once the lease has run out: an active job's score is
+            // its deadline at the latest.
+            let now = store.now_ms();
+            if ends <= now as f64 && deadline(store, row).is_some_and(|d| d <= now) {
+                return Err(EmqError::Timeout);
+            }
+            Ok(attempts)
+        }
         None => Err(EmqError::Lease),
+    }
+}
+
+/// The row's `deadline`: its current attempt's, in a queue whose jobs may carry one.
+pub fn deadline<S: Store>(store: &S, row: &S::Row<'_>) -> Option<i64> {
+    let text = store.field(row, Field::Deadline)?;
+    std::str::from_utf8(store.bytes(&text)).ok()?.parse().ok()
+}
+
+/// A settle's refusal: an attempt past its deadline is stale like any other (`EMQLEASE`);
+/// only a renewal is told `EMQTIMEOUT`.
+fn settle_refusal(refused: EmqError) -> EmqError {
+    match refused {
+        EmqError::Timeout => EmqError::Lease,
+        other => other,
     }
 }
 
 /// What the row says of a lease: the job is active and its current attempt's token is
 /// `token`; its attempts. That it is in the active set too is the caller's to check. A token
 /// that is not the lease's is `EMQCANCELLED` when `EMQ.CANCEL` ended its attempt while it ran,
-/// `EMQLEASE` otherwise.
+/// `EMQTIMEOUT` when its deadline did, `EMQLEASE` otherwise.
 fn check_token<S: Store>(store: &S, row: &S::Row<'_>, token: i64) -> Result<i64, EmqError> {
     let (attempts, fence, state) = leased_fields(store, row, Field::State);
     let active = store.holds(row) == Holds::Hash
         && state.is_some_and(|s| store.bytes(&s) == State::Active.as_bytes());
     if !active || lease_token(fence, attempts) != token {
-        let cancelled = store.field(row, Field::Cancelled);
-        return match cancelled.map(|c| count_of(store, Some(c))) {
-            Some(ended) if ended == token => Err(EmqError::Cancelled),
-            _ => Err(EmqError::Lease),
-        };
+        let ended = |field| store.field(row, field).map(|t| count_of(store, Some(t)));
+        if ended(Field::Cancelled) == Some(token) {
+            return Err(EmqError::Cancelled);
+        }
+        if ended(Field::TimedOut) == Some(token) {
+            return Err(EmqError::Timeout);
+        }
+        return Err(EmqError::Lease);
     }
     Ok(attempts)
 }
 
-/// `EMQ.RENEW`: the lease runs until now + `ms`, and the row keeps `progress` when the worker
-/// sent one; the new deadline (unix ms).
+/// `EMQ.RENEW`: the lease runs until now + `ms`, or the attempt's deadline if that is sooner
+/// (one past it is `EMQTIMEOUT`), and the row keeps `progress` when the worker sent one; when
+/// the lease now ends (unix ms).
 pub fn renew<S: Store>(
     store: &S,
     target: &Target<'_, S>,
@@ -58,13 +86,18 @@ pub fn renew<S: Store>(
 ) -> Result<i64, EmqError> {
     let row = target.open(store)?;
     check_lease(store, &row, target.job.member, token)?;
-    let deadline = store.now_ms() + ms;
-    store.add(Set::Active, deadline, target.job.member)?;
+    let now = store.now_ms();
+    let ends = match deadline(store, &row) {
+        Some(d) if d <= now => return Err(EmqError::Timeout),
+        Some(d) => d.min(now + ms),
+        None => now + ms,
+    };
+    store.add(Set::Active, ends, target.job.member)?;
     if let Some(progress) = progress {
         store.set_fields(&row, &[(Field::Progress, Value::Bytes(progress))])?;
     }
     counters::count(&RENEWED, 1);
-    Ok(deadline)
+    Ok(ends)
 }
 
 /// `EMQ.ACK`: active -> done; the row, with `result` when the worker sent one, stays
@@ -76,7 +109,7 @@ pub fn ack<S: Store>(
     result: Option<&[u8]>,
 ) -> Result<(), EmqError> {
     let row = target.open(store)?;
-    check_lease(store, &row, target.job.member, token)?;
+    check_lease(store, &row, target.job.member, token).map_err(settle_refusal)?;
     let parents = finished::parents(store, &row)?;
     let limits = limit::limits(store)?;
     done(
@@ -194,6 +227,15 @@ pub fn ack_many<S: Store>(
     }
     store.events()?;
     let limits = limit::limits(store)?;
+    // In a queue whose jobs may carry a deadline, each job's lease is looked at too.
+    let now = store.now_ms();
+    let timed_out = |s: &Settle<'_, S>, row| {
+        limits.timed
+            && store
+                .score(Set::Active, s.job.member)
+                .is_some_and(|ends| ends <= now as f64)
+            && deadline(store, row).is_some_and(|d| d <= now)
+    };
     // Each job's row first, reading only: the jobs whose lease it shows.
     let mut outcomes = Vec::with_capacity(jobs.len());
     let mut leased = Vec::with_capacity(jobs.len());
@@ -203,11 +245,12 @@ pub fn ack_many<S: Store>(
             continue;
         };
         match check_token(store, row, token) {
+            Ok(_) if timed_out(s, row) => outcomes.push(Err(EmqError::Lease)),
             Ok(_) => {
                 outcomes.push(Ok(()));
                 leased.push((at, row, s, token, finished::parents(store, row)?));
             }
-            Err(refused) => outcomes.push(Err(refused)),
+            Err(refused) => outcomes.push(Err(settle_refusal(refused))),
         }
     }
     // Then out of `active` together, as a single ack leaves it before its row changes: one
@@ -251,7 +294,7 @@ pub fn fail<S: Store>(
 ) -> Result<Failed, EmqError> {
     let row = target.open(store)?;
     let member = target.job.member;
-    let attempts = check_lease(store, &row, member, token)?;
+    let attempts = check_lease(store, &row, member, token).map_err(settle_refusal)?;
     let last = attempts >= settings::max_attempts();
     // A death hands over to the job's parents: checked before the first write.
     let parents = match last {
@@ -260,27 +303,51 @@ pub fn fail<S: Store>(
     };
     let limits = limit::limits(store)?;
     let now = store.now_ms();
-    let failed = if !last {
+    let failed = retry_or_bury(store, &row, member, attempts, now, error, retry_in, parents)?;
+    room_freed(store, &limits)?;
+    Ok(failed)
+}
+
+/// A failed attempt's writes, once checked: `schedule` for a retry after `retry_in` or the
+/// exponential backoff, or `dead` after the last attempt, handing over to `parents`.
+#[allow(clippy::too_many_arguments)]
+fn retry_or_bury<S: Store>(
+    store: &S,
+    row: &S::Row<'_>,
+    member: &S::Text,
+    attempts: i64,
+    now: i64,
+    error: Option<&[u8]>,
+    retry_in: Option<i64>,
+    parents: Option<S::Text>,
+) -> Result<Failed, EmqError> {
+    if attempts < settings::max_attempts() {
         let due = now + retry_in.unwrap_or_else(|| settings::backoff_ms(attempts));
         store.remove(Set::Active, member)?;
-        set_state(store, &row, State::Scheduled, error)?;
+        set_state(store, row, State::Scheduled, error)?;
         store.add(Set::Schedule, due, member)?;
         record(store, Event::Retrying, Some(member), || attempts)?;
         counters::count(&RETRIED, 1);
-        Failed::Scheduled
-    } else {
-        bury(
-            store,
-            Set::Active,
-            member,
-            &row,
-            now,
-            error,
-            parents.as_ref(),
-        )?;
-        counters::count(&DEAD, 1);
-        Failed::Dead
-    };
-    room_freed(store, &limits)?;
-    Ok(failed)
+        return Ok(Failed::Scheduled);
+    }
+    bury(store, Set::Active, member, row, now, error, parents.as_ref())?;
+    counters::count(&DEAD, 1);
+    Ok(Failed::Dead)
+}
+
+/// The server's end of an attempt whose deadline passed (the timer's, or a claim's, visit of
+/// an expired lease): the row keeps the attempt's token in `timedout`, and the job fails with
+/// the error `timeout`, as by [`fail`]. Not refused: a hand-over it cannot keep is counted
+/// (`handovers_lost`), as for an expired lease.
+pub fn time_out<S: Store>(
+    store: &S,
+    row: &S::Row<'_>,
+    member: &S::Text,
+    now: i64,
+) -> Result<Failed, EmqError> {
+    let (attempts, fence, parents) = leased_fields(store, row, Field::Parents);
+    let token = lease_token(fence, attempts);
+    store.set_fields(row, &[(Field::TimedOut, Value::Int(token))])?;
+    counters::count(&TIMED_OUT, 1);
+    retry_or_bury(store, row, member, attempts, now, Some(b"timeout"), None, parents)
 }

@@ -1,8 +1,8 @@
-//! A queue's claim limits (protocol.md §9, `protocol::limits`): `EMQ.LIMIT` sets and reports them, a
+//! A queue's limits (protocol.md §9, `protocol::limits`): `EMQ.LIMIT` sets and reports them, a
 //! claim takes no more than they leave room for, a settled job wakes the claimers waiting for
 //! room, and the timer trims the rate window and wakes them when it frees.
 
-use crate::protocol::limits::{rate_member, Limits, Rate, MAX_RATE};
+use crate::protocol::limits::{rate_member, Limits, MetaLimits, Rate, MAX_RATE};
 use crate::protocol::{EmqError, KeyRef, Meta, Set, Store};
 
 /// The queue's limits, from its `meta` hash (none where it has no hash).
@@ -14,11 +14,28 @@ pub fn limits<S: Store>(store: &S) -> Result<Limits, EmqError> {
         Some(_) => read(Meta::RatePer)?,
         None => None,
     };
-    Ok(Limits::from_meta(
-        concurrency.as_deref(),
-        rate.as_deref(),
-        per.as_deref(),
-    ))
+    let timed = read(Meta::Timed)?;
+    let timeout = match timed {
+        Some(_) => read(Meta::Timeout)?,
+        None => None,
+    };
+    Ok(Limits::from_meta(MetaLimits {
+        concurrency: concurrency.as_deref(),
+        rate: rate.as_deref(),
+        per: per.as_deref(),
+        timeout: timeout.as_deref(),
+        timed: timed.as_deref(),
+    }))
+}
+
+/// Marks the queue as one whose jobs may carry a deadline (`meta` `timed`), once: from then on
+/// its claims read each job's `timeout` and keep its `deadline`. The caller checked its
+/// permission on `meta`.
+pub fn mark_timed<S: Store>(store: &S, limits: &Limits) -> Result<(), EmqError> {
+    match limits.timed {
+        true => Ok(()),
+        false => store.set_meta(Meta::Timed, b"1"),
+    }
 }
 
 /// A change `EMQ.LIMIT` makes: each limit set (`Some(Some(..))`), removed (`Some(None)`) or
@@ -27,6 +44,7 @@ pub fn limits<S: Store>(store: &S) -> Result<Limits, EmqError> {
 pub struct Change {
     pub concurrency: Option<Option<i64>>,
     pub rate: Option<Option<Rate>>,
+    pub timeout: Option<Option<i64>>,
 }
 
 impl Change {
@@ -34,6 +52,7 @@ impl Change {
     pub const OFF: Change = Change {
         concurrency: Some(None),
         rate: Some(None),
+        timeout: Some(None),
     };
 }
 
@@ -78,7 +97,7 @@ pub fn set<S: Store>(store: &S, change: Change) -> Result<Usage, EmqError> {
     ])?;
     store.open_sets(&[Set::Active, Set::Rate])?;
     // Read first: a `meta` key of another type refuses before any write.
-    limits(store)?;
+    let before = limits(store)?;
     if let Some(concurrency) = change.concurrency {
         match concurrency {
             Some(n) => store.set_meta(Meta::Concurrency, n.to_string().as_bytes())?,
@@ -95,6 +114,16 @@ pub fn set<S: Store>(store: &S, change: Change) -> Result<Usage, EmqError> {
                 store.del_meta(Meta::Rate)?;
                 store.del_meta(Meta::RatePer)?;
             }
+        }
+    }
+    if let Some(timeout) = change.timeout {
+        match timeout {
+            Some(ms) => {
+                mark_timed(store, &before)?;
+                store.set_meta(Meta::Timeout, ms.to_string().as_bytes())?;
+            }
+            // The flag stays: jobs claimed under the timeout keep their deadlines.
+            None => store.del_meta(Meta::Timeout).map(drop)?,
         }
     }
     if store.len(Set::Pending) != 0 || store.len(Set::Active) != 0 {

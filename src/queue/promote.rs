@@ -6,6 +6,7 @@ use crate::protocol::counters::{self, DROPPED};
 use crate::protocol::flow::Outcome;
 use crate::protocol::{settings, EmqError, Event, Field, Holds, Set, State, Store};
 
+use super::lease::{self, Failed};
 use super::{attempts, priority, record, row_of, set_state};
 
 /// Most jobs one call (or one timer tick per queue) promotes from each of `schedule` and
@@ -45,6 +46,10 @@ pub struct Moved {
     pub to_pending: usize,
     /// Jobs whose lease expired on their last attempt, moved to `dead`.
     pub buried: usize,
+    /// Attempts ended at their deadline and scheduled for a retry.
+    pub retrying: usize,
+    /// Attempts ended at their deadline that were their job's last, moved to `dead`.
+    pub timed_out_dead: usize,
 }
 
 impl<S: Store> Due<S> {
@@ -80,7 +85,8 @@ impl<S: Store> Due<S> {
     }
 
     /// Moves due scheduled jobs to pending; expired leases to pending, or to dead when their
-    /// attempts are spent. Members without a row are dropped. Their rows' types were checked
+    /// attempts are spent; an attempt whose deadline passed fails with `timeout`
+    /// ([`lease::time_out`]). Members without a row are dropped. Their rows' types were checked
     /// (`check_row_types`) before.
     pub fn promote(&self, store: &S, now: i64) -> Result<Moved, EmqError> {
         let mut moved = Moved::default();
@@ -88,34 +94,45 @@ impl<S: Store> Due<S> {
             moved.to_pending += move_to_pending(store, Set::Schedule, member)? as usize;
         }
         for member in &self.expired {
-            let spent = match &member.row {
-                Some(name) => {
-                    let row = store.open_row(name)?;
-                    let spent = attempts(store, &row) >= settings::max_attempts();
-                    if spent {
-                        // Not `finished::parents`: the timer's burial is not refused. A
-                        // hand-over it cannot keep is counted (`handovers_lost`).
-                        let parents = store.field(&row, Field::Parents);
-                        bury(
-                            store,
-                            Set::Active,
-                            &member.text,
-                            &row,
-                            now,
-                            Some(b"lease expired"),
-                            parents.as_ref(),
-                        )?;
-                        moved.buried += 1;
-                    }
-                    spent
-                }
-                None => false,
+            let row = match &member.row {
+                Some(name) => Some(store.open_row(name)?),
+                None => None,
             };
-            if !spent {
+            let Some(row) = row else {
                 moved.to_pending += move_to_pending(store, Set::Active, member)? as usize;
+                continue;
+            };
+            if lease::deadline(store, &row).is_some_and(|d| d <= now) {
+                match lease::time_out(store, &row, &member.text, now)? {
+                    Failed::Scheduled => moved.retrying += 1,
+                    Failed::Dead => moved.timed_out_dead += 1,
+                }
+                continue;
             }
+            if attempts(store, &row) >= settings::max_attempts() {
+                // Not `finished::parents`: the timer's burial is not refused. A hand-over it
+                // cannot keep is counted (`handovers_lost`).
+                let parents = store.field(&row, Field::Parents);
+                bury(
+                    store,
+                    Set::Active,
+                    &member.text,
+                    &row,
+                    now,
+                    Some(b"lease expired"),
+                    parents.as_ref(),
+                )?;
+                moved.buried += 1;
+                continue;
+            }
+            moved.to_pending += move_to_pending(store, Set::Active, member)? as usize;
         }
         counters::count(&counters::DEAD, moved.buried as u64);
+        // The room those left `active` is the waiting claimers' (under a concurrency limit).
+        let left = moved.buried + moved.retrying + moved.timed_out_dead;
+        if left > 0 && store.len(Set::Pending) != 0 {
+            store.wake_claimers()?;
+        }
         Ok(moved)
     }
 }

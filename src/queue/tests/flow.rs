@@ -5,7 +5,7 @@
 use super::*;
 use crate::protocol::flow::{write_parents, Delivery, Outcome, ParentRef, Policy};
 use crate::protocol::Store;
-use crate::queue::enqueue::{enqueue_flow, Flow};
+use crate::queue::enqueue::{enqueue_extras, Extras};
 use crate::queue::flow::{
     adopt, children_page, delivered, first_parked, outbox_page, park, receive, unpark, Received,
 };
@@ -13,15 +13,16 @@ use crate::queue::flow::{
 /// A parent of `n` children, job `p` of `m`.
 fn parent(m: &Memory, p: u64, n: i64) {
     let (id, member) = id(p);
-    let flow = Flow {
+    let flow = Extras {
         children: Some(n),
         parents: None,
+        ..Extras::default()
     };
     let job = Some(Job {
         id,
         member: &member,
     });
-    let added = enqueue_flow(m, job, &b"cb".to_vec(), Placement::Ready, 0, None, &flow);
+    let added = enqueue_extras(m, job, &b"cb".to_vec(), Placement::Ready, 0, None, &flow);
     assert_eq!(added, Ok(Added::New));
 }
 
@@ -162,7 +163,7 @@ fn an_acked_child_keeps_one_hand_over_per_parent_and_a_plain_job_none() {
     let m = Memory::named(b"thumbs", NOW);
     put(&m, 1, "plain");
     let (cid, member) = id(2);
-    let flow = Flow {
+    let flow = Extras {
         children: None,
         parents: Some(write_parents(&[
             ParentRef {
@@ -176,12 +177,13 @@ fn an_acked_child_keeps_one_hand_over_per_parent_and_a_plain_job_none() {
                 policy: Policy::Ignore,
             },
         ])),
+        ..Extras::default()
     };
     let job = Some(Job {
         id: cid,
         member: &member,
     });
-    enqueue_flow(&m, job, &b"c".to_vec(), Placement::Ready, 0, None, &flow).expect("child");
+    enqueue_extras(&m, job, &b"c".to_vec(), Placement::Ready, 0, None, &flow).expect("child");
     let jobs = claim(&m, 2, 1_000).expect("claimed").claimed;
     assert_eq!(jobs.len(), 2);
     for (n, member) in [(1, id(1).1), (2, member)] {
@@ -238,19 +240,20 @@ fn a_child_is_not_finished_while_its_outbox_is_another_type() {
     let m = Memory::named(b"thumbs", NOW);
     let child = |n: u64, parent: &[u8]| {
         let (cid, member) = id(n);
-        let flow = Flow {
+        let flow = Extras {
             children: None,
             parents: Some(write_parents(&[ParentRef {
                 queue: parent.to_vec(),
                 id: id(50).0,
                 policy: Policy::Fail,
             }])),
+            ..Extras::default()
         };
         let job = Some(Job {
             id: cid,
             member: &member,
         });
-        enqueue_flow(&m, job, &b"c".to_vec(), Placement::Ready, 0, None, &flow).expect("child");
+        enqueue_extras(&m, job, &b"c".to_vec(), Placement::Ready, 0, None, &flow).expect("child");
     };
     child(1, b"away");
     child(2, b"near");

@@ -7,6 +7,7 @@ mod limits;
 mod operate;
 mod priority;
 mod repeating;
+mod timeouts;
 mod unique;
 
 use super::claim::{claim, ORPHAN_BUDGET};

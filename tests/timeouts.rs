@@ -1,0 +1,218 @@
+//! Timeouts (docs/lifecycle.md): `TIMEOUT <ms>` at enqueue or `EMQ.LIMIT <queue> TIMEOUT <ms>`
+//! bounds one attempt from its claim. Renewals never pass the deadline; past it a renewal is
+//! `EMQTIMEOUT`, and the server fails the attempt itself with the error `timeout`.
+
+use emq_harness as support;
+
+use std::time::Duration;
+
+use redis::{cmd, Value};
+use support::*;
+
+fn renew(con: &mut Connection, q: &str, id: &str, token: i64, ms: i64) -> redis::RedisResult<i64> {
+    cmd("EMQ.RENEW").arg(q).arg(id).arg(token).arg(ms).query(con)
+}
+
+fn enqueue_timed(con: &mut Connection, q: &str, id: &str, timeout_ms: i64) {
+    let added: i64 = cmd("EMQ.ENQUEUE")
+        .arg(q)
+        .arg(id)
+        .arg("work")
+        .arg("TIMEOUT")
+        .arg(timeout_ms)
+        .query(con)
+        .expect("enqueue");
+    assert_eq!(added, 1);
+}
+
+/// The job's state once it is no longer active (the server ended its attempt).
+fn state_once_ended(con: &mut Connection, q: &str, id: &str) -> Option<String> {
+    let ended = wait_until(Duration::from_secs(10), || {
+        job_state(con, q, id).as_deref() != Some("active")
+    });
+    assert!(ended, "the attempt was not ended");
+    job_state(con, q, id)
+}
+
+#[test]
+fn the_server_ends_an_attempt_at_its_deadline_even_while_it_is_renewed() {
+    let server = Server::start(
+        Options::default()
+            .arg("emq.max-attempts", "2")
+            .arg("emq.backoff-base-ms", "100"),
+    );
+    let mut con = server.conn();
+    let q = unique_queue("timeout");
+    let id = job_id(1);
+    enqueue_timed(&mut con, &q, &id, 300);
+    assert_eq!(row_field(&mut con, &q, &id, "timeout").as_deref(), Some("300"));
+    let token = claim(&mut con, &q, &[]).expect("claimed")[0].2;
+    let deadline: i64 = row_field(&mut con, &q, &id, "deadline")
+        .expect("a deadline")
+        .parse()
+        .expect("a number");
+    // The worker keeps renewing for a minute at a time: each renewal ends at the deadline,
+    // until one is refused.
+    let refused = loop {
+        match renew(&mut con, &q, &id, token, 60_000) {
+            Ok(ends) => assert_eq!(ends.min(deadline), ends, "never past the deadline"),
+            Err(e) => break error_text(&e),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(refused.starts_with("EMQTIMEOUT"), "{refused}");
+    let ended = state_once_ended(&mut con, &q, &id);
+    assert!(
+        matches!(ended.as_deref(), Some("scheduled" | "pending")),
+        "a retry follows: {ended:?}"
+    );
+    assert_eq!(row_field(&mut con, &q, &id, "error").as_deref(), Some("timeout"));
+    assert_eq!(
+        row_field(&mut con, &q, &id, "timedout"),
+        Some(token.to_string())
+    );
+    assert!(renew(&mut con, &q, &id, token, 1_000).is_err());
+    let late_ack = cmd("EMQ.ACK").arg(&q).arg(&id).arg(token).clone();
+    assert!(expect_err(&mut con, &late_ack).starts_with("EMQLEASE"));
+    assert!(info_int(&mut con, "emq", "emq_timed_out") >= 1);
+    assert!(info_int(&mut con, "emq", "emq_refused_timeout") >= 2);
+
+    // The second and last attempt: past its deadline the job is dead.
+    assert!(wait_until(Duration::from_secs(10), || job_state(&mut con, &q, &id).as_deref()
+        == Some("pending")));
+    let second = claim(&mut con, &q, &[]).expect("claimed again")[0].2;
+    assert_eq!(second, token + 1);
+    assert_eq!(
+        state_once_ended(&mut con, &q, &id).as_deref(),
+        Some("dead")
+    );
+    assert_eq!(row_field(&mut con, &q, &id, "error").as_deref(), Some("timeout"));
+    let s = stats(&mut con, &q);
+    assert_eq!((s["active"], s["dead"]), (0, 1));
+}
+
+#[test]
+fn an_ack_before_the_deadline_settles_and_the_queue_timeout_times_the_rest() {
+    let server = Server::start_or_external();
+    let mut con = server.conn3();
+    let q = unique_queue("timeout-limit");
+    let reply: Value = cmd("EMQ.LIMIT")
+        .arg(&q)
+        .arg("TIMEOUT")
+        .arg(60_000)
+        .query(&mut con)
+        .expect("limit");
+    let fields = map_pairs(&reply);
+    assert!(
+        fields
+            .iter()
+            .any(|(k, v)| k == "timeout" && *v == Value::Int(60_000)),
+        "{fields:?}"
+    );
+    enqueue(&mut con, &q, &job_id(1), "plain");
+    let token = claim(&mut con, &q, &[]).expect("claimed")[0].2;
+    let deadline = row_field(&mut con, &q, &job_id(1), "deadline").expect("the queue's");
+    let ends = set_score(&mut con, &q, "active", &job_id(1)).expect("active");
+    assert!(ends <= deadline.parse::<f64>().expect("a number"));
+    let acked: i64 = cmd("EMQ.ACK")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg(token)
+        .query(&mut con)
+        .expect("acked in time");
+    assert_eq!(acked, 1);
+    // Removed, it times nothing claimed after.
+    let off: Value = cmd("EMQ.LIMIT")
+        .arg(&q)
+        .arg("TIMEOUT")
+        .arg("OFF")
+        .query(&mut con)
+        .expect("off");
+    assert!(map_pairs(&off)
+        .iter()
+        .any(|(k, v)| k == "timeout" && *v == Value::Nil));
+    enqueue(&mut con, &q, &job_id(2), "plain");
+    claim(&mut con, &q, &[]).expect("claimed");
+    assert_eq!(row_field(&mut con, &q, &job_id(2), "deadline"), None);
+}
+
+#[test]
+fn timeouts_are_refused_out_of_bounds() {
+    let server = Server::start_or_external();
+    let mut con = server.conn();
+    let q = unique_queue("timeout-syntax");
+    let enqueue = cmd("EMQ.ENQUEUE").arg(&q).arg(job_id(1)).arg("p").clone();
+    assert_refused(
+        &mut con,
+        &enqueue,
+        &[
+            (&["TIMEOUT", "0"], "ERR"),
+            (&["TIMEOUT", "x"], "ERR"),
+            (&["TIMEOUT", "31536000001"], "ERR"),
+            (&["TIMEOUT", "5", "TIMEOUT", "6"], "ERR"),
+        ],
+    );
+    let limit = cmd("EMQ.LIMIT").arg(&q).clone();
+    assert_refused(
+        &mut con,
+        &limit,
+        &[(&["TIMEOUT", "0"], "ERR"), (&["TIMEOUT"], "ERR")],
+    );
+    assert_eq!(keys_of(&mut con, &q), Vec::<String>::new(), "nothing written");
+}
+
+#[test]
+fn a_job_without_a_timeout_in_a_timed_queue_is_the_reference_row() {
+    let server = Server::start_or_external();
+    let mut con = server.conn();
+    let by_module = unique_queue("timed-mod");
+    let by_lua = unique_queue("timed-lua");
+    cmd("EMQ.LIMIT")
+        .arg(&by_module)
+        .arg("TIMEOUT")
+        .arg(1_000)
+        .query::<Value>(&mut con)
+        .expect("limit");
+    enqueue_timed(&mut con, &by_module, &job_id(9), 500);
+    let script = redis::Script::new(include_str!("../lua/enqueue.lua"));
+    for n in 1..=3 {
+        enqueue(&mut con, &by_module, &job_id(n), "same");
+        let _: i64 = script
+            .key(row_key(&by_lua, &job_id(n)))
+            .key(set_key(&by_lua, "pending"))
+            .arg(job_id(n))
+            .arg("same")
+            .invoke(&mut con)
+            .expect("lua");
+        let dump = |con: &mut Connection, q: &str| -> Vec<u8> {
+            cmd("DUMP")
+                .arg(row_key(q, &job_id(n)))
+                .query(con)
+                .expect("dump")
+        };
+        assert_eq!(dump(&mut con, &by_module), dump(&mut con, &by_lua));
+    }
+}
+
+#[test]
+fn a_replica_holds_the_same_timed_rows() {
+    let (primary, replica) = primary_and_replica(Options::default());
+    let mut con = primary.conn();
+    let mut rcon = replica.conn();
+    wait_link_up(&mut rcon);
+    let q = unique_queue("timeout-repl");
+    enqueue_timed(&mut con, &q, &job_id(1), 100);
+    enqueue_timed(&mut con, &q, &job_id(2), 60_000);
+    claim(&mut con, &q, &["COUNT", "2"]).expect("claimed");
+    assert_eq!(
+        state_once_ended(&mut con, &q, &job_id(1)).as_deref(),
+        Some("scheduled"),
+        "retried after the default backoff, a second"
+    );
+    wait_caught_up(&mut con, &mut rcon);
+    assert_eq!(digest(&mut con), digest(&mut rcon));
+    assert_eq!(
+        row_field(&mut rcon, &q, &job_id(1), "error").as_deref(),
+        Some("timeout")
+    );
+}
