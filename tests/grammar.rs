@@ -200,7 +200,7 @@ fn command_docs_give_delay_and_at_as_one_optional_choice() {
     let names: Vec<String> = args.iter().map(|a| text(field(a, "name"))).collect();
     assert_eq!(
         names,
-        ["queue", "id", "payload", "due", "priority", "unique", "children", "parent"]
+        ["queue", "id", "payload", "due", "priority", "unique", "timeout", "children", "parent"]
     );
     let due = &args[3];
     assert_eq!(text(field(due, "type")), "oneof");

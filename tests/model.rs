@@ -259,6 +259,8 @@ impl Model {
             ("rate", self.rate),
             ("rate-per", hour),
             ("rate-used", Some(self.rate_used)),
+            // The model sets no timeout (tests/timeouts.rs has them).
+            ("timeout", None),
         ]
         .map(|(k, v)| (k.to_string(), v))
         .into()

@@ -10,7 +10,12 @@ use redis::{cmd, Value};
 use support::*;
 
 fn renew(con: &mut Connection, q: &str, id: &str, token: i64, ms: i64) -> redis::RedisResult<i64> {
-    cmd("EMQ.RENEW").arg(q).arg(id).arg(token).arg(ms).query(con)
+    cmd("EMQ.RENEW")
+        .arg(q)
+        .arg(id)
+        .arg(token)
+        .arg(ms)
+        .query(con)
 }
 
 fn enqueue_timed(con: &mut Connection, q: &str, id: &str, timeout_ms: i64) {
@@ -45,7 +50,10 @@ fn the_server_ends_an_attempt_at_its_deadline_even_while_it_is_renewed() {
     let q = unique_queue("timeout");
     let id = job_id(1);
     enqueue_timed(&mut con, &q, &id, 300);
-    assert_eq!(row_field(&mut con, &q, &id, "timeout").as_deref(), Some("300"));
+    assert_eq!(
+        row_field(&mut con, &q, &id, "timeout").as_deref(),
+        Some("300")
+    );
     let token = claim(&mut con, &q, &[]).expect("claimed")[0].2;
     let deadline: i64 = row_field(&mut con, &q, &id, "deadline")
         .expect("a deadline")
@@ -66,7 +74,10 @@ fn the_server_ends_an_attempt_at_its_deadline_even_while_it_is_renewed() {
         matches!(ended.as_deref(), Some("scheduled" | "pending")),
         "a retry follows: {ended:?}"
     );
-    assert_eq!(row_field(&mut con, &q, &id, "error").as_deref(), Some("timeout"));
+    assert_eq!(
+        row_field(&mut con, &q, &id, "error").as_deref(),
+        Some("timeout")
+    );
     assert_eq!(
         row_field(&mut con, &q, &id, "timedout"),
         Some(token.to_string())
@@ -78,15 +89,18 @@ fn the_server_ends_an_attempt_at_its_deadline_even_while_it_is_renewed() {
     assert!(info_int(&mut con, "emq", "emq_refused_timeout") >= 2);
 
     // The second and last attempt: past its deadline the job is dead.
-    assert!(wait_until(Duration::from_secs(10), || job_state(&mut con, &q, &id).as_deref()
+    assert!(wait_until(Duration::from_secs(10), || job_state(
+        &mut con, &q, &id
+    )
+    .as_deref()
         == Some("pending")));
     let second = claim(&mut con, &q, &[]).expect("claimed again")[0].2;
     assert_eq!(second, token + 1);
+    assert_eq!(state_once_ended(&mut con, &q, &id).as_deref(), Some("dead"));
     assert_eq!(
-        state_once_ended(&mut con, &q, &id).as_deref(),
-        Some("dead")
+        row_field(&mut con, &q, &id, "error").as_deref(),
+        Some("timeout")
     );
-    assert_eq!(row_field(&mut con, &q, &id, "error").as_deref(), Some("timeout"));
     let s = stats(&mut con, &q);
     assert_eq!((s["active"], s["dead"]), (0, 1));
 }
@@ -158,7 +172,11 @@ fn timeouts_are_refused_out_of_bounds() {
         &limit,
         &[(&["TIMEOUT", "0"], "ERR"), (&["TIMEOUT"], "ERR")],
     );
-    assert_eq!(keys_of(&mut con, &q), Vec::<String>::new(), "nothing written");
+    assert_eq!(
+        keys_of(&mut con, &q),
+        Vec::<String>::new(),
+        "nothing written"
+    );
 }
 
 #[test]
@@ -215,4 +233,38 @@ fn a_replica_holds_the_same_timed_rows() {
         row_field(&mut rcon, &q, &job_id(1), "error").as_deref(),
         Some("timeout")
     );
+}
+
+#[test]
+fn a_promoted_replica_ends_the_attempt_at_the_deadline_it_was_given() {
+    // The retry's backoff, a minute, keeps the ended attempt's job in `schedule` to be seen.
+    let (mut primary, replica) =
+        primary_and_replica(Options::default().arg("emq.backoff-base-ms", "60000"));
+    let mut con = primary.conn();
+    let mut rcon = replica.conn();
+    let q = unique_queue("timeout-failover");
+    let id = job_id(1);
+    // Whether the deadline passes before the promotion or after, the new primary ends it.
+    enqueue_timed(&mut con, &q, &id, 500);
+    let token = claim(&mut con, &q, &[]).expect("claimed")[0].2;
+    let deadline = row_field(&mut con, &q, &id, "deadline");
+    wait_caught_up(&mut con, &mut rcon);
+    primary.kill();
+    let _: () = cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut rcon)
+        .expect("promoted");
+    assert_eq!(row_field(&mut rcon, &q, &id, "deadline"), deadline);
+    assert_eq!(
+        state_once_ended(&mut rcon, &q, &id).as_deref(),
+        Some("scheduled"),
+        "the new primary's timer ended it"
+    );
+    assert_eq!(
+        row_field(&mut rcon, &q, &id, "error").as_deref(),
+        Some("timeout")
+    );
+    assert!(renew(&mut rcon, &q, &id, token, 1_000)
+        .is_err_and(|e| error_text(&e).starts_with("EMQTIMEOUT")));
 }

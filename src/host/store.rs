@@ -447,13 +447,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
     }
 
     fn del_field(&self, row: &Key<'_>, field: Field) -> Result<bool, EmqError> {
-        let name = words()?.field(field);
-        if !row.hash_del(name)? {
-            return Ok(false);
-        }
-        notify(self.ctx, NOTIFY_HASH, c"hdel", row.name());
-        emit(self.ctx, c"HDEL", &[row.name().as_str(), name]);
-        Ok(true)
+        self.hdel(row, field)
     }
 
     #[inline]

@@ -138,7 +138,11 @@ mod tests {
             timed: Some(b"1"),
             ..MetaLimits::default()
         });
-        assert_eq!((timed.timeout, timed.timed), (None, true), "0 is no timeout");
+        assert_eq!(
+            (timed.timeout, timed.timed),
+            (None, true),
+            "0 is no timeout"
+        );
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! A finished job's side of a flow (docs/flows.md): the hand-overs it keeps for the parents its
-//! row names, for the call to deliver once its transitions end (`runtime::flows`). Apart from
-//! `queue::flow`, so the transitions that finish a job (`lease`, `promote`, `job`) and the
-//! parent's side that buries a parent (`flow`) import it without a cycle.
+//! row names, for the call to deliver once its transitions end (`runtime::flows`), and its
+//! burial in `dead`. Apart from `queue::flow`, so the transitions that finish a job (`lease`,
+//! `promote`, `job`) and the parent's side that buries a parent (`flow`) import it without a
+//! cycle.
 
 use crate::protocol::flow::{read_parents, Delivery, Outcome};
-use crate::protocol::{BrandedId, EmqError, Field, Store, Table};
+use crate::protocol::{BrandedId, EmqError, Event, Field, Set, State, Store, Table};
+
+use super::{attempts, record, set_state};
 
 /// A finishing job's `parents` field, read before its transition's first write (`None` for a
 /// job that is no child: one field read). Any hand-over of a child may need the queue's outbox
@@ -43,4 +46,24 @@ pub fn keep_hand_overs<S: Store>(
             data: data.to_vec(),
         });
     }
+}
+
+/// Moves a job from `from` to `dead` at `now`, with `state dead` and its last error; its
+/// hand-overs are kept for the `parents` its row names (`finished::parents`).
+pub fn bury<S: Store>(
+    store: &S,
+    from: Set,
+    member: &S::Text,
+    row: &S::Row<'_>,
+    now: i64,
+    error: Option<&[u8]>,
+    parents: Option<&S::Text>,
+) -> Result<(), EmqError> {
+    store.remove(from, member)?;
+    set_state(store, row, State::Dead, error)?;
+    store.add(Set::Dead, now, member)?;
+    record(store, Event::Dead, Some(member), || attempts(store, row))?;
+    let error = error.unwrap_or_default();
+    keep_hand_overs(store, parents, member, Outcome::Dead, error);
+    Ok(())
 }

@@ -13,8 +13,7 @@ use crate::protocol::{
     BrandedId, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Table, Value,
 };
 
-use super::finished;
-use super::promote::bury;
+use super::finished::{self, bury};
 use super::{count_of, priority, record, set_state};
 
 /// A parent named by its id: its set member and its row's name.

@@ -10,9 +10,9 @@ use crate::protocol::flow::Outcome;
 use crate::protocol::{settings, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
 use super::finished;
+use super::finished::bury;
 use super::job::Target;
 use super::limit::{self, room_freed};
-use super::promote::bury;
 use super::{count_of, lease_token, leased_fields, record, set_state, Job};
 
 /// The job is active, in the active set, its current attempt's token is `token` and its
@@ -330,7 +330,15 @@ fn retry_or_bury<S: Store>(
         counters::count(&RETRIED, 1);
         return Ok(Failed::Scheduled);
     }
-    bury(store, Set::Active, member, row, now, error, parents.as_ref())?;
+    bury(
+        store,
+        Set::Active,
+        member,
+        row,
+        now,
+        error,
+        parents.as_ref(),
+    )?;
     counters::count(&DEAD, 1);
     Ok(Failed::Dead)
 }
@@ -349,5 +357,14 @@ pub fn time_out<S: Store>(
     let token = lease_token(fence, attempts);
     store.set_fields(row, &[(Field::TimedOut, Value::Int(token))])?;
     counters::count(&TIMED_OUT, 1);
-    retry_or_bury(store, row, member, attempts, now, Some(b"timeout"), None, parents)
+    retry_or_bury(
+        store,
+        row,
+        member,
+        attempts,
+        now,
+        Some(b"timeout"),
+        None,
+        parents,
+    )
 }

@@ -4,6 +4,7 @@
 //! The ranks the inspection commands read are in [`ranks`].
 
 mod ranks;
+mod tables;
 
 pub use ranks::rank_reads;
 
@@ -586,24 +587,5 @@ impl Store for Memory {
         let to = from.saturating_add(count.max(1)).min(all.len());
         let next = if to >= all.len() { 0 } else { to as u64 };
         Ok((next, all[from..to].to_vec()))
-    }
-}
-
-impl Memory {
-    fn table_type(&self, table: Table) -> Result<(), EmqError> {
-        match self.other.borrow().contains(&MemKey::Table(table)) {
-            true => Err(EmqError::WrongType),
-            false => Ok(()),
-        }
-    }
-
-    /// The table's fields and values, in field order.
-    pub fn table_fields(&self, table: Table) -> Vec<(Vec<u8>, Vec<u8>)> {
-        self.tables
-            .borrow()
-            .iter()
-            .filter(|((t, _), _)| *t == table as u8)
-            .map(|((_, f), v)| (f.clone(), v.clone()))
-            .collect()
     }
 }

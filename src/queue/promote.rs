@@ -3,9 +3,9 @@
 //! when they are buried in `dead`.
 
 use crate::protocol::counters::{self, DROPPED};
-use crate::protocol::flow::Outcome;
 use crate::protocol::{settings, EmqError, Event, Field, Holds, Set, State, Store};
 
+use super::finished::bury;
 use super::lease::{self, Failed};
 use super::{attempts, priority, record, row_of, set_state};
 
@@ -163,26 +163,6 @@ fn move_to_pending<S: Store>(store: &S, from: Set, member: &Member<S>) -> Result
 /// Counts a set member dropped because its row was gone.
 pub(crate) fn count_dropped() {
     counters::count(&DROPPED, 1);
-}
-
-/// Moves a job from `from` to `dead` at `now`, with `state dead` and its last error; its
-/// hand-overs are kept for the `parents` its row names (`finished::parents`).
-pub fn bury<S: Store>(
-    store: &S,
-    from: Set,
-    member: &S::Text,
-    row: &S::Row<'_>,
-    now: i64,
-    error: Option<&[u8]>,
-    parents: Option<&S::Text>,
-) -> Result<(), EmqError> {
-    store.remove(from, member)?;
-    set_state(store, row, State::Dead, error)?;
-    store.add(Set::Dead, now, member)?;
-    record(store, Event::Dead, Some(member), || attempts(store, row))?;
-    let error = error.unwrap_or_default();
-    super::finished::keep_hand_overs(store, parents, member, Outcome::Dead, error);
-    Ok(())
 }
 
 /// The earliest due time or lease deadline of the queue (unix ms), if it has any.

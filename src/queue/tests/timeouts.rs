@@ -57,7 +57,10 @@ fn a_timed_job_marks_its_queue_and_its_claim_sets_the_deadline() {
     assert_eq!(m.field(&name(2), "deadline"), Some(deadline));
     assert_eq!(
         m.members(Set::Active),
-        [(name(2), (NOW + 5_000) as f64), (name(1), (NOW + LEASE) as f64)],
+        [
+            (name(2), (NOW + 5_000) as f64),
+            (name(1), (NOW + LEASE) as f64)
+        ],
         "a timed lease ends at the deadline at the latest"
     );
 }
@@ -108,7 +111,10 @@ fn the_timer_fails_an_attempt_at_its_deadline_with_a_retry() {
     m.now.set(due);
     let next = claim_one(&m);
     assert_eq!(next, token + 1);
-    assert_eq!(m.field(&name(1), "deadline"), Some((due + 5_000).to_string()));
+    assert_eq!(
+        m.field(&name(1), "deadline"),
+        Some((due + 5_000).to_string())
+    );
     assert_eq!(renew(&m, &t, next, 1_000, None), Ok(due + 1_000));
 }
 
@@ -151,7 +157,10 @@ fn the_queue_timeout_times_jobs_without_their_own_until_it_is_removed() {
     assert_eq!(meta(&m, "timeout").as_deref(), Some("2000"));
     claim_one(&m);
     claim_one(&m);
-    assert_eq!(m.field(&name(1), "deadline"), Some((NOW + 2_000).to_string()));
+    assert_eq!(
+        m.field(&name(1), "deadline"),
+        Some((NOW + 2_000).to_string())
+    );
     assert_eq!(
         m.field(&name(2), "deadline"),
         Some((NOW + 9_000).to_string()),
