@@ -30,6 +30,14 @@ fn enqueue_timed(con: &mut Connection, q: &str, id: &str, timeout_ms: i64) {
     assert_eq!(added, 1);
 }
 
+/// The row's `deadline` (`<unix-ms>:<token>`) for the attempt with `token` 1, its ms.
+fn deadline_of(con: &mut Connection, q: &str, id: &str) -> Option<i64> {
+    let field = row_field(con, q, id, "deadline")?;
+    let (ms, token) = field.split_once(':').expect("<ms>:<token>");
+    assert_eq!(token, "1", "the first attempt's");
+    Some(ms.parse().expect("a number"))
+}
+
 /// The job's state once it is no longer active (the server ended its attempt).
 fn state_once_ended(con: &mut Connection, q: &str, id: &str) -> Option<String> {
     let ended = wait_until(Duration::from_secs(10), || {
@@ -55,10 +63,7 @@ fn the_server_ends_an_attempt_at_its_deadline_even_while_it_is_renewed() {
         Some("300")
     );
     let token = claim(&mut con, &q, &[]).expect("claimed")[0].2;
-    let deadline: i64 = row_field(&mut con, &q, &id, "deadline")
-        .expect("a deadline")
-        .parse()
-        .expect("a number");
+    let deadline = deadline_of(&mut con, &q, &id).expect("a deadline");
     // The worker keeps renewing for a minute at a time: each renewal ends at the deadline,
     // until one is refused.
     let refused = loop {
@@ -82,11 +87,21 @@ fn the_server_ends_an_attempt_at_its_deadline_even_while_it_is_renewed() {
         row_field(&mut con, &q, &id, "timedout"),
         Some(token.to_string())
     );
-    assert!(renew(&mut con, &q, &id, token, 1_000).is_err());
+    let after = renew(&mut con, &q, &id, token, 1_000).map_err(|e| error_text(&e));
+    assert!(
+        after.as_ref().is_err_and(|e| e.starts_with("EMQTIMEOUT")),
+        "{after:?}"
+    );
     let late_ack = cmd("EMQ.ACK").arg(&q).arg(&id).arg(token).clone();
     assert!(expect_err(&mut con, &late_ack).starts_with("EMQLEASE"));
-    assert!(info_int(&mut con, "emq", "emq_timed_out") >= 1);
-    assert!(info_int(&mut con, "emq", "emq_refused_timeout") >= 2);
+    let late_mack = mack(&mut con, &q, &[id.clone(), token.to_string()]).expect("mack");
+    assert!(
+        matches!(&late_mack, Value::Array(r) if matches!(&r[0], Value::ServerError(e) if e.code() == "EMQLEASE")),
+        "{late_mack:?}"
+    );
+    // This server's only timed job: its counts are exact.
+    assert_eq!(info_int(&mut con, "emq", "emq_timed_out"), 1);
+    assert_eq!(info_int(&mut con, "emq", "emq_refused_timeout"), 2);
 
     // The second and last attempt: past its deadline the job is dead.
     assert!(wait_until(Duration::from_secs(10), || job_state(
@@ -125,9 +140,9 @@ fn an_ack_before_the_deadline_settles_and_the_queue_timeout_times_the_rest() {
     );
     enqueue(&mut con, &q, &job_id(1), "plain");
     let token = claim(&mut con, &q, &[]).expect("claimed")[0].2;
-    let deadline = row_field(&mut con, &q, &job_id(1), "deadline").expect("the queue's");
+    let deadline = deadline_of(&mut con, &q, &job_id(1)).expect("the queue's");
     let ends = set_score(&mut con, &q, "active", &job_id(1)).expect("active");
-    assert!(ends <= deadline.parse::<f64>().expect("a number"));
+    assert!(ends <= deadline as f64);
     let acked: i64 = cmd("EMQ.ACK")
         .arg(&q)
         .arg(job_id(1))
@@ -214,7 +229,9 @@ fn a_job_without_a_timeout_in_a_timed_queue_is_the_reference_row() {
 
 #[test]
 fn a_replica_holds_the_same_timed_rows() {
-    let (primary, replica) = primary_and_replica(Options::default());
+    // The retry's backoff, a minute, keeps the job in `schedule` while the two are compared.
+    let (primary, replica) =
+        primary_and_replica(Options::default().arg("emq.backoff-base-ms", "60000"));
     let mut con = primary.conn();
     let mut rcon = replica.conn();
     wait_link_up(&mut rcon);
@@ -224,8 +241,7 @@ fn a_replica_holds_the_same_timed_rows() {
     claim(&mut con, &q, &["COUNT", "2"]).expect("claimed");
     assert_eq!(
         state_once_ended(&mut con, &q, &job_id(1)).as_deref(),
-        Some("scheduled"),
-        "retried after the default backoff, a second"
+        Some("scheduled")
     );
     wait_caught_up(&mut con, &mut rcon);
     assert_eq!(digest(&mut con), digest(&mut rcon));
@@ -267,4 +283,80 @@ fn a_promoted_replica_ends_the_attempt_at_the_deadline_it_was_given() {
     );
     assert!(renew(&mut rcon, &q, &id, token, 1_000)
         .is_err_and(|e| error_text(&e).starts_with("EMQTIMEOUT")));
+}
+
+#[test]
+fn a_timed_out_attempt_frees_its_room_for_a_waiting_claim() {
+    let server = Server::start_or_external();
+    let mut con = server.conn();
+    let q = unique_queue("timeout-room");
+    let _: Value = cmd("EMQ.LIMIT")
+        .arg(&q)
+        .arg("CONCURRENCY")
+        .arg(1)
+        .query(&mut con)
+        .expect("limit");
+    enqueue_timed(&mut con, &q, &job_id(1), 300);
+    enqueue(&mut con, &q, &job_id(2), "next");
+    let first = claim(&mut con, &q, &[]).expect("claimed");
+    assert_eq!(first[0].0, job_id(1));
+    // The queue is full: a claim waits, and takes job 2 once job 1's deadline frees the room.
+    let waiting = blocked_claim(&mut con, server.conn(), &q, 20_000);
+    let got = waiting
+        .join()
+        .expect("the claim's thread")
+        .expect("claimed");
+    let next = matches!(&got, Value::Array(jobs)
+        if matches!(&jobs[..], [Value::Array(job)] if text(&job[0]) == job_id(2)));
+    assert!(next, "{got:?}");
+    assert_eq!(
+        row_field(&mut con, &q, &job_id(1), "error").as_deref(),
+        Some("timeout")
+    );
+}
+
+#[test]
+fn a_timed_enqueue_needs_the_queues_meta_and_off_removes_the_queue_timeout() {
+    let server = Server::start_or_external();
+    let mut con = server.conn3();
+    let q = unique_queue("timeout-acl");
+    let rules = [
+        "+emq.enqueue".to_string(),
+        format!("~emq:{{{q}}}:job:*"),
+        format!("~emq:{{{q}}}:pending"),
+        format!("~emq:{{{q}}}:events"),
+    ];
+    let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
+    let mut user = user_with(&server, "timeout-acl", &rules);
+    let timed = cmd("EMQ.ENQUEUE")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg("p")
+        .arg("TIMEOUT")
+        .arg(1_000)
+        .clone();
+    assert!(expect_err(&mut user, &timed).starts_with("NOPERM"));
+    assert_eq!(
+        keys_of(&mut con, &q),
+        Vec::<String>::new(),
+        "nothing written"
+    );
+    enqueue(&mut user, &q, &job_id(2), "plain");
+
+    let _: Value = cmd("EMQ.LIMIT")
+        .arg(&q)
+        .arg("TIMEOUT")
+        .arg(5_000)
+        .query(&mut con)
+        .expect("limit");
+    let off: Value = cmd("EMQ.LIMIT")
+        .arg(&q)
+        .arg("OFF")
+        .query(&mut con)
+        .expect("off");
+    assert!(map_pairs(&off)
+        .iter()
+        .any(|(k, v)| k == "timeout" && *v == Value::Nil));
+    claim(&mut con, &q, &[]).expect("claimed");
+    assert_eq!(row_field(&mut con, &q, &job_id(2), "deadline"), None);
 }

@@ -446,10 +446,6 @@ impl<'a> Store for ServerStore<'_, 'a> {
         self.hset(row, None, fields)
     }
 
-    fn del_field(&self, row: &Key<'_>, field: Field) -> Result<bool, EmqError> {
-        self.hdel(row, field)
-    }
-
     #[inline]
     fn delete_row(&self, row: &Key<'_>) -> Result<(), EmqError> {
         row.delete()?;

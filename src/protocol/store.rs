@@ -273,8 +273,6 @@ pub trait Store {
         row: &Self::Row<'_>,
         fields: &[(Field, Value<'_, Self::Text>)],
     ) -> Result<(), EmqError>;
-    /// `HDEL row field`, of a row with other fields; whether it was there.
-    fn del_field(&self, row: &Self::Row<'_>, field: Field) -> Result<bool, EmqError>;
     fn delete_row(&self, row: &Self::Row<'_>) -> Result<(), EmqError>;
 
     // ---- a row's fields by name: a parent's children (protocol::flow) ----

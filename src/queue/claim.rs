@@ -159,7 +159,7 @@ fn promote_and_take<S: Store>(
     store.check_access(&rows)?;
     check_row_types(store, &due.rows().collect::<Vec<_>>())?;
     check_head_types(&head)?;
-    let moved = due.promote(store, now)?;
+    let moved = due.promote(store, now, limits.timed)?;
     // The limits' room, once expired leases left `active`.
     let room = limits.room(
         store.len(Set::Active),
@@ -249,6 +249,7 @@ impl Lease {
     }
 
     /// A job's attempt's deadline, where it has one: `now` + its own `timeout`, or the queue's.
+    /// (A queue not `timed` reads no field for it.)
     fn deadline<S: Store>(&self, store: &S, row: &S::Row<'_>) -> Option<i64> {
         let (now, default) = self.timed?;
         let own = store.field(row, Field::Timeout);
@@ -282,16 +283,17 @@ fn take<S: Store>(
         let attempts = attempts.saturating_add(1);
         let token = lease_token(fence, attempts);
         let deadline = lease.deadline(store, row);
+        // `<deadline>:<token>`: an earlier attempt's deadline, left in the row, is not this one's.
+        let tagged = deadline.map(|d| format!("{d}:{token}"));
         let fields = [
             (Field::State, Value::State(State::Active)),
             (Field::Attempts, Value::Int(attempts)),
-            (Field::Deadline, Value::Int(deadline.unwrap_or_default())),
+            (
+                Field::Deadline,
+                Value::Bytes(tagged.as_deref().unwrap_or_default().as_bytes()),
+            ),
         ];
-        store.set_fields(row, &fields[..2 + usize::from(deadline.is_some())])?;
-        if deadline.is_none() && lease.timed.is_some() {
-            // In a timed queue, an attempt without a deadline loses an earlier attempt's.
-            store.del_field(row, Field::Deadline)?;
-        }
+        store.set_fields(row, &fields[..2 + usize::from(tagged.is_some())])?;
         record(store, Event::Claimed, Some(*member), || attempts)?;
         taken.push((deadline.map_or(lease.end, |d| d.min(lease.end)), *member));
         let payload = payload.as_ref().map_or(&[][..], |p| store.bytes(p));

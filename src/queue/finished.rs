@@ -61,6 +61,19 @@ pub fn bury<S: Store>(
 ) -> Result<(), EmqError> {
     store.remove(from, member)?;
     set_state(store, row, State::Dead, error)?;
+    entomb(store, member, row, now, error, parents)
+}
+
+/// The rest of a burial once the job left its set and its row says `dead`: into `dead` at
+/// `now`, with its event and its hand-overs.
+pub fn entomb<S: Store>(
+    store: &S,
+    member: &S::Text,
+    row: &S::Row<'_>,
+    now: i64,
+    error: Option<&[u8]>,
+    parents: Option<&S::Text>,
+) -> Result<(), EmqError> {
     store.add(Set::Dead, now, member)?;
     record(store, Event::Dead, Some(member), || attempts(store, row))?;
     let error = error.unwrap_or_default();

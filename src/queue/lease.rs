@@ -10,7 +10,7 @@ use crate::protocol::flow::Outcome;
 use crate::protocol::{settings, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
 use super::finished;
-use super::finished::bury;
+use super::finished::entomb;
 use super::job::Target;
 use super::limit::{self, room_freed};
 use super::{count_of, lease_token, leased_fields, record, set_state, Job};
@@ -38,10 +38,17 @@ fn check_lease<S: Store>(
     }
 }
 
-/// The row's `deadline`: its current attempt's, in a queue whose jobs may carry one.
+/// The deadline (unix ms) of the row's current attempt, where it has one: the row's `deadline`,
+/// `<unix-ms>:<token>` as the claim wrote it, when its token is the attempt's (an earlier
+/// attempt's, left in the row, is not).
 pub fn deadline<S: Store>(store: &S, row: &S::Row<'_>) -> Option<i64> {
-    let text = store.field(row, Field::Deadline)?;
-    std::str::from_utf8(store.bytes(&text)).ok()?.parse().ok()
+    let (attempts, fence, text) = leased_fields(store, row, Field::Deadline);
+    let text = std::str::from_utf8(store.bytes(&text?)).ok()?.to_owned();
+    let (ms, token) = text.split_once(':')?;
+    match token.parse::<i64>() {
+        Ok(token) if token == lease_token(fence, attempts) => ms.parse().ok(),
+        _ => None,
+    }
 }
 
 /// A settle's refusal: an attempt past its deadline is stale like any other (`EMQLEASE`);
@@ -87,7 +94,9 @@ pub fn renew<S: Store>(
     let row = target.open(store)?;
     check_lease(store, &row, target.job.member, token)?;
     let now = store.now_ms();
-    let ends = match deadline(store, &row) {
+    // Only a `timed` queue's jobs have deadlines: no other queue reads one.
+    let timed = limit::limits(store)?.timed;
+    let ends = match timed.then(|| deadline(store, &row)).flatten() {
         Some(d) if d <= now => return Err(EmqError::Timeout),
         Some(d) => d.min(now + ms),
         None => now + ms,
@@ -227,7 +236,8 @@ pub fn ack_many<S: Store>(
     }
     store.events()?;
     let limits = limit::limits(store)?;
-    // In a queue whose jobs may carry a deadline, each job's lease is looked at too.
+    // In a queue whose jobs may carry a deadline (`timed`), each job's lease is looked at too,
+    // as [`check_lease`] does; no other queue reads a score.
     let now = store.now_ms();
     let timed_out = |s: &Settle<'_, S>, row| {
         limits.timed
@@ -303,13 +313,16 @@ pub fn fail<S: Store>(
     };
     let limits = limit::limits(store)?;
     let now = store.now_ms();
-    let failed = retry_or_bury(store, &row, member, attempts, now, error, retry_in, parents)?;
+    let failed = retry_or_bury(
+        store, &row, member, attempts, now, error, retry_in, parents, None,
+    )?;
     room_freed(store, &limits)?;
     Ok(failed)
 }
 
 /// A failed attempt's writes, once checked: `schedule` for a retry after `retry_in` or the
-/// exponential backoff, or `dead` after the last attempt, handing over to `parents`.
+/// exponential backoff, or `dead` after the last attempt, handing over to `parents`. The row's
+/// state, `error` and, for an attempt its deadline ended, `timedout` in one `HSET`.
 #[allow(clippy::too_many_arguments)]
 fn retry_or_bury<S: Store>(
     store: &S,
@@ -320,32 +333,40 @@ fn retry_or_bury<S: Store>(
     error: Option<&[u8]>,
     retry_in: Option<i64>,
     parents: Option<S::Text>,
+    timed_out: Option<i64>,
 ) -> Result<Failed, EmqError> {
-    if attempts < settings::max_attempts() {
-        let due = now + retry_in.unwrap_or_else(|| settings::backoff_ms(attempts));
-        store.remove(Set::Active, member)?;
-        set_state(store, row, State::Scheduled, error)?;
-        store.add(Set::Schedule, due, member)?;
-        record(store, Event::Retrying, Some(member), || attempts)?;
-        counters::count(&RETRIED, 1);
-        return Ok(Failed::Scheduled);
+    let last = attempts >= settings::max_attempts();
+    let state = if last { State::Dead } else { State::Scheduled };
+    let mut fields = [(Field::State, Value::State(state)); 3];
+    let mut n = 1;
+    if let Some(error) = error {
+        fields[n] = (Field::Error, Value::Bytes(error));
+        n += 1;
     }
-    bury(
-        store,
-        Set::Active,
-        member,
-        row,
-        now,
-        error,
-        parents.as_ref(),
-    )?;
-    counters::count(&DEAD, 1);
-    Ok(Failed::Dead)
+    if let Some(token) = timed_out {
+        fields[n] = (Field::TimedOut, Value::Int(token));
+        n += 1;
+    }
+    store.remove(Set::Active, member)?;
+    store.set_fields(row, &fields[..n])?;
+    if last {
+        entomb(store, member, row, now, error, parents.as_ref())?;
+        counters::count(&DEAD, 1);
+        return Ok(Failed::Dead);
+    }
+    let due = now + retry_in.unwrap_or_else(|| settings::backoff_ms(attempts));
+    store.add(Set::Schedule, due, member)?;
+    record(store, Event::Retrying, Some(member), || attempts)?;
+    counters::count(&RETRIED, 1);
+    Ok(Failed::Scheduled)
 }
 
+/// The error an attempt its deadline ended leaves in the row.
+pub const TIMEOUT_ERROR: &[u8] = b"timeout";
+
 /// The server's end of an attempt whose deadline passed (the timer's, or a claim's, visit of
-/// an expired lease): the row keeps the attempt's token in `timedout`, and the job fails with
-/// the error `timeout`, as by [`fail`]. Not refused: a hand-over it cannot keep is counted
+/// its lease): the job fails with the error `timeout`, as by [`fail`], and the row keeps the
+/// attempt's token in `timedout`. Not refused: a hand-over it cannot keep is counted
 /// (`handovers_lost`), as for an expired lease.
 pub fn time_out<S: Store>(
     store: &S,
@@ -355,16 +376,17 @@ pub fn time_out<S: Store>(
 ) -> Result<Failed, EmqError> {
     let (attempts, fence, parents) = leased_fields(store, row, Field::Parents);
     let token = lease_token(fence, attempts);
-    store.set_fields(row, &[(Field::TimedOut, Value::Int(token))])?;
     counters::count(&TIMED_OUT, 1);
+    let error = Some(TIMEOUT_ERROR);
     retry_or_bury(
         store,
         row,
         member,
         attempts,
         now,
-        Some(b"timeout"),
+        error,
         None,
         parents,
+        Some(token),
     )
 }

@@ -447,21 +447,6 @@ impl Store for Memory {
         Ok(())
     }
 
-    fn del_field(&self, row: &&Vec<u8>, field: Field) -> Result<bool, EmqError> {
-        let mut rows = self.rows.borrow_mut();
-        let Some((fields, _)) = rows.get_mut(row.as_slice()) else {
-            return Ok(false);
-        };
-        let before = fields.len();
-        fields.retain(|(f, _)| f != field.as_bytes());
-        let gone = fields.len() < before;
-        drop(rows);
-        if gone {
-            self.log(format!("HDEL {} {}", text(row), text(field.as_bytes())));
-        }
-        Ok(gone)
-    }
-
     fn delete_row(&self, row: &&Vec<u8>) -> Result<(), EmqError> {
         self.rows.borrow_mut().remove(row.as_slice());
         self.log(format!("DEL {}", text(row)));

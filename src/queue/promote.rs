@@ -13,22 +13,24 @@ use super::{attempts, priority, record, row_of, set_state};
 /// `active`, so no call does unbounded work.
 pub const PROMOTE_BUDGET: usize = 1000;
 
-/// A set member with the name of its row (`None` for a member outside the grammar).
+/// A set member with its score and the name of its row (`None` for a member outside the
+/// grammar).
 pub struct Member<S: Store> {
     pub text: S::Text,
+    pub score: f64,
     pub row: Option<S::Name>,
 }
 
-/// Set members (scores dropped) with the names of their rows.
+/// Set members with the names of their rows.
 pub fn with_rows<S: Store>(
     store: &S,
     members: Vec<(S::Text, f64)>,
 ) -> Result<Vec<Member<S>>, EmqError> {
     members
         .into_iter()
-        .map(|(text, _)| {
+        .map(|(text, score)| {
             let row = row_of(store, &text)?;
-            Ok(Member { text, row })
+            Ok(Member { text, score, row })
         })
         .collect()
 }
@@ -85,10 +87,10 @@ impl<S: Store> Due<S> {
     }
 
     /// Moves due scheduled jobs to pending; expired leases to pending, or to dead when their
-    /// attempts are spent; an attempt whose deadline passed fails with `timeout`
-    /// ([`lease::time_out`]). Members without a row are dropped. Their rows' types were checked
-    /// (`check_row_types`) before.
-    pub fn promote(&self, store: &S, now: i64) -> Result<Moved, EmqError> {
+    /// attempts are spent; in a `timed` queue, a lease that ended at its attempt's deadline
+    /// fails the attempt with `timeout` ([`lease::time_out`]). Members without a row are
+    /// dropped. Their rows' types were checked (`check_row_types`) before.
+    pub fn promote(&self, store: &S, now: i64, timed: bool) -> Result<Moved, EmqError> {
         let mut moved = Moved::default();
         for member in &self.scheduled {
             moved.to_pending += move_to_pending(store, Set::Schedule, member)? as usize;
@@ -102,7 +104,8 @@ impl<S: Store> Due<S> {
                 moved.to_pending += move_to_pending(store, Set::Active, member)? as usize;
                 continue;
             };
-            if lease::deadline(store, &row).is_some_and(|d| d <= now) {
+            // The lease's end is its deadline at the latest: one that ended sooner ran out.
+            if timed && lease::deadline(store, &row).is_some_and(|d| d as f64 <= member.score) {
                 match lease::time_out(store, &row, &member.text, now)? {
                     Failed::Scheduled => moved.retrying += 1,
                     Failed::Dead => moved.timed_out_dead += 1,
@@ -200,7 +203,7 @@ pub fn visit<S: Store>(
         .collect();
     super::check_row_types(store, &rows)?;
     store.events()?;
-    let moved = due.promote(store, now)?;
+    let moved = due.promote(store, now, limits.timed)?;
     counters::count(&counters::PROMOTED, moved.to_pending as u64);
     for member in &trimmed {
         purge_one(store, Set::Dead, member)?;

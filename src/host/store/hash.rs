@@ -14,17 +14,6 @@ use super::super::words::words;
 use super::ServerStore;
 
 impl<'a> ServerStore<'_, 'a> {
-    /// `HDEL row field`, of a row with other fields (`Store::del_field`).
-    pub(super) fn hdel(&self, row: &Key<'_>, field: Field) -> Result<bool, EmqError> {
-        let name = words()?.field(field);
-        if !row.hash_del(name)? {
-            return Ok(false);
-        }
-        notify(self.ctx, NOTIFY_HASH, c"hdel", row.name());
-        emit(self.ctx, c"HDEL", &[row.name().as_str(), name]);
-        Ok(true)
-    }
-
     /// `HMGET row field a b c`, a field named at run time and three of the row's own
     /// (`Store::row_get_with3`).
     #[inline]

@@ -53,8 +53,12 @@ fn a_timed_job_marks_its_queue_and_its_claim_sets_the_deadline() {
     claim_one(&m);
     claim_one(&m);
     assert_eq!(m.field(&name(1), "deadline"), None, "no limit, no deadline");
-    let deadline = (NOW + 5_000).to_string();
-    assert_eq!(m.field(&name(2), "deadline"), Some(deadline));
+    let deadline = format!("{}:1", NOW + 5_000);
+    assert_eq!(
+        m.field(&name(2), "deadline"),
+        Some(deadline),
+        "the deadline and its attempt"
+    );
     assert_eq!(
         m.members(Set::Active),
         [
@@ -113,7 +117,7 @@ fn the_timer_fails_an_attempt_at_its_deadline_with_a_retry() {
     assert_eq!(next, token + 1);
     assert_eq!(
         m.field(&name(1), "deadline"),
-        Some((due + 5_000).to_string())
+        Some(format!("{}:{next}", due + 5_000))
     );
     assert_eq!(renew(&m, &t, next, 1_000, None), Ok(due + 1_000));
 }
@@ -121,14 +125,16 @@ fn the_timer_fails_an_attempt_at_its_deadline_with_a_retry() {
 #[test]
 fn the_last_attempt_past_its_deadline_is_dead_with_the_error_timeout() {
     let m = Memory::at(NOW);
+    let last = settings::max_attempts();
+    m.meta.borrow_mut().insert(b"timed".to_vec(), b"1".to_vec());
     m.put(
         Set::Active,
         &name(1),
         (NOW + 100) as f64,
         &[
             ("state", "active"),
-            ("attempts", &settings::max_attempts().to_string()),
-            ("deadline", &(NOW + 100).to_string()),
+            ("attempts", &last.to_string()),
+            ("deadline", &format!("{}:{last}", NOW + 100)),
         ],
     );
     let (moved, _) = visit(&m, NOW + 100, 100).expect("visited");
@@ -142,7 +148,9 @@ fn a_lease_that_runs_out_before_the_deadline_is_not_a_timeout() {
     let m = Memory::at(NOW);
     put_timed(&m, 1, Some(LEASE * 2));
     claim_one(&m);
-    let (moved, _) = visit(&m, NOW + LEASE, 100).expect("visited");
+    // Visited late, past the deadline too: the lease ran out first, so the job is retried at
+    // once, as any expired lease is.
+    let (moved, _) = visit(&m, NOW + LEASE * 3, 100).expect("visited");
     assert_eq!((moved.to_pending, moved.retrying), (1, 0));
     assert_eq!(m.field(&name(1), "error"), None);
 }
@@ -159,31 +167,39 @@ fn the_queue_timeout_times_jobs_without_their_own_until_it_is_removed() {
     claim_one(&m);
     assert_eq!(
         m.field(&name(1), "deadline"),
-        Some((NOW + 2_000).to_string())
+        Some(format!("{}:1", NOW + 2_000))
     );
     assert_eq!(
         m.field(&name(2), "deadline"),
-        Some((NOW + 9_000).to_string()),
+        Some(format!("{}:1", NOW + 9_000)),
         "a job's own timeout comes before the queue's"
     );
-    // The queue's timeout removed: a job claimed after it has no deadline, and one whose
-    // earlier attempt had one loses it.
+    // The queue's timeout removed: a job claimed after it has no deadline, and an earlier
+    // attempt's, left in the row, is not the new attempt's.
     queue_timeout(&m, None);
     assert_eq!(meta(&m, "timed").as_deref(), Some("1"), "the mark stays");
     claim_one(&m);
     assert_eq!(m.field(&name(3), "deadline"), None);
     let member = id(1).1;
     let t = target(&m, 1, &member).expect("target");
-    let token = 1;
-    assert_eq!(fail(&m, &t, token, None, Some(0)), Ok(Failed::Scheduled));
+    assert_eq!(fail(&m, &t, 1, None, Some(0)), Ok(Failed::Scheduled));
     visit(&m, NOW, 100).expect("visited");
-    writes(&m);
-    claim_one(&m);
-    assert_eq!(m.field(&name(1), "deadline"), None);
-    assert!(
-        writes(&m).iter().any(|w| w.starts_with("HDEL")),
-        "the earlier attempt's deadline removed"
+    assert_eq!(claim_one(&m), 2);
+    let stale = format!("{}:1", NOW + 2_000);
+    assert_eq!(m.field(&name(1), "deadline"), Some(stale), "left as it was");
+    assert_eq!(
+        renew(&m, &t, 2, LEASE, None),
+        Ok(NOW + LEASE),
+        "not capped by the earlier attempt's deadline"
     );
+    let (moved, _) = visit(&m, NOW + LEASE, 100).expect("visited");
+    assert_eq!(
+        (moved.to_pending, moved.retrying),
+        (2, 1),
+        "jobs 1 and 3 ran out of lease, job 2 out of its own time"
+    );
+    assert_eq!(m.field(&name(1), "timedout"), None);
+    assert_eq!(m.field(&name(2), "timedout").as_deref(), Some("1"));
 }
 
 #[test]
