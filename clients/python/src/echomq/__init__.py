@@ -21,6 +21,7 @@ from .errors import (
     EmqPayloadError,
     EmqQueueNameError,
     EmqSetError,
+    EmqTimeout,
     EmqTypeError,
     EmqVersionError,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "EmqPayloadError",
     "EmqQueueNameError",
     "EmqSetError",
+    "EmqTimeout",
     "EmqTypeError",
     "EmqVersionError",
     "Child",
