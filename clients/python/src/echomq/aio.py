@@ -74,12 +74,13 @@ class AsyncQueue(Settings):
         at: Optional[float] = None, priority: Optional[int] = None,
         unique: Optional[str] = None, unique_for: Optional[float] = None,
         children: Optional[int] = None, parents: Optional[Sequence[ParentLike]] = None,
+        timeout: Optional[float] = None,
     ) -> str:
         """``Queue.enqueue``, awaited."""
         above = parents_of(parents)
         job_id, args = cmd.enqueue(
             self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for,
-            children, above,
+            children, above, timeout,
         )
         try:
             for adopt in cmd.adoptions(self.name, job_id, above):
@@ -103,7 +104,8 @@ class AsyncQueue(Settings):
         tree = minted(tree)
         for step in steps(tree):
             await self._on(step.queue).enqueue(
-                step.payload, id=step.id, children=step.children, parents=step.parents
+                step.payload, id=step.id, children=step.children, parents=step.parents,
+                timeout=step.timeout,
             )
         return tree
 
@@ -183,8 +185,10 @@ class AsyncQueue(Settings):
     async def limit(
         self, concurrency: Optional[int] = None, rate: Optional[int] = None,
         per: Optional[float] = None, off: bool = False,
+        timeout: Union[float, None, cmd.Keep] = cmd.KEEP,
     ) -> Dict[str, Optional[int]]:
-        return cmd.counts(await self._send(cmd.limit(self.name, concurrency, rate, per, off)))
+        args = cmd.limit(self.name, concurrency, rate, per, off, timeout)
+        return cmd.counts(await self._send(args))
 
     async def cron(
         self, name: str, payload: Any, spec: Optional[str] = None,
