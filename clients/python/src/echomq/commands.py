@@ -11,7 +11,9 @@ from typing import (
 )
 
 from . import ids
-from .errors import EmqCancelled, EmqLeaseLost, EmqNotReplicated, EmqVersionError, translate
+from .errors import (
+    EmqCancelled, EmqLeaseLost, EmqNotReplicated, EmqTimeout, EmqVersionError, translate,
+)
 from .flows import MAX_CHILDREN, Child, Children, Parent
 from .serializers import Serializer
 from .slots import slot
@@ -412,6 +414,19 @@ def cancelled(reply: Any) -> bool:
     """Whether a renewal's or a settle's reply is ``EMQCANCELLED``: the job was cancelled while
     this attempt ran (it is dead now), so the attempt is over and nothing more is sent for it."""
     return isinstance(reply, Exception) and isinstance(translate(reply), EmqCancelled)
+
+
+def timed_out(reply: Any) -> bool:
+    """Whether a renewal's reply is ``EMQTIMEOUT``: the attempt ran past its deadline (the
+    server ends it, or has: a retry or ``dead``, error ``timeout``), so nothing more is sent for
+    it. Its settle is refused ``EMQLEASE``, as a stale attempt's."""
+    return isinstance(reply, Exception) and isinstance(translate(reply), EmqTimeout)
+
+
+def lease_end(reply: Any) -> Optional[int]:
+    """When a renewal's lease ends (unix ms), from its reply; ``None`` for a refusal or a
+    failure."""
+    return reply if isinstance(reply, int) and not isinstance(reply, bool) else None
 
 
 def claimed(reply: Any) -> List[Tuple[str, Any, int]]:
