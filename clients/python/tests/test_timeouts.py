@@ -23,7 +23,8 @@ import echomq
 from echomq import commands as cmd, leases
 from echomq.aio import AsyncQueue, AsyncWorker
 from echomq.flows import steps
-from echomq.worker import Claiming, Job
+from echomq.job import Job
+from echomq.worker import Claiming
 from conftest import Server, joined, until
 from test_cancel import kinds, recorder, run_async, start, until_async
 

@@ -29,9 +29,10 @@ from .commands import PROTOCOL_MAJOR, check_version
 from .events import WorkerEvent
 from .flows import Child, Children, Node, Parent, minted
 from .ids import mint
+from .job import Job, Retry
 from .queue import Queue
 from .serializers import Json, Raw, Serializer
-from .worker import Job, Retry, Worker
+from .worker import Worker
 
 __all__ = [
     "EmqCancelIncomplete",

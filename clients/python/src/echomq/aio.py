@@ -22,9 +22,10 @@ from .events import Action, Ending, WorkerEvent, failure
 from .flows import (
     Children, Node, NodeLike, ParentLike, batched, chained, minted, parents_of, steps,
 )
+from .job import Job
 from .queue import CHUNK, Settings
 from .serializers import Serializer
-from .worker import Claiming, Job, outcome, version_options
+from .worker import Claiming, outcome, version_options
 
 
 #: The message of the ``asyncio.CancelledError`` a handler whose attempt ended gets.

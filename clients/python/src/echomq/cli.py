@@ -23,8 +23,9 @@ from typing import Any, Callable, List, Optional
 from redis.exceptions import RedisError
 
 from .commands import text
+from .job import Job
 from .queue import Queue
-from .worker import Job, Worker
+from .worker import Worker
 
 
 def client_for(args: argparse.Namespace) -> Any:

@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 if TYPE_CHECKING:
-    from .worker import Job
+    from .job import Job
 
 #: The soonest, in seconds, a renewal comes again after one whose lease ends before the next
 #: round: a client clock ahead of the server's renews at most this often until the deadline
