@@ -173,7 +173,7 @@ def test_a_sync_handler_that_ignores_the_cancel_does_not_hold_its_slot(server: S
     assert not [e for e in of(stuck) if e.kind == "settle"]
     assert [e for e in of(stuck) if e.kind == "cancelled"][0].token == 1
     assert worker.counts == {
-        "acked": 3, "failed": 0, "retried": 0, "lost": 0, "cancelled": 1,
+        "acked": 3, "failed": 0, "retried": 0, "lost": 0, "cancelled": 1, "timed_out": 0,
     }, worker.counts
     for job_id in later:
         assert row(server, "cancel-ignored", job_id)["state"] == "done"
@@ -321,7 +321,7 @@ def test_an_async_handler_that_swallows_the_cancel_does_not_hold_its_slot(
         assert kinds(of(stuck)) == ["claim", "handler_start", "cancelled", "handler_end"]
         assert not [e for e in of(stuck) if e.kind == "settle"]
         assert worker.counts == {
-            "acked": 2, "failed": 0, "retried": 0, "lost": 0, "cancelled": 1,
+            "acked": 2, "failed": 0, "retried": 0, "lost": 0, "cancelled": 1, "timed_out": 0,
         }, worker.counts
         for job_id in later:
             assert (await q.job(job_id) or {})["state"] == "done"

@@ -36,6 +36,8 @@ def test_the_queue_operations_from_the_shell(server: Server) -> None:
     job_id = cli(server, "enqueue", "cli", "hello", "--priority", "3")
     assert job_id.startswith("JOB")
     assert cli(server, "stats", "cli")["pending"] == 1
+    timed = cli(server, "enqueue", "cli-timed", "x", "--timeout", "90")
+    assert (echomq.Queue(server.client(), "cli-timed").job(timed) or {})["timeout"] == "90000"
     server.cmd("EMQ.CLAIM", "cli")
     server.cmd("EMQ.FAIL", "cli", job_id, 1, "ERROR", "broken", "RETRY-IN", 0)
     # One attempt a job by default is not enough to die: bury it by hand through the server.

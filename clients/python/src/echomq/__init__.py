@@ -21,6 +21,7 @@ from .errors import (
     EmqPayloadError,
     EmqQueueNameError,
     EmqSetError,
+    EmqTimeout,
     EmqTypeError,
     EmqVersionError,
 )
@@ -28,9 +29,10 @@ from .commands import PROTOCOL_MAJOR, check_version
 from .events import WorkerEvent
 from .flows import Child, Children, Node, Parent, minted
 from .ids import mint
+from .job import Job, Retry
 from .queue import Queue
 from .serializers import Json, Raw, Serializer
-from .worker import Job, Retry, Worker
+from .worker import Worker
 
 __all__ = [
     "EmqCancelIncomplete",
@@ -47,6 +49,7 @@ __all__ = [
     "EmqPayloadError",
     "EmqQueueNameError",
     "EmqSetError",
+    "EmqTimeout",
     "EmqTypeError",
     "EmqVersionError",
     "Child",

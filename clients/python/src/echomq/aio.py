@@ -12,19 +12,27 @@ from typing import (
 )
 
 from . import commands as cmd
-from . import outbox
+from . import leases, outbox
 from ._replicas import pipelined_async
 from ._retry import backoff, retry_after, server_full, transient
 from .cancel import cancel as cancelling
 from .errors import translate
 from .errors import EmqParentError
-from .events import Action, WorkerEvent, failure
+from .events import Action, Ending, WorkerEvent, failure
 from .flows import (
     Children, Node, NodeLike, ParentLike, batched, chained, minted, parents_of, steps,
 )
+from .job import Job
 from .queue import CHUNK, Settings
 from .serializers import Serializer
-from .worker import Claiming, Job, outcome, version_options
+from .worker import Claiming, outcome, version_options
+
+
+#: The message of the ``asyncio.CancelledError`` a handler whose attempt ended gets.
+REASONS: Dict[Ending, str] = {
+    "cancelled": "the job was cancelled (EMQCANCELLED)",
+    "timed_out": "the attempt ran past its deadline (EMQTIMEOUT)",
+}
 
 
 class AsyncQueue(Settings):
@@ -74,12 +82,13 @@ class AsyncQueue(Settings):
         at: Optional[float] = None, priority: Optional[int] = None,
         unique: Optional[str] = None, unique_for: Optional[float] = None,
         children: Optional[int] = None, parents: Optional[Sequence[ParentLike]] = None,
+        timeout: Optional[float] = None,
     ) -> str:
         """``Queue.enqueue``, awaited."""
         above = parents_of(parents)
         job_id, args = cmd.enqueue(
             self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for,
-            children, above,
+            children, above, timeout,
         )
         try:
             for adopt in cmd.adoptions(self.name, job_id, above):
@@ -103,7 +112,8 @@ class AsyncQueue(Settings):
         tree = minted(tree)
         for step in steps(tree):
             await self._on(step.queue).enqueue(
-                step.payload, id=step.id, children=step.children, parents=step.parents
+                step.payload, id=step.id, children=step.children, parents=step.parents,
+                timeout=step.timeout,
             )
         return tree
 
@@ -183,8 +193,10 @@ class AsyncQueue(Settings):
     async def limit(
         self, concurrency: Optional[int] = None, rate: Optional[int] = None,
         per: Optional[float] = None, off: bool = False,
+        timeout: Union[float, None, cmd.Keep] = cmd.KEEP,
     ) -> Dict[str, Optional[int]]:
-        return cmd.counts(await self._send(cmd.limit(self.name, concurrency, rate, per, off)))
+        args = cmd.limit(self.name, concurrency, rate, per, off, timeout)
+        return cmd.counts(await self._send(args))
 
     async def cron(
         self, name: str, payload: Any, spec: Optional[str] = None,
@@ -210,7 +222,8 @@ class AsyncWorker(Claiming):
     A job cancelled while it runs (``EMQ.CANCEL``; the next renewal or the settle answers
     ``EMQCANCELLED``) has its handler's task cancelled (``asyncio.CancelledError`` in the
     handler) and ``job.cancelled`` set; its slot is freed at once, even for a handler that
-    swallows the cancellation, and nothing is sent for it."""
+    swallows the cancellation, and nothing is sent for it. An attempt past its deadline (a
+    renewal answers ``EMQTIMEOUT``) is given up the same way, with ``job.timed_out``."""
 
     def __init__(
         self,
@@ -236,8 +249,8 @@ class AsyncWorker(Claiming):
         )
         self._running: Dict[str, "asyncio.Task[None]"] = {}
         self._jobs: Dict[str, Job] = {}
-        #: The tasks of handlers cancelled while they ran and not yet ended: no longer waited
-        #: for, cancelled again when ``run`` ends.
+        #: The tasks of handlers whose attempt ended (cancelled, timed out) while they ran and
+        #: not yet ended: no longer waited for, cancelled again when ``run`` ends.
         self._abandoned: Set["asyncio.Task[None]"] = set()
         self._stopping = asyncio.Event()
         self._room = asyncio.Event()
@@ -318,8 +331,8 @@ class AsyncWorker(Claiming):
             if self.stale(job):
                 self.counts["lost"] += 1
                 return
-            if job.cancelled:
-                return  # cancelled before its handler started
+            if job._over:
+                return  # cancelled or timed out before its handler started
             job._phase = "running"
             self._event("handler_start", job.id, job.attempt, time.time_ns())
             error: Optional[BaseException] = None
@@ -332,7 +345,7 @@ class AsyncWorker(Claiming):
             except asyncio.CancelledError as e:
                 if job._phase != "abandoned":
                     raise
-                error = e  # cancelled by ``_cancelled``: the handler's end, nothing to send
+                error = e  # cancelled by ``_ended``: the handler's end, nothing to send
             except Exception as e:
                 error, ended = e, outcome(serializer, error=e)
             except BaseException as e:
@@ -345,7 +358,7 @@ class AsyncWorker(Claiming):
                 error, ended = e, outcome(serializer, error=e)
             self._event("handler_end", job.id, job.attempt, time.time_ns(), error=failure(error))
             if job._phase == "abandoned" or ended is None:
-                return  # cancelled while it ran (even if it went on after its task's cancel)
+                return  # ended while it ran (even if it went on after its task's cancel)
             job._phase = "ended"
             await self._settle(job, *ended)
         finally:
@@ -358,17 +371,19 @@ class AsyncWorker(Claiming):
                 self._abandoned.discard(task)
             self._room.set()
 
-    def _cancelled(self, job: Job) -> None:
-        """The job was cancelled while this attempt ran (a renewal or a settle answered
-        ``EMQCANCELLED``). Once: a ``cancelled`` event, then ``job.cancelled`` set. A handler
-        still running has its task cancelled and is no longer waited for: its slot is freed
-        now, whether or not the handler heeds the cancellation, and its end sends nothing."""
-        if job._cancel_seen:
+    def _ended(self, job: Job, why: Ending) -> None:
+        """The server ended this attempt while it ran: ``cancelled`` (a renewal or a settle
+        answered ``EMQCANCELLED``) or ``timed_out`` (a renewal answered ``EMQTIMEOUT``). Once:
+        the event of that name, then the flag (``job.cancelled``, ``job.timed_out``) set and
+        counted. A handler still running has its task cancelled, the reason its message, and
+        is no longer waited for: its slot is freed now, whether or not the handler heeds the
+        cancellation, and its end sends nothing."""
+        if job._end_seen:
             return
-        job._cancel_seen = True
-        self._event("cancelled", job.id, job.attempt, time.time_ns())
-        job._cancel.set()
-        self.counts["cancelled"] += 1
+        job._end_seen = True
+        self._event(why, job.id, job.attempt, time.time_ns())
+        job._end(why)
+        self.counts[why] += 1
         task = self._running.get(job.id)
         if job._phase != "running" or task is None or self._jobs.get(job.id) is not job:
             return  # not started (its task skips it) or ended (its settle drops it)
@@ -376,13 +391,13 @@ class AsyncWorker(Claiming):
         del self._running[job.id]
         del self._jobs[job.id]
         self._abandoned.add(task)
-        task.cancel()
+        task.cancel(REASONS[why])
         self._room.set()
 
     async def _settle(self, job: Job, counted: str, command: str, options: List[Any]) -> None:
         """Sends the outcome (with ``WAIT`` after it, with ``wait_replicas``), again while the
         failure is a moment's; a settle event for each try."""
-        if job.cancelled:
+        if job._over:
             return
         if self._closed or job.lease_lost.is_set():
             self.counts["lost"] += 1
@@ -417,22 +432,25 @@ class AsyncWorker(Claiming):
                 job.lease_lost.set()
                 self.counts["lost"] += 1
             elif cmd.cancelled(reply):
-                self._cancelled(job)  # cancelled as it ended: not retried, not lost
+                self._ended(job, "cancelled")  # cancelled as it ended: not retried, not lost
             else:
                 self.counts["failed-to-settle"] = self.counts.get("failed-to-settle", 0) + 1
             return
         self.counts[counted] += 1
 
     async def _renew_loop(self) -> None:
+        next_round = time.monotonic() + self.renew_interval
         while True:
-            await asyncio.sleep(self.renew_interval)
-            for job in list(self._jobs.values()):
-                if job.lease_lost.is_set() or job.cancelled:
-                    continue
+            wake = leases.wake(list(self._jobs.values()), next_round)
+            await asyncio.sleep(max(0.0, wake - time.monotonic()))
+            running = list(self._jobs.values())
+            jobs, next_round = leases.due(running, next_round, time.monotonic(), self.renew_interval)
+            for job in jobs:
                 sent = time.time_ns()
                 try:
                     reply = await self.queue.client.execute_command(*self.renew_args(job))
                 except Exception as e:
                     reply = e
-                if self.renewed(job, sent, reply):
-                    self._cancelled(job)
+                why = self.renewed(job, sent, reply)
+                if why is not None:
+                    self._ended(job, why)

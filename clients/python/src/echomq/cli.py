@@ -23,8 +23,9 @@ from typing import Any, Callable, List, Optional
 from redis.exceptions import RedisError
 
 from .commands import text
+from .job import Job
 from .queue import Queue
-from .worker import Job, Worker
+from .worker import Worker
 
 
 def client_for(args: argparse.Namespace) -> Any:
@@ -111,6 +112,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--delay", type=float)
     e.add_argument("--priority", type=int)
     e.add_argument("--unique")
+    e.add_argument("--timeout", type=float, help="seconds each attempt may run")
 
     s = sub.add_parser("stats", parents=options, help="a queue's counts, pause flag and limits")
     s.add_argument("queue")
@@ -147,7 +149,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         q = Queue(client, args.queue)
         if args.command == "enqueue":
-            show(q.enqueue(args.payload, delay=args.delay, priority=args.priority, unique=args.unique), args.json)
+            show(q.enqueue(args.payload, delay=args.delay, priority=args.priority, unique=args.unique,
+                           timeout=args.timeout), args.json)
         elif args.command == "stats":
             show(q.stats(), args.json)
         elif args.command == "dead":

@@ -5,10 +5,15 @@ these build, each its own way (blocking or awaited, alone or pipelined)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+import enum
+from typing import (
+    Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union,
+)
 
 from . import ids
-from .errors import EmqCancelled, EmqLeaseLost, EmqNotReplicated, EmqVersionError, translate
+from .errors import (
+    EmqCancelled, EmqLeaseLost, EmqNotReplicated, EmqTimeout, EmqVersionError, translate,
+)
 from .flows import MAX_CHILDREN, Child, Children, Parent
 from .serializers import Serializer
 from .slots import slot
@@ -23,6 +28,16 @@ ACK, FAIL = "EMQ.ACK", "EMQ.FAIL"
 PAGE = 1000
 #: The name ``jobs`` gives each set's score, as ``EMQ.JOB`` names it (pending has none).
 SCORES = {"scheduled": "due", "active": "lease-deadline", "dead": "died-at", "waiting": "due"}
+
+
+class Keep(enum.Enum):
+    """A limit left out of ``EMQ.LIMIT``: it stays as it is."""
+
+    KEEP = "keep"
+
+
+#: ``limit``'s ``timeout`` when not given: the queue's timeout stays (``None`` removes it).
+KEEP = Keep.KEEP
 
 # ---- building: producing ----
 
@@ -39,9 +54,11 @@ def enqueue(
     unique_for: Optional[float],
     children: Optional[int] = None,
     parents: Sequence[Parent] = (),
+    timeout: Optional[float] = None,
 ) -> Tuple[str, List[Any]]:
     """The job's id (minted when not given) and its ``EMQ.ENQUEUE``: a parent waits for
-    ``children`` children; a child names its ``parents`` (``flows.parents_of`` checked them)."""
+    ``children`` children; a child names its ``parents`` (``flows.parents_of`` checked them);
+    ``timeout`` (seconds, sent in ms) bounds each attempt from its claim."""
     job_id = id or ids.mint()
     args: List[Any] = ["EMQ.ENQUEUE", queue, job_id, serializer.dumps(payload)]
     if delay is not None and at is not None:
@@ -66,6 +83,8 @@ def enqueue(
         args += ["PARENT", parent.queue, parent.id]
         if parent.on_fail != "fail":  # the default
             args += ["ON-FAIL", parent.on_fail.upper()]
+    if timeout is not None:
+        args += ["TIMEOUT", int(timeout * 1000)]
     return job_id, args
 
 
@@ -157,9 +176,11 @@ def resume(queue: str) -> List[Any]:
 
 
 def limit(
-    queue: str, concurrency: Optional[int], rate: Optional[int], per: Optional[float], off: bool
+    queue: str, concurrency: Optional[int], rate: Optional[int], per: Optional[float], off: bool,
+    timeout: Union[float, None, Keep] = KEEP,
 ) -> List[Any]:
-    """``EMQ.LIMIT``: the given limits, ``OFF``, or with neither a report."""
+    """``EMQ.LIMIT``: the given limits, ``OFF``, or with neither a report. A ``timeout``
+    (seconds, sent in ms) is set, ``None`` removed (``TIMEOUT OFF``), ``KEEP`` left out."""
     args: List[Any] = ["EMQ.LIMIT", queue, *(["OFF"] if off else [])]
     if concurrency is not None:
         args += ["CONCURRENCY", concurrency]
@@ -167,6 +188,10 @@ def limit(
         if per is None:
             raise ValueError("a rate needs its window, per")
         args += ["RATE", rate, "PER", int(per * 1000)]
+    if timeout is None:
+        args += ["TIMEOUT", "OFF"]
+    elif not isinstance(timeout, Keep):
+        args += ["TIMEOUT", int(timeout * 1000)]
     return args
 
 
@@ -389,6 +414,19 @@ def cancelled(reply: Any) -> bool:
     """Whether a renewal's or a settle's reply is ``EMQCANCELLED``: the job was cancelled while
     this attempt ran (it is dead now), so the attempt is over and nothing more is sent for it."""
     return isinstance(reply, Exception) and isinstance(translate(reply), EmqCancelled)
+
+
+def timed_out(reply: Any) -> bool:
+    """Whether a renewal's reply is ``EMQTIMEOUT``: the attempt ran past its deadline (the
+    server ends it, or has: a retry or ``dead``, error ``timeout``), so nothing more is sent for
+    it. Its settle is refused ``EMQLEASE``, as a stale attempt's."""
+    return isinstance(reply, Exception) and isinstance(translate(reply), EmqTimeout)
+
+
+def lease_end(reply: Any) -> Optional[int]:
+    """When a renewal's lease ends (unix ms), from its reply; ``None`` for a refusal or a
+    failure."""
+    return reply if isinstance(reply, int) and not isinstance(reply, bool) else None
 
 
 def claimed(reply: Any) -> List[Tuple[str, Any, int]]:

@@ -94,6 +94,14 @@ class EmqCancelled(EmqError):
     code = "EMQCANCELLED"
 
 
+class EmqTimeout(EmqError):
+    """``EMQTIMEOUT``: a renewal of an attempt past its deadline (the job's ``timeout``, or its
+    queue's): the server ends that attempt itself (a retry with backoff, or ``dead`` after the
+    last), with the error ``timeout``; the attempt's outcome is refused as stale (``EMQLEASE``)."""
+
+    code = "EMQTIMEOUT"
+
+
 class EmqSetError(EmqError):
     """``EMQSET``: an unknown set name, or a purge of the active set."""
 
@@ -174,6 +182,7 @@ CODES: Dict[str, Type[EmqError]] = {
         EmqPayloadError,
         EmqLeaseLost,
         EmqCancelled,
+        EmqTimeout,
         EmqSetError,
         EmqCursorError,
         EmqCronError,

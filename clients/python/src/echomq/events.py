@@ -1,7 +1,8 @@
 """The workers' observability hook: a ``WorkerEvent`` for each claim, renewal and settle of a
-job (with the server's answer to it), each start and end of its handler, and each step of a
-flow's hand-over from the queue's outbox, passed to the worker's ``on_event`` synchronously,
-from the thread or task that did it. The Rust worker keeps the same contract."""
+job (with the server's answer to it), each start and end of its handler, an attempt the server
+ended while it ran (cancelled, timed out), and each step of a flow's hand-over from the queue's
+outbox, passed to the worker's ``on_event`` synchronously, from the thread or task that did it.
+The Rust worker keeps the same contract."""
 
 from __future__ import annotations
 
@@ -21,11 +22,16 @@ log = logging.getLogger("echomq")
 #: (``EMQ.HANDOVER``) and its removal from the outbox (``EMQ.DELIVERED``), the child's id and
 #: token 0, and a read of the outbox that failed (``EMQ.OUTBOX``, the id empty); ``cancelled``,
 #: once per attempt, when a renewal or a settle answered ``EMQCANCELLED`` (the job was cancelled
-#: while it ran): the worker sends nothing more for that attempt and frees its slot.
+#: while it ran), and ``timed_out``, once per attempt, when a renewal answered ``EMQTIMEOUT``
+#: (the attempt ran past its deadline): either way the worker sends nothing more for that
+#: attempt and frees its slot.
 EventKind = Literal[
     "claim", "renew", "settle", "handler_start", "handler_end", "handover", "delivered", "outbox",
-    "cancelled",
+    "cancelled", "timed_out",
 ]
+#: How the server ended an attempt while its handler ran: the event's kind, the job's flag and
+#: the worker's count of that name.
+Ending = Literal["cancelled", "timed_out"]
 #: ``ok``: the server answered and did it. ``refused``: it answered with an error for that job
 #: (a stale token, ``EMQLEASE``, say): it did not happen. ``unknown``: no answer came (a lost
 #: connection, a timeout): it may or may not have happened.

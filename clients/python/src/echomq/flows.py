@@ -57,18 +57,20 @@ def parents_of(given: Optional[Iterable[ParentLike]]) -> List[Parent]:
 @dataclass(frozen=True)
 class Node:
     """A job of a flow: its queue and payload, its id (minted when missing), what its failure
-    does to its parent (``on_fail``; the root's is unused), and the children it waits for."""
+    does to its parent (``on_fail``; the root's is unused), the children it waits for, and its
+    ``timeout`` (seconds: each attempt's limit, ``enqueue``'s)."""
 
     queue: str
     payload: Any
     id: Optional[str] = None
     on_fail: OnFail = "fail"
     children: Sequence["Node"] = ()
+    timeout: Optional[float] = None
 
     @classmethod
     def of(cls, node: NodeLike) -> Node:
         """A ``Node`` from a node or a mapping with the same keys (``{"queue", "payload",
-        "id"?, "on_fail"?, "children"?}``), its children too."""
+        "id"?, "on_fail"?, "children"?, "timeout"?}``), its children too."""
         if isinstance(node, Node):
             fields = {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
         else:
@@ -100,14 +102,15 @@ def minted(tree: NodeLike) -> Node:
 
 
 class Step(NamedTuple):
-    """One enqueue of a flow: the job, how many children it waits for (``None``: none) and its
-    parent (``None`` for the root)."""
+    """One enqueue of a flow: the job, how many children it waits for (``None``: none), its
+    parent (``None`` for the root) and its timeout (seconds, or ``None``)."""
 
     queue: str
     id: str
     payload: Any
     children: Optional[int]
     parents: List[Parent]
+    timeout: Optional[float] = None
 
 
 def steps(tree: Node) -> List[Step]:
@@ -119,7 +122,9 @@ def steps(tree: Node) -> List[Step]:
         assert node.id is not None, "steps takes a minted tree"
         above = [] if parent is None else [(parent.queue, parent.id or "", node.on_fail)]
         children = len(node.children) or None
-        out.append(Step(node.queue, node.id, node.payload, children, parents_of(above)))
+        out.append(
+            Step(node.queue, node.id, node.payload, children, parents_of(above), node.timeout)
+        )
     return out
 
 

@@ -115,13 +115,15 @@ class Queue(Settings):
         at: Optional[float] = None, priority: Optional[int] = None,
         unique: Optional[str] = None, unique_for: Optional[float] = None,
         children: Optional[int] = None, parents: Optional[Sequence[ParentLike]] = None,
+        timeout: Optional[float] = None,
     ) -> str:
         """Enqueues one job and returns its id. ``delay`` (seconds) or ``at`` (unix seconds)
         parks it until then; ``priority`` puts it ahead of (lower) or behind (higher) the
         default 0; with ``unique``, the job is written only while no job holds that key (for
         ``unique_for`` seconds, or until the holder is done or dead), and the holder's id is
-        returned otherwise. With ``wait_replicas``, ``EmqNotReplicated`` when fewer replicas
-        confirmed it.
+        returned otherwise. ``timeout`` (seconds) bounds each attempt from its claim: the server
+        ends one still running then (a retry, or ``dead`` after the last), error ``timeout``.
+        With ``wait_replicas``, ``EmqNotReplicated`` when fewer replicas confirmed it.
 
         Flows: with ``children`` n the job waits (``waiting``) until n children finished; with
         ``parents`` (``Parent``s or ``(queue, id[, on_fail])``, at most 16) it is a child of
@@ -130,7 +132,7 @@ class Queue(Settings):
         above = parents_of(parents)
         job_id, args = cmd.enqueue(
             self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for,
-            children, above,
+            children, above, timeout,
         )
         try:
             for adopt in cmd.adoptions(self.name, job_id, above):
@@ -155,14 +157,15 @@ class Queue(Settings):
 
     def flow(self, tree: NodeLike) -> Node:
         """Enqueues a flow: a tree of ``Node``s (or mappings ``{"queue", "payload", "id"?,
-        "on_fail"?, "children"?}``), each job waiting for its children. Every missing id is
+        "on_fail"?, "timeout"?, "children"?}``), each job waiting for its children. Every missing id is
         minted first; the tree with them is returned, and giving it again retries the flow
         without a job written twice (``flows.minted`` mints them ahead, for a retry after an
         exception). Jobs are enqueued top down, each parent before its children."""
         tree = minted(tree)
         for step in steps(tree):
             self._on(step.queue).enqueue(
-                step.payload, id=step.id, children=step.children, parents=step.parents
+                step.payload, id=step.id, children=step.children, parents=step.parents,
+                timeout=step.timeout,
             )
         return tree
 
@@ -262,10 +265,13 @@ class Queue(Settings):
     def limit(
         self, concurrency: Optional[int] = None, rate: Optional[int] = None,
         per: Optional[float] = None, off: bool = False,
+        timeout: Union[float, None, cmd.Keep] = cmd.KEEP,
     ) -> Dict[str, Optional[int]]:
-        """``EMQ.LIMIT``: sets the given limits (``rate`` claims every ``per`` seconds), or with
-        ``off`` removes both; with nothing given, reports them. The limits and their use."""
-        return cmd.counts(self._send(cmd.limit(self.name, concurrency, rate, per, off)))
+        """``EMQ.LIMIT``: sets the given limits (``rate`` claims every ``per`` seconds; ``timeout``
+        seconds for each attempt of a job without its own, ``None`` removes it), or with ``off``
+        removes them all; with nothing given, reports them. The limits (``timeout`` in ms) and
+        their use."""
+        return cmd.counts(self._send(cmd.limit(self.name, concurrency, rate, per, off, timeout)))
 
     def cron(
         self, name: str, payload: Any, spec: Optional[str] = None,

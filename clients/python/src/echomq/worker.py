@@ -1,9 +1,9 @@
 """The consumer's side: ``Worker`` claims jobs in batches up to its free concurrency, runs them
 in a pool of one thread a slot, renews their leases in the background for as long as they run, settles
-each (``ACK``, or ``FAIL`` with the exception and its traceback), delivers its queue's flow
-hand-overs (``outbox``), tells an ``on_event`` hook of each step (``events``), and stops
-gracefully on SIGTERM or SIGINT. Its commands are built and their replies parsed by
-``commands``."""
+each (``ACK``, or ``FAIL`` with the exception and its traceback), gives up a handler whose
+attempt the server ended (cancelled, or timed out), delivers its queue's flow hand-overs
+(``outbox``), tells an ``on_event`` hook of each step (``events``), and stops gracefully on
+SIGTERM or SIGINT. Its commands are built and their replies parsed by ``commands``."""
 
 from __future__ import annotations
 
@@ -11,89 +11,27 @@ import signal
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from queue import Empty, SimpleQueue
 from types import FrameType
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import commands as cmd
-from . import outbox
+from . import leases, outbox
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, server_full, transient
 from .errors import translate
-from .events import Action, Hook, WorkerEvent, default_name, failure
-from .flows import Children
+from .events import Action, Ending, Hook, WorkerEvent, default_name, failure
+from .job import Job, Retry
 from .queue import Queue
 from .serializers import Serializer
+
+#: ``Job`` and ``Retry`` (job.py) are still found here, where they were first.
+__all__ = ["Claiming", "Job", "Retry", "Worker"]
 
 #: Most bytes of an error (the exception and its traceback) sent with ``EMQ.FAIL``.
 MAX_ERROR = 4096
 #: Most outcomes (``ACK``, ``FAIL``) sent in one pipeline.
 SETTLE_BATCH = 100
-
-
-class Retry(Exception):
-    """Raised by a handler: fail this attempt and retry after ``after`` seconds."""
-
-    def __init__(self, after: float, reason: str = "retry") -> None:
-        super().__init__(reason)
-        self.after = after
-
-
-@dataclass
-class Job:
-    """A claimed job, as its handler sees it."""
-
-    id: str
-    payload: Any
-    #: This attempt (the lease token): 1 for the first.
-    attempt: int
-    queue: str
-    #: Set when the lease was lost (it ran out and another attempt took the job): the
-    #: handler's outcome will not be sent.
-    lease_lost: threading.Event = field(default_factory=threading.Event)
-    #: Set when the job was cancelled (``EMQ.CANCEL``) while this attempt ran: read it as
-    #: ``job.cancelled``.
-    _cancel: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
-    #: What the next renewal sends as the row's ``progress`` (``RENEW ... PROGRESS``).
-    progress: Optional[bytes] = None
-    #: When the claim that returned it was sent (``time.time_ns()``): its lease began no sooner.
-    claimed_ns: int = 0
-    #: How ``children`` (a ``Worker``'s job) or ``achildren`` (an ``AsyncWorker``'s) reads them:
-    #: the claiming worker's queue's ``children``.
-    _children: Optional[Callable[[str], Children]] = field(default=None, repr=False, compare=False)
-    _achildren: Optional[Callable[[str], Awaitable[Children]]] = field(
-        default=None, repr=False, compare=False
-    )
-    #: Where its worker is with it: ``claimed``, ``running`` (its handler), ``ended`` (its
-    #: outcome on the way), ``abandoned`` (cancelled while its handler ran: no longer waited
-    #: for). Read and written under the ``Worker``'s lock (on the ``AsyncWorker``'s loop).
-    _phase: str = field(default="claimed", repr=False, compare=False)
-    #: Whether its worker took note of its cancel (the ``cancelled`` event, once).
-    _cancel_seen: bool = field(default=False, repr=False, compare=False)
-
-    @property
-    def cancelled(self) -> bool:
-        """Whether the job was cancelled (``EMQ.CANCEL``) while this attempt ran, as a renewal
-        (or a settle) learned: it is dead now, with the error ``cancelled``. A sync handler
-        checks it and returns early; what it returns or raises then is not sent, and its worker
-        no longer waits for it (its slot runs the next job). An ``AsyncWorker``'s handler has
-        its task cancelled as well."""
-        return self._cancel.is_set()
-
-    def children(self) -> Children:
-        """This job's children, when it is a flow's parent: ``(queue, id)`` -> ``Child``
-        (status, data), every page of ``EMQ.CHILDREN``; empty for a job without children. In
-        an ``AsyncWorker``'s handler, ``await job.achildren()``."""
-        if self._children is None:
-            raise TypeError("an AsyncWorker's job reads its children with await job.achildren()")
-        return self._children(self.id)
-
-    async def achildren(self) -> Children:
-        """``children``, in an ``AsyncWorker``'s handler."""
-        if self._achildren is None:
-            raise TypeError("a Worker's job reads its children with job.children()")
-        return await self._achildren(self.id)
 
 
 def outcome(
@@ -187,10 +125,11 @@ class Claiming:
         #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
         self._fatal: Optional[BaseException] = None
         #: What happened, for logs and tests: acked, failed, retried, lost, cancelled (the job
-        #: was cancelled while it ran: nothing was sent for it), and failed-to-settle (an
-        #: outcome the server refused for another reason).
+        #: was cancelled while it ran: nothing was sent for it), timed_out (the attempt ran past
+        #: its deadline: nothing was sent for it), and failed-to-settle (an outcome the server
+        #: refused for another reason).
         self.counts: Dict[str, int] = {
-            "acked": 0, "failed": 0, "retried": 0, "lost": 0, "cancelled": 0,
+            "acked": 0, "failed": 0, "retried": 0, "lost": 0, "cancelled": 0, "timed_out": 0,
         }
 
     def claim_args(self, queue: str, free: int) -> List[Any]:
@@ -220,14 +159,22 @@ class Claiming:
         """The ``EMQ.RENEW`` of a running job, with its progress when it has one."""
         return cmd.renew(job.queue, job.id, job.attempt, self.lease_ms, job.progress)
 
-    def renewed(self, job: Job, sent_ns: int, reply: Any) -> bool:
+    def renewed(self, job: Job, sent_ns: int, reply: Any) -> Optional[Ending]:
         """A renewal's reply (an exception for one that failed), as a renew event: a lost
         lease ends the job's renewals; a failover or a lost connection, the next round tries
-        again. Whether the reply is ``EMQCANCELLED`` (the worker then gives the job up)."""
+        again; a lease that ends sooner than a round (at the attempt's deadline) is renewed
+        again then (``leases.due``). Whether the reply ended the attempt: ``EMQCANCELLED`` or
+        ``EMQTIMEOUT`` (the worker then gives the job up)."""
         if cmd.lease_lost(reply):
             job.lease_lost.set()
-        self._event("renew", job.id, job.attempt, sent_ns, time.time_ns(), reply=reply)
-        return cmd.cancelled(reply)
+        answered = time.time_ns()
+        self._event("renew", job.id, job.attempt, sent_ns, answered, reply=reply)
+        job._renew_at = leases.renew_at(cmd.lease_end(reply), answered)
+        if cmd.cancelled(reply):
+            return "cancelled"
+        if cmd.timed_out(reply):
+            return "timed_out"
+        return None
 
 
 class Worker(Claiming):
@@ -242,7 +189,9 @@ class Worker(Claiming):
     A job cancelled while it runs (``EMQ.CANCEL``; the next renewal, every ``renew_every`` of
     the lease, or the settle answers ``EMQCANCELLED``) sets ``job.cancelled`` for its handler to
     check; the worker stops waiting for that handler: its slot takes the next job (a new pool
-    thread, while the old one finishes the handler) and nothing is sent for it.
+    thread, while the old one finishes the handler) and nothing is sent for it. An attempt past
+    its deadline (a renewal answers ``EMQTIMEOUT``) is given up the same way, with
+    ``job.timed_out``.
 
     A thread of its own delivers the hand-overs of the queue's finished flow children that
     wait in its outbox (``outbox``); a parent's handler reads its children with
@@ -388,7 +337,7 @@ class Worker(Claiming):
             if job is None:
                 return
             if not self._run_job(job):
-                return  # cancelled while its handler ran: another thread took this slot
+                return  # ended while its handler ran: another thread took this slot
 
     def _release(self, job: Job) -> None:
         """Frees `job`'s slot (under the lock): unless a later attempt of the same id holds it."""
@@ -397,16 +346,16 @@ class Worker(Claiming):
         self._lock.notify_all()
 
     def _run_job(self, job: Job) -> bool:
-        """Runs the job's handler and hands its outcome to the settler; False when the job was
-        cancelled while the handler ran (``_cancelled``): its outcome is dropped, and this
-        thread is no longer one of the pool's."""
+        """Runs the job's handler and hands its outcome to the settler; False when the attempt
+        ended while the handler ran (``_ended``): its outcome is dropped, and this thread is no
+        longer one of the pool's."""
         if self.stale(job):
             self._count("lost")
             with self._lock:
                 self._release(job)
             return True
         with self._lock:
-            if job._cancel.is_set():
+            if job._over:
                 self._release(job)
                 return True
             job._phase = "running"
@@ -427,19 +376,21 @@ class Worker(Claiming):
         self._outcomes.put((job, *ended))
         return True
 
-    def _cancelled(self, job: Job) -> None:
-        """The job was cancelled while this attempt ran (a renewal or a settle answered
-        ``EMQCANCELLED``). Once: a ``cancelled`` event, then ``job.cancelled`` set. A handler
-        still running is no longer waited for: its slot is freed and a new pool thread takes
-        the next job, while the old one runs the handler to its end, which sends nothing."""
+    def _ended(self, job: Job, why: Ending) -> None:
+        """The server ended this attempt while it ran: ``cancelled`` (a renewal or a settle
+        answered ``EMQCANCELLED``) or ``timed_out`` (a renewal answered ``EMQTIMEOUT``). Once:
+        the event of that name, then the flag (``job.cancelled``, ``job.timed_out``) set and
+        counted. A handler still running is no longer waited for: its slot is freed and a new
+        pool thread takes the next job, while the old one runs the handler to its end, which
+        sends nothing."""
         with self._lock:
-            if job._cancel_seen:
+            if job._end_seen:
                 return
-            job._cancel_seen = True
-        self._event("cancelled", job.id, job.attempt, time.time_ns())
+            job._end_seen = True
+        self._event(why, job.id, job.attempt, time.time_ns())
         with self._lock:
-            job._cancel.set()
-            self.counts["cancelled"] += 1
+            job._end(why)
+            self.counts[why] += 1
             if job._phase != "running":
                 return  # not started (its thread skips it) or ended (the settler drops it)
             job._phase = "abandoned"
@@ -473,13 +424,13 @@ class Worker(Claiming):
                     self._release(job)
 
     def _settle(self, batch: List[Tuple[Job, str, str, List[Any]]]) -> None:
-        """Sends each outcome, unless its lease was lost, it was cancelled, or the worker shut
-        down first."""
+        """Sends each outcome, unless its lease was lost, its attempt ended (cancelled, timed
+        out), or the worker shut down first."""
         with self._lock:
             closed = self._closed
-        send = [b for b in batch if not (closed or b[0].lease_lost.is_set() or b[0].cancelled)]
+        send = [b for b in batch if not (closed or b[0].lease_lost.is_set() or b[0]._over)]
         for job, *_ in batch:
-            if (closed or job.lease_lost.is_set()) and not job.cancelled:
+            if (closed or job.lease_lost.is_set()) and not job._over:
                 self._count("lost")
         if not send:
             return
@@ -501,7 +452,7 @@ class Worker(Claiming):
                     self._count("lost")
                     continue
                 if cmd.cancelled(reply):
-                    self._cancelled(job)  # cancelled as it ended: not retried, not lost
+                    self._ended(job, "cancelled")  # cancelled as it ended: not retried, not lost
                     continue
                 self._count("failed-to-settle")
                 continue
@@ -552,24 +503,27 @@ class Worker(Claiming):
     # ---- leases ----
 
     def _renew_loop(self) -> None:
+        next_round = time.monotonic() + self.renew_interval
         while True:
+            with self._lock:
+                pause = leases.wake(list(self._running.values()), next_round) - time.monotonic()
             if self._stopping.is_set():
-                time.sleep(self.renew_interval)  # draining: the running jobs keep their leases
+                time.sleep(max(0.0, pause))  # draining: the running jobs keep their leases
             else:
-                self._stopping.wait(self.renew_interval)
+                self._stopping.wait(max(0.0, pause))
             with self._lock:
                 if self._closed:
                     return
                 jobs = list(self._running.values())
             if self._stopping.is_set() and not jobs:
                 return
+            jobs, next_round = leases.due(jobs, next_round, time.monotonic(), self.renew_interval)
             for job in jobs:
-                if job.lease_lost.is_set() or job.cancelled:
-                    continue
                 sent = time.time_ns()
                 try:
                     reply = self.queue.client.execute_command(*self.renew_args(job))
                 except Exception as e:
                     reply = e
-                if self.renewed(job, sent, reply):
-                    self._cancelled(job)
+                why = self.renewed(job, sent, reply)
+                if why is not None:
+                    self._ended(job, why)

@@ -1,0 +1,52 @@
+"""When a worker renews its running jobs' leases: every job once a round (``renew_every`` of
+the lease), and sooner a job whose last renewal's lease ends before the next round, which only
+an attempt's deadline makes it do (``timeout``): renewed again at that end, the worker hears
+``EMQTIMEOUT`` then, not a round late. Pure: ``Worker`` and ``AsyncWorker`` send the
+renewals."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+if TYPE_CHECKING:
+    from .job import Job
+
+#: The soonest, in seconds, a renewal comes again after one whose lease ends before the next
+#: round: a client clock ahead of the server's renews at most this often until the deadline
+#: passed there too.
+SOONEST = 0.02
+
+
+def renew_at(ends_ms: Optional[int], answered_ns: int) -> Optional[float]:
+    """When (``time.monotonic()``) a lease that ends at `ends_ms` (the server's unix ms, a
+    renewal's reply, answered at `answered_ns` wall time) is to be renewed if that comes before
+    the next round: at its end, ``SOONEST`` from now at least. ``None`` with no lease end (a
+    refusal, a failure): the next round renews it."""
+    if ends_ms is None:
+        return None
+    return time.monotonic() + max(ends_ms / 1000 - answered_ns / 1e9, SOONEST)
+
+
+def renewing(job: Job) -> bool:
+    """Whether the job's lease is still renewed: not lost, and its attempt not ended by the
+    server (cancelled, timed out)."""
+    return not (job.lease_lost.is_set() or job._over)
+
+
+def due(
+    jobs: List[Job], next_round: float, now: float, interval: float
+) -> Tuple[List[Job], float]:
+    """The jobs to renew at `now` (``time.monotonic()``) and when the round after comes: every
+    one still renewed once the round came, else those whose lease ends before it."""
+    jobs = [j for j in jobs if renewing(j)]
+    if now >= next_round:
+        return jobs, now + interval
+    return [j for j in jobs if j._renew_at is not None and j._renew_at <= now], next_round
+
+
+def wake(jobs: List[Job], next_round: float) -> float:
+    """When the renewer looks again (``time.monotonic()``): the next round, or sooner the end
+    of a lease that ends before it."""
+    early = [j._renew_at for j in jobs if j._renew_at is not None and renewing(j)]
+    return min([next_round, *early])
