@@ -24,6 +24,9 @@ export interface EnqueueOptions {
   unique?: string;
   /** Hold the unique key this many ms from the enqueue, whatever becomes of the job. */
   uniqueFor?: number;
+  /** Each attempt's hard limit, ms from its claim (1 to a year): past it the server fails the
+   * attempt with the error `timeout` and the worker stops its handler (its `timeout` event). */
+  timeout?: number;
   /** A parent: it waits (in `waiting`) until this many children have finished, 1-100,000. */
   children?: number;
   /** A child of each (at most 16): on a cluster, `EMQ.ADOPT` goes first to a parent whose
@@ -54,6 +57,8 @@ export interface FlowNode {
   priority?: number;
   delay?: number;
   at?: number | Date;
+  /** Each attempt's hard limit, ms from its claim (`EnqueueOptions.timeout`). */
+  timeout?: number;
   /** Its children: they run first, this job once they have all finished. */
   children?: FlowNode[];
 }
@@ -90,6 +95,7 @@ export interface Handover {
   reply: string;
 }
 
+/** A job of `enqueueMany`. `EMQ.MENQUEUE` carries no timeout: the queue's (`limit`) times it. */
 export interface JobSpec {
   payload: Payload;
   id?: string;
@@ -110,6 +116,8 @@ export interface Stats {
   rate: number | null;
   'rate-per': number | null;
   'rate-used': number;
+  /** The queue's limit on one attempt (ms) for jobs without their own; null when unset. */
+  timeout: number | null;
 }
 
 export interface Limits {
@@ -118,6 +126,8 @@ export interface Limits {
   rate: number | null;
   'rate-per': number | null;
   'rate-used': number;
+  /** The queue's limit on one attempt (ms) for jobs without their own; null when unset. */
+  timeout: number | null;
 }
 
 /** `EMQ.JOB`'s reply: the row's fields where present, the set and the score there. */
@@ -141,6 +151,12 @@ export interface JobRow {
   finished?: number;
   /** The token of the attempt `EMQ.CANCEL` ended while it ran (kept after a requeue). */
   cancelled?: number;
+  /** The job's own limit on one attempt, ms (`EnqueueOptions.timeout`). */
+  timeout?: number;
+  /** When the current (or last) attempt's time is up, unix ms: in a queue that uses timeouts. */
+  deadline?: number;
+  /** The token of the attempt its deadline ended. */
+  timedout?: number;
   /** A child's parents, one `<queue> <id> <fail|ignore>` a line. */
   parents?: string;
   /** A parent a hand-over found gone (`EMQ.DELIVERED ... ORPHAN`). */
@@ -232,7 +248,9 @@ export declare class Queue {
   purge(set: 'pending' | 'scheduled' | 'dead', options?: { count?: number }): Promise<number>;
   pause(): Promise<boolean>;
   resume(): Promise<boolean>;
-  limit(options?: { concurrency?: number | null; rate?: number | null; per?: number; off?: boolean }): Promise<Limits>;
+  /** `EMQ.LIMIT`: sets those given (null removes one, `off` all), or with none reports them.
+   * `timeout` (ms) times each attempt of the queue's jobs that have none of their own. */
+  limit(options?: { concurrency?: number | null; rate?: number | null; per?: number; timeout?: number | null; off?: boolean }): Promise<Limits>;
   cron(name: string, payload: Payload, options: { spec: string; priority?: number } | { every: number; priority?: number }): Promise<number>;
   uncron(name: string): Promise<boolean>;
   crons(): Promise<Cron[]>;

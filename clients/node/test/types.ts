@@ -44,6 +44,10 @@ export async function producer(): Promise<void> {
   await q.resume();
   const limits = await q.limit({ concurrency: 3, rate: 100, per: 60_000 });
   const cap: number | null = limits.concurrency;
+  const queueTimeout: number | null = (await q.limit({ timeout: 60_000 })).timeout ?? (await q.limit({ timeout: null })).timeout;
+  const timed: string = await q.enqueue('x', { timeout: 300 });
+  const deadline: number | undefined = (await q.job(timed))?.deadline;
+  const statsTimeout: number | null = stats.timeout;
   const at: number = await q.cron('nightly', { report: 'daily' }, { spec: '0 3 * * *' });
   await q.cron('beat', 'ping', { every: 60_000, priority: -1 });
   const names: string[] = (await q.crons()).map((c) => c.name);
@@ -53,7 +57,7 @@ export async function producer(): Promise<void> {
     const event: QueueEvent['event'] = e.event;
     if (event === 'acked') break;
   }
-  void [active, attempts, cancelledToken, next, purged, moved, cancelled, unstarted, requeued, cap, at, names];
+  void [active, attempts, cancelledToken, next, purged, moved, cancelled, unstarted, requeued, cap, queueTimeout, deadline, statsTimeout, at, names];
   await client.quit();
 }
 
@@ -68,7 +72,7 @@ export async function flows(): Promise<void> {
   } catch (e) {
     if (e instanceof EmqParentError) console.log(e.code);
   }
-  const tree: FlowNode = { payload: 'root', children: [{ queue: 'pdf', payload: { page: 1 }, onFail: 'fail' }, { payload: 'x', priority: 1 }] };
+  const tree: FlowNode = { payload: 'root', timeout: 60_000, children: [{ queue: 'pdf', payload: { page: 1 }, onFail: 'fail' }, { payload: 'x', priority: 1 }] };
   const built: BuiltFlowNode = await q.flow(tree);
   const rootId: string = built.id;
   const childIds: string[] = (built.children ?? []).map((c) => c.id);
