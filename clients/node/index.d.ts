@@ -420,6 +420,9 @@ export declare class EmqPayloadError extends EmqError {}
 export declare class EmqLeaseError extends EmqError {}
 /** `EMQCANCELLED`: the job was cancelled while this attempt ran; its renewal or settle is refused. */
 export declare class EmqCancelledError extends EmqError {}
+/** `EMQTIMEOUT`: this attempt ran past its deadline; its renewal is refused (a late settle is
+ * `EMQLEASE`), and the server fails it with the error `timeout`. */
+export declare class EmqTimeoutError extends EmqError {}
 export declare class EmqSetError extends EmqError {}
 export declare class EmqCursorError extends EmqError {}
 export declare class EmqCronError extends EmqError {}
