@@ -268,8 +268,9 @@ export declare class Job {
   readonly payload: string;
   /** This attempt's lease token: 1 for the first. */
   readonly attempt: number;
-  /** Aborted when the job is cancelled while it runs (`EmqCancelledError`), the lease is lost
-   * (`EmqLeaseError`), or the worker closes past its timeout; the reason says which. */
+  /** Aborted when the job is cancelled while it runs (`EmqCancelledError`), the attempt runs
+   * past its deadline (`EmqTimeoutError`), the lease is lost (`EmqLeaseError`), or the worker
+   * closes past its timeout; the reason says which. */
   readonly signal: AbortSignal;
   /** Sent as the row's `progress` with the next renewal. */
   progress: Payload | undefined;
@@ -277,6 +278,10 @@ export declare class Job {
   /** Set when a renewal or the settle answered `EMQCANCELLED`: the job was cancelled while it
    * ran (it is dead, error `cancelled`); `signal` is aborted and no outcome is sent. */
   readonly cancelled: boolean;
+  /** Set when a renewal answered `EMQTIMEOUT`: this attempt ran past its deadline (the server
+   * fails it with the error `timeout`: a retry, or dead); `signal` is aborted and no outcome is
+   * sent. */
+  readonly timedOut: boolean;
   /** The payload parsed as JSON. */
   readonly data: any;
   /** A parent's children and how each ended, keyed `<queue>:<id>`. */
@@ -290,8 +295,9 @@ export declare class Retry extends Error {
 }
 
 /** A job's handler. `context.signal` is `job.signal`: aborted when the job is cancelled while it
- * runs (its reason an `EmqCancelledError`), its lease is lost, or the worker closes past its
- * timeout. The worker does not wait for a cancelled handler: its slot goes to the next job. */
+ * runs (its reason an `EmqCancelledError`), the attempt runs past its deadline (an
+ * `EmqTimeoutError`), its lease is lost, or the worker closes past its timeout. The worker does
+ * not wait for a cancelled or timed-out handler: its slot goes to the next job. */
 export type Handler = (job: Job, context: { signal: AbortSignal }) => unknown;
 
 export type Backoff = number | { type: 'fixed' | 'exponential'; delay: number } | ((attempt: number, error: unknown) => number);
@@ -334,8 +340,9 @@ export interface WorkerEvent {
    * parent) and `delivered` (`EMQ.DELIVERED`, its removal), the child's id and token 0, and
    * `outbox`, a read of the outbox that failed (id ''). `cancelled`: a renewal or settle of the
    * job answered `EMQCANCELLED` (both times that moment, `outcome` ok, `error` the refusal): its
-   * handler's signal was aborted and nothing is sent for it. */
-  kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'handover' | 'delivered' | 'outbox';
+   * handler's signal was aborted and nothing is sent for it. `timeout`: the same for a renewal
+   * answered `EMQTIMEOUT` (the attempt ran past its deadline). */
+  kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'timeout' | 'handover' | 'delivered' | 'outbox';
   worker: string;
   queue: string;
   id: string;
@@ -363,6 +370,8 @@ export interface WorkerCounts {
   lost: number;
   /** Jobs cancelled (`EMQ.CANCEL`) while their handlers ran: nothing was sent for them. */
   cancelled: number;
+  /** Attempts that ran past their deadline (`EMQTIMEOUT`): nothing was sent for them. */
+  timedOut: number;
 }
 
 export declare class Worker extends EventEmitter {
@@ -379,6 +388,9 @@ export declare class Worker extends EventEmitter {
   on(event: 'failed', listener: (job: Job, error: unknown) => void): this;
   /** A job cancelled while its handler ran: its signal aborted, its slot freed, nothing sent. */
   on(event: 'cancelled', listener: (job: Job, error: EmqCancelledError) => void): this;
+  /** An attempt past its deadline: its signal aborted, its slot freed, nothing sent (the
+   * server retries the job or buries it, error `timeout`). */
+  on(event: 'timeout', listener: (job: Job, error: EmqTimeoutError) => void): this;
   on(event: 'error', listener: (error: unknown) => void): this;
   on(event: 'closed', listener: () => void): this;
   /** An outbox entry handed over to its parent and removed. */
@@ -386,6 +398,7 @@ export declare class Worker extends EventEmitter {
   once(event: 'completed', listener: (job: Job, result: unknown) => void): this;
   once(event: 'failed', listener: (job: Job, error: unknown) => void): this;
   once(event: 'cancelled', listener: (job: Job, error: EmqCancelledError) => void): this;
+  once(event: 'timeout', listener: (job: Job, error: EmqTimeoutError) => void): this;
   once(event: 'error', listener: (error: unknown) => void): this;
   once(event: 'closed', listener: () => void): this;
   once(event: 'delivered', listener: (entry: Handover) => void): this;

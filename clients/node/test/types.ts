@@ -3,6 +3,7 @@
 import { createClient, createCluster } from 'redis';
 import {
   EmqCancelledError,
+  EmqTimeoutError,
   EmqError,
   EmqLeaseError,
   EmqParentError,
@@ -115,6 +116,7 @@ export async function worker(): Promise<void> {
       job.progress = { step: 1 };
       signal.addEventListener('abort', () => undefined);
       if (signal.reason instanceof EmqCancelledError || job.cancelled || job.signal.aborted) return { sent: 'nobody' };
+      if (signal.reason instanceof EmqTimeoutError || job.timedOut) return { sent: 'late' };
       return { sent: job.data.to as string };
     },
     { concurrency: 8, lease: 30_000, block: 1000, backoff: { type: 'exponential', delay: 1000 }, handleSignals: true },
@@ -126,7 +128,11 @@ export async function worker(): Promise<void> {
   });
   w.on('cancelled', (job: Job, error: EmqCancelledError) => console.log(job.id, job.cancelled, error.code));
   const acked: number = w.counts.acked;
+  w.on('timeout', (job: Job, error: EmqTimeoutError) => console.log(job.id, job.timedOut, error.code));
+  w.once('timeout', (job) => console.log(job.attempt));
   const cancelled: number = w.counts.cancelled;
-  void [acked, cancelled];
+  const timedOut: number = w.counts.timedOut;
+  const kinds: WorkerEvent['kind'][] = ['cancelled', 'timeout'];
+  void [acked, cancelled, timedOut, kinds];
   await w.close(5000);
 }
