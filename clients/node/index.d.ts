@@ -24,6 +24,9 @@ export interface EnqueueOptions {
   unique?: string;
   /** Hold the unique key this many ms from the enqueue, whatever becomes of the job. */
   uniqueFor?: number;
+  /** Each attempt's hard limit, ms from its claim (1 to a year): past it the server fails the
+   * attempt with the error `timeout` and the worker stops its handler (its `timeout` event). */
+  timeout?: number;
   /** A parent: it waits (in `waiting`) until this many children have finished, 1-100,000. */
   children?: number;
   /** A child of each (at most 16): on a cluster, `EMQ.ADOPT` goes first to a parent whose
@@ -54,6 +57,8 @@ export interface FlowNode {
   priority?: number;
   delay?: number;
   at?: number | Date;
+  /** Each attempt's hard limit, ms from its claim (`EnqueueOptions.timeout`). */
+  timeout?: number;
   /** Its children: they run first, this job once they have all finished. */
   children?: FlowNode[];
 }
@@ -90,6 +95,7 @@ export interface Handover {
   reply: string;
 }
 
+/** A job of `enqueueMany`. `EMQ.MENQUEUE` carries no timeout: the queue's (`limit`) times it. */
 export interface JobSpec {
   payload: Payload;
   id?: string;
@@ -110,6 +116,8 @@ export interface Stats {
   rate: number | null;
   'rate-per': number | null;
   'rate-used': number;
+  /** The queue's limit on one attempt (ms) for jobs without their own; null when unset. */
+  timeout: number | null;
 }
 
 export interface Limits {
@@ -118,6 +126,8 @@ export interface Limits {
   rate: number | null;
   'rate-per': number | null;
   'rate-used': number;
+  /** The queue's limit on one attempt (ms) for jobs without their own; null when unset. */
+  timeout: number | null;
 }
 
 /** `EMQ.JOB`'s reply: the row's fields where present, the set and the score there. */
@@ -141,6 +151,12 @@ export interface JobRow {
   finished?: number;
   /** The token of the attempt `EMQ.CANCEL` ended while it ran (kept after a requeue). */
   cancelled?: number;
+  /** The job's own limit on one attempt, ms (`EnqueueOptions.timeout`). */
+  timeout?: number;
+  /** When the current (or last) attempt's time is up, unix ms: in a queue that uses timeouts. */
+  deadline?: number;
+  /** The token of the attempt its deadline ended. */
+  timedout?: number;
   /** A child's parents, one `<queue> <id> <fail|ignore>` a line. */
   parents?: string;
   /** A parent a hand-over found gone (`EMQ.DELIVERED ... ORPHAN`). */
@@ -232,7 +248,9 @@ export declare class Queue {
   purge(set: 'pending' | 'scheduled' | 'dead', options?: { count?: number }): Promise<number>;
   pause(): Promise<boolean>;
   resume(): Promise<boolean>;
-  limit(options?: { concurrency?: number | null; rate?: number | null; per?: number; off?: boolean }): Promise<Limits>;
+  /** `EMQ.LIMIT`: sets those given (null removes one, `off` all), or with none reports them.
+   * `timeout` (ms) times each attempt of the queue's jobs that have none of their own. */
+  limit(options?: { concurrency?: number | null; rate?: number | null; per?: number; timeout?: number | null; off?: boolean }): Promise<Limits>;
   cron(name: string, payload: Payload, options: { spec: string; priority?: number } | { every: number; priority?: number }): Promise<number>;
   uncron(name: string): Promise<boolean>;
   crons(): Promise<Cron[]>;
@@ -250,8 +268,9 @@ export declare class Job {
   readonly payload: string;
   /** This attempt's lease token: 1 for the first. */
   readonly attempt: number;
-  /** Aborted when the job is cancelled while it runs (`EmqCancelledError`), the lease is lost
-   * (`EmqLeaseError`), or the worker closes past its timeout; the reason says which. */
+  /** Aborted when the job is cancelled while it runs (`EmqCancelledError`), the attempt runs
+   * past its deadline (`EmqTimeoutError`), the lease is lost (`EmqLeaseError`), or the worker
+   * closes past its timeout; the reason says which. */
   readonly signal: AbortSignal;
   /** Sent as the row's `progress` with the next renewal. */
   progress: Payload | undefined;
@@ -259,6 +278,10 @@ export declare class Job {
   /** Set when a renewal or the settle answered `EMQCANCELLED`: the job was cancelled while it
    * ran (it is dead, error `cancelled`); `signal` is aborted and no outcome is sent. */
   readonly cancelled: boolean;
+  /** Set when a renewal answered `EMQTIMEOUT`: this attempt ran past its deadline (the server
+   * fails it with the error `timeout`: a retry, or dead); `signal` is aborted and no outcome is
+   * sent. */
+  readonly timedOut: boolean;
   /** The payload parsed as JSON. */
   readonly data: any;
   /** A parent's children and how each ended, keyed `<queue>:<id>`. */
@@ -272,8 +295,9 @@ export declare class Retry extends Error {
 }
 
 /** A job's handler. `context.signal` is `job.signal`: aborted when the job is cancelled while it
- * runs (its reason an `EmqCancelledError`), its lease is lost, or the worker closes past its
- * timeout. The worker does not wait for a cancelled handler: its slot goes to the next job. */
+ * runs (its reason an `EmqCancelledError`), the attempt runs past its deadline (an
+ * `EmqTimeoutError`), its lease is lost, or the worker closes past its timeout. The worker does
+ * not wait for a cancelled or timed-out handler: its slot goes to the next job. */
 export type Handler = (job: Job, context: { signal: AbortSignal }) => unknown;
 
 export type Backoff = number | { type: 'fixed' | 'exponential'; delay: number } | ((attempt: number, error: unknown) => number);
@@ -316,8 +340,9 @@ export interface WorkerEvent {
    * parent) and `delivered` (`EMQ.DELIVERED`, its removal), the child's id and token 0, and
    * `outbox`, a read of the outbox that failed (id ''). `cancelled`: a renewal or settle of the
    * job answered `EMQCANCELLED` (both times that moment, `outcome` ok, `error` the refusal): its
-   * handler's signal was aborted and nothing is sent for it. */
-  kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'handover' | 'delivered' | 'outbox';
+   * handler's signal was aborted and nothing is sent for it. `timeout`: the same for a renewal
+   * answered `EMQTIMEOUT` (the attempt ran past its deadline). */
+  kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'timeout' | 'handover' | 'delivered' | 'outbox';
   worker: string;
   queue: string;
   id: string;
@@ -345,6 +370,8 @@ export interface WorkerCounts {
   lost: number;
   /** Jobs cancelled (`EMQ.CANCEL`) while their handlers ran: nothing was sent for them. */
   cancelled: number;
+  /** Attempts that ran past their deadline (`EMQTIMEOUT`): nothing was sent for them. */
+  timedOut: number;
 }
 
 export declare class Worker extends EventEmitter {
@@ -361,6 +388,9 @@ export declare class Worker extends EventEmitter {
   on(event: 'failed', listener: (job: Job, error: unknown) => void): this;
   /** A job cancelled while its handler ran: its signal aborted, its slot freed, nothing sent. */
   on(event: 'cancelled', listener: (job: Job, error: EmqCancelledError) => void): this;
+  /** An attempt past its deadline: its signal aborted, its slot freed, nothing sent (the
+   * server retries the job or buries it, error `timeout`). */
+  on(event: 'timeout', listener: (job: Job, error: EmqTimeoutError) => void): this;
   on(event: 'error', listener: (error: unknown) => void): this;
   on(event: 'closed', listener: () => void): this;
   /** An outbox entry handed over to its parent and removed. */
@@ -368,6 +398,7 @@ export declare class Worker extends EventEmitter {
   once(event: 'completed', listener: (job: Job, result: unknown) => void): this;
   once(event: 'failed', listener: (job: Job, error: unknown) => void): this;
   once(event: 'cancelled', listener: (job: Job, error: EmqCancelledError) => void): this;
+  once(event: 'timeout', listener: (job: Job, error: EmqTimeoutError) => void): this;
   once(event: 'error', listener: (error: unknown) => void): this;
   once(event: 'closed', listener: () => void): this;
   once(event: 'delivered', listener: (entry: Handover) => void): this;
@@ -402,6 +433,9 @@ export declare class EmqPayloadError extends EmqError {}
 export declare class EmqLeaseError extends EmqError {}
 /** `EMQCANCELLED`: the job was cancelled while this attempt ran; its renewal or settle is refused. */
 export declare class EmqCancelledError extends EmqError {}
+/** `EMQTIMEOUT`: this attempt ran past its deadline; its renewal is refused (a late settle is
+ * `EMQLEASE`), and the server fails it with the error `timeout`. */
+export declare class EmqTimeoutError extends EmqError {}
 export declare class EmqSetError extends EmqError {}
 export declare class EmqCursorError extends EmqError {}
 export declare class EmqCronError extends EmqError {}

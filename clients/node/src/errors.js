@@ -31,6 +31,10 @@ export class EmqLeaseError extends EmqError {}
 /** `EMQCANCELLED`: the job was cancelled (`EMQ.CANCEL`) while this attempt ran; it is dead with
  * the error `cancelled`, and this attempt's renewal or settle is refused. */
 export class EmqCancelledError extends EmqError {}
+/** `EMQTIMEOUT`: this attempt ran past its deadline (the job's `timeout`, or its queue's): its
+ * renewal is refused, and the server fails the attempt with the error `timeout` (a retry, or
+ * dead after the last attempt). A late settle of it is `EMQLEASE`, as for any stale token. */
+export class EmqTimeoutError extends EmqError {}
 /** `EMQSET`: an unknown set name, or a purge of the active set. */
 export class EmqSetError extends EmqError {}
 /** `EMQCURSOR`: a cursor no reply gave. */
@@ -59,6 +63,7 @@ export const CODES = {
   EMQPAYLOAD: EmqPayloadError,
   EMQLEASE: EmqLeaseError,
   EMQCANCELLED: EmqCancelledError,
+  EMQTIMEOUT: EmqTimeoutError,
   EMQSET: EmqSetError,
   EMQCURSOR: EmqCursorError,
   EMQCRON: EmqCronError,

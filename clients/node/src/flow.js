@@ -11,7 +11,7 @@ export const LEVEL_CHUNK = 1000;
 
 /**
  * @typedef {{queue?: string, payload: unknown, id?: string, onFail?: 'fail' | 'ignore',
- *   priority?: number, delay?: number, at?: number | Date, children?: FlowNode[]}} FlowNode
+ *   priority?: number, delay?: number, at?: number | Date, timeout?: number, children?: FlowNode[]}} FlowNode
  * @typedef {import('./queue.js').Queue} Queue
  */
 
@@ -108,6 +108,7 @@ function enqueueNode(queue, node, parent) {
     priority: node.priority,
     delay: node.delay,
     at: node.at,
+    timeout: node.timeout,
     children: children > 0 ? children : undefined,
     parents: parent ? [{ queue: String(parent.queue), id: String(parent.id), onFail: node.onFail }] : undefined,
   });

@@ -1,8 +1,8 @@
 // The worker's observability hook, `onEvent` (the Python and Rust workers' contract): a
 // WorkerEvent for each job a claim returned, each renewal and settle of it (with the server's
-// answer), each start and end of its handler, its cancel while it ran, and each step of a
-// flow's hand-over from the queue's outbox, passed synchronously. A hook that throws is logged, never the worker's end;
-// without one, nothing here runs.
+// answer), each start and end of its handler, its cancel or timeout while it ran, and each step
+// of a flow's hand-over from the queue's outbox, passed synchronously. A hook that throws is
+// logged, never the worker's end; without one, nothing here runs.
 import { hostname } from 'node:os';
 import { randomInt } from 'node:crypto';
 import { EmqError, isErrorReply } from './errors.js';
@@ -37,7 +37,7 @@ export class Hook {
   }
 
   /**
-   * @param {'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'handover' | 'delivered' | 'outbox'} kind
+   * @param {'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'timeout' | 'handover' | 'delivered' | 'outbox'} kind
    * @param {{id: string, attempt: number}} job a hand-over's child with attempt 0; for a read
    *   of the outbox, id ''
    * @param {bigint} sentNs

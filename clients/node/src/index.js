@@ -18,6 +18,7 @@ export {
   EmqPayloadError,
   EmqLeaseError,
   EmqCancelledError,
+  EmqTimeoutError,
   EmqSetError,
   EmqCursorError,
   EmqCronError,

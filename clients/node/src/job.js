@@ -10,8 +10,8 @@ export class Job {
    * @param {string} id
    * @param {Uint8Array} bytes the payload, the bytes enqueued
    * @param {number} attempt this attempt's lease token: 1 for the first (docs/commands.md)
-   * @param {AbortSignal} signal fired when the job is cancelled while it runs, its lease is lost,
-   *   or the worker closes past its timeout
+   * @param {AbortSignal} signal fired when the job is cancelled while it runs, its attempt runs
+   *   past its deadline, its lease is lost, or the worker closes past its timeout
    * @param {{children(id: string): Promise<Map<string, any>>}} [source] the Queue it was claimed from
    */
   constructor(queue, id, bytes, attempt, signal, source = undefined) {
@@ -30,6 +30,10 @@ export class Job {
     /** Set when a renewal or the settle answered `EMQCANCELLED`: the job was cancelled while it
      * ran (it is dead, error `cancelled`); `signal` is aborted, and no outcome is sent. */
     this.cancelled = false;
+    /** Set when a renewal answered `EMQTIMEOUT`: this attempt ran past its deadline (the server
+     * fails it with the error `timeout`: a retry, or dead); `signal` is aborted, and no outcome
+     * is sent. */
+    this.timedOut = false;
     this.#source = source;
   }
 

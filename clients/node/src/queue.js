@@ -21,7 +21,7 @@ export const SETS = ['pending', 'active', 'scheduled', 'dead', 'waiting'];
 export const CHILDREN_PAGE = 1000;
 
 /** A `job(id)` reply's integer fields. */
-const NUMERIC = new Set(['attempts', 'due', 'lease-deadline', 'died-at', 'priority', 'children', 'adopted', 'finished', 'cancelled']);
+const NUMERIC = new Set(['attempts', 'due', 'lease-deadline', 'died-at', 'priority', 'children', 'adopted', 'finished', 'cancelled', 'timeout', 'deadline', 'timedout']);
 
 export class Queue {
   /**
@@ -63,9 +63,10 @@ export class Queue {
    * Enqueues one job; its id, or with `unique` the holder's id while another job holds the key.
    * With `children` it is a parent, waiting until that many children have finished; with
    * `parents` it is their child (on a cluster, `EMQ.ADOPT` first for a parent in another slot).
+   * With `timeout` (ms), each attempt of it is ended by the server that long after its claim.
    * @param {unknown} payload a string or bytes as they are, anything else as JSON
    * @param {{id?: string, delay?: number, at?: number | Date, priority?: number, unique?: string, uniqueFor?: number,
-   *   children?: number, parents?: Array<{queue: string, id: string, onFail?: 'fail' | 'ignore'}>}} [options]
+   *   timeout?: number, children?: number, parents?: Array<{queue: string, id: string, onFail?: 'fail' | 'ignore'}>}} [options]
    */
   async enqueue(payload, options = {}) {
     const id = options.id ?? mint();
@@ -80,6 +81,7 @@ export class Queue {
     } else if (options.uniqueFor !== undefined) {
       throw new TypeError('uniqueFor is the window of a unique key');
     }
+    if (options.timeout !== undefined) args.push('TIMEOUT', ms(options.timeout, 'timeout'));
     args.push(...familyArgs(options));
     let reply;
     try {
@@ -96,7 +98,8 @@ export class Queue {
   }
 
   /**
-   * Enqueues every job, `chunk` to one atomic `EMQ.MENQUEUE`; their ids, in order.
+   * Enqueues every job, `chunk` to one atomic `EMQ.MENQUEUE`; their ids, in order. A job here
+   * has no `timeout` of its own (`EMQ.MENQUEUE` carries none): the queue's (`limit`) times it.
    * @param {Iterable<{payload: unknown, id?: string, priority?: number}>} jobs
    * @param {{chunk?: number}} [options]
    */
@@ -278,9 +281,10 @@ export class Queue {
   }
 
   /**
-   * `EMQ.LIMIT`: sets the limits given (null removes one; `off` removes both); with none,
-   * reports them. The limits and their use.
-   * @param {{concurrency?: number | null, rate?: number | null, per?: number, off?: boolean}} [options]
+   * `EMQ.LIMIT`: sets the limits given (null removes one; `off` removes them all); with none,
+   * reports them. `timeout` (ms) is the default limit on one attempt of the queue's jobs that
+   * have none of their own, for attempts claimed after. The limits and their use.
+   * @param {{concurrency?: number | null, rate?: number | null, per?: number, timeout?: number | null, off?: boolean}} [options]
    */
   async limit(options = {}) {
     const args = options.off ? ['OFF'] : [];
@@ -291,6 +295,8 @@ export class Queue {
       if (options.per === undefined) throw new TypeError('a rate needs its window, per (ms)');
       args.push('RATE', String(options.rate), 'PER', ms(options.per, 'per'));
     }
+    if (options.timeout === null) args.push('TIMEOUT', 'OFF');
+    else if (options.timeout !== undefined) args.push('TIMEOUT', ms(options.timeout, 'timeout'));
     return pairs(await this.call('EMQ.LIMIT', ...args));
   }
 

@@ -1,16 +1,17 @@
 // The consumer's side: `Worker` claims jobs in batches up to its free concurrency (a blocking
 // `EMQ.CLAIM` on a connection of its own), runs each handler with an AbortSignal, renews the
-// leases of running handlers (a job cancelled while it runs aborts its signal and frees its
-// slot, with nothing sent for it), settles acknowledgements in batches with `EMQ.MACK` that claim
-// the next jobs in the same call, fails a throwing handler's job with its stack and a backoff,
-// delivers its queue's outbox to the parents of finished children (outbox.js), and closes
-// gracefully (on SIGTERM/SIGINT too, when asked). With `waitReplicas`, each settle and each
-// hand-over is followed by `WAIT` on the node that took it (replicas.js).
+// leases of running handlers (a job cancelled while it runs, or past its attempt's deadline,
+// aborts its signal and frees its slot, with nothing sent for it), settles acknowledgements in
+// batches with `EMQ.MACK` that claim the next jobs in the same call, fails a throwing handler's
+// job with its stack and a backoff, delivers its queue's outbox to the parents of finished
+// children (outbox.js), and closes gracefully (on SIGTERM/SIGINT too, when asked). With
+// `waitReplicas`, each settle and each hand-over is followed by `WAIT` on the node that took it
+// (replicas.js).
 import { EventEmitter } from 'node:events';
 import { DEFAULT_BACKOFF, retryIn } from './backoff.js';
 import { encode } from './codec.js';
 import { isCluster, routingKey } from './connection.js';
-import { EmqCancelledError, EmqLeaseError, EmqVersionError, isErrorReply, translate } from './errors.js';
+import { EmqCancelledError, EmqLeaseError, EmqTimeoutError, EmqVersionError, isErrorReply, translate } from './errors.js';
 import { Hook, defaultName, nowNs } from './hook.js';
 import { Job, Retry } from './job.js';
 import { sweepLoop } from './outbox.js';
@@ -25,6 +26,8 @@ export const MAX_ERROR = 4096;
 export const SETTLE_BATCH = 100;
 /** Most jobs one claim takes (the server's bound on `COUNT`). */
 export const MAX_CLAIM = 1000;
+/** The first wait past a lease's end before it is renewed again (see `renewAt`), ms. */
+export const LATE_RENEWAL = 10;
 /** Claims answer payloads as bytes: a payload need not be text. */
 const BYTES = { returnBuffers: true };
 
@@ -47,6 +50,8 @@ export function checkVersion(answer) {
   }
 }
 
+/** @typedef {{job: Job, controller: AbortController, finished: boolean, late?: ReturnType<typeof setTimeout>, lateRenewals: number}} RunState */
+
 export class Worker extends EventEmitter {
   /**
    * @param {import('./queue.js').Queue} queue
@@ -64,6 +69,8 @@ export class Worker extends EventEmitter {
     this.block = Math.max(1, Math.min(Math.round(options.block ?? 1000), Math.floor(this.lease / 2)));
     this.batch = Math.min(MAX_CLAIM, Math.max(1, options.batch ?? this.concurrency));
     this.renewEvery = Math.min(0.9, Math.max(0.05, options.renewEvery ?? 1 / 3));
+    /** The time between two rounds of renewals, ms. */
+    this.renewMs = Math.max(1, Math.round(this.lease * this.renewEvery));
     this.shutdownTimeout = Math.max(0, options.shutdownTimeout ?? 30_000);
     this.backoff = options.backoff ?? DEFAULT_BACKOFF;
     /** Names the worker in its events. */
@@ -74,8 +81,10 @@ export class Worker extends EventEmitter {
     /** `WAIT`'s replicas and timeout (ms) after each settle and hand-over; null for none. */
     this.wait = wait.replicas > 0 ? wait : null;
     /** What happened, for logs and tests. */
-    this.counts = { acked: 0, failed: 0, retried: 0, lost: 0, cancelled: 0 };
-    /** The running handlers, by their job (a run of it). @type {Map<Job, {job: Job, controller: AbortController, finished: boolean}>} */
+    this.counts = { acked: 0, failed: 0, retried: 0, lost: 0, cancelled: 0, timedOut: 0 };
+    /** The running handlers, by their job (a run of it); `late`, a renewal due when its lease
+     * ends before the next round (`renewAt`), and how many came so.
+     * @type {Map<Job, RunState>} */
     this.running = new Map();
     this.claimReserved = 0; // slots the claim in flight may fill
     this.mackReserved = 0; // slots the EMQ.MACK ... CLAIM in flight may fill, beyond its acks
@@ -130,8 +139,7 @@ export class Worker extends EventEmitter {
     this.claims.on?.('error', (/** @type {unknown} */ e) => this.report(e));
     await this.claims.connect();
     if (this.signalHandler) for (const s of ['SIGTERM', 'SIGINT']) process.on(s, this.signalHandler);
-    const renewMs = Math.max(1, Math.round(this.lease * this.renewEvery));
-    this.renewTimer = setInterval(() => void this.renewAll(), renewMs);
+    this.renewTimer = setInterval(() => void this.renewAll(), this.renewMs);
     let failures = 0;
     while (!this.closing) {
       const free = this.free();
@@ -252,10 +260,11 @@ export class Worker extends EventEmitter {
     const controller = new AbortController();
     const bytes = typeof payload === 'string' ? Buffer.from(payload) : payload;
     const job = new Job(this.queue.name, String(id), bytes, Number(token), controller.signal, this.queue);
-    const state = { job, controller, finished: false };
+    /** @type {RunState} */
+    const state = { job, controller, finished: false, lateRenewals: 0 };
     // By the job's own object: the same job claimed again (its lease lost) is another run.
     this.running.set(job, state);
-    // A cancel of the running job (`cancelled()`) aborts `controller` too, as job timeouts will.
+    // A cancel of the running job, or its deadline, aborts `controller` too (`ended()`).
     void this.runJob(state);
   }
 
@@ -273,9 +282,10 @@ export class Worker extends EventEmitter {
     }
     this.hook?.emit('handler_end', job, nowNs(), { failure: threw ? error : undefined });
     state.finished = true;
-    // Cancelled while it ran: counted, its slot freed and its signal aborted already; whatever
-    // it returned or threw is not sent.
-    if (job.cancelled) return;
+    clearTimeout(state.late);
+    // Cancelled or timed out while it ran: counted, its slot freed and its signal aborted
+    // already; whatever it returned or threw is not sent.
+    if (job.cancelled || job.timedOut) return;
     if (this.closed || job.leaseLost) {
       this.counts.lost++;
       this.release([job]);
@@ -303,8 +313,10 @@ export class Worker extends EventEmitter {
   }
 
   settleRefused(job, e) {
-    if (e instanceof EmqCancelledError) {
-      this.cancelled(job, e);
+    // The module answers EMQTIMEOUT to renewals only (a settle past the deadline is EMQLEASE,
+    // the lease lost, below); one here would end the run as a renewal's does.
+    if (e instanceof EmqCancelledError || e instanceof EmqTimeoutError) {
+      this.ended(job, e);
     } else if (e instanceof EmqLeaseError) {
       job.leaseLost = true;
       this.counts.lost++;
@@ -314,24 +326,31 @@ export class Worker extends EventEmitter {
   }
 
   /**
-   * The job was cancelled (`EMQ.CANCEL`) while this attempt ran: a renewal or its settle was
-   * answered `EMQCANCELLED`, and the server has made it dead already. Its handler's signal is
-   * aborted with that error, and nothing is sent for the job, now or when the handler ends (a
-   * settle that raced the cancel is not tried again). A handler still running gives up its slot
-   * at once, so the next job runs even beside a handler that ignores its signal; one that has
-   * ended gives it up when its settle, in flight or waiting, is done with.
+   * The server ended this attempt while it ran: the job was cancelled (`EMQ.CANCEL`; a renewal
+   * or its settle answered `EMQCANCELLED`, and the job is dead), or the attempt ran past its
+   * deadline (a renewal answered `EMQTIMEOUT`; the server fails it with the error `timeout`, a
+   * retry or dead). Its handler's signal is aborted with that error, `job.cancelled` or
+   * `job.timedOut` is set, and nothing is sent for the job, now or when the handler ends (a
+   * settle that raced it is not tried again). A handler still running gives up its slot at
+   * once, so the next job runs even beside a handler that ignores its signal; one that has
+   * ended gives it up when its settle, in flight or waiting, is done with. Counted, and the
+   * event `cancelled` or `timeout`, once a run.
    * @param {Job} job
-   * @param {EmqCancelledError} error
+   * @param {EmqCancelledError | EmqTimeoutError} error
    */
-  cancelled(job, error) {
-    if (job.cancelled) return;
-    job.cancelled = true;
-    this.counts.cancelled++;
+  ended(job, error) {
+    if (job.cancelled || job.timedOut) return;
+    const timedOut = error instanceof EmqTimeoutError;
+    if (timedOut) job.timedOut = true;
+    else job.cancelled = true;
+    this.counts[timedOut ? 'timedOut' : 'cancelled']++;
     const state = this.running.get(job);
+    if (state) clearTimeout(state.late);
     state?.controller.abort(error);
     if (state && !state.finished) this.release([job]);
-    this.hook?.emit('cancelled', job, nowNs(), { failure: error });
-    this.emit('cancelled', job, error);
+    const kind = timedOut ? 'timeout' : 'cancelled';
+    this.hook?.emit(kind, job, nowNs(), { failure: error });
+    this.emit(kind, job, error);
   }
 
   /** Frees the slots of settled (or abandoned) jobs. */
@@ -359,8 +378,8 @@ export class Worker extends EventEmitter {
     const args = ['EMQ.MACK', this.queue.name];
     const kept = [];
     for (const item of batch) {
-      // Cancelled while the acknowledgement waited: counted already, not sent.
-      if (item.state.job.cancelled) continue;
+      // Cancelled or timed out while the acknowledgement waited: counted already, not sent.
+      if (item.state.job.cancelled || item.state.job.timedOut) continue;
       // A lease lost (or the worker closed) while the acknowledgement waited: not sent.
       if (this.closed || item.state.job.leaseLost) {
         this.counts.lost++;
@@ -412,29 +431,59 @@ export class Worker extends EventEmitter {
 
   // ---- leases ----
 
-  /** Renews the lease of every running handler (pipelined by node-redis); a renewal answered
-   * `EMQLEASE` marks the job lost and aborts its signal, one answered `EMQCANCELLED` ends its
-   * run (`cancelled()`); a failover is tried at the next round. */
+  /** Renews the lease of every running handler (pipelined by node-redis). */
   async renewAll() {
-    const states = [...this.running.values()].filter((s) => !s.finished && !s.job.leaseLost && !s.job.cancelled);
-    await Promise.all(
-      states.map(async ({ job, controller }) => {
-        const extra = job.progress === undefined ? [] : ['PROGRESS', encode(job.progress)];
-        const sentNs = this.hook ? nowNs() : 0n;
-        try {
-          await this.queue.call('EMQ.RENEW', job.id, String(job.attempt), String(this.lease), ...extra);
-          this.hook?.emit('renew', job, sentNs, { answeredNs: nowNs() });
-        } catch (e) {
-          this.hook?.emit('renew', job, sentNs, { answeredNs: nowNs(), error: e });
-          if (e instanceof EmqCancelledError) {
-            this.cancelled(job, e);
-          } else if (e instanceof EmqLeaseError) {
-            job.leaseLost = true;
-            controller.abort(e);
-          }
-        }
-      }),
-    );
+    await Promise.all([...this.running.values()].filter((s) => this.renewing(s)).map((s) => this.renew(s)));
+  }
+
+  /** Whether `state`'s run still holds its lease, as far as the worker knows. */
+  renewing(state) {
+    const { job } = state;
+    return !this.closed && !state.finished && !job.leaseLost && !job.cancelled && !job.timedOut && this.running.get(job) === state;
+  }
+
+  /** Renews one run's lease: a renewal answered `EMQLEASE` marks the job lost and aborts its
+   * signal, one answered `EMQCANCELLED` or `EMQTIMEOUT` ends its run (`ended()`); a failover is
+   * tried at the next round. A lease that now ends before the next round is renewed once it
+   * has ended (`renewAt`). @param {RunState} state */
+  async renew(state) {
+    const { job, controller } = state;
+    const extra = job.progress === undefined ? [] : ['PROGRESS', encode(job.progress)];
+    const sentNs = this.hook ? nowNs() : 0n;
+    try {
+      const ends = await this.queue.call('EMQ.RENEW', job.id, String(job.attempt), String(this.lease), ...extra);
+      this.hook?.emit('renew', job, sentNs, { answeredNs: nowNs() });
+      if (this.renewing(state)) this.renewAt(state, Number(ends));
+    } catch (e) {
+      this.hook?.emit('renew', job, sentNs, { answeredNs: nowNs(), error: e });
+      if (e instanceof EmqCancelledError || e instanceof EmqTimeoutError) {
+        this.ended(job, e);
+      } else if (e instanceof EmqLeaseError) {
+        job.leaseLost = true;
+        controller.abort(e);
+      }
+    }
+  }
+
+  /**
+   * A renewal answered that the lease ends at `ends` (unix ms): capped at the attempt's
+   * deadline, that can come before the next round. Then the run is renewed again just after
+   * it, and so learns of its timeout then (`EMQTIMEOUT`), not a round later. A server clock
+   * behind this one answers the same end again: each renewal that comes so waits twice as long
+   * past it (`LATE_RENEWAL` ms first), until the rounds are as near.
+   * @param {RunState} state
+   * @param {number} ends
+   */
+  renewAt(state, ends) {
+    clearTimeout(state.late);
+    state.late = undefined;
+    const wait = Math.max(0, ends - Date.now()) + LATE_RENEWAL * 2 ** state.lateRenewals;
+    if (!(wait < this.renewMs)) return;
+    state.lateRenewals++;
+    state.late = setTimeout(() => {
+      state.late = undefined;
+      if (this.renewing(state)) void this.renew(state);
+    }, wait);
   }
 
   // ---- closing ----
@@ -446,7 +495,10 @@ export class Worker extends EventEmitter {
     await this.loopPromise?.catch(() => {});
     await this.drained(timeout);
     this.closed = true;
-    for (const { controller } of this.running.values()) controller.abort(new Error('the worker closed before the job finished'));
+    for (const state of this.running.values()) {
+      clearTimeout(state.late);
+      state.controller.abort(new Error('the worker closed before the job finished'));
+    }
     clearInterval(this.renewTimer ?? undefined);
     // The sweeps go on while the handlers drain, whose children may have parents to reach.
     this.sweeper.abort();

@@ -57,7 +57,7 @@ test('SIGTERM mid-run: the running jobs finish and are acked; nothing is lost or
   const { code, counts } = await first.exited;
   assert.equal(code, 0);
   const begun = starts(log);
-  assert.deepEqual(counts, { acked: begun.length, failed: 0, retried: 0, lost: 0, cancelled: 0 });
+  assert.deepEqual(counts, { acked: begun.length, failed: 0, retried: 0, lost: 0, cancelled: 0, timedOut: 0 });
   let stats = await q.stats();
   assert.equal(stats.active, 0, 'nothing left leased');
   assert.equal(stats.pending, 30 - begun.length);

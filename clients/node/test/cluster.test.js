@@ -48,7 +48,7 @@ test('queues on every primary of a cluster', async () => {
     assert.deepEqual(await node.cmd('EMQ.QUEUES'), ['0', [name]]);
     assert.equal((await q.stats()).active, 0);
   }
-  for (const w of workers) assert.deepEqual(w.counts, { acked: 21, failed: 0, retried: 0, lost: 0, cancelled: 0 });
+  for (const w of workers) assert.deepEqual(w.counts, { acked: 21, failed: 0, retried: 0, lost: 0, cancelled: 0, timedOut: 0 });
 });
 
 test('the event stream and limits of a queue on a cluster', async () => {

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { ErrorReply } from 'redis';
 import * as echomq from '../src/index.js';
-import { Server } from './support/server.js';
+import { Server, until } from './support/server.js';
 
 /** @type {Server} */
 let server;
@@ -89,4 +89,31 @@ test('cancelUnstarted leaves a running job to run and removes one that has not s
   assert.equal(await q.cancelUnstarted(waiting), 1);
   assert.equal(await q.job(waiting), null);
   assert.equal(await q.call('EMQ.ACK', running, token), 1);
+});
+
+test('a renewal past the attempt\'s deadline is EmqTimeoutError; its late ack, fail or batched ack is EmqLeaseError', async () => {
+  const q = new echomq.Queue(client, 'errs-timeout');
+  const id = await q.enqueue('x', { timeout: 200 });
+  const [[claimed, , token]] = await q.call('EMQ.CLAIM', 'COUNT', 1, 'LEASE', 60_000);
+  assert.equal(claimed, id);
+  // Renewed a minute at a time, each renewal ends at the deadline, until one is refused.
+  const deadline = (await q.job(id))?.deadline;
+  let refusal;
+  const refused = await until(async () => {
+    try {
+      assert.ok((await q.call('EMQ.RENEW', id, token, 60_000)) <= Number(deadline), 'never past the deadline');
+      return false;
+    } catch (e) {
+      refusal = e;
+      return true;
+    }
+  });
+  assert.ok(refused, 'a renewal was refused');
+  assert.ok(refusal instanceof echomq.EmqTimeoutError, `${refusal} is an EmqTimeoutError`);
+  await refuses(q.call('EMQ.RENEW', id, token, 1000), echomq.EmqTimeoutError, 'EMQTIMEOUT');
+  await refuses(q.call('EMQ.ACK', id, token), echomq.EmqLeaseError, 'EMQLEASE');
+  await refuses(q.call('EMQ.FAIL', id, token, 'ERROR', 'x'), echomq.EmqLeaseError, 'EMQLEASE');
+  const [place] = await q.call('EMQ.MACK', id, token);
+  assert.ok(echomq.translate(place) instanceof echomq.EmqLeaseError, 'in its place of EMQ.MACK');
+  assert.ok(!(refusal instanceof echomq.EmqLeaseError) && !(refusal instanceof echomq.EmqCancelledError), 'a class of its own');
 });

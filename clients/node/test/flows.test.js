@@ -183,6 +183,17 @@ describe('flows', () => {
     assert.deepEqual(order, ['a', 'b', 'c', 'd']);
   });
 
+  test('a flow, chain or batch node\'s timeout is its job\'s own', async () => {
+    const q = new Queue(client, 'timed-flow');
+    const tree = await q.flow({ payload: 'root', timeout: 5_000, children: [{ payload: 'leaf', timeout: 1_000 }, { payload: 'plain' }] });
+    const [leaf, plain] = tree.children ?? [];
+    assert.deepEqual([(await q.job(tree.id)).timeout, (await q.job(leaf.id)).timeout, (await q.job(plain.id)).timeout], [5_000, 1_000, undefined]);
+    const [first, second] = await q.chain([{ payload: 'a', timeout: 2_000 }, { payload: 'b' }]);
+    assert.deepEqual([(await q.job(first)).timeout, (await q.job(second)).timeout], [2_000, undefined]);
+    const { id, ids } = await q.batch([{ payload: 'c', timeout: 3_000 }], { onComplete: { payload: 'done', timeout: 4_000 } });
+    assert.deepEqual([(await q.job(ids[0])).timeout, (await q.job(id)).timeout], [3_000, 4_000]);
+  });
+
   test('a flow retried with the same ids counts each child once', async () => {
     const q = new Queue(client, 'retried');
     const tree = {

@@ -54,6 +54,22 @@ describe('Queue', () => {
     await assert.rejects(q.enqueue('x', { uniqueFor: 5 }), TypeError);
   });
 
+  test('enqueue: a timeout is the row\'s, and a claim of it writes the attempt\'s deadline', async () => {
+    const q = new Queue(client, 'timed');
+    const id = await q.enqueue('x', { timeout: 60_000 });
+    const plain = await q.enqueue('y');
+    assert.equal((await q.job(id)).timeout, 60_000);
+    assert.equal((await q.job(plain)).timeout, undefined);
+    const claimed = await q.call('EMQ.CLAIM', 'COUNT', 2, 'LEASE', 120_000);
+    assert.deepEqual(claimed.map((j) => j[0]), [id, plain]);
+    const row = await q.job(id);
+    assert.equal(typeof row.deadline, 'number');
+    // The lease ends at the deadline at the latest, though the claim asked for two minutes.
+    assert.ok(Number(await server.cmd('ZSCORE', 'emq:{timed}:active', id)) <= row.deadline);
+    assert.equal((await q.job(plain)).deadline, undefined, 'no deadline without a timeout');
+    await assert.rejects(q.enqueue('x', { timeout: -1 }), RangeError);
+  });
+
   test('enqueueMany: EMQ.MENQUEUE in bounded chunks, ids in order, priorities kept', async () => {
     await server.cmd('CONFIG', 'RESETSTAT');
     const q = new Queue(client, 'many');
@@ -148,6 +164,27 @@ describe('Queue', () => {
     const none = await q.limit({ off: true });
     assert.deepEqual([none.concurrency, none.rate], [null, null]);
     assert.equal((await q.stats()).concurrency, null);
+  });
+
+  test('limit sets, reports and removes the queue\'s timeout, which times its jobs without one', async () => {
+    const q = new Queue(client, 'limit-timeout');
+    const set = await q.limit({ timeout: 60_000, concurrency: 2 });
+    assert.deepEqual([set.timeout, set.concurrency], [60_000, 2]);
+    assert.equal((await q.limit()).timeout, 60_000);
+    assert.equal((await q.stats()).timeout, 60_000);
+    const id = await q.enqueue('x');
+    await q.call('EMQ.CLAIM', 'COUNT', 1, 'LEASE', 120_000);
+    const row = await q.job(id);
+    assert.equal(row.timeout, undefined, 'the queue\'s timeout is not written into the row');
+    assert.equal(typeof row.deadline, 'number');
+    const removed = await q.limit({ timeout: null });
+    assert.deepEqual([removed.timeout, removed.concurrency], [null, 2]);
+    await q.limit({ timeout: 30_000 });
+    const none = await q.limit({ off: true });
+    assert.deepEqual([none.timeout, none.concurrency], [null, null]);
+    const later = await q.enqueue('y');
+    await q.call('EMQ.CLAIM', 'COUNT', 1, 'LEASE', 120_000);
+    assert.equal((await q.job(later)).deadline, undefined, 'removed, it times nothing claimed after');
   });
 
   test('cron, crons and uncron', async () => {

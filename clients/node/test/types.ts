@@ -3,6 +3,7 @@
 import { createClient, createCluster } from 'redis';
 import {
   EmqCancelledError,
+  EmqTimeoutError,
   EmqError,
   EmqLeaseError,
   EmqParentError,
@@ -44,6 +45,10 @@ export async function producer(): Promise<void> {
   await q.resume();
   const limits = await q.limit({ concurrency: 3, rate: 100, per: 60_000 });
   const cap: number | null = limits.concurrency;
+  const queueTimeout: number | null = (await q.limit({ timeout: 60_000 })).timeout ?? (await q.limit({ timeout: null })).timeout;
+  const timed: string = await q.enqueue('x', { timeout: 300 });
+  const deadline: number | undefined = (await q.job(timed))?.deadline;
+  const statsTimeout: number | null = stats.timeout;
   const at: number = await q.cron('nightly', { report: 'daily' }, { spec: '0 3 * * *' });
   await q.cron('beat', 'ping', { every: 60_000, priority: -1 });
   const names: string[] = (await q.crons()).map((c) => c.name);
@@ -53,7 +58,7 @@ export async function producer(): Promise<void> {
     const event: QueueEvent['event'] = e.event;
     if (event === 'acked') break;
   }
-  void [active, attempts, cancelledToken, next, purged, moved, cancelled, unstarted, requeued, cap, at, names];
+  void [active, attempts, cancelledToken, next, purged, moved, cancelled, unstarted, requeued, cap, queueTimeout, deadline, statsTimeout, at, names];
   await client.quit();
 }
 
@@ -68,7 +73,7 @@ export async function flows(): Promise<void> {
   } catch (e) {
     if (e instanceof EmqParentError) console.log(e.code);
   }
-  const tree: FlowNode = { payload: 'root', children: [{ queue: 'pdf', payload: { page: 1 }, onFail: 'fail' }, { payload: 'x', priority: 1 }] };
+  const tree: FlowNode = { payload: 'root', timeout: 60_000, children: [{ queue: 'pdf', payload: { page: 1 }, onFail: 'fail' }, { payload: 'x', priority: 1 }] };
   const built: BuiltFlowNode = await q.flow(tree);
   const rootId: string = built.id;
   const childIds: string[] = (built.children ?? []).map((c) => c.id);
@@ -111,6 +116,7 @@ export async function worker(): Promise<void> {
       job.progress = { step: 1 };
       signal.addEventListener('abort', () => undefined);
       if (signal.reason instanceof EmqCancelledError || job.cancelled || job.signal.aborted) return { sent: 'nobody' };
+      if (signal.reason instanceof EmqTimeoutError || job.timedOut) return { sent: 'late' };
       return { sent: job.data.to as string };
     },
     { concurrency: 8, lease: 30_000, block: 1000, backoff: { type: 'exponential', delay: 1000 }, handleSignals: true },
@@ -122,7 +128,11 @@ export async function worker(): Promise<void> {
   });
   w.on('cancelled', (job: Job, error: EmqCancelledError) => console.log(job.id, job.cancelled, error.code));
   const acked: number = w.counts.acked;
+  w.on('timeout', (job: Job, error: EmqTimeoutError) => console.log(job.id, job.timedOut, error.code));
+  w.once('timeout', (job) => console.log(job.attempt));
   const cancelled: number = w.counts.cancelled;
-  void [acked, cancelled];
+  const timedOut: number = w.counts.timedOut;
+  const kinds: WorkerEvent['kind'][] = ['cancelled', 'timeout'];
+  void [acked, cancelled, timedOut, kinds];
   await w.close(5000);
 }

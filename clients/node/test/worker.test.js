@@ -75,7 +75,7 @@ describe('Worker', () => {
     assert.equal(seen.size, 200);
     assert.deepEqual(new Set(seen.values()), new Set([1]));
     assert.deepEqual([...seen.keys()].sort(), [...ids].sort());
-    assert.deepEqual(worker.counts, { acked: 200, failed: 0, retried: 0, lost: 0, cancelled: 0 });
+    assert.deepEqual(worker.counts, { acked: 200, failed: 0, retried: 0, lost: 0, cancelled: 0, timedOut: 0 });
     assert.equal(completed.size, 200, "a 'completed' event for each job");
     assert.equal((await q.stats()).active, 0);
   });
@@ -152,7 +152,7 @@ describe('Worker', () => {
     assert.equal(row.set, 'scheduled');
     assert.equal(row.error, 'not yet');
     assert.ok(row.due > Date.now() + 30_000, 'due about a minute on');
-    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 1, lost: 0, cancelled: 0 });
+    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 1, lost: 0, cancelled: 0, timedOut: 0 });
   });
 
   test('a slow handler keeps its lease through renewals: acked once, on attempt 1', async () => {
@@ -174,7 +174,7 @@ describe('Worker', () => {
     await settled(worker, 1);
     await worker.close();
     assert.deepEqual(runs, [1]);
-    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 0, cancelled: 0 });
+    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 0, cancelled: 0, timedOut: 0 });
     const row = await q.job(id);
     assert.equal(row.state, 'done');
     assert.equal(row.attempts, 1);
@@ -226,7 +226,7 @@ describe('Worker', () => {
     release[2]('done');
     await settled(worker, 2);
     await worker.close();
-    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 1, cancelled: 0 });
+    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 1, cancelled: 0, timedOut: 0 });
     const row = await q.job(id);
     assert.deepEqual([row.state, row.attempts], ['done', 2]);
   });
@@ -252,7 +252,7 @@ describe('Worker', () => {
     await settled(worker, 1);
     await worker.close();
     assert.ok(reason instanceof EmqLeaseError);
-    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 0, lost: 1, cancelled: 0 });
+    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 0, lost: 1, cancelled: 0, timedOut: 0 });
   });
 
   test('close() drains the running handlers: each acked, none lost', async () => {
@@ -266,7 +266,7 @@ describe('Worker', () => {
     assert.ok(await until(() => started === 3));
     await worker.close();
     assert.equal(started, 3);
-    assert.deepEqual(worker.counts, { acked: 3, failed: 0, retried: 0, lost: 0, cancelled: 0 });
+    assert.deepEqual(worker.counts, { acked: 3, failed: 0, retried: 0, lost: 0, cancelled: 0, timedOut: 0 });
     const stats = await q.stats();
     assert.equal(stats.active, 0);
     assert.equal(stats.pending, 3);
@@ -312,7 +312,7 @@ describe('Worker', () => {
     await settled(worker, 2);
     await worker.close();
     assert.deepEqual(runs, [2], 'attempt 1 never ran; attempt 2 ran once');
-    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 1, cancelled: 0 });
+    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 1, cancelled: 0, timedOut: 0 });
     assert.deepEqual((await q.job(id)).state, 'done');
   });
 
@@ -464,7 +464,7 @@ describe('cancelling a running job', () => {
     assert.equal(cancelled.length, 1, "one 'cancelled' event");
     assert.equal(cancelled[0][0], id);
     assert.equal(cancelled[0][1], reasons[0]);
-    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 0, lost: 0, cancelled: 1 });
+    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 0, lost: 0, cancelled: 1, timedOut: 0 });
     const row = await q.job(id);
     assert.deepEqual([row.set, row.state, row.error, row.cancelled, row.attempts], ['dead', 'dead', 'cancelled', 1, 1]);
     assert.equal((await q.stats()).dead, 1);
@@ -503,7 +503,7 @@ describe('cancelling a running job', () => {
     // It ends at last: what it returns is dropped, not sent.
     letGo('too late');
     await worker.close();
-    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 0, cancelled: 1 });
+    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 0, cancelled: 1, timedOut: 0 });
     const stats = await q.stats();
     assert.deepEqual([stats.dead, stats.active, stats.pending], [1, 0, 0]);
     const row = await q.job(stubborn);
@@ -541,7 +541,7 @@ describe('cancelling a running job', () => {
     release.get('fail')(new Error('broke'));
     assert.ok(await until(() => worker.counts.cancelled === 2, 30_000), 'both settles refused');
     await worker.close();
-    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 0, lost: 0, cancelled: 2 });
+    assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 0, lost: 0, cancelled: 2, timedOut: 0 });
     assert.deepEqual(cancelled.map(([id]) => id).sort(), [acking, failing].sort());
     for (const [, error] of cancelled) assert.ok(error instanceof EmqCancelledError);
     for (const signal of signals.values()) assert.ok(signal.reason instanceof EmqCancelledError);
@@ -573,7 +573,7 @@ describe('cancelling a running job', () => {
     await worker.close();
     assert.equal(attempts.length, 2);
     assert.ok(attempts[1] > attempts[0], `a new token: ${attempts}`);
-    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 0, cancelled: 1 });
+    assert.deepEqual(worker.counts, { acked: 1, failed: 0, retried: 0, lost: 0, cancelled: 1, timedOut: 0 });
     const row = await q.job(id);
     assert.deepEqual([row.state, row.result, row.cancelled], ['done', 'second', 1]);
   });
