@@ -153,8 +153,9 @@ export interface JobRow {
   cancelled?: number;
   /** The job's own limit on one attempt, ms (`EnqueueOptions.timeout`). */
   timeout?: number;
-  /** When the current (or last) attempt's time is up, unix ms: in a queue that uses timeouts. */
-  deadline?: number;
+  /** A timed attempt's deadline and the token of that attempt, `<unix-ms>:<token>`: in a queue
+   * that uses timeouts (an earlier attempt's is left until the next timed claim). */
+  deadline?: string;
   /** The token of the attempt its deadline ended. */
   timedout?: number;
   /** A child's parents, one `<queue> <id> <fail|ignore>` a line. */
@@ -342,7 +343,7 @@ export interface WorkerEvent {
    * job answered `EMQCANCELLED` (both times that moment, `outcome` ok, `error` the refusal): its
    * handler's signal was aborted and nothing is sent for it. `timeout`: the same for a renewal
    * answered `EMQTIMEOUT` (the attempt ran past its deadline). */
-  kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'timeout' | 'handover' | 'delivered' | 'outbox';
+  kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'timed_out' | 'handover' | 'delivered' | 'outbox';
   worker: string;
   queue: string;
   id: string;

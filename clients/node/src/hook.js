@@ -37,7 +37,7 @@ export class Hook {
   }
 
   /**
-   * @param {'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'timeout' | 'handover' | 'delivered' | 'outbox'} kind
+   * @param {'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'timed_out' | 'handover' | 'delivered' | 'outbox'} kind
    * @param {{id: string, attempt: number}} job a hand-over's child with attempt 0; for a read
    *   of the outbox, id ''
    * @param {bigint} sentNs

@@ -21,7 +21,7 @@ export const SETS = ['pending', 'active', 'scheduled', 'dead', 'waiting'];
 export const CHILDREN_PAGE = 1000;
 
 /** A `job(id)` reply's integer fields. */
-const NUMERIC = new Set(['attempts', 'due', 'lease-deadline', 'died-at', 'priority', 'children', 'adopted', 'finished', 'cancelled', 'timeout', 'deadline', 'timedout']);
+const NUMERIC = new Set(['attempts', 'due', 'lease-deadline', 'died-at', 'priority', 'children', 'adopted', 'finished', 'cancelled', 'timeout', 'timedout']);
 
 export class Queue {
   /**

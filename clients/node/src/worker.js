@@ -348,9 +348,8 @@ export class Worker extends EventEmitter {
     if (state) clearTimeout(state.late);
     state?.controller.abort(error);
     if (state && !state.finished) this.release([job]);
-    const kind = timedOut ? 'timeout' : 'cancelled';
-    this.hook?.emit(kind, job, nowNs(), { failure: error });
-    this.emit(kind, job, error);
+    this.hook?.emit(timedOut ? 'timed_out' : 'cancelled', job, nowNs(), { failure: error });
+    this.emit(timedOut ? 'timeout' : 'cancelled', job, error);
   }
 
   /** Frees the slots of settled (or abandoned) jobs. */

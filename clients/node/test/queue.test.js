@@ -5,6 +5,9 @@ import { after, before, describe, test } from 'node:test';
 import { Queue, Worker } from '../src/index.js';
 import { Server, until } from './support/server.js';
 
+/** The ms of a row's `deadline`, `<unix-ms>:<token>`. */
+const deadlineMs = (row) => Number(row.deadline.split(':')[0]);
+
 /** @type {Server} */
 let server;
 let client;
@@ -63,9 +66,9 @@ describe('Queue', () => {
     const claimed = await q.call('EMQ.CLAIM', 'COUNT', 2, 'LEASE', 120_000);
     assert.deepEqual(claimed.map((j) => j[0]), [id, plain]);
     const row = await q.job(id);
-    assert.equal(typeof row.deadline, 'number');
+    assert.match(row.deadline, /^\d+:1$/, 'the deadline, and the token of its attempt');
     // The lease ends at the deadline at the latest, though the claim asked for two minutes.
-    assert.ok(Number(await server.cmd('ZSCORE', 'emq:{timed}:active', id)) <= row.deadline);
+    assert.ok(Number(await server.cmd('ZSCORE', 'emq:{timed}:active', id)) <= deadlineMs(row));
     assert.equal((await q.job(plain)).deadline, undefined, 'no deadline without a timeout');
     await assert.rejects(q.enqueue('x', { timeout: -1 }), RangeError);
   });
@@ -176,7 +179,7 @@ describe('Queue', () => {
     await q.call('EMQ.CLAIM', 'COUNT', 1, 'LEASE', 120_000);
     const row = await q.job(id);
     assert.equal(row.timeout, undefined, 'the queue\'s timeout is not written into the row');
-    assert.equal(typeof row.deadline, 'number');
+    assert.match(row.deadline, /^\d+:1$/, 'the deadline, and the token of its attempt');
     const removed = await q.limit({ timeout: null });
     assert.deepEqual([removed.timeout, removed.concurrency], [null, 2]);
     await q.limit({ timeout: 30_000 });

@@ -67,10 +67,10 @@ describe('timeouts', () => {
     // Nothing was sent for either attempt: no settle; each run's last renewal was refused.
     for (const token of [1, 2]) {
       const kinds = events.filter((e) => e.id === id && e.token === token).map((e) => [e.kind, e.outcome]);
-      assert.deepEqual(kinds.filter(([k]) => k !== 'renew' && k !== 'handler_end'), [['claim', 'ok'], ['handler_start', 'ok'], ['timeout', 'ok']]);
+      assert.deepEqual(kinds.filter(([k]) => k !== 'renew' && k !== 'handler_end'), [['claim', 'ok'], ['handler_start', 'ok'], ['timed_out', 'ok']]);
       assert.deepEqual(kinds.filter(([k]) => k === 'renew').at(-1), ['renew', 'refused']);
     }
-    assert.match(events.find((e) => e.kind === 'timeout').error, /^EmqTimeoutError: EMQTIMEOUT /);
+    assert.match(events.find((e) => e.kind === 'timed_out').error, /^EmqTimeoutError: EMQTIMEOUT /);
     // The server retried it after the first deadline and buried it after the second.
     const stream = await streamed('timeout-coop', id);
     assert.deepEqual(stream.filter((e) => e !== 'promoted'), ['enqueued', 'claimed', 'retrying', 'claimed', 'dead']);
@@ -111,9 +111,9 @@ describe('timeouts', () => {
     assert.deepEqual([stats.dead, stats.active, stats.pending, stats.scheduled], [1, 0, 0, 0]);
     const of = (id) => events.filter((e) => e.id === id).map((e) => `${e.kind} ${e.token}`);
     assert.ok(!of(stubborn).some((k) => k.startsWith('settle')), 'no settle sent for the timed-out job');
-    assert.deepEqual(of(stubborn).filter((k) => k.startsWith('timeout')), ['timeout 1', 'timeout 2']);
+    assert.deepEqual(of(stubborn).filter((k) => k.startsWith('timed_out')), ['timed_out 1', 'timed_out 2']);
     const order = events.map((e) => `${e.kind} ${e.id} ${e.token}`);
-    assert.ok(order.indexOf(`timeout ${stubborn} 1`) < order.indexOf(`handler_start ${next} 1`), 'the next job started once the slot was freed');
+    assert.ok(order.indexOf(`timed_out ${stubborn} 1`) < order.indexOf(`handler_start ${next} 1`), 'the next job started once the slot was freed');
     assert.deepEqual((await streamed('timeout-stubborn', stubborn)).filter((e) => e === 'dead'), ['dead'], 'dead once');
   });
 
@@ -138,7 +138,7 @@ describe('timeouts', () => {
     const ok = order.indexOf(`renew ${timed} ok`);
     const refused = order.indexOf(`renew ${timed} refused`);
     assert.ok(firstRound < ok && ok < refused, 'renewed in the first round, capped at its deadline, then refused');
-    assert.ok(order.indexOf(`timeout ${timed} ok`) > refused);
+    assert.ok(order.indexOf(`timed_out ${timed} ok`) > refused);
     assert.ok(refused < secondRound, `refused before the second round: ${order.join(', ')}`);
   });
 
