@@ -26,6 +26,12 @@ pub enum Error {
     /// taken.
     #[error("{0}")]
     Cancelled(String),
+    /// `EMQTIMEOUT`: a renewal of an attempt that ran past its deadline (the job's `timeout`,
+    /// or its queue's, counted from the claim); the attempt is over (the server retries the
+    /// job with backoff, or buries it in `dead`, with the error `timeout`), and its outcome is
+    /// not taken.
+    #[error("{0}")]
+    Timeout(String),
     /// `EMQSET`: an unknown set, or a purge of the active one.
     #[error("{0}")]
     Set(String),
@@ -99,6 +105,7 @@ impl Error {
             Some("EMQPAYLOAD") => Error::Payload(detail()),
             Some("EMQLEASE") => Error::LeaseLost(detail()),
             Some("EMQCANCELLED") => Error::Cancelled(detail()),
+            Some("EMQTIMEOUT") => Error::Timeout(detail()),
             Some("EMQSET") => Error::Set(detail()),
             Some("EMQCRON") => Error::Cron(detail()),
             Some("EMQPARENT") => Error::Parent(detail()),
