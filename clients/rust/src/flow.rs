@@ -4,6 +4,8 @@
 //! (`EMQ.ADOPT`) when its queue's slot is not the child's. [`Flows`] builds trees, chains and
 //! batches, minting every missing id before it sends anything, so a retry is the same flow.
 
+use std::time::Duration;
+
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Value};
 
@@ -120,13 +122,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
 }
 
 /// A job of a flow: its queue and payload, its id (minted when `None`), what its death does
-/// to its parent, and its children, which it waits for.
+/// to its parent, its limit on one attempt (`None`: its queue's), and its children, which it
+/// waits for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FlowJob {
     pub queue: String,
     pub payload: Vec<u8>,
     pub id: Option<String>,
     pub on_fail: OnFail,
+    pub timeout: Option<Duration>,
     pub children: Vec<FlowJob>,
 }
 
@@ -146,6 +150,12 @@ impl FlowJob {
 
     pub fn on_fail(mut self, on_fail: OnFail) -> FlowJob {
         self.on_fail = on_fail;
+        self
+    }
+
+    /// The job's limit on one attempt ([`Enqueue::timeout`]).
+    pub fn timeout(mut self, timeout: Duration) -> FlowJob {
+        self.timeout = Some(timeout);
         self
     }
 
@@ -208,6 +218,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Flows<C> {
                 id: Some(id.clone()),
                 children: (!job.children.is_empty()).then_some(job.children.len() as u32),
                 parents: parent.into_iter().collect(),
+                timeout: job.timeout,
                 ..Enqueue::default()
             };
             Queue::new(self.conn.clone(), job.queue.clone())

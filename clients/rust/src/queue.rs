@@ -29,6 +29,11 @@ pub struct Enqueue {
     /// `unique_for` or until the holder is done or dead.
     pub unique: Option<String>,
     pub unique_for: Option<Duration>,
+    /// The job's limit on one attempt, counted from its claim (`TIMEOUT <ms>`, 1 ms to 365
+    /// days): past it the server ends the attempt (a retry, or `dead`, with the error
+    /// `timeout`). `None`: the queue's default ([`Limit::timeout`](crate::Limit::timeout)), if
+    /// any.
+    pub timeout: Option<Duration>,
     /// A parent: it waits (`waiting`, never claimed) until this many children have finished.
     pub children: Option<u32>,
     /// The parents this job is a child of, at most [`MAX_PARENTS`](crate::flow::MAX_PARENTS).
@@ -272,6 +277,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
                 args.extend([b"FOR".to_vec(), ms(d)]);
             }
         }
+        if let Some(d) = how.timeout {
+            args.extend([b"TIMEOUT".to_vec(), ms(d)]);
+        }
         args.extend(flow::options(how.children, &how.parents));
         if let Err(e) = self.adopt(&how.parents, &id).await {
             return self.enqueued_before(e, id).await;
@@ -310,7 +318,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
 
     /// Enqueues every payload, `CHUNK` to an atomic `EMQ.MENQUEUE`; their ids, in order. With
     /// `wait_replicas`, each chunk waits, and the chunks not confirmed make the call's
-    /// [`Error::NotReplicated`] (every chunk enqueued still).
+    /// [`Error::NotReplicated`] (every chunk enqueued still). `EMQ.MENQUEUE` takes no options
+    /// but a priority, so these jobs have no timeout of their own: the queue's applies.
     pub async fn enqueue_many<P: AsRef<[u8]>>(
         &self,
         payloads: impl IntoIterator<Item = P>,
@@ -353,7 +362,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         .await
     }
 
-    /// The counts of each set (`waiting`: the parents waiting for children), the pause flag, and the limits and their use (`None`: not set).
+    /// The counts of each set (`waiting`: the parents waiting for children), the pause flag,
+    /// and the limits and their use, `timeout` in ms (`None`: not set); typed, [`Queue::limits`].
     pub async fn stats(&self) -> Result<HashMap<String, Option<i64>>> {
         let v = self.call("EMQ.STATS", &[]).await?;
         Ok(pairs(&v)
