@@ -1,8 +1,8 @@
 //! The worker's observability hook: a [`WorkerEvent`] for each job a claim returned, each
 //! renewal and settle of it (with the server's answer), each start and end of its handler, its
-//! cancel learned while it ran, and each command of its sweep of the queue's outbox
-//! (`Handover`, `Delivered`, and `Outbox` for a page read that failed), passed to the worker's
-//! `on_event` synchronously, from the task that did it. A hook that panics is logged and
+//! cancel or its attempt's deadline learned while it ran, and each command of its sweep of the
+//! queue's outbox (`Handover`, `Delivered`, and `Outbox` for a page read that failed), passed
+//! to the worker's `on_event` synchronously, from the task that did it. A hook that panics is logged and
 //! counted, never the worker's end. The Python and Node workers keep the same contract.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -34,6 +34,12 @@ pub enum EventKind {
     /// the settle was, after the handler ended. No outcome is sent for it (`error`: the
     /// server's refusal). The job is `dead` with the error `cancelled`; its slot is free.
     Cancelled,
+    /// The attempt ran past its deadline (the job's `timeout`, or its queue's): a renewal was
+    /// answered `EMQTIMEOUT`, and the handler's future was dropped unfinished (no
+    /// `HandlerEnd`). No outcome is sent for it (`error`: the server's refusal). The server
+    /// retries the job with backoff, or buries it in `dead`, with the error `timeout`; its
+    /// slot is free.
+    Timeout,
     /// A finished child's hand-over sent to its parent's queue (`EMQ.HANDOVER`; one event an
     /// outbox entry, `id` the child's, `token` 0; with `wait_replicas`, `replicated` says
     /// whether that many of the parent's replicas confirmed it).

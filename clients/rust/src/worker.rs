@@ -4,11 +4,11 @@
 //! with the error; a handler that panics fails its job with the panic's message), and stops
 //! gracefully on its cancellation token (`shutdown_on_signal` cancels it on SIGTERM or SIGINT).
 //! A job cancelled while it runs (`EMQ.CANCEL`) is learned by its next renewal
-//! (`EMQCANCELLED`): the handler's future is dropped, nothing is sent for the job, and its slot
-//! is freed.
+//! (`EMQCANCELLED`), and so is an attempt that ran past its deadline (`EMQTIMEOUT`): the
+//! handler's future is dropped, nothing is sent for the job, and its slot is freed.
 //! Beside it, the worker delivers its queue's outbox (flows' hand-overs to parents on other
-//! nodes, `deliver.rs`). Each claim, renewal, settle, handler run, cancel and hand-over is
-//! reported to its `on_event` hook.
+//! nodes, `deliver.rs`). Each claim, renewal, settle, handler run, cancel, timeout and
+//! hand-over is reported to its `on_event` hook.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,6 +18,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, Value};
 use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::children::{Children, Reader};
@@ -46,6 +47,7 @@ pub struct Job {
     pub attempt: i64,
     lost: Arc<AtomicBool>,
     cancelled: Arc<AtomicBool>,
+    timed_out: Arc<AtomicBool>,
     reader: Reader,
 }
 
@@ -68,6 +70,13 @@ impl Job {
     /// job can check this to stop.
     pub fn cancelled(&self) -> bool {
         self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Whether this attempt ran past its deadline (the job's `timeout`, or its queue's), as a
+    /// renewal learned it (`EMQTIMEOUT`). The worker drops the handler's future then, as for a
+    /// cancel; work handed elsewhere holding a clone of the job can check this to stop.
+    pub fn timed_out(&self) -> bool {
+        self.timed_out.load(Ordering::SeqCst)
     }
 }
 
@@ -99,6 +108,9 @@ pub struct Counts {
     /// Jobs cancelled (`EMQ.CANCEL`) while their handler ran: the handler dropped, or its
     /// outcome refused `EMQCANCELLED`; nothing sent for them.
     pub cancelled: u64,
+    /// Attempts that ran past their deadline (`EMQTIMEOUT` to a renewal): the handler
+    /// dropped, nothing sent for them; the server retries the job or buries it.
+    pub timed_out: u64,
     /// Times the `on_event` hook panicked (each logged, and the worker went on).
     pub hook_panics: u64,
 }
@@ -191,8 +203,9 @@ where
 
     /// Calls `f` once for each event ([`WorkerEvent`]): each job a claim returned, each
     /// renewal, each settle (one a job of a batched `EMQ.MACK`, with its own answer), each
-    /// start and end of a handler, and each job cancelled while it ran. It is called synchronously, from the task that did it, so
-    /// it should be quick; a panic in it is logged and counted (`Counts::hook_panics`), and the
+    /// start and end of a handler, each job cancelled while it ran and each attempt that ran
+    /// past its deadline. It is called synchronously, from the task that did it, so it should
+    /// be quick; a panic in it is logged and counted (`Counts::hook_panics`), and the
     /// worker goes on.
     pub fn on_event(mut self, f: impl Fn(&WorkerEvent) + Send + Sync + 'static) -> Self {
         self.on_event = Some(Arc::new(f));
@@ -363,6 +376,7 @@ fn jobs_of(reply: Value, reader: &Reader) -> Result<Vec<Job>> {
                 attempt,
                 lost: Arc::new(AtomicBool::new(false)),
                 cancelled: Arc::new(AtomicBool::new(false)),
+                timed_out: Arc::new(AtomicBool::new(false)),
                 reader: reader.clone(),
             })
         })
@@ -408,27 +422,28 @@ where
         }
         self.hook
             .emit(Fields::at(EventKind::HandlerStart, id, token, now_ns()));
-        // The handler's future lives in this block: a renewal answered `EMQCANCELLED` ends
-        // the block, and so drops the future where it last yielded.
+        // The handler's future lives in this block: a renewal answered `EMQCANCELLED` or
+        // `EMQTIMEOUT` ends the block, and so drops the future where it last yielded.
         let outcome = {
             let handler = guarded(|| (self.handler)(job.clone()));
             tokio::pin!(handler);
-            let mut ticks = tokio::time::interval(self.renew);
-            ticks.tick().await; // the first tick is now
+            let mut next = Instant::now() + self.renew;
             loop {
                 tokio::select! {
                     outcome = &mut handler => break Ok(outcome),
-                    _ = ticks.tick() => {
-                        if let Some(why) = self.renew(&job).await {
-                            break Err(why);
+                    _ = tokio::time::sleep_until(next) => match self.renew(&job).await {
+                        Ok(ends) => {
+                            let now_ms = (now_ns() / 1_000_000) as i64;
+                            next = Instant::now() + renew_after(self.renew, ends, now_ms);
                         }
-                    }
+                        Err(ended) => break Err(ended),
+                    },
                 }
             }
         };
         let outcome = match outcome {
             Ok(outcome) => outcome,
-            Err(why) => return self.cancelled(&job, why),
+            Err(ended) => return self.ended(&job, ended),
         };
         self.hook.emit(Fields {
             error: match &outcome {
@@ -440,11 +455,13 @@ where
         self.settle(&job, outcome).await;
     }
 
-    /// Renews the job's lease; the server's refusal when the job was cancelled while it ran
-    /// (`job.cancelled()` set then).
-    async fn renew(&self, job: &Job) -> Option<String> {
+    /// Renews the job's lease: when it now ends (Unix ms), if the server said; the end of the
+    /// attempt when the job was cancelled while it ran or the attempt ran past its deadline
+    /// (`job.cancelled()` or `job.timed_out()` set then, before the handler's future is
+    /// dropped).
+    async fn renew(&self, job: &Job) -> std::result::Result<Option<i64>, Ended> {
         if job.lease_lost() {
-            return None;
+            return Ok(None);
         }
         let args = [
             job.id.clone().into_bytes(),
@@ -464,16 +481,20 @@ where
             ..Fields::at(EventKind::Renew, &job.id, job.attempt, 0)
         });
         match sent.reply {
+            Ok(ends) => return Ok(i64::from_redis_value(ends).ok()),
             Err(Error::LeaseLost(_)) => job.lost.store(true, Ordering::SeqCst),
             Err(Error::Cancelled(why)) => {
                 job.cancelled.store(true, Ordering::SeqCst);
-                return Some(why);
+                return Err(Ended::Cancelled(why));
+            }
+            Err(Error::Timeout(why)) => {
+                job.timed_out.store(true, Ordering::SeqCst);
+                return Err(Ended::TimedOut(why));
             }
             // A failover or a lost connection: the next tick tries again.
             Err(e) => tracing::debug!(error = %e, id = %job.id, "renewal failed"),
-            Ok(_) => {}
         }
-        None
+        Ok(None)
     }
 
     async fn settle(&self, job: &Job, outcome: Outcome) {
@@ -544,19 +565,29 @@ where
                 self.count(|c| c.lost += 1);
             }
             // Cancelled while the handler ran, learned only now: the job is dead, not lost.
-            Err(Error::Cancelled(why)) => self.cancelled(job, why),
+            Err(Error::Cancelled(why)) => self.ended(job, Ended::Cancelled(why)),
             Err(e) => tracing::warn!(error = %e, id = %job.id, "the outcome was not sent"),
         }
     }
 
-    /// The job was cancelled while it ran (`why`: the server's refusal, `EMQCANCELLED`): no
-    /// outcome is sent for it, and its slot is freed as the task ends.
-    fn cancelled(&self, job: &Job, why: String) {
-        job.cancelled.store(true, Ordering::SeqCst);
-        self.count(|c| c.cancelled += 1);
+    /// The server ended the attempt while it ran: a cancel, or its deadline. No outcome is
+    /// sent for it, and its slot is freed as the task ends.
+    fn ended(&self, job: &Job, ended: Ended) {
+        let (kind, why) = match ended {
+            Ended::Cancelled(why) => {
+                job.cancelled.store(true, Ordering::SeqCst);
+                self.count(|c| c.cancelled += 1);
+                (EventKind::Cancelled, why)
+            }
+            Ended::TimedOut(why) => {
+                job.timed_out.store(true, Ordering::SeqCst);
+                self.count(|c| c.timed_out += 1);
+                (EventKind::Timeout, why)
+            }
+        };
         self.hook.emit(Fields {
             error: Some(why),
-            ..Fields::at(EventKind::Cancelled, &job.id, job.attempt, now_ns())
+            ..Fields::at(kind, &job.id, job.attempt, now_ns())
         });
     }
 
@@ -565,6 +596,14 @@ where
             f(&mut c);
         }
     }
+}
+
+/// How the server ended an attempt while its handler ran (the refusal's text in each).
+enum Ended {
+    /// `EMQCANCELLED`: the job was cancelled (`EMQ.CANCEL`).
+    Cancelled(String),
+    /// `EMQTIMEOUT`: the attempt ran past its deadline.
+    TimedOut(String),
 }
 
 /// A running job's place in the worker's concurrency, given back when its task ends, however
@@ -581,6 +620,19 @@ impl Drop for Slot {
     }
 }
 
+/// How long after a renewal to renew again: every `every`, or just after the lease ends
+/// (`ends_ms`, as the renewal answered) when that is sooner, as it is when the attempt's
+/// deadline caps it, so the renewal that learns of the deadline comes as it passes. Never
+/// sooner than a tenth of `every`: a server's clock behind this host's must not make the
+/// renewals spin.
+fn renew_after(every: Duration, ends_ms: Option<i64>, now_ms: i64) -> Duration {
+    let Some(ends_ms) = ends_ms else {
+        return every;
+    };
+    let left = ends_ms.saturating_sub(now_ms).max(0) as u64;
+    Duration::from_millis(left.saturating_add(1)).clamp(every / 10, every)
+}
+
 /// An error's text, at most [`MAX_ERROR`] bytes (its end kept), on a character boundary.
 fn bounded(why: String) -> Vec<u8> {
     let bytes = why.into_bytes();
@@ -592,4 +644,27 @@ fn bounded(why: String) -> Vec<u8> {
         start += 1;
     }
     bytes[start..].to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_capped_by_its_deadline_is_renewed_as_it_ends() {
+        let every = Duration::from_millis(1000);
+        // A lease a renewal carried on a whole lease: the next renewal is the usual one.
+        assert_eq!(renew_after(every, Some(13_000), 10_000), every);
+        assert_eq!(renew_after(every, None, 10_000), every);
+        // Capped by the deadline 400 ms away: renewed just after it, to learn of it.
+        assert_eq!(
+            renew_after(every, Some(10_400), 10_000),
+            Duration::from_millis(401)
+        );
+        // A deadline passed (by this host's clock): not sooner than a tenth of the interval.
+        assert_eq!(
+            renew_after(every, Some(9_000), 10_000),
+            Duration::from_millis(100)
+        );
+    }
 }
