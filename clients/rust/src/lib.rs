@@ -4,7 +4,9 @@
 //! job; `wait_replicas` follows writes with `WAIT`. Flows ([`Flows`], [`Enqueue::children`] and
 //! [`Enqueue::parents`]) make jobs wait for other jobs; a worker delivers its queue's outbox and
 //! a handler reads its children ([`Job::children`]). A job cancelled while it runs
-//! ([`Queue::cancel`]) has its handler's future dropped. See clients/rust/README.md.
+//! ([`Queue::cancel`]), or an attempt past its deadline ([`Enqueue::timeout`], a queue's
+//! [`Limit::timeout`] set with [`Queue::limit`]), has its handler's future dropped. See
+//! clients/rust/README.md.
 
 pub mod cancel;
 pub mod children;
