@@ -67,7 +67,7 @@ fn line(e: &WorkerEvent) -> String {
         EventKind::HandlerStart => "handler_start",
         EventKind::HandlerEnd => "handler_end",
         EventKind::Cancelled => "cancelled",
-        EventKind::Timeout => "timeout",
+        EventKind::TimedOut => "timed_out",
         EventKind::Handover => "handover",
         EventKind::Delivered => "delivered",
         EventKind::Outbox => "outbox",

@@ -39,7 +39,7 @@ pub enum EventKind {
     /// `HandlerEnd`). No outcome is sent for it (`error`: the server's refusal). The server
     /// retries the job with backoff, or buries it in `dead`, with the error `timeout`; its
     /// slot is free.
-    Timeout,
+    TimedOut,
     /// A finished child's hand-over sent to its parent's queue (`EMQ.HANDOVER`; one event an
     /// outbox entry, `id` the child's, `token` 0; with `wait_replicas`, `replicated` says
     /// whether that many of the parent's replicas confirmed it).

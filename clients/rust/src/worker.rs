@@ -582,7 +582,7 @@ where
             Ended::TimedOut(why) => {
                 job.timed_out.store(true, Ordering::SeqCst);
                 self.count(|c| c.timed_out += 1);
-                (EventKind::Timeout, why)
+                (EventKind::TimedOut, why)
             }
         };
         self.hook.emit(Fields {

@@ -58,9 +58,9 @@ fn kinds(recorded: &Recorded, id: &str) -> Vec<(EventKind, i64)> {
         .collect()
 }
 
-/// Whether `id`'s attempt `token` has its `Timeout` event.
+/// Whether `id`'s attempt `token` has its `TimedOut` event.
 fn timed_out(recorded: &Recorded, id: &str, token: i64) -> bool {
-    kinds(recorded, id).contains(&(EventKind::Timeout, token))
+    kinds(recorded, id).contains(&(EventKind::TimedOut, token))
 }
 
 /// A job's row field, through the client.
@@ -70,6 +70,11 @@ async fn field(q: &Queue<MultiplexedConnection>, id: &str, name: &str) -> Option
 
 async fn dead_count(q: &Queue<MultiplexedConnection>) -> Option<i64> {
     q.stats().await.expect("EMQ.STATS")["dead"]
+}
+
+/// The unix ms of a row's `deadline`, `<unix-ms>:<token>`.
+fn deadline_ms(deadline: &str) -> Option<i64> {
+    deadline.split_once(':')?.0.parse().ok()
 }
 
 fn timed(ms: u64) -> Enqueue {
@@ -109,7 +114,8 @@ async fn a_timeout_at_enqueue_is_the_rows_and_its_claim_sets_a_deadline() {
     assert_eq!(field(&q, &id, "deadline").await, None, "not before a claim");
     assert_eq!(claim_one(&q).await, (id.clone(), 1));
     let deadline = field(&q, &id, "deadline").await.expect("a deadline");
-    assert!(deadline.parse::<i64>().is_ok(), "{deadline}");
+    assert!(deadline_ms(&deadline).is_some(), "{deadline}");
+    assert!(deadline.ends_with(":1"), "the attempt's token: {deadline}");
     // A job without one has none.
     let plain = q.enqueue(b"y").await.expect("enqueue");
     assert_eq!(field(&q, &plain, "timeout").await, None);
@@ -293,10 +299,10 @@ async fn a_handler_past_its_deadline_is_dropped_and_the_job_retried_then_buried(
         [
             (Claim, 1),
             (HandlerStart, 1),
-            (Timeout, 1),
+            (TimedOut, 1),
             (Claim, 2),
             (HandlerStart, 2),
-            (Timeout, 2)
+            (TimedOut, 2)
         ]
     );
     for token in [1, 2] {
@@ -391,7 +397,7 @@ async fn a_handler_ignoring_its_deadline_is_left_behind_and_nothing_is_sent_for_
     use EventKind::*;
     assert_eq!(
         kinds(&recorded, &stubborn),
-        [(Claim, 1), (HandlerStart, 1), (Timeout, 1)],
+        [(Claim, 1), (HandlerStart, 1), (TimedOut, 1)],
         "a settle or a second run of the timed-out job"
     );
     assert_one_refused_renewal(&recorded, &stubborn, 1);
@@ -408,11 +414,8 @@ async fn emqtimeout_is_the_typed_timeout_error() {
     let q = Queue::new(conn(&server).await, "typed");
     let id = q.enqueue_with(b"x", timed(100)).await.expect("enqueue");
     assert_eq!(claim_one(&q).await, (id.clone(), 1));
-    let deadline: i64 = field(&q, &id, "deadline")
-        .await
-        .expect("a deadline")
-        .parse()
-        .expect("a number");
+    let deadline = field(&q, &id, "deadline").await.expect("a deadline");
+    let deadline = deadline_ms(&deadline).expect("unix ms");
     let arg = |s: &str| s.as_bytes().to_vec();
     // Renewed for a minute at a time, the lease ends at the deadline, until a renewal is
     // refused.
