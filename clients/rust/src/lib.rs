@@ -15,6 +15,7 @@ pub mod error;
 pub mod events;
 pub mod flow;
 pub mod ids;
+mod job;
 pub mod limit;
 pub mod queue;
 mod settle;

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::pin;
 use std::task::Poll;
 
-use crate::worker::{Failure, Outcome};
+use crate::job::{Failure, Outcome};
 
 /// Runs the handler `make` starts; a panic, in the call or in the future, is the failure
 /// `panicked: <message>` (so the job is failed like any other, its renewals stop and its slot

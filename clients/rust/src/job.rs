@@ -1,0 +1,97 @@
+//! What a handler sees: the claimed [`Job`] (its id, payload and attempt, and the flags the
+//! worker sets as it learns the attempt's fate: a lost lease, a cancel, a deadline passed), and
+//! what it ends in ([`Outcome`], [`Failure`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{FromRedisValue, Value};
+
+use crate::children::{Children, Reader};
+use crate::error::{Error, Result};
+
+/// A claimed job, as its handler sees it.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub id: String,
+    pub payload: Vec<u8>,
+    /// This attempt (the lease token): 1 for the first.
+    pub attempt: i64,
+    pub(crate) lost: Arc<AtomicBool>,
+    pub(crate) cancelled: Arc<AtomicBool>,
+    pub(crate) timed_out: Arc<AtomicBool>,
+    reader: Reader,
+}
+
+impl Job {
+    /// The outcomes of this job's children, when it is a parent: `(queue, id)` -> status and
+    /// data (`EMQ.CHILDREN`, paged to the end).
+    pub async fn children(&self) -> Result<Children> {
+        self.reader.0.children(&self.id).await
+    }
+
+    /// Whether the lease was lost (it ran out and another attempt took the job): the
+    /// handler's outcome will not be sent.
+    pub fn lease_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// Whether the job was cancelled (`EMQ.CANCEL`) while this attempt ran, as a renewal or
+    /// the settle learned it. The worker drops the handler's future then; work the handler
+    /// handed elsewhere (a thread, `spawn_blocking`, a spawned task) holding a clone of the
+    /// job can check this to stop.
+    pub fn cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Whether this attempt ran past its deadline (the job's `timeout`, or its queue's), as a
+    /// renewal learned it (`EMQTIMEOUT`). The worker drops the handler's future then, as for a
+    /// cancel; work handed elsewhere holding a clone of the job can check this to stop.
+    pub fn timed_out(&self) -> bool {
+        self.timed_out.load(Ordering::SeqCst)
+    }
+}
+
+/// How a handler ends other than well.
+#[derive(Debug)]
+pub enum Failure {
+    /// Fail this attempt, to be retried after this long (`RETRY-IN`).
+    Retry(Duration, String),
+    /// Fail it with this error; the server retries it with backoff, then buries it.
+    Error(String),
+}
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(e: E) -> Failure {
+        Failure::Error(e.to_string())
+    }
+}
+
+/// What a handler's run came to.
+pub type Outcome = std::result::Result<Option<Vec<u8>>, Failure>;
+
+/// The jobs of an `EMQ.CLAIM` reply (`[[id, payload, attempts], ...]`, or null on a timeout).
+pub(crate) fn jobs_of(reply: Value, reader: &Reader) -> Result<Vec<Job>> {
+    let items = match reply {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Array(items) => items,
+        other => return Err(Error::Reply(format!("{other:?}"))),
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let (id, payload, attempt) = <(String, Vec<u8>, i64)>::from_redis_value(item)
+                .map_err(|e| Error::Reply(e.to_string()))?;
+            Ok(Job {
+                id,
+                payload,
+                attempt,
+                lost: Arc::new(AtomicBool::new(false)),
+                cancelled: Arc::new(AtomicBool::new(false)),
+                timed_out: Arc::new(AtomicBool::new(false)),
+                reader: reader.clone(),
+            })
+        })
+        .collect()
+}
