@@ -103,6 +103,9 @@ pub enum Command {
         delay_ms: Option<u64>,
         #[arg(long, allow_negative_numbers = true)]
         priority: Option<i64>,
+        /// The job's own limit on one attempt, in milliseconds: past it the server ends it.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=31_536_000_000))]
+        timeout_ms: Option<u64>,
     },
     /// A live view of every queue: counts, rates, the oldest pending job, the counters.
     Top {
@@ -351,11 +354,13 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
             id,
             delay_ms,
             priority,
+            timeout_ms,
         } => {
             let how = Enqueue {
                 id,
                 delay: delay_ms.map(Duration::from_millis),
                 priority,
+                timeout: timeout_ms.map(Duration::from_millis),
                 ..Enqueue::default()
             };
             let id = dep

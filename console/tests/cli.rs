@@ -118,6 +118,17 @@ fn pause_resume_enqueue_cancel_and_requeue_change_the_queue_on_the_server() {
     );
     assert_eq!(code, 0);
     assert_eq!(count(&mut con, "work", "scheduled"), 1);
+    let (code, timed, _) = emq(
+        &s.url(),
+        &["enqueue", "work", "timed", "--timeout-ms", "90000"],
+    );
+    assert_eq!(code, 0);
+    let (_, json, _) = emq(&s.url(), &["--json", "job", "work", timed.trim()]);
+    assert_eq!(
+        serde_json::from_str::<Json>(&json).expect("json")["timeout"],
+        "90000"
+    );
+    assert_eq!(emq(&s.url(), &["cancel", "work", timed.trim()]).0, 0);
     assert_eq!(emq(&s.url(), &["cancel", "work", &id]).0, 0);
     assert_eq!(emq(&s.url(), &["cancel", "work", &id]).0, 3);
     assert_eq!(count(&mut con, "work", "pending"), 0);
