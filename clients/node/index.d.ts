@@ -341,8 +341,9 @@ export interface WorkerEvent {
    * parent) and `delivered` (`EMQ.DELIVERED`, its removal), the child's id and token 0, and
    * `outbox`, a read of the outbox that failed (id ''). `cancelled`: a renewal or settle of the
    * job answered `EMQCANCELLED` (both times that moment, `outcome` ok, `error` the refusal): its
-   * handler's signal was aborted and nothing is sent for it. `timeout`: the same for a renewal
-   * answered `EMQTIMEOUT` (the attempt ran past its deadline). */
+   * handler's signal was aborted and nothing is sent for it. `timed_out`: the same for a renewal
+   * answered `EMQTIMEOUT` (the attempt ran past its deadline; the EventEmitter event is
+   * `'timeout'`). */
   kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'timed_out' | 'handover' | 'delivered' | 'outbox';
   worker: string;
   queue: string;

@@ -47,7 +47,7 @@ export async function producer(): Promise<void> {
   const cap: number | null = limits.concurrency;
   const queueTimeout: number | null = (await q.limit({ timeout: 60_000 })).timeout ?? (await q.limit({ timeout: null })).timeout;
   const timed: string = await q.enqueue('x', { timeout: 300 });
-  const deadline: number | undefined = (await q.job(timed))?.deadline;
+  const deadline: string | undefined = (await q.job(timed))?.deadline;
   const statsTimeout: number | null = stats.timeout;
   const at: number = await q.cron('nightly', { report: 'daily' }, { spec: '0 3 * * *' });
   await q.cron('beat', 'ping', { every: 60_000, priority: -1 });
@@ -132,7 +132,7 @@ export async function worker(): Promise<void> {
   w.once('timeout', (job) => console.log(job.attempt));
   const cancelled: number = w.counts.cancelled;
   const timedOut: number = w.counts.timedOut;
-  const kinds: WorkerEvent['kind'][] = ['cancelled', 'timeout'];
+  const kinds: WorkerEvent['kind'][] = ['cancelled', 'timed_out'];
   void [acked, cancelled, timedOut, kinds];
   await w.close(5000);
 }
