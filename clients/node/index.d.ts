@@ -369,6 +369,9 @@ export interface WorkerCounts {
   acked: number;
   failed: number;
   retried: number;
+  /** Claimed jobs whose outcome was not sent (the lease lost, the worker closed first, or a
+   * claim answered after a stall, its handler not started) or was refused `EMQLEASE`. Each run
+   * is counted once: one later learned cancelled or past its deadline moves to that count. */
   lost: number;
   /** Jobs cancelled (`EMQ.CANCEL`) while their handlers ran: nothing was sent for them. */
   cancelled: number;

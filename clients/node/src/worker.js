@@ -82,6 +82,9 @@ export class Worker extends EventEmitter {
     this.wait = wait.replicas > 0 ? wait : null;
     /** What happened, for logs and tests. */
     this.counts = { acked: 0, failed: 0, retried: 0, lost: 0, cancelled: 0, timedOut: 0 };
+    /** The runs counted lost: an end the server gave one, learned later, moves it (`ended()`).
+     * @type {WeakSet<Job>} */
+    this.countedLost = new WeakSet();
     /** The running handlers, by their job (a run of it); `late`, a renewal due when its lease
      * ends before the next round (`renewAt`), and how many came so.
      * @type {Map<Job, RunState>} */
@@ -287,7 +290,7 @@ export class Worker extends EventEmitter {
     // already; whatever it returned or threw is not sent.
     if (job.cancelled || job.timedOut) return;
     if (this.closed || job.leaseLost) {
-      this.counts.lost++;
+      this.lost(job);
       this.release([job]);
       return;
     }
@@ -318,11 +321,21 @@ export class Worker extends EventEmitter {
     if (e instanceof EmqCancelledError || e instanceof EmqTimeoutError) {
       this.ended(job, e);
     } else if (e instanceof EmqLeaseError) {
+      // A renewal in flight when the settle was sent may have ended the run already: then this
+      // EMQLEASE is that end's, counted with it.
+      if (job.cancelled || job.timedOut) return;
       job.leaseLost = true;
-      this.counts.lost++;
+      this.lost(job);
     } else {
       this.report(e);
     }
+  }
+
+  /** Counts a run whose outcome is not sent (its lease lost, or the worker closed), once. */
+  lost(job) {
+    if (this.countedLost.has(job)) return;
+    this.countedLost.add(job);
+    this.counts.lost++;
   }
 
   /**
@@ -334,7 +347,8 @@ export class Worker extends EventEmitter {
    * settle that raced it is not tried again). A handler still running gives up its slot at
    * once, so the next job runs even beside a handler that ignores its signal; one that has
    * ended gives it up when its settle, in flight or waiting, is done with. Counted, and the
-   * event `cancelled` or `timeout`, once a run.
+   * event `cancelled` or `timeout`, once a run: a run counted lost before this end was learned
+   * (its settle refused EMQLEASE first, or answered over another connection) moves from `lost`.
    * @param {Job} job
    * @param {EmqCancelledError | EmqTimeoutError} error
    */
@@ -343,6 +357,7 @@ export class Worker extends EventEmitter {
     const timedOut = error instanceof EmqTimeoutError;
     if (timedOut) job.timedOut = true;
     else job.cancelled = true;
+    if (this.countedLost.delete(job)) this.counts.lost--;
     this.counts[timedOut ? 'timedOut' : 'cancelled']++;
     const state = this.running.get(job);
     if (state) clearTimeout(state.late);
@@ -381,7 +396,7 @@ export class Worker extends EventEmitter {
       if (item.state.job.cancelled || item.state.job.timedOut) continue;
       // A lease lost (or the worker closed) while the acknowledgement waited: not sent.
       if (this.closed || item.state.job.leaseLost) {
-        this.counts.lost++;
+        this.lost(item.state.job);
         continue;
       }
       let result = null;

@@ -2,7 +2,8 @@
 // an attempt past its deadline has its handler's signal aborted with an EmqTimeoutError, nothing
 // sent for it, its slot freed, one 'timeout' event and count a run; the server retries the job,
 // then buries it with the error `timeout`. A lease capped at the deadline is renewed once it
-// ends, before the next round of renewals.
+// ends, before the next round of renewals. A renewal refused EMQTIMEOUT and an ack refused
+// EMQLEASE for the same run, answered in either order, count it timed out once.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { EmqTimeoutError, Queue, Worker, eventsKey } from '../src/index.js';
@@ -30,6 +31,32 @@ async function streamed(name, id) {
 /** Waits (30 s at most) for `f()`, failing the test with `what` if it never holds. */
 async function waitFor(f, what) {
   assert.ok(await until(f, 30_000), `timed out waiting for ${what}`);
+}
+
+/** `queue` whose commands' answers (the server's, as they came) reach the worker only when the
+ * test lets each through, `release(command)`: the order they arrive in is the test's. `sent`
+ * waits for a command to have been sent. */
+function holding(queue) {
+  /** @type {{command: string, open: () => void}[]} */
+  const held = [];
+  const hold = (command, answer) => {
+    const answered = answer.then((value) => ({ value }), (error) => ({ error }));
+    return new Promise((open) => held.push({ command, open: () => open(undefined) }))
+      .then(() => answered)
+      .then(({ value, error }) => {
+        if (error !== undefined) throw error;
+        return value;
+      });
+  };
+  const gated = Object.create(queue);
+  gated.send = (args, readonly, options) => hold(String(args[0]), queue.send(args, readonly, options));
+  gated.call = (command, ...args) => hold(command, queue.call(command, ...args));
+  const sent = (command) => waitFor(() => held.some((h) => h.command === command), `${command} to be sent`);
+  const release = async (command) => {
+    await sent(command);
+    held.splice(held.findIndex((h) => h.command === command), 1)[0].open();
+  };
+  return { gated, sent, release };
 }
 
 describe('timeouts', () => {
@@ -141,6 +168,52 @@ describe('timeouts', () => {
     assert.ok(order.indexOf(`timed_out ${timed} ok`) > refused);
     assert.ok(refused < secondRound, `refused before the second round: ${order.join(', ')}`);
   });
+
+  for (const first of ['EMQ.RENEW', 'EMQ.MACK']) {
+    test(`a run whose renewal (EMQTIMEOUT) and ack (EMQLEASE) raced, ${first} answered first: counted timed out once, never lost`, async () => {
+      const q = new Queue(client, `timeout-race-${first === 'EMQ.RENEW' ? 'renew' : 'mack'}`);
+      const id = await q.enqueue('raced', { timeout: 200 });
+      const { gated, sent, release } = holding(q);
+      const events = [];
+      const seen = [];
+      /** @type {(value: string) => void} */
+      let finish = () => {};
+      const worker = new Worker(gated, () => new Promise((resolve) => (finish = resolve)), { autorun: false, onEvent: (e) => events.push(e.kind) });
+      for (const kind of ['completed', 'failed', 'cancelled', 'timeout']) worker.on(kind, () => seen.push(kind));
+      // Claimed as the worker's claim would, with a lease far past the deadline; no rounds of
+      // renewals run (autorun false): the test sends the one renewal.
+      const [raw] = await q.send(['EMQ.CLAIM', q.name, 'COUNT', '1', 'LEASE', '600000']);
+      // Paused: the ack's EMQ.MACK ... CLAIM cannot take the job again once the server retries it.
+      await q.pause();
+      worker.start(raw, Date.now());
+      const [state] = worker.running.values();
+      await waitFor(async () => (await q.job(id))?.timedout === 1, 'the server to end the attempt at its deadline');
+      // A renewal sent while the handler runs, then the handler ends and its ack is sent: the
+      // server refuses both, the renewal EMQTIMEOUT and the ack's place EMQLEASE.
+      const renewed = worker.renew(state);
+      finish('too late');
+      await sent('EMQ.RENEW');
+      await sent('EMQ.MACK');
+      await release(first);
+      if (first === 'EMQ.MACK') {
+        await waitFor(() => worker.flushing === null, 'the ack to be settled');
+        assert.equal(worker.counts.lost, 1, 'the refused ack, alone, is a lost lease');
+      } else {
+        await renewed;
+      }
+      await release(first === 'EMQ.RENEW' ? 'EMQ.MACK' : 'EMQ.RENEW');
+      await renewed;
+      await waitFor(() => worker.flushing === null && worker.running.size === 0, 'the ack to be settled, the slot freed');
+      assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 0, lost: 0, cancelled: 0, timedOut: 1 });
+      assert.deepEqual(seen, ['timeout'], "one 'timeout' event, nothing else");
+      assert.deepEqual(events.filter((k) => k === 'timed_out'), ['timed_out']);
+      assert.ok(state.job.timedOut && !state.job.cancelled);
+      // Failed by the server at its deadline, to be retried; the ack did nothing.
+      const row = await q.job(id);
+      assert.ok(['scheduled', 'pending'].includes(String(row.set)), `${row.set}: waits for its retry`);
+      assert.deepEqual([row.error, row.timedout], ['timeout', 1]);
+    });
+  }
 
   test('a lease end the server keeps answering (its clock behind ours) is renewed ever later, then left to the rounds', () => {
     const worker = new Worker(new Queue(client, 'timeout-skew'), () => undefined, { lease: 3_000, autorun: false });
