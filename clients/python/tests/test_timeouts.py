@@ -160,15 +160,16 @@ def test_a_renewal_past_the_deadline_is_typed_and_the_late_ack_is_stale(server: 
 
 def test_a_lease_ending_before_the_next_round_is_renewed_then() -> None:
     """The renewer's plan, without a server: a lease that ends before the next round (at the
-    attempt's deadline) is renewed at its end; one that outlasts the round waits for it."""
+    attempt's deadline) is renewed just past its end; one that outlasts the round waits for it."""
     claiming = Claiming("q", 1, 30.0, None, 1.0, 1 / 3, 1.0, "w", None)
     interval = claiming.renew_interval
     deadline, later = Job("JOB00000000001", b"", 1, "q"), Job("JOB00000000002", b"", 1, "q")
     now_ms = int(time.time() * 1000)
     next_round = time.monotonic() + interval
-    assert claiming.renewed(deadline, time.time_ns(), now_ms + 2_000) is None
-    assert claiming.renewed(later, time.time_ns(), now_ms + 30_000) is None
-    assert deadline._renew_at is not None and later._renew_at is not None
+    assert claiming.renewed(deadline, time.time_ns(), now_ms + 2_000, next_round) is None
+    assert claiming.renewed(later, time.time_ns(), now_ms + 30_000, next_round) is None
+    # The one that outlasts the round has no renewal of its own: the round renews every job.
+    assert deadline._renew_at is not None and later._renew_at is None
     assert leases.wake([deadline, later], next_round) == deadline._renew_at < next_round
     renew, after = leases.due([deadline, later], next_round, deadline._renew_at, interval)
     assert (renew, after) == ([deadline], next_round)
@@ -176,11 +177,42 @@ def test_a_lease_ending_before_the_next_round_is_renewed_then() -> None:
     assert renew == [deadline, later] and after > next_round
     # A refusal ends its renewals: it is in no plan again.
     refusal = redis.ResponseError("EMQTIMEOUT the attempt ran past its deadline")
-    assert claiming.renewed(deadline, time.time_ns(), refusal) == "timed_out"
+    assert claiming.renewed(deadline, time.time_ns(), refusal, next_round) == "timed_out"
     deadline._end("timed_out")
     assert deadline._renew_at is None and deadline.timed_out and not deadline.cancelled
     assert leases.due([deadline, later], next_round, next_round, interval)[0] == [later]
     assert leases.wake([deadline, later], next_round) == next_round
+
+
+def test_a_clock_ahead_of_the_servers_renews_a_few_times_more_then_at_the_rounds() -> None:
+    """A server clock 5 s behind the worker's answers lease ends that have passed here: each
+    renewal before a round waits twice as long past that end, none past the next round, so an
+    attempt has a few of them, then is left to the rounds, not renewed every moment."""
+    now, answered_ns, interval = 1000.0, 1_700_000_000 * 10**9, 10.0
+    passed = answered_ns // 10**6 - 5_000
+    waits: List[float] = []
+    while (at := leases.renew_at(passed, answered_ns, now, now + interval, len(waits))) is not None:
+        waits.append(at - now)
+    assert waits == pytest.approx([leases.LATE * 2**n for n in range(len(waits))])
+    assert 5 <= len(waits) <= 12 and leases.LATE * 2 ** len(waits) >= interval, waits
+    # A lease that ends before the round (the attempt's deadline): renewed LATE past its end.
+    soon = leases.renew_at(answered_ns // 10**6 + 2_000, answered_ns, now, now + interval, 0)
+    assert soon == pytest.approx(now + 2 + leases.LATE)
+    assert leases.renew_at(answered_ns // 10**6 + 20_000, answered_ns, now, now + interval, 0) is None
+    assert leases.renew_at(None, answered_ns, now, now + interval, 0) is None
+    # The worker's side: the same bound, one job's early renewals counted on it.
+    claiming = Claiming("q", 1, 30.0, None, 1.0, 1 / 3, 1.0, "w", None)
+    job = Job("JOB00000000001", b"", 1, "q")
+    next_round = time.monotonic() + claiming.renew_interval
+    plans: List[float] = []
+    while True:
+        sent = time.time_ns()
+        assert claiming.renewed(job, sent, sent // 10**6 - 5_000, next_round) is None
+        if job._renew_at is None:
+            break
+        plans.append(job._renew_at)
+        assert len(plans) <= 12, plans
+    assert job._early == len(plans) >= 5 and plans == sorted(plans), plans
 
 
 def timed_out_worker(server: Server, queue: str, handle: Any, on_event: Any) -> echomq.Worker:

@@ -451,6 +451,6 @@ class AsyncWorker(Claiming):
                     reply = await self.queue.client.execute_command(*self.renew_args(job))
                 except Exception as e:
                     reply = e
-                why = self.renewed(job, sent, reply)
+                why = self.renewed(job, sent, reply, next_round)
                 if why is not None:
                     self._ended(job, why)

@@ -159,17 +159,23 @@ class Claiming:
         """The ``EMQ.RENEW`` of a running job, with its progress when it has one."""
         return cmd.renew(job.queue, job.id, job.attempt, self.lease_ms, job.progress)
 
-    def renewed(self, job: Job, sent_ns: int, reply: Any) -> Optional[Ending]:
+    def renewed(
+        self, job: Job, sent_ns: int, reply: Any, next_round: float
+    ) -> Optional[Ending]:
         """A renewal's reply (an exception for one that failed), as a renew event: a lost
         lease ends the job's renewals; a failover or a lost connection, the next round tries
-        again; a lease that ends sooner than a round (at the attempt's deadline) is renewed
-        again then (``leases.due``). Whether the reply ended the attempt: ``EMQCANCELLED`` or
-        ``EMQTIMEOUT`` (the worker then gives the job up)."""
+        again; a lease that ends before `next_round` (at the attempt's deadline) is renewed
+        again just past its end (``leases.renew_at``). Whether the reply ended the attempt:
+        ``EMQCANCELLED`` or ``EMQTIMEOUT`` (the worker then gives the job up)."""
         if cmd.lease_lost(reply):
             job.lease_lost.set()
         answered = time.time_ns()
         self._event("renew", job.id, job.attempt, sent_ns, answered, reply=reply)
-        job._renew_at = leases.renew_at(cmd.lease_end(reply), answered)
+        job._renew_at = leases.renew_at(
+            cmd.lease_end(reply), answered, time.monotonic(), next_round, job._early
+        )
+        if job._renew_at is not None:
+            job._early += 1
         if cmd.cancelled(reply):
             return "cancelled"
         if cmd.timed_out(reply):
@@ -524,6 +530,6 @@ class Worker(Claiming):
                     reply = self.queue.client.execute_command(*self.renew_args(job))
                 except Exception as e:
                     reply = e
-                why = self.renewed(job, sent, reply)
+                why = self.renewed(job, sent, reply, next_round)
                 if why is not None:
                     self._ended(job, why)
