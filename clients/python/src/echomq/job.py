@@ -61,6 +61,9 @@ class Job:
     _renew_at: Optional[float] = field(default=None, repr=False, compare=False)
     #: How many renewals came so, before a round: each waits twice as long past the lease's end.
     _early: int = field(default=0, repr=False, compare=False)
+    #: What its worker counted the attempt as (``Claiming.tally``): once, but for a ``lost``
+    #: settle whose attempt the server had ended, moved to that end's count when heard of.
+    _counted: Optional[str] = field(default=None, repr=False, compare=False)
 
     @property
     def cancelled(self) -> bool:

@@ -33,9 +33,9 @@ def renew_at(
 
 
 def renewing(job: Job) -> bool:
-    """Whether the job's lease is still renewed: not lost, and its attempt not ended by the
-    server (cancelled, timed out)."""
-    return not (job.lease_lost.is_set() or job._over)
+    """Whether the job's lease is still renewed: not lost, its attempt not ended by the server
+    (cancelled, timed out), and its outcome not on its way (a settle decides the attempt)."""
+    return not (job.lease_lost.is_set() or job._over or job._phase == "ended")
 
 
 def due(
