@@ -97,10 +97,16 @@ def test_the_queues_timeout_is_set_reported_kept_and_removed(server: Server) -> 
     claim_one(q, job_id)
     job = row(q, job_id)
     assert "timeout" not in job and int(job["lease-deadline"]) <= deadline_ms(job), job
-    # None removes it alone; off removes every limit.
+    # None removes that limit alone, whichever it is; off removes every limit.
     limits = q.limit(timeout=None)
     assert (limits["concurrency"], limits["timeout"]) == (2, None), limits
-    q.limit(timeout=1)
+    limits = q.limit(timeout=1, rate=5, per=2)
+    assert (limits["concurrency"], limits["rate"], limits["timeout"]) == (2, 5, 1000), limits
+    limits = q.limit(concurrency=None)
+    assert (limits["concurrency"], limits["rate"], limits["timeout"]) == (None, 5, 1000), limits
+    limits = q.limit(rate=None)
+    assert (limits["rate"], limits["timeout"]) == (None, 1000), limits
+    q.limit(concurrency=2)
     limits = q.limit(off=True)
     assert (limits["concurrency"], limits["timeout"]) == (None, None), limits
     later = q.enqueue(b"y")
@@ -109,11 +115,16 @@ def test_the_queues_timeout_is_set_reported_kept_and_removed(server: Server) -> 
 
 
 def test_the_limits_arguments() -> None:
-    assert cmd.limit("q", None, None, None, False) == ["EMQ.LIMIT", "q"]
-    assert cmd.limit("q", None, None, None, False, 2.5) == ["EMQ.LIMIT", "q", "TIMEOUT", 2500]
-    assert cmd.limit("q", 3, None, None, False, None) == [
+    assert cmd.limit("q") == ["EMQ.LIMIT", "q"]
+    assert cmd.limit("q", timeout=2.5) == ["EMQ.LIMIT", "q", "TIMEOUT", 2500]
+    assert cmd.limit("q", 3, timeout=None) == [
         "EMQ.LIMIT", "q", "CONCURRENCY", 3, "TIMEOUT", "OFF"
     ]
+    # None removes any one limit; KEEP (the default) leaves it out.
+    assert cmd.limit("q", None, None, None, False, cmd.KEEP) == [
+        "EMQ.LIMIT", "q", "CONCURRENCY", "OFF", "RATE", "OFF"
+    ]
+    assert cmd.limit("q", rate=10, per=1.5) == ["EMQ.LIMIT", "q", "RATE", 10, "PER", 1500]
     _, args = cmd.enqueue("q", echomq.Raw(), b"p", "JOB00000000001", None, None, None, None, None,
                           timeout=0.25)
     assert args[-2:] == ["TIMEOUT", 250]

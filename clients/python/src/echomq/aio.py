@@ -191,10 +191,11 @@ class AsyncQueue(Settings):
         return cmd.flag(await self._send(cmd.resume(self.name)))
 
     async def limit(
-        self, concurrency: Optional[int] = None, rate: Optional[int] = None,
-        per: Optional[float] = None, off: bool = False,
-        timeout: Union[float, None, cmd.Keep] = cmd.KEEP,
+        self, concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
+        rate: Union[int, None, cmd.Keep] = cmd.KEEP, per: Optional[float] = None,
+        off: bool = False, timeout: Union[float, None, cmd.Keep] = cmd.KEEP,
     ) -> Dict[str, Optional[int]]:
+        """``Queue.limit``, awaited: ``None`` removes a limit, one left out stays."""
         args = cmd.limit(self.name, concurrency, rate, per, off, timeout)
         return cmd.counts(await self._send(args))
 

@@ -36,7 +36,7 @@ class Keep(enum.Enum):
     KEEP = "keep"
 
 
-#: ``limit``'s ``timeout`` when not given: the queue's timeout stays (``None`` removes it).
+#: A ``limit`` not given: it stays as it is (``None`` removes it).
 KEEP = Keep.KEEP
 
 # ---- building: producing ----
@@ -176,15 +176,24 @@ def resume(queue: str) -> List[Any]:
 
 
 def limit(
-    queue: str, concurrency: Optional[int], rate: Optional[int], per: Optional[float], off: bool,
+    queue: str,
+    concurrency: Union[int, None, Keep] = KEEP,
+    rate: Union[int, None, Keep] = KEEP,
+    per: Optional[float] = None,
+    off: bool = False,
     timeout: Union[float, None, Keep] = KEEP,
 ) -> List[Any]:
-    """``EMQ.LIMIT``: the given limits, ``OFF``, or with neither a report. A ``timeout``
-    (seconds, sent in ms) is set, ``None`` removed (``TIMEOUT OFF``), ``KEEP`` left out."""
+    """``EMQ.LIMIT``: the given limits, ``OFF``, or with neither a report. Each limit is set,
+    ``None`` removed (``CONCURRENCY OFF``, ``RATE OFF``, ``TIMEOUT OFF``), ``KEEP`` left out;
+    ``per`` and ``timeout`` are seconds, sent in ms."""
     args: List[Any] = ["EMQ.LIMIT", queue, *(["OFF"] if off else [])]
-    if concurrency is not None:
+    if concurrency is None:
+        args += ["CONCURRENCY", "OFF"]
+    elif not isinstance(concurrency, Keep):
         args += ["CONCURRENCY", concurrency]
-    if rate is not None:
+    if rate is None:
+        args += ["RATE", "OFF"]
+    elif not isinstance(rate, Keep):
         if per is None:
             raise ValueError("a rate needs its window, per")
         args += ["RATE", rate, "PER", int(per * 1000)]
