@@ -125,9 +125,26 @@ def test_the_limits_arguments() -> None:
         "EMQ.LIMIT", "q", "CONCURRENCY", "OFF", "RATE", "OFF"
     ]
     assert cmd.limit("q", rate=10, per=1.5) == ["EMQ.LIMIT", "q", "RATE", 10, "PER", 1500]
+
+
+def enqueued_timeout(timeout: float) -> int:
     _, args = cmd.enqueue("q", echomq.Raw(), b"p", "JOB00000000001", None, None, None, None, None,
-                          timeout=0.25)
-    assert args[-2:] == ["TIMEOUT", 250]
+                          timeout=timeout)
+    assert args[-2] == "TIMEOUT", args
+    ms: int = args[-1]
+    return ms
+
+
+def test_a_timeout_is_sent_to_the_nearest_ms_and_one_under_half_a_ms_is_refused() -> None:
+    assert [enqueued_timeout(t) for t in (0.25, 0.3, 0.0299, 0.0016, 0.0006, 1e-3)] == [
+        250, 300, 30, 2, 1, 1
+    ]
+    assert cmd.limit("q", timeout=0.0299) == ["EMQ.LIMIT", "q", "TIMEOUT", 30]
+    for under in (0.0004, 1e-9):
+        with pytest.raises(ValueError, match="rounds to 0 ms"):
+            enqueued_timeout(under)
+        with pytest.raises(ValueError, match="rounds to 0 ms"):
+            cmd.limit("q", timeout=under)
 
 
 def test_the_async_queue_enqueues_and_limits_with_timeouts(server: Server) -> None:

@@ -6,6 +6,7 @@ these build, each its own way (blocking or awaited, alone or pipelined)."""
 from __future__ import annotations
 
 import enum
+import math
 from typing import (
     Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union,
 )
@@ -38,6 +39,15 @@ class Keep(enum.Enum):
 
 #: A ``limit`` not given: it stays as it is (``None`` removes it).
 KEEP = Keep.KEEP
+
+
+def timeout_ms(timeout: float) -> int:
+    """A timeout in seconds as the protocol's ms, to the nearest: one under half a ms would
+    be ``TIMEOUT 0``, which is no limit the server takes, so it is refused here."""
+    ms = math.floor(timeout * 1000 + 0.5)
+    if timeout > 0 and ms < 1:
+        raise ValueError(f"timeout={timeout!r} s rounds to 0 ms: the server takes 1 ms at least")
+    return ms
 
 # ---- building: producing ----
 
@@ -84,7 +94,7 @@ def enqueue(
         if parent.on_fail != "fail":  # the default
             args += ["ON-FAIL", parent.on_fail.upper()]
     if timeout is not None:
-        args += ["TIMEOUT", int(timeout * 1000)]
+        args += ["TIMEOUT", timeout_ms(timeout)]
     return job_id, args
 
 
@@ -200,7 +210,7 @@ def limit(
     if timeout is None:
         args += ["TIMEOUT", "OFF"]
     elif not isinstance(timeout, Keep):
-        args += ["TIMEOUT", int(timeout * 1000)]
+        args += ["TIMEOUT", timeout_ms(timeout)]
     return args
 
 
