@@ -28,8 +28,11 @@ from echomq.worker import Claiming
 from conftest import Server, joined, until
 from test_cancel import kinds, recorder, run_async, start, until_async
 
-#: A short lease, so renewals (every third of it) come often, and each attempt's limit.
-LEASE = 0.3
+#: A long lease (a job is not run a lease after its claim was sent: ``Claiming.stale``), so a
+#: loaded machine's stall does not lose a job, renewed in rounds of 0.3 s (``RENEW_EVERY``):
+#: an attempt's end is heard of soon after its limit, ``TIMEOUT``.
+LEASE = 10.0
+RENEW_EVERY = 0.03
 TIMEOUT = 0.3
 
 
@@ -245,7 +248,8 @@ def test_a_clock_ahead_of_the_servers_renews_a_few_times_more_then_at_the_rounds
 
 def timed_out_worker(server: Server, queue: str, handle: Any, on_event: Any) -> echomq.Worker:
     return echomq.Worker(
-        server.client(), queue, handle, concurrency=1, lease=LEASE, on_event=on_event
+        server.client(), queue, handle, concurrency=1, lease=LEASE, renew_every=RENEW_EVERY,
+        on_event=on_event,
     )
 
 
@@ -364,7 +368,7 @@ def test_an_async_handler_past_its_timeout_has_its_task_cancelled(server: Server
                 raise
 
         worker = AsyncWorker(client, "timed-async", handle, concurrency=1, lease=LEASE,
-                             on_event=on_event)
+                             renew_every=RENEW_EVERY, on_event=on_event)
         task = asyncio.create_task(worker.run())
         assert await until_async(lambda: len(stopped) == 1), of(job_id)
         other = await q.enqueue(b"next")
