@@ -21,8 +21,11 @@ from echomq.aio import AsyncQueue, AsyncWorker
 from echomq.errors import translate
 from conftest import Server, joined, until
 
-#: A short lease, so renewals (every third of it) come often.
-LEASE = 0.3
+#: A long lease (a job is not run a lease after its claim was sent: ``Claiming.stale``), so a
+#: loaded machine's stall does not lose a job, renewed in rounds of 0.3 s (``RENEW_EVERY``):
+#: a cancel is heard of soon.
+LEASE = 10.0
+RENEW_EVERY = 0.03
 
 
 def recorder() -> Any:
@@ -109,7 +112,8 @@ def test_a_sync_handler_sees_job_cancelled_and_nothing_is_sent(server: Server) -
         return b"stopped early"
 
     worker = echomq.Worker(
-        server.client(), "cancel-sync", handle, concurrency=1, lease=LEASE, on_event=on_event
+        server.client(), "cancel-sync", handle, concurrency=1, lease=LEASE,
+        renew_every=RENEW_EVERY, on_event=on_event,
     )
     t = start(worker)
     assert started.wait(30)
@@ -154,7 +158,8 @@ def test_a_sync_handler_that_ignores_the_cancel_does_not_hold_its_slot(server: S
 
     # One slot: the next jobs run only once the worker stopped waiting for the stuck handler.
     worker = echomq.Worker(
-        server.client(), "cancel-ignored", handle, concurrency=1, lease=LEASE, on_event=on_event
+        server.client(), "cancel-ignored", handle, concurrency=1, lease=LEASE,
+        renew_every=RENEW_EVERY, on_event=on_event,
     )
     t = start(worker)
     assert started.wait(30)
@@ -258,7 +263,7 @@ def test_an_async_handler_s_task_is_cancelled(server: Server) -> None:
                 raise
 
         worker = AsyncWorker(client, "cancel-async", handle, concurrency=1, lease=LEASE,
-                             on_event=on_event)
+                             renew_every=RENEW_EVERY, on_event=on_event)
         task = asyncio.create_task(worker.run())
         await asyncio.wait_for(started.wait(), 30)
         assert await q.cancel(job_id) is True
@@ -306,7 +311,7 @@ def test_an_async_handler_that_swallows_the_cancel_does_not_hold_its_slot(
             return b"too late"
 
         worker = AsyncWorker(client, "cancel-async-ignored", handle, concurrency=1, lease=LEASE,
-                             on_event=on_event)
+                             renew_every=RENEW_EVERY, on_event=on_event)
         task = asyncio.create_task(worker.run())
         await asyncio.wait_for(started.wait(), 30)
         later = await q.enqueue_many([b"next 1", b"next 2"])

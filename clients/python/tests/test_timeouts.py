@@ -28,8 +28,11 @@ from echomq.worker import Claiming
 from conftest import Server, joined, until
 from test_cancel import kinds, recorder, run_async, start, until_async
 
-#: A short lease, so renewals (every third of it) come often, and each attempt's limit.
-LEASE = 0.3
+#: A long lease (a job is not run a lease after its claim was sent: ``Claiming.stale``), so a
+#: loaded machine's stall does not lose a job, renewed in rounds of 0.3 s (``RENEW_EVERY``):
+#: an attempt's end is heard of soon after its limit, ``TIMEOUT``.
+LEASE = 10.0
+RENEW_EVERY = 0.03
 TIMEOUT = 0.3
 
 
@@ -97,10 +100,16 @@ def test_the_queues_timeout_is_set_reported_kept_and_removed(server: Server) -> 
     claim_one(q, job_id)
     job = row(q, job_id)
     assert "timeout" not in job and int(job["lease-deadline"]) <= deadline_ms(job), job
-    # None removes it alone; off removes every limit.
+    # None removes that limit alone, whichever it is; off removes every limit.
     limits = q.limit(timeout=None)
     assert (limits["concurrency"], limits["timeout"]) == (2, None), limits
-    q.limit(timeout=1)
+    limits = q.limit(timeout=1, rate=5, per=2)
+    assert (limits["concurrency"], limits["rate"], limits["timeout"]) == (2, 5, 1000), limits
+    limits = q.limit(concurrency=None)
+    assert (limits["concurrency"], limits["rate"], limits["timeout"]) == (None, 5, 1000), limits
+    limits = q.limit(rate=None)
+    assert (limits["rate"], limits["timeout"]) == (None, 1000), limits
+    q.limit(concurrency=2)
     limits = q.limit(off=True)
     assert (limits["concurrency"], limits["timeout"]) == (None, None), limits
     later = q.enqueue(b"y")
@@ -109,14 +118,36 @@ def test_the_queues_timeout_is_set_reported_kept_and_removed(server: Server) -> 
 
 
 def test_the_limits_arguments() -> None:
-    assert cmd.limit("q", None, None, None, False) == ["EMQ.LIMIT", "q"]
-    assert cmd.limit("q", None, None, None, False, 2.5) == ["EMQ.LIMIT", "q", "TIMEOUT", 2500]
-    assert cmd.limit("q", 3, None, None, False, None) == [
+    assert cmd.limit("q") == ["EMQ.LIMIT", "q"]
+    assert cmd.limit("q", timeout=2.5) == ["EMQ.LIMIT", "q", "TIMEOUT", 2500]
+    assert cmd.limit("q", 3, timeout=None) == [
         "EMQ.LIMIT", "q", "CONCURRENCY", 3, "TIMEOUT", "OFF"
     ]
+    # None removes any one limit; KEEP (the default) leaves it out.
+    assert cmd.limit("q", None, None, None, False, cmd.KEEP) == [
+        "EMQ.LIMIT", "q", "CONCURRENCY", "OFF", "RATE", "OFF"
+    ]
+    assert cmd.limit("q", rate=10, per=1.5) == ["EMQ.LIMIT", "q", "RATE", 10, "PER", 1500]
+
+
+def enqueued_timeout(timeout: float) -> int:
     _, args = cmd.enqueue("q", echomq.Raw(), b"p", "JOB00000000001", None, None, None, None, None,
-                          timeout=0.25)
-    assert args[-2:] == ["TIMEOUT", 250]
+                          timeout=timeout)
+    assert args[-2] == "TIMEOUT", args
+    ms: int = args[-1]
+    return ms
+
+
+def test_a_timeout_is_sent_to_the_nearest_ms_and_one_under_half_a_ms_is_refused() -> None:
+    assert [enqueued_timeout(t) for t in (0.25, 0.3, 0.0299, 0.0016, 0.0006, 1e-3)] == [
+        250, 300, 30, 2, 1, 1
+    ]
+    assert cmd.limit("q", timeout=0.0299) == ["EMQ.LIMIT", "q", "TIMEOUT", 30]
+    for under in (0.0004, 1e-9):
+        with pytest.raises(ValueError, match="rounds to 0 ms"):
+            enqueued_timeout(under)
+        with pytest.raises(ValueError, match="rounds to 0 ms"):
+            cmd.limit("q", timeout=under)
 
 
 def test_the_async_queue_enqueues_and_limits_with_timeouts(server: Server) -> None:
@@ -160,15 +191,16 @@ def test_a_renewal_past_the_deadline_is_typed_and_the_late_ack_is_stale(server: 
 
 def test_a_lease_ending_before_the_next_round_is_renewed_then() -> None:
     """The renewer's plan, without a server: a lease that ends before the next round (at the
-    attempt's deadline) is renewed at its end; one that outlasts the round waits for it."""
+    attempt's deadline) is renewed just past its end; one that outlasts the round waits for it."""
     claiming = Claiming("q", 1, 30.0, None, 1.0, 1 / 3, 1.0, "w", None)
     interval = claiming.renew_interval
     deadline, later = Job("JOB00000000001", b"", 1, "q"), Job("JOB00000000002", b"", 1, "q")
     now_ms = int(time.time() * 1000)
     next_round = time.monotonic() + interval
-    assert claiming.renewed(deadline, time.time_ns(), now_ms + 2_000) is None
-    assert claiming.renewed(later, time.time_ns(), now_ms + 30_000) is None
-    assert deadline._renew_at is not None and later._renew_at is not None
+    assert claiming.renewed(deadline, time.time_ns(), now_ms + 2_000, next_round) is None
+    assert claiming.renewed(later, time.time_ns(), now_ms + 30_000, next_round) is None
+    # The one that outlasts the round has no renewal of its own: the round renews every job.
+    assert deadline._renew_at is not None and later._renew_at is None
     assert leases.wake([deadline, later], next_round) == deadline._renew_at < next_round
     renew, after = leases.due([deadline, later], next_round, deadline._renew_at, interval)
     assert (renew, after) == ([deadline], next_round)
@@ -176,16 +208,48 @@ def test_a_lease_ending_before_the_next_round_is_renewed_then() -> None:
     assert renew == [deadline, later] and after > next_round
     # A refusal ends its renewals: it is in no plan again.
     refusal = redis.ResponseError("EMQTIMEOUT the attempt ran past its deadline")
-    assert claiming.renewed(deadline, time.time_ns(), refusal) == "timed_out"
+    assert claiming.renewed(deadline, time.time_ns(), refusal, next_round) == "timed_out"
     deadline._end("timed_out")
     assert deadline._renew_at is None and deadline.timed_out and not deadline.cancelled
     assert leases.due([deadline, later], next_round, next_round, interval)[0] == [later]
     assert leases.wake([deadline, later], next_round) == next_round
 
 
+def test_a_clock_ahead_of_the_servers_renews_a_few_times_more_then_at_the_rounds() -> None:
+    """A server clock 5 s behind the worker's answers lease ends that have passed here: each
+    renewal before a round waits twice as long past that end, none past the next round, so an
+    attempt has a few of them, then is left to the rounds, not renewed every moment."""
+    now, answered_ns, interval = 1000.0, 1_700_000_000 * 10**9, 10.0
+    passed = answered_ns // 10**6 - 5_000
+    waits: List[float] = []
+    while (at := leases.renew_at(passed, answered_ns, now, now + interval, len(waits))) is not None:
+        waits.append(at - now)
+    assert waits == pytest.approx([leases.LATE * 2**n for n in range(len(waits))])
+    assert 5 <= len(waits) <= 12 and leases.LATE * 2 ** len(waits) >= interval, waits
+    # A lease that ends before the round (the attempt's deadline): renewed LATE past its end.
+    soon = leases.renew_at(answered_ns // 10**6 + 2_000, answered_ns, now, now + interval, 0)
+    assert soon == pytest.approx(now + 2 + leases.LATE)
+    assert leases.renew_at(answered_ns // 10**6 + 20_000, answered_ns, now, now + interval, 0) is None
+    assert leases.renew_at(None, answered_ns, now, now + interval, 0) is None
+    # The worker's side: the same bound, one job's early renewals counted on it.
+    claiming = Claiming("q", 1, 30.0, None, 1.0, 1 / 3, 1.0, "w", None)
+    job = Job("JOB00000000001", b"", 1, "q")
+    next_round = time.monotonic() + claiming.renew_interval
+    plans: List[float] = []
+    while True:
+        sent = time.time_ns()
+        assert claiming.renewed(job, sent, sent // 10**6 - 5_000, next_round) is None
+        if job._renew_at is None:
+            break
+        plans.append(job._renew_at)
+        assert len(plans) <= 12, plans
+    assert job._early == len(plans) >= 5 and plans == sorted(plans), plans
+
+
 def timed_out_worker(server: Server, queue: str, handle: Any, on_event: Any) -> echomq.Worker:
     return echomq.Worker(
-        server.client(), queue, handle, concurrency=1, lease=LEASE, on_event=on_event
+        server.client(), queue, handle, concurrency=1, lease=LEASE, renew_every=RENEW_EVERY,
+        on_event=on_event,
     )
 
 
@@ -304,7 +368,7 @@ def test_an_async_handler_past_its_timeout_has_its_task_cancelled(server: Server
                 raise
 
         worker = AsyncWorker(client, "timed-async", handle, concurrency=1, lease=LEASE,
-                             on_event=on_event)
+                             renew_every=RENEW_EVERY, on_event=on_event)
         task = asyncio.create_task(worker.run())
         assert await until_async(lambda: len(stopped) == 1), of(job_id)
         other = await q.enqueue(b"next")

@@ -191,10 +191,11 @@ class AsyncQueue(Settings):
         return cmd.flag(await self._send(cmd.resume(self.name)))
 
     async def limit(
-        self, concurrency: Optional[int] = None, rate: Optional[int] = None,
-        per: Optional[float] = None, off: bool = False,
-        timeout: Union[float, None, cmd.Keep] = cmd.KEEP,
+        self, concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
+        rate: Union[int, None, cmd.Keep] = cmd.KEEP, per: Optional[float] = None,
+        off: bool = False, timeout: Union[float, None, cmd.Keep] = cmd.KEEP,
     ) -> Dict[str, Optional[int]]:
+        """``Queue.limit``, awaited: ``None`` removes a limit, one left out stays."""
         args = cmd.limit(self.name, concurrency, rate, per, off, timeout)
         return cmd.counts(await self._send(args))
 
@@ -329,7 +330,7 @@ class AsyncWorker(Claiming):
         task = asyncio.current_task()
         try:
             if self.stale(job):
-                self.counts["lost"] += 1
+                self.tally(job, "lost")
                 return
             if job._over:
                 return  # cancelled or timed out before its handler started
@@ -375,15 +376,16 @@ class AsyncWorker(Claiming):
         """The server ended this attempt while it ran: ``cancelled`` (a renewal or a settle
         answered ``EMQCANCELLED``) or ``timed_out`` (a renewal answered ``EMQTIMEOUT``). Once:
         the event of that name, then the flag (``job.cancelled``, ``job.timed_out``) set and
-        counted. A handler still running has its task cancelled, the reason its message, and
-        is no longer waited for: its slot is freed now, whether or not the handler heeds the
-        cancellation, and its end sends nothing."""
+        counted (``tally``: a settle counted ``lost`` before is moved). A handler still running
+        has its task cancelled, the reason its message, and is no longer waited for: its slot
+        is freed now, whether or not the handler heeds the cancellation, and its end sends
+        nothing."""
         if job._end_seen:
             return
         job._end_seen = True
         self._event(why, job.id, job.attempt, time.time_ns())
         job._end(why)
-        self.counts[why] += 1
+        self.tally(job, why)
         task = self._running.get(job.id)
         if job._phase != "running" or task is None or self._jobs.get(job.id) is not job:
             return  # not started (its task skips it) or ended (its settle drops it)
@@ -396,11 +398,14 @@ class AsyncWorker(Claiming):
 
     async def _settle(self, job: Job, counted: str, command: str, options: List[Any]) -> None:
         """Sends the outcome (with ``WAIT`` after it, with ``wait_replicas``), again while the
-        failure is a moment's; a settle event for each try."""
-        if job._over:
+        failure is a moment's and the attempt's end (cancelled, timed out: a renewal sent
+        before the handler ended heard of it) is not heard of; a settle event for each try.
+        Counted once (``tally``): a refusal of an attempt whose end was heard of counts nothing
+        more."""
+        if job._end_seen:
             return
         if self._closed or job.lease_lost.is_set():
-            self.counts["lost"] += 1
+            self.tally(job, "lost")
             return
         waiting = self.queue.wait_replicas
         action: Action = "ack" if command == cmd.ACK else "fail"
@@ -427,16 +432,19 @@ class AsyncWorker(Claiming):
                 break
             await asyncio.sleep(backoff(attempt))
             attempt += 1
-        if isinstance(reply, Exception):
-            if cmd.lease_lost(reply):
-                job.lease_lost.set()
-                self.counts["lost"] += 1
-            elif cmd.cancelled(reply):
-                self._ended(job, "cancelled")  # cancelled as it ended: not retried, not lost
-            else:
-                self.counts["failed-to-settle"] = self.counts.get("failed-to-settle", 0) + 1
-            return
-        self.counts[counted] += 1
+            if job._end_seen:
+                return  # a renewal heard the attempt end meanwhile: that is its count
+        if not isinstance(reply, Exception):
+            self.tally(job, counted)
+        elif cmd.cancelled(reply):
+            self._ended(job, "cancelled")  # cancelled as it ended: not retried, not lost
+        elif job._end_seen:
+            pass  # a renewal heard the attempt end: that is its count
+        elif cmd.lease_lost(reply):
+            job.lease_lost.set()
+            self.tally(job, "lost")
+        else:
+            self.tally(job, "failed-to-settle")
 
     async def _renew_loop(self) -> None:
         next_round = time.monotonic() + self.renew_interval
@@ -446,11 +454,13 @@ class AsyncWorker(Claiming):
             running = list(self._jobs.values())
             jobs, next_round = leases.due(running, next_round, time.monotonic(), self.renew_interval)
             for job in jobs:
+                if not leases.renewing(job):
+                    continue  # its outcome went on its way (or its end was heard) meanwhile
                 sent = time.time_ns()
                 try:
                     reply = await self.queue.client.execute_command(*self.renew_args(job))
                 except Exception as e:
                     reply = e
-                why = self.renewed(job, sent, reply)
+                why = self.renewed(job, sent, reply, next_round)
                 if why is not None:
                     self._ended(job, why)

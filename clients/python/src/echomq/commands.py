@@ -6,6 +6,7 @@ these build, each its own way (blocking or awaited, alone or pipelined)."""
 from __future__ import annotations
 
 import enum
+import math
 from typing import (
     Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union,
 )
@@ -36,8 +37,17 @@ class Keep(enum.Enum):
     KEEP = "keep"
 
 
-#: ``limit``'s ``timeout`` when not given: the queue's timeout stays (``None`` removes it).
+#: A ``limit`` not given: it stays as it is (``None`` removes it).
 KEEP = Keep.KEEP
+
+
+def timeout_ms(timeout: float) -> int:
+    """A timeout in seconds as the protocol's ms, to the nearest: one under half a ms would
+    be ``TIMEOUT 0``, which is no limit the server takes, so it is refused here."""
+    ms = math.floor(timeout * 1000 + 0.5)
+    if timeout > 0 and ms < 1:
+        raise ValueError(f"timeout={timeout!r} s rounds to 0 ms: the server takes 1 ms at least")
+    return ms
 
 # ---- building: producing ----
 
@@ -84,7 +94,7 @@ def enqueue(
         if parent.on_fail != "fail":  # the default
             args += ["ON-FAIL", parent.on_fail.upper()]
     if timeout is not None:
-        args += ["TIMEOUT", int(timeout * 1000)]
+        args += ["TIMEOUT", timeout_ms(timeout)]
     return job_id, args
 
 
@@ -176,22 +186,31 @@ def resume(queue: str) -> List[Any]:
 
 
 def limit(
-    queue: str, concurrency: Optional[int], rate: Optional[int], per: Optional[float], off: bool,
+    queue: str,
+    concurrency: Union[int, None, Keep] = KEEP,
+    rate: Union[int, None, Keep] = KEEP,
+    per: Optional[float] = None,
+    off: bool = False,
     timeout: Union[float, None, Keep] = KEEP,
 ) -> List[Any]:
-    """``EMQ.LIMIT``: the given limits, ``OFF``, or with neither a report. A ``timeout``
-    (seconds, sent in ms) is set, ``None`` removed (``TIMEOUT OFF``), ``KEEP`` left out."""
+    """``EMQ.LIMIT``: the given limits, ``OFF``, or with neither a report. Each limit is set,
+    ``None`` removed (``CONCURRENCY OFF``, ``RATE OFF``, ``TIMEOUT OFF``), ``KEEP`` left out;
+    ``per`` and ``timeout`` are seconds, sent in ms."""
     args: List[Any] = ["EMQ.LIMIT", queue, *(["OFF"] if off else [])]
-    if concurrency is not None:
+    if concurrency is None:
+        args += ["CONCURRENCY", "OFF"]
+    elif not isinstance(concurrency, Keep):
         args += ["CONCURRENCY", concurrency]
-    if rate is not None:
+    if rate is None:
+        args += ["RATE", "OFF"]
+    elif not isinstance(rate, Keep):
         if per is None:
             raise ValueError("a rate needs its window, per")
         args += ["RATE", rate, "PER", int(per * 1000)]
     if timeout is None:
         args += ["TIMEOUT", "OFF"]
     elif not isinstance(timeout, Keep):
-        args += ["TIMEOUT", int(timeout * 1000)]
+        args += ["TIMEOUT", timeout_ms(timeout)]
     return args
 
 

@@ -56,9 +56,14 @@ class Job:
     #: Whether its worker took note of the attempt's end (a cancel or a timeout: its event,
     #: once).
     _end_seen: bool = field(default=False, repr=False, compare=False)
-    #: When (``time.monotonic()``) its last renewal's lease ends (``leases.renew_at``): the
-    #: renewer renews it then if that comes before its next round.
+    #: When (``time.monotonic()``) the renewer renews it before its next round, just past the
+    #: end of a lease that ends sooner (``leases.renew_at``); ``None``: at the round.
     _renew_at: Optional[float] = field(default=None, repr=False, compare=False)
+    #: How many renewals came so, before a round: each waits twice as long past the lease's end.
+    _early: int = field(default=0, repr=False, compare=False)
+    #: What its worker counted the attempt as (``Claiming.tally``): once, but for a ``lost``
+    #: settle whose attempt the server had ended, moved to that end's count when heard of.
+    _counted: Optional[str] = field(default=None, repr=False, compare=False)
 
     @property
     def cancelled(self) -> bool:

@@ -1,37 +1,41 @@
 """When a worker renews its running jobs' leases: every job once a round (``renew_every`` of
 the lease), and sooner a job whose last renewal's lease ends before the next round, which only
-an attempt's deadline makes it do (``timeout``): renewed again at that end, the worker hears
-``EMQTIMEOUT`` then, not a round late. Pure: ``Worker`` and ``AsyncWorker`` send the
+an attempt's deadline makes it do (``timeout``): renewed again just past that end, the worker
+hears ``EMQTIMEOUT`` then, not a round late. Pure: ``Worker`` and ``AsyncWorker`` send the
 renewals."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 if TYPE_CHECKING:
     from .job import Job
 
-#: The soonest, in seconds, a renewal comes again after one whose lease ends before the next
-#: round: a client clock ahead of the server's renews at most this often until the deadline
-#: passed there too.
-SOONEST = 0.02
+#: How long past a lease's end, in seconds, the first renewal before a round waits. Each
+#: further one of the same attempt waits twice as long past the end its renewal answered, and
+#: none is planned past the next round: a client clock ahead of the server's, by which each
+#: lease end has passed already, renews an attempt a few more times, not every moment.
+LATE = 0.01
 
 
-def renew_at(ends_ms: Optional[int], answered_ns: int) -> Optional[float]:
-    """When (``time.monotonic()``) a lease that ends at `ends_ms` (the server's unix ms, a
-    renewal's reply, answered at `answered_ns` wall time) is to be renewed if that comes before
-    the next round: at its end, ``SOONEST`` from now at least. ``None`` with no lease end (a
-    refusal, a failure): the next round renews it."""
+def renew_at(
+    ends_ms: Optional[int], answered_ns: int, now: float, next_round: float, early: int
+) -> Optional[float]:
+    """When (``time.monotonic()``; `now` when the reply came) to renew again a job whose
+    renewal answered that its lease ends at `ends_ms` (the server's unix ms; `answered_ns`, the
+    reply's wall time): ``LATE`` past that end, doubled for each of the `early` renewals the
+    attempt had before a round, if that comes before `next_round`. ``None`` otherwise, and with
+    no lease end (a refusal, a failure): the next round renews it."""
     if ends_ms is None:
         return None
-    return time.monotonic() + max(ends_ms / 1000 - answered_ns / 1e9, SOONEST)
+    at = now + max(ends_ms / 1000 - answered_ns / 1e9, 0.0) + LATE * 2**early
+    return at if at < next_round else None
 
 
 def renewing(job: Job) -> bool:
-    """Whether the job's lease is still renewed: not lost, and its attempt not ended by the
-    server (cancelled, timed out)."""
-    return not (job.lease_lost.is_set() or job._over)
+    """Whether the job's lease is still renewed: not lost, its attempt not ended by the server
+    (cancelled, timed out), and its outcome not on its way (a settle decides the attempt)."""
+    return not (job.lease_lost.is_set() or job._over or job._phase == "ended")
 
 
 def due(

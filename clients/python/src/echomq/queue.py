@@ -263,14 +263,15 @@ class Queue(Settings):
         return cmd.flag(self._send(cmd.resume(self.name)))
 
     def limit(
-        self, concurrency: Optional[int] = None, rate: Optional[int] = None,
-        per: Optional[float] = None, off: bool = False,
-        timeout: Union[float, None, cmd.Keep] = cmd.KEEP,
+        self, concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
+        rate: Union[int, None, cmd.Keep] = cmd.KEEP, per: Optional[float] = None,
+        off: bool = False, timeout: Union[float, None, cmd.Keep] = cmd.KEEP,
     ) -> Dict[str, Optional[int]]:
-        """``EMQ.LIMIT``: sets the given limits (``rate`` claims every ``per`` seconds; ``timeout``
-        seconds for each attempt of a job without its own, ``None`` removes it), or with ``off``
-        removes them all; with nothing given, reports them. The limits (``timeout`` in ms) and
-        their use."""
+        """``EMQ.LIMIT``: sets the limits given (``concurrency`` jobs active at once; ``rate``
+        claims every ``per`` seconds; ``timeout`` seconds for each attempt of a job without its
+        own), ``None`` removes one, one left out stays; ``off`` removes them all; with nothing
+        given, reports them. The limits and their use, in the server's units: ``rate-per`` and
+        ``timeout`` in ms."""
         return cmd.counts(self._send(cmd.limit(self.name, concurrency, rate, per, off, timeout)))
 
     def cron(

@@ -124,10 +124,11 @@ class Claiming:
         self._closed = False
         #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
         self._fatal: Optional[BaseException] = None
-        #: What happened, for logs and tests: acked, failed, retried, lost, cancelled (the job
-        #: was cancelled while it ran: nothing was sent for it), timed_out (the attempt ran past
-        #: its deadline: nothing was sent for it), and failed-to-settle (an outcome the server
-        #: refused for another reason).
+        #: What happened, each attempt counted once (``tally``), for logs and tests: acked,
+        #: failed, retried, lost, cancelled (the job was cancelled while it ran: nothing was
+        #: sent for it, or the server refused it), timed_out (the attempt ran past its
+        #: deadline: the same), and failed-to-settle (an outcome the server refused for another
+        #: reason).
         self.counts: Dict[str, int] = {
             "acked": 0, "failed": 0, "retried": 0, "lost": 0, "cancelled": 0, "timed_out": 0,
         }
@@ -159,22 +160,40 @@ class Claiming:
         """The ``EMQ.RENEW`` of a running job, with its progress when it has one."""
         return cmd.renew(job.queue, job.id, job.attempt, self.lease_ms, job.progress)
 
-    def renewed(self, job: Job, sent_ns: int, reply: Any) -> Optional[Ending]:
+    def renewed(
+        self, job: Job, sent_ns: int, reply: Any, next_round: float
+    ) -> Optional[Ending]:
         """A renewal's reply (an exception for one that failed), as a renew event: a lost
         lease ends the job's renewals; a failover or a lost connection, the next round tries
-        again; a lease that ends sooner than a round (at the attempt's deadline) is renewed
-        again then (``leases.due``). Whether the reply ended the attempt: ``EMQCANCELLED`` or
-        ``EMQTIMEOUT`` (the worker then gives the job up)."""
+        again; a lease that ends before `next_round` (at the attempt's deadline) is renewed
+        again just past its end (``leases.renew_at``). Whether the reply ended the attempt:
+        ``EMQCANCELLED`` or ``EMQTIMEOUT`` (the worker then gives the job up)."""
         if cmd.lease_lost(reply):
             job.lease_lost.set()
         answered = time.time_ns()
         self._event("renew", job.id, job.attempt, sent_ns, answered, reply=reply)
-        job._renew_at = leases.renew_at(cmd.lease_end(reply), answered)
+        job._renew_at = leases.renew_at(
+            cmd.lease_end(reply), answered, time.monotonic(), next_round, job._early
+        )
+        if job._renew_at is not None:
+            job._early += 1
         if cmd.cancelled(reply):
             return "cancelled"
         if cmd.timed_out(reply):
             return "timed_out"
         return None
+
+    def tally(self, job: Job, outcome: str) -> None:
+        """Counts the attempt as `outcome`, once: what comes after counts nothing more, but for
+        an end the server made (``cancelled``, ``timed_out``) heard of after a settle it refused
+        was counted ``lost``, which moves the attempt to that end's count. (``Worker`` calls it
+        under its lock.)"""
+        if job._counted == "lost" and outcome in ("cancelled", "timed_out"):
+            self.counts["lost"] -= 1
+        elif job._counted is not None:
+            return
+        job._counted = outcome
+        self.counts[outcome] = self.counts.get(outcome, 0) + 1
 
 
 class Worker(Claiming):
@@ -350,8 +369,8 @@ class Worker(Claiming):
         ended while the handler ran (``_ended``): its outcome is dropped, and this thread is no
         longer one of the pool's."""
         if self.stale(job):
-            self._count("lost")
             with self._lock:
+                self.tally(job, "lost")
                 self._release(job)
             return True
         with self._lock:
@@ -380,9 +399,9 @@ class Worker(Claiming):
         """The server ended this attempt while it ran: ``cancelled`` (a renewal or a settle
         answered ``EMQCANCELLED``) or ``timed_out`` (a renewal answered ``EMQTIMEOUT``). Once:
         the event of that name, then the flag (``job.cancelled``, ``job.timed_out``) set and
-        counted. A handler still running is no longer waited for: its slot is freed and a new
-        pool thread takes the next job, while the old one runs the handler to its end, which
-        sends nothing."""
+        counted (``tally``: a settle counted ``lost`` before is moved). A handler still running
+        is no longer waited for: its slot is freed and a new pool thread takes the next job,
+        while the old one runs the handler to its end, which sends nothing."""
         with self._lock:
             if job._end_seen:
                 return
@@ -390,7 +409,7 @@ class Worker(Claiming):
         self._event(why, job.id, job.attempt, time.time_ns())
         with self._lock:
             job._end(why)
-            self.counts[why] += 1
+            self.tally(job, why)
             if job._phase != "running":
                 return  # not started (its thread skips it) or ended (the settler drops it)
             job._phase = "abandoned"
@@ -425,38 +444,47 @@ class Worker(Claiming):
 
     def _settle(self, batch: List[Tuple[Job, str, str, List[Any]]]) -> None:
         """Sends each outcome, unless its lease was lost, its attempt ended (cancelled, timed
-        out), or the worker shut down first."""
+        out: a renewal sent before the handler ended heard of it), or the worker shut down
+        first. Each attempt is counted once (``tally``): a refusal of an attempt whose end was
+        heard of counts nothing more."""
+        send: List[Tuple[Job, str, str, List[Any]]] = []
         with self._lock:
-            closed = self._closed
-        send = [b for b in batch if not (closed or b[0].lease_lost.is_set() or b[0]._over)]
-        for job, *_ in batch:
-            if (closed or job.lease_lost.is_set()) and not job._over:
-                self._count("lost")
+            for one in batch:
+                job = one[0]
+                if job._end_seen:
+                    continue
+                if self._closed or job.lease_lost.is_set():
+                    self.tally(job, "lost")
+                    continue
+                send.append(one)
         if not send:
             return
         replies = self._send(send)
         # What did not get through (a failover, a lost connection, a slot on the move) is sent
-        # again one by one, each retried; one applied already answers EMQLEASE, counted as lost.
+        # again one by one, each retried while its attempt's end is not heard of; one applied
+        # already answers EMQLEASE, counted as lost.
         for i, one in enumerate(send):
             attempt = 0
-            while retryable(replies[i]) and attempt < self.queue.retries:
+            while retryable(replies[i]) and attempt < self.queue.retries and not one[0]._end_seen:
                 if moved(replies[i]):
                     refresh(self.queue.client)
                 time.sleep(backoff(attempt))
                 attempt += 1
                 replies[i] = self._send([one])[0]
         for (job, counted, _, _), reply in zip(send, replies):
-            if isinstance(reply, Exception):
-                if cmd.lease_lost(reply):
-                    job.lease_lost.set()
-                    self._count("lost")
-                    continue
-                if cmd.cancelled(reply):
-                    self._ended(job, "cancelled")  # cancelled as it ended: not retried, not lost
-                    continue
-                self._count("failed-to-settle")
+            if cmd.cancelled(reply):
+                self._ended(job, "cancelled")  # cancelled as it ended: not retried, not lost
                 continue
-            self._count(counted)
+            with self._lock:
+                if not isinstance(reply, Exception):
+                    self.tally(job, counted)
+                elif job._end_seen:
+                    pass  # a renewal heard the attempt end: that is its count
+                elif cmd.lease_lost(reply):
+                    job.lease_lost.set()
+                    self.tally(job, "lost")
+                else:
+                    self.tally(job, "failed-to-settle")
 
     def _send(self, send: List[Tuple[Job, str, str, List[Any]]]) -> List[Any]:
         """One pipeline: the acknowledgements as one ``EMQ.MACK`` (each job's outcome in its
@@ -496,10 +524,6 @@ class Worker(Claiming):
             )
         return replies
 
-    def _count(self, outcome: str) -> None:
-        with self._lock:
-            self.counts[outcome] = self.counts.get(outcome, 0) + 1
-
     # ---- leases ----
 
     def _renew_loop(self) -> None:
@@ -519,11 +543,13 @@ class Worker(Claiming):
                 return
             jobs, next_round = leases.due(jobs, next_round, time.monotonic(), self.renew_interval)
             for job in jobs:
+                if not leases.renewing(job):
+                    continue  # its outcome went on its way (or its end was heard) meanwhile
                 sent = time.time_ns()
                 try:
                     reply = self.queue.client.execute_command(*self.renew_args(job))
                 except Exception as e:
                     reply = e
-                why = self.renewed(job, sent, reply)
+                why = self.renewed(job, sent, reply, next_round)
                 if why is not None:
                     self._ended(job, why)
