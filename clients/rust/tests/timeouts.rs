@@ -139,6 +139,58 @@ async fn a_timeout_at_enqueue_is_the_rows_and_its_claim_sets_a_deadline() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_is_sent_rounded_and_one_rounding_to_nothing_is_refused_before_sending() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "rounded");
+    let id = q
+        .enqueue_with(
+            b"x",
+            Enqueue {
+                timeout: Some(Duration::from_micros(1500)),
+                ..Enqueue::default()
+            },
+        )
+        .await
+        .expect("enqueue");
+    assert_eq!(field(&q, &id, "timeout").await.as_deref(), Some("2"));
+    let tiny = Duration::from_micros(499);
+    let refused = q
+        .enqueue_with(
+            b"y",
+            Enqueue {
+                timeout: Some(tiny),
+                ..Enqueue::default()
+            },
+        )
+        .await;
+    assert!(matches!(refused, Err(Error::Argument(_))), "{refused:?}");
+    // A flow with one anywhere: none of it is written.
+    let mut tree =
+        FlowJob::new("rounded", b"parent").child(FlowJob::new("rounded", b"child").timeout(tiny));
+    let refused = Flows::new(conn(&server).await).flow(&mut tree).await;
+    assert!(matches!(refused, Err(Error::Argument(_))), "{refused:?}");
+    assert_eq!(q.stats().await.expect("stats")["pending"], Some(1));
+    // A queue's: nothing changed, not even the limit set beside it.
+    let refused = q
+        .limit(Limit {
+            concurrency: Setting::Set(3),
+            timeout: Setting::Set(tiny),
+            ..Limit::default()
+        })
+        .await;
+    assert!(matches!(refused, Err(Error::Argument(_))), "{refused:?}");
+    assert_eq!(q.limits().await.expect("report"), Limits::default());
+    let set = q
+        .limit(Limit {
+            timeout: Setting::Set(Duration::from_micros(299_500)),
+            ..Limit::default()
+        })
+        .await
+        .expect("limit");
+    assert_eq!(set.timeout, Some(Duration::from_millis(300)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queues_limits_are_set_reported_and_removed() {
     let server = start(Options::default());
     let q = Queue::new(conn(&server).await, "limited");
