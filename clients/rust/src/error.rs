@@ -48,6 +48,10 @@ pub enum Error {
     /// [`MAX_PARENTS`]: crate::flow::MAX_PARENTS
     #[error("{0}")]
     Flow(String),
+    /// An argument refused by the client before anything was sent: a positive timeout under
+    /// half a millisecond, which would be sent as 0 ms.
+    #[error("{0}")]
+    Argument(String),
     /// Another refusal of the catalogue (`EMQTYPE`, `EMQKEY`, `EMQCURSOR`).
     #[error("{0}")]
     Emq(String),

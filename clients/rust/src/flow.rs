@@ -11,7 +11,7 @@ use redis::{Cmd, Value};
 
 use crate::error::{Error, Result};
 use crate::ids;
-use crate::queue::{Enqueue, Queue};
+use crate::queue::{timeout_ms, Enqueue, Queue};
 use crate::slot::slot;
 
 /// Most parents one child names.
@@ -153,7 +153,8 @@ impl FlowJob {
         self
     }
 
-    /// The job's limit on one attempt ([`Enqueue::timeout`]).
+    /// The job's limit on one attempt ([`Enqueue::timeout`]; a flow with a positive timeout
+    /// under half a ms anywhere is refused before any of it is sent).
     pub fn timeout(mut self, timeout: Duration) -> FlowJob {
         self.timeout = Some(timeout);
         self
@@ -170,6 +171,15 @@ impl FlowJob {
             child.mint_ids();
         }
         self.id.get_or_insert_with(ids::mint).clone()
+    }
+
+    /// Refuses a tree with a timeout the server would be sent as 0 ms, before any job of it is
+    /// enqueued: a parent written without its child would wait for it forever.
+    fn check_timeouts(&self) -> Result<()> {
+        if let Some(t) = self.timeout {
+            timeout_ms(t)?;
+        }
+        self.children.iter().try_for_each(FlowJob::check_timeouts)
     }
 }
 
@@ -210,6 +220,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Flows<C> {
     /// root's id. A call that failed part way is retried with the same tree: the jobs written
     /// already answer as duplicates, and each child is counted once.
     pub async fn flow(&self, tree: &mut FlowJob) -> Result<String> {
+        tree.check_timeouts()?;
         let root = tree.mint_ids();
         let mut todo: Vec<(&FlowJob, Option<Parent>)> = vec![(tree, None)];
         while let Some((job, parent)) = todo.pop() {
@@ -288,6 +299,20 @@ mod tests {
              PARENT audit JOB0KHTOWnGLuD ON-FAIL IGNORE"
         );
         assert!(options(None, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_tree_with_a_timeout_rounding_to_nothing_is_refused_before_sending() {
+        let tree = |t: Duration| {
+            FlowJob::new("q", b"parent")
+                .timeout(Duration::from_secs(1))
+                .child(FlowJob::new("q", b"child").child(FlowJob::new("q", b"leaf").timeout(t)))
+        };
+        assert!(tree(Duration::from_micros(500)).check_timeouts().is_ok());
+        assert!(matches!(
+            tree(Duration::from_micros(499)).check_timeouts(),
+            Err(Error::Argument(_))
+        ));
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod ids;
 mod job;
 pub mod limit;
 pub mod queue;
+mod renewals;
 mod settle;
 pub mod slot;
 mod unwind;

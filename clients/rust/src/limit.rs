@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Value};
 
 use crate::error::{Error, Result};
-use crate::queue::{pairs, Queue};
+use crate::queue::{millis, pairs, timeout_ms, Queue};
 
 /// What a change does to one limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,8 +41,9 @@ pub struct Limit {
     /// Claims in a sliding window (`RATE <n> PER <ms>`).
     pub rate: Setting<Rate>,
     /// The limit on one attempt of a job enqueued without a timeout of its own, counted from
-    /// its claim (`TIMEOUT <ms>`, 1 ms to 365 days), read by each claim: a change does not
-    /// move the deadline of an attempt running already.
+    /// its claim (`TIMEOUT <ms>`, 1 ms to 365 days, sent rounded to the nearest ms; a
+    /// positive one under half a ms is refused before anything is sent, [`Error::Argument`]),
+    /// read by each claim: a change does not move the deadline of an attempt running already.
     pub timeout: Setting<Duration>,
 }
 
@@ -55,9 +56,9 @@ impl Limit {
     };
 
     /// The command's options: each limit to set or remove, in the order the module reads them.
-    fn options(&self) -> Vec<Vec<u8>> {
+    fn options(&self) -> Result<Vec<Vec<u8>>> {
         if *self == Limit::OFF {
-            return vec![b"OFF".to_vec()];
+            return Ok(vec![b"OFF".to_vec()]);
         }
         let text = |n: u128| n.to_string().into_bytes();
         let mut args = Vec::new();
@@ -72,16 +73,16 @@ impl Limit {
                 b"RATE".to_vec(),
                 text(r.n.into()),
                 b"PER".to_vec(),
-                text(r.per.as_millis()),
+                text(millis(r.per)),
             ]),
             Setting::Off => args.extend([b"RATE".to_vec(), b"OFF".to_vec()]),
         }
         match self.timeout {
             Setting::Keep => {}
-            Setting::Set(d) => args.extend([b"TIMEOUT".to_vec(), text(d.as_millis())]),
+            Setting::Set(d) => args.extend([b"TIMEOUT".to_vec(), text(timeout_ms(d)?)]),
             Setting::Off => args.extend([b"TIMEOUT".to_vec(), b"OFF".to_vec()]),
         }
-        args
+        Ok(args)
     }
 }
 
@@ -153,7 +154,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// # }
     /// ```
     pub async fn limit(&self, change: Limit) -> Result<Limits> {
-        let reply = self.call("EMQ.LIMIT", &change.options()).await?;
+        let reply = self.call("EMQ.LIMIT", &change.options()?).await?;
         Limits::from_reply(&reply)
     }
 
@@ -170,6 +171,7 @@ mod tests {
     fn words(change: Limit) -> String {
         let words: Vec<String> = change
             .options()
+            .unwrap()
             .into_iter()
             .map(|w| String::from_utf8(w).unwrap())
             .collect();
@@ -199,6 +201,25 @@ mod tests {
             ..Limit::OFF
         };
         assert_eq!(words(two), "CONCURRENCY OFF TIMEOUT OFF");
+    }
+
+    #[test]
+    fn durations_are_sent_rounded_and_a_timeout_rounding_to_nothing_is_refused() {
+        let rounded = Limit {
+            rate: Setting::Set(Rate {
+                n: 1,
+                per: Duration::from_micros(2500),
+            }),
+            timeout: Setting::Set(Duration::from_micros(299_600)),
+            ..Limit::default()
+        };
+        assert_eq!(words(rounded), "RATE 1 PER 3 TIMEOUT 300");
+        let tiny = Limit {
+            concurrency: Setting::Set(3),
+            timeout: Setting::Set(Duration::from_micros(400)),
+            ..Limit::default()
+        };
+        assert!(matches!(tiny.options(), Err(Error::Argument(_))));
     }
 
     #[test]

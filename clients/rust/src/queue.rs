@@ -30,9 +30,10 @@ pub struct Enqueue {
     pub unique: Option<String>,
     pub unique_for: Option<Duration>,
     /// The job's limit on one attempt, counted from its claim (`TIMEOUT <ms>`, 1 ms to 365
-    /// days): past it the server ends the attempt (a retry, or `dead`, with the error
-    /// `timeout`). `None`: the queue's default ([`Limit::timeout`](crate::Limit::timeout)), if
-    /// any.
+    /// days, sent rounded to the nearest ms): past it the server ends the attempt (a retry, or
+    /// `dead`, with the error `timeout`). A positive timeout under half a ms is refused before
+    /// anything is sent ([`Error::Argument`]). `None`: the queue's default
+    /// ([`Limit::timeout`](crate::Limit::timeout)), if any.
     pub timeout: Option<Duration>,
     /// A parent: it waits (`waiting`, never claimed) until this many children have finished.
     pub children: Option<u32>,
@@ -71,6 +72,22 @@ pub(crate) struct Sent {
 pub(crate) fn backoff(attempt: u32) -> Duration {
     let cap = (50u64 << attempt.min(6)).min(2000);
     Duration::from_millis(rand::random_range(0..=cap))
+}
+
+/// A duration in whole milliseconds, the nearest (a half up): what the server is sent.
+pub(crate) fn millis(d: Duration) -> u128 {
+    (d.as_nanos() + 500_000) / 1_000_000
+}
+
+/// A timeout in milliseconds; a positive one that rounds to 0 is refused before sending
+/// ([`Error::Argument`]) rather than sent as 0. Zero itself is sent, and the server refuses it.
+pub(crate) fn timeout_ms(d: Duration) -> Result<u128> {
+    match millis(d) {
+        0 if !d.is_zero() => Err(Error::Argument(format!(
+            "a timeout of {d:?} rounds to 0 ms: the least is 1 ms"
+        ))),
+        ms => Ok(ms),
+    }
 }
 
 /// An `EMQ.MACK` reply as each job's outcome in its place.
@@ -262,9 +279,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// is adopted first by each parent whose queue's slot is not this queue's (`EMQ.ADOPT`).
     pub async fn enqueue_with(&self, payload: impl AsRef<[u8]>, how: Enqueue) -> Result<String> {
         flow::check(&how.parents)?;
+        let timeout = how.timeout.map(timeout_ms).transpose()?;
         let id = how.id.unwrap_or_else(ids::mint);
         let mut args = vec![id.clone().into_bytes(), payload.as_ref().to_vec()];
-        let ms = |d: Duration| d.as_millis().to_string().into_bytes();
+        let ms = |d: Duration| millis(d).to_string().into_bytes();
         if let Some(d) = how.delay {
             args.extend([b"DELAY".to_vec(), ms(d)]);
         }
@@ -277,8 +295,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
                 args.extend([b"FOR".to_vec(), ms(d)]);
             }
         }
-        if let Some(d) = how.timeout {
-            args.extend([b"TIMEOUT".to_vec(), ms(d)]);
+        if let Some(t) = timeout {
+            args.extend([b"TIMEOUT".to_vec(), t.to_string().into_bytes()]);
         }
         args.extend(flow::options(how.children, &how.parents));
         if let Err(e) = self.adopt(&how.parents, &id).await {
@@ -406,5 +424,37 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
 
     pub async fn resume(&self) -> Result<bool> {
         Ok(self.call("EMQ.RESUME", &[]).await? == Value::Int(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duration_is_sent_as_the_nearest_whole_ms() {
+        assert_eq!(millis(Duration::ZERO), 0);
+        assert_eq!(millis(Duration::from_micros(499)), 0);
+        assert_eq!(millis(Duration::from_micros(500)), 1);
+        assert_eq!(millis(Duration::from_micros(1499)), 1);
+        assert_eq!(millis(Duration::from_micros(1500)), 2);
+        assert_eq!(millis(Duration::from_secs_f64(0.2999999)), 300);
+        assert_eq!(millis(Duration::from_secs(60)), 60_000);
+    }
+
+    #[test]
+    fn a_positive_timeout_that_rounds_to_nothing_is_refused_before_sending() {
+        assert!(matches!(
+            timeout_ms(Duration::from_micros(499)),
+            Err(Error::Argument(_))
+        ));
+        assert!(matches!(
+            timeout_ms(Duration::from_nanos(1)),
+            Err(Error::Argument(_))
+        ));
+        assert_eq!(timeout_ms(Duration::from_micros(500)).unwrap(), 1);
+        assert_eq!(timeout_ms(Duration::from_micros(2600)).unwrap(), 3);
+        // Zero is the server's to refuse, as any other timeout out of its bounds.
+        assert_eq!(timeout_ms(Duration::ZERO).unwrap(), 0);
     }
 }

@@ -31,6 +31,7 @@ use crate::job::jobs_of;
 // What a handler sees is job.rs's; `echomq_client::worker::Job` and the rest still name it.
 pub use crate::job::{Failure, Job, Outcome};
 use crate::queue::{backoff, Queue};
+use crate::renewals::Renewals;
 use crate::settle::{replicated, send_acks, Ack};
 use crate::unwind::guarded;
 
@@ -345,6 +346,7 @@ where
         let outcome = {
             let handler = guarded(|| (self.handler)(job.clone()));
             tokio::pin!(handler);
+            let mut schedule = Renewals::new(self.renew);
             let mut next = Instant::now() + self.renew;
             loop {
                 tokio::select! {
@@ -352,7 +354,7 @@ where
                     _ = tokio::time::sleep_until(next) => match self.renew(&job).await {
                         Ok(ends) => {
                             let now_ms = (now_ns() / 1_000_000) as i64;
-                            next = Instant::now() + renew_after(self.renew, ends, now_ms);
+                            next = Instant::now() + schedule.after(ends, now_ms);
                         }
                         Err(ended) => break Err(ended),
                     },
@@ -538,19 +540,6 @@ impl Drop for Slot {
     }
 }
 
-/// How long after a renewal to renew again: every `every`, or just after the lease ends
-/// (`ends_ms`, as the renewal answered) when that is sooner, as it is when the attempt's
-/// deadline caps it, so the renewal that learns of the deadline comes as it passes. Never
-/// sooner than a tenth of `every`: a server's clock behind this host's must not make the
-/// renewals spin.
-fn renew_after(every: Duration, ends_ms: Option<i64>, now_ms: i64) -> Duration {
-    let Some(ends_ms) = ends_ms else {
-        return every;
-    };
-    let left = ends_ms.saturating_sub(now_ms).max(0) as u64;
-    Duration::from_millis(left.saturating_add(1)).clamp(every / 10, every)
-}
-
 /// An error's text, at most [`MAX_ERROR`] bytes (its end kept), on a character boundary.
 fn bounded(why: String) -> Vec<u8> {
     let bytes = why.into_bytes();
@@ -562,27 +551,4 @@ fn bounded(why: String) -> Vec<u8> {
         start += 1;
     }
     bytes[start..].to_vec()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lease_capped_by_its_deadline_is_renewed_as_it_ends() {
-        let every = Duration::from_millis(1000);
-        // A lease a renewal carried on a whole lease: the next renewal is the usual one.
-        assert_eq!(renew_after(every, Some(13_000), 10_000), every);
-        assert_eq!(renew_after(every, None, 10_000), every);
-        // Capped by the deadline 400 ms away: renewed just after it, to learn of it.
-        assert_eq!(
-            renew_after(every, Some(10_400), 10_000),
-            Duration::from_millis(401)
-        );
-        // A deadline passed (by this host's clock): not sooner than a tenth of the interval.
-        assert_eq!(
-            renew_after(every, Some(9_000), 10_000),
-            Duration::from_millis(100)
-        );
-    }
 }
