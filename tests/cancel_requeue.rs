@@ -66,7 +66,7 @@ fn cancelling_an_active_job_ends_its_attempt_and_refuses_its_worker() {
     }
     let mack = mack(&mut con, &q, &[id.clone(), token.to_string()]).expect("mack");
     assert!(
-        matches!(&mack, Value::Array(r) if matches!(&r[0], Value::ServerError(e) if e.code() == "EMQCANCELLED")),
+        matches!(&mack, Value::Array(r) if refused_with(&r[0], "EMQCANCELLED")),
         "{mack:?}"
     );
     assert_eq!(
@@ -107,12 +107,7 @@ fn a_cancelled_active_job_frees_its_room_under_a_concurrency_limit() {
     let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("cancel-room");
-    let _: Value = cmd("EMQ.LIMIT")
-        .arg(&q)
-        .arg("CONCURRENCY")
-        .arg(1)
-        .query(&mut con)
-        .expect("limit");
+    limit(&mut con, &q, &["CONCURRENCY", "1"]);
     enqueue(&mut con, &q, &job_id(1), "first");
     enqueue(&mut con, &q, &job_id(2), "second");
     let first = claim(&mut con, &q, &[]).expect("claim");

@@ -13,14 +13,6 @@ use std::time::Duration;
 use redis::{cmd, Connection, Value};
 use support::*;
 
-fn limit(con: &mut Connection, q: &str, opts: &[&str]) -> Vec<(String, Option<i64>)> {
-    cmd("EMQ.LIMIT")
-        .arg(q)
-        .arg(opts)
-        .query(con)
-        .expect("EMQ.LIMIT")
-}
-
 fn used(con: &mut Connection, q: &str, field: &str) -> Option<i64> {
     limit(con, q, &[])
         .into_iter()

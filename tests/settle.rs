@@ -33,7 +33,7 @@ fn enqueued_and_claimed(con: &mut Connection, q: &str, n: u64) -> Vec<(String, i
 type Next = (Vec<i64>, Vec<Job>);
 
 fn is_lease_refusal(v: &Value) -> bool {
-    matches!(v, Value::ServerError(e) if e.code() == "EMQLEASE")
+    refused_with(v, "EMQLEASE")
 }
 
 #[test]

@@ -96,7 +96,7 @@ fn the_server_ends_an_attempt_at_its_deadline_even_while_it_is_renewed() {
     assert!(expect_err(&mut con, &late_ack).starts_with("EMQLEASE"));
     let late_mack = mack(&mut con, &q, &[id.clone(), token.to_string()]).expect("mack");
     assert!(
-        matches!(&late_mack, Value::Array(r) if matches!(&r[0], Value::ServerError(e) if e.code() == "EMQLEASE")),
+        matches!(&late_mack, Value::Array(r) if refused_with(&r[0], "EMQLEASE")),
         "{late_mack:?}"
     );
     // This server's only timed job: its counts are exact.
@@ -125,18 +125,10 @@ fn an_ack_before_the_deadline_settles_and_the_queue_timeout_times_the_rest() {
     let server = Server::start_or_external();
     let mut con = server.conn3();
     let q = unique_queue("timeout-limit");
-    let reply: Value = cmd("EMQ.LIMIT")
-        .arg(&q)
-        .arg("TIMEOUT")
-        .arg(60_000)
-        .query(&mut con)
-        .expect("limit");
-    let fields = map_pairs(&reply);
+    let reply = limit(&mut con, &q, &["TIMEOUT", "60000"]);
     assert!(
-        fields
-            .iter()
-            .any(|(k, v)| k == "timeout" && *v == Value::Int(60_000)),
-        "{fields:?}"
+        reply.contains(&("timeout".to_string(), Some(60_000))),
+        "{reply:?}"
     );
     enqueue(&mut con, &q, &job_id(1), "plain");
     let token = claim(&mut con, &q, &[]).expect("claimed")[0].2;
@@ -151,15 +143,8 @@ fn an_ack_before_the_deadline_settles_and_the_queue_timeout_times_the_rest() {
         .expect("acked in time");
     assert_eq!(acked, 1);
     // Removed, it times nothing claimed after.
-    let off: Value = cmd("EMQ.LIMIT")
-        .arg(&q)
-        .arg("TIMEOUT")
-        .arg("OFF")
-        .query(&mut con)
-        .expect("off");
-    assert!(map_pairs(&off)
-        .iter()
-        .any(|(k, v)| k == "timeout" && *v == Value::Nil));
+    let off = limit(&mut con, &q, &["TIMEOUT", "OFF"]);
+    assert!(off.contains(&("timeout".to_string(), None)), "{off:?}");
     enqueue(&mut con, &q, &job_id(2), "plain");
     claim(&mut con, &q, &[]).expect("claimed");
     assert_eq!(row_field(&mut con, &q, &job_id(2), "deadline"), None);
@@ -200,12 +185,7 @@ fn a_job_without_a_timeout_in_a_timed_queue_is_the_reference_row() {
     let mut con = server.conn();
     let by_module = unique_queue("timed-mod");
     let by_lua = unique_queue("timed-lua");
-    cmd("EMQ.LIMIT")
-        .arg(&by_module)
-        .arg("TIMEOUT")
-        .arg(1_000)
-        .query::<Value>(&mut con)
-        .expect("limit");
+    limit(&mut con, &by_module, &["TIMEOUT", "1000"]);
     enqueue_timed(&mut con, &by_module, &job_id(9), 500);
     let script = redis::Script::new(include_str!("../lua/enqueue.lua"));
     for n in 1..=3 {
@@ -290,12 +270,7 @@ fn a_timed_out_attempt_frees_its_room_for_a_waiting_claim() {
     let server = Server::start_or_external();
     let mut con = server.conn();
     let q = unique_queue("timeout-room");
-    let _: Value = cmd("EMQ.LIMIT")
-        .arg(&q)
-        .arg("CONCURRENCY")
-        .arg(1)
-        .query(&mut con)
-        .expect("limit");
+    limit(&mut con, &q, &["CONCURRENCY", "1"]);
     enqueue_timed(&mut con, &q, &job_id(1), 300);
     enqueue(&mut con, &q, &job_id(2), "next");
     let first = claim(&mut con, &q, &[]).expect("claimed");
@@ -343,20 +318,9 @@ fn a_timed_enqueue_needs_the_queues_meta_and_off_removes_the_queue_timeout() {
     );
     enqueue(&mut user, &q, &job_id(2), "plain");
 
-    let _: Value = cmd("EMQ.LIMIT")
-        .arg(&q)
-        .arg("TIMEOUT")
-        .arg(5_000)
-        .query(&mut con)
-        .expect("limit");
-    let off: Value = cmd("EMQ.LIMIT")
-        .arg(&q)
-        .arg("OFF")
-        .query(&mut con)
-        .expect("off");
-    assert!(map_pairs(&off)
-        .iter()
-        .any(|(k, v)| k == "timeout" && *v == Value::Nil));
+    limit(&mut con, &q, &["TIMEOUT", "5000"]);
+    let off = limit(&mut con, &q, &["OFF"]);
+    assert!(off.contains(&("timeout".to_string(), None)), "{off:?}");
     claim(&mut con, &q, &[]).expect("claimed");
     assert_eq!(row_field(&mut con, &q, &job_id(2), "deadline"), None);
 }

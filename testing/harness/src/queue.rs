@@ -133,6 +133,20 @@ pub fn mack(con: &mut Connection, q: &str, args: &[String]) -> redis::RedisResul
     }
 }
 
+/// Whether a reply (a place of `EMQ.MACK`'s, say) is the refusal `code` (`EMQLEASE`, ...).
+pub fn refused_with(v: &Value, code: &str) -> bool {
+    matches!(v, Value::ServerError(e) if e.code() == code)
+}
+
+/// `EMQ.LIMIT <queue> [opts...]`: the limits and their use, as pairs (null: not set).
+pub fn limit(con: &mut Connection, q: &str, opts: &[&str]) -> Vec<(String, Option<i64>)> {
+    redis::cmd("EMQ.LIMIT")
+        .arg(q)
+        .arg(opts)
+        .query(con)
+        .expect("EMQ.LIMIT")
+}
+
 /// `EMQ.CLAIM <queue> [opts...]`: the jobs claimed, `None` when a blocking claim timed out.
 pub fn claim(con: &mut impl redis::ConnectionLike, queue: &str, opts: &[&str]) -> Option<Vec<Job>> {
     let mut c = redis::cmd("EMQ.CLAIM");
