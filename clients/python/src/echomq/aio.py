@@ -434,17 +434,10 @@ class AsyncWorker(Claiming):
             attempt += 1
             if job._end_seen:
                 return  # a renewal heard the attempt end meanwhile: that is its count
-        if not isinstance(reply, Exception):
-            self.tally(job, counted)
-        elif cmd.cancelled(reply):
+        if cmd.cancelled(reply):
             self._ended(job, "cancelled")  # cancelled as it ended: not retried, not lost
-        elif job._end_seen:
-            pass  # a renewal heard the attempt end: that is its count
-        elif cmd.lease_lost(reply):
-            job.lease_lost.set()
-            self.tally(job, "lost")
         else:
-            self.tally(job, "failed-to-settle")
+            self.settled(job, reply, counted)
 
     async def _renew_loop(self) -> None:
         next_round = time.monotonic() + self.renew_interval

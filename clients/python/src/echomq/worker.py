@@ -195,6 +195,20 @@ class Claiming:
         job._counted = outcome
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
 
+    def settled(self, job: Job, reply: Any, counted: str) -> None:
+        """Counts a settle's answer other than ``EMQCANCELLED`` (which ends the attempt as a
+        cancel): ``counted`` when it went through; nothing when a renewal heard the attempt
+        end meanwhile (that is its count); ``lost`` for ``EMQLEASE``; else failed-to-settle."""
+        if not isinstance(reply, Exception):
+            self.tally(job, counted)
+        elif job._end_seen:
+            pass
+        elif cmd.lease_lost(reply):
+            job.lease_lost.set()
+            self.tally(job, "lost")
+        else:
+            self.tally(job, "failed-to-settle")
+
 
 class Worker(Claiming):
     """Runs ``handler(job)`` for the jobs of ``queue``, up to ``concurrency`` at once.
@@ -476,15 +490,7 @@ class Worker(Claiming):
                 self._ended(job, "cancelled")  # cancelled as it ended: not retried, not lost
                 continue
             with self._lock:
-                if not isinstance(reply, Exception):
-                    self.tally(job, counted)
-                elif job._end_seen:
-                    pass  # a renewal heard the attempt end: that is its count
-                elif cmd.lease_lost(reply):
-                    job.lease_lost.set()
-                    self.tally(job, "lost")
-                else:
-                    self.tally(job, "failed-to-settle")
+                self.settled(job, reply, counted)
 
     def _send(self, send: List[Tuple[Job, str, str, List[Any]]]) -> List[Any]:
         """One pipeline: the acknowledgements as one ``EMQ.MACK`` (each job's outcome in its
