@@ -43,8 +43,10 @@ fn check_lease<S: Store>(
 /// attempt's, left in the row, is not).
 pub fn deadline<S: Store>(store: &S, row: &S::Row<'_>) -> Option<i64> {
     let (attempts, fence, text) = leased_fields(store, row, Field::Deadline);
-    let text = std::str::from_utf8(store.bytes(&text?)).ok()?.to_owned();
-    let (ms, token) = text.split_once(':')?;
+    let text = text?;
+    let (ms, token) = std::str::from_utf8(store.bytes(&text))
+        .ok()?
+        .split_once(':')?;
     match token.parse::<i64>() {
         Ok(token) if token == lease_token(fence, attempts) => ms.parse().ok(),
         _ => None,
