@@ -18,6 +18,19 @@ use crate::protocol::EmqError;
 use crate::queue::limit::{self, Change, Usage};
 use crate::runtime::cluster;
 
+/// An option's value: `OFF` (`None`), or a whole number from 1 to `max`.
+fn int_or_off(
+    options: &mut ArgCursor<'_, '_>,
+    max: i64,
+    name: &'static str,
+) -> Result<Option<i64>, EmqError> {
+    let value = options.value()?;
+    match is_token(value, "OFF") {
+        true => Ok(None),
+        false => parse_int(value, 1, max, name).map(Some),
+    }
+}
+
 /// The options after the queue (`None`: a report).
 fn parse_change(args: &Args<'_>) -> Result<Option<Change>, EmqError> {
     if args.len() == 2 {
@@ -30,11 +43,7 @@ fn parse_change(args: &Args<'_>) -> Result<Option<Change>, EmqError> {
     let mut options = ArgCursor::new(args, 2);
     while let Some(name) = options.next_word() {
         if is_token(name, "CONCURRENCY") && change.concurrency.is_none() {
-            let value = options.value()?;
-            change.concurrency = Some(match is_token(value, "OFF") {
-                true => None,
-                false => Some(parse_int(value, 1, MAX_CONCURRENCY, "CONCURRENCY")?),
-            });
+            change.concurrency = Some(int_or_off(&mut options, MAX_CONCURRENCY, "CONCURRENCY")?);
         } else if is_token(name, "RATE") && change.rate.is_none() {
             if options.next_is("OFF") {
                 change.rate = Some(None);
@@ -48,11 +57,7 @@ fn parse_change(args: &Args<'_>) -> Result<Option<Change>, EmqError> {
             let per_ms = options.next_int(1, MAX_PER_MS, "PER")?;
             change.rate = Some(Some(Rate { n, per_ms }));
         } else if is_token(name, "TIMEOUT") && change.timeout.is_none() {
-            let value = options.value()?;
-            change.timeout = Some(match is_token(value, "OFF") {
-                true => None,
-                false => Some(parse_int(value, 1, MAX_TIMEOUT_MS, "TIMEOUT")?),
-            });
+            change.timeout = Some(int_or_off(&mut options, MAX_TIMEOUT_MS, "TIMEOUT")?);
         } else {
             return Err(syntax(
                 "syntax error: expected CONCURRENCY <n>|OFF, RATE <n> PER <ms>|OFF, TIMEOUT <ms>|OFF, or OFF alone",
