@@ -7,7 +7,7 @@ use valkey_module::Context;
 use super::cursor::{check_arity, syntax, ArgCursor};
 use super::{is_token, parse_queue, QUEUE};
 use crate::host::acl::{check_command, Access};
-use crate::host::block::{block_on_key, Waiter};
+use crate::host::block::{block_on_keys, Waiter};
 use crate::host::client::{writes_paused, Flags};
 use crate::host::propagate::signal_ready;
 use crate::host::register::{Arg, ArgKind::Integer as Int, Command};
@@ -57,9 +57,11 @@ fn claim_now(ctx: &Context, req: &Request<'_>) -> Result<Outcome, EmqError> {
     })
 }
 
-/// The queue's pending set, which blocked claimers wait on.
-fn pending_name(ctx: &Context, req: &Request<'_>) -> Result<OwnedString, EmqError> {
-    OwnedString::cached(ctx, KeyBuf::queue(req.queue, KeyType::Pending).as_bytes())
+/// The keys blocked claimers wait on: the queue's pending set, and its `turns`, which a
+/// grouped queue's named groups with ready jobs keep (a missing key is never signalled ready).
+fn waited_on(ctx: &Context, queue: Queue<'_>) -> Result<[OwnedString; 2], EmqError> {
+    let name = |ty| OwnedString::cached(ctx, KeyBuf::queue(queue, ty).as_bytes());
+    Ok([name(KeyType::Pending)?, name(KeyType::Turns)?])
 }
 
 fn go_on(ctx: &Context, req: &Request<'_>) {
@@ -69,9 +71,8 @@ fn go_on(ctx: &Context, req: &Request<'_>) {
 /// Wakes the claimers blocked on `queue` (one that just blocked among them), so that they go
 /// on past the rowless members a claim dropped.
 pub fn wake_past_orphans(ctx: &Context, queue: Queue<'_>) {
-    let pending = KeyBuf::queue(queue, KeyType::Pending);
-    if let Ok(pending) = OwnedString::cached(ctx, pending.as_bytes()) {
-        signal_ready(ctx, pending.as_str());
+    for key in waited_on(ctx, queue).iter().flatten() {
+        signal_ready(ctx, key.as_str());
     }
 }
 
@@ -113,8 +114,8 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         // replication link would stop the stream behind it: answer as a timeout.
         return Ok(Reply::Null);
     }
-    let pending = pending_name(ctx, &req)?;
-    block_on_key::<Blocked>(ctx, pending.as_str(), timeout)?;
+    let [pending, turns] = waited_on(ctx, req.queue)?;
+    block_on_keys::<Blocked>(ctx, &[pending.as_str(), turns.as_str()], timeout)?;
     if more_behind {
         go_on(ctx, &req);
     }
@@ -143,8 +144,8 @@ impl Waiter for Blocked {
         if writes_paused() {
             // Woken after a transaction that paused client writes: a claim now would propagate
             // inside the pause. Wait on, as the server would postpone a native command.
-            if let Ok(pending) = pending_name(ctx, &req) {
-                timer::wake_after_pause(ctx, pending.bytes());
+            for key in waited_on(ctx, req.queue).iter().flatten() {
+                timer::wake_after_pause(ctx, key.bytes());
             }
             return None;
         }

@@ -23,9 +23,14 @@ pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
     check_arity(args, &COMMAND)?;
     let key = args.bytes(1);
     let decoded = decode(key).ok_or(EmqError::Key)?;
-    let (queue, ty, id) = match decoded {
-        Decoded::Queue { queue, ty, id } => (Reply::Bulk(queue.as_bytes().to_vec()), ty.name(), id),
-        Decoded::Deployment { name } => (Reply::Null, name, None),
+    let (queue, ty, id, group) = match decoded {
+        Decoded::Queue {
+            queue,
+            ty,
+            id,
+            group,
+        } => (Reply::Bulk(queue.as_bytes().to_vec()), ty.name(), id, group),
+        Decoded::Deployment { name } => (Reply::Null, name, None, None),
     };
     let bulk_or_null = |b: Option<Vec<u8>>| b.map_or(Reply::Null, Reply::Bulk);
     Ok(Reply::Map(vec![
@@ -34,5 +39,6 @@ pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
         ("id", bulk_or_null(id.map(|i| i.encode().to_vec()))),
         ("kind", bulk_or_null(id.map(|i| i.kind().to_vec()))),
         ("slot", Reply::Integer(i64::from(slot(key)))),
+        ("group", bulk_or_null(group.map(|g| g.as_bytes().to_vec()))),
     ]))
 }

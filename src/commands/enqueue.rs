@@ -1,5 +1,5 @@
 //! `EMQ.ENQUEUE <queue> <id|*> <payload> [DELAY <ms> | AT <unix-ms>] [PRIORITY <p>]
-//! [UNIQUE <key> [FOR <ms>]]` (protocol.md §4, §6, §9): replies 1 for a new job, 0 for a duplicate,
+//! [UNIQUE <key> [FOR <ms>]] [TIMEOUT <ms>] [GROUP <group>]` (protocol.md §4, §6, §9): replies 1 for a new job, 0 for a duplicate,
 //! the minted id for `*`, or, when another job holds the unique key, that job's id. The
 //! refusals come in protocol.md §4 order: queue -> id -> kind -> payload size -> due time -> (the queue
 //! layer) ACL -> row exists -> set type -> unique table type.
@@ -7,7 +7,7 @@
 use valkey_module::Context;
 
 use super::cursor::{syntax, ArgCursor};
-use super::{is_token, parse_id, parse_queue, ID, QUEUE};
+use super::{is_token, parse_group, parse_id, parse_queue, ID, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::{
     Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::String as Str, Command,
@@ -37,6 +37,8 @@ struct Options<'a> {
     parents: Vec<ParentRef>,
     /// `TIMEOUT <ms>`: the job's limit on one attempt.
     timeout: Option<i64>,
+    /// `GROUP <group>`: the named group the job is in.
+    group: Option<&'a [u8]>,
 }
 
 /// `PARENT <queue> <id> [ON-FAIL FAIL|IGNORE]`, its name read: a parent the job may name once.
@@ -82,6 +84,7 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
     let mut now = None;
     let mut children = None;
     let mut timeout = None;
+    let mut group = None;
     let mut parents = Vec::new();
     let mut options = ArgCursor::new(args, at);
     while let Some(name) = options.next_option()? {
@@ -104,6 +107,8 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
             for_ms = Some(options.next_int(1, settings::MAX_DURATION_MS, "FOR")?);
         } else if timeout.is_none() && is_token(name, "TIMEOUT") {
             timeout = Some(options.next_int(1, MAX_TIMEOUT_MS, "TIMEOUT")?);
+        } else if group.is_none() && is_token(name, "GROUP") {
+            group = Some(parse_group(options.value()?)?.as_bytes());
         } else if children.is_none() && is_token(name, "CHILDREN") {
             children = Some(options.next_int(1, MAX_CHILDREN, "CHILDREN")?);
         } else if is_token(name, "PARENT") {
@@ -111,7 +116,7 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
             parents.push(parent);
         } else {
             return Err(syntax(
-                "syntax error: expected DELAY <ms> or AT <unix-ms>, PRIORITY <p>, UNIQUE <key> [FOR <ms>], TIMEOUT <ms> and CHILDREN <n>, once each, and PARENT <queue> <id> [ON-FAIL FAIL|IGNORE]",
+                "syntax error: expected DELAY <ms> or AT <unix-ms>, PRIORITY <p>, UNIQUE <key> [FOR <ms>], TIMEOUT <ms>, GROUP <group> and CHILDREN <n>, once each, and PARENT <queue> <id> [ON-FAIL FAIL|IGNORE]",
             ));
         }
     }
@@ -131,6 +136,7 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
         children,
         parents,
         timeout,
+        group,
     })
 }
 
@@ -162,6 +168,7 @@ pub const COMMAND: Command = Command {
             ]),
         ),
         Arg::token(c"timeout", c"TIMEOUT", Int),
+        Arg::token(c"group", c"GROUP", Str),
         Arg::token(c"children", c"CHILDREN", Int),
         Arg::optional_multiple(
             c"parent",
@@ -203,6 +210,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         children: options.children,
         parents: (!options.parents.is_empty()).then(|| write_parents(&options.parents)),
         timeout: options.timeout,
+        group: options.group.map(<[u8]>::to_vec),
     };
     // The child's own enqueue, run inside the stores of its parents in reach, which check it
     // before and register it after (`refusal`: the first of theirs).

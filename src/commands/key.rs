@@ -1,12 +1,12 @@
-//! `EMQ.KEY <queue> <type> [<id>]`: composes a key through the grammar (protocol.md §1).
+//! `EMQ.KEY <queue> <type> [<id>|<group>]`: composes a key through the grammar (protocol.md §1).
 
 use valkey_module::Context;
 
-use super::{parse_id, parse_queue, QUEUE};
+use super::{parse_group, parse_id, parse_queue, QUEUE};
 use crate::host::register::{Arg, ArgKind::String as Str, Command};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::protocol::EmqError;
-use crate::protocol::{job_key, queue_key, KeyType};
+use crate::protocol::{group_key, job_key, queue_key, KeyType};
 
 pub const COMMAND: Command = Command {
     name: c"emq.key",
@@ -19,7 +19,7 @@ pub const COMMAND: Command = Command {
     args: &[
         QUEUE,
         Arg::required(c"type", Str),
-        Arg::optional(c"id", Str),
+        Arg::optional(c"id-or-group", Str),
     ],
 };
 
@@ -33,6 +33,10 @@ pub fn run(_ctx: &Context, args: &Args) -> CommandResult {
         (KeyType::Job, 4) => job_key(queue, &parse_id(args.bytes(3))?),
         (KeyType::Job, _) => {
             return Err(EmqError::Syntax("a job key needs a branded id".into()));
+        }
+        (KeyType::Group, 4) => group_key(queue, parse_group(args.bytes(3))?),
+        (KeyType::Group, _) => {
+            return Err(EmqError::Syntax("a group key needs a group's name".into()));
         }
         (_, 3) => queue_key(queue, ty),
         (_, _) => {

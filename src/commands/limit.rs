@@ -1,6 +1,7 @@
 //! `EMQ.LIMIT <queue> [CONCURRENCY <n>|OFF] [RATE <n> PER <ms> | RATE OFF] [TIMEOUT <ms>|OFF]
-//! | EMQ.LIMIT <queue> OFF`: sets or removes the queue's limits; with no option, reports them.
-//! Either way the reply is the limits and their use now.
+//! [GROUP-CONCURRENCY <n>|OFF] | EMQ.LIMIT <queue> OFF`: sets or removes the queue's limits;
+//! with no option, reports them. Either way the reply is the limits and their use now.
+//! `EMQ.LIMIT <queue> GROUP <group> [CONCURRENCY <n>|OFF]` does the same for one group's own.
 
 use valkey_module::Context;
 
@@ -9,13 +10,14 @@ use super::{is_token, parse_int, parse_queue, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::{
     Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::PureToken as Pure,
-    Command,
+    ArgKind::String as Str, Command,
 };
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::protocol::limits::{Rate, MAX_CONCURRENCY, MAX_PER_MS, MAX_RATE, MAX_TIMEOUT_MS};
 use crate::protocol::EmqError;
 use crate::queue::limit::{self, Change, Usage};
+use crate::queue::quota::{self, GroupUsage};
 use crate::runtime::cluster;
 
 /// An option's value: `OFF` (`None`), or a whole number from 1 to `max`.
@@ -28,6 +30,27 @@ fn int_or_off(
     match is_token(value, "OFF") {
         true => Ok(None),
         false => parse_int(value, 1, max, name).map(Some),
+    }
+}
+
+/// `GROUP <group> [CONCURRENCY <n>|OFF]`: the group, and its change (`None`: a report).
+fn parse_one_group<'a>(
+    args: &Args<'a>,
+) -> Result<Option<(&'a [u8], Option<Option<i64>>)>, EmqError> {
+    if args.len() < 4 || !is_token(args.bytes(2), "GROUP") {
+        return Ok(None);
+    }
+    let group = super::parse_group(args.bytes(3))?.as_bytes();
+    match args.len() {
+        4 => Ok(Some((group, None))),
+        6 if is_token(args.bytes(4), "CONCURRENCY") => {
+            let mut options = ArgCursor::new(args, 5);
+            let n = int_or_off(&mut options, MAX_CONCURRENCY, "CONCURRENCY")?;
+            Ok(Some((group, Some(n))))
+        }
+        _ => Err(syntax(
+            "syntax error: expected GROUP <group> [CONCURRENCY <n>|OFF]",
+        )),
     }
 }
 
@@ -58,9 +81,15 @@ fn parse_change(args: &Args<'_>) -> Result<Option<Change>, EmqError> {
             change.rate = Some(Some(Rate { n, per_ms }));
         } else if is_token(name, "TIMEOUT") && change.timeout.is_none() {
             change.timeout = Some(int_or_off(&mut options, MAX_TIMEOUT_MS, "TIMEOUT")?);
+        } else if is_token(name, "GROUP-CONCURRENCY") && change.group_concurrency.is_none() {
+            change.group_concurrency = Some(int_or_off(
+                &mut options,
+                MAX_CONCURRENCY,
+                "GROUP-CONCURRENCY",
+            )?);
         } else {
             return Err(syntax(
-                "syntax error: expected CONCURRENCY <n>|OFF, RATE <n> PER <ms>|OFF, TIMEOUT <ms>|OFF, or OFF alone",
+                "syntax error: expected CONCURRENCY <n>|OFF, RATE <n> PER <ms>|OFF, TIMEOUT <ms>|OFF, GROUP-CONCURRENCY <n>|OFF, or OFF alone, or GROUP <group> [CONCURRENCY <n>|OFF]",
             ));
         }
     }
@@ -77,7 +106,21 @@ pub fn usage_fields(usage: &Usage) -> Vec<(&'static str, Reply)> {
         ("rate-per", opt(usage.limits.rate.map(|r| r.per_ms))),
         ("rate-used", Reply::Integer(usage.in_window as i64)),
         ("timeout", opt(usage.limits.timeout)),
+        ("group-concurrency", opt(usage.limits.group_concurrency)),
     ]
+}
+
+/// One group's limit and its use, as `EMQ.LIMIT <queue> GROUP <g>` replies.
+fn group_fields(group: &[u8], usage: &GroupUsage) -> Reply {
+    let opt = |v: Option<i64>| v.map_or(Reply::Null, Reply::Integer);
+    Reply::Map(vec![
+        ("group", Reply::Bulk(group.to_vec())),
+        ("active", Reply::Integer(usage.active as i64)),
+        ("ready", Reply::Integer(usage.ready as i64)),
+        ("concurrency", opt(usage.own)),
+        ("group-concurrency", opt(usage.default)),
+        ("held", Reply::Integer(i64::from(usage.held))),
+    ])
 }
 
 pub const COMMAND: Command = Command {
@@ -86,7 +129,7 @@ pub const COMMAND: Command = Command {
     flags: c"write deny-oom fast",
     arity: -2,
     routes_by_queue: true,
-    summary: c"Set (or with no option, report) the queue's concurrency and sliding-window rate limits and its default limit on one attempt's time; replies the limits and their use",
+    summary: c"Set (or with no option, report) the queue's concurrency and sliding-window rate limits, its default limit on one attempt's time and its groups' concurrency limits; replies the limits and their use",
     complexity: c"O(1), or O(log(N)+E) under a rate limit, with N claims in the window and E past it",
     args: &[
         QUEUE,
@@ -127,6 +170,28 @@ pub const COMMAND: Command = Command {
                                 Arg::keyword(c"off", c"OFF", Pure),
                             ]),
                         ),
+                        Arg::token(
+                            c"group-concurrency",
+                            c"GROUP-CONCURRENCY",
+                            OneOf(&[
+                                Arg::required(c"n", Int),
+                                Arg::keyword(c"off", c"OFF", Pure),
+                            ]),
+                        ),
+                    ]),
+                ),
+                Arg::required(
+                    c"one-group",
+                    Block(&[
+                        Arg::keyword(c"group", c"GROUP", Str),
+                        Arg::token(
+                            c"concurrency",
+                            c"CONCURRENCY",
+                            OneOf(&[
+                                Arg::required(c"n", Int),
+                                Arg::keyword(c"off", c"OFF", Pure),
+                            ]),
+                        ),
                     ]),
                 ),
             ]),
@@ -137,6 +202,20 @@ pub const COMMAND: Command = Command {
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
+    if let Some((group, change)) = parse_one_group(args)? {
+        let usage = match change {
+            None => with_queue(ctx, queue, Access::Read, |store| {
+                quota::group_usage(store, group)
+            })?,
+            Some(n) => {
+                cluster::check_stable(queue)?;
+                with_queue(ctx, queue, Access::ReadWrite, |store| {
+                    quota::set_group(store, group, n)
+                })?
+            }
+        };
+        return Ok(group_fields(group, &usage));
+    }
     let change = parse_change(args)?;
     let usage = match change {
         None => with_queue(ctx, queue, Access::Read, |store| limit::usage(store))?,

@@ -18,6 +18,7 @@ pub mod delivered;
 pub mod enqueue;
 pub mod events;
 pub mod fail;
+pub mod groups;
 pub mod handover;
 pub mod job;
 pub mod jobs;
@@ -43,7 +44,7 @@ use crate::host::register::{Arg, ArgKind};
 use crate::host::reply::Args;
 use crate::host::store::{with_queue, ServerStore};
 use crate::host::string::{Str, Text};
-use crate::protocol::{BrandedId, EmqError, Queue};
+use crate::protocol::{BrandedId, EmqError, Group, Queue};
 use crate::queue::job::Target;
 use crate::queue::Job;
 use crate::runtime::cluster;
@@ -57,6 +58,13 @@ pub const TOKEN: Arg = Arg::required(c"token", ArgKind::Integer);
 /// protocol.md §1.1: the queue name, or `EMQQUEUE`.
 pub fn parse_queue(bytes: &[u8]) -> Result<Queue<'_>, EmqError> {
     Queue::parse(bytes).ok_or(EmqError::Queue)
+}
+
+/// A group's name (protocol.md §9), or a syntax error.
+pub fn parse_group(bytes: &[u8]) -> Result<Group<'_>, EmqError> {
+    Group::parse(bytes).ok_or_else(|| {
+        EmqError::Syntax("a group's name is 1 to 128 bytes of 0x21..0x7E without { or }".into())
+    })
 }
 
 /// protocol.md §2: a well-formed branded id of any kind, or `EMQID`.

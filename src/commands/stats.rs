@@ -17,7 +17,7 @@ pub const COMMAND: Command = Command {
     flags: c"readonly fast",
     arity: 2,
     routes_by_queue: true,
-    summary: c"Counts of pending, active, scheduled and dead jobs of a queue, whether it is paused, and its claim limits and their use",
+    summary: c"Counts of pending, active, scheduled and dead jobs of a queue, of its groups with ready jobs, whether it is paused, and its claim limits and their use",
     complexity: c"O(1), or O(log(N)+E) under a rate limit, with N claims in the window and E past it",
     args: &[QUEUE],
 };
@@ -34,6 +34,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         ("scheduled", n(scheduled)),
         ("dead", n(dead)),
         ("waiting", n(stats.waiting)),
+        ("groups", n(stats.groups)),
         ("paused", Reply::Integer(i64::from(stats.paused))),
     ];
     fields.extend(super::limit::usage_fields(&stats.usage));

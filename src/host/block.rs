@@ -20,13 +20,14 @@ pub trait Waiter {
 
 /// Blocks the calling client until `key` is signalled ready ([`Waiter::ready`] then decides)
 /// or `timeout_ms` passes (0 waits forever; the timeout answers null, as `BLPOP` does).
-pub fn block_on_key<W: Waiter>(
+pub fn block_on_keys<W: Waiter>(
     ctx: &Context,
-    key: Str<'_>,
+    keys: &[Str<'_>],
     timeout_ms: i64,
 ) -> Result<(), EmqError> {
     let block = unsafe { raw::RedisModule_BlockClientOnKeys }.ok_or(EmqError::Internal)?;
-    let mut keys = [key.as_ptr()];
+    let mut keys: Vec<_> = keys.iter().map(|k| k.as_ptr()).collect();
+    let count = c_int::try_from(keys.len()).map_err(|_| EmqError::Internal)?;
     // SAFETY: live context; the server copies the key list.
     let bc = unsafe {
         block(
@@ -36,7 +37,7 @@ pub fn block_on_key<W: Waiter>(
             None,
             timeout_ms,
             keys.as_mut_ptr(),
-            1,
+            count,
             ptr::null_mut(),
         )
     };

@@ -152,6 +152,34 @@ impl<'n> Key<'n> {
         Ok(out)
     }
 
+    /// The highest score in the zset (`None` when it is empty or missing).
+    pub fn zlast_score(&self) -> Result<Option<f64>, EmqError> {
+        if self.holds() != Holds::Zset {
+            return Ok(None);
+        }
+        let (Some(last), Some(current), Some(stop)) = (unsafe {
+            (
+                raw::RedisModule_ZsetLastInScoreRange,
+                raw::RedisModule_ZsetRangeCurrentElement,
+                raw::RedisModule_ZsetRangeStop,
+            )
+        }) else {
+            return Err(EmqError::Internal);
+        };
+        let key = self.handle()?;
+        // SAFETY: the key is an open zset; the range is stopped before returning, and the
+        // element it hands over is freed by `adopt`'s string.
+        unsafe {
+            if last(key, f64::NEG_INFINITY, f64::INFINITY, 0, 0) != raw::REDISMODULE_OK as c_int {
+                return Ok(None);
+            }
+            let mut score = 0.0;
+            let found = OwnedString::adopt(self.ctx, current(key, &mut score)).is_some();
+            stop(key);
+            Ok(found.then_some(score))
+        }
+    }
+
     /// The score of `member`, if it is in the zset.
     pub fn zscore(&self, member: Str<'_>) -> Option<f64> {
         if self.holds() != Holds::Zset {

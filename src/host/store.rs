@@ -4,6 +4,7 @@
 //! trait's one `impl` is here; what it does for hashes by field name ([`hash`]), the `meta`
 //! hash ([`meta`]) and the hand-overs a call keeps ([`handover`]) is each in a file of its own.
 
+mod groups;
 mod handover;
 mod hash;
 mod meta;
@@ -154,6 +155,15 @@ impl<'a> Store for ServerStore<'_, 'a> {
     fn check_access<'k>(&'k self, keys: &[KeyRef<'k, OwnedString>]) -> Result<(), EmqError> {
         let write = self.access;
         let names = self.names;
+        // The groups' names, made at run time, live for the check.
+        let groups = keys
+            .iter()
+            .filter_map(|key| match key {
+                KeyRef::Group(group) => Some(self.group_name(group)),
+                _ => None,
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut groups = groups.iter();
         check_permission(
             self.ctx,
             keys.iter().map(move |key| {
@@ -164,6 +174,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
                     KeyRef::Events => (names.events()?, write),
                     KeyRef::Table(table) => (names.table(*table)?, write),
                     KeyRef::Row(name) => (*name, write),
+                    KeyRef::Group(_) => (groups.next().ok_or(EmqError::Internal)?, write),
                 })
             }),
         )
@@ -241,24 +252,49 @@ impl<'a> Store for ServerStore<'_, 'a> {
 
     #[inline]
     fn add(&self, set: Set, score: i64, member: &Text<'a>) -> Result<(), EmqError> {
-        let key = self.set(set)?;
-        if !key.zadd(score as f64, member.as_str())? {
-            // Already there with this score: as a native `ZADD`, no event and no effect.
-            return Ok(());
-        }
-        notify(self.ctx, NOTIFY_ZSET, c"zadd", key.name());
-        // Pending scores are always 0: no string to make for those.
-        let text = match score {
-            0 => None,
-            n => Some(OwnedString::from_i64(self.ctx, n)?),
-        };
-        let score = text.as_ref().map_or(words()?.zero, OwnedString::as_str);
-        emit(
-            self.ctx,
-            c"ZADD",
-            &[key.name().as_str(), score, member.as_str()],
-        );
-        Ok(())
+        self.zadd_to(self.set(set)?, score, member)
+    }
+
+    #[inline]
+    fn last_score(&self, set: Set) -> Result<Option<f64>, EmqError> {
+        self.set(set)?.zlast_score()
+    }
+
+    fn group_len(&self, group: &[u8]) -> Result<u64, EmqError> {
+        let name = self.group_name(group)?;
+        let key = self.open_group(&name)?;
+        Ok(key.len())
+    }
+
+    fn group_range(&self, group: &[u8], limit: usize) -> Result<Vec<(Text<'a>, f64)>, EmqError> {
+        let name = self.group_name(group)?;
+        let key = self.open_group(&name)?;
+        let head = key.zrange_by_score(f64::NEG_INFINITY, f64::INFINITY, limit);
+        head
+    }
+
+    fn group_score(&self, group: &[u8], member: &Text<'a>) -> Result<Option<f64>, EmqError> {
+        let name = self.group_name(group)?;
+        let key = self.open_group(&name)?;
+        let score = key.zscore(member.as_str());
+        Ok(score)
+    }
+
+    fn group_add(&self, group: &[u8], score: i64, member: &Text<'a>) -> Result<(), EmqError> {
+        let name = self.group_name(group)?;
+        let key = self.open_group(&name)?;
+        self.zadd_to(&key, score, member)
+    }
+
+    fn group_remove(&self, group: &[u8], members: &[&Text<'a>]) -> Result<Vec<bool>, EmqError> {
+        let name = self.group_name(group)?;
+        let key = self.open_group(&name)?;
+        let there = self.zrem_from(&key, members);
+        there
+    }
+
+    fn remove_many(&self, set: Set, members: &[&Text<'a>]) -> Result<Vec<bool>, EmqError> {
+        self.zrem_from(self.set(set)?, members)
     }
 
     #[inline]
@@ -308,31 +344,6 @@ impl<'a> Store for ServerStore<'_, 'a> {
         }
         emit(self.ctx, c"ZREM", &[key.name().as_str(), member.as_str()]);
         Ok(true)
-    }
-
-    fn remove_many(&self, set: Set, members: &[&Text<'a>]) -> Result<Vec<bool>, EmqError> {
-        if members.is_empty() {
-            return Ok(Vec::new());
-        }
-        let key = self.set(set)?;
-        let mut args = Vec::with_capacity(1 + members.len());
-        args.push(key.name().as_str());
-        let mut there = Vec::with_capacity(members.len());
-        for member in members {
-            let removed = key.zrem(member.as_str())?;
-            if removed {
-                args.push(member.as_str());
-            }
-            there.push(removed);
-        }
-        if args.len() > 1 {
-            notify(self.ctx, NOTIFY_ZSET, c"zrem", key.name());
-            if key.is_empty() {
-                notify(self.ctx, NOTIFY_GENERIC, c"del", key.name());
-            }
-            emit(self.ctx, c"ZREM", &args);
-        }
-        Ok(there)
     }
 
     fn remove_upto(
@@ -566,7 +577,9 @@ impl<'a> Store for ServerStore<'_, 'a> {
 
     #[inline]
     fn wake_claimers(&self) -> Result<(), EmqError> {
+        // Claimers wait on both: `turns` exists while named groups have ready jobs.
         signal_ready(self.ctx, self.names.get(Set::Pending)?.as_str());
+        signal_ready(self.ctx, self.names.get(Set::Turns)?.as_str());
         Ok(())
     }
 

@@ -72,11 +72,13 @@ pub enum Field {
     Deadline,
     /// The lease token of the attempt whose deadline ended it, where one did.
     TimedOut,
+    /// The group the job is in (`EMQ.ENQUEUE ... GROUP`), where it is in a named one.
+    Group,
 }
 
 impl Field {
     /// Every field, in the row's order (the reference fields first).
-    pub const ALL: [Field; 19] = [
+    pub const ALL: [Field; 20] = [
         Field::State,
         Field::Attempts,
         Field::Payload,
@@ -96,6 +98,7 @@ impl Field {
         Field::Timeout,
         Field::Deadline,
         Field::TimedOut,
+        Field::Group,
     ];
 
     pub fn as_cstr(self) -> &'static std::ffi::CStr {
@@ -119,6 +122,7 @@ impl Field {
             Field::Timeout => c"timeout",
             Field::Deadline => c"deadline",
             Field::TimedOut => c"timedout",
+            Field::Group => c"group",
         }
     }
 

@@ -8,18 +8,37 @@ pub const MAX_QUEUE_LEN: usize = 128;
 /// What every per-queue key starts with: the protocol's prefix and the hashtag's brace.
 pub const PREFIX: &[u8] = b"emq:{";
 const JOB_TYPE: &[u8] = b"job";
+const GROUP_TYPE: &[u8] = b"group";
 
 /// A queue name that is a valid hashtag: 1–128 bytes of `0x21..=0x7E` without `{` or `}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Queue<'a>(&'a [u8]);
 
+/// Whether `name` is 1–128 bytes of `0x21..=0x7E` without `{` or `}`: a queue's or a group's.
+fn is_name(name: &[u8]) -> bool {
+    (1..=MAX_QUEUE_LEN).contains(&name.len())
+        && name
+            .iter()
+            .all(|&b| (0x21..=0x7E).contains(&b) && b != b'{' && b != b'}')
+}
+
+/// A group's name (`EMQ.ENQUEUE ... GROUP`), under the queue name's rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Group<'a>(&'a [u8]);
+
+impl<'a> Group<'a> {
+    pub fn parse(name: &'a [u8]) -> Option<Self> {
+        is_name(name).then_some(Self(name))
+    }
+
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.0
+    }
+}
+
 impl<'a> Queue<'a> {
     pub fn parse(name: &'a [u8]) -> Option<Self> {
-        let ok = (1..=MAX_QUEUE_LEN).contains(&name.len())
-            && name
-                .iter()
-                .all(|&b| (0x21..=0x7E).contains(&b) && b != b'{' && b != b'}');
-        ok.then_some(Self(name))
+        is_name(name).then_some(Self(name))
     }
 
     pub fn as_bytes(&self) -> &'a [u8] {
@@ -57,10 +76,27 @@ pub enum KeyType {
     Waiting,
     /// Finished children's hand-overs to parents out of reach (hash; protocol.md §10).
     Outbox,
+    /// A named group's ready jobs (zset, scored as `pending`); its key carries the group's
+    /// name.
+    Group,
+    /// The named groups with ready jobs, in turn order (zset, score = turn number).
+    Turns,
+    /// Counts beside the sets (hash: `pending`, the named groups' ready jobs; `active:<g>`,
+    /// each group's active jobs).
+    Tally,
+    /// Limits of single groups (hash: `concurrency:<g>`).
+    Quotas,
+    /// Groups with ready jobs held back by their concurrency limit (zset, score = when held).
+    Held,
+    /// Paused groups (zset, score = when each resumes by itself; the largest i64 for never).
+    Pauses,
+    /// The named groups the queue knows: with ready or active jobs, a limit of their own or a
+    /// pause (zset, score = minus the group's ready jobs, so the largest backlog comes first).
+    Groups,
 }
 
 impl KeyType {
-    pub const ALL: [KeyType; 12] = [
+    pub const ALL: [KeyType; 19] = [
         KeyType::Pending,
         KeyType::Active,
         KeyType::Schedule,
@@ -73,6 +109,13 @@ impl KeyType {
         KeyType::Cron,
         KeyType::Waiting,
         KeyType::Outbox,
+        KeyType::Group,
+        KeyType::Turns,
+        KeyType::Tally,
+        KeyType::Quotas,
+        KeyType::Held,
+        KeyType::Pauses,
+        KeyType::Groups,
     ];
 
     pub fn name(self) -> &'static str {
@@ -89,11 +132,18 @@ impl KeyType {
             KeyType::Cron => "cron",
             KeyType::Waiting => "waiting",
             KeyType::Outbox => "outbox",
+            KeyType::Group => "group",
+            KeyType::Turns => "turns",
+            KeyType::Tally => "tally",
+            KeyType::Quotas => "quotas",
+            KeyType::Held => "held",
+            KeyType::Pauses => "pauses",
+            KeyType::Groups => "groups",
         }
     }
 
     /// What follows the queue name in this type's key: `}:<type>` (`}:job:` for a row, whose
-    /// id comes next).
+    /// id comes next, and `}:group:` for a group, whose name comes next).
     pub fn key_suffix(self) -> &'static [u8] {
         match self {
             KeyType::Pending => b"}:pending",
@@ -108,7 +158,19 @@ impl KeyType {
             KeyType::Cron => b"}:cron",
             KeyType::Waiting => b"}:waiting",
             KeyType::Outbox => b"}:outbox",
+            KeyType::Group => b"}:group:",
+            KeyType::Turns => b"}:turns",
+            KeyType::Tally => b"}:tally",
+            KeyType::Quotas => b"}:quotas",
+            KeyType::Held => b"}:held",
+            KeyType::Pauses => b"}:pauses",
+            KeyType::Groups => b"}:groups",
         }
+    }
+
+    /// Whether the type's key names something beyond the queue (a row's id, a group's name).
+    pub fn is_named(self) -> bool {
+        matches!(self, KeyType::Job | KeyType::Group)
     }
 
     /// Whether the timer visits a queue while it has this key: due jobs and expired leases,
@@ -123,6 +185,7 @@ impl KeyType {
                 | KeyType::Rate
                 | KeyType::Unique
                 | KeyType::Cron
+                | KeyType::Pauses
         )
     }
 
@@ -215,6 +278,13 @@ pub fn queue_key(queue: Queue<'_>, ty: KeyType) -> Vec<u8> {
     KeyBuf::queue(queue, ty).as_bytes().to_vec()
 }
 
+/// `emq:{<queue>}:group:<group>`, a named group's production.
+pub fn group_key(queue: Queue<'_>, group: Group<'_>) -> Vec<u8> {
+    let mut key = queue_key(queue, KeyType::Group);
+    key.extend_from_slice(group.as_bytes());
+    key
+}
+
 /// `emq:{<queue>}:job:<id>`, the job-row production.
 pub fn job_key(queue: Queue<'_>, id: &BrandedId) -> Vec<u8> {
     KeyBuf::job(queue, id).as_bytes().to_vec()
@@ -223,11 +293,12 @@ pub fn job_key(queue: Queue<'_>, id: &BrandedId) -> Vec<u8> {
 /// A key read back through the grammar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decoded<'a> {
-    /// A per-queue key, with its id when it is a job row.
+    /// A per-queue key, with its id when it is a job row and its name when it is a group's.
     Queue {
         queue: Queue<'a>,
         ty: KeyType,
         id: Option<BrandedId>,
+        group: Option<Group<'a>>,
     },
     /// A deployment-scoped key under the `{emq}` reserve: `version` or `locks`.
     Deployment { name: &'static str },
@@ -256,13 +327,26 @@ pub fn decode(key: &[u8]) -> Option<Decoded<'_>> {
             queue,
             ty: KeyType::Job,
             id: Some(id),
+            group: None,
         });
     }
-    let ty = KeyType::parse(ty_part).filter(|t| *t != KeyType::Job)?;
+    if let Some(name) = ty_part
+        .strip_prefix(GROUP_TYPE)
+        .and_then(|r| r.strip_prefix(b":"))
+    {
+        return Some(Decoded::Queue {
+            queue,
+            ty: KeyType::Group,
+            id: None,
+            group: Some(Group::parse(name)?),
+        });
+    }
+    let ty = KeyType::parse(ty_part).filter(|t| !t.is_named())?;
     Some(Decoded::Queue {
         queue,
         ty,
         id: None,
+        group: None,
     })
 }
 
@@ -295,7 +379,7 @@ mod tests {
     #[test]
     fn each_key_suffix_spells_its_type_name() {
         for ty in KeyType::ALL {
-            let row = if ty == KeyType::Job { ":" } else { "" };
+            let row = if ty.is_named() { ":" } else { "" };
             let want = format!("}}:{}{row}", ty.name());
             assert_eq!(ty.key_suffix(), want.as_bytes());
         }
@@ -352,7 +436,7 @@ mod tests {
     #[test]
     fn decode_reads_the_workshop_key() {
         let key = b"emq:{quotes}:job:JOB0KHTOWnGLuC";
-        let Some(Decoded::Queue { queue, ty, id }) = decode(key) else {
+        let Some(Decoded::Queue { queue, ty, id, .. }) = decode(key) else {
             panic!("in grammar")
         };
         assert_eq!(queue.as_bytes(), b"quotes");
@@ -364,11 +448,12 @@ mod tests {
     #[test]
     fn decode_round_trips_every_production() {
         let id = BrandedId::parse(b"JOB0KHTOWnGLuC").expect("id");
+        let tenant = Group::parse(b"acme-7").expect("group");
         for ty in KeyType::ALL {
-            let key = if ty == KeyType::Job {
-                job_key(q("fills"), &id)
-            } else {
-                queue_key(q("fills"), ty)
+            let key = match ty {
+                KeyType::Job => job_key(q("fills"), &id),
+                KeyType::Group => group_key(q("fills"), tenant),
+                _ => queue_key(q("fills"), ty),
             };
             let Some(Decoded::Queue { queue, ty: got, .. }) = decode(&key) else {
                 panic!("{key:?} decodes")
@@ -389,6 +474,10 @@ mod tests {
             b"emq:{orders}:job:",
             b"emq:{orders}:job",
             b"emq:{orders}:pending:x",
+            b"emq:{orders}:group:",
+            b"emq:{orders}:group",
+            b"emq:{orders}:group:a b",
+            b"emq:{orders}:group:a{b",
             b"emq:{orders}:bogus",
             b"emq:{}:pending",
             b"emq:{orders:pending",

@@ -32,6 +32,10 @@ pub struct Limits {
     pub timeout: Option<i64>,
     /// Whether a job of the queue may carry a deadline (the `meta` flag `timed`).
     pub timed: bool,
+    /// Whether the queue routes its ready jobs by group (the `meta` flag `groups`).
+    pub grouped: bool,
+    /// How many jobs of one group may be active at once, for a group without its own limit.
+    pub group_concurrency: Option<i64>,
 }
 
 /// The `meta` fields' values the limits are read from, each as it was (`None`: no field).
@@ -42,6 +46,8 @@ pub struct MetaLimits<'a> {
     pub per: Option<&'a [u8]>,
     pub timeout: Option<&'a [u8]>,
     pub timed: Option<&'a [u8]>,
+    pub groups: Option<&'a [u8]>,
+    pub group_concurrency: Option<&'a [u8]>,
 }
 
 /// A positive whole number up to `max`, as a `meta` or row field holds it.
@@ -67,6 +73,8 @@ impl Limits {
             },
             timeout: bounded(meta.timeout, MAX_TIMEOUT_MS),
             timed: meta.timed.is_some(),
+            grouped: meta.groups.is_some(),
+            group_concurrency: bounded(meta.group_concurrency, MAX_CONCURRENCY),
         }
     }
 

@@ -25,7 +25,9 @@ mod properties;
 pub use branded_id::{BrandedId, Minter, LEN as ID_LEN};
 pub use error::EmqError;
 pub use job::{Event, Field, State, PROTOCOL_VERSION};
-pub use keyspace::{decode, job_key, queue_key, Decoded, KeyBuf, KeyType, Queue, RowPrefix};
+pub use keyspace::{
+    decode, group_key, job_key, queue_key, Decoded, Group, KeyBuf, KeyType, Queue, RowPrefix,
+};
 pub use ranked::Ranked;
 pub use slot::{hashtag, slot};
 pub use store::{Holds, KeyRef, Meta, ScanStep, Set, Store, Table, Value};

@@ -5,7 +5,9 @@
 use proptest::prelude::*;
 
 use super::branded_id::{BrandedId, LEN};
-use super::keyspace::{decode, job_key, queue_key, Decoded, KeyBuf, KeyType, Queue, RowPrefix};
+use super::keyspace::{
+    decode, group_key, job_key, queue_key, Decoded, Group, KeyBuf, KeyType, Queue, RowPrefix,
+};
 use super::slot::{hashtag, slot};
 
 /// CRC16-XMODEM bit by bit (poly 0x1021, init 0), as the spec defines it.
@@ -81,17 +83,23 @@ proptest! {
     }
 
     #[test]
-    fn every_production_decodes_back(name in queue_name(), value in 0u64..=i64::MAX as u64, t in 0usize..6) {
+    fn every_production_decodes_back(name in queue_name(), value in 0u64..=i64::MAX as u64, t in 0usize..KeyType::ALL.len()) {
         let queue = Queue::parse(&name).expect("a valid name");
         let ty = KeyType::ALL[t];
         let id = BrandedId::new(*b"JOB", value).expect("valid");
-        let key = if ty == KeyType::Job { job_key(queue, &id) } else { queue_key(queue, ty) };
-        let Some(Decoded::Queue { queue: q, ty: got, id: got_id }) = decode(&key) else {
+        let group = Group::parse(&name).expect("a valid name");
+        let key = match ty {
+            KeyType::Job => job_key(queue, &id),
+            KeyType::Group => group_key(queue, group),
+            _ => queue_key(queue, ty),
+        };
+        let Some(Decoded::Queue { queue: q, ty: got, id: got_id, group: got_group }) = decode(&key) else {
             return Err(TestCaseError::fail("decodes"));
         };
         prop_assert_eq!(q.as_bytes(), name.as_slice());
         prop_assert_eq!(got, ty);
         prop_assert_eq!(got_id, (ty == KeyType::Job).then_some(id));
+        prop_assert_eq!(got_group, (ty == KeyType::Group).then_some(group));
         prop_assert_eq!(slot(&key), slot(&name));
     }
 

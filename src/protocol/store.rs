@@ -27,13 +27,25 @@ pub enum Set {
     /// Parents waiting for their children, scored by their due time (0: none). Outside
     /// [`Set::ALL`], so the transitions of jobs that are no parents never open it.
     Waiting,
+    /// Not a set of jobs: the named groups with ready jobs, in the order of their turns
+    /// (`queue::ready`), scored by turn number.
+    Turns,
+    /// Not a set of jobs: groups with ready jobs held back by their concurrency limit
+    /// (`queue::quota`), scored by when they were held.
+    Held,
+    /// Not a set of jobs: the paused groups (`queue::pauses`), scored by when each resumes.
+    Pauses,
+    /// Not a set of jobs: the named groups the queue knows (`queue::ready`), scored by minus
+    /// their ready jobs.
+    Groups,
 }
 
 impl Set {
     /// The sets of jobs, in the order `EMQ.STATS` reports them.
     pub const ALL: [Set; 4] = [Set::Pending, Set::Active, Set::Schedule, Set::Dead];
-    /// How many sets a store opens, the rate window and the waiting parents included.
-    pub const COUNT: usize = 6;
+    /// How many sets a store opens, the rate window, the waiting parents and the groups'
+    /// sets included.
+    pub const COUNT: usize = 10;
 
     pub fn key_type(self) -> KeyType {
         match self {
@@ -43,6 +55,10 @@ impl Set {
             Set::Dead => KeyType::Dead,
             Set::Rate => KeyType::Rate,
             Set::Waiting => KeyType::Waiting,
+            Set::Turns => KeyType::Turns,
+            Set::Held => KeyType::Held,
+            Set::Pauses => KeyType::Pauses,
+            Set::Groups => KeyType::Groups,
         }
     }
 
@@ -64,17 +80,24 @@ pub enum Table {
     /// `outbox`: finished children's hand-overs to parents out of reach,
     /// `<child-id>:<parent-id>:<parent-queue>` -> `<outcome>:<policy>:<data>`.
     Outbox,
+    /// `tally`: counts kept beside the sets, `pending` the ready jobs of the named groups and
+    /// `active:<g>` each group's active jobs.
+    Tally,
+    /// `quotas`: limits of single groups, `concurrency:<g>`.
+    Quotas,
 }
 
 impl Table {
     /// How many tables a queue has.
-    pub const COUNT: usize = 3;
+    pub const COUNT: usize = 5;
 
     pub fn key_type(self) -> KeyType {
         match self {
             Table::Unique => KeyType::Unique,
             Table::Cron => KeyType::Cron,
             Table::Outbox => KeyType::Outbox,
+            Table::Tally => KeyType::Tally,
+            Table::Quotas => KeyType::Quotas,
         }
     }
 }
@@ -104,6 +127,8 @@ pub enum KeyRef<'a, N> {
     Events,
     Table(Table),
     Row(&'a N),
+    /// A named group's ready jobs (`group:<g>`).
+    Group(&'a [u8]),
 }
 
 /// A fact of the queue's `meta` hash (protocol.md §9), by its field.
@@ -124,11 +149,17 @@ pub enum Meta {
     /// `1` once a job of the queue may carry a deadline (a `TIMEOUT` given at enqueue or by
     /// `EMQ.LIMIT`): its claims then read each job's `timeout` and keep its `deadline`.
     Timed,
+    /// `1` once a job of the queue was enqueued in a named group: the queue's ready jobs are
+    /// then routed by group, and its claims take turns between the groups.
+    Groups,
+    /// How many jobs of one group may be active at once, for each group without a limit of
+    /// its own (`EMQ.LIMIT ... GROUP-CONCURRENCY`).
+    GroupConcurrency,
 }
 
 impl Meta {
     /// Every fact, in the order of their places ([`Meta::index`]).
-    pub const ALL: [Meta; 7] = [
+    pub const ALL: [Meta; 9] = [
         Meta::Paused,
         Meta::Events,
         Meta::Concurrency,
@@ -136,6 +167,8 @@ impl Meta {
         Meta::RatePer,
         Meta::Timeout,
         Meta::Timed,
+        Meta::Groups,
+        Meta::GroupConcurrency,
     ];
 
     pub fn index(self) -> usize {
@@ -151,6 +184,8 @@ impl Meta {
             Meta::RatePer => c"rate-per",
             Meta::Timeout => c"timeout",
             Meta::Timed => c"timed",
+            Meta::Groups => c"groups",
+            Meta::GroupConcurrency => c"group-concurrency",
         }
     }
 
@@ -233,12 +268,29 @@ pub trait Store {
         fields.map(|f| self.field(row, f))
     }
 
+    /// The score of the last member of an open set (the highest).
+    fn last_score(&self, set: Set) -> Result<Option<f64>, EmqError>;
+
+    // ---- a named group's ready jobs (`group:<g>`, a zset scored as `pending` is) ----
+
+    /// How many ready jobs the group has (0 for a missing key; `WRONGTYPE` for another type).
+    fn group_len(&self, group: &[u8]) -> Result<u64, EmqError>;
+    /// The group's first `limit` ready jobs, lowest first (by score, then bytes).
+    fn group_range(&self, group: &[u8], limit: usize) -> Result<Vec<(Self::Text, f64)>, EmqError>;
+    /// The score of `member` in the group's ready jobs.
+    fn group_score(&self, group: &[u8], member: &Self::Text) -> Result<Option<f64>, EmqError>;
+    /// `ZADD group:<g> score member`.
+    fn group_add(&self, group: &[u8], score: i64, member: &Self::Text) -> Result<(), EmqError>;
+    /// `ZREM group:<g> member ...` (and `del` when it is left empty), as
+    /// [`Store::remove_many`].
+    fn group_remove(&self, group: &[u8], members: &[&Self::Text]) -> Result<Vec<bool>, EmqError>;
+
     // ---- writes, each with its keyspace event and its effect ----
 
     /// `ZADD set score member`: no event and no effect when the member had that score.
     fn add(&self, set: Set, score: i64, member: &Self::Text) -> Result<(), EmqError>;
-    /// Members new to a set, each at its score: one `zadd` event and one variadic `ZADD`
-    /// effect.
+    /// Members, each at its score (new ones, or, in `turns`, ones moved): one `zadd` event and
+    /// one variadic `ZADD` effect.
     fn add_many(&self, set: Set, members: &[(i64, &Self::Text)]) -> Result<(), EmqError>;
     /// `ZREM set member` (and `del` when the set is left empty); whether it was there.
     fn remove(&self, set: Set, member: &Self::Text) -> Result<bool, EmqError>;

@@ -12,6 +12,7 @@ use crate::protocol::{EmqError, Event, Field, Holds, KeyRef, Set, State, Store, 
 use super::limit::{self, Window};
 use super::operate::paused;
 use super::promote::{count_dropped, Due, PROMOTE_BUDGET};
+use super::rounds;
 use super::{check_row_types, checked_rows, lease_token, leased_fields, record, row_of};
 
 /// Most jobs one claim takes.
@@ -73,26 +74,57 @@ pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome
     let due = Due::find(store, now, PROMOTE_BUDGET)?;
     let in_window = window.as_ref().map_or(0, |w| w.in_window);
     let lease = Lease::new(&limits, now, lease_ms);
-    let first = match due.is_empty() {
-        true => take_first(store, count, &limits, in_window, &lease)?,
-        false => None,
-    };
-    let (claimed, limited) = match first {
-        Some(taken) => taken,
-        None => promote_and_take(store, &due, count, &limits, &window, now, &lease)?,
+    let (claimed, more_behind) = match limits.grouped {
+        true => claim_grouped(store, &due, count, &limits, in_window, now, &lease)?,
+        false => {
+            let first = match due.is_empty() {
+                true => take_first(store, count, &limits, in_window, &lease)?,
+                false => None,
+            };
+            let (claimed, limited) = match first {
+                Some(taken) => taken,
+                None => promote_and_take(store, &due, count, &limits, &window, now, &lease)?,
+            };
+            // A head with no job in it, and members still pending: the head was all rowless
+            // members (now dropped) up to the budget.
+            let more = claimed.is_empty() && !limited && store.len(Set::Pending) != 0;
+            (claimed, more)
+        }
     };
     if let Some(window) = &window {
         window.trim(store)?;
         limit::record_claims(store, now, claimed.iter().map(|c| (c.id, c.token)))?;
     }
     counters::count(&CLAIMED, claimed.len() as u64);
-    // A head with no job in it, and members still pending: the head was all rowless members
-    // (now dropped) up to the budget.
-    let more_behind = claimed.is_empty() && !limited && store.len(Set::Pending) != 0;
     Ok(Outcome {
         claimed,
         more_behind,
     })
+}
+
+/// A grouped queue's claim: promotes what is due, then takes turns between the groups
+/// ([`rounds`]). The jobs taken, and whether it met only members without a row, as many as
+/// one claim passes over, with more behind them.
+fn claim_grouped<S: Store>(
+    store: &S,
+    due: &Due<S>,
+    count: usize,
+    limits: &Limits,
+    in_window: u64,
+    now: i64,
+    lease: &Lease,
+) -> Result<(Claimed, bool), EmqError> {
+    let rows: Vec<KeyRef<'_, S::Name>> = due.rows().map(KeyRef::Row).collect();
+    store.check_access(&rows)?;
+    check_row_types(store, &due.rows().collect::<Vec<_>>())?;
+    due.promote(store, now, limits.timed)?;
+    let room = limits.room(store.len(Set::Active), in_window);
+    if room < count {
+        counters::count(&counters::LIMITED, 1);
+    }
+    let taken = rounds::claim(store, count.min(room), limits, lease)?;
+    let more_behind = taken.claimed.is_empty() && taken.more_behind;
+    Ok((taken.claimed, more_behind))
 }
 
 /// The claim's common case, with nothing due (so no write comes before the jobs are taken):
@@ -268,13 +300,23 @@ fn take<S: Store>(
     head: Vec<(&S::Text, Option<S::Row<'_>>)>,
     lease: &Lease,
 ) -> Result<Claimed, EmqError> {
-    let mut out = Claimed::with_capacity(head.len());
     // The sets change once for the batch: one `ZREM` out of `pending` and one `ZADD` into
     // `active`, each one event and one effect.
     store.remove_many(
         Set::Pending,
         &head.iter().map(|(member, _)| *member).collect::<Vec<_>>(),
     )?;
+    lease_all(store, head, lease)
+}
+
+/// The jobs of `head`, out of where they waited, to `active` under `lease`, as [`take`]
+/// says.
+pub fn lease_all<S: Store>(
+    store: &S,
+    head: Vec<(&S::Text, Option<S::Row<'_>>)>,
+    lease: &Lease,
+) -> Result<Claimed, EmqError> {
+    let mut out = Claimed::with_capacity(head.len());
     let mut taken = Vec::with_capacity(head.len());
     for (member, row) in &head {
         let Some(row) = row else {

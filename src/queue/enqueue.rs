@@ -11,8 +11,8 @@ use crate::protocol::{
     Value,
 };
 
-use super::limit;
 use super::unique::{self, Unique};
+use super::{limit, quota, ready};
 use super::{record, Job};
 
 static MINTER: Mutex<Minter> = Mutex::new(Minter::new());
@@ -142,6 +142,8 @@ pub struct Extras {
     pub children: Option<i64>,
     pub parents: Option<Vec<u8>>,
     pub timeout: Option<i64>,
+    /// The named group the job is in (`EMQ.ENQUEUE ... GROUP`; a parsed name).
+    pub group: Option<Vec<u8>>,
 }
 
 /// [`enqueue_with`], for a job with [`Extras`]: a parent is written to `waiting` (scored by
@@ -215,19 +217,29 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
     };
     let name = store.row_name(&job.id, job.member)?;
     let keys = [KeyRef::Row(&name), KeyRef::Set(set), KeyRef::Meta];
-    // A timed job marks its queue's `meta`: that too is checked.
-    let checked = if flow.timeout.is_some() { 3 } else { 2 };
+    // A timed or grouped job marks its queue's `meta`: that too is checked.
+    let marks = flow.timeout.is_some() || flow.group.is_some();
+    let checked = if marks { 3 } else { 2 };
     store.check_access(&keys[..checked])?;
     let row = store.open_row(&name)?;
     if store.holds(&row) != Holds::Nothing {
         return Ok(Added::Duplicate);
     }
     store.open_sets(&[set])?;
+    if let Some(group) = &flow.group {
+        ready::check(store, group)?;
+    }
     // Read before any write: a `meta` key of another type refuses.
-    let limits = match flow.timeout {
-        Some(_) => Some(limit::limits(store)?),
-        None => None,
+    let limits = match marks {
+        true => Some(limit::limits(store)?),
+        false => None,
     };
+    if flow.group.is_some() && limits.is_some_and(|l| !l.grouped) {
+        // The first grouped job counts the jobs active then as the default group's.
+        store.check_access(&[KeyRef::Set(Set::Active)])?;
+        store.open_sets(&[Set::Active])?;
+    }
+    let group = flow.group.as_deref().map(|g| store.text(g)).transpose()?;
     store.events()?;
     // The clock, read only for a unique key (the plain enqueue reads none).
     let now = match new.unique {
@@ -268,7 +280,7 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
     };
     // The extras on the stack, in the row's order: a parent's counters, a child's `parents`,
     // the job's `timeout`.
-    let mut more: [(Field, Value<'_, S::Text>); 5] = [(Field::Children, Value::Int(0)); 5];
+    let mut more: [(Field, Value<'_, S::Text>); 6] = [(Field::Children, Value::Int(0)); 6];
     let mut n = 0;
     if let Some(children) = flow.children {
         more[..3].copy_from_slice(&counters(children));
@@ -282,11 +294,23 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
         more[n] = (Field::Timeout, Value::Int(timeout));
         n += 1;
     }
+    if let Some(group) = &group {
+        more[n] = (Field::Group, Value::Text(group));
+        n += 1;
+    }
     write(&more[..n])?;
     if let Some(limits) = &limits {
-        limit::mark_timed(store, limits)?;
+        if flow.timeout.is_some() {
+            limit::mark_timed(store, limits)?;
+        }
+        if group.is_some() {
+            quota::mark_grouped(store, limits)?;
+        }
     }
-    store.add(set, score, job.member)?;
+    match set {
+        Set::Pending => ready::add(store, group.as_ref(), score, job.member)?,
+        _ => store.add(set, score, job.member)?,
+    }
     if let Some(unique) = new.unique {
         unique::take(store, unique, job.id, now)?;
     }

@@ -60,6 +60,9 @@ pub fn bury<S: Store>(
     parents: Option<&S::Text>,
 ) -> Result<(), EmqError> {
     store.remove(from, member)?;
+    if from == Set::Active {
+        super::quota::left_active(store, row)?;
+    }
     set_state(store, row, State::Dead, error)?;
     entomb(store, member, row, now, error, parents)
 }

@@ -14,7 +14,7 @@ use crate::protocol::{
 };
 
 use super::finished::{self, bury};
-use super::{count_of, priority, record, set_state};
+use super::{count_of, priority, ready, record, set_state};
 
 /// A parent named by its id: its set member and its row's name.
 struct Parent<S: Store> {
@@ -265,7 +265,7 @@ fn release<S: Store>(store: &S, member: &S::Text, row: &S::Row<'_>) -> Result<()
         store.add(Set::Schedule, due, member)?;
     } else {
         set_state(store, row, State::Pending, None)?;
-        store.add(Set::Pending, priority(store, row), member)?;
+        ready::add_job(store, row, priority(store, row), member)?;
     }
     record(store, Event::Released, Some(member), || 0)?;
     counters::count(&RELEASED, 1);

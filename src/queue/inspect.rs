@@ -13,7 +13,7 @@
 use crate::protocol::job::attempts_from;
 use crate::protocol::{EmqError, Field, Holds, KeyRef, Ranked, Set};
 
-use super::{checked_rows, Job};
+use super::{checked_rows, ready, Job};
 
 /// Jobs in a page when `COUNT` is not given.
 pub const DEFAULT_COUNT: usize = 100;
@@ -51,6 +51,10 @@ pub fn set_word(set: Set) -> &'static str {
         Set::Dead => "dead",
         Set::Rate => "rate",
         Set::Waiting => "waiting",
+        Set::Turns => "turns",
+        Set::Held => "held",
+        Set::Pauses => "pauses",
+        Set::Groups => "groups",
     }
 }
 
@@ -64,6 +68,10 @@ pub fn score_name(set: Set) -> Option<&'static str> {
         Set::Dead => Some("died-at"),
         Set::Rate => Some("claimed-at"),
         Set::Waiting => Some("due"),
+        Set::Turns => Some("turn"),
+        Set::Held => Some("held-at"),
+        Set::Pauses => Some("until"),
+        Set::Groups => Some("backlog"),
     }
 }
 
@@ -89,6 +97,7 @@ pub fn field_name(field: Field) -> &'static str {
         Field::Timeout => "timeout",
         Field::Deadline => "deadline",
         Field::TimedOut => "timedout",
+        Field::Group => "group",
     }
 }
 
@@ -218,6 +227,13 @@ pub fn job<S: Ranked>(store: &S, job: &Job<'_, S>) -> Result<Option<View<S::Text
         .into_iter()
         .find_map(|set| store.score(set, job.member).map(|score| (set, score)));
     let row = store.read_row(&name)?;
+    // A ready job of a named group waits in the group's key: pending all the same.
+    let place = match (place, store.holds(&row)) {
+        (None, Holds::Hash) => {
+            ready::waits_in(store, &row, job.member)?.map(|(_, score)| (Set::Pending, score))
+        }
+        (place, _) => place,
+    };
     let fields = match store.holds(&row) {
         Holds::Nothing if place.is_none() => return Ok(None),
         Holds::Nothing => Vec::new(),

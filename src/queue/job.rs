@@ -9,6 +9,7 @@ use super::limit::{self, room_freed};
 use super::{
     attempts, fence_for_new_life, finished, flow, lease_token, leased_fields, priority, record, Job,
 };
+use super::{quota, ready};
 
 /// One job's keys, named and permission-checked; nothing opened yet.
 pub struct Target<'j, S: Store> {
@@ -68,7 +69,12 @@ pub fn cancel_job<S: Store>(
     let row = target.open(store)?;
     store.open_sets(&[Set::Waiting])?;
     let member = target.job.member;
-    let from = if store.score(Set::Pending, member).is_some() {
+    // A ready job of a named group waits in the group's key.
+    let group = match store.holds(&row) {
+        Holds::Hash => ready::waits_in(store, &row, member)?.map(|(group, _)| group),
+        _ => None,
+    };
+    let from = if group.is_some() || store.score(Set::Pending, member).is_some() {
         Set::Pending
     } else if store.score(Set::Schedule, member).is_some() {
         Set::Schedule
@@ -93,7 +99,10 @@ pub fn cancel_job<S: Store>(
         Holds::Nothing => None,
         _ => finished::parents(store, &row)?,
     };
-    store.remove(from, member)?;
+    match from {
+        Set::Pending => ready::remove(store, group.as_ref(), member)?,
+        _ => store.remove(from, member)?,
+    };
     record(store, Event::Cancelled, Some(member), || {
         attempts(store, &row)
     })?;
@@ -114,6 +123,7 @@ fn cancel_running<S: Store>(store: &S, row: &S::Row<'_>, member: &S::Text) -> Re
     let parents = finished::parents(store, row)?;
     let limits = limit::limits(store)?;
     store.remove(Set::Active, member)?;
+    quota::left_active(store, row)?;
     store.set_fields(
         row,
         &[
@@ -174,6 +184,9 @@ pub(crate) fn revive<S: Store>(
             (Field::Fence, Value::Int(fence)),
         ],
     )?;
-    store.add(to, score, member)?;
+    match to {
+        Set::Pending => ready::add_job(store, row, score, member)?,
+        _ => store.add(to, score, member)?,
+    }
     record(store, Event::Requeued, Some(member), || 0)
 }

@@ -13,7 +13,7 @@ use super::finished;
 use super::finished::entomb;
 use super::job::Target;
 use super::limit::{self, room_freed};
-use super::{count_of, lease_token, leased_fields, record, set_state, Job};
+use super::{count_of, lease_token, leased_fields, quota, record, set_state, Job};
 
 /// The job is active, in the active set, its current attempt's token is `token` and its
 /// deadline, if it has one, has not passed (`EMQTIMEOUT`): its attempts.
@@ -147,6 +147,7 @@ fn done<S: Store>(
     parents: Option<&S::Text>,
 ) -> Result<(), EmqError> {
     store.remove(Set::Active, member)?;
+    quota::left_active(store, row)?;
     finish(store, row, member, token, result, parents)
 }
 
@@ -276,6 +277,7 @@ pub fn ack_many<S: Store>(
             outcomes[at] = Err(EmqError::Lease);
             continue;
         }
+        quota::left_active(store, row)?;
         finish(store, row, s.job.member, token, s.result, parents.as_ref())?;
         acked += 1;
     }
@@ -350,6 +352,7 @@ fn retry_or_bury<S: Store>(
         n += 1;
     }
     store.remove(Set::Active, member)?;
+    quota::left_active(store, row)?;
     store.set_fields(row, &fields[..n])?;
     if last {
         entomb(store, member, row, now, error, parents.as_ref())?;

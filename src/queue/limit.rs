@@ -5,6 +5,8 @@
 use crate::protocol::limits::{rate_member, Limits, MetaLimits, Rate, MAX_RATE};
 use crate::protocol::{EmqError, KeyRef, Meta, Set, Store};
 
+use super::quota;
+
 /// The queue's limits, from its `meta` hash (none where it has no hash).
 pub fn limits<S: Store>(store: &S) -> Result<Limits, EmqError> {
     let read = |field| store.meta(field);
@@ -19,12 +21,19 @@ pub fn limits<S: Store>(store: &S) -> Result<Limits, EmqError> {
         Some(_) => read(Meta::Timeout)?,
         None => None,
     };
+    let groups = read(Meta::Groups)?;
+    let group_concurrency = match groups {
+        Some(_) => read(Meta::GroupConcurrency)?,
+        None => None,
+    };
     Ok(Limits::from_meta(MetaLimits {
         concurrency: concurrency.as_deref(),
         rate: rate.as_deref(),
         per: per.as_deref(),
         timeout: timeout.as_deref(),
         timed: timed.as_deref(),
+        groups: groups.as_deref(),
+        group_concurrency: group_concurrency.as_deref(),
     }))
 }
 
@@ -45,14 +54,17 @@ pub struct Change {
     pub concurrency: Option<Option<i64>>,
     pub rate: Option<Option<Rate>>,
     pub timeout: Option<Option<i64>>,
+    /// The default concurrency limit of each group.
+    pub group_concurrency: Option<Option<i64>>,
 }
 
 impl Change {
-    /// `EMQ.LIMIT <queue> OFF`.
+    /// `EMQ.LIMIT <queue> OFF`: every limit of the queue's own (a group's own stays).
     pub const OFF: Change = Change {
         concurrency: Some(None),
         rate: Some(None),
         timeout: Some(None),
+        group_concurrency: Some(None),
     };
 }
 
@@ -126,7 +138,17 @@ pub fn set<S: Store>(store: &S, change: Change) -> Result<Usage, EmqError> {
             None => store.del_meta(Meta::Timeout).map(drop)?,
         }
     }
-    if store.len(Set::Pending) != 0 || store.len(Set::Active) != 0 {
+    if let Some(group_concurrency) = change.group_concurrency {
+        match group_concurrency {
+            Some(n) => {
+                quota::mark_grouped(store, &before)?;
+                store.set_meta(Meta::GroupConcurrency, n.to_string().as_bytes())?;
+            }
+            None => store.del_meta(Meta::GroupConcurrency).map(drop)?,
+        }
+        quota::readmit_held(store)?;
+    }
+    if may_be_ready(store, &before) || store.len(Set::Active) != 0 {
         store.wake_claimers()?;
     }
     usage(store)
@@ -210,10 +232,16 @@ pub fn record_claims<'c, S: Store>(
     store.add_many(Set::Rate, &scored)
 }
 
+/// Whether the queue may have ready jobs, for waking its claimers: `pending` has some, or the
+/// queue is grouped (its named groups' jobs are not counted here; a wake for nothing is cheap).
+pub fn may_be_ready<S: Store>(store: &S, limits: &Limits) -> bool {
+    limits.grouped || store.len(Set::Pending) != 0
+}
+
 /// A job left `active` (acked or failed): under a concurrency limit, the claimers waiting on
 /// the queue may take its place. `limits` were read before the first write.
 pub fn room_freed<S: Store>(store: &S, limits: &Limits) -> Result<(), EmqError> {
-    if limits.concurrency.is_some() && store.len(Set::Pending) != 0 {
+    if limits.concurrency.is_some() && may_be_ready(store, limits) {
         store.wake_claimers()?;
     }
     Ok(())
@@ -243,7 +271,7 @@ pub fn visit_window<S: Store>(
     if expired.len() >= budget {
         return Ok(Some(now));
     }
-    if !expired.is_empty() && limits.rate.is_some() && store.len(Set::Pending) != 0 {
+    if !expired.is_empty() && limits.rate.is_some() && may_be_ready(store, limits) {
         store.wake_claimers()?;
     }
     let oldest = store

@@ -3,6 +3,7 @@
 //! replica would receive), so a test sees exactly what a transition wrote.
 //! The ranks the inspection commands read are in [`ranks`].
 
+mod groups;
 mod ranks;
 mod tables;
 
@@ -24,6 +25,7 @@ pub enum MemKey {
     Events,
     Table(Table),
     Row(Vec<u8>),
+    Group(Vec<u8>),
 }
 
 /// The tables' fields, by (table, field).
@@ -55,6 +57,8 @@ pub struct Memory {
     pub tables: RefCell<Tables>,
     /// Hand-overs the transitions kept (`Store::defer`), not yet taken.
     pub deferred: RefCell<Vec<Delivery>>,
+    /// The named groups' ready jobs.
+    pub groups: RefCell<groups::Groups>,
     /// The queue's name (`q` unless a test names it).
     pub name: Vec<u8>,
     opened: RefCell<[bool; Set::COUNT]>,
@@ -262,6 +266,7 @@ impl Store for Memory {
                 KeyRef::Events => MemKey::Events,
                 KeyRef::Table(t) => MemKey::Table(*t),
                 KeyRef::Row(name) => MemKey::Row(name.to_vec()),
+                KeyRef::Group(group) => MemKey::Group(group.to_vec()),
             };
             if denied.contains(&key) {
                 return Err(EmqError::NoPerm);
@@ -326,6 +331,33 @@ impl Store for Memory {
             .iter()
             .find(|(f, _)| f == field.as_bytes())
             .map(|(_, v)| v.clone())
+    }
+
+    fn last_score(&self, set: Set) -> Result<Option<f64>, EmqError> {
+        Ok(self
+            .range(set, f64::NEG_INFINITY, f64::INFINITY, usize::MAX)?
+            .last()
+            .map(|m| m.1))
+    }
+
+    fn group_len(&self, g: &[u8]) -> Result<u64, EmqError> {
+        self.mem_group_len(g)
+    }
+
+    fn group_range(&self, g: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, f64)>, EmqError> {
+        self.mem_group_range(g, limit)
+    }
+
+    fn group_score(&self, g: &[u8], member: &Vec<u8>) -> Result<Option<f64>, EmqError> {
+        self.mem_group_score(g, member)
+    }
+
+    fn group_add(&self, g: &[u8], score: i64, member: &Vec<u8>) -> Result<(), EmqError> {
+        self.mem_group_add(g, score, member)
+    }
+
+    fn group_remove(&self, g: &[u8], members: &[&Vec<u8>]) -> Result<Vec<bool>, EmqError> {
+        self.mem_group_remove(g, members)
     }
 
     fn add(&self, set: Set, score: i64, member: &Vec<u8>) -> Result<(), EmqError> {
@@ -538,25 +570,11 @@ impl Store for Memory {
     }
 
     fn table_set(&self, table: Table, field: &[u8], value: &[u8]) -> Result<(), EmqError> {
-        self.table_type(table)?;
-        self.tables
-            .borrow_mut()
-            .insert((table as u8, field.to_vec()), value.to_vec());
-        self.log(format!("HSET {table:?} {} {}", text(field), text(value)));
-        Ok(())
+        self.mem_table_set(table, field, value)
     }
 
     fn table_del(&self, table: Table, field: &[u8]) -> Result<bool, EmqError> {
-        self.table_type(table)?;
-        let was = self
-            .tables
-            .borrow_mut()
-            .remove(&(table as u8, field.to_vec()))
-            .is_some();
-        if was {
-            self.log(format!("HDEL {table:?} {}", text(field)));
-        }
-        Ok(was)
+        self.mem_table_del(table, field)
     }
 
     fn table_len(&self, table: Table) -> Result<u64, EmqError> {
@@ -565,12 +583,6 @@ impl Store for Memory {
     }
 
     fn table_scan(&self, table: Table, cursor: u64, count: usize) -> Result<ScanStep, EmqError> {
-        self.table_type(table)?;
-        // The cursor is the place of the next field, in field order.
-        let all = self.table_fields(table);
-        let from = usize::try_from(cursor).unwrap_or(usize::MAX).min(all.len());
-        let to = from.saturating_add(count.max(1)).min(all.len());
-        let next = if to >= all.len() { 0 } else { to as u64 };
-        Ok((next, all[from..to].to_vec()))
+        self.mem_table_scan(table, cursor, count)
     }
 }

@@ -14,8 +14,13 @@ pub mod inspect;
 pub mod job;
 pub mod lease;
 pub mod limit;
+pub mod listing;
 pub mod operate;
+pub mod pauses;
 pub mod promote;
+pub mod quota;
+pub mod ready;
+pub mod rounds;
 pub mod stats;
 pub mod unique;
 

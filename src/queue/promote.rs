@@ -8,6 +8,7 @@ use crate::protocol::{settings, EmqError, Event, Field, Holds, Set, State, Store
 use super::finished::bury;
 use super::lease::{self, Failed};
 use super::{attempts, priority, record, row_of, set_state};
+use super::{quota, ready};
 
 /// Most jobs one call (or one timer tick per queue) promotes from each of `schedule` and
 /// `active`, so no call does unbounded work.
@@ -133,7 +134,7 @@ impl<S: Store> Due<S> {
         counters::count(&counters::DEAD, moved.buried as u64);
         // The room those left `active` is the waiting claimers' (under a concurrency limit).
         let left = moved.buried + moved.retrying + moved.timed_out_dead;
-        if left > 0 && store.len(Set::Pending) != 0 {
+        if left > 0 && (store.len(Set::Pending) != 0 || ready::grouped(store)?) {
             store.wake_claimers()?;
         }
         Ok(moved)
@@ -153,8 +154,11 @@ fn move_to_pending<S: Store>(store: &S, from: Set, member: &Member<S>) -> Result
         count_dropped();
         return Ok(false);
     }
+    if from == Set::Active {
+        quota::left_active(store, &row)?;
+    }
     set_state(store, &row, State::Pending, None)?;
-    store.add(Set::Pending, priority(store, &row), &member.text)?;
+    ready::add_job(store, &row, priority(store, &row), &member.text)?;
     let event = match from {
         Set::Active => Event::Expired,
         _ => Event::Promoted,
@@ -213,10 +217,11 @@ pub fn visit<S: Store>(
         0 => None,
         _ => super::limit::visit_window(store, &limits, now, budget)?,
     };
+    let resumes = super::pauses::resume_due(store, now, budget)?;
     let next = if due.is_full(budget) || trimmed.len() >= budget {
         Some(now) // more was due than one visit moves
     } else {
-        [next_due(store)?, next_trim(store, now)?, window]
+        [next_due(store)?, next_trim(store, now)?, window, resumes]
             .into_iter()
             .flatten()
             .min()

@@ -408,7 +408,7 @@ fn revisit_on_new_retention() {
     }
 }
 
-/// Leaves the claimers blocked on the pending set `key` (in the context's db) waiting until
+/// Leaves the claimers blocked on `key` (a queue's pending set or turns, in the context's db) waiting until
 /// client writes resume, when the timer wakes them again.
 pub fn wake_after_pause(ctx: &Context, key: &[u8]) {
     deferred().insert((selected_db(ctx), key.to_vec()));

@@ -1,0 +1,65 @@
+//! `EMQ.GROUPS` (docs/groups.md): a page of a queue's named groups, the largest backlog first,
+//! each with its ready and active jobs, its concurrency limit, its pause and whether its limit
+//! holds it back.
+
+use crate::protocol::{EmqError, KeyRef, Ranked, Set, Table};
+
+use super::{limit, pauses, quota};
+
+/// One group as a page shows it.
+pub struct GroupView<T> {
+    pub name: T,
+    pub ready: u64,
+    pub active: u64,
+    /// Its concurrency limit: its own, or the queue's default for groups.
+    pub limit: Option<i64>,
+    /// While paused, when it resumes by itself (`None` inside: when resumed).
+    pub paused: Option<Option<i64>>,
+    pub held: bool,
+}
+
+/// The groups at ranks `start..start + count` of the index, and the rank of the next page
+/// (`None`: this page reached the end).
+pub fn page<S: Ranked>(
+    store: &S,
+    start: u64,
+    count: usize,
+) -> Result<(Option<u64>, Vec<GroupView<S::Text>>), EmqError> {
+    store.check_access(&[
+        KeyRef::ReadMeta,
+        KeyRef::Set(Set::Groups),
+        KeyRef::Set(Set::Held),
+        KeyRef::Set(Set::Pauses),
+        KeyRef::Table(Table::Tally),
+        KeyRef::Table(Table::Quotas),
+    ])?;
+    store.open_sets(&[Set::Groups, Set::Held, Set::Pauses])?;
+    let limits = limit::limits(store)?;
+    let len = store.len(Set::Groups);
+    if count == 0 || start >= len {
+        return Ok((None, Vec::new()));
+    }
+    let names = store.range_by_rank(Set::Groups, start, start + count as u64 - 1)?;
+    let keys: Vec<KeyRef<'_, S::Name>> = names
+        .iter()
+        .map(|(name, _)| KeyRef::Group(store.bytes(name)))
+        .collect();
+    store.check_access(&keys)?;
+    drop(keys);
+    let mut page = Vec::with_capacity(names.len());
+    for (name, _) in names {
+        let group = store.bytes(&name);
+        page.push(GroupView {
+            ready: store.group_len(group)?,
+            active: quota::active(store, group)?,
+            limit: quota::own(store, group)?.or(limits.group_concurrency),
+            paused: store
+                .score(Set::Pauses, &name)
+                .map(|until| (until < pauses::FOREVER as f64).then_some(until as i64)),
+            held: store.score(Set::Held, &name).is_some(),
+            name,
+        });
+    }
+    let next = start + page.len() as u64;
+    Ok(((next < len).then_some(next), page))
+}

@@ -1,0 +1,178 @@
+//! Where a ready job waits (protocol.md §9, docs/groups.md): a job of the default group in
+//! `pending`, a job of a named group in its `group:<g>`. `turns` orders the named groups with
+//! ready jobs for the claims' round robin, `tally`'s `pending` counts their jobs, and `groups`
+//! indexes the named groups by backlog while they have jobs or settings. A queue that never had
+//! a grouped job (no `meta` `groups`) reads none of this.
+
+use crate::protocol::{EmqError, Field, KeyRef, Meta, Set, Store, Table};
+
+/// The `tally` field counting the named groups' ready jobs.
+pub const PENDING: &[u8] = b"pending";
+
+/// Whether the queue routes ready jobs by group (`meta` `groups`).
+pub fn grouped<S: Store>(store: &S) -> Result<bool, EmqError> {
+    Ok(store.meta(Meta::Groups)?.is_some())
+}
+
+/// The named group of a job's row, in a grouped queue (`None`: the default group, or a queue
+/// that is not grouped, whose rows are not read for it).
+pub fn group_of<S: Store>(store: &S, grouped: bool, row: &S::Row<'_>) -> Option<S::Text> {
+    grouped.then(|| store.field(row, Field::Group)).flatten()
+}
+
+/// Checks the caller may write what a ready job of `group` touches, and that each key is of
+/// its type: the group's key, `turns` (opened) and `tally`. Before the first write.
+pub fn check<S: Store>(store: &S, group: &[u8]) -> Result<(), EmqError> {
+    store.check_access(&[
+        KeyRef::Group(group),
+        KeyRef::Set(Set::Turns),
+        KeyRef::Set(Set::Held),
+        KeyRef::Set(Set::Pauses),
+        KeyRef::Set(Set::Groups),
+        KeyRef::Table(Table::Tally),
+    ])?;
+    store.open_sets(&[Set::Turns, Set::Held, Set::Pauses, Set::Groups])?;
+    store.group_len(group)?;
+    store.table_len(Table::Tally)?;
+    Ok(())
+}
+
+/// Makes a ready job wait at `score`: in `pending`, or in its named group (checked with
+/// [`check`]), which takes its turn behind the others if it had none, and wakes the claimers.
+pub fn add<S: Store>(
+    store: &S,
+    group: Option<&S::Text>,
+    score: i64,
+    member: &S::Text,
+) -> Result<(), EmqError> {
+    let Some(group) = group else {
+        return store.add(Set::Pending, score, member);
+    };
+    let name = store.bytes(group);
+    check(store, name)?;
+    store.group_add(name, score, member)?;
+    // A group held back by its limit waits for a place, and a paused one for its resume, not
+    // for a turn.
+    if store.score(Set::Held, group).is_none() && store.score(Set::Pauses, group).is_none() {
+        take_turn(store, group)?;
+    }
+    count(store, 1)?;
+    index(store, group, 1)?;
+    store.wake_claimers()
+}
+
+/// The named group's backlog in `groups` changes by `delta` (it joins the index with 0).
+/// `groups` is open.
+pub fn index<S: Store>(store: &S, group: &S::Text, delta: i64) -> Result<(), EmqError> {
+    let backlog = -store.score(Set::Groups, group).unwrap_or(0.0) as i64;
+    store.add(Set::Groups, -backlog.saturating_add(delta).max(0), group)
+}
+
+/// Forgets a named group that has nothing left: no ready or active job, no limit of its own
+/// and no pause (`groups`, `pauses` and `quotas` open or checked).
+pub fn forget_if_idle<S: Store>(store: &S, group: &S::Text) -> Result<(), EmqError> {
+    let name = store.bytes(group);
+    if name.is_empty()
+        || store.group_len(name)? != 0
+        || super::quota::active(store, name)? != 0
+        || super::quota::own(store, name)?.is_some()
+        || store.score(Set::Pauses, group).is_some()
+    {
+        return Ok(());
+    }
+    store.remove(Set::Groups, group).map(drop)
+}
+
+/// `group` takes a turn behind the others, unless it has one. `turns` is open.
+pub fn take_turn<S: Store>(store: &S, group: &S::Text) -> Result<(), EmqError> {
+    if store.score(Set::Turns, group).is_some() {
+        return Ok(());
+    }
+    let last = store.last_score(Set::Turns)?.unwrap_or(0.0) as i64;
+    store.add(Set::Turns, last + 1, group)
+}
+
+/// Makes the job of `row` wait at `score` where its group's ready jobs do.
+pub fn add_job<S: Store>(
+    store: &S,
+    row: &S::Row<'_>,
+    score: i64,
+    member: &S::Text,
+) -> Result<(), EmqError> {
+    let group = group_of(store, grouped(store)?, row);
+    add(store, group.as_ref(), score, member)
+}
+
+/// The named group of the job of `row` whose ready jobs hold `member`, in a grouped queue.
+pub fn waits_in<S: Store>(
+    store: &S,
+    row: &S::Row<'_>,
+    member: &S::Text,
+) -> Result<Option<(S::Text, f64)>, EmqError> {
+    let Some(group) = group_of(store, grouped(store)?, row) else {
+        return Ok(None);
+    };
+    let name = store.bytes(&group);
+    if crate::protocol::Group::parse(name).is_none() {
+        return Ok(None); // written by hand: no group of the grammar
+    }
+    store.check_access(&[KeyRef::Group(name)])?;
+    Ok(store.group_score(name, member)?.map(|score| (group, score)))
+}
+
+/// Takes a ready job out of where it waits (its group's key, when `group` names one); whether
+/// it was there.
+pub fn remove<S: Store>(
+    store: &S,
+    group: Option<&S::Text>,
+    member: &S::Text,
+) -> Result<bool, EmqError> {
+    let Some(group) = group else {
+        return store.remove(Set::Pending, member);
+    };
+    let name = store.bytes(group);
+    check(store, name)?;
+    let there = store.group_remove(name, &[member])?.first() == Some(&true);
+    if there {
+        count(store, -1)?;
+        index(store, group, -1)?;
+        if store.group_len(name)? == 0 {
+            store.remove(Set::Turns, group)?;
+            store.remove(Set::Held, group)?;
+            forget_if_idle(store, group)?;
+        }
+    }
+    Ok(there)
+}
+
+/// How many ready jobs the named groups have (`tally`'s count).
+pub fn grouped_len<S: Store>(store: &S) -> Result<u64, EmqError> {
+    let text = store.table_get(Table::Tally, PENDING)?;
+    Ok(text
+        .as_ref()
+        .and_then(|t| {
+            std::str::from_utf8(store.bytes(t))
+                .ok()?
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or(0))
+}
+
+/// How many ready jobs the queue has: `pending`'s and, in a grouped queue, the named groups'.
+pub fn ready_len<S: Store>(store: &S, grouped: bool) -> Result<u64, EmqError> {
+    let named = match grouped {
+        true => grouped_len(store)?,
+        false => 0,
+    };
+    Ok(store.len(Set::Pending) + named)
+}
+
+/// Adds `delta` to the named groups' count of ready jobs (the field goes at 0).
+pub fn count<S: Store>(store: &S, delta: i64) -> Result<(), EmqError> {
+    let now = grouped_len(store)? as i64;
+    match now.saturating_add(delta).max(0) {
+        0 => store.table_del(Table::Tally, PENDING).map(|_| ()),
+        n => store.table_set(Table::Tally, PENDING, n.to_string().as_bytes()),
+    }
+}

@@ -1,0 +1,318 @@
+//! A grouped queue's claim (docs/groups.md): round robin over the groups with ready jobs, in
+//! the order of `turns`, the default group (`pending`, member `""`) among them. Each job a group
+//! gives sends it behind the others; a group left empty leaves `turns`, and one that reached
+//! its concurrency limit leaves it for `held` (`quota`). Planned by reads alone, then written,
+//! so a refusal writes nothing.
+
+use crate::protocol::job::Claimed;
+use crate::protocol::limits::Limits;
+use crate::protocol::{EmqError, Holds, KeyRef, Set, Store, Table};
+
+use super::claim::{lease_all, Head, Lease, ORPHAN_BUDGET};
+use super::{quota, ready, row_of};
+
+/// One group's part in a claim.
+struct Slot<S: Store> {
+    /// Its name in `turns`; `""` for the default group.
+    name: S::Text,
+    /// Whether it is a named group (its jobs in its own key, not in `pending`).
+    named: bool,
+    /// Whether `turns` holds it (the default group takes its first turn from a claim).
+    in_turns: bool,
+    /// Its first ready jobs, read so far, in order.
+    read: Vec<Head<S>>,
+    /// How many of `read` the claim takes.
+    used: usize,
+    /// How many ready jobs it has (read with its first jobs).
+    len: u64,
+    /// Whether `read` holds all of its ready jobs.
+    complete: bool,
+    /// The claim's count of live jobs when it last gave one.
+    last: Option<usize>,
+    /// How many more of its jobs its concurrency limit lets be active.
+    room: usize,
+    /// How many live jobs it gives.
+    given: usize,
+}
+
+impl<S: Store> Slot<S> {
+    /// The group `name` (`""`: the default group), with its room under the limits, where the
+    /// queue's groups have any (`quotas`).
+    fn new(
+        store: &S,
+        name: S::Text,
+        in_turns: bool,
+        quotas: Option<&Limits>,
+    ) -> Result<Self, EmqError> {
+        let room = match quotas {
+            Some(limits) => quota::room(store, limits, store.bytes(&name))?,
+            None => usize::MAX,
+        };
+        Ok(Slot {
+            named: !store.bytes(&name).is_empty(),
+            name,
+            in_turns,
+            read: Vec::new(),
+            used: 0,
+            len: 0,
+            complete: false,
+            last: None,
+            room,
+            given: 0,
+        })
+    }
+
+    /// Reads `more` (at least one) of its ready jobs after those read so far.
+    fn read_more(&mut self, store: &S, more: usize) -> Result<(), EmqError> {
+        let limit = self.read.len() + more.max(1);
+        let members = match self.named {
+            true => store.group_range(store.bytes(&self.name), limit)?,
+            false => store.range(Set::Pending, f64::NEG_INFINITY, f64::INFINITY, limit)?,
+        };
+        if self.read.is_empty() {
+            self.len = match self.named {
+                true => store.group_len(store.bytes(&self.name))?,
+                false => store.len(Set::Pending),
+            };
+        }
+        self.complete = members.len() < limit;
+        for (member, _) in members.into_iter().skip(self.read.len()) {
+            let row = row_of(store, &member)?;
+            let holds = match &row {
+                Some(name) => store.probe(name)?,
+                None => Holds::Nothing,
+            };
+            self.read.push(Head { member, row, holds });
+        }
+        Ok(())
+    }
+
+    /// Whether the claim takes every ready job it has (its jobs were read).
+    fn emptied(&self) -> bool {
+        (self.complete && self.used == self.read.len())
+            || (self.used > 0 && self.used as u64 >= self.len)
+    }
+
+    /// Whether it reached its concurrency limit with ready jobs left: held back.
+    fn held(&self) -> bool {
+        self.given >= self.room && !self.emptied()
+    }
+
+    /// Whether it can give no more jobs to this claim.
+    fn spent(&self) -> bool {
+        self.emptied() || self.given >= self.room
+    }
+}
+
+/// What a grouped claim did: the jobs it took, and whether it stopped at the budget of
+/// members without a row, with more behind them.
+pub struct Taken {
+    pub claimed: Claimed,
+    pub more_behind: bool,
+}
+
+/// Takes up to `want` ready jobs, one from each group in turn, leased under `lease`, as far
+/// as each group's concurrency limit lets.
+pub fn claim<S: Store>(
+    store: &S,
+    want: usize,
+    limits: &Limits,
+    lease: &Lease,
+) -> Result<Taken, EmqError> {
+    store.check_access(&[
+        KeyRef::Set(Set::Turns),
+        KeyRef::Set(Set::Held),
+        KeyRef::Set(Set::Groups),
+        KeyRef::Table(Table::Tally),
+    ])?;
+    store.open_sets(&[Set::Turns, Set::Held, Set::Pauses, Set::Groups])?;
+    store.table_len(Table::Tally)?;
+    let quotas = quota::any(store, limits)?.then_some(limits);
+    let default = store.text(b"")?;
+    // The default group's first turn comes after the others'.
+    let joins = store.len(Set::Pending) != 0
+        && store.score(Set::Turns, &default).is_none()
+        && store.score(Set::Held, &default).is_none();
+    let mut slots: Vec<Slot<S>> = Vec::new();
+    let (picks, more_behind) = plan(store, &mut slots, want, joins, quotas)?;
+
+    // Every check before the first write: the rows, their types, the groups' keys.
+    let mut keys: Vec<KeyRef<'_, S::Name>> = picks
+        .iter()
+        .filter_map(|&(s, i)| slots[s].read[i].row.as_ref().map(KeyRef::Row))
+        .collect();
+    keys.extend(
+        slots
+            .iter()
+            .filter(|s| s.named && (s.used > 0 || s.emptied()))
+            .map(|s| KeyRef::Group(store.bytes(&s.name))),
+    );
+    store.check_access(&keys)?;
+    drop(keys);
+    if picks
+        .iter()
+        .any(|&(s, i)| !matches!(slots[s].read[i].holds, Holds::Nothing | Holds::Hash))
+    {
+        return Err(EmqError::WrongType);
+    }
+
+    // Out of where they waited, each group's at once.
+    let mut named_taken = 0;
+    for s in slots.iter().filter(|s| s.used > 0) {
+        let members: Vec<&S::Text> = s.read[..s.used].iter().map(|h| &h.member).collect();
+        match s.named {
+            true => {
+                store.group_remove(store.bytes(&s.name), &members)?;
+                named_taken += members.len();
+            }
+            false => {
+                store.remove_many(Set::Pending, &members)?;
+            }
+        }
+    }
+    if named_taken > 0 {
+        ready::count(store, -(named_taken as i64))?;
+    }
+    for s in slots.iter().filter(|s| s.given > 0) {
+        quota::add_active(store, store.bytes(&s.name), s.given as i64)?;
+    }
+    for s in slots.iter().filter(|s| s.named && s.used > 0) {
+        ready::index(store, &s.name, -(s.used as i64))?;
+        if s.emptied() {
+            ready::forget_if_idle(store, &s.name)?;
+        }
+    }
+    turn(store, &slots, joins, &default)?;
+
+    let rows = picks
+        .iter()
+        .map(|&(s, i)| {
+            let head = &slots[s].read[i];
+            match (&head.row, head.holds) {
+                (Some(name), Holds::Hash) => store.open_row(name).map(Some),
+                _ => Ok(None),
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let head = picks
+        .iter()
+        .map(|&(s, i)| &slots[s].read[i].member)
+        .zip(rows)
+        .collect();
+    Ok(Taken {
+        claimed: lease_all(store, head, lease)?,
+        more_behind,
+    })
+}
+
+/// The round robin, read only: one live job from each group in turn until `want` are taken or
+/// every group is spent, reading the groups of `turns` as far as needed (and the default
+/// group after them, when it `joins`). The picks (slot, place in its `read`), members without
+/// a row among them, and whether it stopped at [`ORPHAN_BUDGET`] of those.
+fn plan<S: Store>(
+    store: &S,
+    slots: &mut Vec<Slot<S>>,
+    want: usize,
+    joins: bool,
+    quotas: Option<&Limits>,
+) -> Result<(Vec<(usize, usize)>, bool), EmqError> {
+    let mut picks = Vec::with_capacity(want);
+    let (mut live, mut orphans) = (0, 0);
+    let (mut in_turns, mut all_read) = (0, false);
+    while live < want && orphans < ORPHAN_BUDGET {
+        // Every group read so far is spent (or none was read): read the next ones.
+        if slots.iter().all(Slot::spent) {
+            if all_read {
+                break;
+            }
+            let need = want - live;
+            let turns = store.range(
+                Set::Turns,
+                f64::NEG_INFINITY,
+                f64::INFINITY,
+                in_turns + need,
+            )?;
+            all_read = turns.len() < in_turns + need;
+            for (name, _) in turns.into_iter().skip(in_turns) {
+                slots.push(Slot::new(store, name, true, quotas)?);
+                in_turns += 1;
+            }
+            if all_read && joins {
+                slots.push(Slot::new(store, store.text(b"")?, false, quotas)?);
+            }
+        }
+        let per = (want - live).div_ceil(slots.len().max(1));
+        let mut gave = false;
+        for (s, slot) in slots.iter_mut().enumerate() {
+            while live < want && orphans < ORPHAN_BUDGET && slot.given < slot.room {
+                if slot.used == slot.read.len() {
+                    if slot.complete {
+                        break;
+                    }
+                    slot.read_more(store, per)?;
+                    continue;
+                }
+                picks.push((s, slot.used));
+                let holds = slot.read[slot.used].holds;
+                slot.used += 1;
+                if holds == Holds::Nothing {
+                    orphans += 1;
+                    continue;
+                }
+                live += 1;
+                slot.given += 1;
+                slot.last = Some(live);
+                gave = true;
+                break;
+            }
+        }
+        if !gave && all_read {
+            break;
+        }
+    }
+    Ok((picks, orphans >= ORPHAN_BUDGET))
+}
+
+/// `turns` after the claim: each group it emptied leaves, and each it held back at its limit
+/// leaves for `held`; the default group, new to `turns`, takes its first turn behind the
+/// others; each group that gave a job goes behind all, in the order of their last jobs.
+fn turn<S: Store>(
+    store: &S,
+    slots: &[Slot<S>],
+    joins: bool,
+    default: &S::Text,
+) -> Result<(), EmqError> {
+    let gone: Vec<&S::Text> = slots
+        .iter()
+        .filter(|s| s.in_turns && (s.emptied() || s.held()))
+        .map(|s| &s.name)
+        .collect();
+    store.remove_many(Set::Turns, &gone)?;
+    let now = store.now_ms();
+    let held: Vec<(i64, &S::Text)> = slots
+        .iter()
+        .filter(|s| s.held() && (s.in_turns || joins))
+        .map(|s| (now, &s.name))
+        .collect();
+    store.add_many(Set::Held, &held)?;
+    let mut next = store.last_score(Set::Turns)?.unwrap_or(0.0) as i64 + 1;
+    let mut behind: Vec<(i64, &S::Text)> = Vec::new();
+    let joined = slots.iter().find(|s| !s.in_turns);
+    if joins && joined.is_none_or(|s| s.last.is_none() && !s.emptied() && !s.held()) {
+        behind.push((next, default));
+        next += 1;
+    }
+    let mut gave: Vec<&Slot<S>> = slots
+        .iter()
+        .filter(|s| s.last.is_some() && !s.emptied() && !s.held())
+        .collect();
+    gave.sort_by_key(|s| s.last);
+    for s in gave {
+        behind.push((next, &s.name));
+        next += 1;
+    }
+    for (score, name) in behind {
+        store.add(Set::Turns, score, name)?;
+    }
+    Ok(())
+}
