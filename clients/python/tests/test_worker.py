@@ -303,6 +303,25 @@ def test_a_connection_reset_in_mid_read_is_tried_again_and_a_plain_value_error_i
     assert not transient(ValueError("no stock for sku 42"))
 
 
+def test_a_reply_reader_torn_down_by_another_thread_is_tried_again_and_a_callers_bug_is_not() -> None:
+    from redis._parsers import _RESP2Parser
+
+    from echomq._retry import transient
+
+    # A parser whose connection was disconnected in mid-redirect has no buffer to read from.
+    parser = _RESP2Parser(socket_read_size=65536)
+    try:
+        parser.read_response()
+    except AttributeError as e:
+        torn = e
+    assert transient(torn)
+    try:
+        None.readline()  # type: ignore[attr-defined]
+    except AttributeError as e:
+        mine = e
+    assert not transient(mine)
+
+
 def test_a_cluster_map_refresh_that_finds_no_node_for_a_moment_is_tried_again() -> None:
     from redis.exceptions import RedisClusterException
 

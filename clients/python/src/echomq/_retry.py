@@ -35,11 +35,27 @@ def transient(error: Exception) -> bool:
     # ConnectionError: it is the same lost connection.
     if isinstance(error, ValueError) and "closed file" in str(error):
         return True
+    # Or, when another thread tore the connection down in mid-read (a redirect during a slot
+    # migration), with the AttributeError of the parser whose buffer it dropped.
+    if isinstance(error, AttributeError) and raised_by_client_library(error):
+        return True
     # The cluster client refreshing its map of the slots while a primary fails tries every node
     # it knows; when each refuses for the moment (the failed one among them) it gives up so.
     if names & CLUSTER_CLIENT_KINDS and str(error).startswith(CLUSTER_UNREACHABLE):
         return True
     return "ResponseError" in names and str(error).startswith(TRANSIENT_CODES)
+
+
+def raised_by_client_library(error: BaseException) -> bool:
+    """Whether `error` was raised in redis-py's or valkey-py's reply reader, not a caller's code."""
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    path = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+    return any(f"/{lib}/{part}" in path for lib in ("redis", "valkey")
+               for part in ("_parsers/", "connection.py"))
 
 
 def server_full(error: Exception) -> bool:
