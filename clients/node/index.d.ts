@@ -27,6 +27,11 @@ export interface EnqueueOptions {
   /** Each attempt's hard limit, ms from its claim (1 to a year): past it the server fails the
    * attempt with the error `timeout` and the worker stops its handler (its `timeout` event). */
   timeout?: number;
+  /** The job's group in its queue (a tenant, say: 1 to 128 printable ASCII bytes without `{`
+   * or `}`, which the server checks): claims take the groups with ready jobs in turn, the jobs
+   * without one (the default group) being one more; priorities order the jobs within a group.
+   * Its row's `group` names it. */
+  group?: string;
   /** A parent: it waits (in `waiting`) until this many children have finished, 1-100,000. */
   children?: number;
   /** A child of each (at most 16): on a cluster, `EMQ.ADOPT` goes first to a parent whose
@@ -95,7 +100,8 @@ export interface Handover {
   reply: string;
 }
 
-/** A job of `enqueueMany`. `EMQ.MENQUEUE` carries no timeout: the queue's (`limit`) times it. */
+/** A job of `enqueueMany`. `EMQ.MENQUEUE` carries no timeout (the queue's, `limit`, times it)
+ * and no group (its jobs are the queue's default group's). */
 export interface JobSpec {
   payload: Payload;
   id?: string;
@@ -105,6 +111,7 @@ export interface JobSpec {
 export type SetName = 'pending' | 'active' | 'scheduled' | 'dead' | 'waiting';
 
 export interface Stats {
+  /** Every ready job, grouped or not. */
   pending: number;
   active: number;
   scheduled: number;
@@ -118,6 +125,8 @@ export interface Stats {
   'rate-used': number;
   /** The queue's limit on one attempt (ms) for jobs without their own; null when unset. */
   timeout: number | null;
+  /** How many groups have ready jobs (0 in a queue that never used `group`). */
+  groups: number;
 }
 
 export interface Limits {
@@ -153,6 +162,8 @@ export interface JobRow {
   cancelled?: number;
   /** The job's own limit on one attempt, ms (`EnqueueOptions.timeout`). */
   timeout?: number;
+  /** The job's group (`EnqueueOptions.group`); none for a job of the default group. */
+  group?: string;
   /** A timed attempt's deadline and the token of that attempt, `<unix-ms>:<token>`: in a queue
    * that uses timeouts (an earlier attempt's is left until the next timed claim). */
   deadline?: string;

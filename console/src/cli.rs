@@ -106,6 +106,9 @@ pub enum Command {
         /// The job's own limit on one attempt, in milliseconds: past it the server ends it.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=31_536_000_000))]
         timeout_ms: Option<u64>,
+        /// The job's group (a tenant, say): claims take the queue's groups in turn.
+        #[arg(long)]
+        group: Option<String>,
     },
     /// A live view of every queue: counts, rates, the oldest pending job, the counters.
     Top {
@@ -355,12 +358,14 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
             delay_ms,
             priority,
             timeout_ms,
+            group,
         } => {
             let how = Enqueue {
                 id,
                 delay: delay_ms.map(Duration::from_millis),
                 priority,
                 timeout: timeout_ms.map(Duration::from_millis),
+                group,
                 ..Enqueue::default()
             };
             let id = dep

@@ -93,6 +93,16 @@ fn the_server_s_errors_are_shown_as_they_are_and_exit_1_and_usage_errors_exit_2(
     assert!(err.to_lowercase().contains("refused"), "{err}");
 }
 
+/// `emq enqueue QUEUE PAYLOAD OPTIONS...` (`args`), which succeeds: the job's id and its row
+/// (`emq --json job`).
+fn enqueued(url: &str, args: &[&str]) -> (String, Json) {
+    let (code, id, _) = emq(url, &[&["enqueue"], args].concat());
+    assert_eq!(code, 0);
+    let id = id.trim().to_string();
+    let (_, json, _) = emq(url, &["--json", "job", args[0], &id]);
+    (id, serde_json::from_str(&json).expect("json"))
+}
+
 #[test]
 fn pause_resume_enqueue_cancel_and_requeue_change_the_queue_on_the_server() {
     let s = server();
@@ -118,17 +128,21 @@ fn pause_resume_enqueue_cancel_and_requeue_change_the_queue_on_the_server() {
     );
     assert_eq!(code, 0);
     assert_eq!(count(&mut con, "work", "scheduled"), 1);
-    let (code, timed, _) = emq(
-        &s.url(),
-        &["enqueue", "work", "timed", "--timeout-ms", "90000"],
-    );
-    assert_eq!(code, 0);
-    let (_, json, _) = emq(&s.url(), &["--json", "job", "work", timed.trim()]);
+    let (timed, row) = enqueued(&s.url(), &["work", "timed", "--timeout-ms", "90000"]);
+    assert_eq!(row["timeout"], "90000");
+    assert_eq!(emq(&s.url(), &["cancel", "work", &timed]).0, 0);
+    let (_, row) = enqueued(&s.url(), &["grouped", "mine", "--group", "tenant-1"]);
+    assert_eq!(row["group"], "tenant-1");
+    let (_, json, _) = emq(&s.url(), &["--json", "stats", "grouped"]);
+    let stats = serde_json::from_str::<Json>(&json).expect("json");
     assert_eq!(
-        serde_json::from_str::<Json>(&json).expect("json")["timeout"],
-        "90000"
+        (
+            stats["grouped"]["groups"].as_i64(),
+            stats["grouped"]["pending"].as_i64()
+        ),
+        (Some(1), Some(1)),
+        "{stats}"
     );
-    assert_eq!(emq(&s.url(), &["cancel", "work", timed.trim()]).0, 0);
     assert_eq!(emq(&s.url(), &["cancel", "work", &id]).0, 0);
     assert_eq!(emq(&s.url(), &["cancel", "work", &id]).0, 3);
     assert_eq!(count(&mut con, "work", "pending"), 0);

@@ -64,9 +64,11 @@ export class Queue {
    * With `children` it is a parent, waiting until that many children have finished; with
    * `parents` it is their child (on a cluster, `EMQ.ADOPT` first for a parent in another slot).
    * With `timeout` (ms), each attempt of it is ended by the server that long after its claim.
+   * With `group` (a tenant, say; the server checks it), it is in that group of the queue: claims
+   * take the groups with ready jobs in turn, and its row's `group` names it.
    * @param {unknown} payload a string or bytes as they are, anything else as JSON
    * @param {{id?: string, delay?: number, at?: number | Date, priority?: number, unique?: string, uniqueFor?: number,
-   *   timeout?: number, children?: number, parents?: Array<{queue: string, id: string, onFail?: 'fail' | 'ignore'}>}} [options]
+   *   timeout?: number, group?: string, children?: number, parents?: Array<{queue: string, id: string, onFail?: 'fail' | 'ignore'}>}} [options]
    */
   async enqueue(payload, options = {}) {
     const id = options.id ?? mint();
@@ -82,6 +84,7 @@ export class Queue {
       throw new TypeError('uniqueFor is the window of a unique key');
     }
     if (options.timeout !== undefined) args.push('TIMEOUT', ms(options.timeout, 'timeout'));
+    if (options.group !== undefined) args.push('GROUP', options.group);
     args.push(...familyArgs(options));
     let reply;
     try {
@@ -99,7 +102,8 @@ export class Queue {
 
   /**
    * Enqueues every job, `chunk` to one atomic `EMQ.MENQUEUE`; their ids, in order. A job here
-   * has no `timeout` of its own (`EMQ.MENQUEUE` carries none): the queue's (`limit`) times it.
+   * has no `timeout` of its own (`EMQ.MENQUEUE` carries none): the queue's (`limit`) times it;
+   * nor a `group`: it is in the queue's default group.
    * @param {Iterable<{payload: unknown, id?: string, priority?: number}>} jobs
    * @param {{chunk?: number}} [options]
    */
@@ -126,7 +130,8 @@ export class Queue {
 
   // ---- looking ----
 
-  /** The counts of each set, the pause flag, and the limits and their use (`EMQ.STATS`). */
+  /** The counts of each set (`pending`: every ready job, grouped or not), how many groups
+   * have ready jobs (`groups`), the pause flag, and the limits and their use (`EMQ.STATS`). */
   async stats() {
     return pairs(await this.send(['EMQ.STATS', this.name], true));
   }

@@ -1,5 +1,6 @@
 // The Queue's calls against a real server: enqueue and its options, enqueueMany in chunks,
-// looking (job, jobs, stats), operating (pause, purge, requeue, cancel, limit, cron), events.
+// looking (job, jobs, stats), operating (pause, purge, requeue, cancel, limit, cron), events;
+// groups.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Queue, Worker } from '../src/index.js';
@@ -223,5 +224,80 @@ describe('Queue', () => {
     assert.deepEqual(seen.map((e) => [e.event, e.id]), [['enqueued', id], ['claimed', id], ['acked', id]]);
     assert.equal(seen[1].attempt, 1);
     assert.equal(await q.disableEvents(), true);
+  });
+});
+
+/** The fairness tests' queues: a long group, then a short one enqueued behind it. */
+const LONG = 30;
+const SHORT = 3;
+
+/** Enqueues `count` jobs to `group`, payloads `<group><n>`; their ids, in order. */
+async function enqueueTo(q, group, count) {
+  const ids = [];
+  for (let n = 0; n < count; n++) ids.push(await q.enqueue(`${group}${n}`, { group }));
+  return ids;
+}
+
+/** `order` claimed `a` then `b` fairly: every job of `b` among the first 2 × its count, and
+ * `a`'s jobs in their order. */
+function assertFair(order, a, b) {
+  assert.deepEqual([...order].sort(), [...a, ...b].sort(), 'each job once');
+  for (const id of b) assert.ok(order.indexOf(id) < 2 * b.length, `${id} of b at ${order.indexOf(id)}: ${order}`);
+  assert.deepEqual(order.filter((id) => a.includes(id)), a, 'a in its order');
+}
+
+// Groups: a job's group is its row's; claims take the groups with ready jobs in turn, so a group
+// enqueued behind a long one is not starved while each group's jobs keep their order (claimed by
+// hand or by a worker of one slot); stats count the groups with ready jobs and every ready job.
+// Order and counts only.
+describe('Queue groups', () => {
+  test('a job\'s group is its row\'s; a job without one has none', async () => {
+    const q = new Queue(client, 'grouped');
+    const id = await q.enqueue('x', { group: 'tenant-1' });
+    const plain = await q.enqueue('y');
+    assert.equal((await q.job(id)).group, 'tenant-1');
+    assert.equal((await q.job(plain)).group, undefined);
+    // The group stays the job's through its claim.
+    const claimed = await q.call('EMQ.CLAIM', 'COUNT', 2, 'LEASE', 60_000);
+    assert.deepEqual(claimed.map((j) => j[0]).sort(), [id, plain].sort());
+    const row = await q.job(id);
+    assert.deepEqual([row.state, row.group], ['active', 'tenant-1']);
+  });
+
+  test('a group enqueued behind a long one is claimed in turn; stats count groups and pending', async () => {
+    const q = new Queue(client, 'fair');
+    const a = await enqueueTo(q, 'a', LONG);
+    const b = await enqueueTo(q, 'b', SHORT);
+    const stats = await q.stats();
+    assert.deepEqual([stats.groups, stats.pending], [2, LONG + SHORT]);
+    const order = [];
+    for (let n = 0; n < LONG + SHORT; n++) {
+      const [[id]] = await q.call('EMQ.CLAIM', 'COUNT', 1, 'LEASE', 60_000);
+      order.push(String(id));
+    }
+    assertFair(order, a, b);
+    const drained = await q.stats();
+    assert.deepEqual([drained.groups, drained.pending, drained.active], [0, 0, LONG + SHORT]);
+  });
+
+  test('a worker of one slot runs the groups in turn', async () => {
+    const q = new Queue(client, 'fair-worker');
+    const a = await enqueueTo(q, 'a', LONG);
+    const b = await enqueueTo(q, 'b', SHORT);
+    const order = [];
+    const worker = new Worker(q, (job) => { order.push(job.id); }, { concurrency: 1, block: 100 });
+    try {
+      assert.ok(await until(() => order.length === LONG + SHORT, 30_000), `ran ${order.length}`);
+    } finally {
+      await worker.close();
+    }
+    assertFair(order, a, b);
+  });
+
+  test('a queue that never used groups counts none', async () => {
+    const q = new Queue(client, 'ungrouped');
+    await q.enqueue('x');
+    const stats = await q.stats();
+    assert.deepEqual([stats.groups, stats.pending], [0, 1]);
   });
 });

@@ -49,6 +49,9 @@ export async function producer(): Promise<void> {
   const timed: string = await q.enqueue('x', { timeout: 300 });
   const deadline: string | undefined = (await q.job(timed))?.deadline;
   const statsTimeout: number | null = stats.timeout;
+  const tenant: string = await q.enqueue('x', { group: 'tenant-42' });
+  const group: string | undefined = (await q.job(tenant))?.group;
+  const groups: number = stats.groups;
   const at: number = await q.cron('nightly', { report: 'daily' }, { spec: '0 3 * * *' });
   await q.cron('beat', 'ping', { every: 60_000, priority: -1 });
   const names: string[] = (await q.crons()).map((c) => c.name);
@@ -58,7 +61,7 @@ export async function producer(): Promise<void> {
     const event: QueueEvent['event'] = e.event;
     if (event === 'acked') break;
   }
-  void [active, attempts, cancelledToken, next, purged, moved, cancelled, unstarted, requeued, cap, queueTimeout, deadline, statsTimeout, at, names];
+  void [active, attempts, cancelledToken, next, purged, moved, cancelled, unstarted, requeued, cap, queueTimeout, deadline, statsTimeout, group, groups, at, names];
   await client.quit();
 }
 

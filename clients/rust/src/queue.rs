@@ -35,6 +35,12 @@ pub struct Enqueue {
     /// anything is sent ([`Error::Argument`]). `None`: the queue's default
     /// ([`Limit::timeout`](crate::Limit::timeout)), if any.
     pub timeout: Option<Duration>,
+    /// The job's group in its queue (`GROUP <group>`; a tenant, say): claims take the groups
+    /// with ready jobs in turn, the jobs without one (the default group) being one more, and
+    /// priorities order the jobs within a group. 1 to 128 bytes of printable ASCII without `{`
+    /// or `}`, which the server checks. The row's `group` names it ([`Queue::job`]). `None`:
+    /// the default group.
+    pub group: Option<String>,
     /// A parent: it waits (`waiting`, never claimed) until this many children have finished.
     pub children: Option<u32>,
     /// The parents this job is a child of, at most [`MAX_PARENTS`](crate::flow::MAX_PARENTS).
@@ -298,6 +304,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         if let Some(t) = timeout {
             args.extend([b"TIMEOUT".to_vec(), t.to_string().into_bytes()]);
         }
+        if let Some(group) = how.group {
+            args.extend([b"GROUP".to_vec(), group.into_bytes()]);
+        }
         args.extend(flow::options(how.children, &how.parents));
         if let Err(e) = self.adopt(&how.parents, &id).await {
             return self.enqueued_before(e, id).await;
@@ -337,7 +346,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// Enqueues every payload, `CHUNK` to an atomic `EMQ.MENQUEUE`; their ids, in order. With
     /// `wait_replicas`, each chunk waits, and the chunks not confirmed make the call's
     /// [`Error::NotReplicated`] (every chunk enqueued still). `EMQ.MENQUEUE` takes no options
-    /// but a priority, so these jobs have no timeout of their own: the queue's applies.
+    /// but a priority, so these jobs have no timeout of their own (the queue's applies) and
+    /// no group (they are the default group's).
     pub async fn enqueue_many<P: AsRef<[u8]>>(
         &self,
         payloads: impl IntoIterator<Item = P>,
@@ -380,7 +390,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         .await
     }
 
-    /// The counts of each set (`waiting`: the parents waiting for children), the pause flag,
+    /// The counts of each set (`waiting`: the parents waiting for children; `pending`: every
+    /// ready job, grouped or not), how many groups have ready jobs (`groups`), the pause flag,
     /// and the limits and their use, `timeout` in ms (`None`: not set); typed, [`Queue::limits`].
     pub async fn stats(&self) -> Result<HashMap<String, Option<i64>>> {
         let v = self.call("EMQ.STATS", &[]).await?;

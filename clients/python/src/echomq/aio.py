@@ -82,13 +82,13 @@ class AsyncQueue(Settings):
         at: Optional[float] = None, priority: Optional[int] = None,
         unique: Optional[str] = None, unique_for: Optional[float] = None,
         children: Optional[int] = None, parents: Optional[Sequence[ParentLike]] = None,
-        timeout: Optional[float] = None,
+        timeout: Optional[float] = None, group: Optional[str] = None,
     ) -> str:
         """``Queue.enqueue``, awaited."""
         above = parents_of(parents)
         job_id, args = cmd.enqueue(
             self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for,
-            children, above, timeout,
+            children, above, timeout, group,
         )
         try:
             for adopt in cmd.adoptions(self.name, job_id, above):

@@ -113,6 +113,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--priority", type=int)
     e.add_argument("--unique")
     e.add_argument("--timeout", type=float, help="seconds each attempt may run")
+    e.add_argument("--group", help="the job's group (a tenant, say): claims take groups in turn")
 
     s = sub.add_parser("stats", parents=options, help="a queue's counts, pause flag and limits")
     s.add_argument("queue")
@@ -150,7 +151,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         q = Queue(client, args.queue)
         if args.command == "enqueue":
             show(q.enqueue(args.payload, delay=args.delay, priority=args.priority, unique=args.unique,
-                           timeout=args.timeout), args.json)
+                           timeout=args.timeout, group=args.group), args.json)
         elif args.command == "stats":
             show(q.stats(), args.json)
         elif args.command == "dead":

@@ -65,10 +65,12 @@ def enqueue(
     children: Optional[int] = None,
     parents: Sequence[Parent] = (),
     timeout: Optional[float] = None,
+    group: Optional[str] = None,
 ) -> Tuple[str, List[Any]]:
     """The job's id (minted when not given) and its ``EMQ.ENQUEUE``: a parent waits for
     ``children`` children; a child names its ``parents`` (``flows.parents_of`` checked them);
-    ``timeout`` (seconds, sent in ms) bounds each attempt from its claim."""
+    ``timeout`` (seconds, sent in ms) bounds each attempt from its claim; ``group`` (sent as
+    is: the server checks it) puts the job in that group of the queue."""
     job_id = id or ids.mint()
     args: List[Any] = ["EMQ.ENQUEUE", queue, job_id, serializer.dumps(payload)]
     if delay is not None and at is not None:
@@ -95,6 +97,8 @@ def enqueue(
             args += ["ON-FAIL", parent.on_fail.upper()]
     if timeout is not None:
         args += ["TIMEOUT", timeout_ms(timeout)]
+    if group is not None:
+        args += ["GROUP", group]
     return job_id, args
 
 

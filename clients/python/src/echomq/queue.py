@@ -115,7 +115,7 @@ class Queue(Settings):
         at: Optional[float] = None, priority: Optional[int] = None,
         unique: Optional[str] = None, unique_for: Optional[float] = None,
         children: Optional[int] = None, parents: Optional[Sequence[ParentLike]] = None,
-        timeout: Optional[float] = None,
+        timeout: Optional[float] = None, group: Optional[str] = None,
     ) -> str:
         """Enqueues one job and returns its id. ``delay`` (seconds) or ``at`` (unix seconds)
         parks it until then; ``priority`` puts it ahead of (lower) or behind (higher) the
@@ -123,6 +123,9 @@ class Queue(Settings):
         ``unique_for`` seconds, or until the holder is done or dead), and the holder's id is
         returned otherwise. ``timeout`` (seconds) bounds each attempt from its claim: the server
         ends one still running then (a retry, or ``dead`` after the last), error ``timeout``.
+        ``group`` (a tenant, say: 1 to 128 printable ASCII bytes, no braces) puts the job in
+        that group: claims take the groups with ready jobs in turn, the jobs without a group
+        being one more (priorities hold within a group); the row's ``group`` names it.
         With ``wait_replicas``, ``EmqNotReplicated`` when fewer replicas confirmed it.
 
         Flows: with ``children`` n the job waits (``waiting``) until n children finished; with
@@ -132,7 +135,7 @@ class Queue(Settings):
         above = parents_of(parents)
         job_id, args = cmd.enqueue(
             self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for,
-            children, above, timeout,
+            children, above, timeout, group,
         )
         try:
             for adopt in cmd.adoptions(self.name, job_id, above):
@@ -183,8 +186,9 @@ class Queue(Settings):
     # ---- looking ----
 
     def stats(self) -> Dict[str, Optional[int]]:
-        """The counts of each set (``waiting``: the flow parents that wait for children),
-        whether the queue is paused, and its limits and their use."""
+        """The counts of each set (``waiting``: the flow parents that wait for children;
+        ``pending`` counts every ready job, grouped or not), how many groups have ready jobs
+        (``groups``), whether the queue is paused, and its limits and their use."""
         return cmd.counts(self._send(cmd.stats(self.name)))
 
     def job(self, job_id: str) -> Optional[Dict[str, Any]]:
