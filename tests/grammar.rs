@@ -102,6 +102,7 @@ fn decode_reads_the_workshop_key() {
             ("id".into(), b("JOB0KHTOWnGLuC")),
             ("kind".into(), b("JOB")),
             ("slot".into(), Value::Int(3378)),
+            ("group".into(), Value::Nil),
         ]
     );
     let m = decode_map(&mut con, b"emq:{orders}:pending");
@@ -124,7 +125,7 @@ fn decode_under_resp2_is_a_flat_array() {
         .arg("emq:{orders}:pending")
         .query(&mut con)
         .expect("decode");
-    assert_eq!(v.len(), 10);
+    assert_eq!(v.len(), 12);
 }
 
 #[test]
@@ -200,7 +201,10 @@ fn command_docs_give_delay_and_at_as_one_optional_choice() {
     let names: Vec<String> = args.iter().map(|a| text(field(a, "name"))).collect();
     assert_eq!(
         names,
-        ["queue", "id", "payload", "due", "priority", "unique", "timeout", "children", "parent"]
+        [
+            "queue", "id", "payload", "due", "priority", "unique", "timeout", "group", "children",
+            "parent"
+        ]
     );
     let due = &args[3];
     assert_eq!(text(field(due, "type")), "oneof");

@@ -651,3 +651,61 @@ fn groups_page_by_backlog_and_leave_no_keys_when_idle() {
     assert_eq!(queue_keys(&mut con, &q), [set_key(&q, "meta")]);
     assert_eq!(stats(&mut con, &q)["groups"], 0);
 }
+
+#[test]
+fn a_group_at_its_rate_limit_waits_for_its_window_while_the_others_go_on() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let q = unique_queue("rate");
+    let (a, b, c) = (ids(1, 5), ids(101, 5), ids(201, 5));
+    for (group, ids) in [("a", &a), ("b", &b), ("c", &c)] {
+        for id in ids {
+            enqueue_in(&mut con, &q, id, group);
+        }
+    }
+    // Every group 3 a minute, and A its own 2 a minute.
+    limit(&mut con, &q, &["GROUP-RATE", "3", "PER", "60000"]);
+    let own = group_limit(&mut con, &q, "a", &["RATE", "2", "PER", "60000"]);
+    assert_eq!(
+        (own["rate"].clone(), own["group-rate"].clone()),
+        (Value::Int(2), Value::Int(3))
+    );
+    let of = group_of(&[("a", &a), ("b", &b), ("c", &c)]);
+    let taken: Vec<&str> = claim_all(&mut con, &q, 1)
+        .iter()
+        .map(|id| of[id].as_str())
+        .collect();
+    assert_eq!(taken, ["a", "b", "c", "a", "b", "c", "b", "c"]);
+    let a_use = group_limit(&mut con, &q, "a", &[]);
+    assert_eq!(
+        (a_use["rate-used"].clone(), a_use["held"].clone()),
+        (Value::Int(2), Value::Int(1))
+    );
+    // An ack frees no place in a window: A stays held.
+    let done = claim(&mut con, &q, &["COUNT", "10"]).expect("claim");
+    assert!(done.is_empty());
+    // Its own rate removed, A goes on under the default until that window is full too.
+    group_limit(&mut con, &q, "a", &["RATE", "OFF"]);
+    assert_eq!(
+        claim_all(&mut con, &q, 10).len(),
+        1,
+        "one more under the default 3"
+    );
+}
+
+#[test]
+fn a_claimer_waiting_on_a_group_held_by_its_rate_is_served_when_the_window_frees() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let q = unique_queue("window");
+    for n in 1..=3 {
+        enqueue_in(&mut con, &q, &job_id(n), "g");
+    }
+    group_limit(&mut con, &q, "g", &["RATE", "2", "PER", "300"]);
+    assert_eq!(claim_all(&mut con, &q, 10), ids(1, 2));
+    // The timer trims the window and gives the group its turn back; the claim waiting gets it.
+    let last = claim(&mut con, &q, &["BLOCK", "10000"]).expect("served before the block ran out");
+    assert_eq!(last[0].0, job_id(3));
+    let usage = group_limit(&mut con, &q, "g", &[]);
+    assert_eq!(usage["held"], Value::Int(0));
+}

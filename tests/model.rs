@@ -259,8 +259,12 @@ impl Model {
             ("rate", self.rate),
             ("rate-per", hour),
             ("rate-used", Some(self.rate_used)),
-            // The model sets no timeout (tests/timeouts.rs has them).
+            // The model sets no timeout (tests/timeouts.rs has them) and no group limit
+            // (tests/groups.rs).
             ("timeout", None),
+            ("group-concurrency", None),
+            ("group-rate", None),
+            ("group-rate-per", None),
         ]
         .map(|(k, v)| (k.to_string(), v))
         .into()
@@ -487,6 +491,8 @@ fn check_queue(con: &mut Connection, q: &str, model: &Model, step: usize) {
     .into();
     // The model makes no parents (tests/flows.rs does).
     expected.push(("waiting".to_string(), Some(0)));
+    // Nor groups (tests/groups.rs does).
+    expected.push(("groups".to_string(), Some(0)));
     expected.push(("paused".to_string(), Some(i64::from(model.paused))));
     expected.extend(model.limits());
     assert_eq!(stats, expected, "EMQ.STATS at step {step}");

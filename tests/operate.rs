@@ -444,7 +444,8 @@ fn refusals_are_typed_and_counted() {
     assert!(err(&mut con, "EMQ.PAUSE", &["q"]).starts_with("WRONGTYPE"));
     assert!(err(&mut con, "EMQ.STATS", &["q"]).starts_with("WRONGTYPE"));
     assert!(err(&mut con, "EMQ.PAUSE", &["{bad"]).starts_with("EMQQUEUE"));
-    assert!(err(&mut con, "EMQ.PAUSE", &["a", "b"]).starts_with("ERR wrong number"));
+    assert!(err(&mut con, "EMQ.PAUSE", &[]).starts_with("ERR wrong number"));
+    assert!(err(&mut con, "EMQ.PAUSE", &["a", "b"]).starts_with("ERR syntax error"));
 }
 
 #[test]

@@ -2,13 +2,15 @@
 //! and native HSET+ZADD, on one server, interleaved over several rounds, with identical ids
 //! and payloads; in the same rounds, a job's whole life (enqueue, claim, ack) with the queue's
 //! event stream off and on; a flow's whole life against independent jobs', on one server and
-//! across primaries; then blocked-claim wake-up latency and delayed-job lateness.
+//! across primaries; claims from one group against many; then blocked-claim wake-up latency
+//! and delayed-job lateness.
 //! Prints Markdown and writes it to docs/bench.md. Figures are measurements, never assertions.
 
 pub(crate) use emq_harness as support;
 
 mod commands;
 mod flows;
+mod groups;
 mod idle;
 mod latency;
 mod lifecycle;
@@ -65,11 +67,12 @@ impl Scale {
 type Only = (&'static str, fn(&Scale) -> String);
 
 /// What `BENCH_ONLY` can name: one table alone, printed, nothing written.
-const ONLY: [Only; 4] = [
+const ONLY: [Only; 5] = [
     ("tax", only_tax),
     ("idle", only_idle),
     ("lifecycle", only_lifecycle),
     ("flows", only_flows),
+    ("groups", only_groups),
 ];
 
 /// The table of what EchoMQ costs commands on other keys.
@@ -100,6 +103,19 @@ fn only_flows(scale: &Scale) -> String {
     md
 }
 
+/// The table of claims from one group against claims from many.
+fn only_groups(scale: &Scale) -> String {
+    let mut md = String::new();
+    groups::table(
+        &mut md,
+        &bench_server(),
+        scale.rounds,
+        scale.jobs,
+        scale.pick(10_000, 100),
+    );
+    md
+}
+
 /// The server the enqueue, lifecycle and latency tables measure.
 fn bench_server() -> Server {
     Server::start(Options::default().arg("maxclients", "1000"))
@@ -118,6 +134,13 @@ fn everything(scale: &Scale) -> String {
     throughput::replica_table(&mut md, &server, scale.rounds, scale.jobs);
     lifecycle::tables::write(&mut md, &life, scale.jobs);
     flows::table(&mut md, &server, scale.rounds, scale.jobs);
+    groups::table(
+        &mut md,
+        &server,
+        scale.rounds,
+        scale.jobs,
+        scale.pick(10_000, 100),
+    );
     // Delayed queues the timer watches: in the latency table, then in the idle table.
     let (queues, secs) = scale.pick((100_000, 5), (2_000, 1));
     latency::table(

@@ -412,9 +412,11 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
     let queues = Queues(queues);
     let history: History = Arc::new(Mutex::new(Log::default()));
     let limit = Limit {
-        queue: queues.0[1].0.clone(),
-        slot: queues.0[1].1,
+        queue: queues.0[queues::LIMITED].0.clone(),
+        slot: queues.0[queues::LIMITED].1,
         concurrency: CONCURRENCY,
+        group_concurrency: queues::GROUP_CONCURRENCY,
+        own: ("g0".into(), queues::G0_CONCURRENCY),
     };
     limit.set(nodes)?;
     let flow_queues = Queues(

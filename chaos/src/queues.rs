@@ -42,6 +42,14 @@ pub fn names(seed: u64, index: usize) -> Vec<String> {
 /// The flow queues of a phase among its four: the busy one and the two on the other primaries.
 pub const FLOW_QUEUES: [usize; 3] = [0, 2, 3];
 
+/// The limited queue of a phase among its four, whose jobs are enqueued in [`GROUPS`] groups.
+pub const LIMITED: usize = 1;
+/// The groups of the limited queue's jobs, drawn for each enqueue: `g0` to `g3`.
+pub const GROUPS: usize = 4;
+/// Each group's concurrency limit (`GROUP-CONCURRENCY`), and `g0`'s own, lower one.
+pub const GROUP_CONCURRENCY: i64 = 2;
+pub const G0_CONCURRENCY: i64 = 1;
+
 /// The flow queues of fault `index`'s phase.
 pub fn flow_group(seed: u64, index: usize) -> Vec<String> {
     let names = names(seed, index);

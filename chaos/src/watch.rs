@@ -1,6 +1,7 @@
-//! What the harness watches while a phase runs, besides the load: a limit's use, read from the
-//! server's own count (`EMQ.STATS`) of the limited queue on its primary, into the history; and
-//! whether any primary lost its role (the checker excuses unconfirmed writes only then).
+//! What the harness watches while a phase runs, besides the load: the limits' use, read from the
+//! server's own counts of the limited queue on its primary (`EMQ.STATS` for the queue's,
+//! `EMQ.GROUPS` for each group's), into the history; and whether any primary lost its role
+//! (the checker excuses unconfirmed writes only then).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,45 +13,94 @@ use crate::cluster::{connect, owner, slot_map};
 use crate::docker::Node;
 use crate::history::{now_ns, record_limit, History, LimitSample};
 
-/// A limit the harness sets on a queue and reads back. A group's limit would be another kind
-/// here, read the same way into the same samples.
+/// The limits the harness sets on a queue and reads back: the queue's concurrency, its groups'
+/// (`GROUP-CONCURRENCY`) and one group's own.
 pub struct Limit {
     pub queue: String,
     pub slot: u16,
     pub concurrency: i64,
+    pub group_concurrency: i64,
+    /// A group with a limit of its own, and that limit.
+    pub own: (String, i64),
 }
 
 impl Limit {
-    /// Sets it on the queue's primary (`EMQ.LIMIT <queue> CONCURRENCY <n>`).
+    /// Sets them on the queue's primary (`EMQ.LIMIT <queue> CONCURRENCY <n> GROUP-CONCURRENCY
+    /// <m>`, then `EMQ.LIMIT <queue> GROUP <g> CONCURRENCY <k>`).
     pub fn set(&self, nodes: &[Node]) -> Result<(), String> {
         let map = slot_map(nodes).ok_or("no slot map")?;
         let ip = owner(&map, self.slot).ok_or("no owner of the limited queue")?;
         let mut con = connect(ip, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-        redis::cmd("EMQ.LIMIT")
+        redis::pipe()
+            .cmd("EMQ.LIMIT")
             .arg(&self.queue)
             .arg("CONCURRENCY")
             .arg(self.concurrency)
+            .arg("GROUP-CONCURRENCY")
+            .arg(self.group_concurrency)
+            .cmd("EMQ.LIMIT")
+            .arg(&self.queue)
+            .arg("GROUP")
+            .arg(&self.own.0)
+            .arg("CONCURRENCY")
+            .arg(self.own.1)
             .query::<redis::Value>(&mut con)
             .map(|_| ())
             .map_err(|e| format!("EMQ.LIMIT {}: {e}", self.queue))
     }
 
-    /// The server's count of the queue's active jobs now, on its primary.
-    fn read(&self, nodes: &[Node]) -> Option<LimitSample> {
-        let map = slot_map(nodes)?;
-        let ip = owner(&map, self.slot)?;
-        let mut con = connect(ip, Duration::from_millis(500)).ok()?;
-        let stats: Vec<(String, Option<i64>)> = redis::cmd("EMQ.STATS")
+    /// The server's counts of the queue's active jobs and of each group's now, on its
+    /// primary, against the limits it has.
+    fn read(&self, nodes: &[Node]) -> Vec<LimitSample> {
+        let map = slot_map(nodes);
+        let Some(ip) = map.as_ref().and_then(|m| owner(m, self.slot)) else {
+            return Vec::new();
+        };
+        let Ok(mut con) = connect(ip, Duration::from_millis(500)) else {
+            return Vec::new();
+        };
+        let mut samples = Vec::new();
+        let stats: Option<Vec<(String, Option<i64>)>> = redis::cmd("EMQ.STATS")
             .arg(&self.queue)
             .query(&mut con)
-            .ok()?;
-        let get = |k: &str| stats.iter().find(|(f, _)| f == k).and_then(|(_, v)| *v);
-        Some(LimitSample {
-            scope: format!("queue {} concurrency", self.queue),
-            limit: get("concurrency")?,
-            observed: get("active")?,
-            at_ns: now_ns(),
-        })
+            .ok();
+        if let Some(stats) = stats {
+            let get = |k: &str| stats.iter().find(|(f, _)| f == k).and_then(|(_, v)| *v);
+            if let (Some(limit), Some(observed)) = (get("concurrency"), get("active")) {
+                samples.push(LimitSample {
+                    scope: format!("queue {} concurrency", self.queue),
+                    limit,
+                    observed,
+                    at_ns: now_ns(),
+                });
+            }
+        }
+        let groups: Option<(String, Vec<Vec<(String, redis::Value)>>)> = redis::cmd("EMQ.GROUPS")
+            .arg(&self.queue)
+            .arg("COUNT")
+            .arg(1000)
+            .query(&mut con)
+            .ok();
+        for group in groups.map(|(_, page)| page).unwrap_or_default() {
+            let get = |k: &str| group.iter().find(|(f, _)| f == k).map(|(_, v)| v);
+            let int = |k: &str| match get(k) {
+                Some(redis::Value::Int(n)) => Some(*n),
+                _ => None,
+            };
+            let name = match get("group") {
+                Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                _ => continue,
+            };
+            if let (Some(limit), Some(observed)) = (int("concurrency"), int("active")) {
+                samples.push(LimitSample {
+                    scope: format!("queue {} group {name} concurrency", self.queue),
+                    limit,
+                    observed,
+                    at_ns: now_ns(),
+                });
+            }
+        }
+        samples
     }
 }
 
@@ -75,7 +125,7 @@ impl Watch {
         let thread = std::thread::spawn(move || {
             let first = primaries(&nodes);
             while run.load(Ordering::SeqCst) {
-                if let Some(sample) = limit.read(&nodes) {
+                for sample in limit.read(&nodes) {
                     record_limit(&history, sample);
                 }
                 let now = primaries(&nodes);

@@ -183,17 +183,18 @@ fn produce(
     let mut router = Router::new(nodes, &PRODUCER, None);
     let mut sent = 0;
     while producing.load(Ordering::SeqCst) && sent < max_jobs {
-        let (queue, slot) = &queues.0[rng.random_range(0..queues.0.len())];
+        let at = rng.random_range(0..queues.0.len());
+        let (queue, slot) = &queues.0[at];
         let payload = format!("{seed:x}-{sent}");
         sent += 1;
         let mut pipe = redis::pipe();
-        pipe.cmd("EMQ.ENQUEUE")
-            .arg(queue)
-            .arg("*")
-            .arg(&payload)
-            .cmd("WAIT")
-            .arg(1)
-            .arg(300);
+        pipe.cmd("EMQ.ENQUEUE").arg(queue).arg("*").arg(&payload);
+        if at == crate::queues::LIMITED {
+            // The limited queue's jobs are in groups, each with its own limit.
+            let group = rng.random_range(0..crate::queues::GROUPS);
+            pipe.arg("GROUP").arg(format!("g{group}"));
+        }
+        pipe.cmd("WAIT").arg(1).arg(300);
         let sent_ns = now_ns();
         let result = router.send(queue, *slot, &pipe);
         let mut op = Enqueue {

@@ -169,12 +169,12 @@ mod tests {
 
     #[test]
     fn the_arity_is_exact_or_a_least_count() {
-        use super::super::{pause, purge};
+        use super::super::{purge, stats};
         let w = |n: usize| vec![&b"x"[..]; n];
-        let count = |n: usize| check_arity(&w(n).as_slice(), &pause::COMMAND);
+        let count = |n: usize| check_arity(&w(n).as_slice(), &stats::COMMAND);
         assert_eq!(count(2), Ok(()));
-        assert_eq!(count(1), Err(EmqError::Arity("emq.pause")));
-        assert_eq!(count(3), Err(EmqError::Arity("emq.pause")));
+        assert_eq!(count(1), Err(EmqError::Arity("emq.stats")));
+        assert_eq!(count(3), Err(EmqError::Arity("emq.stats")));
         let at_least = |n: usize| check_arity(&w(n).as_slice(), &purge::COMMAND);
         assert_eq!(at_least(3), Ok(()));
         assert_eq!(at_least(9), Ok(()));

@@ -1,4 +1,5 @@
-//! `EMQ.KEY <queue> <type> [<id>|<group>]`: composes a key through the grammar (protocol.md §1).
+//! `EMQ.KEY <queue> <type> [<id>]`: composes a key through the grammar (protocol.md §1); the
+//! `<id>` of a `group` key is the group's name.
 
 use valkey_module::Context;
 
@@ -19,7 +20,7 @@ pub const COMMAND: Command = Command {
     args: &[
         QUEUE,
         Arg::required(c"type", Str),
-        Arg::optional(c"id-or-group", Str),
+        Arg::optional(c"id", Str),
     ],
 };
 

@@ -37,8 +37,11 @@ pub const COMMAND: Command = Command {
     ],
 };
 
+/// A group named after `GROUP`, and when its pause ends (unix ms; `None`: when resumed).
+type OneGroup<'a> = (&'a [u8], Option<i64>);
+
 /// `GROUP <group> [FOR <ms>]` after the queue: the group, and when its pause ends.
-fn parse_one_group<'a>(args: &Args<'a>) -> Result<Option<(&'a [u8], Option<i64>)>, EmqError> {
+fn parse_one_group<'a>(args: &Args<'a>) -> Result<Option<OneGroup<'a>>, EmqError> {
     let wrong = || syntax("syntax error: expected GROUP <group> [FOR <ms>]");
     match args.len() {
         2 => Ok(None),

@@ -261,36 +261,25 @@ impl<'a> Store for ServerStore<'_, 'a> {
     }
 
     fn group_len(&self, group: &[u8]) -> Result<u64, EmqError> {
-        let name = self.group_name(group)?;
-        let key = self.open_group(&name)?;
-        Ok(key.len())
+        self.with_group(group, |key| Ok(key.len()))
     }
 
     fn group_range(&self, group: &[u8], limit: usize) -> Result<Vec<(Text<'a>, f64)>, EmqError> {
-        let name = self.group_name(group)?;
-        let key = self.open_group(&name)?;
-        let head = key.zrange_by_score(f64::NEG_INFINITY, f64::INFINITY, limit);
-        head
+        self.with_group(group, |k| {
+            k.zrange_by_score(f64::NEG_INFINITY, f64::INFINITY, limit)
+        })
     }
 
     fn group_score(&self, group: &[u8], member: &Text<'a>) -> Result<Option<f64>, EmqError> {
-        let name = self.group_name(group)?;
-        let key = self.open_group(&name)?;
-        let score = key.zscore(member.as_str());
-        Ok(score)
+        self.with_group(group, |key| Ok(key.zscore(member.as_str())))
     }
 
     fn group_add(&self, group: &[u8], score: i64, member: &Text<'a>) -> Result<(), EmqError> {
-        let name = self.group_name(group)?;
-        let key = self.open_group(&name)?;
-        self.zadd_to(&key, score, member)
+        self.with_group(group, |key| self.zadd_to(key, score, member))
     }
 
     fn group_remove(&self, group: &[u8], members: &[&Text<'a>]) -> Result<Vec<bool>, EmqError> {
-        let name = self.group_name(group)?;
-        let key = self.open_group(&name)?;
-        let there = self.zrem_from(&key, members);
-        there
+        self.with_group(group, |key| self.zrem_from(key, members))
     }
 
     fn remove_many(&self, set: Set, members: &[&Text<'a>]) -> Result<Vec<bool>, EmqError> {

@@ -93,10 +93,13 @@ pub enum KeyType {
     /// The named groups the queue knows: with ready or active jobs, a limit of their own or a
     /// pause (zset, score = minus the group's ready jobs, so the largest backlog comes first).
     Groups,
+    /// The claims in the groups' rate windows (zset, member `<group> <id>:<attempt>`, score =
+    /// when the claim leaves its window).
+    Windows,
 }
 
 impl KeyType {
-    pub const ALL: [KeyType; 19] = [
+    pub const ALL: [KeyType; 20] = [
         KeyType::Pending,
         KeyType::Active,
         KeyType::Schedule,
@@ -116,6 +119,7 @@ impl KeyType {
         KeyType::Held,
         KeyType::Pauses,
         KeyType::Groups,
+        KeyType::Windows,
     ];
 
     pub fn name(self) -> &'static str {
@@ -139,6 +143,7 @@ impl KeyType {
             KeyType::Held => "held",
             KeyType::Pauses => "pauses",
             KeyType::Groups => "groups",
+            KeyType::Windows => "windows",
         }
     }
 
@@ -165,6 +170,7 @@ impl KeyType {
             KeyType::Held => b"}:held",
             KeyType::Pauses => b"}:pauses",
             KeyType::Groups => b"}:groups",
+            KeyType::Windows => b"}:windows",
         }
     }
 
@@ -186,6 +192,7 @@ impl KeyType {
                 | KeyType::Unique
                 | KeyType::Cron
                 | KeyType::Pauses
+                | KeyType::Windows
         )
     }
 

@@ -23,6 +23,17 @@ pub struct Rate {
     pub per_ms: i64,
 }
 
+impl Rate {
+    /// `RATE <n> PER <ms>` from its two values as stored; `None` where either is missing or out
+    /// of bounds.
+    pub fn from_meta(n: Option<&[u8]>, per: Option<&[u8]>) -> Option<Rate> {
+        match (bounded(n, MAX_RATE), bounded(per, MAX_PER_MS)) {
+            (Some(n), Some(per_ms)) => Some(Rate { n, per_ms }),
+            _ => None,
+        }
+    }
+}
+
 /// The limits a queue has (none by default).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Limits {
@@ -36,6 +47,8 @@ pub struct Limits {
     pub grouped: bool,
     /// How many jobs of one group may be active at once, for a group without its own limit.
     pub group_concurrency: Option<i64>,
+    /// The rate limit of each group without its own.
+    pub group_rate: Option<Rate>,
 }
 
 /// The `meta` fields' values the limits are read from, each as it was (`None`: no field).
@@ -48,6 +61,8 @@ pub struct MetaLimits<'a> {
     pub timed: Option<&'a [u8]>,
     pub groups: Option<&'a [u8]>,
     pub group_concurrency: Option<&'a [u8]>,
+    pub group_rate: Option<&'a [u8]>,
+    pub group_per: Option<&'a [u8]>,
 }
 
 /// A positive whole number up to `max`, as a `meta` or row field holds it.
@@ -67,14 +82,12 @@ impl Limits {
     pub fn from_meta(meta: MetaLimits<'_>) -> Limits {
         Limits {
             concurrency: bounded(meta.concurrency, MAX_CONCURRENCY),
-            rate: match (bounded(meta.rate, MAX_RATE), bounded(meta.per, MAX_PER_MS)) {
-                (Some(n), Some(per_ms)) => Some(Rate { n, per_ms }),
-                _ => None,
-            },
+            rate: Rate::from_meta(meta.rate, meta.per),
             timeout: bounded(meta.timeout, MAX_TIMEOUT_MS),
             timed: meta.timed.is_some(),
             grouped: meta.groups.is_some(),
             group_concurrency: bounded(meta.group_concurrency, MAX_CONCURRENCY),
+            group_rate: Rate::from_meta(meta.group_rate, meta.group_per),
         }
     }
 

@@ -38,6 +38,9 @@ pub enum Set {
     /// Not a set of jobs: the named groups the queue knows (`queue::ready`), scored by minus
     /// their ready jobs.
     Groups,
+    /// Not a set of jobs: the claims in the groups' rate windows (`queue::quota`), scored by
+    /// when each leaves its window.
+    Windows,
 }
 
 impl Set {
@@ -45,7 +48,7 @@ impl Set {
     pub const ALL: [Set; 4] = [Set::Pending, Set::Active, Set::Schedule, Set::Dead];
     /// How many sets a store opens, the rate window, the waiting parents and the groups'
     /// sets included.
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
 
     pub fn key_type(self) -> KeyType {
         match self {
@@ -59,6 +62,7 @@ impl Set {
             Set::Held => KeyType::Held,
             Set::Pauses => KeyType::Pauses,
             Set::Groups => KeyType::Groups,
+            Set::Windows => KeyType::Windows,
         }
     }
 
@@ -155,11 +159,15 @@ pub enum Meta {
     /// How many jobs of one group may be active at once, for each group without a limit of
     /// its own (`EMQ.LIMIT ... GROUP-CONCURRENCY`).
     GroupConcurrency,
+    /// How many claims one group's rate window may hold, and the window's length in ms, for
+    /// each group without a rate of its own (`EMQ.LIMIT ... GROUP-RATE <n> PER <ms>`).
+    GroupRate,
+    GroupRatePer,
 }
 
 impl Meta {
     /// Every fact, in the order of their places ([`Meta::index`]).
-    pub const ALL: [Meta; 9] = [
+    pub const ALL: [Meta; 11] = [
         Meta::Paused,
         Meta::Events,
         Meta::Concurrency,
@@ -169,6 +177,8 @@ impl Meta {
         Meta::Timed,
         Meta::Groups,
         Meta::GroupConcurrency,
+        Meta::GroupRate,
+        Meta::GroupRatePer,
     ];
 
     pub fn index(self) -> usize {
@@ -186,6 +196,8 @@ impl Meta {
             Meta::Timed => c"timed",
             Meta::Groups => c"groups",
             Meta::GroupConcurrency => c"group-concurrency",
+            Meta::GroupRate => c"group-rate",
+            Meta::GroupRatePer => c"group-rate-per",
         }
     }
 

@@ -303,8 +303,8 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
         if flow.timeout.is_some() {
             limit::mark_timed(store, limits)?;
         }
-        if group.is_some() {
-            quota::mark_grouped(store, limits)?;
+        if group.is_some() && !limits.grouped {
+            quota::mark_grouped(store)?;
         }
     }
     match set {

@@ -55,6 +55,7 @@ pub fn set_word(set: Set) -> &'static str {
         Set::Held => "held",
         Set::Pauses => "pauses",
         Set::Groups => "groups",
+        Set::Windows => "windows",
     }
 }
 
@@ -72,6 +73,7 @@ pub fn score_name(set: Set) -> Option<&'static str> {
         Set::Held => Some("held-at"),
         Set::Pauses => Some("until"),
         Set::Groups => Some("backlog"),
+        Set::Windows => Some("leaves-at"),
     }
 }
 

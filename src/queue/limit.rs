@@ -3,9 +3,9 @@
 //! room, and the timer trims the rate window and wakes them when it frees.
 
 use crate::protocol::limits::{rate_member, Limits, MetaLimits, Rate, MAX_RATE};
-use crate::protocol::{EmqError, KeyRef, Meta, Set, Store};
+use crate::protocol::{EmqError, KeyRef, Meta, Set, Store, Table};
 
-use super::quota;
+use super::{quota, ready};
 
 /// The queue's limits, from its `meta` hash (none where it has no hash).
 pub fn limits<S: Store>(store: &S) -> Result<Limits, EmqError> {
@@ -22,9 +22,13 @@ pub fn limits<S: Store>(store: &S) -> Result<Limits, EmqError> {
         None => None,
     };
     let groups = read(Meta::Groups)?;
-    let group_concurrency = match groups {
-        Some(_) => read(Meta::GroupConcurrency)?,
-        None => None,
+    let (group_concurrency, group_rate, group_per) = match groups {
+        Some(_) => (
+            read(Meta::GroupConcurrency)?,
+            read(Meta::GroupRate)?,
+            read(Meta::GroupRatePer)?,
+        ),
+        None => (None, None, None),
     };
     Ok(Limits::from_meta(MetaLimits {
         concurrency: concurrency.as_deref(),
@@ -34,6 +38,8 @@ pub fn limits<S: Store>(store: &S) -> Result<Limits, EmqError> {
         timed: timed.as_deref(),
         groups: groups.as_deref(),
         group_concurrency: group_concurrency.as_deref(),
+        group_rate: group_rate.as_deref(),
+        group_per: group_per.as_deref(),
     }))
 }
 
@@ -56,6 +62,8 @@ pub struct Change {
     pub timeout: Option<Option<i64>>,
     /// The default concurrency limit of each group.
     pub group_concurrency: Option<Option<i64>>,
+    /// The default rate limit of each group.
+    pub group_rate: Option<Option<Rate>>,
 }
 
 impl Change {
@@ -65,6 +73,7 @@ impl Change {
         rate: Some(None),
         timeout: Some(None),
         group_concurrency: Some(None),
+        group_rate: Some(None),
     };
 }
 
@@ -108,6 +117,17 @@ pub fn set<S: Store>(store: &S, change: Change) -> Result<Usage, EmqError> {
         KeyRef::Set(Set::Rate),
     ])?;
     store.open_sets(&[Set::Active, Set::Rate])?;
+    let groups_change = change.group_concurrency.is_some() || change.group_rate.is_some();
+    if groups_change {
+        // Held groups take their turns again: checked before the first write.
+        store.check_access(&[
+            KeyRef::Set(Set::Held),
+            KeyRef::Set(Set::Turns),
+            KeyRef::Set(Set::Pauses),
+            KeyRef::Table(Table::Tally),
+        ])?;
+        store.open_sets(&[Set::Held, Set::Turns, Set::Pauses])?;
+    }
     // Read first: a `meta` key of another type refuses before any write.
     let before = limits(store)?;
     if let Some(concurrency) = change.concurrency {
@@ -141,11 +161,30 @@ pub fn set<S: Store>(store: &S, change: Change) -> Result<Usage, EmqError> {
     if let Some(group_concurrency) = change.group_concurrency {
         match group_concurrency {
             Some(n) => {
-                quota::mark_grouped(store, &before)?;
+                if !before.grouped {
+                    quota::mark_grouped(store)?;
+                }
                 store.set_meta(Meta::GroupConcurrency, n.to_string().as_bytes())?;
             }
             None => store.del_meta(Meta::GroupConcurrency).map(drop)?,
         }
+    }
+    if let Some(group_rate) = change.group_rate {
+        match group_rate {
+            Some(r) => {
+                if !ready::grouped(store)? {
+                    quota::mark_grouped(store)?;
+                }
+                store.set_meta(Meta::GroupRate, r.n.to_string().as_bytes())?;
+                store.set_meta(Meta::GroupRatePer, r.per_ms.to_string().as_bytes())?;
+            }
+            None => {
+                store.del_meta(Meta::GroupRate)?;
+                store.del_meta(Meta::GroupRatePer)?;
+            }
+        }
+    }
+    if groups_change {
         quota::readmit_held(store)?;
     }
     if may_be_ready(store, &before) || store.len(Set::Active) != 0 {

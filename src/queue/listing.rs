@@ -1,30 +1,32 @@
 //! `EMQ.GROUPS` (docs/groups.md): a page of a queue's named groups, the largest backlog first,
-//! each with its ready and active jobs, its concurrency limit, its pause and whether its limit
+//! each with its ready and active jobs, its limits and their use, its pause and whether a limit
 //! holds it back.
 
 use crate::protocol::{EmqError, KeyRef, Ranked, Set, Table};
 
-use super::{limit, pauses, quota};
+use super::quota::GroupLimits;
+use super::{limit, pauses, tally};
 
 /// One group as a page shows it.
 pub struct GroupView<T> {
     pub name: T,
     pub ready: u64,
     pub active: u64,
-    /// Its concurrency limit: its own, or the queue's default for groups.
-    pub limit: Option<i64>,
+    /// Its limits: its own, or the queue's defaults for groups.
+    pub limits: GroupLimits,
+    /// Its claims in its rate window now.
+    pub in_window: u64,
     /// While paused, when it resumes by itself (`None` inside: when resumed).
     pub paused: Option<Option<i64>>,
     pub held: bool,
 }
 
+/// A page's groups, and the rank of the next page (`None`: this page reached the end).
+pub type Page<T> = (Option<u64>, Vec<GroupView<T>>);
+
 /// The groups at ranks `start..start + count` of the index, and the rank of the next page
 /// (`None`: this page reached the end).
-pub fn page<S: Ranked>(
-    store: &S,
-    start: u64,
-    count: usize,
-) -> Result<(Option<u64>, Vec<GroupView<S::Text>>), EmqError> {
+pub fn page<S: Ranked>(store: &S, start: u64, count: usize) -> Result<Page<S::Text>, EmqError> {
     store.check_access(&[
         KeyRef::ReadMeta,
         KeyRef::Set(Set::Groups),
@@ -34,7 +36,7 @@ pub fn page<S: Ranked>(
         KeyRef::Table(Table::Quotas),
     ])?;
     store.open_sets(&[Set::Groups, Set::Held, Set::Pauses])?;
-    let limits = limit::limits(store)?;
+    let defaults = GroupLimits::defaults(&limit::limits(store)?);
     let len = store.len(Set::Groups);
     if count == 0 || start >= len {
         return Ok((None, Vec::new()));
@@ -51,8 +53,9 @@ pub fn page<S: Ranked>(
         let group = store.bytes(&name);
         page.push(GroupView {
             ready: store.group_len(group)?,
-            active: quota::active(store, group)?,
-            limit: quota::own(store, group)?.or(limits.group_concurrency),
+            active: tally::active(store, group)?,
+            limits: defaults.of(store, group)?,
+            in_window: tally::in_window(store, group)?,
             paused: store
                 .score(Set::Pauses, &name)
                 .map(|until| (until < pauses::FOREVER as f64).then_some(until as i64)),

@@ -10,6 +10,7 @@ pub mod cron;
 pub mod enqueue;
 pub mod finished;
 pub mod flow;
+pub mod group_limit;
 pub mod inspect;
 pub mod job;
 pub mod lease;
@@ -22,6 +23,8 @@ pub mod quota;
 pub mod ready;
 pub mod rounds;
 pub mod stats;
+pub mod take;
+pub mod tally;
 pub mod unique;
 
 #[cfg(test)]

@@ -218,13 +218,20 @@ pub fn visit<S: Store>(
         _ => super::limit::visit_window(store, &limits, now, budget)?,
     };
     let resumes = super::pauses::resume_due(store, now, budget)?;
+    let windows = super::quota::trim_windows(store, now, budget)?;
     let next = if due.is_full(budget) || trimmed.len() >= budget {
         Some(now) // more was due than one visit moves
     } else {
-        [next_due(store)?, next_trim(store, now)?, window, resumes]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            next_due(store)?,
+            next_trim(store, now)?,
+            window,
+            resumes,
+            windows,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     };
     Ok((moved, next))
 }

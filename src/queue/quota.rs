@@ -1,91 +1,84 @@
-//! Groups' concurrency limits (docs/groups.md): how many jobs of one group may be active at
-//! once, a default for every group (`meta` `group-concurrency`) and a group's own (`quotas`
-//! `concurrency:<g>`). In a grouped queue `tally` counts each group's active jobs
-//! (`active:<g>`, `active:` the default group's) whatever its limits, so a limit set later is
-//! exact. A group at its limit leaves `turns` for `held`; the job that frees a place brings it
-//! back. Claims read the limits as the queue's settings; the counts are the queue's own
-//! bookkeeping, written by every transition out of `active` without a permission check of
-//! their own.
+//! Groups' limits (docs/groups.md): how many jobs of one group may be active at once and how
+//! many claims of it any window may hold, a default for every group (`meta`
+//! `group-concurrency`, `group-rate`, `group-rate-per`) and a group's own (`quotas`). In a
+//! grouped queue `tally` counts each group's active jobs whatever its limits, so a concurrency
+//! limit set later is exact; a group under a rate limit has its claims in `windows` (scored by
+//! when each leaves its window) and their count in `tally`. A group at a limit leaves `turns`
+//! for `held`; the job that frees a place, or the claim that leaves the window, brings it back.
+//! Claims read the limits as the queue's settings; the counts are the queue's own bookkeeping,
+//! written by every transition out of `active` without a permission check of their own.
 
-use crate::protocol::limits::{bounded, Limits, MAX_CONCURRENCY};
-use crate::protocol::{EmqError, Field, KeyRef, Meta, Set, Store, Table};
+use crate::protocol::limits::{bounded, rate_member, Limits, Rate, MAX_CONCURRENCY};
+use crate::protocol::{EmqError, KeyRef, Meta, Set, Store, Table};
 
 use super::ready;
+use super::tally::{self, active, add_active, in_window, own, own_rate};
 
 /// Most held groups one change of a limit brings back at once; the others come back as their
-/// active jobs finish.
+/// active jobs finish or their claims leave the window.
 pub const READMIT_BUDGET: usize = 1000;
 
-fn field(prefix: &[u8], group: &[u8]) -> Vec<u8> {
-    [prefix, group].concat()
+/// A group's limits in force: its own, or the queue's defaults for groups.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupLimits {
+    pub concurrency: Option<i64>,
+    pub rate: Option<Rate>,
 }
 
-/// How many jobs of `group` (`""`: the default group) are active.
-pub fn active<S: Store>(store: &S, group: &[u8]) -> Result<u64, EmqError> {
-    let text = store.table_get(Table::Tally, &field(b"active:", group))?;
-    Ok(text
-        .as_ref()
-        .and_then(|t| {
-            std::str::from_utf8(store.bytes(t))
-                .ok()?
-                .parse::<u64>()
-                .ok()
+impl GroupLimits {
+    /// The queue's defaults, as its limits were read.
+    pub fn defaults(limits: &Limits) -> Self {
+        GroupLimits {
+            concurrency: limits.group_concurrency,
+            rate: limits.group_rate,
+        }
+    }
+
+    /// The queue's defaults, read from `meta`.
+    pub fn read_defaults<S: Store>(store: &S) -> Result<Self, EmqError> {
+        let meta = |m| store.meta(m);
+        Ok(GroupLimits {
+            concurrency: bounded(meta(Meta::GroupConcurrency)?.as_deref(), MAX_CONCURRENCY),
+            rate: Rate::from_meta(
+                meta(Meta::GroupRate)?.as_deref(),
+                meta(Meta::GroupRatePer)?.as_deref(),
+            ),
         })
-        .unwrap_or(0))
-}
-
-/// Adds `delta` to the count of `group`'s active jobs (the field goes at 0); the new count.
-pub fn add_active<S: Store>(store: &S, group: &[u8], delta: i64) -> Result<u64, EmqError> {
-    let name = field(b"active:", group);
-    let now = (active(store, group)? as i64).saturating_add(delta).max(0);
-    match now {
-        0 => store.table_del(Table::Tally, &name).map(drop)?,
-        n => store.table_set(Table::Tally, &name, n.to_string().as_bytes())?,
     }
-    Ok(now as u64)
-}
 
-/// A named group's own limit (`quotas`).
-pub fn own<S: Store>(store: &S, group: &[u8]) -> Result<Option<i64>, EmqError> {
-    if group.is_empty() {
-        return Ok(None);
+    /// `group`'s: its own where it has them, else these defaults.
+    pub fn of<S: Store>(&self, store: &S, group: &[u8]) -> Result<Self, EmqError> {
+        Ok(GroupLimits {
+            concurrency: own(store, group)?.or(self.concurrency),
+            rate: own_rate(store, group)?.or(self.rate),
+        })
     }
-    let text = store.table_get(Table::Quotas, &field(b"concurrency:", group))?;
-    Ok(bounded(
-        text.as_ref().map(|t| store.bytes(t)),
-        MAX_CONCURRENCY,
-    ))
-}
 
-/// Sets (`Some`) or removes a named group's own limit.
-pub fn set_own<S: Store>(store: &S, group: &[u8], n: Option<i64>) -> Result<(), EmqError> {
-    let name = field(b"concurrency:", group);
-    match n {
-        Some(n) => store.table_set(Table::Quotas, &name, n.to_string().as_bytes()),
-        None => store.table_del(Table::Quotas, &name).map(drop),
+    /// How many more jobs of `group` (whose limits these are) a claim may take.
+    pub fn room<S: Store>(&self, store: &S, group: &[u8]) -> Result<usize, EmqError> {
+        let left = |limit: i64, used: u64| {
+            usize::try_from((limit as u64).saturating_sub(used)).unwrap_or(usize::MAX)
+        };
+        let by_concurrency = match self.concurrency {
+            Some(n) => left(n, active(store, group)?),
+            None => usize::MAX,
+        };
+        let by_rate = match self.rate {
+            Some(r) => left(r.n, in_window(store, group)?),
+            None => usize::MAX,
+        };
+        Ok(by_concurrency.min(by_rate))
     }
 }
 
-/// Whether any group of the queue has a concurrency limit.
-pub fn any<S: Store>(store: &S, limits: &Limits) -> Result<bool, EmqError> {
-    Ok(limits.group_concurrency.is_some() || store.table_len(Table::Quotas)? != 0)
+/// Whether any group of the queue has a limit (the defaults, or one of its own).
+pub fn any<S: Store>(store: &S, defaults: &GroupLimits) -> Result<bool, EmqError> {
+    Ok(*defaults != GroupLimits::default() || store.table_len(Table::Quotas)? != 0)
 }
 
-/// How many more jobs of `group` a claim may take (`usize::MAX` without a limit).
-pub fn room<S: Store>(store: &S, limits: &Limits, group: &[u8]) -> Result<usize, EmqError> {
-    let Some(limit) = own(store, group)?.or(limits.group_concurrency) else {
-        return Ok(usize::MAX);
-    };
-    let used = active(store, group)?;
-    Ok(usize::try_from((limit as u64).saturating_sub(used)).unwrap_or(usize::MAX))
-}
-
-/// Marks the queue grouped (`meta` `groups`), once, counting the jobs active then as the
-/// default group's. The caller checked `meta` and `active`, and opened `active`.
-pub fn mark_grouped<S: Store>(store: &S, limits: &Limits) -> Result<(), EmqError> {
-    if limits.grouped {
-        return Ok(());
-    }
+/// Marks a queue that is not grouped yet grouped (`meta` `groups`), counting the jobs active
+/// then as the default group's. The caller checked `meta` and `active`, and opened `active`.
+pub fn mark_grouped<S: Store>(store: &S) -> Result<(), EmqError> {
     store.set_meta(Meta::Groups, b"1")?;
     match store.len(Set::Active) {
         0 => Ok(()),
@@ -94,12 +87,13 @@ pub fn mark_grouped<S: Store>(store: &S, limits: &Limits) -> Result<(), EmqError
 }
 
 /// A job left `active` (acked, failed, expired, cancelled): in a grouped queue its group has
-/// one active job fewer, and a group held back by its limit takes its turn again.
+/// one active job fewer, and a group held back by its limits takes its turn again once they
+/// leave it room.
 pub fn left_active<S: Store>(store: &S, row: &S::Row<'_>) -> Result<(), EmqError> {
     if !ready::grouped(store)? {
         return Ok(());
     }
-    let group = store.field(row, Field::Group);
+    let group = ready::group_of(store, true, row);
     let name = group.as_ref().map_or(&b""[..], |g| store.bytes(g));
     let left = add_active(store, name, -1)?;
     store.open_sets(&[Set::Held, Set::Pauses, Set::Groups])?;
@@ -110,13 +104,21 @@ pub fn left_active<S: Store>(store: &S, row: &S::Row<'_>) -> Result<(), EmqError
     if left == 0 {
         ready::forget_if_idle(store, &group)?;
     }
-    if store.score(Set::Held, &group).is_none() {
+    readmit_if_room(store, &group, &GroupLimits::read_defaults(store)?)
+}
+
+/// A held group whose limits leave it room takes its turn again.
+fn readmit_if_room<S: Store>(
+    store: &S,
+    group: &S::Text,
+    defaults: &GroupLimits,
+) -> Result<(), EmqError> {
+    if store.score(Set::Held, group).is_none() {
         return Ok(());
     }
-    let limits = super::limit::limits(store)?;
-    let limit = own(store, store.bytes(&group))?.or(limits.group_concurrency);
-    if limit.is_none_or(|l| left < l as u64) {
-        readmit(store, &group)?;
+    let name = store.bytes(group);
+    if defaults.of(store, name)?.room(store, name)? > 0 {
+        readmit(store, group)?;
     }
     Ok(())
 }
@@ -154,70 +156,58 @@ pub fn readmit_held<S: Store>(store: &S) -> Result<usize, EmqError> {
     Ok(held.len())
 }
 
-/// One group's concurrency limit and its use, as `EMQ.LIMIT <queue> GROUP <g>` reports them.
-pub struct GroupUsage {
-    /// The group's own limit.
-    pub own: Option<i64>,
-    /// The queue's default for groups.
-    pub default: Option<i64>,
-    pub active: u64,
-    pub ready: u64,
-    /// Whether its limit holds it back.
-    pub held: bool,
-}
-
-/// The limit and use of named group `group`, for a caller that may read them.
-pub fn group_usage<S: Store>(store: &S, group: &[u8]) -> Result<GroupUsage, EmqError> {
-    store.check_access(&[
-        KeyRef::ReadMeta,
-        KeyRef::Group(group),
-        KeyRef::Set(Set::Held),
-        KeyRef::Table(Table::Tally),
-        KeyRef::Table(Table::Quotas),
-    ])?;
-    store.open_sets(&[Set::Held])?;
-    let limits = super::limit::limits(store)?;
-    let name = store.text(group)?;
-    Ok(GroupUsage {
-        own: own(store, group)?,
-        default: limits.group_concurrency,
-        active: active(store, group)?,
-        ready: store.group_len(group)?,
-        held: store.score(Set::Held, &name).is_some(),
-    })
-}
-
-/// `EMQ.LIMIT <queue> GROUP <g> CONCURRENCY <n>|OFF`: sets or removes the group's own limit
-/// (marking the queue grouped); a group held back takes its turn again, for the next claim to
-/// hold it back anew if it is still at its limit.
-pub fn set_group<S: Store>(
+/// A claim's jobs of `group` enter its rate window at `now`, for `rate.per_ms`.
+pub fn record_claims<'c, S: Store>(
     store: &S,
     group: &[u8],
-    n: Option<i64>,
-) -> Result<GroupUsage, EmqError> {
-    store.check_access(&[
-        KeyRef::Meta,
-        KeyRef::Set(Set::Active),
-        KeyRef::Set(Set::Held),
-        KeyRef::Set(Set::Turns),
-        KeyRef::Set(Set::Groups),
-        KeyRef::Group(group),
-        KeyRef::Table(Table::Tally),
-        KeyRef::Table(Table::Quotas),
-    ])?;
-    store.open_sets(&[Set::Active, Set::Held, Set::Turns, Set::Pauses, Set::Groups])?;
-    let limits = super::limit::limits(store)?;
-    store.table_len(Table::Quotas)?;
-    store.group_len(group)?;
-    mark_grouped(store, &limits)?;
-    set_own(store, group, n)?;
-    let name = store.text(group)?;
-    match n {
-        Some(_) => ready::index(store, &name, 0)?,
-        None => ready::forget_if_idle(store, &name)?,
+    rate: Rate,
+    now: i64,
+    claims: impl Iterator<Item = (&'c [u8], i64)>,
+) -> Result<(), EmqError> {
+    let mut members = Vec::new();
+    for (id, attempt) in claims {
+        let mut member = group.to_vec();
+        member.push(b' ');
+        member.extend_from_slice(&rate_member(id, attempt));
+        members.push(store.text(&member)?);
     }
-    if store.score(Set::Held, &name).is_some() {
-        readmit(store, &name)?;
+    let leaves = now.saturating_add(rate.per_ms);
+    let scored: Vec<(i64, &S::Text)> = members.iter().map(|m| (leaves, m)).collect();
+    store.add_many(Set::Windows, &scored)?;
+    tally::add_in_window(store, group, members.len() as i64).map(drop)
+}
+
+/// Takes out of the windows up to `budget` claims that left them by `now`; each group held
+/// back that this leaves room takes its turn again. When the next claim leaves its window
+/// (`None`: none is left).
+pub fn trim_windows<S: Store>(store: &S, now: i64, budget: usize) -> Result<Option<i64>, EmqError> {
+    store.open_sets(&[Set::Windows])?;
+    if store.len(Set::Windows) == 0 {
+        return Ok(None);
     }
-    group_usage(store, group)
+    store.open_sets(&[Set::Held, Set::Turns, Set::Pauses])?;
+    let left = store.range(Set::Windows, f64::NEG_INFINITY, now as f64, budget)?;
+    let members: Vec<&S::Text> = left.iter().map(|(m, _)| m).collect();
+    store.remove_many(Set::Windows, &members)?;
+    let mut groups: Vec<(Vec<u8>, i64)> = Vec::new();
+    for (member, _) in &left {
+        let bytes = store.bytes(member);
+        let group = bytes.split(|b| *b == b' ').next().unwrap_or_default();
+        match groups.iter_mut().find(|(g, _)| g == group) {
+            Some((_, n)) => *n += 1,
+            None => groups.push((group.to_vec(), 1)),
+        }
+    }
+    let defaults = GroupLimits::read_defaults(store)?;
+    for (group, n) in &groups {
+        tally::add_in_window(store, group, -n)?;
+        readmit_if_room(store, &store.text(group)?, &defaults)?;
+    }
+    if left.len() >= budget {
+        return Ok(Some(now));
+    }
+    Ok(store
+        .range(Set::Windows, f64::NEG_INFINITY, f64::INFINITY, 1)?
+        .first()
+        .map(|(_, at)| *at as i64))
 }

@@ -6,8 +6,7 @@
 
 use crate::protocol::{EmqError, Field, KeyRef, Meta, Set, Store, Table};
 
-/// The `tally` field counting the named groups' ready jobs.
-pub const PENDING: &[u8] = b"pending";
+use super::tally;
 
 /// Whether the queue routes ready jobs by group (`meta` `groups`).
 pub fn grouped<S: Store>(store: &S) -> Result<bool, EmqError> {
@@ -17,7 +16,11 @@ pub fn grouped<S: Store>(store: &S) -> Result<bool, EmqError> {
 /// The named group of a job's row, in a grouped queue (`None`: the default group, or a queue
 /// that is not grouped, whose rows are not read for it).
 pub fn group_of<S: Store>(store: &S, grouped: bool, row: &S::Row<'_>) -> Option<S::Text> {
-    grouped.then(|| store.field(row, Field::Group)).flatten()
+    // A name outside the grammar (written by hand) is no group: the job is the default group's.
+    grouped
+        .then(|| store.field(row, Field::Group))
+        .flatten()
+        .filter(|g| crate::protocol::Group::parse(store.bytes(g)).is_some())
 }
 
 /// Checks the caller may write what a ready job of `group` touches, and that each key is of
@@ -56,7 +59,7 @@ pub fn add<S: Store>(
     if store.score(Set::Held, group).is_none() && store.score(Set::Pauses, group).is_none() {
         take_turn(store, group)?;
     }
-    count(store, 1)?;
+    tally::count(store, 1)?;
     index(store, group, 1)?;
     store.wake_claimers()
 }
@@ -74,8 +77,8 @@ pub fn forget_if_idle<S: Store>(store: &S, group: &S::Text) -> Result<(), EmqErr
     let name = store.bytes(group);
     if name.is_empty()
         || store.group_len(name)? != 0
-        || super::quota::active(store, name)? != 0
-        || super::quota::own(store, name)?.is_some()
+        || tally::active(store, name)? != 0
+        || tally::own(store, name)?.is_some()
         || store.score(Set::Pauses, group).is_some()
     {
         return Ok(());
@@ -113,9 +116,6 @@ pub fn waits_in<S: Store>(
         return Ok(None);
     };
     let name = store.bytes(&group);
-    if crate::protocol::Group::parse(name).is_none() {
-        return Ok(None); // written by hand: no group of the grammar
-    }
     store.check_access(&[KeyRef::Group(name)])?;
     Ok(store.group_score(name, member)?.map(|score| (group, score)))
 }
@@ -134,7 +134,7 @@ pub fn remove<S: Store>(
     check(store, name)?;
     let there = store.group_remove(name, &[member])?.first() == Some(&true);
     if there {
-        count(store, -1)?;
+        tally::count(store, -1)?;
         index(store, group, -1)?;
         if store.group_len(name)? == 0 {
             store.remove(Set::Turns, group)?;
@@ -145,34 +145,11 @@ pub fn remove<S: Store>(
     Ok(there)
 }
 
-/// How many ready jobs the named groups have (`tally`'s count).
-pub fn grouped_len<S: Store>(store: &S) -> Result<u64, EmqError> {
-    let text = store.table_get(Table::Tally, PENDING)?;
-    Ok(text
-        .as_ref()
-        .and_then(|t| {
-            std::str::from_utf8(store.bytes(t))
-                .ok()?
-                .parse::<u64>()
-                .ok()
-        })
-        .unwrap_or(0))
-}
-
 /// How many ready jobs the queue has: `pending`'s and, in a grouped queue, the named groups'.
 pub fn ready_len<S: Store>(store: &S, grouped: bool) -> Result<u64, EmqError> {
     let named = match grouped {
-        true => grouped_len(store)?,
+        true => tally::grouped_len(store)?,
         false => 0,
     };
     Ok(store.len(Set::Pending) + named)
-}
-
-/// Adds `delta` to the named groups' count of ready jobs (the field goes at 0).
-pub fn count<S: Store>(store: &S, delta: i64) -> Result<(), EmqError> {
-    let now = grouped_len(store)? as i64;
-    match now.saturating_add(delta).max(0) {
-        0 => store.table_del(Table::Tally, PENDING).map(|_| ()),
-        n => store.table_set(Table::Tally, PENDING, n.to_string().as_bytes()),
-    }
 }

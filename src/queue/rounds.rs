@@ -5,11 +5,12 @@
 //! so a refusal writes nothing.
 
 use crate::protocol::job::Claimed;
-use crate::protocol::limits::Limits;
+use crate::protocol::limits::{Limits, Rate};
 use crate::protocol::{EmqError, Holds, KeyRef, Set, Store, Table};
 
-use super::claim::{lease_all, Head, Lease, ORPHAN_BUDGET};
-use super::{quota, ready, row_of};
+use super::quota::{self, GroupLimits};
+use super::take::{lease_all, Head, Lease, ORPHAN_BUDGET};
+use super::{ready, row_of, tally};
 
 /// One group's part in a claim.
 struct Slot<S: Store> {
@@ -29,8 +30,10 @@ struct Slot<S: Store> {
     complete: bool,
     /// The claim's count of live jobs when it last gave one.
     last: Option<usize>,
-    /// How many more of its jobs its concurrency limit lets be active.
+    /// How many more of its jobs its limits let be taken.
     room: usize,
+    /// Its rate limit, whose window its jobs enter.
+    rate: Option<Rate>,
     /// How many live jobs it gives.
     given: usize,
 }
@@ -42,11 +45,14 @@ impl<S: Store> Slot<S> {
         store: &S,
         name: S::Text,
         in_turns: bool,
-        quotas: Option<&Limits>,
+        quotas: Option<&GroupLimits>,
     ) -> Result<Self, EmqError> {
-        let room = match quotas {
-            Some(limits) => quota::room(store, limits, store.bytes(&name))?,
-            None => usize::MAX,
+        let (room, rate) = match quotas {
+            Some(defaults) => {
+                let limits = defaults.of(store, store.bytes(&name))?;
+                (limits.room(store, store.bytes(&name))?, limits.rate)
+            }
+            None => (usize::MAX, None),
         };
         Ok(Slot {
             named: !store.bytes(&name).is_empty(),
@@ -58,6 +64,7 @@ impl<S: Store> Slot<S> {
             complete: false,
             last: None,
             room,
+            rate,
             given: 0,
         })
     }
@@ -119,6 +126,12 @@ pub fn claim<S: Store>(
     limits: &Limits,
     lease: &Lease,
 ) -> Result<Taken, EmqError> {
+    if want == 0 {
+        return Ok(Taken {
+            claimed: Claimed::default(),
+            more_behind: false,
+        });
+    }
     store.check_access(&[
         KeyRef::Set(Set::Turns),
         KeyRef::Set(Set::Held),
@@ -127,7 +140,13 @@ pub fn claim<S: Store>(
     ])?;
     store.open_sets(&[Set::Turns, Set::Held, Set::Pauses, Set::Groups])?;
     store.table_len(Table::Tally)?;
-    let quotas = quota::any(store, limits)?.then_some(limits);
+    let defaults = GroupLimits::defaults(limits);
+    let quotas = quota::any(store, &defaults)?.then_some(&defaults);
+    let now = store.now_ms();
+    if quotas.is_some() {
+        // Claims that left their groups' windows make room before the plan reads it.
+        quota::trim_windows(store, now, quota::READMIT_BUDGET)?;
+    }
     let default = store.text(b"")?;
     // The default group's first turn comes after the others'.
     let joins = store.len(Set::Pending) != 0
@@ -171,10 +190,10 @@ pub fn claim<S: Store>(
         }
     }
     if named_taken > 0 {
-        ready::count(store, -(named_taken as i64))?;
+        tally::count(store, -(named_taken as i64))?;
     }
     for s in slots.iter().filter(|s| s.given > 0) {
-        quota::add_active(store, store.bytes(&s.name), s.given as i64)?;
+        tally::add_active(store, store.bytes(&s.name), s.given as i64)?;
     }
     for s in slots.iter().filter(|s| s.named && s.used > 0) {
         ready::index(store, &s.name, -(s.used as i64))?;
@@ -199,8 +218,26 @@ pub fn claim<S: Store>(
         .map(|&(s, i)| &slots[s].read[i].member)
         .zip(rows)
         .collect();
+    let claimed = lease_all(store, head, lease)?;
+    // Each job taken of a group under a rate limit enters its window: the claimed jobs are the
+    // picks with a row, in order.
+    let owners: Vec<usize> = picks
+        .iter()
+        .filter(|&&(s, i)| slots[s].read[i].row.is_some() && slots[s].read[i].holds == Holds::Hash)
+        .map(|&(s, _)| s)
+        .collect();
+    for (s, slot) in slots.iter().enumerate() {
+        if let Some(rate) = slot.rate.filter(|_| slot.given > 0) {
+            let mine = claimed
+                .iter()
+                .zip(&owners)
+                .filter(|(_, o)| **o == s)
+                .map(|(c, _)| (c.id, c.token));
+            quota::record_claims(store, store.bytes(&slot.name), rate, now, mine)?;
+        }
+    }
     Ok(Taken {
-        claimed: lease_all(store, head, lease)?,
+        claimed,
         more_behind,
     })
 }
@@ -214,7 +251,7 @@ fn plan<S: Store>(
     slots: &mut Vec<Slot<S>>,
     want: usize,
     joins: bool,
-    quotas: Option<&Limits>,
+    quotas: Option<&GroupLimits>,
 ) -> Result<(Vec<(usize, usize)>, bool), EmqError> {
     let mut picks = Vec::with_capacity(want);
     let (mut live, mut orphans) = (0, 0);

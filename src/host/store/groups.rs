@@ -17,14 +17,20 @@ impl<'s, 'a> ServerStore<'s, 'a> {
         OwnedString::new(self.ctx, &group_key(self.queue(), group))
     }
 
-    /// A group's key, open as the store's sets are, and a zset or missing (`WRONGTYPE`).
-    pub(super) fn open_group<'n>(&self, name: &'n OwnedString) -> Result<Key<'n>, EmqError> {
+    /// `f` over group `group`'s key, open as the store's sets are, and a zset or missing
+    /// (`WRONGTYPE`).
+    pub(super) fn with_group<R>(
+        &self,
+        group: &[u8],
+        f: impl FnOnce(&Key<'_>) -> Result<R, EmqError>,
+    ) -> Result<R, EmqError> {
+        let name = self.group_name(group)?;
         let key = match self.access {
-            Access::Read => Key::open_read(self.ctx, name)?,
-            Access::ReadWrite => Key::open(self.ctx, name)?,
+            Access::Read => Key::open_read(self.ctx, &name)?,
+            Access::ReadWrite => Key::open(self.ctx, &name)?,
         };
         key.expect_zset()?;
-        Ok(key)
+        f(&key)
     }
 
     /// `ZADD key score member`: no event and no effect when the member had that score.

@@ -13,7 +13,7 @@ fn rate_limit(m: &Memory, n: i64, per_ms: i64) {
         crate::queue::limit::Change {
             concurrency: None,
             rate: Some(Some(crate::protocol::limits::Rate { n, per_ms })),
-            timeout: None,
+            ..Default::default()
         },
     );
 }
@@ -30,7 +30,7 @@ fn a_concurrency_limit_caps_active_jobs_and_a_settle_wakes_the_waiters() {
         Change {
             concurrency: Some(Some(3)),
             rate: None,
-            timeout: None,
+            ..Default::default()
         },
     );
     assert_eq!(usage.limits.concurrency, Some(3));
@@ -120,7 +120,7 @@ fn the_timer_wakes_rate_limited_claimers_when_the_window_frees() {
         Change {
             concurrency: None,
             rate: Some(None),
-            timeout: None,
+            ..Default::default()
         },
     );
     let (_, next) = visit(&m, NOW + 601, 100).expect("visited");
