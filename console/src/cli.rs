@@ -14,6 +14,7 @@ use serde_json::{json, Value as Json};
 use crate::deployment::Deployment;
 use crate::escape::terminal;
 use crate::flow::{self, Children, Flow};
+use crate::groups::{self, GroupRow};
 use crate::overview::{self, QueueRow};
 
 /// A refusal or a lost connection: the server's error is printed as it came.
@@ -67,10 +68,32 @@ pub enum Command {
         #[arg(long, default_value = "0")]
         cursor: String,
     },
-    /// Stops the queue's claims (enqueues and the timer go on).
-    Pause { queue: String },
-    /// Lets claims take the queue's jobs again.
-    Resume { queue: String },
+    /// A page of the queue's named groups, the largest backlog first, each with its ready and
+    /// running jobs, its limit, whether its limit holds it back and whether it is paused.
+    Groups {
+        queue: String,
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        count: u64,
+        /// Where the previous page ended.
+        #[arg(long, default_value = "0")]
+        cursor: String,
+    },
+    /// Stops the queue's claims, or with --group the claims of one group's jobs (enqueues and
+    /// the timer go on).
+    Pause {
+        queue: String,
+        #[arg(long)]
+        group: Option<String>,
+        /// The group's pause ends by itself after this many milliseconds.
+        #[arg(long, requires = "group", value_parser = clap::value_parser!(u64).range(1..=31_536_000_000))]
+        for_ms: Option<u64>,
+    },
+    /// Lets claims take the queue's jobs again, or with --group one group's.
+    Resume {
+        queue: String,
+        #[arg(long)]
+        group: Option<String>,
+    },
     /// Deletes every job of one set (pending, scheduled or dead), a bounded step at a time.
     Purge {
         queue: String,
@@ -144,6 +167,15 @@ impl Output {
             code: 0,
         }
     }
+
+    /// A pause or resume of the queue, or of its `group`: `{paused, changed[, group]}`.
+    fn paused(text: String, paused: bool, changed: bool, group: Option<String>) -> Output {
+        let mut json = json!({ "paused": paused, "changed": changed });
+        if let Some(g) = group {
+            json["group"] = json!(g);
+        }
+        Output::ok(text, json)
+    }
 }
 
 pub async fn run(cli: Cli) -> Result<ExitCode> {
@@ -169,12 +201,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
 
 /// The rows as a table: a header line, then one line a queue (names and errors escaped).
 pub fn table(rows: &[QueueRow]) -> String {
-    let width = rows
-        .iter()
-        .map(|r| terminal(&r.name).len())
-        .max()
-        .unwrap_or(5)
-        .max(5);
+    let width = first_column(rows.iter().map(|r| r.name.as_str()));
     let mut out = format!(
         "{:<width$}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>8}  paused\n",
         "queue", "pending", "active", "scheduled", "dead", "waiting", "oldest"
@@ -198,6 +225,47 @@ pub fn table(rows: &[QueueRow]) -> String {
     out
 }
 
+/// The width of a table's first column: its longest name as printed, at least 5.
+fn first_column<'a>(names: impl Iterator<Item = &'a str>) -> usize {
+    names.map(|n| terminal(n).len()).max().unwrap_or(5).max(5)
+}
+
+/// A page's text, and where the next page starts unless it was the last (`next` "0").
+fn more(mut text: String, next: &str) -> String {
+    if next != "0" {
+        text += &format!("more: --cursor {}\n", terminal(next));
+    }
+    text
+}
+
+/// The groups as a table: a header line, then one line a group (names escaped).
+pub fn groups_table(rows: &[GroupRow], now_ms: u64) -> String {
+    if rows.is_empty() {
+        return "no groups\n".into();
+    }
+    let width = first_column(rows.iter().map(|r| r.group.as_str()));
+    let mut out = format!(
+        "{:<width$}  {:>9} {:>9} {:>6}  held  paused\n",
+        "group", "ready", "active", "limit"
+    );
+    for r in rows {
+        let paused = match (r.paused, r.left(now_ms)) {
+            (false, _) => "no".to_string(),
+            (true, None) => "yes".to_string(),
+            (true, Some(left)) => format!("yes, {left} left"),
+        };
+        out += &format!(
+            "{:<width$}  {:>9} {:>9} {:>6}  {:<4}  {paused}\n",
+            terminal(&r.group),
+            r.ready,
+            r.active,
+            r.concurrency.map_or("-".to_string(), |n| n.to_string()),
+            if r.held { "yes" } else { "no" },
+        );
+    }
+    out
+}
+
 async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
     Ok(match command {
         Command::Queues => {
@@ -216,10 +284,16 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
                 let stats = dep.queue(&name).stats().await?;
                 let mut fields: Vec<_> = stats.into_iter().collect();
                 fields.sort();
+                let width = fields
+                    .iter()
+                    .map(|(k, _)| k.len())
+                    .max()
+                    .unwrap_or(0)
+                    .max(12);
                 text += &format!("{}\n", terminal(&name));
                 for (k, v) in &fields {
                     text += &format!(
-                        "  {:<12} {}\n",
+                        "  {:<width$} {}\n",
                         terminal(k),
                         v.map_or("-".to_string(), |n| n.to_string())
                     );
@@ -284,20 +358,39 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
                     text += &format!("    error: {}\n", terminal(first));
                 }
             }
-            if next != "0" {
-                text += &format!("more: --cursor {}\n", terminal(&next));
+            Output::ok(more(text, &next), json!({ "cursor": next, "jobs": jobs }))
+        }
+        Command::Groups {
+            queue,
+            count,
+            cursor,
+        } => {
+            let (next, rows) = groups::groups(dep, &queue, &cursor, count as usize).await?;
+            let text = more(groups_table(&rows, overview::now_ms()), &next);
+            Output::ok(text, json!({ "cursor": next, "groups": rows }))
+        }
+        Command::Pause {
+            queue,
+            group,
+            for_ms,
+        } => {
+            let changed = match &group {
+                Some(g) => groups::pause(dep, &queue, g, for_ms).await?,
+                None => dep.queue(&queue).pause().await?,
+            };
+            let mut text = if changed { "paused" } else { "paused already" }.to_string();
+            if let Some(ms) = for_ms {
+                text += &format!(" (resumes in {})", overview::age(ms));
             }
-            Output::ok(text, json!({ "cursor": next, "jobs": jobs }))
+            Output::paused(text, true, changed, group)
         }
-        Command::Pause { queue } => {
-            let changed = dep.queue(&queue).pause().await?;
-            let text = if changed { "paused" } else { "paused already" };
-            Output::ok(text.into(), json!({ "paused": true, "changed": changed }))
-        }
-        Command::Resume { queue } => {
-            let changed = dep.queue(&queue).resume().await?;
+        Command::Resume { queue, group } => {
+            let changed = match &group {
+                Some(g) => groups::resume(dep, &queue, g).await?,
+                None => dep.queue(&queue).resume().await?,
+            };
             let text = if changed { "resumed" } else { "not paused" };
-            Output::ok(text.into(), json!({ "paused": false, "changed": changed }))
+            Output::paused(text.into(), false, changed, group)
         }
         Command::Purge { queue, set, yes } => {
             let total = overview::queue_row(dep, &queue, 0).await?.count(&set);

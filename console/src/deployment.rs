@@ -284,12 +284,12 @@ pub fn info_fields(info: &str) -> impl Iterator<Item = (&str, i64)> {
 
 /// A `[next-cursor, [item, ...]]` reply (`EMQ.QUEUES`, `EMQ.JOBS`) as the cursor and the items.
 pub fn page(reply: &Value) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
-    let bytes = |v: &Value| match v {
-        Value::BulkString(b) => Some(b.clone()),
-        Value::SimpleString(s) => Some(s.clone().into_bytes()),
-        Value::Int(n) => Some(n.to_string().into_bytes()),
-        _ => None,
-    };
+    let (cursor, items) = page_of(reply)?;
+    Ok((cursor, items.iter().filter_map(bytes).collect()))
+}
+
+/// [`page`], the items as the replies they are (`EMQ.GROUPS`' maps).
+pub fn page_of(reply: &Value) -> Result<(Vec<u8>, &[Value])> {
     let unexpected = || Error::Reply(format!("{reply:?}"));
     let Value::Array(parts) = reply else {
         return Err(unexpected());
@@ -298,7 +298,16 @@ pub fn page(reply: &Value) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
     else {
         return Err(unexpected());
     };
-    Ok((cursor, items.iter().filter_map(bytes).collect()))
+    Ok((cursor, items))
+}
+
+fn bytes(v: &Value) -> Option<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        Value::Int(n) => Some(n.to_string().into_bytes()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

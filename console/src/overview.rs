@@ -36,6 +36,8 @@ pub struct QueueRow {
     pub dead: i64,
     /// Parents waiting for their children (docs/flows.md).
     pub waiting: i64,
+    /// Its named groups ([`crate::groups`]); 0 for a queue whose jobs are all in the default one.
+    pub groups: i64,
     pub paused: bool,
     /// How long the job first in line has waited since its id was minted (ms).
     pub oldest_pending_ms: Option<u64>,
@@ -155,6 +157,7 @@ pub async fn queue_row(dep: &Deployment, name: &str, now: u64) -> Result<QueueRo
         scheduled: get("scheduled"),
         dead: get("dead"),
         waiting: get("waiting"),
+        groups: get("groups"),
         paused: get("paused") == 1,
         oldest_pending_ms: None,
         error: None,
@@ -266,24 +269,32 @@ pub async fn job_bytes(
         .queue(queue)
         .call("EMQ.JOB", &[id.as_bytes().to_vec()])
         .await?;
-    let pairs: Vec<(String, Vec<u8>)> = match &reply {
-        Value::Nil => return Ok(None),
-        Value::Map(m) => m
-            .iter()
-            .map(|(k, v)| (text(k).unwrap_or_default(), bytes(v).unwrap_or_default()))
+    if reply == Value::Nil {
+        return Ok(None);
+    }
+    let fields = pairs(&reply).ok_or_else(|| Error::Reply(format!("{reply:?}")))?;
+    Ok(Some(
+        fields
+            .into_iter()
+            .map(|(k, v)| (k, bytes(v).unwrap_or_default()))
             .collect(),
-        Value::Array(items) => items
-            .chunks(2)
-            .filter_map(|kv| {
-                Some((
-                    text(kv.first()?)?,
-                    kv.get(1).and_then(bytes).unwrap_or_default(),
-                ))
-            })
-            .collect(),
-        other => return Err(Error::Reply(format!("{other:?}"))),
-    };
-    Ok(Some(pairs))
+    ))
+}
+
+/// A map reply (a map under RESP3, a flat array of pairs under RESP2) as its fields in the
+/// server's order, each name as text; `None` for a reply of another kind.
+pub fn pairs(reply: &Value) -> Option<Vec<(String, &Value)>> {
+    let pair = |k: &Value, v| Some((text(k)?, v));
+    match reply {
+        Value::Map(m) => Some(m.iter().filter_map(|(k, v)| pair(k, v)).collect()),
+        Value::Array(items) => Some(
+            items
+                .chunks(2)
+                .filter_map(|kv| pair(kv.first()?, kv.get(1)?))
+                .collect(),
+        ),
+        _ => None,
+    }
 }
 
 /// The last entries of the queue's event stream for one job (newest last), when the stream is

@@ -2,7 +2,8 @@
 //! with fantoccini, against `emq web` and a real server. It sees the real counts, opens a dead
 //! job and its error, requeues it, cancels a running job, pauses a queue and sees claims stop,
 //! purges a queue through its confirmation (the browser's own Origin let through), sees a
-//! `<script>` payload as text, and keeps screenshots under target/console/.
+//! `<script>` payload as text, pauses one group and sees claims skip its jobs, and keeps
+//! screenshots under target/console/.
 //!
 //! Chromium and chromedriver come from Debian's packages: `scripts/install-deps.sh
 //! --with-browser` (which `make test` runs).
@@ -12,7 +13,10 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{count, enqueue, free_port, kill_next, server, wait_port, web, Running};
+use common::{
+    claim_payloads, count, enqueue, enqueue_with, free_port, kill_next, server, wait_port, web,
+    Running,
+};
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 
@@ -296,6 +300,73 @@ async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_q
     click(&b, Locator::Css("form[action$='/purge'] button")).await;
     assert_eq!(text_after_click(&b, "#flash", "2 purged").await, "2 purged");
     assert_eq!(count(&mut con, "orders", "pending"), 0);
+    b.close().await.expect("close the browser");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_pauses_one_group_sees_its_jobs_wait_and_resumes_it() {
+    let s = server();
+    let mut con = s.conn();
+    for i in 0..2 {
+        enqueue_with(
+            &mut con,
+            "tenants",
+            &format!("acme {i}"),
+            &["GROUP", "acme"],
+        );
+    }
+    enqueue_with(&mut con, "tenants", "x 0", &["GROUP", "<b>x</b>"]);
+
+    let port = free_port();
+    let _web = web(&s.url(), port, &[]);
+    let _driver = chromedriver();
+    let b = browser().await;
+    b.goto(&format!("http://127.0.0.1:{port}/queues/tenants"))
+        .await
+        .expect("open the queue");
+
+    // The groups, the largest backlog first, a hostile name shown as text.
+    let acme = "tr[data-group=acme]";
+    assert_eq!(text(&b, "#groups tbody tr td").await, "acme");
+    assert_eq!(text(&b, &format!("{acme} td.ready")).await, "2");
+    assert_eq!(text(&b, &format!("{acme} td.pause")).await, "no");
+    assert_eq!(text(&b, "tr[data-group='<b>x</b>'] td").await, "<b>x</b>");
+    assert!(b
+        .find_all(Locator::Css("#groups b"))
+        .await
+        .expect("query")
+        .is_empty());
+
+    // Pause: the page and the server say paused, and a claim takes only the other group's job.
+    click(
+        &b,
+        Locator::Css(&format!("{acme} form[action$='/groups/pause'] button")),
+    )
+    .await;
+    assert_eq!(
+        text_after_click(&b, "#flash", "acme paused").await,
+        "acme paused"
+    );
+    assert_eq!(text(&b, &format!("{acme} td.pause")).await, "paused");
+    let shot = b.screenshot().await.expect("screenshot");
+    std::fs::write(artifacts().join("groups.png"), shot).expect("keep the screenshot");
+    assert_eq!(claim_payloads(&mut con, "tenants", 10), ["x 0"]);
+    assert_eq!(text(&b, &format!("{acme} td.ready")).await, "2");
+
+    // Resume: its jobs are claimed.
+    click(
+        &b,
+        Locator::Css(&format!("{acme} form[action$='/groups/resume'] button")),
+    )
+    .await;
+    assert_eq!(
+        text_after_click(&b, "#flash", "acme resumed").await,
+        "acme resumed"
+    );
+    assert_eq!(text(&b, &format!("{acme} td.pause")).await, "no");
+    let mut claimed = claim_payloads(&mut con, "tenants", 10);
+    claimed.sort();
+    assert_eq!(claimed, ["acme 0", "acme 1"]);
     b.close().await.expect("close the browser");
 }
 

@@ -1,11 +1,15 @@
 //! `emq`'s subcommands against real servers: the queues of every primary with their counts,
 //! text and JSON, exit codes, the server's errors as they are, the bounded loops of purge
-//! and requeue run to the end (and refused without --yes off a terminal), and control
-//! characters of what they print escaped.
+//! and requeue run to the end (and refused without --yes off a terminal), a queue's groups
+//! listed by backlog and one paused and resumed, and control characters of what they print
+//! escaped.
 
 mod common;
 
-use common::{count, emq, enqueue, kill_next, server, servers_load_the_module, Cluster};
+use common::{
+    claim_payloads, count, emq, enqueue, enqueue_with, kill_next, server, servers_load_the_module,
+    Cluster,
+};
 use serde_json::Value as Json;
 
 #[test]
@@ -167,6 +171,118 @@ fn pause_resume_enqueue_cancel_and_requeue_change_the_queue_on_the_server() {
         serde_json::from_str::<Json>(&json).expect("json")["error"],
         "cancelled"
     );
+}
+
+/// `emq --json args...` read as JSON; it must exit 0.
+fn emq_json(url: &str, args: &[&str]) -> Json {
+    let (code, out, err) = emq(url, &[&["--json"], args].concat());
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).expect("json")
+}
+
+/// The `field` of each group of a `--json groups` page.
+fn each(page: &Json, field: &str) -> Vec<Json> {
+    let groups = page["groups"].as_array().expect("groups");
+    groups.iter().map(|g| g[field].clone()).collect()
+}
+
+#[test]
+fn groups_are_listed_by_backlog_and_a_paused_group_s_jobs_are_not_claimed_until_resumed() {
+    let s = server();
+    let mut con = s.conn();
+    for (group, n) in [("small", 1), ("big", 3), ("mid", 2)] {
+        for i in 0..n {
+            enqueue_with(
+                &mut con,
+                "tenants",
+                &format!("{group} {i}"),
+                &["GROUP", group],
+            );
+        }
+    }
+    enqueue(&mut con, "tenants", "ungrouped");
+
+    let (code, text, _) = emq(&s.url(), &["groups", "tenants"]);
+    assert_eq!(code, 0);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ["big", "3", "0", "-", "no", "no"],
+            ["mid", "2", "0", "-", "no", "no"],
+            ["small", "1", "0", "-", "no", "no"],
+        ],
+        "{text}"
+    );
+    // Paged by the server's cursor.
+    let first = emq_json(&s.url(), &["groups", "tenants", "--count", "2"]);
+    assert_eq!(each(&first, "group"), ["big", "mid"]);
+    let cursor = first["cursor"].as_str().expect("cursor");
+    assert_ne!(cursor, "0");
+    let rest = emq_json(&s.url(), &["groups", "tenants", "--cursor", cursor]);
+    assert_eq!(
+        (each(&rest, "group"), &rest["cursor"]),
+        (vec![Json::from("small")], &Json::from("0"))
+    );
+    assert_eq!(emq(&s.url(), &["groups", "nothing"]).1.trim(), "no groups");
+
+    // Paused, big's jobs stay while every other job is claimed.
+    let said = |args: &[&str]| emq(&s.url(), args).1.trim().to_string();
+    let (pause, resume) = (
+        ["pause", "tenants", "--group", "big"],
+        ["resume", "tenants", "--group", "big"],
+    );
+    assert_eq!(said(&pause), "paused");
+    assert_eq!(said(&pause), "paused already");
+    let page = emq_json(&s.url(), &["groups", "tenants"]);
+    assert_eq!(each(&page, "paused"), [true, false, false]);
+    assert_eq!(page["groups"][0]["paused_until"], Json::Null);
+    assert_eq!(count(&mut con, "tenants", "paused"), 0, "the queue runs on");
+    let mut claimed = claim_payloads(&mut con, "tenants", 10);
+    claimed.sort();
+    assert_eq!(claimed, ["mid 0", "mid 1", "small 0", "ungrouped"]);
+    assert_eq!(
+        emq_json(&s.url(), &["groups", "tenants"])["groups"][0]["ready"],
+        3
+    );
+
+    // Resumed, they are claimed.
+    assert_eq!(said(&resume), "resumed");
+    assert_eq!(said(&resume), "not paused");
+    let mut claimed = claim_payloads(&mut con, "tenants", 10);
+    claimed.sort();
+    assert_eq!(claimed, ["big 0", "big 1", "big 2"]);
+
+    // A pause with an end, of a group with no jobs yet; --for-ms needs a group.
+    let later = ["pause", "tenants", "--group", "later", "--for-ms", "600000"];
+    assert_eq!(said(&later), "paused (resumes in 10m)");
+    let changed = emq_json(&s.url(), &["resume", "tenants", "--group", "later"]);
+    assert_eq!(
+        changed,
+        serde_json::json!({"paused": false, "changed": true, "group": "later"})
+    );
+    let changed = emq_json(&s.url(), &later);
+    assert_eq!(
+        changed,
+        serde_json::json!({"paused": true, "changed": true, "group": "later"})
+    );
+    let page = emq_json(&s.url(), &["groups", "tenants"]);
+    let listed = page["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .find(|g| g["group"] == "later")
+        .expect("the paused group is listed");
+    assert!(listed["paused_until"].as_i64().is_some(), "{listed}");
+    assert_eq!(emq(&s.url(), &["pause", "tenants", "--for-ms", "5"]).0, 2);
+    assert_eq!(count(&mut con, "tenants", "paused"), 0);
+    let (code, _, err) = emq(&s.url(), &["pause", "tenants", "--group", "a{b}"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("group's name"), "{err}");
 }
 
 #[test]

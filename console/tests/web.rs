@@ -1,12 +1,15 @@
 //! `emq web` over HTTP against a real server: its pages hold the server's counts, a crafted
 //! payload or error is escaped, actions need a POST with the dashboard's CSRF token,
 //! `--read-only` serves and shows no action, `--auth` guards every page, a bind off loopback
-//! without auth is refused, and a foreign `Host` or `Origin` (DNS rebinding, a cross-site form)
-//! gets nothing.
+//! without auth is refused, a foreign `Host` or `Origin` (DNS rebinding, a cross-site form)
+//! gets nothing, and a queue's groups are listed by backlog, escaped, and paused and resumed.
 
 mod common;
 
-use common::{count, emq, enqueue, free_port, get, http, kill_next, post, post_with, server, web};
+use common::{
+    count, emq, enqueue, enqueue_with, free_port, get, http, kill_next, post, post_with, server,
+    web,
+};
 
 /// The value of the form field `name` on `page`.
 fn field(page: &str, name: &str) -> String {
@@ -380,6 +383,146 @@ fn purge_asks_for_the_queue_s_name_and_deletes_only_the_jobs_there_when_it_asked
     let _read_only = web(&s.url(), ro, &["--read-only"]);
     assert_eq!(get(ro, "/queues/p/purge?set=pending", "").0, 404);
     assert!(!get(ro, "/queues/p?set=pending", "").1.contains("purge"));
+}
+
+/// Each group of the queue's first page, in the server's order, and whether it is paused.
+fn groups(con: &mut redis::Connection, queue: &str) -> Vec<(String, bool)> {
+    type Group = std::collections::HashMap<String, redis::Value>;
+    let (_, page): (String, Vec<Group>) = redis::cmd("EMQ.GROUPS")
+        .arg(queue)
+        .query(con)
+        .expect("groups");
+    page.iter()
+        .map(|g| {
+            let name = redis::from_redis_value_ref::<String>(&g["group"]).expect("a name");
+            (name, g["paused"] == redis::Value::Int(1))
+        })
+        .collect()
+}
+
+#[test]
+fn a_queue_s_groups_show_by_backlog_escaped_and_each_pauses_and_resumes_from_its_form() {
+    let s = server();
+    let mut con = s.conn();
+    let hostile = "<b>x</b>";
+    for i in 0..3 {
+        enqueue_with(&mut con, "tenants", &format!("x {i}"), &["GROUP", hostile]);
+    }
+    enqueue_with(&mut con, "tenants", "tail", &["GROUP", "tail"]);
+    enqueue(&mut con, "flat", "no group");
+    let port = free_port();
+    let _web = web(&s.url(), port, &[]);
+
+    // A queue whose jobs are all in the default group shows no groups.
+    let (code, page) = get(port, "/queues/flat", "");
+    assert_eq!(code, 200);
+    assert!(!page.contains("id=\"groups\""), "{page}");
+
+    // The largest backlog first, the name as text.
+    let (code, page) = get(port, "/queues/tenants", "");
+    assert_eq!(code, 200);
+    let escaped = "&lt;b&gt;x&lt;/b&gt;";
+    let row = |page: &str, group: &str| {
+        let at = page
+            .find(&format!("<tr data-group=\"{group}\">"))
+            .unwrap_or_else(|| panic!("{group}'s row: {page}"));
+        let end = at + page[at..].find("</tr>").expect("the row's end");
+        (at, page[at..end].to_string())
+    };
+    let (first, hostile_row) = row(&page, escaped);
+    let (second, _) = row(&page, "tail");
+    assert!(first < second, "{page}");
+    assert!(!page.contains(hostile), "{page}");
+    assert!(
+        hostile_row.contains(&format!("<td>{escaped}</td>")),
+        "{hostile_row}"
+    );
+    assert!(
+        hostile_row.contains("<td class=\"n ready\">3</td>"),
+        "{hostile_row}"
+    );
+    assert!(
+        hostile_row.contains("<td class=\"pause\">no</td>"),
+        "{hostile_row}"
+    );
+    let csrf = token(&page);
+
+    // The pause form: refused without the dashboard's token, its group, or its Origin.
+    let form = |csrf: &str| format!("csrf={csrf}&group=%3Cb%3Ex%3C%2Fb%3E");
+    let pause = "/queues/tenants/groups/pause";
+    assert_eq!(
+        post(port, pause, &form("0123456789abcdef0123456789abcdef")).0,
+        403
+    );
+    assert_eq!(post(port, pause, &format!("csrf={csrf}")).0, 422);
+    let foreign = format!("Host: 127.0.0.1:{port}\r\nOrigin: http://evil.example\r\n");
+    assert_eq!(post_with(port, pause, &foreign, &form(&csrf)).0, 403);
+    assert_eq!(
+        groups(&mut con, "tenants"),
+        [(hostile.into(), false), ("tail".into(), false)]
+    );
+
+    // Paused on the server, and the page says so and offers resume.
+    let (code, response) = post(port, pause, &form(&csrf));
+    assert_eq!(code, 303, "{response}");
+    assert!(
+        response.contains("location: /queues/tenants?set=pending&done=%3Cb%3Ex%3C%2Fb%3E%20paused"),
+        "{response}"
+    );
+    assert_eq!(
+        groups(&mut con, "tenants"),
+        [(hostile.into(), true), ("tail".into(), false)]
+    );
+    assert_eq!(count(&mut con, "tenants", "paused"), 0, "only the group");
+    let (_, page) = get(port, "/queues/tenants", "");
+    let (_, hostile_row) = row(&page, escaped);
+    assert!(
+        hostile_row.contains("<span class=\"paused\">paused</span>"),
+        "{hostile_row}"
+    );
+    assert!(
+        hostile_row.contains("action=\"/queues/tenants/groups/resume\""),
+        "{hostile_row}"
+    );
+    let (code, _) = post(port, "/queues/tenants/groups/resume", &form(&csrf));
+    assert_eq!(code, 303);
+    assert_eq!(
+        groups(&mut con, "tenants"),
+        [(hostile.into(), false), ("tail".into(), false)]
+    );
+
+    // Past a page of 20 groups, the next page is the cursor's.
+    for i in 0..20 {
+        enqueue_with(&mut con, "tenants", "one", &["GROUP", &format!("g{i:02}")]);
+    }
+    let (_, page) = get(port, "/queues/tenants", "");
+    assert_eq!(page.matches("<tr data-group=").count(), 20, "{page}");
+    assert_eq!(
+        row(&page, escaped).0,
+        page.find("<tr data-group=").expect("a row")
+    );
+    let link = "id=\"next-groups\" href=\"";
+    let at = page.find(link).expect("a next page") + link.len();
+    let next = page[at..]
+        .split('"')
+        .next()
+        .expect("its link")
+        .replace("&amp;", "&");
+    let (code, rest) = get(port, &next, "");
+    assert_eq!(code, 200, "{next}");
+    assert_eq!(rest.matches("<tr data-group=").count(), 2, "{rest}");
+    assert!(!rest.contains("next-groups"), "{rest}");
+
+    // Read-only: the groups, and no form.
+    let ro = free_port();
+    let _read_only = web(&s.url(), ro, &["--read-only"]);
+    let (_, page) = get(ro, "/queues/tenants", "");
+    assert!(
+        page.contains(&format!("data-group=\"{escaped}\"")),
+        "{page}"
+    );
+    assert!(!page.contains("<form"), "{page}");
+    assert_eq!(post(ro, pause, &form(&csrf)).0, 404);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! token, none at all with `--read-only`.
 
 mod chart;
+mod groups;
 mod origin;
 mod pages;
 mod purge;
@@ -148,6 +149,8 @@ pub fn router(app: Arc<App>) -> Router {
         routes = routes
             .route("/queues/{queue}/pause", post(pause))
             .route("/queues/{queue}/resume", post(resume))
+            .route("/queues/{queue}/groups/pause", post(groups::pause))
+            .route("/queues/{queue}/groups/resume", post(groups::resume))
             .route(
                 "/queues/{queue}/purge",
                 get(purge::confirm).post(purge::purge),
@@ -232,11 +235,15 @@ async fn index(State(app): State<Arc<App>>) -> Page {
 struct Listing {
     set: Option<String>,
     cursor: Option<String>,
+    /// Where the page of the queue's groups starts.
+    groups: Option<String>,
     done: Option<String>,
 }
 
 /// Jobs a queue page lists.
 const PAGE: usize = 50;
+/// Groups a queue page lists.
+const GROUPS_PAGE: usize = 20;
 
 async fn queue_page(
     State(app): State<Arc<App>>,
@@ -248,8 +255,23 @@ async fn queue_page(
     let row = overview::queue_row(&app.dep, &queue, overview::now_ms()).await?;
     let (next, jobs) =
         overview::jobs(&app.dep, &queue, &set, &cursor, PAGE, Some(pages::PREVIEW)).await?;
+    // A queue whose jobs are all in the default group has no groups to show.
+    let groups = match row.groups {
+        0 => None,
+        _ => {
+            let from = q.groups.as_deref().unwrap_or("0");
+            Some(crate::groups::groups(&app.dep, &queue, from, GROUPS_PAGE).await?)
+        }
+    };
     let history = app.history.read().await;
-    Ok(pages::queue(&app, &row, &set, &jobs, &next, q.done.as_deref(), &history).into_response())
+    let jobs = pages::Paged {
+        items: &jobs,
+        next: &next,
+    };
+    let groups = groups
+        .as_ref()
+        .map(|(next, items)| pages::Paged { items, next });
+    Ok(pages::queue(&app, &row, &set, jobs, groups, q.done.as_deref(), &history).into_response())
 }
 
 async fn job_page(

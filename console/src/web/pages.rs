@@ -9,8 +9,9 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use super::chart::sparkline;
 use super::App;
 use crate::flow::{Children, Flow};
+use crate::groups::GroupRow;
 use crate::history::{History, RATES};
-use crate::overview::{age, cut, JobEntry, QueueRow, PURGEABLE, SETS};
+use crate::overview::{age, cut, now_ms, JobEntry, QueueRow, PURGEABLE, SETS};
 
 /// What a path segment or query value keeps as it is; the rest is percent-encoded.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -35,7 +36,7 @@ th{background:#f3f4f6}td.n{text-align:right;font-variant-numeric:tabular-nums}
 pre{white-space:pre-wrap;word-break:break-all;margin:0;font-size:12px}
 form{display:inline}button{cursor:pointer;margin:2px}.flash{background:#ecfdf5;padding:6px 10px;margin-bottom:10px}
 .error{background:#fef2f2;padding:10px}.tabs a{margin-right:12px}.tabs a.on{font-weight:700}
-.rates span{margin-right:24px}.paused{color:#b45309;font-weight:600}";
+.rates span{margin-right:24px}.paused{color:#b45309;font-weight:600}#groups{margin-bottom:12px}";
 
 fn layout(title: &str, refresh: bool, body: Markup) -> Markup {
     html! {
@@ -67,12 +68,18 @@ pub fn error(status: StatusCode, message: &str) -> Markup {
 
 /// A POST form with the CSRF token; nothing at all on a read-only dashboard.
 fn action(app: &App, path: &str, label: &str) -> Markup {
+    action_with(app, path, label, &[])
+}
+
+/// [`action`], the form also carrying the `fields` given (name, value) as hidden inputs.
+fn action_with(app: &App, path: &str, label: &str, fields: &[(&str, &str)]) -> Markup {
     if app.read_only {
         return html! {};
     }
     html! {
         form method="post" action=(path) {
             input type="hidden" name="csrf" value=(app.csrf);
+            @for (name, value) in fields { input type="hidden" name=(name) value=(value); }
             button type="submit" { (label) }
         }
     }
@@ -135,12 +142,20 @@ pub fn index(app: &App, rows: &[QueueRow], history: &History) -> Markup {
     )
 }
 
+/// One page of a list on a queue's page: its items, and the cursor of the next (`"0"`: none).
+pub struct Paged<'a, T> {
+    pub items: &'a [T],
+    pub next: &'a str,
+}
+
+/// A queue's page: its state and actions, rates, its groups when it has named ones, and a page
+/// of the jobs of `set`.
 pub fn queue(
     app: &App,
     row: &QueueRow,
     set: &str,
-    jobs: &[JobEntry],
-    next: &str,
+    jobs: Paged<'_, JobEntry>,
+    groups: Option<Paged<'_, GroupRow>>,
     done: Option<&str>,
     history: &History,
 ) -> Markup {
@@ -166,6 +181,7 @@ pub fn queue(
                 }
                 @if history.queue_rate(&row.name, "acked").is_none() { span { "(the queue's rates need its event stream: EMQ.EVENTS " (row.name) " ON)" } }
             }
+            @if let Some(groups) = groups { (groups_section(app, row, set, &groups)) }
             div.tabs {
                 @for s in SETS {
                     a.on[s == set] href={ (base) "?set=" (s) } { (s) " (" (row.count(s)) ")" }
@@ -177,7 +193,7 @@ pub fn queue(
             table #jobs {
                 thead { tr { th { "id" } th { "score" } th { "attempts" } th { "payload" } th { "last error" } } }
                 tbody {
-                    @for j in jobs {
+                    @for j in jobs.items {
                         tr data-id=(j.id) {
                             td { a href={ (base) "/jobs/" (segment(&j.id)) } { (j.id) } }
                             td.n { (j.score) } td.n { (j.attempts) }
@@ -187,9 +203,48 @@ pub fn queue(
                     }
                 }
             }
-            @if next != "0" { p { a #next href={ (base) "?set=" (segment(set)) "&cursor=" (segment(next)) } { "next page" } } }
+            @if jobs.next != "0" { p { a #next href={ (base) "?set=" (segment(set)) "&cursor=" (segment(jobs.next)) } { "next page" } } }
         },
     )
+}
+
+/// The queue's named groups, the largest backlog first: each with its ready and running jobs,
+/// its limit, whether its limit holds it back and its pause, and a pause or resume button; a
+/// link to the next page of them (`?groups=<cursor>`).
+fn groups_section(app: &App, row: &QueueRow, set: &str, groups: &Paged<'_, GroupRow>) -> Markup {
+    let base = format!("/queues/{}", segment(&row.name));
+    let now = now_ms();
+    html! {
+        h3 { "groups" }
+        p { (row.groups) " named groups, the largest backlog first" }
+        table #groups {
+            thead { tr {
+                th { "group" } th { "ready" } th { "active" } th { "limit" } th { "held" } th { "paused" } th {}
+            } }
+            tbody {
+                @for g in groups.items {
+                    tr data-group=(g.group) {
+                        td { (g.group) }
+                        td.n.ready { (g.ready) } td.n.active { (g.active) }
+                        td.n.limit { (g.concurrency.map_or("-".to_string(), |n| n.to_string())) }
+                        td.held { @if g.held { "yes" } @else { "no" } }
+                        td.pause {
+                            @if g.paused { span.paused { "paused" } @if let Some(left) = g.left(now) { ", " (left) " left" } }
+                            @else { "no" }
+                        }
+                        td {
+                            @let group = [("group", g.group.as_str())];
+                            @if g.paused { (action_with(app, &format!("{base}/groups/resume"), "resume", &group)) }
+                            @else { (action_with(app, &format!("{base}/groups/pause"), "pause", &group)) }
+                        }
+                    }
+                }
+            }
+        }
+        @if groups.next != "0" {
+            p { a #next-groups href={ (base) "?set=" (segment(set)) "&groups=" (segment(groups.next)) } { "next groups" } }
+        }
+    }
 }
 
 /// The purge's confirmation: what it deletes, and the form that does it once the queue's name

@@ -45,12 +45,38 @@ pub fn emq(url: &str, args: &[&str]) -> (i32, String, String) {
 }
 
 pub fn enqueue(con: &mut impl redis::ConnectionLike, queue: &str, payload: &str) -> String {
+    enqueue_with(con, queue, payload, &[])
+}
+
+/// An enqueue with `options` after the payload (`["GROUP", "a"]`); the job's id.
+pub fn enqueue_with(
+    con: &mut impl redis::ConnectionLike,
+    queue: &str,
+    payload: &str,
+    options: &[&str],
+) -> String {
     redis::cmd("EMQ.ENQUEUE")
         .arg(queue)
         .arg("*")
         .arg(payload)
+        .arg(options)
         .query(con)
         .expect("enqueue")
+}
+
+/// The payloads of the jobs one claim of up to `count` takes, in the order it took them.
+pub fn claim_payloads(
+    con: &mut impl redis::ConnectionLike,
+    queue: &str,
+    count: usize,
+) -> Vec<String> {
+    let claimed: Vec<(String, String, i64)> = redis::cmd("EMQ.CLAIM")
+        .arg(queue)
+        .arg("COUNT")
+        .arg(count)
+        .query(con)
+        .expect("claim");
+    claimed.into_iter().map(|(_, payload, _)| payload).collect()
 }
 
 /// Claims the queue's next job and fails it with `error`: dead, on a server from [`server`].
