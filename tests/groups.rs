@@ -11,14 +11,20 @@ use redis::{cmd, Value};
 use support::*;
 
 fn enqueue_in(con: &mut Connection, q: &str, id: &str, group: &str) -> i64 {
-    cmd("EMQ.ENQUEUE")
+    enqueue_with(con, q, id, &["GROUP", group])
+}
+
+/// `EMQ.ENQUEUE <q> <id> "job <id>" <options...>`: its reply, which must be 1.
+fn enqueue_with(con: &mut Connection, q: &str, id: &str, options: &[&str]) -> i64 {
+    let added: i64 = cmd("EMQ.ENQUEUE")
         .arg(q)
         .arg(id)
         .arg(format!("job {id}"))
-        .arg("GROUP")
-        .arg(group)
+        .arg(options)
         .query(con)
-        .expect("enqueue with GROUP")
+        .expect("enqueue");
+    assert_eq!(added, 1, "{id} {options:?}");
+    added
 }
 
 /// The ids claimed one claim of `count` at a time, until the queue has nothing ready.
@@ -167,17 +173,13 @@ fn priorities_are_exact_within_a_group() {
     let mut con = server.conn();
     let q = unique_queue("prio");
     for (n, priority) in [(1, 0), (2, -5), (3, 7), (4, -5)] {
-        let added: i64 = cmd("EMQ.ENQUEUE")
-            .arg(&q)
-            .arg(job_id(n))
-            .arg("p")
-            .arg("PRIORITY")
-            .arg(priority)
-            .arg("GROUP")
-            .arg("g")
-            .query(&mut con)
-            .expect("enqueue");
-        assert_eq!(added, 1);
+        let priority = priority.to_string();
+        enqueue_with(
+            &mut con,
+            &q,
+            &job_id(n),
+            &["PRIORITY", &priority, "GROUP", "g"],
+        );
     }
     assert_eq!(
         claim_all(&mut con, &q, 1),
@@ -195,17 +197,7 @@ fn a_grouped_job_goes_back_to_its_group_when_due_expired_or_requeued() {
     let mut con = server.conn();
     let q = unique_queue("back");
     // Delayed: promoted into its group, not into `pending`.
-    let delayed: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(1))
-        .arg("later")
-        .arg("DELAY")
-        .arg(50)
-        .arg("GROUP")
-        .arg("g")
-        .query(&mut con)
-        .expect("enqueue");
-    assert_eq!(delayed, 1);
+    enqueue_with(&mut con, &q, &job_id(1), &["DELAY", "50", "GROUP", "g"]);
     let jobs = claim(&mut con, &q, &["BLOCK", "5000", "LEASE", "100"]).expect("claimed");
     assert_eq!(jobs[0].0, job_id(1));
     assert_eq!(set_len(&mut con, &q, "pending"), 0);
@@ -281,27 +273,13 @@ fn a_parent_in_a_group_is_released_into_its_group() {
     let server = Server::start(Options::default());
     let mut con = server.conn();
     let q = unique_queue("flow");
-    let parent: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(1))
-        .arg("parent")
-        .arg("CHILDREN")
-        .arg(1)
-        .arg("GROUP")
-        .arg("tenant")
-        .query(&mut con)
-        .expect("parent");
-    assert_eq!(parent, 1);
-    let child: i64 = cmd("EMQ.ENQUEUE")
-        .arg(&q)
-        .arg(job_id(2))
-        .arg("child")
-        .arg("PARENT")
-        .arg(&q)
-        .arg(job_id(1))
-        .query(&mut con)
-        .expect("child");
-    assert_eq!(child, 1);
+    enqueue_with(
+        &mut con,
+        &q,
+        &job_id(1),
+        &["CHILDREN", "1", "GROUP", "tenant"],
+    );
+    enqueue_with(&mut con, &q, &job_id(2), &["PARENT", &q, &job_id(1)]);
     let (id, _, token) = claim(&mut con, &q, &[]).expect("claim")[0].clone();
     assert_eq!(id, job_id(2));
     let acked: i64 = cmd("EMQ.ACK")

@@ -28,7 +28,7 @@ const CONSOLE: Layers = &[
     &["error", "escape"],
     &["deployment"],
     &["overview"],
-    &["history", "flow"],
+    &["history", "flow", "groups"],
     &["top", "web"],
     &["cli"],
     &["lib", "main"],

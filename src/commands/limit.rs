@@ -44,7 +44,9 @@ fn rate_or_off(
     options.expect_values(3)?;
     let n = options.next_int(1, MAX_RATE, name)?;
     if !options.next_is("PER") {
-        return Err(syntax("syntax error: expected <n> PER <ms> after a rate"));
+        return Err(EmqError::Syntax(
+            format!("syntax error: expected {name} <n> PER <ms>").into(),
+        ));
     }
     let per_ms = options.next_int(1, MAX_PER_MS, "PER")?;
     Ok(Some(Rate { n, per_ms }))

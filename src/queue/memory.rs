@@ -134,6 +134,19 @@ impl Memory {
         self.writes.borrow_mut().push(write);
     }
 
+    /// The `ZREM` effect of the `members` of `key` that were `there`, if any.
+    fn log_removed(&self, key: &str, members: &[&Vec<u8>], there: &[bool]) {
+        let removed: Vec<String> = members
+            .iter()
+            .zip(there)
+            .filter(|(_, there)| **there)
+            .map(|(m, _)| text(m))
+            .collect();
+        if !removed.is_empty() {
+            self.log(format!("ZREM {key} {}", removed.join(" ")));
+        }
+    }
+
     fn opened(&self, set: Set) -> Result<(), EmqError> {
         match self.opened.borrow()[set.index()] {
             true => Ok(()),
@@ -400,15 +413,7 @@ impl Store for Memory {
             .iter()
             .map(|m| self.sets.borrow_mut()[set.index()].remove(*m).is_some())
             .collect();
-        let removed: Vec<String> = members
-            .iter()
-            .zip(&there)
-            .filter(|(_, there)| **there)
-            .map(|(m, _)| text(m))
-            .collect();
-        if !removed.is_empty() {
-            self.log(format!("ZREM {set:?} {}", removed.join(" ")));
-        }
+        self.log_removed(&format!("{set:?}"), members, &there);
         Ok(there)
     }
 

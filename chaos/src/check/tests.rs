@@ -392,6 +392,27 @@ fn a_limit_exceeded_is_caught() {
 }
 
 #[test]
+fn a_group_over_its_limit_is_caught_though_the_queue_is_under_its_own() {
+    let mut case = Case::clean();
+    case.limits.push(LimitSample {
+        scope: "queue q concurrency".into(),
+        limit: 3,
+        observed: 2,
+        at_ns: 16 * MS,
+    });
+    case.limits.push(LimitSample {
+        scope: "queue q group g0 concurrency".into(),
+        limit: 1,
+        observed: 2,
+        at_ns: 16 * MS,
+    });
+    caught(
+        &case,
+        "queue q group g0 concurrency: 2 counted against a limit of 1",
+    );
+}
+
+#[test]
 fn a_refused_enqueue_written_is_caught() {
     let mut case = Case::clean();
     case.enqueues[1].outcome = Outcome::Refused("OOM".into());

@@ -103,15 +103,7 @@ impl Memory {
             groups.remove(group);
         }
         drop(groups);
-        let removed: Vec<String> = members
-            .iter()
-            .zip(&there)
-            .filter(|(_, there)| **there)
-            .map(|(m, _)| text(m))
-            .collect();
-        if !removed.is_empty() {
-            self.log(format!("ZREM group:{} {}", text(group), removed.join(" ")));
-        }
+        self.log_removed(&format!("group:{}", text(group)), members, &there);
         Ok(there)
     }
 }
