@@ -218,7 +218,11 @@ pub fn visit<S: Store>(
         _ => super::limit::visit_window(store, &limits, now, budget)?,
     };
     let resumes = super::pauses::resume_due(store, now, budget)?;
-    let windows = super::quota::trim_windows(store, now, budget)?;
+    // Only a grouped queue's claims enter the groups' windows.
+    let windows = match limits.grouped {
+        true => super::quota::trim_windows(store, now, budget)?,
+        false => None,
+    };
     let next = if due.is_full(budget) || trimmed.len() >= budget {
         Some(now) // more was due than one visit moves
     } else {

@@ -54,14 +54,22 @@ impl<S: Store> Slot<S> {
             }
             None => (usize::MAX, None),
         };
+        let named = !store.bytes(&name).is_empty();
+        // A group with no room gives nothing: whether it has ready jobs (held) or none (gone
+        // from the turns) is its size alone.
+        let len = match (room, named) {
+            (0, true) => store.group_len(store.bytes(&name))?,
+            (0, false) => store.len(Set::Pending),
+            _ => 0,
+        };
         Ok(Slot {
-            named: !store.bytes(&name).is_empty(),
+            named,
             name,
             in_turns,
             read: Vec::new(),
             used: 0,
-            len: 0,
-            complete: false,
+            len,
+            complete: room == 0 && len == 0,
             last: None,
             room,
             rate,

@@ -309,7 +309,7 @@ def test_a_reply_reader_torn_down_by_another_thread_is_tried_again_and_a_callers
     from echomq._retry import transient
 
     # A parser whose connection was disconnected in mid-redirect has no buffer to read from.
-    parser = _RESP2Parser(socket_read_size=65536)
+    parser = _RESP2Parser(socket_read_size=65536)  # type: ignore[no-untyped-call]
     try:
         parser.read_response()
     except AttributeError as e:
