@@ -687,3 +687,67 @@ fn a_claimer_waiting_on_a_group_held_by_its_rate_is_served_when_the_window_frees
     let usage = group_limit(&mut con, &q, "g", &[]);
     assert_eq!(usage["held"], Value::Int(0));
 }
+
+#[test]
+fn a_group_at_its_limit_when_its_next_job_arrives_waits_held_not_in_the_turns() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let q = unique_queue("atlimit");
+    limit(&mut con, &q, &["GROUP-CONCURRENCY", "1"]);
+    for t in 0..3 {
+        enqueue_in(&mut con, &q, &job_id(10 * t + 1), &format!("t{t}"));
+        assert_eq!(claim(&mut con, &q, &[]).expect("claim").len(), 1);
+        enqueue_in(&mut con, &q, &job_id(10 * t + 2), &format!("t{t}"));
+    }
+    // No claim passes over them: each waits for a place, held.
+    assert!(set_members(&mut con, &q, "turns").is_empty());
+    assert_eq!(set_members(&mut con, &q, "held"), ["t0", "t1", "t2"]);
+    assert!(claim(&mut con, &q, &["COUNT", "10"])
+        .expect("claim")
+        .is_empty());
+    // A name outside the grammar, written into the turns by hand, is dropped by the next claim.
+    let _: i64 = cmd("ZADD")
+        .arg(set_key(&q, "turns"))
+        .arg(1)
+        .arg("a b")
+        .query(&mut con)
+        .expect("ZADD");
+    assert!(claim(&mut con, &q, &[]).expect("claim").is_empty());
+    assert!(set_members(&mut con, &q, "turns").is_empty());
+}
+
+#[test]
+fn a_requeue_refused_the_groups_keys_leaves_the_dead_job_where_it_was() {
+    let server = Server::start(Options::default().arg("emq.max-attempts", "1"));
+    let mut admin = server.conn();
+    let q = unique_queue("refused");
+    let keys =
+        ["pending", "active", "schedule", "dead", "meta"].map(|t| format!("~{}", set_key(&q, t)));
+    let rows = format!("~emq:{{{q}}}:job:*");
+    let mut rules: Vec<&str> = vec!["+@all", &rows];
+    rules.extend(keys.iter().map(String::as_str));
+    let mut operator = user_with(&server, "classic", &rules);
+    enqueue_in(&mut admin, &q, &job_id(1), "a");
+    let (id, _, token) = claim(&mut admin, &q, &[]).expect("claim")[0].clone();
+    let _: Value = cmd("EMQ.FAIL")
+        .arg(&q)
+        .arg(&id)
+        .arg(token)
+        .query(&mut admin)
+        .expect("fail");
+    assert_eq!(job_state(&mut admin, &q, &id).as_deref(), Some("dead"));
+    let refused = expect_err(&mut operator, cmd("EMQ.REQUEUE").arg(&q).arg(&id));
+    assert!(refused.starts_with("NOPERM"), "{refused}");
+    let refused = expect_err(&mut operator, cmd("EMQ.REQUEUE").arg(&q).arg("DEAD"));
+    assert!(refused.starts_with("NOPERM"), "{refused}");
+    // Nothing written: the job is dead, in `dead`, and a requeue with the keys brings it back.
+    assert_eq!(job_state(&mut admin, &q, &id).as_deref(), Some("dead"));
+    assert_eq!(set_members(&mut admin, &q, "dead"), [id.clone()]);
+    let requeued: i64 = cmd("EMQ.REQUEUE")
+        .arg(&q)
+        .arg(&id)
+        .query(&mut admin)
+        .expect("requeue");
+    assert_eq!(requeued, 1);
+    assert_eq!(claim_all(&mut admin, &q, 10), [id]);
+}

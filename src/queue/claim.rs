@@ -105,6 +105,7 @@ fn claim_grouped<S: Store>(
     let rows: Vec<KeyRef<'_, S::Name>> = due.rows().map(KeyRef::Row).collect();
     store.check_access(&rows)?;
     check_row_types(store, &due.rows().collect::<Vec<_>>())?;
+    rounds::check(store)?;
     due.promote(store, now, limits.timed)?;
     let room = limits.room(store.len(Set::Active), in_window);
     if room < count {

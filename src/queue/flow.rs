@@ -259,13 +259,19 @@ pub fn receive<S: Store>(store: &S, d: &Delivery) -> Result<Received, EmqError> 
 /// `schedule` while its due time (its `waiting` score) is ahead.
 fn release<S: Store>(store: &S, member: &S::Text, row: &S::Row<'_>) -> Result<(), EmqError> {
     let due = store.score(Set::Waiting, member).unwrap_or(0.0) as i64;
+    let later = due > store.now_ms();
+    // Its group's keys are checked before the first write.
+    let group = match later {
+        true => None,
+        false => ready::checked_group(store, row)?,
+    };
     store.remove(Set::Waiting, member)?;
-    if due > store.now_ms() {
+    if later {
         set_state(store, row, State::Scheduled, None)?;
         store.add(Set::Schedule, due, member)?;
     } else {
         set_state(store, row, State::Pending, None)?;
-        ready::add_job(store, row, priority(store, row), member)?;
+        ready::add(store, group.as_ref(), priority(store, row), member)?;
     }
     record(store, Event::Released, Some(member), || 0)?;
     counters::count(&RELEASED, 1);

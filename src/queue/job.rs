@@ -170,6 +170,11 @@ pub(crate) fn revive<S: Store>(
     member: &S::Text,
     to: Set,
 ) -> Result<(), EmqError> {
+    // Its group's keys are checked before the first write.
+    let group = match to {
+        Set::Pending => ready::checked_group(store, row)?,
+        _ => None,
+    };
     store.remove(Set::Dead, member)?;
     let fence = fence_for_new_life(store, row);
     let (state, score) = match to {
@@ -185,7 +190,7 @@ pub(crate) fn revive<S: Store>(
         ],
     )?;
     match to {
-        Set::Pending => ready::add_job(store, row, score, member)?,
+        Set::Pending => ready::add(store, group.as_ref(), score, member)?,
         _ => store.add(to, score, member)?,
     }
     record(store, Event::Requeued, Some(member), || 0)

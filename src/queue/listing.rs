@@ -2,7 +2,7 @@
 //! each with its ready and active jobs, its limits and their use, its pause and whether a limit
 //! holds it back.
 
-use crate::protocol::{EmqError, KeyRef, Ranked, Set, Table};
+use crate::protocol::{EmqError, Group, KeyRef, Ranked, Set, Table};
 
 use super::quota::GroupLimits;
 use super::{limit, pauses, tally};
@@ -41,7 +41,12 @@ pub fn page<S: Ranked>(store: &S, start: u64, count: usize) -> Result<Page<S::Te
     if count == 0 || start >= len {
         return Ok((None, Vec::new()));
     }
-    let names = store.range_by_rank(Set::Groups, start, start + count as u64 - 1)?;
+    // A name outside the grammar (written by hand) is passed over.
+    let names: Vec<(S::Text, f64)> = store
+        .range_by_rank(Set::Groups, start, start + count as u64 - 1)?
+        .into_iter()
+        .filter(|(name, _)| Group::parse(store.bytes(name)).is_some())
+        .collect();
     let keys: Vec<KeyRef<'_, S::Name>> = names
         .iter()
         .map(|(name, _)| KeyRef::Group(store.bytes(name)))
@@ -63,6 +68,6 @@ pub fn page<S: Ranked>(store: &S, start: u64, count: usize) -> Result<Page<S::Te
             name,
         });
     }
-    let next = start + page.len() as u64;
+    let next = start + count as u64;
     Ok(((next < len).then_some(next), page))
 }

@@ -4,9 +4,9 @@
 //! turn.
 
 use crate::protocol::settings::MAX_UNIX_MS;
-use crate::protocol::{EmqError, KeyRef, Set, Store};
+use crate::protocol::{EmqError, KeyRef, Set, Store, Table};
 
-use super::ready;
+use super::{quota, ready};
 
 /// The score of a group paused until it is resumed.
 pub const FOREVER: i64 = i64::MAX;
@@ -27,7 +27,18 @@ fn open<S: Store>(store: &S, group: &[u8]) -> Result<(), EmqError> {
 /// until resumed), or changes when it resumes; whether it was not paused already.
 pub fn pause<S: Store>(store: &S, group: &[u8], until: Option<i64>) -> Result<bool, EmqError> {
     open(store, group)?;
+    // A pause makes the queue grouped, as a group's first job or limit does: its timer then
+    // resumes the group.
+    let grouped = ready::grouped(store)?;
+    if !grouped {
+        store.check_access(&[KeyRef::Meta, KeyRef::Set(Set::Active)])?;
+        store.open_sets(&[Set::Active])?;
+        store.table_len(Table::Tally)?;
+    }
     let name = store.text(group)?;
+    if !grouped {
+        quota::mark_grouped(store)?;
+    }
     let was = store.score(Set::Pauses, &name).is_some();
     store.add(Set::Pauses, until.unwrap_or(FOREVER), &name)?;
     store.remove(Set::Turns, &name)?;

@@ -144,21 +144,27 @@ impl<S: Store> Due<S> {
 /// Moves one member from `from` to pending with `state pending`; a member whose row is gone
 /// (or not a hash) is dropped instead. Whether it moved.
 fn move_to_pending<S: Store>(store: &S, from: Set, member: &Member<S>) -> Result<bool, EmqError> {
+    let row = match &member.row {
+        Some(name) => Some(store.open_row(name)?),
+        None => None,
+    };
+    let row = row.filter(|row| store.holds(row) == Holds::Hash);
+    // Its group's keys are checked before the first write: a refusal leaves the job where it
+    // was.
+    let group = match &row {
+        Some(row) => ready::checked_group(store, row)?,
+        None => None,
+    };
     store.remove(from, &member.text)?;
-    let Some(name) = &member.row else {
+    let Some(row) = row else {
         count_dropped();
         return Ok(false);
     };
-    let row = store.open_row(name)?;
-    if store.holds(&row) != Holds::Hash {
-        count_dropped();
-        return Ok(false);
-    }
     if from == Set::Active {
         quota::left_active(store, &row)?;
     }
     set_state(store, &row, State::Pending, None)?;
-    ready::add_job(store, &row, priority(store, &row), &member.text)?;
+    ready::add(store, group.as_ref(), priority(store, &row), &member.text)?;
     let event = match from {
         Set::Active => Event::Expired,
         _ => Event::Promoted,
@@ -217,11 +223,13 @@ pub fn visit<S: Store>(
         0 => None,
         _ => super::limit::visit_window(store, &limits, now, budget)?,
     };
-    let resumes = super::pauses::resume_due(store, now, budget)?;
-    // Only a grouped queue's claims enter the groups' windows.
-    let windows = match limits.grouped {
-        true => super::quota::trim_windows(store, now, budget)?,
-        false => None,
+    // Only a grouped queue has paused groups and groups' windows.
+    let (resumes, windows) = match limits.grouped {
+        true => (
+            super::pauses::resume_due(store, now, budget)?,
+            super::quota::trim_windows(store, now, budget)?,
+        ),
+        false => (None, None),
     };
     let next = if due.is_full(budget) || trimmed.len() >= budget {
         Some(now) // more was due than one visit moves

@@ -8,73 +8,17 @@
 //! Claims read the limits as the queue's settings; the counts are the queue's own bookkeeping,
 //! written by every transition out of `active` without a permission check of their own.
 
-use crate::protocol::limits::{bounded, rate_member, Limits, Rate, MAX_CONCURRENCY};
+use crate::protocol::limits::{rate_member, Rate};
 use crate::protocol::{EmqError, KeyRef, Meta, Set, Store, Table};
 
 use super::ready;
-use super::tally::{self, active, add_active, in_window, own, own_rate};
+use super::tally::{self, add_active};
+
+pub use super::tally::{any, GroupLimits};
 
 /// Most held groups one change of a limit brings back at once; the others come back as their
 /// active jobs finish or their claims leave the window.
 pub const READMIT_BUDGET: usize = 1000;
-
-/// A group's limits in force: its own, or the queue's defaults for groups.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GroupLimits {
-    pub concurrency: Option<i64>,
-    pub rate: Option<Rate>,
-}
-
-impl GroupLimits {
-    /// The queue's defaults, as its limits were read.
-    pub fn defaults(limits: &Limits) -> Self {
-        GroupLimits {
-            concurrency: limits.group_concurrency,
-            rate: limits.group_rate,
-        }
-    }
-
-    /// The queue's defaults, read from `meta`.
-    pub fn read_defaults<S: Store>(store: &S) -> Result<Self, EmqError> {
-        let meta = |m| store.meta(m);
-        Ok(GroupLimits {
-            concurrency: bounded(meta(Meta::GroupConcurrency)?.as_deref(), MAX_CONCURRENCY),
-            rate: Rate::from_meta(
-                meta(Meta::GroupRate)?.as_deref(),
-                meta(Meta::GroupRatePer)?.as_deref(),
-            ),
-        })
-    }
-
-    /// `group`'s: its own where it has them, else these defaults.
-    pub fn of<S: Store>(&self, store: &S, group: &[u8]) -> Result<Self, EmqError> {
-        Ok(GroupLimits {
-            concurrency: own(store, group)?.or(self.concurrency),
-            rate: own_rate(store, group)?.or(self.rate),
-        })
-    }
-
-    /// How many more jobs of `group` (whose limits these are) a claim may take.
-    pub fn room<S: Store>(&self, store: &S, group: &[u8]) -> Result<usize, EmqError> {
-        let left = |limit: i64, used: u64| {
-            usize::try_from((limit as u64).saturating_sub(used)).unwrap_or(usize::MAX)
-        };
-        let by_concurrency = match self.concurrency {
-            Some(n) => left(n, active(store, group)?),
-            None => usize::MAX,
-        };
-        let by_rate = match self.rate {
-            Some(r) => left(r.n, in_window(store, group)?),
-            None => usize::MAX,
-        };
-        Ok(by_concurrency.min(by_rate))
-    }
-}
-
-/// Whether any group of the queue has a limit (the defaults, or one of its own).
-pub fn any<S: Store>(store: &S, defaults: &GroupLimits) -> Result<bool, EmqError> {
-    Ok(*defaults != GroupLimits::default() || store.table_len(Table::Quotas)? != 0)
-}
 
 /// Marks a queue that is not grouped yet grouped (`meta` `groups`), counting the jobs active
 /// then as the default group's. The caller checked `meta` and `active`, and opened `active`.
@@ -166,9 +110,12 @@ pub fn record_claims<'c, S: Store>(
 ) -> Result<(), EmqError> {
     let mut members = Vec::new();
     for (id, attempt) in claims {
+        // `<group> <id>:<attempt>@<now>`: a row made again under the same id takes the same
+        // tokens again, so the claim's time keeps each member its own.
         let mut member = group.to_vec();
         member.push(b' ');
         member.extend_from_slice(&rate_member(id, attempt));
+        member.extend_from_slice(format!("@{now}").as_bytes());
         members.push(store.text(&member)?);
     }
     let leaves = now.saturating_add(rate.per_ms);

@@ -24,7 +24,7 @@ pub fn group_of<S: Store>(store: &S, grouped: bool, row: &S::Row<'_>) -> Option<
 }
 
 /// Checks the caller may write what a ready job of `group` touches, and that each key is of
-/// its type: the group's key, `turns` (opened) and `tally`. Before the first write.
+/// its type: the group's key, the groups' sets (opened) and tables. Before the first write.
 pub fn check<S: Store>(store: &S, group: &[u8]) -> Result<(), EmqError> {
     store.check_access(&[
         KeyRef::Group(group),
@@ -33,15 +33,28 @@ pub fn check<S: Store>(store: &S, group: &[u8]) -> Result<(), EmqError> {
         KeyRef::Set(Set::Pauses),
         KeyRef::Set(Set::Groups),
         KeyRef::Table(Table::Tally),
+        KeyRef::Table(Table::Quotas),
     ])?;
     store.open_sets(&[Set::Turns, Set::Held, Set::Pauses, Set::Groups])?;
     store.group_len(group)?;
     store.table_len(Table::Tally)?;
+    store.table_len(Table::Quotas)?;
     Ok(())
 }
 
-/// Makes a ready job wait at `score`: in `pending`, or in its named group (checked with
-/// [`check`]), which takes its turn behind the others if it had none, and wakes the claimers.
+/// The named group of the job of `row`, its keys checked ([`check`]): what a transition that
+/// makes the job ready reads before its first write.
+pub fn checked_group<S: Store>(store: &S, row: &S::Row<'_>) -> Result<Option<S::Text>, EmqError> {
+    let group = group_of(store, grouped(store)?, row);
+    if let Some(group) = &group {
+        check(store, store.bytes(group))?;
+    }
+    Ok(group)
+}
+
+/// Makes a ready job wait at `score`: in `pending`, or in its named group (checked before the
+/// caller's first write), which takes its turn behind the others if it had none (or is held
+/// back if its limits leave it no room), and wakes the claimers.
 pub fn add<S: Store>(
     store: &S,
     group: Option<&S::Text>,
@@ -52,12 +65,18 @@ pub fn add<S: Store>(
         return store.add(Set::Pending, score, member);
     };
     let name = store.bytes(group);
-    check(store, name)?;
     store.group_add(name, score, member)?;
     // A group held back by its limit waits for a place, and a paused one for its resume, not
-    // for a turn.
+    // for a turn; a group that reached its limit since it last had a turn is held back now,
+    // so no claim has to pass over it.
     if store.score(Set::Held, group).is_none() && store.score(Set::Pauses, group).is_none() {
-        take_turn(store, group)?;
+        match tally::has_room(store, name)? {
+            true => take_turn(store, group)?,
+            false => {
+                store.remove(Set::Turns, group)?;
+                store.add(Set::Held, store.now_ms(), group)?;
+            }
+        }
     }
     tally::count(store, 1)?;
     index(store, group, 1)?;
@@ -93,17 +112,6 @@ pub fn take_turn<S: Store>(store: &S, group: &S::Text) -> Result<(), EmqError> {
     }
     let last = store.last_score(Set::Turns)?.unwrap_or(0.0) as i64;
     store.add(Set::Turns, last + 1, group)
-}
-
-/// Makes the job of `row` wait at `score` where its group's ready jobs do.
-pub fn add_job<S: Store>(
-    store: &S,
-    row: &S::Row<'_>,
-    score: i64,
-    member: &S::Text,
-) -> Result<(), EmqError> {
-    let group = group_of(store, grouped(store)?, row);
-    add(store, group.as_ref(), score, member)
 }
 
 /// The named group of the job of `row` whose ready jobs hold `member`, in a grouped queue.

@@ -6,7 +6,7 @@
 
 use crate::protocol::job::Claimed;
 use crate::protocol::limits::{Limits, Rate};
-use crate::protocol::{EmqError, Holds, KeyRef, Set, Store, Table};
+use crate::protocol::{EmqError, Group, Holds, KeyRef, Set, Store, Table};
 
 use super::quota::{self, GroupLimits};
 use super::take::{lease_all, Head, Lease, ORPHAN_BUDGET};
@@ -18,6 +18,8 @@ struct Slot<S: Store> {
     name: S::Text,
     /// Whether it is a named group (its jobs in its own key, not in `pending`).
     named: bool,
+    /// Whether its name is in the grammar (one written into `turns` by hand may not be).
+    valid: bool,
     /// Whether `turns` holds it (the default group takes its first turn from a claim).
     in_turns: bool,
     /// Its first ready jobs, read so far, in order.
@@ -47,6 +49,24 @@ impl<S: Store> Slot<S> {
         in_turns: bool,
         quotas: Option<&GroupLimits>,
     ) -> Result<Self, EmqError> {
+        let named = !store.bytes(&name).is_empty();
+        if named && Group::parse(store.bytes(&name)).is_none() {
+            // A name outside the grammar, written into `turns` by hand: spent, and dropped.
+            return Ok(Slot {
+                named,
+                valid: false,
+                name,
+                in_turns,
+                read: Vec::new(),
+                used: 0,
+                len: 0,
+                complete: true,
+                last: None,
+                room: 0,
+                rate: None,
+                given: 0,
+            });
+        }
         let (room, rate) = match quotas {
             Some(defaults) => {
                 let limits = defaults.of(store, store.bytes(&name))?;
@@ -54,7 +74,6 @@ impl<S: Store> Slot<S> {
             }
             None => (usize::MAX, None),
         };
-        let named = !store.bytes(&name).is_empty();
         // A group with no room gives nothing: whether it has ready jobs (held) or none (gone
         // from the turns) is its size alone.
         let len = match (room, named) {
@@ -64,6 +83,7 @@ impl<S: Store> Slot<S> {
         };
         Ok(Slot {
             named,
+            valid: true,
             name,
             in_turns,
             read: Vec::new(),
@@ -126,6 +146,33 @@ pub struct Taken {
     pub more_behind: bool,
 }
 
+/// Checks the caller may write the groups' sets and tables a claim touches, and opens them:
+/// before the claim's first write.
+pub fn check<S: Store>(store: &S) -> Result<(), EmqError> {
+    store.check_access(&[
+        KeyRef::Set(Set::Turns),
+        KeyRef::Set(Set::Held),
+        KeyRef::Set(Set::Pauses),
+        KeyRef::Set(Set::Groups),
+        KeyRef::Set(Set::Windows),
+        KeyRef::Table(Table::Tally),
+        KeyRef::Table(Table::Quotas),
+    ])?;
+    store.open_sets(&[
+        Set::Turns,
+        Set::Held,
+        Set::Pauses,
+        Set::Groups,
+        Set::Windows,
+    ])?;
+    store.table_len(Table::Tally)?;
+    store.table_len(Table::Quotas).map(drop)
+}
+
+/// Most groups one claim reads from `turns`: past them it stops (with `more_behind` when it
+/// took nothing), so no claim scans the groups.
+pub const GROUP_BUDGET: usize = 1000;
+
 /// Takes up to `want` ready jobs, one from each group in turn, leased under `lease`, as far
 /// as each group's concurrency limit lets.
 pub fn claim<S: Store>(
@@ -140,14 +187,7 @@ pub fn claim<S: Store>(
             more_behind: false,
         });
     }
-    store.check_access(&[
-        KeyRef::Set(Set::Turns),
-        KeyRef::Set(Set::Held),
-        KeyRef::Set(Set::Groups),
-        KeyRef::Table(Table::Tally),
-    ])?;
-    store.open_sets(&[Set::Turns, Set::Held, Set::Pauses, Set::Groups])?;
-    store.table_len(Table::Tally)?;
+    check(store)?;
     let defaults = GroupLimits::defaults(limits);
     let quotas = quota::any(store, &defaults)?.then_some(&defaults);
     let now = store.now_ms();
@@ -171,7 +211,7 @@ pub fn claim<S: Store>(
     keys.extend(
         slots
             .iter()
-            .filter(|s| s.named && (s.used > 0 || s.emptied()))
+            .filter(|s| s.named && s.valid && (s.used > 0 || s.emptied()))
             .map(|s| KeyRef::Group(store.bytes(&s.name))),
     );
     store.check_access(&keys)?;
@@ -205,7 +245,7 @@ pub fn claim<S: Store>(
     }
     for s in slots.iter().filter(|s| s.named && s.used > 0) {
         ready::index(store, &s.name, -(s.used as i64))?;
-        if s.emptied() {
+        if s.emptied() && s.valid {
             ready::forget_if_idle(store, &s.name)?;
         }
     }
@@ -263,24 +303,32 @@ fn plan<S: Store>(
 ) -> Result<(Vec<(usize, usize)>, bool), EmqError> {
     let mut picks = Vec::with_capacity(want);
     let (mut live, mut orphans) = (0, 0);
-    let (mut in_turns, mut all_read) = (0, false);
+    let mut all_read = false;
+    // Where the last read of `turns` ended: the next starts at its score, past the `at_from`
+    // names read with that score.
+    let (mut from, mut at_from) = (f64::NEG_INFINITY, 0);
     while live < want && orphans < ORPHAN_BUDGET {
         // Every group read so far is spent (or none was read): read the next ones.
         if slots.iter().all(Slot::spent) {
-            if all_read {
+            if all_read || slots.len() >= GROUP_BUDGET {
                 break;
             }
-            let need = want - live;
-            let turns = store.range(
-                Set::Turns,
-                f64::NEG_INFINITY,
-                f64::INFINITY,
-                in_turns + need,
-            )?;
-            all_read = turns.len() < in_turns + need;
-            for (name, _) in turns.into_iter().skip(in_turns) {
+            let need = (want - live).min(GROUP_BUDGET - slots.len());
+            let turns = store.range(Set::Turns, from, f64::INFINITY, need + at_from)?;
+            all_read = turns.len() < need + at_from;
+            for (name, score) in turns {
+                match score > from {
+                    true => (from, at_from) = (score, 1),
+                    false => at_from += 1,
+                }
+                let bytes = store.bytes(&name);
+                let known = slots
+                    .iter()
+                    .any(|s| s.in_turns && store.bytes(&s.name) == bytes);
+                if known {
+                    continue;
+                }
                 slots.push(Slot::new(store, name, true, quotas)?);
-                in_turns += 1;
             }
             if all_read && joins {
                 slots.push(Slot::new(store, store.text(b"")?, false, quotas)?);
@@ -311,11 +359,12 @@ fn plan<S: Store>(
                 break;
             }
         }
-        if !gave && all_read {
+        if !gave && (all_read || slots.len() >= GROUP_BUDGET) {
             break;
         }
     }
-    Ok((picks, orphans >= ORPHAN_BUDGET))
+    let stopped = orphans >= ORPHAN_BUDGET || (!all_read && slots.len() >= GROUP_BUDGET);
+    Ok((picks, stopped))
 }
 
 /// `turns` after the claim: each group it emptied leaves, and each it held back at its limit

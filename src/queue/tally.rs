@@ -1,10 +1,10 @@
-//! A grouped queue's counts and a group's own limit (docs/groups.md): `tally`'s `pending` (the
+//! A grouped queue's counts and its groups' limits in force (docs/groups.md): `tally`'s `pending` (the
 //! named groups' ready jobs) and `active:<g>` (each group's active jobs, `active:` the default
 //! group's), and `quotas`' `concurrency:<g>`. Each field is there only while it is not 0 (or
 //! set).
 
-use crate::protocol::limits::{bounded, Rate, MAX_CONCURRENCY};
-use crate::protocol::{EmqError, Store, Table};
+use crate::protocol::limits::{bounded, Limits, Rate, MAX_CONCURRENCY};
+use crate::protocol::{EmqError, Meta, Store, Table};
 
 /// The `tally` field counting the named groups' ready jobs.
 pub const PENDING: &[u8] = b"pending";
@@ -111,4 +111,71 @@ pub fn set_own_rate<S: Store>(store: &S, group: &[u8], rate: Option<Rate>) -> Re
         ),
         None => store.table_del(Table::Quotas, &name).map(drop),
     }
+}
+
+/// A group's limits in force: its own, or the queue's defaults for groups.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupLimits {
+    pub concurrency: Option<i64>,
+    pub rate: Option<Rate>,
+}
+
+impl GroupLimits {
+    /// The queue's defaults, as its limits were read.
+    pub fn defaults(limits: &Limits) -> Self {
+        GroupLimits {
+            concurrency: limits.group_concurrency,
+            rate: limits.group_rate,
+        }
+    }
+
+    /// The queue's defaults, read from `meta`.
+    pub fn read_defaults<S: Store>(store: &S) -> Result<Self, EmqError> {
+        let meta = |m| store.meta(m);
+        Ok(GroupLimits {
+            concurrency: bounded(meta(Meta::GroupConcurrency)?.as_deref(), MAX_CONCURRENCY),
+            rate: Rate::from_meta(
+                meta(Meta::GroupRate)?.as_deref(),
+                meta(Meta::GroupRatePer)?.as_deref(),
+            ),
+        })
+    }
+
+    /// `group`'s: its own where it has them, else these defaults.
+    pub fn of<S: Store>(&self, store: &S, group: &[u8]) -> Result<Self, EmqError> {
+        Ok(GroupLimits {
+            concurrency: own(store, group)?.or(self.concurrency),
+            rate: own_rate(store, group)?.or(self.rate),
+        })
+    }
+
+    /// How many more jobs of `group` (whose limits these are) a claim may take.
+    pub fn room<S: Store>(&self, store: &S, group: &[u8]) -> Result<usize, EmqError> {
+        let left = |limit: i64, used: u64| {
+            usize::try_from((limit as u64).saturating_sub(used)).unwrap_or(usize::MAX)
+        };
+        let by_concurrency = match self.concurrency {
+            Some(n) => left(n, active(store, group)?),
+            None => usize::MAX,
+        };
+        let by_rate = match self.rate {
+            Some(r) => left(r.n, in_window(store, group)?),
+            None => usize::MAX,
+        };
+        Ok(by_concurrency.min(by_rate))
+    }
+}
+
+/// Whether any group of the queue has a limit (the defaults, or one of its own).
+pub fn any<S: Store>(store: &S, defaults: &GroupLimits) -> Result<bool, EmqError> {
+    Ok(*defaults != GroupLimits::default() || store.table_len(Table::Quotas)? != 0)
+}
+
+/// Whether `group`'s limits leave it room for one more job now.
+pub fn has_room<S: Store>(store: &S, group: &[u8]) -> Result<bool, EmqError> {
+    let defaults = GroupLimits::read_defaults(store)?;
+    if !any(store, &defaults)? {
+        return Ok(true);
+    }
+    Ok(defaults.of(store, group)?.room(store, group)? > 0)
 }
