@@ -125,8 +125,13 @@ export interface Stats {
   'rate-used': number;
   /** The queue's limit on one attempt (ms) for jobs without their own; null when unset. */
   timeout: number | null;
-  /** How many groups have ready jobs (0 in a queue that never used `group`). */
+  /** How many named groups the queue knows: with ready or active jobs, a limit of their own or
+   * a pause (0 in a queue that never used `group`). */
   groups: number;
+  /** Each group's default limits (`Limits`). */
+  'group-concurrency': number | null;
+  'group-rate': number | null;
+  'group-rate-per': number | null;
 }
 
 export interface Limits {
@@ -137,6 +142,80 @@ export interface Limits {
   'rate-used': number;
   /** The queue's limit on one attempt (ms) for jobs without their own; null when unset. */
   timeout: number | null;
+  /** Each group's limit on its active jobs, for the groups without their own; null when unset. */
+  'group-concurrency': number | null;
+  /** Each group's claims every `group-rate-per` ms, for the groups without their own. */
+  'group-rate': number | null;
+  'group-rate-per': number | null;
+}
+
+export interface LimitOptions {
+  /** Jobs active at once; null removes the limit. */
+  concurrency?: number | null;
+  /** Claims every `per` ms; null removes the limit. */
+  rate?: number | null;
+  per?: number;
+  /** Each attempt's limit (ms) of the queue's jobs without their own; null removes it. */
+  timeout?: number | null;
+  /** Each group's jobs active at once, for the groups without a limit of their own. */
+  groupConcurrency?: number | null;
+  /** Each group's claims every `groupPer` ms, for the groups without a rate of their own. */
+  groupRate?: number | null;
+  groupPer?: number;
+  /** Removes every limit of the queue (the groups' own stay). */
+  off?: boolean;
+}
+
+/** A group's own limits (`Queue.groupLimit`); null removes one, the queue's default applies. */
+export interface GroupLimitOptions {
+  concurrency?: number | null;
+  /** Claims of the group's jobs every `per` ms. */
+  rate?: number | null;
+  per?: number;
+}
+
+/** `EMQ.LIMIT <queue> GROUP <group>`'s reply: one group's limits and their use. */
+export interface GroupLimits {
+  group: string;
+  active: number;
+  ready: number;
+  /** Its own limit; null: the queue's `group-concurrency` applies. */
+  concurrency: number | null;
+  'group-concurrency': number | null;
+  /** 1 while its limit holds it back (claims pass over it), else 0. */
+  held: number;
+  /** Its own rate; null: the queue's `group-rate` applies. */
+  rate: number | null;
+  'rate-per': number | null;
+  /** Its claims in the rate window now. */
+  'rate-used': number;
+  'group-rate': number | null;
+  'group-rate-per': number | null;
+}
+
+/** One named group of `Queue.groups`. */
+export interface GroupInfo {
+  group: string;
+  ready: number;
+  active: number;
+  /** Its concurrency limit in effect: its own, or the queue's default; null for none. */
+  concurrency: number | null;
+  paused: number;
+  /** When a pause given a time ends (unix ms); null for one until resumed, or no pause. */
+  'paused-until': number | null;
+  /** 1 while its limit holds it back, else 0. */
+  held: number;
+  /** Its rate in effect (own or default), and its claims in the window now. */
+  rate: number | null;
+  'rate-per': number | null;
+  'rate-used': number;
+}
+
+export interface GroupsPage {
+  /** Pass it back for the next page; `'0'` at the end. */
+  cursor: string;
+  /** The largest backlog first. */
+  groups: GroupInfo[];
 }
 
 /** `EMQ.JOB`'s reply: the row's fields where present, the set and the score there. */
@@ -261,8 +340,18 @@ export declare class Queue {
   pause(): Promise<boolean>;
   resume(): Promise<boolean>;
   /** `EMQ.LIMIT`: sets those given (null removes one, `off` all), or with none reports them.
-   * `timeout` (ms) times each attempt of the queue's jobs that have none of their own. */
-  limit(options?: { concurrency?: number | null; rate?: number | null; per?: number; timeout?: number | null; off?: boolean }): Promise<Limits>;
+   * `timeout` (ms) times each attempt of the queue's jobs that have none of their own;
+   * `groupConcurrency` and `groupRate` are each group's defaults. */
+  limit(options?: LimitOptions): Promise<Limits>;
+  /** One group's own limits (null removes one), or with none a report. */
+  groupLimit(group: string, options?: GroupLimitOptions): Promise<GroupLimits>;
+  /** Stops claims taking the group's jobs, for `ms` or until `resumeGroup`; false when it was
+   * paused already. */
+  pauseGroup(group: string, options?: { ms?: number }): Promise<boolean>;
+  /** Lets claims take the group's jobs again; false when it was not paused. */
+  resumeGroup(group: string): Promise<boolean>;
+  /** One page of the named groups (`EMQ.GROUPS`), the largest backlog first. */
+  groups(options?: { cursor?: string; count?: number }): Promise<GroupsPage>;
   cron(name: string, payload: Payload, options: { spec: string; priority?: number } | { every: number; priority?: number }): Promise<number>;
   uncron(name: string): Promise<boolean>;
   crons(): Promise<Cron[]>;

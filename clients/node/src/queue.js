@@ -130,8 +130,9 @@ export class Queue {
 
   // ---- looking ----
 
-  /** The counts of each set (`pending`: every ready job, grouped or not), how many groups
-   * have ready jobs (`groups`), the pause flag, and the limits and their use (`EMQ.STATS`). */
+  /** The counts of each set (`pending`: every ready job, grouped or not), how many named groups
+   * the queue knows (`groups`: with ready or active jobs, a limit of their own or a pause), the
+   * pause flag, and the limits and their use (`EMQ.STATS`). */
   async stats() {
     return pairs(await this.send(['EMQ.STATS', this.name], true));
   }
@@ -162,6 +163,22 @@ export class Queue {
       return job;
     });
     return { cursor: String(cursor), jobs };
+  }
+
+  /**
+   * One page of the queue's named groups (`EMQ.GROUPS`), the largest backlog first: pass the
+   * reply's cursor back for the next; `'0'` at the end. Each group's `ready` and `active` jobs,
+   * its `concurrency` in effect (its own or the queue's default; null), `paused` (0 or 1),
+   * `paused-until` (unix ms, or null), `held` (0 or 1) and, with group rates, `rate`,
+   * `rate-per` and `rate-used`. A group whose backlog changes between two pages may come twice,
+   * or not at all, in one walk.
+   * @param {{cursor?: string, count?: number}} [options]
+   */
+  async groups(options = {}) {
+    const args = ['EMQ.GROUPS', this.name, 'CURSOR', options.cursor ?? '0'];
+    if (options.count !== undefined) args.push('COUNT', String(options.count));
+    const [cursor, found] = await this.send(args, true);
+    return { cursor: String(cursor), groups: found.map(pairs) };
   }
 
   /**
@@ -288,21 +305,56 @@ export class Queue {
   /**
    * `EMQ.LIMIT`: sets the limits given (null removes one; `off` removes them all); with none,
    * reports them. `timeout` (ms) is the default limit on one attempt of the queue's jobs that
-   * have none of their own, for attempts claimed after. The limits and their use.
-   * @param {{concurrency?: number | null, rate?: number | null, per?: number, timeout?: number | null, off?: boolean}} [options]
+   * have none of their own, for attempts claimed after. `groupConcurrency` and `groupRate`
+   * claims every `groupPer` ms are each group's, for the groups without limits of their own.
+   * The limits and their use.
+   * @param {{concurrency?: number | null, rate?: number | null, per?: number, timeout?: number | null, off?: boolean,
+   *   groupConcurrency?: number | null, groupRate?: number | null, groupPer?: number}} [options]
    */
   async limit(options = {}) {
     const args = options.off ? ['OFF'] : [];
-    if (options.concurrency === null) args.push('CONCURRENCY', 'OFF');
-    else if (options.concurrency !== undefined) args.push('CONCURRENCY', String(options.concurrency));
-    if (options.rate === null) args.push('RATE', 'OFF');
-    else if (options.rate !== undefined) {
-      if (options.per === undefined) throw new TypeError('a rate needs its window, per (ms)');
-      args.push('RATE', String(options.rate), 'PER', ms(options.per, 'per'));
-    }
+    args.push(...countOption('CONCURRENCY', options.concurrency));
+    args.push(...rateOption('RATE', options.rate, options.per, 'per'));
     if (options.timeout === null) args.push('TIMEOUT', 'OFF');
     else if (options.timeout !== undefined) args.push('TIMEOUT', ms(options.timeout, 'timeout'));
+    args.push(...countOption('GROUP-CONCURRENCY', options.groupConcurrency));
+    args.push(...rateOption('GROUP-RATE', options.groupRate, options.groupPer, 'groupPer'));
     return pairs(await this.call('EMQ.LIMIT', ...args));
+  }
+
+  /**
+   * `EMQ.LIMIT <queue> GROUP <group>`: sets the group's own limits given, over the queue's
+   * defaults (`concurrency` of its jobs active at once; `rate` claims of its jobs every `per`
+   * ms), null removes one; with none, reports. The group's limits and their use: `active`,
+   * `ready`, its own `concurrency`, the queue's `group-concurrency`, `held` (1 while its limit
+   * holds it back) and, with group rates, `rate`, `rate-per`, `rate-used`, `group-rate`,
+   * `group-rate-per`.
+   * @param {string} group
+   * @param {{concurrency?: number | null, rate?: number | null, per?: number}} [options]
+   */
+  async groupLimit(group, options = {}) {
+    const args = ['GROUP', group, ...countOption('CONCURRENCY', options.concurrency)];
+    args.push(...rateOption('RATE', options.rate, options.per, 'per'));
+    return pairs(await this.call('EMQ.LIMIT', ...args));
+  }
+
+  /**
+   * Stops claims taking the group's jobs (it keeps them, and takes enqueues), for `ms` (the
+   * server resumes it then) or until `resumeGroup`; false when it was paused already.
+   * @param {string} group
+   * @param {{ms?: number}} [options]
+   */
+  async pauseGroup(group, options = {}) {
+    const extra = options.ms === undefined ? [] : ['FOR', ms(options.ms, 'ms')];
+    return (await this.call('EMQ.PAUSE', 'GROUP', group, ...extra)) === 1;
+  }
+
+  /**
+   * Lets claims take the group's jobs again; false when it was not paused.
+   * @param {string} group
+   */
+  async resumeGroup(group) {
+    return (await this.call('EMQ.RESUME', 'GROUP', group)) === 1;
   }
 
   /**
@@ -348,6 +400,31 @@ export class Queue {
   events(options = {}) {
     return readEvents(this, options);
   }
+}
+
+/**
+ * `<word> <n>`, `<word> OFF` for null, nothing when not given.
+ * @param {string} word
+ * @param {number | null | undefined} n
+ */
+function countOption(word, n) {
+  if (n === undefined) return [];
+  return [word, n === null ? 'OFF' : String(n)];
+}
+
+/**
+ * `<word> <n> PER <ms>`, `<word> OFF` for null, nothing when not given; `name` is the window's
+ * option, which a rate needs.
+ * @param {string} word
+ * @param {number | null | undefined} n
+ * @param {number | undefined} per
+ * @param {string} name
+ */
+function rateOption(word, n, per, name) {
+  if (n === undefined) return [];
+  if (n === null) return [word, 'OFF'];
+  if (per === undefined) throw new TypeError(`a rate needs its window, ${name} (ms)`);
+  return [word, String(n), 'PER', ms(per, name)];
 }
 
 /** An argument for the wire: node-redis takes strings and buffers only. */

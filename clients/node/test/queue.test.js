@@ -246,10 +246,32 @@ function assertFair(order, a, b) {
   assert.deepEqual(order.filter((id) => a.includes(id)), a, 'a in its order');
 }
 
+/** One claim of up to `count` jobs (a lease of a minute): each job's id and token, in order. */
+async function claim(q, count = 100) {
+  const jobs = await q.call('EMQ.CLAIM', 'COUNT', count, 'LEASE', 60_000);
+  return jobs.map(([id, , token]) => [String(id), Number(token)]);
+}
+
+const ids = (claimed) => claimed.map(([id]) => id);
+
+async function ack(q, claimed) {
+  for (const [id, token] of claimed) assert.equal(await q.call('EMQ.ACK', id, token), 1, id);
+}
+
+/** The fields `names` of each group of the first page of `groups()`, by group. */
+async function listed(q, ...names) {
+  const { cursor, groups } = await q.groups();
+  assert.equal(cursor, '0');
+  return Object.fromEntries(groups.map((g) => [g.group, names.map((n) => g[n])]));
+}
+
 // Groups: a job's group is its row's; claims take the groups with ready jobs in turn, so a group
 // enqueued behind a long one is not starved while each group's jobs keep their order (claimed by
-// hand or by a worker of one slot); stats count the groups with ready jobs and every ready job.
-// Order and counts only.
+// hand or by a worker of one slot); stats count the named groups the queue knows (with ready or
+// active jobs) and every ready job. A group's limits (the queue's `groupConcurrency` and
+// `groupRate`, its own `groupLimit`) hold it back at its limit while the others go on; a paused
+// group (`pauseGroup`) is skipped until resumed, by `resumeGroup` or its time's end; `groups`
+// pages them, the largest backlog first. Order and counts only.
 describe('Queue groups', () => {
   test('a job\'s group is its row\'s; a job without one has none', async () => {
     const q = new Queue(client, 'grouped');
@@ -276,8 +298,12 @@ describe('Queue groups', () => {
       order.push(String(id));
     }
     assertFair(order, a, b);
+    // Groups with active jobs are still known; once every job is acked, none is.
+    const claimed = await q.stats();
+    assert.deepEqual([claimed.groups, claimed.pending, claimed.active], [2, 0, LONG + SHORT]);
+    await ack(q, order.map((id) => [id, 1]));
     const drained = await q.stats();
-    assert.deepEqual([drained.groups, drained.pending, drained.active], [0, 0, LONG + SHORT]);
+    assert.deepEqual([drained.groups, drained.pending, drained.active], [0, 0, 0]);
   });
 
   test('a worker of one slot runs the groups in turn', async () => {
@@ -299,5 +325,105 @@ describe('Queue groups', () => {
     await q.enqueue('x');
     const stats = await q.stats();
     assert.deepEqual([stats.groups, stats.pending], [0, 1]);
+  });
+
+  test('a group at its concurrency limit is held back until a job of it leaves', async () => {
+    const q = new Queue(client, 'group-limits');
+    assert.equal((await q.limit({ groupConcurrency: 2 }))['group-concurrency'], 2);
+    const own = await q.groupLimit('a', { concurrency: 1 });
+    assert.deepEqual([own.group, own.concurrency, own['group-concurrency'], own.held], ['a', 1, 2, 0]);
+    const a = await enqueueTo(q, 'a', 3);
+    const b = await enqueueTo(q, 'b', 3);
+    const first = await claim(q);
+    // At most each group's limit, each group's jobs in their order.
+    assert.deepEqual(ids(first).sort(), [a[0], b[0], b[1]].sort());
+    assert.deepEqual(await claim(q), []);
+    const report = await q.groupLimit('a');
+    assert.deepEqual([report.active, report.ready, report.held], [1, 2, 1]);
+    assert.deepEqual(await listed(q, 'ready', 'active', 'concurrency', 'held'), { a: [2, 1, 1, 1], b: [1, 2, 2, 1] });
+    // An ack frees one place of that group: one more of a's, none of b's.
+    await ack(q, first.filter(([id]) => id === a[0]));
+    assert.deepEqual(ids(await claim(q)), [a[1]]);
+    assert.deepEqual(await claim(q), []);
+    // Without its own limit, a has the default's two places.
+    assert.equal((await q.groupLimit('a', { concurrency: null })).concurrency, null);
+    assert.deepEqual(ids(await claim(q)), [a[2]]);
+    assert.equal((await q.limit({ groupConcurrency: null }))['group-concurrency'], null);
+    assert.deepEqual(ids(await claim(q)), [b[2]]);
+  });
+
+  test('a paused group is skipped until it is resumed', async () => {
+    const q = new Queue(client, 'group-pauses');
+    const a = await enqueueTo(q, 'a', 2);
+    const b = await enqueueTo(q, 'b', 1);
+    assert.equal(await q.pauseGroup('a'), true);
+    assert.equal(await q.pauseGroup('a'), false);
+    assert.deepEqual(await listed(q, 'paused', 'paused-until'), { a: [1, null], b: [0, null] });
+    assert.deepEqual(ids(await claim(q)), b);
+    assert.deepEqual(await claim(q), []);
+    assert.equal((await q.stats()).pending, 2);
+    assert.equal(await q.resumeGroup('a'), true);
+    assert.equal(await q.resumeGroup('a'), false);
+    assert.deepEqual(ids(await claim(q)), a);
+  });
+
+  test('a group paused for a while is run by a worker after', async () => {
+    const q = new Queue(client, 'group-paused-for');
+    await assert.rejects(q.pauseGroup('a', { ms: -1 }), RangeError);
+    const id = await q.enqueue('x', { group: 'a' });
+    assert.equal(await q.pauseGroup('a', { ms: 300 }), true);
+    // However long it waits, the worker gets the job: the pause ended by itself.
+    const ran = [];
+    const worker = new Worker(q, (job) => { ran.push(job.id); }, { concurrency: 1, block: 100 });
+    try {
+      assert.ok(await until(() => ran.length > 0, 30_000), 'the job never ran');
+    } finally {
+      await worker.close();
+    }
+    assert.deepEqual(ran, [id]);
+  });
+
+  test('the groups are listed largest backlog first over pages', async () => {
+    const q = new Queue(client, 'group-listing');
+    for (const [group, count] of [['one', 1], ['five', 5], ['three', 3]]) await enqueueTo(q, group, count);
+    const pages = [];
+    let cursor = '0';
+    do {
+      const page = await q.groups({ cursor, count: 2 });
+      pages.push(page.groups.map((g) => [g.group, g.ready]));
+      cursor = page.cursor;
+    } while (cursor !== '0');
+    assert.deepEqual(pages, [[['five', 5], ['three', 3]], [['one', 1]]]);
+    const [first] = (await q.groups()).groups;
+    const fields = ['group', 'ready', 'active', 'concurrency', 'paused', 'paused-until', 'held'];
+    assert.deepEqual(fields.map((f) => first[f]), ['five', 5, 0, null, 0, null, 0]);
+  });
+
+  test('a group at its rate gets no more claims while another goes on', async () => {
+    const q = new Queue(client, 'group-rates');
+    const limits = await q.limit({ groupRate: 5, groupPer: 60_000 });
+    assert.deepEqual([limits['group-rate'], limits['group-rate-per']], [5, 60_000]);
+    const own = await q.groupLimit('a', { rate: 2, per: 60_000 });
+    assert.deepEqual([own.rate, own['rate-per'], own['group-rate'], own['rate-used']], [2, 60_000, 5, 0]);
+    const a = await enqueueTo(q, 'a', 4);
+    const b = await enqueueTo(q, 'b', 3);
+    assert.deepEqual(ids(await claim(q)).sort(), [...a.slice(0, 2), ...b].sort());
+    assert.deepEqual(await claim(q), []);
+    assert.equal((await q.groupLimit('a'))['rate-used'], 2);
+    assert.deepEqual((await listed(q, 'rate', 'rate-per', 'rate-used')).a, [2, 60_000, 2]);
+    // Without its own rate, a has the default's five claims a window: its last two come.
+    assert.equal((await q.groupLimit('a', { rate: null })).rate, null);
+    assert.deepEqual(ids(await claim(q)), a.slice(2));
+    assert.equal((await q.limit({ groupRate: null }))['group-rate'], null);
+  });
+
+  test('the group limits and pauses send what they set', async () => {
+    const q = new Queue(client, 'group-args');
+    await assert.rejects(q.limit({ groupRate: 5 }), /groupPer/);
+    await assert.rejects(q.groupLimit('a', { rate: 5 }), /per/);
+    const both = await q.limit({ concurrency: 9, groupConcurrency: 3 });
+    assert.deepEqual([both.concurrency, both['group-concurrency']], [9, 3]);
+    const none = await q.limit({ off: true });
+    assert.deepEqual([none.concurrency, none['group-concurrency']], [null, null]);
   });
 });

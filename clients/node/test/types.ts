@@ -16,6 +16,8 @@ import {
   type ChildOutcome,
   type Children,
   type FlowNode,
+  type GroupInfo,
+  type GroupLimits,
   type Handover,
   type QueueEvent,
   type Stats,
@@ -52,6 +54,18 @@ export async function producer(): Promise<void> {
   const tenant: string = await q.enqueue('x', { group: 'tenant-42' });
   const group: string | undefined = (await q.job(tenant))?.group;
   const groups: number = stats.groups;
+  const groupDefault: number | null = (await q.limit({ concurrency: 200, groupConcurrency: 4, groupRate: 10, groupPer: 60_000 }))['group-concurrency'];
+  const statsGroupRate: number | null = stats['group-rate'];
+  const own: GroupLimits = await q.groupLimit('bigcorp', { concurrency: 20, rate: 100, per: 60_000 });
+  const ownLimit: number | null = (await q.groupLimit('bigcorp', { concurrency: null })).concurrency;
+  const held: number = (await q.groupLimit('bigcorp')).held;
+  const paused: boolean = (await q.pauseGroup('acme', { ms: 30_000 })) || (await q.pauseGroup('acme'));
+  const resumed: boolean = await q.resumeGroup('acme');
+  const groupPage = await q.groups({ cursor: '0', count: 50 });
+  const nextGroups: string = groupPage.cursor;
+  const biggest: GroupInfo | undefined = groupPage.groups[0];
+  const until: number | null | undefined = biggest?.['paused-until'];
+  void [groupDefault, statsGroupRate, own, ownLimit, held, paused, resumed, nextGroups, until];
   const at: number = await q.cron('nightly', { report: 'daily' }, { spec: '0 3 * * *' });
   await q.cron('beat', 'ping', { every: 60_000, priority: -1 });
   const names: string[] = (await q.crons()).map((c) => c.name);

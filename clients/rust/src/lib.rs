@@ -5,8 +5,10 @@
 //! [`Enqueue::parents`]) make jobs wait for other jobs; a worker delivers its queue's outbox and
 //! a handler reads its children ([`Job::children`]). A job cancelled while it runs
 //! ([`Queue::cancel`]), or an attempt past its deadline ([`Enqueue::timeout`], a queue's
-//! [`Limit::timeout`] set with [`Queue::limit`]), has its handler's future dropped. See
-//! clients/rust/README.md.
+//! [`Limit::timeout`] set with [`Queue::limit`]), has its handler's future dropped. Groups
+//! ([`Enqueue::group`]) share a queue fairly, each with limits ([`Limit::group_concurrency`],
+//! [`Queue::group_limit`]), pauses ([`Queue::pause_group`]) and a listing ([`Queue::groups`]).
+//! See clients/rust/README.md.
 
 pub mod cancel;
 pub mod children;
@@ -14,6 +16,7 @@ mod deliver;
 pub mod error;
 pub mod events;
 pub mod flow;
+pub mod groups;
 pub mod ids;
 mod job;
 pub mod limit;
@@ -28,6 +31,7 @@ pub use children::{ChildOutcome, ChildStatus, Children};
 pub use error::{Error, Result};
 pub use events::{EventKind, EventOutcome, SettleAction, WorkerEvent};
 pub use flow::{FlowJob, Flows, OnFail, Parent};
+pub use groups::{Group, GroupLimit, GroupLimits};
 pub use limit::{Limit, Limits, Rate, Setting};
 pub use queue::{Enqueue, Queue};
 pub use tokio_util::sync::CancellationToken;

@@ -1,7 +1,9 @@
 //! A queue's limits (`EMQ.LIMIT`, docs/commands.md "Claim limits"): how many of its jobs may
-//! be active at once, how many claims a window of time takes, and the default limit on one
-//! attempt's time for jobs enqueued without their own. [`Limit`] says what to change (each
-//! limit kept, set or removed), [`Limits`] is what the queue has then, and their use.
+//! be active at once, how many claims a window of time takes, the default limit on one
+//! attempt's time for jobs enqueued without their own, and the default limits of each of its
+//! groups (docs/groups.md; a group's own are [`GroupLimit`](crate::GroupLimit)'s). [`Limit`]
+//! says what to change (each limit kept, set or removed), [`Limits`] is what the queue has
+//! then, and their use.
 
 use std::time::Duration;
 
@@ -45,14 +47,22 @@ pub struct Limit {
     /// positive one under half a ms is refused before anything is sent, [`Error::Argument`]),
     /// read by each claim: a change does not move the deadline of an attempt running already.
     pub timeout: Setting<Duration>,
+    /// Jobs of each group active at once (`GROUP-CONCURRENCY <n>`), for the groups without a
+    /// limit of their own: a group at it is held back while the others' jobs are claimed.
+    pub group_concurrency: Setting<u32>,
+    /// Claims of each group in a sliding window (`GROUP-RATE <n> PER <ms>`), for the groups
+    /// without a rate of their own.
+    pub group_rate: Setting<Rate>,
 }
 
 impl Limit {
-    /// Every limit removed (sent as `EMQ.LIMIT <queue> OFF`).
+    /// Every limit removed (sent as `EMQ.LIMIT <queue> OFF`); the groups' own limits stay.
     pub const OFF: Limit = Limit {
         concurrency: Setting::Off,
         rate: Setting::Off,
         timeout: Setting::Off,
+        group_concurrency: Setting::Off,
+        group_rate: Setting::Off,
     };
 
     /// The command's options: each limit to set or remove, in the order the module reads them.
@@ -60,29 +70,105 @@ impl Limit {
         if *self == Limit::OFF {
             return Ok(vec![b"OFF".to_vec()]);
         }
-        let text = |n: u128| n.to_string().into_bytes();
-        let mut args = Vec::new();
-        match self.concurrency {
-            Setting::Keep => {}
-            Setting::Set(n) => args.extend([b"CONCURRENCY".to_vec(), text(n.into())]),
-            Setting::Off => args.extend([b"CONCURRENCY".to_vec(), b"OFF".to_vec()]),
-        }
-        match self.rate {
-            Setting::Keep => {}
-            Setting::Set(r) => args.extend([
-                b"RATE".to_vec(),
-                text(r.n.into()),
-                b"PER".to_vec(),
-                text(millis(r.per)),
-            ]),
-            Setting::Off => args.extend([b"RATE".to_vec(), b"OFF".to_vec()]),
-        }
+        let mut args = count_option(b"CONCURRENCY", self.concurrency);
+        args.extend(rate_option(b"RATE", self.rate));
         match self.timeout {
             Setting::Keep => {}
             Setting::Set(d) => args.extend([b"TIMEOUT".to_vec(), text(timeout_ms(d)?)]),
             Setting::Off => args.extend([b"TIMEOUT".to_vec(), b"OFF".to_vec()]),
         }
+        args.extend(count_option(b"GROUP-CONCURRENCY", self.group_concurrency));
+        args.extend(rate_option(b"GROUP-RATE", self.group_rate));
         Ok(args)
+    }
+}
+
+/// A number as the wire's text.
+fn text(n: u128) -> Vec<u8> {
+    n.to_string().into_bytes()
+}
+
+/// `<word> <n>`, `<word> OFF`, or nothing to keep it.
+pub(crate) fn count_option(word: &[u8], setting: Setting<u32>) -> Vec<Vec<u8>> {
+    match setting {
+        Setting::Keep => Vec::new(),
+        Setting::Set(n) => vec![word.to_vec(), text(n.into())],
+        Setting::Off => vec![word.to_vec(), b"OFF".to_vec()],
+    }
+}
+
+/// `<word> <n> PER <ms>` (the window rounded to the nearest ms), `<word> OFF`, or nothing.
+pub(crate) fn rate_option(word: &[u8], setting: Setting<Rate>) -> Vec<Vec<u8>> {
+    match setting {
+        Setting::Keep => Vec::new(),
+        Setting::Set(r) => vec![
+            word.to_vec(),
+            text(r.n.into()),
+            b"PER".to_vec(),
+            text(millis(r.per)),
+        ],
+        Setting::Off => vec![word.to_vec(), b"OFF".to_vec()],
+    }
+}
+
+/// A map reply's fields (a flat array under RESP2), read by name: a field missing or null is
+/// `None`, one of another type than asked [`Error::Reply`].
+pub(crate) struct Fields(Vec<(String, Value)>);
+
+impl Fields {
+    /// The fields of `reply`; [`Error::Reply`] for a reply that is no map, or an empty one.
+    pub(crate) fn of(reply: &Value) -> Result<Fields> {
+        let fields = pairs(reply);
+        if fields.is_empty() {
+            return Err(Error::Reply(format!("{reply:?}")));
+        }
+        Ok(Fields(fields))
+    }
+
+    fn read<T: FromRedisValue>(&self, name: &str) -> Result<Option<T>> {
+        match self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v) {
+            None | Some(Value::Nil) => Ok(None),
+            Some(v) => T::from_redis_value_ref(v)
+                .map(Some)
+                .map_err(|_| Error::Reply(format!("{name}: {v:?}"))),
+        }
+    }
+
+    pub(crate) fn int(&self, name: &str) -> Result<Option<u64>> {
+        self.read(name)
+    }
+
+    /// An integer that fits a `u32` (a limit).
+    pub(crate) fn small(&self, name: &str) -> Result<Option<u32>> {
+        self.int(name)?
+            .map(|n| u32::try_from(n).map_err(|_| Error::Reply(format!("{name}: {n}"))))
+            .transpose()
+    }
+
+    /// An integer that is a count: 0 when missing.
+    pub(crate) fn count(&self, name: &str) -> Result<u64> {
+        Ok(self.int(name)?.unwrap_or(0))
+    }
+
+    /// `1` (true) or `0`.
+    pub(crate) fn flag(&self, name: &str) -> Result<bool> {
+        Ok(self.count(name)? == 1)
+    }
+
+    pub(crate) fn text(&self, name: &str) -> Result<String> {
+        self.read(name)?
+            .ok_or_else(|| Error::Reply(format!("no {name} in {:?}", self.0)))
+    }
+
+    /// A rate of two fields, `<n>` and its window in ms; `None` unless both are set.
+    pub(crate) fn rate(&self, n: &str, per: &str) -> Result<Option<Rate>> {
+        Ok(match (self.small(n)?, self.int(per)?) {
+            (Some(n), Some(per)) => Some(Rate {
+                n,
+                per: Duration::from_millis(per),
+            }),
+            _ => None,
+        })
     }
 }
 
@@ -97,37 +183,24 @@ pub struct Limits {
     pub rate_used: u64,
     /// The default limit on one attempt.
     pub timeout: Option<Duration>,
+    /// The default limit of each group's active jobs.
+    pub group_concurrency: Option<u32>,
+    /// The default limit of each group's claims (`None` too from a server without group rates).
+    pub group_rate: Option<Rate>,
 }
 
 impl Limits {
     /// An `EMQ.LIMIT` reply (a map: a flat array under RESP2), a limit not set null.
     fn from_reply(reply: &Value) -> Result<Limits> {
-        let fields = pairs(reply);
-        if fields.is_empty() {
-            return Err(Error::Reply(format!("{reply:?}")));
-        }
-        let int = |name: &str| -> Result<Option<u64>> {
-            match fields.iter().find(|(k, _)| k == name).map(|(_, v)| v) {
-                None | Some(Value::Nil) => Ok(None),
-                Some(v) => u64::from_redis_value_ref(v)
-                    .map(Some)
-                    .map_err(|_| Error::Reply(format!("{name}: {v:?}"))),
-            }
-        };
-        let small = |n: u64| u32::try_from(n).map_err(|_| Error::Reply(format!("{n}")));
-        let rate = match (int("rate")?, int("rate-per")?) {
-            (Some(n), Some(per)) => Some(Rate {
-                n: small(n)?,
-                per: Duration::from_millis(per),
-            }),
-            _ => None,
-        };
+        let fields = Fields::of(reply)?;
         Ok(Limits {
-            active: int("active")?.unwrap_or(0),
-            concurrency: int("concurrency")?.map(small).transpose()?,
-            rate,
-            rate_used: int("rate-used")?.unwrap_or(0),
-            timeout: int("timeout")?.map(Duration::from_millis),
+            active: fields.count("active")?,
+            concurrency: fields.small("concurrency")?,
+            rate: fields.rate("rate", "rate-per")?,
+            rate_used: fields.count("rate-used")?,
+            timeout: fields.int("timeout")?.map(Duration::from_millis),
+            group_concurrency: fields.small("group-concurrency")?,
+            group_rate: fields.rate("group-rate", "group-rate-per")?,
         })
     }
 }
@@ -146,6 +219,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     ///     concurrency: Setting::Set(3),
     ///     rate: Setting::Set(rate),
     ///     timeout: Setting::Set(Duration::from_secs(30)),
+    ///     group_concurrency: Setting::Set(2), // each group's jobs: 2 active at most
+    ///     ..Limit::default()
     /// }).await?;
     /// assert_eq!(now.timeout, Some(Duration::from_secs(30)));
     /// q.limit(Limit { timeout: Setting::Off, ..Limit::default() }).await?; // the others stay
@@ -188,8 +263,16 @@ mod tests {
                 per: Duration::from_secs(60),
             }),
             timeout: Setting::Set(Duration::from_millis(1500)),
+            group_concurrency: Setting::Set(2),
+            group_rate: Setting::Set(Rate {
+                n: 5,
+                per: Duration::from_millis(1500),
+            }),
         };
-        assert_eq!(words(set), "CONCURRENCY 3 RATE 100 PER 60000 TIMEOUT 1500");
+        assert_eq!(
+            words(set),
+            "CONCURRENCY 3 RATE 100 PER 60000 TIMEOUT 1500 GROUP-CONCURRENCY 2 GROUP-RATE 5 PER 1500"
+        );
         assert_eq!(words(Limit::OFF), "OFF");
         let one = Limit {
             timeout: Setting::Off,
@@ -200,7 +283,15 @@ mod tests {
             rate: Setting::Keep,
             ..Limit::OFF
         };
-        assert_eq!(words(two), "CONCURRENCY OFF TIMEOUT OFF");
+        assert_eq!(
+            words(two),
+            "CONCURRENCY OFF TIMEOUT OFF GROUP-CONCURRENCY OFF GROUP-RATE OFF"
+        );
+        let groups = Limit {
+            group_concurrency: Setting::Off,
+            ..Limit::default()
+        };
+        assert_eq!(words(groups), "GROUP-CONCURRENCY OFF");
     }
 
     #[test]
@@ -231,6 +322,15 @@ mod tests {
             (Value::SimpleString("rate-per".into()), Value::Nil),
             (Value::SimpleString("rate-used".into()), Value::Int(0)),
             (Value::SimpleString("timeout".into()), Value::Int(300)),
+            (
+                Value::SimpleString("group-concurrency".into()),
+                Value::Int(4),
+            ),
+            (Value::SimpleString("group-rate".into()), Value::Int(10)),
+            (
+                Value::SimpleString("group-rate-per".into()),
+                Value::Int(1000),
+            ),
         ]);
         assert_eq!(
             Limits::from_reply(&reply).unwrap(),
@@ -240,6 +340,11 @@ mod tests {
                 rate: None,
                 rate_used: 0,
                 timeout: Some(Duration::from_millis(300)),
+                group_concurrency: Some(4),
+                group_rate: Some(Rate {
+                    n: 10,
+                    per: Duration::from_secs(1)
+                }),
             }
         );
         assert!(matches!(

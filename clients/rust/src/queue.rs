@@ -88,9 +88,14 @@ pub(crate) fn millis(d: Duration) -> u128 {
 /// A timeout in milliseconds; a positive one that rounds to 0 is refused before sending
 /// ([`Error::Argument`]) rather than sent as 0. Zero itself is sent, and the server refuses it.
 pub(crate) fn timeout_ms(d: Duration) -> Result<u128> {
+    duration_ms(d, "a timeout")
+}
+
+/// `timeout_ms` for any duration the server takes from 1 ms, `what` naming it in the refusal.
+pub(crate) fn duration_ms(d: Duration, what: &str) -> Result<u128> {
     match millis(d) {
         0 if !d.is_zero() => Err(Error::Argument(format!(
-            "a timeout of {d:?} rounds to 0 ms: the least is 1 ms"
+            "{what} of {d:?} rounds to 0 ms: the least is 1 ms"
         ))),
         ms => Ok(ms),
     }
@@ -391,7 +396,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     }
 
     /// The counts of each set (`waiting`: the parents waiting for children; `pending`: every
-    /// ready job, grouped or not), how many groups have ready jobs (`groups`), the pause flag,
+    /// ready job, grouped or not), how many named groups the queue knows (`groups`: with ready
+    /// or active jobs, a limit of their own or a pause; [`Queue::groups`]), the pause flag,
     /// and the limits and their use, `timeout` in ms (`None`: not set); typed, [`Queue::limits`].
     pub async fn stats(&self) -> Result<HashMap<String, Option<i64>>> {
         let v = self.call("EMQ.STATS", &[]).await?;

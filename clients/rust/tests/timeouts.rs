@@ -205,6 +205,7 @@ async fn a_queues_limits_are_set_reported_and_removed() {
             concurrency: Setting::Set(3),
             rate: Setting::Set(rate),
             timeout: Setting::Set(Duration::from_millis(1500)),
+            ..Limit::default()
         })
         .await
         .expect("set");

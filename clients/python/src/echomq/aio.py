@@ -142,6 +142,12 @@ class AsyncQueue(Settings):
     async def crons(self) -> List[Dict[str, Any]]:
         return cmd.schedules(await self._send(cmd.crons(self.name)))
 
+    async def groups(
+        self, cursor: str = "0", count: Optional[int] = None
+    ) -> Tuple[str, List[Dict[str, Any]]]:
+        """``Queue.groups``, awaited."""
+        return cmd.groups_page(await self._send(cmd.groups(self.name, cursor, count)))
+
     async def children(self, job_id: str) -> Children:
         found, cursor = Children(), "0"
         while True:
@@ -194,10 +200,29 @@ class AsyncQueue(Settings):
         self, concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
         rate: Union[int, None, cmd.Keep] = cmd.KEEP, per: Optional[float] = None,
         off: bool = False, timeout: Union[float, None, cmd.Keep] = cmd.KEEP,
+        group_concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
+        group_rate: Union[int, None, cmd.Keep] = cmd.KEEP, group_per: Optional[float] = None,
     ) -> Dict[str, Optional[int]]:
         """``Queue.limit``, awaited: ``None`` removes a limit, one left out stays."""
-        args = cmd.limit(self.name, concurrency, rate, per, off, timeout)
+        args = cmd.limit(
+            self.name, concurrency, rate, per, off, timeout, group_concurrency, group_rate,
+            group_per,
+        )
         return cmd.counts(await self._send(args))
+
+    async def group_limit(
+        self, group: str, concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
+        rate: Union[int, None, cmd.Keep] = cmd.KEEP, per: Optional[float] = None,
+    ) -> Dict[str, Any]:
+        """``Queue.group_limit``, awaited."""
+        args = cmd.group_limit(self.name, group, concurrency, rate, per)
+        return cmd.fields(await self._send(args))
+
+    async def pause_group(self, group: str, seconds: Optional[float] = None) -> bool:
+        return cmd.flag(await self._send(cmd.pause_group(self.name, group, seconds)))
+
+    async def resume_group(self, group: str) -> bool:
+        return cmd.flag(await self._send(cmd.resume_group(self.name, group)))
 
     async def cron(
         self, name: str, payload: Any, spec: Optional[str] = None,

@@ -41,12 +41,13 @@ class Keep(enum.Enum):
 KEEP = Keep.KEEP
 
 
-def timeout_ms(timeout: float) -> int:
-    """A timeout in seconds as the protocol's ms, to the nearest: one under half a ms would
-    be ``TIMEOUT 0``, which is no limit the server takes, so it is refused here."""
+def timeout_ms(timeout: float, name: str = "timeout") -> int:
+    """A timeout (or another duration named `name`) in seconds as the protocol's ms, to the
+    nearest: one under half a ms would be sent as 0, which is no duration the server takes,
+    so it is refused here."""
     ms = math.floor(timeout * 1000 + 0.5)
     if timeout > 0 and ms < 1:
-        raise ValueError(f"timeout={timeout!r} s rounds to 0 ms: the server takes 1 ms at least")
+        raise ValueError(f"{name}={timeout!r} s rounds to 0 ms: the server takes 1 ms at least")
     return ms
 
 # ---- building: producing ----
@@ -156,6 +157,12 @@ def crons(queue: str) -> List[Any]:
     return ["EMQ.CRONS", queue]
 
 
+def groups(queue: str, cursor: str, count: Optional[int]) -> List[Any]:
+    """``EMQ.GROUPS``: one page of the named groups, the largest backlog first, after
+    ``cursor`` (``"0"``: from the start)."""
+    return ["EMQ.GROUPS", queue, "CURSOR", cursor, *(["COUNT", count] if count is not None else [])]
+
+
 def version() -> List[Any]:
     return ["EMQ.VERSION"]
 
@@ -196,26 +203,69 @@ def limit(
     per: Optional[float] = None,
     off: bool = False,
     timeout: Union[float, None, Keep] = KEEP,
+    group_concurrency: Union[int, None, Keep] = KEEP,
+    group_rate: Union[int, None, Keep] = KEEP,
+    group_per: Optional[float] = None,
 ) -> List[Any]:
     """``EMQ.LIMIT``: the given limits, ``OFF``, or with neither a report. Each limit is set,
-    ``None`` removed (``CONCURRENCY OFF``, ``RATE OFF``, ``TIMEOUT OFF``), ``KEEP`` left out;
-    ``per`` and ``timeout`` are seconds, sent in ms."""
+    ``None`` removed (``CONCURRENCY OFF``, ``RATE OFF``, ``TIMEOUT OFF``, ...), ``KEEP`` left
+    out; ``per``, ``group_per`` and ``timeout`` are seconds, sent in ms. ``group_concurrency``
+    and ``group_rate`` (every ``group_per`` seconds) are the default limits of each group."""
     args: List[Any] = ["EMQ.LIMIT", queue, *(["OFF"] if off else [])]
-    if concurrency is None:
-        args += ["CONCURRENCY", "OFF"]
-    elif not isinstance(concurrency, Keep):
-        args += ["CONCURRENCY", concurrency]
-    if rate is None:
-        args += ["RATE", "OFF"]
-    elif not isinstance(rate, Keep):
-        if per is None:
-            raise ValueError("a rate needs its window, per")
-        args += ["RATE", rate, "PER", int(per * 1000)]
+    args += limit_options("CONCURRENCY", concurrency)
+    args += rate_options("RATE", rate, per, "per")
     if timeout is None:
         args += ["TIMEOUT", "OFF"]
     elif not isinstance(timeout, Keep):
         args += ["TIMEOUT", timeout_ms(timeout)]
+    args += limit_options("GROUP-CONCURRENCY", group_concurrency)
+    args += rate_options("GROUP-RATE", group_rate, group_per, "group_per")
     return args
+
+
+def group_limit(
+    queue: str,
+    group: str,
+    concurrency: Union[int, None, Keep] = KEEP,
+    rate: Union[int, None, Keep] = KEEP,
+    per: Optional[float] = None,
+) -> List[Any]:
+    """``EMQ.LIMIT <queue> GROUP <group>``: that group's own limits, as ``limit`` sends the
+    queue's (``None`` removes one, ``KEEP`` leaves it; with neither, a report)."""
+    return [
+        "EMQ.LIMIT", queue, "GROUP", group, *limit_options("CONCURRENCY", concurrency),
+        *rate_options("RATE", rate, per, "per"),
+    ]
+
+
+def limit_options(word: str, n: Union[int, None, Keep]) -> List[Any]:
+    """``<word> <n>``, ``<word> OFF`` for ``None``, nothing for ``KEEP``."""
+    if isinstance(n, Keep):
+        return []
+    return [word, "OFF" if n is None else n]
+
+
+def rate_options(word: str, n: Union[int, None, Keep], per: Optional[float], name: str) -> List[Any]:
+    """``<word> <n> PER <ms>`` (`per` seconds, the parameter `name`), ``<word> OFF`` for
+    ``None``, nothing for ``KEEP``."""
+    if n is None:
+        return [word, "OFF"]
+    if isinstance(n, Keep):
+        return []
+    if per is None:
+        raise ValueError(f"a rate needs its window, {name}")
+    return [word, n, "PER", int(per * 1000)]
+
+
+def pause_group(queue: str, group: str, seconds: Optional[float] = None) -> List[Any]:
+    """``EMQ.PAUSE <queue> GROUP <group>``, for `seconds` (sent in ms, as a timeout is) or
+    until resumed."""
+    extra = [] if seconds is None else ["FOR", timeout_ms(seconds, "seconds")]
+    return ["EMQ.PAUSE", queue, "GROUP", group, *extra]
+
+
+def resume_group(queue: str, group: str) -> List[Any]:
+    return ["EMQ.RESUME", queue, "GROUP", group]
 
 
 def cron(
@@ -341,7 +391,7 @@ def counts(reply: Any) -> Dict[str, Optional[int]]:
 
 def row(reply: Any) -> Optional[Dict[str, Any]]:
     """``EMQ.JOB``'s map, its values as text; ``None`` when there is no such job."""
-    return None if reply is None else {k: text(v) for k, v in pairs(reply).items()}
+    return None if reply is None else fields(reply)
 
 
 def page(reply: Any, set_name: str) -> Tuple[str, List[Dict[str, Any]]]:
@@ -381,11 +431,26 @@ def children_page(reply: Any, into: Children) -> str:
     return str(text(cursor))
 
 
+def fields(reply: Any) -> Dict[str, Any]:
+    """A map of integers (or nulls) and text, as ``EMQ.LIMIT <queue> GROUP`` and each group of
+    ``EMQ.GROUPS`` answer: the text as ``str``, the rest as they are."""
+    return {k: text(v) for k, v in pairs(reply).items()}
+
+
+def groups_page(reply: Any) -> Tuple[str, List[Dict[str, Any]]]:
+    """``EMQ.GROUPS``' ``[next-cursor, [group, ...]]``: the cursor (``"0"`` at the end) and each
+    group's map (``fields``): ``group``, ``ready``, ``active``, ``concurrency`` (its own or the
+    queue's default; ``None``), ``paused`` (0 or 1), ``paused-until`` (unix ms or ``None``),
+    ``held`` (0 or 1) and, with group rates, ``rate``, ``rate-per`` and ``rate-used``."""
+    cursor, found = reply
+    return str(text(cursor)), [fields(one) for one in found or []]
+
+
 def schedules(reply: Any) -> List[Dict[str, Any]]:
     """``EMQ.CRONS``: each schedule's ``name``, ``spec`` (or ``every``, ms), ``priority``,
     ``next`` and ``last`` firings (unix ms; ``last`` null before the first) and ``payload``,
     by name; values as text, as ``row``'s."""
-    return [{k: text(v) for k, v in pairs(one).items()} for one in reply or []]
+    return [fields(one) for one in reply or []]
 
 
 def enqueued(reply: Any, confirmed: Optional[int], job_id: str, wanted: int) -> str:

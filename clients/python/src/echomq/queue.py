@@ -187,8 +187,9 @@ class Queue(Settings):
 
     def stats(self) -> Dict[str, Optional[int]]:
         """The counts of each set (``waiting``: the flow parents that wait for children;
-        ``pending`` counts every ready job, grouped or not), how many groups have ready jobs
-        (``groups``), whether the queue is paused, and its limits and their use."""
+        ``pending`` counts every ready job, grouped or not), how many named groups the queue
+        knows (``groups``: those with ready or active jobs, a limit of their own or a pause),
+        whether the queue is paused, and its limits and their use."""
         return cmd.counts(self._send(cmd.stats(self.name)))
 
     def job(self, job_id: str) -> Optional[Dict[str, Any]]:
@@ -206,6 +207,15 @@ class Queue(Settings):
     def crons(self) -> List[Dict[str, Any]]:
         """The queue's schedules (``EMQ.CRONS``), by name (``commands.schedules``)."""
         return cmd.schedules(self._send(cmd.crons(self.name)))
+
+    def groups(
+        self, cursor: str = "0", count: Optional[int] = None
+    ) -> Tuple[str, List[Dict[str, Any]]]:
+        """One page of the queue's named groups (``EMQ.GROUPS``), the largest backlog first,
+        after ``cursor``: the next cursor (``"0"`` at the end) and the groups
+        (``commands.groups_page``), up to ``count`` (default 100). A group whose backlog
+        changes between two pages may come twice, or not at all, in one walk."""
+        return cmd.groups_page(self._send(cmd.groups(self.name, cursor, count)))
 
     def children(self, job_id: str) -> Children:
         """A flow parent's children, every page of ``EMQ.CHILDREN``: ``(queue, id)`` ->
@@ -270,13 +280,44 @@ class Queue(Settings):
         self, concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
         rate: Union[int, None, cmd.Keep] = cmd.KEEP, per: Optional[float] = None,
         off: bool = False, timeout: Union[float, None, cmd.Keep] = cmd.KEEP,
+        group_concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
+        group_rate: Union[int, None, cmd.Keep] = cmd.KEEP, group_per: Optional[float] = None,
     ) -> Dict[str, Optional[int]]:
         """``EMQ.LIMIT``: sets the limits given (``concurrency`` jobs active at once; ``rate``
         claims every ``per`` seconds; ``timeout`` seconds for each attempt of a job without its
-        own), ``None`` removes one, one left out stays; ``off`` removes them all; with nothing
-        given, reports them. The limits and their use, in the server's units: ``rate-per`` and
-        ``timeout`` in ms."""
-        return cmd.counts(self._send(cmd.limit(self.name, concurrency, rate, per, off, timeout)))
+        own; ``group_concurrency`` jobs of each group active at once and ``group_rate`` claims
+        of each group every ``group_per`` seconds, for the groups without limits of their own),
+        ``None`` removes one, one left out stays; ``off`` removes them all; with nothing
+        given, reports them. The limits and their use, in the server's units: ``rate-per``,
+        ``group-rate-per`` and ``timeout`` in ms."""
+        args = cmd.limit(
+            self.name, concurrency, rate, per, off, timeout, group_concurrency, group_rate,
+            group_per,
+        )
+        return cmd.counts(self._send(args))
+
+    def group_limit(
+        self, group: str, concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
+        rate: Union[int, None, cmd.Keep] = cmd.KEEP, per: Optional[float] = None,
+    ) -> Dict[str, Any]:
+        """``EMQ.LIMIT <queue> GROUP <group>``: sets the group's own limits given, over the
+        queue's defaults (``concurrency`` of its jobs active at once, ``rate`` claims of its
+        jobs every ``per`` seconds), ``None`` removes one, one left out stays; with nothing
+        given, reports. The group's ``group``, ``active`` and ``ready`` jobs, its own
+        ``concurrency`` (``None``: the default applies), the queue's ``group-concurrency``,
+        ``held`` (1 while its limit holds it back) and, with group rates, ``rate``,
+        ``rate-per`` (ms), ``rate-used``, ``group-rate`` and ``group-rate-per``."""
+        return cmd.fields(self._send(cmd.group_limit(self.name, group, concurrency, rate, per)))
+
+    def pause_group(self, group: str, seconds: Optional[float] = None) -> bool:
+        """Stops claims taking the group's jobs (it keeps them, and takes enqueues), for
+        ``seconds`` (the server resumes it then) or until ``resume_group``; whether it was not
+        paused already."""
+        return cmd.flag(self._send(cmd.pause_group(self.name, group, seconds)))
+
+    def resume_group(self, group: str) -> bool:
+        """Lets claims take the group's jobs again; whether it was paused."""
+        return cmd.flag(self._send(cmd.resume_group(self.name, group)))
 
     def cron(
         self, name: str, payload: Any, spec: Optional[str] = None,
