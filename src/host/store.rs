@@ -278,8 +278,12 @@ impl<'a> Store for ServerStore<'_, 'a> {
         self.with_group(group, |key| self.zadd_to(key, score, member))
     }
 
-    fn group_remove(&self, group: &[u8], members: &[&Text<'a>]) -> Result<Vec<bool>, EmqError> {
-        self.with_group(group, |key| self.zrem_from(key, members))
+    fn group_remove(
+        &self,
+        group: &[u8],
+        members: &[&Text<'a>],
+    ) -> Result<(Vec<bool>, u64), EmqError> {
+        self.with_group(group, |key| Ok((self.zrem_from(key, members)?, key.len())))
     }
 
     fn remove_many(&self, set: Set, members: &[&Text<'a>]) -> Result<Vec<bool>, EmqError> {
@@ -578,6 +582,10 @@ impl<'a> Store for ServerStore<'_, 'a> {
 
     fn table_set(&self, table: Table, field: &[u8], value: &[u8]) -> Result<(), EmqError> {
         self.set_table_field(table, field, value)
+    }
+
+    fn table_set_many(&self, table: Table, fields: &[(&[u8], &[u8])]) -> Result<(), EmqError> {
+        self.set_table_fields(table, fields)
     }
 
     fn table_del(&self, table: Table, field: &[u8]) -> Result<bool, EmqError> {

@@ -294,8 +294,12 @@ pub trait Store {
     /// `ZADD group:<g> score member`.
     fn group_add(&self, group: &[u8], score: i64, member: &Self::Text) -> Result<(), EmqError>;
     /// `ZREM group:<g> member ...` (and `del` when it is left empty), as
-    /// [`Store::remove_many`].
-    fn group_remove(&self, group: &[u8], members: &[&Self::Text]) -> Result<Vec<bool>, EmqError>;
+    /// [`Store::remove_many`]; and how many ready jobs the group has left.
+    fn group_remove(
+        &self,
+        group: &[u8],
+        members: &[&Self::Text],
+    ) -> Result<(Vec<bool>, u64), EmqError>;
 
     // ---- writes, each with its keyspace event and its effect ----
 
@@ -401,6 +405,8 @@ pub trait Store {
     fn table_get(&self, table: Table, field: &[u8]) -> Result<Option<Self::Text>, EmqError>;
     /// `HSET table field value`.
     fn table_set(&self, table: Table, field: &[u8], value: &[u8]) -> Result<(), EmqError>;
+    /// `HSET table field value [field value ...]`: one event and one effect.
+    fn table_set_many(&self, table: Table, fields: &[(&[u8], &[u8])]) -> Result<(), EmqError>;
     /// `HDEL table field` (and `del` when the table is left empty); whether it was there.
     fn table_del(&self, table: Table, field: &[u8]) -> Result<bool, EmqError>;
     /// How many fields the table has (0 for a missing one; `WRONGTYPE` for another type).

@@ -369,8 +369,9 @@ impl Store for Memory {
         self.mem_group_add(g, score, member)
     }
 
-    fn group_remove(&self, g: &[u8], members: &[&Vec<u8>]) -> Result<Vec<bool>, EmqError> {
-        self.mem_group_remove(g, members)
+    fn group_remove(&self, g: &[u8], members: &[&Vec<u8>]) -> Result<(Vec<bool>, u64), EmqError> {
+        let there = self.mem_group_remove(g, members)?;
+        Ok((there, self.mem_group_len(g)?))
     }
 
     fn add(&self, set: Set, score: i64, member: &Vec<u8>) -> Result<(), EmqError> {
@@ -576,6 +577,12 @@ impl Store for Memory {
 
     fn table_set(&self, table: Table, field: &[u8], value: &[u8]) -> Result<(), EmqError> {
         self.mem_table_set(table, field, value)
+    }
+
+    fn table_set_many(&self, table: Table, fields: &[(&[u8], &[u8])]) -> Result<(), EmqError> {
+        fields
+            .iter()
+            .try_for_each(|(f, v)| self.mem_table_set(table, f, v))
     }
 
     fn table_del(&self, table: Table, field: &[u8]) -> Result<bool, EmqError> {

@@ -90,6 +90,18 @@ pub fn index<S: Store>(store: &S, group: &S::Text, delta: i64) -> Result<(), Emq
     store.add(Set::Groups, -backlog.saturating_add(delta).max(0), group)
 }
 
+/// Each named group's backlog in `groups` falls by its count, in one write.
+pub fn index_less<S: Store>(store: &S, taken: &[(&S::Text, u64)]) -> Result<(), EmqError> {
+    let scored: Vec<(i64, &S::Text)> = taken
+        .iter()
+        .map(|(group, n)| {
+            let backlog = -store.score(Set::Groups, group).unwrap_or(0.0) as i64;
+            (-backlog.saturating_sub(*n as i64).max(0), *group)
+        })
+        .collect();
+    store.add_many(Set::Groups, &scored)
+}
+
 /// Forgets a named group that has nothing left: no ready or active job, no limit of its own
 /// and no pause (`groups`, `pauses` and `quotas` open or checked).
 pub fn forget_if_idle<S: Store>(store: &S, group: &S::Text) -> Result<(), EmqError> {
@@ -140,11 +152,12 @@ pub fn remove<S: Store>(
     };
     let name = store.bytes(group);
     check(store, name)?;
-    let there = store.group_remove(name, &[member])?.first() == Some(&true);
+    let (there, left) = store.group_remove(name, &[member])?;
+    let there = there.first() == Some(&true);
     if there {
         tally::count(store, -1)?;
         index(store, group, -1)?;
-        if store.group_len(name)? == 0 {
+        if left == 0 {
             store.remove(Set::Turns, group)?;
             store.remove(Set::Held, group)?;
             forget_if_idle(store, group)?;

@@ -26,8 +26,8 @@ struct Slot<S: Store> {
     read: Vec<Head<S>>,
     /// How many of `read` the claim takes.
     used: usize,
-    /// How many ready jobs it has (read with its first jobs).
-    len: u64,
+    /// Whether its writes left it no ready job.
+    left_empty: bool,
     /// Whether `read` holds all of its ready jobs.
     complete: bool,
     /// The claim's count of live jobs when it last gave one.
@@ -59,7 +59,7 @@ impl<S: Store> Slot<S> {
                 in_turns,
                 read: Vec::new(),
                 used: 0,
-                len: 0,
+                left_empty: true,
                 complete: true,
                 last: None,
                 room: 0,
@@ -77,9 +77,9 @@ impl<S: Store> Slot<S> {
         // A group with no room gives nothing: whether it has ready jobs (held) or none (gone
         // from the turns) is its size alone.
         let len = match (room, named) {
-            (0, true) => store.group_len(store.bytes(&name))?,
-            (0, false) => store.len(Set::Pending),
-            _ => 0,
+            (0, true) => Some(store.group_len(store.bytes(&name))?),
+            (0, false) => Some(store.len(Set::Pending)),
+            _ => None,
         };
         Ok(Slot {
             named,
@@ -88,8 +88,8 @@ impl<S: Store> Slot<S> {
             in_turns,
             read: Vec::new(),
             used: 0,
-            len,
-            complete: room == 0 && len == 0,
+            left_empty: false,
+            complete: len == Some(0),
             last: None,
             room,
             rate,
@@ -104,12 +104,6 @@ impl<S: Store> Slot<S> {
             true => store.group_range(store.bytes(&self.name), limit)?,
             false => store.range(Set::Pending, f64::NEG_INFINITY, f64::INFINITY, limit)?,
         };
-        if self.read.is_empty() {
-            self.len = match self.named {
-                true => store.group_len(store.bytes(&self.name))?,
-                false => store.len(Set::Pending),
-            };
-        }
         self.complete = members.len() < limit;
         for (member, _) in members.into_iter().skip(self.read.len()) {
             let row = row_of(store, &member)?;
@@ -122,10 +116,10 @@ impl<S: Store> Slot<S> {
         Ok(())
     }
 
-    /// Whether the claim takes every ready job it has (its jobs were read).
+    /// Whether the claim takes every ready job it has, as far as its reads show (a group whose
+    /// last job the claim took without reading further is found empty by its writes).
     fn emptied(&self) -> bool {
-        (self.complete && self.used == self.read.len())
-            || (self.used > 0 && self.used as u64 >= self.len)
+        (self.complete && self.used == self.read.len()) || self.left_empty
     }
 
     /// Whether it reached its concurrency limit with ready jobs left: held back.
@@ -225,29 +219,40 @@ pub fn claim<S: Store>(
 
     // Out of where they waited, each group's at once.
     let mut named_taken = 0;
-    for s in slots.iter().filter(|s| s.used > 0) {
+    for s in slots.iter_mut().filter(|s| s.used > 0) {
         let members: Vec<&S::Text> = s.read[..s.used].iter().map(|h| &h.member).collect();
-        match s.named {
+        s.left_empty = match s.named {
             true => {
-                store.group_remove(store.bytes(&s.name), &members)?;
                 named_taken += members.len();
+                store.group_remove(store.bytes(&s.name), &members)?.1 == 0
             }
             false => {
                 store.remove_many(Set::Pending, &members)?;
+                store.len(Set::Pending) == 0
             }
-        }
+        };
     }
     if named_taken > 0 {
         tally::count(store, -(named_taken as i64))?;
     }
-    for s in slots.iter().filter(|s| s.given > 0) {
-        tally::add_active(store, store.bytes(&s.name), s.given as i64)?;
-    }
-    for s in slots.iter().filter(|s| s.named && s.used > 0) {
-        ready::index(store, &s.name, -(s.used as i64))?;
-        if s.emptied() && s.valid {
-            ready::forget_if_idle(store, &s.name)?;
-        }
+    // The groups' counts and backlogs, each in one write however many groups gave.
+    let gave: Vec<(&[u8], u64)> = slots
+        .iter()
+        .filter(|s| s.given > 0)
+        .map(|s| (store.bytes(&s.name), s.given as u64))
+        .collect();
+    tally::add_active_many(store, &gave)?;
+    let taken: Vec<(&S::Text, u64)> = slots
+        .iter()
+        .filter(|s| s.named && s.valid && s.used > 0)
+        .map(|s| (&s.name, s.used as u64))
+        .collect();
+    ready::index_less(store, &taken)?;
+    for s in slots
+        .iter()
+        .filter(|s| s.named && s.used > 0 && s.emptied() && s.valid)
+    {
+        ready::forget_if_idle(store, &s.name)?;
     }
     turn(store, &slots, joins, &default)?;
 
@@ -405,8 +410,6 @@ fn turn<S: Store>(
         behind.push((next, &s.name));
         next += 1;
     }
-    for (score, name) in behind {
-        store.add(Set::Turns, score, name)?;
-    }
-    Ok(())
+    // One write, however many groups go behind.
+    store.add_many(Set::Turns, &behind)
 }

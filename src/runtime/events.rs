@@ -88,6 +88,14 @@ fn observe(ctx: &Context, event: EventName, key: Str<'_>) {
     let Some(Decoded::Queue { queue, ty, .. }) = decode(name) else {
         return;
     };
+    // A grouped queue's bookkeeping comes and goes with its groups (a claim may empty a hundred
+    // of them), while its `meta` hash, marked `groups`, keeps the queue known: nothing to do.
+    if matches!(
+        ty,
+        KeyType::Group | KeyType::Turns | KeyType::Held | KeyType::Groups | KeyType::Tally
+    ) {
+        return;
+    }
     // The event's name is read only here, for a key of a queue: every other key the server
     // reports (any zset or generic write on the server) costs no more than above.
     let gone = GONE.contains(&event.bytes());

@@ -135,18 +135,40 @@ impl<'a> ServerStore<'_, 'a> {
         field: &[u8],
         value: &[u8],
     ) -> Result<(), EmqError> {
+        self.set_table_fields(table, &[(field, value)])
+    }
+
+    /// `HSET table field value [field value ...]` (`Store::table_set_many`): one event and one
+    /// effect.
+    pub(super) fn set_table_fields(
+        &self,
+        table: Table,
+        fields: &[(&[u8], &[u8])],
+    ) -> Result<(), EmqError> {
+        if fields.is_empty() {
+            return Ok(());
+        }
         let key = self.open_table(table)?;
-        let (field, value) = (
-            OwnedString::new(self.ctx, field)?,
-            OwnedString::new(self.ctx, value)?,
-        );
-        key.hash_set(&[(field.as_str(), value.as_str())])?;
+        let made = fields
+            .iter()
+            .map(|(f, v)| {
+                Ok((
+                    OwnedString::new(self.ctx, f)?,
+                    OwnedString::new(self.ctx, v)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, EmqError>>()?;
+        let pairs: Vec<_> = made.iter().map(|(f, v)| (f.as_str(), v.as_str())).collect();
+        for some in pairs.chunks(4) {
+            key.hash_set(some)?;
+        }
         notify(self.ctx, NOTIFY_HASH, c"hset", key.name());
-        emit(
-            self.ctx,
-            c"HSET",
-            &[key.name().as_str(), field.as_str(), value.as_str()],
-        );
+        let mut args = Vec::with_capacity(1 + 2 * pairs.len());
+        args.push(key.name().as_str());
+        for (f, v) in &pairs {
+            args.extend([*f, *v]);
+        }
+        emit(self.ctx, c"HSET", &args);
         Ok(())
     }
 

@@ -211,7 +211,7 @@ pub fn acked_row_expiry(ctx: &Context, key: Str<'_>) -> bool {
 fn has_own_keys(ctx: &Context, queue: Queue<'_>) -> bool {
     KeyType::ALL
         .iter()
-        .filter(|&&ty| ty != KeyType::Job)
+        .filter(|&&ty| !ty.is_named())
         .any(|&ty| exists(ctx, KeyBuf::queue(queue, ty).as_bytes()))
 }
 
