@@ -742,7 +742,10 @@ fn a_requeue_refused_the_groups_keys_leaves_the_dead_job_where_it_was() {
     assert!(refused.starts_with("NOPERM"), "{refused}");
     // Nothing written: the job is dead, in `dead`, and a requeue with the keys brings it back.
     assert_eq!(job_state(&mut admin, &q, &id).as_deref(), Some("dead"));
-    assert_eq!(set_members(&mut admin, &q, "dead"), [id.clone()]);
+    assert_eq!(
+        set_members(&mut admin, &q, "dead"),
+        std::slice::from_ref(&id)
+    );
     let requeued: i64 = cmd("EMQ.REQUEUE")
         .arg(&q)
         .arg(&id)

@@ -75,7 +75,7 @@ impl Limit {
                 });
             }
         }
-        let groups: Option<(String, Vec<Vec<(String, redis::Value)>>)> = redis::cmd("EMQ.GROUPS")
+        let groups: Option<(String, Vec<GroupEntry>)> = redis::cmd("EMQ.GROUPS")
             .arg(&self.queue)
             .arg("COUNT")
             .arg(1000)
@@ -103,6 +103,9 @@ impl Limit {
         samples
     }
 }
+
+/// One group of an `EMQ.GROUPS` page: its fields and their values.
+type GroupEntry = Vec<(String, redis::Value)>;
 
 /// The primaries by address, as the slot map has them.
 fn primaries(nodes: &[Node]) -> Option<BTreeSet<String>> {

@@ -20,8 +20,8 @@ use valkey_module::{CallOptionsBuilder, CallResult, Context};
 
 use crate::protocol::flow::Delivery;
 use crate::protocol::{
-    BrandedId, EmqError, Field, Holds, KeyRef, Meta, Queue, RowPrefix, ScanStep, Set, State, Store,
-    Table, Value,
+    BrandedId, EmqError, Field, Holds, KeyRef, Meta, Queue, Removed, RowPrefix, ScanStep, Set,
+    State, Store, Table, Value,
 };
 
 use super::acl::{check_permission, Access};
@@ -278,11 +278,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         self.with_group(group, |key| self.zadd_to(key, score, member))
     }
 
-    fn group_remove(
-        &self,
-        group: &[u8],
-        members: &[&Text<'a>],
-    ) -> Result<(Vec<bool>, u64), EmqError> {
+    fn group_remove(&self, group: &[u8], members: &[&Text<'a>]) -> Result<Removed, EmqError> {
         self.with_group(group, |key| Ok((self.zrem_from(key, members)?, key.len())))
     }
 

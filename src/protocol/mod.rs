@@ -30,4 +30,4 @@ pub use keyspace::{
 };
 pub use ranked::Ranked;
 pub use slot::{hashtag, slot};
-pub use store::{Holds, KeyRef, Meta, ScanStep, Set, Store, Table, Value};
+pub use store::{Holds, KeyRef, Meta, Removed, ScanStep, Set, Store, Table, Value};

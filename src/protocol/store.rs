@@ -106,6 +106,9 @@ impl Table {
     }
 }
 
+/// What a removal from a group did: whether each member was there, and how many are left.
+pub type Removed = (Vec<bool>, u64);
+
 /// One step of a table's scan: the next cursor (0 at the end), and fields with their values.
 pub type ScanStep = (u64, Vec<(Vec<u8>, Vec<u8>)>);
 
@@ -295,11 +298,7 @@ pub trait Store {
     fn group_add(&self, group: &[u8], score: i64, member: &Self::Text) -> Result<(), EmqError>;
     /// `ZREM group:<g> member ...` (and `del` when it is left empty), as
     /// [`Store::remove_many`]; and how many ready jobs the group has left.
-    fn group_remove(
-        &self,
-        group: &[u8],
-        members: &[&Self::Text],
-    ) -> Result<(Vec<bool>, u64), EmqError>;
+    fn group_remove(&self, group: &[u8], members: &[&Self::Text]) -> Result<Removed, EmqError>;
 
     // ---- writes, each with its keyspace event and its effect ----
 

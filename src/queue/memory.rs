@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 
 use crate::protocol::flow::Delivery;
 use crate::protocol::{
-    BrandedId, EmqError, Field, Holds, KeyRef, Meta, ScanStep, Set, State, Store, Table, Value,
+    BrandedId, EmqError, Field, Holds, KeyRef, Meta, Removed, ScanStep, Set, State, Store, Table,
+    Value,
 };
 
 /// A key of the queue, as a test names it.
@@ -369,9 +370,8 @@ impl Store for Memory {
         self.mem_group_add(g, score, member)
     }
 
-    fn group_remove(&self, g: &[u8], members: &[&Vec<u8>]) -> Result<(Vec<bool>, u64), EmqError> {
-        let there = self.mem_group_remove(g, members)?;
-        Ok((there, self.mem_group_len(g)?))
+    fn group_remove(&self, g: &[u8], members: &[&Vec<u8>]) -> Result<Removed, EmqError> {
+        self.mem_group_remove(g, members)
     }
 
     fn add(&self, set: Set, score: i64, member: &Vec<u8>) -> Result<(), EmqError> {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::protocol::{EmqError, Group};
+use crate::protocol::{EmqError, Group, Removed};
 
 use super::{text, MemKey, Memory};
 
@@ -92,7 +92,7 @@ impl Memory {
         &self,
         group: &[u8],
         members: &[&Vec<u8>],
-    ) -> Result<Vec<bool>, EmqError> {
+    ) -> Result<Removed, EmqError> {
         self.group_checked(group)?;
         let mut groups = self.groups.borrow_mut();
         let there: Vec<bool> = match groups.get_mut(group) {
@@ -104,6 +104,6 @@ impl Memory {
         }
         drop(groups);
         self.log_removed(&format!("group:{}", text(group)), members, &there);
-        Ok(there)
+        Ok((there, self.mem_group_len(group)?))
     }
 }
