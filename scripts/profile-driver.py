@@ -13,6 +13,9 @@ EMQ.ACK per claimed job with its token. With PROFILE_CALLGRIND_PID set (the valg
 running the server), it has callgrind dump and zero its counters after each phase, so each
 phase's instructions land in a file of their own (<out>.1 enqueue, .2 claim, .3 ack).
 
+`groups-<G>` enqueues <jobs> jobs in G groups in turn, then claims them 100 at a time, a dump
+after each phase (see `groups`).
+
 `flows` runs <jobs> plain jobs' lives one command at a time, then <jobs>/10 flows of a parent and
 10 children, a dump after each phase (see `flows`).
 """
@@ -258,6 +261,24 @@ def flows(sock, jobs):
     claim_and_ack(sock, "flows", len(parents), "parent")
 
 
+def groups(sock, jobs, many):
+    """`jobs` jobs enqueued one `EMQ.ENQUEUE ... GROUP g<n mod many>` each, then claimed with
+    `EMQ.CLAIM COUNT 100` until none is left (each claim takes one job from each of 100 groups
+    when `many` is 100 or more): a dump after each (.1 enqueue, .2 claim)."""
+    sock.sendall(b"".join(
+        resp("EMQ.ENQUEUE", "bench", job_id(i + 1), PAYLOAD, "GROUP", "g%d" % (i % many))
+        for i in range(jobs)
+    ))
+    read_replies(sock, jobs)
+    dump("enqueue")
+    claims = (jobs + 99) // 100
+    sock.sendall(resp("EMQ.CLAIM", "bench", "COUNT", "100", "LEASE", "60000") * claims)
+    claimed = sum(len(reply) for reply in read_values(sock, claims))
+    if claimed != jobs:
+        raise SystemExit("claimed %d of %d jobs" % (claimed, jobs))
+    dump("claim")
+
+
 def main():
     mode, port, jobs, script_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     sock = socket.create_connection(("127.0.0.1", port))
@@ -314,6 +335,9 @@ def main():
             "life-limits": ("CONCURRENCY", "1000000", "RATE", "10000", "PER", "1"),
         }[mode]
         life(sock, jobs, limits)
+        buf, replies = b"", 0
+    elif mode.startswith("groups-"):
+        groups(sock, jobs, int(mode.split("-")[1]))
         buf, replies = b"", 0
     elif mode == "flows":
         flows(sock, jobs)

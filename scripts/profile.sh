@@ -17,6 +17,8 @@
 # to learn foreign writes);
 # PROFILE_ONLY=policy: what claim limits cost a claim and an ack (the life phases on a queue with
 # limits that never bind) and what a unique key costs an enqueue, beside the plain rows.
+# PROFILE_ONLY=groups: what a claim of 100 costs a job taken one from each of 100 groups (of
+# 10,000) against the same from one group (bench table: BENCH_ONLY=groups make bench).
 # PROFILE_ONLY=flows: what a flow's child costs its enqueue, claim and ack against a plain job's
 # (one command a job; bench table: BENCH_ONLY=flows make bench), and where the difference goes.
 # PROFILE_ONLY=idle: the instructions a second of an idle server, without the module and with
@@ -67,7 +69,7 @@ run() { # <mode> [replica|bare|own] -> $dir/<mode>[-replica|-bare|-own].out (bar
     done
   fi
   # life: the driver has callgrind dump after each phase ($out.out.1 enqueue, .2 claim, .3 ack).
-  PROFILE_CALLGRIND_PID="$(case "$mode" in life* | flows) echo "$pid";; esac)" \
+  PROFILE_CALLGRIND_PID="$(case "$mode" in life* | flows | groups-*) echo "$pid";; esac)" \
     python3 scripts/profile-driver.py "$mode" "$port" "$jobs" lua/enqueue.lua
   wait "$pid" || true
   [ -n "$rpid" ] && kill "$rpid" 2>/dev/null && wait "$rpid" 2>/dev/null
@@ -151,6 +153,22 @@ if [ "${PROFILE_ONLY:-}" = idle ]; then
   echo "| where | instructions/s |"
   echo "|---|---|"
   idle_rows
+  exit 0
+fi
+if [ "${PROFILE_ONLY:-}" = groups ]; then
+  # groups-<G>.out.N: 1 the enqueue, 2 the claims of 100; one group against 10,000 (a claim of
+  # 100 takes one job from each of 100 groups), with the functions the difference is in.
+  run groups-1
+  run groups-10000
+  w() { per_job "$(cost "$dir/groups-$1.out.2" "${2:-processInputBuffer}")"; }
+  echo "| where (instructions a job claimed, \`EMQ.CLAIM COUNT 100\`) | 1 group | 10,000 groups |"
+  echo "|---|---|---|"
+  echo "| whole request (\`processInputBuffer\`) | $(w 1) | $(w 10000) |"
+  for fn in echomq::queue::rounds::claim echomq::queue::take::lease_all VM_OpenKey VM_ZsetRem \
+    VM_ZsetAdd VM_Replicate VM_NotifyKeyspaceEvent VM_ACLCheckKeyPermissions VM_Alloc VM_Free \
+    VM_HashSet VM_HashGet dictFind; do
+    echo "| of which \`${fn##*::}\` | $(w 1 "$fn") | $(w 10000 "$fn") |"
+  done
   exit 0
 fi
 if [ "${PROFILE_ONLY:-}" = flows ]; then

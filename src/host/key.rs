@@ -10,6 +10,8 @@ use crate::protocol::{EmqError, Holds};
 
 use super::string::{string_bytes, OwnedString, Str, Text};
 
+const READ_WRITE: u32 = raw::REDISMODULE_READ | raw::REDISMODULE_WRITE;
+
 /// One field of [`Key::hash_fields`]'s walk: copied, nothing else (no panic can start here).
 unsafe extern "C" fn on_hash_field(
     _key: *mut raw::RedisModuleKey,
@@ -32,21 +34,37 @@ unsafe extern "C" fn on_hash_field(
 pub struct Key<'n> {
     /// `None` for a missing key opened read-only (the server gives no handle for those).
     ptr: Option<NonNull<raw::RedisModuleKey>>,
-    name: &'n OwnedString,
+    name: KeyName<'n>,
     ctx: *mut raw::RedisModuleCtx,
     modified: Cell<bool>,
+}
+
+/// A key's name: borrowed from the caller, or made for the key and kept with it.
+enum KeyName<'n> {
+    Borrowed(&'n OwnedString),
+    Owned(OwnedString),
 }
 
 impl<'n> Key<'n> {
     /// Opens `name` for reading and writing (a missing key opens empty).
     pub fn open(ctx: &Context, name: &'n OwnedString) -> Result<Self, EmqError> {
-        Self::open_mode(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
+        Self::open_mode(ctx, KeyName::Borrowed(name), READ_WRITE)
     }
 
     /// Opens `name` for reading only, as a read command's lookup: counted in the server's
     /// keyspace hits and misses.
     pub fn open_read(ctx: &Context, name: &'n OwnedString) -> Result<Self, EmqError> {
-        Self::open_mode(ctx, name, raw::REDISMODULE_READ)
+        Self::open_mode(ctx, KeyName::Borrowed(name), raw::REDISMODULE_READ)
+    }
+
+    /// Opens `name`, kept with the key, for reading and writing (`write`) or reading only.
+    pub fn open_owned(ctx: &Context, name: OwnedString, write: bool) -> Result<Self, EmqError> {
+        let mode = if write {
+            READ_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        };
+        Self::open_mode(ctx, KeyName::Owned(name), mode)
     }
 
     /// Opens `name` to see what it holds, before a write or in the timer: like a write
@@ -56,13 +74,17 @@ impl<'n> Key<'n> {
         let quiet = raw::REDISMODULE_OPEN_KEY_NOSTATS
             | raw::REDISMODULE_OPEN_KEY_NONOTIFY
             | raw::REDISMODULE_OPEN_KEY_NOTOUCH;
-        Self::open_mode(ctx, name, raw::REDISMODULE_READ | quiet)
+        Self::open_mode(ctx, KeyName::Borrowed(name), raw::REDISMODULE_READ | quiet)
     }
 
-    fn open_mode(ctx: &Context, name: &'n OwnedString, mode: u32) -> Result<Self, EmqError> {
+    fn open_mode(ctx: &Context, name: KeyName<'n>, mode: u32) -> Result<Self, EmqError> {
         let open = unsafe { raw::RedisModule_OpenKey }.ok_or(EmqError::Internal)?;
+        let text = match &name {
+            KeyName::Borrowed(name) => *name,
+            KeyName::Owned(name) => name,
+        };
         // SAFETY: live context and string; the key is closed in Drop.
-        let p = unsafe { open(ctx.ctx, name.as_ptr(), mode as c_int) };
+        let p = unsafe { open(ctx.ctx, text.as_ptr(), mode as c_int) };
         let ptr = NonNull::new(p.cast::<raw::RedisModuleKey>());
         if ptr.is_none() && mode & raw::REDISMODULE_WRITE != 0 {
             return Err(EmqError::Internal);
@@ -407,7 +429,10 @@ impl<'n> Key<'n> {
     }
 
     pub fn name(&self) -> &OwnedString {
-        self.name
+        match &self.name {
+            KeyName::Borrowed(name) => name,
+            KeyName::Owned(name) => name,
+        }
     }
 
     pub fn holds(&self) -> Holds {
@@ -498,7 +523,7 @@ impl Drop for Key<'_> {
         if self.modified.get() {
             if let Some(signal) = unsafe { raw::RedisModule_SignalModifiedKey } {
                 // SAFETY: live context and key name.
-                unsafe { signal(self.ctx, self.name.as_ptr()) };
+                unsafe { signal(self.ctx, self.name().as_ptr()) };
             }
         }
         if let (Some(close), Some(ptr)) = (unsafe { raw::RedisModule_CloseKey }, self.ptr) {

@@ -50,6 +50,7 @@ pub fn with_queue<'a, R>(
         names: &names,
         access,
         sets: Default::default(),
+        groups: Default::default(),
         prefix: Cell::new(None),
         events: OnceCell::new(),
         meta: RefCell::new(None),
@@ -69,6 +70,8 @@ pub struct ServerStore<'s, 'a> {
     names: &'s QueueNames<'s>,
     access: Access,
     sets: [OnceCell<Key<'s>>; Set::COUNT],
+    /// The named groups' keys the call opened, each once.
+    groups: groups::OpenGroups<'s>,
     prefix: Cell<Option<RowPrefix>>,
     /// The event stream's cap (`None`: off), read once a call.
     events: OnceCell<Option<u64>>,
@@ -155,15 +158,15 @@ impl<'a> Store for ServerStore<'_, 'a> {
     fn check_access<'k>(&'k self, keys: &[KeyRef<'k, OwnedString>]) -> Result<(), EmqError> {
         let write = self.access;
         let names = self.names;
-        // The groups' names, made at run time, live for the check.
+        // The groups' keys, opened once a call, hold their names for the check.
         let groups = keys
             .iter()
             .filter_map(|key| match key {
-                KeyRef::Group(group) => Some(self.group_name(group)),
+                KeyRef::Group(group) => Some(self.group_key(group)),
                 _ => None,
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut groups = groups.iter();
+        let mut groups = groups.iter().map(|key| key.name());
         check_permission(
             self.ctx,
             keys.iter().map(move |key| {
@@ -288,37 +291,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
 
     #[inline]
     fn add_many(&self, set: Set, members: &[(i64, &Text<'a>)]) -> Result<(), EmqError> {
-        if members.is_empty() {
-            return Ok(());
-        }
-        let key = self.set(set)?;
-        let zero = words()?.zero;
-        // The scores other than 0 (a priority, a claim's time), made as strings for the effect,
-        // one for each run of equal scores.
-        let mut scores: Vec<(i64, OwnedString)> = Vec::new();
-        for &(score, _) in members {
-            if score != 0 && scores.last().is_none_or(|(last, _)| *last != score) {
-                scores.push((score, OwnedString::from_i64(self.ctx, score)?));
-            }
-        }
-        let mut scores = scores.iter().peekable();
-        let mut args = Vec::with_capacity(1 + members.len() * 2);
-        args.push(key.name().as_str());
-        for &(score, member) in members {
-            key.zadd(score as f64, member.as_str())?;
-            if score == 0 {
-                args.push(zero);
-            } else {
-                while scores.peek().is_some_and(|(s, _)| *s != score) {
-                    scores.next();
-                }
-                args.push(scores.peek().ok_or(EmqError::Internal)?.1.as_str());
-            }
-            args.push(member.as_str());
-        }
-        notify(self.ctx, NOTIFY_ZSET, c"zadd", key.name());
-        emit(self.ctx, c"ZADD", &args);
-        Ok(())
+        self.zadd_many(self.set(set)?, members)
     }
 
     #[inline]
@@ -574,6 +547,10 @@ impl<'a> Store for ServerStore<'_, 'a> {
 
     fn table_get(&self, table: Table, field: &[u8]) -> Result<Option<Text<'a>>, EmqError> {
         self.table_field(table, field)
+    }
+
+    fn table_add_many(&self, table: Table, counts: &[(&[u8], u64)]) -> Result<(), EmqError> {
+        self.add_table_fields(table, counts)
     }
 
     fn table_set(&self, table: Table, field: &[u8], value: &[u8]) -> Result<(), EmqError> {

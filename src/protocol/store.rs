@@ -402,6 +402,24 @@ pub trait Store {
 
     /// `HGET table field` (`WRONGTYPE` when the key holds another type).
     fn table_get(&self, table: Table, field: &[u8]) -> Result<Option<Self::Text>, EmqError>;
+    /// `HINCRBY table field n` for each count (a field missing or not a number counts 0), in
+    /// one `HSET` of the new counts: one event and one effect.
+    fn table_add_many(&self, table: Table, counts: &[(&[u8], u64)]) -> Result<(), EmqError> {
+        let mut made = Vec::with_capacity(counts.len());
+        for &(field, n) in counts {
+            let old = self.table_get(table, field)?;
+            let old = old
+                .as_ref()
+                .and_then(|t| std::str::from_utf8(self.bytes(t)).ok()?.parse::<u64>().ok());
+            made.push(old.unwrap_or(0).saturating_add(n).to_string().into_bytes());
+        }
+        let fields: Vec<(&[u8], &[u8])> = counts
+            .iter()
+            .zip(&made)
+            .map(|((f, _), v)| (*f, &v[..]))
+            .collect();
+        self.table_set_many(table, &fields)
+    }
     /// `HSET table field value`.
     fn table_set(&self, table: Table, field: &[u8], value: &[u8]) -> Result<(), EmqError>;
     /// `HSET table field value [field value ...]`: one event and one effect.

@@ -321,17 +321,12 @@ fn plan<S: Store>(
             let need = (want - live).min(GROUP_BUDGET - slots.len());
             let turns = store.range(Set::Turns, from, f64::INFINITY, need + at_from)?;
             all_read = turns.len() < need + at_from;
-            for (name, score) in turns {
+            // The first `at_from` are the names read before at that score (`turns` sorts
+            // by score, then name, and the plan writes nothing).
+            for (name, score) in turns.into_iter().skip(at_from) {
                 match score > from {
                     true => (from, at_from) = (score, 1),
                     false => at_from += 1,
-                }
-                let bytes = store.bytes(&name);
-                let known = slots
-                    .iter()
-                    .any(|s| s.in_turns && store.bytes(&s.name) == bytes);
-                if known {
-                    continue;
                 }
                 slots.push(Slot::new(store, name, true, quotas)?);
             }

@@ -54,14 +54,13 @@ pub fn active<S: Store>(store: &S, group: &[u8]) -> Result<u64, EmqError> {
 
 /// Adds each positive delta to its group's count of active jobs, in one write.
 pub fn add_active_many<S: Store>(store: &S, deltas: &[(&[u8], u64)]) -> Result<(), EmqError> {
-    let mut made = Vec::with_capacity(deltas.len());
-    for (group, delta) in deltas {
-        let name = field(b"active:", group);
-        let now = read(store, &name)?.saturating_add(*delta);
-        made.push((name, now.to_string().into_bytes()));
-    }
-    let fields: Vec<(&[u8], &[u8])> = made.iter().map(|(f, v)| (&f[..], &v[..])).collect();
-    store.table_set_many(Table::Tally, &fields)
+    let names: Vec<Vec<u8>> = deltas.iter().map(|(g, _)| field(b"active:", g)).collect();
+    let counts: Vec<(&[u8], u64)> = names
+        .iter()
+        .zip(deltas)
+        .map(|(n, (_, d))| (&n[..], *d))
+        .collect();
+    store.table_add_many(Table::Tally, &counts)
 }
 
 /// Adds `delta` to the count of `group`'s active jobs; the new count.

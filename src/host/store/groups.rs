@@ -1,5 +1,10 @@
 //! A store's writes to one zset key, whichever it is (a set or a named group's), and the keys of
-//! named groups, named at run time and opened for one operation each.
+//! named groups, named at run time and opened once a call.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use rustc_hash::FxHashMap;
 
 use crate::protocol::{group_key, EmqError, Group};
 
@@ -10,27 +15,75 @@ use super::super::string::{OwnedString, Text};
 use super::super::words::words;
 use super::ServerStore;
 
+/// The named groups' keys a call opened, by group name: a claim from many groups reads, checks
+/// and writes each group's key through one open. Every group key of the queue is opened through
+/// here, so no other handle of the call changes one behind another's back.
+pub(super) type OpenGroups<'s> = RefCell<FxHashMap<Vec<u8>, Rc<Key<'s>>>>;
+
 impl<'s, 'a> ServerStore<'s, 'a> {
-    /// The key name of group `group` (a name the caller parsed; `Internal` otherwise).
-    pub(super) fn group_name(&self, group: &[u8]) -> Result<OwnedString, EmqError> {
-        let group = Group::parse(group).ok_or(EmqError::Internal)?;
-        OwnedString::new(self.ctx, &group_key(self.queue(), group))
+    /// Group `group`'s key (a name the caller parsed; `Internal` otherwise), open as the
+    /// store's sets are, and a zset or missing (`WRONGTYPE`): opened at its first use in the
+    /// call.
+    pub(super) fn group_key(&self, group: &[u8]) -> Result<Rc<Key<'s>>, EmqError> {
+        if let Some(key) = self.groups.borrow().get(group) {
+            return Ok(Rc::clone(key));
+        }
+        let parsed = Group::parse(group).ok_or(EmqError::Internal)?;
+        let name = OwnedString::new(self.ctx, &group_key(self.queue(), parsed))?;
+        let key = Key::open_owned(self.ctx, name, self.access == Access::ReadWrite)?;
+        key.expect_zset()?;
+        let key = Rc::new(key);
+        self.groups
+            .borrow_mut()
+            .insert(group.to_vec(), Rc::clone(&key));
+        Ok(key)
     }
 
-    /// `f` over group `group`'s key, open as the store's sets are, and a zset or missing
-    /// (`WRONGTYPE`).
+    /// `f` over group `group`'s key ([`Self::group_key`]).
     pub(super) fn with_group<R>(
         &self,
         group: &[u8],
         f: impl FnOnce(&Key<'_>) -> Result<R, EmqError>,
     ) -> Result<R, EmqError> {
-        let name = self.group_name(group)?;
-        let key = match self.access {
-            Access::Read => Key::open_read(self.ctx, &name)?,
-            Access::ReadWrite => Key::open(self.ctx, &name)?,
-        };
-        key.expect_zset()?;
-        f(&key)
+        f(&*self.group_key(group)?)
+    }
+
+    /// `ZADD key score member ...` in the order given: one event and one variadic effect.
+    pub(super) fn zadd_many(
+        &self,
+        key: &Key<'_>,
+        members: &[(i64, &Text<'a>)],
+    ) -> Result<(), EmqError> {
+        if members.is_empty() {
+            return Ok(());
+        }
+        let zero = words()?.zero;
+        // The scores other than 0 (a priority, a claim's time), made as strings for the effect,
+        // one for each run of equal scores.
+        let mut scores: Vec<(i64, OwnedString)> = Vec::new();
+        for &(score, _) in members {
+            if score != 0 && scores.last().is_none_or(|(last, _)| *last != score) {
+                scores.push((score, OwnedString::from_i64(self.ctx, score)?));
+            }
+        }
+        let mut scores = scores.iter().peekable();
+        let mut args = Vec::with_capacity(1 + members.len() * 2);
+        args.push(key.name().as_str());
+        for &(score, member) in members {
+            key.zadd(score as f64, member.as_str())?;
+            if score == 0 {
+                args.push(zero);
+            } else {
+                while scores.peek().is_some_and(|(s, _)| *s != score) {
+                    scores.next();
+                }
+                args.push(scores.peek().ok_or(EmqError::Internal)?.1.as_str());
+            }
+            args.push(member.as_str());
+        }
+        notify(self.ctx, NOTIFY_ZSET, c"zadd", key.name());
+        emit(self.ctx, c"ZADD", &args);
+        Ok(())
     }
 
     /// `ZADD key score member`: no event and no effect when the member had that score.

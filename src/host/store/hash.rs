@@ -128,6 +128,31 @@ impl<'a> ServerStore<'_, 'a> {
         Ok(key.hash_get(field.as_str()).map(Text::Owned))
     }
 
+    /// `HINCRBY table field n` for each count (`Store::table_add_many`): the table opened once,
+    /// each field's string made once, one event and one effect.
+    pub(super) fn add_table_fields(
+        &self,
+        table: Table,
+        counts: &[(&[u8], u64)],
+    ) -> Result<(), EmqError> {
+        if counts.is_empty() {
+            return Ok(());
+        }
+        let key = self.open_table(table)?;
+        let mut made = Vec::with_capacity(counts.len());
+        for &(field, n) in counts {
+            let field = OwnedString::new(self.ctx, field)?;
+            let old = key.hash_get(field.as_str());
+            let old = old
+                .as_ref()
+                .and_then(|t| std::str::from_utf8(t.bytes()).ok()?.parse::<u64>().ok())
+                .unwrap_or(0);
+            let value = OwnedString::from_i64(self.ctx, old.saturating_add(n) as i64)?;
+            made.push((field, value));
+        }
+        self.hset_made(&key, &made)
+    }
+
     /// `HSET table field value` (`Store::table_set`).
     pub(super) fn set_table_field(
         &self,
@@ -158,6 +183,15 @@ impl<'a> ServerStore<'_, 'a> {
                 ))
             })
             .collect::<Result<Vec<_>, EmqError>>()?;
+        self.hset_made(&key, &made)
+    }
+
+    /// `HSET key field value ...` of strings made for it: one event and one effect.
+    fn hset_made(
+        &self,
+        key: &Key<'_>,
+        made: &[(OwnedString, OwnedString)],
+    ) -> Result<(), EmqError> {
         let pairs: Vec<_> = made.iter().map(|(f, v)| (f.as_str(), v.as_str())).collect();
         for some in pairs.chunks(4) {
             key.hash_set(some)?;
