@@ -79,6 +79,42 @@ fn a_read_only_user_cannot_enqueue() {
 }
 
 #[test]
+fn a_group_key_the_user_may_not_touch_is_refused_before_its_type_is_looked_at() {
+    let server = Server::start(Options::default());
+    let mut admin = server.conn();
+    // Every key of `orders` but its groups' keys; group g's key holds a string.
+    let mut worker = user_with(
+        &server,
+        "tenantless",
+        &["~emq:{orders}:[^g]*", "~emq:{orders}:groups", "+@all"],
+    );
+    let _: () = cmd("SET")
+        .arg("emq:{orders}:group:g")
+        .arg("x")
+        .query(&mut admin)
+        .expect("set");
+    let misses = |admin: &mut redis::Connection| -> i64 {
+        let info: String = cmd("INFO").arg("stats").query(admin).expect("info");
+        info.lines()
+            .find_map(|l| l.strip_prefix("keyspace_misses:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("keyspace_misses")
+    };
+    let before = misses(&mut admin);
+    for (args, what) in [
+        (vec!["EMQ.ENQUEUE", "orders", "*", "p", "GROUP", "g"], "enqueue"),
+        (vec!["EMQ.PAUSE", "orders", "GROUP", "g"], "pause"),
+        (vec!["EMQ.LIMIT", "orders", "GROUP", "g"], "limit"),
+        (vec!["EMQ.LIMIT", "orders", "GROUP", "h"], "limit of a missing group"),
+    ] {
+        let err = expect_err(&mut worker, cmd(args[0]).arg(&args[1..]));
+        assert!(err.starts_with("NOPERM"), "{what}: {err}");
+    }
+    // Refused before any lookup: not even a miss on the missing group's key.
+    assert_eq!(misses(&mut admin), before);
+}
+
+#[test]
 fn a_user_without_the_emq_category_is_refused_by_the_server() {
     let server = Server::start(Options::default());
     let mut plain = user_with(&server, "plain", &["~*", "+@all", "-@emq"]);

@@ -158,15 +158,16 @@ impl<'a> Store for ServerStore<'_, 'a> {
     fn check_access<'k>(&'k self, keys: &[KeyRef<'k, OwnedString>]) -> Result<(), EmqError> {
         let write = self.access;
         let names = self.names;
-        // The groups' keys, opened once a call, hold their names for the check.
+        // The groups' names: an open key's, or made for the check (a key is opened only once
+        // the caller may use it, so a refusal says NOPERM and looks nothing up).
         let groups = keys
             .iter()
             .filter_map(|key| match key {
-                KeyRef::Group(group) => Some(self.group_key(group)),
+                KeyRef::Group(group) => Some(self.group_key_name(group)),
                 _ => None,
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut groups = groups.iter().map(|key| key.name());
+        let mut groups = groups.iter().map(|name| name.as_ref());
         check_permission(
             self.ctx,
             keys.iter().map(move |key| {

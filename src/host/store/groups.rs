@@ -20,6 +20,21 @@ use super::ServerStore;
 /// here, so no other handle of the call changes one behind another's back.
 pub(super) type OpenGroups<'s> = RefCell<FxHashMap<Vec<u8>, Rc<Key<'s>>>>;
 
+/// A group key's name for an ACL check: held by its open key, or made for the check.
+pub(super) enum GroupName<'s> {
+    Open(Rc<Key<'s>>),
+    Made(OwnedString),
+}
+
+impl AsRef<OwnedString> for GroupName<'_> {
+    fn as_ref(&self) -> &OwnedString {
+        match self {
+            GroupName::Open(key) => key.name(),
+            GroupName::Made(name) => name,
+        }
+    }
+}
+
 impl<'s, 'a> ServerStore<'s, 'a> {
     /// Group `group`'s key (a name the caller parsed; `Internal` otherwise), open as the
     /// store's sets are, and a zset or missing (`WRONGTYPE`): opened at its first use in the
@@ -37,6 +52,15 @@ impl<'s, 'a> ServerStore<'s, 'a> {
             .borrow_mut()
             .insert(group.to_vec(), Rc::clone(&key));
         Ok(key)
+    }
+
+    /// The name of group `group`'s key: its open key's, or one made (the key left unopened).
+    pub(super) fn group_key_name(&self, group: &[u8]) -> Result<GroupName<'s>, EmqError> {
+        if let Some(key) = self.groups.borrow().get(group) {
+            return Ok(GroupName::Open(Rc::clone(key)));
+        }
+        let parsed = Group::parse(group).ok_or(EmqError::Internal)?;
+        OwnedString::new(self.ctx, &group_key(self.queue(), parsed)).map(GroupName::Made)
     }
 
     /// `f` over group `group`'s key ([`Self::group_key`]).

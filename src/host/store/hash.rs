@@ -147,7 +147,8 @@ impl<'a> ServerStore<'_, 'a> {
                 .as_ref()
                 .and_then(|t| std::str::from_utf8(t.bytes()).ok()?.parse::<u64>().ok())
                 .unwrap_or(0);
-            let value = OwnedString::from_i64(self.ctx, old.saturating_add(n) as i64)?;
+            let now = old.saturating_add(n).min(i64::MAX as u64) as i64;
+            let value = OwnedString::from_i64(self.ctx, now)?;
             made.push((field, value));
         }
         self.hset_made(&key, &made)
