@@ -60,7 +60,7 @@ test-modules: build
 	$(CARGO) build --release -p emq-test-caller
 
 test: build test-modules python
-	@bash scripts/install-deps.sh --with-browser
+	@bash scripts/install-deps.sh --with-browser --with-prometheus
 	$(CARGO) build --workspace --examples
 	$(CARGO) test --all-targets
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(CARGO) test -p echomq-client

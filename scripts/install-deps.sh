@@ -8,7 +8,8 @@
 # iptables (--with-iptables, the faults harness, which cuts links with it) and chromium with
 # chromium-driver (--with-browser, the console's browser tests), and node-redis with tsc
 # (--with-node, the Node.js client's tests and type check; Node.js 18 or later as installed,
-# which apt keeps rather than replacing it, or Debian's nodejs 18 where there is none).
+# which apt keeps rather than replacing it, or Debian's nodejs 18 where there is none), and
+# prometheus with promtool (--with-prometheus, the console's metrics test scrapes with it).
 # Idempotent: does nothing when everything is already present.
 set -euo pipefail
 
@@ -17,6 +18,7 @@ want_compose=0
 want_iptables=0
 want_browser=0
 want_node=0
+want_prometheus=0
 for arg in "$@"; do
   case "$arg" in
     --with-redis) want_redis=1 ;;
@@ -24,6 +26,7 @@ for arg in "$@"; do
     --with-iptables) want_iptables=1 ;;
     --with-browser) want_browser=1 ;;
     --with-node) want_node=1 ;;
+    --with-prometheus) want_prometheus=1 ;;
   esac
 done
 
@@ -57,6 +60,7 @@ if [ $want_browser = 1 ]; then
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 fi
+[ $want_prometheus = 1 ] && ! command -v promtool >/dev/null 2>&1 && missing+=(prometheus)
 # Debian's node-redis (v4) lands in /usr/share/nodejs, found through NODE_PATH.
 have_node_redis() { [ -e /usr/share/nodejs/redis/package.json ]; }
 if [ $want_node = 1 ]; then
@@ -120,5 +124,7 @@ for p in "${pkgs[@]}"; do case $p in valkey-*) valkey_pkgs+=("$p");; *) other_pk
 # The packaged service would hold port 6379; EchoMQ starts its own servers.
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
   $SUDO systemctl disable --now valkey-server >/dev/null 2>&1 || true
+  # Likewise the packaged Prometheus's port 9090: the metrics test starts its own.
+  [ $want_prometheus = 1 ] && { $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true; }
 fi
 have_valkey || { echo "echomq: valkey-server still missing after install" >&2; exit 1; }

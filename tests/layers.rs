@@ -22,13 +22,14 @@ const MODULE: Layers = &[
 ];
 
 /// The console's layers: what everything uses, the deployment, the queries, the samples over
-/// time and a job's flow (both read through the queries), the two live views, the
-/// subcommands, and the crate root and binary.
+/// time, a job's flow and a queue's groups (read through the queries), the metrics (read
+/// through those), the two live views, the subcommands, and the crate root and binary.
 const CONSOLE: Layers = &[
     &["error", "escape"],
     &["deployment"],
     &["overview"],
     &["history", "flow", "groups"],
+    &["metrics"],
     &["top", "web"],
     &["cli"],
     &["lib", "main"],

@@ -141,6 +141,13 @@ pub enum Command {
     },
     /// Serves the web dashboard.
     Web(crate::web::Options),
+    /// Serves the deployment's metrics in Prometheus's text format at /metrics, without the
+    /// dashboard.
+    Metrics {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:9187")]
+        listen: std::net::SocketAddr,
+    },
 }
 
 /// What a subcommand printed, as text and as JSON, and its exit code.
@@ -187,6 +194,10 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Web(options) => {
             crate::web::serve(dep, options).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Metrics { listen } => {
+            crate::metrics::serve(dep, listen).await?;
             return Ok(ExitCode::SUCCESS);
         }
         command => subcommand(&dep, command).await?,
@@ -467,7 +478,9 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
                 .await?;
             Output::ok(terminal(&id).into_owned(), json!({ "id": id }))
         }
-        Command::Top { .. } | Command::Web(_) => Output::ok(String::new(), Json::Null),
+        Command::Top { .. } | Command::Web(_) | Command::Metrics { .. } => {
+            Output::ok(String::new(), Json::Null)
+        }
     })
 }
 

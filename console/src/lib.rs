@@ -1,7 +1,7 @@
 //! `emq`, EchoMQ's console: plain subcommands ([`cli`]), a live terminal view ([`top`]) and a
 //! web dashboard ([`web`]), all reading one deployment ([`deployment`]) through the same
 //! queries ([`overview`]), a job's parents and children through [`flow`], a queue's groups
-//! through [`groups`]; what they print to a terminal goes through [`escape`]. See
+//! through [`groups`], in Prometheus's format through [`metrics`]; what they print to a terminal goes through [`escape`]. See
 //! docs/console.md.
 
 pub mod cli;
@@ -11,6 +11,7 @@ pub mod escape;
 pub mod flow;
 pub mod groups;
 pub mod history;
+pub mod metrics;
 pub mod overview;
 pub mod top;
 pub mod web;

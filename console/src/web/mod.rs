@@ -142,6 +142,7 @@ pub fn app(dep: Deployment, options: &Options) -> Result<Arc<App>> {
 pub fn router(app: Arc<App>) -> Router {
     let mut routes = Router::new()
         .route("/", get(index))
+        .route("/metrics", get(metrics))
         .route("/queues/{queue}", get(queue_page))
         .route("/queues/{queue}/jobs/{id}", get(job_page))
         .route("/queues/{queue}/jobs/{id}/payload", get(job_payload));
@@ -223,6 +224,13 @@ async fn basic_auth(State(app): State<Arc<App>>, request: Request, next: Next) -
         "authentication required",
     )
         .into_response()
+}
+
+/// The deployment in Prometheus's text format ([`crate::metrics`]).
+async fn metrics(State(app): State<Arc<App>>) -> Page {
+    Ok(crate::metrics::response(
+        crate::metrics::render(&app.dep).await?,
+    ))
 }
 
 async fn index(State(app): State<Arc<App>>) -> Page {

@@ -1,0 +1,238 @@
+//! The deployment in Prometheus's text format (docs/observability.md): each queue's jobs by
+//! state, its pause, its groups and the age of its oldest pending job, the groups with the
+//! largest backlogs, and the server's job counters, summed over the primaries. Served at
+//! `/metrics` by `emq web` and by `emq metrics --listen`.
+
+use std::fmt::Write;
+use std::net::SocketAddr;
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use crate::deployment::Deployment;
+use crate::error::Result;
+use crate::groups;
+use crate::overview::{self, QueueRow};
+
+/// Most groups of one queue a scrape reports (its first page: the largest backlogs), so the
+/// series stay bounded however many tenants a queue has.
+pub const GROUPS_PER_QUEUE: usize = 20;
+
+/// The job counters of `INFO emq` a scrape reports, as `echomq_server_jobs_total{event}`.
+pub const EVENTS: [&str; 13] = [
+    "enqueued",
+    "scheduled",
+    "claimed",
+    "acked",
+    "retried",
+    "dead",
+    "cancelled",
+    "timed_out",
+    "requeued",
+    "promoted",
+    "purged",
+    "limited",
+    "cron_fired",
+];
+
+/// The text format's content type.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A scrape's text as a response.
+pub fn response(text: String) -> Response {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response()
+}
+
+/// `emq metrics --listen <addr>`: serves `/metrics` alone (no dashboard, no actions) until
+/// interrupted. A scrape that cannot read the deployment answers 502 with the error.
+pub async fn serve(dep: Deployment, listen: SocketAddr) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    eprintln!("emq metrics: http://{}/metrics", listener.local_addr()?);
+    let router = Router::new().route(
+        "/metrics",
+        get(move || {
+            let dep = dep.clone();
+            async move {
+                match render(&dep).await {
+                    Ok(text) => response(text),
+                    Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+                }
+            }
+        }),
+    );
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}
+
+/// One scrape's text.
+pub async fn render(dep: &Deployment) -> Result<String> {
+    let queues = overview::overview(dep).await?;
+    let mut groups = Vec::new();
+    for q in queues.iter().filter(|q| q.groups > 0 && q.error.is_none()) {
+        let (_, rows) = groups::groups(dep, &q.name, "0", GROUPS_PER_QUEUE).await?;
+        groups.push((q.name.clone(), rows));
+    }
+    let counters = dep.counters().await?;
+    let mut out = String::new();
+    queue_series(&mut out, &queues);
+    group_series(&mut out, &groups);
+    family(
+        &mut out,
+        "echomq_server_jobs_total",
+        "counter",
+        "Job transitions on the primaries since each started, all queues together (INFO emq).",
+    );
+    for event in EVENTS {
+        let n = counters.get(&format!("emq_{event}")).copied().unwrap_or(0);
+        let _ = writeln!(out, "echomq_server_jobs_total{{event=\"{event}\"}} {n}");
+    }
+    Ok(out)
+}
+
+fn queue_series(out: &mut String, queues: &[QueueRow]) {
+    family(
+        out,
+        "echomq_jobs",
+        "gauge",
+        "Jobs of a queue by state (pending counts every ready job, grouped or not).",
+    );
+    for q in queues {
+        let states = [
+            ("pending", q.pending),
+            ("active", q.active),
+            ("scheduled", q.scheduled),
+            ("dead", q.dead),
+            ("waiting", q.waiting),
+        ];
+        for (state, n) in states {
+            let _ = writeln!(
+                out,
+                "echomq_jobs{{queue=\"{}\",state=\"{state}\"}} {n}",
+                label(&q.name)
+            );
+        }
+    }
+    family(
+        out,
+        "echomq_queue_up",
+        "gauge",
+        "1 when the queue's keys could be read, 0 when one holds another type.",
+    );
+    for q in queues {
+        let up = u8::from(q.error.is_none());
+        let _ = writeln!(out, "echomq_queue_up{{queue=\"{}\"}} {up}", label(&q.name));
+    }
+    family(
+        out,
+        "echomq_queue_paused",
+        "gauge",
+        "1 while the queue is paused.",
+    );
+    for q in queues {
+        let _ = writeln!(
+            out,
+            "echomq_queue_paused{{queue=\"{}\"}} {}",
+            label(&q.name),
+            u8::from(q.paused)
+        );
+    }
+    family(
+        out,
+        "echomq_queue_groups",
+        "gauge",
+        "The queue's named groups.",
+    );
+    for q in queues {
+        let _ = writeln!(
+            out,
+            "echomq_queue_groups{{queue=\"{}\"}} {}",
+            label(&q.name),
+            q.groups
+        );
+    }
+    family(
+        out,
+        "echomq_oldest_pending_age_seconds",
+        "gauge",
+        "How long the first pending job has waited since its id was minted (minted ids only).",
+    );
+    for q in queues {
+        if let Some(ms) = q.oldest_pending_ms {
+            let _ = writeln!(
+                out,
+                "echomq_oldest_pending_age_seconds{{queue=\"{}\"}} {}",
+                label(&q.name),
+                ms as f64 / 1000.0
+            );
+        }
+    }
+}
+
+fn group_series(out: &mut String, groups: &[(String, Vec<groups::GroupRow>)]) {
+    family(
+        out,
+        "echomq_group_jobs",
+        "gauge",
+        "Jobs of a group by state, for each queue's groups with the largest backlogs.",
+    );
+    for (queue, rows) in groups {
+        for g in rows {
+            for (state, n) in [("ready", g.ready), ("active", g.active)] {
+                let _ = writeln!(
+                    out,
+                    "echomq_group_jobs{{queue=\"{}\",group=\"{}\",state=\"{state}\"}} {n}",
+                    label(queue),
+                    label(&g.group)
+                );
+            }
+        }
+    }
+    family(
+        out,
+        "echomq_group_paused",
+        "gauge",
+        "1 while the group is paused, for the groups echomq_group_jobs reports.",
+    );
+    for (queue, rows) in groups {
+        for g in rows {
+            let _ = writeln!(
+                out,
+                "echomq_group_paused{{queue=\"{}\",group=\"{}\"}} {}",
+                label(queue),
+                label(&g.group),
+                u8::from(g.paused)
+            );
+        }
+    }
+}
+
+/// A family's `# HELP` and `# TYPE` lines.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A label value as the text format escapes it: backslash, double quote and newline.
+pub fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::label;
+
+    #[test]
+    fn a_label_value_escapes_backslash_quote_and_newline() {
+        assert_eq!(label("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+        assert_eq!(label("plain"), "plain");
+    }
+}
