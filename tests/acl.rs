@@ -102,10 +102,16 @@ fn a_group_key_the_user_may_not_touch_is_refused_before_its_type_is_looked_at() 
     };
     let before = misses(&mut admin);
     for (args, what) in [
-        (vec!["EMQ.ENQUEUE", "orders", "*", "p", "GROUP", "g"], "enqueue"),
+        (
+            vec!["EMQ.ENQUEUE", "orders", "*", "p", "GROUP", "g"],
+            "enqueue",
+        ),
         (vec!["EMQ.PAUSE", "orders", "GROUP", "g"], "pause"),
         (vec!["EMQ.LIMIT", "orders", "GROUP", "g"], "limit"),
-        (vec!["EMQ.LIMIT", "orders", "GROUP", "h"], "limit of a missing group"),
+        (
+            vec!["EMQ.LIMIT", "orders", "GROUP", "h"],
+            "limit of a missing group",
+        ),
     ] {
         let err = expect_err(&mut worker, cmd(args[0]).arg(&args[1..]));
         assert!(err.starts_with("NOPERM"), "{what}: {err}");
