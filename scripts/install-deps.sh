@@ -60,7 +60,9 @@ if [ $want_browser = 1 ]; then
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 fi
-[ $want_prometheus = 1 ] && ! command -v promtool >/dev/null 2>&1 && missing+=(prometheus)
+if [ $want_prometheus = 1 ]; then
+  { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || missing+=(prometheus)
+fi
 # Debian's node-redis (v4) lands in /usr/share/nodejs, found through NODE_PATH.
 have_node_redis() { [ -e /usr/share/nodejs/redis/package.json ]; }
 if [ $want_node = 1 ]; then

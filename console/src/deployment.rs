@@ -263,14 +263,26 @@ impl Deployment {
     /// text fields left out).
     pub async fn counters(&self) -> Result<BTreeMap<String, i64>> {
         let mut sum = BTreeMap::new();
-        for node in &self.primaries {
-            let mut conn = node.conn.clone();
-            let info: String = redis::cmd("INFO").arg("emq").query_async(&mut conn).await?;
-            for (name, value) in info_fields(&info) {
-                *sum.entry(name.to_string()).or_insert(0) += value;
+        for (_, counters) in self.counters_by_node().await? {
+            for (name, value) in counters {
+                *sum.entry(name).or_insert(0) += value;
             }
         }
         Ok(sum)
+    }
+
+    /// `INFO emq` of each primary, by its address: its counters by name.
+    pub async fn counters_by_node(&self) -> Result<Vec<(String, BTreeMap<String, i64>)>> {
+        let mut out = Vec::with_capacity(self.primaries.len());
+        for node in &self.primaries {
+            let mut conn = node.conn.clone();
+            let info: String = redis::cmd("INFO").arg("emq").query_async(&mut conn).await?;
+            let counters = info_fields(&info)
+                .map(|(name, value)| (name.to_string(), value))
+                .collect();
+            out.push((node.addr.clone(), counters));
+        }
+        Ok(out)
     }
 }
 

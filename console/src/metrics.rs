@@ -70,15 +70,16 @@ pub async fn serve(dep: Deployment, listen: SocketAddr) -> Result<()> {
     Ok(())
 }
 
-/// One scrape's text.
+/// One scrape's text. A queue that cannot be read is reported down, with no counts, and its
+/// groups left out; counters the caller may not read (`INFO`) are left out: the rest is served.
 pub async fn render(dep: &Deployment) -> Result<String> {
     let queues = overview::overview(dep).await?;
     let mut groups = Vec::new();
     for q in queues.iter().filter(|q| q.groups > 0 && q.error.is_none()) {
-        let (_, rows) = groups::groups(dep, &q.name, "0", GROUPS_PER_QUEUE).await?;
-        groups.push((q.name.clone(), rows));
+        if let Ok((_, rows)) = groups::groups(dep, &q.name, "0", GROUPS_PER_QUEUE).await {
+            groups.push((q.name.clone(), rows));
+        }
     }
-    let counters = dep.counters().await?;
     let mut out = String::new();
     queue_series(&mut out, &queues);
     group_series(&mut out, &groups);
@@ -86,11 +87,18 @@ pub async fn render(dep: &Deployment) -> Result<String> {
         &mut out,
         "echomq_server_jobs_total",
         "counter",
-        "Job transitions on the primaries since each started, all queues together (INFO emq).",
+        "Job transitions on one primary since it started, all its queues together (INFO emq).",
     );
-    for event in EVENTS {
-        let n = counters.get(&format!("emq_{event}")).copied().unwrap_or(0);
-        let _ = writeln!(out, "echomq_server_jobs_total{{event=\"{event}\"}} {n}");
+    for (node, counters) in dep.counters_by_node().await.unwrap_or_default() {
+        for event in EVENTS {
+            if let Some(n) = counters.get(&format!("emq_{event}")) {
+                let _ = writeln!(
+                    out,
+                    "echomq_server_jobs_total{{node=\"{}\",event=\"{event}\"}} {n}",
+                    label(&node)
+                );
+            }
+        }
     }
     Ok(out)
 }
@@ -102,7 +110,7 @@ fn queue_series(out: &mut String, queues: &[QueueRow]) {
         "gauge",
         "Jobs of a queue by state (pending counts every ready job, grouped or not).",
     );
-    for q in queues {
+    for q in queues.iter().filter(|q| q.error.is_none()) {
         let states = [
             ("pending", q.pending),
             ("active", q.active),
@@ -118,58 +126,51 @@ fn queue_series(out: &mut String, queues: &[QueueRow]) {
             );
         }
     }
-    family(
+    per_queue(
         out,
         "echomq_queue_up",
-        "gauge",
-        "1 when the queue's keys could be read, 0 when one holds another type.",
+        "1 when the queue could be read; 0 when it could not (a key of another type, a refused permission, a timeout), its other series then left out.",
+        queues,
+        |q| Some(u8::from(q.error.is_none()).to_string()),
     );
-    for q in queues {
-        let up = u8::from(q.error.is_none());
-        let _ = writeln!(out, "echomq_queue_up{{queue=\"{}\"}} {up}", label(&q.name));
-    }
-    family(
+    per_queue(
         out,
         "echomq_queue_paused",
-        "gauge",
         "1 while the queue is paused.",
+        queues,
+        |q| q.error.is_none().then(|| u8::from(q.paused).to_string()),
     );
-    for q in queues {
-        let _ = writeln!(
-            out,
-            "echomq_queue_paused{{queue=\"{}\"}} {}",
-            label(&q.name),
-            u8::from(q.paused)
-        );
-    }
-    family(
+    per_queue(
         out,
         "echomq_queue_groups",
-        "gauge",
         "The queue's named groups.",
+        queues,
+        |q| q.error.is_none().then(|| q.groups.to_string()),
     );
-    for q in queues {
-        let _ = writeln!(
-            out,
-            "echomq_queue_groups{{queue=\"{}\"}} {}",
-            label(&q.name),
-            q.groups
-        );
-    }
-    family(
+    per_queue(
         out,
         "echomq_oldest_pending_age_seconds",
-        "gauge",
-        "How long the first pending job has waited since its id was minted (minted ids only).",
+        "How long the default group's first pending job has waited since its id was minted (minted ids only).",
+        queues,
+        |q| {
+            q.oldest_pending_ms
+                .map(|ms| (ms as f64 / 1000.0).to_string())
+        },
     );
+}
+
+/// A gauge family of one series a queue, `value` each (none where it gives `None`).
+fn per_queue(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    queues: &[QueueRow],
+    value: impl Fn(&QueueRow) -> Option<String>,
+) {
+    family(out, name, "gauge", help);
     for q in queues {
-        if let Some(ms) = q.oldest_pending_ms {
-            let _ = writeln!(
-                out,
-                "echomq_oldest_pending_age_seconds{{queue=\"{}\"}} {}",
-                label(&q.name),
-                ms as f64 / 1000.0
-            );
+        if let Some(v) = value(q) {
+            let _ = writeln!(out, "{name}{{queue=\"{}\"}} {v}", label(&q.name));
         }
     }
 }

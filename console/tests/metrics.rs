@@ -65,6 +65,7 @@ fn emq_metrics_serves_each_queue_and_group_in_a_text_promtool_accepts() {
     assert_eq!(code, 200, "{response}");
     assert!(response.contains("text/plain; version=0.0.4"), "{response}");
     let text = body(&response);
+    let node = format!("127.0.0.1:{}", s.port);
     for line in [
         "echomq_jobs{queue=\"mail\",state=\"pending\"} 2",
         "echomq_jobs{queue=\"mail\",state=\"active\"} 1",
@@ -73,13 +74,14 @@ fn emq_metrics_serves_each_queue_and_group_in_a_text_promtool_accepts() {
         "echomq_queue_up{queue=\"mail\"} 1",
         "echomq_queue_paused{queue=\"mail\"} 0",
         "echomq_queue_groups{queue=\"mail\"} 1",
-        "echomq_server_jobs_total{event=\"enqueued\"} 3",
-        "echomq_server_jobs_total{event=\"scheduled\"} 1",
-        "echomq_server_jobs_total{event=\"claimed\"} 1",
+        &format!("echomq_server_jobs_total{{node=\"{node}\",event=\"enqueued\"}} 3"),
+        &format!("echomq_server_jobs_total{{node=\"{node}\",event=\"scheduled\"}} 1"),
+        &format!("echomq_server_jobs_total{{node=\"{node}\",event=\"claimed\"}} 1"),
     ] {
         assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
     }
-    // One job of the group waits and one runs, whichever of the two turns took first.
+    // The group's two jobs: one ready and one running, or both ready if the default group's
+    // turn came first, as the claim's round robin chose.
     let group: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("echomq_group_jobs{queue=\"mail\",group=\"acme\""))
@@ -115,6 +117,45 @@ fn emq_metrics_serves_each_queue_and_group_in_a_text_promtool_accepts() {
         "promtool check metrics: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_queue_that_cannot_be_read_is_down_with_no_counts_and_the_others_are_served() {
+    let s = server();
+    let mut con = s.conn();
+    enqueue(&mut con, "mail", "a");
+    enqueue(&mut con, "broken", "b");
+    // The broken queue's `dead` set holds a string: its STATS is refused WRONGTYPE.
+    let _: () = redis::cmd("SET")
+        .arg("emq:{broken}:dead")
+        .arg("x")
+        .query(&mut con)
+        .expect("set");
+    let port = free_port();
+    let _metrics = metrics(&s.url(), port);
+    let (code, response) = get(port, "/metrics", "");
+    assert_eq!(code, 200, "{response}");
+    let text = body(&response);
+    assert!(
+        text.lines()
+            .any(|l| l == "echomq_queue_up{queue=\"broken\"} 0"),
+        "{text}"
+    );
+    assert!(!text.contains("echomq_jobs{queue=\"broken\""), "{text}");
+    assert!(
+        !text.contains("echomq_queue_paused{queue=\"broken\""),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == "echomq_queue_up{queue=\"mail\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == "echomq_jobs{queue=\"mail\",state=\"pending\"} 1"),
+        "{text}"
     );
 }
 
@@ -181,7 +222,7 @@ fn a_real_prometheus_scrapes_emq_web_and_answers_queries_of_its_series() {
     assert_eq!(query(prom_port, pending, "2").as_deref(), Some("2"));
     let active = r#"echomq_jobs{queue="mail",state="active"}"#;
     assert_eq!(query(prom_port, active, "1").as_deref(), Some("1"));
-    let enqueued = r#"echomq_server_jobs_total{event="enqueued"}"#;
+    let enqueued = r#"sum(echomq_server_jobs_total{event="enqueued"})"#;
     assert_eq!(query(prom_port, enqueued, "3").as_deref(), Some("3"));
     // Prometheus saw the target up, as its own `up` series says.
     assert_eq!(
