@@ -44,6 +44,7 @@ const COMMANDS: &[Command] = &[
     commands::cron::UNCRON,
     commands::cron::CRONS,
     commands::stats::COMMAND,
+    commands::metrics::COMMAND,
     commands::groups::COMMAND,
     commands::job::COMMAND,
     commands::jobs::COMMAND,

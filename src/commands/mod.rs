@@ -26,6 +26,7 @@ pub mod key;
 pub mod limit;
 pub mod mack;
 pub mod menqueue;
+pub mod metrics;
 pub mod outbox;
 pub mod pause;
 pub mod purge;

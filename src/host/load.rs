@@ -3,12 +3,12 @@
 
 use std::os::raw::{c_int, c_longlong, c_void};
 use std::panic::catch_unwind;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use valkey_module::raw::ModuleOptions;
 use valkey_module::{raw, Context, Status};
 
-use crate::protocol::settings::{LEARN_FOREIGN_WRITES, SETTINGS};
+use crate::protocol::settings::{LEARN_FOREIGN_WRITES, METRICS, SETTINGS};
 use crate::protocol::EmqError;
 
 use super::string::{free_names, string_bytes};
@@ -199,7 +199,7 @@ pub fn register_settings(ctx: &Context) -> Result<(), String> {
             ));
         }
     }
-    register_learn_foreign_writes(ctx)?;
+    register_bools(ctx)?;
     let load = unsafe { raw::RedisModule_LoadConfigs }.ok_or("no module configs API")?;
     // SAFETY: OnLoad context, after every setting is registered.
     if unsafe { load(ctx.ctx) } != raw::REDISMODULE_OK as c_int {
@@ -208,44 +208,56 @@ pub fn register_settings(ctx: &Context) -> Result<(), String> {
     Ok(())
 }
 
-unsafe extern "C" fn get_learn(
-    _name: *const std::os::raw::c_char,
-    _privdata: *mut c_void,
-) -> c_int {
-    c_int::from(LEARN_FOREIGN_WRITES.load(Ordering::Relaxed))
+unsafe extern "C" fn get_bool(_name: *const std::os::raw::c_char, privdata: *mut c_void) -> c_int {
+    // SAFETY: registered with a pointer to a static `AtomicBool`.
+    let flag = unsafe { &*privdata.cast::<AtomicBool>() };
+    c_int::from(flag.load(Ordering::Relaxed))
 }
 
-unsafe extern "C" fn set_learn(
+unsafe extern "C" fn set_bool(
     _name: *const std::os::raw::c_char,
     value: c_int,
-    _privdata: *mut c_void,
+    privdata: *mut c_void,
     _err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
-    LEARN_FOREIGN_WRITES.store(value != 0, Ordering::Relaxed);
+    // SAFETY: registered with a pointer to a static `AtomicBool`.
+    let flag = unsafe { &*privdata.cast::<AtomicBool>() };
+    flag.store(value != 0, Ordering::Relaxed);
     raw::REDISMODULE_OK as c_int
 }
 
-/// `emq.learn-foreign-writes` (yes/no), set at load only: it decides the keyspace events
-/// EchoMQ subscribes to, which cannot be taken back while the module is loaded.
-fn register_learn_foreign_writes(ctx: &Context) -> Result<(), String> {
+/// The yes/no settings: `emq.learn-foreign-writes`, set at load only (it decides the keyspace
+/// events EchoMQ subscribes to, which cannot be taken back while the module is loaded), and
+/// `emq.metrics`, settable at run time.
+fn register_bools(ctx: &Context) -> Result<(), String> {
     // The crate's `register_bool_configuration` boxes data it never frees (as above).
     let register = unsafe { raw::RedisModule_RegisterBoolConfig }.ok_or("no module configs API")?;
-    LEARN_FOREIGN_WRITES.store(true, Ordering::Relaxed);
-    // SAFETY: OnLoad context; the callbacks read and write a static.
-    let status = unsafe {
-        register(
-            ctx.ctx,
-            c"learn-foreign-writes".as_ptr(),
-            1,
-            raw::REDISMODULE_CONFIG_IMMUTABLE as _,
-            Some(get_learn),
-            Some(set_learn),
-            None,
-            std::ptr::null_mut(),
-        )
-    };
-    if status != raw::REDISMODULE_OK as c_int {
-        return Err("could not register emq.learn-foreign-writes".into());
+    let bools: [(&std::ffi::CStr, &'static AtomicBool, u32); 2] = [
+        (
+            c"learn-foreign-writes",
+            &LEARN_FOREIGN_WRITES,
+            raw::REDISMODULE_CONFIG_IMMUTABLE,
+        ),
+        (c"metrics", &METRICS, raw::REDISMODULE_CONFIG_DEFAULT),
+    ];
+    for (name, flag, flags) in bools {
+        flag.store(true, Ordering::Relaxed);
+        // SAFETY: OnLoad context; the callbacks read and write the static `flag` points to.
+        let status = unsafe {
+            register(
+                ctx.ctx,
+                name.as_ptr(),
+                1,
+                flags as _,
+                Some(get_bool),
+                Some(set_bool),
+                None,
+                std::ptr::from_ref(flag).cast_mut().cast::<c_void>(),
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(format!("could not register emq.{}", name.to_string_lossy()));
+        }
     }
     Ok(())
 }

@@ -4,7 +4,7 @@
 //! ([`acl`]), keyspace events and replication by effect ([`propagate`]), blocking
 //! ([`block`]), the client and its context ([`client`]), what the server says of itself
 //! ([`server`]), events, the timer and the command filter ([`events`]), registration
-//! ([`register`], [`load`]), what the store may skip of a queue's `meta` hash ([`meta_cache`]), and the
+//! ([`register`], [`load`]), what the store may skip of a queue's `meta` hash ([`meta_cache`]), the queues' metrics ([`metrics`]), and the
 //! one panic guard ([`guard`]).
 //!
 //! The `valkey-module` crate's safe API is used where it serves every server EchoMQ supports
@@ -46,6 +46,7 @@ pub mod guard;
 pub mod key;
 pub mod load;
 pub mod meta_cache;
+pub mod metrics;
 pub mod propagate;
 pub mod ranked;
 pub mod register;

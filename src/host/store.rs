@@ -51,6 +51,7 @@ pub fn with_queue<'a, R>(
         access,
         sets: Default::default(),
         groups: Default::default(),
+        metrics: OnceCell::new(),
         prefix: Cell::new(None),
         events: OnceCell::new(),
         meta: RefCell::new(None),
@@ -72,6 +73,8 @@ pub struct ServerStore<'s, 'a> {
     sets: [OnceCell<Key<'s>>; Set::COUNT],
     /// The named groups' keys the call opened, each once.
     groups: groups::OpenGroups<'s>,
+    /// The queue's metrics, found at the call's first count.
+    metrics: OnceCell<Option<super::metrics::Shared>>,
     prefix: Cell<Option<RowPrefix>>,
     /// The event stream's cap (`None`: off), read once a call.
     events: OnceCell<Option<u64>>,
@@ -84,6 +87,13 @@ pub struct ServerStore<'s, 'a> {
 }
 
 impl<'s> ServerStore<'s, '_> {
+    /// The queue's metrics, found at the call's first use.
+    fn metrics(&self) -> Option<&super::metrics::Shared> {
+        self.metrics
+            .get_or_init(|| super::metrics::entry(self.queue_name()))
+            .as_ref()
+    }
+
     /// An open set (`Internal` before `open_sets`).
     pub(crate) fn set(&self, set: Set) -> Result<&Key<'s>, EmqError> {
         self.sets[set.index()].get().ok_or(EmqError::Internal)
@@ -130,6 +140,24 @@ impl<'a> Store for ServerStore<'_, 'a> {
     #[inline]
     fn now_ms(&self) -> i64 {
         now_ms() as i64
+    }
+
+    fn observe(&self, what: crate::protocol::metrics::Observed) {
+        super::metrics::observe(self.metrics(), what);
+    }
+
+    fn may_be_readied(&self) -> bool {
+        self.metrics().is_none_or(|m| m.borrow().metrics.readied)
+    }
+
+    fn note_claim(&self, id: u64, at: i64) {
+        if let Some(m) = self.metrics() {
+            super::metrics::note_claim(m, id, at);
+        }
+    }
+
+    fn take_claim(&self, id: u64) -> Option<i64> {
+        super::metrics::take_claim(self.metrics()?, id)
     }
 
     fn queue_name(&self) -> &[u8] {

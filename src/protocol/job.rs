@@ -74,11 +74,14 @@ pub enum Field {
     TimedOut,
     /// The group the job is in (`EMQ.ENQUEUE ... GROUP`), where it is in a named one.
     Group,
+    /// When the job last became ready other than by its enqueue (unix ms): promoted, requeued,
+    /// released or its lease run out, while the server keeps metrics.
+    Ready,
 }
 
 impl Field {
     /// Every field, in the row's order (the reference fields first).
-    pub const ALL: [Field; 20] = [
+    pub const ALL: [Field; 21] = [
         Field::State,
         Field::Attempts,
         Field::Payload,
@@ -99,6 +102,7 @@ impl Field {
         Field::Deadline,
         Field::TimedOut,
         Field::Group,
+        Field::Ready,
     ];
 
     pub fn as_cstr(self) -> &'static std::ffi::CStr {
@@ -123,6 +127,7 @@ impl Field {
             Field::Deadline => c"deadline",
             Field::TimedOut => c"timedout",
             Field::Group => c"group",
+            Field::Ready => c"ready",
         }
     }
 

@@ -14,6 +14,7 @@ pub mod flow;
 pub mod job;
 pub mod keyspace;
 pub mod limits;
+pub mod metrics;
 pub mod ranked;
 pub mod settings;
 pub mod slot;

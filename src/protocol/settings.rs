@@ -54,6 +54,14 @@ pub fn learn_foreign_writes() -> bool {
     LEARN_FOREIGN_WRITES.load(Ordering::Relaxed)
 }
 
+/// Whether the server keeps each queue's metrics (docs/observability.md): `emq.metrics`, on by
+/// default, settable at run time.
+pub static METRICS: AtomicBool = AtomicBool::new(true);
+
+pub fn metrics() -> bool {
+    METRICS.load(Ordering::Relaxed)
+}
+
 /// Upper bound of every duration setting and argument: one year, in ms.
 pub const MAX_DURATION_MS: i64 = 365 * 86_400_000;
 /// Latest due time `AT` takes, in unix ms: the largest integer a zset score (a double) holds

@@ -244,6 +244,20 @@ pub trait Store {
 
     /// The clock, in unix ms.
     fn now_ms(&self) -> i64;
+    /// Tells the queue's metrics what a transition did (docs/observability.md); kept in the
+    /// server's memory, never in a key. A store without metrics ignores it.
+    fn observe(&self, _what: crate::protocol::metrics::Observed) {}
+    /// Whether a row of the queue may hold `ready` ([`crate::protocol::metrics::Observed::Readied`]);
+    /// a store that cannot tell says it may.
+    fn may_be_readied(&self) -> bool {
+        true
+    }
+    /// Notes when the attempt of job `id` (its id's value) was claimed, for its run time.
+    fn note_claim(&self, _id: u64, _at: i64) {}
+    /// When the attempt of job `id` was claimed, forgotten now; `None` where not noted.
+    fn take_claim(&self, _id: u64) -> Option<i64> {
+        None
+    }
     /// The queue's name.
     fn queue_name(&self) -> &[u8];
     /// A string of the store's own, holding `bytes`.

@@ -61,7 +61,7 @@ pub fn bury<S: Store>(
 ) -> Result<(), EmqError> {
     store.remove(from, member)?;
     if from == Set::Active {
-        super::quota::left_active(store, row)?;
+        super::quota::left_active(store, row, member, crate::protocol::metrics::Ended::Dead)?;
     }
     set_state(store, row, State::Dead, error)?;
     entomb(store, member, row, now, error, parents)

@@ -270,7 +270,7 @@ fn release<S: Store>(store: &S, member: &S::Text, row: &S::Row<'_>) -> Result<()
         set_state(store, row, State::Scheduled, None)?;
         store.add(Set::Schedule, due, member)?;
     } else {
-        set_state(store, row, State::Pending, None)?;
+        super::timing::set_pending(store, row)?;
         ready::add(store, group.as_ref(), priority(store, row), member)?;
     }
     record(store, Event::Released, Some(member), || 0)?;

@@ -123,7 +123,12 @@ fn cancel_running<S: Store>(store: &S, row: &S::Row<'_>, member: &S::Text) -> Re
     let parents = finished::parents(store, row)?;
     let limits = limit::limits(store)?;
     store.remove(Set::Active, member)?;
-    quota::left_active(store, row)?;
+    quota::left_active(
+        store,
+        row,
+        member,
+        crate::protocol::metrics::Ended::Cancelled,
+    )?;
     store.set_fields(
         row,
         &[
@@ -181,14 +186,18 @@ pub(crate) fn revive<S: Store>(
         Set::Waiting => (State::Waiting, 0),
         _ => (State::Pending, priority(store, row)),
     };
-    store.set_fields(
-        row,
-        &[
-            (Field::State, Value::State(state)),
-            (Field::Attempts, Value::Int(0)),
-            (Field::Fence, Value::Int(fence)),
-        ],
-    )?;
+    // A job back in `pending` became ready now, as the metrics count its wait.
+    let fields = [
+        (Field::State, Value::State(state)),
+        (Field::Attempts, Value::Int(0)),
+        (Field::Fence, Value::Int(fence)),
+        (Field::Ready, Value::Int(store.now_ms())),
+    ];
+    let ready = to == Set::Pending && super::timing::on();
+    if ready {
+        super::timing::readied(store);
+    }
+    store.set_fields(row, &fields[..3 + usize::from(ready)])?;
     match to {
         Set::Pending => ready::add(store, group.as_ref(), score, member)?,
         _ => store.add(to, score, member)?,

@@ -7,6 +7,7 @@ use std::collections::HashSet;
 
 use crate::protocol::counters::{self, ACKED, DEAD, RENEWED, RETRIED, TIMED_OUT};
 use crate::protocol::flow::Outcome;
+use crate::protocol::metrics::Ended;
 use crate::protocol::{settings, EmqError, Event, Field, Holds, KeyRef, Set, State, Store, Value};
 
 use super::finished;
@@ -147,7 +148,7 @@ fn done<S: Store>(
     parents: Option<&S::Text>,
 ) -> Result<(), EmqError> {
     store.remove(Set::Active, member)?;
-    quota::left_active(store, row)?;
+    quota::left_active(store, row, member, Ended::Acked)?;
     finish(store, row, member, token, result, parents)
 }
 
@@ -277,7 +278,7 @@ pub fn ack_many<S: Store>(
             outcomes[at] = Err(EmqError::Lease);
             continue;
         }
-        quota::left_active(store, row)?;
+        quota::left_active(store, row, s.job.member, Ended::Acked)?;
         finish(store, row, s.job.member, token, s.result, parents.as_ref())?;
         acked += 1;
     }
@@ -352,7 +353,12 @@ fn retry_or_bury<S: Store>(
         n += 1;
     }
     store.remove(Set::Active, member)?;
-    quota::left_active(store, row)?;
+    let ended = match (timed_out, last) {
+        (Some(_), _) => Ended::TimedOut,
+        (None, true) => Ended::Dead,
+        (None, false) => Ended::Failed,
+    };
+    quota::left_active(store, row, member, ended)?;
     store.set_fields(row, &fields[..n])?;
     if last {
         entomb(store, member, row, now, error, parents.as_ref())?;

@@ -25,6 +25,7 @@ pub mod rounds;
 pub mod stats;
 pub mod take;
 pub mod tally;
+pub mod timing;
 pub mod unique;
 
 #[cfg(test)]
@@ -146,6 +147,7 @@ pub fn record<S: Store>(
     member: Option<&S::Text>,
     attempt: impl FnOnce() -> i64,
 ) -> Result<(), EmqError> {
+    timing::event(store, event);
     let Some(cap) = store.events()? else {
         return Ok(());
     };

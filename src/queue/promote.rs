@@ -3,12 +3,13 @@
 //! when they are buried in `dead`.
 
 use crate::protocol::counters::{self, DROPPED};
-use crate::protocol::{settings, EmqError, Event, Field, Holds, Set, State, Store};
+use crate::protocol::metrics::Ended;
+use crate::protocol::{settings, EmqError, Event, Field, Holds, Set, Store};
 
 use super::finished::bury;
 use super::lease::{self, Failed};
-use super::{attempts, priority, record, row_of, set_state};
-use super::{quota, ready};
+use super::{attempts, priority, record, row_of};
+use super::{quota, ready, timing};
 
 /// Most jobs one call (or one timer tick per queue) promotes from each of `schedule` and
 /// `active`, so no call does unbounded work.
@@ -161,9 +162,9 @@ fn move_to_pending<S: Store>(store: &S, from: Set, member: &Member<S>) -> Result
         return Ok(false);
     };
     if from == Set::Active {
-        quota::left_active(store, &row)?;
+        quota::left_active(store, &row, &member.text, Ended::Failed)?;
     }
-    set_state(store, &row, State::Pending, None)?;
+    timing::set_pending(store, &row)?;
     ready::add(store, group.as_ref(), priority(store, &row), &member.text)?;
     let event = match from {
         Set::Active => Event::Expired,

@@ -11,8 +11,10 @@
 use crate::protocol::limits::{rate_member, Rate};
 use crate::protocol::{EmqError, KeyRef, Meta, Set, Store, Table};
 
-use super::ready;
+use crate::protocol::metrics::Ended;
+
 use super::tally::{self, add_active};
+use super::{ready, timing};
 
 pub use super::tally::{any, GroupLimits};
 
@@ -30,10 +32,16 @@ pub fn mark_grouped<S: Store>(store: &S) -> Result<(), EmqError> {
     }
 }
 
-/// A job left `active` (acked, failed, expired, cancelled): in a grouped queue its group has
-/// one active job fewer, and a group held back by its limits takes its turn again once they
-/// leave it room.
-pub fn left_active<S: Store>(store: &S, row: &S::Row<'_>) -> Result<(), EmqError> {
+/// A job left `active`, its attempt `ended` (acked, failed, expired, timed out, cancelled): its
+/// run time is counted, and in a grouped queue its group has one active job fewer, and a group
+/// held back by its limits takes its turn again once they leave it room.
+pub fn left_active<S: Store>(
+    store: &S,
+    row: &S::Row<'_>,
+    member: &S::Text,
+    ended: Ended,
+) -> Result<(), EmqError> {
+    timing::ended(store, member, ended);
     if !ready::grouped(store)? {
         return Ok(());
     }

@@ -9,7 +9,7 @@ use crate::protocol::limits::{bounded, Limits, MAX_TIMEOUT_MS};
 use crate::protocol::{EmqError, Event, Field, Holds, Set, State, Store, Value};
 
 use super::promote::count_dropped;
-use super::{lease_token, leased_fields, record};
+use super::{lease_token, leased_fields, record, timing};
 
 /// Most pending members without a row (deleted by hand, evicted under an `allkeys-*` policy)
 /// one claim passes over, so no call does unbounded work.
@@ -27,6 +27,8 @@ pub struct Head<S: Store> {
 /// How long a claim's leases run: until `end`, and, in a queue whose jobs may carry a deadline
 /// (`timed`), until the attempt's deadline if that comes first.
 pub struct Lease {
+    /// When the claim takes its jobs.
+    now: i64,
     end: i64,
     /// `Some(now)` in a timed queue, with the queue's limit on one attempt.
     timed: Option<(i64, Option<i64>)>,
@@ -35,6 +37,7 @@ pub struct Lease {
 impl Lease {
     pub fn new(limits: &Limits, now: i64, lease_ms: i64) -> Self {
         Lease {
+            now,
             end: now.saturating_add(lease_ms),
             timed: limits.timed.then_some((now, limits.timeout)),
         }
@@ -59,6 +62,7 @@ pub fn lease_all<S: Store>(
 ) -> Result<Claimed, EmqError> {
     let mut out = Claimed::with_capacity(head.len());
     let mut taken = Vec::with_capacity(head.len());
+    let metrics = timing::on();
     for (member, row) in &head {
         let Some(row) = row else {
             count_dropped();
@@ -76,6 +80,9 @@ pub fn lease_all<S: Store>(
             let _ = write!(free, "{d}:{token}");
             41 - free.len()
         });
+        if metrics {
+            timing::claimed(store, row, member, lease.now);
+        }
         let fields = [
             (Field::State, Value::State(State::Active)),
             (Field::Attempts, Value::Int(attempts)),

@@ -41,6 +41,10 @@ fn section(ctx: &InfoContext) -> ValkeyResult<()> {
         .field("timer_ticks", get(&TICKS))?
         .field("timer_ticks_at_budget", get(&TICKS_AT_BUDGET))?
         .field("timer_visits_refused", get(&VISITS_REFUSED))?;
+    let (metered, running) = crate::host::metrics::sizes();
+    s = s
+        .field("metrics_queues", metered as u64)?
+        .field("metrics_running", running as u64)?;
     for (reason, counter) in REFUSAL_REASONS.iter().zip(REFUSALS.iter()) {
         s = s.field(&format!("refused_{reason}"), get(counter))?;
     }

@@ -1,0 +1,260 @@
+//! The queues' metrics (docs/observability.md): `EMQ.METRICS` counts each event of a queue's jobs,
+//! and its wait, run and end-to-end histograms count each claim, each attempt by how it ended
+//! and each ack; a run that lasted at least a known time lands past the buckets below it; a
+//! promoted job's wait counts from its promotion (`ready`); `emq.metrics no` counts nothing; the
+//! caller must be able to read the queue.
+
+use emq_harness as support;
+
+use std::thread::sleep;
+use std::time::Duration;
+
+use redis::{cmd, Value};
+use support::flow::fail;
+use support::*;
+
+/// `EMQ.METRICS <q>` over RESP3, as (name, value) pairs.
+fn metrics(con: &mut Connection, q: &str) -> Vec<(String, Value)> {
+    let reply: Value = cmd("EMQ.METRICS").arg(q).query(con).expect("EMQ.METRICS");
+    map_pairs(&reply)
+}
+
+fn field<'a>(pairs: &'a [(String, Value)], name: &str) -> &'a Value {
+    &pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .unwrap_or_else(|| panic!("no {name} in {pairs:?}"))
+        .1
+}
+
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(n) => *n,
+        other => panic!("an integer, got {other:?}"),
+    }
+}
+
+/// A histogram's `count`, and its cumulative count at `le` ms.
+fn histogram(v: &Value, le: i64) -> (i64, i64) {
+    let pairs = map_pairs(v);
+    let Value::Array(buckets) = field(&pairs, "buckets") else {
+        panic!("buckets: {pairs:?}")
+    };
+    let at = buckets
+        .iter()
+        .find_map(|b| match b {
+            Value::Array(pair) if pair[0] == Value::Int(le) => Some(int(&pair[1])),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no bucket {le}"));
+    (int(field(&pairs, "count")), at)
+}
+
+fn event(m: &[(String, Value)], name: &str) -> i64 {
+    int(field(&map_pairs(field(m, "events")), name))
+}
+
+fn run<'a>(m: &'a [(String, Value)], ended: &str) -> &'a Value {
+    let Value::Map(runs) = field(m, "run") else {
+        panic!("run: {m:?}")
+    };
+    &runs
+        .iter()
+        .find(|(k, _)| text(k) == ended)
+        .unwrap_or_else(|| panic!("no run {ended}"))
+        .1
+}
+
+fn enqueue_minted(con: &mut Connection, q: &str, payload: &str, opts: &[&str]) -> String {
+    cmd("EMQ.ENQUEUE")
+        .arg(q)
+        .arg("*")
+        .arg(payload)
+        .arg(opts)
+        .query(con)
+        .expect("enqueue")
+}
+
+#[test]
+fn each_event_and_each_attempt_is_counted_by_how_it_ended() {
+    let server = Server::start(Options::default().arg("emq.max-attempts", "2"));
+    let mut con = server.conn3();
+    for p in ["a", "b", "c"] {
+        enqueue_minted(&mut con, "m", p, &[]);
+    }
+    let jobs = claim(&mut con, "m", &["COUNT", "3"]).expect("jobs");
+    assert_eq!(jobs.len(), 3);
+    // One acked at once, one acked after at least 1,100 ms, one failed twice: dead.
+    let by = |p: &str| {
+        jobs.iter()
+            .find(|j| j.1 == p.as_bytes())
+            .expect("job")
+            .clone()
+    };
+    let (a, b, c) = (by("a"), by("b"), by("c"));
+    let _: Value = cmd("EMQ.ACK")
+        .arg("m")
+        .arg(&a.0)
+        .arg(a.2)
+        .query(&mut con)
+        .expect("ack");
+    fail(&mut con, "m", &c.0, c.2, "first");
+    sleep(Duration::from_millis(1100));
+    let _: Value = cmd("EMQ.ACK")
+        .arg("m")
+        .arg(&b.0)
+        .arg(b.2)
+        .query(&mut con)
+        .expect("ack");
+
+    let m = metrics(&mut con, "m");
+    assert_eq!(event(&m, "enqueued"), 3);
+    assert_eq!(event(&m, "claimed"), 3);
+    assert_eq!(event(&m, "acked"), 2);
+    assert_eq!(event(&m, "retrying"), 1);
+    assert_eq!(histogram(field(&m, "wait"), 1).0, 3);
+    let (acked, within_a_second) = histogram(run(&m, "acked"), 1000);
+    assert_eq!(acked, 2);
+    assert_eq!(
+        within_a_second, 1,
+        "the ack after 1,100 ms ran past the 1,000 ms bucket"
+    );
+    assert_eq!(histogram(run(&m, "failed"), 1).0, 1);
+    assert_eq!(histogram(run(&m, "dead"), 1).0, 0);
+    let (e2e, _) = histogram(field(&m, "end-to-end"), 1000);
+    assert_eq!(e2e, 2);
+
+    // The failed job's second attempt, once due, fails on its last: dead.
+    let second = wait_until(Duration::from_secs(20), || {
+        claim(&mut con, "m", &[]).is_some_and(|j| {
+            !j.is_empty() && {
+                fail(&mut con, "m", &j[0].0, j[0].2, "second");
+                true
+            }
+        })
+    });
+    assert!(second, "the retry came due");
+    let m = metrics(&mut con, "m");
+    assert_eq!(event(&m, "dead"), 1);
+    assert_eq!(event(&m, "promoted"), 1);
+    assert_eq!(histogram(run(&m, "dead"), 1).0, 1);
+    assert_eq!(histogram(field(&m, "wait"), 1).0, 4);
+    assert_eq!(field(&m, "oldest-pending-ms"), &Value::Nil);
+    // One queue counted, and no attempt left in flight to time.
+    assert_eq!(info_int(&mut con, "emq", "emq_metrics_queues"), 1);
+    assert_eq!(info_int(&mut con, "emq", "emq_metrics_running"), 0);
+}
+
+#[test]
+fn a_promoted_job_waits_from_its_promotion_and_a_pending_one_shows_its_age() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn3();
+    let before = now_ms();
+    let id = enqueue_minted(&mut con, "m", "later", &["DELAY", "1500"]);
+    assert!(
+        wait_until(Duration::from_secs(20), || row_field(
+            &mut con, "m", &id, "state"
+        )
+        .as_deref()
+            == Some("pending")),
+        "promoted"
+    );
+    let ready: i64 = row_field(&mut con, "m", &id, "ready")
+        .expect("the promotion's time")
+        .parse()
+        .expect("ms");
+    assert!(
+        ready >= before + 1500,
+        "promoted at {ready}, due after {}",
+        before + 1500
+    );
+    let m = metrics(&mut con, "m");
+    assert!(
+        int(field(&m, "oldest-pending-ms")) >= 1500,
+        "since its id was minted"
+    );
+    let before_claim = now_ms();
+    let jobs = claim(&mut con, "m", &[]).expect("the job");
+    let after_claim = now_ms();
+    assert_eq!(jobs[0].0, id);
+    let m = metrics(&mut con, "m");
+    let wait = map_pairs(field(&m, "wait"));
+    assert_eq!(int(field(&wait, "count")), 1);
+    // Counted from its promotion, not from its id: the delay is not in it.
+    let waited = int(field(&wait, "sum-ms"));
+    assert!(
+        (before_claim - ready..=after_claim - ready).contains(&waited),
+        "waited {waited} ms, claimed {} to {} ms after its promotion",
+        before_claim - ready,
+        after_claim - ready
+    );
+}
+
+#[test]
+fn with_metrics_off_nothing_is_counted() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn3();
+    config_set(&mut con, "emq.metrics", "no");
+    let id = enqueue_minted(&mut con, "m", "x", &[]);
+    let jobs = claim(&mut con, "m", &[]).expect("the job");
+    let _: Value = cmd("EMQ.ACK")
+        .arg("m")
+        .arg(&id)
+        .arg(jobs[0].2)
+        .query(&mut con)
+        .expect("ack");
+    let m = metrics(&mut con, "m");
+    assert_eq!(event(&m, "enqueued"), 0);
+    assert_eq!(event(&m, "acked"), 0);
+    assert_eq!(histogram(run(&m, "acked"), 1).0, 0);
+    // On again: counted from then on.
+    config_set(&mut con, "emq.metrics", "yes");
+    enqueue_minted(&mut con, "m", "y", &[]);
+    assert_eq!(event(&metrics(&mut con, "m"), "enqueued"), 1);
+}
+
+#[test]
+fn reading_a_queue_s_metrics_needs_the_right_to_read_the_queue() {
+    let server = Server::start(Options::default());
+    let mut admin = server.conn3();
+    enqueue_minted(&mut admin, "orders", "x", &[]);
+    let mut other = user_with(&server, "other", &["~emq:{mail}:*", "+@all"]);
+    let err = expect_err(&mut other, cmd("EMQ.METRICS").arg("orders"));
+    assert!(err.starts_with("NOPERM"), "{err}");
+    let mut reader = user_with(&server, "reader", &["%R~emq:{orders}:*", "+@all"]);
+    let counted: Value = cmd("EMQ.METRICS")
+        .arg("orders")
+        .query(&mut reader)
+        .expect("metrics");
+    assert!(
+        matches!(counted, Value::Array(_) | Value::Map(_)),
+        "{counted:?}"
+    );
+}
+
+#[test]
+fn an_attempt_the_server_ends_at_its_deadline_is_timed_as_timed_out() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn3();
+    enqueue_minted(&mut con, "m", "slow", &["TIMEOUT", "200"]);
+    let jobs = claim(&mut con, "m", &[]).expect("the job");
+    assert_eq!(jobs.len(), 1);
+    // No renewal, no settle: the timer ends the attempt once its deadline passes.
+    let ended = wait_until(Duration::from_secs(20), || {
+        histogram(run(&metrics(&mut con, "m"), "timed-out"), 1).0 == 1
+    });
+    assert!(ended, "the attempt was timed out");
+    let m = metrics(&mut con, "m");
+    let (timed_out, within_100_ms) = histogram(run(&m, "timed-out"), 100);
+    assert_eq!(
+        (timed_out, within_100_ms),
+        (1, 0),
+        "it ran its 200 ms at least"
+    );
+    assert_eq!(
+        histogram(run(&m, "failed"), 1).0,
+        0,
+        "counted once, as timed out"
+    );
+    assert_eq!(event(&m, "retrying"), 1);
+}
