@@ -211,6 +211,31 @@ export interface GroupInfo {
   'rate-used': number;
 }
 
+/** Durations counted in fixed buckets (`EMQ.METRICS`). */
+export interface Histogram {
+  count: number;
+  sumMs: number;
+  /** `[le, count]`: how many took at most `le` ms (`null`: any time), cumulative, ascending. */
+  buckets: [number | null, number][];
+}
+
+/** A queue's metrics as the server keeps them (`EMQ.METRICS`, docs/observability.md). */
+export interface Metrics {
+  /** Each event's count, by the event stream's names (`enqueued`, `claimed`, `acked`, ...). */
+  events: Record<string, number>;
+  /** From ready to claimed. */
+  wait: Histogram;
+  /** From claimed to settled, by how the attempt ended: `acked`, `failed`, `dead`, `timed-out`. */
+  run: Record<string, Histogram>;
+  /** From the id's minting to the ack. */
+  endToEnd: Histogram;
+  /** How long the default group's first pending job has waited; `null`: nothing pending. */
+  oldestPendingMs: number | null;
+}
+
+/** The least bucket bound (ms) holding at least the fraction `q` of the durations. */
+export function quantileBound(h: Histogram, q: number): number | null;
+
 export interface GroupsPage {
   /** Pass it back for the next page; `'0'` at the end. */
   cursor: string;
@@ -313,6 +338,8 @@ export declare class Queue {
   enqueue(payload: Payload, options?: EnqueueOptions): Promise<string>;
   enqueueMany(jobs: Iterable<JobSpec>, options?: { chunk?: number }): Promise<string[]>;
   stats(): Promise<Stats>;
+  /** The queue's metrics as the server that holds it keeps them (`EMQ.METRICS`). */
+  metrics(): Promise<Metrics>;
   job(id: string): Promise<JobRow | null>;
   jobs(set: SetName, options?: { cursor?: string; count?: number; withPayloads?: boolean }): Promise<JobsPage>;
   /** A parent's children and how each ended (every page of `EMQ.CHILDREN`). */

@@ -8,6 +8,7 @@ export { Worker, PROTOCOL_MAJOR, MAX_ERROR, SETTLE_BATCH, checkVersion, errorTex
 export { Job, Retry } from './job.js';
 export { mint } from './ids.js';
 export { eventsKey } from './events.js';
+export { quantileBound } from './metrics.js';
 export {
   EmqError,
   EmqQueueError,

@@ -9,6 +9,7 @@ import { readEvents } from './events.js';
 import { adopt, familyArgs } from './family.js';
 import { batch, chain, flow } from './flow.js';
 import { mint } from './ids.js';
+import { parseMetrics } from './metrics.js';
 import { backoff, sleep, transient } from './retry.js';
 
 /** Jobs one `EMQ.MENQUEUE` carries (the server takes up to 10,000). */
@@ -135,6 +136,14 @@ export class Queue {
    * pause flag, and the limits and their use (`EMQ.STATS`). */
   async stats() {
     return pairs(await this.send(['EMQ.STATS', this.name], true));
+  }
+
+  /**
+   * The queue's metrics as the server that holds it keeps them (`EMQ.METRICS`): they start from
+   * zero when that server restarts or a replica takes over.
+   */
+  async metrics() {
+    return parseMetrics(await this.send(['EMQ.METRICS', this.name], true));
   }
 
   /** A job's row, its set and its score there (`EMQ.JOB`); null when there is no such job. */

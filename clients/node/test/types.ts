@@ -8,6 +8,7 @@ import {
   EmqLeaseError,
   EmqParentError,
   Job,
+  Metrics,
   Queue,
   Retry,
   Worker,
@@ -21,6 +22,7 @@ import {
   type Handover,
   type QueueEvent,
   type Stats,
+  quantileBound,
   type WorkerEvent,
 } from 'echomq';
 
@@ -33,6 +35,10 @@ export async function producer(): Promise<void> {
   const ids: string[] = await q.enqueueMany([{ payload: { n: 1 } }, { payload: 'x', priority: 2, id }]);
   const stats: Stats = await q.stats();
   const active: number = stats.active;
+  const metrics: Metrics = await q.metrics();
+  const acked: number | undefined = metrics.events.acked;
+  const runBound: number | null = quantileBound(metrics.run.acked, 0.99);
+  const oldest: number | null = metrics.oldestPendingMs;
   const row = await q.job(ids[0]);
   const attempts: number | undefined = row?.attempts;
   const cancelledToken: number | undefined = row?.cancelled;

@@ -30,6 +30,7 @@ from .events import WorkerEvent
 from .flows import Child, Children, Node, Parent, minted
 from .ids import mint
 from .job import Job, Retry
+from .metrics import Histogram, Metrics
 from .queue import Queue
 from .serializers import Json, Raw, Serializer
 from .worker import Worker
@@ -55,7 +56,9 @@ __all__ = [
     "Child",
     "Children",
     "Job",
+    "Histogram",
     "Json",
+    "Metrics",
     "Node",
     "Parent",
     "PROTOCOL_MAJOR",

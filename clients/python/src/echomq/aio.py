@@ -23,6 +23,9 @@ from .flows import (
     Children, Node, NodeLike, ParentLike, batched, chained, minted, parents_of, steps,
 )
 from .job import Job
+from .metrics import Metrics
+from .metrics import command as metrics_command
+from .metrics import parse as parse_metrics
 from .queue import CHUNK, Settings
 from .serializers import Serializer
 from .worker import Claiming, outcome, version_options
@@ -129,6 +132,9 @@ class AsyncQueue(Settings):
 
     async def stats(self) -> Dict[str, Optional[int]]:
         return cmd.counts(await self._send(cmd.stats(self.name)))
+
+    async def metrics(self) -> Metrics:
+        return parse_metrics(await self._send(metrics_command(self.name)))
 
     async def job(self, job_id: str) -> Optional[Dict[str, Any]]:
         return cmd.row(await self._send(cmd.job(self.name, job_id)))

@@ -12,6 +12,9 @@ from ._replicas import moved, pipelined, refresh, wait_settings
 from ._retry import backoff, retry_after
 from .cancel import cancel as cancelling
 from .errors import EmqParentError
+from .metrics import Metrics
+from .metrics import command as metrics_command
+from .metrics import parse as parse_metrics
 from .flows import (
     Children, Node, NodeLike, ParentLike, batched, chained, minted, parents_of, steps,
 )
@@ -191,6 +194,11 @@ class Queue(Settings):
         knows (``groups``: those with ready or active jobs, a limit of their own or a pause),
         whether the queue is paused, and its limits and their use."""
         return cmd.counts(self._send(cmd.stats(self.name)))
+
+    def metrics(self) -> Metrics:
+        """The queue's metrics as the server that holds it keeps them (``EMQ.METRICS``): they
+        start from zero when that server restarts or a replica takes over."""
+        return parse_metrics(self._send(metrics_command(self.name)))
 
     def job(self, job_id: str) -> Optional[Dict[str, Any]]:
         """A job's row, its set and its score there; ``None`` when there is no such job."""
