@@ -28,7 +28,7 @@ const CONSOLE: Layers = &[
     &["error", "escape"],
     &["deployment"],
     &["overview"],
-    &["history", "flow", "groups"],
+    &["history", "flow", "groups", "latency"],
     &["metrics"],
     &["top", "web"],
     &["cli"],

@@ -11,6 +11,7 @@ pub mod escape;
 pub mod flow;
 pub mod groups;
 pub mod history;
+pub mod latency;
 pub mod metrics;
 pub mod overview;
 pub mod top;

@@ -14,6 +14,7 @@ use axum::Router;
 use crate::deployment::Deployment;
 use crate::error::Result;
 use crate::groups;
+use crate::latency;
 use crate::overview::{self, QueueRow};
 
 /// Most groups of one queue a scrape reports (its first page: the largest backlogs), so the
@@ -80,9 +81,16 @@ pub async fn render(dep: &Deployment) -> Result<String> {
             groups.push((q.name.clone(), rows));
         }
     }
+    let readable: Vec<String> = queues
+        .iter()
+        .filter(|q| q.error.is_none())
+        .map(|q| q.name.clone())
+        .collect();
+    let timed = latency::read(dep, &readable).await;
     let mut out = String::new();
     queue_series(&mut out, &queues);
     group_series(&mut out, &groups);
+    latency::render(&mut out, &timed, label);
     family(
         &mut out,
         "echomq_server_jobs_total",

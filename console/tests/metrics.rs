@@ -77,6 +77,13 @@ fn emq_metrics_serves_each_queue_and_group_in_a_text_promtool_accepts() {
         &format!("echomq_server_jobs_total{{node=\"{node}\",event=\"enqueued\"}} 3"),
         &format!("echomq_server_jobs_total{{node=\"{node}\",event=\"scheduled\"}} 1"),
         &format!("echomq_server_jobs_total{{node=\"{node}\",event=\"claimed\"}} 1"),
+        "echomq_queue_events_total{queue=\"mail\",event=\"enqueued\"} 3",
+        "echomq_queue_events_total{queue=\"mail\",event=\"scheduled\"} 1",
+        "echomq_jobs_completed_total{queue=\"mail\"} 0",
+        "echomq_job_wait_seconds_count{queue=\"mail\"} 1",
+        "echomq_job_wait_seconds_bucket{queue=\"mail\",le=\"+Inf\"} 1",
+        "echomq_job_run_seconds_count{queue=\"mail\",outcome=\"acked\"} 0",
+        "echomq_job_end_to_end_seconds_count{queue=\"mail\"} 0",
     ] {
         assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
     }
@@ -224,6 +231,31 @@ fn a_real_prometheus_scrapes_emq_web_and_answers_queries_of_its_series() {
     assert_eq!(query(prom_port, active, "1").as_deref(), Some("1"));
     let enqueued = r#"sum(echomq_server_jobs_total{event="enqueued"})"#;
     assert_eq!(query(prom_port, enqueued, "3").as_deref(), Some("3"));
+    // The two jobs left run for at least 1.1 s each, claimed and acked by hand: the server
+    // times them, and Prometheus sees them completed and their run times' median in the
+    // (1 s, 2.5 s] bucket of that sleep.
+    for _ in 0..2 {
+        let jobs: Vec<(String, Vec<u8>, i64)> = redis::cmd("EMQ.CLAIM")
+            .arg("mail")
+            .query(&mut con)
+            .expect("claim");
+        let [(id, _, token)]: [_; 1] = jobs.try_into().expect("one job");
+        std::thread::sleep(Duration::from_millis(1100));
+        let _: i64 = redis::cmd("EMQ.ACK")
+            .arg("mail")
+            .arg(&id)
+            .arg(token)
+            .query(&mut con)
+            .expect("ack");
+    }
+    let completed = r#"echomq_jobs_completed_total{queue="mail"}"#;
+    assert_eq!(query(prom_port, completed, "2").as_deref(), Some("2"));
+    let rate = format!("rate({completed}[1m]) > bool 0");
+    assert_eq!(query(prom_port, &rate, "1").as_deref(), Some("1"));
+    let median = r#"histogram_quantile(0.5, echomq_job_run_seconds_bucket{queue="mail",outcome="acked"}) > bool 1"#;
+    assert_eq!(query(prom_port, median, "1").as_deref(), Some("1"));
+    let within = r#"histogram_quantile(0.5, echomq_job_run_seconds_bucket{queue="mail",outcome="acked"}) <= bool 2.5"#;
+    assert_eq!(query(prom_port, within, "1").as_deref(), Some("1"));
     // Prometheus saw the target up, as its own `up` series says.
     assert_eq!(
         query(prom_port, r#"up{job="emq"}"#, "1").as_deref(),
