@@ -2,6 +2,7 @@
 //! policy, and the batched life by the way it settles, against Lua and the native floor.
 
 mod batched;
+pub mod metrics;
 mod one_at_a_time;
 pub mod tables;
 

@@ -67,12 +67,13 @@ impl Scale {
 type Only = (&'static str, fn(&Scale) -> String);
 
 /// What `BENCH_ONLY` can name: one table alone, printed, nothing written.
-const ONLY: [Only; 5] = [
+const ONLY: [Only; 6] = [
     ("tax", only_tax),
     ("idle", only_idle),
     ("lifecycle", only_lifecycle),
     ("flows", only_flows),
     ("groups", only_groups),
+    ("metrics", only_metrics),
 ];
 
 /// The table of what EchoMQ costs commands on other keys.
@@ -116,6 +117,13 @@ fn only_groups(scale: &Scale) -> String {
     md
 }
 
+/// The table of what the server's metrics cost a job's whole life.
+fn only_metrics(scale: &Scale) -> String {
+    let mut md = String::new();
+    lifecycle::metrics::table(&mut md, &bench_server(), scale.rounds, scale.jobs);
+    md
+}
+
 /// The server the enqueue, lifecycle and latency tables measure.
 fn bench_server() -> Server {
     Server::start(Options::default().arg("maxclients", "1000"))
@@ -141,6 +149,7 @@ fn everything(scale: &Scale) -> String {
         scale.jobs,
         scale.pick(10_000, 100),
     );
+    lifecycle::metrics::table(&mut md, &server, scale.rounds, scale.jobs);
     // Delayed queues the timer watches: in the latency table, then in the idle table.
     let (queues, secs) = scale.pick((100_000, 5), (2_000, 1));
     latency::table(
