@@ -258,3 +258,53 @@ fn an_attempt_the_server_ends_at_its_deadline_is_timed_as_timed_out() {
     );
     assert_eq!(event(&m, "retrying"), 1);
 }
+
+#[test]
+fn attempts_in_flight_are_forgotten_when_their_keys_go_and_the_queue_used_longest_ago_makes_room() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn3();
+    for p in ["a", "b", "c"] {
+        enqueue_minted(&mut con, "gone", p, &[]);
+    }
+    claim(&mut con, "gone", &["COUNT", "3"]).expect("jobs");
+    assert_eq!(info_int(&mut con, "emq", "emq_metrics_running"), 3);
+    let _: () = cmd("FLUSHALL").query(&mut con).expect("flushall");
+    assert_eq!(
+        info_int(&mut con, "emq", "emq_metrics_running"),
+        0,
+        "flushed"
+    );
+
+    // A queue whose keys are deleted by hand: its attempts in flight go once EchoMQ sees it gone.
+    enqueue_minted(&mut con, "dropped", "d", &[]);
+    claim(&mut con, "dropped", &[]).expect("job");
+    assert_eq!(info_int(&mut con, "emq", "emq_metrics_running"), 1);
+    let keys: Vec<String> = cmd("KEYS")
+        .arg("emq:{dropped}:*")
+        .query(&mut con)
+        .expect("keys");
+    let _: () = cmd("DEL").arg(&keys).query(&mut con).expect("del");
+    assert!(
+        wait_until(Duration::from_secs(20), || info_int(
+            &mut con,
+            "emq",
+            "emq_metrics_running"
+        ) == 0),
+        "the deleted queue's attempt forgotten"
+    );
+
+    // 10,000 queues counted; the next one takes the place of the one used longest ago.
+    let mut pipe = redis::pipe();
+    for n in 0..10_000 {
+        pipe.cmd("EMQ.ENQUEUE")
+            .arg(format!("q{n}"))
+            .arg("*")
+            .arg("x")
+            .ignore();
+    }
+    let _: () = pipe.query(&mut con).expect("enqueues");
+    assert_eq!(info_int(&mut con, "emq", "emq_metrics_queues"), 10_000);
+    enqueue_minted(&mut con, "newest", "x", &[]);
+    assert_eq!(info_int(&mut con, "emq", "emq_metrics_queues"), 10_000);
+    assert_eq!(event(&metrics(&mut con, "newest"), "enqueued"), 1);
+}

@@ -73,11 +73,20 @@ fn series_named(text: &str) -> BTreeSet<String> {
 #[test]
 fn the_alert_rules_pass_promtool_s_checks_and_each_alert_s_test() {
     let dir = observability();
-    assert_ok(&promtool(&dir, &["check", "rules", "alerts.yml"]), "check rules");
-    assert_ok(&promtool(&dir, &["test", "rules", "alerts.test.yml"]), "test rules");
+    assert_ok(
+        &promtool(&dir, &["check", "rules", "alerts.yml"]),
+        "check rules",
+    );
+    assert_ok(
+        &promtool(&dir, &["test", "rules", "alerts.test.yml"]),
+        "test rules",
+    );
     let tests = std::fs::read_to_string(dir.join("alerts.test.yml")).expect("the tests");
     let rules = std::fs::read_to_string(dir.join("alerts.yml")).expect("the rules");
-    for line in rules.lines().filter_map(|l| l.trim().strip_prefix("- alert: ")) {
+    for line in rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+    {
         assert!(
             tests.contains(&format!("alertname: {line}")),
             "no promtool test for {line}"
@@ -93,10 +102,10 @@ fn every_dashboard_query_parses_as_promql() {
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
     for (i, q) in queries.iter().enumerate() {
         // Grafana's variables, as it would fill them in.
-        let q = q
-            .replace("$__rate_interval", "5m")
-            .replace("$queue", ".*");
-        rules.push_str(&format!("      - record: dashboard:q{i}\n        expr: '{q}'\n"));
+        let q = q.replace("$__rate_interval", "5m").replace("$queue", ".*");
+        rules.push_str(&format!(
+            "      - record: dashboard:q{i}\n        expr: '{q}'\n"
+        ));
     }
     std::fs::write(dir.path().join("dashboard.yml"), rules).expect("write");
     assert_ok(

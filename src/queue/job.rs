@@ -193,7 +193,8 @@ pub(crate) fn revive<S: Store>(
         (Field::Fence, Value::Int(fence)),
         (Field::Ready, Value::Int(store.now_ms())),
     ];
-    let ready = to == Set::Pending && super::timing::on();
+    // Written whether metrics are kept or not, so no older time stays behind.
+    let ready = to == Set::Pending;
     if ready {
         super::timing::readied(store);
     }

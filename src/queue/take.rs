@@ -81,7 +81,9 @@ pub fn lease_all<S: Store>(
             41 - free.len()
         });
         if metrics {
-            timing::claimed(store, row, member, lease.now);
+            // Its attempts before this one, or a requeue's fence: claimed before.
+            let again = attempts > 1 || fence > 0;
+            timing::claimed(store, row, member, lease.now, again);
         }
         let fields = [
             (Field::State, Value::State(State::Active)),

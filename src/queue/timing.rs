@@ -32,14 +32,16 @@ pub fn event<S: Store>(store: &S, event: Event) {
 }
 
 /// A job is claimed at `now`: how long it waited since it last became ready (its `ready`, or
-/// its id's minting for a job ready since its enqueue).
-pub fn claimed<S: Store>(store: &S, row: &S::Row<'_>, member: &S::Text, now: i64) {
+/// its id's minting for a job ready since its enqueue). A job claimed before (`again`: its
+/// attempts or its fence not 0) has a `ready`; another has one only in a queue where a
+/// transition wrote one, as far as this server saw since it started (a delayed job or a
+/// released parent promoted before a restart is counted from its id).
+pub fn claimed<S: Store>(store: &S, row: &S::Row<'_>, member: &S::Text, now: i64, again: bool) {
     if let Some(id) = BrandedId::parse(store.bytes(member)) {
         store.note_claim(id.value(), now);
     }
     let readied = || time_field(store, row, Field::Ready);
-    let since = store
-        .may_be_readied()
+    let since = (again || store.may_be_readied())
         .then(readied)
         .flatten()
         .or_else(|| minted_ms(store, member));
@@ -67,15 +69,17 @@ pub fn ended<S: Store>(store: &S, member: &S::Text, ended: Ended) {
     }
 }
 
-/// `state pending`, and, while metrics are kept, when the job became ready (`ready`): a
-/// promotion, an expired lease, a released parent.
+/// `state pending`, and when the job became ready (`ready`): a promotion, an expired lease, a
+/// released parent. Written whether metrics are kept or not, so no older time stays behind.
 pub fn set_pending<S: Store>(store: &S, row: &S::Row<'_>) -> Result<(), EmqError> {
-    let fields = [
-        (Field::State, Value::State(State::Pending)),
-        (Field::Ready, Value::Int(store.now_ms())),
-    ];
     readied(store);
-    store.set_fields(row, &fields[..1 + usize::from(on())])
+    store.set_fields(
+        row,
+        &[
+            (Field::State, Value::State(State::Pending)),
+            (Field::Ready, Value::Int(store.now_ms())),
+        ],
+    )
 }
 
 /// A transition writes a row's `ready`: the queue's claims read it from now on.

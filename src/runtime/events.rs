@@ -205,6 +205,7 @@ impl ServerEvents for Events {
                 meta_watch::databases_changed();
                 timer::watched().forget_db(db);
                 queues::forget_db(db);
+                crate::host::metrics::forget_running();
             }
             ServerEvent::SlotMigration(kind, ranges) => {
                 cluster::on_atomic_migration(kind, ranges);

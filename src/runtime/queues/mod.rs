@@ -126,8 +126,9 @@ fn check_left(ctx: &Context, db: i32, queue: Queue<'_>) {
     }
     if has_own_keys(ctx, queue) {
         registry().present(db, queue.as_bytes());
-    } else {
-        registry().gone(db, queue.as_bytes(), now_ms() as i64);
+    } else if registry().gone(db, queue.as_bytes(), now_ms() as i64) {
+        // Its keys are gone: no attempt of it in flight can end through EchoMQ.
+        crate::host::metrics::forget_queue(queue.as_bytes());
     }
 }
 
@@ -353,8 +354,9 @@ pub fn on_cron(ctx: &Context, now: i64) -> bool {
             registry().forget(db, &name);
         } else if has_own_keys(ctx, queue) {
             registry().present(db, &name);
-        } else {
-            registry().gone(db, &name, now);
+        } else if registry().gone(db, &name, now) {
+            // Its keys are gone: no attempt of it in flight can end through EchoMQ.
+            crate::host::metrics::forget_queue(&name);
         }
     }
     select_db(ctx, original);
