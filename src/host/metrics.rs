@@ -75,8 +75,11 @@ pub fn entry(queue: &[u8]) -> Option<Shared> {
     })
 }
 
-/// Notes that job `id`'s attempt was claimed at `at`.
-pub fn note_claim(entry: &Shared, id: u64, at: i64) {
+/// Notes that job `id`'s attempt was claimed at `at` (in the entry of a queue that has one).
+pub fn note_claim(entry: Option<&Shared>, id: u64, at: i64) {
+    let Some(entry) = entry else {
+        return;
+    };
     if let Some(kept) = entry.borrow_mut().running.get_mut(&id) {
         *kept = at;
         return;

@@ -8,6 +8,7 @@ mod groups;
 mod handover;
 mod hash;
 mod meta;
+mod metered;
 mod names;
 
 pub use handover::{set_hand_over, HandOver};
@@ -87,13 +88,6 @@ pub struct ServerStore<'s, 'a> {
 }
 
 impl<'s> ServerStore<'s, '_> {
-    /// The queue's metrics, found at the call's first use.
-    fn metrics(&self) -> Option<&super::metrics::Shared> {
-        self.metrics
-            .get_or_init(|| super::metrics::entry(self.queue_name()))
-            .as_ref()
-    }
-
     /// An open set (`Internal` before `open_sets`).
     pub(crate) fn set(&self, set: Set) -> Result<&Key<'s>, EmqError> {
         self.sets[set.index()].get().ok_or(EmqError::Internal)
@@ -151,9 +145,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
     }
 
     fn note_claim(&self, id: u64, at: i64) {
-        if let Some(m) = self.metrics() {
-            super::metrics::note_claim(m, id, at);
-        }
+        super::metrics::note_claim(self.metrics(), id, at);
     }
 
     fn take_claim(&self, id: u64) -> Option<i64> {
