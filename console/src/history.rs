@@ -7,9 +7,8 @@ use serde::Serialize;
 
 use crate::deployment::Deployment;
 use crate::error::Result;
-use redis::Value;
 
-use crate::overview::{now_ms, overview, text, Flow, QueueRow, FLOW_READ};
+use crate::overview::{now_ms, overview, Flow, QueueRow};
 
 /// How long the rates and sparklines look back.
 pub const WINDOW_MS: u64 = 60_000;
@@ -26,12 +25,10 @@ pub struct Sample {
     pub counters_error: Option<String>,
 }
 
-/// Takes the samples of one view: it remembers where it last read each queue's event stream.
+/// Takes the samples of one view: it remembers each queue's counts at its last sample.
 #[derive(Default)]
 pub struct Sampler {
-    cursors: BTreeMap<String, String>,
-    /// When the previous sample was taken: a stream first seen now is read from then.
-    last_at: Option<u64>,
+    seen: BTreeMap<String, Flow>,
 }
 
 impl Sampler {
@@ -45,7 +42,6 @@ impl Sampler {
             Ok(c) => (c, None),
             Err(e) => (BTreeMap::new(), Some(e.to_string())),
         };
-        self.last_at = Some(at_ms);
         Ok(Sample {
             at_ms,
             queues,
@@ -54,68 +50,28 @@ impl Sampler {
         })
     }
 
-    /// The queue's transitions since this sampler last looked, from its event stream; `None`
-    /// when it has no stream (or may not read it). A stream first seen is read from the
-    /// previous sample on (from now, at the first sample).
+    /// The queue's transitions since this sampler last looked, from the server's own counts
+    /// (`EMQ.METRICS`), kept for every queue with no setting; `None` when they cannot be read.
+    /// A queue first seen has none yet (a zero flow); counts that fell (its server restarted,
+    /// a replica took over) start again from there.
     async fn flow(&mut self, dep: &Deployment, queue: &str) -> Option<Flow> {
-        let key = format!("emq:{{{queue}}}:events");
-        let mut conn = dep.routed.clone();
-        let cursor = match (self.cursors.get(queue), self.last_at) {
-            (Some(c), _) => c.clone(),
-            (None, Some(at)) => format!("{at}-0"),
-            (None, None) => {
-                if !exists(&mut conn, &key).await? {
-                    return None;
-                }
-                self.cursors
-                    .insert(queue.to_string(), format!("{}-0", now_ms()));
-                return Some(Flow::default());
-            }
+        let m = dep.queue(queue).metrics().await.ok()?;
+        let count = |event: &str| m.events.get(event).copied().unwrap_or(0);
+        let now = Flow {
+            enqueued: count("enqueued"),
+            claimed: count("claimed"),
+            acked: count("acked"),
         };
-        let reply: Value = redis::cmd("XRANGE")
-            .arg(&key)
-            .arg(format!("({cursor}"))
-            .arg("+")
-            .arg("COUNT")
-            .arg(FLOW_READ)
-            .query_async(&mut conn)
-            .await
-            .ok()?;
-        let Value::Array(entries) = reply else {
-            return None;
+        let Some(before) = self.seen.insert(queue.to_string(), now) else {
+            return Some(Flow::default());
         };
-        let mut flow = Flow::default();
-        for entry in &entries {
-            let Value::Array(parts) = entry else { continue };
-            if let Some(id) = parts.first().and_then(text) {
-                self.cursors.insert(queue.to_string(), id);
-            }
-            let Some(Value::Array(fields)) = parts.get(1) else {
-                continue;
-            };
-            let event = fields
-                .chunks(2)
-                .find(|kv| kv.first().and_then(text).as_deref() == Some("event"))
-                .and_then(|kv| kv.get(1).and_then(text));
-            match event.as_deref() {
-                Some("enqueued") => flow.enqueued += 1,
-                Some("claimed") => flow.claimed += 1,
-                Some("acked") => flow.acked += 1,
-                _ => {}
-            }
-        }
-        if entries.is_empty() && !exists(&mut conn, &key).await? {
-            self.cursors.remove(queue);
-            return None;
-        }
-        Some(flow)
+        let since = |now: u64, before: u64| now.checked_sub(before).unwrap_or(now);
+        Some(Flow {
+            enqueued: since(now.enqueued, before.enqueued),
+            claimed: since(now.claimed, before.claimed),
+            acked: since(now.acked, before.acked),
+        })
     }
-}
-
-/// Whether `key` exists; `None` when the server would not say (a user without permission).
-async fn exists(conn: &mut crate::deployment::Routed, key: &str) -> Option<bool> {
-    let n: i64 = redis::cmd("EXISTS").arg(key).query_async(conn).await.ok()?;
-    Some(n == 1)
 }
 
 /// The counters whose rates the console shows, with their labels.

@@ -44,8 +44,8 @@ pub struct QueueRow {
     /// Why the queue could not be read (a key of another type, say); the counts are then 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// The queue's transitions since the previous sample, read from its event stream; `None`
-    /// while the stream is off (`EMQ.EVENTS <queue> ON` turns it on).
+    /// The queue's transitions since the previous sample, from the server's own counts
+    /// (`EMQ.METRICS`); `None` where they cannot be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flow: Option<Flow>,
 }
@@ -68,10 +68,6 @@ impl Flow {
         }
     }
 }
-
-/// Stream entries one sample reads of a queue, at most: a queue busier than that between two
-/// samples shows a floor of its rate.
-pub const FLOW_READ: usize = 10_000;
 
 impl QueueRow {
     pub fn count(&self, set: &str) -> i64 {

@@ -12,12 +12,6 @@ pub fn on() -> bool {
     settings::metrics()
 }
 
-/// When a job's id was minted (unix ms): a snowflake's time, as EchoMQ and its clients mint
-/// them. A hand-chosen id reads as a time in 2024, past what a histogram counts.
-fn minted_ms<S: Store>(store: &S, member: &S::Text) -> Option<i64> {
-    BrandedId::parse(store.bytes(member)).map(|id| id.minted_at_ms() as i64)
-}
-
 /// A time field of the row (unix ms).
 fn time_field<S: Store>(store: &S, row: &S::Row<'_>, field: Field) -> Option<i64> {
     let text = store.field(row, field)?;
@@ -37,14 +31,17 @@ pub fn event<S: Store>(store: &S, event: Event) {
 /// transition wrote one, as far as this server saw since it started (a delayed job or a
 /// released parent promoted before a restart is counted from its id).
 pub fn claimed<S: Store>(store: &S, row: &S::Row<'_>, member: &S::Text, now: i64, again: bool) {
-    if let Some(id) = BrandedId::parse(store.bytes(member)) {
+    // A snowflake's time is its minting, as EchoMQ and its clients mint ids; a hand-chosen id
+    // reads as a time in 2024, past what a histogram counts.
+    let id = BrandedId::parse(store.bytes(member));
+    if let Some(id) = &id {
         store.note_claim(id.value(), now);
     }
     let readied = || time_field(store, row, Field::Ready);
     let since = (again || store.may_be_readied())
         .then(readied)
         .flatten()
-        .or_else(|| minted_ms(store, member));
+        .or_else(|| id.map(|id| id.minted_at_ms() as i64));
     if let Some(since) = since {
         store.observe(Observed::Wait(now - since));
     }
