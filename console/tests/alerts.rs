@@ -8,9 +8,9 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
-use common::{enqueue, enqueue_with, free_port, get, server, wait_port, Running};
+use common::{enqueue, enqueue_with, free_port, get, metrics, server};
 
 fn observability() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../observability")
@@ -121,14 +121,7 @@ fn every_series_the_rules_and_the_dashboard_name_is_served() {
     enqueue(&mut con, "mail", "a");
     enqueue_with(&mut con, "mail", "b", &["GROUP", "acme"]);
     let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_emq"))
-        .args(["--url", &s.url(), "metrics", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run emq metrics");
-    let _metrics = Running(child);
-    wait_port(port);
+    let _metrics = metrics(&s.url(), port);
     let (code, served) = get(port, "/metrics", "");
     assert_eq!(code, 200, "{served}");
     let served: BTreeSet<String> = served

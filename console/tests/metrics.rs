@@ -9,20 +9,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{enqueue, enqueue_with, free_port, get, server, wait_port, web, Running};
-
-/// `emq metrics --url <url> --listen 127.0.0.1:<port>`, serving once this returns.
-fn metrics(url: &str, port: u16) -> Running {
-    let child = Command::new(env!("CARGO_BIN_EXE_emq"))
-        .args(["--url", url, "metrics", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run emq metrics");
-    let running = Running(child);
-    wait_port(port);
-    running
-}
+use common::{enqueue, enqueue_with, free_port, get, metrics, server, wait_port, web, Running};
 
 /// The body of a response.
 fn body(response: &str) -> &str {

@@ -151,6 +151,19 @@ pub fn web(url: &str, port: u16, args: &[&str]) -> Running {
     running
 }
 
+/// `emq metrics --url <url> --listen 127.0.0.1:<port>`, serving once this returns.
+pub fn metrics(url: &str, port: u16) -> Running {
+    let child = Command::new(env!("CARGO_BIN_EXE_emq"))
+        .args(["--url", url, "metrics", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run emq metrics");
+    let running = Running(child);
+    wait_port(port);
+    running
+}
+
 /// One HTTP/1.1 request to the dashboard: the status code and the whole response.
 pub fn http(port: u16, request: &str) -> (u16, String) {
     use std::io::{Read, Write};
