@@ -1,8 +1,8 @@
 //! The queues' metrics (docs/observability.md): `EMQ.METRICS` counts each event of a queue's jobs,
 //! and its wait, run and end-to-end histograms count each claim, each attempt by how it ended
 //! and each ack; a run that lasted at least a known time lands past the buckets below it; a
-//! promoted job's wait counts from its promotion (`ready`); `emq.metrics no` counts nothing; the
-//! caller must be able to read the queue.
+//! promoted job's wait, and the oldest pending wait, count from its promotion (`ready`);
+//! `emq.metrics no` counts nothing and says so; the caller must be able to read the queue.
 
 use emq_harness as support;
 
@@ -146,7 +146,7 @@ fn each_event_and_each_attempt_is_counted_by_how_it_ended() {
 }
 
 #[test]
-fn a_promoted_job_waits_from_its_promotion_and_a_pending_one_shows_its_age() {
+fn a_promoted_job_waits_from_its_promotion_and_so_does_the_oldest_pending_wait() {
     let server = Server::start(Options::default());
     let mut con = server.conn3();
     let before = now_ms();
@@ -168,11 +168,18 @@ fn a_promoted_job_waits_from_its_promotion_and_a_pending_one_shows_its_age() {
         "promoted at {ready}, due after {}",
         before + 1500
     );
+    // The oldest wait counts from its promotion too, not from its id (1,500 ms before it).
+    let before_read = now_ms();
     let m = metrics(&mut con, "m");
+    let after_read = now_ms();
+    let oldest = int(field(&m, "oldest-pending-ms"));
     assert!(
-        int(field(&m, "oldest-pending-ms")) >= 1500,
-        "since its id was minted"
+        (before_read - ready..=after_read - ready).contains(&oldest),
+        "waited {oldest} ms, read {} to {} ms after its promotion",
+        before_read - ready,
+        after_read - ready
     );
+    assert_eq!(int(field(&m, "enabled")), 1);
     let before_claim = now_ms();
     let jobs = claim(&mut con, "m", &[]).expect("the job");
     let after_claim = now_ms();
@@ -204,6 +211,7 @@ fn with_metrics_off_nothing_is_counted() {
         .query(&mut con)
         .expect("ack");
     let m = metrics(&mut con, "m");
+    assert_eq!(int(field(&m, "enabled")), 0);
     assert_eq!(event(&m, "enqueued"), 0);
     assert_eq!(event(&m, "acked"), 0);
     assert_eq!(histogram(run(&m, "acked"), 1).0, 0);
@@ -260,7 +268,7 @@ fn an_attempt_the_server_ends_at_its_deadline_is_timed_as_timed_out() {
 }
 
 #[test]
-fn attempts_in_flight_are_forgotten_when_their_keys_go_and_the_queue_used_longest_ago_makes_room() {
+fn attempts_in_flight_are_forgotten_on_a_flush_and_the_queue_used_longest_ago_makes_room() {
     let server = Server::start(Options::default());
     let mut con = server.conn3();
     for p in ["a", "b", "c"] {
@@ -275,23 +283,19 @@ fn attempts_in_flight_are_forgotten_when_their_keys_go_and_the_queue_used_longes
         "flushed"
     );
 
-    // A queue whose keys are deleted by hand: its attempts in flight go once EchoMQ sees it gone.
-    enqueue_minted(&mut con, "dropped", "d", &[]);
-    claim(&mut con, "dropped", &[]).expect("job");
-    assert_eq!(info_int(&mut con, "emq", "emq_metrics_running"), 1);
-    let keys: Vec<String> = cmd("KEYS")
-        .arg("emq:{dropped}:*")
-        .query(&mut con)
-        .expect("keys");
-    let _: () = cmd("DEL").arg(&keys).query(&mut con).expect("del");
-    assert!(
-        wait_until(Duration::from_secs(20), || info_int(
-            &mut con,
-            "emq",
-            "emq_metrics_running"
-        ) == 0),
-        "the deleted queue's attempt forgotten"
-    );
+    // A batch that empties `active` (and so the queue's sets) is timed whole.
+    for p in ["a", "b", "c"] {
+        enqueue_minted(&mut con, "batch", p, &[]);
+    }
+    let jobs = claim(&mut con, "batch", &["COUNT", "3"]).expect("jobs");
+    let mut mack = cmd("EMQ.MACK");
+    mack.arg("batch");
+    for (id, _, token) in &jobs {
+        mack.arg(id).arg(*token);
+    }
+    let _: Value = mack.query(&mut con).expect("mack");
+    assert_eq!(histogram(run(&metrics(&mut con, "batch"), "acked"), 1).0, 3);
+    assert_eq!(info_int(&mut con, "emq", "emq_metrics_running"), 0);
 
     // 10,000 queues counted; the next one takes the place of the one used longest ago.
     let mut pipe = redis::pipe();
@@ -307,4 +311,24 @@ fn attempts_in_flight_are_forgotten_when_their_keys_go_and_the_queue_used_longes
     enqueue_minted(&mut con, "newest", "x", &[]);
     assert_eq!(info_int(&mut con, "emq", "emq_metrics_queues"), 10_000);
     assert_eq!(event(&metrics(&mut con, "newest"), "enqueued"), 1);
+}
+
+#[test]
+fn a_server_that_becomes_a_replica_drops_its_metrics() {
+    let primary = Server::start(Options::default());
+    let server = Server::start(Options::default());
+    let mut con = server.conn3();
+    enqueue_minted(&mut con, "m", "x", &[]);
+    assert_eq!(info_int(&mut con, "emq", "emq_metrics_queues"), 1);
+    let _: () = cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port)
+        .query(&mut con)
+        .expect("replicaof");
+    let dropped = wait_until(Duration::from_secs(20), || {
+        info_int(&mut con, "emq", "emq_metrics_queues") == 0
+    });
+    assert!(dropped, "a replica keeps no metrics");
+    let m = metrics(&mut con, "m");
+    assert_eq!(event(&m, "enqueued"), 0);
 }

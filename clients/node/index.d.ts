@@ -221,6 +221,8 @@ export interface Histogram {
 
 /** A queue's metrics as the server keeps them (`EMQ.METRICS`, docs/observability.md). */
 export interface Metrics {
+  /** Whether the server keeps metrics now (`emq.metrics`); while it does not, counts stand still. */
+  enabled: boolean;
   /** Each event's count, by the event stream's names (`enqueued`, `claimed`, `acked`, ...). */
   events: Record<string, number>;
   /** From ready to claimed. */

@@ -51,11 +51,17 @@ impl Sampler {
     }
 
     /// The queue's transitions since this sampler last looked, from the server's own counts
-    /// (`EMQ.METRICS`), kept for every queue with no setting; `None` when they cannot be read.
+    /// (`EMQ.METRICS`), kept for every queue with no setting; `None` when they cannot be read
+    /// or the server keeps none now (`emq.metrics no`).
     /// A queue first seen has none yet (a zero flow); counts that fell (its server restarted,
     /// a replica took over) start again from there.
     async fn flow(&mut self, dep: &Deployment, queue: &str) -> Option<Flow> {
-        let m = dep.queue(queue).metrics().await.ok()?;
+        let m = dep
+            .queue(queue)
+            .metrics()
+            .await
+            .ok()
+            .filter(|m| m.enabled)?;
         let count = |event: &str| m.events.get(event).copied().unwrap_or(0);
         let now = Flow {
             enqueued: count("enqueued"),
@@ -145,7 +151,7 @@ impl History {
     }
 
     /// One queue's rate of one event (`enqueued`, `claimed`, `acked`) per second over the
-    /// window, from its event stream; `None` while the stream is off.
+    /// window, from the server's counts; `None` where they could not be read.
     pub fn queue_rate(&self, queue: &str, event: &str) -> Option<f64> {
         let (first, last) = (self.samples.front()?, self.samples.back()?);
         let flow_of = |s: &Sample| {
@@ -170,7 +176,7 @@ impl History {
     }
 
     /// One queue's rate of one event between each two samples, oldest first (0 where its
-    /// stream was off).
+    /// counts could not be read).
     pub fn queue_rate_series(&self, queue: &str, event: &str) -> Vec<f64> {
         self.samples
             .iter()

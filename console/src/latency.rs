@@ -8,12 +8,15 @@ use echomq_client::{Histogram, Metrics};
 
 use crate::deployment::Deployment;
 
-/// Each readable queue's metrics, by name; a queue whose metrics cannot be read is left out.
+/// Each readable queue's metrics, by name; a queue whose metrics cannot be read, or whose
+/// server keeps none now (`emq.metrics no`), is left out.
 pub async fn read(dep: &Deployment, queues: &[String]) -> Vec<(String, Metrics)> {
     let mut out = Vec::with_capacity(queues.len());
     for name in queues {
         if let Ok(m) = dep.queue(name).metrics().await {
-            out.push((name.clone(), m));
+            if m.enabled {
+                out.push((name.clone(), m));
+            }
         }
     }
     out

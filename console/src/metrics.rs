@@ -88,6 +88,14 @@ pub async fn render(dep: &Deployment) -> Result<String> {
         .collect();
     let timed = latency::read(dep, &readable).await;
     let mut out = String::new();
+    // The server's oldest wait, counted from a job's `ready` where it has one, where it has
+    // metrics; the first pending id's age otherwise.
+    let mut queues = queues;
+    for q in &mut queues {
+        if let Some((_, m)) = timed.iter().find(|(name, _)| *name == q.name) {
+            q.oldest_pending_ms = m.oldest_pending_ms;
+        }
+    }
     queue_series(&mut out, &queues);
     group_series(&mut out, &groups);
     latency::render(&mut out, &timed, label);
@@ -158,7 +166,7 @@ fn queue_series(out: &mut String, queues: &[QueueRow]) {
     per_queue(
         out,
         "echomq_oldest_pending_age_seconds",
-        "How long the default group's first pending job has waited since its id was minted (minted ids only).",
+        "How long the default group's first pending job has waited since it became ready (or since its id was minted).",
         queues,
         |q| {
             q.oldest_pending_ms

@@ -12,7 +12,7 @@ use crate::host::register::Command;
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::protocol::metrics::{Ended, Histogram, BUCKETS_MS, EVENTS};
-use crate::protocol::{BrandedId, KeyRef, Set, Store};
+use crate::protocol::{settings, BrandedId, Field, KeyRef, Ranked, Set, Store};
 
 pub const COMMAND: Command = Command {
     name: c"emq.metrics",
@@ -28,16 +28,29 @@ pub const COMMAND: Command = Command {
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     check_arity(args, &COMMAND)?;
     let queue = parse_queue(args.bytes(1))?;
-    // The caller must be able to read the queue; its first pending job gives the oldest age.
+    // The caller must be able to read the queue; its first pending job gives the oldest wait:
+    // since it became ready again (its row's `ready`), or since its id's minting.
     let oldest = with_queue(ctx, queue, Access::Read, |store| {
         store.check_access(&[KeyRef::Set(Set::Pending)])?;
         store.open_sets(&[Set::Pending])?;
         let first = store.range(Set::Pending, f64::NEG_INFINITY, f64::INFINITY, 1)?;
-        let now = store.now_ms();
-        Ok(first
-            .first()
-            .and_then(|(member, _)| BrandedId::parse(store.bytes(member)))
-            .map(|id| (now - id.minted_at_ms() as i64).max(0)))
+        let Some((member, _)) = first.first() else {
+            return Ok(None);
+        };
+        let Some(id) = BrandedId::parse(store.bytes(member)) else {
+            return Ok(None);
+        };
+        let name = store.row_name(&id, member)?;
+        store.check_access(&[KeyRef::Row(&name)])?;
+        let row = store.read_row(&name)?;
+        let ready = store.field(&row, Field::Ready).and_then(|t| {
+            std::str::from_utf8(store.bytes(&t))
+                .ok()?
+                .parse::<i64>()
+                .ok()
+        });
+        let since = ready.unwrap_or(id.minted_at_ms() as i64);
+        Ok(Some((store.now_ms() - since).max(0)))
     })?;
     let m = metrics::of(queue.as_bytes());
     let events = EVENTS
@@ -51,6 +64,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         .map(|(e, h)| (e.name(), histogram(h)))
         .collect();
     Ok(Reply::Map(vec![
+        ("enabled", Reply::Integer(i64::from(settings::metrics()))),
         ("events", Reply::Map(events)),
         ("wait", histogram(&m.wait)),
         ("run", Reply::Map(run)),

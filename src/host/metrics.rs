@@ -124,25 +124,12 @@ pub fn take_claim(entry: &Shared, id: u64) -> Option<i64> {
     Some(at)
 }
 
-/// Forgets every attempt in flight: a database was emptied (`FLUSHDB`, `FLUSHALL`, a full
-/// sync), and which queues it held is not known here.
-pub fn forget_running() {
-    QUEUES.with_borrow(|queues| {
-        for m in queues.values() {
-            m.borrow_mut().running = FxHashMap::default();
-        }
-    });
+/// Forgets every queue's metrics: a database was emptied (`FLUSHDB`, `FLUSHALL`, a full sync),
+/// and which queues it held is not known here, or the server became a replica, which keeps
+/// none.
+pub fn forget_all() {
+    QUEUES.with_borrow_mut(|queues| queues.clear());
     RUNNING.set(0);
-}
-
-/// Forgets `queue`'s attempts in flight: its keys are gone.
-pub fn forget_queue(queue: &[u8]) {
-    QUEUES.with_borrow(|queues| {
-        if let Some(m) = queues.get(queue) {
-            let running = std::mem::take(&mut m.borrow_mut().running).len();
-            RUNNING.set(RUNNING.get().saturating_sub(running));
-        }
-    });
 }
 
 /// Counts `what` in `metrics`, while `emq.metrics` is on.

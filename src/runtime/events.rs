@@ -175,6 +175,10 @@ impl ServerEvents for Events {
                 }
             }
             ServerEvent::RoleChanged => {
+                // A replica keeps no metrics: a primary that fails back counts from zero.
+                if !Flags::of(ctx).primary() {
+                    crate::host::metrics::forget_all();
+                }
                 timer::forget_cron_due();
                 effects::role_changed();
                 meta_watch::unsure();
@@ -205,7 +209,7 @@ impl ServerEvents for Events {
                 meta_watch::databases_changed();
                 timer::watched().forget_db(db);
                 queues::forget_db(db);
-                crate::host::metrics::forget_running();
+                crate::host::metrics::forget_all();
             }
             ServerEvent::SlotMigration(kind, ranges) => {
                 cluster::on_atomic_migration(kind, ranges);

@@ -37,6 +37,7 @@ export function parseMetrics(reply) {
   const run = Object.fromEntries(Object.entries(pairs(fields.run ?? [])).map(([k, v]) => [k, parseHistogram(v)]));
   const oldest = fields['oldest-pending-ms'];
   return {
+    enabled: fields.enabled === undefined ? true : Number(fields.enabled) === 1,
     events,
     wait: parseHistogram(fields.wait),
     run,

@@ -143,7 +143,8 @@ export class Queue {
    * zero when that server restarts or a replica takes over.
    */
   async metrics() {
-    return parseMetrics(await this.send(['EMQ.METRICS', this.name], true));
+    // From the primary: a replica keeps none.
+    return parseMetrics(await this.send(['EMQ.METRICS', this.name], false));
   }
 
   /** A job's row, its set and its score there (`EMQ.JOB`); null when there is no such job. */

@@ -22,6 +22,9 @@ pub struct Histogram {
 /// `EMQ.METRICS`' reply.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Metrics {
+    /// Whether the server keeps metrics now (`emq.metrics`); while it does not, the counts
+    /// stand still.
+    pub enabled: bool,
     /// Each event's count, by the event stream's name (`enqueued`, `claimed`, `acked`, ...).
     pub events: BTreeMap<String, u64>,
     /// From ready to claimed.
@@ -86,9 +89,13 @@ impl Histogram {
 
 impl Metrics {
     fn from_reply(v: &Value) -> Result<Metrics> {
-        let mut m = Metrics::default();
+        let mut m = Metrics {
+            enabled: true,
+            ..Metrics::default()
+        };
         for (name, value) in pairs(v) {
             match name.as_str() {
+                "enabled" => m.enabled = number(&value)? == 1,
                 "events" => {
                     for (event, n) in pairs(&value) {
                         m.events.insert(event, number(&n)?);

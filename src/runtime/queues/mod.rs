@@ -126,9 +126,8 @@ fn check_left(ctx: &Context, db: i32, queue: Queue<'_>) {
     }
     if has_own_keys(ctx, queue) {
         registry().present(db, queue.as_bytes());
-    } else if registry().gone(db, queue.as_bytes(), now_ms() as i64) {
-        // Its keys are gone: no attempt of it in flight can end through EchoMQ.
-        crate::host::metrics::forget_queue(queue.as_bytes());
+    } else {
+        registry().gone(db, queue.as_bytes(), now_ms() as i64);
     }
 }
 
@@ -354,9 +353,8 @@ pub fn on_cron(ctx: &Context, now: i64) -> bool {
             registry().forget(db, &name);
         } else if has_own_keys(ctx, queue) {
             registry().present(db, &name);
-        } else if registry().gone(db, &name, now) {
-            // Its keys are gone: no attempt of it in flight can end through EchoMQ.
-            crate::host::metrics::forget_queue(&name);
+        } else {
+            registry().gone(db, &name, now);
         }
     }
     select_db(ctx, original);

@@ -34,13 +34,15 @@ class Metrics:
     """``EMQ.METRICS``' reply: ``events`` by the event stream's names (``enqueued``,
     ``claimed``, ``acked``, ...), ``wait`` (ready to claimed), ``run`` by how the attempt ended
     (``acked``, ``failed``, ``dead``, ``timed-out``), ``end_to_end`` (id minted to acked) and
-    ``oldest_pending_ms`` (``None``: nothing pending)."""
+    ``oldest_pending_ms`` (``None``: nothing pending); ``enabled``: whether the server keeps
+    metrics now (``emq.metrics``; while it does not, the counts stand still)."""
 
     events: Dict[str, int] = field(default_factory=dict)
     wait: Histogram = field(default_factory=Histogram)
     run: Dict[str, Histogram] = field(default_factory=dict)
     end_to_end: Histogram = field(default_factory=Histogram)
     oldest_pending_ms: Optional[int] = None
+    enabled: bool = True
 
 
 def command(queue: str) -> List[Any]:
@@ -65,4 +67,5 @@ def parse(reply: Any) -> Metrics:
         run={str(text(k)): histogram(v) for k, v in pairs(fields.get("run") or []).items()},
         end_to_end=histogram(fields.get("end-to-end") or []),
         oldest_pending_ms=None if oldest is None else int(oldest),
+        enabled=int(fields.get("enabled", 1)) == 1,
     )
