@@ -22,14 +22,15 @@ const MODULE: Layers = &[
 ];
 
 /// The console's layers: what everything uses, the deployment, the queries, the samples over
-/// time, a job's flow and a queue's groups (read through the queries), the metrics (read
-/// through those), the two live views, the subcommands, and the crate root and binary.
+/// time, a job's flow and a queue's groups (read through the queries), what is rendered of
+/// those (the metrics, a flow's text), the two live views, the subcommands, and the crate
+/// root and binary.
 const CONSOLE: Layers = &[
-    &["error", "escape"],
+    &["error", "escape", "exposition"],
     &["deployment"],
     &["overview"],
     &["history", "flow", "groups", "latency"],
-    &["metrics"],
+    &["metrics", "flow_text"],
     &["top", "web"],
     &["cli"],
     &["lib", "main"],

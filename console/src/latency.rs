@@ -7,6 +7,7 @@ use std::fmt::Write;
 use echomq_client::{Histogram, Metrics};
 
 use crate::deployment::Deployment;
+use crate::exposition::{family, label};
 
 /// Each readable queue's metrics, by name; a queue whose metrics cannot be read, or whose
 /// server keeps none now (`emq.metrics no`), is left out.
@@ -23,7 +24,7 @@ pub async fn read(dep: &Deployment, queues: &[String]) -> Vec<(String, Metrics)>
 }
 
 /// The families of `metrics`, each with its `# HELP` and `# TYPE` lines.
-pub fn render(out: &mut String, metrics: &[(String, Metrics)], label: fn(&str) -> String) {
+pub fn render(out: &mut String, metrics: &[(String, Metrics)]) {
     family(
         out,
         "echomq_jobs_completed_total",
@@ -105,11 +106,6 @@ fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
 /// Milliseconds as seconds, as short as they print exactly (`0.001`, `2.5`, `3600`).
 fn seconds(ms: f64) -> String {
     format!("{}", ms / 1000.0)
-}
-
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
 #[cfg(test)]

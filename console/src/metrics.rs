@@ -13,6 +13,7 @@ use axum::Router;
 
 use crate::deployment::Deployment;
 use crate::error::Result;
+use crate::exposition::{family, label};
 use crate::groups;
 use crate::latency;
 use crate::overview::{self, QueueRow};
@@ -98,7 +99,7 @@ pub async fn render(dep: &Deployment) -> Result<String> {
     }
     queue_series(&mut out, &queues);
     group_series(&mut out, &groups);
-    latency::render(&mut out, &timed, label);
+    latency::render(&mut out, &timed);
     family(
         &mut out,
         "echomq_server_jobs_total",
@@ -226,30 +227,5 @@ fn group_series(out: &mut String, groups: &[(String, Vec<groups::GroupRow>)]) {
                 u8::from(g.paused)
             );
         }
-    }
-}
-
-/// A family's `# HELP` and `# TYPE` lines.
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// A label value as the text format escapes it: backslash, double quote and newline.
-pub fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::label;
-
-    #[test]
-    fn a_label_value_escapes_backslash_quote_and_newline() {
-        assert_eq!(label("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
-        assert_eq!(label("plain"), "plain");
     }
 }
