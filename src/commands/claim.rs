@@ -76,7 +76,8 @@ pub fn wake_past_orphans(ctx: &Context, queue: Queue<'_>) {
     }
 }
 
-/// The jobs a claim took, as `EMQ.CLAIM` replies them: `[id, payload, token]` each.
+/// The jobs a claim took, as `EMQ.CLAIM` replies them: `[id, payload, token]` each, and the
+/// job's headers fourth where it has some.
 pub fn reply(claimed: Claimed) -> Reply {
     Reply::Jobs(claimed)
 }
@@ -87,7 +88,7 @@ pub const COMMAND: Command = Command {
     flags: c"write deny-oom blocking",
     arity: -2,
     routes_by_queue: true,
-    summary: c"Claim up to COUNT ready jobs under a lease, waiting up to BLOCK ms for one; each [id, payload, token]",
+    summary: c"Claim up to COUNT ready jobs under a lease, waiting up to BLOCK ms for one; each [id, payload, token] and its headers where it has some",
     complexity: c"O((P+C)*log(N)) with P jobs promoted and C claimed",
     args: &[
         QUEUE,

@@ -1,5 +1,6 @@
 //! `EMQ.ENQUEUE <queue> <id|*> <payload> [DELAY <ms> | AT <unix-ms>] [PRIORITY <p>]
-//! [UNIQUE <key> [FOR <ms>]] [TIMEOUT <ms>] [GROUP <group>]` (protocol.md §4, §6, §9): replies 1 for a new job, 0 for a duplicate,
+//! [UNIQUE <key> [FOR <ms>]] [TIMEOUT <ms>] [GROUP <group>] [HEADERS <n> <key> <value> ...]`
+//! (protocol.md §4, §6, §9): replies 1 for a new job, 0 for a duplicate,
 //! the minted id for `*`, or, when another job holds the unique key, that job's id. The
 //! refusals come in protocol.md §4 order: queue -> id -> kind -> payload size -> due time -> (the queue
 //! layer) ACL -> row exists -> set type -> unique table type.
@@ -7,7 +8,7 @@
 use valkey_module::Context;
 
 use super::cursor::{syntax, ArgCursor};
-use super::{is_token, parse_group, parse_id, parse_queue, ID, QUEUE};
+use super::{is_token, parse_group, parse_headers, parse_id, parse_queue, HEADERS, ID, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::{
     Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::OneOf, ArgKind::String as Str, Command,
@@ -39,6 +40,8 @@ struct Options<'a> {
     timeout: Option<i64>,
     /// `GROUP <group>`: the named group the job is in.
     group: Option<&'a [u8]>,
+    /// `HEADERS <n> <key> <value> ...`, as the row's `headers` field.
+    headers: Option<Vec<u8>>,
 }
 
 /// `PARENT <queue> <id> [ON-FAIL FAIL|IGNORE]`, its name read: a parent the job may name once.
@@ -85,6 +88,7 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
     let mut children = None;
     let mut timeout = None;
     let mut group = None;
+    let mut headers = None;
     let mut parents = Vec::new();
     let mut options = ArgCursor::new(args, at);
     while let Some(name) = options.next_option()? {
@@ -109,6 +113,8 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
             timeout = Some(options.next_int(1, MAX_TIMEOUT_MS, "TIMEOUT")?);
         } else if group.is_none() && is_token(name, "GROUP") {
             group = Some(parse_group(options.value()?)?.as_bytes());
+        } else if headers.is_none() && is_token(name, "HEADERS") {
+            headers = Some(parse_headers(&mut options)?);
         } else if children.is_none() && is_token(name, "CHILDREN") {
             children = Some(options.next_int(1, MAX_CHILDREN, "CHILDREN")?);
         } else if is_token(name, "PARENT") {
@@ -116,7 +122,7 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
             parents.push(parent);
         } else {
             return Err(syntax(
-                "syntax error: expected DELAY <ms> or AT <unix-ms>, PRIORITY <p>, UNIQUE <key> [FOR <ms>], TIMEOUT <ms>, GROUP <group> and CHILDREN <n>, once each, and PARENT <queue> <id> [ON-FAIL FAIL|IGNORE]",
+                "syntax error: expected DELAY <ms> or AT <unix-ms>, PRIORITY <p>, UNIQUE <key> [FOR <ms>], TIMEOUT <ms>, GROUP <group>, HEADERS <n> <key> <value> ... and CHILDREN <n>, once each, and PARENT <queue> <id> [ON-FAIL FAIL|IGNORE]",
             ));
         }
     }
@@ -137,6 +143,7 @@ fn parse_options<'a>(args: &Args<'a>, at: usize) -> Result<Options<'a>, EmqError
         parents,
         timeout,
         group,
+        headers,
     })
 }
 
@@ -169,6 +176,7 @@ pub const COMMAND: Command = Command {
         ),
         Arg::token(c"timeout", c"TIMEOUT", Int),
         Arg::token(c"group", c"GROUP", Str),
+        HEADERS,
         Arg::token(c"children", c"CHILDREN", Int),
         Arg::optional_multiple(
             c"parent",
@@ -211,6 +219,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         parents: (!options.parents.is_empty()).then(|| write_parents(&options.parents)),
         timeout: options.timeout,
         group: options.group.map(<[u8]>::to_vec),
+        headers: options.headers,
     };
     // The child's own enqueue, run inside the stores of its parents in reach, which check it
     // before and register it after (`refusal`: the first of theirs).

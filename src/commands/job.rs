@@ -1,5 +1,5 @@
-//! `EMQ.JOB <queue> <id>`: one job as a map of its row's fields and the set that holds it
-//! with its score there; null when it has neither.
+//! `EMQ.JOB <queue> <id>`: one job as a map of its row's fields (its headers a map of their
+//! own) and the set that holds it with its score there; null when it has neither.
 
 use valkey_module::Context;
 
@@ -46,6 +46,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             let value = match field {
                 Field::Attempts => Reply::Integer(attempts_from(Some(value.bytes()))),
                 Field::Priority => Reply::Integer(priority_from(Some(value.bytes()))),
+                Field::Headers => Reply::Headers(value.bytes().to_vec()),
                 _ => Reply::Bulk(value.bytes().to_vec()),
             };
             map.push((field_name(*field), value));

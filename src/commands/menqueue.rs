@@ -1,5 +1,6 @@
-//! `EMQ.MENQUEUE <queue> [PRIORITY <p>] <id> <payload> [[PRIORITY <p>] <id> <payload> ...]`: many
-//! jobs in one atomic step, each at its own priority (0 where none is given).
+//! `EMQ.MENQUEUE <queue> [PRIORITY <p>] [HEADERS <n> <key> <value> ...] <id> <payload> ...`:
+//! many jobs in one atomic step, each at its own priority (0 where none is given) and with its
+//! own headers.
 //! All or nothing: every id, payload, permission and type is checked before the first write,
 //! and one refusal refuses the batch. Replies one `1`/`0` per job (the minted id for `*`); a
 //! duplicate, already present or earlier in the batch, is `0`.
@@ -7,7 +8,7 @@
 use valkey_module::Context;
 
 use super::cursor::{syntax, ArgCursor};
-use super::{check_batch, parse_id, parse_queue, ID, QUEUE};
+use super::{check_batch, parse_headers, parse_id, parse_queue, HEADERS, ID, QUEUE};
 use crate::host::acl::Access;
 use crate::host::register::{
     Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command,
@@ -35,6 +36,7 @@ pub const COMMAND: Command = Command {
             c"job",
             Block(&[
                 Arg::token(c"priority", c"PRIORITY", Int),
+                HEADERS,
                 ID,
                 Arg::required(c"payload", Str),
             ]),
@@ -47,19 +49,28 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         return Err(EmqError::Arity("emq.menqueue"));
     }
     let queue = parse_queue(args.bytes(1))?;
-    // Every id, kind, payload and priority first: each job is `[PRIORITY <p>] <id> <payload>`,
-    // its id `None` for `*`, with the places of its id and payload.
+    // Every id, kind, payload, priority and header first: each job is
+    // `[PRIORITY <p>] [HEADERS ...] <id> <payload>`, its id `None` for `*`, with the places of
+    // its id and payload.
     let mut requested = Vec::new();
     let mut rest = ArgCursor::new(args, 2);
     while !rest.done() {
-        let mut priority = 0;
-        if rest.next_is("PRIORITY") {
-            priority = rest.next_int(PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?;
-            if rest.done() {
-                return Err(syntax(
-                    "syntax error: PRIORITY <p> comes before a job's <id> <payload>",
-                ));
+        // A job's options, in either order, each once.
+        let (mut priority, mut headers) = (None, None);
+        loop {
+            if priority.is_none() && rest.next_is("PRIORITY") {
+                priority = Some(rest.next_int(PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?);
+            } else if headers.is_none() && rest.next_is("HEADERS") {
+                headers = Some(parse_headers(&mut rest)?);
+            } else {
+                break;
             }
+        }
+        let priority = priority.unwrap_or(0);
+        if rest.done() {
+            return Err(syntax(
+                "syntax error: PRIORITY <p> and HEADERS come before a job's <id> <payload>",
+            ));
         }
         check_batch(requested.len(), MAX_BATCH)?;
         let at = rest.position();
@@ -68,12 +79,12 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
             id => Some(parse_id(id)?),
         };
         check_new(id.as_ref(), rest.value()?)?;
-        requested.push((id, at, priority));
+        requested.push((id, at, priority, headers));
     }
     cluster::check_stable(queue)?;
     // The client's strings: each given id is canonical, so its argument is its set member.
     let mut texts = Vec::with_capacity(requested.len());
-    for &(_, at, _) in &requested {
+    for &(_, at, _, _) in &requested {
         let (Some(id), Some(payload)) = (args.string(at), args.string(at + 1)) else {
             return Err(EmqError::Internal);
         };
@@ -83,10 +94,11 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         let jobs: Vec<BatchJob<'_, _>> = requested
             .iter()
             .zip(&texts)
-            .map(|(&(id, _, priority), (member, payload))| BatchJob {
+            .map(|((id, _, priority, headers), (member, payload))| BatchJob {
                 job: id.map(|id| Job { id, member }),
                 payload,
-                priority,
+                priority: *priority,
+                headers: headers.as_deref(),
             })
             .collect();
         enqueue_many(store, &jobs)

@@ -45,7 +45,7 @@ use crate::host::register::{Arg, ArgKind};
 use crate::host::reply::Args;
 use crate::host::store::{with_queue, ServerStore};
 use crate::host::string::{Str, Text};
-use crate::protocol::{BrandedId, EmqError, Group, Queue};
+use crate::protocol::{headers, BrandedId, EmqError, Group, Queue};
 use crate::queue::job::Target;
 use crate::queue::Job;
 use crate::runtime::cluster;
@@ -67,6 +67,33 @@ pub fn parse_group(bytes: &[u8]) -> Result<Group<'_>, EmqError> {
         EmqError::Syntax("a group's name is 1 to 128 bytes of 0x21..0x7E without { or }".into())
     })
 }
+
+/// `HEADERS <n> <key> <value> ...`'s pairs after its name, as the row's `headers` field
+/// (`protocol::headers`), or a syntax error.
+pub fn parse_headers(options: &mut cursor::ArgCursor<'_, '_>) -> Result<Vec<u8>, EmqError> {
+    let n = options.next_int(1, headers::MAX_HEADERS as i64, "HEADERS")? as usize;
+    options.expect_values(2 * n)?;
+    let mut pairs = Vec::with_capacity(n);
+    for _ in 0..n {
+        pairs.push((options.value()?, options.value()?));
+    }
+    headers::encode(pairs.into_iter())
+}
+
+/// `HEADERS`'s documented arguments: the count, then each key and value.
+pub const HEADERS: Arg = Arg::optional(
+    c"headers",
+    ArgKind::Block(&[
+        Arg::keyword(c"count", c"HEADERS", ArgKind::Integer),
+        Arg::multiple(
+            c"header",
+            ArgKind::Block(&[
+                Arg::required(c"key", ArgKind::String),
+                Arg::required(c"value", ArgKind::String),
+            ]),
+        ),
+    ]),
+);
 
 /// protocol.md §2: a well-formed branded id of any kind, or `EMQID`.
 pub fn parse_id(bytes: &[u8]) -> Result<BrandedId, EmqError> {

@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 use valkey_module::{raw, Context};
 
 use crate::protocol::job::Claimed;
-use crate::protocol::{counters, EmqError};
+use crate::protocol::{counters, headers, EmqError};
 
 use super::string::{string_bytes, Str};
 
@@ -59,12 +59,15 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// A RESP3 map (a flat array under RESP2).
     Map(Vec<(&'static str, Reply)>),
+    /// A job's `headers` field as a RESP3 map of its keys to their values (a flat array under
+    /// RESP2).
+    Headers(Vec<u8>),
     /// No reply now: the client is blocked and is answered later.
     Blocked,
     /// A refusal in one place of an array (`EMQ.MACK`'s stale token), counted as a refusal.
     Error(EmqError),
-    /// The jobs a claim took, an array of `[id, payload, token]`, written straight from the
-    /// claim's one buffer.
+    /// The jobs a claim took, an array of `[id, payload, token]`, with the job's headers as a
+    /// fourth element where it has some, written straight from the claim's one buffer.
     Jobs(Claimed),
 }
 
@@ -110,16 +113,21 @@ pub(crate) fn render(ctx: *mut raw::RedisModuleCtx, reply: &Reply) {
                     f(ctx, jobs.len() as c_long);
                 }
                 for job in jobs.iter() {
+                    let headed = !job.headers.is_empty();
                     if let Some(f) = raw::RedisModule_ReplyWithArray {
-                        f(ctx, 3);
+                        f(ctx, 3 + c_long::from(headed));
                     }
                     bulk(ctx, job.id);
                     bulk(ctx, job.payload);
                     if let Some(f) = raw::RedisModule_ReplyWithLongLong {
                         f(ctx, job.token);
                     }
+                    if headed {
+                        header_map(ctx, job.headers);
+                    }
                 }
             }
+            Reply::Headers(field) => header_map(ctx, field),
             Reply::Blocked => {}
             Reply::Error(err) => {
                 counters::refused(err);
@@ -137,6 +145,20 @@ pub(crate) fn render(ctx: *mut raw::RedisModuleCtx, reply: &Reply) {
                 }
             }
         }
+    }
+}
+
+/// A `headers` field as a map of its keys to their values (a flat array under RESP2).
+unsafe fn header_map(ctx: *mut raw::RedisModuleCtx, field: &[u8]) {
+    let pairs = headers::decode(field).count() as c_long;
+    if let Some(f) = raw::RedisModule_ReplyWithMap {
+        f(ctx, pairs);
+    } else if let Some(f) = raw::RedisModule_ReplyWithArray {
+        f(ctx, pairs * 2);
+    }
+    for (key, value) in headers::decode(field) {
+        bulk(ctx, key);
+        bulk(ctx, value);
     }
 }
 

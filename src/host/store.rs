@@ -267,11 +267,12 @@ impl<'a> Store for ServerStore<'_, 'a> {
 
     #[inline]
     fn fields3(&self, row: &Key<'_>, fields: [Field; 3]) -> [Option<Text<'a>>; 3] {
-        let Ok(words) = words() else {
-            return [None, None, None];
-        };
-        row.hash_get3(fields.map(|f| words.field(f)))
-            .map(|v| v.map(Text::Owned))
+        Self::own_fields(fields, |names| row.hash_get3(names))
+    }
+
+    #[inline]
+    fn fields4(&self, row: &Key<'_>, fields: [Field; 4]) -> [Option<Text<'a>>; 4] {
+        Self::own_fields(fields, |names| row.hash_get4(names))
     }
 
     #[inline]

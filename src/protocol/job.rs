@@ -74,6 +74,9 @@ pub enum Field {
     TimedOut,
     /// The group the job is in (`EMQ.ENQUEUE ... GROUP`), where it is in a named one.
     Group,
+    /// The job's headers (`EMQ.ENQUEUE ... HEADERS`), where it has some: a line each
+    /// (`protocol::headers`).
+    Headers,
     /// When the job last became ready other than by its enqueue (unix ms): promoted, requeued,
     /// released or its lease run out, while the server keeps metrics.
     Ready,
@@ -81,7 +84,7 @@ pub enum Field {
 
 impl Field {
     /// Every field, in the row's order (the reference fields first).
-    pub const ALL: [Field; 21] = [
+    pub const ALL: [Field; 22] = [
         Field::State,
         Field::Attempts,
         Field::Payload,
@@ -102,6 +105,7 @@ impl Field {
         Field::Deadline,
         Field::TimedOut,
         Field::Group,
+        Field::Headers,
         Field::Ready,
     ];
 
@@ -127,6 +131,7 @@ impl Field {
             Field::Deadline => c"deadline",
             Field::TimedOut => c"timedout",
             Field::Group => c"group",
+            Field::Headers => c"headers",
             Field::Ready => c"ready",
         }
     }
@@ -218,13 +223,13 @@ pub fn attempts_from(text: Option<&[u8]>) -> i64 {
         .map_or(0, |a| a.max(0))
 }
 
-/// Jobs handed to a worker, as a claim replies them: each job's id and payload end to end in
-/// one buffer, so a claim of many jobs makes no allocation a job, and its lease token.
+/// Jobs handed to a worker, as a claim replies them: each job's id, payload and headers end to
+/// end in one buffer, so a claim of many jobs makes no allocation a job, and its lease token.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Claimed {
     bytes: Vec<u8>,
-    /// Each job: where its id ends and where its payload ends in `bytes`, and its token.
-    jobs: Vec<(usize, usize, i64)>,
+    /// Each job: where its id, its payload and its headers end in `bytes`, and its token.
+    jobs: Vec<(usize, usize, usize, i64)>,
 }
 
 /// One job of [`Claimed`].
@@ -232,6 +237,8 @@ pub struct Claimed {
 pub struct ClaimedJob<'a> {
     pub id: &'a [u8],
     pub payload: &'a [u8],
+    /// Its `headers` field (`protocol::headers`), empty where it has none.
+    pub headers: &'a [u8],
     /// The lease token: the job's attempts, this one included, after its fence (the job's
     /// attempts where it was never requeued).
     pub token: i64,
@@ -246,11 +253,14 @@ impl Claimed {
         }
     }
 
-    pub fn push(&mut self, id: &[u8], payload: &[u8], token: i64) {
-        self.bytes.extend_from_slice(id);
+    pub fn push(&mut self, job: ClaimedJob<'_>) {
+        self.bytes.extend_from_slice(job.id);
         let id_end = self.bytes.len();
-        self.bytes.extend_from_slice(payload);
-        self.jobs.push((id_end, self.bytes.len(), token));
+        self.bytes.extend_from_slice(job.payload);
+        let payload_end = self.bytes.len();
+        self.bytes.extend_from_slice(job.headers);
+        self.jobs
+            .push((id_end, payload_end, self.bytes.len(), job.token));
     }
 
     pub fn len(&self) -> usize {
@@ -263,13 +273,14 @@ impl Claimed {
 
     /// The jobs, in the order they were taken.
     pub fn iter(&self) -> impl Iterator<Item = ClaimedJob<'_>> {
-        let starts = std::iter::once(0).chain(self.jobs.iter().map(|&(_, end, _)| end));
+        let starts = std::iter::once(0).chain(self.jobs.iter().map(|&(_, _, end, _)| end));
         self.jobs
             .iter()
             .zip(starts)
-            .map(|(&(id_end, end, token), start)| ClaimedJob {
+            .map(|(&(id_end, payload_end, end, token), start)| ClaimedJob {
                 id: &self.bytes[start..id_end],
-                payload: &self.bytes[id_end..end],
+                payload: &self.bytes[id_end..payload_end],
+                headers: &self.bytes[payload_end..end],
                 token,
             })
     }
@@ -303,26 +314,31 @@ mod tests {
     fn claimed_jobs_read_back_as_pushed() {
         let mut c = super::Claimed::with_capacity(1);
         assert!(c.is_empty());
-        c.push(b"JOB1", b"first", 1);
-        c.push(b"JOB22", b"", 7);
-        c.push(
-            b"JOB333",
-            b"a longer payload than the reserve of sixty-four bytes for a job",
-            -2,
-        );
-        let read: Vec<_> = c.iter().map(|j| (j.id, j.payload, j.token)).collect();
-        assert_eq!(
-            read,
-            vec![
-                (&b"JOB1"[..], &b"first"[..], 1),
-                (&b"JOB22"[..], &b""[..], 7),
-                (
-                    &b"JOB333"[..],
-                    &b"a longer payload than the reserve of sixty-four bytes for a job"[..],
-                    -2
-                ),
-            ]
-        );
+        let long = b"a longer payload than the reserve of sixty-four bytes for a job";
+        let jobs = [
+            ClaimedJob {
+                id: b"JOB1",
+                payload: b"first",
+                headers: b"",
+                token: 1,
+            },
+            ClaimedJob {
+                id: b"JOB22",
+                payload: b"",
+                headers: b"traceparent:00-ab",
+                token: 7,
+            },
+            ClaimedJob {
+                id: b"JOB333",
+                payload: long,
+                headers: b"",
+                token: -2,
+            },
+        ];
+        for job in jobs {
+            c.push(job);
+        }
+        assert_eq!(c.iter().collect::<Vec<_>>(), jobs);
         assert_eq!(c.len(), 3);
     }
 }

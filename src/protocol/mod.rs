@@ -11,6 +11,7 @@ pub mod counters;
 pub mod cron;
 pub mod error;
 pub mod flow;
+pub mod headers;
 pub mod job;
 pub mod keyspace;
 pub mod limits;

@@ -296,6 +296,10 @@ pub trait Store {
     fn fields3(&self, row: &Self::Row<'_>, fields: [Field; 3]) -> [Option<Self::Text>; 3] {
         fields.map(|f| self.field(row, f))
     }
+    /// Four fields of a row, read together (`HMGET row a b c d`).
+    fn fields4(&self, row: &Self::Row<'_>, fields: [Field; 4]) -> [Option<Self::Text>; 4] {
+        fields.map(|f| self.field(row, f))
+    }
 
     /// The score of the last member of an open set (the highest).
     fn last_score(&self, set: Set) -> Result<Option<f64>, EmqError>;

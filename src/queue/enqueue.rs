@@ -144,6 +144,8 @@ pub struct Extras {
     pub timeout: Option<i64>,
     /// The named group the job is in (`EMQ.ENQUEUE ... GROUP`; a parsed name).
     pub group: Option<Vec<u8>>,
+    /// Its `headers` field (`EMQ.ENQUEUE ... HEADERS`; `protocol::headers`).
+    pub headers: Option<Vec<u8>>,
 }
 
 /// [`enqueue_with`], for a job with [`Extras`]: a parent is written to `waiting` (scored by
@@ -279,8 +281,8 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
         )
     };
     // The extras on the stack, in the row's order: a parent's counters, a child's `parents`,
-    // the job's `timeout`.
-    let mut more: [(Field, Value<'_, S::Text>); 6] = [(Field::Children, Value::Int(0)); 6];
+    // the job's `timeout`, `group` and `headers`.
+    let mut more: [(Field, Value<'_, S::Text>); 7] = [(Field::Children, Value::Int(0)); 7];
     let mut n = 0;
     if let Some(children) = flow.children {
         more[..3].copy_from_slice(&counters(children));
@@ -296,6 +298,10 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
     }
     if let Some(group) = &group {
         more[n] = (Field::Group, Value::Text(group));
+        n += 1;
+    }
+    if let Some(headers) = &flow.headers {
+        more[n] = (Field::Headers, Value::Bytes(headers));
         n += 1;
     }
     write(&more[..n])?;
@@ -318,12 +324,13 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
     Ok(Added::New)
 }
 
-/// One job of a batch: the id the client gave (with its text), or `None` to mint one, and its
-/// payload.
+/// One job of a batch: the id the client gave (with its text), or `None` to mint one, its
+/// payload, priority and `headers` field.
 pub struct BatchJob<'j, S: Store> {
     pub job: Option<Job<'j, S>>,
     pub payload: &'j S::Text,
     pub priority: i64,
+    pub headers: Option<&'j [u8]>,
 }
 
 /// Enqueues a batch to `pending`, all or nothing: every permission and type is checked before
@@ -397,7 +404,15 @@ pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec
             added.push(Added::Duplicate);
             continue;
         }
-        store.write_row(&row, State::Pending, job.payload, job.priority, None, &[])?;
+        let headers = job.headers.map(|h| (Field::Headers, Value::Bytes(h)));
+        store.write_row(
+            &row,
+            State::Pending,
+            job.payload,
+            job.priority,
+            None,
+            headers.as_slice(),
+        )?;
         members.push((job.priority, member));
         added.push(outcome);
     }

@@ -100,6 +100,7 @@ pub fn field_name(field: Field) -> &'static str {
         Field::Deadline => "deadline",
         Field::TimedOut => "timedout",
         Field::Group => "group",
+        Field::Headers => "headers",
         Field::Ready => "ready",
     }
 }

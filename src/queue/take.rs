@@ -1,15 +1,15 @@
 //! Taking ready jobs under a lease (protocol.md §6), whichever way a claim chose them: their
 //! rows marked active with their attempts raised, each timed attempt's deadline written, and
-//! the members added to `active` in one write.
+//! the members added to `active` in one write. A job's headers go out with it.
 
 use std::io::Write;
 
-use crate::protocol::job::Claimed;
+use crate::protocol::job::{Claimed, ClaimedJob};
 use crate::protocol::limits::{bounded, Limits, MAX_TIMEOUT_MS};
 use crate::protocol::{EmqError, Event, Field, Holds, Set, State, Store, Value};
 
 use super::promote::count_dropped;
-use super::{lease_token, leased_fields, record, timing};
+use super::{count_of, lease_token, record, timing};
 
 /// Most pending members without a row (deleted by hand, evicted under an `allkeys-*` policy)
 /// one claim passes over, so no call does unbounded work.
@@ -68,7 +68,17 @@ pub fn lease_all<S: Store>(
             count_dropped();
             continue;
         };
-        let (attempts, fence, payload) = leased_fields(store, row, Field::Payload);
+        // The job's headers in the same read: a job without them reads none.
+        let [attempts, fence, payload, headers] = store.fields4(
+            row,
+            [
+                Field::Attempts,
+                Field::Fence,
+                Field::Payload,
+                Field::Headers,
+            ],
+        );
+        let (attempts, fence) = (count_of(store, attempts), count_of(store, fence));
         let attempts = attempts.saturating_add(1);
         let token = lease_token(fence, attempts);
         let deadline = lease.deadline(store, row);
@@ -96,8 +106,12 @@ pub fn lease_all<S: Store>(
         store.set_fields(row, &fields[..2 + usize::from(tagged.is_some())])?;
         record(store, Event::Claimed, Some(*member), || attempts)?;
         taken.push((deadline.map_or(lease.end, |d| d.min(lease.end)), *member));
-        let payload = payload.as_ref().map_or(&[][..], |p| store.bytes(p));
-        out.push(store.bytes(member), payload, token);
+        out.push(ClaimedJob {
+            id: store.bytes(member),
+            payload: payload.as_ref().map_or(&[][..], |p| store.bytes(p)),
+            headers: headers.as_ref().map_or(&[][..], |h| store.bytes(h)),
+            token,
+        });
     }
     store.add_many(Set::Active, &taken)?;
     Ok(out)

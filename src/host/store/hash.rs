@@ -14,6 +14,19 @@ use super::super::words::words;
 use super::ServerStore;
 
 impl<'a> ServerStore<'_, 'a> {
+    /// `HMGET row a b ...` of `N` of the row's own fields, by their names through `get` (a
+    /// row's `Key::hash_get3` or `Key::hash_get4`: `Store::fields3`, `Store::fields4`).
+    #[inline(always)]
+    pub(super) fn own_fields<const N: usize>(
+        fields: [Field; N],
+        get: impl FnOnce([Str<'_>; N]) -> [Option<OwnedString>; N],
+    ) -> [Option<Text<'a>>; N] {
+        let Ok(words) = words() else {
+            return [(); N].map(|()| None);
+        };
+        get(fields.map(|f| words.field(f))).map(|v| v.map(Text::Owned))
+    }
+
     /// `HMGET row field a b c`, a field named at run time and three of the row's own
     /// (`Store::row_get_with3`).
     #[inline]

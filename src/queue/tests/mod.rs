@@ -41,6 +41,7 @@ fn batch_job<'j>(
         job: job.map(|(id, member)| Job { id: *id, member }),
         payload,
         priority,
+        headers: None,
     }
 }
 
