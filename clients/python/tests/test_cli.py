@@ -38,6 +38,9 @@ def test_the_queue_operations_from_the_shell(server: Server) -> None:
     assert cli(server, "stats", "cli")["pending"] == 1
     timed = cli(server, "enqueue", "cli-timed", "x", "--timeout", "90")
     assert (echomq.Queue(server.client(), "cli-timed").job(timed) or {})["timeout"] == "90000"
+    headed = cli(server, "enqueue", "cli-headed", "x", "--header", "tenant=a=b", "--header", "k=v")
+    row = echomq.Queue(server.client(), "cli-headed").job(headed) or {}
+    assert row["headers"] == {"tenant": "a=b", "k": "v"}
     server.cmd("EMQ.CLAIM", "cli")
     server.cmd("EMQ.FAIL", "cli", job_id, 1, "ERROR", "broken", "RETRY-IN", 0)
     # One attempt a job by default is not enough to die: bury it by hand through the server.

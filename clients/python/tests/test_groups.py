@@ -46,7 +46,7 @@ def claim(q: echomq.Queue, count: int = 100) -> List[Tuple[str, int]]:
     """One claim of up to `count` jobs (a lease of a minute), as a worker elsewhere would: each
     job's id and token, in claim order."""
     reply = q.call("EMQ.CLAIM", "COUNT", count, "LEASE", 60_000)
-    return [(job_id, token) for job_id, _, token in cmd.claimed(reply)]
+    return [(job_id, token) for job_id, _, token, _ in cmd.claimed(reply)]
 
 
 def ids(claimed: Sequence[Tuple[str, int]]) -> List[str]:

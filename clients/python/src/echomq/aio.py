@@ -8,11 +8,11 @@ import asyncio
 import signal
 import time
 from typing import (
-    Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union,
+    Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union,
 )
 
 from . import commands as cmd
-from . import leases, outbox
+from . import leases, outbox, tracing
 from ._replicas import pipelined_async
 from ._retry import backoff, retry_after, server_full, transient
 from .cancel import cancel as cancelling
@@ -86,28 +86,38 @@ class AsyncQueue(Settings):
         unique: Optional[str] = None, unique_for: Optional[float] = None,
         children: Optional[int] = None, parents: Optional[Sequence[ParentLike]] = None,
         timeout: Optional[float] = None, group: Optional[str] = None,
+        headers: Optional[Mapping[str, str]] = None,
     ) -> str:
         """``Queue.enqueue``, awaited."""
         above = parents_of(parents)
-        job_id, args = cmd.enqueue(
-            self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for,
-            children, above, timeout, group,
-        )
-        try:
-            for adopt in cmd.adoptions(self.name, job_id, above):
-                await self._send(adopt)
-            reply, confirmed = await self._write(args)
-        except EmqParentError:
-            if above and await self.job(job_id) is not None:
-                return job_id
-            raise
-        return cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
+        with tracing.sending(self.name, headers, self.tracer_provider) as sent:
+            job_id, args = cmd.enqueue(
+                self.name, self.serializer, payload, id, delay, at, priority, unique,
+                unique_for, children, above, timeout, group, sent.headers,
+            )
+            try:
+                for adopt in cmd.adoptions(self.name, job_id, above):
+                    await self._send(adopt)
+                reply, confirmed = await self._write(args)
+            except EmqParentError:
+                if above and await self.job(job_id) is not None:
+                    return job_id
+                raise
+            written = cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
+            sent.sent(written)
+            return written
 
-    async def enqueue_many(self, payloads: Iterable[Any], chunk: int = CHUNK) -> List[str]:
+    async def enqueue_many(
+        self, payloads: Iterable[Any], chunk: int = CHUNK,
+        headers: Optional[Mapping[str, str]] = None,
+    ) -> List[str]:
         """``Queue.enqueue_many``, awaited."""
         written = cmd.Written(self.wait_replicas)
-        for job_ids, args in cmd.menqueue(self.name, self.serializer, payloads, chunk):
-            written.add(job_ids, (await self._write(args))[1])
+        with tracing.sending(self.name, headers, self.tracer_provider) as sent:
+            for job_ids, args in cmd.menqueue(
+                self.name, self.serializer, payloads, chunk, sent.headers
+            ):
+                written.add(job_ids, (await self._write(args))[1])
         return written.ids()
 
     async def flow(self, tree: NodeLike) -> Node:
@@ -273,8 +283,12 @@ class AsyncWorker(Claiming):
         on_event: Optional[Callable[[WorkerEvent], None]] = None,
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
+        tracer_provider: Any = None,
     ) -> None:
-        self.queue = AsyncQueue(client, queue, serializer, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
+        self.queue = AsyncQueue(
+            client, queue, serializer, wait_replicas=wait_replicas, wait_timeout=wait_timeout,
+            tracer_provider=tracer_provider,
+        )
         self.handler = handler
         super().__init__(
             queue, concurrency, lease, batch, block, renew_every, shutdown_timeout, name, on_event
@@ -369,25 +383,30 @@ class AsyncWorker(Claiming):
             self._event("handler_start", job.id, job.attempt, time.time_ns())
             error: Optional[BaseException] = None
             ended: Optional[Tuple[str, str, List[Any]]] = None
-            try:
-                # Decoded here, on the job's own path: a payload that does not decode fails it.
-                job.payload = serializer.loads(job.payload)
-                result = await self.handler(job)
-                ended = outcome(serializer, result=result)
-            except asyncio.CancelledError as e:
-                if job._phase != "abandoned":
-                    raise
-                error = e  # cancelled by ``_ended``: the handler's end, nothing to send
-            except Exception as e:
-                error, ended = e, outcome(serializer, error=e)
-            except BaseException as e:
-                # KeyboardInterrupt, SystemExit...: the job fails with it and the worker stops
-                # (before the failure frees the slot, so nothing is claimed after it); ``run``
-                # raises it once the other running jobs are settled.
-                if job._phase != "abandoned":
-                    self._fatal = self._fatal or e
-                    self.stop()
-                error, ended = e, outcome(serializer, error=e)
+            provider = self.queue.tracer_provider
+            with tracing.processing(job.queue, job.id, job.attempt, job.headers, provider) as span:
+                try:
+                    # Decoded here, on the job's own path: a payload that does not decode
+                    # fails it.
+                    job.payload = serializer.loads(job.payload)
+                    result = await self.handler(job)
+                    ended = outcome(serializer, result=result)
+                except asyncio.CancelledError as e:
+                    if job._phase != "abandoned":
+                        raise
+                    error = e  # cancelled by ``_ended``: the handler's end, nothing to send
+                except Exception as e:
+                    error, ended = e, outcome(serializer, error=e)
+                except BaseException as e:
+                    # KeyboardInterrupt, SystemExit...: the job fails with it and the worker
+                    # stops (before the failure frees the slot, so nothing is claimed after
+                    # it); ``run`` raises it once the other running jobs are settled.
+                    if job._phase != "abandoned":
+                        self._fatal = self._fatal or e
+                        self.stop()
+                    error, ended = e, outcome(serializer, error=e)
+                if ended is not None:
+                    tracing.outcome(span, ended[0], error)
             self._event("handler_end", job.id, job.attempt, time.time_ns(), error=failure(error))
             if job._phase == "abandoned" or ended is None:
                 return  # ended while it ran (even if it went on after its task's cancel)

@@ -114,6 +114,8 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--unique")
     e.add_argument("--timeout", type=float, help="seconds each attempt may run")
     e.add_argument("--group", help="the job's group (a tenant, say): claims take groups in turn")
+    e.add_argument("--header", action="append", default=[], metavar="KEY=VALUE",
+                   help="a header the job carries to each attempt (repeatable)")
 
     s = sub.add_parser("stats", parents=options, help="a queue's counts, pause flag and limits")
     s.add_argument("queue")
@@ -150,8 +152,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         q = Queue(client, args.queue)
         if args.command == "enqueue":
+            headers = {k: v for k, _, v in (h.partition("=") for h in args.header)}
             show(q.enqueue(args.payload, delay=args.delay, priority=args.priority, unique=args.unique,
-                           timeout=args.timeout, group=args.group), args.json)
+                           timeout=args.timeout, group=args.group, headers=headers), args.json)
         elif args.command == "stats":
             show(q.stats(), args.json)
         elif args.command == "dead":

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import math
 from typing import (
-    Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union,
+    Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union,
 )
 
 from . import ids
@@ -67,11 +67,13 @@ def enqueue(
     parents: Sequence[Parent] = (),
     timeout: Optional[float] = None,
     group: Optional[str] = None,
+    headers: Optional[Mapping[str, str]] = None,
 ) -> Tuple[str, List[Any]]:
     """The job's id (minted when not given) and its ``EMQ.ENQUEUE``: a parent waits for
     ``children`` children; a child names its ``parents`` (``flows.parents_of`` checked them);
     ``timeout`` (seconds, sent in ms) bounds each attempt from its claim; ``group`` (sent as
-    is: the server checks it) puts the job in that group of the queue."""
+    is: the server checks it) puts the job in that group of the queue; ``headers`` go with
+    the job to each of its attempts (the server checks them)."""
     job_id = id or ids.mint()
     args: List[Any] = ["EMQ.ENQUEUE", queue, job_id, serializer.dumps(payload)]
     if delay is not None and at is not None:
@@ -100,7 +102,30 @@ def enqueue(
         args += ["TIMEOUT", timeout_ms(timeout)]
     if group is not None:
         args += ["GROUP", group]
-    return job_id, args
+    return job_id, args + header_args(headers)
+
+
+def header_args(headers: Optional[Mapping[str, str]]) -> List[Any]:
+    """``HEADERS <n> <key> <value> ...``, or nothing for no headers."""
+    if not headers:
+        return []
+    args: List[Any] = ["HEADERS", len(headers)]
+    for key, value in headers.items():
+        args += [key, value]
+    return args
+
+
+def header_map(reply: Any) -> Dict[str, str]:
+    """A job's headers as a claim or ``EMQ.JOB`` replies them (a flat array under RESP2, a map
+    under RESP3), as text: bytes that are not UTF-8 (the server takes any but CR and LF) read
+    as U+FFFD, never as a worker's end."""
+    items = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2])
+    return {lossy(k): lossy(v) for k, v in items}
+
+
+def lossy(value: Any) -> str:
+    """A reply's bytes as ``str``, each byte that is not UTF-8 as U+FFFD."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def adoptions(queue: str, job_id: str, parents: Sequence[Parent]) -> List[List[Any]]:
@@ -114,14 +139,17 @@ def adoptions(queue: str, job_id: str, parents: Sequence[Parent]) -> List[List[A
 
 
 def menqueue(
-    queue: str, serializer: Serializer, payloads: Iterable[Any], chunk: int
+    queue: str, serializer: Serializer, payloads: Iterable[Any], chunk: int,
+    headers: Optional[Mapping[str, str]] = None,
 ) -> Iterator[Tuple[List[str], List[Any]]]:
-    """``EMQ.MENQUEUE``s of ``chunk`` jobs each, with the ids minted for them."""
+    """``EMQ.MENQUEUE``s of ``chunk`` jobs each, with the ids minted for them, each job with
+    ``headers``."""
     job_ids: List[str] = []
     args: List[Any] = []
+    each = header_args(headers)
     for payload in payloads:
         job_ids.append(ids.mint())
-        args += [job_ids[-1], serializer.dumps(payload)]
+        args += [*each, job_ids[-1], serializer.dumps(payload)]
         if len(job_ids) >= chunk:
             yield job_ids, ["EMQ.MENQUEUE", queue, *args]
             job_ids, args = [], []
@@ -390,8 +418,15 @@ def counts(reply: Any) -> Dict[str, Optional[int]]:
 
 
 def row(reply: Any) -> Optional[Dict[str, Any]]:
-    """``EMQ.JOB``'s map, its values as text; ``None`` when there is no such job."""
-    return None if reply is None else fields(reply)
+    """``EMQ.JOB``'s map, its values as text (``headers`` a ``dict``, where the job has
+    some); ``None`` when there is no such job."""
+    if reply is None:
+        return None
+    raw = pairs(reply)
+    found = {k: text(v) for k, v in raw.items() if k != "headers"}
+    if "headers" in raw:
+        found["headers"] = header_map(raw["headers"])
+    return found
 
 
 def page(reply: Any, set_name: str) -> Tuple[str, List[Dict[str, Any]]]:
@@ -517,10 +552,14 @@ def lease_end(reply: Any) -> Optional[int]:
     return reply if isinstance(reply, int) and not isinstance(reply, bool) else None
 
 
-def claimed(reply: Any) -> List[Tuple[str, Any, int]]:
-    """``EMQ.CLAIM``'s jobs, each ``[id, payload, attempts]``: the id, the payload's bytes (a
-    worker decodes them on the job's own path) and the attempt, the lease token."""
-    return [(str(text(job_id)), payload, int(token)) for job_id, payload, token in reply or []]
+def claimed(reply: Any) -> List[Tuple[str, Any, int, Dict[str, str]]]:
+    """``EMQ.CLAIM``'s jobs, each ``[id, payload, attempts]`` and its headers where it has
+    some: the id, the payload's bytes (a worker decodes them on the job's own path), the
+    attempt (the lease token) and the headers (``header_map``; empty for none)."""
+    return [
+        (str(text(job[0])), job[1], int(job[2]), header_map(job[3]) if len(job) > 3 else {})
+        for job in reply or []
+    ]
 
 
 def macked(reply: Any, count: int) -> List[Any]:

@@ -1,12 +1,13 @@
 """What a handler sees: the ``Job`` a worker claimed (its payload, its attempt, the flags its
-worker sets while it runs: ``lease_lost``, ``cancelled``, ``timed_out``; its flow children),
+worker sets while it runs: ``lease_lost``, ``cancelled``, ``timed_out``; its headers and flow
+children),
 and ``Retry``, which a handler raises to fail the attempt for a retry at a time it names."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Dict, Optional
 
 from .events import Ending
 from .flows import Children
@@ -29,6 +30,9 @@ class Job:
     #: This attempt (the lease token): 1 for the first.
     attempt: int
     queue: str
+    #: The headers it was enqueued with (``enqueue(..., headers=...)``), the trace context
+    #: among them: empty for none.
+    headers: Dict[str, str] = field(default_factory=dict)
     #: Set when the lease was lost (it ran out and another attempt took the job): the
     #: handler's outcome will not be sent.
     lease_lost: threading.Event = field(default_factory=threading.Event)

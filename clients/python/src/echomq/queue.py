@@ -5,9 +5,12 @@ call builds its command and parses the reply with ``commands``; this is the send
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import (
+    Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union,
+)
 
 from . import commands as cmd
+from . import tracing
 from ._replicas import moved, pipelined, refresh, wait_settings
 from ._retry import backoff, retry_after
 from .cancel import cancel as cancelling
@@ -41,8 +44,12 @@ class Settings:
         retries: int = 8,
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
+        tracer_provider: Any = None,
     ) -> None:
         self.client = client
+        #: Where the client's spans go (``tracing``): ``None`` for OpenTelemetry's global
+        #: tracer provider.
+        self.tracer_provider = tracer_provider
         self.name = name
         self.serializer: Serializer = serializer or Raw()
         self.retries = retries
@@ -58,7 +65,7 @@ class Settings:
             return self
         return type(self)(
             self.client, queue, self.serializer, self.retries, self.wait_replicas,
-            self.wait_timeout_ms / 1000,
+            self.wait_timeout_ms / 1000, self.tracer_provider,
         )
 
 
@@ -119,6 +126,7 @@ class Queue(Settings):
         unique: Optional[str] = None, unique_for: Optional[float] = None,
         children: Optional[int] = None, parents: Optional[Sequence[ParentLike]] = None,
         timeout: Optional[float] = None, group: Optional[str] = None,
+        headers: Optional[Mapping[str, str]] = None,
     ) -> str:
         """Enqueues one job and returns its id. ``delay`` (seconds) or ``at`` (unix seconds)
         parks it until then; ``priority`` puts it ahead of (lower) or behind (higher) the
@@ -129,36 +137,48 @@ class Queue(Settings):
         ``group`` (a tenant, say: 1 to 128 printable ASCII bytes, no braces) puts the job in
         that group: claims take the groups with ready jobs in turn, the jobs without a group
         being one more (priorities hold within a group); the row's ``group`` names it.
-        With ``wait_replicas``, ``EmqNotReplicated`` when fewer replicas confirmed it.
+        ``headers`` (at most 32 ``str`` keys and values) go with the job to each attempt
+        (``job.headers``), with the trace context where ``opentelemetry-api`` traces the call
+        (``tracing``). With ``wait_replicas``, ``EmqNotReplicated`` when fewer replicas confirmed it.
 
         Flows: with ``children`` n the job waits (``waiting``) until n children finished; with
         ``parents`` (``Parent``s or ``(queue, id[, on_fail])``, at most 16) it is a child of
         each, which a parent out of the queue's slot registers first (``EMQ.ADOPT``).
         ``EmqParentError`` when a parent refuses it."""
         above = parents_of(parents)
-        job_id, args = cmd.enqueue(
-            self.name, self.serializer, payload, id, delay, at, priority, unique, unique_for,
-            children, above, timeout, group,
-        )
-        try:
-            for adopt in cmd.adoptions(self.name, job_id, above):
-                self._send(adopt)
-            reply, confirmed = self._write(args)
-        except EmqParentError:
-            # A retry of an enqueue that went through (its row is there): the parent may have
-            # run since, and refuses the child it counted already.
-            if above and self.job(job_id) is not None:
-                return job_id
-            raise
-        return cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
+        with tracing.sending(self.name, headers, self.tracer_provider) as sent:
+            job_id, args = cmd.enqueue(
+                self.name, self.serializer, payload, id, delay, at, priority, unique,
+                unique_for, children, above, timeout, group, sent.headers,
+            )
+            try:
+                for adopt in cmd.adoptions(self.name, job_id, above):
+                    self._send(adopt)
+                reply, confirmed = self._write(args)
+            except EmqParentError:
+                # A retry of an enqueue that went through (its row is there): the parent may
+                # have run since, and refuses the child it counted already.
+                if above and self.job(job_id) is not None:
+                    return job_id
+                raise
+            written = cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
+            sent.sent(written)
+            return written
 
-    def enqueue_many(self, payloads: Iterable[Any], chunk: int = CHUNK) -> List[str]:
-        """Enqueues every payload, ``chunk`` to an atomic ``EMQ.MENQUEUE``; their ids, in order.
-        With ``wait_replicas``, every chunk is written, then ``EmqNotReplicated`` names the jobs
-        of the chunks fewer replicas confirmed (the fewest confirmations its count)."""
+    def enqueue_many(
+        self, payloads: Iterable[Any], chunk: int = CHUNK,
+        headers: Optional[Mapping[str, str]] = None,
+    ) -> List[str]:
+        """Enqueues every payload, ``chunk`` to an atomic ``EMQ.MENQUEUE``; their ids, in order,
+        each job with ``headers`` (and the trace context, as ``enqueue``). With
+        ``wait_replicas``, every chunk is written, then ``EmqNotReplicated`` names the jobs of
+        the chunks fewer replicas confirmed (the fewest confirmations its count)."""
         written = cmd.Written(self.wait_replicas)
-        for job_ids, args in cmd.menqueue(self.name, self.serializer, payloads, chunk):
-            written.add(job_ids, self._write(args)[1])
+        with tracing.sending(self.name, headers, self.tracer_provider) as sent:
+            for job_ids, args in cmd.menqueue(
+                self.name, self.serializer, payloads, chunk, sent.headers
+            ):
+                written.add(job_ids, self._write(args)[1])
         return written.ids()
 
     def flow(self, tree: NodeLike) -> Node:

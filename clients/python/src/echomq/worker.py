@@ -16,7 +16,7 @@ from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import commands as cmd
-from . import leases, outbox
+from . import leases, outbox, tracing
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, server_full, transient
 from .errors import translate
@@ -54,18 +54,28 @@ def jobs_of(queue: str, reply: Any) -> List[Job]:
     it is decoded on the job's own path (``settled``), where a payload that does not decode is
     that job's failure, not the worker's."""
     return [
-        Job(id=job_id, payload=payload, attempt=token, queue=queue)
-        for job_id, payload, token in cmd.claimed(reply)
+        Job(id=job_id, payload=payload, attempt=token, queue=queue, headers=headers)
+        for job_id, payload, token, headers in cmd.claimed(reply)
     ]
 
 
 def settled(
-    serializer: Serializer, job: Job, run: Callable[[Job], Any]
+    serializer: Serializer, job: Job, run: Callable[[Job], Any], provider: Any = None
 ) -> Tuple[Tuple[str, str, List[Any]], Optional[BaseException]]:
     """Decodes the job's payload, runs `run` (the handler) and says what its end means
-    (``outcome``): a payload that does not decode, a handler's exception and a result that does
-    not encode each fail the job. The second value is the exception it failed with; one that
-    is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``...) stops the worker."""
+    (``outcome``), in the attempt's span (``tracing.processing``): a payload that does not
+    decode, a handler's exception and a result that does not encode each fail the job. The
+    second value is the exception it failed with; one that is not an ``Exception``
+    (``KeyboardInterrupt``, ``SystemExit``...) stops the worker."""
+    with tracing.processing(job.queue, job.id, job.attempt, job.headers, provider) as span:
+        ended, error = _settled(serializer, job, run)
+        tracing.outcome(span, ended[0], error)
+        return ended, error
+
+
+def _settled(
+    serializer: Serializer, job: Job, run: Callable[[Job], Any]
+) -> Tuple[Tuple[str, str, List[Any]], Optional[BaseException]]:
     try:
         job.payload = serializer.loads(job.payload)
         result = run(job)
@@ -234,6 +244,8 @@ class Worker(Claiming):
     ``on_event`` is called with a ``WorkerEvent`` for each claim, renewal, settle, handler
     start and end, and hand-over. With ``wait_replicas`` n > 0, each settle pipeline ends with ``WAIT n``
     (``wait_timeout`` seconds); what it reported goes into the settle events' ``replicated``.
+    With ``opentelemetry-api`` installed, each attempt runs in a consumer span of the trace its
+    job's headers carry (``tracing``), from ``tracer_provider`` (default: the global one).
     """
 
     def __init__(
@@ -252,8 +264,12 @@ class Worker(Claiming):
         on_event: Optional[Callable[[WorkerEvent], None]] = None,
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
+        tracer_provider: Any = None,
     ) -> None:
-        self.queue = Queue(client, queue, serializer, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
+        self.queue = Queue(
+            client, queue, serializer, wait_replicas=wait_replicas, wait_timeout=wait_timeout,
+            tracer_provider=tracer_provider,
+        )
         self.handler = handler
         super().__init__(
             queue, concurrency, lease, batch, block, renew_every, shutdown_timeout, name, on_event
@@ -393,7 +409,9 @@ class Worker(Claiming):
                 return True
             job._phase = "running"
         self._event("handler_start", job.id, job.attempt, time.time_ns())
-        ended, error = settled(self.queue.serializer, job, self.handler)
+        ended, error = settled(
+            self.queue.serializer, job, self.handler, self.queue.tracer_provider
+        )
         self._event("handler_end", job.id, job.attempt, time.time_ns(), error=failure(error))
         with self._lock:
             if job._phase == "abandoned":
