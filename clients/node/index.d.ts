@@ -32,6 +32,10 @@ export interface EnqueueOptions {
    * without one (the default group) being one more; priorities order the jobs within a group.
    * Its row's `group` names it. */
   group?: string;
+  /** Headers that go with the job to each attempt (`job.headers`): at most 32, each key 1 to 64
+   * letters, digits or `!#$%&'*+-.^_\`|~`, each value up to 8,192 bytes without CR or LF (the
+   * server checks them). The queue's `inject` hook adds the trace context; these win. */
+  headers?: Record<string, string>;
   /** A parent: it waits (in `waiting`) until this many children have finished, 1-100,000. */
   children?: number;
   /** A child of each (at most 16): on a cluster, `EMQ.ADOPT` goes first to a parent whose
@@ -106,6 +110,8 @@ export interface JobSpec {
   payload: Payload;
   id?: string;
   priority?: number;
+  /** As `EnqueueOptions.headers`. */
+  headers?: Record<string, string>;
 }
 
 export type SetName = 'pending' | 'active' | 'scheduled' | 'dead' | 'waiting';
@@ -270,6 +276,8 @@ export interface JobRow {
   timeout?: number;
   /** The job's group (`EnqueueOptions.group`); none for a job of the default group. */
   group?: string;
+  /** The job's headers (`EnqueueOptions.headers`); none for a job without. */
+  headers?: Record<string, string>;
   /** A timed attempt's deadline and the token of that attempt, `<unix-ms>:<token>`: in a queue
    * that uses timeouts (an earlier attempt's is left until the next timed claim). */
   deadline?: string;
@@ -326,12 +334,24 @@ export declare const SWEEP_COUNT: number;
 export declare const CANCEL_CHILDREN: number;
 export declare const CANCEL_DEPTH: number;
 
+/** Writes the current trace context into a job's headers, W3C style:
+ * `(carrier) => propagation.inject(context.active(), carrier)` with @opentelemetry/api. */
+export type Inject = (carrier: Record<string, string>) => void;
+
+export interface QueueOptions {
+  /** How often a transient failure is tried again (8). */
+  retries?: number;
+  /** Called with a fresh carrier at each enqueue (once per `enqueueMany`). */
+  inject?: Inject;
+}
+
 export declare class Queue {
-  constructor(client: Client, name: string, options?: { retries?: number });
+  constructor(client: Client, name: string, options?: QueueOptions);
   readonly client: Client;
   readonly name: string;
   retries: number;
-  /** Another queue on the same client, with the same retries. */
+  readonly inject: Inject | undefined;
+  /** Another queue on the same client, with the same retries and hook. */
   sibling(name: string): Queue;
   /** `command <queue> ...args`, retried while transient, a refusal as its typed error. */
   call(command: string, ...args: Array<string | number | Uint8Array>): Promise<any>;
@@ -414,9 +434,27 @@ export declare class Job {
   readonly timedOut: boolean;
   /** The payload parsed as JSON. */
   readonly data: any;
+  /** The headers it was enqueued with (the trace context among them): empty for none. */
+  readonly headers: Record<string, string>;
+  /** The W3C trace context its headers carry; null for none. */
+  readonly trace: TraceContext | null;
   /** A parent's children and how each ended, keyed `<queue>:<id>`. */
   children(): Promise<Children>;
 }
+
+/** A W3C `traceparent`'s parts: the trace id (32 hex), the parent span id (16 hex), sampled. */
+export interface TraceContext {
+  traceId: string;
+  spanId: string;
+  sampled: boolean;
+}
+
+/** Most headers one job carries. */
+export declare const MAX_HEADERS: number;
+/** A W3C `traceparent` read; null for one not well formed. */
+export function parseTraceparent(value: string | undefined): TraceContext | null;
+/** A W3C `traceparent` (version 00); `sampled` defaults to true. */
+export function formatTraceparent(context: { traceId: string; spanId: string; sampled?: boolean }): string;
 
 /** Thrown by a handler: fail this attempt, to be retried after `after` ms. */
 export declare class Retry extends Error {
@@ -456,6 +494,10 @@ export interface WorkerOptions {
   /** Called synchronously with each claim, renewal, settle, handler start and end, and step
    * of the outbox's hand-overs; what it throws is logged and ignored. */
   onEvent?: (event: WorkerEvent) => void;
+  /** Runs each attempt's handler (`run`) in the caller's own scope, returning what it returns:
+   * with @opentelemetry/api, a consumer span in the context `propagation.extract` reads from
+   * `job.headers`. */
+  around?: (job: Job, run: () => unknown) => unknown;
   /** Replicas each settle and each hand-over of the outbox waits for (`WAIT`, on the node that
    * took the write), 0 for none (0). A hand-over fewer confirmed stays in the outbox for the
    * next sweep; a settle's count is its event's `replicated`. */

@@ -6,6 +6,7 @@ export { CANCEL_CHILDREN, CANCEL_DEPTH, CANCEL_READS, EmqCancelIncomplete } from
 export { crc16, slot, queueSlot } from './slot.js';
 export { Worker, PROTOCOL_MAJOR, MAX_ERROR, SETTLE_BATCH, checkVersion, errorText } from './worker.js';
 export { Job, Retry } from './job.js';
+export { MAX_HEADERS, parseTraceparent, formatTraceparent } from './headers.js';
 export { mint } from './ids.js';
 export { eventsKey } from './events.js';
 export { quantileBound } from './metrics.js';

@@ -1,5 +1,6 @@
 // A claimed job as its handler sees it (its children's outcomes too, when it is a parent), and
 // how a handler asks for a retry at a time of its own.
+import { parseTraceparent } from './headers.js';
 
 export class Job {
   /** The Queue it was claimed from, which reads its children. */
@@ -13,10 +14,13 @@ export class Job {
    * @param {AbortSignal} signal fired when the job is cancelled while it runs, its attempt runs
    *   past its deadline, its lease is lost, or the worker closes past its timeout
    * @param {{children(id: string): Promise<Map<string, any>>}} [source] the Queue it was claimed from
+   * @param {Record<string, string>} [headers] the headers it was enqueued with
    */
-  constructor(queue, id, bytes, attempt, signal, source = undefined) {
+  constructor(queue, id, bytes, attempt, signal, source = undefined, headers = {}) {
     this.queue = queue;
     this.id = id;
+    /** The headers it was enqueued with (the trace context among them): empty for none. */
+    this.headers = headers;
     /** The payload as enqueued, byte for byte. */
     this.bytes = bytes;
     /** The payload read as UTF-8 text. */
@@ -35,6 +39,12 @@ export class Job {
      * is sent. */
     this.timedOut = false;
     this.#source = source;
+  }
+
+  /** The trace context its headers carry (W3C `traceparent`): its trace id, the producer's span
+   * id and whether it is sampled; null for none. */
+  get trace() {
+    return parseTraceparent(this.headers.traceparent);
   }
 
   /** The payload parsed as JSON (what `Queue.enqueue` wrote for a value not a string). */

@@ -7,6 +7,7 @@ import { send } from './connection.js';
 import { EmqParentError, translate } from './errors.js';
 import { readEvents } from './events.js';
 import { adopt, familyArgs } from './family.js';
+import { carried, headerArgs, headerMap } from './headers.js';
 import { batch, chain, flow } from './flow.js';
 import { mint } from './ids.js';
 import { parseMetrics } from './metrics.js';
@@ -28,17 +29,21 @@ export class Queue {
   /**
    * @param {any} client a connected node-redis client (`createClient`) or cluster (`createCluster`)
    * @param {string} name the queue
-   * @param {{retries?: number}} [options] how often a transient failure is tried again (8)
+   * @param {{retries?: number, inject?: (carrier: Record<string, string>) => void}} [options]
+   *   `retries`: how often a transient failure is tried again (8); `inject`: called with a
+   *   fresh carrier at each enqueue, to write the trace context into the jobs' headers
+   *   (`(c) => propagation.inject(context.active(), c)` with @opentelemetry/api)
    */
   constructor(client, name, options = {}) {
     this.client = client;
     this.name = name;
     this.retries = options.retries ?? 8;
+    this.inject = options.inject;
   }
 
-  /** Another queue on the same client and with the same retries (a flow's other queues). */
+  /** Another queue on the same client, with the same retries and hook (a flow's other queues). */
   sibling(name) {
-    return name === this.name ? this : new Queue(this.client, name, { retries: this.retries });
+    return name === this.name ? this : new Queue(this.client, name, { retries: this.retries, inject: this.inject });
   }
 
   /** `command <queue> ...args`, retried while the failure is transient; a refusal typed. */
@@ -66,10 +71,13 @@ export class Queue {
    * `parents` it is their child (on a cluster, `EMQ.ADOPT` first for a parent in another slot).
    * With `timeout` (ms), each attempt of it is ended by the server that long after its claim.
    * With `group` (a tenant, say; the server checks it), it is in that group of the queue: claims
-   * take the groups with ready jobs in turn, and its row's `group` names it.
+   * take the groups with ready jobs in turn, and its row's `group` names it. `headers` (at most
+   * 32 string keys and values) go with the job to each attempt (`job.headers`), beside what the
+   * queue's `inject` hook writes.
    * @param {unknown} payload a string or bytes as they are, anything else as JSON
    * @param {{id?: string, delay?: number, at?: number | Date, priority?: number, unique?: string, uniqueFor?: number,
-   *   timeout?: number, group?: string, children?: number, parents?: Array<{queue: string, id: string, onFail?: 'fail' | 'ignore'}>}} [options]
+   *   timeout?: number, group?: string, headers?: Record<string, string>,
+   *   children?: number, parents?: Array<{queue: string, id: string, onFail?: 'fail' | 'ignore'}>}} [options]
    */
   async enqueue(payload, options = {}) {
     const id = options.id ?? mint();
@@ -86,6 +94,7 @@ export class Queue {
     }
     if (options.timeout !== undefined) args.push('TIMEOUT', ms(options.timeout, 'timeout'));
     if (options.group !== undefined) args.push('GROUP', options.group);
+    args.push(...headerArgs(carried(this.inject, options.headers)));
     args.push(...familyArgs(options));
     let reply;
     try {
@@ -104,8 +113,9 @@ export class Queue {
   /**
    * Enqueues every job, `chunk` to one atomic `EMQ.MENQUEUE`; their ids, in order. A job here
    * has no `timeout` of its own (`EMQ.MENQUEUE` carries none): the queue's (`limit`) times it;
-   * nor a `group`: it is in the queue's default group.
-   * @param {Iterable<{payload: unknown, id?: string, priority?: number}>} jobs
+   * nor a `group`: it is in the queue's default group. Each carries its `headers`, beside what
+   * the queue's `inject` hook writes once for the call.
+   * @param {Iterable<{payload: unknown, id?: string, priority?: number, headers?: Record<string, string>}>} jobs
    * @param {{chunk?: number}} [options]
    */
   async enqueueMany(jobs, options = {}) {
@@ -114,9 +124,11 @@ export class Queue {
     const ids = [];
     let args = [];
     let inChunk = 0;
+    const context = carried(this.inject, undefined);
     for (const job of jobs) {
       const id = job.id ?? mint();
       if (job.priority !== undefined) args.push('PRIORITY', String(job.priority));
+      args.push(...headerArgs(context ? { ...context, ...job.headers } : job.headers));
       args.push(id, encode(job.payload));
       ids.push(id);
       if (++inChunk >= chunk) {
@@ -147,11 +159,13 @@ export class Queue {
     return parseMetrics(await this.send(['EMQ.METRICS', this.name], false));
   }
 
-  /** A job's row, its set and its score there (`EMQ.JOB`); null when there is no such job. */
+  /** A job's row, its set and its score there (`EMQ.JOB`), its `headers` an object; null when
+   * there is no such job. */
   async job(id) {
     const reply = await this.send(['EMQ.JOB', this.name, id], true);
     if (reply === null || reply === undefined) return null;
     const row = pairs(reply);
+    if (row.headers !== undefined) row.headers = headerMap(row.headers);
     for (const key of NUMERIC) if (typeof row[key] === 'string' && /^-?\d+$/.test(row[key])) row[key] = Number(row[key]);
     return row;
   }

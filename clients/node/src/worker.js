@@ -12,6 +12,7 @@ import { DEFAULT_BACKOFF, retryIn } from './backoff.js';
 import { encode } from './codec.js';
 import { isCluster, routingKey } from './connection.js';
 import { EmqCancelledError, EmqLeaseError, EmqTimeoutError, EmqVersionError, isErrorReply, translate } from './errors.js';
+import { headerMap } from './headers.js';
 import { Hook, defaultName, nowNs } from './hook.js';
 import { Job, Retry } from './job.js';
 import { sweepLoop } from './outbox.js';
@@ -77,6 +78,9 @@ export class Worker extends EventEmitter {
     this.name = options.name ?? defaultName();
     /** `onEvent`'s caller; null without one, so the jobs' way pays nothing for it. */
     this.hook = options.onEvent ? new Hook(options.onEvent, this.name, queue.name) : null;
+    /** Runs each attempt's handler (`run`) inside the caller's own scope: a span of the trace the
+     * job's headers carry, say. None: the handler runs as it is. */
+    this.around = options.around ?? null;
     const wait = waitSettings(options.waitReplicas, options.waitTimeout);
     /** `WAIT`'s replicas and timeout (ms) after each settle and hand-over; null for none. */
     this.wait = wait.replicas > 0 ? wait : null;
@@ -248,12 +252,13 @@ export class Worker extends EventEmitter {
 
   // ---- one job ----
 
-  /** Runs the handler of a job as a claim replied it (`[id, payload, token]`), that claim sent
+  /** Runs the handler of a job as a claim replied it (`[id, payload, token]`, its headers fourth
+   * where it has some), that claim sent
    * at `sentAt` (ms). A lease's worth of time since then means the process stalled (frozen,
    * swapped out): the lease may have run out and another attempt taken the job, even finished
    * it, so the handler is not started; the job is left to its lease, counted lost. */
   start(raw, sentAt, sentNs = 0n) {
-    const [id, payload, token] = raw;
+    const [id, payload, token, headers] = raw;
     this.hook?.emit('claim', { id: String(id), attempt: Number(token) }, sentNs, { answeredNs: nowNs() });
     if (Date.now() >= sentAt + this.lease) {
       this.counts.lost++;
@@ -262,7 +267,7 @@ export class Worker extends EventEmitter {
     }
     const controller = new AbortController();
     const bytes = typeof payload === 'string' ? Buffer.from(payload) : payload;
-    const job = new Job(this.queue.name, String(id), bytes, Number(token), controller.signal, this.queue);
+    const job = new Job(this.queue.name, String(id), bytes, Number(token), controller.signal, this.queue, headers === undefined ? {} : headerMap(headers));
     /** @type {RunState} */
     const state = { job, controller, finished: false, lateRenewals: 0 };
     // By the job's own object: the same job claimed again (its lease lost) is another run.
@@ -278,7 +283,8 @@ export class Worker extends EventEmitter {
     let threw = false;
     this.hook?.emit('handler_start', job, nowNs());
     try {
-      result = await this.handler(job, { signal: job.signal });
+      const run = () => this.handler(job, { signal: job.signal });
+      result = await (this.around ? this.around(job, run) : run());
     } catch (e) {
       threw = true;
       error = e;

@@ -23,6 +23,10 @@ import {
   type QueueEvent,
   type Stats,
   quantileBound,
+  formatTraceparent,
+  parseTraceparent,
+  MAX_HEADERS,
+  type TraceContext,
   type WorkerEvent,
 } from 'echomq';
 
@@ -59,6 +63,10 @@ export async function producer(): Promise<void> {
   const statsTimeout: number | null = stats.timeout;
   const tenant: string = await q.enqueue('x', { group: 'tenant-42' });
   const group: string | undefined = (await q.job(tenant))?.group;
+  const traced = new Queue(client, 'emails', { inject: (carrier) => void (carrier.traceparent = formatTraceparent({ traceId: 'ab'.repeat(16), spanId: 'cd'.repeat(8) })) });
+  const headed: string = await traced.enqueue('x', { headers: { tenant: 'acme' } });
+  const tenantHeader: string | undefined = (await q.job(headed))?.headers?.tenant;
+  await q.enqueueMany([{ payload: 'x', headers: { k: 'v' } }]);
   const groups: number = stats.groups;
   const groupDefault: number | null = (await q.limit({ concurrency: 200, groupConcurrency: 4, groupRate: 10, groupPer: 60_000 }))['group-concurrency'];
   const statsGroupRate: number | null = stats['group-rate'];
@@ -81,7 +89,7 @@ export async function producer(): Promise<void> {
     const event: QueueEvent['event'] = e.event;
     if (event === 'acked') break;
   }
-  void [active, attempts, cancelledToken, next, purged, moved, cancelled, unstarted, requeued, cap, queueTimeout, deadline, statsTimeout, group, groups, at, names];
+  void [active, attempts, cancelledToken, next, purged, moved, cancelled, unstarted, requeued, cap, queueTimeout, deadline, statsTimeout, group, groups, at, names, tenantHeader];
   await client.quit();
 }
 
@@ -111,12 +119,17 @@ export async function flows(): Promise<void> {
   const finished: number | undefined = row?.finished;
   const sameSlot: boolean = queueSlot('reports') === queueSlot('pdf');
   const w = new Worker(q, async (job: Job) => {
+    const trace: TraceContext | null = job.trace;
+    const tenantOf: string | undefined = job.headers.tenant;
+    void [trace, tenantOf, parseTraceparent(job.headers.traceparent)?.traceId, MAX_HEADERS];
     const kids = await job.children();
     let acked = 0;
     for (const [key, { status, data }] of kids) if (status === 'acked' && key.endsWith(data ?? '')) acked++;
     return { acked };
   });
   const events: WorkerEvent[] = [];
+  const wrapped = new Worker(q, () => 'ok', { around: (job, run) => (job.trace ? run() : run()) });
+  void wrapped;
   const watched = new Worker(q, () => 'ok', { name: 'w1', onEvent: (e) => void events.push(e), waitReplicas: 1, waitTimeout: 500 });
   const took: bigint = events.length > 0 ? events[0].answeredNs - events[0].sentNs : 0n;
   const who: string = watched.name;

@@ -1,0 +1,81 @@
+// A job's headers (docs/observability.md): a small map that goes with the job to each of its
+// attempts, the W3C trace context among them. The carrier is a plain object of header names to
+// values, as @opentelemetry/api's `propagation.inject` and `extract` take it.
+
+/** Most headers one job carries (the server's bound). */
+export const MAX_HEADERS = 32;
+
+/**
+ * `HEADERS <n> <key> <value> ...` for an enqueue, or nothing for no headers.
+ * @param {Record<string, string> | undefined} headers
+ * @returns {string[]}
+ */
+export function headerArgs(headers) {
+  const entries = Object.entries(headers ?? {});
+  if (entries.length === 0) return [];
+  const args = ['HEADERS', String(entries.length)];
+  for (const [key, value] of entries) {
+    if (typeof value !== 'string') throw new TypeError(`header ${key} is a string, not ${typeof value}`);
+    args.push(key, value);
+  }
+  return args;
+}
+
+/**
+ * The headers a claim or `EMQ.JOB` replies (a flat array under RESP2, a map under RESP3) as an
+ * object of strings.
+ * @param {any} reply
+ * @returns {Record<string, string>}
+ */
+export function headerMap(reply) {
+  /** @type {Record<string, string>} */
+  const out = {};
+  const entries = reply instanceof Map ? [...reply.entries()] : Array.isArray(reply) ? pairsOf(reply) : Object.entries(reply ?? {});
+  for (const [key, value] of entries) out[String(key)] = String(value);
+  return out;
+}
+
+/** @param {any[]} flat */
+function pairsOf(flat) {
+  const out = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) out.push([flat[i], flat[i + 1]]);
+  return out;
+}
+
+/**
+ * The caller's headers with what a queue's `inject` hook writes into a fresh carrier (the trace
+ * context), the caller's winning where both name a key.
+ * @param {((carrier: Record<string, string>) => void) | undefined} inject
+ * @param {Record<string, string> | undefined} given
+ */
+export function carried(inject, given) {
+  if (!inject) return given;
+  /** @type {Record<string, string>} */
+  const carrier = {};
+  inject(carrier);
+  return { ...carrier, ...given };
+}
+
+const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+
+/**
+ * A W3C `traceparent` read: its trace id, parent span id and whether it is sampled; null for
+ * one that is not well formed (an all-zero id, version `ff`).
+ * @param {string | undefined} value
+ * @returns {{traceId: string, spanId: string, sampled: boolean} | null}
+ */
+export function parseTraceparent(value) {
+  const m = TRACEPARENT.exec(value?.trim() ?? '');
+  if (!m || m[1] === 'ff' || /^0+$/.test(m[2]) || /^0+$/.test(m[3])) return null;
+  return { traceId: m[2], spanId: m[3], sampled: (parseInt(m[4], 16) & 1) === 1 };
+}
+
+/**
+ * A W3C `traceparent` (version 00) for a trace id (32 hex) and span id (16 hex).
+ * @param {{traceId: string, spanId: string, sampled?: boolean}} context
+ */
+export function formatTraceparent(context) {
+  const value = `00-${context.traceId}-${context.spanId}-${context.sampled === false ? '00' : '01'}`;
+  if (!parseTraceparent(value)) throw new RangeError(`not a trace context: ${value}`);
+  return value;
+}
