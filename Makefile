@@ -63,7 +63,7 @@ test: build test-modules python
 	@bash scripts/install-deps.sh --with-browser --with-prometheus
 	$(CARGO) build --workspace --examples
 	$(CARGO) test --all-targets
-	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(CARGO) test -p echomq-client
+	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(CARGO) test -p echomq-client --features otel
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(CARGO) test -p emq
 	$(CARGO) test -p emq-chaos
 	cd clients/python && ECHOMQ_MODULE=$(CURDIR)/$(MODULE) VALKEY_SERVER=$(VALKEY_SERVER) ../../$(PY_VENV)/bin/pytest -q tests
@@ -224,6 +224,7 @@ bench-clients: build python
 lint: deps python
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p echomq-client --all-targets --features otel -- -D warnings
 	$(CARGO) test --test layers --test docs --test shape
 	cd clients/python && ../../$(PY_VENV)/bin/mypy --strict src tests
 	@# The package supports Python 3.9+: its syntax and standard library, checked against 3.9 (mypy

@@ -10,6 +10,7 @@ use redis::{FromRedisValue, Value};
 
 use crate::children::{Children, Reader};
 use crate::error::{Error, Result};
+use crate::headers;
 
 /// A claimed job, as its handler sees it.
 #[derive(Clone, Debug)]
@@ -18,6 +19,9 @@ pub struct Job {
     pub payload: Vec<u8>,
     /// This attempt (the lease token): 1 for the first.
     pub attempt: i64,
+    /// The headers it was enqueued with ([`Enqueue::headers`](crate::Enqueue::headers)), the
+    /// trace context among them, in order: empty for none.
+    pub headers: Vec<(String, String)>,
     pub(crate) lost: Arc<AtomicBool>,
     pub(crate) cancelled: Arc<AtomicBool>,
     pub(crate) timed_out: Arc<AtomicBool>,
@@ -51,6 +55,14 @@ impl Job {
     pub fn timed_out(&self) -> bool {
         self.timed_out.load(Ordering::SeqCst)
     }
+
+    /// The value of the header `key`, if the job has it.
+    pub fn header(&self, key: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// How a handler ends other than well.
@@ -71,7 +83,8 @@ impl<E: std::fmt::Display> From<E> for Failure {
 /// What a handler's run came to.
 pub type Outcome = std::result::Result<Option<Vec<u8>>, Failure>;
 
-/// The jobs of an `EMQ.CLAIM` reply (`[[id, payload, attempts], ...]`, or null on a timeout).
+/// The jobs of an `EMQ.CLAIM` reply (`[[id, payload, attempts], ...]`, a job's headers a
+/// fourth element where it has some; null on a timeout).
 pub(crate) fn jobs_of(reply: Value, reader: &Reader) -> Result<Vec<Job>> {
     let items = match reply {
         Value::Nil => return Ok(Vec::new()),
@@ -81,12 +94,25 @@ pub(crate) fn jobs_of(reply: Value, reader: &Reader) -> Result<Vec<Job>> {
     items
         .into_iter()
         .map(|item| {
-            let (id, payload, attempt) = <(String, Vec<u8>, i64)>::from_redis_value(item)
-                .map_err(|e| Error::Reply(e.to_string()))?;
+            let mut fields = match item {
+                Value::Array(fields) if (3..=4).contains(&fields.len()) => fields,
+                other => return Err(Error::Reply(format!("{other:?}"))),
+            };
+            let headers = match fields.len() {
+                4 => fields
+                    .pop()
+                    .map(|h| headers::pairs_of(&h))
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            let (id, payload, attempt) =
+                <(String, Vec<u8>, i64)>::from_redis_value(Value::Array(fields))
+                    .map_err(|e| Error::Reply(e.to_string()))?;
             Ok(Job {
                 id,
                 payload,
                 attempt,
+                headers,
                 lost: Arc::new(AtomicBool::new(false)),
                 cancelled: Arc::new(AtomicBool::new(false)),
                 timed_out: Arc::new(AtomicBool::new(false)),

@@ -8,7 +8,9 @@
 //! [`Limit::timeout`] set with [`Queue::limit`]), has its handler's future dropped. Groups
 //! ([`Enqueue::group`]) share a queue fairly, each with limits ([`Limit::group_concurrency`],
 //! [`Queue::group_limit`]), pauses ([`Queue::pause_group`]) and a listing ([`Queue::groups`]).
-//! See clients/rust/README.md.
+//! Headers ([`Enqueue::headers`], [`Job::headers`]) go with a job to each attempt; with the
+//! `otel` feature they carry its trace (OpenTelemetry), producer to worker. See
+//! clients/rust/README.md.
 
 pub mod cancel;
 pub mod children;
@@ -17,6 +19,7 @@ pub mod error;
 pub mod events;
 pub mod flow;
 pub mod groups;
+mod headers;
 pub mod ids;
 mod job;
 pub mod limit;
@@ -25,6 +28,7 @@ pub mod queue;
 mod renewals;
 mod settle;
 pub mod slot;
+mod trace;
 mod unwind;
 pub mod worker;
 

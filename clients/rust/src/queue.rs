@@ -11,7 +11,9 @@ use crate::children::{read_children, Children};
 use crate::error::{transient, Error, Result};
 use crate::events::{answered, now_ns};
 use crate::flow::{self, Parent};
+use crate::headers;
 use crate::ids;
+use crate::trace;
 
 /// Jobs one `EMQ.MENQUEUE` carries (the server takes up to 10,000).
 pub const CHUNK: usize = 1000;
@@ -41,6 +43,11 @@ pub struct Enqueue {
     /// or `}`, which the server checks. The row's `group` names it ([`Queue::job`]). `None`:
     /// the default group.
     pub group: Option<String>,
+    /// Headers that go with the job to each attempt ([`Job::headers`](crate::Job::headers)):
+    /// at most 32, each key 1 to 64 letters, digits or ``!#$%&'*+-.^_`|~``, each value up to
+    /// 8,192 bytes without CR or LF (the server checks them). With the `otel` feature, the
+    /// current trace context is added (these win).
+    pub headers: Vec<(String, String)>,
     /// A parent: it waits (`waiting`, never claimed) until this many children have finished.
     pub children: Option<u32>,
     /// The parents this job is a child of, at most [`MAX_PARENTS`](crate::flow::MAX_PARENTS).
@@ -312,6 +319,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         if let Some(group) = how.group {
             args.extend([b"GROUP".to_vec(), group.into_bytes()]);
         }
+        let mut sending = trace::Sending::start(&self.name, how.headers);
+        args.extend(headers::args(&sending.headers));
         args.extend(flow::options(how.children, &how.parents));
         if let Err(e) = self.adopt(&how.parents, &id).await {
             return self.enqueued_before(e, id).await;
@@ -327,6 +336,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             Value::BulkString(holder) => String::from_utf8_lossy(&holder).into_owned(),
             other => return Err(Error::Reply(format!("{other:?}"))),
         };
+        sending.sent(&id);
         match self.confirmed(sent.replicas) {
             Ok(()) => Ok(id),
             Err(replicas) => Err(Error::NotReplicated {
@@ -351,12 +361,24 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// Enqueues every payload, `CHUNK` to an atomic `EMQ.MENQUEUE`; their ids, in order. With
     /// `wait_replicas`, each chunk waits, and the chunks not confirmed make the call's
     /// [`Error::NotReplicated`] (every chunk enqueued still). `EMQ.MENQUEUE` takes no options
-    /// but a priority, so these jobs have no timeout of their own (the queue's applies) and
-    /// no group (they are the default group's).
+    /// but a priority and headers, so these jobs have no timeout of their own (the queue's
+    /// applies) and no group (they are the default group's).
     pub async fn enqueue_many<P: AsRef<[u8]>>(
         &self,
         payloads: impl IntoIterator<Item = P>,
     ) -> Result<Vec<String>> {
+        self.enqueue_many_with(payloads, Vec::new()).await
+    }
+
+    /// [`Queue::enqueue_many`], each job with `headers` ([`Enqueue::headers`]; with the `otel`
+    /// feature, the call's trace context is added).
+    pub async fn enqueue_many_with<P: AsRef<[u8]>>(
+        &self,
+        payloads: impl IntoIterator<Item = P>,
+        headers: Vec<(String, String)>,
+    ) -> Result<Vec<String>> {
+        let sending = trace::Sending::start(&self.name, headers);
+        let each = headers::args(&sending.headers);
         let mut out = Vec::new();
         let mut args = Vec::new();
         let mut unconfirmed = Vec::new();
@@ -365,9 +387,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         let mut iter = payloads.into_iter().peekable();
         while let Some(p) = iter.next() {
             let id = ids::mint();
+            args.extend(each.iter().cloned());
             args.extend([id.clone().into_bytes(), p.as_ref().to_vec()]);
             out.push(id);
-            if args.len() >= 2 * CHUNK || iter.peek().is_none() {
+            if out.len() - start >= CHUNK || iter.peek().is_none() {
                 if let Some(r) = self.menqueue(std::mem::take(&mut args)).await? {
                     fewest = Some(fewest.map_or(r, |f: i64| f.min(r)));
                     unconfirmed.extend_from_slice(&out[start..]);
@@ -421,7 +444,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         Ok(self.call("EMQ.REQUEUE", &[id.as_bytes().to_vec()]).await? == Value::Int(1))
     }
 
-    /// A job's row, its set and score, as text; `None` when there is no such job.
+    /// A job's row, its set and score, as text (its `headers` as the row keeps them, a
+    /// `key:value` line each); `None` when there is no such job.
     pub async fn job(&self, id: &str) -> Result<Option<HashMap<String, String>>> {
         let v = self.call("EMQ.JOB", &[id.as_bytes().to_vec()]).await?;
         if v == Value::Nil {
@@ -430,7 +454,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         Ok(Some(
             pairs(&v)
                 .into_iter()
-                .map(|(k, v)| (k, String::from_redis_value(v).unwrap_or_default()))
+                .map(|(k, v)| {
+                    let text = match k.as_str() {
+                        // A map of its own: its lines as the row keeps them, `key:value`.
+                        "headers" => headers::pairs_of(&v)
+                            .into_iter()
+                            .map(|(k, v)| format!("{k}:{v}"))
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                        _ => String::from_redis_value(v).unwrap_or_default(),
+                    };
+                    (k, text)
+                })
                 .collect(),
         ))
     }

@@ -33,6 +33,7 @@ pub use crate::job::{Failure, Job, Outcome};
 use crate::queue::{backoff, Queue};
 use crate::renewals::Renewals;
 use crate::settle::{replicated, send_acks, Ack};
+use crate::trace;
 use crate::unwind::guarded;
 
 /// The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`).
@@ -343,8 +344,9 @@ where
             .emit(Fields::at(EventKind::HandlerStart, id, token, now_ns()));
         // The handler's future lives in this block: a renewal answered `EMQCANCELLED` or
         // `EMQTIMEOUT` ends the block, and so drops the future where it last yielded.
+        let span = trace::Processing::start(&self.queue.name, &job);
         let outcome = {
-            let handler = guarded(|| (self.handler)(job.clone()));
+            let handler = guarded(|| span.run(|| (self.handler)(job.clone())));
             tokio::pin!(handler);
             let mut schedule = Renewals::new(self.renew);
             let mut next = Instant::now() + self.renew;
@@ -363,8 +365,15 @@ where
         };
         let outcome = match outcome {
             Ok(outcome) => outcome,
-            Err(ended) => return self.ended(&job, ended),
+            Err(ended) => {
+                span.ended(match ended {
+                    Ended::Cancelled(_) => "cancelled",
+                    Ended::TimedOut(_) => "timed_out",
+                });
+                return self.ended(&job, ended);
+            }
         };
+        span.finish(&outcome);
         self.hook.emit(Fields {
             error: match &outcome {
                 Ok(_) => None,
