@@ -133,6 +133,9 @@ pub enum Command {
         /// The job's group (a tenant, say): claims take the queue's groups in turn.
         #[arg(long)]
         group: Option<String>,
+        /// A header the job carries to each attempt, `<key>=<value>` (repeatable).
+        #[arg(long = "header", value_parser = header_pair)]
+        headers: Vec<(String, String)>,
     },
     /// A live view of every queue: counts, rates, the oldest pending job, the counters.
     Top {
@@ -464,6 +467,7 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
             priority,
             timeout_ms,
             group,
+            headers,
         } => {
             let how = Enqueue {
                 id,
@@ -471,6 +475,7 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
                 priority,
                 timeout: timeout_ms.map(Duration::from_millis),
                 group,
+                headers,
                 ..Enqueue::default()
             };
             let id = dep
@@ -483,6 +488,13 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
             Output::ok(String::new(), Json::Null)
         }
     })
+}
+
+/// `--header <key>=<value>`, split at its first `=`.
+fn header_pair(text: &str) -> std::result::Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("a header is <key>=<value>, not {text:?}"))
 }
 
 /// Whether a change of many jobs (`what`, as "purge the 3 pending jobs of q") may go ahead:

@@ -272,7 +272,18 @@ pub async fn job_bytes(
     Ok(Some(
         fields
             .into_iter()
-            .map(|(k, v)| (k, bytes(v).unwrap_or_default()))
+            .map(|(k, v)| {
+                // A map of its own (`headers`): its lines as the row keeps them, `key:value`.
+                let value = bytes(v).unwrap_or_else(|| {
+                    let lines: Vec<String> = pairs(v)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| format!("{k}:{}", text(v).unwrap_or_default()))
+                        .collect();
+                    lines.join("\n").into_bytes()
+                });
+                (k, value)
+            })
             .collect(),
     ))
 }

@@ -137,6 +137,18 @@ fn pause_resume_enqueue_cancel_and_requeue_change_the_queue_on_the_server() {
     assert_eq!(emq(&s.url(), &["cancel", "work", &timed]).0, 0);
     let (_, row) = enqueued(&s.url(), &["grouped", "mine", "--group", "tenant-1"]);
     assert_eq!(row["group"], "tenant-1");
+    let (_, row) = enqueued(
+        &s.url(),
+        &[
+            "work",
+            "headed",
+            "--header",
+            "tenant=a=b",
+            "--header",
+            "k=v",
+        ],
+    );
+    assert_eq!(row["headers"], "tenant:a=b\nk:v");
     let (_, json, _) = emq(&s.url(), &["--json", "stats", "grouped"]);
     let stats = serde_json::from_str::<Json>(&json).expect("json");
     assert_eq!(
