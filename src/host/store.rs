@@ -271,8 +271,8 @@ impl<'a> Store for ServerStore<'_, 'a> {
     }
 
     #[inline]
-    fn fields4(&self, row: &Key<'_>, fields: [Field; 4]) -> [Option<Text<'a>>; 4] {
-        Self::own_fields(fields, |names| row.hash_get4(names))
+    fn row_len(&self, row: &Key<'_>) -> u64 {
+        row.len()
     }
 
     #[inline]

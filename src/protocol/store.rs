@@ -296,9 +296,9 @@ pub trait Store {
     fn fields3(&self, row: &Self::Row<'_>, fields: [Field; 3]) -> [Option<Self::Text>; 3] {
         fields.map(|f| self.field(row, f))
     }
-    /// Four fields of a row, read together (`HMGET row a b c d`).
-    fn fields4(&self, row: &Self::Row<'_>, fields: [Field; 4]) -> [Option<Self::Text>; 4] {
-        fields.map(|f| self.field(row, f))
+    /// How many fields a row holds (`HLEN`); `u64::MAX` where a store cannot tell cheaply.
+    fn row_len(&self, _row: &Self::Row<'_>) -> u64 {
+        u64::MAX
     }
 
     /// The score of the last member of an open set (the highest).

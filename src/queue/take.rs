@@ -9,7 +9,7 @@ use crate::protocol::limits::{bounded, Limits, MAX_TIMEOUT_MS};
 use crate::protocol::{EmqError, Event, Field, Holds, Set, State, Store, Value};
 
 use super::promote::count_dropped;
-use super::{count_of, lease_token, record, timing};
+use super::{lease_token, leased_fields, record, timing};
 
 /// Most pending members without a row (deleted by hand, evicted under an `allkeys-*` policy)
 /// one claim passes over, so no call does unbounded work.
@@ -68,17 +68,13 @@ pub fn lease_all<S: Store>(
             count_dropped();
             continue;
         };
-        // The job's headers in the same read: a job without them reads none.
-        let [attempts, fence, payload, headers] = store.fields4(
-            row,
-            [
-                Field::Attempts,
-                Field::Fence,
-                Field::Payload,
-                Field::Headers,
-            ],
-        );
-        let (attempts, fence) = (count_of(store, attempts), count_of(store, fence));
+        let (attempts, fence, payload) = leased_fields(store, row, Field::Payload);
+        // A row of the reference's three fields has no headers: only a longer one is read for
+        // them.
+        let headers = match store.row_len(row) > 3 {
+            true => store.field(row, Field::Headers),
+            false => None,
+        };
         let attempts = attempts.saturating_add(1);
         let token = lease_token(fence, attempts);
         let deadline = lease.deadline(store, row);

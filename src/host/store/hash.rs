@@ -15,7 +15,7 @@ use super::ServerStore;
 
 impl<'a> ServerStore<'_, 'a> {
     /// `HMGET row a b ...` of `N` of the row's own fields, by their names through `get` (a
-    /// row's `Key::hash_get3` or `Key::hash_get4`: `Store::fields3`, `Store::fields4`).
+    /// row's `Key::hash_get3`: `Store::fields3`).
     #[inline(always)]
     pub(super) fn own_fields<const N: usize>(
         fields: [Field; N],
