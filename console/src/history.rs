@@ -9,6 +9,8 @@ use crate::deployment::Deployment;
 use crate::error::Result;
 
 use crate::overview::{now_ms, overview, Flow, QueueRow};
+use crate::waits::{self, Latency, Quantiles};
+use echomq_client::Histogram;
 
 /// How long the rates and sparklines look back.
 pub const WINDOW_MS: u64 = 60_000;
@@ -25,10 +27,18 @@ pub struct Sample {
     pub counters_error: Option<String>,
 }
 
-/// Takes the samples of one view: it remembers each queue's counts at its last sample.
+/// Takes the samples of one view: it remembers each queue's counts and histograms at its last
+/// sample.
 #[derive(Default)]
 pub struct Sampler {
-    seen: BTreeMap<String, Flow>,
+    seen: BTreeMap<String, Seen>,
+}
+
+/// A queue's counts and its wait and acked runs' histograms, as last read.
+struct Seen {
+    counts: Flow,
+    wait: Histogram,
+    run: Histogram,
 }
 
 impl Sampler {
@@ -63,20 +73,33 @@ impl Sampler {
             .ok()
             .filter(|m| m.enabled)?;
         let count = |event: &str| m.events.get(event).copied().unwrap_or(0);
-        let now = Flow {
-            enqueued: count("enqueued"),
-            claimed: count("claimed"),
-            acked: count("acked"),
+        let now = Seen {
+            counts: Flow {
+                enqueued: count("enqueued"),
+                claimed: count("claimed"),
+                acked: count("acked"),
+                ..Flow::default()
+            },
+            run: m.run.get("acked").cloned().unwrap_or_default(),
+            wait: m.wait,
         };
-        let Some(before) = self.seen.insert(queue.to_string(), now) else {
+        let Some(before) = self.seen.get(queue) else {
+            self.seen.insert(queue.to_string(), now);
             return Some(Flow::default());
         };
-        let since = |now: u64, before: u64| now.checked_sub(before).unwrap_or(now);
-        Some(Flow {
-            enqueued: since(now.enqueued, before.enqueued),
-            claimed: since(now.claimed, before.claimed),
-            acked: since(now.acked, before.acked),
-        })
+        let less = |now: u64, before: u64| now.checked_sub(before).unwrap_or(now);
+        let (was, counts) = (&before.counts, &now.counts);
+        let flow = Flow {
+            enqueued: less(counts.enqueued, was.enqueued),
+            claimed: less(counts.claimed, was.claimed),
+            acked: less(counts.acked, was.acked),
+            latency: Latency {
+                wait: Quantiles::of(&waits::since(&now.wait, &before.wait)),
+                run: Quantiles::of(&waits::since(&now.run, &before.run)),
+            },
+        };
+        self.seen.insert(queue.to_string(), now);
+        Some(flow)
     }
 }
 
@@ -192,6 +215,40 @@ impl History {
                 n as f64 / seconds
             })
             .collect()
+    }
+
+    /// Each sample's age, in seconds before the latest (0 for it), oldest first: a chart's x.
+    pub fn ages(&self) -> Vec<f64> {
+        let last = self.samples.back().map_or(0, |s| s.at_ms);
+        self.samples
+            .iter()
+            .map(|s| last.saturating_sub(s.at_ms) as f64 / 1000.0)
+            .collect()
+    }
+
+    /// One queue's latency at each sample (since the one before), oldest first: `None` where
+    /// nothing was counted or its metrics could not be read.
+    pub fn latency_series(&self, queue: &str) -> Vec<Option<Latency>> {
+        self.samples
+            .iter()
+            .map(|s| {
+                s.queues
+                    .iter()
+                    .find(|q| q.name == queue)
+                    .and_then(|q| q.flow)
+                    .map(|f| f.latency)
+                    .filter(Latency::counted)
+            })
+            .collect()
+    }
+
+    /// One queue's latency at the latest sample that counted any in the window.
+    pub fn latest_latency(&self, queue: &str) -> Option<Latency> {
+        self.latency_series(queue)
+            .into_iter()
+            .rev()
+            .flatten()
+            .next()
     }
 
     /// One queue's count of one set at each sample, oldest first.

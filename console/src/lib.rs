@@ -17,4 +17,5 @@ pub mod latency;
 pub mod metrics;
 pub mod overview;
 pub mod top;
+pub mod waits;
 pub mod web;

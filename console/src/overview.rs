@@ -50,12 +50,13 @@ pub struct QueueRow {
     pub flow: Option<Flow>,
 }
 
-/// Transitions of one queue between two samples.
+/// Transitions of one queue between two samples, and their latency.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Flow {
     pub enqueued: u64,
     pub claimed: u64,
     pub acked: u64,
+    pub latency: crate::waits::Latency,
 }
 
 impl Flow {

@@ -17,6 +17,7 @@ use crate::deployment::Deployment;
 use crate::escape::terminal;
 use crate::history::{History, Sampler, RATES};
 use crate::overview::{age, QueueRow};
+use crate::waits::show;
 
 /// The column the queues are sorted by; `s` goes to the next.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -159,6 +160,11 @@ impl Top {
                     self.history
                         .queue_rate(&q.name, "acked")
                         .map_or("-".to_string(), |r| format!("{r:.1}")),
+                    self.history
+                        .latest_latency(&q.name)
+                        .map_or("-".to_string(), |l| {
+                            format!("{} / {}", show(l.wait.p50_ms), show(l.wait.p99_ms))
+                        }),
                     if q.paused {
                         "paused".into()
                     } else {
@@ -175,6 +181,7 @@ impl Top {
                 Constraint::Length(9),
                 Constraint::Length(8),
                 Constraint::Length(9),
+                Constraint::Length(17),
                 Constraint::Length(7),
             ],
         )
@@ -188,6 +195,7 @@ impl Top {
                 "waiting",
                 "oldest",
                 "acked/s",
+                "wait p50 / p99",
                 "",
             ])
             .style(Style::new().add_modifier(Modifier::BOLD)),

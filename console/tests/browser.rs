@@ -2,7 +2,8 @@
 //! with fantoccini, against `emq web` and a real server. It sees the real counts, opens a dead
 //! job and its error, requeues it, cancels a running job, pauses a queue and sees claims stop,
 //! purges a queue through its confirmation (the browser's own Origin let through), sees a
-//! `<script>` payload as text, pauses one group and sees claims skip its jobs, and keeps
+//! `<script>` payload as text, pauses one group and sees claims skip its jobs, reads a queue's
+//! wait and run times on its latency panel, and keeps
 //! screenshots under target/console/.
 //!
 //! Chromium and chromedriver come from Debian's packages: `scripts/install-deps.sh
@@ -439,4 +440,75 @@ async fn an_operator_follows_a_flow_from_a_waiting_parent_to_its_children_and_ba
     click(&b, Locator::Css("#parents a")).await;
     assert_eq!(text_after_click(&b, "pre[data-field=id]", p).await, p);
     b.close().await.expect("close the browser");
+}
+
+/// Four seconds of jobs of `reports`, in rounds of two enqueued, claimed, held and acked: held
+/// 100 ms in the first ten rounds, then at least 300 ms.
+fn slow_runs(mut con: redis::Connection) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for round in 0..20 {
+            enqueue(&mut con, "reports", "report");
+            enqueue(&mut con, "reports", "report");
+            let claimed: Vec<(String, Vec<u8>, i64)> = redis::cmd("EMQ.CLAIM")
+                .arg("reports")
+                .arg("COUNT")
+                .arg(2)
+                .query(&mut con)
+                .expect("claim");
+            let hold = if round < 10 { 100 } else { 300 };
+            std::thread::sleep(std::time::Duration::from_millis(hold));
+            for (id, _, token) in claimed {
+                let _: i64 = redis::cmd("EMQ.ACK")
+                    .arg("reports")
+                    .arg(id)
+                    .arg(token)
+                    .query(&mut con)
+                    .expect("ack");
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_reads_a_queue_s_wait_and_run_times_on_its_latency_panel() {
+    let s = server();
+    let port = free_port();
+    let _web = web(&s.url(), port, &[]);
+    let _driver = chromedriver();
+    let b = browser().await;
+    slow_runs(s.conn()).join().expect("the runs' thread");
+    b.goto(&format!("http://127.0.0.1:{port}/queues/reports"))
+        .await
+        .expect("open the queue");
+    // The last runs held their jobs at least 300 ms: the bound of their median is the 500 ms
+    // bucket's.
+    let mut run = String::new();
+    for _ in 0..25 {
+        run = text(&b, "#latency #run").await;
+        if run.starts_with("run p50 500 ms") {
+            break;
+        }
+        b.refresh().await.expect("reload");
+    }
+    assert!(run.starts_with("run p50 500 ms, p99 500 ms"), "{run}");
+    let wait = text(&b, "#latency #wait").await;
+    assert!(
+        wait.starts_with("wait p50 ") && !wait.contains("p50 -"),
+        "{wait}"
+    );
+    // The chart on its time axis, and the other charts with theirs and their current values.
+    assert_eq!(
+        text(&b, "#latency .axis").await,
+        "−60 s\n−45 s\n−30 s\n−15 s\nnow"
+    );
+    assert_eq!(text(&b, "#backlog .now").await, "0");
+    assert!(text(&b, "#rate-acked .now").await.ends_with("/s"));
+    let panel = b
+        .find(Locator::Css("#latency"))
+        .await
+        .expect("the latency panel")
+        .screenshot()
+        .await
+        .expect("screenshot");
+    std::fs::write(artifacts().join("latency.png"), panel).expect("keep the screenshot");
 }

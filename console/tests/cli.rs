@@ -140,8 +140,8 @@ fn pause_resume_enqueue_cancel_and_requeue_change_the_queue_on_the_server() {
     let (_, row) = enqueued(
         &s.url(),
         &[
-            "work",
             "headed",
+            "job",
             "--header",
             "tenant=a=b",
             "--header",

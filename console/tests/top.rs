@@ -1,5 +1,5 @@
 //! `emq top` drawn on ratatui's test backend from a real server's samples: the screen shows the
-//! queues and their counts, updates when jobs move, shows the rates and counters, and its keys
+//! queues and their counts, updates when jobs move, shows the rates, waits and counters, and its keys
 //! sort, filter, pause and resume on the server; control characters in what it shows are escaped.
 
 mod common;
@@ -98,6 +98,14 @@ async fn the_screen_shows_every_queue_and_follows_the_jobs_as_they_move() {
     assert_eq!(orders[..5], ["orders", "3", "1", "0", "0"]);
     let acked: f64 = orders[7].parse().unwrap_or_else(|_| panic!("{orders:?}"));
     assert!(acked > 0.0, "{orders:?}");
+    // The wait of the two jobs claimed since the first sample, its median and 99th percentile
+    // bounds (`<n> ms / <n> ms`); none claimed from emails.
+    assert_eq!(
+        (orders[9].as_str(), orders[10].as_str()),
+        ("ms", "/"),
+        "{orders:?}"
+    );
+    assert_eq!(row_of(&lines, "emails")[8], "-", "none claimed");
     assert_eq!(row_of(&lines, "emails")[7], "0.0", "counted, none acked");
     let rates = lines
         .iter()

@@ -8,6 +8,7 @@ mod chart;
 mod groups;
 mod origin;
 mod pages;
+mod panels;
 mod purge;
 
 use std::net::SocketAddr;

@@ -7,7 +7,7 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::chart::sparkline;
-use super::App;
+use super::{panels, App};
 use crate::flow::{Children, Flow};
 use crate::groups::GroupRow;
 use crate::history::{History, RATES};
@@ -36,7 +36,10 @@ th{background:#f3f4f6}td.n{text-align:right;font-variant-numeric:tabular-nums}
 pre{white-space:pre-wrap;word-break:break-all;margin:0;font-size:12px}
 form{display:inline}button{cursor:pointer;margin:2px}.flash{background:#ecfdf5;padding:6px 10px;margin-bottom:10px}
 .error{background:#fef2f2;padding:10px}.tabs a{margin-right:12px}.tabs a.on{font-weight:700}
-.rates span{margin-right:24px}.paused{color:#b45309;font-weight:600}#groups{margin-bottom:12px}";
+.rates span{margin-right:24px}.paused{color:#b45309;font-weight:600}#groups{margin-bottom:12px}
+.charts{display:flex;flex-wrap:wrap;gap:16px;margin-bottom:12px}figure.chart{margin:0}
+figcaption{font-size:12px}.axis{display:flex;justify-content:space-between;font-size:10px;color:#6b7280}
+.legend{font-size:12px;margin:0 0 12px}";
 
 fn layout(title: &str, refresh: bool, body: Markup) -> Markup {
     html! {
@@ -170,17 +173,12 @@ pub fn queue(
                 @else { span #state { "running" } " " (action(app, &format!("{base}/pause"), "pause")) }
                 @if row.dead > 0 { (action(app, &format!("{base}/requeue-dead"), "requeue all dead")) }
             }
-            p { "backlog, last minute " (PreEscaped(sparkline(&history.backlog_series(&row.name, "pending"), 240, 32))) }
-            div.rates {
-                @for event in ["enqueued", "claimed", "acked"] {
-                    span {
-                        (event) " "
-                        strong { (history.queue_rate(&row.name, event).map_or("-".to_string(), |r| format!("{r:.1}/s"))) }
-                        " " (PreEscaped(sparkline(&history.queue_rate_series(&row.name, event), 120, 24)))
-                    }
-                }
-                @if history.queue_rate(&row.name, "acked").is_none() { span { "(the queue's rates need its event stream: EMQ.EVENTS " (row.name) " ON)" } }
+            div.charts {
+                (panels::backlog(history, &row.name))
+                (panels::rates(history, &row.name))
             }
+            @if history.queue_rate(&row.name, "acked").is_none() { p { "(no rates or latency: the server keeps no metrics now, CONFIG SET emq.metrics yes)" } }
+            div.charts { (panels::latency(history, &row.name)) }
             @if let Some(groups) = groups { (groups_section(app, row, set, &groups)) }
             div.tabs {
                 @for s in SETS {
