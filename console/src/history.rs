@@ -27,6 +27,13 @@ pub struct Sample {
     pub counters_error: Option<String>,
 }
 
+impl Sample {
+    /// The queue's row in this sample, if it was listed.
+    pub fn row(&self, queue: &str) -> Option<&QueueRow> {
+        self.queues.iter().find(|q| q.name == queue)
+    }
+}
+
 /// Takes the samples of one view: it remembers each queue's counts and histograms at its last
 /// sample.
 #[derive(Default)]
@@ -48,6 +55,9 @@ impl Sampler {
         for q in &mut queues {
             q.flow = self.flow(dep, &q.name).await;
         }
+        // A queue no longer listed is forgotten: its next reading starts afresh.
+        self.seen
+            .retain(|name, _| queues.iter().any(|q| &q.name == name));
         let (counters, counters_error) = match dep.counters().await {
             Ok(c) => (c, None),
             Err(e) => (BTreeMap::new(), Some(e.to_string())),
@@ -177,12 +187,7 @@ impl History {
     /// window, from the server's counts; `None` where they could not be read.
     pub fn queue_rate(&self, queue: &str, event: &str) -> Option<f64> {
         let (first, last) = (self.samples.front()?, self.samples.back()?);
-        let flow_of = |s: &Sample| {
-            s.queues
-                .iter()
-                .find(|q| q.name == queue)
-                .and_then(|q| q.flow)
-        };
+        let flow_of = |s: &Sample| s.row(queue).and_then(|q| q.flow);
         flow_of(last)?;
         let seconds = last.at_ms.checked_sub(first.at_ms)? as f64 / 1000.0;
         if seconds <= 0.0 {
@@ -207,9 +212,7 @@ impl History {
             .map(|(a, b)| {
                 let seconds = b.at_ms.saturating_sub(a.at_ms).max(1) as f64 / 1000.0;
                 let n = b
-                    .queues
-                    .iter()
-                    .find(|q| q.name == queue)
+                    .row(queue)
                     .and_then(|q| q.flow)
                     .map_or(0, |f| f.get(event));
                 n as f64 / seconds
@@ -232,9 +235,7 @@ impl History {
         self.samples
             .iter()
             .map(|s| {
-                s.queues
-                    .iter()
-                    .find(|q| q.name == queue)
+                s.row(queue)
                     .and_then(|q| q.flow)
                     .map(|f| f.latency)
                     .filter(Latency::counted)
@@ -242,25 +243,32 @@ impl History {
             .collect()
     }
 
-    /// One queue's latency at the latest sample that counted any in the window.
+    /// One queue's latest latency in the window: its wait at the latest sample that counted a
+    /// claim, and its run at the latest that counted an ack (a claim and its ack often fall in
+    /// different samples); `None` when neither was counted.
     pub fn latest_latency(&self, queue: &str) -> Option<Latency> {
-        self.latency_series(queue)
-            .into_iter()
-            .rev()
-            .flatten()
-            .next()
+        let series = self.latency_series(queue);
+        let latest = |pick: fn(&Latency) -> Quantiles| {
+            series
+                .iter()
+                .rev()
+                .flatten()
+                .map(pick)
+                .find(|q| q.p50_ms.is_some())
+                .unwrap_or_default()
+        };
+        let out = Latency {
+            wait: latest(|l| l.wait),
+            run: latest(|l| l.run),
+        };
+        out.counted().then_some(out)
     }
 
     /// One queue's count of one set at each sample, oldest first.
     pub fn backlog_series(&self, queue: &str, set: &str) -> Vec<f64> {
         self.samples
             .iter()
-            .map(|s| {
-                s.queues
-                    .iter()
-                    .find(|q| q.name == queue)
-                    .map_or(0.0, |q| q.count(set) as f64)
-            })
+            .map(|s| s.row(queue).map_or(0.0, |q| q.count(set) as f64))
             .collect()
     }
 }

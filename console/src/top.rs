@@ -181,7 +181,7 @@ impl Top {
                 Constraint::Length(9),
                 Constraint::Length(8),
                 Constraint::Length(9),
-                Constraint::Length(17),
+                Constraint::Length(13),
                 Constraint::Length(7),
             ],
         )
@@ -195,7 +195,7 @@ impl Top {
                 "waiting",
                 "oldest",
                 "acked/s",
-                "wait p50 / p99",
+                "wait p50/p99",
                 "",
             ])
             .style(Style::new().add_modifier(Modifier::BOLD)),

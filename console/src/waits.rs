@@ -69,13 +69,14 @@ pub fn since(now: &Histogram, before: &Histogram) -> Histogram {
     }
 }
 
-/// A bound as the console prints it: `12 ms`, `2.5 s`, `> 1 h`, `-` for none.
+/// A bound as the console prints it: `12 ms`, `2.5 s`, `1 h`, `> 1 h`, `-` for none.
 pub fn show(ms: Option<u64>) -> String {
     match ms {
         None => "-".to_string(),
         Some(PAST_LAST) => "> 1 h".to_string(),
         Some(ms) if ms < 1000 => format!("{ms} ms"),
-        Some(ms) => format!("{} s", ms as f64 / 1000.0),
+        Some(ms) if ms < 3_600_000 => format!("{} s", ms as f64 / 1000.0),
+        Some(ms) => format!("{} h", ms as f64 / 3_600_000.0),
     }
 }
 
@@ -115,8 +116,8 @@ mod tests {
     #[test]
     fn bounds_print_in_their_unit() {
         assert_eq!(
-            [None, Some(5), Some(2500), Some(PAST_LAST)].map(show),
-            ["-", "5 ms", "2.5 s", "> 1 h"]
+            [None, Some(5), Some(2500), Some(3_600_000), Some(PAST_LAST)].map(show),
+            ["-", "5 ms", "2.5 s", "1 h", "> 1 h"]
         );
     }
 }

@@ -112,6 +112,28 @@ async fn click(b: &Client, locator: Locator<'_>) {
     panic!("{locator:?}: {last}")
 }
 
+/// Up to `n` jobs of `reports`, claimed.
+fn claim_reports(con: &mut redis::Connection, n: usize) -> Vec<(String, Vec<u8>, i64)> {
+    redis::cmd("EMQ.CLAIM")
+        .arg("reports")
+        .arg("COUNT")
+        .arg(n)
+        .query(con)
+        .expect("claim")
+}
+
+/// Acks each of `claimed`, jobs of `reports`.
+fn ack_reports(con: &mut redis::Connection, claimed: Vec<(String, Vec<u8>, i64)>) {
+    for (id, _, token) in claimed {
+        let _: i64 = redis::cmd("EMQ.ACK")
+            .arg("reports")
+            .arg(id)
+            .arg(token)
+            .query(con)
+            .expect("ack");
+    }
+}
+
 /// Three seconds of enqueues, claims and acks on `reports`, the backlog rising then falling;
 /// its event stream is off: its rates come from the server's counts.
 fn busy(mut con: redis::Connection) -> std::thread::JoinHandle<()> {
@@ -121,20 +143,8 @@ fn busy(mut con: redis::Connection) -> std::thread::JoinHandle<()> {
             for _ in 0..add {
                 enqueue(&mut con, "reports", "report");
             }
-            let claimed: Vec<(String, Vec<u8>, i64)> = redis::cmd("EMQ.CLAIM")
-                .arg("reports")
-                .arg("COUNT")
-                .arg(take)
-                .query(&mut con)
-                .expect("claim");
-            for (id, _, token) in claimed {
-                let _: i64 = redis::cmd("EMQ.ACK")
-                    .arg("reports")
-                    .arg(id)
-                    .arg(token)
-                    .query(&mut con)
-                    .expect("ack");
-            }
+            let claimed = claim_reports(&mut con, take);
+            ack_reports(&mut con, claimed);
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     })
@@ -170,7 +180,7 @@ async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_q
         .expect("open the queue list");
     busy.join().expect("the busy queue's thread");
     b.refresh().await.expect("reload");
-    let rate = text(&b, "strong.rate[data-counter=emq_acked]").await;
+    let rate = text(&b, "span.rate[data-counter=emq_acked]").await;
     assert!(rate.ends_with("/s") && rate != "0.0/s", "{rate}");
     // Each queue's own rate, from the server's counts with no event stream: reports' work,
     // and none acked of orders.
@@ -449,22 +459,10 @@ fn slow_runs(mut con: redis::Connection) -> std::thread::JoinHandle<()> {
         for round in 0..20 {
             enqueue(&mut con, "reports", "report");
             enqueue(&mut con, "reports", "report");
-            let claimed: Vec<(String, Vec<u8>, i64)> = redis::cmd("EMQ.CLAIM")
-                .arg("reports")
-                .arg("COUNT")
-                .arg(2)
-                .query(&mut con)
-                .expect("claim");
+            let claimed = claim_reports(&mut con, 2);
             let hold = if round < 10 { 100 } else { 300 };
             std::thread::sleep(std::time::Duration::from_millis(hold));
-            for (id, _, token) in claimed {
-                let _: i64 = redis::cmd("EMQ.ACK")
-                    .arg("reports")
-                    .arg(id)
-                    .arg(token)
-                    .query(&mut con)
-                    .expect("ack");
-            }
+            ack_reports(&mut con, claimed);
         }
     })
 }

@@ -139,14 +139,7 @@ fn pause_resume_enqueue_cancel_and_requeue_change_the_queue_on_the_server() {
     assert_eq!(row["group"], "tenant-1");
     let (_, row) = enqueued(
         &s.url(),
-        &[
-            "headed",
-            "job",
-            "--header",
-            "tenant=a=b",
-            "--header",
-            "k=v",
-        ],
+        &["headed", "job", "--header", "tenant=a=b", "--header", "k=v"],
     );
     assert_eq!(row["headers"], "tenant:a=b\nk:v");
     let (_, json, _) = emq(&s.url(), &["--json", "stats", "grouped"]);

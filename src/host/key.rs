@@ -118,7 +118,7 @@ impl<'n> Key<'n> {
         }
     }
 
-    /// `ZCARD` (0 for a missing key).
+    /// `ZCARD`, `HLEN`: the key's length (0 for a missing key).
     pub fn len(&self) -> u64 {
         match (unsafe { raw::RedisModule_ValueLength }, self.ptr) {
             // SAFETY: the key is open.

@@ -27,6 +27,16 @@ def traced() -> Tuple[TracerProvider, InMemorySpanExporter]:
     return provider, exporter
 
 
+def acked_once(worker: echomq.Worker) -> None:
+    """Runs `worker` until it acked a job, then stops it."""
+    t = start(worker)
+    try:
+        assert until(lambda: worker.counts["acked"] == 1, 30)
+    finally:
+        worker.stop()
+        assert joined(t)
+
+
 def named(exporter: InMemorySpanExporter, name: str) -> List[ReadableSpan]:
     return [s for s in exporter.get_finished_spans() if s.name == name]
 
@@ -53,12 +63,7 @@ def test_each_attempt_runs_in_the_request_s_trace_through_a_retry(server: Server
             raise echomq.Retry(0.05, "once more")
 
     worker = echomq.Worker(server.client(), "traced", handle, tracer_provider=provider)
-    t = start(worker)
-    try:
-        assert until(lambda: worker.counts["acked"] == 1, 30)
-    finally:
-        worker.stop()
-        assert joined(t)
+    acked_once(worker)
     assert [h["tenant"] for h in seen] == ["acme", "acme"]
     spans = sorted(named(exporter, "process traced"), key=lambda s: s.start_time or 0)
     assert len(spans) == 2
@@ -80,13 +85,32 @@ def test_each_attempt_runs_in_the_request_s_trace_through_a_retry(server: Server
     assert spans[1].status.status_code != StatusCode.ERROR
 
 
-def test_a_job_enqueued_outside_any_trace_keeps_the_reference_row(server: Server) -> None:
-    provider, exporter = traced()
+def test_with_no_tracer_provider_a_job_keeps_the_reference_row(server: Server) -> None:
+    # No provider given and none set globally: the API's spans record nothing, so nothing is
+    # injected.
     q = echomq.Queue(server.client(), "untraced")
     job_id = q.enqueue(b"plain")
     fields = server.cmd("HKEYS", f"emq:{{untraced}}:job:{job_id}")
     assert [f.decode() for f in fields] == ["state", "attempts", "payload"]
-    assert exporter.get_finished_spans() == ()
+
+
+def test_the_producer_s_baggage_is_current_in_the_handler(server: Server) -> None:
+    from opentelemetry import baggage, context
+
+    provider, _ = traced()
+    q = echomq.Queue(server.client(), "baggage", tracer_provider=provider)
+    token = context.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        q.enqueue(b"x")
+    finally:
+        context.detach(token)
+    seen: List[Any] = []
+    worker = echomq.Worker(
+        server.client(), "baggage", lambda job: seen.append(baggage.get_baggage("tenant")),
+        tracer_provider=provider,
+    )
+    acked_once(worker)
+    assert seen == ["acme"]
 
 
 def test_the_async_worker_traces_its_attempts_too(server: Server) -> None:
@@ -128,10 +152,5 @@ def test_headers_that_are_not_text_reach_the_handler_replaced(server: Server) ->
     assert row is not None and row["headers"] == {"k": "a\ufffdb"}
     seen: List[Any] = []
     worker = echomq.Worker(server.client(), "raw-headers", lambda job: seen.append(job.headers))
-    t = start(worker)
-    try:
-        assert until(lambda: worker.counts["acked"] == 1, 30)
-    finally:
-        worker.stop()
-        assert joined(t)
+    acked_once(worker)
     assert seen == [{"k": "a\ufffdb"}]

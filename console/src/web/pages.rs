@@ -10,7 +10,7 @@ use super::chart::sparkline;
 use super::{panels, App};
 use crate::flow::{Children, Flow};
 use crate::groups::GroupRow;
-use crate::history::{History, RATES};
+use crate::history::History;
 use crate::overview::{age, cut, now_ms, JobEntry, QueueRow, PURGEABLE, SETS};
 
 /// What a path segment or query value keeps as it is; the rest is percent-encoded.
@@ -92,17 +92,7 @@ fn rates(history: &History) -> Markup {
     let error = history.latest().and_then(|s| s.counters_error.as_deref());
     html! {
         @if let Some(e) = error { p.error #counters-error { "no rates: " (e) } }
-        div.rates {
-            @for (counter, label) in RATES {
-                span {
-                    (label) " "
-                    strong.rate data-counter=(counter) {
-                        (history.rate(counter).map_or("-".to_string(), |r| format!("{r:.1}/s")))
-                    }
-                    " " (PreEscaped(sparkline(&history.rate_series(counter), 120, 24)))
-                }
-            }
-        }
+        div.charts { (panels::server_rates(history)) }
     }
 }
 
@@ -177,7 +167,7 @@ pub fn queue(
                 (panels::backlog(history, &row.name))
                 (panels::rates(history, &row.name))
             }
-            @if history.queue_rate(&row.name, "acked").is_none() { p { "(no rates or latency: the server keeps no metrics now, CONFIG SET emq.metrics yes)" } }
+            @if row.flow.is_none() { p #no-metrics { "(no rates or latency: this queue's metrics could not be read, or the server keeps none now: emq.metrics)" } }
             div.charts { (panels::latency(history, &row.name)) }
             @if let Some(groups) = groups { (groups_section(app, row, set, &groups)) }
             div.tabs {

@@ -7,7 +7,7 @@ use maud::{html, Markup, PreEscaped};
 use plotters::style::RGBColor;
 
 use super::chart::{timeline, TICK_S};
-use crate::history::{History, WINDOW_MS};
+use crate::history::{History, RATES, WINDOW_MS};
 use crate::waits::{show, Latency, PAST_LAST};
 
 const WINDOW_S: u32 = (WINDOW_MS / 1000) as u32;
@@ -46,6 +46,23 @@ pub fn backlog(history: &History, queue: &str) -> Markup {
     let line = points(&history.ages(), series.into_iter().map(Some));
     let svg = timeline(&[(line, BLUE)], WINDOW_S, 240, 40);
     figure("backlog", "pending", html! { (now) }, svg, 240)
+}
+
+/// The deployment's enqueue, claim and acknowledge rates, from the primaries' `INFO emq`
+/// counters.
+pub fn server_rates(history: &History) -> Markup {
+    let ages = history.ages();
+    html! {
+        @for (counter, label) in RATES {
+            @let now = html! {
+                span.rate data-counter=(counter) {
+                    (history.rate(counter).map_or("-".to_string(), |r| format!("{r:.1}/s")))
+                }
+            };
+            @let line = points(&ages[ages.len().min(1)..], history.rate_series(counter).into_iter().map(Some));
+            (figure(&format!("server-{label}"), label, now, timeline(&[(line, BLUE)], WINDOW_S, 160, 32), 160))
+        }
+    }
 }
 
 pub fn rates(history: &History, queue: &str) -> Markup {

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any, Dict, Iterator, Mapping, Optional
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
     from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
@@ -97,11 +98,16 @@ def processing(
     attributes = _attributes(queue, "process", job_id)
     attributes["echomq.job.attempt"] = attempt
     tracer = _tracer(provider)
-    with tracer.start_as_current_span(
-        f"process {queue}", context=parent, kind=SpanKind.CONSUMER, links=links,
-        attributes=attributes, record_exception=False, set_status_on_exception=False,
-    ) as span:
-        yield span
+    # The producer's context made current (its baggage too), then the span in it.
+    token = otel_context.attach(parent)
+    try:
+        with tracer.start_as_current_span(
+            f"process {queue}", kind=SpanKind.CONSUMER, links=links, attributes=attributes,
+            record_exception=False, set_status_on_exception=False,
+        ) as span:
+            yield span
+    finally:
+        otel_context.detach(token)
 
 
 def outcome(span: Any, counted: str, error: Optional[BaseException]) -> None:
