@@ -26,7 +26,7 @@ const MODULE: Layers = &[
 /// those (the metrics, a flow's text), the two live views, the subcommands, and the crate
 /// root and binary.
 const CONSOLE: Layers = &[
-    &["error", "escape", "exposition"],
+    &["error", "escape", "exposition", "waits"],
     &["deployment"],
     &["overview"],
     &["history", "flow", "groups", "latency"],
