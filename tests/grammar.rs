@@ -202,8 +202,8 @@ fn command_docs_give_delay_and_at_as_one_optional_choice() {
     assert_eq!(
         names,
         [
-            "queue", "id", "payload", "due", "priority", "unique", "timeout", "group", "children",
-            "parent"
+            "queue", "id", "payload", "due", "priority", "unique", "timeout", "group", "headers",
+            "children", "parent"
         ]
     );
     let due = &args[3];
