@@ -25,7 +25,9 @@ fn chromium() -> String {
     std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_string())
 }
 
-fn chromedriver() -> Running {
+/// A chromedriver of the test's own, and its address: each test talks to its own (the tests
+/// run at once, so nothing about it is process-wide).
+fn chromedriver() -> (Running, String) {
     let port = free_port();
     let child =
         Command::new(std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into()))
@@ -36,11 +38,10 @@ fn chromedriver() -> Running {
             .expect("chromedriver (scripts/install-deps.sh --with-browser installs it)");
     let running = Running(child);
     wait_port(port);
-    std::env::set_var("EMQ_TEST_WEBDRIVER", format!("http://127.0.0.1:{port}"));
-    running
+    (running, format!("http://127.0.0.1:{port}"))
 }
 
-async fn browser() -> Client {
+async fn browser(webdriver: &str) -> Client {
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),
@@ -50,10 +51,9 @@ async fn browser() -> Client {
                      "--window-size=1280,800"],
         }),
     );
-    let webdriver = std::env::var("EMQ_TEST_WEBDRIVER").expect("chromedriver started");
     ClientBuilder::new(HttpConnector::new())
         .capabilities(caps)
-        .connect(&webdriver)
+        .connect(webdriver)
         .await
         .expect("a headless Chromium session")
 }
@@ -169,8 +169,8 @@ async fn an_operator_sees_the_counts_reads_a_dead_job_requeues_it_and_pauses_a_q
 
     let port = free_port();
     let _web = web(&s.url(), port, &[]);
-    let _driver = chromedriver();
-    let b = browser().await;
+    let (_driver, webdriver) = chromedriver();
+    let b = browser(&webdriver).await;
     let base = format!("http://127.0.0.1:{port}");
 
     // A few seconds of work on another queue, so the charts have something to draw.
@@ -327,8 +327,8 @@ async fn an_operator_pauses_one_group_sees_its_jobs_wait_and_resumes_it() {
 
     let port = free_port();
     let _web = web(&s.url(), port, &[]);
-    let _driver = chromedriver();
-    let b = browser().await;
+    let (_driver, webdriver) = chromedriver();
+    let b = browser(&webdriver).await;
     b.goto(&format!("http://127.0.0.1:{port}/queues/tenants"))
         .await
         .expect("open the queue");
@@ -417,8 +417,8 @@ async fn an_operator_follows_a_flow_from_a_waiting_parent_to_its_children_and_ba
 
     let port = free_port();
     let _web = web(&s.url(), port, &[]);
-    let _driver = chromedriver();
-    let b = browser().await;
+    let (_driver, webdriver) = chromedriver();
+    let b = browser(&webdriver).await;
     let base = format!("http://127.0.0.1:{port}");
 
     // The parent waits in its queue's waiting set, one click from the queue list.
@@ -472,8 +472,8 @@ async fn an_operator_reads_a_queue_s_wait_and_run_times_on_its_latency_panel() {
     let s = server();
     let port = free_port();
     let _web = web(&s.url(), port, &[]);
-    let _driver = chromedriver();
-    let b = browser().await;
+    let (_driver, webdriver) = chromedriver();
+    let b = browser(&webdriver).await;
     slow_runs(s.conn()).join().expect("the runs' thread");
     b.goto(&format!("http://127.0.0.1:{port}/queues/reports"))
         .await
