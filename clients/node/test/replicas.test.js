@@ -73,6 +73,9 @@ test('with a replica attached: settles and hand-overs report replicated, and the
   work(new Queue(client, 'kids'), () => undefined, { waitReplicas: 1, waitTimeout: 10_000, onEvent: (e) => events.push(e) });
   work(new Queue(client, 'parents'), async (job) => void ran.push(await job.children()), { waitReplicas: 1, waitTimeout: 10_000 });
   assert.ok(await until(() => ran.length === 1, 30_000), 'the parent ran');
+  // The parent may run between a kid's hand-over and the removal of its entry: wait for both.
+  const both = () => kids.every((kid) => steps(events).filter((e) => e.id === kid).length >= 2);
+  assert.ok(await until(both, 30_000), 'each entry handed over and removed');
   for (const kid of kids) {
     assert.deepEqual(
       steps(events).filter((e) => e.id === kid).map((e) => [e.kind, e.outcome, e.replicated]),
