@@ -26,14 +26,18 @@ pub struct BrandedId {
     value: u64,
 }
 
-fn digit(b: u8) -> Option<u64> {
-    match b {
-        b'0'..=b'9' => Some(u64::from(b - b'0')),
-        b'A'..=b'Z' => Some(u64::from(b - b'A') + 10),
-        b'a'..=b'z' => Some(u64::from(b - b'a') + 36),
-        _ => None,
+/// Each byte's Base62 digit, or [`NOT_A_DIGIT`]: one load a character where a parse runs on
+/// every claim and settle.
+const DIGITS: [u8; 256] = {
+    let mut table = [NOT_A_DIGIT; 256];
+    let mut i = 0;
+    while i < ALPHABET.len() {
+        table[ALPHABET[i] as usize] = i as u8;
+        i += 1;
     }
-}
+    table
+};
+const NOT_A_DIGIT: u8 = u8::MAX;
 
 impl BrandedId {
     /// Builds an id from its parts; `None` if the kind is not `[A-Z]{3}` or the value ≥ 2^63.
@@ -49,11 +53,24 @@ impl BrandedId {
             return None;
         }
         let kind = [bytes[0], bytes[1], bytes[2]];
+        let (head, last) = bytes[KIND_LEN..].split_at(LEN - KIND_LEN - 1);
+        // Ten digits stay below 62^10 < 2^64, and so do ten bytes outside the alphabet (each
+        // read as 255, under 255 * 62^10 / 61): only the last step can overflow.
         let mut value: u64 = 0;
-        for &b in &bytes[KIND_LEN..] {
-            value = value.checked_mul(62)?.checked_add(digit(b)?)?;
+        let mut bad = 0u8;
+        for &b in head {
+            let d = DIGITS[usize::from(b)];
+            bad |= d;
+            value = value * 62 + u64::from(d);
         }
-        Self::new(kind, value)
+        if bad & 0xC0 != 0 {
+            return None;
+        }
+        let d = DIGITS[usize::from(last[0])];
+        if d == NOT_A_DIGIT {
+            return None;
+        }
+        Self::new(kind, value.checked_mul(62)?.checked_add(u64::from(d))?)
     }
 
     pub fn kind(&self) -> [u8; 3] {
@@ -176,6 +193,41 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    /// The parse as the protocol words it: each digit's place, every step checked.
+    fn parsed_digit_by_digit(bytes: &[u8]) -> Option<BrandedId> {
+        if bytes.len() != LEN {
+            return None;
+        }
+        let mut value: u64 = 0;
+        for &b in &bytes[KIND_LEN..] {
+            let d = ALPHABET.iter().position(|&a| a == b)? as u64;
+            value = value.checked_mul(62)?.checked_add(d)?;
+        }
+        BrandedId::new([bytes[0], bytes[1], bytes[2]], value)
+    }
+
+    #[test]
+    fn every_byte_at_every_place_parses_as_digit_by_digit() {
+        let mut seen = [0usize; 2];
+        for base in [
+            &b"JOB0KHTOWnGLuC"[..],
+            b"JOBAzL8n0Y58m7",
+            b"JOBzzzzzzzzzzz",
+            b"JOB00000000000",
+        ] {
+            for at in KIND_LEN..LEN {
+                for b in 0..=u8::MAX {
+                    let mut id = base.to_vec();
+                    id[at] = b;
+                    let parsed = BrandedId::parse(&id);
+                    assert_eq!(parsed, parsed_digit_by_digit(&id), "{id:?}");
+                    seen[usize::from(parsed.is_some())] += 1;
+                }
+            }
+        }
+        assert!(seen[0] > 0 && seen[1] > 0, "{seen:?}");
     }
 
     #[test]
