@@ -18,6 +18,10 @@ pub const MAX_QUEUES: usize = 10_000;
 /// them (and past a sweep of the ones claimed over an hour ago) a claim's attempt is not timed.
 pub const MAX_RUNNING: usize = 250_000;
 
+/// The room a queue's table of attempts in flight keeps once they have all ended (hashbrown's
+/// room in 256 slots, about 4 KiB): a worker's batch after batch doesn't build it anew.
+const KEPT_ROOM: usize = 224;
+
 /// An attempt claimed longer ago than this is dropped by a sweep of a full table: its run lands
 /// past the last bucket whenever it ends, or its queue's keys are gone.
 const STALE_MS: i64 = 3_600_000;
@@ -80,13 +84,18 @@ pub fn note_claim(entry: Option<&Shared>, id: u64, at: i64) {
     let Some(entry) = entry else {
         return;
     };
+    // One lookup while the table has room: an attempt claimed again only moves its time.
+    if RUNNING.get() < MAX_RUNNING {
+        if entry.borrow_mut().running.insert(id, at).is_none() {
+            RUNNING.set(RUNNING.get() + 1);
+        }
+        return;
+    }
     if let Some(kept) = entry.borrow_mut().running.get_mut(&id) {
         *kept = at;
         return;
     }
-    if RUNNING.get() >= MAX_RUNNING {
-        sweep(at);
-    }
+    sweep(at);
     if RUNNING.get() < MAX_RUNNING {
         entry.borrow_mut().running.insert(id, at);
         RUNNING.set(RUNNING.get() + 1);
@@ -117,8 +126,8 @@ pub fn take_claim(entry: &Shared, id: u64) -> Option<i64> {
     let mut e = entry.borrow_mut();
     let at = e.running.remove(&id)?;
     RUNNING.set(RUNNING.get().saturating_sub(1));
-    // A burst's table is given back once it is over.
-    if e.running.is_empty() && e.running.capacity() > 64 {
+    // A burst's table is given back once it is over; a batch's stays for the next batch.
+    if e.running.is_empty() && e.running.capacity() > KEPT_ROOM {
         e.running = FxHashMap::default();
     }
     Some(at)
