@@ -1,6 +1,6 @@
 //! What the server's metrics (docs/observability.md) cost a job's whole life: the batched life,
 //! settled by `EMQ.ACK` ×100 and by `EMQ.MACK` ×100, with `emq.metrics yes` and `no` in turn
-//! on the same server, by main-thread CPU per job.
+//! on the same server (which goes first alternates by round), by main-thread CPU per job.
 
 use std::fmt::Write as _;
 
@@ -24,17 +24,25 @@ fn minted(jobs: usize, round: u64) -> Vec<String> {
 pub fn table(md: &mut String, server: &Server, rounds: usize, jobs: usize) {
     let _ = write!(
         md,
-        "\n## What the server's metrics cost\n\nThe batched whole life of {jobs} jobs (`EMQ.MENQUEUE` ×100, `EMQ.CLAIM COUNT 100`, then the settle named) with `emq.metrics yes` (the default: every event counted, each claim's wait, each attempt's run and each ack's end-to-end time in the histograms) and with `emq.metrics no`, in turn on the same server, each round on its own ids. Main-thread CPU (`INFO cpu`) per job; medians (min–max) over {rounds} rounds; the ratio is the median of the per-round ratios of on to off.\n\n| settled by | metrics on: CPU µs / job | metrics off | on against off |\n|---|---|---|---|\n"
+        "\n## What the server's metrics cost\n\nThe batched whole life of {jobs} jobs (`EMQ.MENQUEUE` ×100, `EMQ.CLAIM COUNT 100`, then the settle named) with `emq.metrics yes` (the default: every event counted, each claim's wait, each attempt's run and each ack's end-to-end time in the histograms) and with `emq.metrics no`, in turn on the same server (on first in even rounds, off first in odd ones), each round on its own ids. Main-thread CPU (`INFO cpu`) per job; medians (min–max) over {rounds} rounds; the ratio is the median of the per-round ratios of on to off.\n\n| settled by | metrics on: CPU µs / job | metrics off | on against off |\n|---|---|---|---|\n"
     );
     let mut admin = server.conn();
     for how in [Life::Acks, Life::Mack] {
         let (mut on, mut off) = (Vec::new(), Vec::new());
         for round in 0..rounds {
             let ids = minted(jobs, round as u64);
-            config_set(&mut admin, "emq.metrics", "yes");
-            let with = whole_life(server, &ids, Policy::Plain, how);
-            config_set(&mut admin, "emq.metrics", "no");
-            let without = whole_life(server, &ids, Policy::Plain, how);
+            let mut life = |metrics: &str| {
+                config_set(&mut admin, "emq.metrics", metrics);
+                whole_life(server, &ids, Policy::Plain, how)
+            };
+            // On first in even rounds, off first in odd ones: neither gains from going second.
+            let (with, without) = if round % 2 == 0 {
+                let with = life("yes");
+                (with, life("no"))
+            } else {
+                let without = life("no");
+                (life("yes"), without)
+            };
             config_set(&mut admin, "emq.metrics", "yes");
             eprintln!("metrics {how:?} round {round}: on {with} off {without}");
             on.push(with.cpu_us_per_job);
