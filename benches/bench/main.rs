@@ -15,6 +15,7 @@ mod idle;
 mod latency;
 mod lifecycle;
 mod measure;
+mod pinned;
 mod report;
 mod resp;
 mod tax;

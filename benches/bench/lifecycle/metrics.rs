@@ -1,10 +1,12 @@
 //! What the server's metrics (docs/observability.md) cost a job's whole life: the batched life,
 //! settled by `EMQ.ACK` ×100 and by `EMQ.MACK` ×100, with `emq.metrics yes` and `no` in turn
-//! on the same server (which goes first alternates by round), by main-thread CPU per job.
+//! on the same server (which goes first alternates by round), by main-thread CPU per job, the
+//! server on a CPU of its own where it can be.
 
 use std::fmt::Write as _;
 
 use crate::measure::{ratio_spread, spread};
+use crate::pinned;
 use crate::support::{config_set, job_id, now_ms, Server};
 
 use super::batched::whole_life;
@@ -22,9 +24,14 @@ fn minted(jobs: usize, round: u64) -> Vec<String> {
 /// The table: each settle's CPU per job with the metrics on and off, and the median of the
 /// per-round ratios of on to off.
 pub fn table(md: &mut String, server: &Server, rounds: usize, jobs: usize) {
+    let pinned = pinned::apart(server);
+    let placed = pinned.as_ref().map_or_else(
+        || "the server and the bench's client threads unpinned".to_string(),
+        pinned::Pinned::describe,
+    );
     let _ = write!(
         md,
-        "\n## What the server's metrics cost\n\nThe batched whole life of {jobs} jobs (`EMQ.MENQUEUE` ×100, `EMQ.CLAIM COUNT 100`, then the settle named) with `emq.metrics yes` (the default: every event counted, each claim's wait, each attempt's run and each ack's end-to-end time in the histograms) and with `emq.metrics no`, in turn on the same server (on first in even rounds, off first in odd ones), each round on its own ids. Main-thread CPU (`INFO cpu`) per job; medians (min–max) over {rounds} rounds; the ratio is the median of the per-round ratios of on to off.\n\n| settled by | metrics on: CPU µs / job | metrics off | on against off |\n|---|---|---|---|\n"
+        "\n## What the server's metrics cost\n\nThe batched whole life of {jobs} jobs (`EMQ.MENQUEUE` ×100, `EMQ.CLAIM COUNT 100`, then the settle named) with `emq.metrics yes` (the default: every event counted, each claim's wait, each attempt's run and each ack's end-to-end time in the histograms) and with `emq.metrics no`, in turn on the same server (on first in even rounds, off first in odd ones), each round on its own ids, {placed}. Main-thread CPU (`INFO cpu`) per job; medians (min–max) over {rounds} rounds; the ratio is the median of the per-round ratios of on to off.\n\n| settled by | metrics on: CPU µs / job | metrics off | on against off |\n|---|---|---|---|\n"
     );
     let mut admin = server.conn();
     for how in [Life::Acks, Life::Mack] {
