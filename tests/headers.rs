@@ -240,6 +240,32 @@ fn a_child_of_a_flow_carries_its_headers() {
 }
 
 #[test]
+fn a_job_with_every_option_that_writes_its_row_keeps_them_all() {
+    let server = Server::start_or_external();
+    let mut con = server.conn();
+    let (pq, q) = (unique_queue("headers-top"), unique_queue("headers-all"));
+    let (p, id) = (job_id(1), job_id(2));
+    parent(&mut con, &pq, &p, 1);
+    let options = [
+        "PRIORITY", "3", "UNIQUE", "k", "TIMEOUT", "5000", "GROUP", "g", "CHILDREN", "1", "PARENT",
+        &pq, &p,
+    ];
+    assert_eq!(with_headers(&mut con, &q, &id, &options), 1);
+    let mut fields: Vec<String> = cmd("HKEYS")
+        .arg(row_key(&q, &id))
+        .query(&mut con)
+        .expect("hkeys");
+    fields.sort();
+    let mut all = [
+        "state", "attempts", "payload", "priority", "unique", "children", "adopted", "finished",
+        "parents", "timeout", "group", "headers",
+    ];
+    all.sort();
+    assert_eq!(fields, all);
+    assert_eq!(job_headers(&mut con, &q, &id), Some(expected()));
+}
+
+#[test]
 fn bad_headers_are_refused_and_nothing_is_written() {
     let server = Server::start_or_external();
     let mut con = server.conn();

@@ -22,7 +22,7 @@ use valkey_module::{CallOptionsBuilder, CallResult, Context};
 use crate::protocol::flow::Delivery;
 use crate::protocol::{
     BrandedId, EmqError, Field, Holds, KeyRef, Meta, Queue, Removed, RowPrefix, ScanStep, Set,
-    State, Store, Table, Value,
+    State, Store, Table, Value, MORE_FIELDS,
 };
 
 use super::acl::{check_permission, Access};
@@ -397,14 +397,14 @@ impl<'a> Store for ServerStore<'_, 'a> {
             p => Some(OwnedString::from_i64(self.ctx, p)?),
         };
         let unique = unique.map(|k| OwnedString::new(self.ctx, k)).transpose()?;
-        let mut made: [Option<OwnedString>; 5] = Default::default();
+        let mut made: [Option<OwnedString>; MORE_FIELDS] = Default::default();
         if more.len() > made.len() {
             return Err(EmqError::Internal);
         }
         self.make_values(more, &mut made)?;
         // Every pair, in order, in place (no allocation): the reference three, then the rest.
         let name = row.name().as_str();
-        let mut pairs = [(name, name); 10];
+        let mut pairs = [(name, name); 5 + MORE_FIELDS];
         pairs[..3].copy_from_slice(&[state, attempts, payload]);
         let mut count = 3;
         for (field, value) in [(Field::Priority, &priority), (Field::Unique, &unique)] {
@@ -421,7 +421,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
         for some in pairs.chunks(4) {
             row.hash_set(some)?;
         }
-        let mut all = [name; 21];
+        let mut all = [name; 1 + 2 * (5 + MORE_FIELDS)];
         for (i, (field, value)) in pairs.iter().enumerate() {
             all[1 + 2 * i] = *field;
             all[2 + 2 * i] = *value;

@@ -32,4 +32,4 @@ pub use keyspace::{
 };
 pub use ranked::Ranked;
 pub use slot::{hashtag, slot};
-pub use store::{Holds, KeyRef, Meta, Removed, ScanStep, Set, Store, Table, Value};
+pub use store::{Holds, KeyRef, Meta, Removed, ScanStep, Set, Store, Table, Value, MORE_FIELDS};

@@ -10,6 +10,10 @@ use super::flow::Delivery;
 use super::job::{Field, State};
 use super::keyspace::KeyType;
 
+/// Most fields a new row holds past the reference three, its priority and its unique key: a
+/// parent's three counters, `parents`, `timeout`, `group` and `headers`.
+pub const MORE_FIELDS: usize = 7;
+
 /// A queue's sets (protocol.md §1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Set {
@@ -341,8 +345,8 @@ pub trait Store {
         members: &[Self::Text],
     ) -> Result<(), EmqError>;
     /// A new row: `state`, `attempts 0`, `payload`, in the reference script's order, then
-    /// `priority` when it is not 0, `unique` when the job holds a unique key, and up to five
-    /// `more` (a flow's fields, a timeout), in one `HSET`.
+    /// `priority` when it is not 0, `unique` when the job holds a unique key, and up to
+    /// [`MORE_FIELDS`] `more`, in one `HSET`.
     fn write_row(
         &self,
         row: &Self::Row<'_>,

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use crate::protocol::counters::{self, DUPLICATES, ENQUEUED, SCHEDULED};
 use crate::protocol::{
     job, settings, BrandedId, EmqError, Event, Field, Holds, KeyRef, Minter, Set, State, Store,
-    Value,
+    Value, MORE_FIELDS,
 };
 
 use super::unique::{self, Unique};
@@ -282,7 +282,8 @@ fn enqueue_one<S: Store>(store: &S, job: &Job<'_, S>, new: &New<'_, S>) -> Resul
     };
     // The extras on the stack, in the row's order: a parent's counters, a child's `parents`,
     // the job's `timeout`, `group` and `headers`.
-    let mut more: [(Field, Value<'_, S::Text>); 7] = [(Field::Children, Value::Int(0)); 7];
+    let mut more: [(Field, Value<'_, S::Text>); MORE_FIELDS] =
+        [(Field::Children, Value::Int(0)); MORE_FIELDS];
     let mut n = 0;
     if let Some(children) = flow.children {
         more[..3].copy_from_slice(&counters(children));
