@@ -31,7 +31,8 @@ export function headerMap(reply) {
   /** @type {Record<string, string>} */
   const out = {};
   const entries = reply instanceof Map ? [...reply.entries()] : Array.isArray(reply) ? pairsOf(reply) : Object.entries(reply ?? {});
-  for (const [key, value] of entries) out[String(key)] = String(value);
+  // An own property each, `__proto__` too (a plain assignment would set the prototype).
+  for (const [key, value] of entries) Object.defineProperty(out, String(key), { value: String(value), enumerable: true, writable: true, configurable: true });
   return out;
 }
 

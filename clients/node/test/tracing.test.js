@@ -68,6 +68,14 @@ test('a traceparent reads back as written, and one not well formed reads as none
   assert.throws(() => formatTraceparent({ traceId: 'short', spanId: context.spanId }), RangeError);
 });
 
+test("a header named like an object's own property is read as a header", async () => {
+  const q = new Queue(client, 'odd-keys');
+  const id = await q.enqueue('work', { headers: { ['__proto__']: 'p', constructor: 'c' } });
+  const { headers } = await q.job(id);
+  assert.deepEqual(Object.entries(headers).sort(), [['__proto__', 'p'], ['constructor', 'c']]);
+  assert.equal(Object.getPrototypeOf(headers), Object.prototype);
+});
+
 test('headers reach every attempt through a retry, inside the around hook', async () => {
   const context = minted();
   const q = new Queue(client, 'headed', { inject: (carrier) => void (carrier.traceparent = formatTraceparent(context)) });
