@@ -93,7 +93,10 @@ fn extracted(headers: &[(String, String)]) -> Option<SpanContext> {
     if version == "00" && !rest.is_empty() {
         return None;
     }
-    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    // W3C Trace Context: lower-case hex only.
+    let hex = |s: &str, n: usize| {
+        s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
     if !(hex(version, 2) && hex(trace, 32) && hex(span, 16) && hex(flags, 2)) || version == "ff" {
         return None;
     }
@@ -251,6 +254,11 @@ mod tests {
         );
         assert_eq!(
             bad("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            None
+        );
+        // Upper-case hex is not W3C's.
+        assert_eq!(
+            bad("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"),
             None
         );
     }
