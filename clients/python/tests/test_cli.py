@@ -41,6 +41,13 @@ def test_the_queue_operations_from_the_shell(server: Server) -> None:
     headed = cli(server, "enqueue", "cli-headed", "x", "--header", "tenant=a=b", "--header", "k=v")
     row = echomq.Queue(server.client(), "cli-headed").job(headed) or {}
     assert row["headers"] == {"tenant": "a=b", "k": "v"}
+    # A header without `=` is a usage error: nothing is enqueued.
+    bare = subprocess.run(
+        [ECHOMQ, "--url", f"redis://127.0.0.1:{server.port}", "enqueue", "cli-bare", "x", "--header", "k"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert (bare.returncode, "<key>=<value>" in bare.stderr) == (2, True), bare.stderr
+    assert cli(server, "stats", "cli-bare")["pending"] == 0
     server.cmd("EMQ.CLAIM", "cli")
     server.cmd("EMQ.FAIL", "cli", job_id, 1, "ERROR", "broken", "RETRY-IN", 0)
     # One attempt a job by default is not enough to die: bury it by hand through the server.

@@ -18,7 +18,7 @@ import importlib
 import json
 import logging
 import sys
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from redis.exceptions import RedisError
 
@@ -70,6 +70,14 @@ def show(value: Any, as_json: bool) -> None:
 DEFAULT_URL = "redis://127.0.0.1:6379"
 
 
+def header_pair(text: str) -> Tuple[str, str]:
+    """A `--header` as its key and value: `<key>=<value>`, or a usage error."""
+    key, equals, value = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(f"a header is <key>=<value>, not {text!r}")
+    return key, value
+
+
 def connection(defaults: bool) -> argparse.ArgumentParser:
     """The connection options: a parent of the top parser, with their defaults (`defaults`),
     and of each subcommand's, without them (``SUPPRESS``), so that one given after the
@@ -114,7 +122,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--unique")
     e.add_argument("--timeout", type=float, help="seconds each attempt may run")
     e.add_argument("--group", help="the job's group (a tenant, say): claims take groups in turn")
-    e.add_argument("--header", action="append", default=[], metavar="KEY=VALUE",
+    e.add_argument("--header", action="append", default=[], type=header_pair, metavar="KEY=VALUE",
                    help="a header the job carries to each attempt (repeatable)")
 
     s = sub.add_parser("stats", parents=options, help="a queue's counts, pause flag and limits")
@@ -152,7 +160,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         q = Queue(client, args.queue)
         if args.command == "enqueue":
-            headers = {k: v for k, _, v in (h.partition("=") for h in args.header)}
+            headers = dict(args.header)
             show(q.enqueue(args.payload, delay=args.delay, priority=args.priority, unique=args.unique,
                            timeout=args.timeout, group=args.group, headers=headers), args.json)
         elif args.command == "stats":
