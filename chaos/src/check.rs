@@ -439,7 +439,7 @@ fn zombies(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
     for ((queue, id), events) in jobs {
         for s in events.iter().filter(|e| e.kind == Kind::Settle) {
             // The lease's last start this worker knew of: its claim's answer, or a renewal's.
-            let since = events
+            let start = events
                 .iter()
                 .filter(|e| {
                     e.worker == s.worker
@@ -448,9 +448,9 @@ fn zombies(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
                         && matches!(e.kind, Kind::Claim | Kind::Renew)
                         && e.answered_ns <= s.sent_ns
                 })
-                .map(|e| e.answered_ns)
-                .max();
-            let Some(since) = since else { continue };
+                .max_by_key(|e| e.answered_ns);
+            let Some(start) = start else { continue };
+            let since = start.answered_ns;
             let stepped: i64 = input
                 .clock_steps
                 .iter()
@@ -462,9 +462,23 @@ fn zombies(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
                 continue;
             }
             r.zombies_tried += 1;
+            // A failover that undid the zombie's unconfirmed claim let the new primary hand its
+            // token out again: the settle then holds another worker's lease, as a stale token's.
+            let handed_again = || {
+                events.iter().any(|e| {
+                    e.kind == Kind::Claim
+                        && e.outcome == Outcome::Ok
+                        && e.token == s.token
+                        && !std::ptr::eq(*e, *start)
+                        && e.sent_ns < s.answered_ns
+                })
+            };
             match &s.outcome {
                 Outcome::Refused(_) => r.zombies_refused += 1,
                 Outcome::Unknown(_) => r.zombies_unknown += 1,
+                Outcome::Ok if input.failover && unconfirmed(start) && handed_again() => {
+                    r.fencing_unconfirmed += 1;
+                }
                 Outcome::Ok => r.violations.push(format!(
                     "{queue}/{id}: zombie {:?} by {} with token {} accepted {} ms after its lease began (lease {} ms)",
                     s.action,

@@ -355,6 +355,52 @@ fn a_zombie_ack_accepted_is_caught_and_refused_ones_counted() {
 }
 
 #[test]
+fn a_zombie_ack_taken_on_a_token_handed_out_again_is_excused_only_after_a_failover() {
+    let mut case = Case::clean();
+    // w2's claim of J2 (no replica confirmed it: the workers wait on settles only) was undone
+    // by a failover; the new primary handed token 1 out again to w3, and took w2's late ACK
+    // on it.
+    case.events.retain(|e| e.id != "J2");
+    let mut first = claim("w2", "J2", 1, 20, 21);
+    first.replicated = None;
+    case.events.push(first);
+    case.events.extend(handler("w2", "J2", 1, 22));
+    let mut again = claim("w3", "J2", 1, 3_000, 3_001);
+    again.replicated = None;
+    case.events.push(again);
+    case.events.push(ack("w2", "J2", 1, 4_021, 4_022));
+    // With no failover nothing undoes a claim: caught.
+    caught(&case, "zombie Some(Ack) by w2 with token 1 accepted");
+    case.failover = true;
+    let r = case.check();
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!((r.zombies_tried, r.zombies_refused), (1, 0));
+    assert!(
+        r.fencing_unconfirmed >= 2,
+        "the token handed out again and the ACK on it"
+    );
+    // The token not handed out again (w3's claim took token 2): nothing explains it, caught.
+    case.events.retain(|e| e.worker != "w3");
+    case.events.push(claim("w3", "J2", 2, 3_000, 3_001));
+    caught(&case, "zombie Some(Ack) by w2 with token 1 accepted");
+    // Handed out again only after the ACK was answered: caught.
+    case.events.retain(|e| e.worker != "w3");
+    case.events.push(claim("w3", "J2", 1, 5_000, 5_001));
+    caught(&case, "zombie Some(Ack) by w2 with token 1 accepted");
+    // A claim a replica confirmed survives the failover: caught.
+    case.events.retain(|e| e.worker != "w3");
+    case.events.push(claim("w3", "J2", 1, 3_000, 3_001));
+    for e in case
+        .events
+        .iter_mut()
+        .filter(|e| e.worker == "w2" && e.kind == Kind::Claim)
+    {
+        e.replicated = Some(true);
+    }
+    caught(&case, "zombie Some(Ack) by w2 with token 1 accepted");
+}
+
+#[test]
 fn a_late_settle_across_a_clock_step_back_is_no_zombie_but_one_past_the_step_is() {
     // J2's lease began at 21 ms; its primary's clock stepped back 30 s at 1 s, so the server
     // holds the lease until about 32 s: an ACK at 4 s is taken, and no violation.
