@@ -433,63 +433,120 @@ fn fencing(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
     }
 }
 
+/// The last start of `worker`'s lease on `token` answered by `before`: its claim's answer, or a
+/// renewal's.
+fn lease_start<'e>(
+    events: &[&'e Event],
+    worker: &str,
+    token: i64,
+    before: u64,
+) -> Option<&'e Event> {
+    events
+        .iter()
+        .copied()
+        .filter(|e| {
+            e.worker == worker
+                && e.token == token
+                && e.outcome == Outcome::Ok
+                && matches!(e.kind, Kind::Claim | Kind::Renew)
+                && e.answered_ns <= before
+        })
+        .max_by_key(|e| e.answered_ns)
+}
+
+/// Whether a lease that began at `since` still held at `at`, with the grace, and longer by what
+/// the primary's clock stepped back in between.
+fn held(input: &Input, since: u64, at: u64) -> bool {
+    let stepped: i64 = input
+        .clock_steps
+        .iter()
+        .filter(|(when, _)| (since..=at).contains(when))
+        .map(|(_, by_ms)| by_ms)
+        .sum();
+    let stepped_back = (-stepped).max(0) as u64 * 1_000_000;
+    at <= since + input.lease_ms * 1_000_000 + GRACE_NS + stepped_back
+}
+
 /// A settle sent past its lease (and the grace) must be refused.
 fn zombies(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
-    let lease_ns = input.lease_ms * 1_000_000;
     for ((queue, id), events) in jobs {
         for s in events.iter().filter(|e| e.kind == Kind::Settle) {
-            // The lease's last start this worker knew of: its claim's answer, or a renewal's.
-            let start = events
-                .iter()
-                .filter(|e| {
-                    e.worker == s.worker
-                        && e.token == s.token
-                        && e.outcome == Outcome::Ok
-                        && matches!(e.kind, Kind::Claim | Kind::Renew)
-                        && e.answered_ns <= s.sent_ns
-                })
-                .max_by_key(|e| e.answered_ns);
-            let Some(start) = start else { continue };
-            let since = start.answered_ns;
-            let stepped: i64 = input
-                .clock_steps
-                .iter()
-                .filter(|(at, _)| (since..=s.sent_ns).contains(at))
-                .map(|(_, by_ms)| by_ms)
-                .sum();
-            let stepped_back = (-stepped).max(0) as u64 * 1_000_000;
-            if s.sent_ns <= since + lease_ns + GRACE_NS + stepped_back {
+            let Some(start) = lease_start(events, &s.worker, s.token, s.sent_ns) else {
+                continue;
+            };
+            if held(input, start.answered_ns, s.sent_ns) {
                 continue;
             }
             r.zombies_tried += 1;
-            // A failover that undid the zombie's unconfirmed claim let the new primary hand its
-            // token out again: the settle then holds another worker's lease, as a stale token's.
+            // A failover that undid the zombie's claim (no replica confirmed it) let the new
+            // primary hand its token to another worker: a settle sent within that worker's
+            // lease holds it, as a stale token's.
             let handed_again = || {
-                events.iter().any(|e| {
-                    e.kind == Kind::Claim
-                        && e.outcome == Outcome::Ok
-                        && e.token == s.token
-                        && !std::ptr::eq(*e, *start)
-                        && e.sent_ns < s.answered_ns
+                let claimed = events
+                    .iter()
+                    .filter(|e| {
+                        e.kind == Kind::Claim
+                            && e.worker == s.worker
+                            && e.token == s.token
+                            && e.outcome == Outcome::Ok
+                            && e.answered_ns <= s.sent_ns
+                    })
+                    .max_by_key(|e| e.answered_ns);
+                claimed.is_some_and(|c| {
+                    unconfirmed(c)
+                        && events.iter().any(|e| {
+                            e.kind == Kind::Claim
+                                && e.outcome == Outcome::Ok
+                                && e.token == s.token
+                                && e.worker != s.worker
+                                && e.answered_ns > c.sent_ns
+                                && e.sent_ns < s.answered_ns
+                                && lease_start(events, &e.worker, s.token, s.sent_ns)
+                                    .is_none_or(|h| held(input, h.answered_ns, s.sent_ns))
+                        })
                 })
             };
             match &s.outcome {
                 Outcome::Refused(_) => r.zombies_refused += 1,
                 Outcome::Unknown(_) => r.zombies_unknown += 1,
-                Outcome::Ok if input.failover && unconfirmed(start) && handed_again() => {
-                    r.fencing_unconfirmed += 1;
-                }
+                Outcome::Ok if input.failover && handed_again() => r.fencing_unconfirmed += 1,
                 Outcome::Ok => r.violations.push(format!(
-                    "{queue}/{id}: zombie {:?} by {} with token {} accepted {} ms after its lease began (lease {} ms)",
+                    "{queue}/{id}: zombie {:?} by {} with token {} accepted {} ms after its lease began (lease {} ms); the job's steps: {}",
                     s.action,
                     s.worker,
                     s.token,
-                    (s.sent_ns - since) / 1_000_000,
-                    input.lease_ms
+                    (s.sent_ns - start.answered_ns) / 1_000_000,
+                    input.lease_ms,
+                    steps(events)
                 )),
             }
         }
     }
+}
+
+/// A job's claims, renewals and settles, in order, for a violation's message: kind, worker,
+/// token, sent and answered (ms after the first was sent), outcome, replica's confirmation.
+fn steps(events: &[&Event]) -> String {
+    let first = events.iter().map(|e| e.sent_ns).min().unwrap_or(0);
+    let ms = |ns: u64| ns.saturating_sub(first) / 1_000_000;
+    events
+        .iter()
+        .filter(|e| matches!(e.kind, Kind::Claim | Kind::Renew | Kind::Settle))
+        .take(24)
+        .map(|e| {
+            format!(
+                "{:?} {} t{} {}-{} ms {:?} {:?}",
+                e.kind,
+                e.worker,
+                e.token,
+                ms(e.sent_ns),
+                ms(e.answered_ns),
+                e.outcome,
+                e.replicated
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// No claim and no handler run after an `ACK` a replica confirmed, and such a job is done.
