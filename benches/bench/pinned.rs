@@ -10,6 +10,7 @@ use crate::support::Server;
 /// The pinning in force; dropped, every thread may run on every CPU again.
 pub struct Pinned {
     server: u32,
+    last: usize,
     all: String,
 }
 
@@ -36,14 +37,20 @@ pub fn apart(server: &Server) -> Option<Pinned> {
         set(pid, &all);
         return None;
     }
-    Some(Pinned { server: pid, all })
+    Some(Pinned {
+        server: pid,
+        last,
+        all,
+    })
 }
 
 impl Pinned {
     /// How the table names the pinning.
     pub fn describe(&self) -> String {
-        let last = self.all.rsplit('-').next().unwrap_or("0");
-        format!("the server pinned to CPU {last} and the bench's client threads to the others (`taskset`)")
+        format!(
+            "the server pinned to CPU {} and the bench's client threads to the others (`taskset`)",
+            self.last
+        )
     }
 }
 
