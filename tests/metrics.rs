@@ -146,6 +146,39 @@ fn each_event_and_each_attempt_is_counted_by_how_it_ended() {
 }
 
 #[test]
+fn one_call_s_counts_are_all_there_when_it_answers_in_its_queue_and_in_a_parent_s() {
+    // A command counts its jobs once its writes are done: a claim of three and one EMQ.MACK of
+    // three, whose one child hands over to its parent, in another queue, in the same call.
+    let server = Server::start(Options::default());
+    let mut con = server.conn3();
+    let parent = enqueue_minted(&mut con, "p", "parent", &["CHILDREN", "1"]);
+    enqueue_minted(&mut con, "c", "kid", &["PARENT", "p", &parent]);
+    enqueue_minted(&mut con, "c", "a", &[]);
+    enqueue_minted(&mut con, "c", "b", &[]);
+    let jobs = claim(&mut con, "c", &["COUNT", "3"]).expect("jobs");
+    assert_eq!(jobs.len(), 3);
+    let m = metrics(&mut con, "c");
+    assert_eq!(event(&m, "claimed"), 3);
+    assert_eq!(int(field(&map_pairs(field(&m, "wait")), "count")), 3);
+    let args: Vec<String> = jobs
+        .iter()
+        .flat_map(|j| [j.0.clone(), j.2.to_string()])
+        .collect();
+    let Value::Array(slots) = mack(&mut con, "c", &args).expect("EMQ.MACK") else {
+        panic!("EMQ.MACK's reply")
+    };
+    assert_eq!(slots.len(), 3);
+    let m = metrics(&mut con, "c");
+    assert_eq!(event(&m, "acked"), 3);
+    assert_eq!(histogram(run(&m, "acked"), 3_600_000).0, 3);
+    assert_eq!(histogram(field(&m, "end-to-end"), 3_600_000).0, 3);
+    let p = metrics(&mut con, "p");
+    assert_eq!(event(&p, "waiting"), 1);
+    assert_eq!(event(&p, "released"), 1);
+    assert_eq!(event(&p, "acked"), 0);
+}
+
+#[test]
 fn a_promoted_job_waits_from_its_promotion_and_so_does_the_oldest_pending_wait() {
     let server = Server::start(Options::default());
     let mut con = server.conn3();

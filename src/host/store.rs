@@ -53,6 +53,8 @@ pub fn with_queue<'a, R>(
         sets: Default::default(),
         groups: Default::default(),
         metrics: OnceCell::new(),
+        noted: RefCell::new(Vec::new()),
+        counted: Default::default(),
         prefix: Cell::new(None),
         events: OnceCell::new(),
         meta: RefCell::new(None),
@@ -63,6 +65,7 @@ pub fn with_queue<'a, R>(
     if !store.deferred.borrow().is_empty() {
         handover::deliver(&store);
     }
+    store.count_noted();
     out
 }
 
@@ -76,6 +79,10 @@ pub struct ServerStore<'s, 'a> {
     groups: groups::OpenGroups<'s>,
     /// The queue's metrics, found at the call's first count.
     metrics: OnceCell<Option<super::metrics::Shared>>,
+    /// What the call told the metrics, counted when it ends.
+    noted: RefCell<Vec<super::metrics::Noted>>,
+    /// The events the call counted, by `EVENTS`' order, added when it ends.
+    counted: [Cell<u64>; crate::protocol::metrics::EVENTS.len()],
     prefix: Cell<Option<RowPrefix>>,
     /// The event stream's cap (`None`: off), read once a call.
     events: OnceCell<Option<u64>>,
@@ -137,19 +144,15 @@ impl<'a> Store for ServerStore<'_, 'a> {
     }
 
     fn observe(&self, what: crate::protocol::metrics::Observed) {
-        super::metrics::observe(self.metrics(), what);
+        self.note_observed(what);
     }
 
     fn may_be_readied(&self) -> bool {
         self.metrics().is_none_or(|m| m.borrow().metrics.readied)
     }
 
-    fn note_claim(&self, id: u64, at: i64) {
-        super::metrics::note_claim(self.metrics(), id, at);
-    }
-
-    fn take_claim(&self, id: u64) -> Option<i64> {
-        super::metrics::take_claim(self.metrics()?, id)
+    fn time(&self, what: crate::protocol::metrics::Timed) {
+        self.note(super::metrics::Noted::Timed(what));
     }
 
     fn queue_name(&self) -> &[u8] {

@@ -1,6 +1,7 @@
 //! A queue's metrics, kept in the server's memory (docs/observability.md): a count of each event
 //! and latency histograms with fixed buckets, in a fixed number of bytes per queue.
 
+use super::branded_id::BrandedId;
 use super::job::Event;
 
 /// The buckets' upper bounds, in ms, from 1 ms to 1 h; a last bucket holds the rest.
@@ -76,6 +77,21 @@ pub enum Observed {
     Readied,
 }
 
+/// A claim or an attempt's end as a transition tells it, by the job's id (`None`: a member
+/// that is no id, not timed by its claim): a store counts it once the call's writes are done,
+/// where the attempt's claim time is kept or taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timed {
+    /// Claimed at `at`; `readied`: when it last became ready, where the claim read its row's.
+    Claimed {
+        id: Option<BrandedId>,
+        at: i64,
+        readied: Option<i64>,
+    },
+    /// Its attempt ended, as `ended`.
+    Ended { id: BrandedId, ended: Ended },
+}
+
 /// Counts of durations by bucket, with their sum.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Histogram {
@@ -144,6 +160,13 @@ impl QueueMetrics {
             }
             Observed::EndToEnd(ms) => self.end_to_end.observe(ms),
             Observed::Readied => self.readied = true,
+        }
+    }
+
+    /// Adds `counts` (by [`EVENTS`]' order) to the events' counts.
+    pub fn count_events(&mut self, counts: &[u64; EVENTS.len()]) {
+        for (kept, n) in self.events.iter_mut().zip(counts) {
+            *kept = kept.saturating_add(*n);
         }
     }
 

@@ -256,12 +256,9 @@ pub trait Store {
     fn may_be_readied(&self) -> bool {
         true
     }
-    /// Notes when the attempt of job `id` (its id's value) was claimed, for its run time.
-    fn note_claim(&self, _id: u64, _at: i64) {}
-    /// When the attempt of job `id` was claimed, forgotten now; `None` where not noted.
-    fn take_claim(&self, _id: u64) -> Option<i64> {
-        None
-    }
+    /// Tells the queue's metrics of a claim or an attempt's end, for its wait, run and
+    /// end-to-end times; a store without metrics ignores it.
+    fn time(&self, _what: crate::protocol::metrics::Timed) {}
     /// The queue's name.
     fn queue_name(&self) -> &[u8];
     /// A string of the store's own, holding `bytes`.

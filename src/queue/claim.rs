@@ -11,8 +11,8 @@ use super::limit::{self, Window};
 use super::operate::paused;
 use super::promote::{Due, PROMOTE_BUDGET};
 use super::rounds;
-use super::take::{lease_all, Head, Lease};
-use super::{check_row_types, checked_rows, row_of};
+use super::take::{lease_all, Head, Lease, Leasing};
+use super::{check_row_types, checked_rows, id_row_of};
 
 pub use super::take::ORPHAN_BUDGET;
 
@@ -138,11 +138,12 @@ fn take_first<S: Store>(
     let names = checked_rows(store, &members)?;
     let rows = names
         .iter()
-        .map(|name| name.as_ref().map(|n| store.open_row(n)).transpose())
+        .map(|name| name.as_ref().map(|(_, n)| store.open_row(n)).transpose())
         .collect::<Result<Vec<_>, _>>()?;
     let mut orphans = false;
     let mut head = Vec::with_capacity(rows.len());
-    for ((member, _), row) in members.iter().zip(rows) {
+    let ids = names.iter().map(|name| name.as_ref().map(|(id, _)| *id));
+    for (((member, _), row), id) in members.iter().zip(rows).zip(ids) {
         let row = match row.as_ref().map_or(Holds::Nothing, |r| store.holds(r)) {
             Holds::Hash => row,
             Holds::Nothing => {
@@ -151,7 +152,7 @@ fn take_first<S: Store>(
             }
             _ => return Err(EmqError::WrongType),
         };
-        head.push((member, row));
+        head.push((member, id, row));
     }
     if orphans && members.len() == want {
         return Ok(None);
@@ -206,7 +207,11 @@ fn promote_and_take<S: Store>(
             _ => Ok(None),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let head = head.iter().map(|h| &h.member).zip(rows).collect();
+    let head = head
+        .iter()
+        .zip(rows)
+        .map(|(h, row)| (&h.member, h.id, row))
+        .collect();
     Ok((take(store, head, lease)?, limited))
 }
 
@@ -224,13 +229,18 @@ pub fn pending_head<S: Store>(store: &S, count: usize) -> Result<Vec<Head<S>>, E
         let mut head = Vec::with_capacity(members.len());
         let mut live = 0;
         for (member, _) in members {
-            let row = row_of(store, &member)?;
+            let (id, row) = id_row_of(store, &member)?.unzip();
             let holds = match &row {
                 Some(name) => store.probe(name)?,
                 None => Holds::Nothing,
             };
             live += usize::from(holds != Holds::Nothing);
-            head.push(Head { member, row, holds });
+            head.push(Head {
+                member,
+                id,
+                row,
+                holds,
+            });
             if live == count {
                 return Ok(head);
             }
@@ -260,14 +270,17 @@ fn check_head_types<S: Store>(head: &[Head<S>]) -> Result<(), EmqError> {
 /// without one: those are dropped, not handed out.
 fn take<S: Store>(
     store: &S,
-    head: Vec<(&S::Text, Option<S::Row<'_>>)>,
+    head: Vec<Leasing<'_, '_, S>>,
     lease: &Lease,
 ) -> Result<Claimed, EmqError> {
     // The sets change once for the batch: one `ZREM` out of `pending` and one `ZADD` into
     // `active`, each one event and one effect.
     store.remove_many(
         Set::Pending,
-        &head.iter().map(|(member, _)| *member).collect::<Vec<_>>(),
+        &head
+            .iter()
+            .map(|(member, _, _)| *member)
+            .collect::<Vec<_>>(),
     )?;
     lease_all(store, head, lease)
 }

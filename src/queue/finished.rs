@@ -61,7 +61,8 @@ pub fn bury<S: Store>(
 ) -> Result<(), EmqError> {
     store.remove(from, member)?;
     if from == Set::Active {
-        super::quota::left_active(store, row, member, crate::protocol::metrics::Ended::Dead)?;
+        let dead = crate::protocol::metrics::Ended::Dead;
+        super::quota::left_active(store, row, member, None, dead)?;
     }
     set_state(store, row, State::Dead, error)?;
     entomb(store, member, row, now, error, parents)

@@ -307,7 +307,7 @@ pub fn page<S: Ranked>(
             payload: None,
             error: None,
         };
-        if let Some(name) = name {
+        if let Some((_, name)) = name {
             let row = store.read_row(name)?;
             match store.holds(&row) {
                 Holds::Nothing => {}

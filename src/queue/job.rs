@@ -127,6 +127,7 @@ fn cancel_running<S: Store>(store: &S, row: &S::Row<'_>, member: &S::Text) -> Re
         store,
         row,
         member,
+        None,
         crate::protocol::metrics::Ended::Cancelled,
     )?;
     store.set_fields(

@@ -124,14 +124,7 @@ pub fn ack<S: Store>(
     check_lease(store, &row, target.job.member, token).map_err(settle_refusal)?;
     let parents = finished::parents(store, &row)?;
     let limits = limit::limits(store)?;
-    done(
-        store,
-        &row,
-        target.job.member,
-        token,
-        result,
-        parents.as_ref(),
-    )?;
+    done(store, &row, &target.job, token, result, parents.as_ref())?;
     room_freed(store, &limits)?;
     counters::count(&ACKED, 1);
     Ok(())
@@ -142,14 +135,14 @@ pub fn ack<S: Store>(
 fn done<S: Store>(
     store: &S,
     row: &S::Row<'_>,
-    member: &S::Text,
+    job: &Job<'_, S>,
     token: i64,
     result: Option<&[u8]>,
     parents: Option<&S::Text>,
 ) -> Result<(), EmqError> {
-    store.remove(Set::Active, member)?;
-    quota::left_active(store, row, member, Ended::Acked)?;
-    finish(store, row, member, token, result, parents)
+    store.remove(Set::Active, job.member)?;
+    quota::left_active(store, row, job.member, Some(job.id), Ended::Acked)?;
+    finish(store, row, job.member, token, result, parents)
 }
 
 /// The rest of an acknowledgement once the job is out of `active`: the row done (or deleted),
@@ -278,7 +271,7 @@ pub fn ack_many<S: Store>(
             outcomes[at] = Err(EmqError::Lease);
             continue;
         }
-        quota::left_active(store, row, s.job.member, Ended::Acked)?;
+        quota::left_active(store, row, s.job.member, Some(s.job.id), Ended::Acked)?;
         finish(store, row, s.job.member, token, s.result, parents.as_ref())?;
         acked += 1;
     }
@@ -358,7 +351,7 @@ fn retry_or_bury<S: Store>(
         (None, true) => Ended::Dead,
         (None, false) => Ended::Failed,
     };
-    quota::left_active(store, row, member, ended)?;
+    quota::left_active(store, row, member, None, ended)?;
     store.set_fields(row, &fields[..n])?;
     if last {
         entomb(store, member, row, now, error, parents.as_ref())?;

@@ -43,23 +43,35 @@ pub struct Job<'j, S: Store> {
 
 /// The row name of a set member; `None` for a member outside the grammar.
 pub fn row_of<S: Store>(store: &S, member: &S::Text) -> Result<Option<S::Name>, EmqError> {
+    Ok(id_row_of(store, member)?.map(|(_, name)| name))
+}
+
+/// A set member's id and its row's name; `None` for a member outside the grammar.
+pub type IdRow<S> = Option<(BrandedId, <S as Store>::Name)>;
+
+/// The id of a set member and its row's name.
+pub fn id_row_of<S: Store>(store: &S, member: &S::Text) -> Result<IdRow<S>, EmqError> {
     match BrandedId::parse(store.bytes(member)) {
-        Some(id) => store.row_name(&id, member).map(Some),
+        Some(id) => Ok(Some((id, store.row_name(&id, member)?))),
         None => Ok(None),
     }
 }
 
-/// The row names of `members` (`None` for one outside the grammar), once the caller's
-/// permission on all of them is checked.
+/// The ids and row names of `members` (`None` for one outside the grammar), once the
+/// caller's permission on all of them is checked.
 pub fn checked_rows<S: Store>(
     store: &S,
     members: &[(S::Text, f64)],
-) -> Result<Vec<Option<S::Name>>, EmqError> {
+) -> Result<Vec<IdRow<S>>, EmqError> {
     let names = members
         .iter()
-        .map(|(member, _)| row_of(store, member))
+        .map(|(member, _)| id_row_of(store, member))
         .collect::<Result<Vec<_>, _>>()?;
-    let keys: Vec<KeyRef<'_, S::Name>> = names.iter().flatten().map(KeyRef::Row).collect();
+    let keys: Vec<KeyRef<'_, S::Name>> = names
+        .iter()
+        .flatten()
+        .map(|(_, name)| KeyRef::Row(name))
+        .collect();
     store.check_access(&keys)?;
     Ok(names)
 }

@@ -162,7 +162,7 @@ fn move_to_pending<S: Store>(store: &S, from: Set, member: &Member<S>) -> Result
         return Ok(false);
     };
     if from == Set::Active {
-        quota::left_active(store, &row, &member.text, Ended::Failed)?;
+        quota::left_active(store, &row, &member.text, None, Ended::Failed)?;
     }
     timing::set_pending(store, &row)?;
     ready::add(store, group.as_ref(), priority(store, &row), &member.text)?;

@@ -9,7 +9,7 @@
 //! written by every transition out of `active` without a permission check of their own.
 
 use crate::protocol::limits::{rate_member, Rate};
-use crate::protocol::{EmqError, KeyRef, Meta, Set, Store, Table};
+use crate::protocol::{BrandedId, EmqError, KeyRef, Meta, Set, Store, Table};
 
 use crate::protocol::metrics::Ended;
 
@@ -33,15 +33,16 @@ pub fn mark_grouped<S: Store>(store: &S) -> Result<(), EmqError> {
 }
 
 /// A job left `active`, its attempt `ended` (acked, failed, expired, timed out, cancelled): its
-/// run time is counted, and in a grouped queue its group has one active job fewer, and a group
+/// run time is counted (`id`: the member's id where the caller parsed it), and in a grouped queue its group has one active job fewer, and a group
 /// held back by its limits takes its turn again once they leave it room.
 pub fn left_active<S: Store>(
     store: &S,
     row: &S::Row<'_>,
     member: &S::Text,
+    id: Option<BrandedId>,
     ended: Ended,
 ) -> Result<(), EmqError> {
-    timing::ended(store, member, ended);
+    timing::ended(store, member, id, ended);
     if !ready::grouped(store)? {
         return Ok(());
     }

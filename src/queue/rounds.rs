@@ -10,7 +10,7 @@ use crate::protocol::{EmqError, Group, Holds, KeyRef, Set, Store, Table};
 
 use super::quota::{self, GroupLimits};
 use super::take::{lease_all, Head, Lease, ORPHAN_BUDGET};
-use super::{ready, row_of, tally};
+use super::{id_row_of, ready, tally};
 
 /// One group's part in a claim.
 struct Slot<S: Store> {
@@ -106,12 +106,17 @@ impl<S: Store> Slot<S> {
         };
         self.complete = members.len() < limit;
         for (member, _) in members.into_iter().skip(self.read.len()) {
-            let row = row_of(store, &member)?;
+            let (id, row) = id_row_of(store, &member)?.unzip();
             let holds = match &row {
                 Some(name) => store.probe(name)?,
                 None => Holds::Nothing,
             };
-            self.read.push(Head { member, row, holds });
+            self.read.push(Head {
+                member,
+                id,
+                row,
+                holds,
+            });
         }
         Ok(())
     }
@@ -268,8 +273,9 @@ pub fn claim<S: Store>(
         .collect::<Result<Vec<_>, _>>()?;
     let head = picks
         .iter()
-        .map(|&(s, i)| &slots[s].read[i].member)
+        .map(|&(s, i)| &slots[s].read[i])
         .zip(rows)
+        .map(|(h, row)| (&h.member, h.id, row))
         .collect();
     let claimed = lease_all(store, head, lease)?;
     // Each job taken of a group under a rate limit enters its window: the claimed jobs are the

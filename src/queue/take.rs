@@ -6,7 +6,7 @@ use std::io::Write;
 
 use crate::protocol::job::{Claimed, ClaimedJob};
 use crate::protocol::limits::{bounded, Limits, MAX_TIMEOUT_MS};
-use crate::protocol::{EmqError, Event, Field, Holds, Set, State, Store, Value};
+use crate::protocol::{BrandedId, EmqError, Event, Field, Holds, Set, State, Store, Value};
 
 use super::promote::count_dropped;
 use super::{lease_token, leased_fields, record, timing};
@@ -18,6 +18,8 @@ pub const ORPHAN_BUDGET: usize = 1000;
 /// A pending member at the head of the queue, read without writing.
 pub struct Head<S: Store> {
     pub member: S::Text,
+    /// Its id; `None` for a member outside the grammar.
+    pub id: Option<BrandedId>,
     /// Its row's name; `None` for a member outside the grammar.
     pub row: Option<S::Name>,
     /// What the row held when read: `Nothing` for a row that is gone.
@@ -53,17 +55,24 @@ impl Lease {
     }
 }
 
+/// A job a claim takes: its member, its id, and its row, open (`None`: gone, dropped).
+pub type Leasing<'h, 'r, S> = (
+    &'h <S as Store>::Text,
+    Option<BrandedId>,
+    Option<<S as Store>::Row<'r>>,
+);
+
 /// The jobs of `head`, out of where they waited, to `active` under `lease`, as a claim's
 /// take says: `state active`, attempts raised by one, members without a row dropped.
 pub fn lease_all<S: Store>(
     store: &S,
-    head: Vec<(&S::Text, Option<S::Row<'_>>)>,
+    head: Vec<Leasing<'_, '_, S>>,
     lease: &Lease,
 ) -> Result<Claimed, EmqError> {
     let mut out = Claimed::with_capacity(head.len());
     let mut taken = Vec::with_capacity(head.len());
     let metrics = timing::on();
-    for (member, row) in &head {
+    for (member, id, row) in &head {
         let Some(row) = row else {
             count_dropped();
             continue;
@@ -89,7 +98,7 @@ pub fn lease_all<S: Store>(
         if metrics {
             // Its attempts before this one, or a requeue's fence: claimed before.
             let again = attempts > 1 || fence > 0;
-            timing::claimed(store, row, member, lease.now, again);
+            timing::claimed(store, row, *id, lease.now, again);
         }
         let fields = [
             (Field::State, Value::State(State::Active)),

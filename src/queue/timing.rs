@@ -1,10 +1,10 @@
-//! What the transitions tell the queue's metrics (docs/observability.md): each event, how long
-//! a job waited ready before its claim, how long an attempt ran, how long a job took from its
-//! id's minting to its ack. The times come from the id itself, from the row's `ready` field,
-//! which a transition that makes a job ready again writes while `emq.metrics` is on, and from
-//! the claim times the store keeps for the attempts in flight.
+//! What the transitions tell the queue's metrics (docs/observability.md): each event, and each
+//! claim and attempt's end, which the store times once the call's writes are done (how long a
+//! job waited ready before its claim, how long an attempt ran, how long a job took from its
+//! id's minting to its ack). A job's ready time is the row's `ready` field, which a transition
+//! that makes a job ready again writes while `emq.metrics` is on, or its id's minting.
 
-use crate::protocol::metrics::{Ended, Observed};
+use crate::protocol::metrics::{Ended, Observed, Timed};
 use crate::protocol::{settings, BrandedId, EmqError, Event, Field, State, Store, Value};
 
 /// Whether the server keeps metrics now: the transitions write and read their times only then.
@@ -25,44 +25,34 @@ pub fn event<S: Store>(store: &S, event: Event) {
     }
 }
 
-/// A job is claimed at `now`: how long it waited since it last became ready (its `ready`, or
-/// its id's minting for a job ready since its enqueue). A job claimed before (`again`: its
-/// attempts or its fence not 0) has a `ready`; another has one only in a queue where a
-/// transition wrote one, as far as this server saw since it started (a delayed job or a
-/// released parent promoted before a restart is counted from its id).
-pub fn claimed<S: Store>(store: &S, row: &S::Row<'_>, member: &S::Text, now: i64, again: bool) {
-    // A snowflake's time is its minting, as EchoMQ and its clients mint ids; a hand-chosen id
-    // reads as a time in 2024, past what a histogram counts.
-    let id = BrandedId::parse(store.bytes(member));
-    if let Some(id) = &id {
-        store.note_claim(id.value(), now);
-    }
-    let readied = || time_field(store, row, Field::Ready);
-    let since = (again || store.may_be_readied())
-        .then(readied)
-        .flatten()
-        .or_else(|| id.map(|id| id.minted_at_ms() as i64));
-    if let Some(since) = since {
-        store.observe(Observed::Wait(now - since));
-    }
+/// A job is claimed at `now`: its wait runs from when it last became ready (its `ready`, or its
+/// id's minting for a job ready since its enqueue). A job claimed before (`again`: its attempts
+/// or its fence not 0) has a `ready`; another has one only in a queue where a transition wrote
+/// one, as far as this server saw since it started (a delayed job or a released parent
+/// promoted before a restart is counted from its id).
+pub fn claimed<S: Store>(
+    store: &S,
+    row: &S::Row<'_>,
+    id: Option<BrandedId>,
+    now: i64,
+    again: bool,
+) {
+    let readied = (again || store.may_be_readied())
+        .then(|| time_field(store, row, Field::Ready))
+        .flatten();
+    store.time(Timed::Claimed {
+        id,
+        at: now,
+        readied,
+    });
 }
 
-/// Job `member`'s attempt left `active`, ended as `ended`: how long it ran since its claim,
-/// and for an ack how long the job took since its id's minting.
-pub fn ended<S: Store>(store: &S, member: &S::Text, ended: Ended) {
-    let Some(id) = BrandedId::parse(store.bytes(member)) else {
-        return;
-    };
-    let claimed = store.take_claim(id.value());
-    if !on() {
-        return;
-    }
-    let now = store.now_ms();
-    if let Some(claimed) = claimed.filter(|_| ended != Ended::Cancelled) {
-        store.observe(Observed::Run(ended, now - claimed));
-    }
-    if ended == Ended::Acked {
-        store.observe(Observed::EndToEnd(now - id.minted_at_ms() as i64));
+/// Job `member`'s attempt left `active`, ended as `ended`: its claim time is dropped, and
+/// while metrics are on its run time is counted, and for an ack how long the job took. `id`:
+/// the member's id where the caller parsed it.
+pub fn ended<S: Store>(store: &S, member: &S::Text, id: Option<BrandedId>, ended: Ended) {
+    if let Some(id) = id.or_else(|| BrandedId::parse(store.bytes(member))) {
+        store.time(Timed::Ended { id, ended });
     }
 }
 

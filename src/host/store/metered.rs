@@ -1,8 +1,20 @@
-//! The queue's entry in the server's metrics (`host::metrics`), found once a call.
+//! The queue's entry in the server's metrics (`host::metrics`), found once a call, and what the
+//! call tells it, kept in a buffer reused from call to call and counted when the call ends.
 
-use super::super::metrics::{entry, Shared};
+use std::cell::{Cell, RefCell};
+
+use super::super::metrics::{apply, entry, observe, Noted, Shared};
 use super::ServerStore;
-use crate::protocol::Store;
+use crate::protocol::metrics::Observed;
+use crate::protocol::{settings, Store};
+
+/// Most notes a buffer keeps room for once its call ends: 192 KiB (48 bytes a note).
+const KEPT_ROOM: usize = 4096;
+
+thread_local! {
+    /// The last call's buffer, emptied, for the next call.
+    static SPARE: RefCell<Vec<Noted>> = const { RefCell::new(Vec::new()) };
+}
 
 impl ServerStore<'_, '_> {
     /// The queue's metrics, found at the call's first use.
@@ -10,5 +22,47 @@ impl ServerStore<'_, '_> {
         self.metrics
             .get_or_init(|| entry(self.queue_name()))
             .as_ref()
+    }
+
+    /// Keeps `what` for the call's end.
+    pub(super) fn note(&self, what: Noted) {
+        let mut noted = self.noted.borrow_mut();
+        if noted.capacity() == 0 {
+            *noted = SPARE.take();
+        }
+        noted.push(what);
+    }
+
+    /// Keeps `what` for the call's end (an event as one more in the call's count), but a
+    /// `ready` written counts now: the call's own claims read it.
+    pub(super) fn note_observed(&self, what: Observed) {
+        match what {
+            Observed::Event(event) => {
+                if let Some(count) = self.counted.get(event as usize) {
+                    count.set(count.get() + 1);
+                }
+            }
+            Observed::Readied => observe(self.metrics(), what),
+            _ => self.note(Noted::Observed(what)),
+        }
+    }
+
+    /// Counts what the call noted, and keeps its buffer for the next call.
+    pub(super) fn count_noted(&self) {
+        let counts = self.counted.each_ref().map(Cell::get);
+        let mut noted = self.noted.take();
+        if noted.is_empty() && counts.iter().all(|n| *n == 0) {
+            return;
+        }
+        if let Some(entry) = self.metrics() {
+            if settings::metrics() {
+                entry.borrow_mut().metrics.count_events(&counts);
+            }
+            apply(entry, &noted, self.now_ms());
+        }
+        noted.clear();
+        if noted.capacity() > 0 && noted.capacity() <= KEPT_ROOM {
+            SPARE.set(noted);
+        }
     }
 }
