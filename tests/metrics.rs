@@ -347,6 +347,53 @@ fn attempts_in_flight_are_forgotten_on_a_flush_and_the_queue_used_longest_ago_ma
 }
 
 #[test]
+fn a_child_s_ack_that_makes_its_parent_s_queue_counted_keeps_its_own_queue_s_counts() {
+    // The parent's queue lost its place in a full table; the child's queue is the one used
+    // longest ago when its ack hands over: the parent's new entry takes another queue's place.
+    let server = Server::start(Options::default());
+    let mut con = server.conn3();
+    let parent = enqueue_minted(&mut con, "p", "parent", &["CHILDREN", "1"]);
+    enqueue_minted(&mut con, "c", "kid", &["PARENT", "p", &parent]);
+    let jobs = claim(&mut con, "c", &[]).expect("the kid");
+    let mut pipe = redis::pipe();
+    for n in 0..9_999 {
+        pipe.cmd("EMQ.ENQUEUE")
+            .arg(format!("q{n}"))
+            .arg("*")
+            .arg("x")
+            .ignore();
+    }
+    let _: () = pipe.query(&mut con).expect("enqueues");
+    assert_eq!(info_int(&mut con, "emq", "emq_metrics_queues"), 10_000);
+    assert_eq!(
+        event(&metrics(&mut con, "p"), "waiting"),
+        0,
+        "p's place taken"
+    );
+    assert_eq!(event(&metrics(&mut con, "c"), "claimed"), 1);
+    let _: Value = cmd("EMQ.ACK")
+        .arg("c")
+        .arg(&jobs[0].0)
+        .arg(jobs[0].2)
+        .query(&mut con)
+        .expect("ack");
+    let c = metrics(&mut con, "c");
+    assert_eq!(event(&c, "claimed"), 1, "c kept its place");
+    assert_eq!(event(&c, "acked"), 1);
+    assert_eq!(
+        histogram(run(&c, "acked"), 3_600_000).0,
+        1,
+        "its claim time kept"
+    );
+    assert_eq!(event(&metrics(&mut con, "p"), "released"), 1);
+    assert_eq!(
+        event(&metrics(&mut con, "q0"), "enqueued"),
+        0,
+        "q0 made room"
+    );
+}
+
+#[test]
 fn a_server_that_becomes_a_replica_drops_its_metrics() {
     let primary = Server::start(Options::default());
     let server = Server::start(Options::default());

@@ -87,7 +87,7 @@ pub enum Noted {
     Timed(Timed),
 }
 
-/// Counts what one call `noted` in `entry`, in order, at `now`: events and times while
+/// Counts what one call `noted` in `entry`, in order, its attempts ended at `now`: times while
 /// `emq.metrics` is on, and the claim times of the attempts in flight kept and taken whatever
 /// it is (so none stays behind when it is turned off and on).
 pub fn apply(entry: &Shared, noted: &[Noted], now: i64) {

@@ -55,6 +55,7 @@ pub fn with_queue<'a, R>(
         metrics: OnceCell::new(),
         noted: RefCell::new(Vec::new()),
         counted: Default::default(),
+        ended_at: Cell::new(None),
         prefix: Cell::new(None),
         events: OnceCell::new(),
         meta: RefCell::new(None),
@@ -63,6 +64,9 @@ pub fn with_queue<'a, R>(
     };
     let out = f(&store);
     if !store.deferred.borrow().is_empty() {
+        // The queue's entry first: the parents' calls may make entries of their own, and one
+        // made in a full table must not take this queue's place.
+        store.find_metrics();
         handover::deliver(&store);
     }
     store.count_noted();
@@ -83,6 +87,8 @@ pub struct ServerStore<'s, 'a> {
     noted: RefCell<Vec<super::metrics::Noted>>,
     /// The events the call counted, by `EVENTS`' order, added when it ends.
     counted: [Cell<u64>; crate::protocol::metrics::EVENTS.len()],
+    /// When the call's first noted attempt ended: every end it notes is timed then.
+    ended_at: Cell<Option<i64>>,
     prefix: Cell<Option<RowPrefix>>,
     /// The event stream's cap (`None`: off), read once a call.
     events: OnceCell<Option<u64>>,
@@ -152,7 +158,7 @@ impl<'a> Store for ServerStore<'_, 'a> {
     }
 
     fn time(&self, what: crate::protocol::metrics::Timed) {
-        self.note(super::metrics::Noted::Timed(what));
+        self.note_timed(what);
     }
 
     fn queue_name(&self) -> &[u8] {

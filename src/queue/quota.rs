@@ -32,9 +32,10 @@ pub fn mark_grouped<S: Store>(store: &S) -> Result<(), EmqError> {
     }
 }
 
-/// A job left `active`, its attempt `ended` (acked, failed, expired, timed out, cancelled): its
-/// run time is counted (`id`: the member's id where the caller parsed it), and in a grouped queue its group has one active job fewer, and a group
-/// held back by its limits takes its turn again once they leave it room.
+/// A job left `active`, its attempt `ended` (acked, failed, expired, timed out, cancelled): the
+/// metrics are told (`id`: the member's id where the caller parsed it), and in a grouped queue
+/// its group has one active job fewer, and a group held back by its limits takes its turn
+/// again once they leave it room.
 pub fn left_active<S: Store>(
     store: &S,
     row: &S::Row<'_>,

@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 
 use super::super::metrics::{apply, entry, observe, Noted, Shared};
 use super::ServerStore;
-use crate::protocol::metrics::Observed;
+use crate::protocol::metrics::{Observed, Timed};
 use crate::protocol::{settings, Store};
 
 /// Most notes a buffer keeps room for once its call ends: 192 KiB (48 bytes a note).
@@ -33,6 +33,22 @@ impl ServerStore<'_, '_> {
         noted.push(what);
     }
 
+    /// Keeps `what` for the call's end; the first attempt's end reads the clock for them all.
+    pub(super) fn note_timed(&self, what: Timed) {
+        if matches!(what, Timed::Ended { .. }) && self.ended_at.get().is_none() {
+            self.ended_at.set(Some(self.now_ms()));
+        }
+        self.note(Noted::Timed(what));
+    }
+
+    /// Finds the queue's entry where the call noted anything, marking it used.
+    pub(super) fn find_metrics(&self) {
+        let counted = self.counted.iter().any(|n| n.get() > 0);
+        if counted || !self.noted.borrow().is_empty() {
+            self.metrics();
+        }
+    }
+
     /// Keeps `what` for the call's end (an event as one more in the call's count), but a
     /// `ready` written counts now: the call's own claims read it.
     pub(super) fn note_observed(&self, what: Observed) {
@@ -58,7 +74,8 @@ impl ServerStore<'_, '_> {
             if settings::metrics() {
                 entry.borrow_mut().metrics.count_events(&counts);
             }
-            apply(entry, &noted, self.now_ms());
+            let ended_at = self.ended_at.get().unwrap_or_default();
+            apply(entry, &noted, ended_at);
         }
         noted.clear();
         if noted.capacity() > 0 && noted.capacity() <= KEPT_ROOM {
