@@ -2,7 +2,8 @@
 //! its native command would and replicates its effect (through the effects gate); names of the
 //! queue's sets come from the name cache, so the hot paths create no string for them. The
 //! trait's one `impl` is here; what it does for hashes by field name ([`hash`]), the `meta`
-//! hash ([`meta`]) and the hand-overs a call keeps ([`handover`]) is each in a file of its own.
+//! hash ([`meta`]), the event stream ([`stream`]) and the hand-overs a call keeps
+//! ([`handover`]) is each in a file of its own.
 
 mod groups;
 mod handover;
@@ -10,6 +11,7 @@ mod hash;
 mod meta;
 mod metered;
 mod names;
+mod stream;
 
 pub use handover::{set_hand_over, HandOver};
 pub use names::QueueNames;
@@ -17,7 +19,7 @@ pub use names::QueueNames;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::marker::PhantomData;
 
-use valkey_module::{CallOptionsBuilder, CallResult, Context};
+use valkey_module::Context;
 
 use crate::protocol::flow::Delivery;
 use crate::protocol::{
@@ -27,7 +29,7 @@ use crate::protocol::{
 
 use super::acl::{check_permission, Access};
 use super::key::{announcing_expiry, Key};
-use super::meta_cache::{self, MetaFacts};
+use super::meta_cache::MetaFacts;
 use super::propagate::{
     emit, emit_at, notify, signal_ready, NOTIFY_GENERIC, NOTIFY_HASH, NOTIFY_ZSET,
 };
@@ -525,47 +527,12 @@ impl<'a> Store for ServerStore<'_, 'a> {
 
     #[inline(always)]
     fn events(&self) -> Result<Option<u64>, EmqError> {
-        if self.access == Access::ReadWrite && !meta_cache::may_exist() {
-            return Ok(None); // no meta hash, so no stream on (see `meta_cache::may_exist`)
-        }
-        if let Some(cap) = self.events.get() {
-            return Ok(*cap);
-        }
-        let cap = match self.meta(Meta::Events)? {
-            Some(text) => std::str::from_utf8(&text)
-                .ok()
-                .and_then(|t| t.parse::<u64>().ok())
-                .filter(|cap| *cap > 0),
-            None => None,
-        };
-        if cap.is_some() {
-            let name = self.names.events()?;
-            check_permission(self.ctx, [Ok((name, Access::ReadWrite))].into_iter())?;
-            if !matches!(
-                Key::probe(self.ctx, name)?.holds(),
-                Holds::Nothing | Holds::Stream
-            ) {
-                return Err(EmqError::WrongType);
-            }
-        }
-        Ok(*self.events.get_or_init(|| cap))
+        self.stream_cap()
     }
 
     #[inline]
     fn append_event(&self, cap: u64, fields: &[(&[u8], &[u8])]) -> Result<(), EmqError> {
-        let name = self.names.events()?;
-        let cap = cap.to_string();
-        let mut args: Vec<&[u8]> = Vec::with_capacity(5 + fields.len() * 2);
-        args.extend([name.bytes(), b"MAXLEN", b"~", cap.as_bytes(), b"*"]);
-        for (field, value) in fields {
-            args.push(field);
-            args.push(value);
-        }
-        // The server's own XADD, replicated as the server rewrites it (with the entry's id and
-        // the trim made exact), among this call's other effects.
-        let options = CallOptionsBuilder::new().replicate().build();
-        let reply: CallResult = self.ctx.call_ext("XADD", &options, args.as_slice());
-        reply.map(|_| ()).map_err(|_| EmqError::Internal)
+        self.append_to_stream(cap, fields)
     }
 
     #[inline]
