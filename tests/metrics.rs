@@ -75,6 +75,19 @@ fn enqueue_minted(con: &mut Connection, q: &str, payload: &str, opts: &[&str]) -
         .expect("enqueue")
 }
 
+/// One job in each of the queues `q0`, `q1`, ... up to `count`.
+fn enqueue_in_queues(con: &mut Connection, count: usize) {
+    let mut pipe = redis::pipe();
+    for n in 0..count {
+        pipe.cmd("EMQ.ENQUEUE")
+            .arg(format!("q{n}"))
+            .arg("*")
+            .arg("x")
+            .ignore();
+    }
+    let _: () = pipe.query(con).expect("enqueues");
+}
+
 #[test]
 fn each_event_and_each_attempt_is_counted_by_how_it_ended() {
     let server = Server::start(Options::default().arg("emq.max-attempts", "2"));
@@ -331,15 +344,7 @@ fn attempts_in_flight_are_forgotten_on_a_flush_and_the_queue_used_longest_ago_ma
     assert_eq!(info_int(&mut con, "emq", "emq_metrics_running"), 0);
 
     // 10,000 queues counted; the next one takes the place of the one used longest ago.
-    let mut pipe = redis::pipe();
-    for n in 0..10_000 {
-        pipe.cmd("EMQ.ENQUEUE")
-            .arg(format!("q{n}"))
-            .arg("*")
-            .arg("x")
-            .ignore();
-    }
-    let _: () = pipe.query(&mut con).expect("enqueues");
+    enqueue_in_queues(&mut con, 10_000);
     assert_eq!(info_int(&mut con, "emq", "emq_metrics_queues"), 10_000);
     enqueue_minted(&mut con, "newest", "x", &[]);
     assert_eq!(info_int(&mut con, "emq", "emq_metrics_queues"), 10_000);
@@ -355,15 +360,7 @@ fn a_child_s_ack_that_makes_its_parent_s_queue_counted_keeps_its_own_queue_s_cou
     let parent = enqueue_minted(&mut con, "p", "parent", &["CHILDREN", "1"]);
     enqueue_minted(&mut con, "c", "kid", &["PARENT", "p", &parent]);
     let jobs = claim(&mut con, "c", &[]).expect("the kid");
-    let mut pipe = redis::pipe();
-    for n in 0..9_999 {
-        pipe.cmd("EMQ.ENQUEUE")
-            .arg(format!("q{n}"))
-            .arg("*")
-            .arg("x")
-            .ignore();
-    }
-    let _: () = pipe.query(&mut con).expect("enqueues");
+    enqueue_in_queues(&mut con, 9_999);
     assert_eq!(info_int(&mut con, "emq", "emq_metrics_queues"), 10_000);
     assert_eq!(
         event(&metrics(&mut con, "p"), "waiting"),
