@@ -16,6 +16,7 @@ pub mod job;
 pub mod keyspace;
 pub mod limits;
 pub mod metrics;
+pub mod partition;
 pub mod ranked;
 pub mod settings;
 pub mod slot;

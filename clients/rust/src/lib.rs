@@ -24,6 +24,7 @@ pub mod ids;
 mod job;
 pub mod limit;
 pub mod metrics;
+pub mod partition;
 pub mod queue;
 mod renewals;
 mod settle;

@@ -3,7 +3,7 @@
 //! child whose parent's queue has another slot is adopted by the parent's node first.
 
 /// The slots of a cluster.
-const SLOTS: u16 = 16384;
+pub const SLOTS: u16 = 16384;
 
 /// CRC16-XMODEM (polynomial 0x1021, init 0), the checksum `CLUSTER KEYSLOT` takes.
 fn crc16(bytes: &[u8]) -> u16 {

@@ -1,0 +1,38 @@
+//! A partitioned queue's partitions (docs/cluster.md), as the module names and routes them:
+//! partition `i` of `n` is the queue `<queue>~<i>-<j>`, `j` the least number that puts its slot
+//! in the `i`-th of `n` equal shares of the slot range; a job goes to partition
+//! FNV-1a-32(its group, else its id) mod `n`. testing/vectors/partitions.tsv holds every client
+//! to the same.
+
+use crate::slot::{slot, SLOTS};
+
+/// Most partitions a queue may have.
+pub const MAX_PARTITIONS: u16 = 1024;
+
+/// Longest name of a partitioned queue.
+pub const MAX_NAME_LEN: usize = 112;
+
+/// FNV-1a, 32 bits.
+pub fn fnv1a32(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5, |hash: u32, b| {
+        (hash ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// The partition, of `width`, of a job with this group, or this id where it has none.
+pub fn route(width: u16, key: &str) -> u16 {
+    (fnv1a32(key.as_bytes()) % u32::from(width.max(1))) as u16
+}
+
+/// The name of partition `index` of `queue`'s `width`; `None` for a name over
+/// [`MAX_NAME_LEN`] bytes, a width out of 1–1024 or an index past it.
+pub fn name(queue: &str, index: u16, width: u16) -> Option<String> {
+    if queue.len() > MAX_NAME_LEN || !(1..=MAX_PARTITIONS).contains(&width) || index >= width {
+        return None;
+    }
+    let bound = |i: u32| (i * u32::from(SLOTS)).div_ceil(u32::from(width)) as u16;
+    let share = bound(u32::from(index))..bound(u32::from(index) + 1);
+    (0..1_000_000u32)
+        .map(|j| format!("{queue}~{index}-{j}"))
+        .find(|name| share.contains(&slot(name)))
+}
