@@ -1,8 +1,8 @@
 //! The protocol itself, with no server types: the keyspace grammar (protocol.md §1), branded ids
-//! (protocol.md §2), cluster slots (protocol.md §3), the job row and its states (protocol.md §1.2, §6), the error
-//! catalogue (protocol.md §7), the settings, the counters, and the [`store::Store`] trait through
-//! which the queue layer reads and writes a queue's keys. Everything here is pure and
-//! unit-tested without a server.
+//! (protocol.md §2), cluster slots (protocol.md §3), the job row and its states (protocol.md
+//! §1.2, §6), the error catalogue (protocol.md §7), the settings, the counters, a partitioned
+//! queue's partitions, and the [`store::Store`] trait through which the queue layer reads and
+//! writes a queue's keys. Everything here is pure and unit-tested without a server.
 
 #![forbid(unsafe_code)]
 

@@ -4,6 +4,7 @@ export { MAX_CHILDREN, MAX_PARENTS } from './family.js';
 export { SWEEP_EVERY, SWEEP_COUNT } from './outbox.js';
 export { CANCEL_CHILDREN, CANCEL_DEPTH, CANCEL_READS, EmqCancelIncomplete } from './cancel.js';
 export { crc16, slot, queueSlot } from './slot.js';
+export { MAX_NAME_LEN, MAX_PARTITIONS, fnv1a32, partitionName, route, share } from './partition.js';
 export { Worker, PROTOCOL_MAJOR, MAX_ERROR, SETTLE_BATCH, checkVersion, errorText } from './worker.js';
 export { Job, Retry } from './job.js';
 export { MAX_HEADERS, parseTraceparent, formatTraceparent } from './headers.js';

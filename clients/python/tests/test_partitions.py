@@ -1,32 +1,44 @@
 """The client names and routes a partitioned queue's partitions as the module does: every line
-of testing/vectors/partitions.tsv (queue, width, id or group, partition, name, slot)."""
+of testing/vectors/partitions.tsv (queue, width, id or group, partition, name, slot) and of
+shares.tsv (width, index, first slot, the slot past the last)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from echomq.partitions import name, route
+from echomq.partitions import MAX_NAME_LEN, name, route, share
 from echomq.slots import slot
 
-VECTORS = Path(__file__).resolve().parents[3] / "testing" / "vectors" / "partitions.tsv"
+VECTORS = Path(__file__).resolve().parents[3] / "testing" / "vectors"
+
+
+def vectors(file: str) -> list[list[str]]:
+    text = (VECTORS / file).read_text()
+    return [line.split("\t") for line in text.splitlines() if not line.startswith("#")]
 
 
 def test_every_vector_routes_and_names_as_the_module_does() -> None:
-    lines = [
-        line.split("\t")
-        for line in VECTORS.read_text().splitlines()
-        if not line.startswith("#")
-    ]
+    lines = vectors("partitions.tsv")
     assert len(lines) == 108
     for queue, width, key, index, named, at in lines:
         assert route(int(width), key) == int(index), (queue, width, key)
-        got = name(queue, int(index), int(width))
-        assert got == named, (queue, width, key)
+        assert name(queue, int(index), int(width)) == named, (queue, width, key)
         assert slot(named) == int(at)
 
 
-def test_a_name_too_long_or_a_width_out_of_range_has_no_partition() -> None:
-    assert name("q" * 113, 0, 2) is None
+def test_every_share_is_the_module_s() -> None:
+    lines = vectors("shares.tsv")
+    assert len(lines) == 1142
+    for width, index, low, high in lines:
+        assert share(int(index), int(width)) == (int(low), int(high)), (width, index)
+
+
+def test_a_name_that_is_no_queue_name_or_a_width_out_of_range_has_no_partition() -> None:
+    longest = name("q" * MAX_NAME_LEN, 1023, 1024)
+    assert longest is not None and len(longest) <= 128
+    assert name("q" * (MAX_NAME_LEN + 1), 0, 2) is None
+    assert name("a{b}c", 0, 2) is None
+    assert name("", 0, 2) is None
     assert name("q", 0, 0) is None
     assert name("q", 0, 1025) is None
     assert name("q", 3, 3) is None

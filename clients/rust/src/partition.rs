@@ -1,8 +1,9 @@
-//! A partitioned queue's partitions (docs/cluster.md), as the module names and routes them:
-//! partition `i` of `n` is the queue `<queue>~<i>-<j>`, `j` the least number that puts its slot
-//! in the `i`-th of `n` equal shares of the slot range; a job goes to partition
-//! FNV-1a-32(its group, else its id) mod `n`. testing/vectors/partitions.tsv holds every client
-//! to the same.
+//! A partitioned queue's partitions, as the module names and routes them: partition `i` of `n`
+//! is the queue `<queue>~<i>-<j>`, `j` the least number that puts its slot in the `i`-th of `n`
+//! shares of the slot range; a job goes to partition FNV-1a-32(its group, else its id) mod `n`.
+//! testing/vectors/ holds every client to the same. No call uses it yet.
+
+use std::ops::Range;
 
 use crate::slot::{slot, SLOTS};
 
@@ -19,19 +20,30 @@ pub fn fnv1a32(bytes: &[u8]) -> u32 {
     })
 }
 
-/// The partition, of `width`, of a job with this group, or this id where it has none.
+/// The partition, of `width` (0 reads as 1), of a job with this group, or this id where it has
+/// none.
 pub fn route(width: u16, key: &str) -> u16 {
     (fnv1a32(key.as_bytes()) % u32::from(width.max(1))) as u16
 }
 
-/// The name of partition `index` of `queue`'s `width`; `None` for a name over
-/// [`MAX_NAME_LEN`] bytes, a width out of 1–1024 or an index past it.
-pub fn name(queue: &str, index: u16, width: u16) -> Option<String> {
-    if queue.len() > MAX_NAME_LEN || !(1..=MAX_PARTITIONS).contains(&width) || index >= width {
+/// The slots partition `index` of `width` owns, from ⌈index·16384/width⌉ up to the next
+/// index's; `None` for a width out of 1–1024 or an index past it.
+pub fn share(index: u16, width: u16) -> Option<Range<u16>> {
+    if !(1..=MAX_PARTITIONS).contains(&width) || index >= width {
         return None;
     }
     let bound = |i: u32| (i * u32::from(SLOTS)).div_ceil(u32::from(width)) as u16;
-    let share = bound(u32::from(index))..bound(u32::from(index) + 1);
+    Some(bound(u32::from(index))..bound(u32::from(index) + 1))
+}
+
+/// The name of partition `index` of `queue`'s `width`; `None` for a name that is no queue name
+/// (1–112 bytes of printable ASCII without braces), a width out of 1–1024 or an index past it.
+pub fn name(queue: &str, index: u16, width: u16) -> Option<String> {
+    let printable = |b: &u8| (0x21..=0x7e).contains(b) && *b != b'{' && *b != b'}';
+    if queue.is_empty() || queue.len() > MAX_NAME_LEN || !queue.bytes().all(|b| printable(&b)) {
+        return None;
+    }
+    let share = share(index, width)?;
     (0..1_000_000u32)
         .map(|j| format!("{queue}~{index}-{j}"))
         .find(|name| share.contains(&slot(name)))

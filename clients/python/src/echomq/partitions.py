@@ -1,20 +1,17 @@
-"""A partitioned queue's partitions (docs/cluster.md), as the module names and routes them:
-partition ``i`` of ``n`` is the queue ``<queue>~<i>-<j>``, ``j`` the least number that puts its
-slot in the ``i``-th of ``n`` equal shares of the slot range; a job goes to partition
-FNV-1a-32(its group, else its id) mod ``n``. testing/vectors/partitions.tsv holds every client
-to the same."""
+"""A partitioned queue's partitions, as the module names and routes them: partition ``i`` of
+``n`` is the queue ``<queue>~<i>-<j>``, ``j`` the least number that puts its slot in the
+``i``-th of ``n`` shares of the slot range; a job goes to partition FNV-1a-32(its group, else
+its id) mod ``n``. testing/vectors/ holds every client to the same. No call uses it yet."""
 
 from __future__ import annotations
 
-from .slots import slot
+from .slots import SLOTS, slot
 
 MAX_PARTITIONS = 1024
 """Most partitions a queue may have."""
 
 MAX_NAME_LEN = 112
-"""Longest name of a partitioned queue."""
-
-SLOTS = 16384
+"""Longest name of a partitioned queue, in bytes."""
 
 
 def fnv1a32(data: bytes) -> int:
@@ -26,18 +23,33 @@ def fnv1a32(data: bytes) -> int:
 
 
 def route(width: int, key: str) -> int:
-    """The partition, of `width`, of a job with this group, or this id where it has none."""
+    """The partition, of `width` (0 reads as 1), of a job with this group, or this id where it
+    has none."""
     return fnv1a32(key.encode()) % max(width, 1)
 
 
+def share(index: int, width: int) -> tuple[int, int] | None:
+    """The slots partition `index` of `width` owns, as (first, past the last): from
+    ceil(index * 16384 / width) up to the next index's; None for a width out of 1-1024 or an
+    index past it."""
+    if type(index) is not int or type(width) is not int:
+        return None
+    if not 1 <= width <= MAX_PARTITIONS or not 0 <= index < width:
+        return None
+    return -(-index * SLOTS // width), -(-(index + 1) * SLOTS // width)
+
+
 def name(queue: str, index: int, width: int) -> str | None:
-    """The name of partition `index` of `queue`'s `width`; None for a name over MAX_NAME_LEN
-    bytes, a width out of 1-1024 or an index past it."""
-    if len(queue.encode()) > MAX_NAME_LEN or not 1 <= width <= MAX_PARTITIONS:
+    """The name of partition `index` of `queue`'s `width`; None for a name that is no queue
+    name (1-112 bytes of printable ASCII without braces), a width out of 1-1024 or an index
+    past it."""
+    raw = queue.encode()
+    if not 1 <= len(raw) <= MAX_NAME_LEN or any(b < 0x21 or b > 0x7E or b in b"{}" for b in raw):
         return None
-    if not 0 <= index < width:
+    bounds = share(index, width)
+    if bounds is None:
         return None
-    low, high = -(-index * SLOTS // width), -(-(index + 1) * SLOTS // width)
+    low, high = bounds
     for j in range(1_000_000):
         candidate = f"{queue}~{index}-{j}"
         if low <= slot(candidate) < high:

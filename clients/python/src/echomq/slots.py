@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from redis.crc import key_slot
 
+SLOTS = 16384
+"""The slots of a cluster."""
+
 
 def slot(queue: str) -> int:
     """The slot of every key of `queue`."""
