@@ -3,6 +3,7 @@
 
 use emq_harness as support;
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use redis::cmd;
@@ -10,8 +11,14 @@ use support::cluster::Cluster;
 use support::cluster_load::*;
 use support::*;
 
+/// The tests take it in turn: one kills and restarts a node on its own port, which the other's
+/// cluster, started meanwhile, could take for one of its nodes (or their bus ports), and the
+/// two clusters then meet.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 #[test]
 fn failover_loses_no_job_acknowledged_by_a_replica() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut cluster = Cluster::start(3, 1);
     let queue = "orders".to_string();
     let slot = slot_of(&queue);
@@ -48,6 +55,7 @@ fn failover_loses_no_job_acknowledged_by_a_replica() {
 
 #[test]
 fn a_manual_failover_hands_a_queue_and_its_timer_to_the_replica() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // `CLUSTER FAILOVER` pauses the owner's writes while its replica catches up, then swaps
     // the roles, while the queue's delayed jobs come due and its leases run out. The old
     // owner stays up (nothing may be propagated in that pause), and the new owner's timer
