@@ -79,27 +79,14 @@ pub fn entry(queue: &[u8]) -> Option<Shared> {
     })
 }
 
-/// What a call told its queue's metrics, counted once its writes are done (`apply`): a call's
-/// loop over its jobs then runs none of this code between its writes.
-#[derive(Clone, Copy)]
-pub enum Noted {
-    Observed(Observed),
-    Timed(Timed),
-}
-
 /// Counts what one call `noted` in `entry`, in order, its attempts ended at `now`: times while
 /// `emq.metrics` is on, and the claim times of the attempts in flight kept and taken whatever
 /// it is (so none stays behind when it is turned off and on).
-pub fn apply(entry: &Shared, noted: &[Noted], now: i64) {
+pub fn apply(entry: &Shared, noted: &[Timed], now: i64) {
     let on = settings::metrics();
     for what in noted {
         match *what {
-            Noted::Observed(what) => {
-                if on {
-                    entry.borrow_mut().metrics.observe(what);
-                }
-            }
-            Noted::Timed(Timed::Claimed { id, at, readied }) => {
+            Timed::Claimed { id, at, readied } => {
                 // A snowflake's time is its minting, as EchoMQ and its clients mint ids; a
                 // hand-chosen id reads as a time in 2024, past what a histogram counts.
                 if let Some(id) = &id {
@@ -113,7 +100,7 @@ pub fn apply(entry: &Shared, noted: &[Noted], now: i64) {
                         .observe(Observed::Wait(at - since));
                 }
             }
-            Noted::Timed(Timed::Ended { id, ended }) => {
+            Timed::Ended { id, ended } => {
                 let claimed = take_claim(entry, id.value());
                 if !on {
                     continue;
@@ -212,6 +199,6 @@ mod tests {
 
     #[test]
     fn a_note_takes_the_bytes_observability_md_gives() {
-        assert_eq!(std::mem::size_of::<Noted>(), 48);
+        assert_eq!(std::mem::size_of::<Timed>(), 48);
     }
 }

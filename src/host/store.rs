@@ -86,7 +86,7 @@ pub struct ServerStore<'s, 'a> {
     /// The queue's metrics, found at the call's first count.
     metrics: OnceCell<Option<super::metrics::Shared>>,
     /// What the call told the metrics, counted when it ends.
-    noted: RefCell<Vec<super::metrics::Noted>>,
+    noted: RefCell<Vec<crate::protocol::metrics::Timed>>,
     /// The events the call counted, by `EVENTS`' order, added when it ends.
     counted: [Cell<u64>; crate::protocol::metrics::EVENTS.len()],
     /// When the call's first noted attempt ended: every end it notes is timed then.

@@ -3,7 +3,7 @@
 
 use std::cell::{Cell, RefCell};
 
-use super::super::metrics::{apply, entry, observe, Noted, Shared};
+use super::super::metrics::{apply, entry, observe, Shared};
 use super::ServerStore;
 use crate::protocol::metrics::{Observed, Timed};
 use crate::protocol::{settings, Store};
@@ -13,7 +13,7 @@ const KEPT_ROOM: usize = 4096;
 
 thread_local! {
     /// The last call's buffer, emptied, for the next call.
-    static SPARE: RefCell<Vec<Noted>> = const { RefCell::new(Vec::new()) };
+    static SPARE: RefCell<Vec<Timed>> = const { RefCell::new(Vec::new()) };
 }
 
 impl ServerStore<'_, '_> {
@@ -25,7 +25,7 @@ impl ServerStore<'_, '_> {
     }
 
     /// Keeps `what` for the call's end.
-    pub(super) fn note(&self, what: Noted) {
+    fn note(&self, what: Timed) {
         let mut noted = self.noted.borrow_mut();
         if noted.capacity() == 0 {
             *noted = SPARE.take();
@@ -38,7 +38,7 @@ impl ServerStore<'_, '_> {
         if matches!(what, Timed::Ended { .. }) && self.ended_at.get().is_none() {
             self.ended_at.set(Some(self.now_ms()));
         }
-        self.note(Noted::Timed(what));
+        self.note(what);
     }
 
     /// Finds the queue's entry where the call noted anything, marking it used.
@@ -49,8 +49,8 @@ impl ServerStore<'_, '_> {
         }
     }
 
-    /// Keeps `what` for the call's end (an event as one more in the call's count), but a
-    /// `ready` written counts now: the call's own claims read it.
+    /// Counts `what`: an event as one more in the call's count, added when it ends; anything
+    /// else (a `ready` written, which the call's own claims read) at once.
     pub(super) fn note_observed(&self, what: Observed) {
         match what {
             Observed::Event(event) => {
@@ -58,8 +58,7 @@ impl ServerStore<'_, '_> {
                     count.set(count.get() + 1);
                 }
             }
-            Observed::Readied => observe(self.metrics(), what),
-            _ => self.note(Noted::Observed(what)),
+            _ => observe(self.metrics(), what),
         }
     }
 
