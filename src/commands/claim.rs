@@ -1,22 +1,26 @@
-//! `EMQ.CLAIM <queue> [COUNT n] [LEASE ms] [BLOCK ms]`: promotes what is due, then moves up
-//! to n of the lowest pending ids to `active`. With BLOCK it waits in the server, served in
-//! arrival order, until a job is ready or the time runs out.
+//! `EMQ.CLAIM <queue> [COUNT n] [LEASE ms] [BLOCK ms] [WAKE k <queue>...]`: promotes what is
+//! due, then moves up to n of the lowest pending ids to `active`. With BLOCK it waits in the
+//! server, served in arrival order, until a job is ready or the time runs out; with WAKE it
+//! also wakes, replying no job, when one is ready in another of the queues named (on this
+//! primary: a worker of a partitioned queue blocks once a primary, docs/cluster.md).
 
 use valkey_module::Context;
 
 use super::cursor::{check_arity, syntax, ArgCursor};
 use super::{is_token, parse_queue, QUEUE};
 use crate::host::acl::{check_command, Access};
-use crate::host::block::{block_on_keys, Waiter};
+use crate::host::block::{block_on_keys, ready_key, Waiter};
 use crate::host::client::{writes_paused, Flags};
 use crate::host::propagate::signal_ready;
-use crate::host::register::{Arg, ArgKind::Integer as Int, Command};
+use crate::host::register::{
+    Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command,
+};
 use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::OwnedString;
 use crate::protocol::job::Claimed;
 use crate::protocol::{settings, EmqError, KeyBuf, KeyType, Queue};
-use crate::queue::claim::{claim, Outcome, MAX_COUNT};
+use crate::queue::claim::{claim, plainly_ready, Outcome, MAX_COUNT};
 use crate::runtime::{cluster, timer};
 
 struct Request<'a> {
@@ -24,7 +28,12 @@ struct Request<'a> {
     count: usize,
     lease_ms: i64,
     block_ms: Option<i64>,
+    /// The other queues whose ready jobs wake a blocked claim.
+    wake: Vec<Queue<'a>>,
 }
+
+/// Most queues one claim's `WAKE` names (a partitioned queue's most partitions).
+const MAX_WAKE: i64 = crate::protocol::partition::MAX_PARTITIONS as i64;
 
 fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
     check_arity(args, &COMMAND)?;
@@ -34,6 +43,7 @@ fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
         count: 1,
         lease_ms: settings::lease_ms(),
         block_ms: None,
+        wake: Vec::new(),
     };
     let mut options = ArgCursor::new(args, 2);
     while let Some(name) = options.next_option()? {
@@ -43,9 +53,18 @@ fn parse<'a>(args: &Args<'a>) -> Result<Request<'a>, EmqError> {
             req.lease_ms = options.next_int(1, settings::MAX_DURATION_MS, "LEASE")?;
         } else if is_token(name, "BLOCK") {
             req.block_ms = Some(options.next_int(0, settings::MAX_DURATION_MS, "BLOCK")?);
+        } else if is_token(name, "WAKE") {
+            let k = options.next_int(1, MAX_WAKE, "WAKE")? as usize;
+            options.expect_values(k)?;
+            req.wake = (0..k)
+                .map(|_| parse_queue(options.value()?))
+                .collect::<Result<_, _>>()?;
         } else {
-            return Err(syntax("syntax error: expected COUNT, LEASE or BLOCK"));
+            return Err(syntax("syntax error: expected COUNT, LEASE, BLOCK or WAKE"));
         }
+    }
+    if !req.wake.is_empty() && req.block_ms.is_none() {
+        return Err(syntax("syntax error: WAKE needs BLOCK"));
     }
     Ok(req)
 }
@@ -62,6 +81,27 @@ fn claim_now(ctx: &Context, req: &Request<'_>) -> Result<Outcome, EmqError> {
 fn waited_on(ctx: &Context, queue: Queue<'_>) -> Result<[OwnedString; 2], EmqError> {
     let name = |ty| OwnedString::cached(ctx, KeyBuf::queue(queue, ty).as_bytes());
     Ok([name(KeyType::Pending)?, name(KeyType::Turns)?])
+}
+
+/// The keys a blocked claim's `WAKE` queues wake it by: each one's pending set and `turns`.
+fn wake_keys(ctx: &Context, wake: &[Queue<'_>]) -> Result<Vec<OwnedString>, EmqError> {
+    let mut keys = Vec::with_capacity(2 * wake.len());
+    for queue in wake {
+        keys.extend(waited_on(ctx, *queue)?);
+    }
+    Ok(keys)
+}
+
+/// Whether the key that woke a blocked claim is another queue's (one of its `WAKE`).
+fn woken_by_other(ctx: &Context, req: &Request<'_>) -> bool {
+    if req.wake.is_empty() {
+        return false;
+    }
+    let Some(key) = ready_key(ctx) else {
+        return false;
+    };
+    let own = [KeyType::Pending, KeyType::Turns].map(|ty| KeyBuf::queue(req.queue, ty));
+    !own.iter().any(|k| k.as_bytes() == key.as_slice())
 }
 
 fn go_on(ctx: &Context, req: &Request<'_>) {
@@ -95,6 +135,13 @@ pub const COMMAND: Command = Command {
         Arg::token(c"count", c"COUNT", Int),
         Arg::token(c"lease", c"LEASE", Int),
         Arg::token(c"block", c"BLOCK", Int),
+        Arg::optional(
+            c"wake",
+            Block(&[
+                Arg::keyword(c"numqueues", c"WAKE", Int),
+                Arg::multiple(c"queue", Str),
+            ]),
+        ),
     ],
 };
 
@@ -115,8 +162,18 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         // replication link would stop the stream behind it: answer as a timeout.
         return Ok(Reply::Null);
     }
+    // A job that came to another queue since the worker last claimed there signalled no one:
+    // it is told now (a read of that queue, checked as one).
+    for queue in &req.wake {
+        if with_queue(ctx, *queue, Access::Read, |store| plainly_ready(store))? {
+            return Ok(reply(Claimed::default()));
+        }
+    }
     let [pending, turns] = waited_on(ctx, req.queue)?;
-    block_on_keys::<Blocked>(ctx, &[pending.as_str(), turns.as_str()], timeout)?;
+    let mut keys = vec![pending, turns];
+    keys.extend(wake_keys(ctx, &req.wake)?);
+    let keys: Vec<_> = keys.iter().map(|k| k.as_str()).collect();
+    block_on_keys::<Blocked>(ctx, &keys, timeout)?;
     if more_behind {
         go_on(ctx, &req);
     }
@@ -148,6 +205,9 @@ impl Waiter for Blocked {
             for key in waited_on(ctx, req.queue).iter().flatten() {
                 timer::wake_after_pause(ctx, key.bytes());
             }
+            for key in wake_keys(ctx, &req.wake).iter().flatten() {
+                timer::wake_after_pause(ctx, key.bytes());
+            }
             return None;
         }
         match claim_now(ctx, &req) {
@@ -158,7 +218,8 @@ impl Waiter for Blocked {
                 if more_behind {
                     go_on(ctx, &req);
                 }
-                None
+                // Woken by another queue's ready job: no job, for the worker to claim there.
+                woken_by_other(ctx, &req).then(|| Ok(reply(Claimed::default())))
             }
             Ok(Outcome { claimed, .. }) => Some(Ok(reply(claimed))),
             Err(e) => Some(Err(e)),

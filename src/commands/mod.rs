@@ -35,8 +35,11 @@ pub mod renew;
 pub mod requeue;
 pub mod resume;
 pub mod slot;
+pub mod span;
 pub mod stats;
+pub mod unspan;
 pub mod version;
+pub mod width;
 
 use valkey_module::Context;
 

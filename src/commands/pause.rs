@@ -15,7 +15,7 @@ use crate::host::server::now_ms;
 use crate::host::store::with_queue;
 use crate::protocol::{settings, EmqError};
 use crate::queue::{operate, pauses};
-use crate::runtime::cluster;
+use crate::runtime::{cluster, queues};
 
 pub const COMMAND: Command = Command {
     name: c"emq.pause",
@@ -70,5 +70,7 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         None => operate::pause(store),
         Some((group, until)) => pauses::pause(store, group, until),
     })?;
+    // A paused queue may hold nothing but its `meta` hash, which no subscribed event reports.
+    queues::learn(ctx, queue);
     Ok(Reply::Integer(i64::from(changed)))
 }

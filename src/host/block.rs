@@ -47,6 +47,22 @@ pub fn block_on_keys<W: Waiter>(
     Ok(())
 }
 
+/// The name of the key whose signal is being served, in [`Waiter::ready`].
+pub fn ready_key(ctx: &Context) -> Option<Vec<u8>> {
+    let get = unsafe { raw::RedisModule_GetBlockedClientReadyKey }?;
+    // SAFETY: live context of a blocked client's ready callback; the string is the server's.
+    let key = unsafe { get(ctx.ctx) };
+    let key = std::ptr::NonNull::new(key)?;
+    let mut len = 0;
+    // SAFETY: a live string, read before the callback returns.
+    let ptr = unsafe { raw::RedisModule_StringPtrLen.map(|f| f(key.as_ptr(), &mut len)) }?;
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: the server's `len` bytes at `ptr`.
+    Some(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }.to_vec())
+}
+
 extern "C" fn on_ready<W: Waiter>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,

@@ -52,6 +52,12 @@ pub enum EmqError {
     Cron(Cow<'static, str>),
     /// A child's parent refused it: missing, not waiting, or with all its children.
     Parent(Cow<'static, str>),
+    /// A job sent to a partitioned queue's own name, or to a partition its id (or group) does
+    /// not route to: the queue's width, so the client routes again (docs/cluster.md).
+    Spanned { width: u16 },
+    /// `EMQ.SPAN` or `EMQ.UNSPAN` refused: another width, a partition of another queue, or a
+    /// queue that holds jobs.
+    Span(Cow<'static, str>),
     /// A handler panicked; nothing was written past validation.
     Internal,
 }
@@ -102,6 +108,12 @@ impl EmqError {
             EmqError::Oom => "OOM command not allowed when used memory > 'maxmemory'.".into(),
             EmqError::Cron(why) => format!("EMQCRON {why}").into(),
             EmqError::Parent(why) => format!("EMQPARENT {why}").into(),
+            EmqError::Spanned { width } => format!(
+                "EMQSPANNED {width} the queue is spanned over {width} partitions; send the job to \
+                 the partition its id, or its group, routes to"
+            )
+            .into(),
+            EmqError::Span(why) => format!("EMQSPAN {why}").into(),
             EmqError::Internal => "ERR internal error in EchoMQ; see the server log".into(),
         }
     }
@@ -127,6 +139,8 @@ impl EmqError {
             EmqError::Oom => "oom",
             EmqError::Cron(_) => "cron",
             EmqError::Parent(_) => "parent",
+            EmqError::Spanned { .. } => "spanned",
+            EmqError::Span(_) => "span",
             EmqError::Internal => "internal",
         }
     }
@@ -166,6 +180,8 @@ mod tests {
             (EmqError::Oom, "OOM "),
             (EmqError::Cron("x".into()), "EMQCRON "),
             (EmqError::Parent("x".into()), "EMQPARENT "),
+            (EmqError::Spanned { width: 12 }, "EMQSPANNED 12 "),
+            (EmqError::Span("x".into()), "EMQSPAN "),
         ] {
             assert!(err.message().starts_with(code), "{err:?}");
             assert!(!err.message().contains(['\r', '\n']));

@@ -170,11 +170,18 @@ pub enum Meta {
     /// each group without a rate of its own (`EMQ.LIMIT ... GROUP-RATE <n> PER <ms>`).
     GroupRate,
     GroupRatePer,
+    /// How many partitions the queue spans (`EMQ.SPAN`): on a partitioned queue's own name,
+    /// which then takes no job, and on each of its partitions.
+    Partitions,
+    /// The partitioned queue a partition belongs to (`EMQ.SPAN ... OF <queue>`).
+    PartitionOf,
+    /// A partition's index among the queue's `partitions`.
+    Partition,
 }
 
 impl Meta {
     /// Every fact, in the order of their places ([`Meta::index`]).
-    pub const ALL: [Meta; 11] = [
+    pub const ALL: [Meta; 14] = [
         Meta::Paused,
         Meta::Events,
         Meta::Concurrency,
@@ -186,6 +193,9 @@ impl Meta {
         Meta::GroupConcurrency,
         Meta::GroupRate,
         Meta::GroupRatePer,
+        Meta::Partitions,
+        Meta::PartitionOf,
+        Meta::Partition,
     ];
 
     pub fn index(self) -> usize {
@@ -205,6 +215,9 @@ impl Meta {
             Meta::GroupConcurrency => c"group-concurrency",
             Meta::GroupRate => c"group-rate",
             Meta::GroupRatePer => c"group-rate-per",
+            Meta::Partitions => c"partitions",
+            Meta::PartitionOf => c"partition-of",
+            Meta::Partition => c"partition",
         }
     }
 

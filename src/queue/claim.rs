@@ -11,6 +11,7 @@ use super::limit::{self, Window};
 use super::operate::paused;
 use super::promote::{Due, PROMOTE_BUDGET};
 use super::rounds;
+use super::span;
 use super::take::{lease_all, Head, Lease, Leasing};
 use super::{check_row_types, checked_rows, id_row_of};
 
@@ -29,10 +30,25 @@ pub struct Outcome {
 /// Promotes what is due, then claims up to `count` jobs leased for `lease_ms`: every check
 /// first (permissions on the sets, then on every row it will touch, then types), then the
 /// writes.
+/// Whether a claim would take a job now, where that is cheap to tell: a queue neither paused,
+/// rate-limited nor grouped, with ready jobs and room under its concurrency limit. `false`
+/// elsewhere: those wake their blocked claimers when a job becomes claimable.
+pub fn plainly_ready<S: Store>(store: &S) -> Result<bool, EmqError> {
+    store.check_access(&[KeyRef::Set(Set::Pending), KeyRef::Set(Set::Active)])?;
+    let limits = limit::limits(store)?;
+    if limits.rate.is_some() || limits.grouped || paused(store)? {
+        return Ok(false);
+    }
+    store.open_sets(&[Set::Pending, Set::Active])?;
+    let room = |c: i64| (store.len(Set::Active) as i64) < c;
+    Ok(store.len(Set::Pending) > 0 && limits.concurrency.is_none_or(room))
+}
+
 pub fn claim<S: Store>(store: &S, count: usize, lease_ms: i64) -> Result<Outcome, EmqError> {
     // The limits first (the queue's settings need no permission of their own): under a rate
     // limit the window is among the keys checked, in the one check.
     let limits = limit::limits(store)?;
+    span::check_claim(store)?;
     let sets = [
         KeyRef::Set(Set::Pending),
         KeyRef::Set(Set::Active),

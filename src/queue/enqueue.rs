@@ -11,6 +11,7 @@ use crate::protocol::{
     Value, MORE_FIELDS,
 };
 
+use super::span::{self, Lane};
 use super::unique::{self, Unique};
 use super::{limit, quota, ready};
 use super::{record, Job};
@@ -41,9 +42,20 @@ pub fn check_new(id: Option<&BrandedId>, payload: &[u8]) -> Result<(), EmqError>
     job::check_payload(payload)
 }
 
-/// A minted id and its set member (the id's text, as the store holds it).
-fn fresh<S: Store>(store: &S) -> Result<(BrandedId, S::Text), EmqError> {
-    let id = mint(store.now_ms());
+/// A minted id and its set member (the id's text, as the store holds it); in a partition
+/// (`lane`), one that routes to it.
+fn fresh<S: Store>(store: &S, lane: Option<&Lane>) -> Result<(BrandedId, S::Text), EmqError> {
+    let mut id = mint(store.now_ms());
+    if let Some(lane) = lane {
+        let mut tries = 1;
+        while !lane.takes(&id.encode()) {
+            if tries == lane.mint_tries() {
+                return Err(EmqError::Internal);
+            }
+            id = mint(store.now_ms());
+            tries += 1;
+        }
+    }
     Ok((id, store.text(&id.encode())?))
 }
 
@@ -52,10 +64,11 @@ fn fresh<S: Store>(store: &S) -> Result<(BrandedId, S::Text), EmqError> {
 /// taken.
 fn until_free<S: Store>(
     store: &S,
+    lane: Option<&Lane>,
     mut take: impl FnMut(BrandedId, S::Text) -> Result<bool, EmqError>,
 ) -> Result<bool, EmqError> {
     for _ in 0..MINT_TRIES {
-        let (id, member) = fresh(store)?;
+        let (id, member) = fresh(store, lane)?;
         if take(id, member)? {
             return Ok(true);
         }
@@ -161,6 +174,14 @@ pub fn enqueue_extras<S: Store>(
     unique: Option<&Unique<'_>>,
     extras: &Extras,
 ) -> Result<Added, EmqError> {
+    // In a partition, only a job whose group, or else id, routes to it (a minted id is minted
+    // to route here).
+    let lane = span::lane(store)?;
+    let mint_lane = match (&lane, &extras.group, &job) {
+        (Some(lane), Some(group), _) => lane.check(group).map(|_| None)?,
+        (Some(lane), None, Some(job)) => lane.check(store.bytes(job.member)).map(|_| None)?,
+        (lane, _, _) => lane.as_ref(),
+    };
     if unique.is_some() {
         unique::check(store)?;
     }
@@ -175,7 +196,7 @@ pub fn enqueue_extras<S: Store>(
         Some(job) => enqueue_one(store, &job, &new)?,
         None => {
             let mut added = Added::Duplicate;
-            until_free(store, |id, member| {
+            until_free(store, mint_lane, |id, member| {
                 let job = Job {
                     id,
                     member: &member,
@@ -339,10 +360,13 @@ pub struct BatchJob<'j, S: Store> {
 /// effects replicate as one `HSET` per new row and one variadic `ZADD`.
 pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec<Added>, EmqError> {
     // Each job's id and member: the client's, or minted (its text made here).
+    let lane = span::lane(store)?;
     let mut minted = Vec::new();
     for job in jobs {
-        if job.job.is_none() {
-            minted.push(fresh(store)?);
+        match (&job.job, &lane) {
+            (None, lane) => minted.push(fresh(store, lane.as_ref())?),
+            (Some(job), Some(lane)) => lane.check(store.bytes(job.member))?,
+            (Some(_), None) => {}
         }
     }
     let mut minted_at = 0;
@@ -375,7 +399,7 @@ pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec
         if store.probe(name)? == Holds::Nothing {
             continue;
         }
-        until_free(store, |new_id, new_member| {
+        until_free(store, lane.as_ref(), |new_id, new_member| {
             let new_name = store.row_name(&new_id, &new_member)?;
             store.check_access(&[KeyRef::Row(&new_name)])?;
             let free = store.probe(&new_name)? == Holds::Nothing;

@@ -22,6 +22,7 @@ pub mod promote;
 pub mod quota;
 pub mod ready;
 pub mod rounds;
+pub mod span;
 pub mod stats;
 pub mod take;
 pub mod tally;

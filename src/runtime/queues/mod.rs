@@ -23,8 +23,9 @@ use crate::host::events::FilterArgs;
 use crate::host::key::{announced_expiry, expires_at, Key};
 use crate::host::server::now_ms;
 use crate::host::string::{OwnedString, Str};
+use crate::host::words::words;
 use crate::protocol::keyspace::{RowPrefix, PREFIX};
-use crate::protocol::{decode, Decoded, EmqError, Holds, KeyBuf, KeyType, Queue};
+use crate::protocol::{decode, Decoded, EmqError, Holds, KeyBuf, KeyType, Meta, Queue};
 
 // ---- the node's registry, kept from events ------------------------------------------------
 
@@ -438,7 +439,22 @@ pub fn list(
         },
     );
     let cursor = render(page.resume, &mut kept());
-    Ok((cursor, page.names))
+    // Looked at once the registry is let go: opening a key may expire it, and its event
+    // comes back here.
+    let mut names = page.names;
+    names.retain(|name| !Queue::parse(name).is_some_and(|q| is_partition(ctx, q)));
+    Ok((cursor, names))
+}
+
+/// Whether `queue` is a partition of a partitioned queue (its `meta` says so), which the list
+/// leaves out: the partitioned queue stands for it (docs/cluster.md).
+fn is_partition(ctx: &Context, queue: Queue<'_>) -> bool {
+    let Ok(words) = words() else {
+        return false;
+    };
+    OwnedString::new(ctx, KeyBuf::queue(queue, KeyType::Meta).as_bytes())
+        .and_then(|name| Key::probe(ctx, &name).map(|k| k.hash_get(words.meta(Meta::PartitionOf))))
+        .is_ok_and(|of| of.is_some())
 }
 
 #[cfg(test)]
