@@ -8,8 +8,10 @@ use emq_harness as support;
 use redis::{cmd, Value};
 use support::*;
 
-const ERROR_CODES: [&str; 16] = [
+const ERROR_CODES: [&str; 18] = [
     "EMQQUEUE",
+    "EMQSPAN",
+    "EMQSPANNED",
     "EMQCRON",
     "EMQPARENT",
     "EMQLEASE",
@@ -28,8 +30,12 @@ const ERROR_CODES: [&str; 16] = [
 ];
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
-    let tokens: [&[u8]; 46] = [
+    let tokens: [&[u8]; 50] = [
         b"CONCURRENCY",
+        b"OF",
+        b"INDEX",
+        b"WAKE",
+        b"orders~0-2",
         b"RATE",
         b"PER",
         b"OFF",

@@ -223,7 +223,7 @@ fn a_read_only_replica_refuses_every_echomq_write_and_answers_its_reads() {
     wait_caught_up(&mut p, &mut r);
     let before = digest(&mut r);
     let (parent, child) = (job_id(900), job_id(901));
-    let writes: [(&str, Vec<&str>); 20] = [
+    let writes: [(&str, Vec<&str>); 22] = [
         ("emq.enqueue", vec![q, "*", "y"]),
         ("emq.menqueue", vec![q, "*", "y", "*", "z"]),
         ("emq.claim", vec![q, "BLOCK", "0"]),
@@ -247,6 +247,8 @@ fn a_read_only_replica_refuses_every_echomq_write_and_answers_its_reads() {
             vec![q, &parent, q, &child, "acked", "fail", "r"],
         ),
         ("emq.delivered", vec![q, &child, q, &parent]),
+        ("emq.span", vec![q, "2"]),
+        ("emq.unspan", vec![q]),
     ];
     // Every command the module flags `write` is among them.
     let mut flagged: Vec<String> = emq_commands(&mut r)
