@@ -247,6 +247,31 @@ fn only_an_empty_queue_is_spanned_and_only_an_empty_partition_unspanned() {
         .query(&mut con)
         .expect("empty one");
     assert_eq!(one, 1);
+    // A retired partition refuses a job with width 0: the producer goes to the queue itself.
+    let err = error(
+        cmd("EMQ.ENQUEUE")
+            .arg(&names[1])
+            .arg("*")
+            .arg("x")
+            .query(&mut con),
+    );
+    assert!(err.starts_with("EMQSPANNED 0 "), "{err}");
+    assert_eq!(
+        width(&mut con, &names[1])[3],
+        Value::BulkString(q.clone().into_bytes())
+    );
+    let (one, zero): (i64, i64) = (
+        cmd("EMQ.UNSPAN")
+            .arg(&names[1])
+            .query(&mut con)
+            .expect("ordinary"),
+        cmd("EMQ.UNSPAN")
+            .arg(&names[1])
+            .query(&mut con)
+            .expect("again"),
+    );
+    assert_eq!((one, zero), (1, 0));
+    enqueue(&mut con, &names[1], &job_id(3), "an ordinary queue now");
     let jobs = claim(&mut con, &names[0], &[]).expect("claimed");
     let token = jobs[0].2.to_string();
     let _: Value = cmd("EMQ.ACK")
@@ -380,5 +405,65 @@ fn a_claim_with_wake_answers_at_once_for_a_ready_job_elsewhere_but_not_for_a_pau
     assert!(
         err.starts_with("ERR syntax error: an option lacks its value"),
         "{err}"
+    );
+}
+
+#[test]
+fn a_producer_holding_a_stale_width_is_led_to_the_new_one() {
+    let server = Server::start_or_external();
+    let mut con = server.conn();
+    let q = unique_queue("resized");
+    let old = span(&mut con, &q, 4);
+    for p in &old {
+        let _: i64 = cmd("EMQ.UNSPAN").arg(p).query(&mut con).expect("retired");
+    }
+    let _: i64 = cmd("EMQ.UNSPAN").arg(&q).query(&mut con).expect("own name");
+    // Re-spanned over 2: a name that is a partition of both widths becomes one again.
+    let new: Vec<String> = (0..2)
+        .map(|i| String::from_utf8(name(q.as_bytes(), i, 2).expect("name")).expect("utf8"))
+        .collect();
+    for (i, p) in new.iter().enumerate() {
+        let _: i64 = cmd("EMQ.SPAN")
+            .arg(p)
+            .arg(2)
+            .arg("OF")
+            .arg(&q)
+            .arg("INDEX")
+            .arg(i)
+            .query(&mut con)
+            .expect("span");
+    }
+    let _: i64 = cmd("EMQ.SPAN")
+        .arg(&q)
+        .arg(2)
+        .query(&mut con)
+        .expect("span");
+    // A job routed by width 4 to an old partition that is none of 2 is refused with 0, then
+    // by the queue with 2; routed by 2 it is taken.
+    let id = (1..)
+        .map(job_id)
+        .find(|id| !new.contains(&old[usize::from(route(4, id.as_bytes()))]))
+        .expect("an id routed to a retired partition");
+    let stale = &old[usize::from(route(4, id.as_bytes()))];
+    let err = error(
+        cmd("EMQ.ENQUEUE")
+            .arg(stale)
+            .arg(&id)
+            .arg("x")
+            .query(&mut con),
+    );
+    assert!(err.starts_with("EMQSPANNED 0 "), "{err}");
+    let err = error(cmd("EMQ.ENQUEUE").arg(&q).arg(&id).arg("x").query(&mut con));
+    assert!(err.starts_with("EMQSPANNED 2 "), "{err}");
+    let target = &new[usize::from(route(2, id.as_bytes()))];
+    enqueue(&mut con, target, &id, "x");
+    let (_, listed): (String, Vec<String>) = cmd("EMQ.QUEUES")
+        .arg("COUNT")
+        .arg(1000)
+        .query(&mut con)
+        .expect("queues");
+    assert!(
+        !listed.iter().any(|n| old.contains(n) || new.contains(n)),
+        "{listed:?}"
     );
 }

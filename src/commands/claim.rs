@@ -19,9 +19,9 @@ use crate::host::reply::{Args, CommandResult, Reply};
 use crate::host::store::with_queue;
 use crate::host::string::OwnedString;
 use crate::protocol::job::Claimed;
-use crate::protocol::{settings, EmqError, KeyBuf, KeyType, Queue};
+use crate::protocol::{settings, slot, EmqError, KeyBuf, KeyType, Queue};
 use crate::queue::claim::{claim, plainly_ready, Outcome, MAX_COUNT};
-use crate::runtime::{cluster, timer};
+use crate::runtime::{cluster, owners, timer};
 
 struct Request<'a> {
     queue: Queue<'a>,
@@ -161,6 +161,13 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         // Inside MULTI or a script nothing can arrive while we wait, and a claim sent down a
         // replication link would stop the stream behind it: answer as a timeout.
         return Ok(Reply::Null);
+    }
+    // A queue another primary serves would never wake this one: the worker's map is stale.
+    for queue in &req.wake {
+        let slot = slot(queue.as_bytes());
+        if let Some(addr) = owners::elsewhere(slot) {
+            return Err(EmqError::Moved { slot, addr });
+        }
     }
     // A job that came to another queue since the worker last claimed there signalled no one:
     // it is told now (a read of that queue, checked as one).

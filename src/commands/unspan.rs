@@ -1,6 +1,6 @@
-//! `EMQ.UNSPAN <queue>`: a partitioned queue's own name, or one of its partitions, is an
-//! ordinary queue again (docs/cluster.md); 1, or 0 when it was one. A partition that holds
-//! jobs is refused (`EMQSPAN`).
+//! `EMQ.UNSPAN <queue>`: a partitioned queue's own name, or a retired partition, is an
+//! ordinary queue again, and a partition is retired (docs/cluster.md); 1, or 0 for an
+//! ordinary queue. A partition that holds jobs is refused (`EMQSPAN`).
 
 use valkey_module::Context;
 
@@ -19,7 +19,7 @@ pub const COMMAND: Command = Command {
     flags: c"write fast",
     arity: 2,
     routes_by_queue: true,
-    summary: c"Make a partitioned queue's own name, or an empty partition of one, an ordinary queue again",
+    summary: c"Make a partitioned queue's own name an ordinary queue again, retire an empty partition (it then refuses jobs with width 0), or make a retired one ordinary",
     complexity: c"O(1)",
     args: &[QUEUE],
 };

@@ -45,6 +45,13 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
                 ("index", Reply::Null),
             ]
         }
+        Role::Retired { of } => {
+            vec![
+                ("width", int(0)),
+                ("of", Reply::Bulk(of)),
+                ("index", Reply::Null),
+            ]
+        }
         Role::Partition { of, index, width } => vec![
             ("width", int(width)),
             ("of", Reply::Bulk(of)),

@@ -58,6 +58,9 @@ pub enum EmqError {
     /// `EMQ.SPAN` or `EMQ.UNSPAN` refused: another width, a partition of another queue, or a
     /// queue that holds jobs.
     Span(Cow<'static, str>),
+    /// A blocked claim's `WAKE` named a queue whose slot another primary serves, at `addr`:
+    /// the client's map of the slots is stale.
+    Moved { slot: u16, addr: String },
     /// A handler panicked; nothing was written past validation.
     Internal,
 }
@@ -114,6 +117,7 @@ impl EmqError {
             )
             .into(),
             EmqError::Span(why) => format!("EMQSPAN {why}").into(),
+            EmqError::Moved { slot, addr } => format!("MOVED {slot} {addr}").into(),
             EmqError::Internal => "ERR internal error in EchoMQ; see the server log".into(),
         }
     }
@@ -141,6 +145,7 @@ impl EmqError {
             EmqError::Parent(_) => "parent",
             EmqError::Spanned { .. } => "spanned",
             EmqError::Span(_) => "span",
+            EmqError::Moved { .. } => "moved",
             EmqError::Internal => "internal",
         }
     }
@@ -182,6 +187,13 @@ mod tests {
             (EmqError::Parent("x".into()), "EMQPARENT "),
             (EmqError::Spanned { width: 12 }, "EMQSPANNED 12 "),
             (EmqError::Span("x".into()), "EMQSPAN "),
+            (
+                EmqError::Moved {
+                    slot: 1,
+                    addr: "127.0.0.1:7001".into(),
+                },
+                "MOVED 1 127.0.0.1:7001",
+            ),
         ] {
             assert!(err.message().starts_with(code), "{err:?}");
             assert!(!err.message().contains(['\r', '\n']));

@@ -17,6 +17,10 @@ pub enum Role {
     Spanned { width: u16 },
     /// Partition `index` of `of`'s `width`: it takes only the jobs that route to it.
     Partition { of: Vec<u8>, index: u16, width: u16 },
+    /// Once a partition of `of` (`EMQ.UNSPAN`): it takes no job, answering a producer that still
+    /// routes there with width 0, so it sends to `of` itself and learns its width anew. Its
+    /// claims go on; a second `EMQ.UNSPAN` makes it an ordinary queue.
+    Retired { of: Vec<u8> },
 }
 
 /// Where a new job may go in a partition: only where its group, or else its id, routes.
@@ -58,7 +62,10 @@ fn width_of(bytes: &[u8]) -> Option<u16> {
 /// hash never makes a queue refuse its jobs).
 pub fn role<S: Store>(store: &S) -> Result<Role, EmqError> {
     let Some(width) = store.meta(Meta::Partitions)?.as_deref().and_then(width_of) else {
-        return Ok(Role::Plain);
+        return Ok(match store.meta(Meta::PartitionOf)? {
+            Some(of) => Role::Retired { of },
+            None => Role::Plain,
+        });
     };
     let Some(of) = store.meta(Meta::PartitionOf)? else {
         return Ok(Role::Spanned { width });
@@ -81,6 +88,7 @@ pub fn lane<S: Store>(store: &S) -> Result<Option<Lane>, EmqError> {
         Role::Plain => Ok(None),
         Role::Spanned { width } => Err(EmqError::Spanned { width }),
         Role::Partition { index, width, .. } => Ok(Some(Lane { index, width })),
+        Role::Retired { .. } => Err(EmqError::Spanned { width: 0 }),
     }
 }
 
@@ -123,7 +131,8 @@ pub fn span<S: Store>(store: &S, to: &Span<'_>) -> Result<bool, EmqError> {
     if now == wanted {
         return Ok(false);
     }
-    if now != Role::Plain {
+    // A retired partition may become a partition again, of any width (its name may be one).
+    if !matches!(now, Role::Plain | Role::Retired { .. }) {
         return Err(EmqError::Span(describe(&now).into()));
     }
     if holds_jobs(store)? {
@@ -132,7 +141,10 @@ pub fn span<S: Store>(store: &S, to: &Span<'_>) -> Result<bool, EmqError> {
         ));
     }
     match to {
-        Span::Spanned { width } => store.set_meta(Meta::Partitions, width.to_string().as_bytes()),
+        Span::Spanned { width } => {
+            store.del_meta(Meta::PartitionOf)?;
+            store.set_meta(Meta::Partitions, width.to_string().as_bytes())
+        }
         Span::Partition { of, index, width } => {
             store.set_meta(Meta::PartitionOf, of)?;
             store.set_meta(Meta::Partition, index.to_string().as_bytes())?;
@@ -142,23 +154,29 @@ pub fn span<S: Store>(store: &S, to: &Span<'_>) -> Result<bool, EmqError> {
     Ok(true)
 }
 
-/// `EMQ.UNSPAN`: the queue is an ordinary one again; `false` when it was one. A partition that
-/// holds jobs is refused (`EMQSPAN`): they would be left where no route leads.
+/// `EMQ.UNSPAN`: a partitioned queue's own name, or a retired partition, is an ordinary queue
+/// again, and a partition is retired; `false` for an ordinary queue. A partition that holds
+/// jobs is refused (`EMQSPAN`): they would be left where no route leads.
 pub fn unspan<S: Store>(store: &S) -> Result<bool, EmqError> {
     store.check_access(&[KeyRef::Meta])?;
-    let now = role(store)?;
-    match now {
+    match role(store)? {
         Role::Plain => return Ok(false),
         Role::Partition { .. } if holds_jobs(store)? => {
             return Err(EmqError::Span(
                 "the partition holds jobs; drain or purge it first".into(),
             ))
         }
-        _ => {}
+        Role::Partition { .. } => {
+            store.del_meta(Meta::Partitions)?;
+            store.del_meta(Meta::Partition)?;
+        }
+        Role::Spanned { .. } => {
+            store.del_meta(Meta::Partitions)?;
+        }
+        Role::Retired { .. } => {
+            store.del_meta(Meta::PartitionOf)?;
+        }
     }
-    store.del_meta(Meta::Partitions)?;
-    store.del_meta(Meta::PartitionOf)?;
-    store.del_meta(Meta::Partition)?;
     Ok(true)
 }
 
@@ -171,6 +189,10 @@ fn describe(now: &Role) -> String {
         ),
         Role::Partition { of, index, width } => format!(
             "the queue is partition {index} of {width} of {}; EMQ.UNSPAN it first to change that",
+            String::from_utf8_lossy(of)
+        ),
+        Role::Retired { of } => format!(
+            "the queue is a retired partition of {}",
             String::from_utf8_lossy(of)
         ),
     }

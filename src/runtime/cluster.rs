@@ -78,6 +78,7 @@ pub fn init(ctx: &Context) {
         s.store(false, Ordering::Relaxed);
     }
     EXPORTING.store(false, Ordering::Relaxed);
+    super::owners::clear();
     ATOMIC.store(atomic_migration_server(ctx), Ordering::Relaxed);
 }
 
@@ -349,6 +350,7 @@ pub fn reconcile(ctx: &Context, now_ms: u64) {
     else {
         return;
     };
+    super::owners::read(&text);
     let mut shown = vec![false; SLOTS as usize];
     for s in migrating_slots(&text) {
         shown[usize::from(s)] = true;

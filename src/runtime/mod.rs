@@ -15,6 +15,7 @@ pub mod flows;
 pub mod info;
 pub mod listeners;
 pub mod meta_watch;
+pub mod owners;
 pub mod queues;
 pub mod timer;
 pub mod watchlist;
