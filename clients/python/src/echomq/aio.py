@@ -12,12 +12,12 @@ from typing import (
 )
 
 from . import commands as cmd
-from . import leases, outbox, tracing
+from . import ids, leases, outbox, routing, spans, tracing
 from ._replicas import pipelined_async
 from ._retry import backoff, retry_after, server_full, transient
 from .cancel import cancel as cancelling
 from .errors import translate
-from .errors import EmqParentError
+from .errors import EmqParentError, EmqSpannedError
 from .events import Action, Ending, WorkerEvent, failure
 from .flows import (
     Children, Node, NodeLike, ParentLike, batched, chained, minted, parents_of, steps,
@@ -69,7 +69,7 @@ class AsyncQueue(Settings):
         while True:
             try:
                 (reply,), confirmed = await pipelined_async(
-                    self.client, self.name, [args], self.wait_replicas, self.wait_timeout_ms
+                    self.client, args[1], [args], self.wait_replicas, self.wait_timeout_ms
                 )
                 if isinstance(reply, Exception):
                     raise reply
@@ -88,37 +88,56 @@ class AsyncQueue(Settings):
         timeout: Optional[float] = None, group: Optional[str] = None,
         headers: Optional[Mapping[str, str]] = None,
     ) -> str:
-        """``Queue.enqueue``, awaited."""
+        """``Queue.enqueue``, awaited: a partitioned queue's job routed alike."""
         above = parents_of(parents)
+        job_id = id or ids.mint()
+        if above and self.router.width is None:
+            await self.width()
         with tracing.sending(self.name, headers, self.tracer_provider) as sent:
-            job_id, args = cmd.enqueue(
-                self.name, self.serializer, payload, id, delay, at, priority, unique,
-                unique_for, children, above, timeout, group, sent.headers,
-            )
-            try:
-                for adopt in cmd.adoptions(self.name, job_id, above):
-                    await self._send(adopt)
-                reply, confirmed = await self._write(args)
-            except EmqParentError:
-                if above and await self.job(job_id) is not None:
-                    return job_id
-                raise
-            written = cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
-            sent.sent(written)
-            return written
+            reroutes = 0
+            while True:
+                target = self.router.of(group if group is not None else job_id)
+                _, args = cmd.enqueue(
+                    target, self.serializer, payload, job_id, delay, at, priority, unique,
+                    unique_for, children, above, timeout, group, sent.headers,
+                )
+                try:
+                    for adopt in cmd.adoptions(target, job_id, above):
+                        await self._send(adopt)
+                    reply, confirmed = await self._write(args)
+                except EmqSpannedError as e:
+                    if not self.router.refused(e, reroutes):
+                        raise
+                    reroutes += 1
+                    continue
+                except EmqParentError:
+                    if above and cmd.row(await self._send(cmd.job(target, job_id))) is not None:
+                        return job_id
+                    raise
+                written = cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
+                sent.sent(written)
+                return written
 
     async def enqueue_many(
         self, payloads: Iterable[Any], chunk: int = CHUNK,
         headers: Optional[Mapping[str, str]] = None,
     ) -> List[str]:
-        """``Queue.enqueue_many``, awaited."""
+        """``Queue.enqueue_many``, awaited: a partitioned queue's jobs split alike."""
         written = cmd.Written(self.wait_replicas)
         with tracing.sending(self.name, headers, self.tracer_provider) as sent:
-            for job_ids, args in cmd.menqueue(
-                self.name, self.serializer, payloads, chunk, sent.headers
-            ):
-                written.add(job_ids, (await self._write(args))[1])
-        return written.ids()
+            entries = cmd.entries(self.serializer, payloads, sent.headers)
+            course = routing.enqueue_many(self.router, entries, chunk)
+            failure: Optional[BaseException] = None
+            while True:
+                try:
+                    job_ids, args = course.send(failure)
+                except StopIteration as end:
+                    return written.ids(end.value)
+                try:
+                    written.add(job_ids, (await self._write(args))[1])
+                    failure = None
+                except Exception as e:  # the course decides what it means (routing.py)
+                    failure = e
 
     async def flow(self, tree: NodeLike) -> Node:
         """``Queue.flow``, awaited."""
@@ -138,16 +157,59 @@ class AsyncQueue(Settings):
     ) -> Node:
         return await self.flow(batched(jobs, on_complete))
 
+    # ---- partitions ----
+
+    async def span(self, width: int) -> bool:
+        """``Queue.span``, awaited."""
+        changed = [cmd.flag(await self._send(mark)) for mark in spans.span(self.name, width)]
+        self.router.learn(width)
+        return any(changed)
+
+    async def unspan(self) -> bool:
+        """``Queue.unspan``, awaited."""
+        commands = spans.unspan(self.name, await self.width())
+        changed = [cmd.flag(await self._send(command)) for command in commands]
+        self.router.learn(0)
+        return any(changed)
+
+    async def width(self) -> int:
+        """``Queue.width``, awaited."""
+        found = spans.width(await self._send(spans.width_command(self.name)))
+        self.router.learn(found)
+        return found
+
+    async def partition(self, key: str) -> str:
+        """``Queue.partition``, awaited."""
+        await self._width_known()
+        return self.router.of(key)
+
+    async def partition_stats(self) -> Dict[str, Dict[str, Optional[int]]]:
+        """``Queue.partition_stats``, awaited."""
+        targets = self.router.partitions() if await self.width() else [self.name]
+        return {t: cmd.counts(await self._send(cmd.stats(t))) for t in targets}
+
+    async def _width_known(self) -> int:
+        return await self.width() if self.router.width is None else self.router.width
+
+    async def _each(self, build: Callable[[str], List[Any]]) -> List[Any]:
+        """``Queue._each``, awaited."""
+        targets = self.router.partitions() if await self._width_known() else [self.name]
+        return [await self._send(build(t)) for t in targets]
+
     # ---- looking ----
 
     async def stats(self) -> Dict[str, Optional[int]]:
-        return cmd.counts(await self._send(cmd.stats(self.name)))
+        """``Queue.stats``, awaited: a partitioned queue's added up."""
+        if not await self._width_known():
+            return cmd.counts(await self._send(cmd.stats(self.name)))
+        each = await self.partition_stats()
+        return {**spans.totals(list(each.values())), "partitions": len(each)}
 
     async def metrics(self) -> Metrics:
         return parse_metrics(await self._send(metrics_command(self.name)))
 
     async def job(self, job_id: str) -> Optional[Dict[str, Any]]:
-        return cmd.row(await self._send(cmd.job(self.name, job_id)))
+        return cmd.row(await self._send(cmd.job(await self.partition(job_id), job_id)))
 
     async def jobs(
         self, set_name: str, cursor: str = "0", count: Optional[int] = None, payloads: bool = False
@@ -167,7 +229,7 @@ class AsyncQueue(Settings):
     async def children(self, job_id: str) -> Children:
         found, cursor = Children(), "0"
         while True:
-            reply = await self._send(cmd.children(self.name, job_id, cursor))
+            reply = await self._send(cmd.children(await self.partition(job_id), job_id, cursor))
             cursor = cmd.children_page(reply, found)
             if cursor == "0":
                 return found
@@ -186,7 +248,7 @@ class AsyncQueue(Settings):
         return await self._cancel(job_id, True)
 
     async def _cancel(self, job_id: str, unstarted: bool) -> int:
-        steps, reply = cancelling(self.name, job_id, unstarted), None
+        steps, reply = cancelling(await self.partition(job_id), job_id, unstarted), None
         try:
             while True:
                 command = steps.send(reply)
@@ -198,19 +260,19 @@ class AsyncQueue(Settings):
             return int(end.value)
 
     async def requeue(self, job_id: str) -> bool:
-        return cmd.flag(await self._send(cmd.requeue(self.name, job_id)))
+        return cmd.flag(await self._send(cmd.requeue(await self.partition(job_id), job_id)))
 
     async def requeue_dead(self, count: Optional[int] = None) -> int:
-        return cmd.count(await self._send(cmd.requeue_dead(self.name, count)))
+        return sum(map(cmd.count, await self._each(lambda q: cmd.requeue_dead(q, count))))
 
     async def purge(self, set_name: str, count: Optional[int] = None) -> int:
-        return cmd.count(await self._send(cmd.purge(self.name, set_name, count)))
+        return sum(map(cmd.count, await self._each(lambda q: cmd.purge(q, set_name, count))))
 
     async def pause(self) -> bool:
-        return cmd.flag(await self._send(cmd.pause(self.name)))
+        return any(map(cmd.flag, await self._each(cmd.pause)))
 
     async def resume(self) -> bool:
-        return cmd.flag(await self._send(cmd.resume(self.name)))
+        return any(map(cmd.flag, await self._each(cmd.resume)))
 
     async def limit(
         self, concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
@@ -219,26 +281,33 @@ class AsyncQueue(Settings):
         group_concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
         group_rate: Union[int, None, cmd.Keep] = cmd.KEEP, group_per: Optional[float] = None,
     ) -> Dict[str, Optional[int]]:
-        """``Queue.limit``, awaited: ``None`` removes a limit, one left out stays."""
-        args = cmd.limit(
-            self.name, concurrency, rate, per, off, timeout, group_concurrency, group_rate,
-            group_per,
-        )
-        return cmd.counts(await self._send(args))
+        """``Queue.limit``, awaited: ``None`` removes a limit, one left out stays; a partitioned
+        queue's shared out alike."""
+        width = await self._width_known()
+        targets = self.router.partitions() if width else [self.name]
+        replies = [
+            cmd.counts(await self._send(cmd.limit(
+                target, spans.shared(concurrency, width, i), spans.shared(rate, width, i), per,
+                off, timeout, group_concurrency, group_rate, group_per,
+            )))
+            for i, target in enumerate(targets)
+        ]
+        return spans.totals(replies) if width else replies[0]
 
     async def group_limit(
         self, group: str, concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
         rate: Union[int, None, cmd.Keep] = cmd.KEEP, per: Optional[float] = None,
     ) -> Dict[str, Any]:
         """``Queue.group_limit``, awaited."""
-        args = cmd.group_limit(self.name, group, concurrency, rate, per)
+        args = cmd.group_limit(await self.partition(group), group, concurrency, rate, per)
         return cmd.fields(await self._send(args))
 
     async def pause_group(self, group: str, seconds: Optional[float] = None) -> bool:
-        return cmd.flag(await self._send(cmd.pause_group(self.name, group, seconds)))
+        args = cmd.pause_group(await self.partition(group), group, seconds)
+        return cmd.flag(await self._send(args))
 
     async def resume_group(self, group: str) -> bool:
-        return cmd.flag(await self._send(cmd.resume_group(self.name, group)))
+        return cmd.flag(await self._send(cmd.resume_group(await self.partition(group), group)))
 
     async def cron(
         self, name: str, payload: Any, spec: Optional[str] = None,
