@@ -28,7 +28,7 @@ from .metrics import command as metrics_command
 from .metrics import parse as parse_metrics
 from .queue import CHUNK, Settings
 from .serializers import Serializer
-from .worker import Claiming, outcome, version_options
+from .claiming import Claiming, outcome, version_options
 
 
 #: The message of the ``asyncio.CancelledError`` a handler whose attempt ended gets.
