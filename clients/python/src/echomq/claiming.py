@@ -1,7 +1,7 @@
 """What ``Worker`` and ``AsyncWorker`` share: their claiming settings (``Claiming``, checked and
 in ms), their name, ``on_event`` hook and counts, and what both build and read of their
-commands: the claims, the jobs a claim returned, renewals, and what a handler's end means
-(``outcome``)."""
+commands: the claims (of a queue, or of a partitioned queue's partitions), the jobs a claim
+returned, renewals, and what a handler's end means (``outcome``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from . import commands as cmd
 from . import leases
 from .events import Ending, Hook, WorkerEvent, default_name
 from .job import Job, Retry
+from .rounds import Claim
 from .serializers import Serializer
 
 #: Most bytes of an error (the exception and its traceback) sent with ``EMQ.FAIL``.
@@ -96,6 +97,18 @@ class Claiming:
     def claim_args(self, queue: str, free: int) -> List[Any]:
         """The ``EMQ.CLAIM`` of up to `free` jobs (no more than ``batch``), with ``BLOCK``."""
         return cmd.claim(queue, min(free, self.batch), self.lease_ms, self.block_ms)
+
+    def wants(self, claim: Claim, loops: int) -> int:
+        """The slots a partition's claim (``rounds.Rotation``) holds from its sending until its
+        reply: ``batch``; but 1 for a blocking claim when several loops (one a primary) share
+        the concurrency, so an idle primary's blocked claim keeps one slot from the others."""
+        return 1 if claim.wake is not None and loops > 1 else self.batch
+
+    def partition_claim(self, claim: Claim, count: int) -> List[Any]:
+        """The ``EMQ.CLAIM`` of `count` jobs of a partition's turn: a blocking claim's with
+        ``BLOCK`` and ``WAKE`` (its primary's other partitions)."""
+        block = None if claim.wake is None else self.block_ms
+        return cmd.claim(claim.partition, count, self.lease_ms, block, claim.wake or ())
 
     def claimed(self, queue: str, reply: Any, sent_ns: int) -> List[Job]:
         """The jobs a claim's reply holds (``jobs_of``), with a claim event for each."""

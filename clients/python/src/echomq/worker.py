@@ -15,11 +15,11 @@ from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import commands as cmd
-from . import leases, outbox, tracing
+from . import leases, outbox, rounds, tracing
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, server_full, transient
 from .claiming import MAX_ERROR, Claiming, jobs_of, outcome, version_options
-from .errors import translate
+from .errors import EmqSpannedError, translate
 from .events import Action, Ending, WorkerEvent, failure
 from .job import Job, Retry
 from .queue import Queue
@@ -127,6 +127,14 @@ class Worker(Claiming):
         self._inbox: "SimpleQueue[Optional[Job]]" = SimpleQueue()
         self._lock = threading.Condition()
         self._stopping = threading.Event()
+        #: Slots a partition's claim holds while it is on its way (``_reserve``), and the claim
+        #: loops waiting for room, first come first served.
+        self._held = 0
+        self._turns: List[object] = []
+        #: The queues claimed: the queue, or its partitions (their outboxes are swept).
+        self._queues = [queue]
+        #: A partition's ``Queue``, for its jobs' ``children``.
+        self._partitions: Dict[str, Queue] = {}
 
     # ---- control ----
 
@@ -150,7 +158,7 @@ class Worker(Claiming):
         settler.start()
         courier = threading.Thread(
             target=outbox.deliver,
-            args=(client, self.queue.name, self._stopping, self._event,
+            args=(client, lambda: self._queues, self._stopping, self._event,
                   self.queue.wait_replicas, self.queue.wait_timeout_ms),
             name="echomq-outbox", daemon=True,
         )
@@ -196,6 +204,33 @@ class Worker(Claiming):
     # ---- claiming ----
 
     def _claim_loop(self) -> None:
+        """Reads the queue's width and claims it: an ordinary queue as ever (``_claim_queue``),
+        a partitioned one with a loop a primary (``_claim_partitions``). Again once the queue
+        was spanned meanwhile, or a partition's claim failed (the slot map read again, the
+        loops regrouped, after a backoff)."""
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                if self.queue.width() == 0:
+                    self._claim_queue()
+                    continue
+                ends = self._claim_partitions()
+                if ends.fatal is not None:
+                    raise ends.fatal
+                if ends.lapse is None:
+                    continue
+                failures = 0 if ends.answered else failures
+            except Exception as e:
+                if not (transient(e) or server_full(e)):
+                    raise
+            # A failover, a reshard, a lost connection: the width read again after a while.
+            self._stopping.wait(backoff(failures))
+            failures += 1
+
+    def _claim_queue(self) -> None:
+        """Claims of the queue itself, up to the free slots, until stopped; returns once it
+        answers ``EMQSPANNED`` (it was spanned since)."""
+        self._queues = [self.queue.name]
         failures = 0
         while not self._stopping.is_set():
             with self._lock:
@@ -209,16 +244,111 @@ class Worker(Claiming):
                 failures = 0
             except Exception as e:
                 if not (transient(e) or server_full(e)):
-                    raise translate(e)
+                    typed = translate(e)
+                    if isinstance(typed, EmqSpannedError):
+                        return
+                    raise typed
                 # A failover, a reshard, a lost connection: claim again after a while.
                 self._stopping.wait(backoff(failures))
                 failures += 1
                 continue
-            for job in self.claimed(self.queue.name, claimed, sent):
-                job._children = self.queue.children
+            self._dispatch(self.claimed(self.queue.name, claimed, sent), 0)
+
+    def _claim_partitions(self) -> rounds.Ends:
+        """Claims the queue's partitions with one loop a primary (``_claim_group``, each on a
+        thread of its own and, on a cluster, on its node's connection), until stopped or a
+        claim failed (the slot map is read again then): how they ended."""
+        client = self.queue.client
+        self._queues = self.queue.router.partitions()
+        groups = rounds.by_primary(client, self._queues)
+        over, ends = threading.Event(), rounds.Ends()
+        threads = [
+            threading.Thread(
+                target=self._claim_group, name=f"echomq-claim-{n}", daemon=True,
+                args=(client if node is None else client.get_redis_connection(node), partitions,
+                      len(groups), over, ends),
+            )
+            for n, (node, partitions) in enumerate(groups)
+        ]
+        for t in threads:
+            t.start()
+        while not (self._stopping.is_set() or over.is_set()):
+            over.wait(0.1)
+        over.set()
+        for t in threads:
+            t.join()
+        if ends.lapse is not None:
+            refresh(client)
+        return ends
+
+    def _claim_group(
+        self, conn: Any, partitions: List[str], loops: int, over: threading.Event,
+        ends: rounds.Ends,
+    ) -> None:
+        """One primary's claim loop, round its partitions (``rounds.Rotation``), each claim
+        holding the slots it asks for (``_reserve``), until stopped or `over`. A failed claim
+        (a ``MOVED`` among them: the slot map changed) sets `over`: every loop ends, and the
+        worker regroups, or raises one refused for good."""
+        rotation = rounds.Rotation(partitions)
+        while not (self._stopping.is_set() or over.is_set()):
+            claim = rotation.next()
+            count = self._reserve(self.wants(claim, loops), over)
+            if not count:
+                continue
+            sent = time.time_ns()
+            try:
+                reply = conn.execute_command(*self.partition_claim(claim, count))
+            except Exception as e:
+                self._dispatch([], count)
                 with self._lock:
-                    self._running[job.id] = job
-                self._inbox.put(job)
+                    ends.failed(translate(e), transient(e) or server_full(e) or moved(e))
+                over.set()
+                return
+            jobs = self.claimed(claim.partition, reply, sent)
+            self._dispatch(jobs, count)
+            with self._lock:
+                ends.answered += 1
+            rotation.took(claim, len(jobs))
+
+    def _reserve(self, wanted: int, over: threading.Event) -> int:
+        """Holds up to `wanted` free slots for a claim, once it is the first of the loops
+        waiting for room: how many; 0 once the worker stops or `over` is set. The loops share
+        the concurrency: a job claimed has its slot until its outcome is sent."""
+        turn = object()
+        with self._lock:
+            self._turns.append(turn)
+            try:
+                while not (self._stopping.is_set() or over.is_set()):
+                    free = self.concurrency - len(self._running) - self._held
+                    if self._turns[0] is turn and free > 0:
+                        self._held += min(free, wanted)
+                        return min(free, wanted)
+                    self._lock.wait(timeout=0.1)
+                return 0
+            finally:
+                self._turns.remove(turn)
+                self._lock.notify_all()
+
+    def _dispatch(self, jobs: List[Job], held: int) -> None:
+        """Hands the jobs a claim returned to the pool, each taking a slot, and gives back the
+        `held` slots the claim held."""
+        for job in jobs:
+            job._children = self._queue_of(job.queue).children
+        with self._lock:
+            self._held -= held
+            for job in jobs:
+                self._running[job.id] = job
+            self._lock.notify_all()
+        for job in jobs:
+            self._inbox.put(job)
+
+    def _queue_of(self, queue: str) -> Queue:
+        """The ``Queue`` of a job's queue: the worker's, or its partition's."""
+        if queue == self.queue.name:
+            return self.queue
+        if queue not in self._partitions:
+            self._partitions[queue] = self.queue._on(queue)
+        return self._partitions[queue]
 
     def _drain(self) -> None:
         deadline = time.monotonic() + self.shutdown_timeout
@@ -359,42 +489,62 @@ class Worker(Claiming):
                 self.settled(job, reply, counted)
 
     def _send(self, send: List[Tuple[Job, str, str, List[Any]]]) -> List[Any]:
-        """One pipeline: the acknowledgements as one ``EMQ.MACK`` (each job's outcome in its
-        place), each ``FAIL`` on its own, then ``WAIT`` with ``wait_replicas``; the replies in
-        the order of ``send`` (an exception for one that failed), a settle event for each."""
-        acks = [i for i, (_, _, command, _) in enumerate(send) if command == cmd.ACK]
+        """The outcomes in one pipeline (``_pipeline``), or with ``wait_replicas`` one a queue
+        (a partitioned queue's jobs are in its partitions), each ``WAIT`` on that queue's node;
+        the replies in the order of ``send`` (an exception for one that failed)."""
+        by_queue: Dict[str, List[int]] = {}
+        for i, (job, *_) in enumerate(send):
+            by_queue.setdefault(job.queue, []).append(i)
+        each_queue = self.queue.wait_replicas > 0
+        replies: List[Any] = [None] * len(send)
+        for places in list(by_queue.values()) if each_queue else [list(range(len(send)))]:
+            self._pipeline(send, places, replies)
+        return replies
+
+    def _pipeline(
+        self, send: List[Tuple[Job, str, str, List[Any]]], places: List[int], replies: List[Any]
+    ) -> None:
+        """One pipeline of the outcomes at `places` of `send`: each queue's acknowledgements as
+        one ``EMQ.MACK`` (each job's outcome in its place), each ``FAIL`` on its own, then
+        ``WAIT`` with ``wait_replicas``; each reply put in `replies` at its place, a settle
+        event for each."""
+        acks: Dict[str, List[int]] = {}
+        for i in places:
+            if send[i][2] == cmd.ACK:
+                acks.setdefault(send[i][0].queue, []).append(i)
         commands: List[List[Any]] = []
-        if acks:
-            each = (send[i] for i in acks)
-            commands.append(cmd.mack(self.queue.name, ((j.id, j.attempt, o) for j, _, _, o in each)))
-        acked = set(acks)
-        fails = [i for i in range(len(send)) if i not in acked]
-        for i in fails:
+        stands: List[List[int]] = []  # the places each command stands for
+        for queue, acked in acks.items():
+            jobs = (send[i] for i in acked)
+            commands.append(cmd.mack(queue, ((j.id, j.attempt, o) for j, _, _, o in jobs)))
+            stands.append(acked)
+        for i in places:
             job, _, command, options = send[i]
-            commands.append(cmd.settle(self.queue.name, command, job.id, job.attempt, options))
+            if command != cmd.ACK:
+                commands.append(cmd.settle(job.queue, command, job.id, job.attempt, options))
+                stands.append([i])
         waiting = self.queue.wait_replicas
         sent = time.time_ns()
         try:
             answers, confirmed = pipelined(
-                self.queue.client, self.queue.name, commands, waiting, self.queue.wait_timeout_ms
+                self.queue.client, send[places[0]][0].queue, commands, waiting,
+                self.queue.wait_timeout_ms,
             )
         except Exception as e:
             answers, confirmed = [e] * len(commands), (0 if waiting > 0 else None)
         answered = time.time_ns()
-        replies: List[Any] = [None] * len(send)
-        if acks:
-            for i, reply in zip(acks, cmd.macked(answers.pop(0), len(acks))):
+        for args, at, answer in zip(commands, stands, answers):
+            each = cmd.macked(answer, len(at)) if args[0] == "EMQ.MACK" else [answer]
+            for i, reply in zip(at, each):
                 replies[i] = reply
-        for i, reply in zip(fails, answers):
-            replies[i] = reply
         replicated = None if confirmed is None else confirmed >= waiting
-        for (job, _, command, _), reply in zip(send, replies):
+        for i in places:
+            job, _, command, _ = send[i]
             action: Action = "ack" if command == cmd.ACK else "fail"
             self._event(
-                "settle", job.id, job.attempt, sent, answered, reply=reply,
+                "settle", job.id, job.attempt, sent, answered, reply=replies[i],
                 action=action, replicated=replicated,
             )
-        return replies
 
     # ---- leases ----
 
