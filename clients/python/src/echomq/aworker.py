@@ -9,12 +9,12 @@ import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 from . import commands as cmd
-from . import leases, outbox, tracing
-from ._replicas import pipelined_async
+from . import leases, outbox, rounds, tracing
+from ._replicas import arefresh, moved, pipelined_async
 from ._retry import backoff, server_full, transient
 from .aqueue import AsyncQueue
 from .claiming import Claiming, outcome, version_options
-from .errors import translate
+from .errors import EmqSpannedError, translate
 from .events import Action, Ending, WorkerEvent, failure
 from .job import Job
 from .serializers import Serializer
@@ -35,7 +35,8 @@ class AsyncWorker(Claiming):
     worker, and ``run`` raises it once the other running jobs are settled. A task delivers the
     queue's flow hand-overs, as ``Worker``'s thread does; a parent's handler reads its children
     with ``await job.achildren()``. ``name``, ``on_event``, ``wait_replicas`` and
-    ``wait_timeout`` are ``Worker``'s.
+    ``wait_timeout`` are ``Worker``'s. A partitioned queue is claimed as ``Worker`` claims
+    one, with a task (and on a cluster its node's connections) a primary.
 
     A job cancelled while it runs (``EMQ.CANCEL``; the next renewal or the settle answers
     ``EMQCANCELLED``) has its handler's task cancelled (``asyncio.CancelledError`` in the
@@ -76,6 +77,12 @@ class AsyncWorker(Claiming):
         self._abandoned: Set["asyncio.Task[None]"] = set()
         self._stopping = asyncio.Event()
         self._room = asyncio.Event()
+        #: Slots a partition's claim holds while it is on its way (``_reserve``).
+        self._held = 0
+        #: The queues claimed: the queue, or its partitions (their outboxes are swept).
+        self._queues = [queue]
+        #: A partition's ``AsyncQueue``, for its jobs' ``achildren``.
+        self._partitions: Dict[str, AsyncQueue] = {}
 
     def stop(self) -> None:
         self._stopping.set()
@@ -95,7 +102,7 @@ class AsyncWorker(Claiming):
         renewer = asyncio.create_task(self._renew_loop())
         courier = asyncio.create_task(
             outbox.adeliver(
-                client, self.queue.name, self._stopping, self._event,
+                client, lambda: self._queues, self._stopping, self._event,
                 self.queue.wait_replicas, self.queue.wait_timeout_ms,
             )
         )
@@ -120,6 +127,38 @@ class AsyncWorker(Claiming):
             raise self._fatal
 
     async def _claim_loop(self) -> None:
+        """``Worker._claim_loop``, awaited: an ordinary queue claimed as ever, a partitioned
+        one with a task a primary (``_claim_partitions``)."""
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                if await self.queue.width() == 0:
+                    await self._claim_queue()
+                    continue
+                ends = await self._claim_partitions()
+                if ends.fatal is not None:
+                    raise ends.fatal
+                if ends.lapse is None:
+                    continue
+                failures = 0 if ends.answered else failures
+            except Exception as e:
+                if not (transient(e) or server_full(e)):
+                    raise
+            # A failover, a reshard, a lost connection: the width read again after a while.
+            await self._pause(backoff(failures))
+            failures += 1
+
+    async def _pause(self, seconds: float) -> None:
+        """Waits `seconds`, or until stopped."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _claim_queue(self) -> None:
+        """Claims of the queue itself, up to the free slots, until stopped; returns once it
+        answers ``EMQSPANNED`` (it was spanned since)."""
+        self._queues = [self.queue.name]
         failures = 0
         while not self._stopping.is_set():
             free = self.concurrency - len(self._running)
@@ -134,17 +173,87 @@ class AsyncWorker(Claiming):
                 failures = 0
             except Exception as e:
                 if not (transient(e) or server_full(e)):
-                    raise translate(e)
-                try:
-                    await asyncio.wait_for(self._stopping.wait(), backoff(failures))
-                except asyncio.TimeoutError:
-                    pass
+                    typed = translate(e)
+                    if isinstance(typed, EmqSpannedError):
+                        return
+                    raise typed
+                await self._pause(backoff(failures))
                 failures += 1
                 continue
-            for job in self.claimed(self.queue.name, claimed, sent):
-                job._achildren = self.queue.children
-                self._jobs[job.id] = job
-                self._running[job.id] = asyncio.create_task(self._run_job(job))
+            self._dispatch(self.claimed(self.queue.name, claimed, sent), 0)
+
+    async def _claim_partitions(self) -> rounds.Ends:
+        """``Worker._claim_partitions``, awaited: a task a primary (``_claim_group``), on its
+        node's connections on a cluster."""
+        client = self.queue.client
+        self._queues = self.queue.router.partitions()
+        groups = rounds.by_primary(client, self._queues)
+        over, ends = asyncio.Event(), rounds.Ends()
+        await asyncio.gather(*(
+            self._claim_group(
+                client.execute_command if node is None else node.execute_command, partitions,
+                len(groups), over, ends,
+            )
+            for node, partitions in groups
+        ))
+        if ends.lapse is not None:
+            await arefresh(client)
+        return ends
+
+    async def _claim_group(
+        self, send: Callable[..., Awaitable[Any]], partitions: List[str], loops: int,
+        over: asyncio.Event, ends: rounds.Ends,
+    ) -> None:
+        """``Worker._claim_group``, awaited: one primary's claims, each sent by `send`."""
+        rotation = rounds.Rotation(partitions)
+        while not (self._stopping.is_set() or over.is_set()):
+            claim = rotation.next()
+            count = await self._reserve(self.wants(claim, loops), over)
+            if not count:
+                continue
+            sent = time.time_ns()
+            try:
+                reply = await send(*self.partition_claim(claim, count))
+            except Exception as e:
+                self._dispatch([], count)
+                ends.failed(translate(e), transient(e) or server_full(e) or moved(e))
+                over.set()
+                self._room.set()
+                return
+            jobs = self.claimed(claim.partition, reply, sent)
+            self._dispatch(jobs, count)
+            ends.answered += 1
+            rotation.took(claim, len(jobs))
+
+    async def _reserve(self, wanted: int, over: asyncio.Event) -> int:
+        """Holds up to `wanted` free slots for a claim, once one is free: how many; 0 once the
+        worker stops or `over` is set. The tasks share the concurrency."""
+        while not (self._stopping.is_set() or over.is_set()):
+            free = self.concurrency - len(self._running) - self._held
+            if free > 0:
+                self._held += min(free, wanted)
+                return min(free, wanted)
+            self._room.clear()
+            await self._room.wait()
+        return 0
+
+    def _dispatch(self, jobs: List[Job], held: int) -> None:
+        """Runs the jobs a claim returned, each as a task taking a slot, and gives back the
+        `held` slots the claim held."""
+        self._held -= held
+        for job in jobs:
+            job._achildren = self._queue_of(job.queue).children
+            self._jobs[job.id] = job
+            self._running[job.id] = asyncio.create_task(self._run_job(job))
+        self._room.set()
+
+    def _queue_of(self, queue: str) -> AsyncQueue:
+        """The ``AsyncQueue`` of a job's queue: the worker's, or its partition's."""
+        if queue == self.queue.name:
+            return self.queue
+        if queue not in self._partitions:
+            self._partitions[queue] = self.queue._on(queue)
+        return self._partitions[queue]
 
     async def _run_job(self, job: Job) -> None:
         serializer = self.queue.serializer
@@ -238,11 +347,11 @@ class AsyncWorker(Claiming):
         attempt = 0
         while True:
             sent = time.time_ns()
-            args = cmd.settle(self.queue.name, command, job.id, job.attempt, options)
+            args = cmd.settle(job.queue, command, job.id, job.attempt, options)
             try:
                 if waiting > 0:
                     (reply,), confirmed = await pipelined_async(
-                        self.queue.client, self.queue.name, [args], waiting,
+                        self.queue.client, job.queue, [args], waiting,
                         self.queue.wait_timeout_ms,
                     )
                 else:
