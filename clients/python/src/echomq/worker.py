@@ -88,6 +88,17 @@ class Worker(Claiming):
     wait in its outbox (``outbox``); a parent's handler reads its children with
     ``job.children()``.
 
+    A partitioned queue (``Queue.span``; docs/cluster.md) is claimed with one loop a primary,
+    each on a thread and a connection of its own: it goes round that primary's partitions with
+    claims that do not block and, once a whole round found nothing, blocks on the next with
+    ``WAKE`` naming the others, so the worker holds one blocked claim a primary. The loops
+    share ``concurrency``: a claim holds the slots it asks for until its reply (a blocked one,
+    when there are several primaries, one), so give a worker more slots than the queue has
+    primaries. Each job's ``queue`` is its partition, where its renewals and its outcome go.
+    The width is read at start; a queue spanned later is switched to at its first
+    ``EMQSPANNED``, and a failed claim (a failover, a ``MOVED``) has the worker read the slot
+    map and the width again and regroup.
+
     ``name`` identifies the worker in its events (default ``<hostname>:<pid>:<6 random hex>``);
     ``on_event`` is called with a ``WorkerEvent`` for each claim, renewal, settle, handler
     start and end, and hand-over. With ``wait_replicas`` n > 0, each settle pipeline ends with ``WAIT n``
