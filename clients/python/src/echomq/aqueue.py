@@ -146,7 +146,11 @@ class AsyncQueue(Settings):
 
     async def span(self, width: int) -> bool:
         """``Queue.span``, awaited."""
-        changed = [cmd.flag(await self._send(mark)) for mark in spans.span(self.name, width)]
+        marks = spans.span(self.name, width)
+        found = await self._send(spans.width_command(self.name))
+        if spans.refused(found, await self._send(cmd.stats(self.name)), width):
+            await self._send(marks[-1])  # the queue's own mark: the server's refusal, nothing marked
+        changed = [cmd.flag(await self._send(mark)) for mark in marks]
         self.router.learn(width)
         return any(changed)
 

@@ -253,8 +253,13 @@ class Queue(Settings):
         (1-1024; docs/cluster.md): each partition is marked, then the queue, which refuses jobs
         and claims from then on (``EMQSPANNED``), so producers and workers route. Whether
         anything changed (spanning again over the same width changes nothing);
-        ``EmqSpanError`` for a queue that holds jobs or is spanned over another width."""
-        changed = [cmd.flag(self._send(mark)) for mark in spans.span(self.name, width)]
+        ``EmqSpanError`` for a queue that holds jobs, is spanned over another width or is a
+        partition, asked first so that a refused span marks no partition."""
+        marks = spans.span(self.name, width)
+        found = self._send(spans.width_command(self.name))
+        if spans.refused(found, self._send(cmd.stats(self.name)), width):
+            self._send(marks[-1])  # the queue's own mark: the server's refusal, nothing marked
+        changed = [cmd.flag(self._send(mark)) for mark in marks]
         self.router.learn(width)
         return any(changed)
 

@@ -36,6 +36,15 @@ def span(queue: str, width: int) -> List[List[Any]]:
     return marks + [["EMQ.SPAN", queue, width]]
 
 
+def refused(width_reply: Any, stats_reply: Any, width: int) -> bool:
+    """Whether the server will refuse to span a queue over `width`, from its ``EMQ.WIDTH`` and
+    ``EMQ.STATS``: a partition, a queue spanned over another width, or one that holds jobs. A
+    client asks first, so a refused span leaves no partition marked."""
+    found, counts = cmd.pairs(width_reply), cmd.pairs(stats_reply)
+    held = sum(counts.get(k) or 0 for k in ("pending", "active", "scheduled", "dead", "waiting"))
+    return found.get("of") is not None or found.get("width") not in (0, width) or held > 0
+
+
 def unspan(queue: str, width: int) -> List[List[Any]]:
     """``EMQ.UNSPAN`` of the queue, then of each of its `width` partitions (each refused while
     it holds a job)."""
