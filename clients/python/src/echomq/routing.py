@@ -60,7 +60,10 @@ class Router:
         """Learns the width an ``EMQSPANNED`` refusal names; whether to route and send again:
         not past ``MAX_REROUTES``, and not when this queue is itself a partition of that width
         (which refuses a job that routes elsewhere: the caller's to send to its queue)."""
-        if reroutes >= MAX_REROUTES or self.partition_of(error.width):
+        if self.partition_of(error.width):
+            self.learn(0)  # taken as an ordinary queue: no further routing
+            return False
+        if reroutes >= MAX_REROUTES:
             return False
         self.learn(error.width)
         return True
