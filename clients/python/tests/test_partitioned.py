@@ -25,6 +25,7 @@ from echomq.partitions import name, route
 from echomq.rounds import Claim, Rotation
 from echomq.slots import slot
 from conftest import Cluster, Server, joined, until
+from test_clients import move_slot
 
 
 def pending(client: Any, queue: str) -> Set[str]:
@@ -327,6 +328,43 @@ def test_a_worker_drains_a_queue_over_every_primary_blocking_once_a_primary(
     assert most[0] <= 6 and worker.counts["lost"] == 0
     stats = q.stats()
     assert (stats["pending"], stats["active"]) == (0, 0)
+
+
+@pytest.mark.cluster
+def test_a_worker_regroups_when_a_partition_s_slot_moves_to_another_primary(
+    cluster: Cluster,
+) -> None:
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    echomq.Queue(client, "moving").span(6)
+    q = echomq.Queue(client, "moving")
+    ids = q.enqueue_many(b"job %d" % n for n in range(300))
+    moved = spans.names("moving", 6)[0]
+    src = next(n for n in cluster.nodes if n.port == owner_of(cluster)(moved))
+    dst = next(n for n in cluster.nodes if n is not src)
+    worker = echomq.Worker(client, "moving", lambda job: time.sleep(0.005), concurrency=8, lease=2)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        assert until(lambda: worker.counts["acked"] >= 50, timeout=20)
+        move_slot(cluster, slot(moved), src, dst)
+        later = [q.enqueue(b"after the move", id=i) for i in
+                 [i for i in (echomq.mint() for _ in range(400)) if q.partition(i) == moved][:20]]
+
+        def all_done() -> bool:
+            try:
+                return all((q.job(i) or {}).get("state") == "done" for i in ids + later)
+            except Exception:
+                return False
+
+        assert until(all_done, timeout=90), worker.counts
+        # Regrouped: one blocked claim on each primary that holds partitions, the moved one's
+        # new owner included.
+        owners = {owner_of(cluster)(p) for p in spans.names("moving", 6)}
+        assert until(lambda: sum(blocked(cluster)) == len(owners), timeout=10), blocked(cluster)
+        assert max(blocked(cluster)) == 1
+    finally:
+        worker.stop()
+        assert joined(t), "run() returned after stop()"
 
 
 @pytest.mark.cluster
