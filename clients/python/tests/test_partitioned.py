@@ -308,6 +308,7 @@ def test_a_worker_drains_a_queue_over_every_primary_blocking_once_a_primary(
             running[0] += 1
             most[0] = max(most[0], running[0])
             handled[job.id] = handled.get(job.id, 0) + 1
+        time.sleep(0.002)  # the work: handlers overlap, up to the concurrency
         with lock:
             running[0] -= 1
 
@@ -325,7 +326,8 @@ def test_a_worker_drains_a_queue_over_every_primary_blocking_once_a_primary(
         worker.stop()
         assert joined(t)
     assert sorted(handled) == sorted(every) and set(handled.values()) == {1}
-    assert most[0] <= 6 and worker.counts["lost"] == 0
+    assert 1 < most[0] <= 6, "the loops of three primaries share the worker's 6 slots"
+    assert worker.counts["lost"] == 0
     stats = q.stats()
     assert (stats["pending"], stats["active"]) == (0, 0)
 
