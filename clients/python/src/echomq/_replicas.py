@@ -33,6 +33,13 @@ def refresh(client: Any) -> None:
         nodes.initialize()
 
 
+async def arefresh(client: Any) -> None:
+    """``refresh`` for an asyncio cluster client."""
+    nodes = getattr(client, "nodes_manager", None)
+    if nodes is not None and hasattr(client, "get_node_from_key"):
+        await nodes.initialize()
+
+
 def pipeline_on(client: Any, queue: str) -> Any:
     """A pipeline (no transaction) on the connection that serves `queue`: a cluster client's is
     its node's own (a cluster pipeline routes by key, and ``WAIT`` has none)."""

@@ -138,23 +138,15 @@ def adoptions(queue: str, job_id: str, parents: Sequence[Parent]) -> List[List[A
     ]
 
 
-def menqueue(
-    queue: str, serializer: Serializer, payloads: Iterable[Any], chunk: int,
-    headers: Optional[Mapping[str, str]] = None,
-) -> Iterator[Tuple[List[str], List[Any]]]:
-    """``EMQ.MENQUEUE``s of ``chunk`` jobs each, with the ids minted for them, each job with
-    ``headers``."""
-    job_ids: List[str] = []
-    args: List[Any] = []
+def entries(
+    serializer: Serializer, payloads: Iterable[Any], headers: Optional[Mapping[str, str]] = None
+) -> Iterator[Tuple[str, List[Any]]]:
+    """Each job of an ``EMQ.MENQUEUE``, as the payloads come: the id minted for it, and its
+    part of the command (its ``headers``, its id, its payload)."""
     each = header_args(headers)
     for payload in payloads:
-        job_ids.append(ids.mint())
-        args += [*each, job_ids[-1], serializer.dumps(payload)]
-        if len(job_ids) >= chunk:
-            yield job_ids, ["EMQ.MENQUEUE", queue, *args]
-            job_ids, args = [], []
-    if job_ids:
-        yield job_ids, ["EMQ.MENQUEUE", queue, *args]
+        job_id = ids.mint()
+        yield job_id, [*each, job_id, serializer.dumps(payload)]
 
 
 # ---- building: looking ----
@@ -320,8 +312,16 @@ def uncron(queue: str, name: str) -> List[Any]:
 # ---- building: working ----
 
 
-def claim(queue: str, count: int, lease_ms: int, block_ms: int) -> List[Any]:
-    return ["EMQ.CLAIM", queue, "COUNT", count, "LEASE", lease_ms, "BLOCK", block_ms]
+def claim(
+    queue: str, count: int, lease_ms: int, block_ms: Optional[int] = None,
+    wake: Sequence[str] = (),
+) -> List[Any]:
+    """``EMQ.CLAIM``, blocking for `block_ms` when given; with `wake` (the other partitions of
+    one primary), a wait that a job ready in one of those ends with no job."""
+    args: List[Any] = ["EMQ.CLAIM", queue, "COUNT", count, "LEASE", lease_ms]
+    if block_ms is not None:
+        args += ["BLOCK", block_ms, *(["WAKE", len(wake), *wake] if wake else [])]
+    return args
 
 
 def renew(
@@ -520,11 +520,14 @@ class Written:
             self.short += job_ids
             self.fewest = confirmed if self.fewest is None else min(self.fewest, confirmed or 0)
 
-    def ids(self) -> List[str]:
-        """Every id, in order; ``EmqNotReplicated`` naming the unconfirmed chunks' jobs."""
+    def ids(self, order: Optional[List[str]] = None) -> List[str]:
+        """Every id, in `order` where given (a partitioned queue's batch is written partition
+        by partition), else as written; ``EmqNotReplicated`` naming the unconfirmed chunks'
+        jobs."""
+        enqueued = self.enqueued if order is None else order
         if self.short:
-            raise EmqNotReplicated(self.short, self.fewest or 0, self.wanted, enqueued=self.enqueued)
-        return self.enqueued
+            raise EmqNotReplicated(self.short, self.fewest or 0, self.wanted, enqueued=enqueued)
+        return enqueued
 
 
 def lease_lost(reply: Any) -> bool:

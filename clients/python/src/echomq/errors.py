@@ -127,6 +127,26 @@ class EmqParentError(EmqError):
     code = "EMQPARENT"
 
 
+class EmqSpannedError(EmqError):
+    """``EMQSPANNED <n>``: a job or a claim sent to a partitioned queue's own name, or a job to a
+    partition its group (or else its id) does not route to. ``width``: the queue's partitions,
+    ``n``, from which a client routes again (docs/cluster.md)."""
+
+    code = "EMQSPANNED"
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        words = str(args[0]).split(" ", 2) if args else []
+        self.width = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
+
+
+class EmqSpanError(EmqError):
+    """``EMQSPAN``: ``EMQ.SPAN`` of a queue that holds jobs or is marked otherwise already (another
+    width, another place), or ``EMQ.UNSPAN`` of a partition that holds jobs."""
+
+    code = "EMQSPAN"
+
+
 class EmqNotReplicated(EmqError):
     """The write was taken by the primary but not confirmed by ``wanted`` replicas (``WAIT``,
     with a queue's ``wait_replicas``, reported ``replicas``): it may be lost in a failover.
@@ -187,6 +207,8 @@ CODES: Dict[str, Type[EmqError]] = {
         EmqCursorError,
         EmqCronError,
         EmqParentError,
+        EmqSpannedError,
+        EmqSpanError,
     )
 }
 

@@ -29,6 +29,8 @@ class Job:
     payload: Any
     #: This attempt (the lease token): 1 for the first.
     attempt: int
+    #: The queue it was claimed from: a partitioned queue's job, its partition (where its
+    #: renewals and outcome go, and where ``Queue(client, job.queue)`` finds it).
     queue: str
     #: The headers it was enqueued with (``enqueue(..., headers=...)``), the trace context
     #: among them: empty for none.

@@ -12,7 +12,8 @@ at once while the last sweep found hand-overs (and every step of it went through
 that raised is logged and told as a failed step, never the sweeps' end. With the
 worker's ``wait_replicas``, a hand-over is followed by ``WAIT`` on the parent's node, and left
 in the outbox until that many of the parent's replicas confirmed it: a failover of the
-parent's primary cannot then lose a count whose entry is gone."""
+parent's primary cannot then lose a count whose entry is gone. A partitioned queue's worker
+sweeps each of its partitions' outboxes in turn (the queues it claims, as they are then)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any, Awaitable, Callable, Generator, List, NamedTuple, Optional, Tuple
+from typing import (
+    Any, Awaitable, Callable, Generator, List, NamedTuple, Optional, Sequence, Tuple, Union,
+)
 
 from . import commands as cmd
 from ._replicas import moved, pipelined, pipelined_async, refresh
@@ -158,22 +161,38 @@ def failed(event: Hook, error: Exception) -> Tuple[int, bool]:
     return 0, False
 
 
+#: The queues whose outboxes are swept: one, or what a worker claims at each pass (a
+#: partitioned queue's partitions).
+Queues = Union[str, Callable[[], Sequence[str]]]
+
+
+def listed(queues: Queues) -> Sequence[str]:
+    """The queues to sweep now."""
+    return [queues] if isinstance(queues, str) else queues()
+
+
 def deliver(
-    client: Any, queue: str, stopping: threading.Event, event: Hook, replicas: int = 0,
+    client: Any, queues: Queues, stopping: threading.Event, event: Hook, replicas: int = 0,
     timeout_ms: int = 1000,
 ) -> None:
     """``Worker``'s delivery thread: sweeps until `stopping` is set."""
-    sweeps(sender(client, replicas, timeout_ms), queue, stopping, event, replicas)
+    sweeps(sender(client, replicas, timeout_ms), queues, stopping, event, replicas)
 
 
-def sweeps(send: Send, queue: str, stopping: threading.Event, event: Hook, wanted: int) -> None:
-    """Sweeps with `send` until `stopping` is set, whatever a sweep raises (``failed``)."""
+def sweeps(
+    send: Send, queues: Queues, stopping: threading.Event, event: Hook, wanted: int
+) -> None:
+    """Sweeps each queue with `send` until `stopping` is set, whatever a sweep raises
+    (``failed``); the next pass at once while one found hand-overs and none failed."""
     while not stopping.is_set():
-        try:
-            result = swept(send, queue, event, wanted)
-        except Exception as e:
-            result = failed(event, e)
-        wait = pause(*result)
+        found, clean = 0, True
+        for queue in listed(queues):
+            try:
+                result = swept(send, queue, event, wanted)
+            except Exception as e:
+                result = failed(event, e)
+            found, clean = found + result[0], clean and result[1]
+        wait = pause(found, clean)
         if wait:
             stopping.wait(wait)
 
@@ -206,23 +225,26 @@ async def aswept(send: ASend, queue: str, event: Hook, wanted: int) -> Tuple[int
 
 
 async def adeliver(
-    client: Any, queue: str, stopping: asyncio.Event, event: Hook, replicas: int = 0,
+    client: Any, queues: Queues, stopping: asyncio.Event, event: Hook, replicas: int = 0,
     timeout_ms: int = 1000,
 ) -> None:
     """``AsyncWorker``'s delivery task: sweeps until `stopping` is set (or it is cancelled)."""
-    await asweeps(asender(client, replicas, timeout_ms), queue, stopping, event, replicas)
+    await asweeps(asender(client, replicas, timeout_ms), queues, stopping, event, replicas)
 
 
 async def asweeps(
-    send: ASend, queue: str, stopping: asyncio.Event, event: Hook, wanted: int
+    send: ASend, queues: Queues, stopping: asyncio.Event, event: Hook, wanted: int
 ) -> None:
     """``sweeps``, each command awaited."""
     while not stopping.is_set():
-        try:
-            result = await aswept(send, queue, event, wanted)
-        except Exception as e:
-            result = failed(event, e)
-        wait = pause(*result)
+        found, clean = 0, True
+        for queue in listed(queues):
+            try:
+                result = await aswept(send, queue, event, wanted)
+            except Exception as e:
+                result = failed(event, e)
+            found, clean = found + result[0], clean and result[1]
+        wait = pause(found, clean)
         if wait:
             try:
                 await asyncio.wait_for(stopping.wait(), wait)

@@ -1,20 +1,22 @@
 """The producer's side: ``Queue`` enqueues jobs and operates a queue, over any redis-py
 compatible client (``redis.Redis``, ``redis.cluster.RedisCluster``, ``valkey.Valkey``). Each
-call builds its command and parses the reply with ``commands``; this is the sending."""
+call builds its command and parses the reply with ``commands``; this is the sending. A
+partitioned queue's jobs go to their partitions (``routing``), and what acts on the whole queue
+acts on each partition (``spans``)."""
 
 from __future__ import annotations
 
 import time
 from typing import (
-    Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union,
+    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union,
 )
 
 from . import commands as cmd
-from . import tracing
+from . import ids, routing, spans, tracing
 from ._replicas import moved, pipelined, refresh, wait_settings
 from ._retry import backoff, retry_after
 from .cancel import cancel as cancelling
-from .errors import EmqParentError
+from .errors import EmqParentError, EmqSpannedError
 from .metrics import Metrics
 from .metrics import command as metrics_command
 from .metrics import parse as parse_metrics
@@ -54,6 +56,9 @@ class Settings:
         self.serializer: Serializer = serializer or Raw()
         self.retries = retries
         self.wait_replicas, self.wait_timeout_ms = wait_settings(wait_replicas, wait_timeout)
+        #: The queue's partitions as far as known: learned from an ``EMQSPANNED`` refusal, a
+        #: ``width()``, ``span`` or ``unspan``.
+        self.router = routing.Router(name)
         cluster = hasattr(client, "get_node_from_key")
         if self.wait_replicas > 0 and cluster and not self.waits_on_cluster:
             raise ValueError("wait_replicas needs a single-server asyncio client (or Queue)")
@@ -76,7 +81,14 @@ class Queue(Settings):
 
     With ``wait_replicas`` n > 0, each enqueue is followed by ``WAIT n`` (``wait_timeout``
     seconds) on the same connection, and one that fewer replicas confirmed raises
-    ``EmqNotReplicated``: the primary took it, but it may be lost in a failover."""
+    ``EmqNotReplicated``: the primary took it, but it may be lost in a failover.
+
+    A partitioned queue (``span``) is used through its own name: a job goes to its partition,
+    a call on one job (``job``, ``cancel``, ``requeue``, ``children``) or one group to the
+    partition its id or group routes to, and ``stats``, ``limit``, ``pause``, ``resume``,
+    ``purge`` and ``requeue_dead`` act on every partition (the width read once, when not
+    known yet). ``jobs``, ``groups``, ``crons``, ``cron`` and ``metrics`` act on the queue
+    named: give them a partition's ``Queue``."""
 
     def call(self, command: str, *args: Any) -> Any:
         """``command <queue> args...``, retried while the failure is transient; a refusal as
@@ -90,6 +102,7 @@ class Queue(Settings):
         return self._write([command, self.name, *args])
 
     def _send(self, args: List[Any]) -> Any:
+        """`args` sent, retried while the failure is transient; a refusal raised typed."""
         attempt = 0
         while True:
             try:
@@ -99,13 +112,15 @@ class Queue(Settings):
                 attempt += 1
 
     def _write(self, args: List[Any]) -> Tuple[Any, Optional[int]]:
+        """``_send`` of a write, with ``WAIT`` on the node of the queue it names (``args[1]``: a
+        partition, for a partitioned queue's job)."""
         if self.wait_replicas <= 0:
             return self._send(args), None
         attempt = 0
         while True:
             try:
                 (reply,), confirmed = pipelined(
-                    self.client, self.name, [args], self.wait_replicas, self.wait_timeout_ms
+                    self.client, args[1], [args], self.wait_replicas, self.wait_timeout_ms
                 )
                 if isinstance(reply, Exception):
                     raise reply
@@ -144,26 +159,42 @@ class Queue(Settings):
         Flows: with ``children`` n the job waits (``waiting``) until n children finished; with
         ``parents`` (``Parent``s or ``(queue, id[, on_fail])``, at most 16) it is a child of
         each, which a parent out of the queue's slot registers first (``EMQ.ADOPT``).
-        ``EmqParentError`` when a parent refuses it."""
+        ``EmqParentError`` when a parent refuses it.
+
+        A partitioned queue's job goes to the partition its group, or else its id, routes to:
+        the width is learned from the queue's first ``EMQSPANNED`` refusal (``EmqSpannedError``
+        once a call was routed again twice). A job with parents learns it first: a parent adopts
+        the child in its partition."""
         above = parents_of(parents)
+        job_id = id or ids.mint()
+        if above and self.router.width is None:
+            self.width()
         with tracing.sending(self.name, headers, self.tracer_provider) as sent:
-            job_id, args = cmd.enqueue(
-                self.name, self.serializer, payload, id, delay, at, priority, unique,
-                unique_for, children, above, timeout, group, sent.headers,
-            )
-            try:
-                for adopt in cmd.adoptions(self.name, job_id, above):
-                    self._send(adopt)
-                reply, confirmed = self._write(args)
-            except EmqParentError:
-                # A retry of an enqueue that went through (its row is there): the parent may
-                # have run since, and refuses the child it counted already.
-                if above and self.job(job_id) is not None:
-                    return job_id
-                raise
-            written = cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
-            sent.sent(written)
-            return written
+            reroutes = 0
+            while True:
+                target = self.router.of(group if group is not None else job_id)
+                _, args = cmd.enqueue(
+                    target, self.serializer, payload, job_id, delay, at, priority, unique,
+                    unique_for, children, above, timeout, group, sent.headers,
+                )
+                try:
+                    for adopt in cmd.adoptions(target, job_id, above):
+                        self._send(adopt)
+                    reply, confirmed = self._write(args)
+                except EmqSpannedError as e:
+                    if not self.router.refused(e, reroutes):
+                        raise
+                    reroutes += 1
+                    continue
+                except EmqParentError:
+                    # A retry of an enqueue that went through (its row is there): the parent
+                    # may have run since, and refuses the child it counted already.
+                    if above and cmd.row(self._send(cmd.job(target, job_id))) is not None:
+                        return job_id
+                    raise
+                written = cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
+                sent.sent(written)
+                return written
 
     def enqueue_many(
         self, payloads: Iterable[Any], chunk: int = CHUNK,
@@ -172,14 +203,23 @@ class Queue(Settings):
         """Enqueues every payload, ``chunk`` to an atomic ``EMQ.MENQUEUE``; their ids, in order,
         each job with ``headers`` (and the trace context, as ``enqueue``). With
         ``wait_replicas``, every chunk is written, then ``EmqNotReplicated`` names the jobs of
-        the chunks fewer replicas confirmed (the fewest confirmations its count)."""
+        the chunks fewer replicas confirmed (the fewest confirmations its count). A partitioned
+        queue's jobs are split by partition, ``chunk`` to a command (``routing.enqueue_many``)."""
         written = cmd.Written(self.wait_replicas)
         with tracing.sending(self.name, headers, self.tracer_provider) as sent:
-            for job_ids, args in cmd.menqueue(
-                self.name, self.serializer, payloads, chunk, sent.headers
-            ):
-                written.add(job_ids, self._write(args)[1])
-        return written.ids()
+            entries = cmd.entries(self.serializer, payloads, sent.headers)
+            course = routing.enqueue_many(self.router, entries, chunk)
+            failure: Optional[BaseException] = None
+            while True:
+                try:
+                    job_ids, args = course.send(failure)
+                except StopIteration as end:
+                    return written.ids(end.value)
+                try:
+                    written.add(job_ids, self._write(args)[1])
+                    failure = None
+                except Exception as e:  # the course decides what it means (routing.py)
+                    failure = e
 
     def flow(self, tree: NodeLike) -> Node:
         """Enqueues a flow: a tree of ``Node``s (or mappings ``{"queue", "payload", "id"?,
@@ -206,14 +246,75 @@ class Queue(Settings):
         ``ignore``): its handler counts them with ``job.children().count("acked")``."""
         return self.flow(batched(jobs, on_complete))
 
+    # ---- partitions ----
+
+    def span(self, width: int) -> bool:
+        """Makes the queue, while it holds no job, a partitioned queue of `width` partitions
+        (1-1024; docs/cluster.md): each partition is marked, then the queue, which refuses jobs
+        and claims from then on (``EMQSPANNED``), so producers and workers route. Whether
+        anything changed (spanning again over the same width changes nothing);
+        ``EmqSpanError`` for a queue that holds jobs, is spanned over another width or is a
+        partition, asked first so that a refused span marks no partition."""
+        marks = spans.span(self.name, width)
+        found = self._send(spans.width_command(self.name))
+        if spans.refused(found, self._send(cmd.stats(self.name)), width):
+            self._send(marks[-1])  # the queue's own mark: the server's refusal, nothing marked
+        changed = [cmd.flag(self._send(mark)) for mark in marks]
+        self.router.learn(width)
+        return any(changed)
+
+    def unspan(self) -> bool:
+        """Makes a partitioned queue an ordinary one again: the queue, then each partition
+        (``EmqSpanError`` for one that holds jobs: drain them first, producers stopped).
+        Whether anything changed."""
+        commands = spans.unspan(self.name, self.width())
+        changed = [cmd.flag(self._send(command)) for command in commands]
+        self.router.learn(0)
+        return any(changed)
+
+    def width(self) -> int:
+        """The queue's partitions (``EMQ.WIDTH``), 0 for an ordinary queue (and for a
+        partition, which takes jobs as one); learned for routing."""
+        found = spans.width(self._send(spans.width_command(self.name)))
+        self.router.learn(found)
+        return found
+
+    def partition(self, key: str) -> str:
+        """The queue that holds a job with this group, or else this id: its partition, or the
+        queue itself for an ordinary queue (the width read once, when not known yet). A grouped
+        job of a partitioned queue is reached so, or through its worker's ``job.queue``:
+        ``Queue(client, q.partition(group)).job(job_id)``."""
+        self._width_known()
+        return self.router.of(key)
+
+    def partition_stats(self) -> Dict[str, Dict[str, Optional[int]]]:
+        """Each partition's ``stats``, by name, in order (the width read again first); an
+        ordinary queue's own, by its name."""
+        targets = self.router.partitions() if self.width() else [self.name]
+        return {t: cmd.counts(self._send(cmd.stats(t))) for t in targets}
+
+    def _width_known(self) -> int:
+        """The queue's width, read (``EMQ.WIDTH``) when not known yet."""
+        return self.width() if self.router.width is None else self.router.width
+
+    def _each(self, build: Callable[[str], List[Any]]) -> List[Any]:
+        """`build`'s command sent to each partition of a partitioned queue, or to the queue
+        itself: the replies, in order."""
+        targets = self.router.partitions() if self._width_known() else [self.name]
+        return [self._send(build(t)) for t in targets]
+
     # ---- looking ----
 
     def stats(self) -> Dict[str, Optional[int]]:
         """The counts of each set (``waiting``: the flow parents that wait for children;
         ``pending`` counts every ready job, grouped or not), how many named groups the queue
         knows (``groups``: those with ready or active jobs, a limit of their own or a pause),
-        whether the queue is paused, and its limits and their use."""
-        return cmd.counts(self._send(cmd.stats(self.name)))
+        whether the queue is paused, and its limits and their use. A partitioned queue's are
+        its partitions' added up (``spans.totals``), with ``partitions``, their number."""
+        if not self._width_known():
+            return cmd.counts(self._send(cmd.stats(self.name)))
+        each = self.partition_stats()
+        return {**spans.totals(list(each.values())), "partitions": len(each)}
 
     def metrics(self) -> Metrics:
         """The queue's metrics as the server that holds it keeps them (``EMQ.METRICS``): they
@@ -221,8 +322,10 @@ class Queue(Settings):
         return parse_metrics(self._send(metrics_command(self.name)))
 
     def job(self, job_id: str) -> Optional[Dict[str, Any]]:
-        """A job's row, its set and its score there; ``None`` when there is no such job."""
-        return cmd.row(self._send(cmd.job(self.name, job_id)))
+        """A job's row, its set and its score there; ``None`` when there is no such job. (A
+        partitioned queue's job is looked for in the partition its id routes to:
+        ``partition``.)"""
+        return cmd.row(self._send(cmd.job(self.partition(job_id), job_id)))
 
     def jobs(
         self, set_name: str, cursor: str = "0", count: Optional[int] = None, payloads: bool = False
@@ -250,7 +353,8 @@ class Queue(Settings):
         ``Child`` (status, data)."""
         found, cursor = Children(), "0"
         while True:
-            cursor = cmd.children_page(self._send(cmd.children(self.name, job_id, cursor)), found)
+            reply = self._send(cmd.children(self.partition(job_id), job_id, cursor))
+            cursor = cmd.children_page(reply, found)
             if cursor == "0":
                 return found
 
@@ -277,7 +381,7 @@ class Queue(Settings):
         return self._cancel(job_id, True)
 
     def _cancel(self, job_id: str, unstarted: bool) -> int:
-        steps, reply = cancelling(self.name, job_id, unstarted), None
+        steps, reply = cancelling(self.partition(job_id), job_id, unstarted), None
         try:
             while True:
                 command = steps.send(reply)
@@ -289,20 +393,23 @@ class Queue(Settings):
             return int(end.value)
 
     def requeue(self, job_id: str) -> bool:
-        return cmd.flag(self._send(cmd.requeue(self.name, job_id)))
+        return cmd.flag(self._send(cmd.requeue(self.partition(job_id), job_id)))
 
     def requeue_dead(self, count: Optional[int] = None) -> int:
-        """Up to ``count`` (default 1,000) of the oldest dead jobs back to pending; how many."""
-        return cmd.count(self._send(cmd.requeue_dead(self.name, count)))
+        """Up to ``count`` (default 1,000) of the oldest dead jobs back to pending (of each
+        partition, for a partitioned queue); how many."""
+        return sum(map(cmd.count, self._each(lambda q: cmd.requeue_dead(q, count))))
 
     def purge(self, set_name: str, count: Optional[int] = None) -> int:
-        return cmd.count(self._send(cmd.purge(self.name, set_name, count)))
+        """Removes up to ``count`` jobs of the set (of each partition); how many."""
+        return sum(map(cmd.count, self._each(lambda q: cmd.purge(q, set_name, count))))
 
     def pause(self) -> bool:
-        return cmd.flag(self._send(cmd.pause(self.name)))
+        """Stops claims taking the queue's jobs (every partition's); whether it was not paused."""
+        return any(map(cmd.flag, self._each(cmd.pause)))
 
     def resume(self) -> bool:
-        return cmd.flag(self._send(cmd.resume(self.name)))
+        return any(map(cmd.flag, self._each(cmd.resume)))
 
     def limit(
         self, concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
@@ -317,12 +424,22 @@ class Queue(Settings):
         of each group every ``group_per`` seconds, for the groups without limits of their own),
         ``None`` removes one, one left out stays; ``off`` removes them all; with nothing
         given, reports them. The limits and their use, in the server's units: ``rate-per``,
-        ``group-rate-per`` and ``timeout`` in ms."""
-        args = cmd.limit(
-            self.name, concurrency, rate, per, off, timeout, group_concurrency, group_rate,
-            group_per,
-        )
-        return cmd.counts(self._send(args))
+        ``group-rate-per`` and ``timeout`` in ms.
+
+        A partitioned queue's ``concurrency`` and ``rate`` are shared out between its
+        partitions (``spans.portion``: ``L // n``, one more for the first ``L % n``; a limit
+        below the number of partitions is a ``ValueError``), its other limits set on each; the
+        report adds the partitions' up (``spans.totals``)."""
+        width = self._width_known()
+        targets = self.router.partitions() if width else [self.name]
+        replies = [
+            cmd.counts(self._send(cmd.limit(
+                target, spans.shared(concurrency, width, i), spans.shared(rate, width, i), per,
+                off, timeout, group_concurrency, group_rate, group_per,
+            )))
+            for i, target in enumerate(targets)
+        ]
+        return spans.totals(replies) if width else replies[0]
 
     def group_limit(
         self, group: str, concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
@@ -335,17 +452,18 @@ class Queue(Settings):
         ``concurrency`` (``None``: the default applies), the queue's ``group-concurrency``,
         ``held`` (1 while its limit holds it back) and, with group rates, ``rate``,
         ``rate-per`` (ms), ``rate-used``, ``group-rate`` and ``group-rate-per``."""
-        return cmd.fields(self._send(cmd.group_limit(self.name, group, concurrency, rate, per)))
+        target = self.partition(group)
+        return cmd.fields(self._send(cmd.group_limit(target, group, concurrency, rate, per)))
 
     def pause_group(self, group: str, seconds: Optional[float] = None) -> bool:
         """Stops claims taking the group's jobs (it keeps them, and takes enqueues), for
         ``seconds`` (the server resumes it then) or until ``resume_group``; whether it was not
         paused already."""
-        return cmd.flag(self._send(cmd.pause_group(self.name, group, seconds)))
+        return cmd.flag(self._send(cmd.pause_group(self.partition(group), group, seconds)))
 
     def resume_group(self, group: str) -> bool:
         """Lets claims take the group's jobs again; whether it was paused."""
-        return cmd.flag(self._send(cmd.resume_group(self.name, group)))
+        return cmd.flag(self._send(cmd.resume_group(self.partition(group), group)))
 
     def cron(
         self, name: str, payload: Any, spec: Optional[str] = None,

@@ -10,53 +10,29 @@ from __future__ import annotations
 import signal
 import threading
 import time
-import traceback
 from queue import Empty, SimpleQueue
 from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import commands as cmd
-from . import leases, outbox, tracing
+from . import leases, outbox, rounds, tracing
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, server_full, transient
-from .errors import translate
-from .events import Action, Ending, Hook, WorkerEvent, default_name, failure
+from .claiming import MAX_ERROR, Claiming, jobs_of, outcome, version_options
+from .errors import EmqSpannedError, translate
+from .events import Action, Ending, WorkerEvent, failure
 from .job import Job, Retry
 from .queue import Queue
 from .serializers import Serializer
 
-#: ``Job`` and ``Retry`` (job.py) are still found here, where they were first.
-__all__ = ["Claiming", "Job", "Retry", "Worker"]
+#: ``Job`` and ``Retry`` (job.py), ``Claiming``, ``outcome``... (claiming.py) are still found
+#: here, where they were first.
+__all__ = [
+    "Claiming", "Job", "MAX_ERROR", "Retry", "Worker", "jobs_of", "outcome", "version_options",
+]
 
-#: Most bytes of an error (the exception and its traceback) sent with ``EMQ.FAIL``.
-MAX_ERROR = 4096
 #: Most outcomes (``ACK``, ``FAIL``) sent in one pipeline.
 SETTLE_BATCH = 100
-
-
-def outcome(
-    serializer: Serializer, result: Any = None, error: Optional[BaseException] = None
-) -> Tuple[str, str, List[Any]]:
-    """What a handler's end means: its count's name, the command and its options after the
-    token. A return is ``ACK`` (with ``RESULT`` when it returned a value), ``Retry`` a ``FAIL``
-    with ``RETRY-IN``, any other exception a ``FAIL`` with it and its traceback."""
-    if isinstance(error, Retry):
-        return "retried", cmd.FAIL, cmd.fail_options(str(error), int(error.after * 1000))
-    if error is not None:
-        trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        return "failed", cmd.FAIL, cmd.fail_options(trace[-MAX_ERROR:])
-    encoded = serializer.dumps(result) if result is not None else None
-    return "acked", cmd.ACK, cmd.ack_options(encoded)
-
-
-def jobs_of(queue: str, reply: Any) -> List[Job]:
-    """The jobs an ``EMQ.CLAIM`` replied (``commands.claimed``), each payload still the bytes:
-    it is decoded on the job's own path (``settled``), where a payload that does not decode is
-    that job's failure, not the worker's."""
-    return [
-        Job(id=job_id, payload=payload, attempt=token, queue=queue, headers=headers)
-        for job_id, payload, token, headers in cmd.claimed(reply)
-    ]
 
 
 def settled(
@@ -92,134 +68,6 @@ def retryable(reply: Any) -> bool:
     return isinstance(reply, Exception) and (transient(reply) or moved(reply))
 
 
-def version_options(client: Any) -> Dict[str, Any]:
-    """Where `client` sends ``EMQ.VERSION``: a cluster client (which cannot route a command
-    without a key) to any node, as every node speaks the one protocol."""
-    if hasattr(client, "get_random_node"):
-        return {"target_nodes": client.get_random_node()}
-    return {}
-
-
-class Claiming:
-    """A worker's claiming settings, checked and in ms, its name, its ``on_event`` hook and
-    what it counts (``Worker``'s and ``AsyncWorker``'s), and what both build and read of their
-    commands."""
-
-    def __init__(
-        self,
-        queue: str,
-        concurrency: int,
-        lease: float,
-        batch: Optional[int],
-        block: float,
-        renew_every: float,
-        shutdown_timeout: float,
-        name: Optional[str],
-        on_event: Optional[Callable[[WorkerEvent], None]],
-    ) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency is at least 1")
-        self.concurrency = concurrency
-        self.lease_ms = max(1, int(lease * 1000))
-        self.batch = batch or concurrency
-        # At most half the lease: a job's handler is not started a lease after its claim was
-        # sent (`stale`), so a claim must not wait in the server for most of a lease.
-        self.block_ms = max(1, min(int(block * 1000), self.lease_ms // 2))
-        #: Renewals come every `renew_every` of the lease.
-        self.renew_interval = lease * renew_every
-        self.shutdown_timeout = shutdown_timeout
-        self.name = name or default_name()
-        self._event = Hook(on_event, self.name, queue)
-        #: Set once the worker shut down: an outcome not sent by then is left to its lease.
-        self._closed = False
-        #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
-        self._fatal: Optional[BaseException] = None
-        #: What happened, each attempt counted once (``tally``), for logs and tests: acked,
-        #: failed, retried, lost, cancelled (the job was cancelled while it ran: nothing was
-        #: sent for it, or the server refused it), timed_out (the attempt ran past its
-        #: deadline: the same), and failed-to-settle (an outcome the server refused for another
-        #: reason).
-        self.counts: Dict[str, int] = {
-            "acked": 0, "failed": 0, "retried": 0, "lost": 0, "cancelled": 0, "timed_out": 0,
-        }
-
-    def claim_args(self, queue: str, free: int) -> List[Any]:
-        """The ``EMQ.CLAIM`` of up to `free` jobs (no more than ``batch``), with ``BLOCK``."""
-        return cmd.claim(queue, min(free, self.batch), self.lease_ms, self.block_ms)
-
-    def claimed(self, queue: str, reply: Any, sent_ns: int) -> List[Job]:
-        """The jobs a claim's reply holds (``jobs_of``), with a claim event for each."""
-        answered = time.time_ns()
-        jobs = jobs_of(queue, reply)
-        for job in jobs:
-            job.claimed_ns = sent_ns
-            self._event("claim", job.id, job.attempt, sent_ns, answered)
-        return jobs
-
-    def stale(self, job: Job) -> bool:
-        """A lease's worth of time since the job's claim was sent: the process stalled between
-        the claim and now (frozen, swapped out), so the lease may have run out and another
-        attempt taken the job, even finished it. Its handler is not started (the job is left to
-        its lease, counted as lost)."""
-        if time.time_ns() < job.claimed_ns + self.lease_ms * 1_000_000:
-            return False
-        job.lease_lost.set()
-        return True
-
-    def renew_args(self, job: Job) -> List[Any]:
-        """The ``EMQ.RENEW`` of a running job, with its progress when it has one."""
-        return cmd.renew(job.queue, job.id, job.attempt, self.lease_ms, job.progress)
-
-    def renewed(
-        self, job: Job, sent_ns: int, reply: Any, next_round: float
-    ) -> Optional[Ending]:
-        """A renewal's reply (an exception for one that failed), as a renew event: a lost
-        lease ends the job's renewals; a failover or a lost connection, the next round tries
-        again; a lease that ends before `next_round` (at the attempt's deadline) is renewed
-        again just past its end (``leases.renew_at``). Whether the reply ended the attempt:
-        ``EMQCANCELLED`` or ``EMQTIMEOUT`` (the worker then gives the job up)."""
-        if cmd.lease_lost(reply):
-            job.lease_lost.set()
-        answered = time.time_ns()
-        self._event("renew", job.id, job.attempt, sent_ns, answered, reply=reply)
-        job._renew_at = leases.renew_at(
-            cmd.lease_end(reply), answered, time.monotonic(), next_round, job._early
-        )
-        if job._renew_at is not None:
-            job._early += 1
-        if cmd.cancelled(reply):
-            return "cancelled"
-        if cmd.timed_out(reply):
-            return "timed_out"
-        return None
-
-    def tally(self, job: Job, outcome: str) -> None:
-        """Counts the attempt as `outcome`, once: what comes after counts nothing more, but for
-        an end the server made (``cancelled``, ``timed_out``) heard of after a settle it refused
-        was counted ``lost``, which moves the attempt to that end's count. (``Worker`` calls it
-        under its lock.)"""
-        if job._counted == "lost" and outcome in ("cancelled", "timed_out"):
-            self.counts["lost"] -= 1
-        elif job._counted is not None:
-            return
-        job._counted = outcome
-        self.counts[outcome] = self.counts.get(outcome, 0) + 1
-
-    def settled(self, job: Job, reply: Any, counted: str) -> None:
-        """Counts a settle's answer other than ``EMQCANCELLED`` (which ends the attempt as a
-        cancel): ``counted`` when it went through; nothing when a renewal heard the attempt
-        end meanwhile (that is its count); ``lost`` for ``EMQLEASE``; else failed-to-settle."""
-        if not isinstance(reply, Exception):
-            self.tally(job, counted)
-        elif job._end_seen:
-            pass
-        elif cmd.lease_lost(reply):
-            job.lease_lost.set()
-            self.tally(job, "lost")
-        else:
-            self.tally(job, "failed-to-settle")
-
-
 class Worker(Claiming):
     """Runs ``handler(job)`` for the jobs of ``queue``, up to ``concurrency`` at once.
 
@@ -239,6 +87,17 @@ class Worker(Claiming):
     A thread of its own delivers the hand-overs of the queue's finished flow children that
     wait in its outbox (``outbox``); a parent's handler reads its children with
     ``job.children()``.
+
+    A partitioned queue (``Queue.span``; docs/cluster.md) is claimed with one loop a primary,
+    each on a thread and a connection of its own: it goes round that primary's partitions with
+    claims that do not block and, once a whole round found nothing, blocks on the next with
+    ``WAKE`` naming the others, so the worker holds one blocked claim a primary. The loops
+    share ``concurrency``: a claim holds the slots it asks for until its reply (a blocked one,
+    when there are several primaries, one), so give a worker more slots than the queue has
+    primaries. Each job's ``queue`` is its partition, where its renewals and its outcome go.
+    The width is read at start; a queue spanned later is switched to at its first
+    ``EMQSPANNED``, and a failed claim (a failover, a ``MOVED``) has the worker read the slot
+    map and the width again and regroup.
 
     ``name`` identifies the worker in its events (default ``<hostname>:<pid>:<6 random hex>``);
     ``on_event`` is called with a ``WorkerEvent`` for each claim, renewal, settle, handler
@@ -279,6 +138,14 @@ class Worker(Claiming):
         self._inbox: "SimpleQueue[Optional[Job]]" = SimpleQueue()
         self._lock = threading.Condition()
         self._stopping = threading.Event()
+        #: Slots a partition's claim holds while it is on its way (``_reserve``), and the claim
+        #: loops waiting for room, first come first served.
+        self._held = 0
+        self._turns: List[object] = []
+        #: The queues claimed: the queue, or its partitions (their outboxes are swept).
+        self._queues = [queue]
+        #: A partition's ``Queue``, for its jobs' ``children``.
+        self._partitions: Dict[str, Queue] = {}
 
     # ---- control ----
 
@@ -302,7 +169,7 @@ class Worker(Claiming):
         settler.start()
         courier = threading.Thread(
             target=outbox.deliver,
-            args=(client, self.queue.name, self._stopping, self._event,
+            args=(client, lambda: self._queues, self._stopping, self._event,
                   self.queue.wait_replicas, self.queue.wait_timeout_ms),
             name="echomq-outbox", daemon=True,
         )
@@ -348,6 +215,33 @@ class Worker(Claiming):
     # ---- claiming ----
 
     def _claim_loop(self) -> None:
+        """Reads the queue's width and claims it: an ordinary queue as ever (``_claim_queue``),
+        a partitioned one with a loop a primary (``_claim_partitions``). Again once the queue
+        was spanned meanwhile, or a partition's claim failed (the slot map read again, the
+        loops regrouped, after a backoff)."""
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                if self.queue.width() == 0:
+                    self._claim_queue()
+                    continue
+                ends = self._claim_partitions()
+                if ends.fatal is not None:
+                    raise ends.fatal
+                if ends.lapse is None:
+                    continue
+                failures = 0 if ends.answered else failures
+            except Exception as e:
+                if not (transient(e) or server_full(e)):
+                    raise
+            # A failover, a reshard, a lost connection: the width read again after a while.
+            self._stopping.wait(backoff(failures))
+            failures += 1
+
+    def _claim_queue(self) -> None:
+        """Claims of the queue itself, up to the free slots, until stopped; returns once it
+        answers ``EMQSPANNED`` (it was spanned since)."""
+        self._queues = [self.queue.name]
         failures = 0
         while not self._stopping.is_set():
             with self._lock:
@@ -361,16 +255,111 @@ class Worker(Claiming):
                 failures = 0
             except Exception as e:
                 if not (transient(e) or server_full(e)):
-                    raise translate(e)
+                    typed = translate(e)
+                    if isinstance(typed, EmqSpannedError):
+                        return
+                    raise typed
                 # A failover, a reshard, a lost connection: claim again after a while.
                 self._stopping.wait(backoff(failures))
                 failures += 1
                 continue
-            for job in self.claimed(self.queue.name, claimed, sent):
-                job._children = self.queue.children
+            self._dispatch(self.claimed(self.queue.name, claimed, sent), 0)
+
+    def _claim_partitions(self) -> rounds.Ends:
+        """Claims the queue's partitions with one loop a primary (``_claim_group``, each on a
+        thread of its own and, on a cluster, on its node's connection), until stopped or a
+        claim failed (the slot map is read again then): how they ended."""
+        client = self.queue.client
+        self._queues = self.queue.router.partitions()
+        groups = rounds.by_primary(client, self._queues)
+        over, ends = threading.Event(), rounds.Ends()
+        threads = [
+            threading.Thread(
+                target=self._claim_group, name=f"echomq-claim-{n}", daemon=True,
+                args=(client if node is None else client.get_redis_connection(node), partitions,
+                      len(groups), over, ends),
+            )
+            for n, (node, partitions) in enumerate(groups)
+        ]
+        for t in threads:
+            t.start()
+        while not (self._stopping.is_set() or over.is_set()):
+            over.wait(0.1)
+        over.set()
+        for t in threads:
+            t.join()
+        if ends.lapse is not None:
+            refresh(client)
+        return ends
+
+    def _claim_group(
+        self, conn: Any, partitions: List[str], loops: int, over: threading.Event,
+        ends: rounds.Ends,
+    ) -> None:
+        """One primary's claim loop, round its partitions (``rounds.Rotation``), each claim
+        holding the slots it asks for (``_reserve``), until stopped or `over`. A failed claim
+        (a ``MOVED`` among them: the slot map changed) sets `over`: every loop ends, and the
+        worker regroups, or raises one refused for good."""
+        rotation = rounds.Rotation(partitions)
+        while not (self._stopping.is_set() or over.is_set()):
+            claim = rotation.next()
+            count = self._reserve(self.wants(claim, loops), over)
+            if not count:
+                continue
+            sent = time.time_ns()
+            try:
+                reply = conn.execute_command(*self.partition_claim(claim, count))
+            except Exception as e:
+                self._dispatch([], count)
                 with self._lock:
-                    self._running[job.id] = job
-                self._inbox.put(job)
+                    ends.failed(translate(e), transient(e) or server_full(e) or moved(e))
+                over.set()
+                return
+            jobs = self.claimed(claim.partition, reply, sent)
+            self._dispatch(jobs, count)
+            with self._lock:
+                ends.answered += 1
+            rotation.took(claim, len(jobs))
+
+    def _reserve(self, wanted: int, over: threading.Event) -> int:
+        """Holds up to `wanted` free slots for a claim, once it is the first of the loops
+        waiting for room: how many; 0 once the worker stops or `over` is set. The loops share
+        the concurrency: a job claimed has its slot until its outcome is sent."""
+        turn = object()
+        with self._lock:
+            self._turns.append(turn)
+            try:
+                while not (self._stopping.is_set() or over.is_set()):
+                    free = self.concurrency - len(self._running) - self._held
+                    if self._turns[0] is turn and free > 0:
+                        self._held += min(free, wanted)
+                        return min(free, wanted)
+                    self._lock.wait(timeout=0.1)
+                return 0
+            finally:
+                self._turns.remove(turn)
+                self._lock.notify_all()
+
+    def _dispatch(self, jobs: List[Job], held: int) -> None:
+        """Hands the jobs a claim returned to the pool, each taking a slot, and gives back the
+        `held` slots the claim held."""
+        for job in jobs:
+            job._children = self._queue_of(job.queue).children
+        with self._lock:
+            self._held -= held
+            for job in jobs:
+                self._running[job.id] = job
+            self._lock.notify_all()
+        for job in jobs:
+            self._inbox.put(job)
+
+    def _queue_of(self, queue: str) -> Queue:
+        """The ``Queue`` of a job's queue: the worker's, or its partition's."""
+        if queue == self.queue.name:
+            return self.queue
+        if queue not in self._partitions:
+            self._partitions[queue] = self.queue._on(queue)
+        return self._partitions[queue]
 
     def _drain(self) -> None:
         deadline = time.monotonic() + self.shutdown_timeout
@@ -511,42 +500,62 @@ class Worker(Claiming):
                 self.settled(job, reply, counted)
 
     def _send(self, send: List[Tuple[Job, str, str, List[Any]]]) -> List[Any]:
-        """One pipeline: the acknowledgements as one ``EMQ.MACK`` (each job's outcome in its
-        place), each ``FAIL`` on its own, then ``WAIT`` with ``wait_replicas``; the replies in
-        the order of ``send`` (an exception for one that failed), a settle event for each."""
-        acks = [i for i, (_, _, command, _) in enumerate(send) if command == cmd.ACK]
+        """The outcomes in one pipeline (``_pipeline``), or with ``wait_replicas`` one a queue
+        (a partitioned queue's jobs are in its partitions), each ``WAIT`` on that queue's node;
+        the replies in the order of ``send`` (an exception for one that failed)."""
+        by_queue: Dict[str, List[int]] = {}
+        for i, (job, *_) in enumerate(send):
+            by_queue.setdefault(job.queue, []).append(i)
+        each_queue = self.queue.wait_replicas > 0
+        replies: List[Any] = [None] * len(send)
+        for places in list(by_queue.values()) if each_queue else [list(range(len(send)))]:
+            self._pipeline(send, places, replies)
+        return replies
+
+    def _pipeline(
+        self, send: List[Tuple[Job, str, str, List[Any]]], places: List[int], replies: List[Any]
+    ) -> None:
+        """One pipeline of the outcomes at `places` of `send`: each queue's acknowledgements as
+        one ``EMQ.MACK`` (each job's outcome in its place), each ``FAIL`` on its own, then
+        ``WAIT`` with ``wait_replicas``; each reply put in `replies` at its place, a settle
+        event for each."""
+        acks: Dict[str, List[int]] = {}
+        for i in places:
+            if send[i][2] == cmd.ACK:
+                acks.setdefault(send[i][0].queue, []).append(i)
         commands: List[List[Any]] = []
-        if acks:
-            each = (send[i] for i in acks)
-            commands.append(cmd.mack(self.queue.name, ((j.id, j.attempt, o) for j, _, _, o in each)))
-        acked = set(acks)
-        fails = [i for i in range(len(send)) if i not in acked]
-        for i in fails:
+        stands: List[List[int]] = []  # the places each command stands for
+        for queue, acked in acks.items():
+            jobs = (send[i] for i in acked)
+            commands.append(cmd.mack(queue, ((j.id, j.attempt, o) for j, _, _, o in jobs)))
+            stands.append(acked)
+        for i in places:
             job, _, command, options = send[i]
-            commands.append(cmd.settle(self.queue.name, command, job.id, job.attempt, options))
+            if command != cmd.ACK:
+                commands.append(cmd.settle(job.queue, command, job.id, job.attempt, options))
+                stands.append([i])
         waiting = self.queue.wait_replicas
         sent = time.time_ns()
         try:
             answers, confirmed = pipelined(
-                self.queue.client, self.queue.name, commands, waiting, self.queue.wait_timeout_ms
+                self.queue.client, send[places[0]][0].queue, commands, waiting,
+                self.queue.wait_timeout_ms,
             )
         except Exception as e:
             answers, confirmed = [e] * len(commands), (0 if waiting > 0 else None)
         answered = time.time_ns()
-        replies: List[Any] = [None] * len(send)
-        if acks:
-            for i, reply in zip(acks, cmd.macked(answers.pop(0), len(acks))):
+        for args, at, answer in zip(commands, stands, answers):
+            each = cmd.macked(answer, len(at)) if args[0] == "EMQ.MACK" else [answer]
+            for i, reply in zip(at, each):
                 replies[i] = reply
-        for i, reply in zip(fails, answers):
-            replies[i] = reply
         replicated = None if confirmed is None else confirmed >= waiting
-        for (job, _, command, _), reply in zip(send, replies):
+        for i in places:
+            job, _, command, _ = send[i]
             action: Action = "ack" if command == cmd.ACK else "fail"
             self._event(
-                "settle", job.id, job.attempt, sent, answered, reply=reply,
+                "settle", job.id, job.attempt, sent, answered, reply=replies[i],
                 action=action, replicated=replicated,
             )
-        return replies
 
     # ---- leases ----
 

@@ -1,0 +1,309 @@
+"""``Queue`` for asyncio, over ``redis.asyncio`` (or any client whose ``execute_command`` is a
+coroutine): the same calls, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import (
+    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union,
+)
+
+from . import commands as cmd
+from . import ids, routing, spans, tracing
+from ._replicas import pipelined_async
+from ._retry import retry_after
+from .cancel import cancel as cancelling
+from .errors import EmqParentError, EmqSpannedError
+from .flows import (
+    Children, Node, NodeLike, ParentLike, batched, chained, minted, parents_of, steps,
+)
+from .metrics import Metrics
+from .metrics import command as metrics_command
+from .metrics import parse as parse_metrics
+from .queue import CHUNK, Settings
+
+
+class AsyncQueue(Settings):
+    """``echomq.Queue`` for asyncio: the same calls, awaited, retried the same way, and the
+    same ``wait_replicas`` (not with an asyncio cluster client: ``ValueError``). Each call
+    builds its command and parses the reply with ``commands``, as ``Queue``'s do."""
+
+    waits_on_cluster = False
+
+    async def call(self, command: str, *args: Any) -> Any:
+        """``Queue.call``, awaited."""
+        return await self._send([command, self.name, *args])
+
+    async def write(self, command: str, *args: Any) -> Tuple[Any, Optional[int]]:
+        """``Queue.write``, awaited."""
+        return await self._write([command, self.name, *args])
+
+    async def _send(self, args: List[Any]) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return await self.client.execute_command(*args)
+            except Exception as e:
+                await asyncio.sleep(retry_after(e, attempt, self.retries))
+                attempt += 1
+
+    async def _write(self, args: List[Any]) -> Tuple[Any, Optional[int]]:
+        if self.wait_replicas <= 0:
+            return await self._send(args), None
+        attempt = 0
+        while True:
+            try:
+                (reply,), confirmed = await pipelined_async(
+                    self.client, args[1], [args], self.wait_replicas, self.wait_timeout_ms
+                )
+                if isinstance(reply, Exception):
+                    raise reply
+                return reply, confirmed
+            except Exception as e:
+                await asyncio.sleep(retry_after(e, attempt, self.retries))
+                attempt += 1
+
+    # ---- producing ----
+
+    async def enqueue(
+        self, payload: Any, id: Optional[str] = None, delay: Optional[float] = None,
+        at: Optional[float] = None, priority: Optional[int] = None,
+        unique: Optional[str] = None, unique_for: Optional[float] = None,
+        children: Optional[int] = None, parents: Optional[Sequence[ParentLike]] = None,
+        timeout: Optional[float] = None, group: Optional[str] = None,
+        headers: Optional[Mapping[str, str]] = None,
+    ) -> str:
+        """``Queue.enqueue``, awaited: a partitioned queue's job routed alike."""
+        above = parents_of(parents)
+        job_id = id or ids.mint()
+        if above and self.router.width is None:
+            await self.width()
+        with tracing.sending(self.name, headers, self.tracer_provider) as sent:
+            reroutes = 0
+            while True:
+                target = self.router.of(group if group is not None else job_id)
+                _, args = cmd.enqueue(
+                    target, self.serializer, payload, job_id, delay, at, priority, unique,
+                    unique_for, children, above, timeout, group, sent.headers,
+                )
+                try:
+                    for adopt in cmd.adoptions(target, job_id, above):
+                        await self._send(adopt)
+                    reply, confirmed = await self._write(args)
+                except EmqSpannedError as e:
+                    if not self.router.refused(e, reroutes):
+                        raise
+                    reroutes += 1
+                    continue
+                except EmqParentError:
+                    if above and cmd.row(await self._send(cmd.job(target, job_id))) is not None:
+                        return job_id
+                    raise
+                written = cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
+                sent.sent(written)
+                return written
+
+    async def enqueue_many(
+        self, payloads: Iterable[Any], chunk: int = CHUNK,
+        headers: Optional[Mapping[str, str]] = None,
+    ) -> List[str]:
+        """``Queue.enqueue_many``, awaited: a partitioned queue's jobs split alike."""
+        written = cmd.Written(self.wait_replicas)
+        with tracing.sending(self.name, headers, self.tracer_provider) as sent:
+            entries = cmd.entries(self.serializer, payloads, sent.headers)
+            course = routing.enqueue_many(self.router, entries, chunk)
+            failure: Optional[BaseException] = None
+            while True:
+                try:
+                    job_ids, args = course.send(failure)
+                except StopIteration as end:
+                    return written.ids(end.value)
+                try:
+                    written.add(job_ids, (await self._write(args))[1])
+                    failure = None
+                except Exception as e:  # the course decides what it means (routing.py)
+                    failure = e
+
+    async def flow(self, tree: NodeLike) -> Node:
+        """``Queue.flow``, awaited."""
+        tree = minted(tree)
+        for step in steps(tree):
+            await self._on(step.queue).enqueue(
+                step.payload, id=step.id, children=step.children, parents=step.parents,
+                timeout=step.timeout,
+            )
+        return tree
+
+    async def chain(self, jobs: Sequence[NodeLike]) -> Node:
+        return await self.flow(chained(jobs))
+
+    async def batch(
+        self, jobs: Sequence[NodeLike], on_complete: Union[Tuple[str, Any], NodeLike]
+    ) -> Node:
+        return await self.flow(batched(jobs, on_complete))
+
+    # ---- partitions ----
+
+    async def span(self, width: int) -> bool:
+        """``Queue.span``, awaited."""
+        marks = spans.span(self.name, width)
+        found = await self._send(spans.width_command(self.name))
+        if spans.refused(found, await self._send(cmd.stats(self.name)), width):
+            await self._send(marks[-1])  # the queue's own mark: the server's refusal, nothing marked
+        changed = [cmd.flag(await self._send(mark)) for mark in marks]
+        self.router.learn(width)
+        return any(changed)
+
+    async def unspan(self) -> bool:
+        """``Queue.unspan``, awaited."""
+        commands = spans.unspan(self.name, await self.width())
+        changed = [cmd.flag(await self._send(command)) for command in commands]
+        self.router.learn(0)
+        return any(changed)
+
+    async def width(self) -> int:
+        """``Queue.width``, awaited."""
+        found = spans.width(await self._send(spans.width_command(self.name)))
+        self.router.learn(found)
+        return found
+
+    async def partition(self, key: str) -> str:
+        """``Queue.partition``, awaited."""
+        await self._width_known()
+        return self.router.of(key)
+
+    async def partition_stats(self) -> Dict[str, Dict[str, Optional[int]]]:
+        """``Queue.partition_stats``, awaited."""
+        targets = self.router.partitions() if await self.width() else [self.name]
+        return {t: cmd.counts(await self._send(cmd.stats(t))) for t in targets}
+
+    async def _width_known(self) -> int:
+        return await self.width() if self.router.width is None else self.router.width
+
+    async def _each(self, build: Callable[[str], List[Any]]) -> List[Any]:
+        """``Queue._each``, awaited."""
+        targets = self.router.partitions() if await self._width_known() else [self.name]
+        return [await self._send(build(t)) for t in targets]
+
+    # ---- looking ----
+
+    async def stats(self) -> Dict[str, Optional[int]]:
+        """``Queue.stats``, awaited: a partitioned queue's added up."""
+        if not await self._width_known():
+            return cmd.counts(await self._send(cmd.stats(self.name)))
+        each = await self.partition_stats()
+        return {**spans.totals(list(each.values())), "partitions": len(each)}
+
+    async def metrics(self) -> Metrics:
+        return parse_metrics(await self._send(metrics_command(self.name)))
+
+    async def job(self, job_id: str) -> Optional[Dict[str, Any]]:
+        return cmd.row(await self._send(cmd.job(await self.partition(job_id), job_id)))
+
+    async def jobs(
+        self, set_name: str, cursor: str = "0", count: Optional[int] = None, payloads: bool = False
+    ) -> Tuple[str, List[Dict[str, Any]]]:
+        reply = await self._send(cmd.jobs(self.name, set_name, cursor, count, payloads))
+        return cmd.page(reply, set_name)
+
+    async def crons(self) -> List[Dict[str, Any]]:
+        return cmd.schedules(await self._send(cmd.crons(self.name)))
+
+    async def groups(
+        self, cursor: str = "0", count: Optional[int] = None
+    ) -> Tuple[str, List[Dict[str, Any]]]:
+        """``Queue.groups``, awaited."""
+        return cmd.groups_page(await self._send(cmd.groups(self.name, cursor, count)))
+
+    async def children(self, job_id: str) -> Children:
+        found, cursor = Children(), "0"
+        while True:
+            reply = await self._send(cmd.children(await self.partition(job_id), job_id, cursor))
+            cursor = cmd.children_page(reply, found)
+            if cursor == "0":
+                return found
+
+    # ---- operating ----
+
+    async def cancel(self, job_id: str) -> bool:
+        """``Queue.cancel``, awaited: a running job's attempt ends too (dead, ``cancelled``)."""
+        return await self.cancel_flow(job_id) > 0
+
+    async def cancel_flow(self, job_id: str) -> int:
+        return await self._cancel(job_id, False)
+
+    async def cancel_unstarted(self, job_id: str) -> int:
+        """``Queue.cancel_unstarted``, awaited: a running job is left to run (0)."""
+        return await self._cancel(job_id, True)
+
+    async def _cancel(self, job_id: str, unstarted: bool) -> int:
+        steps, reply = cancelling(await self.partition(job_id), job_id, unstarted), None
+        try:
+            while True:
+                command = steps.send(reply)
+                try:
+                    reply = await self._send(command)
+                except Exception as e:  # the cancel decides what it means (cancel.py)
+                    reply = e
+        except StopIteration as end:
+            return int(end.value)
+
+    async def requeue(self, job_id: str) -> bool:
+        return cmd.flag(await self._send(cmd.requeue(await self.partition(job_id), job_id)))
+
+    async def requeue_dead(self, count: Optional[int] = None) -> int:
+        return sum(map(cmd.count, await self._each(lambda q: cmd.requeue_dead(q, count))))
+
+    async def purge(self, set_name: str, count: Optional[int] = None) -> int:
+        return sum(map(cmd.count, await self._each(lambda q: cmd.purge(q, set_name, count))))
+
+    async def pause(self) -> bool:
+        return any(map(cmd.flag, await self._each(cmd.pause)))
+
+    async def resume(self) -> bool:
+        return any(map(cmd.flag, await self._each(cmd.resume)))
+
+    async def limit(
+        self, concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
+        rate: Union[int, None, cmd.Keep] = cmd.KEEP, per: Optional[float] = None,
+        off: bool = False, timeout: Union[float, None, cmd.Keep] = cmd.KEEP,
+        group_concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
+        group_rate: Union[int, None, cmd.Keep] = cmd.KEEP, group_per: Optional[float] = None,
+    ) -> Dict[str, Optional[int]]:
+        """``Queue.limit``, awaited: ``None`` removes a limit, one left out stays; a partitioned
+        queue's shared out alike."""
+        width = await self._width_known()
+        targets = self.router.partitions() if width else [self.name]
+        replies = [
+            cmd.counts(await self._send(cmd.limit(
+                target, spans.shared(concurrency, width, i), spans.shared(rate, width, i), per,
+                off, timeout, group_concurrency, group_rate, group_per,
+            )))
+            for i, target in enumerate(targets)
+        ]
+        return spans.totals(replies) if width else replies[0]
+
+    async def group_limit(
+        self, group: str, concurrency: Union[int, None, cmd.Keep] = cmd.KEEP,
+        rate: Union[int, None, cmd.Keep] = cmd.KEEP, per: Optional[float] = None,
+    ) -> Dict[str, Any]:
+        """``Queue.group_limit``, awaited."""
+        args = cmd.group_limit(await self.partition(group), group, concurrency, rate, per)
+        return cmd.fields(await self._send(args))
+
+    async def pause_group(self, group: str, seconds: Optional[float] = None) -> bool:
+        args = cmd.pause_group(await self.partition(group), group, seconds)
+        return cmd.flag(await self._send(args))
+
+    async def resume_group(self, group: str) -> bool:
+        return cmd.flag(await self._send(cmd.resume_group(await self.partition(group), group)))
+
+    async def cron(
+        self, name: str, payload: Any, spec: Optional[str] = None,
+        every: Optional[float] = None, priority: Optional[int] = None,
+    ) -> int:
+        args = cmd.cron(self.name, self.serializer, name, payload, spec, every, priority)
+        return cmd.count(await self._send(args))
+
+    async def uncron(self, name: str) -> bool:
+        return cmd.flag(await self._send(cmd.uncron(self.name, name)))

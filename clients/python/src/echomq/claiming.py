@@ -1,0 +1,183 @@
+"""What ``Worker`` and ``AsyncWorker`` share: their claiming settings (``Claiming``, checked and
+in ms), their name, ``on_event`` hook and counts, and what both build and read of their
+commands: the claims (of a queue, or of a partitioned queue's partitions), the jobs a claim
+returned, renewals, and what a handler's end means (``outcome``)."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import commands as cmd
+from . import leases
+from .events import Ending, Hook, WorkerEvent, default_name
+from .job import Job, Retry
+from .rounds import Claim
+from .serializers import Serializer
+
+#: Most bytes of an error (the exception and its traceback) sent with ``EMQ.FAIL``.
+MAX_ERROR = 4096
+
+
+def outcome(
+    serializer: Serializer, result: Any = None, error: Optional[BaseException] = None
+) -> Tuple[str, str, List[Any]]:
+    """What a handler's end means: its count's name, the command and its options after the
+    token. A return is ``ACK`` (with ``RESULT`` when it returned a value), ``Retry`` a ``FAIL``
+    with ``RETRY-IN``, any other exception a ``FAIL`` with it and its traceback."""
+    if isinstance(error, Retry):
+        return "retried", cmd.FAIL, cmd.fail_options(str(error), int(error.after * 1000))
+    if error is not None:
+        trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        return "failed", cmd.FAIL, cmd.fail_options(trace[-MAX_ERROR:])
+    encoded = serializer.dumps(result) if result is not None else None
+    return "acked", cmd.ACK, cmd.ack_options(encoded)
+
+
+def jobs_of(queue: str, reply: Any) -> List[Job]:
+    """The jobs an ``EMQ.CLAIM`` replied (``commands.claimed``), each payload still the bytes:
+    it is decoded on the job's own path (``settled``), where a payload that does not decode is
+    that job's failure, not the worker's."""
+    return [
+        Job(id=job_id, payload=payload, attempt=token, queue=queue, headers=headers)
+        for job_id, payload, token, headers in cmd.claimed(reply)
+    ]
+
+def version_options(client: Any) -> Dict[str, Any]:
+    """Where `client` sends ``EMQ.VERSION``: a cluster client (which cannot route a command
+    without a key) to any node, as every node speaks the one protocol."""
+    if hasattr(client, "get_random_node"):
+        return {"target_nodes": client.get_random_node()}
+    return {}
+
+class Claiming:
+    """A worker's claiming settings, checked and in ms, its name, its ``on_event`` hook and
+    what it counts (``Worker``'s and ``AsyncWorker``'s), and what both build and read of their
+    commands."""
+
+    def __init__(
+        self,
+        queue: str,
+        concurrency: int,
+        lease: float,
+        batch: Optional[int],
+        block: float,
+        renew_every: float,
+        shutdown_timeout: float,
+        name: Optional[str],
+        on_event: Optional[Callable[[WorkerEvent], None]],
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency is at least 1")
+        self.concurrency = concurrency
+        self.lease_ms = max(1, int(lease * 1000))
+        self.batch = batch or concurrency
+        # At most half the lease: a job's handler is not started a lease after its claim was
+        # sent (`stale`), so a claim must not wait in the server for most of a lease.
+        self.block_ms = max(1, min(int(block * 1000), self.lease_ms // 2))
+        #: Renewals come every `renew_every` of the lease.
+        self.renew_interval = lease * renew_every
+        self.shutdown_timeout = shutdown_timeout
+        self.name = name or default_name()
+        self._event = Hook(on_event, self.name, queue)
+        #: Set once the worker shut down: an outcome not sent by then is left to its lease.
+        self._closed = False
+        #: The first BaseException (not an Exception) a handler raised: ``run`` raises it again.
+        self._fatal: Optional[BaseException] = None
+        #: What happened, each attempt counted once (``tally``), for logs and tests: acked,
+        #: failed, retried, lost, cancelled (the job was cancelled while it ran: nothing was
+        #: sent for it, or the server refused it), timed_out (the attempt ran past its
+        #: deadline: the same), and failed-to-settle (an outcome the server refused for another
+        #: reason).
+        self.counts: Dict[str, int] = {
+            "acked": 0, "failed": 0, "retried": 0, "lost": 0, "cancelled": 0, "timed_out": 0,
+        }
+
+    def claim_args(self, queue: str, free: int) -> List[Any]:
+        """The ``EMQ.CLAIM`` of up to `free` jobs (no more than ``batch``), with ``BLOCK``."""
+        return cmd.claim(queue, min(free, self.batch), self.lease_ms, self.block_ms)
+
+    def wants(self, claim: Claim, loops: int) -> int:
+        """The slots a partition's claim (``rounds.Rotation``) holds from its sending until its
+        reply: ``batch``; but 1 for a blocking claim when several loops (one a primary) share
+        the concurrency, so an idle primary's blocked claim keeps one slot from the others."""
+        return 1 if claim.wake is not None and loops > 1 else self.batch
+
+    def partition_claim(self, claim: Claim, count: int) -> List[Any]:
+        """The ``EMQ.CLAIM`` of `count` jobs of a partition's turn: a blocking claim's with
+        ``BLOCK`` and ``WAKE`` (its primary's other partitions)."""
+        block = None if claim.wake is None else self.block_ms
+        return cmd.claim(claim.partition, count, self.lease_ms, block, claim.wake or ())
+
+    def claimed(self, queue: str, reply: Any, sent_ns: int) -> List[Job]:
+        """The jobs a claim's reply holds (``jobs_of``), with a claim event for each."""
+        answered = time.time_ns()
+        jobs = jobs_of(queue, reply)
+        for job in jobs:
+            job.claimed_ns = sent_ns
+            self._event("claim", job.id, job.attempt, sent_ns, answered)
+        return jobs
+
+    def stale(self, job: Job) -> bool:
+        """A lease's worth of time since the job's claim was sent: the process stalled between
+        the claim and now (frozen, swapped out), so the lease may have run out and another
+        attempt taken the job, even finished it. Its handler is not started (the job is left to
+        its lease, counted as lost)."""
+        if time.time_ns() < job.claimed_ns + self.lease_ms * 1_000_000:
+            return False
+        job.lease_lost.set()
+        return True
+
+    def renew_args(self, job: Job) -> List[Any]:
+        """The ``EMQ.RENEW`` of a running job, with its progress when it has one."""
+        return cmd.renew(job.queue, job.id, job.attempt, self.lease_ms, job.progress)
+
+    def renewed(
+        self, job: Job, sent_ns: int, reply: Any, next_round: float
+    ) -> Optional[Ending]:
+        """A renewal's reply (an exception for one that failed), as a renew event: a lost
+        lease ends the job's renewals; a failover or a lost connection, the next round tries
+        again; a lease that ends before `next_round` (at the attempt's deadline) is renewed
+        again just past its end (``leases.renew_at``). Whether the reply ended the attempt:
+        ``EMQCANCELLED`` or ``EMQTIMEOUT`` (the worker then gives the job up)."""
+        if cmd.lease_lost(reply):
+            job.lease_lost.set()
+        answered = time.time_ns()
+        self._event("renew", job.id, job.attempt, sent_ns, answered, reply=reply)
+        job._renew_at = leases.renew_at(
+            cmd.lease_end(reply), answered, time.monotonic(), next_round, job._early
+        )
+        if job._renew_at is not None:
+            job._early += 1
+        if cmd.cancelled(reply):
+            return "cancelled"
+        if cmd.timed_out(reply):
+            return "timed_out"
+        return None
+
+    def tally(self, job: Job, outcome: str) -> None:
+        """Counts the attempt as `outcome`, once: what comes after counts nothing more, but for
+        an end the server made (``cancelled``, ``timed_out``) heard of after a settle it refused
+        was counted ``lost``, which moves the attempt to that end's count. (``Worker`` calls it
+        under its lock.)"""
+        if job._counted == "lost" and outcome in ("cancelled", "timed_out"):
+            self.counts["lost"] -= 1
+        elif job._counted is not None:
+            return
+        job._counted = outcome
+        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+
+    def settled(self, job: Job, reply: Any, counted: str) -> None:
+        """Counts a settle's answer other than ``EMQCANCELLED`` (which ends the attempt as a
+        cancel): ``counted`` when it went through; nothing when a renewal heard the attempt
+        end meanwhile (that is its count); ``lost`` for ``EMQLEASE``; else failed-to-settle."""
+        if not isinstance(reply, Exception):
+            self.tally(job, counted)
+        elif job._end_seen:
+            pass
+        elif cmd.lease_lost(reply):
+            job.lease_lost.set()
+            self.tally(job, "lost")
+        else:
+            self.tally(job, "failed-to-settle")

@@ -1,0 +1,125 @@
+"""How a producer's jobs find a partitioned queue's partitions (docs/cluster.md): a ``Router``
+keeps the width its queue is known to have (unknown at first, sent to as an ordinary queue,
+so an ordinary queue's enqueue pays nothing), learns it from an ``EMQSPANNED <n>`` refusal, and
+routes a job by its group, else its id. ``enqueue_many`` is a batch's course: the jobs split by
+partition, one ``EMQ.MENQUEUE`` (chunked) each. Pure: ``Queue`` and ``AsyncQueue`` send."""
+
+from __future__ import annotations
+
+import re
+from itertools import islice
+from typing import Any, Dict, Generator, Iterable, List, Optional, Set, Tuple
+
+from .errors import EmqSpannedError
+from .partitions import name, route
+from .spans import names
+
+#: Most times one call routes its jobs again after an ``EMQSPANNED`` refusal (a width learned,
+#: then a stale one corrected); the next refusal is raised.
+MAX_REROUTES = 2
+
+#: A partition's name: ``<queue>~<index>-<j>``.
+PARTITION = re.compile(r"^(.+)~(\d+)-\d+$")
+
+#: A job of a batch: its id, and its part of an ``EMQ.MENQUEUE`` (headers, id, payload).
+Entry = Tuple[str, List[Any]]
+
+
+class Router:
+    """What a ``Queue`` knows of its queue's partitions: ``width`` (``None``: not known yet,
+    sent to as an ordinary queue; 0: an ordinary queue, or a partition) and where a job goes."""
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        self.width: Optional[int] = None
+        self._names: Dict[int, str] = {}
+
+    def learn(self, width: int) -> None:
+        """Takes `width` as the queue's."""
+        if width != self.width:
+            self.width, self._names = width, {}
+
+    def partitions(self) -> List[str]:
+        """Every partition, in order (none for an ordinary queue)."""
+        return names(self.queue, self.width or 0)
+
+    def of(self, key: str) -> str:
+        """The queue a job whose group (or else id) is `key` goes to: its partition, or the
+        queue itself while it is not known to be partitioned."""
+        if not self.width:
+            return self.queue
+        index = route(self.width, key)
+        if index not in self._names:
+            found = name(self.queue, index, self.width)
+            if found is None:
+                raise ValueError(f"{self.queue!r} has no partitions of width {self.width}")
+            self._names[index] = found
+        return self._names[index]
+
+    def refused(self, error: EmqSpannedError, reroutes: int) -> bool:
+        """Learns the width an ``EMQSPANNED`` refusal names; whether to route and send again:
+        not past ``MAX_REROUTES``, and not when this queue is itself a partition of that width
+        (which refuses a job that routes elsewhere: the caller's to send to its queue)."""
+        if self.partition_of(error.width):
+            self.learn(0)  # taken as an ordinary queue: no further routing
+            return False
+        if reroutes >= MAX_REROUTES:
+            return False
+        self.learn(error.width)
+        return True
+
+    def partition_of(self, width: int) -> bool:
+        """Whether this queue's name is a partition's name of that width."""
+        found = PARTITION.match(self.queue)
+        if found is None or not width:
+            return False
+        return name(found.group(1), int(found.group(2)), width) == self.queue
+
+
+def split(router: Router, entries: List[Entry], chunk: int) -> List[Tuple[str, List[Entry]]]:
+    """The next ``EMQ.MENQUEUE``s of a batch: the first `chunk` entries to an ordinary queue
+    (or one not known to be partitioned); else every entry, by partition, `chunk` at most to a
+    command, each partition's in the batch's order."""
+    if not router.width:
+        return [(router.queue, entries[:chunk])]
+    by: Dict[str, List[Entry]] = {}
+    for entry in entries:
+        by.setdefault(router.of(entry[0]), []).append(entry)
+    return [
+        (target, jobs[i:i + chunk]) for target, jobs in by.items()
+        for i in range(0, len(jobs), chunk)
+    ]
+
+
+#: A batch's course: each ``(ids, EMQ.MENQUEUE ...)`` sent, the exception taken back for one
+#: that failed (``None`` otherwise); at its end every id, in the batch's order.
+Batch = Generator[Tuple[List[str], List[Any]], Optional[BaseException], List[str]]
+
+
+def enqueue_many(router: Router, entries: Iterable[Entry], chunk: int) -> Batch:
+    """Sends a batch: to an ordinary queue a chunk at a time as the entries come; once the queue
+    is known to be partitioned (or refuses with ``EMQSPANNED``, which writes nothing of that
+    command), the rest at once, split by partition. A job refused is sent again where it now
+    routes, at most ``MAX_REROUTES`` times a call; every other failure is raised. The ids are
+    minted before the first try, so a job sent twice is written once."""
+    source = iter(entries)
+    order: List[str] = []
+    left: List[Entry] = []
+    reroutes = 0
+    while True:
+        more = list(source) if router.width else list(islice(source, max(0, chunk - len(left))))
+        order += [job_id for job_id, _ in more]
+        left += more
+        if not left:
+            return order
+        sent: Set[str] = set()
+        for target, jobs in split(router, left, chunk):
+            ids = [job_id for job_id, _ in jobs]
+            failure = yield ids, ["EMQ.MENQUEUE", target, *(a for _, part in jobs for a in part)]
+            if isinstance(failure, EmqSpannedError) and router.refused(failure, reroutes):
+                reroutes += 1
+                break
+            if failure is not None:
+                raise failure
+            sent.update(ids)
+        left = [entry for entry in left if entry[0] not in sent]

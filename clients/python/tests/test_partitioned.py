@@ -1,0 +1,428 @@
+"""Partitioned queues (docs/cluster.md, "A queue bigger than one primary") through the client:
+a ``Queue`` that does not know its queue is spanned learns the width from the server's
+``EMQSPANNED`` and routes each job to its partition (by its group, else its id), a stale width
+is corrected by the partition that refuses a job, a ``Worker`` (and an ``AsyncWorker``) drains
+every partition exactly once, on a cluster with one blocked claim a primary, and settles and
+delivers each job's flow hand-over on its own partition. The refusals are typed; limits are
+shared out, counts summed. Order and counts only: nothing here is timed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Callable, Dict, List, Set
+
+import pytest
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+
+import echomq
+from echomq import routing, spans
+from echomq.aio import AsyncQueue, AsyncWorker
+from echomq.partitions import name, route
+from echomq.rounds import Claim, Rotation
+from echomq.slots import slot
+from conftest import Cluster, Server, joined, until
+from test_clients import move_slot
+
+
+def pending(client: Any, queue: str) -> Set[str]:
+    """The ids in a queue's pending set (the jobs without a group), every page of
+    ``EMQ.JOBS``."""
+    q, found, cursor = echomq.Queue(client, queue), set(), "0"
+    while True:
+        cursor, page = q.jobs("pending", cursor, count=500)
+        found |= {job["id"] for job in page}
+        if cursor == "0":
+            return found
+
+
+def drain(
+    client: Any, queue: str, expected: int, **options: Any
+) -> Dict[str, List[str]]:
+    """Runs a ``Worker`` on `queue` until it acked `expected` jobs, then stops it: the queues
+    each job id was handled from (one entry a run of its handler)."""
+    handled: Dict[str, List[str]] = {}
+    lock = threading.Lock()
+
+    def handle(job: echomq.Job) -> None:
+        with lock:
+            handled.setdefault(job.id, []).append(job.queue)
+
+    worker = echomq.Worker(client, queue, handle, **options)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        assert until(lambda: worker.counts["acked"] == expected, timeout=60), worker.counts
+    finally:
+        worker.stop()
+        assert joined(t), "run() returned after stop()"
+    assert worker.counts["lost"] == 0 and worker.counts["failed"] == 0, worker.counts
+    return handled
+
+
+# ---- one server ----
+
+
+def test_a_queue_learns_the_width_from_the_refusal_and_routes_each_job_to_its_partition(
+    server: Server,
+) -> None:
+    client = server.client()
+    assert echomq.Queue(client, "orders").span(4) is True
+    assert echomq.Queue(client, "orders").span(4) is False, "the same width again: no change"
+    q = echomq.Queue(client, "orders")
+    assert q.router.width is None
+    batch = q.enqueue_many((b"job %d" % n for n in range(150)), chunk=40)
+    assert q.router.width == 4, "learned from the queue's own EMQSPANNED"
+    groups = {q.enqueue(b"grouped", group=f"tenant-{n % 7}"): f"tenant-{n % 7}" for n in range(30)}
+    alone = [q.enqueue(b"alone %d" % n) for n in range(20)]
+    every = batch + list(groups) + alone
+    assert len(set(every)) == 200
+    # Each job sits in the partition its group, or else its id, routes to; the queue holds none.
+    partitions = spans.names("orders", 4)
+    for job_id in every:
+        holders = [p for p in partitions if server.cmd("EMQ.JOB", p, job_id) is not None]
+        assert holders == [partitions[route(4, groups.get(job_id, job_id))]], job_id
+    for index, partition in enumerate(partitions):
+        routed = [i for i in every if route(4, groups.get(i, i)) == index]
+        assert echomq.Queue(client, partition).stats()["pending"] == len(routed), partition
+    assert server.cmd("EMQ.STATS", "orders")[b"pending"] == 0
+    # The batch's ids come back in the caller's order: each id's row has its payload.
+    assert [(q.job(i) or {}).get("payload") for i in batch[:10]] == [
+        "job %d" % n for n in range(10)
+    ]
+    stats = q.stats()
+    assert (stats["pending"], stats["groups"], stats["partitions"]) == (200, 7, 4)
+
+    handled = drain(client, "orders", 200, concurrency=8)
+    assert sorted(handled) == sorted(every)
+    assert all(len(queues) == 1 for queues in handled.values()), "each handled once"
+    for job_id, (queue,) in handled.items():
+        assert queue == partitions[route(4, groups.get(job_id, job_id))], job_id
+    for partition, counts in q.partition_stats().items():
+        assert (counts["pending"], counts["active"], counts["dead"]) == (0, 0, 0), partition
+
+
+def test_the_server_s_refusals_are_typed(server: Server) -> None:
+    client = server.client()
+    q = echomq.Queue(client, "typed")
+    q.span(3)
+    with pytest.raises(echomq.EmqSpannedError) as spanned:
+        q.call("EMQ.CLAIM")
+    assert spanned.value.width == 3
+    assert isinstance(spanned.value, echomq.EmqError)
+    assert isinstance(spanned.value, redis.ResponseError)
+    with pytest.raises(echomq.EmqSpanError):
+        q.span(4)  # another width
+    busy = echomq.Queue(client, "busy")
+    busy.enqueue(b"x")
+    with pytest.raises(echomq.EmqSpanError):
+        busy.span(2)  # a queue that holds jobs
+    # A refused span marked no partition: none of width 4 (but those that are of 3 too), and
+    # none of busy's.
+    unmarked = set(spans.names("typed", 4) + spans.names("busy", 2)) - set(spans.names("typed", 3))
+    assert unmarked and all(server.cmd("EMQ.WIDTH", p)[b"width"] == 0 for p in unmarked)
+    # A partition's own Queue does not route further: a job that routes elsewhere is refused.
+    partition = echomq.Queue(client, name("typed", 0, 3) or "")
+    elsewhere = next(i for i in (echomq.mint() for _ in range(100)) if route(3, i) != 0)
+    with pytest.raises(echomq.EmqSpannedError):
+        partition.enqueue(b"z", id=elsewhere)
+    assert partition.router.width == 0
+    with pytest.raises(echomq.EmqSpanError):
+        partition.span(2)  # a partition
+    q.enqueue(b"y")
+    with pytest.raises(echomq.EmqSpanError):
+        q.unspan()  # a partition holds a job
+
+
+def test_a_stale_width_is_corrected_by_the_partition_that_refuses_the_job(server: Server) -> None:
+    # A queue whose partition 0 of 2 is its partition 0 of 4 as well: once it spans 4, that
+    # name refuses a job that now routes to partition 2. (Narrowing instead, 4 to 2, no name
+    # refuses anything: a job's partition of 4 fixes its partition of 2, and the names of
+    # partition 1 differ. The stale producer's jobs then go where no route leads: the reason to
+    # stop producers before a width is changed, docs/cluster.md.)
+    queue = next(f"stale-{n}" for n in range(100) if name(f"stale-{n}", 0, 2) == name(f"stale-{n}", 0, 4))
+    client = server.client()
+    echomq.Queue(client, queue).span(2)
+    q = echomq.Queue(client, queue)
+    q.enqueue(b"learns 2")
+    assert q.router.width == 2
+    assert q.purge("pending") == 1
+    admin = echomq.Queue(client, queue)
+    assert admin.unspan() is True
+    assert admin.width() == 0
+    assert admin.span(4) is True
+    job_id = next(i for i in (echomq.mint() for _ in range(1000)) if route(4, i) == 2)
+    assert route(2, job_id) == 0, "sent to partition 0 of 2, which is 0 of 4 now"
+    assert q.enqueue(b"moved", id=job_id) == job_id
+    assert q.router.width == 4
+    assert pending(client, name(queue, 2, 4) or "") == {job_id}
+    assert pending(client, name(queue, 0, 4) or "") == set()
+
+
+def test_a_queue_wide_limit_is_shared_out_and_its_report_adds_up(server: Server) -> None:
+    client = server.client()
+    echomq.Queue(client, "limited").span(4)
+    q = echomq.Queue(client, "limited")
+    assert q.limit(concurrency=10, rate=9, per=1)["concurrency"] == 10
+    parts = [echomq.Queue(client, p).limit() for p in spans.names("limited", 4)]
+    assert [p["concurrency"] for p in parts] == [3, 3, 2, 2]
+    assert [p["rate"] for p in parts] == [3, 2, 2, 2]
+    with pytest.raises(ValueError, match="at least 4"):
+        q.limit(concurrency=3)
+    assert q.limit()["concurrency"] == 10, "a refused limit changed nothing"
+    assert q.pause() is True
+    assert all(echomq.Queue(client, p).stats()["paused"] == 1 for p in spans.names("limited", 4))
+    assert q.stats()["paused"] == 1
+    assert q.resume() is True
+    assert q.stats()["paused"] == 0
+
+
+def test_a_worker_switches_to_the_partitions_of_a_queue_spanned_while_it_runs(
+    server: Server,
+) -> None:
+    client = server.client()
+    handled: List[str] = []
+
+    def handle(job: echomq.Job) -> None:
+        handled.append(job.queue)
+
+    worker = echomq.Worker(client, "later", handle, block=0.2)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        # The worker waits in a blocked claim of the ordinary queue before it is spanned.
+        assert until(lambda: server.cmd("INFO", "clients")["blocked_clients"] == 1)
+        echomq.Queue(client, "later").span(3)
+        echomq.Queue(client, "later").enqueue_many(b"%d" % n for n in range(30))
+        assert until(lambda: worker.counts["acked"] == 30, timeout=30), worker.counts
+    finally:
+        worker.stop()
+        assert joined(t)
+    assert set(handled) <= set(spans.names("later", 3)) and len(handled) == 30
+
+
+def test_an_async_queue_and_worker_route_and_drain_a_partitioned_queue(server: Server) -> None:
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        await AsyncQueue(client, "async-parts").span(5)
+        q = AsyncQueue(client, "async-parts")
+        ids = await q.enqueue_many(b"%d" % n for n in range(100))
+        ids += [await q.enqueue(b"g", group=f"g{n}") for n in range(20)]
+        assert q.router.width == 5
+        assert (await q.stats())["pending"] == 120
+        handled: Dict[str, List[str]] = {}
+
+        async def handle(job: echomq.Job) -> None:
+            handled.setdefault(job.id, []).append(job.queue)
+
+        worker = AsyncWorker(client, "async-parts", handle, concurrency=8)
+        task = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 30
+        while worker.counts["acked"] < 120:
+            assert time.monotonic() < deadline, worker.counts
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        assert sorted(handled) == sorted(ids)
+        assert all(len(queues) == 1 for queues in handled.values())
+        stats = await q.stats()
+        assert (stats["pending"], stats["active"], worker.counts["lost"]) == (0, 0, 0)
+        assert await q.job(ids[0]) is not None, "a job is found in its partition by its id"
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+# ---- the client's plans, no server ----
+
+
+def test_a_round_claims_each_partition_then_blocks_on_the_next_waking_for_the_others() -> None:
+    r = Rotation(["a", "b", "c"])
+    seen: List[Claim] = []
+    for found in (0, 0, 0, 0, 0, 0, 0, 2, 0):
+        claim = r.next()
+        seen.append(claim)
+        r.took(claim, found)
+    assert seen == [
+        Claim("a", None), Claim("b", None), Claim("c", None),  # a round found nothing
+        Claim("a", ["b", "c"]),  # so the next blocks, woken by the others
+        Claim("b", None), Claim("c", None), Claim("a", None),  # its end: a new round
+        Claim("b", ["c", "a"]),  # which blocks again, and gets 2 jobs
+        Claim("c", None),  # going on with the next, without blocking
+    ]
+
+
+def test_a_batch_is_split_by_partition_in_its_order() -> None:
+    router = routing.Router("split")
+    router.learn(3)
+    entries = [(echomq.mint(), [b"p"]) for _ in range(50)]
+    sends = routing.split(router, entries, chunk=7)
+    assert all(len(jobs) <= 7 for _, jobs in sends)
+    for target, jobs in sends:
+        assert {router.of(job_id) for job_id, _ in jobs} == {target}
+    assert sorted(e for _, jobs in sends for e, _ in jobs) == sorted(e for e, _ in entries)
+    by: Dict[str, List[str]] = {}
+    for target, jobs in sends:
+        by.setdefault(target, []).extend(e for e, _ in jobs)
+    for target, ids in by.items():
+        assert ids == [e for e, _ in entries if router.of(e) == target], "in the batch's order"
+    assert [spans.portion(10, 4, i) for i in range(4)] == [3, 3, 2, 2]
+
+
+# ---- on a cluster ----
+
+
+def owner_of(cluster: Cluster) -> Callable[[str], int]:
+    """The port of the primary that owns a queue's slot."""
+    ranges = [(int(r[0]), int(r[1]), int(r[2][1])) for r in cluster.nodes[0].cmd("CLUSTER", "SLOTS")]
+    return lambda queue: next(port for lo, hi, port in ranges if lo <= slot(queue) <= hi)
+
+
+def blocked(cluster: Cluster) -> List[int]:
+    return [n.cmd("INFO", "clients")["blocked_clients"] for n in cluster.nodes]
+
+
+@pytest.mark.cluster
+def test_a_worker_drains_a_queue_over_every_primary_blocking_once_a_primary(
+    cluster: Cluster,
+) -> None:
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    echomq.Queue(client, "wide").span(12)
+    partitions = spans.names("wide", 12)
+    owner = owner_of(cluster)
+    assert {owner(p) for p in partitions} == {n.port for n in cluster.nodes}
+    q = echomq.Queue(client, "wide")
+    every = q.enqueue_many(b"%d" % n for n in range(250))
+    every += [q.enqueue(b"g", group=f"tenant-{n % 9}") for n in range(50)]
+    assert q.stats()["pending"] == 300
+
+    running, most = [0], [0]
+    lock = threading.Lock()
+    handled: Dict[str, int] = {}
+
+    def handle(job: echomq.Job) -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            handled[job.id] = handled.get(job.id, 0) + 1
+        time.sleep(0.002)  # the work: handlers overlap, up to the concurrency
+        with lock:
+            running[0] -= 1
+
+    worker = echomq.Worker(client, "wide", handle, concurrency=6)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        assert until(lambda: worker.counts["acked"] == 300, timeout=60), worker.counts
+        # Idle, it waits in one blocked claim on each primary, and never in more.
+        assert until(lambda: blocked(cluster) == [1, 1, 1]), blocked(cluster)
+        for _ in range(20):
+            assert max(blocked(cluster)) <= 1
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+        assert joined(t)
+    assert sorted(handled) == sorted(every) and set(handled.values()) == {1}
+    assert 1 < most[0] <= 6, "the loops of three primaries share the worker's 6 slots"
+    assert worker.counts["lost"] == 0
+    stats = q.stats()
+    assert (stats["pending"], stats["active"]) == (0, 0)
+
+
+@pytest.mark.cluster
+def test_a_worker_regroups_when_a_partition_s_slot_moves_to_another_primary(
+    cluster: Cluster,
+) -> None:
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    echomq.Queue(client, "moving").span(6)
+    q = echomq.Queue(client, "moving")
+    ids = q.enqueue_many(b"job %d" % n for n in range(300))
+    moved = spans.names("moving", 6)[0]
+    src = next(n for n in cluster.nodes if n.port == owner_of(cluster)(moved))
+    dst = next(n for n in cluster.nodes if n is not src)
+    worker = echomq.Worker(client, "moving", lambda job: time.sleep(0.005), concurrency=8, lease=2)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        assert until(lambda: worker.counts["acked"] >= 50, timeout=20)
+        move_slot(cluster, slot(moved), src, dst)
+        later = [q.enqueue(b"after the move", id=i) for i in
+                 [i for i in (echomq.mint() for _ in range(400)) if q.partition(i) == moved][:20]]
+
+        def all_done() -> bool:
+            try:
+                return all((q.job(i) or {}).get("state") == "done" for i in ids + later)
+            except Exception:
+                return False
+
+        assert until(all_done, timeout=90), worker.counts
+        # Regrouped: one blocked claim on each primary that holds partitions, the moved one's
+        # new owner included.
+        owners = {owner_of(cluster)(p) for p in spans.names("moving", 6)}
+        assert until(lambda: sum(blocked(cluster)) == len(owners), timeout=10), blocked(cluster)
+        assert max(blocked(cluster)) == 1
+    finally:
+        worker.stop()
+        assert joined(t), "run() returned after stop()"
+
+
+@pytest.mark.cluster
+def test_a_partition_s_child_is_handed_to_its_parent_on_another_primary(cluster: Cluster) -> None:
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    owner = owner_of(cluster)
+    echomq.Queue(client, "kids").span(6)
+    q = echomq.Queue(client, "kids")
+    child = echomq.mint()
+    partition = name("kids", route(6, child), 6) or ""
+    parent_queue = next(f"parents-{n}" for n in range(100) if owner(f"parents-{n}") != owner(partition))
+    parents = echomq.Queue(client, parent_queue)
+    parent = parents.enqueue(b"sum", children=1)
+    assert q.enqueue(b"part", id=child, parents=[(parent_queue, parent)]) == child
+    assert (parents.job(parent) or {}).get("state") == "waiting"
+    events: List[echomq.WorkerEvent] = []
+    worker = echomq.Worker(client, "kids", lambda job: None, on_event=events.append)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        # The child's ack left its hand-over in its partition's outbox: the worker sweeps it.
+        assert until(lambda: (parents.job(parent) or {}).get("state") == "pending", timeout=30)
+    finally:
+        worker.stop()
+        assert joined(t)
+    assert worker.counts["acked"] == 1
+    assert [e.id for e in events if e.kind == "handover" and e.outcome == "ok"] == [child]
+    assert echomq.Queue(client, partition).call("EMQ.OUTBOX")[1] in ([], None)
+
+
+@pytest.mark.cluster
+def test_an_async_worker_drains_a_queue_over_every_primary(cluster: Cluster) -> None:
+    async def main() -> None:
+        client = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        await AsyncQueue(client, "awide").span(6)
+        q = AsyncQueue(client, "awide")
+        ids = await q.enqueue_many(b"%d" % n for n in range(90))
+        handled: List[str] = []
+
+        async def handle(job: echomq.Job) -> None:
+            handled.append(job.id)
+
+        worker = AsyncWorker(client, "awide", handle, concurrency=8)
+        task = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 30
+        while worker.counts["acked"] < 90:
+            assert time.monotonic() < deadline, worker.counts
+            await asyncio.sleep(0.02)
+        # Idle, one blocked claim on each primary.
+        while blocked(cluster) != [1, 1, 1]:
+            assert time.monotonic() < deadline, blocked(cluster)
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        assert sorted(handled) == sorted(ids)
+        assert (await q.stats())["pending"] == 0
+        await client.aclose()
+
+    asyncio.run(main())
