@@ -617,4 +617,14 @@ export declare class EmqCursorError extends EmqError {}
 export declare class EmqCronError extends EmqError {}
 /** `EMQPARENT`: no such parent, it is not waiting, or it has all its children. */
 export declare class EmqParentError extends EmqError {}
+/** `EMQSPANNED <n>`: a job or claim sent to a partitioned queue's own name, or a job sent to a
+ * partition its group (or else its id) does not route to. A Queue learns the width from it and
+ * routes again; a partition's own refusal reaches the caller. */
+export declare class EmqSpannedError extends EmqError {
+  /** The partitions of the queue that refused. */
+  readonly width: number;
+}
+/** `EMQSPAN`: a span of a queue that holds jobs or has another width or place, or an unspan of
+ * a partition that holds jobs. */
+export declare class EmqSpanError extends EmqError {}
 export declare class EmqVersionError extends Error {}
