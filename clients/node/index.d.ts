@@ -462,6 +462,8 @@ export declare class Queue {
 }
 
 export declare class Job {
+  /** The queue it was claimed from: a partitioned queue's job, its partition (where it is
+   * settled, renewed and read). */
   readonly queue: string;
   readonly id: string;
   /** The payload as enqueued, byte for byte (it need not be text). */
@@ -569,6 +571,8 @@ export interface WorkerEvent {
    * `'timeout'`). */
   kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'timed_out' | 'handover' | 'delivered' | 'outbox';
   worker: string;
+  /** The job's queue: a partitioned queue's job's, its partition; the worker's queue for the
+   * outbox's steps. */
   queue: string;
   id: string;
   /** The lease token: the attempt. */
@@ -602,6 +606,9 @@ export interface WorkerCounts {
   timedOut: number;
 }
 
+/** Claims and runs a queue's jobs. On a partitioned queue (`EMQ.WIDTH` at start, or a claim's
+ * `EMQSPANNED`) it claims every partition: one loop a primary, at most one blocked claim each,
+ * and settles, renews and sweeps each job on its partition (`job.queue`). */
 export declare class Worker extends EventEmitter {
   constructor(queue: Queue, handler: Handler, options?: WorkerOptions);
   readonly queue: Queue;
