@@ -8,7 +8,7 @@ import { MAX_PARTITIONS, partitionName } from './partition.js';
 
 /** Most times one call routes again after a refusal that names another width. */
 export const MAX_REROUTES = 2;
-/** The sets whose counts a partitioned queue's stats add up. */
+/** The counts a partitioned queue's stats add up: its sets', its named groups', the rate's use. */
 const SUMMED = ['pending', 'active', 'scheduled', 'dead', 'waiting', 'groups', 'rate-used'];
 /** The limits a partitioned queue's stats and limits add up (null while no partition has one). */
 const LIMITS = ['concurrency', 'rate'];

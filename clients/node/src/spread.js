@@ -72,7 +72,7 @@ export class Spread {
   /** Claims until the worker closes or the queue's width changes; the width then. */
   async run() {
     while (!this.worker.closing && this.changed === undefined) {
-      if (this.regroups > 0) await sleep(backoff(this.regroups - 1), this.worker.closingSignal());
+      if (this.regroups > 0) await this.pause(backoff(this.regroups - 1));
       this.regrouping = false;
       this.group();
       await Promise.all(this.groups.map((g) => this.loop(g)));
@@ -157,7 +157,7 @@ export class Spread {
           // A partition, or one a claim's WAKE named, is on another primary now.
           if (moved(e)) return this.regroup();
           if (!transient(e) && !serverFull(e)) throw translate(e);
-          await sleep(backoff(failures++), w.closingSignal());
+          await this.pause(backoff(failures++));
           continue;
         }
         w.claimReserved -= count;
@@ -176,6 +176,17 @@ export class Spread {
     } catch (e) {
       this.fatal ??= e;
       w.wake();
+    }
+  }
+
+  /** Waits `ms`, or less once the worker closes: not less when another loop wakes the worker
+   * (as each does when it frees slots), so the loops' backoffs stay theirs. */
+  async pause(ms) {
+    const end = Date.now() + ms;
+    while (!this.worker.closing && Date.now() < end) {
+      const woken = new AbortController();
+      await Promise.race([sleep(end - Date.now(), woken.signal), this.worker.room()]);
+      woken.abort();
     }
   }
 
