@@ -189,7 +189,7 @@ export class Worker extends EventEmitter {
       const sentNs = this.hook ? nowNs() : 0n;
       try {
         // A claim in flight is never dropped, even by close(): its jobs would be leased to no one.
-        reply = await this.claimOn(this.queue.name, ['EMQ.CLAIM', this.queue.name, 'COUNT', String(count), 'LEASE', String(this.lease), 'BLOCK', String(this.block)]);
+        reply = await this.claim(count);
         failures = 0;
         // The outbox's sweeps start once a claim has shown the queue workable (a refused
         // queue name is the claim's fatal error, reported once).
@@ -256,9 +256,12 @@ export class Worker extends EventEmitter {
     }
   }
 
+  claim(count) {
+    return this.claimOn(this.queue.name, ['EMQ.CLAIM', this.queue.name, 'COUNT', String(count), 'LEASE', String(this.lease), 'BLOCK', String(this.block)]);
+  }
+
   /** A claim of `queue` (`args`, the whole command) on the claim connection, payloads as bytes.
-   * @param {string} queue
-   * @param {string[]} args */
+   * @param {string} queue @param {string[]} args */
   claimOn(queue, args) {
     return isCluster(this.claims) ? this.claims.sendCommand(routingKey(queue), false, args, BYTES) : this.claims.sendCommand(args, BYTES);
   }
@@ -427,12 +430,8 @@ export class Worker extends EventEmitter {
       // The handlers that end in this turn of the event loop go in the same call.
       await new Promise((resolve) => setImmediate(resolve));
       while (this.acks.length > 0) {
-        /** @type {Map<Queue, Array<{state: RunState, result: unknown}>>} */
-        const byQueue = new Map();
-        for (const item of this.acks.splice(0, SETTLE_BATCH)) {
-          (byQueue.get(item.state.queue) ?? /** @type {any[]} */ (byQueue.set(item.state.queue, []).get(item.state.queue))).push(item);
-        }
-        for (const [queue, batch] of byQueue) await this.settle(queue, batch);
+        const batch = this.acks.splice(0, SETTLE_BATCH);
+        for (const queue of new Set(batch.map((item) => item.state.queue))) await this.settle(queue, batch.filter((item) => item.state.queue === queue));
       }
       this.flushing = null;
     })();
