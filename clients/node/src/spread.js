@@ -1,20 +1,27 @@
 // A worker's claims on a partitioned queue (docs/cluster.md, "A queue bigger than one
-// primary"): the partitions grouped by the primary that holds them, one claim loop a group, all
-// on the worker's claim connection (one socket a node). A loop claims around its group without
-// blocking; once a whole round got nothing it blocks on the next partition with `WAKE` naming
-// the others, so the worker holds at most one blocked claim a primary and a partition with a
-// ready job is claimed within a round of its group's claims. An ack's claim (`EMQ.MACK ...
-// CLAIM`, which claims from the partition acked) takes its group's turn only when it is that
-// partition's. A partition the slot map moved regroups the loops; a width read again (when a
-// blocked claim times out) that changed ends the spread.
-import { isCluster } from './connection.js';
+// primary"): the partitions grouped by the primary that holds them, one claim loop a group. A
+// loop claims around its group without blocking (on the queue's client, whose connections no
+// claim blocks); once a whole round got nothing it blocks on the next partition with `WAKE`
+// naming the others, on the worker's claim connection to that primary, so the worker holds at
+// most one blocked claim a primary, a partition with a ready job is claimed within a round of
+// its group's claims, and no claim waits behind another primary's blocked one. An ack's claim
+// (`EMQ.MACK ... CLAIM`, which claims from the partition acked) takes its group's turn only
+// when it is that partition's. A partition the slot map moved regroups the loops; a width read
+// again (when a blocked claim times out) that changed ends the spread.
+import { isCluster, send } from './connection.js';
 import { translate } from './errors.js';
 import { nowNs } from './hook.js';
-import { moved } from './replicas.js';
+import { moved, remap } from './replicas.js';
 import { backoff, serverFull, sleep, transient } from './retry.js';
 import { queueSlot } from './slot.js';
 
 /** @typedef {import('./queue.js').Queue} Queue */
+
+/** Claims answer payloads as bytes: a payload need not be text. */
+const BYTES = { returnBuffers: true };
+/** The wait between a new loop's rounds, ms, while a loop of an earlier grouping may still be
+ * blocked on its primary (up to `block` ms, once, after a regrouping). */
+export const REGROUP_POLL = 100;
 
 /** One primary's partitions, and where its rotation stands. */
 class Group {
@@ -57,8 +64,12 @@ export class Spread {
     this.groups = [];
     /** @type {Map<string, Group>} */
     this.groupOf = new Map();
+    /** The grouping the loops now run by: a loop of an earlier one ends after its claim. */
+    this.generation = 0;
     /** Set when a claim found the slot map moved a partition: the loops end and regroup. */
     this.regrouping = false;
+    /** Tells `run` to regroup. @type {() => void} */
+    this.regroupNow = () => {};
     /** The width read again, when it is not this one. @type {number | undefined} */
     this.changed = undefined;
     /** A loop's fatal error, which ends the others. @type {unknown} */
@@ -69,20 +80,32 @@ export class Spread {
     this.swept = false;
   }
 
-  /** Claims until the worker closes or the queue's width changes; the width then. */
+  /** Claims until the worker closes or the queue's width changes; the width then. A regrouping
+   * starts the new loops at once: they claim in rounds without blocking (`REGROUP_POLL` ms
+   * apart) until every earlier loop has ended (each after the claim it is in, a blocked one up
+   * to `block` ms), so a primary never holds two of the worker's blocked claims. */
   async run() {
-    while (!this.worker.closing && this.changed === undefined) {
+    /** @type {Promise<unknown>} */
+    let earlier = Promise.resolve();
+    while (!this.worker.closing && this.changed === undefined && this.fatal === undefined) {
       if (this.regroups > 0) await this.pause(backoff(this.regroups - 1));
       this.regrouping = false;
+      const generation = ++this.generation;
       this.group();
-      await Promise.all(this.groups.map((g) => this.loop(g)));
-      if (this.fatal !== undefined) throw this.fatal;
+      const before = earlier;
+      const loops = Promise.all(this.groups.map((g) => this.loop(g, generation, before)));
+      earlier = Promise.all([before, loops]);
+      await Promise.race([loops, new Promise((resolve) => (this.regroupNow = () => resolve(undefined)))]);
     }
+    await earlier;
+    if (this.fatal !== undefined) throw this.fatal;
     return this.changed ?? this.width;
   }
 
-  live() {
-    return !this.worker.closing && !this.regrouping && this.changed === undefined && this.fatal === undefined;
+  /** Whether a loop of `generation` claims on. */
+  live(generation) {
+    const w = this.worker;
+    return !w.closing && generation === this.generation && !this.regrouping && this.changed === undefined && this.fatal === undefined;
   }
 
   /** Groups the partitions by the primary the claim connection's slot map has for each. */
@@ -97,16 +120,33 @@ export class Spread {
     this.groupOf = new Map(this.groups.flatMap((g) => g.queues.map((q) => /** @type {[string, Group]} */ ([q.name, g]))));
   }
 
-  /** The id of the primary that holds `queue` as the claim connection's slot map has it, ''
-   * on a single server, '?' for a slot the map does not cover yet. */
+  /** The id of the primary that holds `queue` as the queue's client's slot map has it (which
+   * its calls keep up to date), '' on a single server, '?' for a slot the map does not cover. */
   nodeOf(queue) {
-    const claims = this.worker.claims;
-    if (!isCluster(claims)) return '';
+    const client = this.worker.queue.client;
+    if (!isCluster(client)) return '';
     try {
-      return String(claims.getSlotMaster(queueSlot(queue))?.id ?? '?');
+      return String(client.getSlotMaster(queueSlot(queue))?.id ?? '?');
     } catch {
       return '?';
     }
+  }
+
+  /**
+   * A claim of `queue`: without blocking on the queue's client (routed, redirections
+   * followed); a blocking one on the claim connection's socket to the group's primary, where a
+   * redirection comes back as an error (a cluster client would follow it to another primary's
+   * socket, and wait there behind that primary's blocked claim).
+   * @param {Group} group
+   * @param {Queue} queue
+   * @param {string[]} args
+   * @param {boolean} block
+   */
+  claim(group, queue, args, block) {
+    const w = this.worker;
+    if (!block) return send(w.queue.client, queue.name, args, false, BYTES);
+    const node = isCluster(w.claims) ? w.claims.getMasters().find((/** @type {any} */ m) => m.id === group.node) : undefined;
+    return node ? node.client.sendCommand(args, BYTES) : w.claimOn(queue.name, args);
   }
 
   /** Whether every partition of `group` is still on its primary, as the slot map has it now. */
@@ -119,21 +159,34 @@ export class Spread {
     if (!this.regrouping) this.regroups++;
     this.regrouping = true;
     this.worker.wake();
+    this.regroupNow();
   }
 
-  /** @param {Group} group */
-  async loop(group) {
+  /**
+   * @param {Group} group
+   * @param {number} generation
+   * @param {Promise<unknown>} earlier the loops of the earlier groupings, which may still block
+   */
+  async loop(group, generation, earlier) {
     const w = this.worker;
     let failures = 0;
+    let alone = false;
+    void earlier.then(() => (alone = true));
     try {
-      while (this.live()) {
+      while (this.live(generation)) {
         const free = w.free();
         if (free <= 0) {
           await w.room();
           continue;
         }
         const block = group.idle >= group.queues.length;
-        if (block && !this.placed(group)) return this.regroup();
+        if (block ? !this.placed(group) : this.nodeOf(group.queues[group.next].name) !== group.node) return this.regroup();
+        if (block && !alone) {
+          // No second blocked claim on a primary: rounds without blocking until they have ended.
+          await Promise.race([earlier, this.pause(REGROUP_POLL)]);
+          group.idle = 0;
+          continue;
+        }
         const queue = group.take();
         // A blocked claim holds its slots up to `block` ms: it takes its group's share of them,
         // so the other primaries' claims have room meanwhile.
@@ -149,13 +202,22 @@ export class Spread {
         const sentNs = w.hook ? nowNs() : 0n;
         let reply;
         try {
-          reply = await w.claimOn(queue.name, args);
+          reply = await this.claim(group, queue, args, block);
           failures = 0;
         } catch (e) {
           w.claimReserved -= count;
           w.wake();
-          // A partition, or one a claim's WAKE named, is on another primary now.
-          if (moved(e)) return this.regroup();
+          // A partition, or one a claim's WAKE named, is on another primary now: the queue's
+          // client reads the slot map again, and the loops regroup by it. (`ASK`, a slot on its
+          // way, is waited out as `TRYAGAIN` is.)
+          if (e instanceof Error && e.message.startsWith('MOVED ')) {
+            await Promise.all(group.queues.map((q) => remap(w.queue.client, q.name)));
+            return this.regroup();
+          }
+          if (moved(e)) {
+            await this.pause(backoff(failures++));
+            continue;
+          }
           if (!transient(e) && !serverFull(e)) throw translate(e);
           await this.pause(backoff(failures++));
           continue;

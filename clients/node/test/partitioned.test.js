@@ -380,4 +380,31 @@ describe('a partitioned queue on a cluster', () => {
       'each hand-over swept from its child\'s partition',
     );
   });
+
+  // Last: the slot map is no longer the one Cluster.owner knows.
+  test('a partition moved to another primary while the worker waits: its loops regroup and claim it there', async () => {
+    await new Queue(client, 'moving').span(6);
+    const parts = await new Queue(client, 'moving').partitions();
+    const [from, to] = [await cluster.owner(parts[0].name), await cluster.owner(parts[2].name)];
+    assert.notEqual(from, to);
+    const { worker, runs, queues, errors, done } = await drain(new Queue(client, 'moving'), 0, { block: 2000 });
+    assert.ok(done);
+    const idle = async () => (await Promise.all(cluster.nodes.map(blocked))).every((n) => n === 1);
+    assert.ok(await until(idle, 20_000), 'one blocked claim on each primary');
+    const slot = Number(await from.cmd('CLUSTER', 'KEYSLOT', `emq:{${parts[0].name}}:pending`));
+    assert.ok((await cluster.moveSlot(slot, from, to)) > 0);
+    const ids = await new Queue(client, 'moving').enqueueMany(Array.from({ length: 40 }, (_, i) => ({ payload: i })));
+    assert.ok(ids.some((id) => route(6, id) === 0), 'some job in the partition moved');
+    assert.ok(await until(() => worker.counts.acked >= 40, 30_000), `acked ${worker.counts.acked} of 40`);
+    assert.ok(await until(idle, 20_000), 'one blocked claim on each primary again');
+    for (let i = 0; i < 5; i++) {
+      const counts = await Promise.all(cluster.nodes.map(blocked));
+      assert.ok(counts.every((n) => n <= 1), `blocked clients ${counts}`);
+    }
+    await worker.close();
+    assert.deepEqual(errors, []);
+    assert.equal(runs.size, 40);
+    assert.ok([...runs.values()].every((n) => n === 1));
+    assert.ok(ids.every((id) => queues.get(id) === parts[route(6, id)].name));
+  });
 });
