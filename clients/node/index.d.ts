@@ -138,6 +138,9 @@ export interface Stats {
   'group-concurrency': number | null;
   'group-rate': number | null;
   'group-rate-per': number | null;
+  /** A partitioned queue's: each partition's own, in order (the fields above add them up:
+   * the sets, `groups`, `rate-used`, the limits set; `paused` 1 while any partition is). */
+  partitions?: Stats[];
 }
 
 export interface Limits {
@@ -153,6 +156,9 @@ export interface Limits {
   /** Each group's claims every `group-rate-per` ms, for the groups without their own. */
   'group-rate': number | null;
   'group-rate-per': number | null;
+  /** A partitioned queue's: each partition's own, in order (`concurrency`, `rate`, `active`
+   * and `rate-used` above add them up). */
+  partitions?: Limits[];
 }
 
 export interface LimitOptions {
@@ -333,6 +339,18 @@ export declare const SWEEP_COUNT: number;
 /** Most unfinished children of one parent a cancel takes, and most levels below (the module's bounds). */
 export declare const CANCEL_CHILDREN: number;
 export declare const CANCEL_DEPTH: number;
+/** Most partitions of a queue. */
+export declare const MAX_PARTITIONS: number;
+/** Longest name of a partitioned queue, in bytes. */
+export declare const MAX_NAME_LEN: number;
+/** FNV-1a, 32 bits. */
+export declare function fnv1a32(bytes: Uint8Array): number;
+/** The partition, of `width`, of a job with this group (or else id). */
+export declare function route(width: number, key: string): number;
+/** The slots partition `index` of `width` owns, `[first, past the last]`; null out of range. */
+export declare function share(index: number, width: number): [number, number] | null;
+/** The name of partition `index` of `queue`'s `width`; null for no such partition. */
+export declare function partitionName(queue: string, index: number, width: number): string | null;
 
 /** Writes the current trace context into a job's headers, W3C style:
  * `(carrier) => propagation.inject(context.active(), carrier)` with @opentelemetry/api. */
@@ -351,17 +369,46 @@ export declare class Queue {
   readonly name: string;
   retries: number;
   readonly inject: Inject | undefined;
+  /** The partitions its jobs route over as far as this Queue knows: 0 for an ordinary queue or
+   * a partition, undefined until learned (an enqueue learns it from the server's `EMQSPANNED`;
+   * the calls on one job or on every partition ask `EMQ.WIDTH` once). */
+  knownWidth: number | undefined;
+  /** `EMQ.WIDTH`: the queue's partitions, 0 for an ordinary queue; a partition answers its
+   * queue's (and routes as itself). */
+  width(): Promise<number>;
+  /** The width to route by, `EMQ.WIDTH` asked once when not known. */
+  routingWidth(): Promise<number>;
+  /** Marks the queue partitioned over `width` (1-1,024; it must hold no job): each partition,
+   * then its own name; whether anything changed. Another width: `EmqSpanError`. */
+  span(width: number): Promise<boolean>;
+  /** Makes it ordinary again: each partition (one holding jobs refuses, `EmqSpanError`), then
+   * its own name; whether anything changed. */
+  unspan(): Promise<boolean>;
+  /** The Queues of its partitions (`EMQ.WIDTH` asked once); none for an ordinary queue. */
+  partitions(): Promise<Queue[]>;
+  /** The Queues of its `width` partitions, in order. */
+  partitionQueues(width: number): Queue[];
+  /** The Queue a job of this group (or else id) is in, by the width known: itself when ordinary. */
+  queueFor(key: string): Queue;
+  /** `queueFor` once the width is known. */
+  locate(key: string): Promise<Queue>;
   /** Another queue on the same client, with the same retries and hook. */
   sibling(name: string): Queue;
   /** `command <queue> ...args`, retried while transient, a refusal as its typed error. */
   call(command: string, ...args: Array<string | number | Uint8Array>): Promise<any>;
   /** A whole command (queue included), routed by the queue. */
   send(args: Array<string | Uint8Array>, readonly?: boolean): Promise<any>;
+  /** Enqueues one job; its id. A partitioned queue's goes to the partition its group, or else its
+   * id, routes to (the width learned from the first `EMQSPANNED`). */
   enqueue(payload: Payload, options?: EnqueueOptions): Promise<string>;
+  /** Enqueues every job (`EMQ.MENQUEUE`s of `chunk`, a partition's apart); their ids, in order. */
   enqueueMany(jobs: Iterable<JobSpec>, options?: { chunk?: number }): Promise<string[]>;
+  /** The counts and limits (`EMQ.STATS`); a partitioned queue's added up over its partitions. */
   stats(): Promise<Stats>;
   /** The queue's metrics as the server that holds it keeps them (`EMQ.METRICS`). */
   metrics(): Promise<Metrics>;
+  /** A job's row (on a partitioned queue, from the partition its id routes to: a grouped job's
+   * through `queueFor(group)`, or its handle's `queue`); null for none. */
   job(id: string): Promise<JobRow | null>;
   jobs(set: SetName, options?: { cursor?: string; count?: number; withPayloads?: boolean }): Promise<JobsPage>;
   /** A parent's children and how each ended (every page of `EMQ.CHILDREN`). */
@@ -384,13 +431,18 @@ export declare class Queue {
   /** `cancelFlow` only while the job has not started: a running job is left to run (0). */
   cancelUnstarted(id: string): Promise<number>;
   requeue(id: string): Promise<boolean>;
+  /** Moves up to `count` of the oldest dead jobs back (of each partition); how many. */
   requeueDead(options?: { count?: number }): Promise<number>;
+  /** Deletes a set's jobs (of every partition); how many. */
   purge(set: 'pending' | 'scheduled' | 'dead', options?: { count?: number }): Promise<number>;
+  /** Stops its claims (every partition's); false when it was paused already. */
   pause(): Promise<boolean>;
   resume(): Promise<boolean>;
   /** `EMQ.LIMIT`: sets those given (null removes one, `off` all), or with none reports them.
    * `timeout` (ms) times each attempt of the queue's jobs that have none of their own;
-   * `groupConcurrency` and `groupRate` are each group's defaults. */
+   * `groupConcurrency` and `groupRate` are each group's defaults. A partitioned queue's
+   * `concurrency` and `rate` L are split: partition i gets ⌊L/n⌋, plus one for i < L mod n
+   * (L below n is refused, `RangeError`); the rest is set on each partition. */
   limit(options?: LimitOptions): Promise<Limits>;
   /** One group's own limits (null removes one), or with none a report. */
   groupLimit(group: string, options?: GroupLimitOptions): Promise<GroupLimits>;
@@ -410,6 +462,8 @@ export declare class Queue {
 }
 
 export declare class Job {
+  /** The queue it was claimed from: a partitioned queue's job, its partition (where it is
+   * settled, renewed and read). */
   readonly queue: string;
   readonly id: string;
   /** The payload as enqueued, byte for byte (it need not be text). */
@@ -517,6 +571,8 @@ export interface WorkerEvent {
    * `'timeout'`). */
   kind: 'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'timed_out' | 'handover' | 'delivered' | 'outbox';
   worker: string;
+  /** The job's queue: a partitioned queue's job's, its partition; the worker's queue for the
+   * outbox's steps. */
   queue: string;
   id: string;
   /** The lease token: the attempt. */
@@ -550,6 +606,9 @@ export interface WorkerCounts {
   timedOut: number;
 }
 
+/** Claims and runs a queue's jobs. On a partitioned queue (`EMQ.WIDTH` at start, or a claim's
+ * `EMQSPANNED`) it claims every partition: one loop a primary, at most one blocked claim each,
+ * and settles, renews and sweeps each job on its partition (`job.queue`). */
 export declare class Worker extends EventEmitter {
   constructor(queue: Queue, handler: Handler, options?: WorkerOptions);
   readonly queue: Queue;
@@ -617,4 +676,14 @@ export declare class EmqCursorError extends EmqError {}
 export declare class EmqCronError extends EmqError {}
 /** `EMQPARENT`: no such parent, it is not waiting, or it has all its children. */
 export declare class EmqParentError extends EmqError {}
+/** `EMQSPANNED <n>`: a job or claim sent to a partitioned queue's own name, or a job sent to a
+ * partition its group (or else its id) does not route to. A Queue learns the width from it and
+ * routes again; a partition's own refusal reaches the caller. */
+export declare class EmqSpannedError extends EmqError {
+  /** The partitions of the queue that refused. */
+  readonly width: number;
+}
+/** `EMQSPAN`: a span of a queue that holds jobs or has another width or place, or an unspan of
+ * a partition that holds jobs. */
+export declare class EmqSpanError extends EmqError {}
 export declare class EmqVersionError extends Error {}

@@ -43,6 +43,23 @@ export class EmqCursorError extends EmqError {}
 export class EmqCronError extends EmqError {}
 /** `EMQPARENT`: a child's parent refused it (no such parent, not waiting, or all its children). */
 export class EmqParentError extends EmqError {}
+/** `EMQSPANNED <n>`: a job or a claim sent to a partitioned queue's own name, or a job sent to
+ * a partition its group (or else its id) does not route to; `width` is that queue's `n`, for
+ * the client to route again (docs/cluster.md, "A queue bigger than one primary"). */
+export class EmqSpannedError extends EmqError {
+  /**
+   * @param {string} message
+   * @param {unknown} [cause]
+   */
+  constructor(message, cause) {
+    super(message, cause);
+    /** The partitions of the queue that refused, as the server knows them. */
+    this.width = Number(message.split(' ', 2)[1]);
+  }
+}
+/** `EMQSPAN`: `EMQ.SPAN` of a queue that holds jobs or has another width or place already, or
+ * `EMQ.UNSPAN` of a partition that holds jobs. */
+export class EmqSpanError extends EmqError {}
 
 /** The server speaks another major version of the protocol than this client (no reply code). */
 export class EmqVersionError extends Error {
@@ -68,6 +85,8 @@ export const CODES = {
   EMQCURSOR: EmqCursorError,
   EMQCRON: EmqCronError,
   EMQPARENT: EmqParentError,
+  EMQSPANNED: EmqSpannedError,
+  EMQSPAN: EmqSpanError,
 };
 
 /** Whether `value` is a server's error reply (node-redis's `ErrorReply`, top level or in place). */

@@ -38,8 +38,9 @@ export class Hook {
 
   /**
    * @param {'claim' | 'renew' | 'settle' | 'handler_start' | 'handler_end' | 'cancelled' | 'timed_out' | 'handover' | 'delivered' | 'outbox'} kind
-   * @param {{id: string, attempt: number}} job a hand-over's child with attempt 0; for a read
-   *   of the outbox, id ''
+   * @param {{id: string, attempt: number, queue?: string}} job a hand-over's child with attempt
+   *   0; for a read of the outbox, id ''. A job's `queue` (a partition of a partitioned queue)
+   *   names the event's queue; the worker's otherwise
    * @param {bigint} sentNs
    * @param {{answeredNs?: bigint, error?: unknown, failure?: unknown, action?: 'ack' | 'fail',
    *   replicated?: boolean | null}} [more] `replicated`: with `waitReplicas`, whether `WAIT`
@@ -50,7 +51,7 @@ export class Hook {
     const event = {
       kind,
       worker: this.worker,
-      queue: this.queue,
+      queue: job.queue ?? this.queue,
       id: job.id,
       token: job.attempt,
       sentNs,

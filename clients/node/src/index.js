@@ -26,6 +26,8 @@ export {
   EmqCursorError,
   EmqCronError,
   EmqParentError,
+  EmqSpannedError,
+  EmqSpanError,
   EmqVersionError,
   translate,
 } from './errors.js';

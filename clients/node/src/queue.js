@@ -1,6 +1,7 @@
 // The producer's side: `Queue` enqueues jobs and operates one queue, over a node-redis v4
 // client or cluster client. Calls are retried through failovers and slot migrations; ids are
-// minted here, so a retried enqueue stays a single job.
+// minted here, so a retried enqueue stays a single job. A partitioned queue's jobs go to the
+// partitions they route to (span.js), its width learned from the server's first refusal.
 import { cancelFlow } from './cancel.js';
 import { encode, ms, pairs } from './codec.js';
 import { send } from './connection.js';
@@ -11,7 +12,9 @@ import { carried, headerArgs, headerMap } from './headers.js';
 import { batch, chain, flow } from './flow.js';
 import { mint } from './ids.js';
 import { parseMetrics } from './metrics.js';
+import { partitionName, route } from './partition.js';
 import { backoff, sleep, transient } from './retry.js';
+import { enqueueRows, knowWidth, readWidth, routed, span, splitLimits, sumStats, unspan } from './span.js';
 
 /** Jobs one `EMQ.MENQUEUE` carries (the server takes up to 10,000). */
 export const CHUNK = 1000;
@@ -26,6 +29,9 @@ export const CHILDREN_PAGE = 1000;
 const NUMERIC = new Set(['attempts', 'due', 'lease-deadline', 'died-at', 'priority', 'children', 'adopted', 'finished', 'cancelled', 'timeout', 'timedout']);
 
 export class Queue {
+  /** The partitions' Queues of the width last asked for. @type {{width: number, queues: Queue[]}} */
+  #parts = { width: 0, queues: [] };
+
   /**
    * @param {any} client a connected node-redis client (`createClient`) or cluster (`createCluster`)
    * @param {string} name the queue
@@ -39,6 +45,12 @@ export class Queue {
     this.name = name;
     this.retries = options.retries ?? 8;
     this.inject = options.inject;
+    /** The partitions its jobs route over as far as this Queue knows: 0 for an ordinary queue
+     * (or a partition, which takes its jobs itself), undefined until learned. An enqueue
+     * treats unknown as 0 and learns the width from the server's refusal (`EMQSPANNED`); the
+     * calls on one job, or on every partition, ask `EMQ.WIDTH` once.
+     * @type {number | undefined} */
+    this.knownWidth = undefined;
   }
 
   /** Another queue on the same client, with the same retries and hook (a flow's other queues). */
@@ -61,6 +73,76 @@ export class Queue {
         await sleep(backoff(attempt));
       }
     }
+  }
+
+  // ---- partitions ----
+
+  /** `EMQ.WIDTH`: the queue's partitions, 0 for an ordinary queue (a partition answers its
+   * queue's); learned for routing. */
+  async width() {
+    const { width, of } = readWidth(await this.send(['EMQ.WIDTH', this.name], true));
+    this.knownWidth = of === null ? width : 0;
+    return width;
+  }
+
+  /** The width to route by, asking `EMQ.WIDTH` once when it is not known yet. */
+  async routingWidth() {
+    if (this.knownWidth === undefined) await knowWidth(this);
+    return /** @type {number} */ (this.knownWidth);
+  }
+
+  /** The Queues of the `width` partitions of this queue, in order (each an ordinary queue). */
+  partitionQueues(width) {
+    if (this.#parts.width !== width) {
+      const queues = [];
+      for (let i = 0; i < width; i++) {
+        const name = partitionName(this.name, i, width);
+        if (name === null) throw new RangeError(`queue ${this.name} has no partition ${i} of ${width}`);
+        const part = new Queue(this.client, name, { retries: this.retries, inject: this.inject });
+        part.knownWidth = 0;
+        queues.push(part);
+      }
+      this.#parts = { width, queues };
+    }
+    return this.#parts.queues;
+  }
+
+  /** The Queues of the partitions (`EMQ.WIDTH` asked once); none for an ordinary queue. */
+  async partitions() {
+    const width = await this.routingWidth();
+    return width > 0 ? this.partitionQueues(width) : [];
+  }
+
+  /** The Queue a job with this group (or else id) is in, by the width known: this one for an
+   * ordinary queue. */
+  queueFor(key) {
+    const width = this.knownWidth ?? 0;
+    return width > 0 ? this.partitionQueues(width)[route(width, key)] : this;
+  }
+
+  /** `queueFor` once the width is known (`EMQ.WIDTH` asked once). A grouped job is reached by
+   * its group, or through its handle's `queue`, its partition. */
+  async locate(key) {
+    await this.routingWidth();
+    return this.queueFor(key);
+  }
+
+  /**
+   * Marks the queue partitioned over `width` (1 to 1,024; it must hold no job): each partition
+   * `EMQ.SPAN <partition> <width> OF <queue> INDEX <i>` on its node, then `EMQ.SPAN <queue>
+   * <width>`; whether anything changed. Another width is refused (`EmqSpanError`).
+   * @param {number} width
+   */
+  span(width) {
+    return span(this, width);
+  }
+
+  /** Makes the queue ordinary again: `EMQ.UNSPAN` of each partition, then of its own name (a
+   * partition that holds jobs refuses, `EmqSpanError`, and the queue stays partitioned);
+   * whether anything changed. Stop its producers first: one that knows the width still sends
+   * to the partitions. */
+  unspan() {
+    return unspan(this);
   }
 
   // ---- producing ----
@@ -96,14 +178,18 @@ export class Queue {
     if (options.group !== undefined) args.push('GROUP', options.group);
     args.push(...headerArgs(carried(this.inject, options.headers)));
     args.push(...familyArgs(options));
+    // A partitioned queue's job goes to the partition its group, or else its id, routes to.
+    const key = options.group ?? id;
     let reply;
     try {
-      if (options.parents?.length) await adopt(this, id, options.parents);
-      reply = await this.call('EMQ.ENQUEUE', ...args);
+      reply = await routed(this, key, async (target) => {
+        if (options.parents?.length) await adopt(target, id, options.parents);
+        return target.call('EMQ.ENQUEUE', ...args);
+      });
     } catch (e) {
       // A retried child whose parent has moved on (finished, or all its children counted):
       // the job is there already, which is what a duplicate enqueue answers.
-      if (e instanceof EmqParentError && options.id !== undefined && (await this.job(id)) !== null) return id;
+      if (e instanceof EmqParentError && options.id !== undefined && (await this.queueFor(key).job(id)) !== null) return id;
       throw e;
     }
     // 1 (written) or 0 (this id was enqueued already) is the job's own id; a string, the holder's.
@@ -114,7 +200,8 @@ export class Queue {
    * Enqueues every job, `chunk` to one atomic `EMQ.MENQUEUE`; their ids, in order. A job here
    * has no `timeout` of its own (`EMQ.MENQUEUE` carries none): the queue's (`limit`) times it;
    * nor a `group`: it is in the queue's default group. Each carries its `headers`, beside what
-   * the queue's `inject` hook writes once for the call.
+   * the queue's `inject` hook writes once for the call. A partitioned queue's jobs go, a call
+   * a partition, to the partitions their ids route to.
    * @param {Iterable<{payload: unknown, id?: string, priority?: number, headers?: Record<string, string>}>} jobs
    * @param {{chunk?: number}} [options]
    */
@@ -122,22 +209,19 @@ export class Queue {
     const chunk = Math.min(10_000, Math.max(1, options.chunk ?? CHUNK));
     /** @type {string[]} */
     const ids = [];
-    let args = [];
-    let inChunk = 0;
     const context = carried(this.inject, undefined);
-    for (const job of jobs) {
-      const id = job.id ?? mint();
-      if (job.priority !== undefined) args.push('PRIORITY', String(job.priority));
-      args.push(...headerArgs(context ? { ...context, ...job.headers } : job.headers));
-      args.push(id, encode(job.payload));
-      ids.push(id);
-      if (++inChunk >= chunk) {
-        await this.call('EMQ.MENQUEUE', ...args);
-        args = [];
-        inChunk = 0;
+    const rows = (function* () {
+      for (const job of jobs) {
+        const id = job.id ?? mint();
+        /** @type {Array<string | Buffer>} */
+        const args = [];
+        if (job.priority !== undefined) args.push('PRIORITY', String(job.priority));
+        args.push(...headerArgs(context ? { ...context, ...job.headers } : job.headers));
+        args.push(id, encode(job.payload));
+        yield { id, args, at: ids.push(id) };
       }
-    }
-    if (inChunk > 0) await this.call('EMQ.MENQUEUE', ...args);
+    })();
+    await enqueueRows(this, rows, chunk);
     return ids;
   }
 
@@ -145,8 +229,11 @@ export class Queue {
 
   /** The counts of each set (`pending`: every ready job, grouped or not), how many named groups
    * the queue knows (`groups`: with ready or active jobs, a limit of their own or a pause), the
-   * pause flag, and the limits and their use (`EMQ.STATS`). */
+   * pause flag, and the limits and their use (`EMQ.STATS`). A partitioned queue's are its
+   * partitions' added up, each partition's own in `partitions`. */
   async stats() {
+    const parts = await this.partitions();
+    if (parts.length > 0) return sumStats(await Promise.all(parts.map((p) => p.stats())));
     return pairs(await this.send(['EMQ.STATS', this.name], true));
   }
 
@@ -160,8 +247,10 @@ export class Queue {
   }
 
   /** A job's row, its set and its score there (`EMQ.JOB`), its `headers` an object; null when
-   * there is no such job. */
+   * there is no such job. A partitioned queue's, from the partition its id routes to. */
   async job(id) {
+    const home = await this.locate(id);
+    if (home !== this) return home.job(id);
     const reply = await this.send(['EMQ.JOB', this.name, id], true);
     if (reply === null || reply === undefined) return null;
     const row = pairs(reply);
@@ -212,6 +301,8 @@ export class Queue {
    * @param {string} id
    */
   async children(id) {
+    const home = await this.locate(id);
+    if (home !== this) return home.children(id);
     /** @type {Map<string, {queue: string, id: string, status: string, data: string | null}>} */
     const out = new Map();
     let cursor = '0';
@@ -273,8 +364,8 @@ export class Queue {
    * `cancel` does: how many jobs went, 0 when the job was not there to cancel.
    * @param {string} id
    */
-  cancelFlow(id) {
-    return cancelFlow(this, id);
+  async cancelFlow(id) {
+    return cancelFlow(await this.locate(id), id);
   }
 
   /**
@@ -282,17 +373,20 @@ export class Queue {
    * is left to run (0). It finishes an `EmqCancelIncomplete`'s children.
    * @param {string} id
    */
-  cancelUnstarted(id) {
-    return cancelFlow(this, id, true);
+  async cancelUnstarted(id) {
+    return cancelFlow(await this.locate(id), id, true);
   }
 
   /** Moves a dead job back to pending, its attempts reset; whether it was dead. */
   async requeue(id) {
-    return (await this.call('EMQ.REQUEUE', id)) === 1;
+    return (await (await this.locate(id)).call('EMQ.REQUEUE', id)) === 1;
   }
 
-  /** Moves up to `count` (the server's default: 1,000) of the oldest dead jobs back; how many. */
+  /** Moves up to `count` (the server's default: 1,000) of the oldest dead jobs back (of each
+   * partition of a partitioned queue); how many. */
   async requeueDead(options = {}) {
+    const parts = await this.partitions();
+    if (parts.length > 0) return sum(await Promise.all(parts.map((p) => p.requeueDead(options))));
     const extra = options.count === undefined ? [] : ['COUNT', options.count];
     return Number(await this.call('EMQ.REQUEUE', 'DEAD', ...extra));
   }
@@ -304,6 +398,8 @@ export class Queue {
    * @param {'pending' | 'scheduled' | 'dead'} set
    */
   async purge(set, options = {}) {
+    const parts = await this.partitions();
+    if (parts.length > 0) return sum(await Promise.all(parts.map((p) => p.purge(set, options))));
     const count = options.count ?? PURGE_COUNT;
     const size = Number((await this.stats())[set]) || 0;
     const rounds = Math.ceil(size / count) + 1;
@@ -316,13 +412,17 @@ export class Queue {
     return total;
   }
 
-  /** Stops the queue's claims; false when it was paused already. */
+  /** Stops the queue's claims (every partition's); false when it was paused already. */
   async pause() {
+    const parts = await this.partitions();
+    if (parts.length > 0) return (await Promise.all(parts.map((p) => p.pause()))).some(Boolean);
     return (await this.call('EMQ.PAUSE')) === 1;
   }
 
-  /** Lets claims take jobs again; false when it was not paused. */
+  /** Lets claims take jobs again (every partition's); false when it was not paused. */
   async resume() {
+    const parts = await this.partitions();
+    if (parts.length > 0) return (await Promise.all(parts.map((p) => p.resume()))).some(Boolean);
     return (await this.call('EMQ.RESUME')) === 1;
   }
 
@@ -331,11 +431,18 @@ export class Queue {
    * reports them. `timeout` (ms) is the default limit on one attempt of the queue's jobs that
    * have none of their own, for attempts claimed after. `groupConcurrency` and `groupRate`
    * claims every `groupPer` ms are each group's, for the groups without limits of their own.
-   * The limits and their use.
+   * The limits and their use. A partitioned queue's `concurrency` and `rate` are split over
+   * its partitions (partition i gets ⌊L/n⌋, plus one for i < L mod n; a limit below n is
+   * refused), the rest set on each; the partitions' limits and use added up as `stats` does.
    * @param {{concurrency?: number | null, rate?: number | null, per?: number, timeout?: number | null, off?: boolean,
    *   groupConcurrency?: number | null, groupRate?: number | null, groupPer?: number}} [options]
    */
   async limit(options = {}) {
+    const parts = await this.partitions();
+    if (parts.length > 0) {
+      const shares = splitLimits(options, parts.length);
+      return sumStats(await Promise.all(parts.map((p, i) => p.limit({ ...options, ...shares[i] }))));
+    }
     const args = options.off ? ['OFF'] : [];
     args.push(...countOption('CONCURRENCY', options.concurrency));
     args.push(...rateOption('RATE', options.rate, options.per, 'per'));
@@ -357,6 +464,8 @@ export class Queue {
    * @param {{concurrency?: number | null, rate?: number | null, per?: number}} [options]
    */
   async groupLimit(group, options = {}) {
+    const home = await this.locate(group);
+    if (home !== this) return home.groupLimit(group, options);
     const args = ['GROUP', group, ...countOption('CONCURRENCY', options.concurrency)];
     args.push(...rateOption('RATE', options.rate, options.per, 'per'));
     return pairs(await this.call('EMQ.LIMIT', ...args));
@@ -369,6 +478,8 @@ export class Queue {
    * @param {{ms?: number}} [options]
    */
   async pauseGroup(group, options = {}) {
+    const home = await this.locate(group);
+    if (home !== this) return home.pauseGroup(group, options);
     const extra = options.ms === undefined ? [] : ['FOR', ms(options.ms, 'ms')];
     return (await this.call('EMQ.PAUSE', 'GROUP', group, ...extra)) === 1;
   }
@@ -378,6 +489,8 @@ export class Queue {
    * @param {string} group
    */
   async resumeGroup(group) {
+    const home = await this.locate(group);
+    if (home !== this) return home.resumeGroup(group);
     return (await this.call('EMQ.RESUME', 'GROUP', group)) === 1;
   }
 
@@ -449,6 +562,11 @@ function rateOption(word, n, per, name) {
   if (n === null) return [word, 'OFF'];
   if (per === undefined) throw new TypeError(`a rate needs its window, ${name} (ms)`);
   return [word, String(n), 'PER', ms(per, name)];
+}
+
+/** The sum of some counts. @param {number[]} counts */
+function sum(counts) {
+  return counts.reduce((n, c) => n + c, 0);
 }
 
 /** An argument for the wire: node-redis takes strings and buffers only. */

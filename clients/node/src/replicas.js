@@ -71,7 +71,7 @@ export function moved(error) {
 
 /** Has the cluster client read its map of the slots again: a keyed read through it, which its
  * own redirection handling follows to the slot's new owner. */
-async function remap(client, queue) {
+export async function remap(client, queue) {
   const key = routingKey(queue);
   await client.sendCommand(key, false, ['EXISTS', key]).catch(() => {});
 }

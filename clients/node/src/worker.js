@@ -6,18 +6,21 @@
 // job with its stack and a backoff, delivers its queue's outbox to the parents of finished
 // children (outbox.js), and closes gracefully (on SIGTERM/SIGINT too, when asked). With
 // `waitReplicas`, each settle and each hand-over is followed by `WAIT` on the node that took it
-// (replicas.js).
-import { EventEmitter } from 'node:events';
+// (replicas.js). A partitioned queue's partitions are claimed by one loop a primary
+// (spread.js), and each job is settled, renewed and swept on the partition it came from.
+import { EventEmitter, setMaxListeners } from 'node:events';
 import { DEFAULT_BACKOFF, retryIn } from './backoff.js';
 import { encode } from './codec.js';
 import { isCluster, routingKey } from './connection.js';
-import { EmqCancelledError, EmqLeaseError, EmqTimeoutError, EmqVersionError, isErrorReply, translate } from './errors.js';
+import { EmqCancelledError, EmqLeaseError, EmqSpannedError, EmqTimeoutError, EmqVersionError, isErrorReply, translate } from './errors.js';
 import { headerMap } from './headers.js';
 import { Hook, defaultName, nowNs } from './hook.js';
 import { Job, Retry } from './job.js';
 import { sweepLoop } from './outbox.js';
 import { moved, sendWaited, waitSettings } from './replicas.js';
 import { backoff, serverFull, sleep, transient } from './retry.js';
+import { knowWidth } from './span.js';
+import { Spread } from './spread.js';
 
 /** The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`). */
 export const PROTOCOL_MAJOR = 2;
@@ -51,7 +54,9 @@ export function checkVersion(answer) {
   }
 }
 
-/** @typedef {{job: Job, controller: AbortController, finished: boolean, late?: ReturnType<typeof setTimeout>, lateRenewals: number}} RunState */
+/** @typedef {import('./queue.js').Queue} Queue */
+/** @typedef {{job: Job, queue: Queue, controller: AbortController, finished: boolean, late?: ReturnType<typeof setTimeout>, lateRenewals: number}} RunState
+ * `queue`: the one the job was claimed from (a partition of a partitioned queue) */
 
 export class Worker extends EventEmitter {
   /**
@@ -93,7 +98,7 @@ export class Worker extends EventEmitter {
      * ends before the next round (`renewAt`), and how many came so.
      * @type {Map<Job, RunState>} */
     this.running = new Map();
-    this.claimReserved = 0; // slots the claim in flight may fill
+    this.claimReserved = 0; // slots the claims in flight may fill
     this.mackReserved = 0; // slots the EMQ.MACK ... CLAIM in flight may fill, beyond its acks
     this.acks = []; // finished handlers waiting to be acknowledged
     this.flushing = null;
@@ -103,7 +108,11 @@ export class Worker extends EventEmitter {
     this.claims = null;
     this.renewTimer = null;
     this.sweeper = new AbortController(); // stops the outbox's sweeps, once the worker has closed
-    this.sweeping = null;
+    setMaxListeners(0, this.sweeper.signal); // a sweep a partition waits on it
+    /** The outbox's sweeps, by queue. @type {Map<string, Promise<void>>} */
+    this.sweeps = new Map();
+    /** The claims of a partitioned queue while it is one. @type {Spread | null} */
+    this.spread = null;
     this.closePromise = null;
     this.signalHandler = options.handleSignals ? () => void this.close() : null;
     this.runPromise = null;
@@ -147,6 +156,25 @@ export class Worker extends EventEmitter {
     await this.claims.connect();
     if (this.signalHandler) for (const s of ['SIGTERM', 'SIGINT']) process.on(s, this.signalHandler);
     this.renewTimer = setInterval(() => void this.renewAll(), this.renewMs);
+    await knowWidth(this.queue);
+    let width = /** @type {number} */ (this.queue.knownWidth);
+    while (!this.closing) {
+      if (width === 0) {
+        width = await this.claimQueue();
+        continue;
+      }
+      this.spread = new Spread(this, width);
+      try {
+        width = await this.spread.run();
+      } finally {
+        this.spread = null;
+      }
+    }
+  }
+
+  /** Claims from the queue itself until the worker closes (0), or the queue answers that it is
+   * partitioned (spanned since the worker started): its width. */
+  async claimQueue() {
     let failures = 0;
     while (!this.closing) {
       const free = this.free();
@@ -165,38 +193,47 @@ export class Worker extends EventEmitter {
         failures = 0;
         // The outbox's sweeps start once a claim has shown the queue workable (a refused
         // queue name is the claim's fatal error, reported once).
-        this.sweeping ??= this.sweep();
+        this.sweepOn([this.queue]);
       } catch (e) {
         this.claimReserved = 0;
+        const error = translate(e);
+        if (error instanceof EmqSpannedError) return error.width;
         // A failover, or a server out of memory or disk: not the worker's end.
-        if (!transient(e) && !serverFull(e)) throw translate(e);
+        if (!transient(e) && !serverFull(e)) throw error;
         await sleep(backoff(failures++), this.closingSignal());
         continue;
       }
       this.claimReserved = 0;
       for (const raw of reply ?? []) this.start(raw, sentAt, sentNs);
     }
+    return 0;
   }
 
-  sweep() {
-    const delivered = (/** @type {import('./outbox.js').Handover} */ entry) => void this.emit('delivered', entry);
-    const courier = { hook: this.hook, wait: this.wait, delivered, report: (/** @type {unknown} */ e) => this.report(e) };
-    return sweepLoop(this.queue, this.sweeper.signal, courier);
+  /** Sweeps the outbox of each of `queues` not swept yet, until the worker has closed.
+   * @param {Queue[]} queues */
+  sweepOn(queues) {
+    for (const queue of queues) {
+      if (this.sweeps.has(queue.name)) continue;
+      const delivered = (/** @type {import('./outbox.js').Handover} */ entry) => void this.emit('delivered', entry);
+      const courier = { hook: this.hook, wait: this.wait, delivered, report: (/** @type {unknown} */ e) => this.report(e) };
+      this.sweeps.set(queue.name, sweepLoop(queue, this.sweeper.signal, courier));
+    }
   }
 
   /**
-   * A settle command for this queue: sent with retries, or with `waitReplicas`, followed by
-   * `WAIT` on the queue's node, and sent again while its failure is transient or the slot moved
-   * (as the queue's retries allow; one applied already answers EMQLEASE). Its reply or error
-   * (typed), and whether the replicas confirmed it (null without a wait).
+   * A settle command for `queue` (the job's): sent with retries, or with `waitReplicas`,
+   * followed by `WAIT` on the queue's node, and sent again while its failure is transient or
+   * the slot moved (as the queue's retries allow; one applied already answers EMQLEASE). Its
+   * reply or error (typed), and whether the replicas confirmed it (null without a wait).
+   * @param {Queue} queue
    * @param {Array<string | Buffer>} args
    * @param {{returnBuffers?: boolean}} [options]
    * @returns {Promise<{reply?: any, error?: unknown, replicated: boolean | null}>}
    */
-  async settleCall(args, options = undefined) {
+  async settleCall(queue, args, options = undefined) {
     if (!this.wait) {
       try {
-        return { reply: await this.queue.send(args, false, options), replicated: null };
+        return { reply: await queue.send(args, false, options), replicated: null };
       } catch (e) {
         return { error: translate(e), replicated: null };
       }
@@ -204,7 +241,7 @@ export class Worker extends EventEmitter {
     for (let attempt = 0; ; attempt++) {
       let failure;
       try {
-        const { replies, confirmed } = await sendWaited(this.queue.client, this.queue.name, [args], this.wait, options);
+        const { replies, confirmed } = await sendWaited(queue.client, queue.name, [args], this.wait, options);
         const [{ value, error }] = replies;
         const replicated = confirmed >= this.wait.replicas;
         if (error === undefined) return { reply: value, replicated };
@@ -212,7 +249,7 @@ export class Worker extends EventEmitter {
       } catch (e) {
         failure = { error: e, replicated: false };
       }
-      if (!(transient(failure.error) || moved(failure.error)) || attempt >= this.queue.retries) {
+      if (!(transient(failure.error) || moved(failure.error)) || attempt >= queue.retries) {
         return { error: translate(failure.error), replicated: failure.replicated };
       }
       await sleep(backoff(attempt));
@@ -220,10 +257,13 @@ export class Worker extends EventEmitter {
   }
 
   claim(count) {
-    const args = ['EMQ.CLAIM', this.queue.name, 'COUNT', String(count), 'LEASE', String(this.lease), 'BLOCK', String(this.block)];
-    return isCluster(this.claims)
-      ? this.claims.sendCommand(routingKey(this.queue.name), false, args, BYTES)
-      : this.claims.sendCommand(args, BYTES);
+    return this.claimOn(this.queue.name, ['EMQ.CLAIM', this.queue.name, 'COUNT', String(count), 'LEASE', String(this.lease), 'BLOCK', String(this.block)]);
+  }
+
+  /** A claim of `queue` (`args`, the whole command) on the claim connection, payloads as bytes.
+   * @param {string} queue @param {string[]} args */
+  claimOn(queue, args) {
+    return isCluster(this.claims) ? this.claims.sendCommand(routingKey(queue), false, args, BYTES) : this.claims.sendCommand(args, BYTES);
   }
 
   free() {
@@ -252,14 +292,14 @@ export class Worker extends EventEmitter {
 
   // ---- one job ----
 
-  /** Runs the handler of a job as a claim replied it (`[id, payload, token]`, its headers fourth
-   * where it has some), that claim sent
+  /** Runs the handler of a job as a claim of `queue` (this worker's, or a partition of it)
+   * replied it (`[id, payload, token]`, its headers fourth where it has some), that claim sent
    * at `sentAt` (ms). A lease's worth of time since then means the process stalled (frozen,
    * swapped out): the lease may have run out and another attempt taken the job, even finished
    * it, so the handler is not started; the job is left to its lease, counted lost. */
-  start(raw, sentAt, sentNs = 0n) {
+  start(raw, sentAt, sentNs = 0n, queue = this.queue) {
     const [id, payload, token, headers] = raw;
-    this.hook?.emit('claim', { id: String(id), attempt: Number(token) }, sentNs, { answeredNs: nowNs() });
+    this.hook?.emit('claim', { id: String(id), attempt: Number(token), queue: queue.name }, sentNs, { answeredNs: nowNs() });
     if (Date.now() >= sentAt + this.lease) {
       this.counts.lost++;
       this.wake();
@@ -267,9 +307,9 @@ export class Worker extends EventEmitter {
     }
     const controller = new AbortController();
     const bytes = typeof payload === 'string' ? Buffer.from(payload) : payload;
-    const job = new Job(this.queue.name, String(id), bytes, Number(token), controller.signal, this.queue, headers === undefined ? {} : headerMap(headers));
+    const job = new Job(queue.name, String(id), bytes, Number(token), controller.signal, queue, headers === undefined ? {} : headerMap(headers));
     /** @type {RunState} */
-    const state = { job, controller, finished: false, lateRenewals: 0 };
+    const state = { job, queue, controller, finished: false, lateRenewals: 0 };
     // By the job's own object: the same job claimed again (its lease lost) is another run.
     this.running.set(job, state);
     // A cancel of the running job, or its deadline, aborts `controller` too (`ended()`).
@@ -305,16 +345,17 @@ export class Worker extends EventEmitter {
       void this.flush();
       return;
     }
-    await this.fail(job, error);
+    await this.fail(state, error);
     this.release([job]);
   }
 
-  async fail(job, error) {
+  /** @param {RunState} state @param {unknown} error */
+  async fail({ job, queue }, error) {
     const retried = error instanceof Retry;
     const wait = retried ? Math.max(0, Math.round(error.after)) : retryIn(this.backoff, job.attempt, error);
     const sentNs = this.hook ? nowNs() : 0n;
-    const args = ['EMQ.FAIL', this.queue.name, job.id, String(job.attempt), 'ERROR', retried ? error.message : errorText(error), 'RETRY-IN', String(wait)];
-    const sent = await this.settleCall(args);
+    const args = ['EMQ.FAIL', queue.name, job.id, String(job.attempt), 'ERROR', retried ? error.message : errorText(error), 'RETRY-IN', String(wait)];
+    const sent = await this.settleCall(queue, args);
     this.hook?.emit('settle', job, sentNs, { answeredNs: nowNs(), action: 'fail', error: sent.error, replicated: sent.replicated });
     if (sent.error !== undefined) return this.settleRefused(job, sent.error);
     this.counts[retried ? 'retried' : 'failed']++;
@@ -381,21 +422,26 @@ export class Worker extends EventEmitter {
 
   // ---- settling ----
 
-  /** Sends the acknowledgements waiting, up to `SETTLE_BATCH` an `EMQ.MACK`, one call at a
-   * time; each call also claims as many jobs as its acknowledgements and the free slots allow. */
+  /** Sends the acknowledgements waiting, up to `SETTLE_BATCH` an `EMQ.MACK` of one queue (each
+   * partition's apart), one call at a time; each call also claims as many jobs as its
+   * acknowledgements and the free slots allow (of a partition, only on its group's turn). */
   flush() {
     this.flushing ??= (async () => {
       // The handlers that end in this turn of the event loop go in the same call.
       await new Promise((resolve) => setImmediate(resolve));
-      while (this.acks.length > 0) await this.settle(this.acks.splice(0, SETTLE_BATCH));
+      while (this.acks.length > 0) {
+        const batch = this.acks.splice(0, SETTLE_BATCH);
+        for (const queue of new Set(batch.map((item) => item.state.queue))) await this.settle(queue, batch.filter((item) => item.state.queue === queue));
+      }
       this.flushing = null;
     })();
     return this.flushing;
   }
 
-  async settle(batch) {
+  /** @param {Queue} queue @param {Array<{state: RunState, result: unknown}>} batch */
+  async settle(queue, batch) {
     /** @type {Array<string | Buffer>} */
-    const args = ['EMQ.MACK', this.queue.name];
+    const args = ['EMQ.MACK', queue.name];
     const kept = [];
     for (const item of batch) {
       // Cancelled or timed out while the acknowledgement waited: counted already, not sent.
@@ -418,12 +464,14 @@ export class Worker extends EventEmitter {
     }
     const jobs = batch.map((item) => item.state.job);
     if (kept.length === 0) return this.release(jobs);
-    const next = this.closing ? 0 : Math.min(MAX_CLAIM, this.free() + kept.length);
+    let next = this.closing ? 0 : Math.min(MAX_CLAIM, this.free() + kept.length);
+    // A partition's claim takes its turn in its group's rotation, or none.
+    if (next > 0 && this.spread && !this.spread.turn(queue.name)) next = 0;
     if (next > 0) args.push('CLAIM', String(next), 'LEASE', String(this.lease));
-    this.mackReserved = next - kept.length;
+    this.mackReserved = next > 0 ? next - kept.length : 0;
     const sentAt = Date.now();
     const sentNs = this.hook ? nowNs() : 0n;
-    const { reply, error, replicated } = await this.settleCall(args, BYTES);
+    const { reply, error, replicated } = await this.settleCall(queue, args, BYTES);
     if (error !== undefined) {
       this.mackReserved = 0;
       const answeredNs = this.hook ? nowNs() : 0n;
@@ -444,8 +492,13 @@ export class Worker extends EventEmitter {
     });
     this.mackReserved = 0;
     for (const job of jobs) this.running.delete(job);
-    if (isErrorReply(claimed)) this.report(translate(claimed));
-    else for (const raw of claimed) this.start(raw, sentAt, sentNs);
+    if (isErrorReply(claimed)) {
+      // Spanned since the claim: the claim loop learns it.
+      if (!(translate(claimed) instanceof EmqSpannedError)) this.report(translate(claimed));
+    } else {
+      if (next > 0) this.spread?.claimed(queue.name, claimed.length);
+      for (const raw of claimed) this.start(raw, sentAt, sentNs, queue);
+    }
     this.wake();
   }
 
@@ -467,11 +520,11 @@ export class Worker extends EventEmitter {
    * tried at the next round. A lease that now ends before the next round is renewed once it
    * has ended (`renewAt`). @param {RunState} state */
   async renew(state) {
-    const { job, controller } = state;
+    const { job, queue, controller } = state;
     const extra = job.progress === undefined ? [] : ['PROGRESS', encode(job.progress)];
     const sentNs = this.hook ? nowNs() : 0n;
     try {
-      const ends = await this.queue.call('EMQ.RENEW', job.id, String(job.attempt), String(this.lease), ...extra);
+      const ends = await queue.call('EMQ.RENEW', job.id, String(job.attempt), String(this.lease), ...extra);
       this.hook?.emit('renew', job, sentNs, { answeredNs: nowNs() });
       if (this.renewing(state)) this.renewAt(state, Number(ends));
     } catch (e) {
@@ -522,7 +575,7 @@ export class Worker extends EventEmitter {
     clearInterval(this.renewTimer ?? undefined);
     // The sweeps go on while the handlers drain, whose children may have parents to reach.
     this.sweeper.abort();
-    await this.sweeping;
+    await Promise.all(this.sweeps.values());
     if (this.signalHandler) for (const s of ['SIGTERM', 'SIGINT']) process.off(s, this.signalHandler);
     // A cluster client has no `isOpen`; a client that never connected refuses disconnect().
     if (this.claims) await this.claims.disconnect().catch(() => {});

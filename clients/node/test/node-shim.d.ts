@@ -8,6 +8,7 @@ declare module 'node:events' {
     emit(event: string | symbol, ...args: any[]): boolean;
     listenerCount(event: string | symbol): number;
   }
+  export function setMaxListeners(n: number, ...targets: EventTarget[]): void;
 }
 declare module 'node:crypto' {
   export function randomInt(max: number): number;

@@ -7,6 +7,8 @@ import {
   EmqError,
   EmqLeaseError,
   EmqParentError,
+  EmqSpanError,
+  EmqSpannedError,
   Job,
   Metrics,
   Queue,
@@ -28,6 +30,11 @@ import {
   MAX_HEADERS,
   type TraceContext,
   type WorkerEvent,
+  MAX_PARTITIONS,
+  partitionName,
+  route,
+  share,
+  fnv1a32,
 } from 'echomq';
 
 export async function producer(): Promise<void> {
@@ -139,6 +146,34 @@ export async function flows(): Promise<void> {
   await w.close();
   void [childIds, order, first, status, waiting, parents, finished, sameSlot];
   await client.quit();
+}
+
+export async function partitioned(): Promise<void> {
+  const cluster = createCluster({ rootNodes: [{ url: 'redis://127.0.0.1:7001' }] });
+  await cluster.connect();
+  const orders = new Queue(cluster, 'orders');
+  const changed: boolean = await orders.span(12);
+  const width: number = await orders.width();
+  const known: number | undefined = orders.knownWidth;
+  const id: string = await orders.enqueue({ sku: 1 }, { group: 'acme' });
+  const ids: string[] = await orders.enqueueMany([{ payload: 1 }, { payload: 2 }]);
+  const stats: Stats = await orders.stats();
+  const perPartition: number[] = (stats.partitions ?? []).map((p) => p.pending);
+  const shares: Array<number | null> = ((await orders.limit({ concurrency: 48 })).partitions ?? []).map((p) => p.concurrency);
+  const parts: Queue[] = await orders.partitions();
+  const home: Queue = orders.queueFor('acme');
+  const found = await (await orders.locate(ids[0])).job(ids[0]);
+  const name: string | null = partitionName('orders', route(12, 'acme'), 12);
+  const slots: [number, number] | null = share(0, MAX_PARTITIONS);
+  const hash: number = fnv1a32(new Uint8Array([1]));
+  new Worker(orders, (job: Job) => job.queue); // a partition's name
+  try {
+    await orders.unspan();
+  } catch (e) {
+    if (e instanceof EmqSpanError) console.log(e.code);
+    if (e instanceof EmqSpannedError) console.log(e.width);
+  }
+  void [changed, width, known, id, perPartition, shares, parts, home, found, name, slots, hash];
 }
 
 export async function worker(): Promise<void> {

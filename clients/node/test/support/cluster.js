@@ -77,6 +77,24 @@ export class Cluster {
     return node;
   }
 
+  /** Moves `slot` from the primary `from` to the primary `to` (two of `nodes`) as an operator
+   * would: `IMPORTING` on `to`, `MIGRATING` on `from`, its keys over with `MIGRATE`, then `NODE`
+   * on every primary; how many keys moved. */
+  async moveSlot(slot, from, to) {
+    const [fromId, toId] = [String(await from.cmd('CLUSTER', 'MYID')), String(await to.cmd('CLUSTER', 'MYID'))];
+    await to.cmd('CLUSTER', 'SETSLOT', slot, 'IMPORTING', fromId);
+    await from.cmd('CLUSTER', 'SETSLOT', slot, 'MIGRATING', toId);
+    let moved = 0;
+    for (;;) {
+      const keys = /** @type {string[]} */ (await from.cmd('CLUSTER', 'GETKEYSINSLOT', slot, 50));
+      if (keys.length === 0) break;
+      await from.cmd('MIGRATE', '127.0.0.1', to.port, '', 0, 5000, 'KEYS', ...keys);
+      moved += keys.length;
+    }
+    for (const node of this.nodes) await node.cmd('CLUSTER', 'SETSLOT', slot, 'NODE', toId);
+    return moved;
+  }
+
   /** The node whose slots hold `queue`'s keys. */
   async owner(queue) {
     const slot = Number(await this.nodes[0].cmd('CLUSTER', 'KEYSLOT', `emq:{${queue}}:pending`));

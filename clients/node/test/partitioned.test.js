@@ -1,0 +1,410 @@
+// Partitioned queues through the Node client, on real servers (docs/cluster.md, "A queue
+// bigger than one primary"): a Queue that learns the width from the server's refusal and sends
+// each job to the partition it routes to, a Worker that drains every partition once and settles
+// each job on its own partition (on a cluster, with one blocked claim a primary), the calls on
+// one job or every partition, the typed errors, and a producer whose width went stale.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { ErrorReply } from 'redis';
+import { EmqError, EmqSpanError, EmqSpannedError, Queue, Retry, Worker, mint, partitionName, route, translate } from '../src/index.js';
+import { Cluster } from './support/cluster.js';
+import { Server, until } from './support/server.js';
+
+/** Every id in a set of `queue` (every page of `EMQ.JOBS`). */
+async function idsIn(queue, set = 'pending') {
+  const ids = new Set();
+  let cursor = '0';
+  do {
+    const page = await queue.jobs(set, { cursor, count: 500 });
+    for (const job of page.jobs) ids.add(String(job.id));
+    cursor = page.cursor;
+  } while (cursor !== '0');
+  return ids;
+}
+
+/**
+ * `total` jobs through a Queue that does not know the width yet: a quarter one by one in five
+ * groups, a quarter one by one without, the rest in one `enqueueMany`. Each job's routing key
+ * (its group, or else its id), by id.
+ * @param {Queue} producer
+ * @param {number} total
+ */
+async function produce(producer, total) {
+  /** @type {Map<string, string>} */
+  const keys = new Map();
+  const single = Math.floor(total / 2);
+  for (let i = 0; i < single; i++) {
+    const group = i % 2 === 0 ? `tenant-${i % 5}` : undefined;
+    const id = await producer.enqueue({ n: i }, { group });
+    keys.set(id, group ?? id);
+  }
+  const ids = await producer.enqueueMany(Array.from({ length: total - single }, (_, i) => ({ payload: { n: single + i } })));
+  for (const id of ids) keys.set(id, id);
+  assert.equal(keys.size, total);
+  return keys;
+}
+
+/** Asserts that each job is pending in the partition its key routes to, and that the
+ * partitions hold no other job (`EMQ.JOBS` lists the default group's jobs only: each is read). */
+async function assertRouted(queue, width, keys) {
+  const parts = await queue.partitions();
+  assert.deepEqual(parts.map((p) => p.name), parts.map((_, i) => partitionName(queue.name, i, width)));
+  await Promise.all(
+    [...keys].map(async ([id, key]) => {
+      const home = route(width, key);
+      const row = await parts[home].job(id);
+      assert.equal(row?.set, 'pending', `${id} (key ${key}) is in partition ${home}`);
+    }),
+  );
+  const counts = await Promise.all(parts.map(async (p) => (await p.stats()).pending));
+  assert.equal(counts.reduce((n, c) => n + c, 0), keys.size, 'and in no other');
+}
+
+/**
+ * Runs a Worker on `queue` until it has acked `total` jobs; how often each job ran, the queue
+ * each handle carried, and the most handlers that ran at once.
+ * @param {Queue} queue
+ * @param {number} total
+ * @param {object} [options] the Worker's
+ * @param {(job: any) => unknown} [handler] what each job does first
+ */
+async function drain(queue, total, options = {}, handler = () => {}) {
+  /** @type {Map<string, number>} */
+  const runs = new Map();
+  /** @type {Map<string, string>} */
+  const queues = new Map();
+  const errors = [];
+  let active = 0;
+  let most = 0;
+  const worker = new Worker(
+    queue,
+    async (job) => {
+      runs.set(job.id, (runs.get(job.id) ?? 0) + 1);
+      queues.set(job.id, job.queue);
+      most = Math.max(most, ++active);
+      try {
+        return await handler(job);
+      } finally {
+        active--;
+      }
+    },
+    { concurrency: 8, ...options },
+  );
+  worker.on('error', (e) => errors.push(e));
+  const done = await until(() => worker.counts.acked >= total, 60_000);
+  return { worker, runs, queues, errors, done, most: () => most };
+}
+
+/** The server's `blocked_clients`. */
+async function blocked(server) {
+  return Number(/blocked_clients:(\d+)/.exec(String(await server.cmd('INFO', 'clients')))?.[1]);
+}
+
+describe('a partitioned queue on one server', () => {
+  /** @type {Server} */
+  let server;
+  let client;
+  before(async () => {
+    server = await Server.start(['--emq.max-attempts', '2']);
+    client = await server.connect();
+  });
+  after(() => server.stop());
+
+  test('a producer learns the width from EMQSPANNED and sends each job to its partition; a worker drains them all once', async () => {
+    assert.equal(await new Queue(client, 'orders').span(4), true);
+    const producer = new Queue(client, 'orders');
+    assert.equal(producer.knownWidth, undefined);
+    const keys = await produce(producer, 200);
+    assert.equal(producer.knownWidth, 4, 'learned from the first refusal');
+    await assertRouted(new Queue(client, 'orders'), 4, keys);
+    assert.equal((await producer.send(['EMQ.STATS', 'orders'], true))[1], 0, 'the queue\'s own name holds none');
+
+    // A tenth fail their first attempt (settled with EMQ.FAIL on their partition); a few wait
+    // for a renewal of their lease first (EMQ.RENEW on their partition).
+    const slow = new Set([...keys.keys()].filter((_, i) => i % 50 === 7));
+    /** @type {Map<string, () => void>} */
+    const renewed = new Map();
+    const events = [];
+    const onEvent = (e) => {
+      events.push(e);
+      if (e.kind === 'renew' && e.outcome === 'ok') renewed.get(e.id)?.();
+    };
+    /** @type {Map<string, number>} */
+    const numbers = new Map();
+    const handler = async (job) => {
+      numbers.set(job.id, job.data.n);
+      if (job.data.n % 10 === 3 && job.attempt === 1) throw new Retry(0);
+      if (slow.has(job.id)) await new Promise((resolve) => renewed.set(job.id, () => resolve(undefined)));
+      return job.queue;
+    };
+    const { worker, runs, queues, errors, done, most } = await drain(new Queue(client, 'orders'), 200, { lease: 1500, onEvent }, handler);
+    assert.ok(done, `acked ${worker.counts.acked} of 200`);
+    assert.ok(most() <= 8, `at most the concurrency at once, not ${most()}`);
+    // Idle: one blocked claim, on one partition, WAKE naming the others.
+    assert.ok(await until(async () => (await blocked(server)) === 1));
+    for (let i = 0; i < 5; i++) assert.ok((await blocked(server)) <= 1);
+    await worker.close();
+    assert.deepEqual(errors, []);
+    assert.equal(worker.counts.acked, 200);
+    assert.equal(worker.counts.retried, 20);
+    assert.equal(worker.counts.lost, 0);
+    assert.equal(runs.size, 200);
+    for (const [id, n] of runs) assert.equal(n, numbers.get(id) % 10 === 3 ? 2 : 1, `${id} ran once, or twice after a failed first attempt`);
+    for (const [id, key] of keys) assert.equal(queues.get(id), partitionName('orders', route(4, key), 4), `${id}'s handle names its partition`);
+    const settles = events.filter((e) => e.kind === 'settle');
+    assert.equal(settles.filter((e) => e.action === 'ack' && e.outcome === 'ok').length, 200);
+    assert.ok(settles.every((e) => e.outcome === 'ok' && e.queue === queues.get(e.id)), 'each settle on its job\'s partition');
+    for (const id of slow) assert.ok(events.some((e) => e.kind === 'renew' && e.id === id && e.outcome === 'ok' && e.queue === queues.get(id)), `${id} renewed on its partition`);
+    const stats = await new Queue(client, 'orders').stats();
+    assert.deepEqual([stats.pending, stats.active, stats.scheduled, stats.dead], [0, 0, 0, 0], 'the partitions end empty');
+    assert.equal(stats.partitions.length, 4);
+  });
+
+  test('a worker takes the partitions in turn: a backlog in one does not hold the claims, its acks\' claims included', async () => {
+    const q = new Queue(client, 'turns');
+    await q.span(4);
+    const ids = Array.from({ length: 400 }, () => mint());
+    const deep = ids.filter((id) => route(4, id) === 1).slice(0, 30);
+    const shallow = ids.filter((id) => route(4, id) === 2).slice(0, 10);
+    assert.deepEqual([deep.length, shallow.length], [30, 10]);
+    await q.enqueueMany(deep.map((id) => ({ id, payload: 'deep' })));
+    await q.enqueueMany(shallow.map((id) => ({ id, payload: 'shallow' })));
+    /** @type {string[]} */
+    const order = [];
+    const { worker, done } = await drain(new Queue(client, 'turns'), 40, { concurrency: 1 }, (job) => void order.push(job.payload));
+    await worker.close();
+    assert.ok(done);
+    // One at a time, partition by partition: the two alternate while both have jobs.
+    assert.equal(order.slice(0, 20).filter((p) => p === 'shallow').length, 10, order.join(' '));
+  });
+
+  test('a worker started on an ordinary queue claims its partitions once it is spanned, and the queue again once unspanned', async () => {
+    const worker = new Worker(new Queue(client, 'late'), async (job) => job.queue, { block: 100 });
+    const errors = [];
+    worker.on('error', (e) => errors.push(e));
+    assert.ok(await until(async () => (await blocked(server)) === 1), 'the worker waits on the ordinary queue');
+    await new Queue(client, 'late').span(3);
+    const ids = await new Queue(client, 'late').enqueueMany(Array.from({ length: 30 }, (_, i) => ({ payload: i })));
+    /** @type {string[]} */
+    const acked = [];
+    worker.on('completed', (job) => acked.push(job.id));
+    assert.ok(await until(() => acked.length >= 30, 30_000), `acked ${acked.length} of 30`);
+    assert.deepEqual([...acked].sort(), [...ids].sort());
+    // Unspanned (empty): the worker reads the width again when its blocked claim times out.
+    assert.equal(await new Queue(client, 'late').unspan(), true);
+    const plain = await new Queue(client, 'late').enqueueMany(Array.from({ length: 5 }, (_, i) => ({ payload: i })));
+    assert.ok(await until(() => acked.length >= 35, 30_000), `acked ${acked.length} of 35`);
+    await worker.close();
+    assert.deepEqual(errors, []);
+    assert.deepEqual(acked.slice(30).sort(), [...plain].sort());
+  });
+
+  test('calls on one job go to its partition by id, a group\'s by its group; the rest add up the partitions', async () => {
+    const admin = new Queue(client, 'ops');
+    await admin.span(4);
+    const producer = new Queue(client, 'ops');
+    const ids = await producer.enqueueMany(Array.from({ length: 12 }, (_, i) => ({ payload: i })));
+    const grouped = await producer.enqueue('g', { group: 'acme' });
+
+    const reader = new Queue(client, 'ops');
+    assert.equal(reader.knownWidth, undefined);
+    const row = await reader.job(ids[0]);
+    assert.equal(row?.payload, '0', 'found on its partition');
+    assert.equal(reader.knownWidth, 4, 'EMQ.WIDTH asked');
+    if (route(4, grouped) !== route(4, 'acme')) assert.equal(await reader.job(grouped), null, 'a grouped job is not where its id routes');
+    assert.equal((await reader.queueFor('acme').job(grouped))?.group, 'acme', 'but where its group does');
+    assert.equal(await new Queue(client, 'ops').cancel(ids[1]), true);
+    assert.equal(await reader.job(ids[1]), null);
+
+    const stats = await new Queue(client, 'ops').stats();
+    assert.equal(stats.pending, 12);
+    const left = [ids[0], ...ids.slice(2), 'acme'];
+    assert.deepEqual(stats.partitions.map((p) => p.pending), [0, 1, 2, 3].map((i) => left.filter((key) => route(4, key) === i).length));
+
+    const limits = await admin.limit({ concurrency: 10, groupConcurrency: 2 });
+    assert.equal(limits.concurrency, 10);
+    assert.deepEqual(limits.partitions.map((p) => p.concurrency), [3, 3, 2, 2]);
+    assert.deepEqual(limits.partitions.map((p) => p['group-concurrency']), [2, 2, 2, 2]);
+    await assert.rejects(admin.limit({ rate: 3, per: 1000 }), RangeError, 'a limit below the width is refused');
+    assert.equal((await admin.limit({ concurrency: null })).concurrency, null);
+    assert.equal((await admin.groupLimit('acme', { concurrency: 1 })).concurrency, 1);
+    assert.equal((await reader.queueFor('acme').groupLimit('acme')).concurrency, 1, 'on the group\'s partition');
+
+    assert.equal(await admin.pause(), true);
+    assert.ok((await admin.stats()).partitions.every((p) => p.paused === 1));
+    assert.equal(await admin.resume(), true);
+
+    // A job made dead is requeued by its id; then every partition purged.
+    const worker = new Worker(new Queue(client, 'ops'), () => {
+      throw new Error('no');
+    }, { backoff: 0 });
+    assert.ok(await until(async () => (await admin.stats()).dead === 12, 30_000));
+    await worker.close();
+    assert.equal(await new Queue(client, 'ops').requeue(ids[0]), true);
+    assert.equal(await admin.requeueDead(), 11);
+    assert.equal((await admin.stats()).pending, 12);
+    // A purge leaves a group's jobs, as on an ordinary queue.
+    assert.equal(await admin.purge('pending'), 11);
+  });
+
+  test('span, width and unspan', async () => {
+    const q = new Queue(client, 'marks');
+    assert.equal(await q.width(), 0);
+    assert.equal(await q.span(3), true);
+    assert.equal(await q.span(3), false, 'the same width again changes nothing');
+    assert.equal(await new Queue(client, 'marks').width(), 3);
+    const [first] = await q.partitions();
+    assert.equal(await first.width(), 3, 'a partition answers its queue\'s width');
+    assert.equal(first.knownWidth, 0, 'and takes its jobs itself');
+    await assert.rejects(q.span(4), EmqSpanError);
+    await assert.rejects(q.span(0), RangeError);
+    const elsewhere = Array.from({ length: 100 }, (_, i) => `JOB${String(i).padStart(11, '0')}`).find((id) => route(3, id) !== 0);
+    await assert.rejects(first.enqueue('x', { id: elsewhere }), EmqSpannedError, 'a partition sends no job on');
+    await first.send(['EMQ.ENQUEUE', first.name, '*', 'held']);
+    await assert.rejects(q.unspan(), EmqSpanError, 'a partition holding a job refuses');
+    assert.equal(await new Queue(client, 'marks').width(), 3, 'and the queue stays partitioned');
+    assert.equal(await first.purge('pending'), 1);
+    assert.equal(await q.unspan(), true);
+    assert.equal(await q.unspan(), false);
+    assert.equal(await new Queue(client, 'marks').width(), 0);
+    assert.equal(await first.width(), 0);
+    const id = await q.enqueue('ordinary again');
+    assert.equal((await q.job(id))?.payload, 'ordinary again');
+  });
+
+  test('EMQSPANNED and EMQSPAN are typed errors', async () => {
+    const q = new Queue(client, 'typed');
+    await q.span(5);
+    await assert.rejects(q.send(['EMQ.ENQUEUE', 'typed', '*', 'x']), (e) => {
+      assert.ok(e instanceof EmqSpannedError && e instanceof EmqError);
+      assert.equal(e.code, 'EMQSPANNED');
+      assert.equal(e.width, 5);
+      assert.ok(e.cause instanceof ErrorReply);
+      return true;
+    });
+    await assert.rejects(q.send(['EMQ.CLAIM', 'typed']), (e) => e instanceof EmqSpannedError && e.width === 5);
+    await assert.rejects(q.send(['EMQ.SPAN', 'typed', '6']), (e) => e instanceof EmqSpanError && e.code === 'EMQSPAN');
+    const held = new Queue(client, 'typed-held');
+    await held.enqueue('x');
+    await assert.rejects(held.span(2), EmqSpanError, 'a queue holding jobs');
+    assert.equal(/** @type {any} */ (translate(new ErrorReply('EMQSPANNED 7 the queue is partitioned'))).width, 7);
+  });
+
+  test('a producer whose width went stale learns the new one from a refusal', async () => {
+    // Width 2 to 4, changed by another Queue: partition 0 keeps its name when its slot is in the
+    // first quarter, and refuses a job of the 2-wide route that the 4-wide puts in partition 2.
+    const name = Array.from({ length: 200 }, (_, i) => `stale${i}`).find((q) => partitionName(q, 0, 2) === partitionName(q, 0, 4));
+    assert.ok(name);
+    const producer = new Queue(client, name);
+    await new Queue(client, name).span(2);
+    await producer.enqueue('first');
+    assert.equal(producer.knownWidth, 2);
+    await new Queue(client, name).purge('pending');
+    const admin = new Queue(client, name);
+    await admin.unspan();
+    await admin.span(4);
+    const id = Array.from({ length: 1000 }, (_, i) => `JOB${String(i).padStart(11, '0')}`).find((k) => route(2, k) === 0 && route(4, k) === 2);
+    assert.ok(id);
+    assert.equal(await producer.enqueue('routed again', { id }), id);
+    assert.equal(producer.knownWidth, 4, 'learned from the partition\'s refusal');
+    assert.equal((await admin.partitionQueues(4)[2].job(id))?.payload, 'routed again');
+
+    // Width 4 to 2: this Queue unspans it, another spans it anew; its next job goes to the
+    // queue's own name, which refuses it with the new width.
+    await admin.purge('pending');
+    await producer.unspan();
+    assert.equal(producer.knownWidth, 0);
+    await new Queue(client, name).span(2);
+    const next = await producer.enqueue('after the change');
+    assert.equal(producer.knownWidth, 2);
+    assert.ok((await idsIn(producer.partitionQueues(2)[route(2, next)])).has(next));
+  });
+});
+
+describe('a partitioned queue on a cluster', () => {
+  /** @type {Cluster} */
+  let cluster;
+  let client;
+  before(async () => {
+    cluster = await Cluster.start(3);
+    client = await cluster.connect();
+  });
+  after(() => cluster?.stop());
+
+  test('spanned over 12: every primary holds partitions, a worker drains 300 jobs once with one blocked claim a primary', async () => {
+    await new Queue(client, 'spread').span(12);
+    const parts = await new Queue(client, 'spread').partitions();
+    const owners = await Promise.all(parts.map((p) => cluster.owner(p.name)));
+    assert.equal(new Set(owners).size, 3, 'partitions on every primary');
+    const producer = new Queue(client, 'spread');
+    const keys = await produce(producer, 300);
+    assert.equal(producer.knownWidth, 12);
+    await assertRouted(new Queue(client, 'spread'), 12, keys);
+
+    const { worker, runs, queues, errors, done, most } = await drain(new Queue(client, 'spread'), 300, { block: 5000 });
+    assert.ok(done, `acked ${worker.counts.acked} of 300`);
+    assert.ok(most() <= 8, `at most the concurrency at once over the three loops, not ${most()}`);
+    assert.equal(runs.size, 300);
+    assert.ok([...runs.values()].every((n) => n === 1), 'each job handled once');
+    for (const [id, key] of keys) assert.equal(queues.get(id), partitionName('spread', route(12, key), 12));
+    // Idle: each primary's loop blocks once (WAKE naming its other partitions), never twice.
+    assert.ok(await until(async () => (await Promise.all(cluster.nodes.map(blocked))).every((n) => n === 1), 20_000), 'one blocked claim on each primary');
+    for (let i = 0; i < 5; i++) {
+      const counts = await Promise.all(cluster.nodes.map(blocked));
+      assert.ok(counts.every((n) => n <= 1), `blocked clients ${counts}`);
+    }
+    await worker.close();
+    assert.deepEqual(errors, []);
+    const stats = await new Queue(client, 'spread').stats();
+    assert.deepEqual([stats.pending, stats.active], [0, 0]);
+  });
+
+  test('children in partitions reach their parent in another slot through each partition\'s outbox', async () => {
+    const reports = new Queue(client, 'reports');
+    const pages = new Queue(client, 'pages');
+    await pages.span(6);
+    const parent = await reports.enqueue('report', { children: 4 });
+    const children = [];
+    for (let i = 0; i < 4; i++) children.push(await pages.enqueue({ page: i }, { parents: [{ queue: 'reports', id: parent }] }));
+    const homes = children.map((id) => pages.queueFor(id).name);
+    /** @type {import('../index.js').Handover[]} */
+    const delivered = [];
+    const worker = new Worker(new Queue(client, 'pages'), (job) => job.queue, { block: 200 });
+    worker.on('delivered', (entry) => delivered.push(entry));
+    assert.ok(await until(async () => (await reports.job(parent))?.state === 'pending', 30_000), 'the parent ran its children');
+    await worker.close();
+    assert.equal(worker.counts.acked, 4);
+    assert.deepEqual(
+      delivered.map((e) => `${e.queue} ${e.id} ${e.parentQueue} ${e.parentId}`).sort(),
+      children.map((id, i) => `${homes[i]} ${id} reports ${parent}`).sort(),
+      'each hand-over swept from its child\'s partition',
+    );
+  });
+
+  // Last: the slot map is no longer the one Cluster.owner knows.
+  test('a partition moved to another primary while the worker waits: its loops regroup and claim it there', async () => {
+    await new Queue(client, 'moving').span(6);
+    const parts = await new Queue(client, 'moving').partitions();
+    const [from, to] = [await cluster.owner(parts[0].name), await cluster.owner(parts[2].name)];
+    assert.notEqual(from, to);
+    const { worker, runs, queues, errors, done } = await drain(new Queue(client, 'moving'), 0, { block: 2000 });
+    assert.ok(done);
+    const idle = async () => (await Promise.all(cluster.nodes.map(blocked))).every((n) => n === 1);
+    assert.ok(await until(idle, 20_000), 'one blocked claim on each primary');
+    const slot = Number(await from.cmd('CLUSTER', 'KEYSLOT', `emq:{${parts[0].name}}:pending`));
+    assert.ok((await cluster.moveSlot(slot, from, to)) > 0);
+    const ids = await new Queue(client, 'moving').enqueueMany(Array.from({ length: 40 }, (_, i) => ({ payload: i })));
+    assert.ok(ids.some((id) => route(6, id) === 0), 'some job in the partition moved');
+    assert.ok(await until(() => worker.counts.acked >= 40, 30_000), `acked ${worker.counts.acked} of 40`);
+    assert.ok(await until(idle, 20_000), 'one blocked claim on each primary again');
+    for (let i = 0; i < 5; i++) {
+      const counts = await Promise.all(cluster.nodes.map(blocked));
+      assert.ok(counts.every((n) => n <= 1), `blocked clients ${counts}`);
+    }
+    await worker.close();
+    assert.deepEqual(errors, []);
+    assert.equal(runs.size, 40);
+    assert.ok([...runs.values()].every((n) => n === 1));
+    assert.ok(ids.every((id) => queues.get(id) === parts[route(6, id)].name));
+  });
+});
