@@ -12,6 +12,7 @@ use redis::{FromRedisValue, Value};
 use serde::Serialize;
 
 use crate::deployment::{page, Deployment};
+use crate::partitions;
 
 /// The sets `EMQ.JOBS` pages through (`waiting`: parents waiting for their children,
 /// docs/flows.md).
@@ -48,6 +49,13 @@ pub struct QueueRow {
     /// (`EMQ.METRICS`); `None` where they cannot be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flow: Option<Flow>,
+    /// A partitioned queue's partitions, each a row of its own (docs/cluster.md); the counts
+    /// above are theirs added up.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<QueueRow>,
+    /// The primary that serves a partition (`host:port`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub primary: Option<String>,
 }
 
 /// Transitions of one queue between two samples, and their latency.
@@ -143,8 +151,20 @@ fn number(v: &Value) -> i64 {
         .map_or(0, |f| f as i64)
 }
 
-/// The queue's counts and the age of its first pending job.
+/// The queue's counts and the age of its first pending job; a partitioned queue's, its
+/// partitions' added up, with a row of each.
 pub async fn queue_row(dep: &Deployment, name: &str, now: u64) -> Result<QueueRow> {
+    match partitions::width(dep, name).await? {
+        0 => counts(dep, name, now).await,
+        width => Ok(partitions::total(
+            name,
+            partitions::rows(dep, name, width, now).await?,
+        )),
+    }
+}
+
+/// One queue's own counts and the age of its first pending job.
+pub async fn counts(dep: &Deployment, name: &str, now: u64) -> Result<QueueRow> {
     let stats = dep.queue(name).stats().await?;
     let get = |k: &str| stats.get(k).copied().flatten().unwrap_or(0);
     let mut row = QueueRow {
@@ -159,6 +179,8 @@ pub async fn queue_row(dep: &Deployment, name: &str, now: u64) -> Result<QueueRo
         oldest_pending_ms: None,
         error: None,
         flow: None,
+        partitions: Vec::new(),
+        primary: None,
     };
     if row.pending > 0 {
         let (_, first) = jobs(dep, name, "pending", "0", 1, None).await?;
