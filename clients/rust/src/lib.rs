@@ -29,6 +29,7 @@ pub mod queue;
 mod renewals;
 mod settle;
 pub mod slot;
+mod span;
 mod trace;
 mod unwind;
 pub mod worker;
