@@ -14,6 +14,7 @@
 
 pub mod cancel;
 pub mod children;
+mod claims;
 mod deliver;
 pub mod error;
 pub mod events;
@@ -30,6 +31,7 @@ mod renewals;
 mod settle;
 pub mod slot;
 mod span;
+mod task;
 mod trace;
 mod unwind;
 pub mod worker;
