@@ -352,8 +352,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             }
             let sent = at.send(&at.command("EMQ.ENQUEUE", &args), true).await;
             match sent.reply {
-                Err(Error::Spanned { width, .. }) if reroutes < REROUTES => {
-                    self.width.learn(width);
+                Err(Error::Spanned { width, .. }) if reroutes < REROUTES && self.relearn(width) => {
                     reroutes += 1;
                 }
                 Err(e @ Error::Parent(_)) => return at.enqueued_before(e, id).await,
@@ -439,8 +438,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
                         }
                         chunk.iter().for_each(|&i| written[i] = true);
                     }
-                    Err(Error::Spanned { width, .. }) if reroutes < REROUTES => {
-                        self.width.learn(width);
+                    Err(Error::Spanned { width, .. })
+                        if reroutes < REROUTES && self.relearn(width) =>
+                    {
                         reroutes += 1;
                         continue 'routing;
                     }

@@ -72,6 +72,18 @@ pub(crate) fn partitions(queue: &str, width: u16) -> Result<Vec<String>> {
         })
 }
 
+/// Whether `queue` is named as a partition of some queue over `width` (`<q>~<i>-<j>`, as
+/// [`name`] names them).
+pub(crate) fn is_partition(queue: &str, width: u16) -> bool {
+    let Some((base, place)) = queue.rsplit_once('~') else {
+        return false;
+    };
+    let index = place
+        .split_once('-')
+        .and_then(|(i, _)| i.parse::<u16>().ok());
+    index.and_then(|i| name(base, i, width)).as_deref() == Some(queue)
+}
+
 /// Partition `index`'s share of a limit `total` over `width`: ⌊total/width⌋, plus one for the
 /// first `total mod width`, so the shares add up to `total`.
 pub(crate) fn share_of(total: u32, index: u16, width: u16) -> u32 {
@@ -155,6 +167,17 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             },
             None => Cow::Borrowed(self),
         }
+    }
+
+    /// Learns `width` from an `EMQSPANNED` refusal; whether the job is to be routed again. Not
+    /// when this handle's queue is itself a partition of that width: it refused a job that
+    /// routes to another of its queue's partitions, which routing by its name would not find.
+    pub(crate) fn relearn(&self, width: u16) -> bool {
+        if is_partition(&self.name, width) {
+            return false;
+        }
+        self.width.learn(width);
+        true
     }
 
     /// The width this handle (and its clones) knows: learned from a refusal, [`Queue::width`]
@@ -343,6 +366,11 @@ mod tests {
         assert_eq!(all["concurrency"], None);
         assert_eq!(all["timeout"], Some(300));
         assert!(partitions("q{x}", 2).is_err());
+        let third = name("orders~x", 2, 12).unwrap();
+        assert!(is_partition(&third, 12));
+        assert!(!is_partition(&third, 3), "partition 2 of 3 has other slots");
+        assert!(!is_partition("orders~x", 12));
+        assert!(!is_partition("orders", 12));
         assert!(partitions("q", 0).is_err());
         assert_eq!(partitions("q", 3).unwrap().len(), 3);
     }

@@ -260,6 +260,21 @@ async fn the_refusals_of_a_partitioned_queue_are_typed_errors_and_a_limit_is_spl
         }
         other => panic!("{other:?}"),
     }
+    // A handle on a partition is refused a job that routes to another, and does not route it.
+    let second = Queue::new(conn(&server).await, name("typed", 1, 4).expect("name"));
+    let elsewhere = (0..1000)
+        .map(|_| echomq_client::ids::mint())
+        .find(|id| route(4, id) != 1)
+        .expect("an id");
+    let how = Enqueue {
+        id: Some(elsewhere),
+        ..Enqueue::default()
+    };
+    match second.enqueue_with(b"x", how).await {
+        Err(Error::Spanned { width, .. }) => assert_eq!(width, 4),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(second.known_width(), None);
     match admin.span(3).await {
         Err(Error::Span(why)) => assert!(why.starts_with("EMQSPAN "), "{why}"),
         other => panic!("{other:?}"),
