@@ -52,6 +52,16 @@ pub enum Error {
     /// half a millisecond, which would be sent as 0 ms.
     #[error("{0}")]
     Argument(String),
+    /// `EMQSPANNED <n>`: the queue is partitioned over `width` partitions (an enqueue or a
+    /// claim sent to its own name), or this partition of `width` does not take the job (its
+    /// group, else its id, routes to another). A [`Queue`](crate::Queue) learns the width from
+    /// it and routes; it reaches the caller only when routing again did not help.
+    #[error("{message}")]
+    Spanned { width: u16, message: String },
+    /// `EMQSPAN`: a span or unspan refused: another width, a queue or partition that holds
+    /// jobs, a partition marked as another queue's.
+    #[error("{0}")]
+    Span(String),
     /// Another refusal of the catalogue (`EMQTYPE`, `EMQKEY`, `EMQCURSOR`).
     #[error("{0}")]
     Emq(String),
@@ -113,6 +123,19 @@ impl Error {
             Some("EMQSET") => Error::Set(detail()),
             Some("EMQCRON") => Error::Cron(detail()),
             Some("EMQPARENT") => Error::Parent(detail()),
+            Some("EMQSPANNED") => {
+                let width = e
+                    .detail()
+                    .and_then(|d| d.split_whitespace().next()?.parse().ok());
+                match width {
+                    Some(width) => Error::Spanned {
+                        width,
+                        message: detail(),
+                    },
+                    None => Error::Emq(detail()),
+                }
+            }
+            Some("EMQSPAN") => Error::Span(detail()),
             Some("EMQTYPE" | "EMQKEY" | "EMQCURSOR") => Error::Emq(detail()),
             _ => Error::Redis(e),
         }

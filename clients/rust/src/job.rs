@@ -16,6 +16,9 @@ use crate::headers;
 #[derive(Clone, Debug)]
 pub struct Job {
     pub id: String,
+    /// The queue it was claimed from: the worker's, or one of its partitions when the queue
+    /// is partitioned (its outcome, renewals and children go there).
+    pub queue: String,
     pub payload: Vec<u8>,
     /// This attempt (the lease token): 1 for the first.
     pub attempt: i64,
@@ -84,8 +87,9 @@ impl<E: std::fmt::Display> From<E> for Failure {
 pub type Outcome = std::result::Result<Option<Vec<u8>>, Failure>;
 
 /// The jobs of an `EMQ.CLAIM` reply (`[[id, payload, attempts], ...]`, a job's headers a
-/// fourth element where it has some; null on a timeout).
-pub(crate) fn jobs_of(reply: Value, reader: &Reader) -> Result<Vec<Job>> {
+/// fourth element where it has some; null on a timeout, and empty when a claim's `WAKE` woke
+/// it), claimed from `queue`.
+pub(crate) fn jobs_of(reply: Value, reader: &Reader, queue: &str) -> Result<Vec<Job>> {
     let items = match reply {
         Value::Nil => return Ok(Vec::new()),
         Value::Array(items) => items,
@@ -110,6 +114,7 @@ pub(crate) fn jobs_of(reply: Value, reader: &Reader) -> Result<Vec<Job>> {
                     .map_err(|e| Error::Reply(e.to_string()))?;
             Ok(Job {
                 id,
+                queue: queue.to_string(),
                 payload,
                 attempt,
                 headers,

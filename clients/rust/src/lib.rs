@@ -9,11 +9,14 @@
 //! ([`Enqueue::group`]) share a queue fairly, each with limits ([`Limit::group_concurrency`],
 //! [`Queue::group_limit`]), pauses ([`Queue::pause_group`]) and a listing ([`Queue::groups`]).
 //! Headers ([`Enqueue::headers`], [`Job::headers`]) go with a job to each attempt; with the
-//! `otel` feature they carry its trace (OpenTelemetry), producer to worker. See
-//! clients/rust/README.md.
+//! `otel` feature they carry its trace (OpenTelemetry), producer to worker. A partitioned
+//! queue ([`Queue::span`]) is produced to and worked by its name: the queue learns its width
+//! and routes each job to its partition, and the worker claims every partition, blocking once
+//! per primary. See clients/rust/README.md.
 
 pub mod cancel;
 pub mod children;
+mod claims;
 mod deliver;
 pub mod error;
 pub mod events;
@@ -29,6 +32,8 @@ pub mod queue;
 mod renewals;
 mod settle;
 pub mod slot;
+mod span;
+mod task;
 mod trace;
 mod unwind;
 pub mod worker;

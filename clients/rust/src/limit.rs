@@ -203,6 +203,22 @@ impl Limits {
             group_rate: fields.rate("group-rate", "group-rate-per")?,
         })
     }
+
+    /// The limits of a partitioned queue's partitions as one queue's: the active jobs, the
+    /// concurrency, the rate's claims and their use added up, the rest the first partition's.
+    pub(crate) fn added(each: &[Limits]) -> Limits {
+        let mut all = each.first().copied().unwrap_or_default();
+        let sum = |f: fn(&Limits) -> Option<u32>| {
+            each.iter().filter_map(f).reduce(|a, b| a.saturating_add(b))
+        };
+        all.active = each.iter().map(|l| l.active).sum();
+        all.rate_used = each.iter().map(|l| l.rate_used).sum();
+        all.concurrency = sum(|l| l.concurrency);
+        all.rate = sum(|l| l.rate.map(|r| r.n))
+            .zip(all.rate)
+            .map(|(n, r)| Rate { n, ..r });
+        all
+    }
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
@@ -228,7 +244,21 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// On a partitioned queue (its width asked first when this handle has not learned it),
+    /// each partition gets its share of a concurrency or rate limit, the shares adding up to
+    /// it (docs/cluster.md, "Limits"; under one limit a partition is refused,
+    /// [`Error::Argument`]), and the report adds the partitions' up.
     pub async fn limit(&self, change: Limit) -> Result<Limits> {
+        let width = self.resolved_width().await?;
+        if width > 0 {
+            return self.limit_partitions(change, width).await;
+        }
+        self.own_limit(change).await
+    }
+
+    /// `EMQ.LIMIT` of this queue's own name.
+    pub(crate) async fn own_limit(&self, change: Limit) -> Result<Limits> {
         let reply = self.call("EMQ.LIMIT", &change.options()?).await?;
         Limits::from_reply(&reply)
     }

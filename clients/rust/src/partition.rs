@@ -1,7 +1,8 @@
 //! A partitioned queue's partitions, as the module names and routes them: partition `i` of `n`
 //! is the queue `<queue>~<i>-<j>`, `j` the least number that puts its slot in the `i`-th of `n`
 //! shares of the slot range; a job goes to partition FNV-1a-32(its group, else its id) mod `n`.
-//! testing/vectors/ holds every client to the same. No call uses it yet.
+//! testing/vectors/ holds every client to the same. A [`Queue`](crate::Queue) routes by them,
+//! and a [`Worker`](crate::Worker) claims the partitions they name (span.rs, claims.rs).
 
 use std::ops::Range;
 

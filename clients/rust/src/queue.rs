@@ -13,10 +13,14 @@ use crate::events::{answered, now_ns};
 use crate::flow::{self, Parent};
 use crate::headers;
 use crate::ids;
+use crate::partition::route;
+use crate::span::{summed, Width};
 use crate::trace;
 
 /// Jobs one `EMQ.MENQUEUE` carries (the server takes up to 10,000).
 pub const CHUNK: usize = 1000;
+/// Times one enqueue routes its jobs again after an `EMQSPANNED` refusal taught it a width.
+pub const REROUTES: u32 = 2;
 
 /// How an enqueue places its job.
 #[derive(Clone, Debug, Default)]
@@ -56,11 +60,24 @@ pub struct Enqueue {
 
 /// One queue of a deployment. Calls are retried with jittered backoff through failovers and
 /// slot migrations (`TRYAGAIN`, `READONLY`, `LOADING`, lost connections).
+///
+/// A partitioned queue (docs/cluster.md, "A queue bigger than one primary") is reached through
+/// its name as any other: the handle learns its width from the first refusal
+/// (`EMQSPANNED`), from [`Queue::width`] or from its own [`Queue::span`], keeps it for its
+/// clones too, and sends each job to its partition (by its group, else its id). A call on one
+/// job by id ([`Queue::job`], [`Queue::cancel`], [`Queue::requeue`], [`Queue::children`]) goes
+/// to the partition its id routes to once the width is known: a grouped job routes by its
+/// group, so reach it through its group's partition, or through a worker's [`Job`] handle,
+/// which carries the queue it was claimed from.
+///
+/// [`Job`]: crate::Job
 #[derive(Clone)]
 pub struct Queue<C> {
     pub(crate) conn: C,
     pub(crate) name: String,
-    retries: u32,
+    pub(crate) retries: u32,
+    /// The width learned, shared by the clones.
+    pub(crate) width: Width,
     /// Replicas each write waits for (`WAIT n timeout`), and the timeout; 0: no wait.
     pub(crate) wait_replicas: usize,
     pub(crate) wait_timeout: Duration,
@@ -152,6 +169,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             conn,
             name: name.into(),
             retries: 8,
+            width: Width::unknown(),
             wait_replicas: 0,
             wait_timeout: Duration::from_secs(1),
         }
@@ -295,10 +313,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
 
     /// Enqueues one job as `how` says; its id, or the holder's for a held unique key. A child
     /// is adopted first by each parent whose queue's slot is not this queue's (`EMQ.ADOPT`).
+    /// On a partitioned queue the job goes to the partition of its group, else its id; a
+    /// refusal with a width (`EMQSPANNED`) teaches it, and the job is sent again where it
+    /// routes then, up to [`REROUTES`] times ([`Error::Spanned`] after that).
     pub async fn enqueue_with(&self, payload: impl AsRef<[u8]>, how: Enqueue) -> Result<String> {
         flow::check(&how.parents)?;
         let timeout = how.timeout.map(timeout_ms).transpose()?;
         let id = how.id.unwrap_or_else(ids::mint);
+        let key = how.group.clone().unwrap_or_else(|| id.clone());
         let mut args = vec![id.clone().into_bytes(), payload.as_ref().to_vec()];
         let ms = |d: Duration| millis(d).to_string().into_bytes();
         if let Some(d) = how.delay {
@@ -322,13 +344,21 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         let mut sending = trace::Sending::start(&self.name, how.headers);
         args.extend(headers::args(&sending.headers));
         args.extend(flow::options(how.children, &how.parents));
-        if let Err(e) = self.adopt(&how.parents, &id).await {
-            return self.enqueued_before(e, id).await;
-        }
-        let sent = self.send(&self.command("EMQ.ENQUEUE", &args), true).await;
-        let reply = match sent.reply {
-            Err(e @ Error::Parent(_)) => return self.enqueued_before(e, id).await,
-            reply => reply?,
+        let mut reroutes = 0;
+        let (replicas, reply) = loop {
+            let at = self.placed(&key);
+            if let Err(e) = at.adopt(&how.parents, &id).await {
+                return at.enqueued_before(e, id).await;
+            }
+            let sent = at.send(&at.command("EMQ.ENQUEUE", &args), true).await;
+            match sent.reply {
+                Err(Error::Spanned { width, .. }) if reroutes < REROUTES && self.relearn(width) => {
+                    reroutes += 1;
+                }
+                Err(e @ Error::Parent(_)) => return at.enqueued_before(e, id).await,
+                Err(e) => return Err(e),
+                Ok(reply) => break (sent.replicas, reply),
+            }
         };
         let id = match reply {
             // 1: written; 0: this id was enqueued already; an id: the unique key's holder.
@@ -337,7 +367,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             other => return Err(Error::Reply(format!("{other:?}"))),
         };
         sending.sent(&id);
-        match self.confirmed(sent.replicas) {
+        match self.confirmed(replicas) {
             Ok(()) => Ok(id),
             Err(replicas) => Err(Error::NotReplicated {
                 ids: vec![id.clone()],
@@ -362,7 +392,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// `wait_replicas`, each chunk waits, and the chunks not confirmed make the call's
     /// [`Error::NotReplicated`] (every chunk enqueued still). `EMQ.MENQUEUE` takes no options
     /// but a priority and headers, so these jobs have no timeout of their own (the queue's
-    /// applies) and no group (they are the default group's).
+    /// applies) and no group (they are the default group's). On a partitioned queue the jobs
+    /// are split by partition (each by its id), a call or more to each; a chunk refused with a
+    /// width (`EMQSPANNED`) teaches it, and the jobs not yet written are routed again, up to
+    /// [`REROUTES`] times (the ids are minted here, so a job sent twice is written once).
     pub async fn enqueue_many<P: AsRef<[u8]>>(
         &self,
         payloads: impl IntoIterator<Item = P>,
@@ -379,25 +412,43 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     ) -> Result<Vec<String>> {
         let sending = trace::Sending::start(&self.name, headers);
         let each = headers::args(&sending.headers);
-        let mut out = Vec::new();
-        let mut args = Vec::new();
+        let jobs: Vec<(String, P)> = payloads.into_iter().map(|p| (ids::mint(), p)).collect();
         let mut unconfirmed = Vec::new();
         let mut fewest: Option<i64> = None;
-        let mut start = 0;
-        let mut iter = payloads.into_iter().peekable();
-        while let Some(p) = iter.next() {
-            let id = ids::mint();
-            args.extend(each.iter().cloned());
-            args.extend([id.clone().into_bytes(), p.as_ref().to_vec()]);
-            out.push(id);
-            if out.len() - start >= CHUNK || iter.peek().is_none() {
-                if let Some(r) = self.menqueue(std::mem::take(&mut args)).await? {
-                    fewest = Some(fewest.map_or(r, |f: i64| f.min(r)));
-                    unconfirmed.extend_from_slice(&out[start..]);
+        // Which jobs are written, and the reroutes so far.
+        let mut written = vec![false; jobs.len()];
+        let mut reroutes = 0;
+        'routing: loop {
+            let todo: Vec<usize> = (0..jobs.len()).filter(|&i| !written[i]).collect();
+            if todo.is_empty() {
+                break;
+            }
+            let chunks = self.chunks(&todo, |i| jobs[i].0.as_str());
+            for (at, chunk) in &chunks {
+                let mut args = Vec::new();
+                for &i in chunk {
+                    args.extend(each.iter().cloned());
+                    args.extend([jobs[i].0.clone().into_bytes(), jobs[i].1.as_ref().to_vec()]);
                 }
-                start = out.len();
+                match at.menqueue(args).await {
+                    Ok(confirmed) => {
+                        if let Some(r) = confirmed {
+                            fewest = Some(fewest.map_or(r, |f: i64| f.min(r)));
+                            unconfirmed.extend(chunk.iter().map(|&i| jobs[i].0.clone()));
+                        }
+                        chunk.iter().for_each(|&i| written[i] = true);
+                    }
+                    Err(Error::Spanned { width, .. })
+                        if reroutes < REROUTES && self.relearn(width) =>
+                    {
+                        reroutes += 1;
+                        continue 'routing;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
+        let out: Vec<String> = jobs.into_iter().map(|(id, _)| id).collect();
         match fewest {
             None => Ok(out),
             Some(replicas) => Err(Error::NotReplicated {
@@ -409,11 +460,41 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         }
     }
 
+    /// The jobs `todo` (their places, in order) by the queue each goes to, by the width known
+    /// (by the id `id_of` each), [`CHUNK`] to a call, each queue's first place first.
+    fn chunks<'a>(
+        &self,
+        todo: &[usize],
+        id_of: impl Fn(usize) -> &'a str,
+    ) -> Vec<(Queue<C>, Vec<usize>)> {
+        let width = self.width.known().unwrap_or(0);
+        let mut by_queue: Vec<Vec<usize>> = Vec::new();
+        let mut slot_of: HashMap<u16, usize> = HashMap::new();
+        for &i in todo {
+            let part = if width > 0 { route(width, id_of(i)) } else { 0 };
+            let at = *slot_of.entry(part).or_insert_with(|| {
+                by_queue.push(Vec::new());
+                by_queue.len() - 1
+            });
+            by_queue[at].push(i);
+        }
+        by_queue
+            .into_iter()
+            .flat_map(|places| {
+                let at = self.placed(id_of(places[0])).into_owned();
+                let chunks: Vec<Vec<usize>> = places.chunks(CHUNK).map(<[usize]>::to_vec).collect();
+                chunks.into_iter().map(move |c| (at.clone(), c))
+            })
+            .collect()
+    }
+
     /// The outcomes of a parent's children (`EMQ.CHILDREN`, paged to the end).
     pub async fn children(&self, id: &str) -> Result<Children> {
+        let at = self.placed(id);
+        let at = at.as_ref();
         read_children(|cursor| async move {
             let args = [id.as_bytes().to_vec(), b"CURSOR".to_vec(), cursor];
-            self.call("EMQ.CHILDREN", &args).await
+            at.call("EMQ.CHILDREN", &args).await
         })
         .await
     }
@@ -422,7 +503,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// ready job, grouped or not), how many named groups the queue knows (`groups`: with ready
     /// or active jobs, a limit of their own or a pause; [`Queue::groups`]), the pause flag,
     /// and the limits and their use, `timeout` in ms (`None`: not set); typed, [`Queue::limits`].
+    /// Of a queue this handle knows to be partitioned, the partitions' added up (the counts and
+    /// the concurrency and rate limits; `paused` when any is; the rest the first partition's;
+    /// each one's: [`Queue::partition_stats`]).
     pub async fn stats(&self) -> Result<HashMap<String, Option<i64>>> {
+        if self.width.known().is_some_and(|w| w > 0) {
+            return Ok(summed(&self.partition_stats().await?));
+        }
+        self.own_stats().await
+    }
+
+    /// `EMQ.STATS` of this queue's own name.
+    pub(crate) async fn own_stats(&self) -> Result<HashMap<String, Option<i64>>> {
         let v = self.call("EMQ.STATS", &[]).await?;
         Ok(pairs(&v)
             .into_iter()
@@ -441,13 +533,20 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     }
 
     pub async fn requeue(&self, id: &str) -> Result<bool> {
-        Ok(self.call("EMQ.REQUEUE", &[id.as_bytes().to_vec()]).await? == Value::Int(1))
+        Ok(self
+            .placed(id)
+            .call("EMQ.REQUEUE", &[id.as_bytes().to_vec()])
+            .await?
+            == Value::Int(1))
     }
 
     /// A job's row, its set and score, as text (its `headers` as the row keeps them, a
     /// `key:value` line each); `None` when there is no such job.
     pub async fn job(&self, id: &str) -> Result<Option<HashMap<String, String>>> {
-        let v = self.call("EMQ.JOB", &[id.as_bytes().to_vec()]).await?;
+        let v = self
+            .placed(id)
+            .call("EMQ.JOB", &[id.as_bytes().to_vec()])
+            .await?;
         if v == Value::Nil {
             return Ok(None);
         }
@@ -470,12 +569,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         ))
     }
 
+    /// Pauses the queue's claims; whether it changed. A partitioned queue's partitions are
+    /// paused each (its width asked first when this handle has not learned it).
     pub async fn pause(&self) -> Result<bool> {
-        Ok(self.call("EMQ.PAUSE", &[]).await? == Value::Int(1))
+        self.on_every_part("EMQ.PAUSE").await
     }
 
+    /// Resumes the queue's claims, each partition's of a partitioned queue; whether it changed.
     pub async fn resume(&self) -> Result<bool> {
-        Ok(self.call("EMQ.RESUME", &[]).await? == Value::Int(1))
+        self.on_every_part("EMQ.RESUME").await
     }
 }
 

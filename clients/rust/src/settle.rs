@@ -1,5 +1,6 @@
-//! The worker's settler: acknowledgements batched into one `EMQ.MACK` (followed by `WAIT` with
-//! `wait_replicas`), each job's own outcome handed back to its task and reported to the hook.
+//! The worker's settler: acknowledgements batched into one `EMQ.MACK` a queue (followed by
+//! `WAIT` with `wait_replicas`), each job's own outcome handed back to its task and reported
+//! to the hook. A partitioned queue's jobs are acknowledged in their partitions.
 
 use std::sync::Arc;
 
@@ -13,6 +14,8 @@ use crate::worker::SETTLE_BATCH;
 
 /// An acknowledgement on its way to the settler, and where its job's outcome comes back.
 pub(crate) struct Ack {
+    /// The queue the job was claimed from.
+    pub queue: String,
     pub id: String,
     pub attempt: i64,
     pub result: Option<Vec<u8>>,
@@ -20,9 +23,9 @@ pub(crate) struct Ack {
 }
 
 /// The settler: sends the acknowledgements waiting, up to [`SETTLE_BATCH`], as one
-/// `EMQ.MACK` (followed by `WAIT` with `wait_replicas`), while the tasks behind them wait for
-/// their outcomes; under load one call carries many, alone it carries one. A settle event for
-/// each job, with its own answer.
+/// `EMQ.MACK` for each queue they came from (followed by `WAIT` with `wait_replicas`), while
+/// the tasks behind them wait for their outcomes; under load one call carries many, alone it
+/// carries one. A settle event for each job, with its own answer.
 pub(crate) async fn send_acks<C>(
     queue: Queue<C>,
     mut waiting: mpsc::UnboundedReceiver<Ack>,
@@ -38,13 +41,41 @@ pub(crate) async fn send_acks<C>(
                 Err(_) => break,
             }
         }
+        for (name, batch) in by_queue(batch) {
+            let at = match name == queue.name {
+                true => queue.clone(),
+                false => queue.at(name),
+            };
+            settle(&at, batch, &hook).await;
+        }
+    }
+}
+
+/// `batch` split by the queue each came from, in the order each queue first comes.
+fn by_queue(batch: Vec<Ack>) -> Vec<(String, Vec<Ack>)> {
+    let mut out: Vec<(String, Vec<Ack>)> = Vec::new();
+    for ack in batch {
+        match out.iter_mut().find(|(q, _)| *q == ack.queue) {
+            Some((_, acks)) => acks.push(ack),
+            None => out.push((ack.queue.clone(), vec![ack])),
+        }
+    }
+    out
+}
+
+/// One `EMQ.MACK` of `batch`, all of `queue`; each job's outcome sent back, and its event.
+async fn settle<C>(queue: &Queue<C>, batch: Vec<Ack>, hook: &Hook)
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    {
         let jobs: Vec<(&str, i64, Option<&[u8]>)> = batch
             .iter()
             .map(|a| (a.id.as_str(), a.attempt, a.result.as_deref()))
             .collect();
         let sent = queue.mack(&jobs, true).await;
         drop(jobs);
-        let (unsure, replicated) = (sent.unsure, replicated(&queue, &sent));
+        let (unsure, replicated) = (sent.unsure, replicated(queue, &sent));
         let (sent_ns, answered_ns) = (sent.sent_ns, sent.answered_ns);
         // Each job's outcome, and what the server's answer was for it.
         let outcomes: Vec<(Result<()>, EventOutcome)> = match places(sent.reply) {

@@ -1,40 +1,38 @@
 //! The consumer's side: `Worker` claims jobs with `BLOCK`, in batches up to its free
-//! concurrency, runs each handler as a task, renews its lease in the background for as long as
-//! it runs, settles it (`ACK`, batched with the others waiting into one `EMQ.MACK`, or `FAIL`
-//! with the error; a handler that panics fails its job with the panic's message), and stops
-//! gracefully on its cancellation token (`shutdown_on_signal` cancels it on SIGTERM or SIGINT).
-//! A job cancelled while it runs (`EMQ.CANCEL`) is learned by its next renewal
-//! (`EMQCANCELLED`), and so is an attempt that ran past its deadline (`EMQTIMEOUT`): the
-//! handler's future is dropped, nothing is sent for the job, and its slot is freed.
+//! concurrency, runs each handler as a task (`task.rs`), renews its lease in the background
+//! for as long as it runs, settles it (`ACK`, batched with the others waiting into one
+//! `EMQ.MACK`, or `FAIL` with the error; a handler that panics fails its job with the panic's
+//! message), and stops gracefully on its cancellation token (`shutdown_on_signal` cancels it on
+//! SIGTERM or SIGINT). A job cancelled while it runs (`EMQ.CANCEL`) is learned by its next
+//! renewal (`EMQCANCELLED`), and so is an attempt that ran past its deadline (`EMQTIMEOUT`):
+//! the handler's future is dropped, nothing is sent for the job, and its slot is freed.
 //! Beside it, the worker delivers its queue's outbox (flows' hand-overs to parents on other
 //! nodes, `deliver.rs`). Each claim, renewal, settle, handler run, cancel, timeout and
-//! hand-over is reported to its `on_event` hook.
+//! hand-over is reported to its `on_event` hook. A partitioned queue's worker claims every
+//! partition, one loop and at most one blocked claim per primary (`claims.rs`); each job's
+//! calls go to the partition it came from, and each partition's outbox is delivered.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, Value};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::children::Reader;
+use crate::claims::{by_primary, claim_loop, Claims, Dispatch, LoopEnd, Part};
 use crate::deliver::deliver;
-use crate::error::{server_full, transient, Error, Result};
-use crate::events::{
-    answer_of, default_name, now_ns, EventKind, Fields, Hook, OnEvent, SettleAction, WorkerEvent,
-};
-use crate::job::jobs_of;
+use crate::error::{transient, Error, Result};
+use crate::events::{default_name, Hook, OnEvent, WorkerEvent};
 // What a handler sees is job.rs's; `echomq_client::worker::Job` and the rest still name it.
 pub use crate::job::{Failure, Job, Outcome};
 use crate::queue::{backoff, Queue};
-use crate::renewals::Renewals;
-use crate::settle::{replicated, send_acks, Ack};
-use crate::trace;
-use crate::unwind::guarded;
+use crate::settle::send_acks;
+use crate::task::Runner;
 
 /// The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`).
 pub const PROTOCOL_MAJOR: u32 = 2;
@@ -42,6 +40,9 @@ pub const PROTOCOL_MAJOR: u32 = 2;
 pub const MAX_ERROR: usize = 4096;
 /// Most acknowledgements one `EMQ.MACK` carries.
 pub const SETTLE_BATCH: usize = 100;
+/// How often a partitioned queue's worker reads the queue's width and the cluster's slots
+/// again, to claim from the partitions as they are now.
+pub const WATCH_EVERY: Duration = Duration::from_secs(5);
 
 /// What a worker did, for logs and tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -188,7 +189,10 @@ where
 
     /// Claims and runs jobs until the shutdown token is cancelled, then lets the running
     /// handlers finish (up to the shutdown timeout) and settles them. A handler still running
-    /// then is left to its lease and never settled.
+    /// then is left to its lease and never settled. The queue's width is read first
+    /// (`EMQ.WIDTH`): a partitioned queue's partitions are claimed, grouped by the primary that
+    /// owns each (`CLUSTER SLOTS` on the claims' connection), and grouped again when a claim
+    /// learns that the queue was partitioned since, or that the slots moved.
     pub async fn run(self) -> Result<Counts> {
         let mut version = Cmd::new();
         version.arg("EMQ.VERSION");
@@ -197,16 +201,10 @@ where
             .await
             .map_err(Error::from_redis)?;
         check_version(&String::from_redis_value(answer).unwrap_or_default())?;
-        let running = Arc::new(AtomicUsize::new(0));
-        let room = Arc::new(Notify::new());
+        let permits = Arc::new(Semaphore::new(self.concurrency));
         let closed = Arc::new(AtomicBool::new(false));
         let counts = Arc::new(Mutex::new(Counts::default()));
         let lease_ms = self.lease.as_millis().max(1) as u64;
-        let batch = if self.batch == 0 {
-            self.concurrency
-        } else {
-            self.batch
-        };
         let hook = Arc::new(Hook::new(
             self.on_event.clone(),
             &self.name,
@@ -214,350 +212,152 @@ where
         ));
         let (acks, waiting) = mpsc::unbounded_channel();
         tokio::spawn(send_acks(self.queue.clone(), waiting, hook.clone()));
-        // The sweep stops with the worker, however `run` ends.
+        let dispatch: Arc<dyn Dispatch<C>> = Arc::new(Runner {
+            acks,
+            handler: self.handler.clone(),
+            closed: closed.clone(),
+            counts: counts.clone(),
+            hook: hook.clone(),
+            lease_ms,
+            renew: self.lease.mul_f64(self.renew_every.clamp(0.05, 0.9)),
+        });
+        // The sweeps stop with the worker, however `run` ends.
         let sweeping = self.shutdown.child_token();
-        tokio::spawn(deliver(self.queue.clone(), hook.clone(), sweeping.clone()));
-        let _sweeping = sweeping.drop_guard();
-        let reader = Reader(Arc::new(self.queue.clone()));
-        let mut failures = 0;
+        let _sweeping = sweeping.clone().drop_guard();
+        let mut regroups = 0;
         while !self.shutdown.is_cancelled() {
-            let free = self
-                .concurrency
-                .saturating_sub(running.load(Ordering::SeqCst));
-            if free == 0 {
-                tokio::select! {
-                    _ = room.notified() => {}
-                    _ = self.shutdown.cancelled() => {}
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                }
-                continue;
-            }
-            // A claim in flight is never dropped: its jobs would be leased to no one.
-            let mut claim = Cmd::new();
-            claim
-                .arg("EMQ.CLAIM")
-                .arg(&self.queue.name)
-                .arg("COUNT")
-                .arg(free.min(batch))
-                .arg("LEASE")
-                .arg(lease_ms)
-                .arg("BLOCK")
-                // At most half the lease: a job's handler is not started a lease after its
-                // claim was sent, so a claim must not wait in the server for most of a lease.
-                .arg((self.block.as_millis() as u64).min(lease_ms / 2).max(1));
-            let sent_ns = now_ns();
-            let reply: Value = match claim.query_async(&mut self.claims.clone()).await {
-                Ok(v) => {
-                    failures = 0;
-                    v
-                }
-                Err(e) if transient(&e) || server_full(&e) => {
-                    // A failover, a reshard, a lost connection, a server out of memory or
-                    // disk: claim again after a while.
-                    tracing::debug!(error = %e, "claim failed; claiming again");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff(failures)) => {}
-                        _ = self.shutdown.cancelled() => {}
-                    }
-                    failures += 1;
+            let began = Instant::now();
+            let parts = match self.queue.width().await {
+                Ok(_) => self.queue.parts()?,
+                Err(Error::Redis(e)) if transient(&e) => {
+                    self.pause(&mut regroups).await;
                     continue;
                 }
-                Err(e) => return Err(Error::from_redis(e)),
+                Err(e) => return Err(e),
             };
-            let answered_ns = now_ns();
-            for job in jobs_of(reply, &reader)? {
-                hook.emit(Fields {
-                    sent_ns,
-                    answered_ns,
-                    ..Fields::at(EventKind::Claim, &job.id, job.attempt, 0)
-                });
-                running.fetch_add(1, Ordering::SeqCst);
-                let task = Task {
-                    queue: self.queue.clone(),
-                    acks: acks.clone(),
-                    handler: self.handler.clone(),
-                    running: running.clone(),
-                    room: room.clone(),
-                    closed: closed.clone(),
-                    counts: counts.clone(),
-                    hook: hook.clone(),
-                    lease_ms,
-                    claimed_ns: sent_ns,
-                    renew: self.lease.mul_f64(self.renew_every.clamp(0.05, 0.9)),
-                };
-                tokio::spawn(task.run(job));
+            // Each partition's outbox, and the queue's own (entries left from before a span).
+            let epoch = sweeping.child_token();
+            let mut outboxes = parts.clone();
+            if parts[0] != self.queue.name {
+                outboxes.push(self.queue.name.clone());
             }
-        }
-        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
-        while running.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
-            tokio::select! {
-                _ = room.notified() => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            for name in outboxes {
+                let queue = self.queue.at(name);
+                tokio::spawn(deliver(queue, hook.clone(), epoch.clone()));
             }
+            let ended = self.claim(parts, &permits, &dispatch, lease_ms).await;
+            epoch.cancel();
+            if let Some(e) = ended {
+                return Err(e);
+            }
+            if began.elapsed() > Duration::from_secs(10) {
+                regroups = 0;
+            }
+            self.pause(&mut regroups).await;
         }
+        let deadline = Instant::now() + self.shutdown_timeout;
+        let all = u32::try_from(self.concurrency).unwrap_or(u32::MAX);
+        let _ = tokio::time::timeout_at(deadline, permits.acquire_many(all)).await;
         closed.store(true, Ordering::SeqCst);
         let mut counts = counts.lock().map(|c| c.clone()).unwrap_or_default();
         counts.hook_panics = hook.panics();
         Ok(counts)
     }
-}
 
-/// One job's task: the handler, its lease renewed beside it, then its outcome sent.
-struct Task<C, H> {
-    queue: Queue<C>,
-    acks: mpsc::UnboundedSender<Ack>,
-    handler: Arc<H>,
-    running: Arc<AtomicUsize>,
-    room: Arc<Notify>,
-    closed: Arc<AtomicBool>,
-    counts: Arc<Mutex<Counts>>,
-    hook: Arc<Hook>,
-    lease_ms: u64,
-    /// When the claim that returned the job was sent: its lease began no sooner.
-    claimed_ns: u64,
-    renew: Duration,
-}
-
-impl<C, H, F> Task<C, H>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-    H: Fn(Job) -> F + Send + Sync + 'static,
-    F: Future<Output = Outcome> + Send + 'static,
-{
-    async fn run(self, job: Job) {
-        let _slot = Slot {
-            running: self.running.clone(),
-            room: self.room.clone(),
+    /// Claims `parts`, one loop per primary, until the worker stops or a loop asks for a
+    /// regroup; the error a claim failed with for good, if one did.
+    async fn claim(
+        &self,
+        parts: Vec<String>,
+        permits: &Arc<Semaphore>,
+        dispatch: &Arc<dyn Dispatch<C>>,
+        lease_ms: u64,
+    ) -> Option<Error> {
+        let groups = match parts.len() {
+            1 => vec![parts.clone()],
+            _ => by_primary(&self.claims, parts.clone()).await,
         };
-        let (id, token) = (job.id.as_str(), job.attempt);
-        // A lease's worth of time since the claim was sent (the process stalled between the
-        // claim and now: frozen, swapped out): the lease may have run out and another attempt
-        // taken the job, even finished it. Its handler is not started; the job is left to its
-        // lease, as a lost one.
-        if now_ns() >= self.claimed_ns.saturating_add(self.lease_ms * 1_000_000) {
-            job.lost.store(true, Ordering::SeqCst);
-            self.count(|c| c.lost += 1);
-            return;
-        }
-        self.hook
-            .emit(Fields::at(EventKind::HandlerStart, id, token, now_ns()));
-        // The handler's future lives in this block: a renewal answered `EMQCANCELLED` or
-        // `EMQTIMEOUT` ends the block, and so drops the future where it last yielded.
-        let span = trace::Processing::start(&self.queue.name, &job);
-        let outcome = {
-            let handler = guarded(|| span.run(|| (self.handler)(job.clone())));
-            tokio::pin!(handler);
-            let mut schedule = Renewals::new(self.renew);
-            let mut next = Instant::now() + self.renew;
-            loop {
-                tokio::select! {
-                    outcome = &mut handler => break Ok(outcome),
-                    _ = tokio::time::sleep_until(next) => match self.renew(&job).await {
-                        Ok(ends) => {
-                            let now_ms = (now_ns() / 1_000_000) as i64;
-                            next = Instant::now() + schedule.after(ends, now_ms);
-                        }
-                        Err(ended) => break Err(ended),
-                    },
+        let claims = Arc::new(Claims {
+            conn: self.claims.clone(),
+            lease_ms,
+            // At most half the lease: a job's handler is not started a lease after its claim
+            // was sent, so a claim must not wait in the server for most of a lease.
+            block_ms: (self.block.as_millis() as u64).min(lease_ms / 2).max(1),
+            batch: if self.batch == 0 {
+                self.concurrency
+            } else {
+                self.batch
+            },
+            permits: permits.clone(),
+            share: (self.concurrency / groups.len()).max(1),
+            stop: self.shutdown.clone(),
+        });
+        let regroup = CancellationToken::new();
+        let loops: Vec<_> = groups
+            .iter()
+            .cloned()
+            .map(|group| {
+                let parts = group
+                    .into_iter()
+                    .map(|name| {
+                        let queue = self.queue.at(name);
+                        let reader = Reader(Arc::new(queue.clone()));
+                        Part { queue, reader }
+                    })
+                    .collect();
+                let run = claim_loop(claims.clone(), parts, dispatch.clone(), regroup.clone());
+                tokio::spawn(run)
+            })
+            .collect();
+        let joined = async {
+            let mut failed = None;
+            for ended in loops {
+                match ended.await {
+                    Ok(LoopEnd::Failed(e)) => failed = failed.or(Some(e)),
+                    Ok(LoopEnd::Stopped | LoopEnd::Regroup) => {}
+                    Err(e) => failed = failed.or(Some(Error::Reply(format!("a claim loop: {e}")))),
                 }
             }
+            failed
         };
-        let outcome = match outcome {
-            Ok(outcome) => outcome,
-            Err(ended) => {
-                span.ended(match ended {
-                    Ended::Cancelled(_) => "cancelled",
-                    Ended::TimedOut(_) => "timed_out",
-                });
-                return self.ended(&job, ended);
-            }
-        };
-        span.finish(&outcome);
-        self.hook.emit(Fields {
-            error: match &outcome {
-                Ok(_) => None,
-                Err(Failure::Retry(_, why) | Failure::Error(why)) => Some(why.clone()),
-            },
-            ..Fields::at(EventKind::HandlerEnd, id, token, now_ns())
-        });
-        self.settle(&job, outcome).await;
+        let (failed, ()) = tokio::join!(joined, self.watch(&parts, &groups, &regroup));
+        failed
     }
 
-    /// Renews the job's lease: when it now ends (Unix ms), if the server said; the end of the
-    /// attempt when the job was cancelled while it ran or the attempt ran past its deadline
-    /// (`job.cancelled()` or `job.timed_out()` set then, before the handler's future is
-    /// dropped).
-    async fn renew(&self, job: &Job) -> std::result::Result<Option<i64>, Ended> {
-        if job.lease_lost() {
-            return Ok(None);
+    /// Every [`WATCH_EVERY`], while a partitioned queue's loops claim, reads the queue's width
+    /// and the cluster's slots again, and asks for a regroup when the partitions or their
+    /// primaries changed: a blocked claim whose `WAKE` queue moved away ends with `MOVED` only
+    /// once the server notices, and the cluster client follows that redirect itself.
+    async fn watch(&self, parts: &[String], groups: &[Vec<String>], regroup: &CancellationToken) {
+        if parts.len() < 2 {
+            return; // an ordinary queue's claim learns of a span from its refusal
         }
-        let args = [
-            job.id.clone().into_bytes(),
-            job.attempt.to_string().into_bytes(),
-            self.lease_ms.to_string().into_bytes(),
-        ];
-        let sent = self
-            .queue
-            .send(&self.queue.command("EMQ.RENEW", &args), false)
-            .await;
-        let (outcome, error) = answer_of(&sent);
-        self.hook.emit(Fields {
-            sent_ns: sent.sent_ns,
-            answered_ns: sent.answered_ns,
-            outcome,
-            error,
-            ..Fields::at(EventKind::Renew, &job.id, job.attempt, 0)
-        });
-        match sent.reply {
-            Ok(ends) => return Ok(i64::from_redis_value(ends).ok()),
-            Err(Error::LeaseLost(_)) => job.lost.store(true, Ordering::SeqCst),
-            Err(Error::Cancelled(why)) => {
-                job.cancelled.store(true, Ordering::SeqCst);
-                return Err(Ended::Cancelled(why));
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(WATCH_EVERY) => {}
+                _ = regroup.cancelled() => return,
+                _ = self.shutdown.cancelled() => return,
             }
-            Err(Error::Timeout(why)) => {
-                job.timed_out.store(true, Ordering::SeqCst);
-                return Err(Ended::TimedOut(why));
+            let now = match self.queue.width().await.and_then(|_| self.queue.parts()) {
+                Ok(now) => now,
+                Err(e) => {
+                    tracing::debug!(error = %e, "the queue's width was not read");
+                    continue;
+                }
+            };
+            if now != parts || by_primary(&self.claims, now).await != groups {
+                regroup.cancel();
+                return;
             }
-            // A failover or a lost connection: the next tick tries again.
-            Err(e) => tracing::debug!(error = %e, id = %job.id, "renewal failed"),
-        }
-        Ok(None)
-    }
-
-    async fn settle(&self, job: &Job, outcome: Outcome) {
-        if self.closed.load(Ordering::SeqCst) || job.lease_lost() {
-            self.count(|c| c.lost += 1);
-            return;
-        }
-        let mut args = vec![
-            job.id.clone().into_bytes(),
-            job.attempt.to_string().into_bytes(),
-        ];
-        let (command, counted): (&str, fn(&mut Counts)) = match outcome {
-            Ok(result) => return self.ack(job, result).await,
-            Err(Failure::Retry(after, why)) => {
-                args.extend([
-                    b"ERROR".to_vec(),
-                    bounded(why),
-                    b"RETRY-IN".to_vec(),
-                    after.as_millis().to_string().into_bytes(),
-                ]);
-                ("EMQ.FAIL", |c| c.retried += 1)
-            }
-            Err(Failure::Error(why)) => {
-                args.extend([b"ERROR".to_vec(), bounded(why)]);
-                ("EMQ.FAIL", |c| c.failed += 1)
-            }
-        };
-        let sent = self
-            .queue
-            .send(&self.queue.command(command, &args), true)
-            .await;
-        let (outcome, error) = answer_of(&sent);
-        self.hook.emit(Fields {
-            sent_ns: sent.sent_ns,
-            answered_ns: sent.answered_ns,
-            outcome,
-            error,
-            action: Some(SettleAction::Fail),
-            replicated: replicated(&self.queue, &sent),
-            ..Fields::at(EventKind::Settle, &job.id, job.attempt, 0)
-        });
-        self.settled(job, sent.reply.map(|_| ()), counted);
-    }
-
-    /// Acknowledges through the settler, and waits for the outcome.
-    async fn ack(&self, job: &Job, result: Option<Vec<u8>>) {
-        let (outcome, back) = oneshot::channel();
-        let ack = Ack {
-            id: job.id.clone(),
-            attempt: job.attempt,
-            result,
-            outcome,
-        };
-        let sent = match self.acks.send(ack) {
-            Ok(()) => back
-                .await
-                .unwrap_or_else(|_| Err(Error::Batch("the settler stopped".into()))),
-            Err(_) => Err(Error::Batch("the settler stopped".into())),
-        };
-        self.settled(job, sent, |c| c.acked += 1);
-    }
-
-    fn settled(&self, job: &Job, sent: Result<()>, counted: fn(&mut Counts)) {
-        match sent {
-            Ok(()) => self.count(counted),
-            Err(Error::LeaseLost(_)) => {
-                job.lost.store(true, Ordering::SeqCst);
-                self.count(|c| c.lost += 1);
-            }
-            // Cancelled while the handler ran, learned only now: the job is dead, not lost.
-            Err(Error::Cancelled(why)) => self.ended(job, Ended::Cancelled(why)),
-            Err(e) => tracing::warn!(error = %e, id = %job.id, "the outcome was not sent"),
         }
     }
 
-    /// The server ended the attempt while it ran: a cancel, or its deadline. No outcome is
-    /// sent for it, and its slot is freed as the task ends.
-    fn ended(&self, job: &Job, ended: Ended) {
-        let (kind, why) = match ended {
-            Ended::Cancelled(why) => {
-                job.cancelled.store(true, Ordering::SeqCst);
-                self.count(|c| c.cancelled += 1);
-                (EventKind::Cancelled, why)
-            }
-            Ended::TimedOut(why) => {
-                job.timed_out.store(true, Ordering::SeqCst);
-                self.count(|c| c.timed_out += 1);
-                (EventKind::TimedOut, why)
-            }
-        };
-        self.hook.emit(Fields {
-            error: Some(why),
-            ..Fields::at(kind, &job.id, job.attempt, now_ns())
-        });
-    }
-
-    fn count(&self, f: impl FnOnce(&mut Counts)) {
-        if let Ok(mut c) = self.counts.lock() {
-            f(&mut c);
+    /// Waits a while before the queue is read and grouped again.
+    async fn pause(&self, regroups: &mut u32) {
+        tokio::select! {
+            _ = tokio::time::sleep(backoff(*regroups)) => {}
+            _ = self.shutdown.cancelled() => {}
         }
+        *regroups += 1;
     }
-}
-
-/// How the server ended an attempt while its handler ran (the refusal's text in each).
-enum Ended {
-    /// `EMQCANCELLED`: the job was cancelled (`EMQ.CANCEL`).
-    Cancelled(String),
-    /// `EMQTIMEOUT`: the attempt ran past its deadline.
-    TimedOut(String),
-}
-
-/// A running job's place in the worker's concurrency, given back when its task ends, however
-/// it ends.
-struct Slot {
-    running: Arc<AtomicUsize>,
-    room: Arc<Notify>,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.running.fetch_sub(1, Ordering::SeqCst);
-        self.room.notify_waiters();
-    }
-}
-
-/// An error's text, at most [`MAX_ERROR`] bytes (its end kept), on a character boundary.
-fn bounded(why: String) -> Vec<u8> {
-    let bytes = why.into_bytes();
-    if bytes.len() <= MAX_ERROR {
-        return bytes;
-    }
-    let mut start = bytes.len() - MAX_ERROR;
-    while start < bytes.len() && (bytes[start] & 0xC0) == 0x80 {
-        start += 1;
-    }
-    bytes[start..].to_vec()
 }

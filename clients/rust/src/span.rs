@@ -1,0 +1,377 @@
+//! A partitioned queue from a [`Queue`]'s side (docs/cluster.md, "A queue bigger than one
+//! primary"): the width it knows (from an `EMQSPANNED` refusal, [`Queue::width`] or its own
+//! [`Queue::span`]), shared by its clones; where a job or a call on one job goes; marking and
+//! unmarking the partitions; and the calls on the whole queue, sent to every partition.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, FromRedisValue, Value};
+
+use crate::error::{Error, Result};
+use crate::limit::{Limit, Limits, Rate, Setting};
+use crate::partition::{name, route, MAX_PARTITIONS};
+use crate::queue::{pairs, Queue};
+
+/// The width a queue's handle has not learned yet (widths are at most 1,024).
+const UNKNOWN: u16 = u16::MAX;
+
+/// Counts `EMQ.STATS` gives that add up over the partitions; the others are the first
+/// partition's, but `paused`, set when any is.
+const SUMMED: [&str; 9] = [
+    "pending",
+    "active",
+    "scheduled",
+    "dead",
+    "waiting",
+    "groups",
+    "concurrency",
+    "rate",
+    "rate-used",
+];
+
+/// The width a queue's handles know, shared by the clones of one [`Queue`].
+#[derive(Clone, Debug)]
+pub(crate) struct Width(Arc<AtomicU16>);
+
+impl Width {
+    pub(crate) fn unknown() -> Width {
+        Width(Arc::new(AtomicU16::new(UNKNOWN)))
+    }
+
+    /// An ordinary queue's (a partition's among them): known to be 0.
+    pub(crate) fn ordinary() -> Width {
+        Width(Arc::new(AtomicU16::new(0)))
+    }
+
+    /// The width learned, `None` before any.
+    pub(crate) fn known(&self) -> Option<u16> {
+        Some(self.0.load(Ordering::SeqCst)).filter(|w| *w != UNKNOWN)
+    }
+
+    pub(crate) fn learn(&self, width: u16) {
+        self.0.store(width, Ordering::SeqCst);
+    }
+}
+
+/// The names of the `width` partitions of `queue`, in order; [`Error::Argument`] for a name
+/// that cannot be partitioned or a width out of 1–1,024.
+pub(crate) fn partitions(queue: &str, width: u16) -> Result<Vec<String>> {
+    (0..width)
+        .map(|i| name(queue, i, width))
+        .collect::<Option<Vec<_>>>()
+        .filter(|names| !names.is_empty())
+        .ok_or_else(|| {
+            Error::Argument(format!(
+                "no partitions of {queue:?} over {width}: a name of 1-112 printable bytes \
+                 without braces, 1 to {MAX_PARTITIONS} partitions"
+            ))
+        })
+}
+
+/// Whether `queue` is named as a partition of some queue over `width` (`<q>~<i>-<j>`, as
+/// [`name`] names them).
+pub(crate) fn is_partition(queue: &str, width: u16) -> bool {
+    let Some((base, place)) = queue.rsplit_once('~') else {
+        return false;
+    };
+    let index = place
+        .split_once('-')
+        .and_then(|(i, _)| i.parse::<u16>().ok());
+    index.and_then(|i| name(base, i, width)).as_deref() == Some(queue)
+}
+
+/// Partition `index`'s share of a limit `total` over `width`: ⌊total/width⌋, plus one for the
+/// first `total mod width`, so the shares add up to `total`.
+pub(crate) fn share_of(total: u32, index: u16, width: u16) -> u32 {
+    let width = u32::from(width.max(1));
+    total / width + u32::from(u32::from(index) < total % width)
+}
+
+/// `change` as partition `index` of `width` takes it: a concurrency or rate split evenly.
+fn limit_share(change: Limit, index: u16, width: u16) -> Limit {
+    let concurrency = match change.concurrency {
+        Setting::Set(n) => Setting::Set(share_of(n, index, width)),
+        other => other,
+    };
+    let rate = match change.rate {
+        Setting::Set(r) => Setting::Set(Rate {
+            n: share_of(r.n, index, width),
+            per: r.per,
+        }),
+        other => other,
+    };
+    Limit {
+        concurrency,
+        rate,
+        ..change
+    }
+}
+
+/// Refuses a concurrency or rate limit below `width`, which would leave a partition none.
+fn check_split(change: &Limit, width: u16) -> Result<()> {
+    let below = |n: u32| n < u32::from(width);
+    let small = match (change.concurrency, change.rate) {
+        (Setting::Set(n), _) if below(n) => Some(("concurrency", n)),
+        (_, Setting::Set(r)) if below(r.n) => Some(("rate", r.n)),
+        _ => None,
+    };
+    match small {
+        Some((what, n)) => Err(Error::Argument(format!(
+            "a {what} limit of {n} over {width} partitions leaves a partition none: the least \
+             is {width}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The stats of the partitions as one queue's: [`SUMMED`] added up (a limit none of them has
+/// stays `None`), `paused` when any is, the rest the first partition's.
+pub(crate) fn summed(
+    each: &[(String, HashMap<String, Option<i64>>)],
+) -> HashMap<String, Option<i64>> {
+    let mut all = each.first().map(|(_, s)| s.clone()).unwrap_or_default();
+    for key in SUMMED {
+        let values = each
+            .iter()
+            .filter_map(|(_, s)| s.get(key).copied().flatten());
+        let total = values.fold(None, |sum: Option<i64>, v| Some(sum.unwrap_or(0) + v));
+        all.insert(key.to_string(), total);
+    }
+    let paused = each.iter().any(|(_, s)| s.get("paused") == Some(&Some(1)));
+    all.insert("paused".to_string(), Some(i64::from(paused)));
+    all
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
+    /// A handle on partition (or any other ordinary queue) `queue` of the same connection and
+    /// settings.
+    pub(crate) fn at(&self, queue: impl Into<String>) -> Queue<C> {
+        Queue {
+            name: queue.into(),
+            width: Width::ordinary(),
+            ..self.clone()
+        }
+    }
+
+    /// Where a job, or a call on one, with this key (its group, else its id) goes: this queue,
+    /// or its partition by the width known.
+    pub(crate) fn placed(&self, key: &str) -> Cow<'_, Queue<C>> {
+        match self.width.known().filter(|w| *w > 0) {
+            Some(w) => match name(&self.name, route(w, key), w) {
+                Some(partition) => Cow::Owned(self.at(partition)),
+                None => Cow::Borrowed(self),
+            },
+            None => Cow::Borrowed(self),
+        }
+    }
+
+    /// Learns `width` from an `EMQSPANNED` refusal; whether the job is to be routed again. Not
+    /// when this handle's queue is itself a partition of that width: it refused a job that
+    /// routes to another of its queue's partitions, which routing by its name would not find.
+    pub(crate) fn relearn(&self, width: u16) -> bool {
+        if is_partition(&self.name, width) {
+            return false;
+        }
+        self.width.learn(width);
+        true
+    }
+
+    /// The width this handle (and its clones) knows: learned from a refusal, [`Queue::width`]
+    /// or [`Queue::span`]; `None` before any. Enqueues treat `None` as an ordinary queue.
+    pub fn known_width(&self) -> Option<u16> {
+        self.width.known()
+    }
+
+    /// The queues that hold this queue's jobs: its partitions by the width known, else itself.
+    pub(crate) fn parts(&self) -> Result<Vec<String>> {
+        match self.width.known().filter(|w| *w > 0) {
+            Some(w) => partitions(&self.name, w),
+            None => Ok(vec![self.name.clone()]),
+        }
+    }
+
+    /// The queue's partitions (`EMQ.WIDTH`): 0 for an ordinary queue, a partition itself
+    /// included (a worker or producer on a partition's name treats it as any queue). The width
+    /// is learned, for the enqueues and calls after it.
+    pub async fn width(&self) -> Result<u16> {
+        let reply = self.call("EMQ.WIDTH", &[]).await?;
+        let fields = pairs(&reply);
+        let field = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v);
+        let width = field("width")
+            .and_then(|v| u16::from_redis_value_ref(v).ok())
+            .ok_or_else(|| Error::Reply(format!("{reply:?}")))?;
+        let partition = field("of").is_some_and(|of| *of != Value::Nil);
+        let width = if partition { 0 } else { width };
+        self.width.learn(width);
+        Ok(width)
+    }
+
+    /// The width known, else asked ([`Queue::width`]).
+    pub(crate) async fn resolved_width(&self) -> Result<u16> {
+        match self.width.known() {
+            Some(w) => Ok(w),
+            None => self.width().await,
+        }
+    }
+
+    /// Spreads this empty queue over `width` partitions (1 to 1,024; docs/cluster.md): marks
+    /// each partition, on its own node (`EMQ.SPAN <partition> <width> OF <queue> INDEX <i>`),
+    /// then the queue (`EMQ.SPAN <queue> <width>`); whether anything changed (marking again
+    /// with the same width changes nothing). Another width, or a queue that holds jobs, is
+    /// refused [`Error::Span`]. The width is learned.
+    pub async fn span(&self, width: u16) -> Result<bool> {
+        let names = partitions(&self.name, width)?;
+        let mut changed = false;
+        for (i, partition) in names.iter().enumerate() {
+            let mut cmd = Cmd::new();
+            cmd.arg("EMQ.SPAN")
+                .arg(partition)
+                .arg(width)
+                .arg("OF")
+                .arg(&self.name)
+                .arg("INDEX")
+                .arg(i);
+            changed |= self.send(&cmd, false).await.reply? == Value::Int(1);
+        }
+        let args = [width.to_string().into_bytes()];
+        changed |= self.call("EMQ.SPAN", &args).await? == Value::Int(1);
+        self.width.learn(width);
+        Ok(changed)
+    }
+
+    /// Makes the queue an ordinary one again (`EMQ.UNSPAN`, the queue then each partition of
+    /// the width it had); whether anything changed. A partition that holds jobs is refused
+    /// [`Error::Span`] (the queue is ordinary already then: drain the partitions and call
+    /// again). Producers that learned the width learn otherwise only when a partition refuses
+    /// them: stop them first (docs/cluster.md, "Changing the width").
+    pub async fn unspan(&self) -> Result<bool> {
+        let width = self.width().await?;
+        let mut changed = self.call("EMQ.UNSPAN", &[]).await? == Value::Int(1);
+        self.width.learn(0);
+        if width > 0 {
+            for partition in partitions(&self.name, width)? {
+                changed |= self.at(partition).call("EMQ.UNSPAN", &[]).await? == Value::Int(1);
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Each partition's stats ([`Queue::stats`]), in order, by the width known; the queue's
+    /// own, under its name, when it knows none.
+    pub async fn partition_stats(&self) -> Result<Vec<(String, HashMap<String, Option<i64>>)>> {
+        let mut each = Vec::new();
+        for part in self.parts()? {
+            let stats = self.at(part.clone()).own_stats().await?;
+            each.push((part, stats));
+        }
+        Ok(each)
+    }
+
+    /// [`Queue::limit`] on each partition: a concurrency or rate `L` split so that partition
+    /// `i` gets ⌊L/n⌋, plus one for `i < L mod n`; a limit under `n` is refused before
+    /// anything is sent ([`Error::Argument`]). What the partitions have then, added up as
+    /// [`Queue::stats`] adds them.
+    pub(crate) async fn limit_partitions(&self, change: Limit, width: u16) -> Result<Limits> {
+        check_split(&change, width)?;
+        let mut each = Vec::new();
+        for (i, part) in partitions(&self.name, width)?.into_iter().enumerate() {
+            let share = limit_share(change, i as u16, width);
+            each.push(self.at(part).own_limit(share).await?);
+        }
+        Ok(Limits::added(&each))
+    }
+
+    /// `command` (`EMQ.PAUSE`, `EMQ.RESUME`) on each partition of the width known (asked when
+    /// unknown), or on the queue; whether any changed.
+    pub(crate) async fn on_every_part(&self, command: &str) -> Result<bool> {
+        self.resolved_width().await?;
+        let mut changed = false;
+        for part in self.parts()? {
+            changed |= self.at(part).call(command, &[]).await? == Value::Int(1);
+        }
+        Ok(changed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_limit_is_split_into_shares_that_add_up_to_it() {
+        for (total, width) in [(10u32, 4u16), (12, 12), (1000, 7), (5, 5)] {
+            let shares: Vec<u32> = (0..width).map(|i| share_of(total, i, width)).collect();
+            assert_eq!(shares.iter().sum::<u32>(), total);
+            assert!(shares.windows(2).all(|w| w[0] >= w[1] && w[0] - w[1] <= 1));
+        }
+        assert_eq!(share_of(10, 0, 4), 3);
+        assert_eq!(share_of(10, 1, 4), 3);
+        assert_eq!(share_of(10, 2, 4), 2);
+        let change = Limit {
+            concurrency: Setting::Set(10),
+            rate: Setting::Set(Rate {
+                n: 7,
+                per: Duration::from_secs(1),
+            }),
+            timeout: Setting::Set(Duration::from_secs(5)),
+            ..Limit::default()
+        };
+        let last = limit_share(change, 3, 4);
+        assert_eq!(last.concurrency, Setting::Set(2));
+        assert_eq!(
+            last.rate,
+            Setting::Set(Rate {
+                n: 1,
+                per: Duration::from_secs(1)
+            })
+        );
+        assert_eq!(last.timeout, change.timeout);
+    }
+
+    #[test]
+    fn a_limit_below_the_width_is_refused() {
+        let concurrency = |n| Limit {
+            concurrency: Setting::Set(n),
+            ..Limit::default()
+        };
+        assert!(matches!(
+            check_split(&concurrency(3), 4),
+            Err(Error::Argument(_))
+        ));
+        assert!(check_split(&concurrency(4), 4).is_ok());
+        assert!(check_split(&Limit::OFF, 4).is_ok());
+    }
+
+    #[test]
+    fn the_partitions_stats_add_up() {
+        let stats = |pending, paused, concurrency: Option<i64>| {
+            HashMap::from([
+                ("pending".to_string(), Some(pending)),
+                ("paused".to_string(), Some(paused)),
+                ("concurrency".to_string(), concurrency),
+                ("timeout".to_string(), Some(300)),
+            ])
+        };
+        let all = summed(&[
+            ("a".into(), stats(2, 0, None)),
+            ("b".into(), stats(5, 1, None)),
+        ]);
+        assert_eq!(all["pending"], Some(7));
+        assert_eq!(all["paused"], Some(1));
+        assert_eq!(all["concurrency"], None);
+        assert_eq!(all["timeout"], Some(300));
+        assert!(partitions("q{x}", 2).is_err());
+        let third = name("orders~x", 2, 12).unwrap();
+        assert!(is_partition(&third, 12));
+        assert!(!is_partition(&third, 3), "partition 2 of 3 has other slots");
+        assert!(!is_partition("orders~x", 12));
+        assert!(!is_partition("orders", 12));
+        assert!(partitions("q", 0).is_err());
+        assert_eq!(partitions("q", 3).unwrap().len(), 3);
+    }
+}

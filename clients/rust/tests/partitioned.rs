@@ -1,0 +1,436 @@
+//! Partitioned queues through the client (docs/cluster.md, "A queue bigger than one primary"):
+//! a Queue that was not told the width learns it from the server's refusal and routes each job
+//! to its partition (by its group, else its id), a stale width is learned again, the refusals
+//! are typed errors, limits split over the partitions, and a Worker drains every partition
+//! exactly once holding at most one blocked claim per primary, on one server and on a cluster,
+//! also when the queue was spanned after the worker started.
+
+mod common;
+
+use emq_harness as support;
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use echomq_client::partition::{name, route};
+use echomq_client::slot::slot;
+use echomq_client::{Enqueue, Error, Job, Limit, Queue, Setting, Worker};
+use redis::aio::ConnectionLike;
+use support::{blocked_clients, cluster::Cluster, Options};
+
+/// Where a job with this group, else this id, lives in `queue` over `width`.
+fn home(queue: &str, width: u16, key: &str) -> String {
+    name(queue, route(width, key), width).expect("a partition")
+}
+
+/// Polls `done` every 20 ms, up to 30 s; whether it came true.
+async fn until(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..1500 {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    done()
+}
+
+/// Enqueues 2·`half` jobs through `q`: `half` one by one (every third in one of 7 groups),
+/// `half` in one batch; each job's id and the key it routes by.
+async fn produce<C>(q: &Queue<C>, half: usize) -> Vec<(String, String)>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let mut jobs = Vec::new();
+    for n in 0..half {
+        let group = (n % 3 == 0).then(|| format!("tenant-{}", n % 7));
+        let how = Enqueue {
+            group: group.clone(),
+            ..Enqueue::default()
+        };
+        let id = q.enqueue_with(format!("job {n}"), how).await.expect("job");
+        jobs.push((id.clone(), group.unwrap_or(id)));
+    }
+    let ids = q
+        .enqueue_many((0..half).map(|n| format!("batch {n}")))
+        .await
+        .expect("batch");
+    jobs.extend(ids.into_iter().map(|id| (id.clone(), id)));
+    jobs
+}
+
+/// The jobs a worker's handler saw: each id with the queue its handle carried, and the most
+/// handlers that ran at once.
+#[derive(Clone, Default)]
+struct Seen {
+    jobs: Arc<Mutex<Vec<(String, String)>>>,
+    running: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+}
+
+impl Seen {
+    fn handler(
+        &self,
+    ) -> impl Fn(Job) -> std::pin::Pin<Box<dyn Future<Output = echomq_client::Outcome> + Send>>
+           + Send
+           + Sync
+           + 'static {
+        let seen = self.clone();
+        move |job: Job| {
+            let seen = seen.clone();
+            Box::pin(async move {
+                let now = seen.running.fetch_add(1, Ordering::SeqCst) + 1;
+                seen.most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                seen.running.fetch_sub(1, Ordering::SeqCst);
+                seen.jobs.lock().expect("lock").push((job.id, job.queue));
+                Ok(None)
+            })
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.jobs.lock().expect("lock").len()
+    }
+
+    /// Each job handled exactly once, from the partition it routes to.
+    fn assert_once_each_from_its_partition(
+        &self,
+        queue: &str,
+        width: u16,
+        jobs: &[(String, String)],
+    ) {
+        let seen = self.jobs.lock().expect("lock").clone();
+        assert_eq!(seen.len(), jobs.len(), "no job ran twice, none was left");
+        let by_id: HashMap<String, String> = seen.into_iter().collect();
+        assert_eq!(by_id.len(), jobs.len(), "each job once");
+        for (id, key) in jobs {
+            assert_eq!(
+                by_id[id],
+                home(queue, width, key),
+                "{id}'s handle carries its partition"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_one_server_a_queue_learns_the_width_routes_every_job_and_a_worker_drains_each_once() {
+    let server = start(Options::default());
+    let admin = Queue::new(conn(&server).await, "orders");
+    assert!(admin.span(4).await.expect("span"));
+    assert!(
+        !admin.span(4).await.expect("again"),
+        "the same width again changes nothing"
+    );
+    let q = Queue::new(conn(&server).await, "orders");
+    assert_eq!(q.known_width(), None);
+    let jobs = produce(&q, 100).await;
+    assert_eq!(q.known_width(), Some(4), "learned from the refusal");
+    assert_eq!(q.clone().known_width(), Some(4), "shared by its clones");
+    let mut con = server.conn();
+    for (id, key) in &jobs {
+        let row = Queue::new(conn(&server).await, home("orders", 4, key))
+            .job(id)
+            .await
+            .expect("EMQ.JOB")
+            .unwrap_or_else(|| panic!("{id} in its partition"));
+        assert_eq!(row["state"], "pending");
+        if key == id {
+            let by_id = q.job(id).await.expect("EMQ.JOB by id");
+            assert!(by_id.is_some(), "{id} reached through the queue by its id");
+        }
+    }
+    let own = Queue::new(conn(&server).await, "orders").stats().await;
+    assert_eq!(
+        own.expect("its own stats")["pending"],
+        Some(0),
+        "the queue's own name holds none"
+    );
+    let each = q.partition_stats().await.expect("each");
+    assert_eq!(each.len(), 4);
+    assert!(each.iter().all(|(_, s)| s["pending"] > Some(0)), "{each:?}");
+    assert_eq!(q.stats().await.expect("stats")["pending"], Some(200));
+
+    let seen = Seen::default();
+    let worker = worker_of(&server, "orders", seen.handler())
+        .await
+        .concurrency(8);
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    assert!(
+        until(|| seen.count() >= 200).await,
+        "{} of 200 handled",
+        seen.count()
+    );
+    // Idle, the worker waits in one claim for the four partitions.
+    assert!(until(|| blocked_clients(&mut con) == 1).await);
+    for _ in 0..20 {
+        assert!(blocked_clients(&mut con) <= 1);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert_eq!(counts.acked, 200);
+    seen.assert_once_each_from_its_partition("orders", 4, &jobs);
+    assert!(seen.most.load(Ordering::SeqCst) <= 8);
+    for (part, stats) in q.partition_stats().await.expect("each") {
+        assert_eq!(
+            (stats["pending"], stats["active"]),
+            (Some(0), Some(0)),
+            "{part}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_partitions_spread_over_every_primary_and_a_worker_blocks_once_on_each() {
+    let cluster = Cluster::start(3, 0);
+    let admin = Queue::new(cluster_conn(&cluster).await, "spread");
+    assert!(admin.span(12).await.expect("span"));
+    let owners: HashSet<u16> = (0..12)
+        .map(|i| {
+            cluster
+                .owner(slot(&name("spread", i, 12).expect("name")))
+                .port
+        })
+        .collect();
+    assert_eq!(owners.len(), 3, "partitions on every primary");
+    let q = Queue::new(cluster_conn(&cluster).await, "spread");
+    let jobs = produce(&q, 150).await;
+    assert_eq!(q.known_width(), Some(12));
+    assert_eq!(q.stats().await.expect("stats")["pending"], Some(300));
+
+    let seen = Seen::default();
+    let worker = Worker::new(
+        cluster_conn(&cluster).await,
+        cluster_conn(&cluster).await,
+        "spread",
+        seen.handler(),
+    )
+    .concurrency(6);
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    assert!(
+        until(|| seen.count() >= 300).await,
+        "{} of 300 handled",
+        seen.count()
+    );
+    let mut primaries: Vec<_> = owners.iter().map(|p| cluster.node(*p).conn()).collect();
+    assert!(
+        until(|| primaries.iter_mut().all(|c| blocked_clients(c) == 1)).await,
+        "idle, one blocked claim on each primary"
+    );
+    for _ in 0..20 {
+        for c in primaries.iter_mut() {
+            assert!(
+                blocked_clients(c) <= 1,
+                "at most one blocked claim a primary"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert_eq!(counts.acked, 300);
+    seen.assert_once_each_from_its_partition("spread", 12, &jobs);
+    assert!(
+        seen.most.load(Ordering::SeqCst) <= 6,
+        "the concurrency holds across the loops"
+    );
+    assert_eq!(q.stats().await.expect("stats")["pending"], Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_refusals_of_a_partitioned_queue_are_typed_errors_and_a_limit_is_split() {
+    let server = start(Options::default());
+    let admin = Queue::new(conn(&server).await, "typed");
+    admin.span(4).await.expect("span");
+    let raw = Queue::new(conn(&server).await, "typed");
+    match raw
+        .call("EMQ.ENQUEUE", &[b"*".to_vec(), b"x".to_vec()])
+        .await
+    {
+        Err(Error::Spanned { width, message }) => {
+            assert_eq!(width, 4);
+            assert!(message.starts_with("EMQSPANNED 4 "), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A handle on a partition is refused a job that routes to another, and does not route it.
+    let second = Queue::new(conn(&server).await, name("typed", 1, 4).expect("name"));
+    let elsewhere = (0..1000)
+        .map(|_| echomq_client::ids::mint())
+        .find(|id| route(4, id) != 1)
+        .expect("an id");
+    let how = Enqueue {
+        id: Some(elsewhere),
+        ..Enqueue::default()
+    };
+    match second.enqueue_with(b"x", how).await {
+        Err(Error::Spanned { width, .. }) => assert_eq!(width, 4),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(second.known_width(), None);
+    match admin.span(3).await {
+        Err(Error::Span(why)) => assert!(why.starts_with("EMQSPAN "), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let concurrency = |n| Limit {
+        concurrency: Setting::Set(n),
+        ..Limit::default()
+    };
+    assert!(matches!(
+        admin.limit(concurrency(3)).await,
+        Err(Error::Argument(_))
+    ));
+    assert_eq!(
+        admin
+            .limit(concurrency(10))
+            .await
+            .expect("limit")
+            .concurrency,
+        Some(10)
+    );
+    let shares: Vec<Option<u32>> = {
+        let mut shares = Vec::new();
+        for i in 0..4 {
+            let part = Queue::new(conn(&server).await, name("typed", i, 4).expect("name"));
+            shares.push(part.limits().await.expect("limits").concurrency);
+        }
+        shares
+    };
+    assert_eq!(shares, [Some(3), Some(3), Some(2), Some(2)]);
+    assert!(admin.pause().await.expect("pause"));
+    assert_eq!(admin.stats().await.expect("stats")["paused"], Some(1));
+    assert!(admin.resume().await.expect("resume"));
+    // A partition that holds a job refuses its unspan.
+    raw.enqueue(b"x").await.expect("job");
+    match admin.unspan().await {
+        Err(Error::Span(why)) => assert!(why.starts_with("EMQSPAN "), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A Queue that learned width 4 learns 3 once the drained queue is spanned again over 3. (Over
+/// 2 no partition could refuse it: a job's partition of 2 is its partition of 4 mod 2, so the
+/// first partition, the only one whose name the two widths can share, takes every job sent
+/// to it, and the other partitions of 4 are ordinary queues again: docs/cluster.md, "Changing
+/// the width", stops the producers first.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_width_is_learned_again_from_the_partition_that_refuses_the_job() {
+    let server = start(Options::default());
+    // A queue whose first partition has one name over 4 and over 3: it stays a partition,
+    // and refuses a job that routes elsewhere over 3.
+    let queue = (0..10_000)
+        .map(|n| format!("stale-{n}"))
+        .find(|q| name(q, 0, 4) == name(q, 0, 3))
+        .expect("a queue");
+    let group = (0..10_000)
+        .map(|g| format!("tenant-{g}"))
+        .find(|g| route(4, g) == 0 && route(3, g) != 0)
+        .expect("a group");
+    let admin = Queue::new(conn(&server).await, queue.as_str());
+    admin.span(4).await.expect("span over 4");
+    let q = Queue::new(conn(&server).await, queue.as_str());
+    assert_eq!(q.width().await.expect("width"), 4);
+    // Empty, unspanned and spanned again over 3.
+    assert!(admin.unspan().await.expect("unspan"));
+    assert!(admin.span(3).await.expect("span over 3"));
+    let how = Enqueue {
+        group: Some(group.clone()),
+        ..Enqueue::default()
+    };
+    let id = q.enqueue_with(b"x", how).await.expect("routed again");
+    assert_eq!(
+        q.known_width(),
+        Some(3),
+        "learned from the partition's refusal"
+    );
+    // Every ready job, grouped or not, counts in `pending`.
+    let pending = |part: String| {
+        let c = conn(&server);
+        async move {
+            let stats = Queue::new(c.await, part).stats().await.expect("stats");
+            stats["pending"]
+        }
+    };
+    assert_eq!(pending(home(&queue, 3, &group)).await, Some(1));
+    assert_eq!(pending(home(&queue, 4, &group)).await, Some(0));
+    let row = Queue::new(conn(&server).await, home(&queue, 3, &group))
+        .job(&id)
+        .await
+        .expect("EMQ.JOB");
+    assert_eq!(row.expect("its row")["group"], group);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_before_the_span_claims_from_the_partitions_after_it() {
+    let server = start(Options::default());
+    let seen = Seen::default();
+    let worker = worker_of(&server, "late", seen.handler()).await;
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut con = server.conn();
+    assert!(
+        until(|| blocked_clients(&mut con) == 1).await,
+        "claiming the ordinary queue"
+    );
+    let q = Queue::new(conn(&server).await, "late");
+    q.span(3).await.expect("span");
+    let jobs = produce(&q, 15).await;
+    assert!(
+        until(|| seen.count() >= 30).await,
+        "{} of 30 handled",
+        seen.count()
+    );
+    token.cancel();
+    assert_eq!(run.await.expect("task").expect("run").acked, 30);
+    seen.assert_once_each_from_its_partition("late", 3, &jobs);
+}
+
+/// The worker follows the move (the cluster client's redirects, then a regroup once the
+/// worker reads the slots again, `WATCH_EVERY`): every job is still handled once. (Until the
+/// regroup, a loop's blocked claim may sit on the primary the slot moved to beside that
+/// primary's own, so the blocked claims are not counted here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_drains_every_partition_once_after_one_s_slot_moved_under_its_blocked_claims() {
+    let cluster = Cluster::start(3, 0);
+    let admin = Queue::new(cluster_conn(&cluster).await, "moving");
+    admin.span(6).await.expect("span");
+    let seen = Seen::default();
+    let worker = Worker::new(
+        cluster_conn(&cluster).await,
+        cluster_conn(&cluster).await,
+        "moving",
+        seen.handler(),
+    );
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let ports: Vec<u16> = cluster
+        .topology()
+        .iter()
+        .filter(|n| n.primary)
+        .map(|n| n.port)
+        .collect();
+    let mut primaries: Vec<_> = ports.iter().map(|p| cluster.node(*p).conn()).collect();
+    assert!(until(|| primaries.iter_mut().all(|c| blocked_clients(c) == 1)).await);
+    // The first partition's slot moves to another primary, under the blocked claims.
+    let moved = slot(&name("moving", 0, 6).expect("name"));
+    let from = cluster.owner(moved);
+    let to = cluster.another_primary(&from);
+    cluster.move_slot(moved, &from, &to, || {});
+    let q = Queue::new(cluster_conn(&cluster).await, "moving");
+    let jobs = produce(&q, 30).await;
+    assert!(
+        until(|| seen.count() >= 60).await,
+        "{} of 60 handled",
+        seen.count()
+    );
+    token.cancel();
+    assert_eq!(run.await.expect("task").expect("run").acked, 60);
+    seen.assert_once_each_from_its_partition("moving", 6, &jobs);
+}
