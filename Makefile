@@ -77,14 +77,16 @@ test: build test-modules python
 # the runner counts them as filtered out. Then the test that needs a server whose RM_Call
 # cannot block (ignored by `make test`), and the one test of the acl suite, which needs the
 # `emq` ACL category (Redis 7.4+), that needs no category.
-REDIS7_SUITES := enqueue grammar interop replication effects menqueue delayed claim blocking_claim lease cancel_requeue timeouts groups events concurrency model hostile persistence module_load oom readme operate inspect queues priority limits unique cron
+REDIS7_SUITES := span enqueue grammar interop replication effects menqueue delayed claim blocking_claim lease cancel_requeue timeouts groups events concurrency model hostile persistence module_load oom readme operate inspect queues priority limits unique cron
 REDIS7_SKIP := a_dual_channel_replica_attaching_late_gets_every_write another_modules_blocking_call_of_claim_is_served_when_a_job_arrives keyspace_hits_and_misses_count_only_what_clients_read \
   a_user_limited_to_one_queue_inspects_it_and_gets_noperm_for_another a_queue_scoped_user_operates_its_queue_and_no_other \
   a_user_who_may_read_few_of_many_queues_pages_past_the_rest a_user_sees_only_the_queues_it_may_read the_command_is_a_keyless_read \
   on_a_cluster_every_primary_lists_its_own_queues_and_together_all_of_them
 REDIS7_ENV := VALKEY_SERVER=redis-server VALKEY_CLI=redis-cli
 # The clients' tests on a cluster (the Python ones are marked `cluster`).
-CLIENT_CLUSTER_TESTS := queues_on_every_primary_of_a_cluster a_primary_killed_under_load_leaves_every_job_done_once a_worker_goes_on_through_a_slot_migration_of_its_queue
+CLIENT_CLUSTER_TESTS := queues_on_every_primary_of_a_cluster a_primary_killed_under_load_leaves_every_job_done_once a_worker_goes_on_through_a_slot_migration_of_its_queue \
+  on_a_cluster_the_partitions_spread_over_every_primary_and_a_worker_blocks_once_on_each \
+  a_worker_drains_every_partition_once_after_one_s_slot_moved_under_its_blocked_claims
 test-redis7: build test-modules python
 	@bash scripts/install-deps.sh --with-redis
 	@redis-server --version | grep -q ' v=7\.' || { \
