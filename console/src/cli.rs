@@ -95,6 +95,15 @@ pub enum Command {
         #[arg(long)]
         group: Option<String>,
     },
+    /// Spreads an empty queue over this many partitions, queues of its own whose slots spread
+    /// over the cluster's primaries (docs/cluster.md); producers and workers follow by its name.
+    Span {
+        queue: String,
+        #[arg(value_parser = clap::value_parser!(u16).range(1..=1024))]
+        partitions: u16,
+    },
+    /// Makes a partitioned queue ordinary again; its partitions, which must be empty, retire.
+    Unspan { queue: String },
     /// Deletes every job of one set (pending, scheduled or dead), a bounded step at a time.
     Purge {
         queue: String,
@@ -406,6 +415,26 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
             };
             let text = if changed { "resumed" } else { "not paused" };
             Output::paused(text.into(), false, changed, group)
+        }
+        Command::Span { queue, partitions } => {
+            let changed = dep.queue(&queue).span(partitions).await?;
+            let text = format!(
+                "{} over {partitions} partitions{}",
+                terminal(&queue),
+                if changed { "" } else { " already" }
+            );
+            Output::ok(
+                text,
+                json!({ "queue": queue, "partitions": partitions, "changed": changed }),
+            )
+        }
+        Command::Unspan { queue } => {
+            let changed = dep.queue(&queue).unspan().await?;
+            let text = match changed {
+                true => "an ordinary queue again",
+                false => "an ordinary queue already",
+            };
+            Output::ok(text.into(), json!({ "queue": queue, "changed": changed }))
         }
         Command::Purge { queue, set, yes } => {
             let total = overview::queue_row(dep, &queue, 0).await?.count(&set);

@@ -16,7 +16,10 @@ const LAST_SLOT: u16 = 16_383;
 pub async fn width(dep: &Deployment, name: &str) -> Result<u16> {
     let reply = dep.queue(name).call("EMQ.WIDTH", &[]).await?;
     let fields: Vec<(String, &Value)> = match &reply {
-        Value::Map(pairs) => pairs.iter().filter_map(|(k, v)| Some((text(k)?, v))).collect(),
+        Value::Map(pairs) => pairs
+            .iter()
+            .filter_map(|(k, v)| Some((text(k)?, v)))
+            .collect(),
         Value::Array(flat) => flat
             .chunks(2)
             .filter_map(|p| Some((text(p.first()?)?, p.get(1)?)))
@@ -34,16 +37,25 @@ pub async fn width(dep: &Deployment, name: &str) -> Result<u16> {
 /// for a single server.
 async fn owners(dep: &Deployment) -> Result<Vec<(u16, u16, String)>> {
     let Routed::Cluster(mut router) = dep.routed.clone() else {
-        let addr = dep.primaries.first().map(|n| n.addr.clone()).unwrap_or_default();
+        let addr = dep
+            .primaries
+            .first()
+            .map(|n| n.addr.clone())
+            .unwrap_or_default();
         return Ok(vec![(0, LAST_SLOT, addr)]);
     };
-    let reply: Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut router).await?;
+    let reply: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut router)
+        .await?;
     let mut out = Vec::new();
     let Value::Array(ranges) = reply else {
         return Ok(out);
     };
     for range in ranges {
-        let Value::Array(fields) = range else { continue };
+        let Value::Array(fields) = range else {
+            continue;
+        };
         let (Some(first), Some(last), Some(Value::Array(node))) =
             (fields.first(), fields.get(1), fields.get(2))
         else {

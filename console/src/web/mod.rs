@@ -264,8 +264,10 @@ async fn queue_page(
     let row = overview::queue_row(&app.dep, &queue, overview::now_ms()).await?;
     let (next, jobs) =
         overview::jobs(&app.dep, &queue, &set, &cursor, PAGE, Some(pages::PREVIEW)).await?;
-    // A queue whose jobs are all in the default group has no groups to show.
+    // A queue whose jobs are all in the default group has no groups to show; a partitioned
+    // queue's are on its partitions' pages.
     let groups = match row.groups {
+        _ if !row.partitions.is_empty() => None,
         0 => None,
         _ => {
             let from = q.groups.as_deref().unwrap_or("0");

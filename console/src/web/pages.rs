@@ -161,7 +161,7 @@ pub fn queue(
             p {
                 @if row.paused { span.paused #state { "paused" } " " (action(app, &format!("{base}/resume"), "resume")) }
                 @else { span #state { "running" } " " (action(app, &format!("{base}/pause"), "pause")) }
-                @if row.dead > 0 { (action(app, &format!("{base}/requeue-dead"), "requeue all dead")) }
+                @if row.dead > 0 && row.partitions.is_empty() { (action(app, &format!("{base}/requeue-dead"), "requeue all dead")) }
             }
             div.charts {
                 (panels::backlog(history, &row.name))
@@ -170,6 +170,40 @@ pub fn queue(
             @if row.flow.is_none() { p #no-metrics { "(no rates or latency: this queue's metrics could not be read, or the server keeps none now: emq.metrics)" } }
             div.charts { (panels::latency(history, &row.name)) }
             @if let Some(groups) = groups { (groups_section(app, row, set, &groups)) }
+            @if !row.partitions.is_empty() { (partitions_section(row)) }
+            @else { (jobs_section(app, row, set, &jobs)) }
+        },
+    )
+}
+
+/// A partitioned queue's partitions (docs/cluster.md): each with its counts and the primary
+/// that serves it, and a link to its own page.
+fn partitions_section(row: &QueueRow) -> Markup {
+    html! {
+        h3 { "partitions" }
+        p { (row.partitions.len()) " partitions; the counts above are theirs added up" }
+        table #partitions {
+            thead { tr {
+                th { "partition" } th { "primary" } th { "pending" } th { "active" } th { "scheduled" } th { "dead" } th { "paused" }
+            } }
+            tbody {
+                @for p in &row.partitions {
+                    tr data-partition=(p.name) {
+                        td { a href={ "/queues/" (segment(&p.name)) } { (p.name) } }
+                        td.primary { (p.primary.as_deref().unwrap_or("-")) }
+                        td.n { (p.pending) } td.n { (p.active) } td.n { (p.scheduled) } td.n { (p.dead) }
+                        td { @if p.paused { "yes" } @else { "no" } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A page of one of the queue's sets, with a tab a set.
+fn jobs_section(app: &App, row: &QueueRow, set: &str, jobs: &Paged<'_, JobEntry>) -> Markup {
+    let base = format!("/queues/{}", segment(&row.name));
+    html! {
             div.tabs {
                 @for s in SETS {
                     a.on[s == set] href={ (base) "?set=" (s) } { (s) " (" (row.count(s)) ")" }
@@ -192,8 +226,7 @@ pub fn queue(
                 }
             }
             @if jobs.next != "0" { p { a #next href={ (base) "?set=" (segment(set)) "&cursor=" (segment(jobs.next)) } { "next page" } } }
-        },
-    )
+    }
 }
 
 /// The queue's named groups, the largest backlog first: each with its ready and running jobs,
