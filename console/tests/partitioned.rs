@@ -1,0 +1,55 @@
+//! A partitioned queue in the console, on a 3-primary cluster (docs/cluster.md): `emq span`
+//! spreads it, `emq enqueue` routes by the job's id, `emq queues` lists it once with its
+//! partitions' totals and each partition's primary, and its web page lists the partitions.
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::{emq, get, servers_load_the_module, web, Cluster};
+use serde_json::Value as Json;
+
+#[test]
+fn a_partitioned_queue_is_one_row_of_totals_with_a_row_a_partition_and_its_primary() {
+    servers_load_the_module();
+    let cluster = Cluster::start(3, 0);
+    let url = cluster.urls()[0].clone();
+    let (code, out, err) = emq(&url, &["span", "orders", "12"]);
+    assert_eq!(
+        (code, out.trim()),
+        (0, "orders over 12 partitions"),
+        "{err}"
+    );
+    let (code, out, _) = emq(&url, &["span", "orders", "12"]);
+    assert_eq!((code, out.trim()), (0, "orders over 12 partitions already"));
+    let (code, _, err) = emq(&url, &["span", "orders", "4"]);
+    assert_eq!(code, 1, "another width is refused");
+    assert!(err.contains("EMQSPAN"), "{err}");
+    for i in 0..60 {
+        let (code, _, err) = emq(&url, &["enqueue", "orders", &format!("job {i}")]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let (code, json, err) = emq(&url, &["--json", "queues"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Json = serde_json::from_str(&json).expect("json");
+    let rows = rows.as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "the queue, none of its partitions: {rows:?}");
+    assert_eq!(rows[0]["name"], "orders");
+    assert_eq!(rows[0]["pending"], 60);
+    let parts = rows[0]["partitions"].as_array().expect("partitions");
+    assert_eq!(parts.len(), 12);
+    let sum: i64 = parts
+        .iter()
+        .map(|p| p["pending"].as_i64().unwrap_or(0))
+        .sum();
+    assert_eq!(sum, 60);
+    let primaries: HashSet<&str> = parts.iter().filter_map(|p| p["primary"].as_str()).collect();
+    assert_eq!(primaries.len(), 3, "{primaries:?}");
+    let port = common::free_port();
+    let _web = web(&url, port, &["--read-only"]);
+    let (status, page) = get(port, "/queues/orders", "");
+    assert_eq!(status, 200);
+    assert_eq!(page.matches("data-partition=").count(), 12, "{page}");
+    let (code, out, _) = emq(&url, &["unspan", "orders"]);
+    assert_eq!(code, 1, "its partitions hold jobs: {out}");
+}
