@@ -15,6 +15,7 @@ mod idle;
 mod latency;
 mod lifecycle;
 mod measure;
+mod partitioned;
 mod pinned;
 mod report;
 mod resp;
@@ -68,13 +69,14 @@ impl Scale {
 type Only = (&'static str, fn(&Scale) -> String);
 
 /// What `BENCH_ONLY` can name: one table alone, printed, nothing written.
-const ONLY: [Only; 6] = [
+const ONLY: [Only; 7] = [
     ("tax", only_tax),
     ("idle", only_idle),
     ("lifecycle", only_lifecycle),
     ("flows", only_flows),
     ("groups", only_groups),
     ("metrics", only_metrics),
+    ("partitioned", only_partitioned),
 ];
 
 /// The table of what EchoMQ costs commands on other keys.
@@ -125,6 +127,13 @@ fn only_metrics(scale: &Scale) -> String {
     md
 }
 
+/// The table of a partitioned queue against an ordinary one on a cluster.
+fn only_partitioned(scale: &Scale) -> String {
+    let mut md = String::new();
+    partitioned::table(&mut md, scale.rounds, scale.jobs);
+    md
+}
+
 /// The server the enqueue, lifecycle and latency tables measure.
 fn bench_server() -> Server {
     Server::start(Options::default().arg("maxclients", "1000"))
@@ -151,6 +160,7 @@ fn everything(scale: &Scale) -> String {
         scale.pick(10_000, 100),
     );
     lifecycle::metrics::table(&mut md, &server, scale.rounds, scale.jobs);
+    partitioned::table(&mut md, scale.rounds, scale.jobs);
     // Delayed queues the timer watches: in the latency table, then in the idle table.
     let (queues, secs) = scale.pick((100_000, 5), (2_000, 1));
     latency::table(
