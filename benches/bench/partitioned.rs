@@ -42,7 +42,7 @@ fn client(port: u16, queue: String, ids: Vec<String>) -> impl FnOnce() -> usize 
         let mut acked = 0;
         let mut claim = Vec::new();
         encode_claim(&mut claim, &queue, BATCH);
-        let mut settle = |stream: &mut TcpStream, inbox: &mut Vec<u8>| -> usize {
+        let settle = |stream: &mut TcpStream, inbox: &mut Vec<u8>| -> usize {
             stream.write_all(&claim).expect("write");
             let mut kept = Vec::new();
             read_replies(stream, inbox, 1, Some(&mut kept));
