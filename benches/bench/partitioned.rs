@@ -186,26 +186,21 @@ pub fn table(md: &mut String, rounds: usize, jobs: usize) {
             .collect();
         let c = run(&mut admins, apart);
         let cpu_c: f64 = c.cpu.iter().sum();
-        // The partitioned queue: a client a partition, each job where its id routes.
+        // The partitioned queue: a client a partition, each job where its id routes; then the
+        // same jobs in the twelve ordinary queues laid out alike.
         let mut routed: Vec<Vec<String>> = vec![Vec::new(); usize::from(WIDTH)];
         for id in &ids {
             routed[usize::from(route(WIDTH, id.as_bytes()))].push(id.clone());
         }
-        let spread_clients = parts
-            .iter()
-            .zip(routed)
-            .map(|(p, share)| (owner(p), p.clone(), share))
-            .collect();
-        let b = run(&mut admins, spread_clients);
-        let mut laid: Vec<Vec<String>> = vec![Vec::new(); usize::from(WIDTH)];
-        for id in &ids {
-            laid[usize::from(route(WIDTH, id.as_bytes()))].push(id.clone());
-        }
-        let lanes = twelve
-            .iter()
-            .zip(laid)
-            .map(|(q, share)| (owner(q), q.clone(), share))
-            .collect();
+        let on = |queues: &[String]| -> Vec<(u16, String, Vec<String>)> {
+            queues
+                .iter()
+                .zip(routed.clone())
+                .map(|(q, share)| (owner(q), q.clone(), share))
+                .collect()
+        };
+        let b = run(&mut admins, on(&parts));
+        let lanes = on(&twelve);
         let d = run(&mut admins, lanes);
         let cpu_d: f64 = d.cpu.iter().sum();
         let (cpu_a, cpu_b): (f64, f64) = (a.cpu.iter().sum(), b.cpu.iter().sum());
