@@ -116,7 +116,8 @@ pub const FLOWS: Role = Role {
 };
 /// The workers: claim and settle on their queue, deliver their queue's flow hand-overs (the
 /// outbox sweep every shipped worker runs), and WAIT; they cannot enqueue. Then what the
-/// shipped workers' cluster clients send besides: `EMQ.VERSION` at start, the slot map
+/// shipped workers' cluster clients send besides: `EMQ.VERSION` and `EMQ.WIDTH` (whether the
+/// queue is a partitioned one) at start, the slot map
 /// (`CLUSTER SLOTS`), redis-py's command table (`COMMAND`), and the library's name on each
 /// connection (`CLIENT SETINFO`: both clients ignore its refusal, which the ACL log showed).
 pub const WORKER: Role = Role {
@@ -137,6 +138,7 @@ pub const WORKER: Role = Role {
         "+wait",
         "+ping",
         "+emq.version",
+        "+emq.width",
         "+cluster|slots",
         "+command",
         "+client|setinfo",
