@@ -162,6 +162,61 @@ def test_a_stale_width_is_corrected_by_the_partition_that_refuses_the_job(server
     assert pending(client, name(queue, 0, 4) or "") == set()
 
 
+def test_an_unspan_refused_by_a_partition_leaves_the_queue_spanned_and_a_retry_finishes_it(
+    server: Server,
+) -> None:
+    # Partitions first, then the queue: a partition that holds a job refuses, the queue stays
+    # spanned (its producers still route), and once drained the same call finishes the work.
+    client = server.client()
+    q = echomq.Queue(client, "unspanning")
+    q.span(3)
+    partitions = spans.names("unspanning", 3)
+    last = next(i for i in (echomq.mint() for _ in range(100)) if route(3, i) == 2)
+    q.enqueue(b"holds the last partition", id=last)
+    with pytest.raises(echomq.EmqSpanError):
+        q.unspan()
+    assert server.cmd("EMQ.WIDTH", "unspanning")[b"width"] == 3, "the queue is still spanned"
+    assert q.width() == 3
+    # The partitions before the refusing one are retired: each refuses a job with width 0.
+    retired = [server.cmd("EMQ.WIDTH", p) for p in partitions[:2]]
+    assert all((w[b"width"], w[b"of"]) == (0, b"unspanning") for w in retired), retired
+    assert q.purge("pending") == 1
+    assert q.unspan() is True
+    assert q.width() == 0
+    # A retry leaves the partitions retired, not ordinary: a producer still holding width 3 is
+    # led to the queue itself, never into a partition nobody claims.
+    for p in partitions:
+        assert (server.cmd("EMQ.WIDTH", p)[b"of"], p) == (b"unspanning", p)
+    stale = echomq.Queue(client, "unspanning")
+    stale.router.learn(3)
+    first = next(i for i in (echomq.mint() for _ in range(100)) if route(3, i) == 0)
+    assert stale.enqueue(b"to the queue", id=first) == first
+    assert stale.router.width == 0
+    assert pending(client, "unspanning") == {first}
+    assert q.unspan() is False, "nothing left to change"
+
+
+def test_an_async_unspan_goes_partitions_first_too(server: Server) -> None:
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        q = AsyncQueue(client, "aunspanning")
+        await q.span(3)
+        partitions = spans.names("aunspanning", 3)
+        last = next(i for i in (echomq.mint() for _ in range(100)) if route(3, i) == 2)
+        await q.enqueue(b"holds the last partition", id=last)
+        with pytest.raises(echomq.EmqSpanError):
+            await q.unspan()
+        assert await q.width() == 3, "the queue is still spanned"
+        assert await q.purge("pending") == 1
+        assert await q.unspan() is True
+        assert await q.width() == 0
+        for p in partitions:
+            assert (server.cmd("EMQ.WIDTH", p)[b"of"], p) == (b"aunspanning", p), "retired"
+        await client.aclose()
+
+    asyncio.run(main())
+
+
 def test_a_queue_wide_limit_is_shared_out_and_its_report_adds_up(server: Server) -> None:
     client = server.client()
     echomq.Queue(client, "limited").span(4)

@@ -155,8 +155,10 @@ class AsyncQueue(Settings):
         return any(changed)
 
     async def unspan(self) -> bool:
-        """``Queue.unspan``, awaited."""
-        commands = spans.unspan(self.name, await self.width())
+        """``Queue.unspan``, awaited: each partition, then the queue."""
+        found = spans.unspan(self.name, await self.width())
+        widths = [await self._send(c) for c in found]
+        commands = spans.unspanning(self.name, len(found), widths)
         changed = [cmd.flag(await self._send(command)) for command in commands]
         self.router.learn(0)
         return any(changed)

@@ -264,10 +264,11 @@ class Queue(Settings):
         return any(changed)
 
     def unspan(self) -> bool:
-        """Makes a partitioned queue an ordinary one again: the queue, then each partition
-        (``EmqSpanError`` for one that holds jobs: drain them first, producers stopped).
-        Whether anything changed."""
-        commands = spans.unspan(self.name, self.width())
+        """Makes a partitioned queue an ordinary one again: each partition, then the queue
+        (``spans.unspanning``). ``EmqSpanError`` for a partition that holds jobs: the queue
+        stays spanned; drain them and call it again. Whether anything changed."""
+        found = spans.unspan(self.name, self.width())
+        commands = spans.unspanning(self.name, len(found), [self._send(c) for c in found])
         changed = [cmd.flag(self._send(command)) for command in commands]
         self.router.learn(0)
         return any(changed)
