@@ -217,6 +217,54 @@ def test_an_async_unspan_goes_partitions_first_too(server: Server) -> None:
     asyncio.run(main())
 
 
+def enqueues(server: Server, command: str = "emq.enqueue") -> int:
+    """How many ``EMQ.ENQUEUE`` (or `command`) the server was sent, refused ones included."""
+    stats = server.cmd("INFO", "commandstats").get(f"cmdstat_{command}", {})
+    return int(stats.get("calls", 0)) + int(stats.get("rejected_calls", 0))
+
+
+def resized(server: Server, queue: str) -> str:
+    """Changes `queue`, spanned over 4, to 2 as docs/cluster.md says (drained, every partition
+    unspanned, then the queue, then spanned anew): an id whose partition of 4 is retired, a
+    partition of no width now."""
+    admin = echomq.Queue(server.client(), queue)
+    admin.purge("pending")
+    assert admin.unspan() is True and admin.span(2) is True
+    old, new = spans.names(queue, 4), spans.names(queue, 2)
+    return next(i for i in (echomq.mint() for _ in range(1000)) if old[route(4, i)] not in new)
+
+
+def test_a_producer_holding_a_stale_width_is_led_by_the_retired_partition_to_the_queue(
+    server: Server,
+) -> None:
+    client = server.client()
+    echomq.Queue(client, "narrowed").span(4)
+    q = echomq.Queue(client, "narrowed")
+    q.enqueue(b"learns 4")
+    assert q.router.width == 4
+    job_id = resized(server, "narrowed")
+    sent = enqueues(server)
+    assert q.enqueue(b"moved", id=job_id) == job_id
+    assert enqueues(server) - sent == 3, "refused by the retired partition (0), the queue (2)"
+    assert q.router.width == 2
+    assert pending(client, spans.names("narrowed", 2)[route(2, job_id)]) == {job_id}
+    # The same with a batch: its jobs of a retired partition go round the same way.
+    q.router.learn(4)
+    batch = q.enqueue_many([b"a", b"b", b"c"])
+    assert q.router.width == 2
+    assert all((q.job(i) or {}).get("state") == "pending" for i in batch)
+    # A Queue whose name is a retired partition sends to its own name: refused at once.
+    retired = echomq.Queue(client, spans.names("narrowed", 4)[route(4, job_id)])
+    sent = enqueues(server)
+    with pytest.raises(echomq.EmqSpannedError) as refused:
+        retired.enqueue(b"nowhere")
+    assert (refused.value.width, enqueues(server) - sent) == (0, 1)
+    sent = enqueues(server, "emq.menqueue")
+    with pytest.raises(echomq.EmqSpannedError):
+        retired.enqueue_many([b"nowhere"])
+    assert enqueues(server, "emq.menqueue") - sent == 1
+
+
 def test_a_queue_wide_limit_is_shared_out_and_its_report_adds_up(server: Server) -> None:
     client = server.client()
     echomq.Queue(client, "limited").span(4)

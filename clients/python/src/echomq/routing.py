@@ -59,8 +59,12 @@ class Router:
     def refused(self, error: EmqSpannedError, reroutes: int) -> bool:
         """Learns the width an ``EMQSPANNED`` refusal names; whether to route and send again:
         not past ``MAX_REROUTES``, and not when this queue is itself a partition of that width
-        (which refuses a job that routes elsewhere: the caller's to send to its queue)."""
-        if self.partition_of(error.width):
+        (which refuses a job that routes elsewhere: the caller's to send to its queue), nor
+        for a width of 0 to a call sent to this queue's own name: a retired partition's
+        "send to the queue's own name" (docs/cluster.md, "Changing the width"), which is this
+        queue's name already (a stale width's call to a retired partition goes to the queue
+        itself next, which answers with its width)."""
+        if self.partition_of(error.width) or (error.width == 0 and not self.width):
             self.learn(0)  # taken as an ordinary queue: no further routing
             return False
         if reroutes >= MAX_REROUTES:
