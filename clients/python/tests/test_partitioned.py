@@ -337,6 +337,53 @@ def test_an_async_queue_and_worker_route_and_drain_a_partitioned_queue(server: S
     asyncio.run(main())
 
 
+# ---- flows ----
+
+
+def state(client: Any, queue: str, job_id: str) -> Any:
+    return (echomq.Queue(client, queue).job(job_id) or {}).get("state")
+
+
+def test_a_child_enqueued_with_a_stale_width_is_adopted_only_where_it_lands(
+    server: Server,
+) -> None:
+    # The producer's width is 4, the queue's 2 now: the child's parent must register it in the
+    # partition it lands in, and there only (a registration elsewhere takes the parent's only
+    # place for a child that never comes).
+    client = server.client()
+    echomq.Queue(client, "grown").span(4)
+    q = echomq.Queue(client, "grown")
+    q.enqueue(b"learns 4")
+    job_id = resized(server, "grown")
+    assert q.router.width == 4
+    sums = echomq.Queue(client, "sums")
+    parent = sums.enqueue(b"sum", children=1)
+    assert q.enqueue(b"part", id=job_id, parents=[("sums", parent)]) == job_id
+    landed = spans.names("grown", 2)[route(2, job_id)]
+    assert list(sums.children(parent)) == [(landed, job_id)]
+    drain(client, "grown", 1)
+    assert state(client, "sums", parent) == "pending", "its one child finished"
+
+
+def test_an_async_child_enqueued_with_a_stale_width_is_adopted_only_where_it_lands(
+    server: Server,
+) -> None:
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        await AsyncQueue(client, "agrown").span(4)
+        q = AsyncQueue(client, "agrown")
+        await q.enqueue(b"learns 4")
+        job_id = resized(server, "agrown")
+        sums = AsyncQueue(client, "asums")
+        parent = await sums.enqueue(b"sum", children=1)
+        assert await q.enqueue(b"stale", id=job_id, parents=[("asums", parent)]) == job_id
+        landed = spans.names("agrown", 2)[route(2, job_id)]
+        assert list(await sums.children(parent)) == [(landed, job_id)]
+        await client.aclose()
+
+    asyncio.run(main())
+
+
 # ---- the client's plans, no server ----
 
 

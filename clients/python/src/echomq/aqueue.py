@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import (
-    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union,
+    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union,
 )
 
 from . import commands as cmd
@@ -13,14 +13,15 @@ from . import ids, routing, spans, tracing
 from ._replicas import pipelined_async
 from ._retry import retry_after
 from .cancel import cancel as cancelling
-from .errors import EmqParentError, EmqSpannedError
 from .flows import (
-    Children, Node, NodeLike, ParentLike, batched, chained, minted, parents_of, steps,
+    Children, Node, NodeLike, Parent, ParentLike, batched, chained, minted, parents_of, steps,
 )
 from .metrics import Metrics
 from .metrics import command as metrics_command
 from .metrics import parse as parse_metrics
-from .queue import CHUNK, Settings
+from .queue import CHUNK, RAW, Settings
+
+T = TypeVar("T")
 
 
 class AsyncQueue(Settings):
@@ -74,34 +75,52 @@ class AsyncQueue(Settings):
         headers: Optional[Mapping[str, str]] = None,
     ) -> str:
         """``Queue.enqueue``, awaited: a partitioned queue's job routed alike."""
-        above = parents_of(parents)
-        job_id = id or ids.mint()
-        if above and self.router.width is None:
-            await self.width()
+        return (await self._enqueue(
+            payload, id, delay, at, priority, unique, unique_for, children, parents_of(parents),
+            timeout, group, headers,
+        ))[0]
+
+    async def _enqueue(
+        self, payload: Any, id: Optional[str], delay: Optional[float], at: Optional[float],
+        priority: Optional[int], unique: Optional[str], unique_for: Optional[float],
+        children: Optional[int], parents: List[Parent], timeout: Optional[float],
+        group: Optional[str], headers: Optional[Mapping[str, str]],
+    ) -> Tuple[str, str]:
+        """``Queue._enqueue``, awaited."""
+        job_id, data = id or ids.mint(), self.serializer.dumps(payload)
         with tracing.sending(self.name, headers, self.tracer_provider) as sent:
-            reroutes = 0
-            while True:
-                target = self.router.of(group if group is not None else job_id)
-                _, args = cmd.enqueue(
-                    target, self.serializer, payload, job_id, delay, at, priority, unique,
-                    unique_for, children, above, timeout, group, sent.headers,
-                )
-                try:
-                    for adopt in cmd.adoptions(target, job_id, above):
-                        await self._send(adopt)
-                    reply, confirmed = await self._write(args)
-                except EmqSpannedError as e:
-                    if not self.router.refused(e, reroutes):
-                        raise
-                    reroutes += 1
-                    continue
-                except EmqParentError:
-                    if above and cmd.row(await self._send(cmd.job(target, job_id))) is not None:
-                        return job_id
-                    raise
-                written = cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
-                sent.sent(written)
-                return written
+
+            def build(target: str, above: Sequence[Parent]) -> List[Any]:
+                return cmd.enqueue(
+                    target, RAW, data, job_id, delay, at, priority, unique, unique_for,
+                    children, above, timeout, group, sent.headers,
+                )[1]
+
+            build(self.name, parents)  # checked before anything is sent
+            written, target = await self._course(routing.enqueue(
+                self.router, job_id, group if group is not None else job_id, parents, build,
+            ))
+            if written is None:
+                return job_id, target
+            out = cmd.enqueued(*written, job_id, self.wait_replicas)
+            sent.sent(out)
+            return out, target
+
+    async def _course(self, course: routing.Course[T]) -> T:
+        """``Queue._course``, awaited."""
+        reply: Any = None
+        error: Optional[Exception] = None
+        while True:
+            try:
+                kind, args = course.send(reply) if error is None else course.throw(error)
+            except StopIteration as end:
+                result: T = end.value
+                return result
+            try:
+                reply = await (self._write(args) if kind == routing.WRITE else self._send(args))
+                error = None
+            except Exception as e:  # the course decides what it means (routing.py)
+                reply, error = None, e
 
     async def enqueue_many(
         self, payloads: Iterable[Any], chunk: int = CHUNK,

@@ -16,19 +16,22 @@ from . import ids, routing, spans, tracing
 from ._replicas import moved, pipelined, refresh, wait_settings
 from ._retry import backoff, retry_after
 from .cancel import cancel as cancelling
-from .errors import EmqParentError, EmqSpannedError
 from .metrics import Metrics
 from .metrics import command as metrics_command
 from .metrics import parse as parse_metrics
 from .flows import (
-    Children, Node, NodeLike, ParentLike, batched, chained, minted, parents_of, steps,
+    Children, Node, NodeLike, Parent, ParentLike, batched, chained, minted, parents_of, steps,
 )
 from .serializers import Raw, Serializer
+
+#: An encoded payload, as ``cmd.enqueue`` sends it.
+RAW = Raw()
 
 #: Jobs one ``EMQ.MENQUEUE`` carries (the server takes up to 10,000).
 CHUNK = cmd.CHUNK
 
 S = TypeVar("S", bound="Settings")
+T = TypeVar("T")
 
 
 class Settings:
@@ -163,38 +166,56 @@ class Queue(Settings):
 
         A partitioned queue's job goes to the partition its group, or else its id, routes to:
         the width is learned from the queue's first ``EMQSPANNED`` refusal (``EmqSpannedError``
-        once a call was routed again twice). A job with parents learns it first: a parent adopts
-        the child in its partition."""
-        above = parents_of(parents)
-        job_id = id or ids.mint()
-        if above and self.router.width is None:
-            self.width()
+        once a call was routed again twice). A job with parents reads its queue's width first
+        (``EMQ.WIDTH``), so its parents register it in the partition it lands in
+        (``routing.enqueue``)."""
+        return self._enqueue(
+            payload, id, delay, at, priority, unique, unique_for, children, parents_of(parents),
+            timeout, group, headers,
+        )[0]
+
+    def _enqueue(
+        self, payload: Any, id: Optional[str], delay: Optional[float], at: Optional[float],
+        priority: Optional[int], unique: Optional[str], unique_for: Optional[float],
+        children: Optional[int], parents: List[Parent], timeout: Optional[float],
+        group: Optional[str], headers: Optional[Mapping[str, str]],
+    ) -> Tuple[str, str]:
+        """``enqueue`` (``routing.enqueue``): the id, and the queue the job went to."""
+        job_id, data = id or ids.mint(), self.serializer.dumps(payload)
         with tracing.sending(self.name, headers, self.tracer_provider) as sent:
-            reroutes = 0
-            while True:
-                target = self.router.of(group if group is not None else job_id)
-                _, args = cmd.enqueue(
-                    target, self.serializer, payload, job_id, delay, at, priority, unique,
-                    unique_for, children, above, timeout, group, sent.headers,
-                )
-                try:
-                    for adopt in cmd.adoptions(target, job_id, above):
-                        self._send(adopt)
-                    reply, confirmed = self._write(args)
-                except EmqSpannedError as e:
-                    if not self.router.refused(e, reroutes):
-                        raise
-                    reroutes += 1
-                    continue
-                except EmqParentError:
-                    # A retry of an enqueue that went through (its row is there): the parent
-                    # may have run since, and refuses the child it counted already.
-                    if above and cmd.row(self._send(cmd.job(target, job_id))) is not None:
-                        return job_id
-                    raise
-                written = cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
-                sent.sent(written)
-                return written
+
+            def build(target: str, above: Sequence[Parent]) -> List[Any]:
+                return cmd.enqueue(
+                    target, RAW, data, job_id, delay, at, priority, unique, unique_for,
+                    children, above, timeout, group, sent.headers,
+                )[1]
+
+            build(self.name, parents)  # checked before anything is sent
+            written, target = self._course(routing.enqueue(
+                self.router, job_id, group if group is not None else job_id, parents, build,
+            ))
+            if written is None:
+                return job_id, target
+            out = cmd.enqueued(*written, job_id, self.wait_replicas)
+            sent.sent(out)
+            return out, target
+
+    def _course(self, course: routing.Course[T]) -> T:
+        """Sends what `course` asks (``routing.SEND``: retried as ``_send``; ``WRITE``: as
+        ``_write``), gives it each reply or throws it the exception; what it ends with."""
+        reply: Any = None
+        error: Optional[Exception] = None
+        while True:
+            try:
+                kind, args = course.send(reply) if error is None else course.throw(error)
+            except StopIteration as end:
+                result: T = end.value
+                return result
+            try:
+                reply = self._write(args) if kind == routing.WRITE else self._send(args)
+                error = None
+            except Exception as e:  # the course decides what it means (routing.py)
+                reply, error = None, e
 
     def enqueue_many(
         self, payloads: Iterable[Any], chunk: int = CHUNK,

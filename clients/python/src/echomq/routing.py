@@ -2,17 +2,22 @@
 keeps the width its queue is known to have (unknown at first, sent to as an ordinary queue,
 so an ordinary queue's enqueue pays nothing), learns it from an ``EMQSPANNED <n>`` refusal, and
 routes a job by its group, else its id. ``enqueue_many`` is a batch's course: the jobs split by
-partition, one ``EMQ.MENQUEUE`` (chunked) each. Pure: ``Queue`` and ``AsyncQueue`` send."""
+partition, one ``EMQ.MENQUEUE`` (chunked) each; ``enqueue`` is one job's. Pure: ``Queue`` and
+``AsyncQueue`` send."""
 
 from __future__ import annotations
 
 import re
 from itertools import islice
-from typing import Any, Dict, Generator, Iterable, List, Optional, Set, Tuple
+from typing import (
+    Any, Callable, Dict, Generator, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar,
+)
 
-from .errors import EmqSpannedError
+from . import commands as cmd
+from .errors import EmqParentError, EmqSpannedError
+from .flows import Parent
 from .partitions import name, route
-from .spans import names
+from .spans import names, width, width_command
 
 #: Most times one call routes its jobs again after an ``EMQSPANNED`` refusal (a width learned,
 #: then a stale one corrected); the next refusal is raised.
@@ -127,3 +132,54 @@ def enqueue_many(router: Router, entries: Iterable[Entry], chunk: int) -> Batch:
                 raise failure
             sent.update(ids)
         left = [entry for entry in left if entry[0] not in sent]
+
+
+#: A command of a course (``enqueue``) and how to send it: ``SEND``, or ``WRITE``
+#: (a job's write: with ``WAIT`` after it under ``wait_replicas``). The sender answers with its
+#: reply (a ``WRITE``'s: the reply and how many replicas confirmed it), or throws the exception
+#: it failed with into the course.
+SEND, WRITE = "send", "write"
+Step = Tuple[str, List[Any]]
+T = TypeVar("T")
+Course = Generator[Step, Any, T]
+
+
+#: What an enqueue's course ends with: the write's reply and confirmations (``None`` when the
+#: job was found written already), and the queue the job is in.
+Enqueued = Tuple[Optional[Tuple[Any, Optional[int]]], str]
+
+
+def enqueue(
+    router: Router, job_id: str, key: str, parents: Sequence[Parent],
+    build: Callable[[str, Sequence[Parent]], List[Any]],
+) -> Course[Enqueued]:
+    """One job's enqueue (`build` its ``EMQ.ENQUEUE`` to a queue, with its parents): to the
+    queue `key` (its group, else its id) routes to, sent again where it routes after an
+    ``EMQSPANNED`` refusal (``Router.refused``).
+
+    A child is registered with each parent out of its slot first (``EMQ.ADOPT``), which must
+    name the queue the child lands in: a registration elsewhere holds one of the parent's places
+    for a child that never comes. So a child's enqueue reads its queue's width first (one
+    ``EMQ.WIDTH``), and again after a refusal (a retired partition's 0 is not the queue's
+    width)."""
+    if parents:
+        router.learn(width((yield SEND, width_command(router.queue))))
+    reroutes = 0
+    while True:
+        target = router.of(key)
+        try:
+            for adopt in cmd.adoptions(target, job_id, parents):
+                yield SEND, adopt
+            return (yield WRITE, build(target, parents)), target
+        except EmqSpannedError as e:
+            if not router.refused(e, reroutes):
+                raise
+            reroutes += 1
+            if parents:
+                router.learn(width((yield SEND, width_command(router.queue))))
+        except EmqParentError:
+            # A retry of an enqueue that went through (its row is there): the parent may have
+            # run since, and refuses the child it counted already.
+            if parents and cmd.row((yield SEND, cmd.job(target, job_id))) is not None:
+                return None, target
+            raise
