@@ -216,7 +216,8 @@ def test_an_async_unspan_goes_partitions_first_too(server: Server) -> None:
 
 
 def enqueues(server: Server, command: str = "emq.enqueue") -> int:
-    """How many ``EMQ.ENQUEUE`` (or `command`) the server was sent, refused ones included."""
+    """How many ``EMQ.ENQUEUE`` (or `command`: ``emq.width``...) the server was sent, refused
+    ones included."""
     stats = server.cmd("INFO", "commandstats").get(f"cmdstat_{command}", {})
     return int(stats.get("calls", 0)) + int(stats.get("rejected_calls", 0))
 
@@ -365,6 +366,90 @@ def test_a_child_enqueued_with_a_stale_width_is_adopted_only_where_it_lands(
     assert state(client, "sums", parent) == "pending", "its one child finished"
 
 
+def test_a_child_names_its_parent_in_a_partitioned_queue_by_the_queue(server: Server) -> None:
+    client = server.client()
+    echomq.Queue(client, "reports").span(3)
+    echomq.Queue(client, "wide-parts").span(2)
+    reports = echomq.Queue(client, "reports")
+    parent = reports.enqueue(b"sum", children=3)
+    assert reports.router.width == 3
+    # An ordinary queue's child, a partitioned queue's child, and a child in the parent's own
+    # queue: each parent reference is the logical queue and the parent's id.
+    above = [("reports", parent)]
+    kids = [
+        ("parts", echomq.Queue(client, "parts").enqueue(b"a", parents=above)),
+        ("wide-parts", echomq.Queue(client, "wide-parts").enqueue(b"b", parents=above)),
+        ("reports", echomq.Queue(client, "reports").enqueue(b"c", parents=above)),
+    ]
+    found = sorted(reports.children(parent))
+    assert found == sorted((echomq.Queue(client, q).partition(i), i) for q, i in kids)
+    for queue, _ in kids:
+        drain(client, queue, 1 + (queue == "reports"))  # the parent too, once released
+    assert state(client, "reports", parent) == "done"
+
+
+def test_a_parent_s_queue_width_kept_is_read_again_when_the_parent_is_not_there(
+    server: Server,
+) -> None:
+    client = server.client()
+    echomq.Queue(client, "resizing").span(2)
+    kids = echomq.Queue(client, "kids")
+    first = echomq.Queue(client, "resizing").enqueue(b"p", children=1)
+    kids.enqueue(b"k", parents=[("resizing", first)])
+    assert kids.routers["resizing"].width == 2, "kept"
+    assert echomq.Queue(client, "resizing").cancel(first)
+    admin = echomq.Queue(client, "resizing")
+    assert admin.unspan() is True and admin.span(3) is True
+    old, new = spans.names("resizing", 2), spans.names("resizing", 3)
+    moved = next(i for i in (echomq.mint() for _ in range(100)) if old[route(2, i)] != new[route(3, i)])
+    parent = admin.enqueue(b"p", id=moved, children=1)
+    child = kids.enqueue(b"k", parents=[("resizing", parent)])
+    assert kids.routers["resizing"].width == 3
+    assert list(admin.children(parent)) == [("kids", child)]
+
+
+def test_a_flow_over_partitioned_queues_links_each_job_to_its_parent_s_partition(
+    server: Server,
+) -> None:
+    client = server.client()
+    echomq.Queue(client, "tree").span(3)
+    echomq.Queue(client, "leaves").span(2)
+    q = echomq.Queue(client, "tree")
+    read = enqueues(server, "emq.width")
+    tree = q.flow({"queue": "tree", "payload": b"root", "children": [
+        {"queue": "leaves", "payload": b"a"},
+        {"queue": "tree", "payload": b"b", "children": [{"queue": "leaves", "payload": b"c"}]},
+    ]})
+    # Each child's queue read once (its parents named by the partitions they went to).
+    assert enqueues(server, "emq.width") - read == 2
+    every = [node for _, node in tree.walk()]
+    for node in every:
+        assert state(client, node.queue, node.id or "") in ("pending", "waiting"), node
+    b = tree.children[1]
+    assert sorted(q.children(tree.id or "")) == sorted(
+        (echomq.Queue(client, n.queue).partition(n.id or ""), n.id) for n in tree.children
+    )
+    assert list(q.children(b.id or "")) == [
+        (echomq.Queue(client, "leaves").partition(b.children[0].id or ""), b.children[0].id)
+    ]
+    assert q.flow(tree) == tree, "given again: written once"
+    order: List[str] = []
+    worker = echomq.Worker(client, "tree", lambda job: order.append(job.id))
+    leaves = echomq.Worker(client, "leaves", lambda job: order.append(job.id))
+    threads = [threading.Thread(target=w.run, daemon=True) for w in (worker, leaves)]
+    for t in threads:
+        t.start()
+    try:
+        assert until(lambda: len(order) == 4, timeout=30), order
+    finally:
+        worker.stop()
+        leaves.stop()
+        assert all(joined(t) for t in threads)
+    assert order.index(tree.id or "") == 3 and order.index(b.id or "") > order.index(
+        b.children[0].id or ""
+    )
+
+
 def test_an_async_child_enqueued_with_a_stale_width_is_adopted_only_where_it_lands(
     server: Server,
 ) -> None:
@@ -379,6 +464,28 @@ def test_an_async_child_enqueued_with_a_stale_width_is_adopted_only_where_it_lan
         assert await q.enqueue(b"stale", id=job_id, parents=[("asums", parent)]) == job_id
         landed = spans.names("agrown", 2)[route(2, job_id)]
         assert list(await sums.children(parent)) == [(landed, job_id)]
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_async_queue_finds_a_parent_in_its_partition(server: Server) -> None:
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        await AsyncQueue(client, "areports").span(3)
+        await AsyncQueue(client, "aleaves").span(2)
+        reports = AsyncQueue(client, "areports")
+        parent = await reports.enqueue(b"sum", children=1)
+        child = await AsyncQueue(client, "parts").enqueue(b"p", parents=[("areports", parent)])
+        assert list(await reports.children(parent)) == [("parts", child)]
+        tree = await reports.flow({"queue": "areports", "payload": b"root", "children": [
+            {"queue": "aleaves", "payload": b"leaf"},
+        ]})
+        leaf = tree.children[0]
+        assert list(await reports.children(tree.id or "")) == [
+            (spans.names("aleaves", 2)[route(2, leaf.id or "")], leaf.id)
+        ]
+        assert (await reports.job(tree.id or "") or {}).get("state") == "waiting"
         await client.aclose()
 
     asyncio.run(main())
@@ -543,6 +650,43 @@ def test_a_partition_s_child_is_handed_to_its_parent_on_another_primary(cluster:
     assert worker.counts["acked"] == 1
     assert [e.id for e in events if e.kind == "handover" and e.outcome == "ok"] == [child]
     assert echomq.Queue(client, partition).call("EMQ.OUTBOX")[1] in ([], None)
+
+
+@pytest.mark.cluster
+def test_a_flow_between_partitioned_queues_runs_its_root_last_across_primaries(
+    cluster: Cluster,
+) -> None:
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    echomq.Queue(client, "roots").span(6)
+    echomq.Queue(client, "branches").span(6)
+    q = echomq.Queue(client, "roots")
+    trees = [
+        q.batch([{"queue": "branches", "payload": b"%d" % n} for n in range(5)],
+                on_complete=("roots", b"done"))
+        for _ in range(6)
+    ]
+    roots = {t.id for t in trees}
+    owner = owner_of(cluster)
+    assert len({owner(q.partition(r or "")) for r in roots} | {
+        owner(echomq.Queue(client, "branches").partition(c.id or ""))
+        for t in trees for c in t.children
+    }) > 1, "children and parents on several primaries"
+    done: List[str] = []
+    workers = [
+        echomq.Worker(client, n, lambda job: done.append(job.id)) for n in ("roots", "branches")
+    ]
+    threads = [threading.Thread(target=w.run, daemon=True) for w in workers]
+    for t in threads:
+        t.start()
+    try:
+        assert until(lambda: len(done) == 36, timeout=60), (len(done), workers[0].counts)
+    finally:
+        for w in workers:
+            w.stop()
+        assert all(joined(t) for t in threads)
+    for tree in trees:
+        assert done.index(tree.id or "") > max(done.index(c.id or "") for c in tree.children)
+    assert sorted(done) == sorted(n.id or "" for t in trees for _, n in t.walk())
 
 
 @pytest.mark.cluster

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import (
-    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union,
+    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union,
 )
 
 from . import commands as cmd
@@ -84,7 +84,8 @@ class AsyncQueue(Settings):
         self, payload: Any, id: Optional[str], delay: Optional[float], at: Optional[float],
         priority: Optional[int], unique: Optional[str], unique_for: Optional[float],
         children: Optional[int], parents: List[Parent], timeout: Optional[float],
-        group: Optional[str], headers: Optional[Mapping[str, str]],
+        group: Optional[str], headers: Optional[Mapping[str, str]], fresh: bool = False,
+        resolved: bool = False,
     ) -> Tuple[str, str]:
         """``Queue._enqueue``, awaited."""
         job_id, data = id or ids.mint(), self.serializer.dumps(payload)
@@ -98,7 +99,8 @@ class AsyncQueue(Settings):
 
             build(self.name, parents)  # checked before anything is sent
             written, target = await self._course(routing.enqueue(
-                self.router, job_id, group if group is not None else job_id, parents, build,
+                self.router, self.routers, job_id, group if group is not None else job_id,
+                parents, build, fresh, resolved,
             ))
             if written is None:
                 return job_id, target
@@ -146,11 +148,16 @@ class AsyncQueue(Settings):
     async def flow(self, tree: NodeLike) -> Node:
         """``Queue.flow``, awaited."""
         tree = minted(tree)
+        went: Dict[Tuple[str, str], str] = {}
+        fresh: Set[str] = set()
         for step in steps(tree):
-            await self._on(step.queue).enqueue(
-                step.payload, id=step.id, children=step.children, parents=step.parents,
-                timeout=step.timeout,
+            parents = [p._replace(queue=went[(p.queue, p.id)]) for p in step.parents]
+            _, went[(step.queue, step.id)] = await self._on(step.queue)._enqueue(
+                step.payload, step.id, None, None, None, None, None, step.children, parents,
+                step.timeout, None, None, step.queue in fresh, True,
             )
+            if parents:
+                fresh.add(step.queue)
         return tree
 
     async def chain(self, jobs: Sequence[NodeLike]) -> Node:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from typing import (
-    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union,
+    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union,
 )
 
 from . import commands as cmd
@@ -62,6 +62,9 @@ class Settings:
         #: The queue's partitions as far as known: learned from an ``EMQSPANNED`` refusal, a
         #: ``width()``, ``span`` or ``unspan``.
         self.router = routing.Router(name)
+        #: Each queue's ``Router`` by name, this one's included, shared with the queues of
+        #: ``_on``: where a parent's queue is partitioned (``routing.resolve``).
+        self.routers: Dict[str, routing.Router] = {name: self.router}
         cluster = hasattr(client, "get_node_from_key")
         if self.wait_replicas > 0 and cluster and not self.waits_on_cluster:
             raise ValueError("wait_replicas needs a single-server asyncio client (or Queue)")
@@ -71,10 +74,13 @@ class Settings:
         settings."""
         if queue == self.name:
             return self
-        return type(self)(
+        other = type(self)(
             self.client, queue, self.serializer, self.retries, self.wait_replicas,
             self.wait_timeout_ms / 1000, self.tracer_provider,
         )
+        other.routers = self.routers
+        other.router = self.routers.setdefault(queue, other.router)
+        return other
 
 
 class Queue(Settings):
@@ -167,8 +173,9 @@ class Queue(Settings):
         A partitioned queue's job goes to the partition its group, or else its id, routes to:
         the width is learned from the queue's first ``EMQSPANNED`` refusal (``EmqSpannedError``
         once a call was routed again twice). A job with parents reads its queue's width first
-        (``EMQ.WIDTH``), so its parents register it in the partition it lands in
-        (``routing.enqueue``)."""
+        (``EMQ.WIDTH``), so its parents register it in the partition it lands in, and a parent
+        of a partitioned queue is found in the partition its id routes to (``routing.enqueue``;
+        a grouped parent is named by its partition: ``partition(group)``, or ``job.queue``)."""
         return self._enqueue(
             payload, id, delay, at, priority, unique, unique_for, children, parents_of(parents),
             timeout, group, headers,
@@ -178,7 +185,8 @@ class Queue(Settings):
         self, payload: Any, id: Optional[str], delay: Optional[float], at: Optional[float],
         priority: Optional[int], unique: Optional[str], unique_for: Optional[float],
         children: Optional[int], parents: List[Parent], timeout: Optional[float],
-        group: Optional[str], headers: Optional[Mapping[str, str]],
+        group: Optional[str], headers: Optional[Mapping[str, str]], fresh: bool = False,
+        resolved: bool = False,
     ) -> Tuple[str, str]:
         """``enqueue`` (``routing.enqueue``): the id, and the queue the job went to."""
         job_id, data = id or ids.mint(), self.serializer.dumps(payload)
@@ -192,7 +200,8 @@ class Queue(Settings):
 
             build(self.name, parents)  # checked before anything is sent
             written, target = self._course(routing.enqueue(
-                self.router, job_id, group if group is not None else job_id, parents, build,
+                self.router, self.routers, job_id, group if group is not None else job_id,
+                parents, build, fresh, resolved,
             ))
             if written is None:
                 return job_id, target
@@ -247,13 +256,19 @@ class Queue(Settings):
         "on_fail"?, "timeout"?, "children"?}``), each job waiting for its children. Every missing id is
         minted first; the tree with them is returned, and giving it again retries the flow
         without a job written twice (``flows.minted`` mints them ahead, for a retry after an
-        exception). Jobs are enqueued top down, each parent before its children."""
+        exception). Jobs are enqueued top down, each parent before its children, each child
+        naming its parent by the queue (the partition) its parent went to."""
         tree = minted(tree)
+        went: Dict[Tuple[str, str], str] = {}  # each job's queue: its partition, if any
+        fresh: Set[str] = set()  # the queues whose width this flow read
         for step in steps(tree):
-            self._on(step.queue).enqueue(
-                step.payload, id=step.id, children=step.children, parents=step.parents,
-                timeout=step.timeout,
+            parents = [p._replace(queue=went[(p.queue, p.id)]) for p in step.parents]
+            _, went[(step.queue, step.id)] = self._on(step.queue)._enqueue(
+                step.payload, step.id, None, None, None, None, None, step.children, parents,
+                step.timeout, None, None, step.queue in fresh, True,
             )
+            if parents:
+                fresh.add(step.queue)
         return tree
 
     def chain(self, jobs: Sequence[NodeLike]) -> Node:
