@@ -22,7 +22,7 @@ import echomq
 from echomq import routing, spans
 from echomq.aio import AsyncQueue, AsyncWorker
 from echomq.partitions import name, route
-from echomq.rounds import Claim, Rotation
+from echomq.rounds import Claim, Ends, Rotation
 from echomq.slots import slot
 from conftest import Cluster, Server, joined, until
 from test_clients import move_slot
@@ -508,6 +508,22 @@ def test_a_round_claims_each_partition_then_blocks_on_the_next_waking_for_the_ot
         Claim("b", ["c", "a"]),  # which blocks again, and gets 2 jobs
         Claim("c", None),  # going on with the next, without blocking
     ]
+
+
+def test_only_an_answered_blocking_claim_resets_the_regroup_backoff() -> None:
+    # After a regroup the first claims do not block, and are answered even while the slot map
+    # is stale; the blocking claim then ends in MOVED (its WAKE names a partition another
+    # primary serves). Those answers must not reset the backoff, or the worker regroups again
+    # and again at once.
+    ends = Ends()
+    for claim in (Claim("a", None), Claim("b", None), Claim("c", None)):
+        ends.took(claim)
+    ends.failed(RuntimeError("MOVED 12 127.0.0.1:7001"), lapse=True)
+    assert ends.after(3) == 3, "backs off longer each time"
+    held = Ends()
+    held.took(Claim("a", ["b", "c"]))  # a blocking claim answered: the loops held
+    held.failed(RuntimeError("UNBLOCKED"), lapse=True)
+    assert held.after(3) == 0
 
 
 def test_a_batch_is_split_by_partition_in_its_order() -> None:

@@ -140,7 +140,7 @@ class AsyncWorker(Claiming):
                     raise ends.fatal
                 if ends.lapse is None:
                     continue
-                failures = 0 if ends.answered else failures
+                failures = ends.after(failures)
             except Exception as e:
                 if not (transient(e) or server_full(e)):
                     raise
@@ -222,7 +222,7 @@ class AsyncWorker(Claiming):
                 return
             jobs = self.claimed(claim.partition, reply, sent)
             self._dispatch(jobs, count)
-            ends.answered += 1
+            ends.took(claim)
             rotation.took(claim, len(jobs))
 
     async def _reserve(self, wanted: int, over: asyncio.Event) -> int:

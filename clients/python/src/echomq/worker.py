@@ -230,7 +230,7 @@ class Worker(Claiming):
                     raise ends.fatal
                 if ends.lapse is None:
                     continue
-                failures = 0 if ends.answered else failures
+                failures = ends.after(failures)
             except Exception as e:
                 if not (transient(e) or server_full(e)):
                     raise
@@ -318,7 +318,7 @@ class Worker(Claiming):
             jobs = self.claimed(claim.partition, reply, sent)
             self._dispatch(jobs, count)
             with self._lock:
-                ends.answered += 1
+                ends.took(claim)
             rotation.took(claim, len(jobs))
 
     def _reserve(self, wanted: int, over: threading.Event) -> int:
