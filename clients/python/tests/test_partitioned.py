@@ -306,6 +306,66 @@ def test_a_worker_switches_to_the_partitions_of_a_queue_spanned_while_it_runs(
     assert set(handled) <= set(spans.names("later", 3)) and len(handled) == 30
 
 
+def rewidened(server: Server, queue: str, count: int) -> List[str]:
+    """Changes `queue`, spanned over 4 and empty, to 2 (``resized``), then enqueues `count` jobs
+    to its partition 1 of 2, a partition of no width 4 (its name is ``<queue>~1-j``, the
+    width-4 partition 1 spans other slots): their ids."""
+    resized(server, queue)
+    q = echomq.Queue(server.client(), queue)
+    ids = [i for i in (echomq.mint() for _ in range(20 * count)) if route(2, i) == 1][:count]
+    assert spans.names(queue, 2)[1] not in spans.names(queue, 4)
+    return [q.enqueue(b"after", id=i) for i in ids]
+
+
+def test_a_worker_reads_the_width_again_when_its_blocking_claim_times_out(
+    server: Server,
+) -> None:
+    client = server.client()
+    echomq.Queue(client, "rewidth").span(4)
+    handled: List[str] = []
+    worker = echomq.Worker(client, "rewidth", lambda job: handled.append(job.queue), block=0.2)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        # Idle on the width-4 partitions: one blocked claim.
+        assert until(lambda: server.cmd("INFO", "clients")["blocked_clients"] == 1)
+        rewidened(server, "rewidth", 10)
+        assert until(lambda: worker.counts["acked"] == 10, timeout=30), worker.counts
+    finally:
+        worker.stop()
+        assert joined(t)
+    assert handled == [spans.names("rewidth", 2)[1]] * 10
+
+
+def test_an_async_worker_reads_the_width_again_when_its_blocking_claim_times_out(
+    server: Server,
+) -> None:
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        await AsyncQueue(client, "arewidth").span(4)
+        handled: List[str] = []
+
+        async def handle(job: echomq.Job) -> None:
+            handled.append(job.queue)
+
+        worker = AsyncWorker(client, "arewidth", handle, block=0.2)
+        task = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 30
+        while server.cmd("INFO", "clients")["blocked_clients"] != 1:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        rewidened(server, "arewidth", 10)
+        while worker.counts["acked"] < 10:
+            assert time.monotonic() < deadline, worker.counts
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        assert handled == [spans.names("arewidth", 2)[1]] * 10
+        await client.aclose()
+
+    asyncio.run(main())
+
+
 def test_an_async_queue_and_worker_route_and_drain_a_partitioned_queue(server: Server) -> None:
     async def main() -> None:
         client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
