@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import (
-    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union,
+    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union,
 )
 
 from . import commands as cmd
@@ -13,14 +13,15 @@ from . import ids, routing, spans, tracing
 from ._replicas import pipelined_async
 from ._retry import retry_after
 from .cancel import cancel as cancelling
-from .errors import EmqParentError, EmqSpannedError
 from .flows import (
-    Children, Node, NodeLike, ParentLike, batched, chained, minted, parents_of, steps,
+    Children, Node, NodeLike, Parent, ParentLike, batched, chained, minted, parents_of, steps,
 )
 from .metrics import Metrics
 from .metrics import command as metrics_command
 from .metrics import parse as parse_metrics
-from .queue import CHUNK, Settings
+from .queue import CHUNK, RAW, Settings
+
+T = TypeVar("T")
 
 
 class AsyncQueue(Settings):
@@ -74,34 +75,54 @@ class AsyncQueue(Settings):
         headers: Optional[Mapping[str, str]] = None,
     ) -> str:
         """``Queue.enqueue``, awaited: a partitioned queue's job routed alike."""
-        above = parents_of(parents)
-        job_id = id or ids.mint()
-        if above and self.router.width is None:
-            await self.width()
+        return (await self._enqueue(
+            payload, id, delay, at, priority, unique, unique_for, children, parents_of(parents),
+            timeout, group, headers,
+        ))[0]
+
+    async def _enqueue(
+        self, payload: Any, id: Optional[str], delay: Optional[float], at: Optional[float],
+        priority: Optional[int], unique: Optional[str], unique_for: Optional[float],
+        children: Optional[int], parents: List[Parent], timeout: Optional[float],
+        group: Optional[str], headers: Optional[Mapping[str, str]], fresh: bool = False,
+        resolved: bool = False,
+    ) -> Tuple[str, str]:
+        """``Queue._enqueue``, awaited."""
+        job_id, data = id or ids.mint(), self.serializer.dumps(payload)
         with tracing.sending(self.name, headers, self.tracer_provider) as sent:
-            reroutes = 0
-            while True:
-                target = self.router.of(group if group is not None else job_id)
-                _, args = cmd.enqueue(
-                    target, self.serializer, payload, job_id, delay, at, priority, unique,
-                    unique_for, children, above, timeout, group, sent.headers,
-                )
-                try:
-                    for adopt in cmd.adoptions(target, job_id, above):
-                        await self._send(adopt)
-                    reply, confirmed = await self._write(args)
-                except EmqSpannedError as e:
-                    if not self.router.refused(e, reroutes):
-                        raise
-                    reroutes += 1
-                    continue
-                except EmqParentError:
-                    if above and cmd.row(await self._send(cmd.job(target, job_id))) is not None:
-                        return job_id
-                    raise
-                written = cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
-                sent.sent(written)
-                return written
+
+            def build(target: str, above: Sequence[Parent]) -> List[Any]:
+                return cmd.enqueue(
+                    target, RAW, data, job_id, delay, at, priority, unique, unique_for,
+                    children, above, timeout, group, sent.headers,
+                )[1]
+
+            build(self.name, parents)  # checked before anything is sent
+            written, target = await self._course(routing.enqueue(
+                self.router, self.routers, job_id, group if group is not None else job_id,
+                parents, build, fresh, resolved,
+            ))
+            if written is None:
+                return job_id, target
+            out = cmd.enqueued(*written, job_id, self.wait_replicas)
+            sent.sent(out)
+            return out, target
+
+    async def _course(self, course: routing.Course[T]) -> T:
+        """``Queue._course``, awaited."""
+        reply: Any = None
+        error: Optional[Exception] = None
+        while True:
+            try:
+                kind, args = course.send(reply) if error is None else course.throw(error)
+            except StopIteration as end:
+                result: T = end.value
+                return result
+            try:
+                reply = await (self._write(args) if kind == routing.WRITE else self._send(args))
+                error = None
+            except Exception as e:  # the course decides what it means (routing.py)
+                reply, error = None, e
 
     async def enqueue_many(
         self, payloads: Iterable[Any], chunk: int = CHUNK,
@@ -127,11 +148,16 @@ class AsyncQueue(Settings):
     async def flow(self, tree: NodeLike) -> Node:
         """``Queue.flow``, awaited."""
         tree = minted(tree)
+        went: Dict[Tuple[str, str], str] = {}
+        fresh: Set[str] = set()
         for step in steps(tree):
-            await self._on(step.queue).enqueue(
-                step.payload, id=step.id, children=step.children, parents=step.parents,
-                timeout=step.timeout,
+            parents = [p._replace(queue=went[(p.queue, p.id)]) for p in step.parents]
+            _, went[(step.queue, step.id)] = await self._on(step.queue)._enqueue(
+                step.payload, step.id, None, None, None, None, None, step.children, parents,
+                step.timeout, None, None, step.queue in fresh, True,
             )
+            if parents:
+                fresh.add(step.queue)
         return tree
 
     async def chain(self, jobs: Sequence[NodeLike]) -> Node:
@@ -155,8 +181,10 @@ class AsyncQueue(Settings):
         return any(changed)
 
     async def unspan(self) -> bool:
-        """``Queue.unspan``, awaited."""
-        commands = spans.unspan(self.name, await self.width())
+        """``Queue.unspan``, awaited: each partition, then the queue."""
+        found = spans.unspan(self.name, await self.width())
+        widths = [await self._send(c) for c in found]
+        commands = spans.unspanning(self.name, len(found), widths)
         changed = [cmd.flag(await self._send(command)) for command in commands]
         self.router.learn(0)
         return any(changed)

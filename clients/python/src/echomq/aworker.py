@@ -9,7 +9,7 @@ import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 from . import commands as cmd
-from . import leases, outbox, rounds, tracing
+from . import leases, outbox, rounds, spans, tracing
 from ._replicas import arefresh, moved, pipelined_async
 from ._retry import backoff, server_full, transient
 from .aqueue import AsyncQueue
@@ -36,7 +36,8 @@ class AsyncWorker(Claiming):
     queue's flow hand-overs, as ``Worker``'s thread does; a parent's handler reads its children
     with ``await job.achildren()``. ``name``, ``on_event``, ``wait_replicas`` and
     ``wait_timeout`` are ``Worker``'s. A partitioned queue is claimed as ``Worker`` claims
-    one, with a task (and on a cluster its node's connections) a primary.
+    one, with a task (and on a cluster its node's connections) a primary, its width read again
+    each time a blocking claim times out.
 
     A job cancelled while it runs (``EMQ.CANCEL``; the next renewal or the settle answers
     ``EMQCANCELLED``) has its handler's task cancelled (``asyncio.CancelledError`` in the
@@ -140,7 +141,7 @@ class AsyncWorker(Claiming):
                     raise ends.fatal
                 if ends.lapse is None:
                     continue
-                failures = 0 if ends.answered else failures
+                failures = ends.after(failures)
             except Exception as e:
                 if not (transient(e) or server_full(e)):
                     raise
@@ -186,13 +187,14 @@ class AsyncWorker(Claiming):
         """``Worker._claim_partitions``, awaited: a task a primary (``_claim_group``), on its
         node's connections on a cluster."""
         client = self.queue.client
+        width = self.queue.router.width or 0
         self._queues = self.queue.router.partitions()
         groups = rounds.by_primary(client, self._queues)
         over, ends = asyncio.Event(), rounds.Ends()
         await asyncio.gather(*(
             self._claim_group(
                 client.execute_command if node is None else node.execute_command, partitions,
-                len(groups), over, ends,
+                len(groups), width, over, ends,
             )
             for node, partitions in groups
         ))
@@ -202,9 +204,10 @@ class AsyncWorker(Claiming):
 
     async def _claim_group(
         self, send: Callable[..., Awaitable[Any]], partitions: List[str], loops: int,
-        over: asyncio.Event, ends: rounds.Ends,
+        width: int, over: asyncio.Event, ends: rounds.Ends,
     ) -> None:
-        """``Worker._claim_group``, awaited: one primary's claims, each sent by `send`."""
+        """``Worker._claim_group``, awaited: one primary's claims, each sent by `send`; the
+        width read again when a blocking claim times out (``_resized``)."""
         rotation = rounds.Rotation(partitions)
         while not (self._stopping.is_set() or over.is_set()):
             claim = rotation.next()
@@ -222,8 +225,21 @@ class AsyncWorker(Claiming):
                 return
             jobs = self.claimed(claim.partition, reply, sent)
             self._dispatch(jobs, count)
-            ends.answered += 1
+            ends.took(claim)
             rotation.took(claim, len(jobs))
+            if claim.wake is not None and reply is None and await self._resized(width, ends):
+                over.set()
+                self._room.set()
+                return
+
+    async def _resized(self, width: int, ends: rounds.Ends) -> bool:
+        """``Worker._resized``, awaited."""
+        try:
+            reply = await self.queue.client.execute_command(*spans.width_command(self.queue.name))
+        except Exception as e:
+            ends.failed(translate(e), transient(e) or server_full(e) or moved(e))
+            return True
+        return spans.width(reply) != width
 
     async def _reserve(self, wanted: int, over: asyncio.Event) -> int:
         """Holds up to `wanted` free slots for a claim, once one is free: how many; 0 once the

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from typing import (
-    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union,
+    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union,
 )
 
 from . import commands as cmd
@@ -16,19 +16,22 @@ from . import ids, routing, spans, tracing
 from ._replicas import moved, pipelined, refresh, wait_settings
 from ._retry import backoff, retry_after
 from .cancel import cancel as cancelling
-from .errors import EmqParentError, EmqSpannedError
 from .metrics import Metrics
 from .metrics import command as metrics_command
 from .metrics import parse as parse_metrics
 from .flows import (
-    Children, Node, NodeLike, ParentLike, batched, chained, minted, parents_of, steps,
+    Children, Node, NodeLike, Parent, ParentLike, batched, chained, minted, parents_of, steps,
 )
 from .serializers import Raw, Serializer
+
+#: An encoded payload, as ``cmd.enqueue`` sends it.
+RAW = Raw()
 
 #: Jobs one ``EMQ.MENQUEUE`` carries (the server takes up to 10,000).
 CHUNK = cmd.CHUNK
 
 S = TypeVar("S", bound="Settings")
+T = TypeVar("T")
 
 
 class Settings:
@@ -59,6 +62,9 @@ class Settings:
         #: The queue's partitions as far as known: learned from an ``EMQSPANNED`` refusal, a
         #: ``width()``, ``span`` or ``unspan``.
         self.router = routing.Router(name)
+        #: Each queue's ``Router`` by name, this one's included, shared with the queues of
+        #: ``_on``: where a parent's queue is partitioned (``routing.resolve``).
+        self.routers: Dict[str, routing.Router] = {name: self.router}
         cluster = hasattr(client, "get_node_from_key")
         if self.wait_replicas > 0 and cluster and not self.waits_on_cluster:
             raise ValueError("wait_replicas needs a single-server asyncio client (or Queue)")
@@ -68,10 +74,13 @@ class Settings:
         settings."""
         if queue == self.name:
             return self
-        return type(self)(
+        other = type(self)(
             self.client, queue, self.serializer, self.retries, self.wait_replicas,
             self.wait_timeout_ms / 1000, self.tracer_provider,
         )
+        other.routers = self.routers
+        other.router = self.routers.setdefault(queue, other.router)
+        return other
 
 
 class Queue(Settings):
@@ -163,38 +172,59 @@ class Queue(Settings):
 
         A partitioned queue's job goes to the partition its group, or else its id, routes to:
         the width is learned from the queue's first ``EMQSPANNED`` refusal (``EmqSpannedError``
-        once a call was routed again twice). A job with parents learns it first: a parent adopts
-        the child in its partition."""
-        above = parents_of(parents)
-        job_id = id or ids.mint()
-        if above and self.router.width is None:
-            self.width()
+        once a call was routed again twice). A job with parents reads its queue's width first
+        (``EMQ.WIDTH``), so its parents register it in the partition it lands in, and a parent
+        of a partitioned queue is found in the partition its id routes to (``routing.enqueue``;
+        a grouped parent is named by its partition: ``partition(group)``, or ``job.queue``)."""
+        return self._enqueue(
+            payload, id, delay, at, priority, unique, unique_for, children, parents_of(parents),
+            timeout, group, headers,
+        )[0]
+
+    def _enqueue(
+        self, payload: Any, id: Optional[str], delay: Optional[float], at: Optional[float],
+        priority: Optional[int], unique: Optional[str], unique_for: Optional[float],
+        children: Optional[int], parents: List[Parent], timeout: Optional[float],
+        group: Optional[str], headers: Optional[Mapping[str, str]], fresh: bool = False,
+        resolved: bool = False,
+    ) -> Tuple[str, str]:
+        """``enqueue`` (``routing.enqueue``): the id, and the queue the job went to."""
+        job_id, data = id or ids.mint(), self.serializer.dumps(payload)
         with tracing.sending(self.name, headers, self.tracer_provider) as sent:
-            reroutes = 0
-            while True:
-                target = self.router.of(group if group is not None else job_id)
-                _, args = cmd.enqueue(
-                    target, self.serializer, payload, job_id, delay, at, priority, unique,
-                    unique_for, children, above, timeout, group, sent.headers,
-                )
-                try:
-                    for adopt in cmd.adoptions(target, job_id, above):
-                        self._send(adopt)
-                    reply, confirmed = self._write(args)
-                except EmqSpannedError as e:
-                    if not self.router.refused(e, reroutes):
-                        raise
-                    reroutes += 1
-                    continue
-                except EmqParentError:
-                    # A retry of an enqueue that went through (its row is there): the parent
-                    # may have run since, and refuses the child it counted already.
-                    if above and cmd.row(self._send(cmd.job(target, job_id))) is not None:
-                        return job_id
-                    raise
-                written = cmd.enqueued(reply, confirmed, job_id, self.wait_replicas)
-                sent.sent(written)
-                return written
+
+            def build(target: str, above: Sequence[Parent]) -> List[Any]:
+                return cmd.enqueue(
+                    target, RAW, data, job_id, delay, at, priority, unique, unique_for,
+                    children, above, timeout, group, sent.headers,
+                )[1]
+
+            build(self.name, parents)  # checked before anything is sent
+            written, target = self._course(routing.enqueue(
+                self.router, self.routers, job_id, group if group is not None else job_id,
+                parents, build, fresh, resolved,
+            ))
+            if written is None:
+                return job_id, target
+            out = cmd.enqueued(*written, job_id, self.wait_replicas)
+            sent.sent(out)
+            return out, target
+
+    def _course(self, course: routing.Course[T]) -> T:
+        """Sends what `course` asks (``routing.SEND``: retried as ``_send``; ``WRITE``: as
+        ``_write``), gives it each reply or throws it the exception; what it ends with."""
+        reply: Any = None
+        error: Optional[Exception] = None
+        while True:
+            try:
+                kind, args = course.send(reply) if error is None else course.throw(error)
+            except StopIteration as end:
+                result: T = end.value
+                return result
+            try:
+                reply = self._write(args) if kind == routing.WRITE else self._send(args)
+                error = None
+            except Exception as e:  # the course decides what it means (routing.py)
+                reply, error = None, e
 
     def enqueue_many(
         self, payloads: Iterable[Any], chunk: int = CHUNK,
@@ -226,13 +256,19 @@ class Queue(Settings):
         "on_fail"?, "timeout"?, "children"?}``), each job waiting for its children. Every missing id is
         minted first; the tree with them is returned, and giving it again retries the flow
         without a job written twice (``flows.minted`` mints them ahead, for a retry after an
-        exception). Jobs are enqueued top down, each parent before its children."""
+        exception). Jobs are enqueued top down, each parent before its children, each child
+        naming its parent by the queue (the partition) its parent went to."""
         tree = minted(tree)
+        went: Dict[Tuple[str, str], str] = {}  # each job's queue: its partition, if any
+        fresh: Set[str] = set()  # the queues whose width this flow read
         for step in steps(tree):
-            self._on(step.queue).enqueue(
-                step.payload, id=step.id, children=step.children, parents=step.parents,
-                timeout=step.timeout,
+            parents = [p._replace(queue=went[(p.queue, p.id)]) for p in step.parents]
+            _, went[(step.queue, step.id)] = self._on(step.queue)._enqueue(
+                step.payload, step.id, None, None, None, None, None, step.children, parents,
+                step.timeout, None, None, step.queue in fresh, True,
             )
+            if parents:
+                fresh.add(step.queue)
         return tree
 
     def chain(self, jobs: Sequence[NodeLike]) -> Node:
@@ -264,10 +300,11 @@ class Queue(Settings):
         return any(changed)
 
     def unspan(self) -> bool:
-        """Makes a partitioned queue an ordinary one again: the queue, then each partition
-        (``EmqSpanError`` for one that holds jobs: drain them first, producers stopped).
-        Whether anything changed."""
-        commands = spans.unspan(self.name, self.width())
+        """Makes a partitioned queue an ordinary one again: each partition, then the queue
+        (``spans.unspanning``). ``EmqSpanError`` for a partition that holds jobs: the queue
+        stays spanned; drain them and call it again. Whether anything changed."""
+        found = spans.unspan(self.name, self.width())
+        commands = spans.unspanning(self.name, len(found), [self._send(c) for c in found])
         changed = [cmd.flag(self._send(command)) for command in commands]
         self.router.learn(0)
         return any(changed)

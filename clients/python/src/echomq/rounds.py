@@ -42,14 +42,30 @@ class Rotation:
 
 
 class Ends:
-    """How a worker's claim loops over the partitions went, for it to go on: claims answered,
-    the first that failed for the moment (a failover, a lost connection, a ``MOVED``: the worker
-    reads the slot map again and regroups) and the first refused for good (raised)."""
+    """How a worker's claim loops over the partitions went, for it to go on: the blocking
+    claims answered, the first claim that failed for the moment (a failover, a lost connection,
+    a ``MOVED``: the worker reads the slot map again and regroups) and the first refused for
+    good (raised)."""
 
     def __init__(self) -> None:
+        #: Blocking claims answered (jobs, a wake with none, or a time out).
         self.answered = 0
         self.lapse: Optional[BaseException] = None
         self.fatal: Optional[BaseException] = None
+
+    def took(self, claim: Claim) -> None:
+        """Notes a claim answered: only a blocking claim's counts (``after``)."""
+        if claim.wake is not None:
+            self.answered += 1
+
+    def after(self, failures: int) -> int:
+        """The failures in a row the worker backs off for once these loops lapsed: none when
+        one of their blocking claims was answered (the loops held), else `failures` still. A
+        regroup's first claims do not block and are answered even while the slot map is
+        stale; the blocking claim whose ``WAKE`` names a partition another primary serves then
+        ends in ``MOVED`` at once, and counting those answers would regroup again and again
+        with no backoff."""
+        return 0 if self.answered else failures
 
     def failed(self, error: BaseException, lapse: bool) -> None:
         """Notes a claim's failure: a lapse, or one for good."""

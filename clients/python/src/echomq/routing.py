@@ -2,17 +2,22 @@
 keeps the width its queue is known to have (unknown at first, sent to as an ordinary queue,
 so an ordinary queue's enqueue pays nothing), learns it from an ``EMQSPANNED <n>`` refusal, and
 routes a job by its group, else its id. ``enqueue_many`` is a batch's course: the jobs split by
-partition, one ``EMQ.MENQUEUE`` (chunked) each. Pure: ``Queue`` and ``AsyncQueue`` send."""
+partition, one ``EMQ.MENQUEUE`` (chunked) each; ``enqueue`` is one job's, its parents' partitions
+found first (``resolve``). Pure: ``Queue`` and ``AsyncQueue`` send."""
 
 from __future__ import annotations
 
 import re
 from itertools import islice
-from typing import Any, Dict, Generator, Iterable, List, Optional, Set, Tuple
+from typing import (
+    Any, Callable, Dict, Generator, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar,
+)
 
-from .errors import EmqSpannedError
+from . import commands as cmd
+from .errors import EmqParentError, EmqSpannedError
+from .flows import Parent
 from .partitions import name, route
-from .spans import names
+from .spans import names, width, width_command
 
 #: Most times one call routes its jobs again after an ``EMQSPANNED`` refusal (a width learned,
 #: then a stale one corrected); the next refusal is raised.
@@ -59,8 +64,12 @@ class Router:
     def refused(self, error: EmqSpannedError, reroutes: int) -> bool:
         """Learns the width an ``EMQSPANNED`` refusal names; whether to route and send again:
         not past ``MAX_REROUTES``, and not when this queue is itself a partition of that width
-        (which refuses a job that routes elsewhere: the caller's to send to its queue)."""
-        if self.partition_of(error.width):
+        (which refuses a job that routes elsewhere: the caller's to send to its queue), nor
+        for a width of 0 to a call sent to this queue's own name: a retired partition's
+        "send to the queue's own name" (docs/cluster.md, "Changing the width"), which is this
+        queue's name already (a stale width's call to a retired partition goes to the queue
+        itself next, which answers with its width)."""
+        if self.partition_of(error.width) or (error.width == 0 and not self.width):
             self.learn(0)  # taken as an ordinary queue: no further routing
             return False
         if reroutes >= MAX_REROUTES:
@@ -123,3 +132,81 @@ def enqueue_many(router: Router, entries: Iterable[Entry], chunk: int) -> Batch:
                 raise failure
             sent.update(ids)
         left = [entry for entry in left if entry[0] not in sent]
+
+
+#: A command of a course (``enqueue``, ``resolve``) and how to send it: ``SEND``, or ``WRITE``
+#: (a job's write: with ``WAIT`` after it under ``wait_replicas``). The sender answers with its
+#: reply (a ``WRITE``'s: the reply and how many replicas confirmed it), or throws the exception
+#: it failed with into the course.
+SEND, WRITE = "send", "write"
+Step = Tuple[str, List[Any]]
+T = TypeVar("T")
+Course = Generator[Step, Any, T]
+
+
+def resolve(
+    routers: Dict[str, Router], parents: Sequence[Parent], again: bool = False
+) -> Course[List[Parent]]:
+    """Each parent as a child's enqueue names it: in the partition its id routes to when its
+    queue is partitioned (the width read, ``EMQ.WIDTH``, once a queue name and kept in
+    `routers`; with `again`, read anew), as given when its queue is an ordinary one or a
+    partition. A grouped parent of a partitioned queue is in its group's partition, which its
+    id does not tell: its reference names that partition (``Queue.partition(group)``, or its
+    handler's ``job.queue``)."""
+    found: List[Parent] = []
+    read: Set[str] = set()
+    for parent in parents:
+        router = routers.setdefault(parent.queue, Router(parent.queue))
+        if (router.width is None or again) and parent.queue not in read:
+            router.learn(width((yield SEND, width_command(parent.queue))))
+            read.add(parent.queue)
+        found.append(parent._replace(queue=router.of(parent.id)))
+    return found
+
+
+#: What an enqueue's course ends with: the write's reply and confirmations (``None`` when the
+#: job was found written already), and the queue the job is in.
+Enqueued = Tuple[Optional[Tuple[Any, Optional[int]]], str]
+
+
+def enqueue(
+    router: Router, routers: Dict[str, Router], job_id: str, key: str,
+    parents: Sequence[Parent], build: Callable[[str, Sequence[Parent]], List[Any]],
+    fresh: bool = False, resolved: bool = False,
+) -> Course[Enqueued]:
+    """One job's enqueue (`build` its ``EMQ.ENQUEUE`` to a queue, with its parents): to the
+    queue `key` (its group, else its id) routes to, sent again where it routes after an
+    ``EMQSPANNED`` refusal (``Router.refused``).
+
+    A child is registered with each parent out of its slot first (``EMQ.ADOPT``), which must
+    name the queue the child lands in: a registration elsewhere holds one of the parent's places
+    for a child that never comes. So a child's enqueue reads its queue's width first (one
+    ``EMQ.WIDTH``), and again after a refusal (a retired partition's 0 is not the queue's
+    width). Its parents' references are resolved to their partitions (``resolve``), read anew
+    once when a parent is not where a kept width put it (``EMQPARENT``, nothing registered).
+    A flow reads each queue's width once (`fresh`: read in this call already) and names each
+    parent by the partition it went to (`resolved`)."""
+    if parents and not fresh:
+        router.learn(width((yield SEND, width_command(router.queue))))
+    above = list(parents) if resolved else (yield from resolve(routers, parents))
+    reroutes, reread = 0, resolved
+    while True:
+        target = router.of(key)
+        try:
+            for adopt in cmd.adoptions(target, job_id, above):
+                yield SEND, adopt
+            return (yield WRITE, build(target, above)), target
+        except EmqSpannedError as e:
+            if not router.refused(e, reroutes):
+                raise
+            reroutes += 1
+            if parents:
+                router.learn(width((yield SEND, width_command(router.queue))))
+        except EmqParentError:
+            # A retry of an enqueue that went through (its row is there): the parent may have
+            # run since, and refuses the child it counted already.
+            if parents and cmd.row((yield SEND, cmd.job(target, job_id))) is not None:
+                return None, target
+            if reread:
+                raise
+            above, reread = (yield from resolve(routers, parents, again=True)), True

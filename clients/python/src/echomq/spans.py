@@ -46,9 +46,23 @@ def refused(width_reply: Any, stats_reply: Any, width: int) -> bool:
 
 
 def unspan(queue: str, width: int) -> List[List[Any]]:
-    """``EMQ.UNSPAN`` of the queue, then of each of its `width` partitions (each refused while
-    it holds a job)."""
-    return [["EMQ.UNSPAN", queue]] + [["EMQ.UNSPAN", p] for p in names(queue, width)]
+    """The ``EMQ.WIDTH`` of each of the queue's `width` partitions, in order: an unspan
+    (``unspanning``) retires each still marked, then unmarks the queue."""
+    return [width_command(p) for p in names(queue, width)]
+
+
+def unspanning(queue: str, width: int, widths: Sequence[Any]) -> List[List[Any]]:
+    """``EMQ.UNSPAN`` of each partition still marked as one of `queue`'s (from its
+    ``EMQ.WIDTH``, in `widths`), then of the queue (docs/cluster.md, "Changing the width"). The
+    partitions go first: one that holds jobs refuses (``EMQSPAN``) and leaves the queue spanned,
+    so its producers still route and the same call, once the jobs are gone, finishes. A
+    partition retired already is left so: ``EMQ.UNSPAN`` again would make it an ordinary queue,
+    which takes a stale producer's job where no worker claims, instead of sending it on."""
+    marked = [
+        p for p, reply in zip(names(queue, width), widths)
+        if cmd.pairs(reply).get("index") is not None
+    ]
+    return [["EMQ.UNSPAN", p] for p in marked] + [["EMQ.UNSPAN", queue]]
 
 
 def width_command(queue: str) -> List[Any]:

@@ -15,7 +15,7 @@ from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import commands as cmd
-from . import leases, outbox, rounds, tracing
+from . import leases, outbox, rounds, spans, tracing
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, server_full, transient
 from .claiming import MAX_ERROR, Claiming, jobs_of, outcome, version_options
@@ -95,9 +95,10 @@ class Worker(Claiming):
     share ``concurrency``: a claim holds the slots it asks for until its reply (a blocked one,
     when there are several primaries, one), so give a worker more slots than the queue has
     primaries. Each job's ``queue`` is its partition, where its renewals and its outcome go.
-    The width is read at start; a queue spanned later is switched to at its first
-    ``EMQSPANNED``, and a failed claim (a failover, a ``MOVED``) has the worker read the slot
-    map and the width again and regroup.
+    The width is read at start, and again each time a blocking claim times out (a width
+    changed, docs/cluster.md "Changing the width", is claimed anew); a queue spanned later is
+    switched to at its first ``EMQSPANNED``, and a failed claim (a failover, a ``MOVED``) has
+    the worker read the slot map and the width again and regroup.
 
     ``name`` identifies the worker in its events (default ``<hostname>:<pid>:<6 random hex>``);
     ``on_event`` is called with a ``WorkerEvent`` for each claim, renewal, settle, handler
@@ -230,7 +231,7 @@ class Worker(Claiming):
                     raise ends.fatal
                 if ends.lapse is None:
                     continue
-                failures = 0 if ends.answered else failures
+                failures = ends.after(failures)
             except Exception as e:
                 if not (transient(e) or server_full(e)):
                     raise
@@ -270,6 +271,7 @@ class Worker(Claiming):
         thread of its own and, on a cluster, on its node's connection), until stopped or a
         claim failed (the slot map is read again then): how they ended."""
         client = self.queue.client
+        width = self.queue.router.width or 0
         self._queues = self.queue.router.partitions()
         groups = rounds.by_primary(client, self._queues)
         over, ends = threading.Event(), rounds.Ends()
@@ -277,7 +279,7 @@ class Worker(Claiming):
             threading.Thread(
                 target=self._claim_group, name=f"echomq-claim-{n}", daemon=True,
                 args=(client if node is None else client.get_redis_connection(node), partitions,
-                      len(groups), over, ends),
+                      len(groups), width, over, ends),
             )
             for n, (node, partitions) in enumerate(groups)
         ]
@@ -293,13 +295,14 @@ class Worker(Claiming):
         return ends
 
     def _claim_group(
-        self, conn: Any, partitions: List[str], loops: int, over: threading.Event,
-        ends: rounds.Ends,
+        self, conn: Any, partitions: List[str], loops: int, width: int,
+        over: threading.Event, ends: rounds.Ends,
     ) -> None:
         """One primary's claim loop, round its partitions (``rounds.Rotation``), each claim
         holding the slots it asks for (``_reserve``), until stopped or `over`. A failed claim
         (a ``MOVED`` among them: the slot map changed) sets `over`: every loop ends, and the
-        worker regroups, or raises one refused for good."""
+        worker regroups, or raises one refused for good. So does a blocking claim that timed
+        out once the queue's width is no longer `width` (``_resized``)."""
         rotation = rounds.Rotation(partitions)
         while not (self._stopping.is_set() or over.is_set()):
             claim = rotation.next()
@@ -318,8 +321,24 @@ class Worker(Claiming):
             jobs = self.claimed(claim.partition, reply, sent)
             self._dispatch(jobs, count)
             with self._lock:
-                ends.answered += 1
+                ends.took(claim)
             rotation.took(claim, len(jobs))
+            if claim.wake is not None and reply is None and self._resized(width, ends):
+                over.set()
+                return
+
+    def _resized(self, width: int, ends: rounds.Ends) -> bool:
+        """Whether the queue's width (``EMQ.WIDTH``, read when a blocking claim timed out: the
+        partitions were idle) is no longer `width`: it was unspanned, and maybe spanned over
+        another width, since the worker read it. Its loops then end and it claims anew. A read
+        that failed ends them too, as a failed claim does (noted in `ends`)."""
+        try:
+            reply = self.queue.client.execute_command(*spans.width_command(self.queue.name))
+        except Exception as e:
+            with self._lock:
+                ends.failed(translate(e), transient(e) or server_full(e) or moved(e))
+            return True
+        return spans.width(reply) != width
 
     def _reserve(self, wanted: int, over: threading.Event) -> int:
         """Holds up to `wanted` free slots for a claim, once it is the first of the loops
