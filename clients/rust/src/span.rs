@@ -172,7 +172,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// Learns `width` from an `EMQSPANNED` refusal; whether the job is to be routed again. Not
     /// when this handle's queue is itself a partition of that width: it refused a job that
     /// routes to another of its queue's partitions, which routing by its name would not find.
+    /// Width 0 comes from a retired partition (docs/cluster.md, "Changing the width"): send to
+    /// the queue's own name; not again when the job went there already (this handle knew no
+    /// width, so its queue's own name is the retired partition).
     pub(crate) fn relearn(&self, width: u16) -> bool {
+        if width == 0 && self.width.known().unwrap_or(0) == 0 {
+            return false;
+        }
         if is_partition(&self.name, width) {
             return false;
         }

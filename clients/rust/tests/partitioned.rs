@@ -20,11 +20,29 @@ use echomq_client::partition::{name, route};
 use echomq_client::slot::slot;
 use echomq_client::{Enqueue, Error, Job, Limit, Queue, Setting, Worker};
 use redis::aio::ConnectionLike;
-use support::{blocked_clients, cluster::Cluster, Options};
+use support::{blocked_clients, cluster::Cluster, info_field, Options};
 
 /// Where a job with this group, else this id, lives in `queue` over `width`.
 fn home(queue: &str, width: u16, key: &str) -> String {
     name(queue, route(width, key), width).expect("a partition")
+}
+
+/// How many times `command` ran on `con`'s server since the last `CONFIG RESETSTAT`.
+fn calls(con: &mut redis::Connection, command: &str) -> u64 {
+    let field = format!("cmdstat_{}", command.to_lowercase());
+    info_field(con, "commandstats", &field)
+        .and_then(|stats| {
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            calls.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+fn reset_stats(con: &mut redis::Connection) {
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .exec(con)
+        .expect("CONFIG RESETSTAT");
 }
 
 /// Polls `done` every 20 ms, up to 30 s; whether it came true.
@@ -315,11 +333,10 @@ async fn the_refusals_of_a_partitioned_queue_are_typed_errors_and_a_limit_is_spl
     }
 }
 
-/// A Queue that learned width 4 learns 3 once the drained queue is spanned again over 3. (Over
-/// 2 no partition could refuse it: a job's partition of 2 is its partition of 4 mod 2, so the
-/// first partition, the only one whose name the two widths can share, takes every job sent
-/// to it, and the other partitions of 4 are ordinary queues again: docs/cluster.md, "Changing
-/// the width", stops the producers first.)
+/// A Queue that learned width 4 learns 3 once the drained queue is spanned again over 3, from
+/// a partition whose name the two widths share: it refuses a job that routes elsewhere over 3
+/// with the new width (`EMQSPANNED 3`). A partition of 4 that is none of 3 is retired, and
+/// refuses with width 0 (the next test).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_width_is_learned_again_from_the_partition_that_refuses_the_job() {
     let server = start(Options::default());
@@ -365,6 +382,64 @@ async fn a_stale_width_is_learned_again_from_the_partition_that_refuses_the_job(
         .await
         .expect("EMQ.JOB");
     assert_eq!(row.expect("its row")["group"], group);
+}
+
+/// After an unspan and a span over 2, a Queue that still holds width 4 sends a job to its
+/// partition of 4, retired (no partition of 2 has its name), which refuses it with width 0; the
+/// queue's own name answers with width 2, and the job lands in its partition of 2: three sends,
+/// two re-routes. A handle on the retired partition's own name is refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_partition_sends_a_stale_producer_to_the_queue_and_refuses_its_own_handle() {
+    let server = start(Options::default());
+    let mut con = server.conn();
+    let queue = "retiring";
+    let of_two: Vec<String> = (0..2).map(|i| name(queue, i, 2).expect("name")).collect();
+    let id = (0..10_000)
+        .map(|_| echomq_client::ids::mint())
+        .find(|id| !of_two.contains(&home(queue, 4, id)))
+        .expect("an id whose partition of 4 is none of 2");
+    let admin = Queue::new(conn(&server).await, queue);
+    admin.span(4).await.expect("span over 4");
+    let q = Queue::new(conn(&server).await, queue);
+    assert_eq!(q.width().await.expect("width"), 4);
+    assert!(admin.unspan().await.expect("unspan"));
+    assert!(admin.span(2).await.expect("span over 2"));
+    let retired = home(queue, 4, &id);
+    assert_eq!(
+        Queue::new(conn(&server).await, retired.as_str())
+            .width()
+            .await
+            .expect("width"),
+        0
+    );
+
+    reset_stats(&mut con);
+    let how = Enqueue {
+        id: Some(id.clone()),
+        ..Enqueue::default()
+    };
+    assert_eq!(q.enqueue_with(b"x", how).await.expect("routed"), id);
+    assert_eq!(calls(&mut con, "EMQ.ENQUEUE"), 3, "two re-routes");
+    assert_eq!(q.known_width(), Some(2));
+    let row = Queue::new(conn(&server).await, home(queue, 2, &id))
+        .job(&id)
+        .await
+        .expect("EMQ.JOB");
+    assert_eq!(row.expect("in its partition of 2")["state"], "pending");
+
+    reset_stats(&mut con);
+    let own = Queue::new(conn(&server).await, retired.as_str());
+    match own.enqueue(b"y").await {
+        Err(Error::Spanned { width, .. }) => assert_eq!(width, 0),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(calls(&mut con, "EMQ.ENQUEUE"), 1, "refused at once");
+    match own.enqueue_many([b"y", b"z"]).await {
+        Err(Error::Spanned { width, .. }) => assert_eq!(width, 0),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(calls(&mut con, "EMQ.MENQUEUE"), 1, "refused at once");
+    assert_eq!(own.stats().await.expect("stats")["pending"], Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
