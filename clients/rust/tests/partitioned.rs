@@ -442,6 +442,82 @@ async fn a_retired_partition_sends_a_stale_producer_to_the_queue_and_refuses_its
     assert_eq!(own.stats().await.expect("stats")["pending"], Some(0));
 }
 
+/// `EMQ.WIDTH` of `queue` as (width, of, index).
+async fn place_of(server: &support::Server, queue: &str) -> (i64, Option<String>, Option<i64>) {
+    let reply: redis::Value = redis::cmd("EMQ.WIDTH")
+        .arg(queue)
+        .query_async(&mut conn(server).await)
+        .await
+        .expect("EMQ.WIDTH");
+    let fields: Vec<(redis::Value, redis::Value)> = match reply {
+        redis::Value::Map(m) => m,
+        redis::Value::Array(items) => items
+            .chunks(2)
+            .map(|kv| (kv[0].clone(), kv[1].clone()))
+            .collect(),
+        other => panic!("{other:?}"),
+    };
+    let field = |k: &str| {
+        fields
+            .iter()
+            .find(|(f, _)| redis::from_redis_value_ref::<String>(f).ok().as_deref() == Some(k))
+            .map(|(_, v)| v.clone())
+            .filter(|v| *v != redis::Value::Nil)
+    };
+    let int = |k: &str| field(k).and_then(|v| redis::from_redis_value::<i64>(v).ok());
+    let of = field("of").and_then(|v| redis::from_redis_value::<String>(v).ok());
+    (int("width").expect("width"), of, int("index"))
+}
+
+/// An unspan retires the partitions first and the queue last: one that holds a job is refused,
+/// and the queue stays partitioned. Once it is drained, the unspan
+/// again retires the rest and leaves the partitions it retired before retired (not ordinary
+/// queues, which would take a stale producer's jobs), and the queue is ordinary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unspan_retires_the_partitions_before_the_queue_and_a_retry_after_a_refusal_works() {
+    let server = start(Options::default());
+    let queue = "unspanning";
+    let admin = Queue::new(conn(&server).await, queue);
+    admin.span(4).await.expect("span");
+    let q = Queue::new(conn(&server).await, queue);
+    // A job in the last partition: the three before it are retired before the refusal.
+    let id = (0..10_000)
+        .map(|_| echomq_client::ids::mint())
+        .find(|id| route(4, id) == 3)
+        .expect("an id");
+    let how = Enqueue {
+        id: Some(id.clone()),
+        ..Enqueue::default()
+    };
+    q.enqueue_with(b"x", how).await.expect("job");
+    match admin.unspan().await {
+        Err(Error::Span(why)) => assert!(why.starts_with("EMQSPAN "), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        place_of(&server, queue).await,
+        (4, None, None),
+        "the queue is still partitioned"
+    );
+    let last = name(queue, 3, 4).expect("name");
+    assert_eq!(
+        place_of(&server, &last).await,
+        (4, Some(queue.to_string()), Some(3))
+    );
+    assert!(q.cancel(&id).await.expect("cancel"), "drained");
+    assert!(admin.unspan().await.expect("unspan again"));
+    assert_eq!(place_of(&server, queue).await, (0, None, None));
+    for i in 0..4 {
+        let part = name(queue, i, 4).expect("name");
+        assert_eq!(
+            place_of(&server, &part).await,
+            (0, Some(queue.to_string()), None),
+            "{part} retired, not ordinary"
+        );
+    }
+    assert!(!admin.unspan().await.expect("nothing left to change"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_started_before_the_span_claims_from_the_partitions_after_it() {
     let server = start(Options::default());
