@@ -252,10 +252,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// Spreads this empty queue over `width` partitions (1 to 1,024; docs/cluster.md): marks
     /// each partition, on its own node (`EMQ.SPAN <partition> <width> OF <queue> INDEX <i>`),
     /// then the queue (`EMQ.SPAN <queue> <width>`); whether anything changed (marking again
-    /// with the same width changes nothing). Another width, or a queue that holds jobs, is
-    /// refused [`Error::Span`]. The width is learned.
+    /// with the same width changes nothing). A queue spanned over another width, a partition,
+    /// or a queue that holds jobs is refused [`Error::Span`] before any partition is marked
+    /// (its `EMQ.WIDTH` and `EMQ.STATS` read first). The width is learned.
     pub async fn span(&self, width: u16) -> Result<bool> {
         let names = partitions(&self.name, width)?;
+        self.check_span(width).await?;
         let mut changed = false;
         for (i, partition) in names.iter().enumerate() {
             let mut cmd = Cmd::new();
@@ -272,6 +274,40 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         changed |= self.call("EMQ.SPAN", &args).await? == Value::Int(1);
         self.width.learn(width);
         Ok(changed)
+    }
+
+    /// Refuses, as the server's `EMQ.SPAN` of the queue would, a span over `width` of a queue
+    /// spanned over another, of a partition, or of a queue that holds jobs: so that a refused
+    /// span leaves no partition marked as this queue's. (A retired partition may be spanned.)
+    async fn check_span(&self, width: u16) -> Result<()> {
+        let place = self.place().await?;
+        let refused = |why: String| Err(Error::Span(format!("EMQSPAN {why}")));
+        if let (Some(of), Some(index)) = (&place.of, place.index) {
+            let n = place.width;
+            return refused(format!(
+                "the queue is partition {index} of {n} of {of}; EMQ.UNSPAN it first to change that"
+            ));
+        }
+        match place.width {
+            0 => {}
+            n if n == width => return Ok(()),
+            n => {
+                return refused(format!(
+                    "the queue is spanned over {n} partitions; EMQ.UNSPAN it first to change that"
+                ))
+            }
+        }
+        let stats = self.own_stats().await?;
+        let held: i64 = ["pending", "active", "scheduled", "dead", "waiting"]
+            .iter()
+            .filter_map(|k| stats.get(*k).copied().flatten())
+            .sum();
+        if held > 0 {
+            return refused(
+                "the queue holds jobs; span an empty queue (drain or purge it first)".into(),
+            );
+        }
+        Ok(())
     }
 
     /// Makes the queue an ordinary one again (docs/cluster.md, "Changing the width"):

@@ -518,6 +518,56 @@ async fn an_unspan_retires_the_partitions_before_the_queue_and_a_retry_after_a_r
     assert!(!admin.unspan().await.expect("nothing left to change"));
 }
 
+/// A span the queue would refuse (it holds a job, or is spanned over another width) is refused
+/// before any partition is marked: no partition is left naming a queue that is not theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_span_the_queue_refuses_marks_no_partition() {
+    let server = start(Options::default());
+    let full = Queue::new(conn(&server).await, "holding");
+    full.enqueue(b"x").await.expect("job");
+    match full.span(4).await {
+        Err(Error::Span(why)) => assert!(why.starts_with("EMQSPAN "), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    for i in 0..4 {
+        let part = name("holding", i, 4).expect("name");
+        assert_eq!(place_of(&server, &part).await, (0, None, None), "{part}");
+    }
+    assert_eq!(place_of(&server, "holding").await, (0, None, None));
+
+    let spanned = Queue::new(conn(&server).await, "wide");
+    spanned.span(4).await.expect("span over 4");
+    let of_four: Vec<String> = (0..4).map(|i| name("wide", i, 4).expect("name")).collect();
+    match spanned.span(3).await {
+        Err(Error::Span(why)) => assert!(why.starts_with("EMQSPAN "), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    for i in 0..3 {
+        let part = name("wide", i, 3).expect("name");
+        if !of_four.contains(&part) {
+            assert_eq!(place_of(&server, &part).await, (0, None, None), "{part}");
+        }
+    }
+    assert_eq!(place_of(&server, "wide").await, (4, None, None));
+    // A partition is no queue to span either.
+    match Queue::new(conn(&server).await, of_four[1].as_str())
+        .span(2)
+        .await
+    {
+        Err(Error::Span(why)) => assert!(why.starts_with("EMQSPAN "), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    for i in 0..2 {
+        let part = name(&of_four[1], i, 2).expect("name");
+        assert_eq!(place_of(&server, &part).await, (0, None, None), "{part}");
+    }
+    // A retired one is, as the server has it.
+    assert!(spanned.unspan().await.expect("unspan"));
+    let retired = Queue::new(conn(&server).await, of_four[1].as_str());
+    assert!(retired.span(2).await.expect("a retired partition spanned"));
+    assert!(retired.unspan().await.expect("and unspanned"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_started_before_the_span_claims_from_the_partitions_after_it() {
     let server = start(Options::default());
