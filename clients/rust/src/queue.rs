@@ -14,6 +14,7 @@ use crate::flow::{self, Parent};
 use crate::headers;
 use crate::ids;
 use crate::partition::route;
+use crate::slot::slot;
 use crate::span::{summed, Width};
 use crate::trace;
 
@@ -315,13 +316,37 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// is adopted first by each parent whose queue's slot is not this queue's (`EMQ.ADOPT`).
     /// On a partitioned queue the job goes to the partition of its group, else its id; a
     /// refusal with a width (`EMQSPANNED`) teaches it, and the job is sent again where it
-    /// routes then, up to [`REROUTES`] times ([`Error::Spanned`] after that).
+    /// routes then, up to [`REROUTES`] times ([`Error::Spanned`] after that). A child that is
+    /// to be adopted reads the queue's width first (`EMQ.WIDTH`, once a call and again after a
+    /// refusal), so that its parents register it where it goes, not where a width not yet
+    /// learned, or learned before the queue was spanned again, would send it (a parent would
+    /// wait for ever for a child registered where none is written).
     pub async fn enqueue_with(&self, payload: impl AsRef<[u8]>, how: Enqueue) -> Result<String> {
+        let (id, _) = self.enqueue_to(payload.as_ref(), how, &mut false).await?;
+        Ok(id)
+    }
+
+    /// Whether a job with this key (its group, else its id) is adopted by one of `parents`
+    /// where the width known sends it: a parent whose slot is not that queue's.
+    fn adopts(&self, parents: &[Parent], key: &str) -> bool {
+        let here = slot(&self.placed(key).name);
+        parents.iter().any(|p| slot(&p.queue) != here)
+    }
+
+    /// [`Queue::enqueue_with`]: the job's id and the queue it went to (its partition, on a
+    /// partitioned queue). `read`: whether the width was read for this call already (a flow
+    /// reads each queue's once).
+    pub(crate) async fn enqueue_to(
+        &self,
+        payload: &[u8],
+        how: Enqueue,
+        read: &mut bool,
+    ) -> Result<(String, String)> {
         flow::check(&how.parents)?;
         let timeout = how.timeout.map(timeout_ms).transpose()?;
         let id = how.id.unwrap_or_else(ids::mint);
         let key = how.group.clone().unwrap_or_else(|| id.clone());
-        let mut args = vec![id.clone().into_bytes(), payload.as_ref().to_vec()];
+        let mut args = vec![id.clone().into_bytes(), payload.to_vec()];
         let ms = |d: Duration| millis(d).to_string().into_bytes();
         if let Some(d) = how.delay {
             args.extend([b"DELAY".to_vec(), ms(d)]);
@@ -345,19 +370,26 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         args.extend(headers::args(&sending.headers));
         args.extend(flow::options(how.children, &how.parents));
         let mut reroutes = 0;
-        let (replicas, reply) = loop {
+        let (replicas, reply, went) = loop {
+            if !*read && self.adopts(&how.parents, &key) {
+                self.width().await?;
+                *read = true;
+            }
             let at = self.placed(&key);
             if let Err(e) = at.adopt(&how.parents, &id).await {
-                return at.enqueued_before(e, id).await;
+                return Ok((at.enqueued_before(e, id).await?, at.name.clone()));
             }
             let sent = at.send(&at.command("EMQ.ENQUEUE", &args), true).await;
             match sent.reply {
                 Err(Error::Spanned { width, .. }) if reroutes < REROUTES && self.relearn(width) => {
                     reroutes += 1;
+                    *read = false;
                 }
-                Err(e @ Error::Parent(_)) => return at.enqueued_before(e, id).await,
+                Err(e @ Error::Parent(_)) => {
+                    return Ok((at.enqueued_before(e, id).await?, at.name.clone()))
+                }
                 Err(e) => return Err(e),
-                Ok(reply) => break (sent.replicas, reply),
+                Ok(reply) => break (sent.replicas, reply, at.name.clone()),
             }
         };
         let id = match reply {
@@ -368,7 +400,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         };
         sending.sent(&id);
         match self.confirmed(replicas) {
-            Ok(()) => Ok(id),
+            Ok(()) => Ok((id, went)),
             Err(replicas) => Err(Error::NotReplicated {
                 ids: vec![id.clone()],
                 replicas,

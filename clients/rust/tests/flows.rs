@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
+use echomq_client::partition::{name, route};
 use echomq_client::slot::slot;
 use echomq_client::{
     ChildOutcome, ChildStatus, Children, Counts, Enqueue, Error, EventKind, EventOutcome, FlowJob,
@@ -422,6 +423,95 @@ async fn a_parent_that_refuses_a_child_is_a_typed_error() {
     let empty = flows.batch(&mut [], &mut done).await;
     assert!(matches!(empty, Err(Error::Flow(_))), "{empty:?}");
     assert_eq!(fetches.stats().await.expect("stats")["pending"], Some(1));
+}
+
+/// Where a job with this group, else this id, lives in `queue` over `width`.
+fn home(queue: &str, width: u16, key: &str) -> String {
+    name(queue, route(width, key), width).expect("a partition")
+}
+
+/// The (queue, id) of each child a parent registered, in order.
+async fn registered<C>(parents: &Queue<C>, id: &str) -> Vec<(String, String)>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let mut keys: Vec<_> = parents
+        .children(id)
+        .await
+        .expect("children")
+        .into_keys()
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// A child enqueued into a partitioned queue by a handle that has not learned its width, and
+/// one by a handle whose width is stale (the queue was unspanned and spanned again over
+/// another), are each adopted by their parent where they are written, their partition: the
+/// parent registers two children, not a third where none is, and runs once both are done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_in_a_partitioned_queue_is_adopted_where_it_goes_whatever_width_its_handle_held() {
+    let server = start(Options::default());
+    let reports = Queue::new(conn(&server).await, "reports");
+    let how = Enqueue {
+        children: Some(2),
+        ..Enqueue::default()
+    };
+    let parent = reports.enqueue_with(b"p", how).await.expect("parent");
+    let child_of = |id: Option<String>| Enqueue {
+        id,
+        parents: vec![Parent::new("reports", parent.clone())],
+        ..Enqueue::default()
+    };
+    Queue::new(conn(&server).await, "fetch")
+        .span(4)
+        .await
+        .expect("span");
+    let untold = Queue::new(conn(&server).await, "fetch");
+    let first = untold
+        .enqueue_with(b"eu", child_of(None))
+        .await
+        .expect("first child");
+    assert_eq!(untold.known_width(), Some(4));
+
+    let admin = Queue::new(conn(&server).await, "sync");
+    admin.span(4).await.expect("span over 4");
+    let stale = Queue::new(conn(&server).await, "sync");
+    assert_eq!(stale.width().await.expect("width"), 4);
+    assert!(admin.unspan().await.expect("unspan"));
+    assert!(admin.span(2).await.expect("span over 2"));
+    let of_two: Vec<String> = (0..2).map(|i| name("sync", i, 2).expect("name")).collect();
+    let id = (0..10_000)
+        .map(|_| echomq_client::ids::mint())
+        .find(|id| !of_two.contains(&home("sync", 4, id)))
+        .expect("an id whose partition of 4 was retired");
+    let second = stale
+        .enqueue_with(b"us", child_of(Some(id.clone())))
+        .await
+        .expect("second child");
+    assert_eq!(stale.known_width(), Some(2));
+
+    assert_eq!(
+        field(&reports, &parent, "adopted").await.as_deref(),
+        Some("2")
+    );
+    let mut expected = vec![
+        (home("fetch", 4, &first), first),
+        (home("sync", 2, &second), second),
+    ];
+    expected.sort();
+    assert_eq!(registered(&reports, &parent).await, expected);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let parents = run(worker_of(&server, "reports", reader(&seen)).await);
+    let fetches = run(worker_of(&server, "fetch", fetch).await);
+    let syncs = run(worker_of(&server, "sync", fetch).await);
+    assert!(until(|| async { state(&reports, &parent).await.as_deref() == Some("done") }).await);
+    assert_eq!(fetches.stop().await.acked, 1);
+    assert_eq!(syncs.stop().await.acked, 1);
+    assert_eq!(parents.stop().await.acked, 1);
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 1, "the parent ran once");
+    assert!(seen[0].values().all(|c| c.status == ChildStatus::Acked));
 }
 
 /// On `cluster`, a flow whose parent (payload `parent`) is in `parent_queue` and whose two
