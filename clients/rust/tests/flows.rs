@@ -514,6 +514,139 @@ async fn a_child_in_a_partitioned_queue_is_adopted_where_it_goes_whatever_width_
     assert!(seen[0].values().all(|c| c.status == ChildStatus::Acked));
 }
 
+/// A flow whose parent is in a partitioned queue: the parent goes to its partition, and its
+/// children (one in another partitioned queue, one in the parent's) name that partition, so the
+/// parent registers both and runs once they are done. A child enqueued by hand names the
+/// parent's queue and is sent to the parent's partition (by its id, or by its group when the
+/// parent has one), also by a handle that kept the parent queue's width from before its span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_in_a_partitioned_queue_is_found_in_its_partition_by_its_children() {
+    let server = start(Options::default());
+    for (queue, width) in [("reports", 4), ("fetch", 3)] {
+        Queue::new(conn(&server).await, queue)
+            .span(width)
+            .await
+            .expect("span");
+    }
+    let flows = Flows::new(conn(&server).await);
+    let mut tree = FlowJob::new("reports", b"monthly")
+        .child(FlowJob::new("fetch", b"eu"))
+        .child(FlowJob::new("reports", b"us"));
+    let root = flows.flow(&mut tree).await.expect("flow");
+    let home_of_root = Queue::new(conn(&server).await, home("reports", 4, &root));
+    assert_eq!(
+        state(&home_of_root, &root).await.as_deref(),
+        Some("waiting")
+    );
+    let (eu, us) = (tree.children[0].id.clone(), tree.children[1].id.clone());
+    let (eu, us) = (eu.expect("minted"), us.expect("minted"));
+    let mut expected = vec![
+        (home("fetch", 3, &eu), eu.clone()),
+        (home("reports", 4, &us), us.clone()),
+    ];
+    expected.sort();
+    assert_eq!(registered(&home_of_root, &root).await, expected);
+
+    // By hand: a parent by its id, and a grouped one by its group.
+    let reports = Queue::new(conn(&server).await, "reports");
+    let fetches = Queue::new(conn(&server).await, "fetch");
+    let one = Enqueue {
+        children: Some(1),
+        ..Enqueue::default()
+    };
+    let by_id = reports
+        .enqueue_with(b"p", one.clone())
+        .await
+        .expect("parent");
+    let grouped_id = echomq_client::ids::mint();
+    let group = (0..1000)
+        .map(|g| format!("tenant-{g}"))
+        .find(|g| route(4, g) != route(4, &grouped_id))
+        .expect("a group that routes elsewhere than the id");
+    let grouped = Enqueue {
+        id: Some(grouped_id.clone()),
+        group: Some(group.clone()),
+        ..one.clone()
+    };
+    reports
+        .enqueue_with(b"g", grouped)
+        .await
+        .expect("grouped parent");
+    let child_of = |parent: Parent| Enqueue {
+        parents: vec![parent],
+        ..Enqueue::default()
+    };
+    let first = fetches
+        .enqueue_with(b"a", child_of(Parent::new("reports", by_id.clone())))
+        .await
+        .expect("child of a parent by its id");
+    let second = fetches
+        .enqueue_with(
+            b"b",
+            child_of(Parent::new("reports", grouped_id.clone()).group(group.clone())),
+        )
+        .await
+        .expect("child of a grouped parent");
+    let home_of_id = Queue::new(conn(&server).await, home("reports", 4, &by_id));
+    assert_eq!(
+        registered(&home_of_id, &by_id).await,
+        vec![(home("fetch", 3, &first), first)]
+    );
+    let home_of_group = Queue::new(conn(&server).await, home("reports", 4, &group));
+    assert_eq!(
+        registered(&home_of_group, &grouped_id).await,
+        vec![(home("fetch", 3, &second), second)]
+    );
+
+    // A handle that kept "audit" as an ordinary queue finds a parent written after its span.
+    let audit = Queue::new(conn(&server).await, "audit");
+    let early = audit.enqueue_with(b"p", one.clone()).await.expect("parent");
+    fetches
+        .enqueue_with(b"c", child_of(Parent::new("audit", early.clone())))
+        .await
+        .expect("child while audit is ordinary");
+    assert_eq!(audit.cancel_flow(&early).await.expect("cancel"), 2);
+    audit.span(2).await.expect("span audit");
+    let late = audit.enqueue_with(b"p", one).await.expect("parent");
+    let third = fetches
+        .enqueue_with(b"d", child_of(Parent::new("audit", late.clone())))
+        .await
+        .expect("child after the span: the parent looked for again");
+    let audit_home = Queue::new(conn(&server).await, home("audit", 2, &late));
+    assert_eq!(
+        registered(&audit_home, &late).await,
+        vec![(home("fetch", 3, &third), third)]
+    );
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let parents = run(worker_of(&server, "reports", reader(&seen)).await);
+    let audits = run(worker_of(&server, "audit", fetch).await);
+    let children = run(worker_of(&server, "fetch", fetch).await);
+    let parents_done = [
+        (&home_of_root, &root),
+        (&home_of_id, &by_id),
+        (&home_of_group, &grouped_id),
+        (&audit_home, &late),
+    ];
+    for (queue, id) in parents_done {
+        assert!(
+            until(|| async { state(queue, id).await.as_deref() == Some("done") }).await,
+            "{id} ran"
+        );
+    }
+    children.stop().await;
+    audits.stop().await;
+    parents.stop().await;
+    let seen = seen.lock().expect("lock").clone();
+    let roots: Vec<_> = seen.iter().filter(|c| c.len() == 2).collect();
+    assert_eq!(
+        roots.len(),
+        1,
+        "the flow's parent ran once, with its two children"
+    );
+    assert!(roots[0].values().all(|c| c.status == ChildStatus::Acked));
+}
+
 /// On `cluster`, a flow whose parent (payload `parent`) is in `parent_queue` and whose two
 /// children (`children`) are in the first queue `<prefix>-<n>` of another primary: that queue,
 /// the tree with its minted ids, and the parent's id.
