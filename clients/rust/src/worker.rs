@@ -41,7 +41,8 @@ pub const MAX_ERROR: usize = 4096;
 /// Most acknowledgements one `EMQ.MACK` carries.
 pub const SETTLE_BATCH: usize = 100;
 /// How often a partitioned queue's worker reads the queue's width and the cluster's slots
-/// again, to claim from the partitions as they are now.
+/// again, to claim from the partitions as they are now (a queue spanned again over another
+/// width tells its workers nothing: its old partitions, retired, still answer their claims).
 pub const WATCH_EVERY: Duration = Duration::from_secs(5);
 
 /// What a worker did, for logs and tests.
@@ -326,8 +327,12 @@ where
 
     /// Every [`WATCH_EVERY`], while a partitioned queue's loops claim, reads the queue's width
     /// and the cluster's slots again, and asks for a regroup when the partitions or their
-    /// primaries changed: a blocked claim whose `WAKE` queue moved away ends with `MOVED` only
-    /// once the server notices, and the cluster client follows that redirect itself.
+    /// primaries changed. A blocking claim whose `WAKE` names a queue another primary serves
+    /// is refused `MOVED` at once (as the server's reading of the slots, once a second, has
+    /// it), and a regroup follows; but a claim blocked before the move waits on, a loop of one
+    /// partition names no `WAKE` queue, and nothing refuses the claims of a worker whose queue
+    /// was spanned again over another width (its old partitions, retired, answer them): this
+    /// reading is what tells it.
     async fn watch(&self, parts: &[String], groups: &[Vec<String>], regroup: &CancellationToken) {
         if parts.len() < 2 {
             return; // an ordinary queue's claim learns of a span from its refusal

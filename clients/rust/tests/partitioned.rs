@@ -593,8 +593,41 @@ async fn a_worker_started_before_the_span_claims_from_the_partitions_after_it() 
     seen.assert_once_each_from_its_partition("late", 3, &jobs);
 }
 
-/// The worker follows the move (the cluster client's redirects, then a regroup once the
-/// worker reads the slots again, `WATCH_EVERY`): every job is still handled once. (Until the
+/// A queue unspanned and spanned again over another width while its worker runs: the worker's
+/// claims of its old partitions, retired, are still answered (nothing refuses them), so it is
+/// its reading of the width (`WATCH_EVERY`) that has it claim the new partitions, each job once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_claims_the_new_partitions_of_its_queue_spanned_again_over_another_width() {
+    let server = start(Options::default());
+    let admin = Queue::new(conn(&server).await, "respanned");
+    admin.span(4).await.expect("span over 4");
+    let seen = Seen::default();
+    let worker = worker_of(&server, "respanned", seen.handler()).await;
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut con = server.conn();
+    assert!(
+        until(|| blocked_clients(&mut con) == 1).await,
+        "claiming the four partitions"
+    );
+    assert!(admin.unspan().await.expect("unspan"));
+    assert!(admin.span(3).await.expect("span over 3"));
+    let q = Queue::new(conn(&server).await, "respanned");
+    let jobs = produce(&q, 15).await;
+    assert_eq!(q.known_width(), Some(3));
+    assert!(
+        until(|| seen.count() >= 30).await,
+        "{} of 30 handled",
+        seen.count()
+    );
+    token.cancel();
+    assert_eq!(run.await.expect("task").expect("run").acked, 30);
+    seen.assert_once_each_from_its_partition("respanned", 3, &jobs);
+}
+
+/// The worker follows the move (the cluster client's redirects, then a regroup, on a blocking
+/// claim's `MOVED` for a `WAKE` queue now elsewhere or once the worker reads the slots again,
+/// `WATCH_EVERY`): every job is still handled once. (Until the
 /// regroup, a loop's blocked claim may sit on the primary the slot moved to beside that
 /// primary's own, so the blocked claims are not counted here.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
