@@ -10,7 +10,9 @@
 //! its loop's share, so every loop can block at once while the concurrency is at least the
 //! number of primaries (below it, the loops take turns, first come first served).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, Value};
@@ -59,6 +61,36 @@ pub(crate) struct Claims<C> {
     pub share: usize,
     /// The worker's shutdown.
     pub stop: CancellationToken,
+    /// Whether a blocking claim of any loop was answered (jobs, none, or its timeout): the
+    /// claims and the grouping they follow work, so the worker's regroups start their backoff
+    /// again ([`Tries`]).
+    pub answered: AtomicBool,
+}
+
+/// Failures in a row, each waited out with a backoff that grows with them; forgotten only when
+/// a claim shows that the claims work again. A blocking claim answered shows it (with its
+/// `WAKE`, it names every queue of its loop, on the primary the loop takes them for); a claim
+/// without `BLOCK` that gave nothing does not: it answers from one queue, through the cluster
+/// client's redirects. Were the count forgotten at every answer, a blocking claim refused again
+/// and again (a `WAKE` queue's `MOVED`, a failover's `UNBLOCKED`) after a round of claims without
+/// `BLOCK` would be retried, or regrouped, with no wait at all.
+#[derive(Debug, Default)]
+pub(crate) struct Tries(u32);
+
+impl Tries {
+    /// The wait after one more failure.
+    pub fn failed(&mut self) -> Duration {
+        let wait = backoff(self.0);
+        self.0 = self.0.saturating_add(1);
+        wait
+    }
+
+    /// A claim answered: the failures are forgotten when it shows the claims work (`proven`).
+    pub fn answered(&mut self, proven: bool) {
+        if proven {
+            self.0 = 0;
+        }
+    }
 }
 
 /// How a loop ended.
@@ -122,7 +154,7 @@ pub(crate) async fn claim_loop<C>(
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let (mut next, mut misses, mut failures) = (0, 0, 0);
+    let (mut next, mut misses, mut failures) = (0, 0, Tries::default());
     while !claims.stop.is_cancelled() && !regroup.is_cancelled() {
         let part = &parts[next];
         let blocking = parts.len() == 1 || misses >= parts.len();
@@ -153,10 +185,7 @@ where
         }
         let sent_ns = now_ns();
         let reply: Value = match claim.query_async(&mut claims.conn.clone()).await {
-            Ok(v) => {
-                failures = 0;
-                v
-            }
+            Ok(v) => v,
             Err(e) => match ending(e, woke) {
                 Some(ended) => {
                     regroup.cancel(); // the other loops end with this one
@@ -167,11 +196,10 @@ where
                     // disk: claim again after a while.
                     drop(held);
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff(failures)) => {}
+                        _ = tokio::time::sleep(failures.failed()) => {}
                         _ = claims.stop.cancelled() => {}
                         _ = regroup.cancelled() => {}
                     }
-                    failures += 1;
                     continue;
                 }
             },
@@ -184,6 +212,11 @@ where
                 return LoopEnd::Failed(e);
             }
         };
+        // Jobs show the claims work too (a loop that never blocks, busy, forgets its failures).
+        failures.answered(blocking || !jobs.is_empty());
+        if blocking {
+            claims.answered.store(true, Ordering::SeqCst);
+        }
         // A round that gave nothing ends in a blocked claim, whose end starts a new round.
         misses = match (jobs.is_empty(), blocking) {
             (true, false) => misses + 1,
@@ -260,6 +293,24 @@ fn slot_ranges(reply: &Value) -> Vec<(u16, u16, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failures_are_forgotten_only_when_a_claim_shows_the_claims_work() {
+        let mut tries = Tries::default();
+        assert!(tries.failed() <= Duration::from_millis(50));
+        tries.failed();
+        // Claims without BLOCK that gave nothing, as after each regroup: still two failures.
+        tries.answered(false);
+        tries.answered(false);
+        assert_eq!(tries.0, 2);
+        assert!(tries.failed() <= Duration::from_millis(200));
+        assert_eq!(tries.0, 3);
+        tries.answered(true);
+        assert_eq!(tries.0, 0);
+        for _ in 0..100 {
+            assert!(tries.failed() <= Duration::from_secs(2), "capped");
+        }
+    }
 
     #[test]
     fn a_cluster_slots_reply_reads_as_ranges_and_their_primaries() {

@@ -9,8 +9,11 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Value};
 
+use std::collections::HashMap;
+
 use crate::error::{Error, Result};
 use crate::ids;
+use crate::partition::{name, route};
 use crate::queue::{timeout_ms, Enqueue, Queue};
 use crate::slot::slot;
 
@@ -36,12 +39,18 @@ impl OnFail {
     }
 }
 
-/// A parent a job is enqueued as the child of.
+/// A parent a job is enqueued as the child of: its queue and id. A parent in a partitioned
+/// queue (docs/cluster.md) is in the partition its group, else its id, routes to: the child's
+/// enqueue reads the parent queue's width (`EMQ.WIDTH`, once a [`Queue`] handle, and again when
+/// the parent is not found) and names that partition. A grouped parent is found so only when
+/// its `group` is given ([`Parent::group`]); or name its partition as its queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Parent {
     pub queue: String,
     pub id: String,
     pub on_fail: OnFail,
+    /// The parent's group in its queue, if it has one: it routes by it in a partitioned queue.
+    pub group: Option<String>,
 }
 
 impl Parent {
@@ -50,11 +59,19 @@ impl Parent {
             queue: queue.into(),
             id: id.into(),
             on_fail: OnFail::Fail,
+            group: None,
         }
     }
 
     pub fn on_fail(mut self, on_fail: OnFail) -> Parent {
         self.on_fail = on_fail;
+        self
+    }
+
+    /// The parent's group ([`Enqueue::group`](crate::Enqueue::group)), by which a parent in a
+    /// partitioned queue is found.
+    pub fn group(mut self, group: impl Into<String>) -> Parent {
+        self.group = Some(group.into());
         self
     }
 }
@@ -100,6 +117,38 @@ pub(crate) fn options(children: Option<u32>, parents: &[Parent]) -> Vec<Vec<u8>>
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
+    /// `parents` named by the queues that hold them: a parent of a partitioned queue by the
+    /// partition its group, else its id, routes to. Each parent queue's width is read once a
+    /// handle (`EMQ.WIDTH`; a partition's, or a retired one's, is 0: it is named as it is) and
+    /// kept, unless `fresh`.
+    pub(crate) async fn resolve(&self, parents: &[Parent], fresh: bool) -> Result<Vec<Parent>> {
+        let mut resolved = Vec::with_capacity(parents.len());
+        for p in parents {
+            let kept = match fresh {
+                true => None,
+                false => self.parent_widths().get(&p.queue).copied(),
+            };
+            let width = match kept {
+                Some(width) => width,
+                None => {
+                    let width = self.at(p.queue.clone()).width().await?;
+                    self.parent_widths().insert(p.queue.clone(), width);
+                    width
+                }
+            };
+            let key = p.group.as_deref().unwrap_or(&p.id);
+            let queue = match width {
+                0 => None,
+                w => name(&p.queue, route(w, key), w),
+            };
+            resolved.push(Parent {
+                queue: queue.unwrap_or_else(|| p.queue.clone()),
+                ..p.clone()
+            });
+        }
+        Ok(resolved)
+    }
+
     /// `EMQ.ADOPT` on each parent's node whose queue's slot is not this queue's: the module
     /// registers a child with a parent out of its reach only so, before the child exists.
     pub(crate) async fn adopt(&self, parents: &[Parent], child: &str) -> Result<()> {
@@ -218,10 +267,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Flows<C> {
     /// Mints the tree's missing ids into it, then enqueues it top down: each job with
     /// `CHILDREN` (when it has children) and `PARENT` (its parent's, with its `on_fail`); the
     /// root's id. A call that failed part way is retried with the same tree: the jobs written
-    /// already answer as duplicates, and each child is counted once.
+    /// already answer as duplicates, and each child is counted once. A job of a partitioned
+    /// queue goes to its partition, and its children name that partition as their parent's
+    /// queue (as do the keys of its [`Children`](crate::Children)); each queue's width is
+    /// learned once a call.
     pub async fn flow(&self, tree: &mut FlowJob) -> Result<String> {
         tree.check_timeouts()?;
         let root = tree.mint_ids();
+        // Each queue's handle, and whether its width was read in this call.
+        let mut queues: HashMap<String, (Queue<C>, bool)> = HashMap::new();
         let mut todo: Vec<(&FlowJob, Option<Parent>)> = vec![(tree, None)];
         while let Some((job, parent)) = todo.pop() {
             let id = job.id.clone().unwrap_or_else(ids::mint);
@@ -232,12 +286,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Flows<C> {
                 timeout: job.timeout,
                 ..Enqueue::default()
             };
-            Queue::new(self.conn.clone(), job.queue.clone())
-                .enqueue_with(&job.payload, how)
-                .await?;
+            let (queue, read) = queues
+                .entry(job.queue.clone())
+                .or_insert_with(|| (Queue::new(self.conn.clone(), job.queue.clone()), false));
+            // The parent named is where it went: nothing to resolve.
+            let (_, went) = queue.enqueue_to(&job.payload, how, read, false).await?;
             // Reversed: the stack hands the first child back first.
             for child in job.children.iter().rev() {
-                let parent = Parent::new(job.queue.clone(), id.clone()).on_fail(child.on_fail);
+                let parent = Parent::new(went.clone(), id.clone()).on_fail(child.on_fail);
                 todo.push((child, Some(parent)));
             }
         }

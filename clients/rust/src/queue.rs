@@ -2,6 +2,7 @@
 //! cluster connection; with `wait_replicas`, each write is followed by `WAIT` on its connection.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -14,6 +15,7 @@ use crate::flow::{self, Parent};
 use crate::headers;
 use crate::ids;
 use crate::partition::route;
+use crate::slot::slot;
 use crate::span::{summed, Width};
 use crate::trace;
 
@@ -78,6 +80,8 @@ pub struct Queue<C> {
     pub(crate) retries: u32,
     /// The width learned, shared by the clones.
     pub(crate) width: Width,
+    /// The widths of the queues of parents named, read once and kept (shared by the clones).
+    pub(crate) parents: Arc<Mutex<HashMap<String, u16>>>,
     /// Replicas each write waits for (`WAIT n timeout`), and the timeout; 0: no wait.
     pub(crate) wait_replicas: usize,
     pub(crate) wait_timeout: Duration,
@@ -170,6 +174,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             name: name.into(),
             retries: 8,
             width: Width::unknown(),
+            parents: Arc::default(),
             wait_replicas: 0,
             wait_timeout: Duration::from_secs(1),
         }
@@ -188,6 +193,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The widths of parent queues kept (`resolve`, flow.rs).
+    pub(crate) fn parent_widths(&self) -> MutexGuard<'_, HashMap<String, u16>> {
+        self.parents.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// `command <queue> args...`, retried while the failure is transient; a refusal as its
@@ -315,13 +325,42 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// is adopted first by each parent whose queue's slot is not this queue's (`EMQ.ADOPT`).
     /// On a partitioned queue the job goes to the partition of its group, else its id; a
     /// refusal with a width (`EMQSPANNED`) teaches it, and the job is sent again where it
-    /// routes then, up to [`REROUTES`] times ([`Error::Spanned`] after that).
+    /// routes then, up to [`REROUTES`] times ([`Error::Spanned`] after that). A child that is
+    /// to be adopted reads the queue's width first (`EMQ.WIDTH`, once a call and again after a
+    /// refusal), so that its parents register it where it goes, not where a width not yet
+    /// learned, or learned before the queue was spanned again, would send it (a parent would
+    /// wait for ever for a child registered where none is written).
     pub async fn enqueue_with(&self, payload: impl AsRef<[u8]>, how: Enqueue) -> Result<String> {
+        let (id, _) = self
+            .enqueue_to(payload.as_ref(), how, &mut false, true)
+            .await?;
+        Ok(id)
+    }
+
+    /// Whether a job with this key (its group, else its id) is adopted by one of `parents`
+    /// where the width known sends it: a parent whose slot is not that queue's.
+    fn adopts(&self, parents: &[Parent], key: &str) -> bool {
+        let here = slot(&self.placed(key).name);
+        parents.iter().any(|p| slot(&p.queue) != here)
+    }
+
+    /// [`Queue::enqueue_with`]: the job's id and the queue it went to (its partition, on a
+    /// partitioned queue). `read`: whether the width was read for this call already (a flow
+    /// reads each queue's once); `resolve`: whether the parents name their queues, each to be
+    /// resolved to the partition that holds the parent ([`Parent`]), rather than the queue
+    /// each went to.
+    pub(crate) async fn enqueue_to(
+        &self,
+        payload: &[u8],
+        how: Enqueue,
+        read: &mut bool,
+        resolve: bool,
+    ) -> Result<(String, String)> {
         flow::check(&how.parents)?;
         let timeout = how.timeout.map(timeout_ms).transpose()?;
         let id = how.id.unwrap_or_else(ids::mint);
         let key = how.group.clone().unwrap_or_else(|| id.clone());
-        let mut args = vec![id.clone().into_bytes(), payload.as_ref().to_vec()];
+        let mut args = vec![id.clone().into_bytes(), payload.to_vec()];
         let ms = |d: Duration| millis(d).to_string().into_bytes();
         if let Some(d) = how.delay {
             args.extend([b"DELAY".to_vec(), ms(d)]);
@@ -343,21 +382,45 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         }
         let mut sending = trace::Sending::start(&self.name, how.headers);
         args.extend(headers::args(&sending.headers));
-        args.extend(flow::options(how.children, &how.parents));
+        let mut parents = match resolve {
+            true => self.resolve(&how.parents, false).await?,
+            false => how.parents.clone(),
+        };
+        // A parent not found where a width kept sends it is looked for again, once, by the
+        // parent queues' widths read anew.
+        let mut looked_again = !resolve || parents.is_empty();
         let mut reroutes = 0;
-        let (replicas, reply) = loop {
-            let at = self.placed(&key);
-            if let Err(e) = at.adopt(&how.parents, &id).await {
-                return at.enqueued_before(e, id).await;
+        let (replicas, reply, went) = loop {
+            if !*read && self.adopts(&parents, &key) {
+                self.width().await?;
+                *read = true;
             }
-            let sent = at.send(&at.command("EMQ.ENQUEUE", &args), true).await;
-            match sent.reply {
-                Err(Error::Spanned { width, .. }) if reroutes < REROUTES && self.relearn(width) => {
-                    reroutes += 1;
+            let at = self.placed(&key);
+            let refused = match at.adopt(&parents, &id).await {
+                Err(e) => e,
+                Ok(()) => {
+                    let mut args = args.clone();
+                    args.extend(flow::options(how.children, &parents));
+                    let sent = at.send(&at.command("EMQ.ENQUEUE", &args), true).await;
+                    match sent.reply {
+                        Ok(reply) => break (sent.replicas, reply, at.name.clone()),
+                        Err(e) => e,
+                    }
                 }
-                Err(e @ Error::Parent(_)) => return at.enqueued_before(e, id).await,
-                Err(e) => return Err(e),
-                Ok(reply) => break (sent.replicas, reply),
+            };
+            match refused {
+                Error::Spanned { width, .. } if reroutes < REROUTES && self.relearn(width) => {
+                    reroutes += 1;
+                    *read = false;
+                }
+                Error::Parent(_) if !looked_again => {
+                    looked_again = true;
+                    parents = self.resolve(&how.parents, true).await?;
+                }
+                e @ Error::Parent(_) => {
+                    return Ok((at.enqueued_before(e, id).await?, at.name.clone()))
+                }
+                e => return Err(e),
             }
         };
         let id = match reply {
@@ -368,7 +431,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         };
         sending.sent(&id);
         match self.confirmed(replicas) {
-            Ok(()) => Ok(id),
+            Ok(()) => Ok((id, went)),
             Err(replicas) => Err(Error::NotReplicated {
                 ids: vec![id.clone()],
                 replicas,

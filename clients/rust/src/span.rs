@@ -33,6 +33,16 @@ const SUMMED: [&str; 9] = [
     "rate-used",
 ];
 
+/// A queue's place in a partitioned queue, as `EMQ.WIDTH` answers: `width` (0 for an ordinary
+/// queue or a retired partition), the queue it is a partition of (`of`; a retired partition
+/// keeps it) and its place there (`index`; none once retired).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub width: u16,
+    pub of: Option<String>,
+    pub index: Option<u16>,
+}
+
 /// The width a queue's handles know, shared by the clones of one [`Queue`].
 #[derive(Clone, Debug)]
 pub(crate) struct Width(Arc<AtomicU16>);
@@ -172,7 +182,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// Learns `width` from an `EMQSPANNED` refusal; whether the job is to be routed again. Not
     /// when this handle's queue is itself a partition of that width: it refused a job that
     /// routes to another of its queue's partitions, which routing by its name would not find.
+    /// Width 0 comes from a retired partition (docs/cluster.md, "Changing the width"): send to
+    /// the queue's own name; not again when the job went there already (this handle knew no
+    /// width, so its queue's own name is the retired partition).
     pub(crate) fn relearn(&self, width: u16) -> bool {
+        if width == 0 && self.width.known().unwrap_or(0) == 0 {
+            return false;
+        }
         if is_partition(&self.name, width) {
             return false;
         }
@@ -194,18 +210,33 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         }
     }
 
+    /// The queue's place (`EMQ.WIDTH`), as the server has it; nothing learned.
+    pub(crate) async fn place(&self) -> Result<Place> {
+        let reply = self.call("EMQ.WIDTH", &[]).await?;
+        let fields = pairs(&reply);
+        let field = |k: &str| {
+            fields
+                .iter()
+                .find(|(f, _)| f == k)
+                .map(|(_, v)| v)
+                .filter(|v| **v != Value::Nil)
+        };
+        let width = field("width")
+            .and_then(|v| u16::from_redis_value_ref(v).ok())
+            .ok_or_else(|| Error::Reply(format!("{reply:?}")))?;
+        Ok(Place {
+            width,
+            of: field("of").and_then(|v| String::from_redis_value_ref(v).ok()),
+            index: field("index").and_then(|v| u16::from_redis_value_ref(v).ok()),
+        })
+    }
+
     /// The queue's partitions (`EMQ.WIDTH`): 0 for an ordinary queue, a partition itself
     /// included (a worker or producer on a partition's name treats it as any queue). The width
     /// is learned, for the enqueues and calls after it.
     pub async fn width(&self) -> Result<u16> {
-        let reply = self.call("EMQ.WIDTH", &[]).await?;
-        let fields = pairs(&reply);
-        let field = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v);
-        let width = field("width")
-            .and_then(|v| u16::from_redis_value_ref(v).ok())
-            .ok_or_else(|| Error::Reply(format!("{reply:?}")))?;
-        let partition = field("of").is_some_and(|of| *of != Value::Nil);
-        let width = if partition { 0 } else { width };
+        let place = self.place().await?;
+        let width = if place.of.is_some() { 0 } else { place.width };
         self.width.learn(width);
         Ok(width)
     }
@@ -221,10 +252,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// Spreads this empty queue over `width` partitions (1 to 1,024; docs/cluster.md): marks
     /// each partition, on its own node (`EMQ.SPAN <partition> <width> OF <queue> INDEX <i>`),
     /// then the queue (`EMQ.SPAN <queue> <width>`); whether anything changed (marking again
-    /// with the same width changes nothing). Another width, or a queue that holds jobs, is
-    /// refused [`Error::Span`]. The width is learned.
+    /// with the same width changes nothing). A queue spanned over another width, a partition,
+    /// or a queue that holds jobs is refused [`Error::Span`] before any partition is marked
+    /// (its `EMQ.WIDTH` and `EMQ.STATS` read first). The width is learned.
     pub async fn span(&self, width: u16) -> Result<bool> {
         let names = partitions(&self.name, width)?;
+        self.check_span(width).await?;
         let mut changed = false;
         for (i, partition) in names.iter().enumerate() {
             let mut cmd = Cmd::new();
@@ -243,20 +276,62 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         Ok(changed)
     }
 
-    /// Makes the queue an ordinary one again (`EMQ.UNSPAN`, the queue then each partition of
-    /// the width it had); whether anything changed. A partition that holds jobs is refused
-    /// [`Error::Span`] (the queue is ordinary already then: drain the partitions and call
-    /// again). Producers that learned the width learn otherwise only when a partition refuses
-    /// them: stop them first (docs/cluster.md, "Changing the width").
-    pub async fn unspan(&self) -> Result<bool> {
-        let width = self.width().await?;
-        let mut changed = self.call("EMQ.UNSPAN", &[]).await? == Value::Int(1);
-        self.width.learn(0);
-        if width > 0 {
-            for partition in partitions(&self.name, width)? {
-                changed |= self.at(partition).call("EMQ.UNSPAN", &[]).await? == Value::Int(1);
+    /// Refuses, as the server's `EMQ.SPAN` of the queue would, a span over `width` of a queue
+    /// spanned over another, of a partition, or of a queue that holds jobs: so that a refused
+    /// span leaves no partition marked as this queue's. (A retired partition may be spanned.)
+    async fn check_span(&self, width: u16) -> Result<()> {
+        let place = self.place().await?;
+        let refused = |why: String| Err(Error::Span(format!("EMQSPAN {why}")));
+        if let (Some(of), Some(index)) = (&place.of, place.index) {
+            let n = place.width;
+            return refused(format!(
+                "the queue is partition {index} of {n} of {of}; EMQ.UNSPAN it first to change that"
+            ));
+        }
+        match place.width {
+            0 => {}
+            n if n == width => return Ok(()),
+            n => {
+                return refused(format!(
+                    "the queue is spanned over {n} partitions; EMQ.UNSPAN it first to change that"
+                ))
             }
         }
+        let stats = self.own_stats().await?;
+        let held: i64 = ["pending", "active", "scheduled", "dead", "waiting"]
+            .iter()
+            .filter_map(|k| stats.get(*k).copied().flatten())
+            .sum();
+        if held > 0 {
+            return refused(
+                "the queue holds jobs; span an empty queue (drain or purge it first)".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Makes the queue an ordinary one again (docs/cluster.md, "Changing the width"):
+    /// `EMQ.UNSPAN` of each partition of the width it has, which retires it, then of the queue;
+    /// whether anything changed. A partition that holds jobs is refused [`Error::Span`], and
+    /// the queue stays partitioned, its partitions before that one retired: drain it and call
+    /// again. A partition retired already is left so (a second `EMQ.UNSPAN` would make it an
+    /// ordinary queue, which takes the jobs of a producer that still holds the old width);
+    /// such a producer is refused by a retired partition with width 0, and learns the queue's
+    /// width anew from its own name.
+    pub async fn unspan(&self) -> Result<bool> {
+        let width = self.width().await?;
+        let mut changed = false;
+        if width > 0 {
+            for partition in partitions(&self.name, width)? {
+                let part = self.at(partition);
+                let place = part.place().await?;
+                if place.of.as_deref() == Some(self.name.as_str()) && place.index.is_some() {
+                    changed |= part.call("EMQ.UNSPAN", &[]).await? == Value::Int(1);
+                }
+            }
+        }
+        changed |= self.call("EMQ.UNSPAN", &[]).await? == Value::Int(1);
+        self.width.learn(0);
         Ok(changed)
     }
 

@@ -24,13 +24,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::children::Reader;
-use crate::claims::{by_primary, claim_loop, Claims, Dispatch, LoopEnd, Part};
+use crate::claims::{by_primary, claim_loop, Claims, Dispatch, LoopEnd, Part, Tries};
 use crate::deliver::deliver;
 use crate::error::{transient, Error, Result};
 use crate::events::{default_name, Hook, OnEvent, WorkerEvent};
 // What a handler sees is job.rs's; `echomq_client::worker::Job` and the rest still name it.
 pub use crate::job::{Failure, Job, Outcome};
-use crate::queue::{backoff, Queue};
+use crate::queue::Queue;
 use crate::settle::send_acks;
 use crate::task::Runner;
 
@@ -41,7 +41,8 @@ pub const MAX_ERROR: usize = 4096;
 /// Most acknowledgements one `EMQ.MACK` carries.
 pub const SETTLE_BATCH: usize = 100;
 /// How often a partitioned queue's worker reads the queue's width and the cluster's slots
-/// again, to claim from the partitions as they are now.
+/// again, to claim from the partitions as they are now (a queue spanned again over another
+/// width tells its workers nothing: its old partitions, retired, still answer their claims).
 pub const WATCH_EVERY: Duration = Duration::from_secs(5);
 
 /// What a worker did, for logs and tests.
@@ -224,13 +225,13 @@ where
         // The sweeps stop with the worker, however `run` ends.
         let sweeping = self.shutdown.child_token();
         let _sweeping = sweeping.clone().drop_guard();
-        let mut regroups = 0;
+        // The regroups since a blocking claim was last answered.
+        let mut regroups = Tries::default();
         while !self.shutdown.is_cancelled() {
-            let began = Instant::now();
             let parts = match self.queue.width().await {
                 Ok(_) => self.queue.parts()?,
                 Err(Error::Redis(e)) if transient(&e) => {
-                    self.pause(&mut regroups).await;
+                    self.pause(regroups.failed()).await;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -245,15 +246,13 @@ where
                 let queue = self.queue.at(name);
                 tokio::spawn(deliver(queue, hook.clone(), epoch.clone()));
             }
-            let ended = self.claim(parts, &permits, &dispatch, lease_ms).await;
+            let (ended, answered) = self.claim(parts, &permits, &dispatch, lease_ms).await;
             epoch.cancel();
             if let Some(e) = ended {
                 return Err(e);
             }
-            if began.elapsed() > Duration::from_secs(10) {
-                regroups = 0;
-            }
-            self.pause(&mut regroups).await;
+            regroups.answered(answered);
+            self.pause(regroups.failed()).await;
         }
         let deadline = Instant::now() + self.shutdown_timeout;
         let all = u32::try_from(self.concurrency).unwrap_or(u32::MAX);
@@ -265,14 +264,15 @@ where
     }
 
     /// Claims `parts`, one loop per primary, until the worker stops or a loop asks for a
-    /// regroup; the error a claim failed with for good, if one did.
+    /// regroup; the error a claim failed with for good, if one did, and whether a blocking
+    /// claim was answered.
     async fn claim(
         &self,
         parts: Vec<String>,
         permits: &Arc<Semaphore>,
         dispatch: &Arc<dyn Dispatch<C>>,
         lease_ms: u64,
-    ) -> Option<Error> {
+    ) -> (Option<Error>, bool) {
         let groups = match parts.len() {
             1 => vec![parts.clone()],
             _ => by_primary(&self.claims, parts.clone()).await,
@@ -291,6 +291,7 @@ where
             permits: permits.clone(),
             share: (self.concurrency / groups.len()).max(1),
             stop: self.shutdown.clone(),
+            answered: AtomicBool::new(false),
         });
         let regroup = CancellationToken::new();
         let loops: Vec<_> = groups
@@ -321,13 +322,17 @@ where
             failed
         };
         let (failed, ()) = tokio::join!(joined, self.watch(&parts, &groups, &regroup));
-        failed
+        (failed, claims.answered.load(Ordering::SeqCst))
     }
 
     /// Every [`WATCH_EVERY`], while a partitioned queue's loops claim, reads the queue's width
     /// and the cluster's slots again, and asks for a regroup when the partitions or their
-    /// primaries changed: a blocked claim whose `WAKE` queue moved away ends with `MOVED` only
-    /// once the server notices, and the cluster client follows that redirect itself.
+    /// primaries changed. A blocking claim whose `WAKE` names a queue another primary serves
+    /// is refused `MOVED` at once (as the server's reading of the slots, once a second, has
+    /// it), and a regroup follows; but a claim blocked before the move waits on, a loop of one
+    /// partition names no `WAKE` queue, and nothing refuses the claims of a worker whose queue
+    /// was spanned again over another width (its old partitions, retired, answer them): this
+    /// reading is what tells it.
     async fn watch(&self, parts: &[String], groups: &[Vec<String>], regroup: &CancellationToken) {
         if parts.len() < 2 {
             return; // an ordinary queue's claim learns of a span from its refusal
@@ -352,12 +357,11 @@ where
         }
     }
 
-    /// Waits a while before the queue is read and grouped again.
-    async fn pause(&self, regroups: &mut u32) {
+    /// Waits `wait` (or until the worker stops) before the queue is read and grouped again.
+    async fn pause(&self, wait: Duration) {
         tokio::select! {
-            _ = tokio::time::sleep(backoff(*regroups)) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = self.shutdown.cancelled() => {}
         }
-        *regroups += 1;
     }
 }

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
+use echomq_client::partition::{name, route};
 use echomq_client::slot::slot;
 use echomq_client::{
     ChildOutcome, ChildStatus, Children, Counts, Enqueue, Error, EventKind, EventOutcome, FlowJob,
@@ -422,6 +423,228 @@ async fn a_parent_that_refuses_a_child_is_a_typed_error() {
     let empty = flows.batch(&mut [], &mut done).await;
     assert!(matches!(empty, Err(Error::Flow(_))), "{empty:?}");
     assert_eq!(fetches.stats().await.expect("stats")["pending"], Some(1));
+}
+
+/// Where a job with this group, else this id, lives in `queue` over `width`.
+fn home(queue: &str, width: u16, key: &str) -> String {
+    name(queue, route(width, key), width).expect("a partition")
+}
+
+/// The (queue, id) of each child a parent registered, in order.
+async fn registered<C>(parents: &Queue<C>, id: &str) -> Vec<(String, String)>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let mut keys: Vec<_> = parents
+        .children(id)
+        .await
+        .expect("children")
+        .into_keys()
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// A child enqueued into a partitioned queue by a handle that has not learned its width, and
+/// one by a handle whose width is stale (the queue was unspanned and spanned again over
+/// another), are each adopted by their parent where they are written, their partition: the
+/// parent registers two children, not a third where none is, and runs once both are done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_in_a_partitioned_queue_is_adopted_where_it_goes_whatever_width_its_handle_held() {
+    let server = start(Options::default());
+    let reports = Queue::new(conn(&server).await, "reports");
+    let how = Enqueue {
+        children: Some(2),
+        ..Enqueue::default()
+    };
+    let parent = reports.enqueue_with(b"p", how).await.expect("parent");
+    let child_of = |id: Option<String>| Enqueue {
+        id,
+        parents: vec![Parent::new("reports", parent.clone())],
+        ..Enqueue::default()
+    };
+    Queue::new(conn(&server).await, "fetch")
+        .span(4)
+        .await
+        .expect("span");
+    let untold = Queue::new(conn(&server).await, "fetch");
+    let first = untold
+        .enqueue_with(b"eu", child_of(None))
+        .await
+        .expect("first child");
+    assert_eq!(untold.known_width(), Some(4));
+
+    let admin = Queue::new(conn(&server).await, "sync");
+    admin.span(4).await.expect("span over 4");
+    let stale = Queue::new(conn(&server).await, "sync");
+    assert_eq!(stale.width().await.expect("width"), 4);
+    assert!(admin.unspan().await.expect("unspan"));
+    assert!(admin.span(2).await.expect("span over 2"));
+    let of_two: Vec<String> = (0..2).map(|i| name("sync", i, 2).expect("name")).collect();
+    let id = (0..10_000)
+        .map(|_| echomq_client::ids::mint())
+        .find(|id| !of_two.contains(&home("sync", 4, id)))
+        .expect("an id whose partition of 4 was retired");
+    let second = stale
+        .enqueue_with(b"us", child_of(Some(id.clone())))
+        .await
+        .expect("second child");
+    assert_eq!(stale.known_width(), Some(2));
+
+    assert_eq!(
+        field(&reports, &parent, "adopted").await.as_deref(),
+        Some("2")
+    );
+    let mut expected = vec![
+        (home("fetch", 4, &first), first),
+        (home("sync", 2, &second), second),
+    ];
+    expected.sort();
+    assert_eq!(registered(&reports, &parent).await, expected);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let parents = run(worker_of(&server, "reports", reader(&seen)).await);
+    let fetches = run(worker_of(&server, "fetch", fetch).await);
+    let syncs = run(worker_of(&server, "sync", fetch).await);
+    assert!(until(|| async { state(&reports, &parent).await.as_deref() == Some("done") }).await);
+    assert_eq!(fetches.stop().await.acked, 1);
+    assert_eq!(syncs.stop().await.acked, 1);
+    assert_eq!(parents.stop().await.acked, 1);
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 1, "the parent ran once");
+    assert!(seen[0].values().all(|c| c.status == ChildStatus::Acked));
+}
+
+/// A flow whose parent is in a partitioned queue: the parent goes to its partition, and its
+/// children (one in another partitioned queue, one in the parent's) name that partition, so the
+/// parent registers both and runs once they are done. A child enqueued by hand names the
+/// parent's queue and is sent to the parent's partition (by its id, or by its group when the
+/// parent has one), also by a handle that kept the parent queue's width from before its span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_in_a_partitioned_queue_is_found_in_its_partition_by_its_children() {
+    let server = start(Options::default());
+    for (queue, width) in [("reports", 4), ("fetch", 3)] {
+        Queue::new(conn(&server).await, queue)
+            .span(width)
+            .await
+            .expect("span");
+    }
+    let flows = Flows::new(conn(&server).await);
+    let mut tree = FlowJob::new("reports", b"monthly")
+        .child(FlowJob::new("fetch", b"eu"))
+        .child(FlowJob::new("reports", b"us"));
+    let root = flows.flow(&mut tree).await.expect("flow");
+    let home_of_root = Queue::new(conn(&server).await, home("reports", 4, &root));
+    assert_eq!(
+        state(&home_of_root, &root).await.as_deref(),
+        Some("waiting")
+    );
+    let (eu, us) = (tree.children[0].id.clone(), tree.children[1].id.clone());
+    let (eu, us) = (eu.expect("minted"), us.expect("minted"));
+    let mut expected = vec![
+        (home("fetch", 3, &eu), eu.clone()),
+        (home("reports", 4, &us), us.clone()),
+    ];
+    expected.sort();
+    assert_eq!(registered(&home_of_root, &root).await, expected);
+
+    // By hand: a parent by its id, and a grouped one by its group.
+    let reports = Queue::new(conn(&server).await, "reports");
+    let fetches = Queue::new(conn(&server).await, "fetch");
+    let one = Enqueue {
+        children: Some(1),
+        ..Enqueue::default()
+    };
+    let by_id = reports
+        .enqueue_with(b"p", one.clone())
+        .await
+        .expect("parent");
+    let grouped_id = echomq_client::ids::mint();
+    let group = (0..1000)
+        .map(|g| format!("tenant-{g}"))
+        .find(|g| route(4, g) != route(4, &grouped_id))
+        .expect("a group that routes elsewhere than the id");
+    let grouped = Enqueue {
+        id: Some(grouped_id.clone()),
+        group: Some(group.clone()),
+        ..one.clone()
+    };
+    reports
+        .enqueue_with(b"g", grouped)
+        .await
+        .expect("grouped parent");
+    let child_of = |parent: Parent| Enqueue {
+        parents: vec![parent],
+        ..Enqueue::default()
+    };
+    let first = fetches
+        .enqueue_with(b"a", child_of(Parent::new("reports", by_id.clone())))
+        .await
+        .expect("child of a parent by its id");
+    let second = fetches
+        .enqueue_with(
+            b"b",
+            child_of(Parent::new("reports", grouped_id.clone()).group(group.clone())),
+        )
+        .await
+        .expect("child of a grouped parent");
+    let home_of_id = Queue::new(conn(&server).await, home("reports", 4, &by_id));
+    assert_eq!(
+        registered(&home_of_id, &by_id).await,
+        vec![(home("fetch", 3, &first), first)]
+    );
+    let home_of_group = Queue::new(conn(&server).await, home("reports", 4, &group));
+    assert_eq!(
+        registered(&home_of_group, &grouped_id).await,
+        vec![(home("fetch", 3, &second), second)]
+    );
+
+    // A handle that kept "audit" as an ordinary queue finds a parent written after its span.
+    let audit = Queue::new(conn(&server).await, "audit");
+    let early = audit.enqueue_with(b"p", one.clone()).await.expect("parent");
+    fetches
+        .enqueue_with(b"c", child_of(Parent::new("audit", early.clone())))
+        .await
+        .expect("child while audit is ordinary");
+    assert_eq!(audit.cancel_flow(&early).await.expect("cancel"), 2);
+    audit.span(2).await.expect("span audit");
+    let late = audit.enqueue_with(b"p", one).await.expect("parent");
+    let third = fetches
+        .enqueue_with(b"d", child_of(Parent::new("audit", late.clone())))
+        .await
+        .expect("child after the span: the parent looked for again");
+    let audit_home = Queue::new(conn(&server).await, home("audit", 2, &late));
+    assert_eq!(
+        registered(&audit_home, &late).await,
+        vec![(home("fetch", 3, &third), third)]
+    );
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let parents = run(worker_of(&server, "reports", reader(&seen)).await);
+    let audits = run(worker_of(&server, "audit", fetch).await);
+    let children = run(worker_of(&server, "fetch", fetch).await);
+    let parents_done = [
+        (&home_of_root, &root),
+        (&home_of_id, &by_id),
+        (&home_of_group, &grouped_id),
+        (&audit_home, &late),
+    ];
+    for (queue, id) in parents_done {
+        assert!(
+            until(|| async { state(queue, id).await.as_deref() == Some("done") }).await,
+            "{id} ran"
+        );
+    }
+    children.stop().await;
+    audits.stop().await;
+    parents.stop().await;
+    let seen = seen.lock().expect("lock").clone();
+    let roots: Vec<_> = seen.iter().filter(|c| c.len() == 2).collect();
+    assert_eq!(
+        roots.len(),
+        1,
+        "the flow's parent ran once, with its two children"
+    );
+    assert!(roots[0].values().all(|c| c.status == ChildStatus::Acked));
 }
 
 /// On `cluster`, a flow whose parent (payload `parent`) is in `parent_queue` and whose two

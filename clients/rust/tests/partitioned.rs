@@ -20,11 +20,29 @@ use echomq_client::partition::{name, route};
 use echomq_client::slot::slot;
 use echomq_client::{Enqueue, Error, Job, Limit, Queue, Setting, Worker};
 use redis::aio::ConnectionLike;
-use support::{blocked_clients, cluster::Cluster, Options};
+use support::{blocked_clients, cluster::Cluster, info_field, Options};
 
 /// Where a job with this group, else this id, lives in `queue` over `width`.
 fn home(queue: &str, width: u16, key: &str) -> String {
     name(queue, route(width, key), width).expect("a partition")
+}
+
+/// How many times `command` ran on `con`'s server since the last `CONFIG RESETSTAT`.
+fn calls(con: &mut redis::Connection, command: &str) -> u64 {
+    let field = format!("cmdstat_{}", command.to_lowercase());
+    info_field(con, "commandstats", &field)
+        .and_then(|stats| {
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            calls.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+fn reset_stats(con: &mut redis::Connection) {
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .exec(con)
+        .expect("CONFIG RESETSTAT");
 }
 
 /// Polls `done` every 20 ms, up to 30 s; whether it came true.
@@ -315,11 +333,10 @@ async fn the_refusals_of_a_partitioned_queue_are_typed_errors_and_a_limit_is_spl
     }
 }
 
-/// A Queue that learned width 4 learns 3 once the drained queue is spanned again over 3. (Over
-/// 2 no partition could refuse it: a job's partition of 2 is its partition of 4 mod 2, so the
-/// first partition, the only one whose name the two widths can share, takes every job sent
-/// to it, and the other partitions of 4 are ordinary queues again: docs/cluster.md, "Changing
-/// the width", stops the producers first.)
+/// A Queue that learned width 4 learns 3 once the drained queue is spanned again over 3, from
+/// a partition whose name the two widths share: it refuses a job that routes elsewhere over 3
+/// with the new width (`EMQSPANNED 3`). A partition of 4 that is none of 3 is retired, and
+/// refuses with width 0 (the next test).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_width_is_learned_again_from_the_partition_that_refuses_the_job() {
     let server = start(Options::default());
@@ -367,6 +384,190 @@ async fn a_stale_width_is_learned_again_from_the_partition_that_refuses_the_job(
     assert_eq!(row.expect("its row")["group"], group);
 }
 
+/// After an unspan and a span over 2, a Queue that still holds width 4 sends a job to its
+/// partition of 4, retired (no partition of 2 has its name), which refuses it with width 0; the
+/// queue's own name answers with width 2, and the job lands in its partition of 2: three sends,
+/// two re-routes. A handle on the retired partition's own name is refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_partition_sends_a_stale_producer_to_the_queue_and_refuses_its_own_handle() {
+    let server = start(Options::default());
+    let mut con = server.conn();
+    let queue = "retiring";
+    let of_two: Vec<String> = (0..2).map(|i| name(queue, i, 2).expect("name")).collect();
+    let id = (0..10_000)
+        .map(|_| echomq_client::ids::mint())
+        .find(|id| !of_two.contains(&home(queue, 4, id)))
+        .expect("an id whose partition of 4 is none of 2");
+    let admin = Queue::new(conn(&server).await, queue);
+    admin.span(4).await.expect("span over 4");
+    let q = Queue::new(conn(&server).await, queue);
+    assert_eq!(q.width().await.expect("width"), 4);
+    assert!(admin.unspan().await.expect("unspan"));
+    assert!(admin.span(2).await.expect("span over 2"));
+    let retired = home(queue, 4, &id);
+    assert_eq!(
+        Queue::new(conn(&server).await, retired.as_str())
+            .width()
+            .await
+            .expect("width"),
+        0
+    );
+
+    reset_stats(&mut con);
+    let how = Enqueue {
+        id: Some(id.clone()),
+        ..Enqueue::default()
+    };
+    assert_eq!(q.enqueue_with(b"x", how).await.expect("routed"), id);
+    assert_eq!(calls(&mut con, "EMQ.ENQUEUE"), 3, "two re-routes");
+    assert_eq!(q.known_width(), Some(2));
+    let row = Queue::new(conn(&server).await, home(queue, 2, &id))
+        .job(&id)
+        .await
+        .expect("EMQ.JOB");
+    assert_eq!(row.expect("in its partition of 2")["state"], "pending");
+
+    reset_stats(&mut con);
+    let own = Queue::new(conn(&server).await, retired.as_str());
+    match own.enqueue(b"y").await {
+        Err(Error::Spanned { width, .. }) => assert_eq!(width, 0),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(calls(&mut con, "EMQ.ENQUEUE"), 1, "refused at once");
+    match own.enqueue_many([b"y", b"z"]).await {
+        Err(Error::Spanned { width, .. }) => assert_eq!(width, 0),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(calls(&mut con, "EMQ.MENQUEUE"), 1, "refused at once");
+    assert_eq!(own.stats().await.expect("stats")["pending"], Some(0));
+}
+
+/// `EMQ.WIDTH` of `queue` as (width, of, index).
+async fn place_of(server: &support::Server, queue: &str) -> (i64, Option<String>, Option<i64>) {
+    let reply: redis::Value = redis::cmd("EMQ.WIDTH")
+        .arg(queue)
+        .query_async(&mut conn(server).await)
+        .await
+        .expect("EMQ.WIDTH");
+    let fields: Vec<(redis::Value, redis::Value)> = match reply {
+        redis::Value::Map(m) => m,
+        redis::Value::Array(items) => items
+            .chunks(2)
+            .map(|kv| (kv[0].clone(), kv[1].clone()))
+            .collect(),
+        other => panic!("{other:?}"),
+    };
+    let field = |k: &str| {
+        fields
+            .iter()
+            .find(|(f, _)| redis::from_redis_value_ref::<String>(f).ok().as_deref() == Some(k))
+            .map(|(_, v)| v.clone())
+            .filter(|v| *v != redis::Value::Nil)
+    };
+    let int = |k: &str| field(k).and_then(|v| redis::from_redis_value::<i64>(v).ok());
+    let of = field("of").and_then(|v| redis::from_redis_value::<String>(v).ok());
+    (int("width").expect("width"), of, int("index"))
+}
+
+/// An unspan retires the partitions first and the queue last: one that holds a job is refused,
+/// and the queue stays partitioned. Once it is drained, the unspan
+/// again retires the rest and leaves the partitions it retired before retired (not ordinary
+/// queues, which would take a stale producer's jobs), and the queue is ordinary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unspan_retires_the_partitions_before_the_queue_and_a_retry_after_a_refusal_works() {
+    let server = start(Options::default());
+    let queue = "unspanning";
+    let admin = Queue::new(conn(&server).await, queue);
+    admin.span(4).await.expect("span");
+    let q = Queue::new(conn(&server).await, queue);
+    // A job in the last partition: the three before it are retired before the refusal.
+    let id = (0..10_000)
+        .map(|_| echomq_client::ids::mint())
+        .find(|id| route(4, id) == 3)
+        .expect("an id");
+    let how = Enqueue {
+        id: Some(id.clone()),
+        ..Enqueue::default()
+    };
+    q.enqueue_with(b"x", how).await.expect("job");
+    match admin.unspan().await {
+        Err(Error::Span(why)) => assert!(why.starts_with("EMQSPAN "), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        place_of(&server, queue).await,
+        (4, None, None),
+        "the queue is still partitioned"
+    );
+    let last = name(queue, 3, 4).expect("name");
+    assert_eq!(
+        place_of(&server, &last).await,
+        (4, Some(queue.to_string()), Some(3))
+    );
+    assert!(q.cancel(&id).await.expect("cancel"), "drained");
+    assert!(admin.unspan().await.expect("unspan again"));
+    assert_eq!(place_of(&server, queue).await, (0, None, None));
+    for i in 0..4 {
+        let part = name(queue, i, 4).expect("name");
+        assert_eq!(
+            place_of(&server, &part).await,
+            (0, Some(queue.to_string()), None),
+            "{part} retired, not ordinary"
+        );
+    }
+    assert!(!admin.unspan().await.expect("nothing left to change"));
+}
+
+/// A span the queue would refuse (it holds a job, or is spanned over another width) is refused
+/// before any partition is marked: no partition is left naming a queue that is not theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_span_the_queue_refuses_marks_no_partition() {
+    let server = start(Options::default());
+    let full = Queue::new(conn(&server).await, "holding");
+    full.enqueue(b"x").await.expect("job");
+    match full.span(4).await {
+        Err(Error::Span(why)) => assert!(why.starts_with("EMQSPAN "), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    for i in 0..4 {
+        let part = name("holding", i, 4).expect("name");
+        assert_eq!(place_of(&server, &part).await, (0, None, None), "{part}");
+    }
+    assert_eq!(place_of(&server, "holding").await, (0, None, None));
+
+    let spanned = Queue::new(conn(&server).await, "wide");
+    spanned.span(4).await.expect("span over 4");
+    let of_four: Vec<String> = (0..4).map(|i| name("wide", i, 4).expect("name")).collect();
+    match spanned.span(3).await {
+        Err(Error::Span(why)) => assert!(why.starts_with("EMQSPAN "), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    for i in 0..3 {
+        let part = name("wide", i, 3).expect("name");
+        if !of_four.contains(&part) {
+            assert_eq!(place_of(&server, &part).await, (0, None, None), "{part}");
+        }
+    }
+    assert_eq!(place_of(&server, "wide").await, (4, None, None));
+    // A partition is no queue to span either.
+    match Queue::new(conn(&server).await, of_four[1].as_str())
+        .span(2)
+        .await
+    {
+        Err(Error::Span(why)) => assert!(why.starts_with("EMQSPAN "), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    for i in 0..2 {
+        let part = name(&of_four[1], i, 2).expect("name");
+        assert_eq!(place_of(&server, &part).await, (0, None, None), "{part}");
+    }
+    // A retired one is, as the server has it.
+    assert!(spanned.unspan().await.expect("unspan"));
+    let retired = Queue::new(conn(&server).await, of_four[1].as_str());
+    assert!(retired.span(2).await.expect("a retired partition spanned"));
+    assert!(retired.unspan().await.expect("and unspanned"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_started_before_the_span_claims_from_the_partitions_after_it() {
     let server = start(Options::default());
@@ -392,8 +593,41 @@ async fn a_worker_started_before_the_span_claims_from_the_partitions_after_it() 
     seen.assert_once_each_from_its_partition("late", 3, &jobs);
 }
 
-/// The worker follows the move (the cluster client's redirects, then a regroup once the
-/// worker reads the slots again, `WATCH_EVERY`): every job is still handled once. (Until the
+/// A queue unspanned and spanned again over another width while its worker runs: the worker's
+/// claims of its old partitions, retired, are still answered (nothing refuses them), so it is
+/// its reading of the width (`WATCH_EVERY`) that has it claim the new partitions, each job once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_claims_the_new_partitions_of_its_queue_spanned_again_over_another_width() {
+    let server = start(Options::default());
+    let admin = Queue::new(conn(&server).await, "respanned");
+    admin.span(4).await.expect("span over 4");
+    let seen = Seen::default();
+    let worker = worker_of(&server, "respanned", seen.handler()).await;
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut con = server.conn();
+    assert!(
+        until(|| blocked_clients(&mut con) == 1).await,
+        "claiming the four partitions"
+    );
+    assert!(admin.unspan().await.expect("unspan"));
+    assert!(admin.span(3).await.expect("span over 3"));
+    let q = Queue::new(conn(&server).await, "respanned");
+    let jobs = produce(&q, 15).await;
+    assert_eq!(q.known_width(), Some(3));
+    assert!(
+        until(|| seen.count() >= 30).await,
+        "{} of 30 handled",
+        seen.count()
+    );
+    token.cancel();
+    assert_eq!(run.await.expect("task").expect("run").acked, 30);
+    seen.assert_once_each_from_its_partition("respanned", 3, &jobs);
+}
+
+/// The worker follows the move (the cluster client's redirects, then a regroup, on a blocking
+/// claim's `MOVED` for a `WAKE` queue now elsewhere or once the worker reads the slots again,
+/// `WATCH_EVERY`): every job is still handled once. (Until the
 /// regroup, a loop's blocked claim may sit on the primary the slot moved to beside that
 /// primary's own, so the blocked claims are not counted here.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
