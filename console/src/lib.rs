@@ -16,7 +16,6 @@ pub mod history;
 pub mod latency;
 pub mod metrics;
 pub mod overview;
-pub mod partitions;
 pub mod top;
 pub mod waits;
 pub mod web;

@@ -12,7 +12,8 @@ use redis::{FromRedisValue, Value};
 use serde::Serialize;
 
 use crate::deployment::{page, Deployment};
-use crate::partitions;
+
+pub mod partitions;
 
 /// The sets `EMQ.JOBS` pages through (`waiting`: parents waiting for their children,
 /// docs/flows.md).

@@ -7,7 +7,7 @@ use redis::Value;
 
 use crate::deployment::{Deployment, Routed};
 use crate::error::Result;
-use crate::overview::{self, text, QueueRow};
+use super::{counts, text, QueueRow};
 
 /// The highest slot.
 const LAST_SLOT: u16 = 16_383;
@@ -85,7 +85,7 @@ pub async fn rows(dep: &Deployment, name: &str, width: u16, now: u64) -> Result<
             .iter()
             .find(|(a, b, _)| (*a..=*b).contains(&s))
             .map(|(_, _, addr)| addr.clone());
-        let mut row = match overview::counts(dep, &part, now).await {
+        let mut row = match counts(dep, &part, now).await {
             Ok(row) => row,
             Err(e) => QueueRow {
                 name: part,
