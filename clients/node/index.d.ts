@@ -379,7 +379,8 @@ export declare class Queue {
   /** The width to route by, `EMQ.WIDTH` asked once when not known. */
   routingWidth(): Promise<number>;
   /** Marks the queue partitioned over `width` (1-1,024; it must hold no job): each partition,
-   * then its own name; whether anything changed. Another width: `EmqSpanError`. */
+   * then its own name; whether anything changed. Jobs held, another width or a partition's
+   * name: `EmqSpanError`, asked first, with no partition marked. */
   span(width: number): Promise<boolean>;
   /** Makes it ordinary again: each partition (one holding jobs refuses, `EmqSpanError`), then
    * its own name; whether anything changed. */

@@ -130,7 +130,9 @@ export class Queue {
   /**
    * Marks the queue partitioned over `width` (1 to 1,024; it must hold no job): each partition
    * `EMQ.SPAN <partition> <width> OF <queue> INDEX <i>` on its node, then `EMQ.SPAN <queue>
-   * <width>`; whether anything changed. Another width is refused (`EmqSpanError`).
+   * <width>`; whether anything changed. A queue that holds jobs, is spanned over another
+   * width or is a partition is refused (`EmqSpanError`), asked first (`EMQ.WIDTH`, `EMQ.STATS`)
+   * so that a refused span marks no partition.
    * @param {number} width
    */
   span(width) {

@@ -91,17 +91,37 @@ export function checkWidth(width) {
 
 /**
  * Marks `queue` partitioned over `width`: each partition on its own node, then the queue's own
- * name; whether anything changed.
+ * name; whether anything changed. A queue the server would refuse (`refused`) is refused
+ * before any partition is marked.
  * @param {Queue} queue
  * @param {number} width
  */
 export async function span(queue, width) {
   checkWidth(width);
   const parts = queue.partitionQueues(width);
+  // Asked first, so a span the queue refuses marks no partition: then the queue's own mark is
+  // sent, for the server's refusal (`EmqSpanError`), before any other.
+  const [found, counts] = await Promise.all([queue.send(['EMQ.WIDTH', queue.name], true), queue.send(['EMQ.STATS', queue.name], true)]);
+  if (refused(readWidth(found), pairs(counts), width)) await queue.send(['EMQ.SPAN', queue.name, String(width)]);
   const marked = await Promise.all(parts.map((p, i) => p.send(['EMQ.SPAN', p.name, String(width), 'OF', queue.name, 'INDEX', String(i)])));
   const own = await queue.send(['EMQ.SPAN', queue.name, String(width)]);
   queue.knownWidth = width;
   return own === 1 || marked.some((m) => m === 1);
+}
+
+/**
+ * Whether the server will refuse to span a queue over `width`, from its `EMQ.WIDTH` and
+ * `EMQ.STATS`: a partition, a queue spanned over another width, or one that holds jobs (an
+ * ordinary queue or a retired partition that holds none may be spanned; one spanned over
+ * `width` already is left as it is).
+ * @param {{width: number, of: string | null}} found
+ * @param {Record<string, any>} counts
+ * @param {number} width
+ */
+export function refused(found, counts, width) {
+  if (found.of === null && found.width === width) return false;
+  const held = ['pending', 'active', 'scheduled', 'dead', 'waiting'].some((set) => Number(counts[set]) > 0);
+  return found.width > 0 || held;
 }
 
 /**

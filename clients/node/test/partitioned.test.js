@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { ErrorReply } from 'redis';
 import { EmqError, EmqSpanError, EmqSpannedError, Queue, Retry, Worker, mint, partitionName, route, translate } from '../src/index.js';
+import { readWidth } from '../src/span.js';
 import { Cluster } from './support/cluster.js';
 import { Server, until } from './support/server.js';
 
@@ -93,6 +94,11 @@ async function drain(queue, total, options = {}, handler = () => {}) {
   worker.on('error', (e) => errors.push(e));
   const done = await until(() => worker.counts.acked >= total, 60_000);
   return { worker, runs, queues, errors, done, most: () => most };
+}
+
+/** What `EMQ.WIDTH` answers for `queue`'s own name: `{width, of, index}`. */
+async function marks(queue) {
+  return readWidth(await queue.send(['EMQ.WIDTH', queue.name], true));
 }
 
 /** The server's `blocked_clients`. */
@@ -270,6 +276,34 @@ describe('a partitioned queue on one server', () => {
     assert.equal(await first.width(), 0);
     const id = await q.enqueue('ordinary again');
     assert.equal((await q.job(id))?.payload, 'ordinary again');
+  });
+
+  test('a span the server would refuse is refused before any partition is marked', async () => {
+    const unmarked = { width: 0, of: null, index: null };
+    // A queue that holds a job.
+    const held = new Queue(client, 'refused-held');
+    await held.enqueue('x');
+    await assert.rejects(held.span(4), EmqSpanError);
+    for (const p of held.partitionQueues(4)) assert.deepEqual(await marks(p), unmarked, `${p.name} is not marked`);
+    assert.equal(await held.width(), 0);
+    // A queue spanned over another width: the partitions of the new width that are not also
+    // partitions of the old stay unmarked.
+    const other = new Queue(client, 'refused-other');
+    await other.span(3);
+    await assert.rejects(other.span(4), EmqSpanError);
+    const old = other.partitionQueues(3).map((p) => p.name);
+    for (const p of other.partitionQueues(4)) {
+      const i = old.indexOf(p.name);
+      assert.deepEqual(await marks(p), i >= 0 ? { width: 3, of: 'refused-other', index: i } : unmarked, `${p.name}`);
+    }
+    // A partition's own name.
+    const [part] = await other.partitions();
+    await assert.rejects(part.span(2), EmqSpanError);
+    for (const p of part.partitionQueues(2)) assert.deepEqual(await marks(p), unmarked, `${p.name} is not marked`);
+    // Once drained, the same call marks the partitions, then the queue.
+    await held.purge('pending');
+    assert.equal(await held.span(4), true);
+    for (const [i, p] of held.partitionQueues(4).entries()) assert.deepEqual(await marks(p), { width: 4, of: 'refused-held', index: i });
   });
 
   test('EMQSPANNED and EMQSPAN are typed errors', async () => {
