@@ -141,8 +141,9 @@ export class Queue {
 
   /** Makes the queue ordinary again: `EMQ.UNSPAN` of each partition, then of its own name (a
    * partition that holds jobs refuses, `EmqSpanError`, and the queue stays partitioned);
-   * whether anything changed. Stop its producers first: one that knows the width still sends
-   * to the partitions. */
+   * whether anything changed. Each partition is retired: a producer that still knows the old
+   * width is refused there with `EMQSPANNED 0` and sends to the queue's own name, which takes
+   * the job or answers its new width. */
   unspan() {
     return unspan(this);
   }

@@ -64,7 +64,9 @@ export function isPartition(name, width) {
 /**
  * `send(target)` on the Queue that `key` (a job's group, or else its id) routes to; a refusal
  * that names another width (`EMQSPANNED`) is learned and the call routed again, at most
- * `MAX_REROUTES` times (a partition's own refusal is the caller's: it routes no further).
+ * `MAX_REROUTES` times. A refusal stands when the width learned would route the job where it
+ * was refused (the name of a retired partition, which refuses every job with width 0) or the
+ * queue's name is a partition's (which sends no job on).
  * @template T
  * @param {Queue} queue
  * @param {string} key
@@ -73,11 +75,13 @@ export function isPartition(name, width) {
  */
 export async function routed(queue, key, send) {
   for (let reroutes = 0; ; reroutes++) {
+    const target = queue.queueFor(key);
     try {
-      return await send(queue.queueFor(key));
+      return await send(target);
     } catch (e) {
       if (!(e instanceof EmqSpannedError) || reroutes >= MAX_REROUTES || isPartition(queue.name, e.width)) throw e;
       queue.knownWidth = e.width;
+      if (queue.queueFor(key).name === target.name) throw e;
     }
   }
 }
@@ -146,7 +150,8 @@ export async function unspan(queue) {
  * Sends `rows` with `EMQ.MENQUEUE`s of at most `chunk` jobs, each to the partition its jobs
  * route to by the width `queue` knows; a refusal that names another width (`EMQSPANNED`) is
  * learned, and the jobs of that call and those not sent yet are routed again (at most
- * `MAX_REROUTES` times a call). A batch that was taken stays where it went: its ids went there.
+ * `MAX_REROUTES` times a call; a refusal stands as `routed` has it). A batch that was taken
+ * stays where it went: its ids went there.
  * @param {Queue} queue
  * @param {Iterable<Row>} rows
  * @param {number} chunk
@@ -171,6 +176,8 @@ export async function enqueueRows(queue, rows, chunk) {
     } catch (e) {
       if (!(e instanceof EmqSpannedError) || ++reroutes > MAX_REROUTES || isPartition(queue.name, e.width)) throw e;
       queue.knownWidth = e.width;
+      // The same call again, to where it was refused (a retired partition's own name): it stands.
+      if (batch.every((row) => queue.queueFor(row.id).name === target.name)) throw e;
       // Nothing of a refused batch was written: it and every row not sent go again, in order.
       const again = [...batch, ...[...waiting.values()].flat()].sort((a, b) => a.at - b.at);
       waiting.clear();

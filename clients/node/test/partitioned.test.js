@@ -101,6 +101,14 @@ async function marks(queue) {
   return readWidth(await queue.send(['EMQ.WIDTH', queue.name], true));
 }
 
+/** How often `server` ran `command` since its last `CONFIG RESETSTAT`, and how many of those
+ * answered an error (`INFO commandstats`). */
+async function commandStats(server, command) {
+  const line = String(await server.cmd('INFO', 'commandstats')).split('\n').find((l) => l.startsWith(`cmdstat_${command.toLowerCase()}:`));
+  const field = (name) => Number(new RegExp(`${name}=(\\d+)`).exec(line ?? '')?.[1] ?? 0);
+  return { calls: field('calls'), failed: field('failed_calls') };
+}
+
 /** The server's `blocked_clients`. */
 async function blocked(server) {
   return Number(/blocked_clients:(\d+)/.exec(String(await server.cmd('INFO', 'clients')))?.[1]);
@@ -352,6 +360,43 @@ describe('a partitioned queue on one server', () => {
     const next = await producer.enqueue('after the change');
     assert.equal(producer.knownWidth, 2);
     assert.ok((await idsIn(producer.partitionQueues(2)[route(2, next)])).has(next));
+  });
+
+  test('a width changed under a producer: a retired partition refuses with width 0, the queue with the new width; a Queue on a retired partition\'s name raises at once', async () => {
+    const name = 'retire';
+    const two = [0, 1].map((i) => partitionName(name, i, 2));
+    // Ids whose partition of 4 is no partition of 2: retired once the width is 2.
+    const ids = Array.from({ length: 400 }, () => mint()).filter((id) => !two.includes(partitionName(name, route(4, id), 4)));
+    assert.ok(ids.length >= 2);
+    await new Queue(client, name).span(4);
+    const producer = new Queue(client, name);
+    const batcher = new Queue(client, name);
+    await producer.enqueue('first');
+    await batcher.enqueueMany([{ payload: 'first' }]);
+    assert.deepEqual([producer.knownWidth, batcher.knownWidth], [4, 4]);
+    const admin = new Queue(client, name);
+    assert.equal(await admin.purge('pending'), 2);
+    assert.equal(await admin.unspan(), true, 'each partition retired, then the queue ordinary');
+    assert.equal(await admin.span(2), true);
+
+    await server.cmd('CONFIG', 'RESETSTAT');
+    assert.equal(await producer.enqueue('routed again', { id: ids[0] }), ids[0]);
+    assert.equal(producer.knownWidth, 2);
+    assert.deepEqual(await commandStats(server, 'EMQ.ENQUEUE'), { calls: 3, failed: 2 }, 'the retired partition, the queue, then its partition of 2');
+    assert.equal((await admin.partitionQueues(2)[route(2, ids[0])].job(ids[0]))?.payload, 'routed again');
+    assert.deepEqual(await batcher.enqueueMany([{ id: ids[1], payload: 'batched' }]), [ids[1]]);
+    assert.equal(batcher.knownWidth, 2);
+    assert.deepEqual(await commandStats(server, 'EMQ.MENQUEUE'), { calls: 3, failed: 2 });
+    assert.equal((await admin.partitionQueues(2)[route(2, ids[1])].job(ids[1]))?.payload, 'batched');
+
+    // A Queue named as the retired partition: its refusal (width 0) names itself, and stands.
+    const retired = new Queue(client, partitionName(name, route(4, ids[0]), 4));
+    assert.deepEqual(await marks(retired), { width: 0, of: name, index: null });
+    await server.cmd('CONFIG', 'RESETSTAT');
+    await assert.rejects(retired.enqueue('x'), (e) => e instanceof EmqSpannedError && e.width === 0);
+    await assert.rejects(retired.enqueueMany([{ payload: 'x' }]), (e) => e instanceof EmqSpannedError && e.width === 0);
+    assert.deepEqual(await commandStats(server, 'EMQ.ENQUEUE'), { calls: 1, failed: 1 }, 'sent once');
+    assert.deepEqual(await commandStats(server, 'EMQ.MENQUEUE'), { calls: 1, failed: 1 }, 'sent once');
   });
 });
 
