@@ -183,12 +183,22 @@ export class Queue {
     args.push(...familyArgs(options));
     // A partitioned queue's job goes to the partition its group, or else its id, routes to.
     const key = options.group ?? id;
+    const parents = options.parents ?? [];
+    // A child's parents on other nodes register it first (`EMQ.ADOPT`), under the queue it goes
+    // to: the width is read before, when not known, and again after a refusal, so no parent
+    // waits for it in a queue it was not enqueued in.
+    if (parents.length > 0 && this.knownWidth === undefined) await knowWidth(this);
     let reply;
     try {
-      reply = await routed(this, key, async (target) => {
-        if (options.parents?.length) await adopt(target, id, options.parents);
-        return target.call('EMQ.ENQUEUE', ...args);
-      });
+      reply = await routed(
+        this,
+        key,
+        async (target) => {
+          if (parents.length > 0) await adopt(target, id, parents);
+          return target.call('EMQ.ENQUEUE', ...args);
+        },
+        parents.length > 0,
+      );
     } catch (e) {
       // A retried child whose parent has moved on (finished, or all its children counted):
       // the job is there already, which is what a duplicate enqueue answers.

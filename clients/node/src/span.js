@@ -66,21 +66,26 @@ export function isPartition(name, width) {
  * that names another width (`EMQSPANNED`) is learned and the call routed again, at most
  * `MAX_REROUTES` times. A refusal stands when the width learned would route the job where it
  * was refused (the name of a retired partition, which refuses every job with width 0) or the
- * queue's name is a partition's (which sends no job on).
+ * queue's name is a partition's (which sends no job on). With `exact`, the width is read again
+ * (`EMQ.WIDTH`) after a refusal rather than taken from it, so the next try goes straight where
+ * the job will be taken (a retired partition's `EMQSPANNED 0` would send it to the queue's own
+ * name first): a child's parents are told that queue before its enqueue (`EMQ.ADOPT`).
  * @template T
  * @param {Queue} queue
  * @param {string} key
  * @param {(target: Queue) => Promise<T>} send
+ * @param {boolean} [exact]
  * @returns {Promise<T>}
  */
-export async function routed(queue, key, send) {
+export async function routed(queue, key, send, exact = false) {
   for (let reroutes = 0; ; reroutes++) {
     const target = queue.queueFor(key);
     try {
       return await send(target);
     } catch (e) {
       if (!(e instanceof EmqSpannedError) || reroutes >= MAX_REROUTES || isPartition(queue.name, e.width)) throw e;
-      queue.knownWidth = e.width;
+      if (exact) await knowWidth(queue);
+      else queue.knownWidth = e.width;
       if (queue.queueFor(key).name === target.name) throw e;
     }
   }

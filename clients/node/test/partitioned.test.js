@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { ErrorReply } from 'redis';
-import { EmqError, EmqSpanError, EmqSpannedError, Queue, Retry, Worker, mint, partitionName, route, translate } from '../src/index.js';
+import { EmqError, EmqSpanError, EmqSpannedError, Queue, Retry, Worker, mint, partitionName, queueSlot, route, translate } from '../src/index.js';
 import { readWidth } from '../src/span.js';
 import { Cluster } from './support/cluster.js';
 import { Server, until } from './support/server.js';
@@ -458,6 +458,40 @@ describe('a partitioned queue on a cluster', () => {
       children.map((id, i) => `${homes[i]} ${id} reports ${parent}`).sort(),
       'each hand-over swept from its child\'s partition',
     );
+  });
+
+  test('a child whose Queue has not learned the width, or holds a stale one, is adopted under the partition it goes to', async () => {
+    const name = 'kids';
+    const parents = new Queue(client, 'adopting');
+    assert.notEqual(queueSlot('adopting'), queueSlot(name), 'the parent is in another slot: EMQ.ADOPT first');
+    const home = (id, width) => `${partitionName(name, route(width, id), width)}:${id}`;
+    await new Queue(client, name).span(6);
+    // Each child through a Queue that does not know the width: each parent counts it once,
+    // under its partition (not under the queue's own name, where it never was).
+    const parent = await parents.enqueue('report', { children: 2 });
+    const ref = [{ queue: 'adopting', id: parent }];
+    const a = await new Queue(client, name).enqueue('a', { parents: ref });
+    const b = await new Queue(client, name).enqueue('b', { parents: ref });
+    assert.deepEqual([...(await parents.children(parent)).keys()].sort(), [home(a, 6), home(b, 6)].sort());
+
+    // A width changed under a producer: the retired partition's refusal (width 0) has it read
+    // the width, so the queue's own name is not adopted on the way to the partition of 2.
+    const stale = new Queue(client, name);
+    assert.equal(await stale.width(), 6);
+    await new Queue(client, name).purge('pending');
+    await new Queue(client, name).unspan();
+    await new Queue(client, name).span(2);
+    const two = [0, 1].map((i) => partitionName(name, i, 2));
+    const c = Array.from({ length: 400 }, () => mint()).find((id) => !two.includes(partitionName(name, route(6, id), 6)));
+    assert.ok(c);
+    // Room for the child under the retired partition too, adopted before its refusal (change
+    // a width with the queue's producers stopped: docs/cluster.md).
+    const later = await parents.enqueue('report', { children: 2 });
+    assert.equal(await stale.enqueue('c', { id: c, parents: [{ queue: 'adopting', id: later }] }), c);
+    assert.equal(stale.knownWidth, 2);
+    const adopted = await parents.children(later);
+    assert.ok(adopted.has(home(c, 2)), 'adopted under its partition of 2');
+    assert.ok(!adopted.has(`${name}:${c}`), 'never under the queue\'s own name');
   });
 
   // Last: the slot map is no longer the one Cluster.owner knows.
