@@ -460,6 +460,25 @@ describe('a partitioned queue on a cluster', () => {
     );
   });
 
+  test('a flow whose parents are in partitions: each child is adopted by its parent\'s partition, on that primary', async () => {
+    await new Queue(client, 'albums').span(6);
+    const tree = await new Queue(client, 'albums').flow({
+      payload: 'album',
+      children: [0, 1, 2, 3].map((t) => ({ queue: 'tracks', payload: `track${t}` })),
+    });
+    const batch = await new Queue(client, 'tracks').batch([{ payload: 'b0' }, { payload: 'b1' }], { onComplete: { queue: 'albums', payload: 'done' } });
+    const albums = new Queue(client, 'albums');
+    for (const id of [tree.id, batch.id]) assert.equal((await albums.job(id))?.adopted, id === tree.id ? 4 : 2);
+    /** @type {Map<string, string[]>} */
+    const ran = new Map();
+    const parents = new Worker(new Queue(client, 'albums'), async (job) => void ran.set(job.payload, [...(await job.children()).keys()]), { block: 200 });
+    const children = new Worker(new Queue(client, 'tracks'), (job) => job.payload, { block: 200 });
+    assert.ok(await until(() => ran.size === 2, 30_000), 'both parents ran');
+    await Promise.all([parents.close(), children.close()]);
+    assert.deepEqual(ran.get('album')?.sort(), (tree.children ?? []).map((c) => `tracks:${c.id}`).sort());
+    assert.deepEqual(ran.get('done')?.sort(), batch.ids.map((id) => `tracks:${id}`).sort());
+  });
+
   test('a child whose Queue has not learned the width, or holds a stale one, is adopted under the partition it goes to', async () => {
     const name = 'kids';
     const parents = new Queue(client, 'adopting');
