@@ -194,17 +194,18 @@ export async function enqueueRows(queue, rows, chunk) {
 }
 
 /**
- * The partitions' stats added up (each set's count, the named groups, the limits set and the
- * rate's use), `paused` 1 while any partition is; the other fields are partition 0's; and each
- * partition's own, in order, as `partitions`.
+ * The partitions' stats (`EMQ.STATS`) or limits (`EMQ.LIMIT`) added up, each with the fields
+ * its reply has: each set's count, the named groups, the limits set and the rate's use, and
+ * `paused` 1 while any partition is; the other fields are partition 0's; and each partition's
+ * own, in order, as `partitions`.
  * @param {Array<Record<string, any>>} parts
  */
 export function sumStats(parts) {
   /** @type {Record<string, any>} */
   const total = { ...parts[0] };
-  for (const field of SUMMED) total[field] = parts.reduce((n, p) => n + (Number(p[field]) || 0), 0);
-  for (const field of LIMITS) total[field] = sumLimit(parts, field);
-  total.paused = parts.some((p) => Number(p.paused) === 1) ? 1 : 0;
+  for (const field of SUMMED) if (field in total) total[field] = parts.reduce((n, p) => n + (Number(p[field]) || 0), 0);
+  for (const field of LIMITS) if (field in total) total[field] = sumLimit(parts, field);
+  if ('paused' in total) total.paused = parts.some((p) => Number(p.paused) === 1) ? 1 : 0;
   total.partitions = parts;
   return total;
 }

@@ -261,6 +261,19 @@ describe('a partitioned queue on one server', () => {
     assert.equal(await admin.purge('pending'), 11);
   });
 
+  test('a partitioned queue\'s stats() and limit() answer the fields an ordinary queue\'s do, added up', async () => {
+    const plain = new Queue(client, 'fields-plain');
+    const wide = new Queue(client, 'fields-wide');
+    await wide.span(4);
+    const keys = (row) => Object.keys(row).filter((k) => k !== 'partitions').sort();
+    const [plainLimits, wideLimits] = [await plain.limit({ concurrency: 8 }), await wide.limit({ concurrency: 8 })];
+    assert.deepEqual(keys(wideLimits), keys(plainLimits));
+    assert.deepEqual(keys(await wide.limit()), keys(await plain.limit()), 'a report too');
+    assert.deepEqual([wideLimits.concurrency, wideLimits.active, wideLimits['rate-used']], [8, 0, 0]);
+    assert.deepEqual(wideLimits.partitions?.map(keys), Array(4).fill(keys(plainLimits)));
+    assert.deepEqual(keys(await wide.stats()), keys(await plain.stats()));
+  });
+
   test('span, width and unspan', async () => {
     const q = new Queue(client, 'marks');
     assert.equal(await q.width(), 0);
