@@ -8,6 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import { ErrorReply } from 'redis';
 import { EmqError, EmqSpanError, EmqSpannedError, Queue, Retry, Worker, mint, partitionName, queueSlot, route, translate } from '../src/index.js';
 import { readWidth } from '../src/span.js';
+import { Spread } from '../src/spread.js';
 import { Cluster } from './support/cluster.js';
 import { Server, until } from './support/server.js';
 
@@ -211,6 +212,33 @@ describe('a partitioned queue on one server', () => {
     await worker.close();
     assert.deepEqual(errors, []);
     assert.deepEqual(acked.slice(30).sort(), [...plain].sort());
+  });
+
+  test('a regrouping\'s backoff starts again only once a blocking claim was answered', async () => {
+    // After regroupings in a row (a WAKE refused MOVED, say), the first claims of the new loops
+    // do not block and go through: they must leave the count, or a WAKE still refused would
+    // regroup again and again with no backoff. The loops of a Spread run here by hand, three
+    // regroupings counted already.
+    const queue = new Queue(client, 'regrouped');
+    await queue.span(4);
+    await queue.enqueue('one');
+    /** @type {number[]} */
+    const seen = [];
+    const worker = new Worker(queue, () => void seen.push(spread.regroups), { autorun: false, block: 100 });
+    worker.claims = client.duplicate();
+    await worker.claims.connect();
+    const spread = new Spread(worker, 4);
+    spread.regroups = 3;
+    const running = spread.run();
+    try {
+      assert.ok(await until(() => seen.length === 1));
+      assert.deepEqual(seen, [3], 'the claim that took the job did not block: the count stands');
+      assert.ok(await until(() => spread.regroups === 0), 'a blocking claim answered (none came) starts it again');
+    } finally {
+      await worker.close();
+      await running;
+    }
+    assert.equal(worker.counts.acked, 1);
   });
 
   test('calls on one job go to its partition by id, a group\'s by its group; the rest add up the partitions', async () => {
