@@ -2,7 +2,8 @@
 // bigger than one primary"): a Queue that learns the width from the server's refusal and sends
 // each job to the partition it routes to, a Worker that drains every partition once and settles
 // each job on its own partition (on a cluster, with one blocked claim a primary), the calls on
-// one job or every partition, the typed errors, and a producer whose width went stale.
+// one job or every partition, the typed errors, a producer whose width went stale, flows whose
+// parents are in partitions, and a worker's start through a transient failure.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { ErrorReply } from 'redis';
@@ -10,7 +11,7 @@ import { EmqError, EmqSpanError, EmqSpannedError, Queue, Retry, Worker, mint, pa
 import { readWidth } from '../src/span.js';
 import { Spread } from '../src/spread.js';
 import { Cluster } from './support/cluster.js';
-import { Server, until } from './support/server.js';
+import { Server, freePort, until } from './support/server.js';
 
 /** Every id in a set of `queue` (every page of `EMQ.JOBS`). */
 async function idsIn(queue, set = 'pending') {
@@ -108,6 +109,13 @@ async function commandStats(server, command) {
   const line = String(await server.cmd('INFO', 'commandstats')).split('\n').find((l) => l.startsWith(`cmdstat_${command.toLowerCase()}:`));
   const field = (name) => Number(new RegExp(`${name}=(\\d+)`).exec(line ?? '')?.[1] ?? 0);
   return { calls: field('calls'), failed: field('failed_calls') };
+}
+
+/** How often `server` refused `command` before running it (`rejected_calls`: `MASTERDOWN`,
+ * `CLUSTERDOWN`) since its last `CONFIG RESETSTAT`. */
+async function rejectedCalls(server, command) {
+  const line = String(await server.cmd('INFO', 'commandstats')).split('\n').find((l) => l.startsWith(`cmdstat_${command.toLowerCase()}:`));
+  return Number(/rejected_calls=(\d+)/.exec(line ?? '')?.[1] ?? 0);
 }
 
 /** The server's `blocked_clients`. */
@@ -579,5 +587,61 @@ describe('a partitioned queue on a cluster', () => {
     assert.equal(runs.size, 40);
     assert.ok([...runs.values()].every((n) => n === 1));
     assert.ok(ids.every((id) => queues.get(id) === parts[route(6, id)].name));
+  });
+});
+
+describe('a worker\'s start through a transient failure', () => {
+  /**
+   * Runs a Worker on `queue` (a Queue on `client` that retries nothing itself) while `refused`
+   * holds, until the server has refused `command` three times; `recover`s, enqueues a job and
+   * waits for its ack. The worker's errors.
+   */
+  async function startThrough(client, server, command, recover) {
+    const errors = [];
+    const worker = new Worker(new Queue(client, 'starting', { retries: 0 }), (job) => job.payload, { block: 100 });
+    worker.on('error', (e) => errors.push(e));
+    try {
+      assert.ok(await until(async () => (await rejectedCalls(server, command)) >= 3), `${command} asked again, after each refusal`);
+      await recover();
+      await new Queue(client, 'starting').enqueue('after');
+      assert.ok(await until(() => worker.counts.acked === 1, 30_000), 'the worker claims once the server answers');
+    } finally {
+      await worker.close();
+    }
+    return errors;
+  }
+
+  test('EMQ.VERSION and EMQ.WIDTH refused MASTERDOWN (a replica cut off from its primary)', async () => {
+    const server = await Server.start();
+    try {
+      const client = await server.connect();
+      await new Queue(client, 'starting').span(2);
+      await server.cmd('CONFIG', 'SET', 'replica-serve-stale-data', 'no');
+      await server.cmd('REPLICAOF', '127.0.0.1', await freePort());
+      await server.cmd('CONFIG', 'RESETSTAT');
+      const errors = await startThrough(client, server, 'EMQ.VERSION', () => server.cmd('REPLICAOF', 'NO', 'ONE'));
+      assert.deepEqual(errors, []);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('EMQ.WIDTH refused CLUSTERDOWN (a slot of the cluster unserved), EMQ.VERSION answered', async () => {
+    const cluster = await Cluster.start(1);
+    try {
+      const client = await cluster.connect();
+      const [node] = cluster.nodes;
+      const other = (queueSlot('starting') + 1) % 16384;
+      await node.cmd('CLUSTER', 'DELSLOTS', other);
+      assert.ok(await until(async () => String(await node.cmd('CLUSTER', 'INFO')).includes('cluster_state:fail')));
+      await node.cmd('CONFIG', 'RESETSTAT');
+      const errors = await startThrough(client, node, 'EMQ.WIDTH', async () => {
+        await node.cmd('CLUSTER', 'ADDSLOTS', other);
+        assert.ok(await until(async () => String(await node.cmd('CLUSTER', 'INFO')).includes('cluster_state:ok')));
+      });
+      assert.deepEqual(errors, []);
+    } finally {
+      await cluster.stop();
+    }
   });
 });
