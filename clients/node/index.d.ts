@@ -39,7 +39,7 @@ export interface EnqueueOptions {
   /** A parent: it waits (in `waiting`) until this many children have finished, 1-100,000. */
   children?: number;
   /** A child of each (at most 16): on a cluster, `EMQ.ADOPT` goes first to a parent whose
-   * queue has another slot than this job's. */
+   * queue has another slot than this job's (a partitioned queue's parent: its partition's). */
   parents?: ParentRef[];
 }
 
@@ -47,10 +47,14 @@ export interface EnqueueOptions {
  * parent, naming the child in its error; `ignore` just counts the child as finished. */
 export type OnFail = 'fail' | 'ignore';
 
-/** A child's parent: a job enqueued with `children`. */
+/** A child's parent: a job enqueued with `children`. A parent in a partitioned queue is
+ * found in the partition its `group`, or else its id, routes to (the queue's width read once);
+ * a partition's own name is taken as it is. */
 export interface ParentRef {
   queue: string;
   id: string;
+  /** The parent's group, when it has one: a partitioned queue keeps it by its group. */
+  group?: string;
   onFail?: OnFail;
 }
 
@@ -379,7 +383,8 @@ export declare class Queue {
   /** The width to route by, `EMQ.WIDTH` asked once when not known. */
   routingWidth(): Promise<number>;
   /** Marks the queue partitioned over `width` (1-1,024; it must hold no job): each partition,
-   * then its own name; whether anything changed. Another width: `EmqSpanError`. */
+   * then its own name; whether anything changed. Jobs held, another width or a partition's
+   * name: `EmqSpanError`, asked first, with no partition marked. */
   span(width: number): Promise<boolean>;
   /** Makes it ordinary again: each partition (one holding jobs refuses, `EmqSpanError`), then
    * its own name; whether anything changed. */
@@ -392,7 +397,8 @@ export declare class Queue {
   queueFor(key: string): Queue;
   /** `queueFor` once the width is known. */
   locate(key: string): Promise<Queue>;
-  /** Another queue on the same client, with the same retries and hook. */
+  /** Another queue on the same client, with the same retries and hook (the same Queue for a
+   * name each time). */
   sibling(name: string): Queue;
   /** `command <queue> ...args`, retried while transient, a refusal as its typed error. */
   call(command: string, ...args: Array<string | number | Uint8Array>): Promise<any>;
@@ -401,6 +407,9 @@ export declare class Queue {
   /** Enqueues one job; its id. A partitioned queue's goes to the partition its group, or else its
    * id, routes to (the width learned from the first `EMQSPANNED`). */
   enqueue(payload: Payload, options?: EnqueueOptions): Promise<string>;
+  /** `enqueue`, answering also the queue the job went to (a partitioned queue's partition).
+   * `placed`: the `parents` name the queues their jobs are in already (none is looked up). */
+  enqueueJob(payload: Payload, options?: EnqueueOptions, placed?: boolean): Promise<{ id: string; queue: string }>;
   /** Enqueues every job (`EMQ.MENQUEUE`s of `chunk`, a partition's apart); their ids, in order. */
   enqueueMany(jobs: Iterable<JobSpec>, options?: { chunk?: number }): Promise<string[]>;
   /** The counts and limits (`EMQ.STATS`); a partitioned queue's added up over its partitions. */

@@ -13,7 +13,7 @@ const ON_FAIL = { fail: 'FAIL', ignore: 'IGNORE' };
 
 /**
  * The `CHILDREN` and `PARENT` arguments of an enqueue, checked before anything is sent.
- * @param {{children?: number, parents?: Array<{queue: string, id: string, onFail?: 'fail' | 'ignore'}>}} options
+ * @param {{children?: number, parents?: Array<{queue: string, id: string, group?: string, onFail?: 'fail' | 'ignore'}>}} options
  * @returns {string[]}
  */
 export function familyArgs(options) {
@@ -29,8 +29,8 @@ export function familyArgs(options) {
   if (parents.length > MAX_PARENTS) throw new RangeError(`a job has at most ${MAX_PARENTS} parents, not ${parents.length}`);
   const seen = new Set();
   for (const parent of parents) {
-    if (typeof parent?.queue !== 'string' || typeof parent.id !== 'string') {
-      throw new TypeError('a parent is {queue, id, onFail?}, its queue and id strings');
+    if (typeof parent?.queue !== 'string' || typeof parent.id !== 'string' || !['string', 'undefined'].includes(typeof parent.group)) {
+      throw new TypeError('a parent is {queue, id, group?, onFail?}, its queue, id and group strings');
     }
     const key = `${parent.queue}:${parent.id}`;
     if (seen.has(key)) throw new TypeError(`the parent ${key} is given twice`);

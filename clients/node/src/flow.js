@@ -2,7 +2,7 @@
 // callback. Every missing id is minted (and every missing queue named) in the spec itself
 // before anything is sent, so the same spec given again, after a failure, say, enqueues the
 // same jobs, each once. The tree goes in top down, a level at a time: a child's enqueue finds
-// its parent there.
+// its parent there, named by the queue it went to (a partitioned queue's partition).
 import { MAX_CHILDREN } from './family.js';
 import { mint } from './ids.js';
 
@@ -22,14 +22,14 @@ export const LEVEL_CHUNK = 1000;
  */
 export async function flow(queue, tree) {
   prepare(queue.name, tree);
-  /** @type {Map<string, Queue>} */
-  const queues = new Map();
-  const of = (/** @type {string} */ name) => queues.get(name) ?? queues.set(name, queue.sibling(name)).get(name);
+  /** The queue each node went to (of a partitioned queue, its partition), which its children
+   * name as their parent's. @type {Map<FlowNode, string>} */
+  const placed = new Map();
   /** @type {Array<[FlowNode, FlowNode | null]>} */
   let level = [[tree, null]];
   while (level.length > 0) {
     for (let i = 0; i < level.length; i += LEVEL_CHUNK) {
-      await Promise.all(level.slice(i, i + LEVEL_CHUNK).map(([node, parent]) => enqueueNode(of(String(node.queue)), node, parent)));
+      await Promise.all(level.slice(i, i + LEVEL_CHUNK).map(([node, parent]) => enqueueNode(queue.sibling(String(node.queue)), node, parent, placed)));
     }
     level = level.flatMap(([node]) => (node.children ?? []).map((child) => /** @type {[FlowNode, FlowNode]} */ ([child, node])));
   }
@@ -100,16 +100,17 @@ function prepare(queueName, tree) {
   }
 }
 
-/** One node's enqueue: `CHILDREN` when it has any, `PARENT` when it is not the root. */
-function enqueueNode(queue, node, parent) {
+/**
+ * One node's enqueue: `CHILDREN` when it has any, `PARENT` when it is not the root, naming the
+ * queue its parent went to; the queue it went to, noted in `placed`.
+ * @param {Queue} queue
+ * @param {FlowNode} node
+ * @param {FlowNode | null} parent
+ * @param {Map<FlowNode, string>} placed
+ */
+async function enqueueNode(queue, node, parent, placed) {
   const children = node.children?.length ?? 0;
-  return queue.enqueue(node.payload, {
-    id: node.id,
-    priority: node.priority,
-    delay: node.delay,
-    at: node.at,
-    timeout: node.timeout,
-    children: children > 0 ? children : undefined,
-    parents: parent ? [{ queue: String(parent.queue), id: String(parent.id), onFail: node.onFail }] : undefined,
-  });
+  const parents = parent ? [{ queue: placed.get(parent) ?? String(parent.queue), id: String(parent.id), onFail: node.onFail }] : undefined;
+  const options = { id: node.id, priority: node.priority, delay: node.delay, at: node.at, timeout: node.timeout, children: children > 0 ? children : undefined, parents };
+  placed.set(node, (await queue.enqueueJob(node.payload, options, true)).queue);
 }

@@ -28,9 +28,20 @@ export const CHILDREN_PAGE = 1000;
 /** A `job(id)` reply's integer fields. */
 const NUMERIC = new Set(['attempts', 'due', 'lease-deadline', 'died-at', 'priority', 'children', 'adopted', 'finished', 'cancelled', 'timeout', 'timedout']);
 
+/**
+ * @typedef {{queue: string, id: string, group?: string, onFail?: 'fail' | 'ignore'}} ParentRef a
+ *   child's parent: its queue and id, and its group when it has one (which a partitioned
+ *   queue routes it by)
+ * @typedef {{id?: string, delay?: number, at?: number | Date, priority?: number, unique?: string, uniqueFor?: number,
+ *   timeout?: number, group?: string, headers?: Record<string, string>,
+ *   children?: number, parents?: ParentRef[]}} EnqueueOptions
+ */
+
 export class Queue {
   /** The partitions' Queues of the width last asked for. @type {{width: number, queues: Queue[]}} */
   #parts = { width: 0, queues: [] };
+  /** Its siblings, by name. @type {Map<string, Queue>} */
+  #siblings = new Map();
 
   /**
    * @param {any} client a connected node-redis client (`createClient`) or cluster (`createCluster`)
@@ -53,9 +64,17 @@ export class Queue {
     this.knownWidth = undefined;
   }
 
-  /** Another queue on the same client, with the same retries and hook (a flow's other queues). */
+  /** Another queue on the same client, with the same retries and hook (a flow's other queues,
+   * a child's parents'); the same Queue for a name each time, so each keeps the width it
+   * learned. */
   sibling(name) {
-    return name === this.name ? this : new Queue(this.client, name, { retries: this.retries, inject: this.inject });
+    if (name === this.name) return this;
+    let queue = this.#siblings.get(name);
+    if (queue === undefined) {
+      queue = new Queue(this.client, name, { retries: this.retries, inject: this.inject });
+      this.#siblings.set(name, queue);
+    }
+    return queue;
   }
 
   /** `command <queue> ...args`, retried while the failure is transient; a refusal typed. */
@@ -130,7 +149,9 @@ export class Queue {
   /**
    * Marks the queue partitioned over `width` (1 to 1,024; it must hold no job): each partition
    * `EMQ.SPAN <partition> <width> OF <queue> INDEX <i>` on its node, then `EMQ.SPAN <queue>
-   * <width>`; whether anything changed. Another width is refused (`EmqSpanError`).
+   * <width>`; whether anything changed. A queue that holds jobs, is spanned over another
+   * width or is a partition is refused (`EmqSpanError`), asked first (`EMQ.WIDTH`, `EMQ.STATS`)
+   * so that a refused span marks no partition.
    * @param {number} width
    */
   span(width) {
@@ -139,8 +160,9 @@ export class Queue {
 
   /** Makes the queue ordinary again: `EMQ.UNSPAN` of each partition, then of its own name (a
    * partition that holds jobs refuses, `EmqSpanError`, and the queue stays partitioned);
-   * whether anything changed. Stop its producers first: one that knows the width still sends
-   * to the partitions. */
+   * whether anything changed. Each partition is retired: a producer that still knows the old
+   * width is refused there with `EMQSPANNED 0` and sends to the queue's own name, which takes
+   * the job or answers its new width. */
   unspan() {
     return unspan(this);
   }
@@ -151,17 +173,30 @@ export class Queue {
    * Enqueues one job; its id, or with `unique` the holder's id while another job holds the key.
    * With `children` it is a parent, waiting until that many children have finished; with
    * `parents` it is their child (on a cluster, `EMQ.ADOPT` first for a parent in another slot).
+   * A parent in a partitioned queue is in the partition its `group`, or else its id, routes to:
+   * each parent's queue's width is asked once (`EMQ.WIDTH`), and again when a parent refuses.
    * With `timeout` (ms), each attempt of it is ended by the server that long after its claim.
    * With `group` (a tenant, say; the server checks it), it is in that group of the queue: claims
    * take the groups with ready jobs in turn, and its row's `group` names it. `headers` (at most
    * 32 string keys and values) go with the job to each attempt (`job.headers`), beside what the
    * queue's `inject` hook writes.
    * @param {unknown} payload a string or bytes as they are, anything else as JSON
-   * @param {{id?: string, delay?: number, at?: number | Date, priority?: number, unique?: string, uniqueFor?: number,
-   *   timeout?: number, group?: string, headers?: Record<string, string>,
-   *   children?: number, parents?: Array<{queue: string, id: string, onFail?: 'fail' | 'ignore'}>}} [options]
+   * @param {EnqueueOptions} [options]
    */
   async enqueue(payload, options = {}) {
+    return (await this.enqueueJob(payload, options)).id;
+  }
+
+  /**
+   * `enqueue`, answering also the queue the job went to (of a partitioned queue, its
+   * partition). With `placed`, the `parents` name the queues their jobs are in (a flow's, as
+   * their own enqueues answered), and none is looked up.
+   * @param {unknown} payload
+   * @param {EnqueueOptions} [options]
+   * @param {boolean} [placed]
+   * @returns {Promise<{id: string, queue: string}>}
+   */
+  async enqueueJob(payload, options = {}, placed = false) {
     const id = options.id ?? mint();
     const args = [id, encode(payload)];
     if (options.delay !== undefined && options.at !== undefined) throw new TypeError('give delay or at, not both');
@@ -177,23 +212,63 @@ export class Queue {
     if (options.timeout !== undefined) args.push('TIMEOUT', ms(options.timeout, 'timeout'));
     if (options.group !== undefined) args.push('GROUP', options.group);
     args.push(...headerArgs(carried(this.inject, options.headers)));
-    args.push(...familyArgs(options));
+    familyArgs(options); // checked before anything is sent
     // A partitioned queue's job goes to the partition its group, or else its id, routes to.
     const key = options.group ?? id;
-    let reply;
-    try {
-      reply = await routed(this, key, async (target) => {
-        if (options.parents?.length) await adopt(target, id, options.parents);
-        return target.call('EMQ.ENQUEUE', ...args);
-      });
-    } catch (e) {
-      // A retried child whose parent has moved on (finished, or all its children counted):
-      // the job is there already, which is what a duplicate enqueue answers.
-      if (e instanceof EmqParentError && options.id !== undefined && (await this.queueFor(key).job(id)) !== null) return id;
-      throw e;
+    const given = options.parents ?? [];
+    // A child's parents on other nodes register it first (`EMQ.ADOPT`), under the queue it goes
+    // to: the width is read before, when not known, and again after a refusal, so no parent
+    // waits for it in a queue it was not enqueued in.
+    if (given.length > 0 && this.knownWidth === undefined) await knowWidth(this);
+    let parents = placed ? given : await this.parentHomes(given, false);
+    for (let refreshed = placed; ; refreshed = true) {
+      const all = [...args, ...familyArgs({ children: options.children, parents })];
+      let queue = this.name;
+      try {
+        const reply = await routed(
+          this,
+          key,
+          async (target) => {
+            queue = target.name;
+            if (parents.length > 0) await adopt(target, id, parents);
+            return target.call('EMQ.ENQUEUE', ...all);
+          },
+          parents.length > 0,
+        );
+        // 1 (written) or 0 (this id was enqueued already) is the job's own id; a string, the holder's.
+        return { id: typeof reply === 'string' ? reply : id, queue };
+      } catch (e) {
+        if (!(e instanceof EmqParentError)) throw e;
+        // A retried child whose parent has moved on (finished, or all its children counted):
+        // the job is there already, which is what a duplicate enqueue answers.
+        const home = this.queueFor(key);
+        if (options.id !== undefined && (await home.job(id)) !== null) return { id, queue: home.name };
+        if (refreshed) throw e;
+        // A parent's queue spanned (or made ordinary again) since its width was read.
+        const fresh = await this.parentHomes(given, true);
+        if (fresh.every((p, i) => p.queue === parents[i].queue)) throw e;
+        parents = fresh;
+      }
     }
-    // 1 (written) or 0 (this id was enqueued already) is the job's own id; a string, the holder's.
-    return typeof reply === 'string' ? reply : id;
+  }
+
+  /**
+   * The parents as their jobs' queues name them: a parent in a partitioned queue is in the
+   * partition its `group`, or else its id, routes to. Each parent queue's width is read once
+   * (its sibling keeps it), or again with `fresh`.
+   * @param {ParentRef[]} parents
+   * @param {boolean} fresh
+   * @returns {Promise<ParentRef[]>}
+   */
+  async parentHomes(parents, fresh) {
+    return Promise.all(
+      parents.map(async (parent) => {
+        const queue = this.sibling(parent.queue);
+        if (fresh || queue.knownWidth === undefined) await knowWidth(queue);
+        const home = queue.queueFor(parent.group ?? parent.id);
+        return home === queue ? parent : { ...parent, queue: home.name };
+      }),
+    );
   }
 
   /**

@@ -64,20 +64,29 @@ export function isPartition(name, width) {
 /**
  * `send(target)` on the Queue that `key` (a job's group, or else its id) routes to; a refusal
  * that names another width (`EMQSPANNED`) is learned and the call routed again, at most
- * `MAX_REROUTES` times (a partition's own refusal is the caller's: it routes no further).
+ * `MAX_REROUTES` times. A refusal stands when the width learned would route the job where it
+ * was refused (the name of a retired partition, which refuses every job with width 0) or the
+ * queue's name is a partition's (which sends no job on). With `exact`, the width is read again
+ * (`EMQ.WIDTH`) after a refusal rather than taken from it, so the next try goes straight where
+ * the job will be taken (a retired partition's `EMQSPANNED 0` would send it to the queue's own
+ * name first): a child's parents are told that queue before its enqueue (`EMQ.ADOPT`).
  * @template T
  * @param {Queue} queue
  * @param {string} key
  * @param {(target: Queue) => Promise<T>} send
+ * @param {boolean} [exact]
  * @returns {Promise<T>}
  */
-export async function routed(queue, key, send) {
+export async function routed(queue, key, send, exact = false) {
   for (let reroutes = 0; ; reroutes++) {
+    const target = queue.queueFor(key);
     try {
-      return await send(queue.queueFor(key));
+      return await send(target);
     } catch (e) {
       if (!(e instanceof EmqSpannedError) || reroutes >= MAX_REROUTES || isPartition(queue.name, e.width)) throw e;
-      queue.knownWidth = e.width;
+      if (exact) await knowWidth(queue);
+      else queue.knownWidth = e.width;
+      if (queue.queueFor(key).name === target.name) throw e;
     }
   }
 }
@@ -91,17 +100,37 @@ export function checkWidth(width) {
 
 /**
  * Marks `queue` partitioned over `width`: each partition on its own node, then the queue's own
- * name; whether anything changed.
+ * name; whether anything changed. A queue the server would refuse (`refused`) is refused
+ * before any partition is marked.
  * @param {Queue} queue
  * @param {number} width
  */
 export async function span(queue, width) {
   checkWidth(width);
   const parts = queue.partitionQueues(width);
+  // Asked first, so a span the queue refuses marks no partition: then the queue's own mark is
+  // sent, for the server's refusal (`EmqSpanError`), before any other.
+  const [found, counts] = await Promise.all([queue.send(['EMQ.WIDTH', queue.name], true), queue.send(['EMQ.STATS', queue.name], true)]);
+  if (refused(readWidth(found), pairs(counts), width)) await queue.send(['EMQ.SPAN', queue.name, String(width)]);
   const marked = await Promise.all(parts.map((p, i) => p.send(['EMQ.SPAN', p.name, String(width), 'OF', queue.name, 'INDEX', String(i)])));
   const own = await queue.send(['EMQ.SPAN', queue.name, String(width)]);
   queue.knownWidth = width;
   return own === 1 || marked.some((m) => m === 1);
+}
+
+/**
+ * Whether the server will refuse to span a queue over `width`, from its `EMQ.WIDTH` and
+ * `EMQ.STATS`: a partition, a queue spanned over another width, or one that holds jobs (an
+ * ordinary queue or a retired partition that holds none may be spanned; one spanned over
+ * `width` already is left as it is).
+ * @param {{width: number, of: string | null}} found
+ * @param {Record<string, any>} counts
+ * @param {number} width
+ */
+export function refused(found, counts, width) {
+  if (found.of === null && found.width === width) return false;
+  const held = ['pending', 'active', 'scheduled', 'dead', 'waiting'].some((set) => Number(counts[set]) > 0);
+  return found.width > 0 || held;
 }
 
 /**
@@ -126,7 +155,8 @@ export async function unspan(queue) {
  * Sends `rows` with `EMQ.MENQUEUE`s of at most `chunk` jobs, each to the partition its jobs
  * route to by the width `queue` knows; a refusal that names another width (`EMQSPANNED`) is
  * learned, and the jobs of that call and those not sent yet are routed again (at most
- * `MAX_REROUTES` times a call). A batch that was taken stays where it went: its ids went there.
+ * `MAX_REROUTES` times a call; a refusal stands as `routed` has it). A batch that was taken
+ * stays where it went: its ids went there.
  * @param {Queue} queue
  * @param {Iterable<Row>} rows
  * @param {number} chunk
@@ -151,6 +181,8 @@ export async function enqueueRows(queue, rows, chunk) {
     } catch (e) {
       if (!(e instanceof EmqSpannedError) || ++reroutes > MAX_REROUTES || isPartition(queue.name, e.width)) throw e;
       queue.knownWidth = e.width;
+      // The same call again, to where it was refused (a retired partition's own name): it stands.
+      if (batch.every((row) => queue.queueFor(row.id).name === target.name)) throw e;
       // Nothing of a refused batch was written: it and every row not sent go again, in order.
       const again = [...batch, ...[...waiting.values()].flat()].sort((a, b) => a.at - b.at);
       waiting.clear();
@@ -162,17 +194,18 @@ export async function enqueueRows(queue, rows, chunk) {
 }
 
 /**
- * The partitions' stats added up (each set's count, the named groups, the limits set and the
- * rate's use), `paused` 1 while any partition is; the other fields are partition 0's; and each
- * partition's own, in order, as `partitions`.
+ * The partitions' stats (`EMQ.STATS`) or limits (`EMQ.LIMIT`) added up, each with the fields
+ * its reply has: each set's count, the named groups, the limits set and the rate's use, and
+ * `paused` 1 while any partition is; the other fields are partition 0's; and each partition's
+ * own, in order, as `partitions`.
  * @param {Array<Record<string, any>>} parts
  */
 export function sumStats(parts) {
   /** @type {Record<string, any>} */
   const total = { ...parts[0] };
-  for (const field of SUMMED) total[field] = parts.reduce((n, p) => n + (Number(p[field]) || 0), 0);
-  for (const field of LIMITS) total[field] = sumLimit(parts, field);
-  total.paused = parts.some((p) => Number(p.paused) === 1) ? 1 : 0;
+  for (const field of SUMMED) if (field in total) total[field] = parts.reduce((n, p) => n + (Number(p[field]) || 0), 0);
+  for (const field of LIMITS) if (field in total) total[field] = sumLimit(parts, field);
+  if ('paused' in total) total.paused = parts.some((p) => Number(p.paused) === 1) ? 1 : 0;
   total.partitions = parts;
   return total;
 }

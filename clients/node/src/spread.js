@@ -74,7 +74,7 @@ export class Spread {
     this.changed = undefined;
     /** A loop's fatal error, which ends the others. @type {unknown} */
     this.fatal = undefined;
-    /** Regroupings since a claim last went through: each waits a backoff first. */
+    /** Regroupings since a blocking claim was last answered: each waits a backoff first. */
     this.regroups = 0;
     /** Whether the partitions' outboxes are swept (from the first claim that went through). */
     this.swept = false;
@@ -223,7 +223,7 @@ export class Spread {
           continue;
         }
         w.claimReserved -= count;
-        this.regroups = 0;
+        this.answered(block);
         if (!this.swept) w.sweepOn(this.queues);
         this.swept = true;
         const jobs = reply ?? [];
@@ -239,6 +239,15 @@ export class Spread {
       this.fatal ??= e;
       w.wake();
     }
+  }
+
+  /** Counts a claim answered. Only a blocking one (jobs, none, or its time run out) shows the
+   * grouping sound and starts the regroupings' backoff again: the first claims after a
+   * regrouping do not block, and go through even while the blocking claim's `WAKE` is still
+   * refused (`MOVED`), which would otherwise regroup again and again with no backoff.
+   * @param {boolean} block */
+  answered(block) {
+    if (block) this.regroups = 0;
   }
 
   /** Waits `ms`, or less once the worker closes: not less when another loop wakes the worker

@@ -150,14 +150,16 @@ export class Worker extends EventEmitter {
   // ---- claiming ----
 
   async loop() {
-    checkVersion(await this.queue.send(['EMQ.VERSION'], true));
+    const version = await this.untilAnswered(() => this.queue.send(['EMQ.VERSION'], true));
+    if (this.closing) return;
+    checkVersion(version);
     this.claims = this.queue.client.duplicate();
     this.claims.on?.('error', (/** @type {unknown} */ e) => this.report(e));
     await this.claims.connect();
     if (this.signalHandler) for (const s of ['SIGTERM', 'SIGINT']) process.on(s, this.signalHandler);
     this.renewTimer = setInterval(() => void this.renewAll(), this.renewMs);
-    await knowWidth(this.queue);
-    let width = /** @type {number} */ (this.queue.knownWidth);
+    await this.untilAnswered(() => knowWidth(this.queue));
+    let width = this.queue.knownWidth ?? 0;
     while (!this.closing) {
       if (width === 0) {
         width = await this.claimQueue();
@@ -170,6 +172,27 @@ export class Worker extends EventEmitter {
         this.spread = null;
       }
     }
+  }
+
+  /**
+   * `call`'s answer, `call` made again after a backoff while it fails as a failover, a reshard,
+   * a lost connection or a server out of memory or disk does (the queue's own retries spent),
+   * until the worker closes (then undefined): the start's reads, which a moment's failure must
+   * not end the worker for. Any other error is thrown.
+   * @template T
+   * @param {() => Promise<T>} call
+   * @returns {Promise<T | undefined>}
+   */
+  async untilAnswered(call) {
+    for (let failures = 0; !this.closing; failures++) {
+      try {
+        return await call();
+      } catch (e) {
+        if (!transient(e) && !serverFull(e)) throw e;
+        await sleep(backoff(failures), this.closingSignal());
+      }
+    }
+    return undefined;
   }
 
   /** Claims from the queue itself until the worker closes (0), or the queue answers that it is

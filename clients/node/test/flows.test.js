@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { createClient } from 'redis';
-import { CHILDREN_PAGE, EmqCancelIncomplete, EmqError, EmqParentError, Queue, Worker } from '../src/index.js';
+import { CHILDREN_PAGE, EmqCancelIncomplete, EmqError, EmqParentError, Queue, Worker, partitionName, route } from '../src/index.js';
 import { Server, until } from './support/server.js';
 
 /** @type {Server} */
@@ -231,6 +231,70 @@ describe('flows', () => {
     await q.flow(tree);
     const stats = await q.stats();
     assert.deepEqual([stats.pending, stats.waiting], [0, 0]);
+  });
+
+  test('a parent in a partitioned queue: a child names its queue and id (or group), and counts in the parent\'s partition', async () => {
+    await new Queue(client, 'wide-parents').span(4);
+    const parents = new Queue(client, 'wide-parents');
+    const byId = await parents.enqueue('by id', { children: 1 });
+    const byGroup = await parents.enqueue('by group', { children: 1, group: 'acme' });
+    const kids = new Queue(client, 'narrow-kids');
+    const a = await kids.enqueue('a', { parents: [{ queue: 'wide-parents', id: byId }] });
+    const b = await kids.enqueue('b', { parents: [{ queue: 'wide-parents', id: byGroup, group: 'acme' }] });
+    assert.equal((await parents.job(byId))?.adopted, 1, 'found in the partition its id routes to');
+    assert.equal((await parents.queueFor('acme').job(byGroup))?.adopted, 1, 'found in its group\'s');
+    /** @type {Map<string, any>} */
+    const seen = new Map();
+    work(new Queue(client, 'wide-parents'), async (job) => void seen.set(job.payload, { queue: job.queue, children: await job.children() }));
+    work(kids, (job) => job.payload);
+    await waitFor(() => seen.size === 2, 'both parents to run');
+    assert.equal(seen.get('by id').queue, partitionName('wide-parents', route(4, byId), 4));
+    assert.equal(seen.get('by group').queue, partitionName('wide-parents', route(4, 'acme'), 4));
+    assert.deepEqual([...seen.get('by id').children.keys()], [`narrow-kids:${a}`]);
+    assert.deepEqual([...seen.get('by group').children.keys()], [`narrow-kids:${b}`]);
+
+    // A parent queue spanned after the child's Queue read its width (0): the parent's refusal
+    // has it read the width again.
+    const late = new Queue(client, 'late-parents');
+    const first = await late.enqueue('before', { children: 1 });
+    await kids.enqueue('c', { parents: [{ queue: 'late-parents', id: first }] });
+    assert.equal(await late.cancel(first), true, 'the queue holds no job then');
+    await late.span(3);
+    const second = await new Queue(client, 'late-parents').enqueue('after', { children: 1 });
+    await kids.enqueue('d', { parents: [{ queue: 'late-parents', id: second }] });
+    assert.equal((await late.job(second))?.adopted, 1);
+  });
+
+  test('a flow, a chain and a batch over partitioned queues: each child names the partition its parent went to', async () => {
+    await new Queue(client, 'wide-root').span(3);
+    await new Queue(client, 'wide-mid').span(5);
+    const tree = await new Queue(client, 'wide-root').flow({
+      payload: 'root',
+      children: [0, 1, 2].map((m) => ({ queue: 'wide-mid', payload: `mid${m}`, children: [0, 1].map((l) => ({ queue: 'plain-leaf', payload: `leaf${m}.${l}` })) })),
+    });
+    assert.equal(tree.queue, 'wide-root', 'the tree keeps the queues it was given');
+    const chain = await new Queue(client, 'wide-root').chain(['c1', 'c2', 'c3', 'c4'].map((payload) => ({ payload })));
+    const batch = await new Queue(client, 'plain-leaf').batch(['b1', 'b2', 'b3'].map((payload) => ({ payload })), { onComplete: { queue: 'wide-mid', payload: 'callback' } });
+    /** @type {string[]} */
+    const order = [];
+    /** @type {Map<string, number>} */
+    const counted = new Map();
+    const handle = async (job) => {
+      order.push(job.payload);
+      counted.set(job.payload, (await job.children()).size);
+    };
+    for (const q of ['wide-root', 'wide-mid', 'plain-leaf']) work(new Queue(client, q), handle, { concurrency: 4 });
+    await waitFor(() => order.length === 10 + 4 + 4, 'every job to run');
+    const at = (payload) => order.indexOf(payload);
+    for (let m = 0; m < 3; m++) {
+      assert.ok(at(`leaf${m}.0`) < at(`mid${m}`) && at(`leaf${m}.1`) < at(`mid${m}`), order.join(' '));
+      assert.ok(at(`mid${m}`) < at('root'));
+      assert.equal(counted.get(`mid${m}`), 2);
+    }
+    assert.equal(counted.get('root'), 3);
+    assert.deepEqual(order.filter((p) => /^c\d$/.test(p)).slice(0, 4), ['c1', 'c2', 'c3', 'c4'], `chain ${chain}`);
+    assert.ok(['b1', 'b2', 'b3'].every((p) => at(p) < at('callback')));
+    assert.equal(counted.get('callback'), 3, `batch ${batch.id}`);
   });
 
   test('EMQPARENT: no such parent, a parent not waiting, a parent with all its children', async () => {

@@ -2,13 +2,16 @@
 // bigger than one primary"): a Queue that learns the width from the server's refusal and sends
 // each job to the partition it routes to, a Worker that drains every partition once and settles
 // each job on its own partition (on a cluster, with one blocked claim a primary), the calls on
-// one job or every partition, the typed errors, and a producer whose width went stale.
+// one job or every partition, the typed errors, a producer whose width went stale, flows whose
+// parents are in partitions, and a worker's start through a transient failure.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { ErrorReply } from 'redis';
-import { EmqError, EmqSpanError, EmqSpannedError, Queue, Retry, Worker, mint, partitionName, route, translate } from '../src/index.js';
+import { EmqError, EmqSpanError, EmqSpannedError, Queue, Retry, Worker, mint, partitionName, queueSlot, route, translate } from '../src/index.js';
+import { readWidth } from '../src/span.js';
+import { Spread } from '../src/spread.js';
 import { Cluster } from './support/cluster.js';
-import { Server, until } from './support/server.js';
+import { Server, freePort, until } from './support/server.js';
 
 /** Every id in a set of `queue` (every page of `EMQ.JOBS`). */
 async function idsIn(queue, set = 'pending') {
@@ -93,6 +96,26 @@ async function drain(queue, total, options = {}, handler = () => {}) {
   worker.on('error', (e) => errors.push(e));
   const done = await until(() => worker.counts.acked >= total, 60_000);
   return { worker, runs, queues, errors, done, most: () => most };
+}
+
+/** What `EMQ.WIDTH` answers for `queue`'s own name: `{width, of, index}`. */
+async function marks(queue) {
+  return readWidth(await queue.send(['EMQ.WIDTH', queue.name], true));
+}
+
+/** How often `server` ran `command` since its last `CONFIG RESETSTAT`, and how many of those
+ * answered an error (`INFO commandstats`). */
+async function commandStats(server, command) {
+  const line = String(await server.cmd('INFO', 'commandstats')).split('\n').find((l) => l.startsWith(`cmdstat_${command.toLowerCase()}:`));
+  const field = (name) => Number(new RegExp(`${name}=(\\d+)`).exec(line ?? '')?.[1] ?? 0);
+  return { calls: field('calls'), failed: field('failed_calls') };
+}
+
+/** How often `server` refused `command` before running it (`rejected_calls`: `MASTERDOWN`,
+ * `CLUSTERDOWN`) since its last `CONFIG RESETSTAT`. */
+async function rejectedCalls(server, command) {
+  const line = String(await server.cmd('INFO', 'commandstats')).split('\n').find((l) => l.startsWith(`cmdstat_${command.toLowerCase()}:`));
+  return Number(/rejected_calls=(\d+)/.exec(line ?? '')?.[1] ?? 0);
 }
 
 /** The server's `blocked_clients`. */
@@ -199,6 +222,33 @@ describe('a partitioned queue on one server', () => {
     assert.deepEqual(acked.slice(30).sort(), [...plain].sort());
   });
 
+  test('a regrouping\'s backoff starts again only once a blocking claim was answered', async () => {
+    // After regroupings in a row (a WAKE refused MOVED, say), the first claims of the new loops
+    // do not block and go through: they must leave the count, or a WAKE still refused would
+    // regroup again and again with no backoff. The loops of a Spread run here by hand, three
+    // regroupings counted already.
+    const queue = new Queue(client, 'regrouped');
+    await queue.span(4);
+    await queue.enqueue('one');
+    /** @type {number[]} */
+    const seen = [];
+    const worker = new Worker(queue, () => void seen.push(spread.regroups), { autorun: false, block: 100 });
+    worker.claims = client.duplicate();
+    await worker.claims.connect();
+    const spread = new Spread(worker, 4);
+    spread.regroups = 3;
+    const running = spread.run();
+    try {
+      assert.ok(await until(() => seen.length === 1));
+      assert.deepEqual(seen, [3], 'the claim that took the job did not block: the count stands');
+      assert.ok(await until(() => spread.regroups === 0), 'a blocking claim answered (none came) starts it again');
+    } finally {
+      await worker.close();
+      await running;
+    }
+    assert.equal(worker.counts.acked, 1);
+  });
+
   test('calls on one job go to its partition by id, a group\'s by its group; the rest add up the partitions', async () => {
     const admin = new Queue(client, 'ops');
     await admin.span(4);
@@ -247,6 +297,19 @@ describe('a partitioned queue on one server', () => {
     assert.equal(await admin.purge('pending'), 11);
   });
 
+  test('a partitioned queue\'s stats() and limit() answer the fields an ordinary queue\'s do, added up', async () => {
+    const plain = new Queue(client, 'fields-plain');
+    const wide = new Queue(client, 'fields-wide');
+    await wide.span(4);
+    const keys = (row) => Object.keys(row).filter((k) => k !== 'partitions').sort();
+    const [plainLimits, wideLimits] = [await plain.limit({ concurrency: 8 }), await wide.limit({ concurrency: 8 })];
+    assert.deepEqual(keys(wideLimits), keys(plainLimits));
+    assert.deepEqual(keys(await wide.limit()), keys(await plain.limit()), 'a report too');
+    assert.deepEqual([wideLimits.concurrency, wideLimits.active, wideLimits['rate-used']], [8, 0, 0]);
+    assert.deepEqual(wideLimits.partitions?.map(keys), Array(4).fill(keys(plainLimits)));
+    assert.deepEqual(keys(await wide.stats()), keys(await plain.stats()));
+  });
+
   test('span, width and unspan', async () => {
     const q = new Queue(client, 'marks');
     assert.equal(await q.width(), 0);
@@ -270,6 +333,34 @@ describe('a partitioned queue on one server', () => {
     assert.equal(await first.width(), 0);
     const id = await q.enqueue('ordinary again');
     assert.equal((await q.job(id))?.payload, 'ordinary again');
+  });
+
+  test('a span the server would refuse is refused before any partition is marked', async () => {
+    const unmarked = { width: 0, of: null, index: null };
+    // A queue that holds a job.
+    const held = new Queue(client, 'refused-held');
+    await held.enqueue('x');
+    await assert.rejects(held.span(4), EmqSpanError);
+    for (const p of held.partitionQueues(4)) assert.deepEqual(await marks(p), unmarked, `${p.name} is not marked`);
+    assert.equal(await held.width(), 0);
+    // A queue spanned over another width: the partitions of the new width that are not also
+    // partitions of the old stay unmarked.
+    const other = new Queue(client, 'refused-other');
+    await other.span(3);
+    await assert.rejects(other.span(4), EmqSpanError);
+    const old = other.partitionQueues(3).map((p) => p.name);
+    for (const p of other.partitionQueues(4)) {
+      const i = old.indexOf(p.name);
+      assert.deepEqual(await marks(p), i >= 0 ? { width: 3, of: 'refused-other', index: i } : unmarked, `${p.name}`);
+    }
+    // A partition's own name.
+    const [part] = await other.partitions();
+    await assert.rejects(part.span(2), EmqSpanError);
+    for (const p of part.partitionQueues(2)) assert.deepEqual(await marks(p), unmarked, `${p.name} is not marked`);
+    // Once drained, the same call marks the partitions, then the queue.
+    await held.purge('pending');
+    assert.equal(await held.span(4), true);
+    for (const [i, p] of held.partitionQueues(4).entries()) assert.deepEqual(await marks(p), { width: 4, of: 'refused-held', index: i });
   });
 
   test('EMQSPANNED and EMQSPAN are typed errors', async () => {
@@ -318,6 +409,43 @@ describe('a partitioned queue on one server', () => {
     const next = await producer.enqueue('after the change');
     assert.equal(producer.knownWidth, 2);
     assert.ok((await idsIn(producer.partitionQueues(2)[route(2, next)])).has(next));
+  });
+
+  test('a width changed under a producer: a retired partition refuses with width 0, the queue with the new width; a Queue on a retired partition\'s name raises at once', async () => {
+    const name = 'retire';
+    const two = [0, 1].map((i) => partitionName(name, i, 2));
+    // Ids whose partition of 4 is no partition of 2: retired once the width is 2.
+    const ids = Array.from({ length: 400 }, () => mint()).filter((id) => !two.includes(partitionName(name, route(4, id), 4)));
+    assert.ok(ids.length >= 2);
+    await new Queue(client, name).span(4);
+    const producer = new Queue(client, name);
+    const batcher = new Queue(client, name);
+    await producer.enqueue('first');
+    await batcher.enqueueMany([{ payload: 'first' }]);
+    assert.deepEqual([producer.knownWidth, batcher.knownWidth], [4, 4]);
+    const admin = new Queue(client, name);
+    assert.equal(await admin.purge('pending'), 2);
+    assert.equal(await admin.unspan(), true, 'each partition retired, then the queue ordinary');
+    assert.equal(await admin.span(2), true);
+
+    await server.cmd('CONFIG', 'RESETSTAT');
+    assert.equal(await producer.enqueue('routed again', { id: ids[0] }), ids[0]);
+    assert.equal(producer.knownWidth, 2);
+    assert.deepEqual(await commandStats(server, 'EMQ.ENQUEUE'), { calls: 3, failed: 2 }, 'the retired partition, the queue, then its partition of 2');
+    assert.equal((await admin.partitionQueues(2)[route(2, ids[0])].job(ids[0]))?.payload, 'routed again');
+    assert.deepEqual(await batcher.enqueueMany([{ id: ids[1], payload: 'batched' }]), [ids[1]]);
+    assert.equal(batcher.knownWidth, 2);
+    assert.deepEqual(await commandStats(server, 'EMQ.MENQUEUE'), { calls: 3, failed: 2 });
+    assert.equal((await admin.partitionQueues(2)[route(2, ids[1])].job(ids[1]))?.payload, 'batched');
+
+    // A Queue named as the retired partition: its refusal (width 0) names itself, and stands.
+    const retired = new Queue(client, partitionName(name, route(4, ids[0]), 4));
+    assert.deepEqual(await marks(retired), { width: 0, of: name, index: null });
+    await server.cmd('CONFIG', 'RESETSTAT');
+    await assert.rejects(retired.enqueue('x'), (e) => e instanceof EmqSpannedError && e.width === 0);
+    await assert.rejects(retired.enqueueMany([{ payload: 'x' }]), (e) => e instanceof EmqSpannedError && e.width === 0);
+    assert.deepEqual(await commandStats(server, 'EMQ.ENQUEUE'), { calls: 1, failed: 1 }, 'sent once');
+    assert.deepEqual(await commandStats(server, 'EMQ.MENQUEUE'), { calls: 1, failed: 1 }, 'sent once');
   });
 });
 
@@ -381,6 +509,59 @@ describe('a partitioned queue on a cluster', () => {
     );
   });
 
+  test('a flow whose parents are in partitions: each child is adopted by its parent\'s partition, on that primary', async () => {
+    await new Queue(client, 'albums').span(6);
+    const tree = await new Queue(client, 'albums').flow({
+      payload: 'album',
+      children: [0, 1, 2, 3].map((t) => ({ queue: 'tracks', payload: `track${t}` })),
+    });
+    const batch = await new Queue(client, 'tracks').batch([{ payload: 'b0' }, { payload: 'b1' }], { onComplete: { queue: 'albums', payload: 'done' } });
+    const albums = new Queue(client, 'albums');
+    for (const id of [tree.id, batch.id]) assert.equal((await albums.job(id))?.adopted, id === tree.id ? 4 : 2);
+    /** @type {Map<string, string[]>} */
+    const ran = new Map();
+    const parents = new Worker(new Queue(client, 'albums'), async (job) => void ran.set(job.payload, [...(await job.children()).keys()]), { block: 200 });
+    const children = new Worker(new Queue(client, 'tracks'), (job) => job.payload, { block: 200 });
+    assert.ok(await until(() => ran.size === 2, 30_000), 'both parents ran');
+    await Promise.all([parents.close(), children.close()]);
+    assert.deepEqual(ran.get('album')?.sort(), (tree.children ?? []).map((c) => `tracks:${c.id}`).sort());
+    assert.deepEqual(ran.get('done')?.sort(), batch.ids.map((id) => `tracks:${id}`).sort());
+  });
+
+  test('a child whose Queue has not learned the width, or holds a stale one, is adopted under the partition it goes to', async () => {
+    const name = 'kids';
+    const parents = new Queue(client, 'adopting');
+    assert.notEqual(queueSlot('adopting'), queueSlot(name), 'the parent is in another slot: EMQ.ADOPT first');
+    const home = (id, width) => `${partitionName(name, route(width, id), width)}:${id}`;
+    await new Queue(client, name).span(6);
+    // Each child through a Queue that does not know the width: each parent counts it once,
+    // under its partition (not under the queue's own name, where it never was).
+    const parent = await parents.enqueue('report', { children: 2 });
+    const ref = [{ queue: 'adopting', id: parent }];
+    const a = await new Queue(client, name).enqueue('a', { parents: ref });
+    const b = await new Queue(client, name).enqueue('b', { parents: ref });
+    assert.deepEqual([...(await parents.children(parent)).keys()].sort(), [home(a, 6), home(b, 6)].sort());
+
+    // A width changed under a producer: the retired partition's refusal (width 0) has it read
+    // the width, so the queue's own name is not adopted on the way to the partition of 2.
+    const stale = new Queue(client, name);
+    assert.equal(await stale.width(), 6);
+    await new Queue(client, name).purge('pending');
+    await new Queue(client, name).unspan();
+    await new Queue(client, name).span(2);
+    const two = [0, 1].map((i) => partitionName(name, i, 2));
+    const c = Array.from({ length: 400 }, () => mint()).find((id) => !two.includes(partitionName(name, route(6, id), 6)));
+    assert.ok(c);
+    // Room for the child under the retired partition too, adopted before its refusal (change
+    // a width with the queue's producers stopped: docs/cluster.md).
+    const later = await parents.enqueue('report', { children: 2 });
+    assert.equal(await stale.enqueue('c', { id: c, parents: [{ queue: 'adopting', id: later }] }), c);
+    assert.equal(stale.knownWidth, 2);
+    const adopted = await parents.children(later);
+    assert.ok(adopted.has(home(c, 2)), 'adopted under its partition of 2');
+    assert.ok(!adopted.has(`${name}:${c}`), 'never under the queue\'s own name');
+  });
+
   // Last: the slot map is no longer the one Cluster.owner knows.
   test('a partition moved to another primary while the worker waits: its loops regroup and claim it there', async () => {
     await new Queue(client, 'moving').span(6);
@@ -406,5 +587,61 @@ describe('a partitioned queue on a cluster', () => {
     assert.equal(runs.size, 40);
     assert.ok([...runs.values()].every((n) => n === 1));
     assert.ok(ids.every((id) => queues.get(id) === parts[route(6, id)].name));
+  });
+});
+
+describe('a worker\'s start through a transient failure', () => {
+  /**
+   * Runs a Worker on `queue` (a Queue on `client` that retries nothing itself) while `refused`
+   * holds, until the server has refused `command` three times; `recover`s, enqueues a job and
+   * waits for its ack. The worker's errors.
+   */
+  async function startThrough(client, server, command, recover) {
+    const errors = [];
+    const worker = new Worker(new Queue(client, 'starting', { retries: 0 }), (job) => job.payload, { block: 100 });
+    worker.on('error', (e) => errors.push(e));
+    try {
+      assert.ok(await until(async () => (await rejectedCalls(server, command)) >= 3), `${command} asked again, after each refusal`);
+      await recover();
+      await new Queue(client, 'starting').enqueue('after');
+      assert.ok(await until(() => worker.counts.acked === 1, 30_000), 'the worker claims once the server answers');
+    } finally {
+      await worker.close();
+    }
+    return errors;
+  }
+
+  test('EMQ.VERSION and EMQ.WIDTH refused MASTERDOWN (a replica cut off from its primary)', async () => {
+    const server = await Server.start();
+    try {
+      const client = await server.connect();
+      await new Queue(client, 'starting').span(2);
+      await server.cmd('CONFIG', 'SET', 'replica-serve-stale-data', 'no');
+      await server.cmd('REPLICAOF', '127.0.0.1', await freePort());
+      await server.cmd('CONFIG', 'RESETSTAT');
+      const errors = await startThrough(client, server, 'EMQ.VERSION', () => server.cmd('REPLICAOF', 'NO', 'ONE'));
+      assert.deepEqual(errors, []);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('EMQ.WIDTH refused CLUSTERDOWN (a slot of the cluster unserved), EMQ.VERSION answered', async () => {
+    const cluster = await Cluster.start(1);
+    try {
+      const client = await cluster.connect();
+      const [node] = cluster.nodes;
+      const other = (queueSlot('starting') + 1) % 16384;
+      await node.cmd('CLUSTER', 'DELSLOTS', other);
+      assert.ok(await until(async () => String(await node.cmd('CLUSTER', 'INFO')).includes('cluster_state:fail')));
+      await node.cmd('CONFIG', 'RESETSTAT');
+      const errors = await startThrough(client, node, 'EMQ.WIDTH', async () => {
+        await node.cmd('CLUSTER', 'ADDSLOTS', other);
+        assert.ok(await until(async () => String(await node.cmd('CLUSTER', 'INFO')).includes('cluster_state:ok')));
+      });
+      assert.deepEqual(errors, []);
+    } finally {
+      await cluster.stop();
+    }
   });
 });

@@ -163,6 +163,8 @@ export async function partitioned(): Promise<void> {
   const parts: Queue[] = await orders.partitions();
   const home: Queue = orders.queueFor('acme');
   const found = await (await orders.locate(ids[0])).job(ids[0]);
+  const placed: { id: string; queue: string } = await orders.enqueueJob({ sku: 2 }, { children: 1, group: 'acme' });
+  await new Queue(cluster, 'invoices').enqueue('child', { parents: [{ queue: 'orders', id: placed.id, group: 'acme' }] });
   const name: string | null = partitionName('orders', route(12, 'acme'), 12);
   const slots: [number, number] | null = share(0, MAX_PARTITIONS);
   const hash: number = fnv1a32(new Uint8Array([1]));
