@@ -151,7 +151,7 @@ pub fn table(md: &mut String, rounds: usize, jobs: usize) {
     let (mut twelve_cpu, mut against_twelve, mut twelve_rate) =
         (Vec::new(), Vec::new(), Vec::new());
     let (mut single_cpu, mut spread_cpu, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut three_cpu, mut three_ratios, mut against_three) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut three_cpu, mut three_ratios, mut twelve_ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut single_rate, mut spread_rate, mut three_rate) = (Vec::new(), Vec::new(), Vec::new());
     let (mut low_share, mut high_share) = (Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -215,7 +215,7 @@ pub fn table(md: &mut String, rounds: usize, jobs: usize) {
         twelve_rate.push(jobs as f64 / d.elapsed);
         three_cpu.push(cpu_c * 1e6 / jobs as f64);
         three_ratios.push(cpu_c / cpu_a);
-        against_three.push(cpu_b / cpu_c);
+        twelve_ratios.push(cpu_d / cpu_a);
         three_rate.push(jobs as f64 / c.elapsed);
         single_cpu.push(cpu_a * 1e6 / jobs as f64);
         spread_cpu.push(cpu_b * 1e6 / jobs as f64);
@@ -228,18 +228,18 @@ pub fn table(md: &mut String, rounds: usize, jobs: usize) {
     let cores = thread::available_parallelism().map_or(0, |n| n.get());
     let _ = write!(
         md,
-        "\n## One queue over the cluster: partitioned against ordinary\n\nOn a cluster of 3 primaries (no replicas) on this machine's {cores} cores, {jobs} jobs go through their whole life, `EMQ.MENQUEUE` of {BATCH}, `EMQ.CLAIM COUNT {BATCH}` and `EMQ.MACK` of what was claimed, by {WIDTH} clients: all on one ordinary queue (one primary), or one client on each partition of a queue spanned over {WIDTH}, each job in the partition its id routes to; and, as the control, {WIDTH} clients on three ordinary queues, one on each primary, which is what spreading the work over three server processes costs on this machine apart from partitioning; and twelve ordinary queues laid out as the partitions are (each on its partition's primary, with its jobs), which is the partitioned run without the marking and the routing checks. Main-thread CPU (`INFO cpu`) per job, summed over the primaries; medians (min–max) over {rounds} rounds, the ratio the median of the per-round ratios. A primary's share is its part of the partitioned run's CPU against a third (1.00 = exactly a third). Jobs/s are wall-clock, with the clients and all three primaries on the same {cores} cores.\n\n| queue | CPU µs / job | against ordinary | against three ordinary | jobs/s | least and most primary share |\n|---|---|---|---|---|---|\n| twelve ordinary, laid out as the partitions | {} | | partitioned against it: {} | {} | |\n| ordinary | {} | 1.00 | | {} | one primary |\n| three ordinary, one a primary | {} | {} | 1.00 | {} | |\n| partitioned over {WIDTH} | {} | {} | {} | {} | {} – {} |\n",
-        spread(twelve_cpu, 3),
-        ratio_spread(against_twelve, 3),
-        spread(twelve_rate, 0),
+        "\n## One queue over the cluster: partitioned against ordinary\n\nOn a cluster of 3 primaries (no replicas) on this machine's {cores} cores, {jobs} jobs go through their whole life, `EMQ.MENQUEUE` of {BATCH}, `EMQ.CLAIM COUNT {BATCH}` and `EMQ.MACK` of what was claimed, by {WIDTH} clients: all on one ordinary queue (one primary), or one client on each partition of a queue spanned over {WIDTH}, each job in the partition its id routes to; and, as the control, {WIDTH} clients on three ordinary queues, one on each primary, which is what spreading the work over three server processes costs on this machine apart from partitioning; and twelve ordinary queues laid out as the partitions are (each on its partition's primary, with its jobs), which is the partitioned run without the marking and the routing checks. Main-thread CPU (`INFO cpu`) per job, summed over the primaries; medians (min–max) over {rounds} rounds, the ratio the median of the per-round ratios. A primary's share is its part of the partitioned run's CPU against a third (1.00 = exactly a third). Jobs/s are wall-clock, with the clients and all three primaries on the same {cores} cores.\n\n| queue | CPU µs / job | against ordinary | against twelve laid out alike | jobs/s | least and most primary share |\n|---|---|---|---|---|---|\n| ordinary | {} | 1.00 | | {} | one primary |\n| three ordinary, one a primary | {} | {} | | {} | |\n| twelve ordinary, laid out as the partitions | {} | {} | 1.00 | {} | |\n| partitioned over {WIDTH} | {} | {} | {} | {} | {} – {} |\n",
         spread(single_cpu, 3),
         spread(single_rate, 0),
         spread(three_cpu, 3),
         ratio_spread(three_ratios, 3),
         spread(three_rate, 0),
+        spread(twelve_cpu, 3),
+        ratio_spread(twelve_ratios, 3),
+        spread(twelve_rate, 0),
         spread(spread_cpu, 3),
         ratio_spread(ratios, 3),
-        ratio_spread(against_three, 3),
+        ratio_spread(against_twelve, 3),
         spread(spread_rate, 0),
         spread(low_share, 2),
         spread(high_share, 2),

@@ -5,9 +5,9 @@ use echomq_client::partition;
 use echomq_client::slot::slot;
 use redis::Value;
 
+use super::{counts, text, QueueRow};
 use crate::deployment::{Deployment, Routed};
 use crate::error::Result;
-use super::{counts, text, QueueRow};
 
 /// The highest slot.
 const LAST_SLOT: u16 = 16_383;
