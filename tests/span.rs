@@ -467,3 +467,90 @@ fn a_producer_holding_a_stale_width_is_led_to_the_new_one() {
         "{listed:?}"
     );
 }
+
+#[test]
+fn a_queue_that_takes_no_job_keeps_no_schedule_and_a_batch_mints_within_its_budget() {
+    let server = Server::start_or_external();
+    let mut con = server.conn();
+    let q = unique_queue("crons");
+    let cron = |con: &mut Connection, queue: &str| -> redis::RedisResult<Value> {
+        cmd("EMQ.CRON")
+            .arg(queue)
+            .arg("tick")
+            .arg("EVERY")
+            .arg(60_000)
+            .arg("x")
+            .query(con)
+    };
+    cron(&mut con, &q).expect("a schedule on an ordinary queue");
+    let err = error(cmd("EMQ.SPAN").arg(&q).arg(2).query(&mut con));
+    assert!(
+        err.starts_with("EMQSPAN the queue holds repeating schedules"),
+        "{err}"
+    );
+    let _: i64 = cmd("EMQ.UNCRON")
+        .arg(&q)
+        .arg("tick")
+        .query(&mut con)
+        .expect("uncron");
+    let names = span(&mut con, &q, 2);
+    assert!(error(cron(&mut con, &q)).starts_with("EMQSPANNED 2 "));
+    cron(&mut con, &names[0]).expect("a schedule on a partition");
+    let err = error(cmd("EMQ.UNSPAN").arg(&names[0]).query(&mut con));
+    assert!(
+        err.starts_with("EMQSPAN the partition holds repeating schedules"),
+        "{err}"
+    );
+    let _: i64 = cmd("EMQ.UNSPAN")
+        .arg(&names[1])
+        .query(&mut con)
+        .expect("retired");
+    assert!(error(cron(&mut con, &names[1])).starts_with("EMQSPANNED 0 "));
+    // A batch of minted ids costs about the width each: bounded by the call's budget.
+    let wide = unique_queue("wide");
+    let p = String::from_utf8(name(wide.as_bytes(), 0, 1024).expect("name")).expect("utf8");
+    let _: i64 = cmd("EMQ.SPAN")
+        .arg(&p)
+        .arg(1024)
+        .arg("OF")
+        .arg(&wide)
+        .arg("INDEX")
+        .arg(0)
+        .query(&mut con)
+        .expect("span");
+    let mut batch = cmd("EMQ.MENQUEUE");
+    batch.arg(&p);
+    for _ in 0..98 {
+        batch.arg("*").arg("x");
+    }
+    let err = error(batch.query(&mut con));
+    assert!(err.starts_with("ERR too many ids to mint"), "{err}");
+    assert_eq!(set_len(&mut con, &p, "pending"), 0);
+    let ids: Vec<String> = cmd("EMQ.MENQUEUE")
+        .arg(&p)
+        .arg("*")
+        .arg("x")
+        .arg("*")
+        .arg("y")
+        .query(&mut con)
+        .expect("within");
+    assert!(ids.iter().all(|id| route(1024, id.as_bytes()) == 0));
+}
+
+#[test]
+fn a_user_who_may_not_read_the_queue_learns_no_width() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    span(&mut con, "secret", 3);
+    let mut other = user_with(&server, "stranger", &["+@all", "~emq:{open}:*"]);
+    let err = error(
+        cmd("EMQ.ENQUEUE")
+            .arg("secret")
+            .arg("*")
+            .arg("x")
+            .query(&mut other),
+    );
+    assert!(err.starts_with("NOPERM"), "{err}");
+    let err = error(cmd("EMQ.CLAIM").arg("secret").query(&mut other));
+    assert!(err.starts_with("NOPERM"), "{err}");
+}

@@ -21,7 +21,7 @@ use crate::runtime::{cluster, queues};
 pub const COMMAND: Command = Command {
     name: c"emq.span",
     callback: crate::callback!(run),
-    flags: c"write deny-oom fast",
+    flags: c"write deny-oom",
     arity: -3,
     routes_by_queue: true,
     summary: c"Make a queue a partitioned queue of n partitions (its own name then takes no job), or, with OF, partition i of one",

@@ -111,6 +111,9 @@ impl EmqError {
             EmqError::Oom => "OOM command not allowed when used memory > 'maxmemory'.".into(),
             EmqError::Cron(why) => format!("EMQCRON {why}").into(),
             EmqError::Parent(why) => format!("EMQPARENT {why}").into(),
+            EmqError::Spanned { width: 0 } => "EMQSPANNED 0 the queue is a retired partition; \
+                                                send the job to its partitioned queue's own name"
+                .into(),
             EmqError::Spanned { width } => format!(
                 "EMQSPANNED {width} the queue is spanned over {width} partitions; send the job to \
                  the partition its id, or its group, routes to"

@@ -21,6 +21,9 @@ pub fn set<S: Store>(
     priority: i64,
 ) -> Result<i64, EmqError> {
     store.check_access(&[KeyRef::Table(Table::Cron)])?;
+    // A queue that takes no job (a partitioned queue's own name, a retired partition) keeps
+    // no schedule: its firings would be refused.
+    super::span::lane(store)?;
     let old = store.table_get(Table::Cron, name)?;
     if old.is_none() && store.table_len(Table::Cron)? >= MAX_SCHEDULES {
         return Err(EmqError::Cron(

@@ -22,6 +22,10 @@ static MINTER: Mutex<Minter> = Mutex::new(Minter::new());
 /// again, at most this many times.
 pub const MINT_TRIES: usize = 8;
 
+/// Most ids a batch to a partition may mint to route there (each job needs about its width):
+/// a bound on the call's time and on how far the minter runs ahead of the clock.
+pub const MINT_BUDGET: usize = 100_000;
+
 /// Most jobs one batch takes.
 pub const MAX_BATCH: usize = 10_000;
 
@@ -361,6 +365,14 @@ pub struct BatchJob<'j, S: Store> {
 pub fn enqueue_many<S: Store>(store: &S, jobs: &[BatchJob<'_, S>]) -> Result<Vec<Added>, EmqError> {
     // Each job's id and member: the client's, or minted (its text made here).
     let lane = span::lane(store)?;
+    if let Some(lane) = &lane {
+        let to_mint = jobs.iter().filter(|j| j.job.is_none()).count();
+        if to_mint.saturating_mul(usize::from(lane.width)) > MINT_BUDGET {
+            return Err(EmqError::Syntax(
+                "too many ids to mint for a partition this wide in one batch; mint them on the client (as the clients do) or send fewer".into(),
+            ));
+        }
+    }
     let mut minted = Vec::new();
     for job in jobs {
         match (&job.job, &lane) {

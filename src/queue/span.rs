@@ -3,7 +3,7 @@
 //! checks an enqueue and a claim make against it. A queue in none reads one `meta` fact.
 
 use crate::protocol::partition::{self, MAX_PARTITIONS};
-use crate::protocol::{EmqError, KeyRef, Meta, Store};
+use crate::protocol::{EmqError, KeyRef, Meta, Store, Table};
 
 use super::stats::stats;
 
@@ -84,7 +84,12 @@ pub fn role<S: Store>(store: &S) -> Result<Role, EmqError> {
 /// Where a new job may go: anywhere (`None`), or only where a [`Lane`] routes; a partitioned
 /// queue's own name takes none.
 pub fn lane<S: Store>(store: &S) -> Result<Option<Lane>, EmqError> {
-    match role(store)? {
+    let role = role(store)?;
+    if role != Role::Plain {
+        // Only a user who may read the queue learns its place.
+        store.check_access(&[KeyRef::ReadMeta])?;
+    }
+    match role {
         Role::Plain => Ok(None),
         Role::Spanned { width } => Err(EmqError::Spanned { width }),
         Role::Partition { index, width, .. } => Ok(Some(Lane { index, width })),
@@ -97,7 +102,10 @@ pub fn lane<S: Store>(store: &S) -> Result<Option<Lane>, EmqError> {
 /// fills).
 pub fn check_claim<S: Store>(store: &S) -> Result<(), EmqError> {
     match role(store)? {
-        Role::Spanned { width } => Err(EmqError::Spanned { width }),
+        Role::Spanned { width } => {
+            store.check_access(&[KeyRef::ReadMeta])?;
+            Err(EmqError::Spanned { width })
+        }
         _ => Ok(()),
     }
 }
@@ -140,6 +148,12 @@ pub fn span<S: Store>(store: &S, to: &Span<'_>) -> Result<bool, EmqError> {
             "the queue holds jobs; span an empty queue (drain or purge it first)".into(),
         ));
     }
+    if matches!(to, Span::Spanned { .. }) && holds_schedules(store)? {
+        return Err(EmqError::Span(
+            "the queue holds repeating schedules; EMQ.UNCRON them first (set them on its partitions)"
+                .into(),
+        ));
+    }
     match to {
         Span::Spanned { width } => {
             store.del_meta(Meta::PartitionOf)?;
@@ -164,6 +178,11 @@ pub fn unspan<S: Store>(store: &S) -> Result<bool, EmqError> {
         Role::Partition { .. } if holds_jobs(store)? => {
             return Err(EmqError::Span(
                 "the partition holds jobs; drain or purge it first".into(),
+            ))
+        }
+        Role::Partition { .. } if holds_schedules(store)? => {
+            return Err(EmqError::Span(
+                "the partition holds repeating schedules; EMQ.UNCRON them first".into(),
             ))
         }
         Role::Partition { .. } => {
@@ -196,6 +215,12 @@ fn describe(now: &Role) -> String {
             String::from_utf8_lossy(of)
         ),
     }
+}
+
+/// Whether the queue keeps repeating schedules (`EMQ.CRON`).
+fn holds_schedules<S: Store>(store: &S) -> Result<bool, EmqError> {
+    store.check_access(&[KeyRef::Table(Table::Cron)])?;
+    Ok(store.table_len(Table::Cron)? > 0)
 }
 
 /// Whether the queue holds any job: ready, active, scheduled, dead or a waiting parent.

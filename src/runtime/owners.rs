@@ -6,8 +6,8 @@ use std::sync::Mutex;
 
 use crate::protocol::slot::SLOTS;
 
-/// Each primary's slot ranges, inclusive, with its address and whether it is this node; empty
-/// until the first reading (and outside a cluster).
+/// Each primary's slot ranges, inclusive, in slot order, with its address and whether it is
+/// this node; empty until the first reading (and outside a cluster).
 static OWNERS: Mutex<Vec<Range>> = Mutex::new(Vec::new());
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,7 +20,8 @@ struct Range {
 
 /// Takes a `CLUSTER NODES` reading.
 pub fn read(nodes: &str) {
-    let ranges = parse(nodes);
+    let mut ranges = parse(nodes);
+    ranges.sort_by_key(|r| r.first);
     *OWNERS.lock().unwrap_or_else(|p| p.into_inner()) = ranges;
 }
 
@@ -33,10 +34,12 @@ pub fn clear() {
 /// one other than this node; `None` when this node serves it, or nothing is known.
 pub fn elsewhere(slot: u16) -> Option<String> {
     let owners = OWNERS.lock().unwrap_or_else(|p| p.into_inner());
-    owners
-        .iter()
-        .find(|r| (r.first..=r.last).contains(&slot))
-        .filter(|r| !r.myself)
+    // The last range starting at or below the slot, by binary search (a resharded cluster's
+    // map may hold many ranges, and a claim asks for each of its `WAKE` queues).
+    let at = owners.partition_point(|r| r.first <= slot);
+    owners[..at]
+        .last()
+        .filter(|r| slot <= r.last && !r.myself)
         .map(|r| r.addr.clone())
 }
 
