@@ -48,12 +48,35 @@ struct Seen {
     run: Histogram,
 }
 
+/// One queue's counts and histograms as the server keeps them now (`EMQ.METRICS`); `None`
+/// when they cannot be read or the server keeps none now.
+async fn seen(dep: &Deployment, queue: &str) -> Option<Seen> {
+    let m = dep
+        .queue(queue)
+        .metrics()
+        .await
+        .ok()
+        .filter(|m| m.enabled)?;
+    let count = |event: &str| m.events.get(event).copied().unwrap_or(0);
+    Some(Seen {
+        counts: Flow {
+            enqueued: count("enqueued"),
+            claimed: count("claimed"),
+            acked: count("acked"),
+            ..Flow::default()
+        },
+        run: m.run.get("acked").cloned().unwrap_or_default(),
+        wait: m.wait,
+    })
+}
+
 impl Sampler {
     pub async fn sample(&mut self, dep: &Deployment) -> Result<Sample> {
         let at_ms = now_ms();
         let mut queues = overview(dep).await?;
         for q in &mut queues {
-            q.flow = self.flow(dep, &q.name).await;
+            let parts: Vec<String> = q.partitions.iter().map(|p| p.name.clone()).collect();
+            q.flow = self.flow(dep, &q.name, &parts).await;
         }
         // A queue no longer listed is forgotten: its next reading starts afresh.
         self.seen
@@ -74,24 +97,31 @@ impl Sampler {
     /// (`EMQ.METRICS`), kept for every queue with no setting; `None` when they cannot be read
     /// or the server keeps none now (`emq.metrics no`).
     /// A queue first seen has none yet (a zero flow); counts that fell (its server restarted,
-    /// a replica took over) start again from there.
-    async fn flow(&mut self, dep: &Deployment, queue: &str) -> Option<Flow> {
-        let m = dep
-            .queue(queue)
-            .metrics()
-            .await
-            .ok()
-            .filter(|m| m.enabled)?;
-        let count = |event: &str| m.events.get(event).copied().unwrap_or(0);
-        let now = Seen {
-            counts: Flow {
-                enqueued: count("enqueued"),
-                claimed: count("claimed"),
-                acked: count("acked"),
-                ..Flow::default()
-            },
-            run: m.run.get("acked").cloned().unwrap_or_default(),
-            wait: m.wait,
+    /// a replica took over) start again from there. A partitioned queue's are its `parts`'
+    /// added up.
+    async fn flow(&mut self, dep: &Deployment, queue: &str, parts: &[String]) -> Option<Flow> {
+        let now = match parts {
+            [] => seen(dep, queue).await?,
+            _ => {
+                let mut all: Option<Seen> = None;
+                for part in parts {
+                    let one = seen(dep, part).await?;
+                    all = Some(match all {
+                        None => one,
+                        Some(sum) => Seen {
+                            counts: Flow {
+                                enqueued: sum.counts.enqueued + one.counts.enqueued,
+                                claimed: sum.counts.claimed + one.counts.claimed,
+                                acked: sum.counts.acked + one.counts.acked,
+                                ..Flow::default()
+                            },
+                            wait: waits::plus(&sum.wait, &one.wait),
+                            run: waits::plus(&sum.run, &one.run),
+                        },
+                    });
+                }
+                all?
+            }
         };
         let Some(before) = self.seen.get(queue) else {
             self.seen.insert(queue.to_string(), now);

@@ -92,7 +92,8 @@ pub async fn render(dep: &Deployment) -> Result<String> {
     // The server's oldest wait, counted from a job's `ready` where it has one, where it has
     // metrics; the first pending id's age otherwise.
     let mut queues = queues;
-    for q in &mut queues {
+    // (A partitioned queue's own name keeps no metrics: its oldest is its partitions'.)
+    for q in queues.iter_mut().filter(|q| q.partitions.is_empty()) {
         if let Some((_, m)) = timed.iter().find(|(name, _)| *name == q.name) {
             q.oldest_pending_ms = m.oldest_pending_ms;
         }
