@@ -18,6 +18,7 @@ pub mod cancel;
 pub mod children;
 mod claims;
 mod deliver;
+pub mod enqueue;
 pub mod error;
 pub mod events;
 pub mod flow;
