@@ -158,32 +158,24 @@ pub fn table(md: &mut String, rounds: usize, jobs: usize) {
         let ids: Vec<String> = (0..jobs)
             .map(|n| job_id((round * jobs + n + 1) as u64))
             .collect();
-        // The ordinary queue: as many clients, each with its share of the ids.
-        let single: Vec<_> = (0..usize::from(WIDTH))
-            .map(|c| {
-                let share = ids
-                    .iter()
-                    .skip(c)
-                    .step_by(usize::from(WIDTH))
-                    .cloned()
-                    .collect();
-                (owner("single"), "single".to_string(), share)
-            })
-            .collect();
-        let a = run(&mut admins, single);
-        // Three ordinary queues, a third of the clients and of the ids on each.
-        let apart: Vec<_> = (0..usize::from(WIDTH))
-            .map(|c| {
-                let share = ids
-                    .iter()
-                    .skip(c)
-                    .step_by(usize::from(WIDTH))
-                    .cloned()
-                    .collect();
-                let q = &three[c % 3];
-                (owner(q), q.clone(), share)
-            })
-            .collect();
+        // Each client its share of the ids, on the queue `queue_of` gives it: the ordinary
+        // queue for all, or three ordinary queues, a third of the clients on each.
+        let dealt = |queue_of: &dyn Fn(usize) -> String| -> Vec<(u16, String, Vec<String>)> {
+            (0..usize::from(WIDTH))
+                .map(|c| {
+                    let share = ids
+                        .iter()
+                        .skip(c)
+                        .step_by(usize::from(WIDTH))
+                        .cloned()
+                        .collect();
+                    let q = queue_of(c);
+                    (owner(&q), q, share)
+                })
+                .collect()
+        };
+        let a = run(&mut admins, dealt(&|_| "single".to_string()));
+        let apart = dealt(&|c| three[c % 3].clone());
         let c = run(&mut admins, apart);
         let cpu_c: f64 = c.cpu.iter().sum();
         // The partitioned queue: a client a partition, each job where its id routes; then the
