@@ -20,6 +20,7 @@ import redis.cluster
 
 import echomq
 from echomq import routing, spans
+from echomq.commands import pairs
 from echomq.aio import AsyncQueue, AsyncWorker
 from echomq.partitions import name, route
 from echomq.rounds import Claim, Ends, Rotation
@@ -88,7 +89,7 @@ def test_a_queue_learns_the_width_from_the_refusal_and_routes_each_job_to_its_pa
     for index, partition in enumerate(partitions):
         routed = [i for i in every if route(4, groups.get(i, i)) == index]
         assert echomq.Queue(client, partition).stats()["pending"] == len(routed), partition
-    assert server.cmd("EMQ.STATS", "orders")[b"pending"] == 0
+    assert pairs(server.cmd("EMQ.STATS", "orders"))["pending"] == 0
     # The batch's ids come back in the caller's order: each id's row has its payload.
     assert [(q.job(i) or {}).get("payload") for i in batch[:10]] == [
         "job %d" % n for n in range(10)
@@ -123,7 +124,7 @@ def test_the_server_s_refusals_are_typed(server: Server) -> None:
     # A refused span marked no partition: none of width 4 (but those that are of 3 too), and
     # none of busy's.
     unmarked = set(spans.names("typed", 4) + spans.names("busy", 2)) - set(spans.names("typed", 3))
-    assert unmarked and all(server.cmd("EMQ.WIDTH", p)[b"width"] == 0 for p in unmarked)
+    assert unmarked and all(pairs(server.cmd("EMQ.WIDTH", p))["width"] == 0 for p in unmarked)
     # A partition's own Queue does not route further: a job that routes elsewhere is refused.
     partition = echomq.Queue(client, name("typed", 0, 3) or "")
     elsewhere = next(i for i in (echomq.mint() for _ in range(100)) if route(3, i) != 0)
@@ -173,18 +174,18 @@ def test_an_unspan_refused_by_a_partition_leaves_the_queue_spanned_and_a_retry_f
     q.enqueue(b"holds the last partition", id=last)
     with pytest.raises(echomq.EmqSpanError):
         q.unspan()
-    assert server.cmd("EMQ.WIDTH", "unspanning")[b"width"] == 3, "the queue is still spanned"
+    assert pairs(server.cmd("EMQ.WIDTH", "unspanning"))["width"] == 3, "the queue is still spanned"
     assert q.width() == 3
     # The partitions before the refusing one are retired: each refuses a job with width 0.
-    retired = [server.cmd("EMQ.WIDTH", p) for p in partitions[:2]]
-    assert all((w[b"width"], w[b"of"]) == (0, b"unspanning") for w in retired), retired
+    retired = [pairs(server.cmd("EMQ.WIDTH", p)) for p in partitions[:2]]
+    assert all((w["width"], w["of"]) == (0, b"unspanning") for w in retired), retired
     assert q.purge("pending") == 1
     assert q.unspan() is True
     assert q.width() == 0
     # A retry leaves the partitions retired, not ordinary: a producer still holding width 3 is
     # led to the queue itself, never into a partition nobody claims.
     for p in partitions:
-        assert (server.cmd("EMQ.WIDTH", p)[b"of"], p) == (b"unspanning", p)
+        assert (pairs(server.cmd("EMQ.WIDTH", p))["of"], p) == (b"unspanning", p)
     stale = echomq.Queue(client, "unspanning")
     stale.router.learn(3)
     first = next(i for i in (echomq.mint() for _ in range(100)) if route(3, i) == 0)
@@ -209,7 +210,7 @@ def test_an_async_unspan_goes_partitions_first_too(server: Server) -> None:
         assert await q.unspan() is True
         assert await q.width() == 0
         for p in partitions:
-            assert (server.cmd("EMQ.WIDTH", p)[b"of"], p) == (b"aunspanning", p), "retired"
+            assert (pairs(server.cmd("EMQ.WIDTH", p))["of"], p) == (b"aunspanning", p), "retired"
         await client.aclose()
 
     asyncio.run(main())
