@@ -157,13 +157,21 @@ pub fn queue_keys(queue: &str) -> String {
     format!("emq:{{{escaped}}}:*")
 }
 
+/// The key pattern of a partitioned queue's partitions' keys: `emq:{<queue>~*}:*`.
+pub fn partition_keys(queue: &str) -> String {
+    let escaped = queue_keys(queue);
+    let inner = escaped.trim_start_matches("emq:{").trim_end_matches("}:*");
+    format!("emq:{{{inner}~*}}:*")
+}
+
 /// The `--user` arguments that give a node its ACL at every start (a restarted node keeps
 /// it), and the replication user a replica authenticates as: the admin, and a producer and a
 /// worker for each of `queues`, each limited to its queue's keys; for each group of flow
 /// queues (a phase's), a flows user on the group's keys, and for each worker of the group a
 /// selector that lets it hand over (`EMQ.HANDOVER`) to the group's other queues and do nothing
-/// else there: its children's parents are in them.
-fn acl_args(queues: &[String], flow_groups: &[Vec<String>]) -> Vec<String> {
+/// else there: its children's parents are in them. A user of one of `spanned` may touch its
+/// partitions' keys too.
+fn acl_args(queues: &[String], spanned: &[String], flow_groups: &[Vec<String>]) -> Vec<String> {
     // Off, so no client connects without a user, but with its permissions: Valkey 8.0 replays
     // the AOF as the default user and checks each EXEC against its rules (valkey-io/valkey#3983),
     // and a restarted node would drop every transaction of EchoMQ's effects.
@@ -183,6 +191,9 @@ fn acl_args(queues: &[String], flow_groups: &[Vec<String>]) -> Vec<String> {
             args.extend(user(&role.user(queue).name, role.password));
             args.extend(role.rules.iter().map(|r| r.to_string()));
             args.push(format!("~{}", queue_keys(queue)));
+            if spanned.contains(queue) {
+                args.push(format!("~{}", partition_keys(queue)));
+            }
             let parents: Vec<String> = flow_groups
                 .iter()
                 .filter(|g| role.name == WORKER.name && g.contains(queue))
@@ -227,12 +238,14 @@ fn clock_shim() -> Result<PathBuf, String> {
 impl Net {
     /// Creates the network (a /24 of 10.231.x.0 no other network uses) and starts `n` nodes
     /// of `image` on it, cluster-enabled with `node_timeout_ms`, their producers and workers
-    /// limited to `queues`, and the flows' to each of `flow_groups`.
+    /// limited to `queues` (and the partitions of those of them `spanned`), and the flows' to
+    /// each of `flow_groups`.
     pub fn start(
         image: &str,
         n: usize,
         node_timeout_ms: u64,
         queues: &[String],
+        spanned: &[String],
         flow_groups: &[Vec<String>],
     ) -> Result<Net, String> {
         let name = format!("emq-chaos-{}", std::process::id());
@@ -273,7 +286,7 @@ impl Net {
             let shim_mount = format!("{}:{SHIM_IN_NODE}:ro", clock_shim()?.display());
             let timeout = node_timeout_ms.to_string();
             let node_id = i.to_string();
-            let acl = acl_args(queues, flow_groups);
+            let acl = acl_args(queues, spanned, flow_groups);
             let mut args = vec![
                 "run",
                 "-d",
@@ -551,5 +564,20 @@ impl Drop for Net {
             let _ = run("umount", &[&mount.display().to_string()]);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partitioned_queues_users_reach_its_partitions_keys_and_only_theirs() {
+        assert_eq!(queue_keys("f1-s7"), "emq:{f1-s7}:*");
+        assert_eq!(partition_keys("f1-s7"), "emq:{f1-s7~*}:*");
+        assert_eq!(partition_keys("a*b"), "emq:{a\\*b~*}:*");
+        let acl = acl_args(&["p".into(), "q".into()], &["p".into()], &[]);
+        assert_eq!(acl.iter().filter(|a| *a == "~emq:{p~*}:*").count(), 2);
+        assert!(!acl.iter().any(|a| a.contains("{q~")));
     }
 }

@@ -18,6 +18,7 @@ mod flows;
 mod history;
 mod queues;
 mod report;
+mod spanned;
 mod state;
 mod watch;
 mod worker;
@@ -410,6 +411,8 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
         queues.push((name, slot));
     }
     let queues = Queues(queues);
+    let spanned = spanned::Spanned::new(&queues::spanned(a.seed, index))?;
+    spanned.span(nodes)?;
     let history: History = Arc::new(Mutex::new(Log::default()));
     let limit = Limit {
         queue: queues.0[queues::LIMITED].0.clone(),
@@ -441,7 +444,7 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
         ));
     }
     let watch = Watch::start(nodes, limit, &history);
-    let mut load = Load::start(nodes, &queues, &history, seed, 2, a.jobs);
+    let mut load = Load::start(nodes, &queues, &spanned, &history, seed, 2, a.jobs);
     let flows_wanted = queues::flows_of(a.jobs);
     load.flows(
         nodes,
@@ -454,7 +457,16 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
         },
         &history,
     );
-    let fleet = match Fleet::start(nodes, &queues, &history, seed) {
+    // The workers of the partitioned queue are given its name, as a user's would be.
+    let worked = Queues(
+        queues
+            .0
+            .iter()
+            .cloned()
+            .chain([(spanned.queue.clone(), spanned.slot)])
+            .collect(),
+    );
+    let fleet = match Fleet::start(nodes, &worked, &history, seed) {
         Ok(fleet) => fleet,
         Err(e) => {
             load.stop();
@@ -497,6 +509,7 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
         let idle = queues
             .0
             .iter()
+            .chain(&spanned.partitions)
             .all(|(q, slot)| left(nodes, q, *slot) == Some(0));
         quiet = if idle { quiet + 1 } else { 0 };
         quiet >= 3
@@ -506,7 +519,7 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
     wait_for(Duration::from_secs(60), || stable(nodes));
     let failover = watch.stop();
     let log = std::mem::take(&mut *history.lock().map_err(|_| "the history's lock")?);
-    let finals = state::read(nodes, &queues)?;
+    let (finals, misplaced) = state::read(nodes, &queues, &spanned)?;
     let mut report = check::check(&check::Input {
         enqueues: &log.enqueues,
         flows: &log.flows,
@@ -561,6 +574,7 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
             ));
         }
     }
+    report.violations.extend(misplaced);
     report.violations.extend(state::digests(&pairs(nodes)));
     report.violations.extend(workers.problems);
     if workers.freezes == 0 {
@@ -568,10 +582,29 @@ fn phase(net: &Net, fault: &str, index: usize, a: &Args) -> Result<(Report, Stri
             "{fault}: no worker was frozen with a handler running"
         ));
     }
+    // The partitioned queue must have met load too: acknowledged enqueues, and jobs its
+    // workers settled.
+    let spanned_acked = log
+        .enqueues
+        .iter()
+        .filter(|e| e.queue == spanned.queue && e.replicated && e.outcome == Outcome::Ok)
+        .count();
+    let spanned_settled = log
+        .events
+        .iter()
+        .filter(|e| e.queue == spanned.queue && e.kind == history::Kind::Settle)
+        .count();
+    if spanned_acked == 0 || spanned_settled == 0 {
+        report.violations.push(format!(
+            "{}: {spanned_acked} acknowledged enqueues and {spanned_settled} settles: the partitioned queue proved nothing",
+            spanned.queue
+        ));
+    }
     let what = format!(
-        "{what}; {} worker processes frozen (SIGSTOP) {} ms each, then resumed",
+        "{what}; {} worker processes frozen (SIGSTOP) {} ms each, then resumed; {spanned_acked} of the acknowledged enqueues in the {}-partition queue",
         workers.freezes,
-        LEASE_MS + 2_000
+        LEASE_MS + 2_000,
+        spanned::WIDTH
     );
     Ok((report, what))
 }
@@ -657,8 +690,12 @@ fn main() {
 /// One seed's run on a cluster of its own: its rows, and whether every fault passed.
 fn run(a: &Args, rows: &mut Vec<report::Row>) -> bool {
     // A producer and a worker user for each of the run's queues, limited to its keys.
+    let spanned: Vec<String> = (0..a.faults.len())
+        .map(|i| queues::spanned(a.seed, i))
+        .collect();
     let all_queues: Vec<String> = (0..a.faults.len())
         .flat_map(|i| queues::names(a.seed, i))
+        .chain(spanned.iter().cloned())
         .collect();
     // Each producer and worker user may touch one queue: the first queue's, checked on every
     // node, may not touch the second's on the node that owns it.
@@ -669,7 +706,14 @@ fn run(a: &Args, rows: &mut Vec<report::Row>) -> bool {
     let flow_groups: Vec<Vec<String>> = (0..a.faults.len())
         .map(|i| queues::flow_group(a.seed, i))
         .collect();
-    let net = match Net::start(&a.image, 6, NODE_TIMEOUT_MS, &all_queues, &flow_groups) {
+    let net = match Net::start(
+        &a.image,
+        6,
+        NODE_TIMEOUT_MS,
+        &all_queues,
+        &spanned,
+        &flow_groups,
+    ) {
         Ok(net) => net,
         Err(e) => {
             eprintln!("emq-chaos: {e}");

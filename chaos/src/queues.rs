@@ -1,6 +1,7 @@
 //! The queues of each fault's phase, drawn from the run's seed before the cluster exists (the
 //! nodes' ACL names them at start): four queues, three of them, the flow queues, each in the
-//! slots of another primary of the cluster as it is formed, and how many flows a phase builds.
+//! slots of another primary of the cluster as it is formed, and how many flows a phase builds;
+//! and a fifth, partitioned, queue.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -37,6 +38,13 @@ pub fn names(seed: u64, index: usize) -> Vec<String> {
         names.push(name);
     }
     names
+}
+
+/// The partitioned queue of fault `index`'s phase ([`crate::spanned`]), drawn from its seed
+/// apart from the four, which it leaves as they were.
+pub fn spanned(seed: u64, index: usize) -> String {
+    let mut rng = StdRng::seed_from_u64(phase_seed(seed, index) ^ 0x5a5a);
+    format!("f{index}-s{}", rng.random_range(0..1_000_000u32))
 }
 
 /// The flow queues of a phase among its four: the busy one and the two on the other primaries.

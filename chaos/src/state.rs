@@ -1,5 +1,5 @@
 //! Reading a phase's final state from the servers, for the checker: each queue's rows, set
-//! members and outbox size on its primary, and whether every replica's data equals its
+//! members and outbox size on its primary (a partitioned queue's its partitions' together), and whether every replica's data equals its
 //! primary's.
 
 use std::collections::{BTreeMap, HashMap};
@@ -10,6 +10,7 @@ use redis::Value;
 use crate::check::{QueueState, Row};
 use crate::cluster::{connect, owner, slot_map};
 use crate::docker::Node;
+use crate::spanned::{merge, Spanned};
 use crate::workload::Queues;
 
 const SETS: [&str; 5] = ["pending", "active", "schedule", "dead", "waiting"];
@@ -67,15 +68,30 @@ fn read_queue(ip: &str, queue: &str) -> Result<QueueState, String> {
     Ok(fin)
 }
 
-/// Each of `queues` as its primary holds it now.
-pub fn read(nodes: &[Node], queues: &Queues) -> Result<BTreeMap<String, QueueState>, String> {
+/// Each of `queues` as its primary holds it now, and `spanned` as its partitions do together
+/// ([`crate::spanned::merge`]), with the rows found out of place.
+pub fn read(
+    nodes: &[Node],
+    queues: &Queues,
+    spanned: &Spanned,
+) -> Result<(BTreeMap<String, QueueState>, Vec<String>), String> {
     let map = slot_map(nodes).ok_or("no node gives the slot map")?;
+    let on_owner = |queue: &str, slot: u16| -> Result<QueueState, String> {
+        let ip = owner(&map, slot).ok_or("a queue's slot has no owner")?;
+        read_queue(ip, queue)
+    };
     let mut finals = BTreeMap::new();
     for (queue, slot) in &queues.0 {
-        let ip = owner(&map, *slot).ok_or("a queue's slot has no owner")?;
-        finals.insert(queue.clone(), read_queue(ip, queue)?);
+        finals.insert(queue.clone(), on_owner(queue, *slot)?);
     }
-    Ok(finals)
+    let parts = spanned
+        .partitions
+        .iter()
+        .map(|(p, slot)| on_owner(p, *slot))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (whole, misplaced) = merge(&spanned.queue, parts);
+    finals.insert(spanned.queue.clone(), whole);
+    Ok((finals, misplaced))
 }
 
 /// Whether every replica's `DEBUG DIGEST` equals its primary's; the pairs that differ.

@@ -14,6 +14,7 @@ use redis::{Connection, ErrorKind, Value};
 use crate::cluster::{connect_as, owner, slot_map, SlotMap};
 use crate::docker::{Node, Role, PRODUCER};
 use crate::history::{now_ns, record_enqueue, Enqueue, History, Outcome};
+use crate::spanned::Spanned;
 
 /// Connections to the primaries by the slot map (read as the harness), refreshed after a
 /// redirection or a failure; each connection as the client's own ACL user.
@@ -111,10 +112,11 @@ pub struct Load {
 }
 
 impl Load {
-    /// Starts `producers` threads on `queues`, each with a seed drawn from `seed`.
+    /// Starts `producers` threads on `queues` and `spanned`, each with a seed drawn from `seed`.
     pub fn start(
         nodes: &[Node],
         queues: &Queues,
+        spanned: &Spanned,
         history: &History,
         seed: u64,
         producers: usize,
@@ -124,6 +126,7 @@ impl Load {
         let mut threads = Vec::new();
         for p in 0..producers {
             let (nodes, queues, history) = (nodes.to_vec(), queues.clone(), history.clone());
+            let spanned = spanned.clone();
             let producing = producing.clone();
             let per = max_jobs / producers.max(1);
             // Each producer's jobs spread over at least SPREAD, so a fault always meets
@@ -133,6 +136,7 @@ impl Load {
                 produce(
                     &nodes,
                     &queues,
+                    &spanned,
                     &history,
                     seed ^ (p as u64 + 1),
                     &producing,
@@ -170,9 +174,13 @@ impl Load {
 /// The least time a phase's enqueues take: past the warm-up, the fault and its healing.
 pub const SPREAD: Duration = Duration::from_secs(14);
 
+/// Enqueues on a queue drawn for each job: one of `queues` (`*` ids), or `spanned`, whose
+/// job gets an id minted here and goes to the partition it routes to, recorded as the queue's.
+#[allow(clippy::too_many_arguments)]
 fn produce(
     nodes: &[Node],
     queues: &Queues,
+    spanned: &Spanned,
     history: &History,
     seed: u64,
     producing: &AtomicBool,
@@ -183,12 +191,25 @@ fn produce(
     let mut router = Router::new(nodes, &PRODUCER, None);
     let mut sent = 0;
     while producing.load(Ordering::SeqCst) && sent < max_jobs {
-        let at = rng.random_range(0..queues.0.len());
-        let (queue, slot) = &queues.0[at];
+        let at = rng.random_range(0..=queues.0.len());
         let payload = format!("{seed:x}-{sent}");
         sent += 1;
         let mut pipe = redis::pipe();
-        pipe.cmd("EMQ.ENQUEUE").arg(queue).arg("*").arg(&payload);
+        let (queue, slot) = match queues.0.get(at) {
+            Some((queue, slot)) => {
+                pipe.cmd("EMQ.ENQUEUE").arg(queue).arg("*").arg(&payload);
+                (queue, *slot)
+            }
+            None => {
+                let id = echomq_client::ids::mint();
+                let (partition, slot) = spanned.partition_of(&id);
+                pipe.cmd("EMQ.ENQUEUE")
+                    .arg(partition)
+                    .arg(&id)
+                    .arg(&payload);
+                (&spanned.queue, *slot)
+            }
+        };
         if at == crate::queues::LIMITED {
             // The limited queue's jobs are in groups, each with its own limit.
             let group = rng.random_range(0..crate::queues::GROUPS);
@@ -196,7 +217,7 @@ fn produce(
         }
         pipe.cmd("WAIT").arg(1).arg(300);
         let sent_ns = now_ns();
-        let result = router.send(queue, *slot, &pipe);
+        let result = router.send(queue, slot, &pipe);
         let mut op = Enqueue {
             queue: queue.clone(),
             payload,
