@@ -9,7 +9,7 @@ from typing import (
 )
 
 from . import commands as cmd
-from . import ids, routing, spans, tracing
+from . import ids, listings, routing, spans, tracing
 from ._replicas import pipelined_async
 from ._retry import retry_after
 from .cancel import cancel as cancelling
@@ -19,6 +19,7 @@ from .flows import (
 from .metrics import Metrics
 from .metrics import command as metrics_command
 from .metrics import parse as parse_metrics
+from .metrics import total as total_metrics
 from .queue import CHUNK, RAW, Settings
 
 T = TypeVar("T")
@@ -223,7 +224,8 @@ class AsyncQueue(Settings):
         return {**spans.totals(list(each.values())), "partitions": len(each)}
 
     async def metrics(self) -> Metrics:
-        return parse_metrics(await self._send(metrics_command(self.name)))
+        """``Queue.metrics``, awaited: a partitioned queue's partitions' added up."""
+        return total_metrics([parse_metrics(r) for r in await self._each(metrics_command)])
 
     async def job(self, job_id: str) -> Optional[Dict[str, Any]]:
         return cmd.row(await self._send(cmd.job(await self.partition(job_id), job_id)))
@@ -231,17 +233,20 @@ class AsyncQueue(Settings):
     async def jobs(
         self, set_name: str, cursor: str = "0", count: Optional[int] = None, payloads: bool = False
     ) -> Tuple[str, List[Dict[str, Any]]]:
-        reply = await self._send(cmd.jobs(self.name, set_name, cursor, count, payloads))
-        return cmd.page(reply, set_name)
+        """``Queue.jobs``, awaited: a partitioned queue's paged one partition after the other."""
+        await self._width_known()
+        return await self._course(listings.jobs(self.router, set_name, cursor, count, payloads))
 
     async def crons(self) -> List[Dict[str, Any]]:
-        return cmd.schedules(await self._send(cmd.crons(self.name)))
+        """``Queue.crons``, awaited: a partitioned queue's, every partition's together."""
+        return listings.schedules(await self._each(cmd.crons))
 
     async def groups(
         self, cursor: str = "0", count: Optional[int] = None
     ) -> Tuple[str, List[Dict[str, Any]]]:
-        """``Queue.groups``, awaited."""
-        return cmd.groups_page(await self._send(cmd.groups(self.name, cursor, count)))
+        """``Queue.groups``, awaited: a partitioned queue's paged as ``jobs``'."""
+        await self._width_known()
+        return await self._course(listings.groups(self.router, cursor, count))
 
     async def children(self, job_id: str) -> Children:
         found, cursor = Children(), "0"
@@ -330,8 +335,12 @@ class AsyncQueue(Settings):
         self, name: str, payload: Any, spec: Optional[str] = None,
         every: Optional[float] = None, priority: Optional[int] = None,
     ) -> int:
-        args = cmd.cron(self.name, self.serializer, name, payload, spec, every, priority)
+        """``Queue.cron``, awaited: a partitioned queue's kept by the partition its name routes
+        to."""
+        args = cmd.cron(await self.partition(name), self.serializer, name, payload, spec, every,
+                        priority)
         return cmd.count(await self._send(args))
 
     async def uncron(self, name: str) -> bool:
-        return cmd.flag(await self._send(cmd.uncron(self.name, name)))
+        """``Queue.uncron``, awaited."""
+        return cmd.flag(await self._send(cmd.uncron(await self.partition(name), name)))

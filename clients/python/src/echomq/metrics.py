@@ -1,12 +1,14 @@
 """A queue's metrics as the server keeps them (``EMQ.METRICS``, docs/observability.md): a count
 of each event, the wait, run and end-to-end latency histograms, and the age of the first pending
-job. No I/O: ``Queue.metrics`` and ``AsyncQueue.metrics`` send the command and parse here."""
+job. No I/O: ``Queue.metrics`` and ``AsyncQueue.metrics`` send the command and parse here, and
+add up a partitioned queue's partitions' (``total``)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from functools import reduce
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .commands import pairs, text
 
@@ -68,4 +70,41 @@ def parse(reply: Any) -> Metrics:
         end_to_end=histogram(fields.get("end-to-end") or []),
         oldest_pending_ms=None if oldest is None else int(oldest),
         enabled=int(fields.get("enabled", 1)) == 1,
+    )
+
+
+def plus(a: Histogram, b: Histogram) -> Histogram:
+    """Two histograms of the same buckets added up, bucket by bucket (a partitioned queue's,
+    over its partitions); where their buckets differ, the one with more counted (the console's
+    ``waits::plus``)."""
+    if [le for le, _ in a.buckets] != [le for le, _ in b.buckets]:
+        return a if a.count >= b.count else b
+    return Histogram(
+        a.count + b.count, a.sum_ms + b.sum_ms,
+        [(le, n + m) for (le, n), (_, m) in zip(a.buckets, b.buckets)],
+    )
+
+
+def total(each: Sequence[Metrics]) -> Metrics:
+    """A partitioned queue's metrics from its partitions' (`each`, in order; one queue's as
+    they are): the events counted and the histograms added up (``plus``), the oldest pending
+    job's wait the longest of any partition's (``None``: nothing pending in any), and
+    ``enabled`` the first partition's."""
+    if len(each) <= 1:
+        return each[0] if each else Metrics()
+    events: Dict[str, int] = {}
+    run: Dict[str, Histogram] = {}
+    for one in each:
+        for key, n in one.events.items():
+            events[key] = events.get(key, 0) + n
+        for key, h in one.run.items():
+            run[key] = plus(run[key], h) if key in run else h
+    oldest = [one.oldest_pending_ms for one in each if one.oldest_pending_ms is not None]
+    return Metrics(
+        events=events,
+        wait=reduce(plus, (one.wait for one in each)),
+        run=run,
+        end_to_end=reduce(plus, (one.end_to_end for one in each)),
+        oldest_pending_ms=max(oldest) if oldest else None,
+        enabled=each[0].enabled,
     )

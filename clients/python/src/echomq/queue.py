@@ -12,13 +12,14 @@ from typing import (
 )
 
 from . import commands as cmd
-from . import ids, routing, spans, tracing
+from . import ids, listings, routing, spans, tracing
 from ._replicas import moved, pipelined, refresh, wait_settings
 from ._retry import backoff, retry_after
 from .cancel import cancel as cancelling
 from .metrics import Metrics
 from .metrics import command as metrics_command
 from .metrics import parse as parse_metrics
+from .metrics import total as total_metrics
 from .flows import (
     Children, Node, NodeLike, Parent, ParentLike, batched, chained, minted, parents_of, steps,
 )
@@ -94,10 +95,10 @@ class Queue(Settings):
 
     A partitioned queue (``span``) is used through its own name: a job goes to its partition,
     a call on one job (``job``, ``cancel``, ``requeue``, ``children``) or one group to the
-    partition its id or group routes to, and ``stats``, ``limit``, ``pause``, ``resume``,
+    partition its id or group routes to, a schedule (``cron``, ``uncron``) to the one its
+    name routes to, and ``stats``, ``metrics``, ``crons``, ``limit``, ``pause``, ``resume``,
     ``purge`` and ``requeue_dead`` act on every partition (the width read once, when not
-    known yet). ``jobs``, ``groups``, ``crons``, ``cron`` and ``metrics`` act on the queue
-    named: give them a partition's ``Queue``."""
+    known yet). ``jobs`` and ``groups`` page through the partitions in turn."""
 
     def call(self, command: str, *args: Any) -> Any:
         """``command <queue> args...``, retried while the failure is transient; a refusal as
@@ -355,8 +356,10 @@ class Queue(Settings):
 
     def metrics(self) -> Metrics:
         """The queue's metrics as the server that holds it keeps them (``EMQ.METRICS``): they
-        start from zero when that server restarts or a replica takes over."""
-        return parse_metrics(self._send(metrics_command(self.name)))
+        start from zero when that server restarts or a replica takes over. A partitioned
+        queue's are its partitions' added up (``metrics.total``: the counts and histograms
+        summed, the oldest pending job's wait the longest)."""
+        return total_metrics([parse_metrics(r) for r in self._each(metrics_command)])
 
     def job(self, job_id: str) -> Optional[Dict[str, Any]]:
         """A job's row, its set and its score there; ``None`` when there is no such job. (A
@@ -368,13 +371,19 @@ class Queue(Settings):
         self, set_name: str, cursor: str = "0", count: Optional[int] = None, payloads: bool = False
     ) -> Tuple[str, List[Dict[str, Any]]]:
         """One page of a set (``EMQ.JOBS``), in its order, after ``cursor``: the next cursor
-        (``"0"`` at the end) and the jobs (``commands.page``), up to ``count`` (default 100)."""
-        reply = self._send(cmd.jobs(self.name, set_name, cursor, count, payloads))
-        return cmd.page(reply, set_name)
+        (``"0"`` at the end) and the jobs (``commands.page``), up to ``count`` (default 100).
+
+        A partitioned queue's page comes from one partition, each partition's set in its order,
+        one partition after the other (``listings.walk``): its cursor is ``"<index>:<inner>"``,
+        ``"0"`` after the last partition, and a page is empty only at the end. A cursor that is
+        not ``"0"`` or one a page returned is a ``ValueError``, before the page is read."""
+        self._width_known()
+        return self._course(listings.jobs(self.router, set_name, cursor, count, payloads))
 
     def crons(self) -> List[Dict[str, Any]]:
-        """The queue's schedules (``EMQ.CRONS``), by name (``commands.schedules``)."""
-        return cmd.schedules(self._send(cmd.crons(self.name)))
+        """The queue's schedules (``EMQ.CRONS``), by name (``commands.schedules``): a
+        partitioned queue's, every partition's together."""
+        return listings.schedules(self._each(cmd.crons))
 
     def groups(
         self, cursor: str = "0", count: Optional[int] = None
@@ -382,8 +391,11 @@ class Queue(Settings):
         """One page of the queue's named groups (``EMQ.GROUPS``), the largest backlog first,
         after ``cursor``: the next cursor (``"0"`` at the end) and the groups
         (``commands.groups_page``), up to ``count`` (default 100). A group whose backlog
-        changes between two pages may come twice, or not at all, in one walk."""
-        return cmd.groups_page(self._send(cmd.groups(self.name, cursor, count)))
+        changes between two pages may come twice, or not at all, in one walk. A partitioned
+        queue's are paged one partition after the other, as ``jobs``' (each partition's largest
+        backlog first)."""
+        self._width_known()
+        return self._course(listings.groups(self.router, cursor, count))
 
     def children(self, job_id: str) -> Children:
         """A flow parent's children, every page of ``EMQ.CHILDREN``: ``(queue, id)`` ->
@@ -507,9 +519,12 @@ class Queue(Settings):
         every: Optional[float] = None, priority: Optional[int] = None,
     ) -> int:
         """A repeating schedule: ``spec`` (a cron expression, UTC) or ``every`` seconds; its
-        next firing, unix ms."""
-        args = cmd.cron(self.name, self.serializer, name, payload, spec, every, priority)
+        next firing, unix ms. A partitioned queue's is kept by the partition its name routes
+        to (``partition``), as a job of that group is, and fires into it."""
+        args = cmd.cron(self.partition(name), self.serializer, name, payload, spec, every,
+                        priority)
         return cmd.count(self._send(args))
 
     def uncron(self, name: str) -> bool:
-        return cmd.flag(self._send(cmd.uncron(self.name, name)))
+        """Removes the schedule (from the partition its name routes to); whether it was there."""
+        return cmd.flag(self._send(cmd.uncron(self.partition(name), name)))

@@ -1,0 +1,300 @@
+"""A partitioned queue's listings, schedules and metrics through its own name (docs/cluster.md,
+"What holds across partitions"): ``cron`` and ``uncron`` go to the partition the schedule's
+name routes to and ``crons`` lists every partition's; ``jobs`` and ``groups`` page through the
+partitions in turn with a ``"<index>:<inner>"`` cursor, each job or group once, a page empty
+only at the end; ``metrics`` adds the partitions' up. An ordinary queue's are as the server
+answers. Split from test_partitioned.py (test files stay under 900 lines). Counts and order
+only: nothing here is timed."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any, List, Set, Tuple
+
+import pytest
+import redis.asyncio
+import redis.cluster
+
+import echomq
+from echomq import commands as cmd
+from echomq import spans
+from echomq.aio import AsyncQueue
+from echomq.metrics import Histogram, Metrics, plus, total
+from echomq.partitions import route
+from conftest import Cluster, Server
+from test_partitioned import drain, owner_of
+
+#: A partitioned queue's cursor, as a page returns it.
+CURSOR = re.compile(r"^(\d+):(.+)$")
+
+
+def ids_routing(width: int, partitions: Set[int], count: int) -> List[str]:
+    """`count` minted ids that route, over `width`, to one of `partitions`."""
+    found: List[str] = []
+    while len(found) < count:
+        job_id = echomq.mint()
+        if route(width, job_id) in partitions:
+            found.append(job_id)
+    return found
+
+
+def walk(page: Any, key: str, width: int) -> Tuple[List[str], List[Tuple[str, int]]]:
+    """Every page of a walk from ``"0"`` (`page(cursor)` one page): each item's `key`, in the
+    order seen, and each page's cursor and size. Every page but the last holds something, and
+    comes from one partition, the one its cursor's index names."""
+    seen: List[str] = []
+    pages: List[Tuple[str, int]] = []
+    cursor = "0"
+    while True:
+        cursor, found = page(cursor)
+        pages.append((cursor, len(found)))
+        seen += [one[key] for one in found]
+        if cursor == "0":
+            return seen, pages
+        assert found, f"an empty page before the end: {pages}"
+        parts = CURSOR.match(cursor)
+        assert parts is not None, cursor
+        index = int(parts.group(1))
+        # The page came from partition `index`, or from the one before when that one ended.
+        routes = {route(width, one[key]) for one in found}
+        assert len(routes) == 1 and routes <= {index, index - 1}, (cursor, routes)
+
+
+def crons_of(client: Any, queue: str) -> List[str]:
+    """The names of the schedules the server keeps for `queue` (``EMQ.CRONS``)."""
+    return [one["name"] for one in cmd.schedules(client.execute_command("EMQ.CRONS", queue))]
+
+
+# ---- schedules ----
+
+
+def test_a_schedule_is_kept_by_the_partition_its_name_routes_to(server: Server) -> None:
+    client = server.client()
+    echomq.Queue(client, "timed").span(4)
+    q = echomq.Queue(client, "timed")
+    names = [f"report-{n}" for n in range(12)]
+    for n in reversed(names):
+        assert q.cron(n, b"run", every=3600) > 0
+    partitions = spans.names("timed", 4)
+    held = {p: crons_of(client, p) for p in partitions}
+    for n in names:
+        assert [p for p in partitions if n in held[p]] == [partitions[route(4, n)]], n
+    assert len([p for p in partitions if held[p]]) > 1, "the names spread over partitions"
+    assert crons_of(client, "timed") == [], "the queue's own name keeps none"
+    assert [one["name"] for one in q.crons()] == sorted(names)
+    assert all(one["every"] == 3_600_000 for one in q.crons())
+    assert q.uncron("report-3") is True
+    assert all("report-3" not in crons_of(client, p) for p in partitions)
+    assert q.uncron("report-3") is False
+    assert [one["name"] for one in q.crons()] == sorted(set(names) - {"report-3"})
+    # A partition's own Queue lists its own schedules.
+    first = partitions[route(4, "report-0")]
+    assert [one["name"] for one in echomq.Queue(client, first).crons()] == held[first]
+
+
+# ---- listing ----
+
+
+def test_a_jobs_walk_visits_each_job_once_and_passes_over_empty_partitions(
+    server: Server,
+) -> None:
+    client = server.client()
+    echomq.Queue(client, "listed").span(4)
+    q = echomq.Queue(client, "listed")
+    # Partitions 1 and 3 (the last) hold nothing: the walk goes past them.
+    every = ids_routing(4, {0, 2}, 60)
+    for job_id in every:
+        q.enqueue(b"job", id=job_id)
+    assert [s["pending"] for s in q.partition_stats().values()][1::2] == [0, 0]
+    seen, pages = walk(lambda c: q.jobs("pending", c, count=7), "id", 4)
+    assert sorted(seen) == sorted(every) and len(seen) == 60, "each job once"
+    assert pages[-1] == ("0", 0), "the last partition is empty: the walk ends with nothing"
+    assert all(size > 0 for _, size in pages[:-1]), pages
+    assert all(CURSOR.match(c) for c, _ in pages[:-1]), pages
+    # Each partition's jobs in its order (pending: mint order), partition 0's first.
+    order = [route(4, i) for i in seen]
+    assert order == sorted(order)
+    for index in (0, 2):
+        mine = [i for i in seen if route(4, i) == index]
+        assert mine == sorted(mine)
+    # With payloads, each job's own.
+    _, page = q.jobs("pending", "0", count=3, payloads=True)
+    assert [j["payload"] for j in page] == ["job"] * 3
+
+
+def test_a_groups_walk_visits_each_group_once(server: Server) -> None:
+    client = server.client()
+    echomq.Queue(client, "tenants").span(4)
+    q = echomq.Queue(client, "tenants")
+    groups = [f"tenant-{n}" for n in range(30)]
+    for n, g in enumerate(groups):
+        for _ in range(1 + n % 3):
+            q.enqueue(b"work", group=g)
+    seen, pages = walk(lambda c: q.groups(c, count=7), "group", 4)
+    assert sorted(seen) == sorted(groups) and len(seen) == len(groups)
+    assert pages[-1][0] == "0"
+    assert all(size > 0 for _, size in pages[:-1])
+    # Each partition's groups come together, one partition after the other.
+    order = [route(4, g) for g in seen]
+    assert order == sorted(order)
+
+
+def test_an_ordinary_queue_pages_with_the_server_s_own_cursors(server: Server) -> None:
+    client = server.client()
+    q = echomq.Queue(client, "plain")
+    every = q.enqueue_many(b"%d" % n for n in range(5))
+    cursor, page = q.jobs("pending", "0", count=2)
+    raw = server.cmd("EMQ.JOBS", "plain", "pending", "CURSOR", "0", "COUNT", 2)
+    assert cursor == raw[0].decode() and cursor.startswith("0:JOB"), "the server's own"
+    assert [j["id"] for j in page] == every[:2]
+    cursor, page = q.jobs("pending", cursor, count=10)
+    assert (cursor, [j["id"] for j in page]) == ("0", every[2:])
+    q.enqueue(b"g", group="only")
+    assert q.groups() == ("0", [cmd.fields(g) for g in server.cmd("EMQ.GROUPS", "plain")[1]])
+    assert q.cron("tick", b"t", every=3600) > 0 and crons_of(client, "plain") == ["tick"]
+    assert [one["name"] for one in q.crons()] == ["tick"]
+    assert q.metrics().events["enqueued"] == 6
+
+
+class Counted:
+    """A client that counts the commands sent through it."""
+
+    def __init__(self, client: Any) -> None:
+        self.client, self.sent = client, 0
+
+    def execute_command(self, *args: Any) -> Any:
+        self.sent += 1
+        return self.client.execute_command(*args)
+
+
+@pytest.mark.parametrize(
+    "cursor", ["x", "1", "3:0", "4:0", "-1:0", "01:0", "+1:0", "1:", ":1", "", "١:0"]
+)
+def test_a_malformed_cursor_is_a_value_error_before_anything_is_sent(
+    server: Server, cursor: str
+) -> None:
+    counted = Counted(server.client())
+    echomq.Queue(counted, "paged").span(3)
+    q = echomq.Queue(counted, "paged")
+    assert q.width() == 3
+    sent = counted.sent
+    with pytest.raises(ValueError, match="no cursor"):
+        q.jobs("pending", cursor)
+    with pytest.raises(ValueError, match="no cursor"):
+        q.groups(cursor)
+    assert counted.sent == sent
+    # Cursors a page could return are taken.
+    assert q.jobs("pending", "2:0") == ("0", [])
+    assert q.groups("1:5") == ("0", [])
+
+
+# ---- metrics ----
+
+
+def test_the_metrics_of_partitions_add_up() -> None:
+    a = Histogram(2, 30, [(10, 1), (50, 2), (None, 2)])
+    b = Histogram(3, 70, [(10, 0), (50, 3), (None, 3)])
+    other = Histogram(9, 900, [(5, 9), (None, 9)])
+    assert plus(a, b) == Histogram(5, 100, [(10, 1), (50, 5), (None, 5)])
+    assert plus(a, other) == other and plus(other, a) == other, "unlike buckets: the larger"
+    one = Metrics({"acked": 2, "claimed": 3}, a, {"acked": a}, a, None, True)
+    two = Metrics({"acked": 3, "dead": 1}, b, {"acked": b, "dead": b}, b, 40, False)
+    three = Metrics({}, Histogram(), {}, Histogram(), 25, True)
+    found = total([one, two])
+    assert found.events == {"acked": 5, "claimed": 3, "dead": 1}
+    assert found.run == {"acked": plus(a, b), "dead": b}
+    assert (found.wait, found.end_to_end) == (plus(a, b), plus(a, b))
+    assert (found.oldest_pending_ms, found.enabled) == (40, True), "the oldest; the first's"
+    assert total([one, three]).oldest_pending_ms == 25
+    assert total([one]) is one
+
+
+@pytest.mark.cluster
+def test_a_queue_over_every_primary_lists_schedules_walks_and_adds_its_metrics(
+    cluster: Cluster,
+) -> None:
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    echomq.Queue(client, "spread").span(12)
+    partitions = spans.names("spread", 12)
+    assert {owner_of(cluster)(p) for p in partitions} == {n.port for n in cluster.nodes}
+    q = echomq.Queue(client, "spread")
+    for n in range(9):
+        q.cron(f"nightly-{n}", b"n", every=86400)
+    assert [one["name"] for one in q.crons()] == [f"nightly-{n}" for n in range(9)]
+    for n in range(9):
+        assert f"nightly-{n}" in crons_of(client, partitions[route(12, f"nightly-{n}")])
+
+    every = q.enqueue_many(b"%d" % n for n in range(60))
+    seen, pages = walk(lambda c: q.jobs("pending", c, count=7), "id", 12)
+    assert sorted(seen) == sorted(every) and len(seen) == 60
+    assert pages[-1][0] == "0" and all(size > 0 for _, size in pages[:-1])
+
+    drain(client, "spread", 60, concurrency=4)
+    later = q.enqueue_many(b"later" for _ in range(5))
+    each = [echomq.Queue(client, p).metrics() for p in partitions]
+    m = q.metrics()
+    assert {k: m.events[k] for k in ("enqueued", "claimed", "acked")} == {
+        "enqueued": 65, "claimed": 60, "acked": 60,
+    }
+    for key in set(m.events) | {k for one in each for k in one.events}:
+        assert m.events.get(key) == sum(one.events.get(key, 0) for one in each), key
+    summed = [sum(n for one in each for le2, n in one.wait.buckets if le2 == le)
+              for le, _ in m.wait.buckets]
+    assert [n for _, n in m.wait.buckets] == summed and m.wait.count == 60
+    assert m.run["acked"].count == 60 == sum(one.run["acked"].count for one in each)
+    assert m.end_to_end.count == 60
+    # The 5 later jobs wait: the oldest is the longest of the partitions' (read before it).
+    ages = [one.oldest_pending_ms for one in each if one.oldest_pending_ms is not None]
+    assert len(ages) == len({q.partition(i) for i in later})
+    assert m.oldest_pending_ms is not None and m.oldest_pending_ms >= max(ages)
+
+
+# ---- asyncio ----
+
+
+def test_an_async_queue_lists_schedules_and_walks_a_partitioned_queue(server: Server) -> None:
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        try:
+            await AsyncQueue(client, "async-listed").span(4)
+            q = AsyncQueue(client, "async-listed")
+            for n in range(8):
+                await q.cron(f"job-{n}", b"c", every=600)
+            partitions = spans.names("async-listed", 4)
+            for n in range(8):
+                assert f"job-{n}" in crons_of(server.client(), partitions[route(4, f"job-{n}")])
+            assert [one["name"] for one in await q.crons()] == [f"job-{n}" for n in range(8)]
+            assert await q.uncron("job-5") is True and await q.uncron("job-5") is False
+            assert len(await q.crons()) == 7
+
+            every = await q.enqueue_many(b"%d" % n for n in range(60))
+            for n in range(10):
+                await q.enqueue(b"g", group=f"g{n}")
+            seen: List[str] = []
+            cursor, sizes = "0", []
+            while True:
+                cursor, page = await q.jobs("pending", cursor, count=7)
+                seen += [j["id"] for j in page]
+                sizes.append(len(page))
+                if cursor == "0":
+                    break
+            assert sorted(seen) == sorted(every) and len(seen) == 60
+            assert all(sizes[:-1])
+            groups: List[str] = []
+            cursor = "0"
+            while True:
+                cursor, found = await q.groups(cursor, count=3)
+                groups += [g["group"] for g in found]
+                if cursor == "0":
+                    break
+            assert sorted(groups) == sorted(f"g{n}" for n in range(10))
+            with pytest.raises(ValueError):
+                await q.jobs("pending", "9:0")
+            m = await q.metrics()
+            assert m.events["enqueued"] == 70 and m.oldest_pending_ms is not None
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
