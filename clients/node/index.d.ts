@@ -72,6 +72,9 @@ export interface FlowNode {
   at?: number | Date;
   /** Each attempt's hard limit, ms from its claim (`EnqueueOptions.timeout`). */
   timeout?: number;
+  /** Its group (`EnqueueOptions.group`; checked before anything is sent): in a partitioned
+   * queue the node goes to the partition its group routes to, where its children find it. */
+  group?: string;
   /** Its children: they run first, this job once they have all finished. */
   children?: FlowNode[];
 }

@@ -3,7 +3,7 @@
 // each job to the partition it routes to, a Worker that drains every partition once and settles
 // each job on its own partition (on a cluster, with one blocked claim a primary), the calls on
 // one job or every partition, the typed errors, a producer whose width went stale, flows whose
-// parents are in partitions, schedules kept by the partition their
+// parents are in partitions (a grouped one by its group), schedules kept by the partition their
 // name routes to, the sets and groups walked partition by partition, the partitions' metrics
 // added up, and a worker's start through a transient failure.
 import assert from 'node:assert/strict';
@@ -758,6 +758,53 @@ describe('a partitioned queue on a cluster', () => {
     assert.equal((await q.jobs('pending', { cursor: '3:0' })).cursor, '0');
     // An ordinary queue's cursor is the server's to judge, as ever.
     await assert.rejects(new Queue(client, 'cursors-plain').jobs('pending', { cursor: 'x' }), EmqCursorError);
+  });
+
+  test('a flow\'s grouped parent in a partitioned queue goes to its group\'s partition, its children find it there, and the flow completes', async () => {
+    await new Queue(client, 'invoices').span(6);
+    await new Queue(client, 'lines').span(4);
+    const group = 'acme';
+    // An id whose own partition is not its group's: found by the group only.
+    const id = Array.from({ length: 100 }, () => mint()).find((k) => route(6, k) !== route(6, group));
+    assert.ok(id);
+    const q = new Queue(client, 'invoices');
+    // A node with a group the server would refuse is refused before anything is sent.
+    await assert.rejects(q.flow({ payload: 'bad', children: [{ queue: 'lines', payload: 'l', group: 'a{b}' }] }), TypeError);
+    assert.equal((await q.stats()).waiting, 0, 'no parent left waiting');
+
+    const tree = await q.flow({
+      id,
+      group,
+      payload: 'invoice',
+      children: [0, 1, 2, 3].map((n) => ({ queue: 'lines', payload: `line${n}`, group: n % 2 === 0 ? 'line-group' : undefined })),
+    });
+    const parts = q.partitionQueues(6);
+    const row = await parts[route(6, group)].job(id);
+    assert.deepEqual([row?.set, row?.group, row?.children, row?.adopted], ['waiting', group, 4, 4], 'in its group\'s partition, its children adopted there');
+    assert.equal(await parts[route(6, id)].job(id), null, 'not where its id routes');
+    const lines = new Queue(client, 'lines');
+    for (const [n, child] of (tree.children ?? []).entries()) {
+      const home = lines.partitionQueues(4)[route(4, n % 2 === 0 ? 'line-group' : child.id)];
+      const childRow = await home.job(child.id);
+      assert.equal(childRow?.set, 'pending', `line${n} in its partition`);
+      assert.ok(String(childRow?.parents).startsWith(`${parts[route(6, group)].name} ${id}`), 'naming its parent\'s partition');
+    }
+
+    /** @type {Array<{queue: string, children: string[]}>} */
+    const ran = [];
+    const parents = new Worker(new Queue(client, 'invoices'), async (job) => {
+      const children = await job.children();
+      ran.push({ queue: job.queue, children: [...children.values()].map((c) => `${c.status} ${c.id}`) });
+      return 'paid';
+    }, { block: 200 });
+    const children = new Worker(new Queue(client, 'lines'), (job) => job.payload, { block: 200 });
+    assert.ok(await until(() => parents.counts.acked === 1, 30_000), 'the parent ran once its children finished');
+    await Promise.all([parents.close(), children.close()]);
+    assert.equal(children.counts.acked, 4);
+    assert.deepEqual(ran.map((r) => r.queue), [parts[route(6, group)].name], 'claimed from its group\'s partition');
+    assert.deepEqual(ran[0].children.sort(), (tree.children ?? []).map((c) => `acked ${c.id}`).sort());
+    const stats = await new Queue(client, 'invoices').stats();
+    assert.deepEqual([stats.pending, stats.active, stats.waiting, stats.dead], [0, 0, 0, 0], 'the flow completed');
   });
 
   // Last: the slot map is no longer the one Cluster.owner knows.
