@@ -72,6 +72,9 @@ export interface FlowNode {
   at?: number | Date;
   /** Each attempt's hard limit, ms from its claim (`EnqueueOptions.timeout`). */
   timeout?: number;
+  /** Its group (`EnqueueOptions.group`; checked before anything is sent): in a partitioned
+   * queue the node goes to the partition its group routes to, where its children find it. */
+  group?: string;
   /** Its children: they run first, this job once they have all finished. */
   children?: FlowNode[];
 }
@@ -255,7 +258,8 @@ export interface Metrics {
 export function quantileBound(h: Histogram, q: number): number | null;
 
 export interface GroupsPage {
-  /** Pass it back for the next page; `'0'` at the end. */
+  /** Pass it back for the next page; `'0'` at the end (a partitioned queue's:
+   * `<partition>:<cursor there>`). */
   cursor: string;
   /** The largest backlog first. */
   groups: GroupInfo[];
@@ -309,7 +313,8 @@ export interface JobSummary {
 }
 
 export interface JobsPage {
-  /** Pass it back for the next page; `'0'` at the end. */
+  /** Pass it back for the next page; `'0'` at the end (a partitioned queue's:
+   * `<partition>:<cursor there>`). */
   cursor: string;
   jobs: JobSummary[];
 }
@@ -414,11 +419,16 @@ export declare class Queue {
   enqueueMany(jobs: Iterable<JobSpec>, options?: { chunk?: number }): Promise<string[]>;
   /** The counts and limits (`EMQ.STATS`); a partitioned queue's added up over its partitions. */
   stats(): Promise<Stats>;
-  /** The queue's metrics as the server that holds it keeps them (`EMQ.METRICS`). */
+  /** The queue's metrics as the server that holds it keeps them (`EMQ.METRICS`); a partitioned
+   * queue's, its partitions' added up (counts and histogram buckets summed, the oldest pending
+   * wait the longest, `enabled` the first partition's). */
   metrics(): Promise<Metrics>;
   /** A job's row (on a partitioned queue, from the partition its id routes to: a grouped job's
    * through `queueFor(group)`, or its handle's `queue`); null for none. */
   job(id: string): Promise<JobRow | null>;
+  /** One page of a set (`EMQ.JOBS`). A partitioned queue's walk takes its partitions in turn,
+   * a page from one, its cursor `<partition>:<cursor there>`, and answers an empty page only at
+   * its end; a cursor no page gave is a `RangeError`, before any page is read. */
   jobs(set: SetName, options?: { cursor?: string; count?: number; withPayloads?: boolean }): Promise<JobsPage>;
   /** A parent's children and how each ended (every page of `EMQ.CHILDREN`). */
   children(id: string): Promise<Children>;
@@ -460,10 +470,15 @@ export declare class Queue {
   pauseGroup(group: string, options?: { ms?: number }): Promise<boolean>;
   /** Lets claims take the group's jobs again; false when it was not paused. */
   resumeGroup(group: string): Promise<boolean>;
-  /** One page of the named groups (`EMQ.GROUPS`), the largest backlog first. */
+  /** One page of the named groups (`EMQ.GROUPS`), the largest backlog first (a partitioned
+   * queue's: its partitions in turn, as `jobs`, the largest backlog first within each). */
   groups(options?: { cursor?: string; count?: number }): Promise<GroupsPage>;
+  /** A repeating schedule; its next firing (unix ms). A partitioned queue's is kept by the
+   * partition its name routes to, and fires into it. */
   cron(name: string, payload: Payload, options: { spec: string; priority?: number } | { every: number; priority?: number }): Promise<number>;
+  /** Removes a schedule (a partitioned queue's, from its name's partition); whether there was one. */
   uncron(name: string): Promise<boolean>;
+  /** Every schedule, by name (a partitioned queue's: every partition's). */
   crons(): Promise<Cron[]>;
   enableEvents(options?: { maxlen?: number }): Promise<boolean>;
   disableEvents(): Promise<boolean>;

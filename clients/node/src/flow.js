@@ -2,7 +2,8 @@
 // callback. Every missing id is minted (and every missing queue named) in the spec itself
 // before anything is sent, so the same spec given again, after a failure, say, enqueues the
 // same jobs, each once. The tree goes in top down, a level at a time: a child's enqueue finds
-// its parent there, named by the queue it went to (a partitioned queue's partition).
+// its parent there, named by the queue it went to (a partitioned queue's partition: the one its
+// group, or else its id, routes to).
 import { MAX_CHILDREN } from './family.js';
 import { mint } from './ids.js';
 
@@ -11,7 +12,8 @@ export const LEVEL_CHUNK = 1000;
 
 /**
  * @typedef {{queue?: string, payload: unknown, id?: string, onFail?: 'fail' | 'ignore',
- *   priority?: number, delay?: number, at?: number | Date, timeout?: number, children?: FlowNode[]}} FlowNode
+ *   priority?: number, delay?: number, at?: number | Date, timeout?: number, group?: string,
+ *   children?: FlowNode[]}} FlowNode
  * @typedef {import('./queue.js').Queue} Queue
  */
 
@@ -73,10 +75,18 @@ export async function batch(queue, jobs, options) {
 
 /** Names `node` (its queue and id, where missing) in place. */
 function name(queueName, node) {
-  if (node === null || typeof node !== 'object') throw new TypeError('a flow node is an object {queue?, payload, id?, onFail?, children?}');
+  if (node === null || typeof node !== 'object') throw new TypeError('a flow node is an object {queue?, payload, id?, onFail?, group?, children?}');
   if (node.payload === undefined) throw new TypeError('a flow node needs its payload');
+  // Refused before anything is sent: the server's refusal of a child would leave its parent
+  // waiting for it.
+  if (node.group !== undefined && !isName(node.group)) throw new TypeError(`a group is 1 to 128 printable ASCII bytes without braces, not ${JSON.stringify(node.group)}`);
   node.queue ??= queueName;
   node.id ??= mint();
+}
+
+/** Whether `group` is a name a group may have: 1 to 128 bytes of 0x21 to 0x7e, no braces. */
+function isName(group) {
+  return typeof group === 'string' && /^[\x21-\x7a\x7c\x7e]{1,128}$/.test(group);
 }
 
 /** Checks every node and names it, before anything is sent: a node given twice, two nodes of
@@ -102,7 +112,8 @@ function prepare(queueName, tree) {
 
 /**
  * One node's enqueue: `CHILDREN` when it has any, `PARENT` when it is not the root, naming the
- * queue its parent went to; the queue it went to, noted in `placed`.
+ * queue its parent went to, `GROUP` when it has one (a partitioned queue's node goes to the
+ * partition its group, or else its id, routes to); the queue it went to, noted in `placed`.
  * @param {Queue} queue
  * @param {FlowNode} node
  * @param {FlowNode | null} parent
@@ -111,6 +122,15 @@ function prepare(queueName, tree) {
 async function enqueueNode(queue, node, parent, placed) {
   const children = node.children?.length ?? 0;
   const parents = parent ? [{ queue: placed.get(parent) ?? String(parent.queue), id: String(parent.id), onFail: node.onFail }] : undefined;
-  const options = { id: node.id, priority: node.priority, delay: node.delay, at: node.at, timeout: node.timeout, children: children > 0 ? children : undefined, parents };
+  const options = {
+    id: node.id,
+    priority: node.priority,
+    delay: node.delay,
+    at: node.at,
+    timeout: node.timeout,
+    group: node.group,
+    children: children > 0 ? children : undefined,
+    parents,
+  };
   placed.set(node, (await queue.enqueueJob(node.payload, options, true)).queue);
 }

@@ -1,6 +1,7 @@
 // A queue's metrics as the server keeps them (`EMQ.METRICS`, docs/observability.md): a count of
 // each event, the wait, run and end-to-end latency histograms, and the age of the first pending
-// job. `Queue.metrics()` sends the command; this parses its reply.
+// job. `Queue.metrics()` sends the command; this parses its reply, and adds a partitioned
+// queue's partitions' up.
 import { pairs } from './codec.js';
 
 /** A count in a reply, as a number. */
@@ -43,5 +44,51 @@ export function parseMetrics(reply) {
     run,
     endToEnd: parseHistogram(fields['end-to-end']),
     oldestPendingMs: oldest === null || oldest === undefined ? null : number(oldest),
+  };
+}
+
+/**
+ * Two histograms of the same buckets added up, bucket by bucket (a partitioned queue's, over its
+ * partitions); where their buckets differ, the one with more counted (the console's
+ * `waits::plus`).
+ * @param {import('../index.js').Histogram} a
+ * @param {import('../index.js').Histogram} b
+ * @returns {import('../index.js').Histogram}
+ */
+export function plusHistogram(a, b) {
+  const alike = a.buckets.length === b.buckets.length && a.buckets.every(([le], i) => le === b.buckets[i][0]);
+  if (!alike) return a.count >= b.count ? a : b;
+  return {
+    count: a.count + b.count,
+    sumMs: a.sumMs + b.sumMs,
+    buckets: a.buckets.map(([le, n], i) => [le, n + b.buckets[i][1]]),
+  };
+}
+
+/**
+ * A partitioned queue's metrics from its partitions' (in order, at least one): each event's
+ * count summed, each histogram summed bucket by bucket (`plusHistogram`), the oldest pending
+ * job's wait the longest of theirs (null when none has a job pending), and `enabled` the first
+ * partition's.
+ * @param {import('../index.js').Metrics[]} parts
+ * @returns {import('../index.js').Metrics}
+ */
+export function sumMetrics(parts) {
+  /** @type {Record<string, number>} */
+  const events = {};
+  /** @type {Record<string, import('../index.js').Histogram>} */
+  const run = {};
+  for (const part of parts) {
+    for (const [event, n] of Object.entries(part.events)) events[event] = (Object.hasOwn(events, event) ? events[event] : 0) + n;
+    for (const [end, h] of Object.entries(part.run)) run[end] = Object.hasOwn(run, end) ? plusHistogram(run[end], h) : h;
+  }
+  const oldest = parts.map((p) => p.oldestPendingMs).filter((ms) => ms !== null);
+  return {
+    enabled: parts[0].enabled,
+    events,
+    wait: parts.map((p) => p.wait).reduce(plusHistogram),
+    run,
+    endToEnd: parts.map((p) => p.endToEnd).reduce(plusHistogram),
+    oldestPendingMs: oldest.length === 0 ? null : Math.max(...oldest),
   };
 }

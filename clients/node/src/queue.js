@@ -11,10 +11,11 @@ import { adopt, familyArgs } from './family.js';
 import { carried, headerArgs, headerMap } from './headers.js';
 import { batch, chain, flow } from './flow.js';
 import { mint } from './ids.js';
-import { parseMetrics } from './metrics.js';
+import { parseMetrics, sumMetrics } from './metrics.js';
 import { partitionName, route } from './partition.js';
 import { backoff, sleep, transient } from './retry.js';
 import { enqueueRows, knowWidth, readWidth, routed, span, splitLimits, sumStats, unspan } from './span.js';
+import { walk } from './walk.js';
 
 /** Jobs one `EMQ.MENQUEUE` carries (the server takes up to 10,000). */
 export const CHUNK = 1000;
@@ -314,9 +315,13 @@ export class Queue {
 
   /**
    * The queue's metrics as the server that holds it keeps them (`EMQ.METRICS`): they start from
-   * zero when that server restarts or a replica takes over.
+   * zero when that server restarts or a replica takes over. A partitioned queue's are its
+   * partitions' added up: each event's count and each histogram's buckets summed, the oldest
+   * pending job's wait the longest, `enabled` the first partition's.
    */
   async metrics() {
+    const parts = await this.partitions();
+    if (parts.length > 0) return sumMetrics(await Promise.all(parts.map((p) => p.metrics())));
     // From the primary: a replica keeps none.
     return parseMetrics(await this.send(['EMQ.METRICS', this.name], false));
   }
@@ -336,10 +341,21 @@ export class Queue {
 
   /**
    * One page of a set (`EMQ.JOBS`): pass the reply's cursor back for the next; `'0'` at the end.
+   * A partitioned queue's walk takes its partitions in turn, each page one partition's, its
+   * cursor `<partition>:<cursor there>`; a page is empty only at the walk's end. A cursor no
+   * page gave is a `RangeError`, before any page is read.
    * @param {'pending' | 'active' | 'scheduled' | 'dead' | 'waiting'} set
    * @param {{cursor?: string, count?: number, withPayloads?: boolean}} [options]
    */
   async jobs(set, options = {}) {
+    const parts = await this.partitions();
+    if (parts.length > 0) {
+      const page = await walk(parts, options.cursor ?? '0', async (part, cursor) => {
+        const { cursor: next, jobs } = await part.jobs(set, { ...options, cursor });
+        return { cursor: next, rows: jobs };
+      });
+      return { cursor: page.cursor, jobs: page.rows };
+    }
     const args = ['EMQ.JOBS', this.name, set, 'CURSOR', options.cursor ?? '0'];
     if (options.count !== undefined) args.push('COUNT', String(options.count));
     if (options.withPayloads) args.push('WITHPAYLOADS');
@@ -359,10 +375,19 @@ export class Queue {
    * its `concurrency` in effect (its own or the queue's default; null), `paused` (0 or 1),
    * `paused-until` (unix ms, or null), `held` (0 or 1) and, with group rates, `rate`,
    * `rate-per` and `rate-used`. A group whose backlog changes between two pages may come twice,
-   * or not at all, in one walk.
+   * or not at all, in one walk. A partitioned queue's walk takes its partitions in turn, as
+   * `jobs` does (the largest backlog first within each).
    * @param {{cursor?: string, count?: number}} [options]
    */
   async groups(options = {}) {
+    const parts = await this.partitions();
+    if (parts.length > 0) {
+      const page = await walk(parts, options.cursor ?? '0', async (part, cursor) => {
+        const { cursor: next, groups } = await part.groups({ ...options, cursor });
+        return { cursor: next, rows: groups };
+      });
+      return { cursor: page.cursor, groups: page.rows };
+    }
     const args = ['EMQ.GROUPS', this.name, 'CURSOR', options.cursor ?? '0'];
     if (options.count !== undefined) args.push('COUNT', String(options.count));
     const [cursor, found] = await this.send(args, true);
@@ -571,6 +596,7 @@ export class Queue {
 
   /**
    * A repeating schedule: `spec` (a cron expression, UTC) or `every` ms; its next firing (unix ms).
+   * A partitioned queue's is kept by the partition its name routes to, and fires into it.
    * @param {string} name
    * @param {unknown} payload
    * @param {{spec?: string, every?: number, priority?: number}} options
@@ -579,16 +605,25 @@ export class Queue {
     if ((options.spec === undefined) === (options.every === undefined)) throw new TypeError('give spec or every');
     const when = options.spec !== undefined ? [options.spec] : ['EVERY', ms(options.every, 'every')];
     const extra = options.priority === undefined ? [] : ['PRIORITY', String(options.priority)];
-    return Number(await this.call('EMQ.CRON', name, ...when, encode(payload), ...extra));
+    const home = await this.locate(name);
+    return Number(await home.call('EMQ.CRON', name, ...when, encode(payload), ...extra));
   }
 
-  /** Removes a schedule; whether there was one. */
+  /** Removes a schedule (a partitioned queue's, from the partition its name routes to);
+   * whether there was one.
+   * @param {string} name */
   async uncron(name) {
-    return (await this.call('EMQ.UNCRON', name)) === 1;
+    return (await (await this.locate(name)).call('EMQ.UNCRON', name)) === 1;
   }
 
-  /** Every schedule of the queue, by name (`EMQ.CRONS`). */
+  /** Every schedule of the queue, by name (`EMQ.CRONS`; a partitioned queue's, every
+   * partition's). */
   async crons() {
+    const parts = await this.partitions();
+    if (parts.length > 0) {
+      const all = (await Promise.all(parts.map((p) => p.crons()))).flat();
+      return all.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    }
     const reply = await this.send(['EMQ.CRONS', this.name], true);
     return reply.map(pairs);
   }

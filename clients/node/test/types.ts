@@ -111,7 +111,7 @@ export async function flows(): Promise<void> {
   } catch (e) {
     if (e instanceof EmqParentError) console.log(e.code);
   }
-  const tree: FlowNode = { payload: 'root', timeout: 60_000, children: [{ queue: 'pdf', payload: { page: 1 }, onFail: 'fail' }, { payload: 'x', priority: 1 }] };
+  const tree: FlowNode = { payload: 'root', timeout: 60_000, children: [{ queue: 'pdf', payload: { page: 1 }, onFail: 'fail' }, { payload: 'x', priority: 1, group: 'acme' }] };
   const built: BuiltFlowNode = await q.flow(tree);
   const rootId: string = built.id;
   const childIds: string[] = (built.children ?? []).map((c) => c.id);
