@@ -37,6 +37,7 @@ mod span;
 mod task;
 mod trace;
 mod unwind;
+mod walk;
 pub mod worker;
 
 pub use children::{ChildOutcome, ChildStatus, Children};
