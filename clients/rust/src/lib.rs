@@ -17,6 +17,7 @@
 pub mod cancel;
 pub mod children;
 mod claims;
+pub mod cron;
 mod deliver;
 pub mod enqueue;
 pub mod error;
@@ -42,6 +43,7 @@ mod walk;
 pub mod worker;
 
 pub use children::{ChildOutcome, ChildStatus, Children};
+pub use cron::{Schedule, When};
 pub use error::{Error, Result};
 pub use events::{EventKind, EventOutcome, SettleAction, WorkerEvent};
 pub use flow::{FlowJob, Flows, OnFail, Parent};
