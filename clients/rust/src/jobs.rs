@@ -69,7 +69,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// start), up to `count` (1 to 1,000; the server's default: 100), with each job's payload
     /// and last error when `payloads`: the next cursor (`"0"` at the end) and the jobs. Pass
     /// the cursor back unchanged. A job that stays in the set at its score is listed once in a
-    /// walk from `"0"` back to `"0"`.
+    /// walk from `"0"` back to `"0"`. `pending` lists the default group's ready jobs, not a
+    /// named group's (docs/groups.md).
     ///
     /// A partitioned queue's set is walked partition by partition, in the set's order within
     /// each: the cursor is `"<partition>:<cursor>"`, a page comes from one partition, and a

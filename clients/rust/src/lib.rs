@@ -12,7 +12,8 @@
 //! `otel` feature they carry its trace (OpenTelemetry), producer to worker. A partitioned
 //! queue ([`Queue::span`]) is produced to and worked by its name: the queue learns its width
 //! and routes each job to its partition, and the worker claims every partition, blocking once
-//! per primary. See clients/rust/README.md.
+//! per primary; its schedules ([`Queue::cron`]), listings ([`Queue::jobs`], [`Queue::groups`])
+//! and metrics ([`Queue::metrics`]) are read as one queue's. See clients/rust/README.md.
 
 pub mod cancel;
 pub mod children;
