@@ -2,8 +2,9 @@
 //! queue bigger than one primary"), on a three-primary cluster: a schedule goes to the
 //! partition its name routes to and `crons` lists every partition's, `jobs` and `groups` walk
 //! the partitions with a cursor of their own (each job and group once, a page from one
-//! partition, a malformed cursor refused), and `metrics` adds the partitions' up. An ordinary
-//! queue's listings keep the server's cursors.
+//! partition, a malformed cursor refused), and `metrics` adds the partitions' up. A schedule set
+//! by a handle that learned the queue was ordinary before it was spanned is routed once
+//! refused. An ordinary queue's listings keep the server's cursors.
 
 mod common;
 
@@ -300,4 +301,33 @@ async fn an_ordinary_queue_s_listings_keep_the_server_s_cursors() {
     assert!(q.uncron("nightly").await.expect("uncron"));
     assert_eq!(q.metrics().await.expect("metrics").events["enqueued"], 10);
     assert_eq!(q.known_width(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_set_by_a_handle_that_learned_no_width_is_routed_once_the_queue_refuses_it() {
+    let server = start(Options::default());
+    let early = Queue::new(conn(&server).await, "late");
+    assert_eq!(early.width().await.expect("width"), 0, "ordinary then");
+    Queue::new(conn(&server).await, "late")
+        .span(4)
+        .await
+        .expect("span");
+    early
+        .cron(
+            "hourly",
+            When::Every(std::time::Duration::from_secs(3600)),
+            b"x",
+            None,
+        )
+        .await
+        .expect("cron, routed again");
+    assert_eq!(early.known_width(), Some(4), "learned from EMQSPANNED");
+    let there = Queue::new(conn(&server).await, home("late", 4, "hourly"));
+    let listed = there.crons().await.expect("crons");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].when,
+        When::Every(std::time::Duration::from_secs(3600))
+    );
+    assert!(early.uncron("hourly").await.expect("uncron"));
 }
