@@ -174,12 +174,21 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// cursor (`"0"` at the end) and the groups. A group is listed while it has jobs, a limit of
     /// its own or a pause; one whose backlog changes between two pages may come twice, or not
     /// at all, in one walk.
+    ///
+    /// A partitioned queue's groups are walked partition by partition (each group lives in
+    /// one), the largest backlog first within each: the cursor is `"<partition>:<cursor>"`, a
+    /// page comes from one partition, and a page is empty only at the end (walk.rs). A cursor
+    /// that is neither `"0"` nor one a page returned is refused before anything is sent
+    /// ([`Error::Argument`]). The width is asked first when this handle has not learned it.
     pub async fn groups(&self, cursor: &str, count: Option<u32>) -> Result<(String, Vec<Group>)> {
-        let mut args = vec![b"CURSOR".to_vec(), cursor.as_bytes().to_vec()];
-        if let Some(n) = count {
-            args.extend([b"COUNT".to_vec(), n.to_string().into_bytes()]);
-        }
-        groups_page(&self.call("EMQ.GROUPS", &args).await?)
+        self.listing(cursor, |queue, inner| async move {
+            let mut args = vec![b"CURSOR".to_vec(), inner.into_bytes()];
+            if let Some(n) = count {
+                args.extend([b"COUNT".to_vec(), n.to_string().into_bytes()]);
+            }
+            groups_page(&queue.call("EMQ.GROUPS", &args).await?)
+        })
+        .await
     }
 }
 

@@ -12,11 +12,13 @@
 //! `otel` feature they carry its trace (OpenTelemetry), producer to worker. A partitioned
 //! queue ([`Queue::span`]) is produced to and worked by its name: the queue learns its width
 //! and routes each job to its partition, and the worker claims every partition, blocking once
-//! per primary. See clients/rust/README.md.
+//! per primary; its schedules ([`Queue::cron`]), listings ([`Queue::jobs`], [`Queue::groups`])
+//! and metrics ([`Queue::metrics`]) are read as one queue's. See clients/rust/README.md.
 
 pub mod cancel;
 pub mod children;
 mod claims;
+pub mod cron;
 mod deliver;
 pub mod enqueue;
 pub mod error;
@@ -26,6 +28,7 @@ pub mod groups;
 mod headers;
 pub mod ids;
 mod job;
+pub mod jobs;
 pub mod limit;
 pub mod metrics;
 pub mod partition;
@@ -37,13 +40,16 @@ mod span;
 mod task;
 mod trace;
 mod unwind;
+mod walk;
 pub mod worker;
 
 pub use children::{ChildOutcome, ChildStatus, Children};
+pub use cron::{Schedule, When};
 pub use error::{Error, Result};
 pub use events::{EventKind, EventOutcome, SettleAction, WorkerEvent};
 pub use flow::{FlowJob, Flows, OnFail, Parent};
 pub use groups::{Group, GroupLimit, GroupLimits};
+pub use jobs::Listed;
 pub use limit::{Limit, Limits, Rate, Setting};
 pub use metrics::{Histogram, Metrics};
 pub use queue::{Enqueue, Queue};

@@ -125,7 +125,8 @@ impl Fields {
         Ok(Fields(fields))
     }
 
-    fn read<T: FromRedisValue>(&self, name: &str) -> Result<Option<T>> {
+    /// A field as `T`; `None` when missing or null.
+    pub(crate) fn read<T: FromRedisValue>(&self, name: &str) -> Result<Option<T>> {
         match self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v) {
             None | Some(Value::Nil) => Ok(None),
             Some(v) => T::from_redis_value_ref(v)

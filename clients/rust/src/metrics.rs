@@ -1,6 +1,6 @@
 //! A queue's metrics as the server keeps them (`EMQ.METRICS`, docs/observability.md): a count of
 //! each event, the wait, run and end-to-end latency histograms, and the age of the first pending
-//! job.
+//! job; a partitioned queue's, its partitions' added up.
 
 use std::collections::BTreeMap;
 
@@ -73,6 +73,34 @@ impl Histogram {
         Ok(h)
     }
 
+    /// Two histograms added up bucket by bucket (a partitioned queue's, over its partitions,
+    /// which count in the same buckets); where their bounds differ, the one with more counted.
+    pub fn plus(&self, other: &Histogram) -> Histogram {
+        let alike = self.buckets.len() == other.buckets.len()
+            && self
+                .buckets
+                .iter()
+                .zip(&other.buckets)
+                .all(|((x, _), (y, _))| x == y);
+        if !alike {
+            return if self.count >= other.count {
+                self.clone()
+            } else {
+                other.clone()
+            };
+        }
+        Histogram {
+            count: self.count + other.count,
+            sum_ms: self.sum_ms + other.sum_ms,
+            buckets: self
+                .buckets
+                .iter()
+                .zip(&other.buckets)
+                .map(|((le, n), (_, m))| (*le, n + m))
+                .collect(),
+        }
+    }
+
     /// The least bucket bound that holds at least the fraction `q` of the durations (ms; `None`
     /// past the last bound or with nothing counted): an upper bound of the `q` quantile.
     pub fn quantile_bound(&self, q: f64) -> Option<u64> {
@@ -114,12 +142,114 @@ impl Metrics {
         }
         Ok(m)
     }
+
+    /// A partitioned queue's partitions' metrics as one queue's: each event's count summed,
+    /// each histogram summed bucket by bucket ([`Histogram::plus`]; a run outcome a partition
+    /// lacks counts nothing there), the oldest pending job's age the greatest, and `enabled`
+    /// the first partition's. Default metrics for none.
+    pub fn added(each: &[Metrics]) -> Metrics {
+        let Some((first, rest)) = each.split_first() else {
+            return Metrics::default();
+        };
+        let mut all = first.clone();
+        for m in rest {
+            for (event, n) in &m.events {
+                *all.events.entry(event.clone()).or_default() += n;
+            }
+            all.wait = all.wait.plus(&m.wait);
+            for (ended, h) in &m.run {
+                let sum = all.run.get(ended).map_or_else(|| h.clone(), |a| a.plus(h));
+                all.run.insert(ended.clone(), sum);
+            }
+            all.end_to_end = all.end_to_end.plus(&m.end_to_end);
+            all.oldest_pending_ms = all.oldest_pending_ms.max(m.oldest_pending_ms);
+        }
+        all
+    }
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// The queue's metrics, as the server that holds it keeps them (`EMQ.METRICS`): they start
     /// from zero when that server restarts or a replica takes over.
+    ///
+    /// A partitioned queue's are its partitions', each read from the primary that holds it and
+    /// added up ([`Metrics::added`]; the width asked first when this handle has not learned
+    /// it). Each partition's primary counts from its own start, so the sum starts over in
+    /// part when one of them restarts.
     pub async fn metrics(&self) -> Result<Metrics> {
-        Metrics::from_reply(&self.call("EMQ.METRICS", &[]).await?)
+        if self.resolved_width().await? == 0 {
+            return Metrics::from_reply(&self.call("EMQ.METRICS", &[]).await?);
+        }
+        let mut each = Vec::new();
+        for part in self.parts()? {
+            each.push(Metrics::from_reply(
+                &self.at(part).call("EMQ.METRICS", &[]).await?,
+            )?);
+        }
+        Ok(Metrics::added(&each))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(buckets: &[(Option<u64>, u64)], sum_ms: u64) -> Histogram {
+        Histogram {
+            count: buckets.last().map_or(0, |b| b.1),
+            sum_ms,
+            buckets: buckets.to_vec(),
+        }
+    }
+
+    #[test]
+    fn histograms_add_up_bucket_by_bucket() {
+        let a = h(&[(Some(5), 2), (Some(250), 3), (None, 3)], 40);
+        let b = h(&[(Some(5), 1), (Some(250), 4), (None, 6)], 900);
+        let sum = a.plus(&b);
+        assert_eq!((sum.count, sum.sum_ms), (9, 940));
+        assert_eq!(sum.buckets, [(Some(5), 3), (Some(250), 7), (None, 9)]);
+        let other = h(&[(Some(7), 1), (None, 1)], 7);
+        assert_eq!(
+            other.plus(&b),
+            b,
+            "bounds that differ: the one with more counted"
+        );
+        assert_eq!(Histogram::default().plus(&a), a);
+    }
+
+    #[test]
+    fn partitions_metrics_add_up_as_one_queue_s() {
+        let one = |enabled, acked, oldest, run: Histogram| Metrics {
+            enabled,
+            events: BTreeMap::from([("acked".to_string(), acked), ("claimed".to_string(), 1)]),
+            wait: run.clone(),
+            run: BTreeMap::from([("acked".to_string(), run.clone())]),
+            end_to_end: run,
+            oldest_pending_ms: oldest,
+        };
+        let a = one(true, 2, Some(30), h(&[(Some(5), 1), (None, 2)], 8));
+        let mut b = one(false, 5, Some(900), h(&[(Some(5), 0), (None, 5)], 50));
+        b.events.insert("dead".to_string(), 1);
+        b.run
+            .insert("dead".to_string(), h(&[(Some(5), 1), (None, 1)], 1));
+        let c = one(true, 0, None, h(&[(Some(5), 0), (None, 0)], 0));
+        let all = Metrics::added(&[a.clone(), b, c]);
+        assert!(all.enabled, "the first partition's");
+        assert_eq!(
+            all.events,
+            BTreeMap::from([
+                ("acked".to_string(), 7),
+                ("claimed".to_string(), 3),
+                ("dead".to_string(), 1)
+            ])
+        );
+        let summed = h(&[(Some(5), 1), (None, 7)], 58);
+        assert_eq!((&all.wait, &all.end_to_end), (&summed, &summed));
+        assert_eq!(all.run["acked"], summed);
+        assert_eq!(all.run["dead"], h(&[(Some(5), 1), (None, 1)], 1));
+        assert_eq!(all.oldest_pending_ms, Some(900), "the oldest");
+        assert_eq!(Metrics::added(std::slice::from_ref(&a)), a);
+        assert_eq!(Metrics::added(&[]), Metrics::default());
     }
 }

@@ -26,7 +26,10 @@ pub use crate::enqueue::{Enqueue, CHUNK, REROUTES};
 /// job by id ([`Queue::job`], [`Queue::cancel`], [`Queue::requeue`], [`Queue::children`]) goes
 /// to the partition its id routes to once the width is known: a grouped job routes by its
 /// group, so reach it through its group's partition, or through a worker's [`Job`] handle,
-/// which carries the queue it was claimed from.
+/// which carries the queue it was claimed from. A schedule goes to the partition its name
+/// routes to ([`Queue::cron`]); the listings walk the partitions ([`Queue::jobs`],
+/// [`Queue::groups`]) and [`Queue::crons`] and [`Queue::metrics`] gather them, the width asked
+/// first when unknown ([`Queue::stats`] adds them up once the width is known).
 ///
 /// [`Job`]: crate::Job
 #[derive(Clone)]

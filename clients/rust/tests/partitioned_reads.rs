@@ -1,0 +1,333 @@
+//! A partitioned queue read and scheduled as one queue through the client (docs/cluster.md, "A
+//! queue bigger than one primary"), on a three-primary cluster: a schedule goes to the
+//! partition its name routes to and `crons` lists every partition's, `jobs` and `groups` walk
+//! the partitions with a cursor of their own (each job and group once, a page from one
+//! partition, a malformed cursor refused), and `metrics` adds the partitions' up. A schedule set
+//! by a handle that learned the queue was ordinary before it was spanned is routed once
+//! refused. An ordinary queue's listings keep the server's cursors.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use common::*;
+use echomq_client::partition::{name, route};
+use echomq_client::slot::slot;
+use echomq_client::{Enqueue, Error, Metrics, Queue, When};
+use emq_harness::{cluster::Cluster, Options};
+use redis::aio::ConnectionLike;
+
+/// Where a job with this group, else this id (or a schedule of this name), lives in `queue`
+/// over `width`.
+fn home(queue: &str, width: u16, key: &str) -> String {
+    name(queue, route(width, key), width).expect("a partition")
+}
+
+/// A spec that fires once a year (03:00 on the 1st of January): no schedule fires in a test.
+const YEARLY: &str = "0 3 1 1 *";
+
+/// Every page of a walk with `read` from `"0"` to `"0"`, each page's items and the cursor it
+/// returned; at most 1,000 pages.
+async fn walk<T, F, Fut>(mut read: F) -> Vec<(String, Vec<T>)>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = echomq_client::Result<(String, Vec<T>)>>,
+{
+    let mut pages = Vec::new();
+    let mut cursor = "0".to_string();
+    for _ in 0..1000 {
+        let (next, items) = read(cursor).await.expect("a page");
+        pages.push((next.clone(), items));
+        if next == "0" {
+            return pages;
+        }
+        cursor = next;
+    }
+    panic!("a walk that does not end: {} pages", pages.len());
+}
+
+/// Enqueues 100 jobs to `q`: the first 60 in no group (`EMQ.JOBS` lists the default group's),
+/// the rest two in each of 20 groups (`g0`..`g19`); each job's id and the key it routes by.
+async fn produce<C>(q: &Queue<C>) -> Vec<(String, String)>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let mut jobs = Vec::new();
+    for n in 0..100 {
+        let group = (n >= 60).then(|| format!("g{}", n % 20));
+        let how = Enqueue {
+            group: group.clone(),
+            ..Enqueue::default()
+        };
+        let id = q.enqueue_with(format!("job {n}"), how).await.expect("job");
+        jobs.push((id.clone(), group.unwrap_or(id)));
+    }
+    jobs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_partitioned_queue_s_schedules_listings_and_metrics_span_its_partitions() {
+    let cluster = Cluster::start(3, 0);
+    let admin = Queue::new(cluster_conn(&cluster).await, "listed");
+    assert!(admin.span(12).await.expect("span"));
+    let owners: HashSet<u16> = (0..12)
+        .map(|i| {
+            cluster
+                .owner(slot(&name("listed", i, 12).expect("name")))
+                .port
+        })
+        .collect();
+    assert_eq!(owners.len(), 3, "partitions on every primary");
+    let on = &cluster;
+    let part = |p: String| async move { Queue::new(cluster_conn(on).await, p) };
+
+    // Schedules: each in the partition its name routes to, by a handle not told the width.
+    let q = Queue::new(cluster_conn(&cluster).await, "listed");
+    let names: Vec<String> = (0..10).map(|n| format!("report-{n}")).collect();
+    for n in &names {
+        let next = q
+            .cron(n, When::Spec(YEARLY.into()), format!("run {n}"), Some(-1))
+            .await
+            .expect("cron");
+        assert!(next > 1_700_000_000_000, "the next firing, unix ms: {next}");
+    }
+    assert_eq!(q.known_width(), Some(12), "the width asked");
+    let homes: HashSet<String> = names.iter().map(|n| home("listed", 12, n)).collect();
+    assert!(homes.len() > 1, "the schedules spread: {homes:?}");
+    for n in &names {
+        let there = part(home("listed", 12, n))
+            .await
+            .crons()
+            .await
+            .expect("crons");
+        let found = there.iter().find(|s| &s.name == n);
+        let found = found.unwrap_or_else(|| panic!("{n} in its partition: {there:?}"));
+        assert_eq!(found.payload, format!("run {n}").into_bytes());
+        assert_eq!((found.priority, found.last_ms), (-1, None));
+        assert_eq!(found.when, When::Spec(YEARLY.into()));
+    }
+    let fresh = Queue::new(cluster_conn(&cluster).await, "listed");
+    let listed: Vec<String> = fresh
+        .crons()
+        .await
+        .expect("crons")
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(listed, sorted, "every partition's, by name");
+    assert!(fresh.uncron("report-3").await.expect("uncron"));
+    assert!(!q.uncron("report-3").await.expect("uncron again"));
+    let gone = part(home("listed", 12, "report-3")).await.crons().await;
+    assert!(gone.expect("crons").iter().all(|s| s.name != "report-3"));
+    assert_eq!(q.crons().await.expect("crons").len(), 9);
+
+    // Listings: the 60 jobs of no group, walked 4 at a time, each once, a page from one
+    // partition.
+    let jobs = produce(&q).await;
+    let key_of: HashMap<&str, &str> = jobs.iter().map(|(i, k)| (i.as_str(), k.as_str())).collect();
+    let fresh = Queue::new(cluster_conn(&cluster).await, "listed");
+    let pages = walk(|c| {
+        let fresh = fresh.clone();
+        async move { fresh.jobs("pending", &c, Some(4), false).await }
+    })
+    .await;
+    let (last, before) = pages.split_last().expect("pages");
+    assert_eq!(last.0, "0");
+    let mut seen = HashSet::new();
+    for (cursor, page) in &pages {
+        assert!(page.len() <= 4, "{cursor}: {page:?}");
+        let partitions: HashSet<String> = page
+            .iter()
+            .map(|j| home("listed", 12, key_of[j.id.as_str()]))
+            .collect();
+        assert!(partitions.len() <= 1, "a page from one partition: {cursor}");
+        for j in page {
+            assert!(seen.insert(j.id.clone()), "{} listed twice", j.id);
+            assert_eq!((j.score, j.attempts), (Some(0), Some(0)), "{j:?}");
+            assert_eq!(j.payload, None, "no payloads asked");
+        }
+    }
+    assert!(
+        before.iter().all(|(_, page)| !page.is_empty()),
+        "empty only at the end"
+    );
+    assert!(before.iter().all(|(c, _)| c.contains(':')), "{pages:?}");
+    assert_eq!(seen.len(), 60, "every job");
+    let (_, first) = q.jobs("pending", "0", Some(1), true).await.expect("a page");
+    let row = &first[0];
+    let n = jobs
+        .iter()
+        .position(|(id, _)| id == &row.id)
+        .expect("one of them");
+    assert_eq!(row.payload, Some(format!("job {n}").into_bytes()));
+
+    let pages = walk(|c| {
+        let q = q.clone();
+        async move { q.groups(&c, Some(3)).await }
+    })
+    .await;
+    let mut groups = Vec::new();
+    for (cursor, page) in &pages {
+        assert!(page.len() <= 3, "{cursor}");
+        let partitions: HashSet<String> =
+            page.iter().map(|g| home("listed", 12, &g.group)).collect();
+        assert!(partitions.len() <= 1, "a page from one partition: {cursor}");
+        groups.extend(page.iter().map(|g| (g.group.clone(), g.ready)));
+    }
+    groups.sort();
+    let mut want: Vec<(String, u64)> = (0..20).map(|n| (format!("g{n}"), 2)).collect();
+    want.sort();
+    assert_eq!(groups, want, "each group once, with its two jobs");
+
+    // A malformed cursor is refused by the client.
+    for bad in ["12:0", "x", "3", "-1:0", "03:0", "1:"] {
+        assert!(
+            matches!(
+                q.jobs("pending", bad, None, false).await,
+                Err(Error::Argument(_))
+            ),
+            "{bad:?}"
+        );
+        assert!(
+            matches!(q.groups(bad, None).await, Err(Error::Argument(_))),
+            "{bad:?}"
+        );
+    }
+    assert!(q.jobs("pending", "11:0", None, false).await.is_ok());
+
+    // Metrics: a job claimed and acked from each of four partitions, one more left active.
+    let mut claimed = 0;
+    for i in [0u16, 3, 7, 11] {
+        let p = part(name("listed", i, 12).expect("name")).await;
+        if p.stats().await.expect("stats")["pending"] == Some(0) {
+            continue;
+        }
+        let (id, token) = claim_one(&p).await;
+        claimed += 1;
+        if i != 11 {
+            let acked = p.ack_many(&[(&id, token, None)]).await.expect("ack");
+            assert!(acked.iter().all(|r| r.is_ok()), "{acked:?}");
+        }
+    }
+    assert!(claimed >= 2, "{claimed} claims");
+    let mut each = Vec::new();
+    for i in 0..12 {
+        let p = part(name("listed", i, 12).expect("name")).await;
+        each.push(p.metrics().await.expect("a partition's metrics"));
+    }
+    let all = Queue::new(cluster_conn(&cluster).await, "listed")
+        .metrics()
+        .await
+        .expect("metrics");
+    let sum = Metrics::added(&each);
+    // The ages grow between the readings; the rest stands still.
+    assert!(all.oldest_pending_ms >= sum.oldest_pending_ms);
+    assert!(all.oldest_pending_ms.is_some());
+    assert_eq!(
+        Metrics {
+            oldest_pending_ms: None,
+            ..all.clone()
+        },
+        Metrics {
+            oldest_pending_ms: None,
+            ..sum
+        }
+    );
+    let count = |e: &str| all.events.get(e).copied().unwrap_or(0);
+    assert_eq!(count("enqueued"), 100);
+    assert_eq!(count("claimed"), claimed);
+    assert_eq!(count("acked"), claimed - 1);
+    assert_eq!(all.wait.count, claimed);
+    assert_eq!(all.run.get("acked").map(|h| h.count), Some(claimed - 1));
+    let buckets: BTreeMap<_, _> = all.wait.buckets.iter().copied().collect();
+    assert_eq!(
+        buckets.get(&None),
+        Some(&claimed),
+        "the last bucket holds them all"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordinary_queue_s_listings_keep_the_server_s_cursors() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "plain");
+    for n in 0..10 {
+        let how = Enqueue {
+            group: (n >= 5).then(|| format!("g{n}")),
+            ..Enqueue::default()
+        };
+        q.enqueue_with(format!("job {n}"), how).await.expect("job");
+    }
+    let page = |cursor: &str| {
+        vec![
+            b"pending".to_vec(),
+            b"CURSOR".to_vec(),
+            cursor.as_bytes().to_vec(),
+            b"COUNT".to_vec(),
+            b"2".to_vec(),
+        ]
+    };
+    let raw = q.call("EMQ.JOBS", &page("0")).await.expect("EMQ.JOBS");
+    let (server_cursor, _): (String, redis::Value) = redis::from_redis_value(raw).expect("page");
+    let (cursor, jobs) = q.jobs("pending", "0", Some(2), false).await.expect("jobs");
+    assert_eq!(cursor, server_cursor, "the server's own");
+    assert_eq!(jobs.len(), 2);
+    let (next, rest) = q.jobs("pending", &cursor, None, false).await.expect("jobs");
+    assert_eq!((next.as_str(), rest.len()), ("0", 3));
+    match q.jobs("pending", "x", None, false).await {
+        Err(Error::Emq(why)) => assert!(why.starts_with("EMQCURSOR"), "{why}"),
+        other => panic!("the server's refusal: {other:?}"),
+    }
+    let args = [
+        b"CURSOR".to_vec(),
+        b"0".to_vec(),
+        b"COUNT".to_vec(),
+        b"3".to_vec(),
+    ];
+    let raw = q.call("EMQ.GROUPS", &args).await.expect("EMQ.GROUPS");
+    let (server_cursor, _): (String, redis::Value) = redis::from_redis_value(raw).expect("page");
+    let (cursor, groups) = q.groups("0", Some(3)).await.expect("groups");
+    assert_eq!(cursor, server_cursor, "the server's own");
+    assert_eq!(groups.len(), 3);
+    let (cursor, groups) = q.groups(&cursor, Some(3)).await.expect("groups");
+    assert_eq!((cursor.as_str(), groups.len()), ("0", 2));
+    q.cron("nightly", When::Spec(YEARLY.into()), b"x", None)
+        .await
+        .expect("cron");
+    let crons = q.crons().await.expect("crons");
+    assert_eq!(crons.len(), 1);
+    assert!(q.uncron("nightly").await.expect("uncron"));
+    assert_eq!(q.metrics().await.expect("metrics").events["enqueued"], 10);
+    assert_eq!(q.known_width(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_set_by_a_handle_that_learned_no_width_is_routed_once_the_queue_refuses_it() {
+    let server = start(Options::default());
+    let early = Queue::new(conn(&server).await, "late");
+    assert_eq!(early.width().await.expect("width"), 0, "ordinary then");
+    Queue::new(conn(&server).await, "late")
+        .span(4)
+        .await
+        .expect("span");
+    early
+        .cron(
+            "hourly",
+            When::Every(std::time::Duration::from_secs(3600)),
+            b"x",
+            None,
+        )
+        .await
+        .expect("cron, routed again");
+    assert_eq!(early.known_width(), Some(4), "learned from EMQSPANNED");
+    let there = Queue::new(conn(&server).await, home("late", 4, "hourly"));
+    let listed = there.crons().await.expect("crons");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].when,
+        When::Every(std::time::Duration::from_secs(3600))
+    );
+    assert!(early.uncron("hourly").await.expect("uncron"));
+}
