@@ -50,9 +50,10 @@ struct Seen {
 
 /// One queue's counts and histograms as the server keeps them now (`EMQ.METRICS`); `None`
 /// when they cannot be read or the server keeps none now.
-async fn seen(dep: &Deployment, queue: &str) -> Option<Seen> {
+async fn seen(dep: &Deployment, queue: &str, width: u16) -> Option<Seen> {
     let m = dep
         .queue(queue)
+        .knowing_width(width)
         .metrics()
         .await
         .ok()
@@ -75,8 +76,7 @@ impl Sampler {
         let at_ms = now_ms();
         let mut queues = overview(dep).await?;
         for q in &mut queues {
-            let parts: Vec<String> = q.partitions.iter().map(|p| p.name.clone()).collect();
-            q.flow = self.flow(dep, &q.name, &parts).await;
+            q.flow = self.flow(dep, &q.name, q.width()).await;
         }
         // A queue no longer listed is forgotten: its next reading starts afresh.
         self.seen
@@ -97,32 +97,10 @@ impl Sampler {
     /// (`EMQ.METRICS`), kept for every queue with no setting; `None` when they cannot be read
     /// or the server keeps none now (`emq.metrics no`).
     /// A queue first seen has none yet (a zero flow); counts that fell (its server restarted,
-    /// a replica took over) start again from there. A partitioned queue's are its `parts`'
-    /// added up.
-    async fn flow(&mut self, dep: &Deployment, queue: &str, parts: &[String]) -> Option<Flow> {
-        let now = match parts {
-            [] => seen(dep, queue).await?,
-            _ => {
-                let mut all: Option<Seen> = None;
-                for part in parts {
-                    let one = seen(dep, part).await?;
-                    all = Some(match all {
-                        None => one,
-                        Some(sum) => Seen {
-                            counts: Flow {
-                                enqueued: sum.counts.enqueued + one.counts.enqueued,
-                                claimed: sum.counts.claimed + one.counts.claimed,
-                                acked: sum.counts.acked + one.counts.acked,
-                                ..Flow::default()
-                            },
-                            wait: waits::plus(&sum.wait, &one.wait),
-                            run: waits::plus(&sum.run, &one.run),
-                        },
-                    });
-                }
-                all?
-            }
-        };
+    /// a replica took over) start again from there. A partitioned queue's (`width` its
+    /// partitions) are its partitions' added up, by the client.
+    async fn flow(&mut self, dep: &Deployment, queue: &str, width: u16) -> Option<Flow> {
+        let now = seen(dep, queue, width).await?;
         let Some(before) = self.seen.get(queue) else {
             self.seen.insert(queue.to_string(), now);
             return Some(Flow::default());

@@ -9,12 +9,13 @@ use echomq_client::{Histogram, Metrics};
 use crate::deployment::Deployment;
 use crate::exposition::{family, label};
 
-/// Each readable queue's metrics, by name; a queue whose metrics cannot be read, or whose
+/// Each readable queue's metrics, by name, each queue given with its width (a partitioned
+/// queue's are its partitions' added up); a queue whose metrics cannot be read, or whose
 /// server keeps none now (`emq.metrics no`), is left out.
-pub async fn read(dep: &Deployment, queues: &[String]) -> Vec<(String, Metrics)> {
+pub async fn read(dep: &Deployment, queues: &[(String, u16)]) -> Vec<(String, Metrics)> {
     let mut out = Vec::with_capacity(queues.len());
-    for name in queues {
-        if let Ok(m) = dep.queue(name).metrics().await {
+    for (name, width) in queues {
+        if let Ok(m) = dep.queue(name).knowing_width(*width).metrics().await {
             if m.enabled {
                 out.push((name.clone(), m));
             }

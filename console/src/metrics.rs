@@ -82,18 +82,17 @@ pub async fn render(dep: &Deployment) -> Result<String> {
             groups.push((q.name.clone(), rows));
         }
     }
-    let readable: Vec<String> = queues
+    let readable: Vec<(String, u16)> = queues
         .iter()
         .filter(|q| q.error.is_none())
-        .map(|q| q.name.clone())
+        .map(|q| (q.name.clone(), q.width()))
         .collect();
     let timed = latency::read(dep, &readable).await;
     let mut out = String::new();
     // The server's oldest wait, counted from a job's `ready` where it has one, where it has
     // metrics; the first pending id's age otherwise.
     let mut queues = queues;
-    // (A partitioned queue's own name keeps no metrics: its oldest is its partitions'.)
-    for q in queues.iter_mut().filter(|q| q.partitions.is_empty()) {
+    for q in queues.iter_mut() {
         if let Some((_, m)) = timed.iter().find(|(name, _)| *name == q.name) {
             q.oldest_pending_ms = m.oldest_pending_ms;
         }

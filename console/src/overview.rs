@@ -90,6 +90,11 @@ impl QueueRow {
             _ => 0,
         }
     }
+
+    /// Its partitions' number, as a client learns it from `EMQ.WIDTH` (0: not partitioned).
+    pub fn width(&self) -> u16 {
+        u16::try_from(self.partitions.len()).unwrap_or(u16::MAX)
+    }
 }
 
 /// One job of a page of `EMQ.JOBS ... WITHPAYLOADS`.

@@ -46,33 +46,6 @@ impl Latency {
 
 /// `now` less `before`, bucket by bucket: what was counted between the two readings. `now`
 /// whole where its buckets differ or a count fell (its server restarted, a replica took over).
-/// Two histograms of the same buckets added up (a partitioned queue's, over its partitions);
-/// where their buckets differ, the one with more counted.
-pub fn plus(a: &Histogram, b: &Histogram) -> Histogram {
-    let alike = a.buckets.len() == b.buckets.len()
-        && a.buckets
-            .iter()
-            .zip(&b.buckets)
-            .all(|((x, _), (y, _))| x == y);
-    if !alike {
-        return if a.count >= b.count {
-            a.clone()
-        } else {
-            b.clone()
-        };
-    }
-    Histogram {
-        count: a.count + b.count,
-        sum_ms: a.sum_ms + b.sum_ms,
-        buckets: a
-            .buckets
-            .iter()
-            .zip(&b.buckets)
-            .map(|((le, n), (_, m))| (*le, n + m))
-            .collect(),
-    }
-}
-
 pub fn since(now: &Histogram, before: &Histogram) -> Histogram {
     let comparable = now.buckets.len() == before.buckets.len()
         && now.count >= before.count
@@ -117,21 +90,6 @@ mod tests {
             sum_ms: 0,
             buckets: buckets.to_vec(),
         }
-    }
-
-    #[test]
-    fn partitions_histograms_add_up_bucket_by_bucket() {
-        let a = h(&[(Some(5), 2), (Some(250), 3), (None, 3)]);
-        let b = h(&[(Some(5), 1), (Some(250), 4), (None, 6)]);
-        let sum = plus(&a, &b);
-        assert_eq!(sum.count, 9);
-        assert_eq!(sum.buckets, vec![(Some(5), 3), (Some(250), 7), (None, 9)]);
-        let other = h(&[(Some(7), 1), (None, 1)]);
-        assert_eq!(
-            plus(&other, &b),
-            b,
-            "buckets that differ: the one with more counted"
-        );
     }
 
     #[test]

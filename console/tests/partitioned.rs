@@ -1,6 +1,7 @@
 //! A partitioned queue in the console, on a 3-primary cluster (docs/cluster.md): `emq span`
 //! spreads it, `emq enqueue` routes by the job's id, `emq queues` lists it once with its
-//! partitions' totals and each partition's primary, and its web page lists the partitions.
+//! partitions' totals and each partition's primary, its web page lists the partitions, and
+//! `/metrics` adds up their latencies.
 
 mod common;
 
@@ -50,6 +51,26 @@ fn a_partitioned_queue_is_one_row_of_totals_with_a_row_a_partition_and_its_prima
     let (status, page) = get(port, "/queues/orders", "");
     assert_eq!(status, 200);
     assert_eq!(page.matches("data-partition=").count(), 12, "{page}");
+    // Its latencies in `/metrics` are its partitions' added up: a claim's wait counted once
+    // a job, whichever partition held it.
+    let mut con = cluster.client();
+    let mut claimed = 0;
+    for p in parts.iter().filter_map(|p| p["name"].as_str()) {
+        let jobs: Vec<redis::Value> = redis::cmd("EMQ.CLAIM")
+            .arg(p)
+            .arg("COUNT")
+            .arg(100)
+            .query(&mut con)
+            .expect("claim a partition");
+        claimed += jobs.len();
+    }
+    assert_eq!(claimed, 60);
+    let (status, scrape) = get(port, "/metrics", "");
+    assert_eq!(status, 200);
+    assert!(
+        scrape.contains("echomq_job_wait_seconds_count{queue=\"orders\"} 60\n"),
+        "{scrape}"
+    );
     let (code, out, _) = emq(&url, &["unspan", "orders"]);
     assert_eq!(code, 1, "its partitions hold jobs: {out}");
 }

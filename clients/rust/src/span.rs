@@ -202,6 +202,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         self.width.known()
     }
 
+    /// This handle, knowing `width` (0: an ordinary queue, or a partition) as read elsewhere,
+    /// so its first call sends no `EMQ.WIDTH`: the console's overview has each queue's. A
+    /// width gone stale is relearned from the server's refusals, as any learned width is.
+    pub fn knowing_width(self, width: u16) -> Self {
+        self.width.learn(width);
+        self
+    }
+
     /// The queues that hold this queue's jobs: its partitions by the width known, else itself.
     pub(crate) fn parts(&self) -> Result<Vec<String>> {
         match self.width.known().filter(|w| *w > 0) {
