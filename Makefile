@@ -87,7 +87,8 @@ REDIS7_ENV := VALKEY_SERVER=redis-server VALKEY_CLI=redis-cli
 CLIENT_CLUSTER_TESTS := queues_on_every_primary_of_a_cluster a_primary_killed_under_load_leaves_every_job_done_once a_worker_goes_on_through_a_slot_migration_of_its_queue \
   on_a_cluster_the_partitions_spread_over_every_primary_and_a_worker_blocks_once_on_each \
   a_worker_drains_every_partition_once_after_one_s_slot_moved_under_its_blocked_claims \
-  on_a_cluster_a_partitioned_queue_s_schedules_listings_and_metrics_span_its_partitions
+  on_a_cluster_a_partitioned_queue_s_schedules_listings_and_metrics_span_its_partitions \
+  on_a_cluster_a_flow_s_grouped_parent_is_in_its_group_s_partition_and_runs_after_its_children
 test-redis7: build test-modules python
 	@bash scripts/install-deps.sh --with-redis
 	@redis-server --version | grep -q ' v=7\.' || { \

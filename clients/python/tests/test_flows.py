@@ -2,7 +2,9 @@
 child's death kills its parent (``fail``) or just counts (``ignore``); ``batch``'s callback
 runs once, ``chain`` runs in order, a retried ``flow`` counts each child once; the typed
 ``EMQPARENT``; the asyncio queue and worker alike; a cancelled parent takes its unstarted tree
-with it, across slots on a cluster. And what the client plans before it sends anything: the
+with it, across slots on a cluster; a node's group, checked before anything is sent, and a
+grouped parent in a partitioned queue in its group's partition, where its children find it.
+And what the client plans before it sends anything: the
 enqueues' order, the trees of ``chain`` and ``batch``, the slots, the arguments."""
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Tuple
 
 import pytest
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.cluster
 
 import echomq
 from echomq import commands as cmd
 from echomq.aio import AsyncQueue, AsyncWorker
 from echomq.flows import batched, chained, parents_of, steps
+from echomq.partitions import name, route
 from echomq.slots import slot
 from conftest import Cluster, Server, joined, until
 
@@ -253,6 +257,49 @@ def test_a_parent_that_refuses_a_child_is_a_typed_error(server: Server) -> None:
         q.enqueue(b"child", parents=[("reports", plain)])
     assert q.stats()["waiting"] == 1
     assert [j["id"] for j in q.jobs("waiting")[1]] == [one]
+
+
+def test_a_node_s_group_is_checked_before_anything_is_sent_and_taken_as_the_server_takes_it(
+    server: Server,
+) -> None:
+    client = server.client()
+    reports, parts = echomq.Queue(client, "reports"), echomq.Queue(client, "parts")
+
+    def spec(group: Any) -> Dict[str, Any]:
+        # The bad group on the last node: the root and the first child would go first.
+        return {"queue": "reports", "payload": b"sum", "children": [
+            {"queue": "parts", "payload": b"a"},
+            {"queue": "parts", "payload": b"b", "group": group},
+        ]}
+
+    async def aflow(tree: Dict[str, Any]) -> echomq.Node:
+        aclient = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        try:
+            return await AsyncQueue(aclient, "reports").flow(tree)
+        finally:
+            await aclient.aclose()
+
+    for bad in ["", "a{b", "b}", "a b", "tab\there", "x" * 129, "caf\u00e9", "\udc80", 7, b"bytes"]:
+        with pytest.raises(ValueError, match="group"):
+            reports.flow(spec(bad))
+        with pytest.raises(ValueError, match="group"):
+            asyncio.run(aflow(spec(bad)))
+        with pytest.raises(ValueError, match="group"):
+            reports.flow({"queue": "reports", "payload": b"root", "group": bad})
+    sent = [k for k in client.info("commandstats") if "enqueue" in k or "adopt" in k]
+    assert sent == [], "nothing sent"
+    for q in (reports, parts):
+        assert q.stats()["pending"] == q.stats()["waiting"] == 0, q.name
+
+    # The longest group, and every printable byte but the braces, the server takes too.
+    every = "".join(chr(b) for b in range(0x21, 0x7F) if chr(b) not in "{}")
+    tree = reports.flow(spec("x" * 128))
+    atree = asyncio.run(aflow({**spec(every), "group": every}))
+    assert (parts.job(tree.children[1].id or "") or {}).get("group") == "x" * 128
+    assert (reports.job(atree.id or "") or {}).get("group") == every
+    assert (parts.job(atree.children[1].id or "") or {}).get("group") == every
+    assert "group" not in (parts.job(tree.children[0].id or "") or {}), "a node without one"
+    assert reports.stats()["waiting"] == 2
 
 
 def test_the_asyncio_queue_and_worker_run_a_flow(server: Server) -> None:
@@ -496,6 +543,81 @@ def test_cancelling_a_parent_on_a_cluster_cancels_its_unstarted_children_in_othe
     for queue, job_id in ((left, a.id), ("reports", b.id), (right, c.id)):
         assert echomq.Queue(client, queue).job(job_id or "") is None, (queue, job_id)
     assert state(echomq.Queue(client, started), d.id or "") == "active", "a started child runs on"
+
+
+@pytest.mark.cluster
+def test_a_flow_s_grouped_parent_in_a_partitioned_queue_is_in_its_group_s_partition_and_runs_last(
+    cluster: Cluster,
+) -> None:
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    owner = owners(cluster)
+    echomq.Queue(client, "invoices").span(6)
+    echomq.Queue(client, "lines").span(4)
+
+    def spec(group: str) -> Dict[str, Any]:
+        # Its id routes elsewhere than its group: the parent is found by its group only. Half
+        # its children are grouped too, in a partition on another primary than the parent's.
+        root = next(i for i in iter(echomq.mint, "") if route(6, i) != route(6, group))
+        home = owner(name("invoices", route(6, group), 6) or "")
+        lines = next(f"{group}-lines-{n}" for n in range(100)
+                     if owner(name("lines", route(4, f"{group}-lines-{n}"), 4) or "") != home)
+        return {"queue": "invoices", "id": root, "group": group, "payload": b"invoice",
+                "children": [{"queue": "lines", "payload": f"{group} {n}".encode(),
+                              "group": lines if n % 2 == 0 else None} for n in range(4)]}
+
+    async def aflow() -> echomq.Node:
+        aclient = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        try:
+            return await AsyncQueue(aclient, "invoices").flow(spec("globex"))
+        finally:
+            await aclient.aclose()
+
+    trees = [echomq.Queue(client, "invoices").flow(spec("acme")), asyncio.run(aflow())]
+    invoices, lines = echomq.Queue(client, "invoices"), echomq.Queue(client, "lines")
+    homes: Dict[str, str] = {}
+    for tree in trees:
+        home = homes[tree.id or ""] = invoices.partition(tree.group or "")
+        row = echomq.Queue(client, home).job(tree.id or "") or {}
+        assert (row.get("state"), row.get("group"), row.get("children"), row.get("adopted")) == (
+            "waiting", tree.group, "4", "4"), row
+        assert invoices.job(tree.id or "") is None, "not in the partition its id routes to"
+        for child in tree.children:
+            child_row = echomq.Queue(client, lines.partition(child.group or child.id or "")).job(
+                child.id or "") or {}
+            assert child_row.get("state") == "pending", child_row
+            assert child_row.get("parents", "").startswith(f"{home} {tree.id}"), child_row
+
+    ran: List[Tuple[str, str, echomq.Children]] = []
+    lock = threading.Lock()
+
+    def invoice(job: echomq.Job) -> None:
+        children = job.children()
+        with lock:
+            ran.append((job.queue, job.id, children))
+
+    workers = [echomq.Worker(client, "invoices", invoice), echomq.Worker(client, "lines", upper)]
+    threads = [threading.Thread(target=w.run, daemon=True) for w in workers]
+    for t in threads:
+        t.start()
+    try:
+        assert until(lambda: workers[0].counts["acked"] == 2, timeout=60), workers[0].counts
+    finally:
+        for w in workers:
+            w.stop()
+        for t in threads:
+            assert joined(t), "run() returned after stop()"
+    assert workers[1].counts["acked"] == 8
+    # Each parent ran once, from its group's partition, after its four children were acked.
+    assert sorted((job_id, queue) for queue, job_id, _ in ran) == sorted(homes.items())
+    for tree in trees:
+        (children,) = [c for _, job_id, c in ran if job_id == tree.id]
+        assert children == {
+            (lines.partition(c.group or c.id or ""), c.id): echomq.Child("acked", bytes(c.payload).upper())
+            for c in tree.children
+        }
+    for q in (invoices, lines):
+        stats = q.stats()
+        assert [stats[s] for s in ("pending", "active", "waiting", "dead")] == [0, 0, 0, 0], stats
 
 
 # ---- what the client plans ----

@@ -49,7 +49,8 @@ pub enum Error {
     #[error("{0}")]
     Flow(String),
     /// An argument refused by the client before anything was sent: a positive timeout under
-    /// half a millisecond, which would be sent as 0 ms.
+    /// half a millisecond, which would be sent as 0 ms; a flow's job with a group the server
+    /// would refuse.
     #[error("{0}")]
     Argument(String),
     /// `EMQSPANNED <n>`: the queue is partitioned over `width` partitions (an enqueue or a

@@ -13,12 +13,15 @@ use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use crate::ids;
-use crate::partition::{name, route};
+use crate::partition::{is_name, name, route};
 use crate::queue::{timeout_ms, Enqueue, Queue};
 use crate::slot::slot;
 
 /// Most parents one child names.
 pub const MAX_PARENTS: usize = 16;
+
+/// Longest name of a group, in bytes (the server's rule, as for a queue's name).
+pub const MAX_GROUP_LEN: usize = 128;
 
 /// What a child's death or cancellation does to its parent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -171,8 +174,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
 }
 
 /// A job of a flow: its queue and payload, its id (minted when `None`), what its death does
-/// to its parent, its limit on one attempt (`None`: its queue's), and its children, which it
-/// waits for.
+/// to its parent, its limit on one attempt (`None`: its queue's), its group (`None`: the
+/// default group), and its children, which it waits for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FlowJob {
     pub queue: String,
@@ -180,6 +183,11 @@ pub struct FlowJob {
     pub id: Option<String>,
     pub on_fail: OnFail,
     pub timeout: Option<Duration>,
+    /// The job's group ([`Enqueue::group`]): 1 to [`MAX_GROUP_LEN`] bytes of printable ASCII
+    /// without `{` or `}` (a flow with another anywhere is refused before any of it is sent,
+    /// [`Error::Argument`]). In a partitioned queue the job goes to the partition its group
+    /// routes to, and its children name that partition as their parent's queue.
+    pub group: Option<String>,
     pub children: Vec<FlowJob>,
 }
 
@@ -209,6 +217,13 @@ impl FlowJob {
         self
     }
 
+    /// The job's group ([`Enqueue::group`]; checked before the flow is sent, as the field
+    /// says).
+    pub fn group(mut self, group: impl Into<String>) -> FlowJob {
+        self.group = Some(group.into());
+        self
+    }
+
     pub fn child(mut self, child: FlowJob) -> FlowJob {
         self.children.push(child);
         self
@@ -222,13 +237,20 @@ impl FlowJob {
         self.id.get_or_insert_with(ids::mint).clone()
     }
 
-    /// Refuses a tree with a timeout the server would be sent as 0 ms, before any job of it is
-    /// enqueued: a parent written without its child would wait for it forever.
-    fn check_timeouts(&self) -> Result<()> {
+    /// Refuses a tree with a timeout the server would be sent as 0 ms, or a group it would
+    /// refuse, before any job of it is enqueued: a parent written without its child would wait
+    /// for it forever.
+    fn check(&self) -> Result<()> {
         if let Some(t) = self.timeout {
             timeout_ms(t)?;
         }
-        self.children.iter().try_for_each(FlowJob::check_timeouts)
+        if let Some(group) = self.group.as_deref().filter(|g| !is_name(g, MAX_GROUP_LEN)) {
+            return Err(Error::Argument(format!(
+                "a group is 1 to {MAX_GROUP_LEN} printable ASCII bytes without braces, \
+                 not {group:?}"
+            )));
+        }
+        self.children.iter().try_for_each(FlowJob::check)
     }
 }
 
@@ -265,14 +287,16 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Flows<C> {
     }
 
     /// Mints the tree's missing ids into it, then enqueues it top down: each job with
-    /// `CHILDREN` (when it has children) and `PARENT` (its parent's, with its `on_fail`); the
-    /// root's id. A call that failed part way is retried with the same tree: the jobs written
-    /// already answer as duplicates, and each child is counted once. A job of a partitioned
-    /// queue goes to its partition, and its children name that partition as their parent's
-    /// queue (as do the keys of its [`Children`](crate::Children)); each queue's width is
-    /// learned once a call.
+    /// `CHILDREN` (when it has children), `PARENT` (its parent's, with its `on_fail`) and
+    /// `GROUP` (when it has one); the root's id. Every job is checked first (its timeout and
+    /// group, [`Error::Argument`]), before any is sent. A call that failed part way is retried
+    /// with the same tree: the jobs written already answer as duplicates, and each child is
+    /// counted once. A job of a partitioned queue goes to its partition, the one its group, or
+    /// else its id, routes to, and its children name that partition as their parent's queue
+    /// (as do the keys of its [`Children`](crate::Children)); each queue's width is learned
+    /// once a call.
     pub async fn flow(&self, tree: &mut FlowJob) -> Result<String> {
-        tree.check_timeouts()?;
+        tree.check()?;
         let root = tree.mint_ids();
         // Each queue's handle, and whether its width was read in this call.
         let mut queues: HashMap<String, (Queue<C>, bool)> = HashMap::new();
@@ -284,6 +308,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Flows<C> {
                 children: (!job.children.is_empty()).then_some(job.children.len() as u32),
                 parents: parent.into_iter().collect(),
                 timeout: job.timeout,
+                group: job.group.clone(),
                 ..Enqueue::default()
             };
             let (queue, read) = queues
@@ -364,11 +389,41 @@ mod tests {
                 .timeout(Duration::from_secs(1))
                 .child(FlowJob::new("q", b"child").child(FlowJob::new("q", b"leaf").timeout(t)))
         };
-        assert!(tree(Duration::from_micros(500)).check_timeouts().is_ok());
+        assert!(tree(Duration::from_micros(500)).check().is_ok());
         assert!(matches!(
-            tree(Duration::from_micros(499)).check_timeouts(),
+            tree(Duration::from_micros(499)).check(),
             Err(Error::Argument(_))
         ));
+    }
+
+    #[test]
+    fn a_tree_with_a_group_the_server_refuses_anywhere_is_refused_before_sending() {
+        let tree = |g: &str| {
+            FlowJob::new("q", b"parent")
+                .group("acme")
+                .child(FlowJob::new("q", b"child").child(FlowJob::new("q", b"leaf").group(g)))
+        };
+        let every: String = (0x21u8..=0x7e)
+            .filter(|b| !b"{}".contains(b))
+            .map(char::from)
+            .collect();
+        for good in ["x".repeat(128), every] {
+            assert!(tree(&good).check().is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "a{b",
+            "b}",
+            "a b",
+            "tab\there",
+            &"x".repeat(129),
+            "caf\u{e9}",
+        ] {
+            assert!(
+                matches!(tree(bad).check(), Err(Error::Argument(_))),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -37,11 +37,17 @@ pub fn share(index: u16, width: u16) -> Option<Range<u16>> {
     Some(bound(u32::from(index))..bound(u32::from(index) + 1))
 }
 
+/// Whether `text` is a name as the server takes a queue's or a group's: 1 to `longest` bytes of
+/// printable ASCII (`0x21..=0x7e`) without `{` or `}`.
+pub fn is_name(text: &str, longest: usize) -> bool {
+    let printable = |b: u8| (0x21..=0x7e).contains(&b) && b != b'{' && b != b'}';
+    !text.is_empty() && text.len() <= longest && text.bytes().all(printable)
+}
+
 /// The name of partition `index` of `queue`'s `width`; `None` for a name that is no queue name
 /// (1–112 bytes of printable ASCII without braces), a width out of 1–1024 or an index past it.
 pub fn name(queue: &str, index: u16, width: u16) -> Option<String> {
-    let printable = |b: &u8| (0x21..=0x7e).contains(b) && *b != b'{' && *b != b'}';
-    if queue.is_empty() || queue.len() > MAX_NAME_LEN || !queue.bytes().all(|b| printable(&b)) {
+    if !is_name(queue, MAX_NAME_LEN) {
         return None;
     }
     let share = share(index, width)?;

@@ -3,7 +3,8 @@
 //! to its partition (by its group, else its id), a stale width is learned again, the refusals
 //! are typed errors, limits split over the partitions, and a Worker drains every partition
 //! exactly once holding at most one blocked claim per primary, on one server and on a cluster,
-//! also when the queue was spanned after the worker started.
+//! also when the queue was spanned after the worker started; a flow's grouped parent goes to
+//! its group's partition, where its children find it.
 
 mod common;
 
@@ -18,7 +19,10 @@ use std::time::Duration;
 use common::*;
 use echomq_client::partition::{name, route};
 use echomq_client::slot::slot;
-use echomq_client::{Enqueue, Error, Job, Limit, Queue, Setting, Worker};
+use echomq_client::{
+    ChildOutcome, ChildStatus, Children, Enqueue, Error, FlowJob, Flows, Job, Limit, Queue,
+    Setting, Worker,
+};
 use redis::aio::ConnectionLike;
 use support::{blocked_clients, cluster::Cluster, info_field, Options};
 
@@ -667,4 +671,157 @@ async fn a_worker_drains_every_partition_once_after_one_s_slot_moved_under_its_b
     token.cancel();
     assert_eq!(run.await.expect("task").expect("run").acked, 60);
     seen.assert_once_each_from_its_partition("moving", 6, &jobs);
+}
+
+/// On a cluster, a flow whose parent is grouped, in a partitioned queue: the parent goes to the
+/// partition its group routes to (not its id's), its four children (in another partitioned
+/// queue, half of them grouped, in a partition on another primary) are adopted there, naming
+/// that partition, and the parent runs once, from there, after all of them. A node with a
+/// group the server would refuse is refused before anything is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_flow_s_grouped_parent_is_in_its_group_s_partition_and_runs_after_its_children(
+) {
+    let cluster = Cluster::start(3, 0);
+    for (queue, width) in [("invoices", 6), ("lines", 4)] {
+        let admin = Queue::new(cluster_conn(&cluster).await, queue);
+        assert!(admin.span(width).await.expect("span"));
+    }
+    let flows = Flows::new(cluster_conn(&cluster).await);
+    let invoices = Queue::new(cluster_conn(&cluster).await, "invoices");
+    let lines = Queue::new(cluster_conn(&cluster).await, "lines");
+
+    // The bad group on the last node: the root and the first child would go first.
+    let mut bad = FlowJob::new("invoices", b"bad")
+        .child(FlowJob::new("lines", b"a"))
+        .child(FlowJob::new("lines", b"b").group("a{b}"));
+    let refused = flows.flow(&mut bad).await;
+    assert!(matches!(refused, Err(Error::Argument(_))), "{refused:?}");
+    assert_eq!(bad.id, None, "refused before its ids were minted");
+    for q in [&invoices, &lines] {
+        let stats = q.stats().await.expect("stats");
+        assert_eq!((stats["pending"], stats["waiting"]), (Some(0), Some(0)));
+    }
+
+    let group = "acme";
+    let parent_home = home("invoices", 6, group);
+    // Found by its group only: its id routes elsewhere.
+    let id = (0..1000)
+        .map(|_| echomq_client::ids::mint())
+        .find(|id| route(6, id) != route(6, group))
+        .expect("an id that routes elsewhere than the group");
+    let owner = |queue: &str| cluster.owner(slot(queue)).port;
+    let line_group = (0..100)
+        .map(|n| format!("lines-{n}"))
+        .find(|g| owner(&home("lines", 4, g)) != owner(&parent_home))
+        .expect("a group of lines on another primary than the parent");
+    let mut tree = FlowJob::new("invoices", b"invoice")
+        .id(id.clone())
+        .group(group);
+    for n in 0..4 {
+        let line = FlowJob::new("lines", format!("line {n}"));
+        tree = tree.child(match n % 2 {
+            0 => line.group(line_group.clone()),
+            _ => line,
+        });
+    }
+    assert_eq!(flows.flow(&mut tree).await.expect("flow"), id);
+
+    let at = |queue: String| async { Queue::new(cluster_conn(&cluster).await, queue) };
+    let row = at(parent_home.clone())
+        .await
+        .job(&id)
+        .await
+        .expect("job")
+        .expect("the parent in its group's partition");
+    let fields: Vec<_> = ["state", "group", "children", "adopted"]
+        .iter()
+        .map(|f| row.get(*f).map(String::as_str))
+        .collect();
+    assert_eq!(
+        fields,
+        [Some("waiting"), Some(group), Some("4"), Some("4")],
+        "{row:?}"
+    );
+    let id_home = at(home("invoices", 6, &id)).await;
+    assert_eq!(
+        id_home.job(&id).await.expect("job"),
+        None,
+        "not at its id's"
+    );
+    let mut expected: Children = Children::new();
+    for child in &tree.children {
+        let child_id = child.id.clone().expect("minted");
+        let child_home = home("lines", 4, child.group.as_deref().unwrap_or(&child_id));
+        let row = at(child_home.clone())
+            .await
+            .job(&child_id)
+            .await
+            .expect("job")
+            .expect("the child in its partition");
+        assert_eq!(row.get("state").map(String::as_str), Some("pending"));
+        let parents = row.get("parents").cloned().unwrap_or_default();
+        assert!(
+            parents.starts_with(&format!("{parent_home} {id}")),
+            "naming its parent's partition: {parents}"
+        );
+        let result = [&b"done "[..], &child.payload].concat();
+        expected.insert(
+            (child_home, child_id),
+            ChildOutcome {
+                status: ChildStatus::Acked,
+                data: result,
+            },
+        );
+    }
+
+    let ran: Arc<Mutex<Vec<(String, String, Children)>>> = Arc::default();
+    let seen = ran.clone();
+    let parents = Worker::new(
+        cluster_conn(&cluster).await,
+        cluster_conn(&cluster).await,
+        "invoices",
+        move |job: Job| {
+            let seen = seen.clone();
+            async move {
+                let children = job.children().await?;
+                seen.lock()
+                    .expect("lock")
+                    .push((job.queue.clone(), job.id.clone(), children));
+                Ok(None)
+            }
+        },
+    );
+    let children = Worker::new(
+        cluster_conn(&cluster).await,
+        cluster_conn(&cluster).await,
+        "lines",
+        |job: Job| async move { Ok(Some([&b"done "[..], &job.payload].concat())) },
+    );
+    let (parents_stop, children_stop) = (parents.shutdown_token(), children.shutdown_token());
+    let (parents_run, children_run) = (tokio::spawn(parents.run()), tokio::spawn(children.run()));
+    assert!(
+        until(|| !ran.lock().expect("lock").is_empty()).await,
+        "the parent ran"
+    );
+    children_stop.cancel();
+    parents_stop.cancel();
+    assert_eq!(children_run.await.expect("task").expect("run").acked, 4);
+    assert_eq!(parents_run.await.expect("task").expect("run").acked, 1);
+    let ran = ran.lock().expect("lock").clone();
+    assert_eq!(ran.len(), 1, "the parent ran once");
+    let (queue, ran_id, children) = &ran[0];
+    assert_eq!(
+        (queue, ran_id),
+        (&parent_home, &id),
+        "from its group's partition"
+    );
+    assert_eq!(children, &expected, "after its four children were acked");
+    for q in [&invoices, &lines] {
+        let stats = q.stats().await.expect("stats");
+        let counts: Vec<_> = ["pending", "active", "waiting", "dead"]
+            .iter()
+            .map(|s| stats[*s])
+            .collect();
+        assert_eq!(counts, [Some(0); 4], "the flow completed");
+    }
 }

@@ -155,7 +155,7 @@ class AsyncQueue(Settings):
             parents = [p._replace(queue=went[(p.queue, p.id)]) for p in step.parents]
             _, went[(step.queue, step.id)] = await self._on(step.queue)._enqueue(
                 step.payload, step.id, None, None, None, None, None, step.children, parents,
-                step.timeout, None, None, step.queue in fresh, True,
+                step.timeout, step.group, None, step.queue in fresh, True,
             )
             if parents:
                 fresh.add(step.queue)

@@ -13,6 +13,7 @@ from typing import (
 )
 
 from . import ids
+from .partitions import is_name
 
 #: What a child's death or cancellation does to its parent: ``fail`` kills it (the default),
 #: ``ignore`` just counts it as finished.
@@ -21,6 +22,8 @@ OnFail = Literal["fail", "ignore"]
 MAX_PARENTS = 16
 #: Most children a parent may wait for (``CHILDREN`` 1..=100000).
 MAX_CHILDREN = 100_000
+#: Longest name of a group, in bytes (the server's rule, as for a queue's name).
+MAX_GROUP_LEN = 128
 
 
 class Parent(NamedTuple):
@@ -57,8 +60,11 @@ def parents_of(given: Optional[Iterable[ParentLike]]) -> List[Parent]:
 @dataclass(frozen=True)
 class Node:
     """A job of a flow: its queue and payload, its id (minted when missing), what its failure
-    does to its parent (``on_fail``; the root's is unused), the children it waits for, and its
-    ``timeout`` (seconds: each attempt's limit, ``enqueue``'s)."""
+    does to its parent (``on_fail``; the root's is unused), the children it waits for, its
+    ``timeout`` (seconds: each attempt's limit, ``enqueue``'s) and its ``group`` (``enqueue``'s:
+    1 to 128 printable ASCII bytes without braces, checked before anything is sent). A node of
+    a partitioned queue goes to the partition its group, or else its id, routes to, and its
+    children name that partition as their parent's queue."""
 
     queue: str
     payload: Any
@@ -66,11 +72,12 @@ class Node:
     on_fail: OnFail = "fail"
     children: Sequence["Node"] = ()
     timeout: Optional[float] = None
+    group: Optional[str] = None
 
     @classmethod
     def of(cls, node: NodeLike) -> Node:
         """A ``Node`` from a node or a mapping with the same keys (``{"queue", "payload",
-        "id"?, "on_fail"?, "children"?, "timeout"?}``), its children too."""
+        "id"?, "on_fail"?, "children"?, "timeout"?, "group"?}``), its children too."""
         if isinstance(node, Node):
             fields = {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
         else:
@@ -103,7 +110,8 @@ def minted(tree: NodeLike) -> Node:
 
 class Step(NamedTuple):
     """One enqueue of a flow: the job, how many children it waits for (``None``: none), its
-    parent (``None`` for the root) and its timeout (seconds, or ``None``)."""
+    parent (``None`` for the root), its timeout (seconds, or ``None``) and its group (or
+    ``None``)."""
 
     queue: str
     id: str
@@ -111,19 +119,30 @@ class Step(NamedTuple):
     children: Optional[int]
     parents: List[Parent]
     timeout: Optional[float] = None
+    group: Optional[str] = None
 
 
 def steps(tree: Node) -> List[Step]:
     """The enqueues of a minted tree, top down: the root with ``CHILDREN``, then each child
     with its ``PARENT`` (and ``CHILDREN`` when it has its own), a parent always before its
-    children, which the module checks it has. Every node is checked before any is sent."""
+    children, which the module checks it has. Every node is checked before any is sent: a
+    node the server would refuse (a bad ``on_fail`` or ``group``) would leave its parent
+    waiting for it."""
     out: List[Step] = []
     for parent, node in tree.walk():
         assert node.id is not None, "steps takes a minted tree"
+        if node.group is not None and not is_name(node.group, MAX_GROUP_LEN):
+            raise ValueError(
+                f"a group is 1 to {MAX_GROUP_LEN} printable ASCII bytes without braces, "
+                f"not {node.group!r}"
+            )
         above = [] if parent is None else [(parent.queue, parent.id or "", node.on_fail)]
         children = len(node.children) or None
         out.append(
-            Step(node.queue, node.id, node.payload, children, parents_of(above), node.timeout)
+            Step(
+                node.queue, node.id, node.payload, children, parents_of(above), node.timeout,
+                node.group,
+            )
         )
     return out
 

@@ -39,12 +39,20 @@ def share(index: int, width: int) -> tuple[int, int] | None:
     return -(-index * SLOTS // width), -(-(index + 1) * SLOTS // width)
 
 
+def is_name(text: object, longest: int) -> bool:
+    """Whether `text` is a name as the server takes a queue's or a group's: a ``str`` of 1 to
+    `longest` bytes of printable ASCII (0x21-0x7e) without braces."""
+    if not isinstance(text, str) or not text.isascii():
+        return False
+    raw = text.encode()
+    return 1 <= len(raw) <= longest and all(0x21 <= b <= 0x7E and b not in b"{}" for b in raw)
+
+
 def name(queue: str, index: int, width: int) -> str | None:
     """The name of partition `index` of `queue`'s `width`; None for a name that is no queue
     name (1-112 bytes of printable ASCII without braces), a width out of 1-1024 or an index
     past it."""
-    raw = queue.encode()
-    if not 1 <= len(raw) <= MAX_NAME_LEN or any(b < 0x21 or b > 0x7E or b in b"{}" for b in raw):
+    if not is_name(queue, MAX_NAME_LEN):
         return None
     bounds = share(index, width)
     if bounds is None:

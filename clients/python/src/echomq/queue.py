@@ -254,11 +254,13 @@ class Queue(Settings):
 
     def flow(self, tree: NodeLike) -> Node:
         """Enqueues a flow: a tree of ``Node``s (or mappings ``{"queue", "payload", "id"?,
-        "on_fail"?, "timeout"?, "children"?}``), each job waiting for its children. Every missing id is
-        minted first; the tree with them is returned, and giving it again retries the flow
-        without a job written twice (``flows.minted`` mints them ahead, for a retry after an
-        exception). Jobs are enqueued top down, each parent before its children, each child
-        naming its parent by the queue (the partition) its parent went to."""
+        "on_fail"?, "timeout"?, "group"?, "children"?}``), each job waiting for its children.
+        Every missing id is minted first; the tree with them is returned, and giving it again
+        retries the flow without a job written twice (``flows.minted`` mints them ahead, for a
+        retry after an exception). Every node is checked before anything is sent (a bad
+        ``on_fail`` or ``group``: ``ValueError``). Jobs are enqueued top down, each parent
+        before its children, each in its ``group``, each child naming its parent by the queue
+        (the partition: the one its group, or else its id, routes to) its parent went to."""
         tree = minted(tree)
         went: Dict[Tuple[str, str], str] = {}  # each job's queue: its partition, if any
         fresh: Set[str] = set()  # the queues whose width this flow read
@@ -266,7 +268,7 @@ class Queue(Settings):
             parents = [p._replace(queue=went[(p.queue, p.id)]) for p in step.parents]
             _, went[(step.queue, step.id)] = self._on(step.queue)._enqueue(
                 step.payload, step.id, None, None, None, None, None, step.children, parents,
-                step.timeout, None, None, step.queue in fresh, True,
+                step.timeout, step.group, None, step.queue in fresh, True,
             )
             if parents:
                 fresh.add(step.queue)
