@@ -37,15 +37,14 @@ class Router:
     def __init__(self, queue: str) -> None:
         self.queue = queue
         self.width: Optional[int] = None
-        self._names: Dict[int, str] = {}
 
     def learn(self, width: int) -> None:
         """Takes `width` as the queue's."""
-        if width != self.width:
-            self.width, self._names = width, {}
+        self.width = width
 
     def partitions(self) -> List[str]:
-        """Every partition, in order (none for an ordinary queue)."""
+        """Every partition, in order (none for an ordinary queue; each name found once:
+        ``partitions.name``)."""
         return names(self.queue, self.width or 0)
 
     def of(self, key: str) -> str:
@@ -53,13 +52,10 @@ class Router:
         queue itself while it is not known to be partitioned."""
         if not self.width:
             return self.queue
-        index = route(self.width, key)
-        if index not in self._names:
-            found = name(self.queue, index, self.width)
-            if found is None:
-                raise ValueError(f"{self.queue!r} has no partitions of width {self.width}")
-            self._names[index] = found
-        return self._names[index]
+        found = name(self.queue, route(self.width, key), self.width)
+        if found is None:
+            raise ValueError(f"{self.queue!r} has no partitions of width {self.width}")
+        return found
 
     def refused(self, error: EmqSpannedError, reroutes: int) -> bool:
         """Learns the width an ``EMQSPANNED`` refusal names; whether to route and send again:
