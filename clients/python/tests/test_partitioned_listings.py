@@ -199,15 +199,27 @@ def test_the_metrics_of_partitions_add_up() -> None:
     assert plus(a, b) == Histogram(5, 100, [(10, 1), (50, 5), (None, 5)])
     assert plus(a, other) == other and plus(other, a) == other, "unlike buckets: the larger"
     one = Metrics({"acked": 2, "claimed": 3}, a, {"acked": a}, a, None, True)
-    two = Metrics({"acked": 3, "dead": 1}, b, {"acked": b, "dead": b}, b, 40, False)
+    two = Metrics({"acked": 3, "dead": 1}, b, {"acked": b, "dead": b}, b, 40, True)
     three = Metrics({}, Histogram(), {}, Histogram(), 25, True)
     found = total([one, two])
     assert found.events == {"acked": 5, "claimed": 3, "dead": 1}
     assert found.run == {"acked": plus(a, b), "dead": b}
     assert (found.wait, found.end_to_end) == (plus(a, b), plus(a, b))
-    assert (found.oldest_pending_ms, found.enabled) == (40, True), "the oldest; the first's"
-    assert total([one, three]).oldest_pending_ms == 25
+    assert (found.oldest_pending_ms, found.enabled) == (40, True)
+    assert total([one, three]).oldest_pending_ms == 25, "one partition's age, the only one"
     assert total([one]) is one
+
+
+def test_the_oldest_pending_age_of_partitions_is_the_greatest_and_enabled_needs_every_one() -> None:
+    young = Metrics(oldest_pending_ms=25)
+    old = Metrics(oldest_pending_ms=40)
+    assert total([young, old]).oldest_pending_ms == 40, "the greatest: a sum would be 65"
+    assert total([old, young, Metrics()]).oldest_pending_ms == 40
+    assert total([Metrics(), Metrics()]).oldest_pending_ms is None, "nothing pending in any"
+    off = Metrics(enabled=False)
+    assert total([young, old]).enabled is True
+    assert total([young, off]).enabled is False, "one partition not keeping metrics"
+    assert total([off, young]).enabled is False, "whichever it is"
 
 
 @pytest.mark.cluster

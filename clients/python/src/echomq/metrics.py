@@ -74,8 +74,8 @@ def parse(reply: Any) -> Metrics:
 
 
 def plus(a: Histogram, b: Histogram) -> Histogram:
-    """Two histograms of the same buckets added up, bucket by bucket (a partitioned queue's,
-    over its partitions); where their buckets differ, the one with more counted (the console's
+    """Two histograms added up bucket by bucket (a partitioned queue's, over its partitions);
+    where their bucket bounds differ, the one with more counted is kept (the console's
     ``waits::plus``)."""
     if [le for le, _ in a.buckets] != [le for le, _ in b.buckets]:
         return a if a.count >= b.count else b
@@ -87,9 +87,10 @@ def plus(a: Histogram, b: Histogram) -> Histogram:
 
 def total(each: Sequence[Metrics]) -> Metrics:
     """A partitioned queue's metrics from its partitions' (`each`, in order; one queue's as
-    they are): the events counted and the histograms added up (``plus``), the oldest pending
-    job's wait the longest of any partition's (``None``: nothing pending in any), and
-    ``enabled`` the first partition's."""
+    they are): the events counted summed; the histograms summed bucket by bucket, where a
+    partition's bucket bounds differ the one with more counted kept (``plus``); the oldest
+    pending age the greatest of any partition's (``None``: nothing pending in any); and
+    ``enabled`` only when every partition's is."""
     if len(each) <= 1:
         return each[0] if each else Metrics()
     events: Dict[str, int] = {}
@@ -106,5 +107,5 @@ def total(each: Sequence[Metrics]) -> Metrics:
         run=run,
         end_to_end=reduce(plus, (one.end_to_end for one in each)),
         oldest_pending_ms=max(oldest) if oldest else None,
-        enabled=each[0].enabled,
+        enabled=all(one.enabled for one in each),
     )

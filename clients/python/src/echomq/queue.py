@@ -359,8 +359,10 @@ class Queue(Settings):
     def metrics(self) -> Metrics:
         """The queue's metrics as the server that holds it keeps them (``EMQ.METRICS``): they
         start from zero when that server restarts or a replica takes over. A partitioned
-        queue's are its partitions' added up (``metrics.total``: the counts and histograms
-        summed, the oldest pending job's wait the longest)."""
+        queue's are its partitions' added up (``metrics.total``: the counts summed; the
+        histograms summed bucket by bucket, where a partition's bucket bounds differ the one
+        with more counted kept; the oldest pending age the greatest; ``enabled`` only when
+        every partition's is)."""
         return total_metrics([parse_metrics(r) for r in self._each(metrics_command)])
 
     def job(self, job_id: str) -> Optional[Dict[str, Any]]:
