@@ -15,6 +15,7 @@ from typing import Any, List, Set, Tuple
 import pytest
 import redis.asyncio
 import redis.cluster
+import redis.exceptions
 
 import echomq
 from echomq import commands as cmd
@@ -155,6 +156,69 @@ def test_an_ordinary_queue_pages_with_the_server_s_own_cursors(server: Server) -
     assert q.cron("tick", b"t", every=3600) > 0 and crons_of(client, "plain") == ["tick"]
     assert [one["name"] for one in q.crons()] == ["tick"]
     assert q.metrics().events["enqueued"] == 6
+
+
+def an_ordinary_queue_s_calls(q: echomq.Queue) -> None:
+    """jobs, groups, cron, crons, uncron, metrics and stats of the ordinary queue ``plain``
+    through `q`, whatever width reads it cannot make."""
+    every = q.enqueue_many(b"%d" % n for n in range(3))
+    q.enqueue(b"g", group="only")
+    cursor, page = q.jobs("pending", "0", count=2)
+    assert cursor.startswith("0:JOB") and [j["id"] for j in page] == every[:2]
+    assert q.jobs("pending", cursor, count=10) == ("0", q.jobs("pending", "0")[1][2:])
+    assert [g["group"] for g in q.groups()[1]] == ["only"]
+    assert q.cron("tick", b"t", every=3600) > 0
+    assert [one["name"] for one in q.crons()] == ["tick"]
+    assert q.uncron("tick") is True and q.crons() == []
+    assert q.metrics().events["enqueued"] == 4
+    assert q.stats()["pending"] == 4
+
+
+def test_a_user_not_allowed_emq_width_uses_an_ordinary_queue_as_before(server: Server) -> None:
+    server.cmd("ACL", "SETUSER", "nowidth", "on", ">pw", "+@all", "-emq.width", "~*")
+    limited: Any = redis.Redis(host="127.0.0.1", port=server.port, username="nowidth",
+                               password="pw")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        limited.execute_command("EMQ.WIDTH", "plain")
+    an_ordinary_queue_s_calls(echomq.Queue(limited, "plain"))
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(
+            host="127.0.0.1", port=server.port, username="nowidth", password="pw"
+        )
+        try:
+            q = AsyncQueue(client, "plain")
+            cursor, page = await q.jobs("pending")
+            assert cursor == "0" and len(page) == 3, "the default group's"
+            assert await q.cron("tock", b"t", every=60) > 0
+            assert [one["name"] for one in await q.crons()] == ["tock"]
+            assert (await q.metrics()).events["enqueued"] == 4
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+class NoWidth:
+    """A client whose server has no ``EMQ.WIDTH`` (an unknown command), or refuses it with
+    `error`."""
+
+    def __init__(self, client: Any, error: str = "unknown command 'EMQ.WIDTH'") -> None:
+        self.client, self.error = client, error
+
+    def execute_command(self, *args: Any) -> Any:
+        if args[0] == "EMQ.WIDTH":
+            raise redis.exceptions.ResponseError(self.error)
+        return self.client.execute_command(*args)
+
+
+def test_a_server_without_emq_width_has_ordinary_queues_only(server: Server) -> None:
+    an_ordinary_queue_s_calls(echomq.Queue(NoWidth(server.client()), "plain"))
+    # Any other failure of the read is raised.
+    q = echomq.Queue(NoWidth(server.client(), "ERR something else"), "plain")
+    with pytest.raises(redis.exceptions.ResponseError, match="something else"):
+        q.crons()
+    assert not spans.untold(redis.exceptions.ConnectionError("unknown command"))
 
 
 class Counted:

@@ -207,12 +207,12 @@ class AsyncQueue(Settings):
         return {t: cmd.counts(await self._send(cmd.stats(t))) for t in targets}
 
     async def _width_known(self) -> int:
-        return await self.width() if self.router.width is None else self.router.width
+        """``Queue._width_known``, awaited."""
+        return await self._course(routing.known_width(self.router))
 
     async def _each(self, build: Callable[[str], List[Any]]) -> List[Any]:
         """``Queue._each``, awaited."""
-        targets = self.router.partitions() if await self._width_known() else [self.name]
-        return [await self._send(build(t)) for t in targets]
+        return await self._course(routing.each(self.router, build))
 
     # ---- looking ----
 

@@ -334,14 +334,14 @@ class Queue(Settings):
         return {t: cmd.counts(self._send(cmd.stats(t))) for t in targets}
 
     def _width_known(self) -> int:
-        """The queue's width, read (``EMQ.WIDTH``) when not known yet."""
-        return self.width() if self.router.width is None else self.router.width
+        """The queue's width, read (``EMQ.WIDTH``) when not known yet: 0 where the server will
+        not tell this user (``routing.known_width``)."""
+        return self._course(routing.known_width(self.router))
 
     def _each(self, build: Callable[[str], List[Any]]) -> List[Any]:
         """`build`'s command sent to each partition of a partitioned queue, or to the queue
-        itself: the replies, in order."""
-        targets = self.router.partitions() if self._width_known() else [self.name]
-        return [self._send(build(t)) for t in targets]
+        itself: the replies, in order (``routing.each``: the width known)."""
+        return self._course(routing.each(self.router, build))
 
     # ---- looking ----
 
