@@ -94,6 +94,55 @@ def test_a_schedule_is_kept_by_the_partition_its_name_routes_to(server: Server) 
     assert [one["name"] for one in echomq.Queue(client, first).crons()] == held[first]
 
 
+def test_a_schedule_set_through_a_width_learned_before_the_span_is_routed(server: Server) -> None:
+    client = server.client()
+    early = echomq.Queue(client, "respanned")
+    assert early.width() == 0, "learned: an ordinary queue"
+    echomq.Queue(client, "respanned").span(4)
+    # Sent to the queue's own name, refused (EMQSPANNED 4), and sent again where it routes.
+    names = [f"tick-{n}" for n in range(6)]
+    for n in names:
+        assert early.cron(n, b"t", every=60) > 0
+    assert early.router.width == 4
+    partitions = spans.names("respanned", 4)
+    for n in names:
+        assert n in crons_of(client, partitions[route(4, n)]), n
+    assert crons_of(client, "respanned") == []
+
+    async def main() -> None:
+        aclient = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        try:
+            q = AsyncQueue(aclient, "respanned")
+            q.router.learn(0)  # as a handle that read the width before the span
+            assert await q.cron("async-tick", b"t", every=60) > 0
+        finally:
+            await aclient.aclose()
+
+    asyncio.run(main())
+    assert "async-tick" in crons_of(client, partitions[route(4, "async-tick")])
+
+
+def test_a_schedule_s_arguments_are_checked_before_anything_is_sent(server: Server) -> None:
+    counted = Counted(server.client())
+    q = echomq.Queue(counted, "checked")  # its width not known: not even that is read
+    with pytest.raises(ValueError, match="spec or every"):
+        q.cron("neither", b"x")
+    with pytest.raises(ValueError, match="spec or every"):
+        q.cron("both", b"x", spec="* * * * *", every=60)
+    with pytest.raises(TypeError, match="payload"):
+        q.cron("unencodable", 42, every=60)
+    with pytest.raises(TypeError):
+        echomq.Queue(counted, "checked", serializer=echomq.Json()).cron("json", {1, 2}, every=60)
+
+    async def main() -> None:
+        aq = AsyncQueue(counted, "checked")  # nothing is awaited before the check
+        with pytest.raises(ValueError, match="spec or every"):
+            await aq.cron("neither", b"x")
+
+    asyncio.run(main())
+    assert counted.sent == 0 and q.router.width is None
+
+
 # ---- listing ----
 
 

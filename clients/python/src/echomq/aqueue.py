@@ -335,11 +335,10 @@ class AsyncQueue(Settings):
         self, name: str, payload: Any, spec: Optional[str] = None,
         every: Optional[float] = None, priority: Optional[int] = None,
     ) -> int:
-        """``Queue.cron``, awaited: a partitioned queue's kept by the partition its name routes
-        to."""
-        args = cmd.cron(await self.partition(name), self.serializer, name, payload, spec, every,
-                        priority)
-        return cmd.count(await self._send(args))
+        """``Queue.cron``, awaited: checked before anything is sent, a partitioned queue's kept
+        by the partition its name routes to."""
+        args = cmd.cron(self.name, self.serializer, name, payload, spec, every, priority)
+        return cmd.count(await self._course(listings.cron(self.router, name, args)))
 
     async def uncron(self, name: str) -> bool:
         """``Queue.uncron``, awaited."""

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import commands as cmd
 from .partitions import name
-from .routing import SEND, Course, Router
+from .routing import SEND, Course, Router, known_width, routed
 
 #: A page of a listing: the next cursor (``"0"`` at the end) and what it holds.
 Page = Tuple[str, List[Dict[str, Any]]]
@@ -86,6 +86,15 @@ def groups(router: Router, cursor: str, count: Optional[int]) -> Course[Page]:
     return walk(
         router, cursor, lambda queue, at: cmd.groups(queue, at, count), cmd.groups_page
     )
+
+
+def cron(router: Router, schedule: str, args: List[Any]) -> Course[Any]:
+    """A schedule's ``EMQ.CRON`` (`args`, built for the queue's own name: checked before
+    anything is sent, the width read included) sent to the partition its name routes to (the
+    width known, read when not known yet), and sent again where it then routes after an
+    ``EMQSPANNED`` refusal (``routing.routed``: a stale width, or 0 learned before a span)."""
+    yield from known_width(router)
+    return (yield from routed(router, schedule, args))
 
 
 def schedules(replies: Sequence[Any]) -> List[Dict[str, Any]]:

@@ -523,11 +523,13 @@ class Queue(Settings):
         every: Optional[float] = None, priority: Optional[int] = None,
     ) -> int:
         """A repeating schedule: ``spec`` (a cron expression, UTC) or ``every`` seconds; its
-        next firing, unix ms. A partitioned queue's is kept by the partition its name routes
-        to (``partition``), as a job of that group is, and fires into it."""
-        args = cmd.cron(self.partition(name), self.serializer, name, payload, spec, every,
-                        priority)
-        return cmd.count(self._send(args))
+        next firing, unix ms. The arguments and the payload are checked and encoded before
+        anything is sent (``ValueError``). A partitioned queue's is kept by the partition its
+        name routes to (``partition``), as a job of that group is, and fires into it; a stale
+        width is corrected by the server's ``EMQSPANNED`` as an enqueue's is
+        (``listings.cron``)."""
+        args = cmd.cron(self.name, self.serializer, name, payload, spec, every, priority)
+        return cmd.count(self._course(listings.cron(self.router, name, args)))
 
     def uncron(self, name: str) -> bool:
         """Removes the schedule (from the partition its name routes to); whether it was there."""

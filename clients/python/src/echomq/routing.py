@@ -175,6 +175,20 @@ def each(
     return replies
 
 
+def routed(router: Router, key: str, args: List[Any]) -> Course[Any]:
+    """`args`, a command to the queue (``args[1]`` its name), sent to the queue `key` routes to
+    (``Router.of``): after an ``EMQSPANNED`` refusal, sent again where it then routes, at most
+    ``MAX_REROUTES`` times (``Router.refused``, as ``enqueue``). Its reply."""
+    reroutes = 0
+    while True:
+        try:
+            return (yield SEND, [args[0], router.of(key), *args[2:]])
+        except EmqSpannedError as e:
+            if not router.refused(e, reroutes):
+                raise
+            reroutes += 1
+
+
 def resolve(
     routers: Dict[str, Router], parents: Sequence[Parent], again: bool = False
 ) -> Course[List[Parent]]:
