@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any, List, Set, Tuple
+from typing import Any, List, Sequence, Set, Tuple
 
 import pytest
 import redis.asyncio
@@ -40,26 +40,54 @@ def ids_routing(width: int, partitions: Set[int], count: int) -> List[str]:
     return found
 
 
-def walk(page: Any, key: str, width: int) -> Tuple[List[str], List[Tuple[str, int]]]:
-    """Every page of a walk from ``"0"`` (`page(cursor)` one page): each item's `key`, in the
-    order seen, and each page's cursor and size. Every page but the last holds something, and
-    comes from one partition, the one its cursor's index names."""
+def walk(
+    page: Any, key: str, width: int, expected: Sequence[str]
+) -> Tuple[List[str], List[Tuple[str, int]]]:
+    """Every page of a walk from ``"0"`` (`page(cursor)` one page) over a queue of `width`
+    partitions that lists `expected` (each item's `key`): the keys in the order seen, and each
+    page's cursor and size. Each item comes once. Each page comes from one partition: the one
+    the cursor named before the call (0 for ``"0"``), or a later one only when every partition
+    from the one named up to it had nothing left to list (a partition that ends empty is
+    passed within the call). The cursor after it names that partition while its listing goes
+    on (its inner cursor not ``"0"``), the next one's start (``"<index + 1>:0"``) once it has
+    nothing left, and ``"0"`` after the last; a page is empty only at the end."""
+    left = {k: route(width, k) for k in expected}  # what is not seen yet, and its partition
+    assert len(left) == len(expected)
     seen: List[str] = []
     pages: List[Tuple[str, int]] = []
     cursor = "0"
     while True:
+        parts = CURSOR.match(cursor)
+        named = 0 if cursor == "0" else int(parts.group(1)) if parts else -1
+        assert named >= 0, cursor
         cursor, found = page(cursor)
+        keys = [str(one[key]) for one in found]
         pages.append((cursor, len(found)))
-        seen += [one[key] for one in found]
+        if not found:
+            assert cursor == "0", f"an empty page before the end: {pages}"
+            assert not [k for k, p in left.items() if p >= named], ("missed", left, pages)
+            break
+        came = {route(width, k) for k in keys}
+        assert len(came) == 1, (pages, came)
+        (source,) = came
+        assert source >= named, (pages, source)
+        assert not [k for k, p in left.items() if named <= p < source], ("passed over", pages)
+        for k in keys:
+            assert left.pop(k, None) == source, ("not listed, or twice", k, pages)
+        seen += keys
+        done = not [k for k, p in left.items() if p == source]
         if cursor == "0":
-            return seen, pages
-        assert found, f"an empty page before the end: {pages}"
+            assert source == width - 1 and done, (pages, left)
+            break
         parts = CURSOR.match(cursor)
         assert parts is not None, cursor
-        index = int(parts.group(1))
-        # The page came from partition `index`, or from the one before when that one ended.
-        routes = {route(width, one[key]) for one in found}
-        assert len(routes) == 1 and routes <= {index, index - 1}, (cursor, routes)
+        index, inner = int(parts.group(1)), parts.group(2)
+        if inner == "0":
+            assert index == source + 1 and done, (pages, left)
+        else:
+            assert index == source, (pages, source)
+    assert not left, ("never listed", left)
+    return seen, pages
 
 
 def crons_of(client: Any, queue: str) -> List[str]:
@@ -157,7 +185,7 @@ def test_a_jobs_walk_visits_each_job_once_and_passes_over_empty_partitions(
     for job_id in every:
         q.enqueue(b"job", id=job_id)
     assert [s["pending"] for s in q.partition_stats().values()][1::2] == [0, 0]
-    seen, pages = walk(lambda c: q.jobs("pending", c, count=7), "id", 4)
+    seen, pages = walk(lambda c: q.jobs("pending", c, count=7), "id", 4, every)
     assert sorted(seen) == sorted(every) and len(seen) == 60, "each job once"
     assert pages[-1] == ("0", 0), "the last partition is empty: the walk ends with nothing"
     assert all(size > 0 for _, size in pages[:-1]), pages
@@ -181,7 +209,7 @@ def test_a_groups_walk_visits_each_group_once(server: Server) -> None:
     for n, g in enumerate(groups):
         for _ in range(1 + n % 3):
             q.enqueue(b"work", group=g)
-    seen, pages = walk(lambda c: q.groups(c, count=7), "group", 4)
+    seen, pages = walk(lambda c: q.groups(c, count=7), "group", 4, groups)
     assert sorted(seen) == sorted(groups) and len(seen) == len(groups)
     assert pages[-1][0] == "0"
     assert all(size > 0 for _, size in pages[:-1])
@@ -351,7 +379,7 @@ def test_a_queue_over_every_primary_lists_schedules_walks_and_adds_its_metrics(
         assert f"nightly-{n}" in crons_of(client, partitions[route(12, f"nightly-{n}")])
 
     every = q.enqueue_many(b"%d" % n for n in range(60))
-    seen, pages = walk(lambda c: q.jobs("pending", c, count=7), "id", 12)
+    seen, pages = walk(lambda c: q.jobs("pending", c, count=7), "id", 12, every)
     assert sorted(seen) == sorted(every) and len(seen) == 60
     assert pages[-1][0] == "0" and all(size > 0 for _, size in pages[:-1])
 
