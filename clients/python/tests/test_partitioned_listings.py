@@ -19,10 +19,11 @@ import redis.exceptions
 
 import echomq
 from echomq import commands as cmd
-from echomq import spans
+from echomq import listings, spans
 from echomq.aio import AsyncQueue
 from echomq.metrics import Histogram, Metrics, plus, total
 from echomq.partitions import route
+from echomq.routing import Router
 from conftest import Cluster, Server
 from test_partitioned import drain, owner_of
 
@@ -216,6 +217,106 @@ def test_a_groups_walk_visits_each_group_once(server: Server) -> None:
     # Each partition's groups come together, one partition after the other.
     order = [route(4, g) for g in seen]
     assert order == sorted(order)
+
+
+def answered(course: Any, replies: List[Any]) -> Tuple[List[List[Any]], Any]:
+    """`course` run with `replies`, one a command in turn: the commands it sent, and what it
+    ended with."""
+    sent: List[List[Any]] = []
+    reply: Any = None
+    while True:
+        try:
+            _, args = course.send(reply)
+        except StopIteration as end:
+            assert len(sent) == len(replies), ("replies left", sent)
+            return sent, end.value
+        sent.append(args)
+        reply = replies[len(sent) - 1]
+
+
+def test_a_walk_passes_over_empty_partitions_within_one_call() -> None:
+    router = Router("w")
+    router.learn(2)  # stale: a walk's start reads the width afresh
+    p = spans.names("w", 5)
+
+    def page(cursor: str, replies: List[Any]) -> Tuple[List[List[Any]], Any]:
+        return answered(listings.walk(
+            router, cursor, lambda queue, at: ["LIST", queue, at],
+            lambda reply: (reply[0], [{"k": k} for k in reply[1]]),
+        ), replies)
+
+    # Partition 0 holds nothing: the first page is partition 1's.
+    sent, out = page("0", [["width", 5], ["0", []], ["c1", ["a", "b"]]])
+    assert sent == [["EMQ.WIDTH", "w"], ["LIST", p[0], "0"], ["LIST", p[1], "0"]]
+    assert out == ("1:c1", [{"k": "a"}, {"k": "b"}]) and router.width == 5
+    # Partition 1 ends with something: the next cursor is partition 2's start.
+    sent, out = page("1:c1", [["0", ["c"]]])
+    assert (sent, out) == ([["LIST", p[1], "c1"]], ("2:0", [{"k": "c"}])), "no width read"
+    # Partitions 2 and 3 hold nothing, one after the other: the page is partition 4's.
+    sent, out = page("2:0", [["0", []], ["0", []], ["c4", ["d"]]])
+    assert sent == [["LIST", p[2], "0"], ["LIST", p[3], "0"], ["LIST", p[4], "0"]]
+    assert out == ("4:c4", [{"k": "d"}])
+    # The last partition ends empty: the walk ends, with nothing.
+    assert page("4:c4", [["0", []]]) == ([["LIST", p[4], "c4"]], ("0", []))
+    # Two empty partitions at the end: passed within the call, to the walk's end.
+    sent, out = page("2:0", [["0", []], ["0", []], ["0", []]])
+    assert [args[1] for args in sent] == p[2:] and out == ("0", [])
+    # The last partition ends with something: "0", with it.
+    assert page("4:0", [["0", ["e"]]])[1] == ("0", [{"k": "e"}])
+    # Every partition empty.
+    sent, out = page("0", [["width", 5]] + [["0", []]] * 5)
+    assert [args[1] for args in sent[1:]] == p and out == ("0", [])
+    # A cursor past the width known: refused before anything is sent.
+    with pytest.raises(ValueError, match="no cursor"):
+        page("5:0", [])
+    # An ordinary queue's (width 0 read at the start): its own pages and cursors.
+    sent, out = page("0", [["width", 0], ["0:JOBx", ["a"]]])
+    assert (sent, out) == ([["EMQ.WIDTH", "w"], ["LIST", "w", "0"]], ("0:JOBx", [{"k": "a"}]))
+    assert page("0:JOBx", [["0", ["b"]]]) == ([["LIST", "w", "0:JOBx"]], ("0", [{"k": "b"}]))
+
+
+def test_a_stale_width_is_read_afresh_by_crons_uncron_and_a_walk_s_start(server: Server) -> None:
+    client = server.client()
+    admin = echomq.Queue(client, "rewidth")
+    admin.span(4)
+    stale = [echomq.Queue(client, "rewidth") for _ in range(4)]
+    assert all(q.width() == 4 for q in stale)
+    assert admin.unspan() is True and admin.span(2) is True, "drained, spanned again over 2"
+    names = [f"rw-{n}" for n in range(8)]
+    for n in names:
+        admin.cron(n, b"r", every=60)
+    every = admin.enqueue_many(b"x" for _ in range(20))
+    groups = [f"rg-{n}" for n in range(6)]
+    for g in groups:
+        admin.enqueue(b"g", group=g)
+    old, new = spans.names("rewidth", 4), spans.names("rewidth", 2)
+    assert any(old[route(4, n)] != new[route(2, n)] for n in names), "the old width misroutes"
+
+    crons, uncron, jobs, grouped = stale
+    assert [one["name"] for one in crons.crons()] == names and crons.router.width == 2
+    assert [uncron.uncron(n) for n in names] == [True] * len(names)
+    assert crons.crons() == []
+    assert sorted(walk(lambda c: jobs.jobs("pending", c, count=6), "id", 2, every)[0]) == sorted(
+        every
+    )
+    assert sorted(walk(lambda c: grouped.groups(c, count=4), "group", 2, groups)[0]) == groups
+
+    async def main() -> None:
+        aclient = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        try:
+            q = AsyncQueue(aclient, "rewidth")
+            q.router.learn(4)  # as a handle that read the width before the queue changed
+            assert await q.cron("async-rw", b"r", every=60) > 0
+            q.router.learn(4)
+            assert [one["name"] for one in await q.crons()] == ["async-rw"]
+            q.router.learn(4)
+            assert await q.uncron("async-rw") is True
+            q.router.learn(4)
+            assert (await q.jobs("pending"))[1], "read afresh: partition 0 of 2"
+        finally:
+            await aclient.aclose()
+
+    asyncio.run(main())
 
 
 def test_an_ordinary_queue_pages_with_the_server_s_own_cursors(server: Server) -> None:

@@ -17,9 +17,7 @@ from .flows import (
     Children, Node, NodeLike, Parent, ParentLike, batched, chained, minted, parents_of, steps,
 )
 from .metrics import Metrics
-from .metrics import command as metrics_command
-from .metrics import parse as parse_metrics
-from .metrics import total as total_metrics
+from .metrics import read as read_metrics
 from .queue import CHUNK, RAW, Settings
 
 T = TypeVar("T")
@@ -224,8 +222,9 @@ class AsyncQueue(Settings):
         return {**spans.totals(list(each.values())), "partitions": len(each)}
 
     async def metrics(self) -> Metrics:
-        """``Queue.metrics``, awaited: a partitioned queue's partitions' added up."""
-        return total_metrics([parse_metrics(r) for r in await self._each(metrics_command)])
+        """``Queue.metrics``, awaited: a partitioned queue's partitions' added up, over the width
+        known."""
+        return await self._course(read_metrics(self.router))
 
     async def job(self, job_id: str) -> Optional[Dict[str, Any]]:
         return cmd.row(await self._send(cmd.job(await self.partition(job_id), job_id)))
@@ -234,18 +233,16 @@ class AsyncQueue(Settings):
         self, set_name: str, cursor: str = "0", count: Optional[int] = None, payloads: bool = False
     ) -> Tuple[str, List[Dict[str, Any]]]:
         """``Queue.jobs``, awaited: a partitioned queue's paged one partition after the other."""
-        await self._width_known()
         return await self._course(listings.jobs(self.router, set_name, cursor, count, payloads))
 
     async def crons(self) -> List[Dict[str, Any]]:
         """``Queue.crons``, awaited: a partitioned queue's, every partition's together."""
-        return listings.schedules(await self._each(cmd.crons))
+        return await self._course(listings.crons(self.router))
 
     async def groups(
         self, cursor: str = "0", count: Optional[int] = None
     ) -> Tuple[str, List[Dict[str, Any]]]:
         """``Queue.groups``, awaited: a partitioned queue's paged as ``jobs``'."""
-        await self._width_known()
         return await self._course(listings.groups(self.router, cursor, count))
 
     async def children(self, job_id: str) -> Children:
@@ -341,5 +338,5 @@ class AsyncQueue(Settings):
         return cmd.count(await self._course(listings.cron(self.router, name, args)))
 
     async def uncron(self, name: str) -> bool:
-        """``Queue.uncron``, awaited."""
-        return cmd.flag(await self._send(cmd.uncron(await self.partition(name), name)))
+        """``Queue.uncron``, awaited: over the width read afresh."""
+        return cmd.flag(await self._course(listings.uncron(self.router, name)))

@@ -1,7 +1,7 @@
 """A queue's metrics as the server keeps them (``EMQ.METRICS``, docs/observability.md): a count
 of each event, the wait, run and end-to-end latency histograms, and the age of the first pending
-job. No I/O: ``Queue.metrics`` and ``AsyncQueue.metrics`` send the command and parse here, and
-add up a partitioned queue's partitions' (``total``)."""
+job. No I/O: ``Queue.metrics`` and ``AsyncQueue.metrics`` send what ``read`` asks, each
+partition's for a partitioned queue, added up here (``total``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from functools import reduce
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .commands import pairs, text
+from .routing import Course, Router, each
 
 
 @dataclass(frozen=True)
@@ -109,3 +110,9 @@ def total(each: Sequence[Metrics]) -> Metrics:
         oldest_pending_ms=max(oldest) if oldest else None,
         enabled=all(one.enabled for one in each),
     )
+
+
+def read(router: Router) -> Course[Metrics]:
+    """The queue's metrics: each partition's of a partitioned queue, added up (``total``), over
+    the width known (read once, when not known yet: ``routing.each``)."""
+    return total([parse(reply) for reply in (yield from each(router, command))])
