@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any, List, Set, Tuple
+from typing import Any, List, Sequence, Set, Tuple
 
 import pytest
 import redis.asyncio
 import redis.cluster
+import redis.exceptions
 
 import echomq
 from echomq import commands as cmd
-from echomq import spans
+from echomq import listings, spans
 from echomq.aio import AsyncQueue
 from echomq.metrics import Histogram, Metrics, plus, total
 from echomq.partitions import route
+from echomq.routing import Router
 from conftest import Cluster, Server
 from test_partitioned import drain, owner_of
 
@@ -39,26 +41,54 @@ def ids_routing(width: int, partitions: Set[int], count: int) -> List[str]:
     return found
 
 
-def walk(page: Any, key: str, width: int) -> Tuple[List[str], List[Tuple[str, int]]]:
-    """Every page of a walk from ``"0"`` (`page(cursor)` one page): each item's `key`, in the
-    order seen, and each page's cursor and size. Every page but the last holds something, and
-    comes from one partition, the one its cursor's index names."""
+def walk(
+    page: Any, key: str, width: int, expected: Sequence[str]
+) -> Tuple[List[str], List[Tuple[str, int]]]:
+    """Every page of a walk from ``"0"`` (`page(cursor)` one page) over a queue of `width`
+    partitions that lists `expected` (each item's `key`): the keys in the order seen, and each
+    page's cursor and size. Each item comes once. Each page comes from one partition: the one
+    the cursor named before the call (0 for ``"0"``), or a later one only when every partition
+    from the one named up to it had nothing left to list (a partition that ends empty is
+    passed within the call). The cursor after it names that partition while its listing goes
+    on (its inner cursor not ``"0"``), the next one's start (``"<index + 1>:0"``) once it has
+    nothing left, and ``"0"`` after the last; a page is empty only at the end."""
+    left = {k: route(width, k) for k in expected}  # what is not seen yet, and its partition
+    assert len(left) == len(expected)
     seen: List[str] = []
     pages: List[Tuple[str, int]] = []
     cursor = "0"
     while True:
+        parts = CURSOR.match(cursor)
+        named = 0 if cursor == "0" else int(parts.group(1)) if parts else -1
+        assert named >= 0, cursor
         cursor, found = page(cursor)
+        keys = [str(one[key]) for one in found]
         pages.append((cursor, len(found)))
-        seen += [one[key] for one in found]
+        if not found:
+            assert cursor == "0", f"an empty page before the end: {pages}"
+            assert not [k for k, p in left.items() if p >= named], ("missed", left, pages)
+            break
+        came = {route(width, k) for k in keys}
+        assert len(came) == 1, (pages, came)
+        (source,) = came
+        assert source >= named, (pages, source)
+        assert not [k for k, p in left.items() if named <= p < source], ("passed over", pages)
+        for k in keys:
+            assert left.pop(k, None) == source, ("not listed, or twice", k, pages)
+        seen += keys
+        done = not [k for k, p in left.items() if p == source]
         if cursor == "0":
-            return seen, pages
-        assert found, f"an empty page before the end: {pages}"
+            assert source == width - 1 and done, (pages, left)
+            break
         parts = CURSOR.match(cursor)
         assert parts is not None, cursor
-        index = int(parts.group(1))
-        # The page came from partition `index`, or from the one before when that one ended.
-        routes = {route(width, one[key]) for one in found}
-        assert len(routes) == 1 and routes <= {index, index - 1}, (cursor, routes)
+        index, inner = int(parts.group(1)), parts.group(2)
+        if inner == "0":
+            assert index == source + 1 and done, (pages, left)
+        else:
+            assert index == source, (pages, source)
+    assert not left, ("never listed", left)
+    return seen, pages
 
 
 def crons_of(client: Any, queue: str) -> List[str]:
@@ -93,6 +123,55 @@ def test_a_schedule_is_kept_by_the_partition_its_name_routes_to(server: Server) 
     assert [one["name"] for one in echomq.Queue(client, first).crons()] == held[first]
 
 
+def test_a_schedule_set_through_a_width_learned_before_the_span_is_routed(server: Server) -> None:
+    client = server.client()
+    early = echomq.Queue(client, "respanned")
+    assert early.width() == 0, "learned: an ordinary queue"
+    echomq.Queue(client, "respanned").span(4)
+    # Sent to the queue's own name, refused (EMQSPANNED 4), and sent again where it routes.
+    names = [f"tick-{n}" for n in range(6)]
+    for n in names:
+        assert early.cron(n, b"t", every=60) > 0
+    assert early.router.width == 4
+    partitions = spans.names("respanned", 4)
+    for n in names:
+        assert n in crons_of(client, partitions[route(4, n)]), n
+    assert crons_of(client, "respanned") == []
+
+    async def main() -> None:
+        aclient = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        try:
+            q = AsyncQueue(aclient, "respanned")
+            q.router.learn(0)  # as a handle that read the width before the span
+            assert await q.cron("async-tick", b"t", every=60) > 0
+        finally:
+            await aclient.aclose()
+
+    asyncio.run(main())
+    assert "async-tick" in crons_of(client, partitions[route(4, "async-tick")])
+
+
+def test_a_schedule_s_arguments_are_checked_before_anything_is_sent(server: Server) -> None:
+    counted = Counted(server.client())
+    q = echomq.Queue(counted, "checked")  # its width not known: not even that is read
+    with pytest.raises(ValueError, match="spec or every"):
+        q.cron("neither", b"x")
+    with pytest.raises(ValueError, match="spec or every"):
+        q.cron("both", b"x", spec="* * * * *", every=60)
+    with pytest.raises(TypeError, match="payload"):
+        q.cron("unencodable", 42, every=60)
+    with pytest.raises(TypeError):
+        echomq.Queue(counted, "checked", serializer=echomq.Json()).cron("json", {1, 2}, every=60)
+
+    async def main() -> None:
+        aq = AsyncQueue(counted, "checked")  # nothing is awaited before the check
+        with pytest.raises(ValueError, match="spec or every"):
+            await aq.cron("neither", b"x")
+
+    asyncio.run(main())
+    assert counted.sent == 0 and q.router.width is None
+
+
 # ---- listing ----
 
 
@@ -107,7 +186,7 @@ def test_a_jobs_walk_visits_each_job_once_and_passes_over_empty_partitions(
     for job_id in every:
         q.enqueue(b"job", id=job_id)
     assert [s["pending"] for s in q.partition_stats().values()][1::2] == [0, 0]
-    seen, pages = walk(lambda c: q.jobs("pending", c, count=7), "id", 4)
+    seen, pages = walk(lambda c: q.jobs("pending", c, count=7), "id", 4, every)
     assert sorted(seen) == sorted(every) and len(seen) == 60, "each job once"
     assert pages[-1] == ("0", 0), "the last partition is empty: the walk ends with nothing"
     assert all(size > 0 for _, size in pages[:-1]), pages
@@ -131,13 +210,113 @@ def test_a_groups_walk_visits_each_group_once(server: Server) -> None:
     for n, g in enumerate(groups):
         for _ in range(1 + n % 3):
             q.enqueue(b"work", group=g)
-    seen, pages = walk(lambda c: q.groups(c, count=7), "group", 4)
+    seen, pages = walk(lambda c: q.groups(c, count=7), "group", 4, groups)
     assert sorted(seen) == sorted(groups) and len(seen) == len(groups)
     assert pages[-1][0] == "0"
     assert all(size > 0 for _, size in pages[:-1])
     # Each partition's groups come together, one partition after the other.
     order = [route(4, g) for g in seen]
     assert order == sorted(order)
+
+
+def answered(course: Any, replies: List[Any]) -> Tuple[List[List[Any]], Any]:
+    """`course` run with `replies`, one a command in turn: the commands it sent, and what it
+    ended with."""
+    sent: List[List[Any]] = []
+    reply: Any = None
+    while True:
+        try:
+            _, args = course.send(reply)
+        except StopIteration as end:
+            assert len(sent) == len(replies), ("replies left", sent)
+            return sent, end.value
+        sent.append(args)
+        reply = replies[len(sent) - 1]
+
+
+def test_a_walk_passes_over_empty_partitions_within_one_call() -> None:
+    router = Router("w")
+    router.learn(2)  # stale: a walk's start reads the width afresh
+    p = spans.names("w", 5)
+
+    def page(cursor: str, replies: List[Any]) -> Tuple[List[List[Any]], Any]:
+        return answered(listings.walk(
+            router, cursor, lambda queue, at: ["LIST", queue, at],
+            lambda reply: (reply[0], [{"k": k} for k in reply[1]]),
+        ), replies)
+
+    # Partition 0 holds nothing: the first page is partition 1's.
+    sent, out = page("0", [["width", 5], ["0", []], ["c1", ["a", "b"]]])
+    assert sent == [["EMQ.WIDTH", "w"], ["LIST", p[0], "0"], ["LIST", p[1], "0"]]
+    assert out == ("1:c1", [{"k": "a"}, {"k": "b"}]) and router.width == 5
+    # Partition 1 ends with something: the next cursor is partition 2's start.
+    sent, out = page("1:c1", [["0", ["c"]]])
+    assert (sent, out) == ([["LIST", p[1], "c1"]], ("2:0", [{"k": "c"}])), "no width read"
+    # Partitions 2 and 3 hold nothing, one after the other: the page is partition 4's.
+    sent, out = page("2:0", [["0", []], ["0", []], ["c4", ["d"]]])
+    assert sent == [["LIST", p[2], "0"], ["LIST", p[3], "0"], ["LIST", p[4], "0"]]
+    assert out == ("4:c4", [{"k": "d"}])
+    # The last partition ends empty: the walk ends, with nothing.
+    assert page("4:c4", [["0", []]]) == ([["LIST", p[4], "c4"]], ("0", []))
+    # Two empty partitions at the end: passed within the call, to the walk's end.
+    sent, out = page("2:0", [["0", []], ["0", []], ["0", []]])
+    assert [args[1] for args in sent] == p[2:] and out == ("0", [])
+    # The last partition ends with something: "0", with it.
+    assert page("4:0", [["0", ["e"]]])[1] == ("0", [{"k": "e"}])
+    # Every partition empty.
+    sent, out = page("0", [["width", 5]] + [["0", []]] * 5)
+    assert [args[1] for args in sent[1:]] == p and out == ("0", [])
+    # A cursor past the width known: refused before anything is sent.
+    with pytest.raises(ValueError, match="no cursor"):
+        page("5:0", [])
+    # An ordinary queue's (width 0 read at the start): its own pages and cursors.
+    sent, out = page("0", [["width", 0], ["0:JOBx", ["a"]]])
+    assert (sent, out) == ([["EMQ.WIDTH", "w"], ["LIST", "w", "0"]], ("0:JOBx", [{"k": "a"}]))
+    assert page("0:JOBx", [["0", ["b"]]]) == ([["LIST", "w", "0:JOBx"]], ("0", [{"k": "b"}]))
+
+
+def test_a_stale_width_is_read_afresh_by_crons_uncron_and_a_walk_s_start(server: Server) -> None:
+    client = server.client()
+    admin = echomq.Queue(client, "rewidth")
+    admin.span(4)
+    stale = [echomq.Queue(client, "rewidth") for _ in range(4)]
+    assert all(q.width() == 4 for q in stale)
+    assert admin.unspan() is True and admin.span(2) is True, "drained, spanned again over 2"
+    names = [f"rw-{n}" for n in range(8)]
+    for n in names:
+        admin.cron(n, b"r", every=60)
+    every = admin.enqueue_many(b"x" for _ in range(20))
+    groups = [f"rg-{n}" for n in range(6)]
+    for g in groups:
+        admin.enqueue(b"g", group=g)
+    old, new = spans.names("rewidth", 4), spans.names("rewidth", 2)
+    assert any(old[route(4, n)] != new[route(2, n)] for n in names), "the old width misroutes"
+
+    crons, uncron, jobs, grouped = stale
+    assert [one["name"] for one in crons.crons()] == names and crons.router.width == 2
+    assert [uncron.uncron(n) for n in names] == [True] * len(names)
+    assert crons.crons() == []
+    assert sorted(walk(lambda c: jobs.jobs("pending", c, count=6), "id", 2, every)[0]) == sorted(
+        every
+    )
+    assert sorted(walk(lambda c: grouped.groups(c, count=4), "group", 2, groups)[0]) == groups
+
+    async def main() -> None:
+        aclient = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        try:
+            q = AsyncQueue(aclient, "rewidth")
+            q.router.learn(4)  # as a handle that read the width before the queue changed
+            assert await q.cron("async-rw", b"r", every=60) > 0
+            q.router.learn(4)
+            assert [one["name"] for one in await q.crons()] == ["async-rw"]
+            q.router.learn(4)
+            assert await q.uncron("async-rw") is True
+            q.router.learn(4)
+            assert (await q.jobs("pending"))[1], "read afresh: partition 0 of 2"
+        finally:
+            await aclient.aclose()
+
+    asyncio.run(main())
 
 
 def test_an_ordinary_queue_pages_with_the_server_s_own_cursors(server: Server) -> None:
@@ -155,6 +334,69 @@ def test_an_ordinary_queue_pages_with_the_server_s_own_cursors(server: Server) -
     assert q.cron("tick", b"t", every=3600) > 0 and crons_of(client, "plain") == ["tick"]
     assert [one["name"] for one in q.crons()] == ["tick"]
     assert q.metrics().events["enqueued"] == 6
+
+
+def an_ordinary_queue_s_calls(q: echomq.Queue) -> None:
+    """jobs, groups, cron, crons, uncron, metrics and stats of the ordinary queue ``plain``
+    through `q`, whatever width reads it cannot make."""
+    every = q.enqueue_many(b"%d" % n for n in range(3))
+    q.enqueue(b"g", group="only")
+    cursor, page = q.jobs("pending", "0", count=2)
+    assert cursor.startswith("0:JOB") and [j["id"] for j in page] == every[:2]
+    assert q.jobs("pending", cursor, count=10) == ("0", q.jobs("pending", "0")[1][2:])
+    assert [g["group"] for g in q.groups()[1]] == ["only"]
+    assert q.cron("tick", b"t", every=3600) > 0
+    assert [one["name"] for one in q.crons()] == ["tick"]
+    assert q.uncron("tick") is True and q.crons() == []
+    assert q.metrics().events["enqueued"] == 4
+    assert q.stats()["pending"] == 4
+
+
+def test_a_user_not_allowed_emq_width_uses_an_ordinary_queue_as_before(server: Server) -> None:
+    server.cmd("ACL", "SETUSER", "nowidth", "on", ">pw", "+@all", "-emq.width", "~*")
+    limited: Any = redis.Redis(host="127.0.0.1", port=server.port, username="nowidth",
+                               password="pw")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        limited.execute_command("EMQ.WIDTH", "plain")
+    an_ordinary_queue_s_calls(echomq.Queue(limited, "plain"))
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(
+            host="127.0.0.1", port=server.port, username="nowidth", password="pw"
+        )
+        try:
+            q = AsyncQueue(client, "plain")
+            cursor, page = await q.jobs("pending")
+            assert cursor == "0" and len(page) == 3, "the default group's"
+            assert await q.cron("tock", b"t", every=60) > 0
+            assert [one["name"] for one in await q.crons()] == ["tock"]
+            assert (await q.metrics()).events["enqueued"] == 4
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+class NoWidth:
+    """A client whose server has no ``EMQ.WIDTH`` (an unknown command), or refuses it with
+    `error`."""
+
+    def __init__(self, client: Any, error: str = "unknown command 'EMQ.WIDTH'") -> None:
+        self.client, self.error = client, error
+
+    def execute_command(self, *args: Any) -> Any:
+        if args[0] == "EMQ.WIDTH":
+            raise redis.exceptions.ResponseError(self.error)
+        return self.client.execute_command(*args)
+
+
+def test_a_server_without_emq_width_has_ordinary_queues_only(server: Server) -> None:
+    an_ordinary_queue_s_calls(echomq.Queue(NoWidth(server.client()), "plain"))
+    # Any other failure of the read is raised.
+    q = echomq.Queue(NoWidth(server.client(), "ERR something else"), "plain")
+    with pytest.raises(redis.exceptions.ResponseError, match="something else"):
+        q.crons()
+    assert not spans.untold(redis.exceptions.ConnectionError("unknown command"))
 
 
 class Counted:
@@ -199,15 +441,27 @@ def test_the_metrics_of_partitions_add_up() -> None:
     assert plus(a, b) == Histogram(5, 100, [(10, 1), (50, 5), (None, 5)])
     assert plus(a, other) == other and plus(other, a) == other, "unlike buckets: the larger"
     one = Metrics({"acked": 2, "claimed": 3}, a, {"acked": a}, a, None, True)
-    two = Metrics({"acked": 3, "dead": 1}, b, {"acked": b, "dead": b}, b, 40, False)
+    two = Metrics({"acked": 3, "dead": 1}, b, {"acked": b, "dead": b}, b, 40, True)
     three = Metrics({}, Histogram(), {}, Histogram(), 25, True)
     found = total([one, two])
     assert found.events == {"acked": 5, "claimed": 3, "dead": 1}
     assert found.run == {"acked": plus(a, b), "dead": b}
     assert (found.wait, found.end_to_end) == (plus(a, b), plus(a, b))
-    assert (found.oldest_pending_ms, found.enabled) == (40, True), "the oldest; the first's"
-    assert total([one, three]).oldest_pending_ms == 25
+    assert (found.oldest_pending_ms, found.enabled) == (40, True)
+    assert total([one, three]).oldest_pending_ms == 25, "one partition's age, the only one"
     assert total([one]) is one
+
+
+def test_the_oldest_pending_age_of_partitions_is_the_greatest_and_enabled_needs_every_one() -> None:
+    young = Metrics(oldest_pending_ms=25)
+    old = Metrics(oldest_pending_ms=40)
+    assert total([young, old]).oldest_pending_ms == 40, "the greatest: a sum would be 65"
+    assert total([old, young, Metrics()]).oldest_pending_ms == 40
+    assert total([Metrics(), Metrics()]).oldest_pending_ms is None, "nothing pending in any"
+    off = Metrics(enabled=False)
+    assert total([young, old]).enabled is True
+    assert total([young, off]).enabled is False, "one partition not keeping metrics"
+    assert total([off, young]).enabled is False, "whichever it is"
 
 
 @pytest.mark.cluster
@@ -226,7 +480,7 @@ def test_a_queue_over_every_primary_lists_schedules_walks_and_adds_its_metrics(
         assert f"nightly-{n}" in crons_of(client, partitions[route(12, f"nightly-{n}")])
 
     every = q.enqueue_many(b"%d" % n for n in range(60))
-    seen, pages = walk(lambda c: q.jobs("pending", c, count=7), "id", 12)
+    seen, pages = walk(lambda c: q.jobs("pending", c, count=7), "id", 12, every)
     assert sorted(seen) == sorted(every) and len(seen) == 60
     assert pages[-1][0] == "0" and all(size > 0 for _, size in pages[:-1])
 

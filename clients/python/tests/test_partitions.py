@@ -1,12 +1,13 @@
 """The client names and routes a partitioned queue's partitions as the module does: every line
 of testing/vectors/partitions.tsv (queue, width, id or group, partition, name, slot) and of
-shares.tsv (width, index, first slot, the slot past the last)."""
+shares.tsv (width, index, first slot, the slot past the last). A name is found once and kept."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from echomq.partitions import MAX_NAME_LEN, name, route, share
+from echomq import routing, spans
+from echomq.partitions import MAX_NAME_LEN, _named, name, route, share
 from echomq.slots import slot
 
 VECTORS = Path(__file__).resolve().parents[3] / "testing" / "vectors"
@@ -42,3 +43,20 @@ def test_a_name_that_is_no_queue_name_or_a_width_out_of_range_has_no_partition()
     assert name("q", 0, 0) is None
     assert name("q", 0, 1025) is None
     assert name("q", 3, 3) is None
+
+
+def test_a_queue_s_partition_names_are_found_once_and_kept() -> None:
+    first = spans.names("kept-names", 1024)
+    before = _named.cache_info()
+    assert spans.names("kept-names", 1024) == first
+    router = routing.Router("kept-names")
+    router.learn(1024)
+    assert router.partitions() == first
+    assert router.of("some-group") == first[route(1024, "some-group")]
+    after = _named.cache_info()
+    assert after.misses == before.misses, "looked up, not found again"
+    assert after.hits == before.hits + 2 * 1024 + 1
+    # Kept by value: an index or width that is no int has none, whatever an int's is.
+    assert name("q", 1, 4) is not None
+    assert name("q", 1.0, 4) is None  # type: ignore[arg-type]
+    assert name("q", True, 4) is None

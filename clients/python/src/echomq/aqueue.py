@@ -17,9 +17,7 @@ from .flows import (
     Children, Node, NodeLike, Parent, ParentLike, batched, chained, minted, parents_of, steps,
 )
 from .metrics import Metrics
-from .metrics import command as metrics_command
-from .metrics import parse as parse_metrics
-from .metrics import total as total_metrics
+from .metrics import read as read_metrics
 from .queue import CHUNK, RAW, Settings
 
 T = TypeVar("T")
@@ -207,12 +205,12 @@ class AsyncQueue(Settings):
         return {t: cmd.counts(await self._send(cmd.stats(t))) for t in targets}
 
     async def _width_known(self) -> int:
-        return await self.width() if self.router.width is None else self.router.width
+        """``Queue._width_known``, awaited."""
+        return await self._course(routing.known_width(self.router))
 
     async def _each(self, build: Callable[[str], List[Any]]) -> List[Any]:
         """``Queue._each``, awaited."""
-        targets = self.router.partitions() if await self._width_known() else [self.name]
-        return [await self._send(build(t)) for t in targets]
+        return await self._course(routing.each(self.router, build))
 
     # ---- looking ----
 
@@ -224,8 +222,9 @@ class AsyncQueue(Settings):
         return {**spans.totals(list(each.values())), "partitions": len(each)}
 
     async def metrics(self) -> Metrics:
-        """``Queue.metrics``, awaited: a partitioned queue's partitions' added up."""
-        return total_metrics([parse_metrics(r) for r in await self._each(metrics_command)])
+        """``Queue.metrics``, awaited: a partitioned queue's partitions' added up, over the width
+        known."""
+        return await self._course(read_metrics(self.router))
 
     async def job(self, job_id: str) -> Optional[Dict[str, Any]]:
         return cmd.row(await self._send(cmd.job(await self.partition(job_id), job_id)))
@@ -234,18 +233,16 @@ class AsyncQueue(Settings):
         self, set_name: str, cursor: str = "0", count: Optional[int] = None, payloads: bool = False
     ) -> Tuple[str, List[Dict[str, Any]]]:
         """``Queue.jobs``, awaited: a partitioned queue's paged one partition after the other."""
-        await self._width_known()
         return await self._course(listings.jobs(self.router, set_name, cursor, count, payloads))
 
     async def crons(self) -> List[Dict[str, Any]]:
         """``Queue.crons``, awaited: a partitioned queue's, every partition's together."""
-        return listings.schedules(await self._each(cmd.crons))
+        return await self._course(listings.crons(self.router))
 
     async def groups(
         self, cursor: str = "0", count: Optional[int] = None
     ) -> Tuple[str, List[Dict[str, Any]]]:
         """``Queue.groups``, awaited: a partitioned queue's paged as ``jobs``'."""
-        await self._width_known()
         return await self._course(listings.groups(self.router, cursor, count))
 
     async def children(self, job_id: str) -> Children:
@@ -335,12 +332,11 @@ class AsyncQueue(Settings):
         self, name: str, payload: Any, spec: Optional[str] = None,
         every: Optional[float] = None, priority: Optional[int] = None,
     ) -> int:
-        """``Queue.cron``, awaited: a partitioned queue's kept by the partition its name routes
-        to."""
-        args = cmd.cron(await self.partition(name), self.serializer, name, payload, spec, every,
-                        priority)
-        return cmd.count(await self._send(args))
+        """``Queue.cron``, awaited: checked before anything is sent, a partitioned queue's kept
+        by the partition its name routes to."""
+        args = cmd.cron(self.name, self.serializer, name, payload, spec, every, priority)
+        return cmd.count(await self._course(listings.cron(self.router, name, args)))
 
     async def uncron(self, name: str) -> bool:
-        """``Queue.uncron``, awaited."""
-        return cmd.flag(await self._send(cmd.uncron(await self.partition(name), name)))
+        """``Queue.uncron``, awaited: over the width read afresh."""
+        return cmd.flag(await self._course(listings.uncron(self.router, name)))

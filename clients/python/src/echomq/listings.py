@@ -1,8 +1,9 @@
-"""A partitioned queue's listings as one queue's (docs/cluster.md, "What holds across
-partitions"): ``EMQ.JOBS`` and ``EMQ.GROUPS`` paged with a cursor that walks the partitions in
-turn, and every partition's schedules (``EMQ.CRONS``) together. An ordinary queue's (width 0)
-are its own, with the server's cursors as they are. Pure: ``Queue`` and ``AsyncQueue`` send
-what these ask (``routing.Course``)."""
+"""A partitioned queue's listings and schedules as one queue's (docs/cluster.md, "What holds
+across partitions"): ``EMQ.JOBS`` and ``EMQ.GROUPS`` paged with a cursor that walks the
+partitions in turn, every partition's schedules (``EMQ.CRONS``) together, and a schedule set
+(``EMQ.CRON``) or removed (``EMQ.UNCRON``) in the partition its name routes to. An ordinary
+queue's (width 0) are its own, with the server's cursors as they are. Pure: ``Queue`` and
+``AsyncQueue`` send what these ask (``routing.Course``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import commands as cmd
 from .partitions import name
-from .routing import SEND, Course, Router
+from .routing import SEND, Course, Router, each, known_width, read_width, routed
 
 #: A page of a listing: the next cursor (``"0"`` at the end) and what it holds.
 Page = Tuple[str, List[Dict[str, Any]]]
@@ -20,7 +21,8 @@ def position(cursor: str, width: int) -> Tuple[int, str]:
     """A partitioned queue's cursor as ``(partition, the server's cursor in it)``: ``"0"``
     starts at partition 0; any other is ``"<index>:<inner>"``, as ``walk`` returns it, `index`
     a partition of `width` (written without a sign or leading zeros) and `inner` not empty.
-    ``ValueError`` for any other."""
+    ``ValueError`` for any other. Of `inner`, only that it is there is checked here: the
+    server checks the rest (``EmqCursorError``)."""
     if cursor == "0":
         return 0, "0"
     index, colon, inner = cursor.partition(":")
@@ -36,16 +38,22 @@ def walk(
     parse: Callable[[Any], Page],
 ) -> Course[Page]:
     """One page of a listing (`build` its command to a queue after a server's cursor, `parse`
-    its reply). An ordinary queue's (``router.width`` 0) is its own page and cursor. A
-    partitioned queue's comes from one partition, ``"<index>:<inner>"`` the cursor after it:
-    when a partition's page ends its listing (the server's cursor ``"0"``), the next cursor is
-    the next partition's start (``"<index + 1>:0"``), and ``"0"`` after the last; a page that
-    ends its partition with nothing in it goes on to the next partition at once, so a page is
-    empty only where the walk ends. The cursor is checked (``position``) before anything is
-    sent."""
-    width = router.width or 0
+    its reply). An ordinary queue's (width 0) is its own page and cursor. A partitioned
+    queue's comes from one partition, ``"<index>:<inner>"`` the cursor after it: when a
+    partition's page ends its listing (the server's cursor ``"0"``), the next cursor is the
+    next partition's start (``"<index + 1>:0"``), and ``"0"`` after the last; a page that ends
+    its partition with nothing in it goes on to the next partition at once, so a page is empty
+    only where the walk ends.
+
+    A walk's start (`cursor` ``"0"``) reads the width afresh (``read_width``: a handle's may be
+    stale); a later page takes the width known (``known_width``), and its cursor's
+    ``<index>:`` part is checked against it (``position``) before the page is asked for."""
+    if cursor == "0":
+        width = yield from read_width(router)
+    else:
+        width = yield from known_width(router)
     index, inner = position(cursor, width) if width else (0, cursor)
-    return _walk(router.queue, width, index, inner, build, parse)
+    return (yield from _walk(router.queue, width, index, inner, build, parse))
 
 
 def _walk(
@@ -86,6 +94,29 @@ def groups(router: Router, cursor: str, count: Optional[int]) -> Course[Page]:
     return walk(
         router, cursor, lambda queue, at: cmd.groups(queue, at, count), cmd.groups_page
     )
+
+
+def cron(router: Router, schedule: str, args: List[Any]) -> Course[Any]:
+    """A schedule's ``EMQ.CRON`` (`args`, built for the queue's own name: checked before
+    anything is sent, the width read included) sent to the partition its name routes to (the
+    width known, read when not known yet), and sent again where it then routes after an
+    ``EMQSPANNED`` refusal (``routing.routed``: a stale width, or 0 learned before a span)."""
+    yield from known_width(router)
+    return (yield from routed(router, schedule, args))
+
+
+def uncron(router: Router, schedule: str) -> Course[Any]:
+    """A schedule's ``EMQ.UNCRON``, to the partition its name routes to over the width read
+    afresh (``read_width``: a partition retired takes the command, and would answer that no
+    such schedule is there)."""
+    yield from read_width(router)
+    return (yield SEND, cmd.uncron(router.of(schedule), schedule))
+
+
+def crons(router: Router) -> Course[List[Dict[str, Any]]]:
+    """The queue's schedules (``schedules``), every partition's over the width read afresh
+    (``routing.each``)."""
+    return schedules((yield from each(router, cmd.crons, fresh=True)))
 
 
 def schedules(replies: Sequence[Any]) -> List[Dict[str, Any]]:

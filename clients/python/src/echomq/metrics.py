@@ -1,7 +1,7 @@
 """A queue's metrics as the server keeps them (``EMQ.METRICS``, docs/observability.md): a count
 of each event, the wait, run and end-to-end latency histograms, and the age of the first pending
-job. No I/O: ``Queue.metrics`` and ``AsyncQueue.metrics`` send the command and parse here, and
-add up a partitioned queue's partitions' (``total``)."""
+job. No I/O: ``Queue.metrics`` and ``AsyncQueue.metrics`` send what ``read`` asks, each
+partition's for a partitioned queue, added up here (``total``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from functools import reduce
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .commands import pairs, text
+from .routing import Course, Router, each
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,8 @@ def parse(reply: Any) -> Metrics:
 
 
 def plus(a: Histogram, b: Histogram) -> Histogram:
-    """Two histograms of the same buckets added up, bucket by bucket (a partitioned queue's,
-    over its partitions); where their buckets differ, the one with more counted (the console's
+    """Two histograms added up bucket by bucket (a partitioned queue's, over its partitions);
+    where their bucket bounds differ, the one with more counted is kept (the console's
     ``waits::plus``)."""
     if [le for le, _ in a.buckets] != [le for le, _ in b.buckets]:
         return a if a.count >= b.count else b
@@ -87,9 +88,10 @@ def plus(a: Histogram, b: Histogram) -> Histogram:
 
 def total(each: Sequence[Metrics]) -> Metrics:
     """A partitioned queue's metrics from its partitions' (`each`, in order; one queue's as
-    they are): the events counted and the histograms added up (``plus``), the oldest pending
-    job's wait the longest of any partition's (``None``: nothing pending in any), and
-    ``enabled`` the first partition's."""
+    they are): the events counted summed; the histograms summed bucket by bucket, where a
+    partition's bucket bounds differ the one with more counted kept (``plus``); the oldest
+    pending age the greatest of any partition's (``None``: nothing pending in any); and
+    ``enabled`` only when every partition's is."""
     if len(each) <= 1:
         return each[0] if each else Metrics()
     events: Dict[str, int] = {}
@@ -106,5 +108,11 @@ def total(each: Sequence[Metrics]) -> Metrics:
         run=run,
         end_to_end=reduce(plus, (one.end_to_end for one in each)),
         oldest_pending_ms=max(oldest) if oldest else None,
-        enabled=each[0].enabled,
+        enabled=all(one.enabled for one in each),
     )
+
+
+def read(router: Router) -> Course[Metrics]:
+    """The queue's metrics: each partition's of a partitioned queue, added up (``total``), over
+    the width known (read once, when not known yet: ``routing.each``)."""
+    return total([parse(reply) for reply in (yield from each(router, command))])

@@ -1,9 +1,11 @@
 """A partitioned queue's partitions, as the module names and routes them: partition ``i`` of
 ``n`` is the queue ``<queue>~<i>-<j>``, ``j`` the least number that puts its slot in the
 ``i``-th of ``n`` shares of the slot range; a job goes to partition FNV-1a-32(its group, else
-its id) mod ``n``. testing/vectors/ holds every client to the same. No call uses it yet."""
+its id) mod ``n``. testing/vectors/ holds every client to the same."""
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 from .slots import SLOTS, slot
 
@@ -51,7 +53,21 @@ def is_name(text: object, longest: int) -> bool:
 def name(queue: str, index: int, width: int) -> str | None:
     """The name of partition `index` of `queue`'s `width`; None for a name that is no queue
     name (1-112 bytes of printable ASCII without braces), a width out of 1-1024 or an index
-    past it."""
+    past it. Each name is found once and kept (``_named``: up to ``NAMES_KEPT``), so every
+    call after the first on a queue's partitions is a look-up."""
+    if not isinstance(queue, str) or type(index) is not int or type(width) is not int:
+        return None
+    return _named(queue, index, width)
+
+
+NAMES_KEPT = 8192
+"""Most partition names kept: every partition of eight queues of 1,024."""
+
+
+@lru_cache(maxsize=NAMES_KEPT)
+def _named(queue: str, index: int, width: int) -> str | None:
+    """``name``, found: the least ``j`` whose name's slot is in the partition's share (a
+    thousand partitions take about a second)."""
     if not is_name(queue, MAX_NAME_LEN):
         return None
     bounds = share(index, width)

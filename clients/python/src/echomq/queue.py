@@ -17,9 +17,7 @@ from ._replicas import moved, pipelined, refresh, wait_settings
 from ._retry import backoff, retry_after
 from .cancel import cancel as cancelling
 from .metrics import Metrics
-from .metrics import command as metrics_command
-from .metrics import parse as parse_metrics
-from .metrics import total as total_metrics
+from .metrics import read as read_metrics
 from .flows import (
     Children, Node, NodeLike, Parent, ParentLike, batched, chained, minted, parents_of, steps,
 )
@@ -97,8 +95,11 @@ class Queue(Settings):
     a call on one job (``job``, ``cancel``, ``requeue``, ``children``) or one group to the
     partition its id or group routes to, a schedule (``cron``, ``uncron``) to the one its
     name routes to, and ``stats``, ``metrics``, ``crons``, ``limit``, ``pause``, ``resume``,
-    ``purge`` and ``requeue_dead`` act on every partition (the width read once, when not
-    known yet). ``jobs`` and ``groups`` page through the partitions in turn."""
+    ``purge`` and ``requeue_dead`` act on every partition. ``jobs`` and ``groups`` page
+    through the partitions in turn. The width is the one known (``EMQ.WIDTH`` read once, when
+    not known yet), read afresh by ``uncron``, ``crons`` and a walk's start (cursor ``"0"``);
+    a user the server will not tell it (no ``+emq.width``: ``NOPERM``) has ordinary queues
+    only."""
 
     def call(self, command: str, *args: Any) -> Any:
         """``command <queue> args...``, retried while the failure is transient; a refusal as
@@ -334,14 +335,14 @@ class Queue(Settings):
         return {t: cmd.counts(self._send(cmd.stats(t))) for t in targets}
 
     def _width_known(self) -> int:
-        """The queue's width, read (``EMQ.WIDTH``) when not known yet."""
-        return self.width() if self.router.width is None else self.router.width
+        """The queue's width, read (``EMQ.WIDTH``) when not known yet: 0 where the server will
+        not tell this user (``routing.known_width``)."""
+        return self._course(routing.known_width(self.router))
 
     def _each(self, build: Callable[[str], List[Any]]) -> List[Any]:
         """`build`'s command sent to each partition of a partitioned queue, or to the queue
-        itself: the replies, in order."""
-        targets = self.router.partitions() if self._width_known() else [self.name]
-        return [self._send(build(t)) for t in targets]
+        itself: the replies, in order (``routing.each``: the width known)."""
+        return self._course(routing.each(self.router, build))
 
     # ---- looking ----
 
@@ -359,9 +360,12 @@ class Queue(Settings):
     def metrics(self) -> Metrics:
         """The queue's metrics as the server that holds it keeps them (``EMQ.METRICS``): they
         start from zero when that server restarts or a replica takes over. A partitioned
-        queue's are its partitions' added up (``metrics.total``: the counts and histograms
-        summed, the oldest pending job's wait the longest)."""
-        return total_metrics([parse_metrics(r) for r in self._each(metrics_command)])
+        queue's are its partitions' added up (``metrics.total``: the counts summed; the
+        histograms summed bucket by bucket, where a partition's bucket bounds differ the one
+        with more counted kept; the oldest pending age the greatest; ``enabled`` only when
+        every partition's is), over the width known (read once, when not known yet; ``width``
+        reads it again)."""
+        return self._course(read_metrics(self.router))
 
     def job(self, job_id: str) -> Optional[Dict[str, Any]]:
         """A job's row, its set and its score there; ``None`` when there is no such job. (A
@@ -377,15 +381,17 @@ class Queue(Settings):
 
         A partitioned queue's page comes from one partition, each partition's set in its order,
         one partition after the other (``listings.walk``): its cursor is ``"<index>:<inner>"``,
-        ``"0"`` after the last partition, and a page is empty only at the end. A cursor that is
-        not ``"0"`` or one a page returned is a ``ValueError``, before the page is read."""
-        self._width_known()
+        ``"0"`` after the last partition, and a page is empty only at the end. A walk's start
+        (``"0"``) reads the width afresh; a later page takes the width known. A cursor whose
+        partition is not one of the queue's raises ``ValueError`` before anything is sent (but
+        the width, read when not known yet): the client checks only its ``<index>:`` part, the
+        server the rest (``EmqCursorError``)."""
         return self._course(listings.jobs(self.router, set_name, cursor, count, payloads))
 
     def crons(self) -> List[Dict[str, Any]]:
         """The queue's schedules (``EMQ.CRONS``), by name (``commands.schedules``): a
-        partitioned queue's, every partition's together."""
-        return listings.schedules(self._each(cmd.crons))
+        partitioned queue's, every partition's together, over the width read afresh."""
+        return self._course(listings.crons(self.router))
 
     def groups(
         self, cursor: str = "0", count: Optional[int] = None
@@ -395,8 +401,7 @@ class Queue(Settings):
         (``commands.groups_page``), up to ``count`` (default 100). A group whose backlog
         changes between two pages may come twice, or not at all, in one walk. A partitioned
         queue's are paged one partition after the other, as ``jobs``' (each partition's largest
-        backlog first)."""
-        self._width_known()
+        backlog first), its cursor checked alike."""
         return self._course(listings.groups(self.router, cursor, count))
 
     def children(self, job_id: str) -> Children:
@@ -521,12 +526,15 @@ class Queue(Settings):
         every: Optional[float] = None, priority: Optional[int] = None,
     ) -> int:
         """A repeating schedule: ``spec`` (a cron expression, UTC) or ``every`` seconds; its
-        next firing, unix ms. A partitioned queue's is kept by the partition its name routes
-        to (``partition``), as a job of that group is, and fires into it."""
-        args = cmd.cron(self.partition(name), self.serializer, name, payload, spec, every,
-                        priority)
-        return cmd.count(self._send(args))
+        next firing, unix ms. The arguments and the payload are checked and encoded before
+        anything is sent (``ValueError``). A partitioned queue's is kept by the partition its
+        name routes to (``partition``), as a job of that group is, and fires into it; a stale
+        width is corrected by the server's ``EMQSPANNED`` as an enqueue's is
+        (``listings.cron``)."""
+        args = cmd.cron(self.name, self.serializer, name, payload, spec, every, priority)
+        return cmd.count(self._course(listings.cron(self.router, name, args)))
 
     def uncron(self, name: str) -> bool:
-        """Removes the schedule (from the partition its name routes to); whether it was there."""
-        return cmd.flag(self._send(cmd.uncron(self.partition(name), name)))
+        """Removes the schedule (from the partition its name routes to, over the width read
+        afresh); whether it was there."""
+        return cmd.flag(self._course(listings.uncron(self.router, name)))

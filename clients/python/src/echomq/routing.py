@@ -3,7 +3,8 @@ keeps the width its queue is known to have (unknown at first, sent to as an ordi
 so an ordinary queue's enqueue pays nothing), learns it from an ``EMQSPANNED <n>`` refusal, and
 routes a job by its group, else its id. ``enqueue_many`` is a batch's course: the jobs split by
 partition, one ``EMQ.MENQUEUE`` (chunked) each; ``enqueue`` is one job's, its parents' partitions
-found first (``resolve``). Pure: ``Queue`` and ``AsyncQueue`` send."""
+found first (``resolve``). ``read_width`` reads the width (0 for a user the server will not
+tell), ``each`` sends a command to every partition. Pure: ``Queue`` and ``AsyncQueue`` send."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from . import commands as cmd
 from .errors import EmqParentError, EmqSpannedError
 from .flows import Parent
 from .partitions import name, route
-from .spans import names, width, width_command
+from .spans import names, untold, width, width_command
 
 #: Most times one call routes its jobs again after an ``EMQSPANNED`` refusal (a width learned,
 #: then a stale one corrected); the next refusal is raised.
@@ -37,15 +38,14 @@ class Router:
     def __init__(self, queue: str) -> None:
         self.queue = queue
         self.width: Optional[int] = None
-        self._names: Dict[int, str] = {}
 
     def learn(self, width: int) -> None:
         """Takes `width` as the queue's."""
-        if width != self.width:
-            self.width, self._names = width, {}
+        self.width = width
 
     def partitions(self) -> List[str]:
-        """Every partition, in order (none for an ordinary queue)."""
+        """Every partition, in order (none for an ordinary queue; each name found once:
+        ``partitions.name``)."""
         return names(self.queue, self.width or 0)
 
     def of(self, key: str) -> str:
@@ -53,13 +53,10 @@ class Router:
         queue itself while it is not known to be partitioned."""
         if not self.width:
             return self.queue
-        index = route(self.width, key)
-        if index not in self._names:
-            found = name(self.queue, index, self.width)
-            if found is None:
-                raise ValueError(f"{self.queue!r} has no partitions of width {self.width}")
-            self._names[index] = found
-        return self._names[index]
+        found = name(self.queue, route(self.width, key), self.width)
+        if found is None:
+            raise ValueError(f"{self.queue!r} has no partitions of width {self.width}")
+        return found
 
     def refused(self, error: EmqSpannedError, reroutes: int) -> bool:
         """Learns the width an ``EMQSPANNED`` refusal names; whether to route and send again:
@@ -144,6 +141,54 @@ T = TypeVar("T")
 Course = Generator[Step, Any, T]
 
 
+def read_width(router: Router) -> Course[int]:
+    """The queue's width read afresh (``EMQ.WIDTH``, ``spans.width``) and learned; 0 where the
+    server will not tell (``spans.untold``: a user without ``+emq.width`` has ordinary queues
+    only)."""
+    try:
+        found = width((yield SEND, width_command(router.queue)))
+    except Exception as e:  # what the sender failed with: any other is raised
+        if not untold(e):
+            raise
+        found = 0
+    router.learn(found)
+    return found
+
+
+def known_width(router: Router) -> Course[int]:
+    """The width the router knows, read (``read_width``) when it knows none yet."""
+    if router.width is None:
+        return (yield from read_width(router))
+    return router.width
+
+
+def each(
+    router: Router, build: Callable[[str], List[Any]], fresh: bool = False
+) -> Course[List[Any]]:
+    """`build`'s command sent to each partition of a partitioned queue, in order, or to the
+    queue itself: the replies. The width is the one known (``known_width``), or with `fresh`
+    read afresh (``read_width``)."""
+    found = (yield from read_width(router)) if fresh else (yield from known_width(router))
+    replies: List[Any] = []
+    for target in router.partitions() if found else [router.queue]:
+        replies.append((yield SEND, build(target)))
+    return replies
+
+
+def routed(router: Router, key: str, args: List[Any]) -> Course[Any]:
+    """`args`, a command to the queue (``args[1]`` its name), sent to the queue `key` routes to
+    (``Router.of``): after an ``EMQSPANNED`` refusal, sent again where it then routes, at most
+    ``MAX_REROUTES`` times (``Router.refused``, as ``enqueue``). Its reply."""
+    reroutes = 0
+    while True:
+        try:
+            return (yield SEND, [args[0], router.of(key), *args[2:]])
+        except EmqSpannedError as e:
+            if not router.refused(e, reroutes):
+                raise
+            reroutes += 1
+
+
 def resolve(
     routers: Dict[str, Router], parents: Sequence[Parent], again: bool = False
 ) -> Course[List[Parent]]:
@@ -158,7 +203,7 @@ def resolve(
     for parent in parents:
         router = routers.setdefault(parent.queue, Router(parent.queue))
         if (router.width is None or again) and parent.queue not in read:
-            router.learn(width((yield SEND, width_command(parent.queue))))
+            yield from read_width(router)
             read.add(parent.queue)
         found.append(parent._replace(queue=router.of(parent.id)))
     return found
@@ -187,7 +232,7 @@ def enqueue(
     A flow reads each queue's width once (`fresh`: read in this call already) and names each
     parent by the partition it went to (`resolved`)."""
     if parents and not fresh:
-        router.learn(width((yield SEND, width_command(router.queue))))
+        yield from read_width(router)
     above = list(parents) if resolved else (yield from resolve(routers, parents))
     reroutes, reread = 0, resolved
     while True:
@@ -201,7 +246,7 @@ def enqueue(
                 raise
             reroutes += 1
             if parents:
-                router.learn(width((yield SEND, width_command(router.queue))))
+                yield from read_width(router)
         except EmqParentError:
             # A retry of an enqueue that went through (its row is there): the parent may have
             # run since, and refuses the child it counted already.

@@ -5,9 +5,11 @@ between them. Pure: ``Queue`` and ``AsyncQueue`` send what these build."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import commands as cmd
+from .errors import kinds, refusal
 from .partitions import MAX_PARTITIONS, name
 
 #: The counts of ``EMQ.STATS`` (and ``EMQ.LIMIT``) a partitioned queue's are the sum of its
@@ -74,6 +76,20 @@ def width(reply: Any) -> int:
     partition (``of`` names its queue), which takes jobs and claims as an ordinary queue does."""
     found = cmd.pairs(reply)
     return 0 if found.get("of") is not None else int(found.get("width") or 0)
+
+
+#: How a server refuses ``EMQ.WIDTH`` to a user not allowed it, or one without the command
+#: (redis-py strips the ``ERR`` of the second).
+UNTOLD = re.compile(r"^(NOPERM|(ERR )?unknown command)", re.IGNORECASE)
+
+
+def untold(error: BaseException) -> bool:
+    """Whether `error`, an ``EMQ.WIDTH``'s, means the server will not tell this user the width:
+    a ``NOPERM`` refusal (the user lacks ``+emq.width``) or an unknown command. Such a reader
+    has ordinary queues only: the width read as 0 (as the Node client's ``knowWidth``)."""
+    return "NoPermissionError" in kinds(error) or (
+        refusal(error) and UNTOLD.match(str(error)) is not None
+    )
 
 
 def totals(each: Sequence[Dict[str, Optional[int]]]) -> Dict[str, Optional[int]]:
