@@ -420,8 +420,10 @@ export declare class Queue {
   /** The counts and limits (`EMQ.STATS`); a partitioned queue's added up over its partitions. */
   stats(): Promise<Stats>;
   /** The queue's metrics as the server that holds it keeps them (`EMQ.METRICS`); a partitioned
-   * queue's, its partitions' added up (counts and histogram buckets summed, the oldest pending
-   * wait the longest, `enabled` the first partition's). */
+   * queue's, the partitions' of the width this Queue knows (`EMQ.WIDTH` read once when it is
+   * not known) added up: each event's count summed, each histogram summed bucket by bucket
+   * (where a partition's bucket bounds differ, the one with more counted is kept), the oldest
+   * pending age the greatest, `enabled` true only when every partition's is. */
   metrics(): Promise<Metrics>;
   /** A job's row (on a partitioned queue, from the partition its id routes to: a grouped job's
    * through `queueFor(group)`, or its handle's `queue`); null for none. */

@@ -315,9 +315,11 @@ export class Queue {
 
   /**
    * The queue's metrics as the server that holds it keeps them (`EMQ.METRICS`): they start from
-   * zero when that server restarts or a replica takes over. A partitioned queue's are its
-   * partitions' added up: each event's count and each histogram's buckets summed, the oldest
-   * pending job's wait the longest, `enabled` the first partition's.
+   * zero when that server restarts or a replica takes over. A partitioned queue's are the
+   * partitions' of the width this Queue knows (`EMQ.WIDTH` asked once when it is not known)
+   * added up (`sumMetrics`): each event's count summed, each histogram summed bucket by bucket
+   * (where a partition's bucket bounds differ, the one with more counted is kept), the oldest
+   * pending job's age the greatest, `enabled` only when every partition's is.
    */
   async metrics() {
     const parts = await this.partitions();

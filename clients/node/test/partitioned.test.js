@@ -930,14 +930,18 @@ describe('a partitioned queue\'s walk and metrics, without a server', () => {
     assert.deepEqual(await walk([parts[0]], '0', read), { cursor: '0', rows: [] });
   });
 
-  test('metrics add up bucket by bucket; buckets that differ keep the histogram with more counted', () => {
+  test('metrics add up bucket by bucket; buckets that differ keep the histogram with more counted; enabled only when every partition is', () => {
     const h = (count, buckets) => ({ count, sumMs: count * 10, buckets });
     assert.deepEqual(plusHistogram(h(3, [[1, 1], [5, 3], [null, 3]]), h(2, [[1, 0], [5, 2], [null, 2]])), h(5, [[1, 1], [5, 5], [null, 5]]));
     const other = h(4, [[2, 4], [null, 4]]);
     assert.deepEqual(plusHistogram(h(3, [[1, 1], [null, 3]]), other), other);
     const m = (acked, oldest, enabled) => ({ enabled, events: { acked }, wait: h(acked, [[1, acked]]), run: { acked: h(acked, [[1, acked]]) }, endToEnd: h(acked, [[1, acked]]), oldestPendingMs: oldest });
     const sum = sumMetrics([m(1, null, true), m(2, 70, false), m(3, 30, false)]);
-    assert.deepEqual(sum, { enabled: true, events: { acked: 6 }, wait: h(6, [[1, 6]]), run: { acked: h(6, [[1, 6]]) }, endToEnd: h(6, [[1, 6]]), oldestPendingMs: 70 });
+    assert.deepEqual(sum, { enabled: false, events: { acked: 6 }, wait: h(6, [[1, 6]]), run: { acked: h(6, [[1, 6]]) }, endToEnd: h(6, [[1, 6]]), oldestPendingMs: 70 });
     assert.equal(sumMetrics([m(1, null, true), m(1, null, true)]).oldestPendingMs, null);
+    // Enabled only when every partition is, whichever comes first.
+    assert.equal(sumMetrics([m(1, null, true), m(1, null, true)]).enabled, true);
+    assert.equal(sumMetrics([m(1, null, true), m(1, null, false)]).enabled, false);
+    assert.equal(sumMetrics([m(1, null, false), m(1, null, true)]).enabled, false);
   });
 });
