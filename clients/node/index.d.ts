@@ -480,7 +480,7 @@ export declare class Queue {
   cron(name: string, payload: Payload, options: { spec: string; priority?: number } | { every: number; priority?: number }): Promise<number>;
   /** Removes a schedule (a partitioned queue's, from its name's partition); whether there was one. */
   uncron(name: string): Promise<boolean>;
-  /** Every schedule, by name (a partitioned queue's: every partition's). */
+  /** Every schedule, by name (its UTF-8 bytes; a partitioned queue's: every partition's). */
   crons(): Promise<Cron[]>;
   enableEvents(options?: { maxlen?: number }): Promise<boolean>;
   disableEvents(): Promise<boolean>;

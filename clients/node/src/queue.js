@@ -618,13 +618,15 @@ export class Queue {
     return (await (await this.locate(name)).call('EMQ.UNCRON', name)) === 1;
   }
 
-  /** Every schedule of the queue, by name (`EMQ.CRONS`; a partitioned queue's, every
-   * partition's). */
+  /** Every schedule of the queue, by name, its UTF-8 bytes (`EMQ.CRONS`; a partitioned
+   * queue's, every partition's). */
   async crons() {
     const parts = await this.partitions();
     if (parts.length > 0) {
       const all = (await Promise.all(parts.map((p) => p.crons()))).flat();
-      return all.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+      // By the names' UTF-8 bytes, as the server orders one queue's (and the other clients
+      // theirs), not by UTF-16 code units as `<` compares strings.
+      return all.sort((a, b) => Buffer.compare(Buffer.from(String(a.name)), Buffer.from(String(b.name))));
     }
     const reply = await this.send(['EMQ.CRONS', this.name], true);
     return reply.map(pairs);

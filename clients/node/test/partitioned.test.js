@@ -451,6 +451,23 @@ describe('a partitioned queue on one server', () => {
     assert.deepEqual(await commandStats(server, 'EMQ.ENQUEUE'), { calls: 1, failed: 1 }, 'sent once');
     assert.deepEqual(await commandStats(server, 'EMQ.MENQUEUE'), { calls: 1, failed: 1 }, 'sent once');
   });
+
+  test('crons() lists a partitioned queue\'s schedules by their names\' UTF-8 bytes, the order the server gives one queue\'s', async () => {
+    // U+FFFD is EF BF BD in UTF-8, U+1F600 F0 9F 98 80: bytes put U+FFFD first, UTF-16 code
+    // units (JS `<`) the emoji's surrogate (D83D) first.
+    const names = ['\u{1F600}', '\uFFFD', 'z', 'a\u{1F600}', 'a\uFFFD'];
+    const bytes = [...names].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+    assert.deepEqual(bytes, ['a\uFFFD', 'a\u{1F600}', 'z', '\uFFFD', '\u{1F600}']);
+    assert.notDeepEqual(bytes, [...names].sort(), 'the two orders differ');
+    const q = new Queue(client, 'sorted-crons');
+    await q.span(4);
+    assert.ok(new Set(names.map((n) => route(4, n))).size > 1, 'the names route to several partitions');
+    for (const name of names) await q.cron(name, name, { every: 3_600_000 });
+    assert.deepEqual((await q.crons()).map((c) => c.name), bytes);
+    const plain = new Queue(client, 'sorted-crons-plain');
+    for (const name of names) await plain.cron(name, name, { every: 3_600_000 });
+    assert.deepEqual((await plain.crons()).map((c) => c.name), bytes, 'the server\'s order');
+  });
 });
 
 describe('a partitioned queue on a cluster', () => {
