@@ -476,7 +476,8 @@ export declare class Queue {
    * queue's: its partitions in turn, as `jobs`, the largest backlog first within each). */
   groups(options?: { cursor?: string; count?: number }): Promise<GroupsPage>;
   /** A repeating schedule; its next firing (unix ms). A partitioned queue's is kept by the
-   * partition its name routes to, and fires into it. */
+   * partition its name routes to, and fires into it; a refusal that names another width
+   * (`EMQSPANNED`) is learned and the schedule sent again, as an enqueue is. */
   cron(name: string, payload: Payload, options: { spec: string; priority?: number } | { every: number; priority?: number }): Promise<number>;
   /** Removes a schedule (a partitioned queue's, from its name's partition); whether there was one. */
   uncron(name: string): Promise<boolean>;

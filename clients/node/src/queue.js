@@ -598,7 +598,10 @@ export class Queue {
 
   /**
    * A repeating schedule: `spec` (a cron expression, UTC) or `every` ms; its next firing (unix ms).
-   * A partitioned queue's is kept by the partition its name routes to, and fires into it.
+   * A partitioned queue's is kept by the partition its name routes to, and fires into it: the
+   * width is asked once when it is not known, and a refusal that names another width
+   * (`EMQSPANNED`: a stale width, or 0 learned before the queue was spanned) is learned and the
+   * schedule sent again, at most `MAX_REROUTES` times, as an enqueue is (`routed`).
    * @param {string} name
    * @param {unknown} payload
    * @param {{spec?: string, every?: number, priority?: number}} options
@@ -607,8 +610,8 @@ export class Queue {
     if ((options.spec === undefined) === (options.every === undefined)) throw new TypeError('give spec or every');
     const when = options.spec !== undefined ? [options.spec] : ['EVERY', ms(options.every, 'every')];
     const extra = options.priority === undefined ? [] : ['PRIORITY', String(options.priority)];
-    const home = await this.locate(name);
-    return Number(await home.call('EMQ.CRON', name, ...when, encode(payload), ...extra));
+    await this.routingWidth();
+    return Number(await routed(this, name, (home) => home.call('EMQ.CRON', name, ...when, encode(payload), ...extra)));
   }
 
   /** Removes a schedule (a partitioned queue's, from the partition its name routes to);

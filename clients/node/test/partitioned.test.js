@@ -452,6 +452,38 @@ describe('a partitioned queue on one server', () => {
     assert.deepEqual(await commandStats(server, 'EMQ.MENQUEUE'), { calls: 1, failed: 1 }, 'sent once');
   });
 
+  test('a schedule set by a Queue that learned width 0 before the span, or holds a stale width, is routed once EMQSPANNED teaches the width', async () => {
+    const name = 'cron-respanned';
+    const late = new Queue(client, name);
+    assert.equal(await late.width(), 0, 'an ordinary queue when asked');
+    assert.equal(late.knownWidth, 0);
+    const admin = new Queue(client, name);
+    await admin.span(4);
+    await server.cmd('CONFIG', 'RESETSTAT');
+    assert.ok((await late.cron('nightly', 'n', { every: 3_600_000 })) > 0);
+    assert.equal(late.knownWidth, 4);
+    assert.deepEqual(await commandStats(server, 'EMQ.CRON'), { calls: 2, failed: 1 }, 'the queue\'s own name, then the partition');
+    const four = admin.partitionQueues(4);
+    assert.deepEqual((await four[route(4, 'nightly')].crons()).map((c) => c.name), ['nightly'], 'in the partition its name routes to');
+    assert.deepEqual(await late.send(['EMQ.CRONS', name], true), [], 'the queue\'s own name keeps none');
+
+    // Width 4 to 2 under `late`: the schedule's partition of 4 is retired (EMQSPANNED 0), the
+    // queue's own name answers 2.
+    const two = [0, 1].map((i) => partitionName(name, i, 2));
+    const schedule = Array.from({ length: 200 }, (_, i) => `beat${i}`).find((n) => !two.includes(partitionName(name, route(4, n), 4)));
+    assert.ok(schedule);
+    assert.equal(await four[route(4, 'nightly')].uncron('nightly'), true, 'a partition holding a schedule is not retired');
+    await admin.unspan();
+    await admin.span(2);
+    await server.cmd('CONFIG', 'RESETSTAT');
+    assert.ok((await late.cron(schedule, 'b', { every: 3_600_000 })) > 0);
+    assert.equal(late.knownWidth, 2);
+    assert.deepEqual(await commandStats(server, 'EMQ.CRON'), { calls: 3, failed: 2 }, 'the retired partition, the queue, then its partition of 2');
+    const parts = admin.partitionQueues(2);
+    assert.deepEqual((await parts[route(2, schedule)].crons()).map((c) => c.name), [schedule]);
+    assert.deepEqual((await parts[1 - route(2, schedule)].crons()).map((c) => c.name), []);
+  });
+
   test('crons() lists a partitioned queue\'s schedules by their names\' UTF-8 bytes, the order the server gives one queue\'s', async () => {
     // U+FFFD is EF BF BD in UTF-8, U+1F600 F0 9F 98 80: bytes put U+FFFD first, UTF-16 code
     // units (JS `<`) the emoji's surrogate (D83D) first.
