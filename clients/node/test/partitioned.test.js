@@ -484,6 +484,64 @@ describe('a partitioned queue on one server', () => {
     assert.deepEqual((await parts[1 - route(2, schedule)].crons()).map((c) => c.name), []);
   });
 
+  test('crons(), uncron and a walk from 0 read the width afresh: a Queue holding a stale width finds the schedules, jobs and groups of the queue spanned again', async () => {
+    const name = 'respanned-listings';
+    const admin = new Queue(client, name);
+    await admin.span(2);
+    // Queues that learned width 2, one for each call (each learns the new width).
+    const stale = await Promise.all(
+      Array.from({ length: 5 }, async () => {
+        const q = new Queue(client, name);
+        assert.equal(await q.width(), 2);
+        return q;
+      }),
+    );
+    const [lister, remover, jobsReader, groupsReader, measurer] = stale;
+    assert.ok((await lister.cron('old', 'x', { every: 3_600_000 })) > 0);
+    await lister.enqueue('old job');
+    // Drained, unspanned and spanned again over 4 by another Queue.
+    assert.equal(await admin.uncron('old'), true);
+    assert.equal(await admin.purge('pending'), 1);
+    await admin.unspan();
+    await admin.span(4);
+
+    const two = admin.partitionQueues(2).map((p) => p.name);
+    const four = admin.partitionQueues(4);
+    /** Whether `key`'s partition of 4 is none the width of 2 would look in. */
+    const moved = (key) => !two.includes(four[route(4, key)].name);
+    const names = Array.from({ length: 12 }, (_, i) => `sched-${i}`);
+    assert.ok(names.some(moved), 'a schedule in a partition the stale width does not list');
+    for (const n of names) await admin.cron(n, n, { every: 3_600_000 });
+    const ids = Array.from({ length: 20 }, () => mint());
+    assert.ok(ids.some(moved), 'a job in a partition the stale width does not walk');
+    await admin.enqueueMany(ids.map((id) => ({ id, payload: id })));
+    const groups = Array.from({ length: 8 }, (_, i) => `tenant-${i}`);
+    assert.ok(groups.some(moved), 'a group in a partition the stale width does not walk');
+    for (const group of groups) await admin.enqueue(group, { group });
+    assert.deepEqual(stale.map((q) => q.knownWidth), [2, 2, 2, 2, 2]);
+
+    assert.deepEqual((await lister.crons()).map((c) => c.name), [...names].sort());
+    assert.equal(lister.knownWidth, 4);
+    const gone = /** @type {string} */ (names.find(moved));
+    assert.equal(await remover.uncron(gone), true, 'removed from the partition of 4 its name routes to');
+    assert.equal(remover.knownWidth, 4);
+    assert.deepEqual((await four[route(4, gone)].crons()).map((c) => c.name).filter((n) => n === gone), []);
+    assert.deepEqual([...(await idsIn(jobsReader))].sort(), [...ids].sort());
+    assert.equal(jobsReader.knownWidth, 4);
+    /** @type {string[]} */
+    const seen = [];
+    let cursor = '0';
+    do {
+      const page = await groupsReader.groups({ cursor });
+      seen.push(...page.groups.map((g) => String(g.group)));
+      cursor = page.cursor;
+    } while (cursor !== '0');
+    assert.deepEqual(seen.sort(), [...groups].sort());
+    assert.equal(groupsReader.knownWidth, 4);
+    await measurer.metrics();
+    assert.equal(measurer.knownWidth, 2, 'metrics() goes by the width known');
+  });
+
   test('crons() lists a partitioned queue\'s schedules by their names\' UTF-8 bytes, the order the server gives one queue\'s', async () => {
     // U+FFFD is EF BF BD in UTF-8, U+1F600 F0 9F 98 80: bytes put U+FFFD first, UTF-16 code
     // units (JS `<`) the emoji's surrogate (D83D) first.
