@@ -431,8 +431,11 @@ export declare class Queue {
   job(id: string): Promise<JobRow | null>;
   /** One page of a set (`EMQ.JOBS`). A partitioned queue's walk takes its partitions in turn,
    * a page from one, its cursor `<partition>:<cursor there>`, and answers an empty page only at
-   * its end; a cursor no page gave is a `RangeError`, before any page is read. A walk's start
-   * (`'0'`) reads the width afresh (`EMQ.WIDTH`); its later pages go by the width known. */
+   * its end. Only the `<partition>:` part is checked by the client: a cursor whose partition
+   * is not one of the queue's throws a `RangeError` before anything is sent (but `EMQ.WIDTH`,
+   * when the width is not known); the cursor there is the server's to check
+   * (`EmqCursorError`). A walk's start (`'0'`) reads the width afresh (`EMQ.WIDTH`); its later
+   * pages go by the width known. */
   jobs(set: SetName, options?: { cursor?: string; count?: number; withPayloads?: boolean }): Promise<JobsPage>;
   /** A parent's children and how each ended (every page of `EMQ.CHILDREN`). */
   children(id: string): Promise<Children>;
@@ -476,7 +479,8 @@ export declare class Queue {
   resumeGroup(group: string): Promise<boolean>;
   /** One page of the named groups (`EMQ.GROUPS`), the largest backlog first (a partitioned
    * queue's: its partitions in turn, as `jobs`, the largest backlog first within each, the
-   * width read afresh at the walk's start). */
+   * width read afresh at the walk's start; a cursor's `<partition>:` part checked as `jobs`
+   * checks it, the rest, a number, by the server: an `ERR` reply). */
   groups(options?: { cursor?: string; count?: number }): Promise<GroupsPage>;
   /** A repeating schedule; its next firing (unix ms). A partitioned queue's is kept by the
    * partition its name routes to, and fires into it; a refusal that names another width

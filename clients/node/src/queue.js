@@ -354,9 +354,11 @@ export class Queue {
   /**
    * One page of a set (`EMQ.JOBS`): pass the reply's cursor back for the next; `'0'` at the end.
    * A partitioned queue's walk takes its partitions in turn, each page one partition's, its
-   * cursor `<partition>:<cursor there>`; a page is empty only at the walk's end. A cursor no
-   * page gave is a `RangeError`, before any page is read. A walk's start (`'0'`) reads the
-   * width afresh (`EMQ.WIDTH`); its later pages go by the width known.
+   * cursor `<partition>:<cursor there>`; a page is empty only at the walk's end. The client
+   * checks only the `<partition>:` part: a cursor whose partition is not one of the queue's
+   * throws a `RangeError` before anything is sent (but `EMQ.WIDTH`, when the width is not
+   * known); the cursor there is the server's to check (`EmqCursorError`). A walk's start
+   * (`'0'`) reads the width afresh (`EMQ.WIDTH`); its later pages go by the width known.
    * @param {'pending' | 'active' | 'scheduled' | 'dead' | 'waiting'} set
    * @param {{cursor?: string, count?: number, withPayloads?: boolean}} [options]
    */
@@ -399,7 +401,9 @@ export class Queue {
    * `paused-until` (unix ms, or null), `held` (0 or 1) and, with group rates, `rate`,
    * `rate-per` and `rate-used`. A group whose backlog changes between two pages may come twice,
    * or not at all, in one walk. A partitioned queue's walk takes its partitions in turn, as
-   * `jobs` does (the largest backlog first within each; the width read afresh at its start).
+   * `jobs` does (the largest backlog first within each; the width read afresh at its start;
+   * the `<partition>:` part of a cursor checked by the client, the rest, a number, by the
+   * server: an `ERR` reply).
    * @param {{cursor?: string, count?: number}} [options]
    */
   async groups(options = {}) {

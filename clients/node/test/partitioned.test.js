@@ -845,7 +845,7 @@ describe('a partitioned queue on a cluster', () => {
     assert.ok(whole.oldestPendingMs !== null && whole.oldestPendingMs >= longest(before) && whole.oldestPendingMs <= longest(after));
   });
 
-  test('a cursor no page gave is refused (RangeError, TypeError) before any page is read; an ordinary queue\'s still goes to the server', async () => {
+  test('a cursor whose partition is not one of the queue\'s is refused (RangeError, TypeError) before any page is read; the cursor there, and an ordinary queue\'s, the server checks', async () => {
     await new Queue(client, 'cursors').span(4);
     const q = new Queue(client, 'cursors');
     await q.enqueue('x');
@@ -863,6 +863,9 @@ describe('a partitioned queue on a cluster', () => {
     assert.equal(await sent('EMQ.WIDTH'), 1, 'the fresh Queue read the width');
     // A cursor a page gave is taken.
     assert.equal((await q.jobs('pending', { cursor: '3:0' })).cursor, '0');
+    // The cursor there is passed on: the partition's server judges it (EMQ.GROUPS's is a number).
+    await assert.rejects(q.jobs('pending', { cursor: '1:x' }), EmqCursorError);
+    await assert.rejects(q.groups({ cursor: '1:x' }), /ERR CURSOR must be an integer/);
     // An ordinary queue's cursor is the server's to judge, as ever.
     await assert.rejects(new Queue(client, 'cursors-plain').jobs('pending', { cursor: 'x' }), EmqCursorError);
   });
