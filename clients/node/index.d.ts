@@ -379,8 +379,9 @@ export declare class Queue {
   retries: number;
   readonly inject: Inject | undefined;
   /** The partitions its jobs route over as far as this Queue knows: 0 for an ordinary queue or
-   * a partition, undefined until learned (an enqueue learns it from the server's `EMQSPANNED`;
-   * the calls on one job or on every partition ask `EMQ.WIDTH` once). */
+   * a partition, undefined until learned (an enqueue or a `cron` learns it from the server's
+   * `EMQSPANNED`; the calls on one job or on every partition ask `EMQ.WIDTH` once; `uncron`,
+   * `crons` and a walk of `jobs` or `groups` from `'0'` read it afresh). */
   knownWidth: number | undefined;
   /** `EMQ.WIDTH`: the queue's partitions, 0 for an ordinary queue; a partition answers its
    * queue's (and routes as itself). */
@@ -420,15 +421,21 @@ export declare class Queue {
   /** The counts and limits (`EMQ.STATS`); a partitioned queue's added up over its partitions. */
   stats(): Promise<Stats>;
   /** The queue's metrics as the server that holds it keeps them (`EMQ.METRICS`); a partitioned
-   * queue's, its partitions' added up (counts and histogram buckets summed, the oldest pending
-   * wait the longest, `enabled` the first partition's). */
+   * queue's, the partitions' of the width this Queue knows (`EMQ.WIDTH` read once when it is
+   * not known) added up: each event's count summed, each histogram summed bucket by bucket
+   * (where a partition's bucket bounds differ, the one with more counted is kept), the oldest
+   * pending age the greatest, `enabled` true only when every partition's is. */
   metrics(): Promise<Metrics>;
   /** A job's row (on a partitioned queue, from the partition its id routes to: a grouped job's
    * through `queueFor(group)`, or its handle's `queue`); null for none. */
   job(id: string): Promise<JobRow | null>;
   /** One page of a set (`EMQ.JOBS`). A partitioned queue's walk takes its partitions in turn,
    * a page from one, its cursor `<partition>:<cursor there>`, and answers an empty page only at
-   * its end; a cursor no page gave is a `RangeError`, before any page is read. */
+   * its end. Only the `<partition>:` part is checked by the client: a cursor whose partition
+   * is not one of the queue's throws a `RangeError` before anything is sent (but `EMQ.WIDTH`,
+   * when the width is not known); the cursor there is the server's to check
+   * (`EmqCursorError`). A walk's start (`'0'`) reads the width afresh (`EMQ.WIDTH`); its later
+   * pages go by the width known. */
   jobs(set: SetName, options?: { cursor?: string; count?: number; withPayloads?: boolean }): Promise<JobsPage>;
   /** A parent's children and how each ended (every page of `EMQ.CHILDREN`). */
   children(id: string): Promise<Children>;
@@ -471,14 +478,19 @@ export declare class Queue {
   /** Lets claims take the group's jobs again; false when it was not paused. */
   resumeGroup(group: string): Promise<boolean>;
   /** One page of the named groups (`EMQ.GROUPS`), the largest backlog first (a partitioned
-   * queue's: its partitions in turn, as `jobs`, the largest backlog first within each). */
+   * queue's: its partitions in turn, as `jobs`, the largest backlog first within each, the
+   * width read afresh at the walk's start; a cursor's `<partition>:` part checked as `jobs`
+   * checks it, the rest, a number, by the server: an `ERR` reply). */
   groups(options?: { cursor?: string; count?: number }): Promise<GroupsPage>;
   /** A repeating schedule; its next firing (unix ms). A partitioned queue's is kept by the
-   * partition its name routes to, and fires into it. */
+   * partition its name routes to, and fires into it; a refusal that names another width
+   * (`EMQSPANNED`) is learned and the schedule sent again, as an enqueue is. */
   cron(name: string, payload: Payload, options: { spec: string; priority?: number } | { every: number; priority?: number }): Promise<number>;
-  /** Removes a schedule (a partitioned queue's, from its name's partition); whether there was one. */
+  /** Removes a schedule (a partitioned queue's, from its name's partition by the width read
+   * afresh, `EMQ.WIDTH`); whether there was one. */
   uncron(name: string): Promise<boolean>;
-  /** Every schedule, by name (a partitioned queue's: every partition's). */
+  /** Every schedule, by name (its UTF-8 bytes; a partitioned queue's: every partition's of the
+   * width read afresh, `EMQ.WIDTH`). */
   crons(): Promise<Cron[]>;
   enableEvents(options?: { maxlen?: number }): Promise<boolean>;
   disableEvents(): Promise<boolean>;

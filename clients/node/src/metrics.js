@@ -67,9 +67,10 @@ export function plusHistogram(a, b) {
 
 /**
  * A partitioned queue's metrics from its partitions' (in order, at least one): each event's
- * count summed, each histogram summed bucket by bucket (`plusHistogram`), the oldest pending
- * job's wait the longest of theirs (null when none has a job pending), and `enabled` the first
- * partition's.
+ * count summed, each histogram summed bucket by bucket (`plusHistogram`: where a partition's
+ * bucket bounds differ, the histogram with more counted is kept), the oldest pending job's
+ * wait the greatest of theirs (null when none has a job pending), and `enabled` only when
+ * every partition's is.
  * @param {import('../index.js').Metrics[]} parts
  * @returns {import('../index.js').Metrics}
  */
@@ -84,7 +85,7 @@ export function sumMetrics(parts) {
   }
   const oldest = parts.map((p) => p.oldestPendingMs).filter((ms) => ms !== null);
   return {
-    enabled: parts[0].enabled,
+    enabled: parts.every((p) => p.enabled),
     events,
     wait: parts.map((p) => p.wait).reduce(plusHistogram),
     run,

@@ -59,8 +59,9 @@ export class Queue {
     this.inject = options.inject;
     /** The partitions its jobs route over as far as this Queue knows: 0 for an ordinary queue
      * (or a partition, which takes its jobs itself), undefined until learned. An enqueue
-     * treats unknown as 0 and learns the width from the server's refusal (`EMQSPANNED`); the
-     * calls on one job, or on every partition, ask `EMQ.WIDTH` once.
+     * treats unknown as 0 and learns the width from the server's refusal (`EMQSPANNED`), as a
+     * `cron` learns a stale one; the calls on one job, or on every partition, ask `EMQ.WIDTH`
+     * once; `uncron`, `crons` and a walk of `jobs` or `groups` from `'0'` read it afresh.
      * @type {number | undefined} */
     this.knownWidth = undefined;
   }
@@ -131,6 +132,15 @@ export class Queue {
   async partitions() {
     const width = await this.routingWidth();
     return width > 0 ? this.partitionQueues(width) : [];
+  }
+
+  /** `partitions()` by the width read afresh (`EMQ.WIDTH`, learned; a server without it, or a
+   * user not allowed it, has ordinary queues only, as `knowWidth` has it): for the calls a
+   * stale width would send to partitions that no longer hold what they look for (`uncron`,
+   * `crons`, a walk of `jobs` or `groups` from its start). */
+  async #currentPartitions() {
+    await knowWidth(this);
+    return this.partitions();
   }
 
   /** The Queue a job with this group (or else id) is in, by the width known: this one for an
@@ -315,9 +325,11 @@ export class Queue {
 
   /**
    * The queue's metrics as the server that holds it keeps them (`EMQ.METRICS`): they start from
-   * zero when that server restarts or a replica takes over. A partitioned queue's are its
-   * partitions' added up: each event's count and each histogram's buckets summed, the oldest
-   * pending job's wait the longest, `enabled` the first partition's.
+   * zero when that server restarts or a replica takes over. A partitioned queue's are the
+   * partitions' of the width this Queue knows (`EMQ.WIDTH` asked once when it is not known)
+   * added up (`sumMetrics`): each event's count summed, each histogram summed bucket by bucket
+   * (where a partition's bucket bounds differ, the one with more counted is kept), the oldest
+   * pending job's age the greatest, `enabled` only when every partition's is.
    */
   async metrics() {
     const parts = await this.partitions();
@@ -342,20 +354,33 @@ export class Queue {
   /**
    * One page of a set (`EMQ.JOBS`): pass the reply's cursor back for the next; `'0'` at the end.
    * A partitioned queue's walk takes its partitions in turn, each page one partition's, its
-   * cursor `<partition>:<cursor there>`; a page is empty only at the walk's end. A cursor no
-   * page gave is a `RangeError`, before any page is read.
+   * cursor `<partition>:<cursor there>`; a page is empty only at the walk's end. The client
+   * checks only the `<partition>:` part: a cursor whose partition is not one of the queue's
+   * throws a `RangeError` before anything is sent (but `EMQ.WIDTH`, when the width is not
+   * known); the cursor there is the server's to check (`EmqCursorError`). A walk's start
+   * (`'0'`) reads the width afresh (`EMQ.WIDTH`); its later pages go by the width known.
    * @param {'pending' | 'active' | 'scheduled' | 'dead' | 'waiting'} set
    * @param {{cursor?: string, count?: number, withPayloads?: boolean}} [options]
    */
   async jobs(set, options = {}) {
-    const parts = await this.partitions();
+    const start = options.cursor ?? '0';
+    const parts = start === '0' ? await this.#currentPartitions() : await this.partitions();
     if (parts.length > 0) {
-      const page = await walk(parts, options.cursor ?? '0', async (part, cursor) => {
-        const { cursor: next, jobs } = await part.jobs(set, { ...options, cursor });
+      const page = await walk(parts, start, async (part, cursor) => {
+        const { cursor: next, jobs } = await part.#jobsPage(set, { ...options, cursor });
         return { cursor: next, rows: jobs };
       });
       return { cursor: page.cursor, jobs: page.rows };
     }
+    return this.#jobsPage(set, options);
+  }
+
+  /**
+   * One page of `EMQ.JOBS` of this queue's own name.
+   * @param {'pending' | 'active' | 'scheduled' | 'dead' | 'waiting'} set
+   * @param {{cursor?: string, count?: number, withPayloads?: boolean}} options
+   */
+  async #jobsPage(set, options) {
     const args = ['EMQ.JOBS', this.name, set, 'CURSOR', options.cursor ?? '0'];
     if (options.count !== undefined) args.push('COUNT', String(options.count));
     if (options.withPayloads) args.push('WITHPAYLOADS');
@@ -376,18 +401,29 @@ export class Queue {
    * `paused-until` (unix ms, or null), `held` (0 or 1) and, with group rates, `rate`,
    * `rate-per` and `rate-used`. A group whose backlog changes between two pages may come twice,
    * or not at all, in one walk. A partitioned queue's walk takes its partitions in turn, as
-   * `jobs` does (the largest backlog first within each).
+   * `jobs` does (the largest backlog first within each; the width read afresh at its start;
+   * the `<partition>:` part of a cursor checked by the client, the rest, a number, by the
+   * server: an `ERR` reply).
    * @param {{cursor?: string, count?: number}} [options]
    */
   async groups(options = {}) {
-    const parts = await this.partitions();
+    const start = options.cursor ?? '0';
+    const parts = start === '0' ? await this.#currentPartitions() : await this.partitions();
     if (parts.length > 0) {
-      const page = await walk(parts, options.cursor ?? '0', async (part, cursor) => {
-        const { cursor: next, groups } = await part.groups({ ...options, cursor });
+      const page = await walk(parts, start, async (part, cursor) => {
+        const { cursor: next, groups } = await part.#groupsPage({ ...options, cursor });
         return { cursor: next, rows: groups };
       });
       return { cursor: page.cursor, groups: page.rows };
     }
+    return this.#groupsPage(options);
+  }
+
+  /**
+   * One page of `EMQ.GROUPS` of this queue's own name.
+   * @param {{cursor?: string, count?: number}} options
+   */
+  async #groupsPage(options) {
     const args = ['EMQ.GROUPS', this.name, 'CURSOR', options.cursor ?? '0'];
     if (options.count !== undefined) args.push('COUNT', String(options.count));
     const [cursor, found] = await this.send(args, true);
@@ -596,7 +632,10 @@ export class Queue {
 
   /**
    * A repeating schedule: `spec` (a cron expression, UTC) or `every` ms; its next firing (unix ms).
-   * A partitioned queue's is kept by the partition its name routes to, and fires into it.
+   * A partitioned queue's is kept by the partition its name routes to, and fires into it: the
+   * width is asked once when it is not known, and a refusal that names another width
+   * (`EMQSPANNED`: a stale width, or 0 learned before the queue was spanned) is learned and the
+   * schedule sent again, at most `MAX_REROUTES` times, as an enqueue is (`routed`).
    * @param {string} name
    * @param {unknown} payload
    * @param {{spec?: string, every?: number, priority?: number}} options
@@ -605,25 +644,33 @@ export class Queue {
     if ((options.spec === undefined) === (options.every === undefined)) throw new TypeError('give spec or every');
     const when = options.spec !== undefined ? [options.spec] : ['EVERY', ms(options.every, 'every')];
     const extra = options.priority === undefined ? [] : ['PRIORITY', String(options.priority)];
-    const home = await this.locate(name);
-    return Number(await home.call('EMQ.CRON', name, ...when, encode(payload), ...extra));
+    await this.routingWidth();
+    return Number(await routed(this, name, (home) => home.call('EMQ.CRON', name, ...when, encode(payload), ...extra)));
   }
 
-  /** Removes a schedule (a partitioned queue's, from the partition its name routes to);
-   * whether there was one.
+  /** Removes a schedule (a partitioned queue's, from the partition its name routes to by the
+   * width read afresh, `EMQ.WIDTH`); whether there was one.
    * @param {string} name */
   async uncron(name) {
-    return (await (await this.locate(name)).call('EMQ.UNCRON', name)) === 1;
+    await knowWidth(this);
+    return (await this.queueFor(name).call('EMQ.UNCRON', name)) === 1;
   }
 
-  /** Every schedule of the queue, by name (`EMQ.CRONS`; a partitioned queue's, every
-   * partition's). */
+  /** Every schedule of the queue, by name, its UTF-8 bytes (`EMQ.CRONS`; a partitioned
+   * queue's, every partition's of the width read afresh, `EMQ.WIDTH`). */
   async crons() {
-    const parts = await this.partitions();
+    const parts = await this.#currentPartitions();
     if (parts.length > 0) {
-      const all = (await Promise.all(parts.map((p) => p.crons()))).flat();
-      return all.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+      const all = (await Promise.all(parts.map((p) => p.#schedules()))).flat();
+      // By the names' UTF-8 bytes, as the server orders one queue's (and the other clients
+      // theirs), not by UTF-16 code units as `<` compares strings.
+      return all.sort((a, b) => Buffer.compare(Buffer.from(String(a.name)), Buffer.from(String(b.name))));
     }
+    return this.#schedules();
+  }
+
+  /** `EMQ.CRONS` of this queue's own name. */
+  async #schedules() {
     const reply = await this.send(['EMQ.CRONS', this.name], true);
     return reply.map(pairs);
   }

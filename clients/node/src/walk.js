@@ -2,7 +2,9 @@
 // primary"): the cursor `<index>:<inner>` names a partition (0-based) and the server's cursor
 // there. A walk starts at `0`, takes one partition's pages until its cursor comes back `0`, then
 // goes on at `<index+1>:0`, and ends, `0`, after the last partition; a partition with nothing
-// left is passed over in the same call, so only the walk's end answers an empty page.
+// left is passed over in the same call, so only the walk's end answers an empty page. The
+// client checks the `<index>:` part only; `inner` is the server's to check (`EMQ.JOBS`:
+// `EMQCURSOR`, `EmqCursorError`; `EMQ.GROUPS`: an `ERR` reply).
 
 /**
  * @typedef {import('./queue.js').Queue} Queue
@@ -12,8 +14,9 @@
 /**
  * The partition and its server cursor a partitioned queue's cursor names: `0` is the walk's
  * start; any other is `<index>:<inner>`, `index` in decimal below `width` and `inner` not
- * empty. Anything else is no cursor a page gave: a `RangeError` (a `TypeError` for a cursor
- * that is not a string), before anything is sent.
+ * empty, passed on unread (the server checks it). A cursor whose partition is not one of the
+ * queue's throws a `RangeError` (a `TypeError` for a cursor that is not a string) before
+ * anything is sent.
  * @param {unknown} cursor
  * @param {number} width
  * @returns {{index: number, inner: string}}
@@ -23,7 +26,7 @@ export function splitCursor(cursor, width) {
   if (cursor === '0') return { index: 0, inner: '0' };
   const found = /^(0|[1-9][0-9]{0,3}):(.+)$/s.exec(cursor);
   if (found === null || Number(found[1]) >= width) {
-    throw new RangeError(`${JSON.stringify(cursor)} is no cursor of a queue of ${width} partitions: give '0' or a page's cursor, '<partition>:<cursor there>'`);
+    throw new RangeError(`${JSON.stringify(cursor)} names no partition of a queue of ${width} partitions: give '0' or a page's cursor, '<partition>:<cursor there>'`);
   }
   return { index: Number(found[1]), inner: found[2] };
 }

@@ -16,6 +16,7 @@ declare module 'node:crypto' {
 declare class Buffer extends Uint8Array {
   static from(value: string | ArrayBufferLike | Uint8Array, byteOffset?: number, length?: number): Buffer;
   static byteLength(value: string): number;
+  static compare(a: Uint8Array, b: Uint8Array): -1 | 0 | 1;
   subarray(start?: number, end?: number): Buffer;
   toString(encoding?: string): string;
 }

@@ -451,6 +451,113 @@ describe('a partitioned queue on one server', () => {
     assert.deepEqual(await commandStats(server, 'EMQ.ENQUEUE'), { calls: 1, failed: 1 }, 'sent once');
     assert.deepEqual(await commandStats(server, 'EMQ.MENQUEUE'), { calls: 1, failed: 1 }, 'sent once');
   });
+
+  test('a schedule set by a Queue that learned width 0 before the span, or holds a stale width, is routed once EMQSPANNED teaches the width', async () => {
+    const name = 'cron-respanned';
+    const late = new Queue(client, name);
+    assert.equal(await late.width(), 0, 'an ordinary queue when asked');
+    assert.equal(late.knownWidth, 0);
+    const admin = new Queue(client, name);
+    await admin.span(4);
+    await server.cmd('CONFIG', 'RESETSTAT');
+    assert.ok((await late.cron('nightly', 'n', { every: 3_600_000 })) > 0);
+    assert.equal(late.knownWidth, 4);
+    assert.deepEqual(await commandStats(server, 'EMQ.CRON'), { calls: 2, failed: 1 }, 'the queue\'s own name, then the partition');
+    const four = admin.partitionQueues(4);
+    assert.deepEqual((await four[route(4, 'nightly')].crons()).map((c) => c.name), ['nightly'], 'in the partition its name routes to');
+    assert.deepEqual(await late.send(['EMQ.CRONS', name], true), [], 'the queue\'s own name keeps none');
+
+    // Width 4 to 2 under `late`: the schedule's partition of 4 is retired (EMQSPANNED 0), the
+    // queue's own name answers 2.
+    const two = [0, 1].map((i) => partitionName(name, i, 2));
+    const schedule = Array.from({ length: 200 }, (_, i) => `beat${i}`).find((n) => !two.includes(partitionName(name, route(4, n), 4)));
+    assert.ok(schedule);
+    assert.equal(await four[route(4, 'nightly')].uncron('nightly'), true, 'a partition holding a schedule is not retired');
+    await admin.unspan();
+    await admin.span(2);
+    await server.cmd('CONFIG', 'RESETSTAT');
+    assert.ok((await late.cron(schedule, 'b', { every: 3_600_000 })) > 0);
+    assert.equal(late.knownWidth, 2);
+    assert.deepEqual(await commandStats(server, 'EMQ.CRON'), { calls: 3, failed: 2 }, 'the retired partition, the queue, then its partition of 2');
+    const parts = admin.partitionQueues(2);
+    assert.deepEqual((await parts[route(2, schedule)].crons()).map((c) => c.name), [schedule]);
+    assert.deepEqual((await parts[1 - route(2, schedule)].crons()).map((c) => c.name), []);
+  });
+
+  test('crons(), uncron and a walk from 0 read the width afresh: a Queue holding a stale width finds the schedules, jobs and groups of the queue spanned again', async () => {
+    const name = 'respanned-listings';
+    const admin = new Queue(client, name);
+    await admin.span(2);
+    // Queues that learned width 2, one for each call (each learns the new width).
+    const stale = await Promise.all(
+      Array.from({ length: 5 }, async () => {
+        const q = new Queue(client, name);
+        assert.equal(await q.width(), 2);
+        return q;
+      }),
+    );
+    const [lister, remover, jobsReader, groupsReader, measurer] = stale;
+    assert.ok((await lister.cron('old', 'x', { every: 3_600_000 })) > 0);
+    await lister.enqueue('old job');
+    // Drained, unspanned and spanned again over 4 by another Queue.
+    assert.equal(await admin.uncron('old'), true);
+    assert.equal(await admin.purge('pending'), 1);
+    await admin.unspan();
+    await admin.span(4);
+
+    const two = admin.partitionQueues(2).map((p) => p.name);
+    const four = admin.partitionQueues(4);
+    /** Whether `key`'s partition of 4 is none the width of 2 would look in. */
+    const moved = (key) => !two.includes(four[route(4, key)].name);
+    const names = Array.from({ length: 12 }, (_, i) => `sched-${i}`);
+    assert.ok(names.some(moved), 'a schedule in a partition the stale width does not list');
+    for (const n of names) await admin.cron(n, n, { every: 3_600_000 });
+    const ids = Array.from({ length: 20 }, () => mint());
+    assert.ok(ids.some(moved), 'a job in a partition the stale width does not walk');
+    await admin.enqueueMany(ids.map((id) => ({ id, payload: id })));
+    const groups = Array.from({ length: 8 }, (_, i) => `tenant-${i}`);
+    assert.ok(groups.some(moved), 'a group in a partition the stale width does not walk');
+    for (const group of groups) await admin.enqueue(group, { group });
+    assert.deepEqual(stale.map((q) => q.knownWidth), [2, 2, 2, 2, 2]);
+
+    assert.deepEqual((await lister.crons()).map((c) => c.name), [...names].sort());
+    assert.equal(lister.knownWidth, 4);
+    const gone = /** @type {string} */ (names.find(moved));
+    assert.equal(await remover.uncron(gone), true, 'removed from the partition of 4 its name routes to');
+    assert.equal(remover.knownWidth, 4);
+    assert.deepEqual((await four[route(4, gone)].crons()).map((c) => c.name).filter((n) => n === gone), []);
+    assert.deepEqual([...(await idsIn(jobsReader))].sort(), [...ids].sort());
+    assert.equal(jobsReader.knownWidth, 4);
+    /** @type {string[]} */
+    const seen = [];
+    let cursor = '0';
+    do {
+      const page = await groupsReader.groups({ cursor });
+      seen.push(...page.groups.map((g) => String(g.group)));
+      cursor = page.cursor;
+    } while (cursor !== '0');
+    assert.deepEqual(seen.sort(), [...groups].sort());
+    assert.equal(groupsReader.knownWidth, 4);
+    await measurer.metrics();
+    assert.equal(measurer.knownWidth, 2, 'metrics() goes by the width known');
+  });
+
+  test('crons() lists a partitioned queue\'s schedules by their names\' UTF-8 bytes, the order the server gives one queue\'s', async () => {
+    // U+FFFD is EF BF BD in UTF-8, U+1F600 F0 9F 98 80: bytes put U+FFFD first, UTF-16 code
+    // units (JS `<`) the emoji's surrogate (D83D) first.
+    const names = ['\u{1F600}', '\uFFFD', 'z', 'a\u{1F600}', 'a\uFFFD'];
+    const bytes = [...names].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+    assert.deepEqual(bytes, ['a\uFFFD', 'a\u{1F600}', 'z', '\uFFFD', '\u{1F600}']);
+    assert.notDeepEqual(bytes, [...names].sort(), 'the two orders differ');
+    const q = new Queue(client, 'sorted-crons');
+    await q.span(4);
+    assert.ok(new Set(names.map((n) => route(4, n))).size > 1, 'the names route to several partitions');
+    for (const name of names) await q.cron(name, name, { every: 3_600_000 });
+    assert.deepEqual((await q.crons()).map((c) => c.name), bytes);
+    const plain = new Queue(client, 'sorted-crons-plain');
+    for (const name of names) await plain.cron(name, name, { every: 3_600_000 });
+    assert.deepEqual((await plain.crons()).map((c) => c.name), bytes, 'the server\'s order');
+  });
 });
 
 describe('a partitioned queue on a cluster', () => {
@@ -738,7 +845,7 @@ describe('a partitioned queue on a cluster', () => {
     assert.ok(whole.oldestPendingMs !== null && whole.oldestPendingMs >= longest(before) && whole.oldestPendingMs <= longest(after));
   });
 
-  test('a cursor no page gave is refused (RangeError, TypeError) before any page is read; an ordinary queue\'s still goes to the server', async () => {
+  test('a cursor whose partition is not one of the queue\'s is refused (RangeError, TypeError) before any page is read; the cursor there, and an ordinary queue\'s, the server checks', async () => {
     await new Queue(client, 'cursors').span(4);
     const q = new Queue(client, 'cursors');
     await q.enqueue('x');
@@ -756,6 +863,9 @@ describe('a partitioned queue on a cluster', () => {
     assert.equal(await sent('EMQ.WIDTH'), 1, 'the fresh Queue read the width');
     // A cursor a page gave is taken.
     assert.equal((await q.jobs('pending', { cursor: '3:0' })).cursor, '0');
+    // The cursor there is passed on: the partition's server judges it (EMQ.GROUPS's is a number).
+    await assert.rejects(q.jobs('pending', { cursor: '1:x' }), EmqCursorError);
+    await assert.rejects(q.groups({ cursor: '1:x' }), /ERR CURSOR must be an integer/);
     // An ordinary queue's cursor is the server's to judge, as ever.
     await assert.rejects(new Queue(client, 'cursors-plain').jobs('pending', { cursor: 'x' }), EmqCursorError);
   });
@@ -930,14 +1040,18 @@ describe('a partitioned queue\'s walk and metrics, without a server', () => {
     assert.deepEqual(await walk([parts[0]], '0', read), { cursor: '0', rows: [] });
   });
 
-  test('metrics add up bucket by bucket; buckets that differ keep the histogram with more counted', () => {
+  test('metrics add up bucket by bucket; buckets that differ keep the histogram with more counted; enabled only when every partition is', () => {
     const h = (count, buckets) => ({ count, sumMs: count * 10, buckets });
     assert.deepEqual(plusHistogram(h(3, [[1, 1], [5, 3], [null, 3]]), h(2, [[1, 0], [5, 2], [null, 2]])), h(5, [[1, 1], [5, 5], [null, 5]]));
     const other = h(4, [[2, 4], [null, 4]]);
     assert.deepEqual(plusHistogram(h(3, [[1, 1], [null, 3]]), other), other);
     const m = (acked, oldest, enabled) => ({ enabled, events: { acked }, wait: h(acked, [[1, acked]]), run: { acked: h(acked, [[1, acked]]) }, endToEnd: h(acked, [[1, acked]]), oldestPendingMs: oldest });
     const sum = sumMetrics([m(1, null, true), m(2, 70, false), m(3, 30, false)]);
-    assert.deepEqual(sum, { enabled: true, events: { acked: 6 }, wait: h(6, [[1, 6]]), run: { acked: h(6, [[1, 6]]) }, endToEnd: h(6, [[1, 6]]), oldestPendingMs: 70 });
+    assert.deepEqual(sum, { enabled: false, events: { acked: 6 }, wait: h(6, [[1, 6]]), run: { acked: h(6, [[1, 6]]) }, endToEnd: h(6, [[1, 6]]), oldestPendingMs: 70 });
     assert.equal(sumMetrics([m(1, null, true), m(1, null, true)]).oldestPendingMs, null);
+    // Enabled only when every partition is, whichever comes first.
+    assert.equal(sumMetrics([m(1, null, true), m(1, null, true)]).enabled, true);
+    assert.equal(sumMetrics([m(1, null, true), m(1, null, false)]).enabled, false);
+    assert.equal(sumMetrics([m(1, null, false), m(1, null, true)]).enabled, false);
   });
 });

@@ -3,6 +3,7 @@
 // groups.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { createClient } from 'redis';
 import { Queue, Worker } from '../src/index.js';
 import { Server, until } from './support/server.js';
 
@@ -204,6 +205,34 @@ describe('Queue', () => {
     assert.equal(await q.uncron('beat'), false);
     assert.equal((await q.crons()).length, 1);
     await assert.rejects(q.cron('x', 'y', {}), TypeError);
+  });
+
+  test('a user not allowed EMQ.WIDTH has ordinary queues: cron, crons, uncron, jobs, groups and metrics go to the queue\'s own name', async () => {
+    await server.cmd('ACL', 'SETUSER', 'widthless', 'on', '>pw', '+@all', '-emq.width', '~*');
+    const user = createClient({ url: `redis://widthless:pw@127.0.0.1:${server.port}` });
+    await user.connect();
+    try {
+      const q = new Queue(user, 'no-width');
+      await assert.rejects(q.width(), /NOPERM/);
+      const id = await new Queue(client, 'no-width').enqueue('x');
+      await new Queue(client, 'no-width').enqueue('y', { group: 'acme' });
+      // Each call a Queue of its own: each reads the width afresh (crons, uncron, a walk from
+      // 0) or once (cron, metrics), and takes the refusal for width 0.
+      const fresh = () => new Queue(user, 'no-width');
+      assert.deepEqual((await fresh().jobs('pending')).jobs.map((j) => j.id), [id]);
+      assert.deepEqual((await fresh().groups()).groups.map((g) => g.group), ['acme']);
+      assert.ok((await fresh().cron('beat', 'ping', { every: 60_000 })) > 0);
+      assert.deepEqual((await fresh().crons()).map((c) => c.name), ['beat']);
+      assert.equal((await fresh().metrics()).events.enqueued, 2);
+      const known = fresh();
+      assert.equal(await known.uncron('beat'), true);
+      assert.equal(known.knownWidth, 0);
+      // A Queue that knows its width reads it again at a walk's start, and takes the refusal again.
+      assert.deepEqual((await known.jobs('pending')).jobs.map((j) => j.id), [id]);
+      assert.deepEqual(await known.crons(), []);
+    } finally {
+      await user.disconnect();
+    }
   });
 
   test('events: an async iterator over the queue event stream', async () => {
