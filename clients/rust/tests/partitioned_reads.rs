@@ -4,7 +4,8 @@
 //! the partitions with a cursor of their own (each job and group once, a page from one
 //! partition, a malformed cursor refused), and `metrics` adds the partitions' up. A schedule set
 //! by a handle that learned the queue was ordinary before it was spanned is routed once
-//! refused. An ordinary queue's listings keep the server's cursors.
+//! refused. An ordinary queue's listings keep the server's cursors, and a user not allowed
+//! `EMQ.WIDTH` reads an ordinary queue.
 
 mod common;
 
@@ -330,4 +331,63 @@ async fn a_schedule_set_by_a_handle_that_learned_no_width_is_routed_once_the_que
         When::Every(std::time::Duration::from_secs(3600))
     );
     assert!(early.uncron("hourly").await.expect("uncron"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_not_allowed_emq_width_uses_an_ordinary_queue() {
+    let server = start(Options::default());
+    let mut setuser = redis::cmd("ACL");
+    setuser.arg(&[
+        "SETUSER",
+        "nowidth",
+        "on",
+        ">pw",
+        "~*",
+        "-@all",
+        "+@emq",
+        "-emq.width",
+    ]);
+    let _: () = setuser.query(&mut server.conn()).expect("acl setuser");
+    let url = format!("redis://nowidth:pw@127.0.0.1:{}", server.port);
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let conn = redis::Client::open(url)
+        .expect("client")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("connection as nowidth");
+    // Each call by a handle of its own, which has not read the width.
+    let fresh = || Queue::new(conn.clone(), "plain-acl");
+    let q = fresh();
+    match q.width().await {
+        Err(Error::Redis(e)) => assert_eq!(e.code(), Some("NOPERM"), "{e}"),
+        other => panic!("EMQ.WIDTH refused: {other:?}"),
+    }
+    assert_eq!(
+        q.known_width(),
+        None,
+        "width() itself learns nothing from a refusal"
+    );
+    for n in 0..3 {
+        let how = Enqueue {
+            group: (n > 0).then(|| format!("g{n}")),
+            ..Enqueue::default()
+        };
+        q.enqueue_with(format!("job {n}"), how).await.expect("job");
+    }
+    let q = fresh();
+    let (end, jobs) = q.jobs("pending", "0", None, false).await.expect("jobs");
+    assert_eq!((end.as_str(), jobs.len()), ("0", 1), "the default group's");
+    assert_eq!(q.known_width(), Some(0), "read as an ordinary queue");
+    let (end, groups) = fresh().groups("0", None).await.expect("groups");
+    assert_eq!((end.as_str(), groups.len()), ("0", 2));
+    fresh()
+        .cron("nightly", When::Spec(YEARLY.into()), b"x", None)
+        .await
+        .expect("cron");
+    let crons = fresh().crons().await.expect("crons");
+    let names: Vec<&str> = crons.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["nightly"]);
+    assert!(fresh().uncron("nightly").await.expect("uncron"));
+    let metrics = fresh().metrics().await.expect("metrics");
+    assert_eq!(metrics.events["enqueued"], 3);
 }
