@@ -76,7 +76,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// first when this handle has not learned it), which keeps it and fires into itself with
     /// ids minted to route there; a refusal with a width (`EMQSPANNED`: the queue spanned, or
     /// spanned again, since the width was learned) teaches it, and the schedule is sent again
-    /// where its name routes then, up to [`REROUTES`] times.
+    /// where its name routes then, up to [`REROUTES`] times. A width held from before the queue
+    /// was unspanned and spanned again over another takes both: the retired partition it
+    /// routes to answers width 0 (the queue's own name), and the queue's own name its width.
+    /// A user not allowed `EMQ.WIDTH` (or a server without it) reads width 0: an ordinary
+    /// queue.
     pub async fn cron(
         &self,
         name: &str,
@@ -113,19 +117,22 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     }
 
     /// Removes the schedule `name`; whether there was one. A partitioned queue's, from the
-    /// partition its name routes to (the width asked first when this handle has not learned
-    /// it).
+    /// partition its name routes to, by the width read afresh (`EMQ.WIDTH`; a retired
+    /// partition answers no refusal here, so a width held from before a span, or from before
+    /// the queue was spanned again, would find nothing), or the width a handle was given
+    /// ([`Queue::knowing_width`]). A user not allowed `EMQ.WIDTH` reads width 0.
     pub async fn uncron(&self, name: &str) -> Result<bool> {
-        self.resolved_width().await?;
+        self.current_width().await?;
         let args = [name.as_bytes().to_vec()];
         Ok(self.placed(name).call("EMQ.UNCRON", &args).await? == Value::Int(1))
     }
 
     /// Every schedule of the queue, by name (`EMQ.CRONS`). A partitioned queue's are its
-    /// partitions', read one after the other and sorted by name (the width asked first when
-    /// this handle has not learned it).
+    /// partitions', by the width read afresh (`EMQ.WIDTH`), or the width a handle was given
+    /// ([`Queue::knowing_width`]), read one after the other and sorted by name. A user not
+    /// allowed `EMQ.WIDTH` reads width 0.
     pub async fn crons(&self) -> Result<Vec<Schedule>> {
-        self.resolved_width().await?;
+        self.current_width().await?;
         let mut all = Vec::new();
         for part in self.parts()? {
             all.extend(schedules(&self.at(part).call("EMQ.CRONS", &[]).await?)?);

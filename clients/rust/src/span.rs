@@ -176,6 +176,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         Queue {
             name: queue.into(),
             width: Width::ordinary(),
+            width_given: false,
             ..self.clone()
         }
     }
@@ -216,10 +217,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     }
 
     /// This handle, knowing `width` (0: an ordinary queue, or a partition) as read elsewhere,
-    /// so its first call sends no `EMQ.WIDTH`: the console's overview has each queue's. A
-    /// width gone stale is relearned from the server's refusals, as any learned width is.
-    pub fn knowing_width(self, width: u16) -> Self {
+    /// so it sends no `EMQ.WIDTH`: the console's overview has each queue's. The calls that
+    /// otherwise read the width afresh ([`Queue::uncron`], [`Queue::crons`], a
+    /// [`Queue::jobs`] or [`Queue::groups`] walk from `"0"`) use the width given instead, on
+    /// this handle and the clones made from it. A width gone stale is relearned from the
+    /// server's refusals, as any learned width is.
+    pub fn knowing_width(mut self, width: u16) -> Self {
         self.width.learn(width);
+        self.width_given = true;
         self
     }
 
@@ -281,6 +286,16 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         match self.width.known() {
             Some(w) => Ok(w),
             None => self.read_width().await,
+        }
+    }
+
+    /// The width as the server has it now ([`Queue::read_width`]), for the calls that must not
+    /// miss a span or unspan since the width was learned; a handle given its width
+    /// ([`Queue::knowing_width`]) uses that.
+    pub(crate) async fn current_width(&self) -> Result<u16> {
+        match self.width_given {
+            true => self.resolved_width().await,
+            false => self.read_width().await,
         }
     }
 
