@@ -66,6 +66,12 @@ fn schedules(reply: &Value) -> Result<Vec<Schedule>> {
     found.iter().map(Schedule::from_reply).collect()
 }
 
+/// Sorts `all` by name, byte by byte, as the server sorts a queue's (`String`'s order is its
+/// bytes' order).
+fn by_name(all: &mut [Schedule]) {
+    all.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+}
+
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// Sets (or replaces) the schedule `name` (1 to 256 bytes): at each firing of `when` the
     /// server enqueues `payload` to the queue as a new job, with a minted id and `priority`
@@ -76,7 +82,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// first when this handle has not learned it), which keeps it and fires into itself with
     /// ids minted to route there; a refusal with a width (`EMQSPANNED`: the queue spanned, or
     /// spanned again, since the width was learned) teaches it, and the schedule is sent again
-    /// where its name routes then, up to [`REROUTES`] times.
+    /// where its name routes then, up to [`REROUTES`] times. A width held from before the queue
+    /// was unspanned and spanned again over another takes both: the retired partition it
+    /// routes to answers width 0 (the queue's own name), and the queue's own name its width.
+    /// A user not allowed `EMQ.WIDTH` (or a server without it) reads width 0: an ordinary
+    /// queue.
     pub async fn cron(
         &self,
         name: &str,
@@ -113,24 +123,27 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     }
 
     /// Removes the schedule `name`; whether there was one. A partitioned queue's, from the
-    /// partition its name routes to (the width asked first when this handle has not learned
-    /// it).
+    /// partition its name routes to, by the width read afresh (`EMQ.WIDTH`; a retired
+    /// partition answers no refusal here, so a width held from before a span, or from before
+    /// the queue was spanned again, would find nothing), or the width a handle was given
+    /// ([`Queue::knowing_width`]). A user not allowed `EMQ.WIDTH` reads width 0.
     pub async fn uncron(&self, name: &str) -> Result<bool> {
-        self.resolved_width().await?;
+        self.current_width().await?;
         let args = [name.as_bytes().to_vec()];
         Ok(self.placed(name).call("EMQ.UNCRON", &args).await? == Value::Int(1))
     }
 
-    /// Every schedule of the queue, by name (`EMQ.CRONS`). A partitioned queue's are its
-    /// partitions', read one after the other and sorted by name (the width asked first when
-    /// this handle has not learned it).
+    /// Every schedule of the queue, by name (`EMQ.CRONS`), the names in byte order as the
+    /// server sorts them. A partitioned queue's are its partitions', by the width read afresh
+    /// (`EMQ.WIDTH`), or the width a handle was given ([`Queue::knowing_width`]), read one
+    /// after the other and sorted by name. A user not allowed `EMQ.WIDTH` reads width 0.
     pub async fn crons(&self) -> Result<Vec<Schedule>> {
-        self.resolved_width().await?;
+        self.current_width().await?;
         let mut all = Vec::new();
         for part in self.parts()? {
             all.extend(schedules(&self.at(part).call("EMQ.CRONS", &[]).await?)?);
         }
-        all.sort_by(|a, b| a.name.cmp(&b.name));
+        by_name(&mut all);
         Ok(all)
     }
 }
@@ -194,5 +207,28 @@ mod tests {
             ]
         );
         assert!(matches!(schedules(&Value::Int(1)), Err(Error::Reply(_))));
+    }
+
+    #[test]
+    fn schedules_are_sorted_by_their_names_bytes() {
+        let named = |name: &str| Schedule {
+            name: name.into(),
+            when: When::Every(Duration::from_secs(60)),
+            priority: 0,
+            next_ms: None,
+            last_ms: None,
+            payload: Vec::new(),
+        };
+        let mut all: Vec<Schedule> = ["é", "b", "a10", "Z", "a9", "a", "~"]
+            .into_iter()
+            .map(named)
+            .collect();
+        by_name(&mut all);
+        let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
+        // Upper case before lower, "a10" before "a9", a multibyte name (0xC3 ...) after "~".
+        assert_eq!(names, ["Z", "a", "a10", "a9", "b", "~", "é"]);
+        let mut by_string = names.clone();
+        by_string.sort();
+        assert_eq!(by_string, names, "String's order is its bytes'");
     }
 }

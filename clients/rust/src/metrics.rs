@@ -144,15 +144,17 @@ impl Metrics {
     }
 
     /// A partitioned queue's partitions' metrics as one queue's: each event's count summed,
-    /// each histogram summed bucket by bucket ([`Histogram::plus`]; a run outcome a partition
+    /// each histogram summed bucket by bucket ([`Histogram::plus`]: where two partitions'
+    /// bucket bounds differ, the one with more counted is kept; a run outcome a partition
     /// lacks counts nothing there), the oldest pending job's age the greatest, and `enabled`
-    /// the first partition's. Default metrics for none.
+    /// only when every partition's is. Default metrics for none.
     pub fn added(each: &[Metrics]) -> Metrics {
         let Some((first, rest)) = each.split_first() else {
             return Metrics::default();
         };
         let mut all = first.clone();
         for m in rest {
+            all.enabled &= m.enabled;
             for (event, n) in &m.events {
                 *all.events.entry(event.clone()).or_default() += n;
             }
@@ -173,9 +175,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// from zero when that server restarts or a replica takes over.
     ///
     /// A partitioned queue's are its partitions', each read from the primary that holds it and
-    /// added up ([`Metrics::added`]; the width asked first when this handle has not learned
-    /// it). Each partition's primary counts from its own start, so the sum starts over in
-    /// part when one of them restarts.
+    /// added up ([`Metrics::added`]). The partitions are those of the width this handle knows
+    /// (learned, or given by [`Queue::knowing_width`]), read once (`EMQ.WIDTH`) when it knows
+    /// none, and not read afresh at each call: a handle that held the width from before the
+    /// queue was spanned again reads the old partitions. A user not allowed `EMQ.WIDTH` (or a
+    /// server without it) reads width 0: an ordinary queue. Each partition's primary counts
+    /// from its own start, so the sum starts over in part when one of them restarts.
     pub async fn metrics(&self) -> Result<Metrics> {
         if self.resolved_width().await? == 0 {
             return Metrics::from_reply(&self.call("EMQ.METRICS", &[]).await?);
@@ -234,8 +239,19 @@ mod tests {
         b.run
             .insert("dead".to_string(), h(&[(Some(5), 1), (None, 1)], 1));
         let c = one(true, 0, None, h(&[(Some(5), 0), (None, 0)], 0));
-        let all = Metrics::added(&[a.clone(), b, c]);
-        assert!(all.enabled, "the first partition's");
+        let all = Metrics::added(&[a.clone(), b.clone(), c.clone()]);
+        assert!(!all.enabled, "b's is not");
+        let on = |m: &Metrics| Metrics {
+            enabled: true,
+            ..m.clone()
+        };
+        let mut each = [on(&a), on(&b), on(&c)];
+        assert!(Metrics::added(&each).enabled, "every partition's is");
+        for off in 0..each.len() {
+            each[off].enabled = false;
+            assert!(!Metrics::added(&each).enabled, "partition {off}'s is not");
+            each[off].enabled = true;
+        }
         assert_eq!(
             all.events,
             BTreeMap::from([

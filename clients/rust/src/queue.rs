@@ -28,8 +28,11 @@ pub use crate::enqueue::{Enqueue, CHUNK, REROUTES};
 /// group, so reach it through its group's partition, or through a worker's [`Job`] handle,
 /// which carries the queue it was claimed from. A schedule goes to the partition its name
 /// routes to ([`Queue::cron`]); the listings walk the partitions ([`Queue::jobs`],
-/// [`Queue::groups`]) and [`Queue::crons`] and [`Queue::metrics`] gather them, the width asked
-/// first when unknown ([`Queue::stats`] adds them up once the width is known).
+/// [`Queue::groups`]) and [`Queue::crons`] and [`Queue::metrics`] gather them
+/// ([`Queue::stats`] adds them up once the width is known). `uncron`, `crons` and a walk from
+/// `"0"` read the width afresh (`EMQ.WIDTH`), unless the handle was given it
+/// ([`Queue::knowing_width`]); the others read it once, when unknown. A user not allowed
+/// `EMQ.WIDTH` (or a server without it) reads width 0 there: an ordinary queue.
 ///
 /// [`Job`]: crate::Job
 #[derive(Clone)]
@@ -39,6 +42,9 @@ pub struct Queue<C> {
     pub(crate) retries: u32,
     /// The width learned, shared by the clones.
     pub(crate) width: Width,
+    /// This handle was given its width ([`Queue::knowing_width`]): the calls that read the
+    /// width afresh (`uncron`, `crons`, a listing from `"0"`) use it instead.
+    pub(crate) width_given: bool,
     /// The widths of the queues of parents named, read once and kept (shared by the clones).
     pub(crate) parents: Arc<Mutex<HashMap<String, u16>>>,
     /// Replicas each write waits for (`WAIT n timeout`), and the timeout; 0: no wait.
@@ -133,6 +139,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             name: name.into(),
             retries: 8,
             width: Width::unknown(),
+            width_given: false,
             parents: Arc::default(),
             wait_replicas: 0,
             wait_timeout: Duration::from_secs(1),

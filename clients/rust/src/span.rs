@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, FromRedisValue, Value};
+use redis::{Cmd, FromRedisValue, RedisError, Value};
 
 use crate::error::{Error, Result};
 use crate::limit::{Limit, Limits, Rate, Setting};
@@ -64,6 +64,19 @@ impl Width {
 
     pub(crate) fn learn(&self, width: u16) {
         self.0.store(width, Ordering::SeqCst);
+    }
+}
+
+/// Whether `EMQ.WIDTH` was refused for want of permission (`NOPERM`) or is a command the
+/// server does not know (`ERR unknown command ...`): errors `Error::from_redis` leaves as
+/// [`Error::Redis`].
+fn width_unreadable(e: &RedisError) -> bool {
+    match e.code() {
+        Some("NOPERM") => true,
+        Some("ERR") => e
+            .detail()
+            .is_some_and(|d| d.to_ascii_lowercase().starts_with("unknown command")),
+        _ => false,
     }
 }
 
@@ -163,6 +176,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         Queue {
             name: queue.into(),
             width: Width::ordinary(),
+            width_given: false,
             ..self.clone()
         }
     }
@@ -203,10 +217,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     }
 
     /// This handle, knowing `width` (0: an ordinary queue, or a partition) as read elsewhere,
-    /// so its first call sends no `EMQ.WIDTH`: the console's overview has each queue's. A
-    /// width gone stale is relearned from the server's refusals, as any learned width is.
-    pub fn knowing_width(self, width: u16) -> Self {
+    /// so it sends no `EMQ.WIDTH`: the console's overview has each queue's. The calls that
+    /// otherwise read the width afresh ([`Queue::uncron`], [`Queue::crons`], a
+    /// [`Queue::jobs`] or [`Queue::groups`] walk from `"0"`) use the width given instead, on
+    /// this handle and the clones made from it. A width gone stale is relearned from the
+    /// server's refusals, as any learned width is.
+    pub fn knowing_width(mut self, width: u16) -> Self {
         self.width.learn(width);
+        self.width_given = true;
         self
     }
 
@@ -249,11 +267,35 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         Ok(width)
     }
 
-    /// The width known, else asked ([`Queue::width`]).
+    /// The width as [`Queue::width`] reads and learns it, but a refusal of `EMQ.WIDTH` for
+    /// want of permission (`NOPERM`: a user without `+emq.width`) or a server without the
+    /// command (`ERR unknown command`) reads as width 0, an ordinary queue, and is learned so:
+    /// such a user can still use its calls on an ordinary queue.
+    pub(crate) async fn read_width(&self) -> Result<u16> {
+        match self.width().await {
+            Err(Error::Redis(e)) if width_unreadable(&e) => {
+                self.width.learn(0);
+                Ok(0)
+            }
+            read => read,
+        }
+    }
+
+    /// The width known, else read ([`Queue::read_width`]).
     pub(crate) async fn resolved_width(&self) -> Result<u16> {
         match self.width.known() {
             Some(w) => Ok(w),
-            None => self.width().await,
+            None => self.read_width().await,
+        }
+    }
+
+    /// The width as the server has it now ([`Queue::read_width`]), for the calls that must not
+    /// miss a span or unspan since the width was learned; a handle given its width
+    /// ([`Queue::knowing_width`]) uses that.
+    pub(crate) async fn current_width(&self) -> Result<u16> {
+        match self.width_given {
+            true => self.resolved_width().await,
+            false => self.read_width().await,
         }
     }
 
@@ -414,6 +456,32 @@ mod tests {
             })
         );
         assert_eq!(last.timeout, change.timeout);
+    }
+
+    #[test]
+    fn a_width_refused_for_want_of_permission_or_of_the_command_reads_as_none() {
+        let refusal = |line: &str| -> RedisError {
+            match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
+                Ok(Value::ServerError(e)) => e.into(),
+                other => panic!("a server error: {other:?}"),
+            }
+        };
+        for line in [
+            "NOPERM User viewer has no permissions to run the 'emq.width' command",
+            "NOPERM No permissions to access a key",
+            "ERR unknown command 'EMQ.WIDTH', with args beginning with: 'q' ",
+        ] {
+            let e = refusal(line);
+            assert!(width_unreadable(&e), "{line}");
+            assert!(matches!(Error::from_redis(e), Error::Redis(_)), "{line}");
+        }
+        for line in [
+            "ERR wrong number of arguments for 'emq.width' command",
+            "EMQQUEUE the queue name is not 1-128 printable bytes",
+            "LOADING the server is loading",
+        ] {
+            assert!(!width_unreadable(&refusal(line)), "{line}");
+        }
     }
 
     #[test]

@@ -5,7 +5,10 @@
 //! 0; `inner` the server's cursor there), a partition whose cursor comes back `"0"` is left for
 //! `"<index+1>:0"`, and past the last partition the cursor is `"0"`. A partition that comes back
 //! empty and finished is passed within the same call, so a page is empty only at the walk's
-//! end. Each item is visited once in a walk while the sets do not change.
+//! end. Each item is visited once in a walk while the sets do not change. The client checks
+//! only a cursor's `<index>:` part: a cursor whose partition is not one of the queue's is
+//! refused ([`Error::Argument`]) before anything is sent; the server checks the rest
+//! (`EMQCURSOR`, [`Error::Emq`]).
 
 use std::fmt;
 use std::future::Future;
@@ -27,8 +30,8 @@ pub(crate) struct At {
 impl At {
     /// The cursor `cursor` of a walk over `width` partitions: `"0"` (the start), or
     /// `"<index>:<inner>"` with `index` written in decimal as a page writes it (no sign, no
-    /// leading zero), below `width`, and `inner` not empty. Anything else is
-    /// [`Error::Argument`].
+    /// leading zero), below `width`, and some `inner` (what it is, the server checks). Anything
+    /// else is [`Error::Argument`].
     pub(crate) fn parse(cursor: &str, width: u16) -> Result<At> {
         if cursor == "0" {
             return Ok(At {
@@ -109,14 +112,19 @@ where
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// One page of a listing from `cursor`: `page(queue, inner)` reads one ordinary queue at
     /// the server's cursor `inner`. An ordinary queue's page is its own, its cursor the
-    /// server's; a partitioned queue's is [`walk`]ed over its partitions (the width asked first
-    /// when this handle has not learned it).
+    /// server's; a partitioned queue's is [`walk`]ed over its partitions. A walk from `"0"`
+    /// reads the width afresh ([`Queue::current_width`]: the width given to a handle by
+    /// [`Queue::knowing_width`] stands), so a walk started after a span or an unspan sees it;
+    /// the pages after it go on by the width known (asked when this handle has none).
     pub(crate) async fn listing<T, F, Fut>(&self, cursor: &str, page: F) -> Result<(String, Vec<T>)>
     where
         F: Fn(Queue<C>, String) -> Fut,
         Fut: Future<Output = Result<(String, Vec<T>)>>,
     {
-        let width = self.resolved_width().await?;
+        let width = match cursor {
+            "0" => self.current_width().await?,
+            _ => self.resolved_width().await?,
+        };
         if width == 0 {
             return page(self.clone(), cursor.to_string()).await;
         }

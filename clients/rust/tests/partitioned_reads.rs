@@ -4,7 +4,10 @@
 //! the partitions with a cursor of their own (each job and group once, a page from one
 //! partition, a malformed cursor refused), and `metrics` adds the partitions' up. A schedule set
 //! by a handle that learned the queue was ordinary before it was spanned is routed once
-//! refused. An ordinary queue's listings keep the server's cursors.
+//! refused, and so is one set by a handle that holds a width from before the queue was spanned
+//! again over another; `crons`, `uncron` and a walk from `"0"` of such a handle read the width
+//! afresh, and a handle given a width (`knowing_width`) keeps it. An ordinary queue's listings
+//! keep the server's cursors, and a user not allowed `EMQ.WIDTH` reads an ordinary queue.
 
 mod common;
 
@@ -330,4 +333,162 @@ async fn a_schedule_set_by_a_handle_that_learned_no_width_is_routed_once_the_que
         When::Every(std::time::Duration::from_secs(3600))
     );
     assert!(early.uncron("hourly").await.expect("uncron"));
+}
+
+/// Handles on `queue` that each learned its width (`EMQ.WIDTH`) as it is now.
+async fn learned(
+    server: &emq_harness::Server,
+    queue: &str,
+    n: usize,
+    width: u16,
+) -> Vec<Queue<redis::aio::MultiplexedConnection>> {
+    let mut handles = Vec::new();
+    for _ in 0..n {
+        let h = Queue::new(conn(server).await, queue);
+        assert_eq!(h.width().await.expect("width"), width);
+        handles.push(h);
+    }
+    handles
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_holding_a_width_from_before_the_queue_was_spanned_again_finds_its_schedules() {
+    let server = start(Options::default());
+    let admin = Queue::new(conn(&server).await, "respan");
+    admin.span(4).await.expect("span over 4");
+    let stale = learned(&server, "respan", 4, 4).await;
+    let given = Queue::new(conn(&server).await, "respan").knowing_width(4);
+    assert!(admin.unspan().await.expect("unspan"));
+    assert!(admin.span(6).await.expect("span again over 6"));
+
+    // A name whose partition over 4 is no partition over 6: a retired one (EMQSPANNED 0).
+    let over_6: HashSet<String> = (0..6)
+        .map(|i| name("respan", i, 6).expect("name"))
+        .collect();
+    let set = (0..100)
+        .map(|n| format!("sweep-{n}"))
+        .find(|n| !over_6.contains(&home("respan", 4, n)))
+        .expect("a name routed to a retired partition");
+    stale[0]
+        .cron(&set, When::Spec(YEARLY.into()), b"x", None)
+        .await
+        .expect("cron, routed through the queue's own name");
+    assert_eq!(
+        stale[0].known_width(),
+        Some(6),
+        "learned from the queue's name"
+    );
+    let there = Queue::new(conn(&server).await, home("respan", 6, &set));
+    let listed = there.crons().await.expect("crons");
+    assert_eq!(listed.iter().map(|s| &s.name).collect::<Vec<_>>(), [&set]);
+    admin
+        .cron("audit", When::Spec(YEARLY.into()), b"y", None)
+        .await
+        .expect("cron");
+
+    // crons() and uncron() of a handle still holding 4 read the width afresh.
+    let names: Vec<String> = stale[1]
+        .crons()
+        .await
+        .expect("crons")
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    let mut want = vec!["audit".to_string(), set.clone()];
+    want.sort();
+    assert_eq!(names, want, "every partition's of the width now");
+    assert_eq!(stale[1].known_width(), Some(6));
+    assert!(
+        stale[2].uncron(&set).await.expect("uncron"),
+        "found where it is"
+    );
+    assert_eq!(stale[2].known_width(), Some(6));
+
+    // A walk from "0" of a handle still holding 4 reads the width afresh too.
+    let mut ids = HashSet::new();
+    for n in 0..12 {
+        ids.insert(admin.enqueue(format!("job {n}")).await.expect("job"));
+    }
+    let pages = walk(|c| {
+        let q = stale[3].clone();
+        async move { q.jobs("pending", &c, Some(5), false).await }
+    })
+    .await;
+    let walked: HashSet<String> = pages
+        .into_iter()
+        .flat_map(|(_, page)| page.into_iter().map(|j| j.id))
+        .collect();
+    assert_eq!(walked, ids, "every job of the partitions over 6");
+
+    // A handle given 4 keeps it: it reads the retired partitions, and sends no EMQ.WIDTH.
+    assert_eq!(given.crons().await.expect("crons"), []);
+    assert!(!given.uncron("audit").await.expect("uncron"));
+    assert_eq!(given.known_width(), Some(4));
+    let (end, page) = given.jobs("pending", "0", None, false).await.expect("jobs");
+    assert_eq!(
+        (end.as_str(), page.len()),
+        ("0", 0),
+        "the retired partitions hold none"
+    );
+    assert_eq!(given.known_width(), Some(4));
+    assert_eq!(admin.crons().await.expect("crons").len(), 1, "audit stays");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_not_allowed_emq_width_uses_an_ordinary_queue() {
+    let server = start(Options::default());
+    let mut setuser = redis::cmd("ACL");
+    setuser.arg(&[
+        "SETUSER",
+        "nowidth",
+        "on",
+        ">pw",
+        "~*",
+        "-@all",
+        "+@emq",
+        "-emq.width",
+    ]);
+    let _: () = setuser.query(&mut server.conn()).expect("acl setuser");
+    let url = format!("redis://nowidth:pw@127.0.0.1:{}", server.port);
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let conn = redis::Client::open(url)
+        .expect("client")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("connection as nowidth");
+    // Each call by a handle of its own, which has not read the width.
+    let fresh = || Queue::new(conn.clone(), "plain-acl");
+    let q = fresh();
+    match q.width().await {
+        Err(Error::Redis(e)) => assert_eq!(e.code(), Some("NOPERM"), "{e}"),
+        other => panic!("EMQ.WIDTH refused: {other:?}"),
+    }
+    assert_eq!(
+        q.known_width(),
+        None,
+        "width() itself learns nothing from a refusal"
+    );
+    for n in 0..3 {
+        let how = Enqueue {
+            group: (n > 0).then(|| format!("g{n}")),
+            ..Enqueue::default()
+        };
+        q.enqueue_with(format!("job {n}"), how).await.expect("job");
+    }
+    let q = fresh();
+    let (end, jobs) = q.jobs("pending", "0", None, false).await.expect("jobs");
+    assert_eq!((end.as_str(), jobs.len()), ("0", 1), "the default group's");
+    assert_eq!(q.known_width(), Some(0), "read as an ordinary queue");
+    let (end, groups) = fresh().groups("0", None).await.expect("groups");
+    assert_eq!((end.as_str(), groups.len()), ("0", 2));
+    fresh()
+        .cron("nightly", When::Spec(YEARLY.into()), b"x", None)
+        .await
+        .expect("cron");
+    let crons = fresh().crons().await.expect("crons");
+    let names: Vec<&str> = crons.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["nightly"]);
+    assert!(fresh().uncron("nightly").await.expect("uncron"));
+    let metrics = fresh().metrics().await.expect("metrics");
+    assert_eq!(metrics.events["enqueued"], 3);
 }
