@@ -375,6 +375,14 @@ def test_a_user_not_allowed_emq_width_uses_an_ordinary_queue_as_before(server: S
             await client.aclose()
 
     asyncio.run(main())
+    # Its worker claims the ordinary queue as ever: the four jobs, each once, from "plain".
+    assert drain(limited, "plain", 4) == {i: ["plain"] for i in drain_ids(server, "plain")}
+
+
+def drain_ids(server: Server, queue: str) -> List[str]:
+    """The ids of `queue`'s finished rows (``EMQ.JOBS`` of nothing: read the rows' keys)."""
+    prefix = f"emq:{{{queue}}}:job:"
+    return [k.decode()[len(prefix):] for k in server.cmd("KEYS", prefix + "*")]
 
 
 class NoWidth:

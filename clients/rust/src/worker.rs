@@ -228,7 +228,7 @@ where
         // The regroups since a blocking claim was last answered.
         let mut regroups = Tries::default();
         while !self.shutdown.is_cancelled() {
-            let parts = match self.queue.width().await {
+            let parts = match self.queue.read_width().await {
                 Ok(_) => self.queue.parts()?,
                 Err(Error::Redis(e)) if transient(&e) => {
                     self.pause(regroups.failed()).await;
@@ -343,7 +343,12 @@ where
                 _ = regroup.cancelled() => return,
                 _ = self.shutdown.cancelled() => return,
             }
-            let now = match self.queue.width().await.and_then(|_| self.queue.parts()) {
+            let now = match self
+                .queue
+                .read_width()
+                .await
+                .and_then(|_| self.queue.parts())
+            {
                 Ok(now) => now,
                 Err(e) => {
                     tracing::debug!(error = %e, "the queue's width was not read");

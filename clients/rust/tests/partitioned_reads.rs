@@ -12,6 +12,8 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use common::*;
 use echomq_client::partition::{name, route};
@@ -491,4 +493,25 @@ async fn a_user_not_allowed_emq_width_uses_an_ordinary_queue() {
     assert!(fresh().uncron("nightly").await.expect("uncron"));
     let metrics = fresh().metrics().await.expect("metrics");
     assert_eq!(metrics.events["enqueued"], 3);
+    // Its worker claims the ordinary queue as ever: the three jobs, each once.
+    let acked = Arc::new(AtomicUsize::new(0));
+    let counted = acked.clone();
+    let worker = echomq_client::Worker::new(conn.clone(), conn.clone(), "plain-acl", move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { Ok(None) }
+    });
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    for _ in 0..600 {
+        if acked.load(Ordering::SeqCst) >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    token.cancel();
+    let counts = run
+        .await
+        .expect("task")
+        .expect("the worker runs as nowidth");
+    assert_eq!((counts.acked, acked.load(Ordering::SeqCst)), (3, 3));
 }

@@ -201,12 +201,16 @@ class AsyncQueue(Settings):
 
     async def partition_stats(self) -> Dict[str, Dict[str, Optional[int]]]:
         """``Queue.partition_stats``, awaited."""
-        targets = self.router.partitions() if await self.width() else [self.name]
+        targets = self.router.partitions() if await self._read_width() else [self.name]
         return {t: cmd.counts(await self._send(cmd.stats(t))) for t in targets}
 
     async def _width_known(self) -> int:
         """``Queue._width_known``, awaited."""
         return await self._course(routing.known_width(self.router))
+
+    async def _read_width(self) -> int:
+        """``Queue._read_width``, awaited."""
+        return await self._course(routing.read_width(self.router))
 
     async def _each(self, build: Callable[[str], List[Any]]) -> List[Any]:
         """``Queue._each``, awaited."""

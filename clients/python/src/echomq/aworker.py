@@ -133,7 +133,7 @@ class AsyncWorker(Claiming):
         failures = 0
         while not self._stopping.is_set():
             try:
-                if await self.queue.width() == 0:
+                if await self.queue._read_width() == 0:
                     await self._claim_queue()
                     continue
                 ends = await self._claim_partitions()

@@ -331,13 +331,19 @@ class Queue(Settings):
     def partition_stats(self) -> Dict[str, Dict[str, Optional[int]]]:
         """Each partition's ``stats``, by name, in order (the width read again first); an
         ordinary queue's own, by its name."""
-        targets = self.router.partitions() if self.width() else [self.name]
+        targets = self.router.partitions() if self._read_width() else [self.name]
         return {t: cmd.counts(self._send(cmd.stats(t))) for t in targets}
 
     def _width_known(self) -> int:
         """The queue's width, read (``EMQ.WIDTH``) when not known yet: 0 where the server will
         not tell this user (``routing.known_width``)."""
         return self._course(routing.known_width(self.router))
+
+    def _read_width(self) -> int:
+        """The queue's width read afresh: 0 where the server will not tell this user
+        (``routing.read_width``), so a worker run by a user without ``+emq.width`` claims an
+        ordinary queue as ever."""
+        return self._course(routing.read_width(self.router))
 
     def _each(self, build: Callable[[str], List[Any]]) -> List[Any]:
         """`build`'s command sent to each partition of a partitioned queue, or to the queue

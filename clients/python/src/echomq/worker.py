@@ -223,7 +223,7 @@ class Worker(Claiming):
         failures = 0
         while not self._stopping.is_set():
             try:
-                if self.queue.width() == 0:
+                if self.queue._read_width() == 0:
                     self._claim_queue()
                     continue
                 ends = self._claim_partitions()
