@@ -513,6 +513,35 @@ fn a_queue_that_takes_no_job_keeps_no_schedule_and_a_batch_mints_within_its_budg
         .query(&mut con)
         .expect("retired");
     assert!(error(cron(&mut con, other)).starts_with("EMQSPANNED 0 "));
+    // A schedule a partition holds from before the rule (here put there by RESTORE) may still
+    // be replaced; a new one that routes elsewhere is refused.
+    let (src, q2) = (unique_queue("crons-src"), unique_queue("crons-old"));
+    cron(&mut con, &src).expect("a schedule on an ordinary queue");
+    let dump: Vec<u8> = cmd("DUMP")
+        .arg(format!("emq:{{{src}}}:cron"))
+        .query(&mut con)
+        .expect("dump");
+    let names = span(&mut con, &q2, 2);
+    let elsewhere = &names[usize::from(1 - route(2, b"tick"))];
+    let _: () = cmd("RESTORE")
+        .arg(format!("emq:{{{elsewhere}}}:cron"))
+        .arg(0)
+        .arg(dump)
+        .query(&mut con)
+        .expect("restore");
+    cron(&mut con, elsewhere).expect("the schedule it holds, replaced");
+    let fresh = (0..)
+        .map(|n| format!("beat-{n}"))
+        .find(|n| route(2, n.as_bytes()) == route(2, b"tick"))
+        .unwrap_or_default();
+    let refused = cmd("EMQ.CRON")
+        .arg(elsewhere)
+        .arg(&fresh)
+        .arg("EVERY")
+        .arg(60_000)
+        .arg("x")
+        .query::<Value>(&mut con);
+    assert!(error(refused).starts_with("EMQSPANNED 2 "));
     // A batch of minted ids costs about the width each: bounded by the call's budget.
     let wide = unique_queue("wide");
     let p = String::from_utf8(name(wide.as_bytes(), 0, 1024).expect("name")).expect("utf8");

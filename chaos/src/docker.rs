@@ -157,11 +157,12 @@ pub fn queue_keys(queue: &str) -> String {
     format!("emq:{{{escaped}}}:*")
 }
 
-/// The key pattern of a partitioned queue's partitions' keys: `emq:{<queue>~*}:*`.
-pub fn partition_keys(queue: &str) -> String {
-    let escaped = queue_keys(queue);
-    let inner = escaped.trim_start_matches("emq:{").trim_end_matches("}:*");
-    format!("emq:{{{inner}~*}}:*")
+/// The key patterns of a partitioned queue's partitions ([`crate::spanned::WIDTH`] of them),
+/// one a partition: none matches another queue's keys.
+pub fn partition_keys(queue: &str) -> Vec<String> {
+    crate::spanned::Spanned::new(queue)
+        .map(|s| s.partitions.iter().map(|(p, _)| queue_keys(p)).collect())
+        .unwrap_or_default()
 }
 
 /// The `--user` arguments that give a node its ACL at every start (a restarted node keeps
@@ -192,7 +193,7 @@ fn acl_args(queues: &[String], spanned: &[String], flow_groups: &[Vec<String>]) 
             args.extend(role.rules.iter().map(|r| r.to_string()));
             args.push(format!("~{}", queue_keys(queue)));
             if spanned.contains(queue) {
-                args.push(format!("~{}", partition_keys(queue)));
+                args.extend(partition_keys(queue).iter().map(|k| format!("~{k}")));
             }
             let parents: Vec<String> = flow_groups
                 .iter()
@@ -574,10 +575,19 @@ mod tests {
     #[test]
     fn a_partitioned_queues_users_reach_its_partitions_keys_and_only_theirs() {
         assert_eq!(queue_keys("f1-s7"), "emq:{f1-s7}:*");
-        assert_eq!(partition_keys("f1-s7"), "emq:{f1-s7~*}:*");
-        assert_eq!(partition_keys("a*b"), "emq:{a\\*b~*}:*");
+        let keys = partition_keys("f1-s7");
+        assert_eq!(keys.len(), usize::from(crate::spanned::WIDTH));
+        let first = echomq_client::partition::name("f1-s7", 0, crate::spanned::WIDTH);
+        assert_eq!(keys[0], format!("emq:{{{}}}:*", first.unwrap_or_default()));
+        assert!(keys
+            .iter()
+            .all(|k| !k.contains('~') || k.contains("~0-") || k.contains('-')));
         let acl = acl_args(&["p".into(), "q".into()], &["p".into()], &[]);
-        assert_eq!(acl.iter().filter(|a| *a == "~emq:{p~*}:*").count(), 2);
+        let granted = |k: &String| acl.iter().filter(|a| **a == format!("~{k}")).count();
+        assert!(
+            partition_keys("p").iter().all(|k| granted(k) == 2),
+            "producer and worker"
+        );
         assert!(!acl.iter().any(|a| a.contains("{q~")));
     }
 }

@@ -4,6 +4,7 @@
 //! The checker sees it as one queue: its partitions' rows are merged, and a row in a partition
 //! its id does not route to, or in two partitions, is a violation.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use echomq_client::partition::{name, route};
@@ -70,13 +71,14 @@ impl Spanned {
 }
 
 /// The partitions' final states, in order, as the queue's one: their rows and memberships
-/// together. A row in a partition its id does not route to, or in two partitions, is a
-/// violation (the merge keeps the first).
+/// together. A row in a partition its id does not route to, or in two partitions, and a set's
+/// member without its row in the same partition, are violations (the merge keeps the first).
 pub fn merge(queue: &str, parts: Vec<QueueState>) -> (QueueState, Vec<String>) {
     let mut whole = QueueState::default();
     let mut violations = Vec::new();
     for (index, part) in parts.into_iter().enumerate() {
         whole.outbox += part.outbox;
+        let own: HashSet<String> = part.rows.keys().cloned().collect();
         for (id, row) in part.rows {
             let routed = usize::from(route(WIDTH, &id));
             if routed != index {
@@ -91,6 +93,16 @@ pub fn merge(queue: &str, parts: Vec<QueueState>) -> (QueueState, Vec<String>) {
             whole.rows.insert(id, row);
         }
         for (id, sets) in part.members {
+            // A member stands beside its own row, in the partition its id routes to.
+            if !own.contains(&id) {
+                violations.push(format!(
+                    "{queue}/{id}: a member of {sets:?} in partition {index}, without its row there"
+                ));
+            } else if usize::from(route(WIDTH, &id)) != index {
+                violations.push(format!(
+                    "{queue}/{id}: a member of {sets:?} in partition {index}, but its id routes elsewhere"
+                ));
+            }
             whole.members.entry(id).or_default().extend(sets);
         }
     }
@@ -162,6 +174,19 @@ mod tests {
             .iter()
             .any(|v| v.contains("a row in two partitions")));
         assert_eq!(whole.rows.len(), 1);
+    }
+
+    #[test]
+    fn a_member_without_its_row_in_its_partition_is_a_violation() {
+        let by = routed();
+        let mut parts = parts(&vec![Vec::new(); usize::from(WIDTH)]);
+        let id = by[3][0].clone();
+        parts[3] = holding(&[id.as_str()]);
+        parts[7].members.insert(id.clone(), vec!["dead".into()]);
+        let (whole, violations) = merge("q", parts);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert!(violations[0].contains("without its row there"));
+        assert_eq!(whole.members[&id], vec!["dead".to_string()]);
     }
 
     #[test]

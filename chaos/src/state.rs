@@ -89,7 +89,17 @@ pub fn read(
         .iter()
         .map(|(p, slot)| on_owner(p, *slot))
         .collect::<Result<Vec<_>, _>>()?;
-    let (whole, misplaced) = merge(&spanned.queue, parts);
+    let (whole, mut misplaced) = merge(&spanned.queue, parts);
+    // The queue's own name takes no job: anything there is out of place too.
+    let own = on_owner(&spanned.queue, spanned.slot)?;
+    if !own.rows.is_empty() || !own.members.is_empty() {
+        misplaced.push(format!(
+            "{}: {} rows and {} set members under the partitioned queue's own name",
+            spanned.queue,
+            own.rows.len(),
+            own.members.len()
+        ));
+    }
     finals.insert(spanned.queue.clone(), whole);
     Ok((finals, misplaced))
 }

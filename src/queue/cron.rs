@@ -22,12 +22,14 @@ pub fn set<S: Store>(
 ) -> Result<i64, EmqError> {
     store.check_access(&[KeyRef::Table(Table::Cron)])?;
     // A queue that takes no job (a partitioned queue's own name, a retired partition) keeps
-    // no schedule: its firings would be refused. A partition keeps the schedules whose name
-    // routes to it, as the clients send them; another is refused with the width.
-    if let Some(lane) = super::span::lane(store)? {
+    // no schedule: its firings would be refused. A partition takes a new schedule whose name
+    // routes to it, as the clients send them, and refuses another with the width; one it holds
+    // already (set there before this rule) may still be replaced.
+    let lane = super::span::lane(store)?;
+    let old = store.table_get(Table::Cron, name)?;
+    if let (Some(lane), None) = (&lane, &old) {
         lane.check(name)?;
     }
-    let old = store.table_get(Table::Cron, name)?;
     if old.is_none() && store.table_len(Table::Cron)? >= MAX_SCHEDULES {
         return Err(EmqError::Cron(
             format!("the queue holds {MAX_SCHEDULES} schedules, the most it may").into(),
