@@ -23,7 +23,7 @@ from echomq import listings, spans
 from echomq.aio import AsyncQueue
 from echomq.metrics import Histogram, Metrics, plus, total
 from echomq.partitions import route
-from echomq.routing import Router
+from echomq.routing import Router, read_width
 from conftest import Cluster, Server
 from test_partitioned import drain, owner_of
 
@@ -405,6 +405,56 @@ def test_a_server_without_emq_width_has_ordinary_queues_only(server: Server) -> 
     with pytest.raises(redis.exceptions.ResponseError, match="something else"):
         q.crons()
     assert not spans.untold(redis.exceptions.ConnectionError("unknown command"))
+
+
+def test_only_the_command_refused_or_unknown_reads_as_no_width() -> None:
+    noperm, refused = redis.exceptions.NoPermissionError, redis.exceptions.ResponseError
+    untold = [
+        noperm("User nowidth has no permissions to run the 'emq.width' command"),
+        refused("NOPERM User nowidth has no permissions to run the 'emq.width' command"),
+        noperm("this user has no permissions to run the 'emq.width' command or its subcommand"),
+        refused("unknown command 'EMQ.WIDTH', with args beginning with: 'q' "),
+        refused("ERR unknown command 'EMQ.WIDTH'"),
+    ]
+    told = [
+        noperm("No permissions to access a key"),
+        refused("NOPERM No permissions to access a key"),
+        noperm("No permissions to access a channel"),
+        refused("has no permissions to run"),  # not a NOPERM
+        redis.exceptions.ConnectionError("unknown command"),
+    ]
+    assert [spans.untold(e) for e in untold] == [True] * len(untold)
+    assert [spans.untold(e) for e in told] == [False] * len(told)
+
+
+def width_read(router: Router, error: Exception) -> int:
+    """What ``read_width`` of `router` ends with when its ``EMQ.WIDTH`` fails with `error`."""
+    course = read_width(router)
+    assert next(course)[1] == ["EMQ.WIDTH", router.queue]
+    try:
+        course.throw(error)
+    except StopIteration as end:
+        return int(end.value)
+    raise AssertionError("read_width sent more than EMQ.WIDTH")
+
+
+def test_a_width_the_server_will_not_tell_keeps_the_one_known() -> None:
+    refused = redis.exceptions.NoPermissionError(
+        "User nowidth has no permissions to run the 'emq.width' command"
+    )
+    router = Router("kept")
+    assert width_read(router, refused) == 0 and router.width == 0, "none known: 0 learned"
+    router.learn(3)  # from an EMQSPANNED refusal, or a clone's read
+    assert width_read(router, refused) == 3 and router.width == 3
+    with pytest.raises(redis.exceptions.NoPermissionError, match="access a key"):
+        width_read(router, redis.exceptions.NoPermissionError("No permissions to access a key"))
+    assert router.width == 3
+
+
+def test_a_key_refused_to_the_width_read_is_raised(server: Server) -> None:
+    client = NoWidth(server.client(), "NOPERM No permissions to access a key")
+    with pytest.raises(redis.exceptions.ResponseError, match="access a key"):
+        echomq.Queue(client, "plain").crons()
 
 
 class Counted:
