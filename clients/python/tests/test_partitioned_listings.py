@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any, List, Sequence, Set, Tuple
+import threading
+import time
+from typing import Any, Dict, List, Sequence, Set, Tuple
 
 import pytest
 import redis.asyncio
@@ -20,11 +22,11 @@ import redis.exceptions
 import echomq
 from echomq import commands as cmd
 from echomq import listings, spans
-from echomq.aio import AsyncQueue
+from echomq.aio import AsyncQueue, AsyncWorker
 from echomq.metrics import Histogram, Metrics, plus, total
 from echomq.partitions import route
 from echomq.routing import Router, read_width
-from conftest import Cluster, Server
+from conftest import Cluster, Server, joined, until
 from test_partitioned import drain, owner_of
 
 #: A partitioned queue's cursor, as a page returns it.
@@ -455,6 +457,82 @@ def test_a_key_refused_to_the_width_read_is_raised(server: Server) -> None:
     client = NoWidth(server.client(), "NOPERM No permissions to access a key")
     with pytest.raises(redis.exceptions.ResponseError, match="access a key"):
         echomq.Queue(client, "plain").crons()
+
+
+def limited_user(server: Server, queue: str, width: int) -> List[str]:
+    """The user ``nowidth`` (no ``+emq.width``) made, `queue` spanned over `width` by the
+    admin, with 10 jobs the admin enqueued: their ids."""
+    server.cmd("ACL", "SETUSER", "nowidth", "on", ">pw", "+@all", "-emq.width", "~*")
+    admin = server.client()
+    assert echomq.Queue(admin, queue).span(width) is True
+    return echomq.Queue(admin, queue).enqueue_many(b"%d" % n for n in range(10))
+
+
+def from_partitions(handled: Dict[str, List[str]], ids: List[str], queue: str) -> None:
+    """Each of `ids` handled once, from the partition of `queue` (over 3) its id routes to."""
+    assert sorted(handled) == sorted(ids)
+    partitions = spans.names(queue, 3)
+    assert all(handled[i] == [partitions[route(3, i)]] for i in ids), handled
+
+
+def test_a_worker_of_a_user_not_allowed_emq_width_claims_the_partitions(server: Server) -> None:
+    # Its width read refused, the worker claims the queue's own name; its EMQSPANNED 3 is
+    # learned and kept by the reads refused after it (a blocking claim timed out among them).
+    ids = limited_user(server, "wide", 3)
+    limited = redis.Redis(host="127.0.0.1", port=server.port, username="nowidth", password="pw")
+    handled: Dict[str, List[str]] = {}
+
+    def handle(job: echomq.Job) -> None:
+        handled.setdefault(job.id, []).append(job.queue)
+
+    worker = echomq.Worker(limited, "wide", handle, block=0.2)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        assert until(lambda: worker.counts["acked"] == 10, timeout=30), worker.counts
+        assert until(lambda: server.cmd("INFO", "clients")["blocked_clients"] == 1)
+        time.sleep(0.5)  # blocking claims time out on the idle partitions
+        ids += echomq.Queue(limited, "wide").enqueue_many(b"%d" % n for n in range(10))
+        assert until(lambda: worker.counts["acked"] == 20, timeout=30), worker.counts
+    finally:
+        worker.stop()
+        assert joined(t)
+    assert worker.queue.router.width == 3 and worker.counts["lost"] == 0
+    from_partitions(handled, ids, "wide")
+
+
+def test_an_async_worker_of_a_user_not_allowed_emq_width_claims_the_partitions(
+    server: Server,
+) -> None:
+    ids = limited_user(server, "awide", 3)
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(
+            host="127.0.0.1", port=server.port, username="nowidth", password="pw"
+        )
+        handled: Dict[str, List[str]] = {}
+
+        async def handle(job: echomq.Job) -> None:
+            handled.setdefault(job.id, []).append(job.queue)
+
+        worker = AsyncWorker(client, "awide", handle, block=0.2)
+        task = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 30
+        while worker.counts["acked"] < 10:
+            assert time.monotonic() < deadline, worker.counts
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.5)  # blocking claims time out on the idle partitions
+        ids.extend(await AsyncQueue(client, "awide").enqueue_many(b"%d" % n for n in range(10)))
+        while worker.counts["acked"] < 20:
+            assert time.monotonic() < deadline, worker.counts
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        assert worker.queue.router.width == 3 and worker.counts["lost"] == 0
+        from_partitions(handled, ids, "awide")
+        await client.aclose()
+
+    asyncio.run(main())
 
 
 class Counted:
