@@ -2,11 +2,12 @@
 // servers (docs/cluster.md, "A queue bigger than one primary"): schedules kept by the partition
 // their name routes to, the sets and groups walked partition by partition, the width read
 // afresh where a stale one would miss what the queue holds, and the partitions' metrics added
-// up; the walk and the sums without a server too.
+// up; the walk, the sums and which refusals of EMQ.WIDTH read as no width without a server too.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { EmqCursorError, Queue, Retry, mint, partitionName, route } from '../src/index.js';
 import { plusHistogram, sumMetrics } from '../src/metrics.js';
+import { knowWidth, widthUntold } from '../src/span.js';
 import { splitCursor, walk } from '../src/walk.js';
 import { Cluster } from './support/cluster.js';
 import { commandStats, drain, idsIn } from './support/partitioned.js';
@@ -339,6 +340,30 @@ describe('a partitioned queue\'s schedules, listings and metrics on a cluster', 
 });
 
 describe('a partitioned queue\'s walk and metrics, without a server', () => {
+  test('only EMQ.WIDTH refused as a command, or unknown, reads as no width; a width known then stands', async () => {
+    class ErrorReply extends Error {}
+    const untold = [
+      "NOPERM User nowidth has no permissions to run the 'emq.width' command",
+      "NOPERM this user has no permissions to run the 'emq.width' command or its subcommand",
+      "ERR unknown command 'EMQ.WIDTH', with args beginning with: 'q' ",
+    ];
+    const told = ['NOPERM No permissions to access a key', 'NOPERM No permissions to access a channel', 'ERR has no permissions to run', 'LOADING the server is loading'];
+    for (const m of untold) assert.ok(widthUntold(new ErrorReply(m)), m);
+    for (const m of told) assert.ok(!widthUntold(new ErrorReply(m)), m);
+    assert.ok(!widthUntold(new Error(untold[0])), 'not a server\'s reply');
+    assert.ok(widthUntold(Object.assign(new Error('wrapped'), { cause: new ErrorReply(untold[0]) })));
+    const refusing = (message, knownWidth) => ({ knownWidth, width: () => Promise.reject(new ErrorReply(message)) });
+    const fresh = refusing(untold[0], undefined);
+    await knowWidth(/** @type {any} */ (fresh));
+    assert.equal(fresh.knownWidth, 0, 'none known: 0 learned');
+    const known = refusing(untold[0], 3);
+    await knowWidth(/** @type {any} */ (known));
+    assert.equal(known.knownWidth, 3, 'the width known stands');
+    const key = refusing(told[0], 3);
+    await assert.rejects(knowWidth(/** @type {any} */ (key)), /access a key/);
+    assert.equal(key.knownWidth, 3);
+  });
+
   test('splitCursor reads 0 and <index>:<inner> below the width, and refuses anything else', () => {
     assert.deepEqual(splitCursor('0', 4), { index: 0, inner: '0' });
     assert.deepEqual(splitCursor('3:0', 4), { index: 3, inner: '0' });
