@@ -35,17 +35,31 @@ export function readWidth(reply) {
 }
 
 /**
- * Has `queue` learn its width from `EMQ.WIDTH`; a server without the command, or a user not
- * allowed it, has ordinary queues only.
+ * Whether `error`, an `EMQ.WIDTH`'s, means the server will not tell this user the width: the
+ * command refused to the user (`NOPERM User <u> has no permissions to run the 'emq.width'
+ * command`, or Redis's "this user has no permissions to run ...") or unknown to the server.
+ * Any other refusal, a `NOPERM` for a key the user may not access among them, is a real error.
+ * @param {unknown} error
+ */
+export function widthUntold(error) {
+  const reply = isErrorReply(error) ? error : /** @type {{cause?: unknown}} */ (error)?.cause;
+  if (!(reply instanceof Error)) return false;
+  return /^ERR unknown command/i.test(reply.message) || (/^NOPERM/i.test(reply.message) && /has no permissions to run/i.test(reply.message));
+}
+
+/**
+ * Has `queue` learn its width from `EMQ.WIDTH`. Where the server will not tell (`widthUntold`:
+ * a server without the command, or a user not allowed it), the width the Queue knows already
+ * (learned from an `EMQSPANNED` refusal) stands, else 0: such a user has ordinary queues only,
+ * till a refusal tells it otherwise.
  * @param {Queue} queue
  */
 export async function knowWidth(queue) {
   try {
     await queue.width();
   } catch (e) {
-    const reply = isErrorReply(e) ? e : /** @type {{cause?: unknown}} */ (e)?.cause;
-    if (!(reply instanceof Error && /^(ERR unknown command|NOPERM)/i.test(reply.message))) throw e;
-    queue.knownWidth = 0;
+    if (!widthUntold(e)) throw e;
+    queue.knownWidth ??= 0;
   }
 }
 

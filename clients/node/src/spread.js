@@ -14,6 +14,7 @@ import { nowNs } from './hook.js';
 import { moved, remap } from './replicas.js';
 import { backoff, serverFull, sleep, transient } from './retry.js';
 import { queueSlot } from './slot.js';
+import { knowWidth } from './span.js';
 
 /** @typedef {import('./queue.js').Queue} Queue */
 
@@ -262,11 +263,14 @@ export class Spread {
   }
 
   /** Reads the queue's width again (a blocked claim timed out: the queue was idle that long);
-   * another ends the spread. */
+   * another ends the spread. Read as the queue's calls read it (`knowWidth`): for a user the
+   * server will not tell, the width known, so the spread goes on. */
   async reread() {
+    const queue = this.worker.queue;
     let width;
     try {
-      width = await this.worker.queue.width();
+      await knowWidth(queue);
+      width = queue.knownWidth ?? 0;
     } catch (e) {
       if (!transient(e)) this.worker.report(e);
       return;

@@ -19,7 +19,7 @@ import { Job, Retry } from './job.js';
 import { sweepLoop } from './outbox.js';
 import { moved, sendWaited, waitSettings } from './replicas.js';
 import { backoff, serverFull, sleep, transient } from './retry.js';
-import { knowWidth } from './span.js';
+import { isPartition, knowWidth } from './span.js';
 import { Spread } from './spread.js';
 
 /** The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`). */
@@ -220,7 +220,12 @@ export class Worker extends EventEmitter {
       } catch (e) {
         this.claimReserved = 0;
         const error = translate(e);
-        if (error instanceof EmqSpannedError) return error.width;
+        if (error instanceof EmqSpannedError) {
+          // Learned, as an enqueue's refusal teaches it: a user whose width read the server
+          // refuses (no +emq.width) keeps it at the spread's reads, and claims the partitions.
+          if (error.width > 0 && !isPartition(this.queue.name, error.width)) this.queue.knownWidth = error.width;
+          return error.width;
+        }
         // A failover, or a server out of memory or disk: not the worker's end.
         if (!transient(e) && !serverFull(e)) throw error;
         await sleep(backoff(failures++), this.closingSignal());

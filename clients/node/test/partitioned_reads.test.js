@@ -2,15 +2,19 @@
 // servers (docs/cluster.md, "A queue bigger than one primary"): schedules kept by the partition
 // their name routes to, the sets and groups walked partition by partition, the width read
 // afresh where a stale one would miss what the queue holds, and the partitions' metrics added
-// up; the walk and the sums without a server too.
+// up; a Worker of a user not allowed EMQ.WIDTH claims the partitions, the width learned from its
+// claim's refusal; the walk, the sums and which refusals of EMQ.WIDTH read as no width without
+// a server too.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { createClient } from 'redis';
 import { EmqCursorError, Queue, Retry, mint, partitionName, route } from '../src/index.js';
 import { plusHistogram, sumMetrics } from '../src/metrics.js';
+import { knowWidth, widthUntold } from '../src/span.js';
 import { splitCursor, walk } from '../src/walk.js';
 import { Cluster } from './support/cluster.js';
 import { commandStats, drain, idsIn } from './support/partitioned.js';
-import { Server } from './support/server.js';
+import { Server, until } from './support/server.js';
 
 describe('a partitioned queue\'s schedules and listings on one server', () => {
   /** @type {Server} */
@@ -110,6 +114,35 @@ describe('a partitioned queue\'s schedules and listings on one server', () => {
     assert.equal(groupsReader.knownWidth, 4);
     await measurer.metrics();
     assert.equal(measurer.knownWidth, 2, 'metrics() goes by the width known');
+  });
+
+  test('a Worker of a user not allowed EMQ.WIDTH learns a partitioned queue\'s width from its claim\'s EMQSPANNED, keeps it, and drains the jobs from their partitions', async () => {
+    await server.cmd('ACL', 'SETUSER', 'nowidth', 'on', '>pw', '+@all', '-emq.width', '~*');
+    const user = createClient({ url: `redis://nowidth:pw@127.0.0.1:${server.port}` });
+    await user.connect();
+    try {
+      await new Queue(client, 'wide-acl').span(3);
+      const ids = await new Queue(client, 'wide-acl').enqueueMany(Array.from({ length: 10 }, (_, n) => ({ payload: `a${n}` })));
+      const limited = new Queue(user, 'wide-acl');
+      // Its blocking claims time out on the idle partitions, and the width reads refused after
+      // them keep the 3 the queue's own name refused the first claim with.
+      const { worker, runs, queues, errors, done } = await drain(limited, 10, { block: 100 });
+      try {
+        assert.ok(done, `${worker.counts.acked} of 10 handled`);
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        ids.push(...(await new Queue(user, 'wide-acl').enqueueMany(Array.from({ length: 10 }, (_, n) => ({ payload: `b${n}` })))));
+        assert.ok(await until(() => worker.counts.acked >= 20, 30_000), `${worker.counts.acked} of 20 handled`);
+      } finally {
+        await worker.close();
+      }
+      assert.equal(limited.knownWidth, 3);
+      assert.deepEqual(errors, []);
+      assert.deepEqual([...runs.keys()].sort(), [...ids].sort());
+      assert.ok([...runs.values()].every((n) => n === 1), 'each job once');
+      for (const id of ids) assert.equal(queues.get(id), partitionName('wide-acl', route(3, id), 3), id);
+    } finally {
+      await user.disconnect();
+    }
   });
 
   test('crons() lists a partitioned queue\'s schedules by their names\' UTF-8 bytes, the order the server gives one queue\'s', async () => {
@@ -339,6 +372,30 @@ describe('a partitioned queue\'s schedules, listings and metrics on a cluster', 
 });
 
 describe('a partitioned queue\'s walk and metrics, without a server', () => {
+  test('only EMQ.WIDTH refused as a command, or unknown, reads as no width; a width known then stands', async () => {
+    class ErrorReply extends Error {}
+    const untold = [
+      "NOPERM User nowidth has no permissions to run the 'emq.width' command",
+      "NOPERM this user has no permissions to run the 'emq.width' command or its subcommand",
+      "ERR unknown command 'EMQ.WIDTH', with args beginning with: 'q' ",
+    ];
+    const told = ['NOPERM No permissions to access a key', 'NOPERM No permissions to access a channel', 'ERR has no permissions to run', 'LOADING the server is loading'];
+    for (const m of untold) assert.ok(widthUntold(new ErrorReply(m)), m);
+    for (const m of told) assert.ok(!widthUntold(new ErrorReply(m)), m);
+    assert.ok(!widthUntold(new Error(untold[0])), 'not a server\'s reply');
+    assert.ok(widthUntold(Object.assign(new Error('wrapped'), { cause: new ErrorReply(untold[0]) })));
+    const refusing = (message, knownWidth) => ({ knownWidth, width: () => Promise.reject(new ErrorReply(message)) });
+    const fresh = refusing(untold[0], undefined);
+    await knowWidth(/** @type {any} */ (fresh));
+    assert.equal(fresh.knownWidth, 0, 'none known: 0 learned');
+    const known = refusing(untold[0], 3);
+    await knowWidth(/** @type {any} */ (known));
+    assert.equal(known.knownWidth, 3, 'the width known stands');
+    const key = refusing(told[0], 3);
+    await assert.rejects(knowWidth(/** @type {any} */ (key)), /access a key/);
+    assert.equal(key.knownWidth, 3);
+  });
+
   test('splitCursor reads 0 and <index>:<inner> below the width, and refuses anything else', () => {
     assert.deepEqual(splitCursor('0', 4), { index: 0, inner: '0' });
     assert.deepEqual(splitCursor('3:0', 4), { index: 3, inner: '0' });

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any, List, Sequence, Set, Tuple
+import threading
+import time
+from typing import Any, Dict, List, Sequence, Set, Tuple
 
 import pytest
 import redis.asyncio
@@ -20,11 +22,11 @@ import redis.exceptions
 import echomq
 from echomq import commands as cmd
 from echomq import listings, spans
-from echomq.aio import AsyncQueue
+from echomq.aio import AsyncQueue, AsyncWorker
 from echomq.metrics import Histogram, Metrics, plus, total
 from echomq.partitions import route
-from echomq.routing import Router
-from conftest import Cluster, Server
+from echomq.routing import Router, read_width
+from conftest import Cluster, Server, joined, until
 from test_partitioned import drain, owner_of
 
 #: A partitioned queue's cursor, as a page returns it.
@@ -405,6 +407,132 @@ def test_a_server_without_emq_width_has_ordinary_queues_only(server: Server) -> 
     with pytest.raises(redis.exceptions.ResponseError, match="something else"):
         q.crons()
     assert not spans.untold(redis.exceptions.ConnectionError("unknown command"))
+
+
+def test_only_the_command_refused_or_unknown_reads_as_no_width() -> None:
+    noperm, refused = redis.exceptions.NoPermissionError, redis.exceptions.ResponseError
+    untold = [
+        noperm("User nowidth has no permissions to run the 'emq.width' command"),
+        refused("NOPERM User nowidth has no permissions to run the 'emq.width' command"),
+        noperm("this user has no permissions to run the 'emq.width' command or its subcommand"),
+        refused("unknown command 'EMQ.WIDTH', with args beginning with: 'q' "),
+        refused("ERR unknown command 'EMQ.WIDTH'"),
+    ]
+    told = [
+        noperm("No permissions to access a key"),
+        refused("NOPERM No permissions to access a key"),
+        noperm("No permissions to access a channel"),
+        refused("has no permissions to run"),  # not a NOPERM
+        redis.exceptions.ConnectionError("unknown command"),
+    ]
+    assert [spans.untold(e) for e in untold] == [True] * len(untold)
+    assert [spans.untold(e) for e in told] == [False] * len(told)
+
+
+def width_read(router: Router, error: Exception) -> int:
+    """What ``read_width`` of `router` ends with when its ``EMQ.WIDTH`` fails with `error`."""
+    course = read_width(router)
+    assert next(course)[1] == ["EMQ.WIDTH", router.queue]
+    try:
+        course.throw(error)
+    except StopIteration as end:
+        return int(end.value)
+    raise AssertionError("read_width sent more than EMQ.WIDTH")
+
+
+def test_a_width_the_server_will_not_tell_keeps_the_one_known() -> None:
+    refused = redis.exceptions.NoPermissionError(
+        "User nowidth has no permissions to run the 'emq.width' command"
+    )
+    router = Router("kept")
+    assert width_read(router, refused) == 0 and router.width == 0, "none known: 0 learned"
+    router.learn(3)  # from an EMQSPANNED refusal, or a clone's read
+    assert width_read(router, refused) == 3 and router.width == 3
+    with pytest.raises(redis.exceptions.NoPermissionError, match="access a key"):
+        width_read(router, redis.exceptions.NoPermissionError("No permissions to access a key"))
+    assert router.width == 3
+
+
+def test_a_key_refused_to_the_width_read_is_raised(server: Server) -> None:
+    client = NoWidth(server.client(), "NOPERM No permissions to access a key")
+    with pytest.raises(redis.exceptions.ResponseError, match="access a key"):
+        echomq.Queue(client, "plain").crons()
+
+
+def limited_user(server: Server, queue: str, width: int) -> List[str]:
+    """The user ``nowidth`` (no ``+emq.width``) made, `queue` spanned over `width` by the
+    admin, with 10 jobs the admin enqueued: their ids."""
+    server.cmd("ACL", "SETUSER", "nowidth", "on", ">pw", "+@all", "-emq.width", "~*")
+    admin = server.client()
+    assert echomq.Queue(admin, queue).span(width) is True
+    return echomq.Queue(admin, queue).enqueue_many(b"%d" % n for n in range(10))
+
+
+def from_partitions(handled: Dict[str, List[str]], ids: List[str], queue: str) -> None:
+    """Each of `ids` handled once, from the partition of `queue` (over 3) its id routes to."""
+    assert sorted(handled) == sorted(ids)
+    partitions = spans.names(queue, 3)
+    assert all(handled[i] == [partitions[route(3, i)]] for i in ids), handled
+
+
+def test_a_worker_of_a_user_not_allowed_emq_width_claims_the_partitions(server: Server) -> None:
+    # Its width read refused, the worker claims the queue's own name; its EMQSPANNED 3 is
+    # learned and kept by the reads refused after it (a blocking claim timed out among them).
+    ids = limited_user(server, "wide", 3)
+    limited = redis.Redis(host="127.0.0.1", port=server.port, username="nowidth", password="pw")
+    handled: Dict[str, List[str]] = {}
+
+    def handle(job: echomq.Job) -> None:
+        handled.setdefault(job.id, []).append(job.queue)
+
+    worker = echomq.Worker(limited, "wide", handle, block=0.2)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        assert until(lambda: worker.counts["acked"] == 10, timeout=30), worker.counts
+        assert until(lambda: server.cmd("INFO", "clients")["blocked_clients"] == 1)
+        time.sleep(0.5)  # blocking claims time out on the idle partitions
+        ids += echomq.Queue(limited, "wide").enqueue_many(b"%d" % n for n in range(10))
+        assert until(lambda: worker.counts["acked"] == 20, timeout=30), worker.counts
+    finally:
+        worker.stop()
+        assert joined(t)
+    assert worker.queue.router.width == 3 and worker.counts["lost"] == 0
+    from_partitions(handled, ids, "wide")
+
+
+def test_an_async_worker_of_a_user_not_allowed_emq_width_claims_the_partitions(
+    server: Server,
+) -> None:
+    ids = limited_user(server, "awide", 3)
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(
+            host="127.0.0.1", port=server.port, username="nowidth", password="pw"
+        )
+        handled: Dict[str, List[str]] = {}
+
+        async def handle(job: echomq.Job) -> None:
+            handled.setdefault(job.id, []).append(job.queue)
+
+        worker = AsyncWorker(client, "awide", handle, block=0.2)
+        task = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 30
+        while worker.counts["acked"] < 10:
+            assert time.monotonic() < deadline, worker.counts
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.5)  # blocking claims time out on the idle partitions
+        ids.extend(await AsyncQueue(client, "awide").enqueue_many(b"%d" % n for n in range(10)))
+        while worker.counts["acked"] < 20:
+            assert time.monotonic() < deadline, worker.counts
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        assert worker.queue.router.width == 3 and worker.counts["lost"] == 0
+        from_partitions(handled, ids, "awide")
+        await client.aclose()
+
+    asyncio.run(main())
 
 
 class Counted:

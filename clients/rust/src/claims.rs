@@ -99,12 +99,15 @@ pub(crate) enum LoopEnd {
     Stopped,
     /// The queue's width or the cluster's slots changed: the queues are to be grouped again.
     Regroup,
+    /// The queue named was refused as partitioned (`EMQSPANNED <width>`: spanned since the
+    /// worker read its width): the worker learns the width, and groups its queues again.
+    Spanned { queue: String, width: u16 },
     /// A claim failed for good.
     Failed(Error),
 }
 
-/// Why a claim's error ends the loop, if it does.
-fn ending(e: RedisError, woke: bool) -> Option<LoopEnd> {
+/// Why a claim of `queue` ending in error `e` ends the loop, if it does.
+fn ending(e: RedisError, queue: &str, woke: bool) -> Option<LoopEnd> {
     if transient(&e) || server_full(&e) {
         return None;
     }
@@ -114,7 +117,10 @@ fn ending(e: RedisError, woke: bool) -> Option<LoopEnd> {
     }
     match Error::from_redis(e) {
         // The queue was partitioned since the worker read its width.
-        Error::Spanned { .. } => Some(LoopEnd::Regroup),
+        Error::Spanned { width, .. } => Some(LoopEnd::Spanned {
+            queue: queue.to_string(),
+            width,
+        }),
         e => Some(LoopEnd::Failed(e)),
     }
 }
@@ -186,7 +192,7 @@ where
         let sent_ns = now_ns();
         let reply: Value = match claim.query_async(&mut claims.conn.clone()).await {
             Ok(v) => v,
-            Err(e) => match ending(e, woke) {
+            Err(e) => match ending(e, &part.queue.name, woke) {
                 Some(ended) => {
                     regroup.cancel(); // the other loops end with this one
                     return ended;

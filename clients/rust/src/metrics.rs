@@ -90,13 +90,13 @@ impl Histogram {
             };
         }
         Histogram {
-            count: self.count + other.count,
-            sum_ms: self.sum_ms + other.sum_ms,
+            count: self.count.saturating_add(other.count),
+            sum_ms: self.sum_ms.saturating_add(other.sum_ms),
             buckets: self
                 .buckets
                 .iter()
                 .zip(&other.buckets)
-                .map(|((le, n), (_, m))| (*le, n + m))
+                .map(|((le, n), (_, m))| (*le, n.saturating_add(*m)))
                 .collect(),
         }
     }
@@ -156,7 +156,8 @@ impl Metrics {
         for m in rest {
             all.enabled &= m.enabled;
             for (event, n) in &m.events {
-                *all.events.entry(event.clone()).or_default() += n;
+                let sum = all.events.entry(event.clone()).or_default();
+                *sum = sum.saturating_add(*n);
             }
             all.wait = all.wait.plus(&m.wait);
             for (ended, h) in &m.run {
@@ -221,6 +222,20 @@ mod tests {
             "bounds that differ: the one with more counted"
         );
         assert_eq!(Histogram::default().plus(&a), a);
+    }
+
+    #[test]
+    fn sums_past_u64_stay_at_its_greatest() {
+        let big = h(&[(Some(5), u64::MAX), (None, u64::MAX)], u64::MAX);
+        let sum = big.plus(&h(&[(Some(5), 1), (None, 2)], 3));
+        assert_eq!((sum.count, sum.sum_ms), (u64::MAX, u64::MAX));
+        assert_eq!(sum.buckets, [(Some(5), u64::MAX), (None, u64::MAX)]);
+        let events = |n| Metrics {
+            events: BTreeMap::from([("acked".to_string(), n)]),
+            ..Metrics::default()
+        };
+        let all = Metrics::added(&[events(u64::MAX), events(1)]);
+        assert_eq!(all.events["acked"], u64::MAX);
     }
 
     #[test]

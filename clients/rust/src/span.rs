@@ -65,14 +65,29 @@ impl Width {
     pub(crate) fn learn(&self, width: u16) {
         self.0.store(width, Ordering::SeqCst);
     }
+
+    /// The width learned, else `width`, learned now.
+    pub(crate) fn known_or(&self, width: u16) -> u16 {
+        match self
+            .0
+            .compare_exchange(UNKNOWN, width, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => width,
+            Err(known) => known,
+        }
+    }
 }
 
-/// Whether `EMQ.WIDTH` was refused for want of permission (`NOPERM`) or is a command the
-/// server does not know (`ERR unknown command ...`): errors `Error::from_redis` leaves as
-/// [`Error::Redis`].
+/// Whether `EMQ.WIDTH` was refused to the user as a command (`NOPERM User <u> has no
+/// permissions to run the 'emq.width' command`, or Redis's "this user has no permissions to
+/// run ...") or is a command the server does not know (`ERR unknown command ...`): errors
+/// `Error::from_redis` leaves as [`Error::Redis`]. Any other `NOPERM` (a key the user may not
+/// access) is a real error.
 fn width_unreadable(e: &RedisError) -> bool {
     match e.code() {
-        Some("NOPERM") => true,
+        Some("NOPERM") => e
+            .detail()
+            .is_some_and(|d| d.to_ascii_lowercase().contains("has no permissions to run")),
         Some("ERR") => e
             .detail()
             .is_some_and(|d| d.to_ascii_lowercase().starts_with("unknown command")),
@@ -217,11 +232,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     }
 
     /// This handle, knowing `width` (0: an ordinary queue, or a partition) as read elsewhere,
-    /// so it sends no `EMQ.WIDTH`: the console's overview has each queue's. The calls that
-    /// otherwise read the width afresh ([`Queue::uncron`], [`Queue::crons`], a
-    /// [`Queue::jobs`] or [`Queue::groups`] walk from `"0"`) use the width given instead, on
-    /// this handle and the clones made from it. A width gone stale is relearned from the
-    /// server's refusals, as any learned width is.
+    /// so it sends no `EMQ.WIDTH`. The calls that otherwise read the width afresh
+    /// ([`Queue::uncron`], [`Queue::crons`], a [`Queue::jobs`] or [`Queue::groups`] walk from
+    /// `"0"`) and [`Queue::metrics`] use the width given instead, on this handle and the clones
+    /// made from it. These reads are never refused on a stale width: a handle given one reads
+    /// stale results (the partitions of the old width, or the queue's own name), and nothing
+    /// corrects it. So it is for short-lived handles built from a width just read: the console
+    /// builds one per reading. The width is learned into what this handle shares with its
+    /// clones (a clone taken before the call knows it too); an enqueue's or claim's refusal
+    /// relearns it there, as any learned width.
     pub fn knowing_width(mut self, width: u16) -> Self {
         self.width.learn(width);
         self.width_given = true;
@@ -267,16 +286,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         Ok(width)
     }
 
-    /// The width as [`Queue::width`] reads and learns it, but a refusal of `EMQ.WIDTH` for
-    /// want of permission (`NOPERM`: a user without `+emq.width`) or a server without the
-    /// command (`ERR unknown command`) reads as width 0, an ordinary queue, and is learned so:
-    /// such a user can still use its calls on an ordinary queue.
+    /// The width as [`Queue::width`] reads and learns it; but where `EMQ.WIDTH` is refused to
+    /// the user as a command (`NOPERM ... has no permissions to run`: a user without
+    /// `+emq.width`) or a server lacks it (`ERR unknown command`), the width this handle and
+    /// its clones know already (learned from an `EMQSPANNED` refusal), else 0, an ordinary
+    /// queue, learned so: such a user can still use its calls on an ordinary queue, and on a
+    /// partitioned one once a refusal taught it the width.
     pub(crate) async fn read_width(&self) -> Result<u16> {
         match self.width().await {
-            Err(Error::Redis(e)) if width_unreadable(&e) => {
-                self.width.learn(0);
-                Ok(0)
-            }
+            Err(Error::Redis(e)) if width_unreadable(&e) => Ok(self.width.known_or(0)),
             read => read,
         }
     }
@@ -468,7 +486,7 @@ mod tests {
         };
         for line in [
             "NOPERM User viewer has no permissions to run the 'emq.width' command",
-            "NOPERM No permissions to access a key",
+            "NOPERM this user has no permissions to run the 'emq.width' command or its subcommand",
             "ERR unknown command 'EMQ.WIDTH', with args beginning with: 'q' ",
         ] {
             let e = refusal(line);
@@ -476,12 +494,25 @@ mod tests {
             assert!(matches!(Error::from_redis(e), Error::Redis(_)), "{line}");
         }
         for line in [
+            "NOPERM No permissions to access a key",
+            "NOPERM No permissions to access a channel",
             "ERR wrong number of arguments for 'emq.width' command",
             "EMQQUEUE the queue name is not 1-128 printable bytes",
             "LOADING the server is loading",
         ] {
             assert!(!width_unreadable(&refusal(line)), "{line}");
         }
+    }
+
+    #[test]
+    fn a_width_unreadable_keeps_the_one_known() {
+        let width = Width::unknown();
+        assert_eq!(width.known_or(0), 0, "none known: 0, learned");
+        assert_eq!(width.known(), Some(0));
+        let shared = width.clone();
+        shared.learn(3);
+        assert_eq!(width.known_or(0), 3, "a clone's learned width kept");
+        assert_eq!(width.known(), Some(3));
     }
 
     #[test]

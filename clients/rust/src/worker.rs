@@ -315,6 +315,14 @@ where
             for ended in loops {
                 match ended.await {
                     Ok(LoopEnd::Failed(e)) => failed = failed.or(Some(e)),
+                    // The queue's own name refused as partitioned: its width learned (as an
+                    // enqueue's refusal teaches it), so a user whose width read the server
+                    // refuses (no `+emq.width`) claims the partitions next, not the queue again.
+                    Ok(LoopEnd::Spanned { queue, width }) => {
+                        if queue == self.queue.name && width > 0 {
+                            self.queue.relearn(width);
+                        }
+                    }
                     Ok(LoopEnd::Stopped | LoopEnd::Regroup) => {}
                     Err(e) => failed = failed.or(Some(Error::Reply(format!("a claim loop: {e}")))),
                 }

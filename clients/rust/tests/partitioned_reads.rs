@@ -7,7 +7,8 @@
 //! refused, and so is one set by a handle that holds a width from before the queue was spanned
 //! again over another; `crons`, `uncron` and a walk from `"0"` of such a handle read the width
 //! afresh, and a handle given a width (`knowing_width`) keeps it. An ordinary queue's listings
-//! keep the server's cursors, and a user not allowed `EMQ.WIDTH` reads an ordinary queue.
+//! keep the server's cursors, and a user not allowed `EMQ.WIDTH` reads an ordinary queue; its
+//! worker claims a partitioned queue's partitions, the width learned from its claim's refusal.
 
 mod common;
 
@@ -436,9 +437,8 @@ async fn a_handle_holding_a_width_from_before_the_queue_was_spanned_again_finds_
     assert_eq!(admin.crons().await.expect("crons").len(), 1, "audit stays");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_user_not_allowed_emq_width_uses_an_ordinary_queue() {
-    let server = start(Options::default());
+/// A connection as `nowidth`, a user of every EchoMQ command but `EMQ.WIDTH`, made on `server`.
+async fn nowidth(server: &emq_harness::Server) -> redis::aio::MultiplexedConnection {
     let mut setuser = redis::cmd("ACL");
     setuser.arg(&[
         "SETUSER",
@@ -453,11 +453,17 @@ async fn a_user_not_allowed_emq_width_uses_an_ordinary_queue() {
     let _: () = setuser.query(&mut server.conn()).expect("acl setuser");
     let url = format!("redis://nowidth:pw@127.0.0.1:{}", server.port);
     let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-    let conn = redis::Client::open(url)
+    redis::Client::open(url)
         .expect("client")
         .get_multiplexed_async_connection_with_config(&config)
         .await
-        .expect("connection as nowidth");
+        .expect("connection as nowidth")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_not_allowed_emq_width_uses_an_ordinary_queue() {
+    let server = start(Options::default());
+    let conn = nowidth(&server).await;
     // Each call by a handle of its own, which has not read the width.
     let fresh = || Queue::new(conn.clone(), "plain-acl");
     let q = fresh();
@@ -514,4 +520,55 @@ async fn a_user_not_allowed_emq_width_uses_an_ordinary_queue() {
         .expect("task")
         .expect("the worker runs as nowidth");
     assert_eq!((counts.acked, acked.load(Ordering::SeqCst)), (3, 3));
+}
+
+/// Waits (30 s at most) until `acked` reaches `n`.
+async fn acked_reach(acked: &AtomicUsize, n: usize) {
+    for _ in 0..600 {
+        if acked.load(Ordering::SeqCst) >= n {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{} of {n} jobs handled", acked.load(Ordering::SeqCst));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_of_a_user_not_allowed_emq_width_claims_a_partitioned_queue_s_partitions() {
+    let server = start(Options::default());
+    let admin = Queue::new(conn(&server).await, "wide-acl");
+    let conn = nowidth(&server).await;
+    assert!(admin.span(3).await.expect("span"));
+    let mut ids = admin.enqueue_many(["a"; 10]).await.expect("jobs");
+    // Its width read refused, the worker claims the queue's own name, whose EMQSPANNED 3 it
+    // learns; the width reads refused after it (the watch's, every WATCH_EVERY) keep 3.
+    let handled = Arc::new(std::sync::Mutex::new(HashMap::<String, Vec<String>>::new()));
+    let acked = Arc::new(AtomicUsize::new(0));
+    let (seen, counted) = (handled.clone(), acked.clone());
+    let worker = echomq_client::Worker::new(conn.clone(), conn.clone(), "wide-acl", move |job| {
+        let mut seen = seen.lock().expect("lock");
+        seen.entry(job.id).or_default().push(job.queue);
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { Ok(None) }
+    });
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    acked_reach(&acked, 10).await;
+    tokio::time::sleep(echomq_client::worker::WATCH_EVERY + std::time::Duration::from_secs(1))
+        .await;
+    let limited = Queue::new(conn.clone(), "wide-acl");
+    ids.extend(limited.enqueue_many(["b"; 10]).await.expect("jobs"));
+    assert_eq!(limited.known_width(), Some(3), "from the refusal");
+    acked_reach(&acked, 20).await;
+    token.cancel();
+    let counts = run
+        .await
+        .expect("task")
+        .expect("the worker runs as nowidth");
+    assert_eq!((counts.acked, counts.lost), (20, 0));
+    let handled = handled.lock().expect("lock");
+    assert_eq!(handled.len(), 20, "each job once");
+    for id in &ids {
+        assert_eq!(handled[id], [home("wide-acl", 3, id)], "{id}");
+    }
 }

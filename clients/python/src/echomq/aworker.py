@@ -9,7 +9,7 @@ import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 from . import commands as cmd
-from . import leases, outbox, rounds, spans, tracing
+from . import leases, outbox, rounds, tracing
 from ._replicas import arefresh, moved, pipelined_async
 from ._retry import backoff, server_full, transient
 from .aqueue import AsyncQueue
@@ -176,6 +176,10 @@ class AsyncWorker(Claiming):
                 if not (transient(e) or server_full(e)):
                     typed = translate(e)
                     if isinstance(typed, EmqSpannedError):
+                        # Spanned: its width learned (as an enqueue's refusal teaches it), so a user
+                        # whose width read the server refuses claims the partitions next.
+                        if typed.width:
+                            self.queue.router.refused(typed, 0)
                         return
                     raise typed
                 await self._pause(backoff(failures))
@@ -235,11 +239,11 @@ class AsyncWorker(Claiming):
     async def _resized(self, width: int, ends: rounds.Ends) -> bool:
         """``Worker._resized``, awaited."""
         try:
-            reply = await self.queue.client.execute_command(*spans.width_command(self.queue.name))
+            found = await self.queue._read_width()
         except Exception as e:
             ends.failed(translate(e), transient(e) or server_full(e) or moved(e))
             return True
-        return spans.width(reply) != width
+        return found != width
 
     async def _reserve(self, wanted: int, over: asyncio.Event) -> int:
         """Holds up to `wanted` free slots for a claim, once one is free: how many; 0 once the

@@ -340,9 +340,10 @@ class Queue(Settings):
         return self._course(routing.known_width(self.router))
 
     def _read_width(self) -> int:
-        """The queue's width read afresh: 0 where the server will not tell this user
-        (``routing.read_width``), so a worker run by a user without ``+emq.width`` claims an
-        ordinary queue as ever."""
+        """The queue's width read afresh: where the server will not tell this user, the width
+        known, else 0 (``routing.read_width``), so a worker run by a user without
+        ``+emq.width`` claims an ordinary queue as ever, and a partitioned one's partitions
+        once its claim's ``EMQSPANNED`` refusal taught it the width."""
         return self._course(routing.read_width(self.router))
 
     def _each(self, build: Callable[[str], List[Any]]) -> List[Any]:

@@ -142,14 +142,17 @@ Course = Generator[Step, Any, T]
 
 
 def read_width(router: Router) -> Course[int]:
-    """The queue's width read afresh (``EMQ.WIDTH``, ``spans.width``) and learned; 0 where the
-    server will not tell (``spans.untold``: a user without ``+emq.width`` has ordinary queues
-    only)."""
+    """The queue's width read afresh (``EMQ.WIDTH``, ``spans.width``) and learned. Where the
+    server will not tell (``spans.untold``: a user without ``+emq.width``), the width the router
+    knows already (learned from an ``EMQSPANNED`` refusal, or shared with another handle), else
+    0: such a user has ordinary queues only, till a refusal tells it otherwise."""
     try:
         found = width((yield SEND, width_command(router.queue)))
     except Exception as e:  # what the sender failed with: any other is raised
         if not untold(e):
             raise
+        if router.width is not None:
+            return router.width
         found = 0
     router.learn(found)
     return found

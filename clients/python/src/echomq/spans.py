@@ -78,18 +78,25 @@ def width(reply: Any) -> int:
     return 0 if found.get("of") is not None else int(found.get("width") or 0)
 
 
-#: How a server refuses ``EMQ.WIDTH`` to a user not allowed it, or one without the command
-#: (redis-py strips the ``ERR`` of the second).
-UNTOLD = re.compile(r"^(NOPERM|(ERR )?unknown command)", re.IGNORECASE)
+#: How a server refuses a command to a user not allowed it (Valkey's "User <u> has no
+#: permissions to run the '<command>' command", Redis's "this user has no permissions to run
+#: ..."), as against a key or a channel the user may not touch; and a command it does not
+#: know (redis-py strips the ``ERR`` of the second).
+NOT_ALLOWED = re.compile(r"has no permissions to run", re.IGNORECASE)
+UNKNOWN = re.compile(r"^(ERR )?unknown command", re.IGNORECASE)
 
 
 def untold(error: BaseException) -> bool:
     """Whether `error`, an ``EMQ.WIDTH``'s, means the server will not tell this user the width:
-    a ``NOPERM`` refusal (the user lacks ``+emq.width``) or an unknown command. Such a reader
-    has ordinary queues only: the width read as 0 (as the Node client's ``knowWidth``)."""
-    return "NoPermissionError" in kinds(error) or (
-        refusal(error) and UNTOLD.match(str(error)) is not None
-    )
+    the command refused to the user (``NOPERM ... has no permissions to run``: the user lacks
+    ``+emq.width``) or unknown. Such a reader has ordinary queues only: the width read as 0 (as
+    the Node client's ``knowWidth``). Any other ``NOPERM`` (a key the user may not access) is
+    a real error."""
+    if not refusal(error):
+        return False
+    text = str(error)
+    noperm = "NoPermissionError" in kinds(error) or text.upper().startswith("NOPERM")
+    return UNKNOWN.match(text) is not None or (noperm and NOT_ALLOWED.search(text) is not None)
 
 
 def totals(each: Sequence[Dict[str, Optional[int]]]) -> Dict[str, Optional[int]]:

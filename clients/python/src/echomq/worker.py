@@ -15,7 +15,7 @@ from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import commands as cmd
-from . import leases, outbox, rounds, spans, tracing
+from . import leases, outbox, rounds, tracing
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, server_full, transient
 from .claiming import MAX_ERROR, Claiming, jobs_of, outcome, version_options
@@ -258,6 +258,10 @@ class Worker(Claiming):
                 if not (transient(e) or server_full(e)):
                     typed = translate(e)
                     if isinstance(typed, EmqSpannedError):
+                        # Spanned: its width learned (as an enqueue's refusal teaches it), so a user
+                        # whose width read the server refuses claims the partitions next.
+                        if typed.width:
+                            self.queue.router.refused(typed, 0)
                         return
                     raise typed
                 # A failover, a reshard, a lost connection: claim again after a while.
@@ -331,14 +335,16 @@ class Worker(Claiming):
         """Whether the queue's width (``EMQ.WIDTH``, read when a blocking claim timed out: the
         partitions were idle) is no longer `width`: it was unspanned, and maybe spanned over
         another width, since the worker read it. Its loops then end and it claims anew. A read
-        that failed ends them too, as a failed claim does (noted in `ends`)."""
+        that failed ends them too, as a failed claim does (noted in `ends`). Read as the
+        queue's calls read it (``Queue._read_width``): for a user the server will not tell,
+        the width known, so its loops go on."""
         try:
-            reply = self.queue.client.execute_command(*spans.width_command(self.queue.name))
+            found = self.queue._read_width()
         except Exception as e:
             with self._lock:
                 ends.failed(translate(e), transient(e) or server_full(e) or moved(e))
             return True
-        return spans.width(reply) != width
+        return found != width
 
     def _reserve(self, wanted: int, over: threading.Event) -> int:
         """Holds up to `wanted` free slots for a claim, once it is the first of the loops
