@@ -42,13 +42,23 @@ pub async fn groups(
     cursor: &str,
     count: usize,
 ) -> Result<(String, Vec<GroupRow>)> {
-    let args = [
-        b"CURSOR".to_vec(),
-        cursor.as_bytes().to_vec(),
-        b"COUNT".to_vec(),
-        count.to_string().into_bytes(),
-    ];
-    rows(&dep.queue(queue).call("EMQ.GROUPS", &args).await?)
+    // A partitioned queue's groups are walked partition by partition (the client's cursor).
+    let listed = dep
+        .queue(queue)
+        .listing(cursor, |part, inner| {
+            let args = [
+                b"CURSOR".to_vec(),
+                inner.into_bytes(),
+                b"COUNT".to_vec(),
+                count.to_string().into_bytes(),
+            ];
+            async move {
+                let reply = part.call("EMQ.GROUPS", &args).await?;
+                rows(&reply).map_err(|e| echomq_client::Error::Reply(e.to_string()))
+            }
+        })
+        .await?;
+    Ok(listed)
 }
 
 /// An `EMQ.GROUPS` reply, `[next-cursor, [map ...]]`, as the cursor and the groups.

@@ -229,24 +229,44 @@ pub async fn jobs(
 ) -> Result<(String, Vec<JobEntry>)> {
     let with_payloads = payloads.is_some();
     let limit = payloads.unwrap_or(WHOLE);
-    let mut args = vec![
-        set.as_bytes().to_vec(),
-        b"CURSOR".to_vec(),
-        cursor.as_bytes().to_vec(),
-        b"COUNT".to_vec(),
-        count.to_string().into_bytes(),
-    ];
     // A cut page asks the server for the first bytes alone (and their lengths): a page of
     // large jobs stays small on the wire too.
     let preview = with_payloads && limit < MAX_PREVIEW;
-    if preview {
-        args.extend([b"PREVIEW".to_vec(), limit.max(1).to_string().into_bytes()]);
-    } else if with_payloads {
-        args.push(b"WITHPAYLOADS".to_vec());
-    }
-    let reply = dep.queue(queue).call("EMQ.JOBS", &args).await?;
-    let (next, _) = page(&reply)?;
-    let Value::Array(parts) = &reply else {
+    let args = |inner: &str| {
+        let mut args = vec![
+            set.as_bytes().to_vec(),
+            b"CURSOR".to_vec(),
+            inner.as_bytes().to_vec(),
+            b"COUNT".to_vec(),
+            count.to_string().into_bytes(),
+        ];
+        if preview {
+            args.extend([b"PREVIEW".to_vec(), limit.max(1).to_string().into_bytes()]);
+        } else if with_payloads {
+            args.push(b"WITHPAYLOADS".to_vec());
+        }
+        args
+    };
+    // A partitioned queue's set is walked partition by partition (the client's cursor).
+    let listed = dep
+        .queue(queue)
+        .listing(cursor, |part, inner| {
+            let args = args(&inner);
+            async move {
+                let reply = part.call("EMQ.JOBS", &args).await?;
+                entries(&reply, preview, limit)
+                    .map_err(|e| echomq_client::Error::Reply(e.to_string()))
+            }
+        })
+        .await?;
+    Ok(listed)
+}
+
+/// An `EMQ.JOBS` reply as its next cursor and its jobs, each payload and last error cut to
+/// `limit` bytes (`preview`: the server cut them, and sent each one's whole length).
+fn entries(reply: &Value, preview: bool, limit: usize) -> Result<(String, Vec<JobEntry>)> {
+    let (next, _) = page(reply)?;
+    let Value::Array(parts) = reply else {
         return Err(Error::Reply(format!("{reply:?}")));
     };
     let mut out = Vec::new();

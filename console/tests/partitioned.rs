@@ -1,7 +1,7 @@
 //! A partitioned queue in the console, on a 3-primary cluster (docs/cluster.md): `emq span`
 //! spreads it, `emq enqueue` routes by the job's id, `emq queues` lists it once with its
 //! partitions' totals and each partition's primary, its web page lists the partitions, and
-//! `/metrics` adds up their latencies.
+//! `emq jobs` walks them, and `/metrics` adds up their latencies.
 
 mod common;
 
@@ -46,6 +46,28 @@ fn a_partitioned_queue_is_one_row_of_totals_with_a_row_a_partition_and_its_prima
     assert_eq!(sum, 60);
     let primaries: HashSet<&str> = parts.iter().filter_map(|p| p["primary"].as_str()).collect();
     assert_eq!(primaries.len(), 3, "{primaries:?}");
+    // `emq jobs` walks the partitions in turn: every job once, a page at a time.
+    let (mut cursor, mut seen) = ("0".to_string(), Vec::new());
+    loop {
+        let args = [
+            "--json", "jobs", "orders", "pending", "--count", "7", "--cursor",
+        ];
+        let (code, json, err) = emq(&url, &[&args[..], &[cursor.as_str()]].concat());
+        assert_eq!(code, 0, "{err}");
+        let page: Json = serde_json::from_str(&json).expect("json");
+        let jobs = page["jobs"].as_array().expect("jobs");
+        seen.extend(
+            jobs.iter()
+                .filter_map(|j| j["id"].as_str().map(String::from)),
+        );
+        cursor = page["cursor"].as_str().expect("cursor").to_string();
+        if cursor == "0" {
+            break;
+        }
+        assert!(!jobs.is_empty(), "a page is empty only at the end");
+    }
+    let distinct: HashSet<&String> = seen.iter().collect();
+    assert_eq!((seen.len(), distinct.len()), (60, 60));
     let port = common::free_port();
     let _web = web(&url, port, &["--read-only"]);
     let (status, page) = get(port, "/queues/orders", "");

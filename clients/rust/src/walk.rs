@@ -115,8 +115,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// server's; a partitioned queue's is [`walk`]ed over its partitions. A walk from `"0"`
     /// reads the width afresh ([`Queue::current_width`]: the width given to a handle by
     /// [`Queue::knowing_width`] stands), so a walk started after a span or an unspan sees it;
-    /// the pages after it go on by the width known (asked when this handle has none).
-    pub(crate) async fn listing<T, F, Fut>(&self, cursor: &str, page: F) -> Result<(String, Vec<T>)>
+    /// the pages after it go on by the width known (asked when this handle has none). Public
+    /// for a listing the client has no call for (the console's `EMQ.JOBS ... PREVIEW`).
+    pub async fn listing<T, F, Fut>(&self, cursor: &str, page: F) -> Result<(String, Vec<T>)>
     where
         F: Fn(Queue<C>, String) -> Fut,
         Fut: Future<Output = Result<(String, Vec<T>)>>,
