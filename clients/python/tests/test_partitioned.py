@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Callable, Dict, List, Set
+from typing import Any, Callable, Dict, List, Set, Tuple
 
 import pytest
 import redis.asyncio
@@ -62,6 +62,28 @@ def drain(
         assert joined(t), "run() returned after stop()"
     assert worker.counts["lost"] == 0 and worker.counts["failed"] == 0, worker.counts
     return handled
+
+
+def async_worker(
+    client: Any, queue: str, **options: Any
+) -> "Tuple[AsyncWorker, asyncio.Task[None], Dict[str, List[str]]]":
+    """An ``AsyncWorker`` on `queue`, running as a task: it, the task, and the queues each job
+    id was handled from (one entry a run of its handler)."""
+    handled: Dict[str, List[str]] = {}
+
+    async def handle(job: echomq.Job) -> None:
+        handled.setdefault(job.id, []).append(job.queue)
+
+    worker = AsyncWorker(client, queue, handle, **options)
+    return worker, asyncio.create_task(worker.run()), handled
+
+
+async def acked(worker: AsyncWorker, expected: int, timeout: float = 30) -> None:
+    """Waits until `worker` acked `expected` jobs (failing past `timeout` seconds)."""
+    deadline = time.monotonic() + timeout
+    while worker.counts["acked"] < expected:
+        assert time.monotonic() < deadline, worker.counts
+        await asyncio.sleep(0.02)
 
 
 # ---- one server ----
@@ -376,17 +398,8 @@ def test_an_async_queue_and_worker_route_and_drain_a_partitioned_queue(server: S
         ids += [await q.enqueue(b"g", group=f"g{n}") for n in range(20)]
         assert q.router.width == 5
         assert (await q.stats())["pending"] == 120
-        handled: Dict[str, List[str]] = {}
-
-        async def handle(job: echomq.Job) -> None:
-            handled.setdefault(job.id, []).append(job.queue)
-
-        worker = AsyncWorker(client, "async-parts", handle, concurrency=8)
-        task = asyncio.create_task(worker.run())
-        deadline = time.monotonic() + 30
-        while worker.counts["acked"] < 120:
-            assert time.monotonic() < deadline, worker.counts
-            await asyncio.sleep(0.02)
+        worker, task, handled = async_worker(client, "async-parts", concurrency=8)
+        await acked(worker, 120)
         worker.stop()
         await asyncio.wait_for(task, 10)
         assert sorted(handled) == sorted(ids)

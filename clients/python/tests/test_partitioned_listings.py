@@ -27,7 +27,7 @@ from echomq.metrics import Histogram, Metrics, plus, total
 from echomq.partitions import route
 from echomq.routing import Router, read_width
 from conftest import Cluster, Server, joined, until
-from test_partitioned import drain, owner_of
+from test_partitioned import acked, async_worker, drain, owner_of
 
 #: A partitioned queue's cursor, as a page returns it.
 CURSOR = re.compile(r"^(\d+):(.+)$")
@@ -510,22 +510,11 @@ def test_an_async_worker_of_a_user_not_allowed_emq_width_claims_the_partitions(
         client = redis.asyncio.Redis(
             host="127.0.0.1", port=server.port, username="nowidth", password="pw"
         )
-        handled: Dict[str, List[str]] = {}
-
-        async def handle(job: echomq.Job) -> None:
-            handled.setdefault(job.id, []).append(job.queue)
-
-        worker = AsyncWorker(client, "awide", handle, block=0.2)
-        task = asyncio.create_task(worker.run())
-        deadline = time.monotonic() + 30
-        while worker.counts["acked"] < 10:
-            assert time.monotonic() < deadline, worker.counts
-            await asyncio.sleep(0.02)
+        worker, task, handled = async_worker(client, "awide", block=0.2)
+        await acked(worker, 10)
         await asyncio.sleep(0.5)  # blocking claims time out on the idle partitions
         ids.extend(await AsyncQueue(client, "awide").enqueue_many(b"%d" % n for n in range(10)))
-        while worker.counts["acked"] < 20:
-            assert time.monotonic() < deadline, worker.counts
-            await asyncio.sleep(0.02)
+        await acked(worker, 20)
         worker.stop()
         await asyncio.wait_for(task, 10)
         assert worker.queue.router.width == 3 and worker.counts["lost"] == 0
