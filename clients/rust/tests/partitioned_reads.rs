@@ -437,7 +437,8 @@ async fn a_handle_holding_a_width_from_before_the_queue_was_spanned_again_finds_
     assert_eq!(admin.crons().await.expect("crons").len(), 1, "audit stays");
 }
 
-/// A connection as `nowidth`, a user of every EchoMQ command but `EMQ.WIDTH`, made on `server`.
+/// A connection as `nowidth`, a user of every command but `EMQ.WIDTH`, made on `server` (not
+/// `+@emq`: Redis 7 has no module categories).
 async fn nowidth(server: &emq_harness::Server) -> redis::aio::MultiplexedConnection {
     let mut setuser = redis::cmd("ACL");
     setuser.arg(&[
@@ -446,8 +447,7 @@ async fn nowidth(server: &emq_harness::Server) -> redis::aio::MultiplexedConnect
         "on",
         ">pw",
         "~*",
-        "-@all",
-        "+@emq",
+        "+@all",
         "-emq.width",
     ]);
     let _: () = setuser.query(&mut server.conn()).expect("acl setuser");
