@@ -382,7 +382,7 @@ def test_a_user_not_allowed_emq_width_uses_an_ordinary_queue_as_before(server: S
 
 
 def drain_ids(server: Server, queue: str) -> List[str]:
-    """The ids of `queue`'s finished rows (``EMQ.JOBS`` of nothing: read the rows' keys)."""
+    """The ids of every job row `queue` holds (its rows' keys)."""
     prefix = f"emq:{{{queue}}}:job:"
     return [k.decode()[len(prefix):] for k in server.cmd("KEYS", prefix + "*")]
 

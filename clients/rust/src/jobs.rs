@@ -75,13 +75,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// A partitioned queue's set is walked partition by partition, in the set's order within
     /// each: the cursor is `"<partition>:<cursor>"`, a page comes from one partition, and a
     /// page is empty only at the end (walk.rs).
-    /// A cursor whose partition is not one of the queue's is refused ([`Error::Argument`])
-    /// before anything is sent (but the `EMQ.WIDTH` a handle that knows no width reads first):
-    /// the client checks only the cursor's `<partition>:` part, the server the rest
-    /// (`EMQCURSOR`, [`Error::Emq`]). A walk from `"0"` reads the width afresh (`EMQ.WIDTH`),
-    /// unless the handle was given it ([`Queue::knowing_width`]); the pages after it go by the
-    /// width known. A user not allowed `EMQ.WIDTH` (or a server without it) reads width 0: an
-    /// ordinary queue, its cursors the server's.
+    /// The width read, and a cursor refused, as [`Queue::listing`] has them.
     pub async fn jobs(
         &self,
         set: &str,

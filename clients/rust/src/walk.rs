@@ -112,11 +112,17 @@ where
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// One page of a listing from `cursor`: `page(queue, inner)` reads one ordinary queue at
     /// the server's cursor `inner`. An ordinary queue's page is its own, its cursor the
-    /// server's; a partitioned queue's is [`walk`]ed over its partitions. A walk from `"0"`
-    /// reads the width afresh ([`Queue::current_width`]: the width given to a handle by
+    /// server's; a partitioned queue's is walked over its partitions. A walk from `"0"`
+    /// reads the width afresh (`EMQ.WIDTH`; the width given to a handle by
     /// [`Queue::knowing_width`] stands), so a walk started after a span or an unspan sees it;
     /// the pages after it go on by the width known (asked when this handle has none). Public
     /// for a listing the client has no call for (the console's `EMQ.JOBS ... PREVIEW`).
+    ///
+    /// A cursor whose partition is not one of the queue's is refused ([`Error::Argument`])
+    /// before anything is sent (but the `EMQ.WIDTH` a handle that knows no width reads first):
+    /// the client checks only the cursor's `<partition>:` part, the server the rest
+    /// (`EMQCURSOR`, [`Error::Emq`]). A user not allowed `EMQ.WIDTH` (or a server without it)
+    /// reads width 0: an ordinary queue, its cursors the server's.
     pub async fn listing<T, F, Fut>(&self, cursor: &str, page: F) -> Result<(String, Vec<T>)>
     where
         F: Fn(Queue<C>, String) -> Fut,
