@@ -508,12 +508,7 @@ async fn a_user_not_allowed_emq_width_uses_an_ordinary_queue() {
     });
     let token = worker.shutdown_token();
     let run = tokio::spawn(worker.run());
-    for _ in 0..600 {
-        if acked.load(Ordering::SeqCst) >= 3 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    acked_reach(&acked, 3).await;
     token.cancel();
     let counts = run
         .await
