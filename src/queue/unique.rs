@@ -74,19 +74,46 @@ fn honoured<S: Store>(store: &S, key: &[u8], entry: &Entry, now: i64) -> Result<
     if let Some(until) = entry.until {
         return Ok(until > now);
     }
+    holder_in(
+        store,
+        key,
+        entry,
+        &[State::Pending, State::Scheduled, State::Active],
+    )
+}
+
+/// Whether the entry's holder has a row in one of `states` that names `key`.
+fn holder_in<S: Store>(
+    store: &S,
+    key: &[u8],
+    entry: &Entry,
+    states: &[State],
+) -> Result<bool, EmqError> {
     let member = store.text(&entry.holder.encode())?;
     let name = store.row_name(&entry.holder, &member)?;
     if store.probe(&name)? != Holds::Hash {
         return Ok(false);
     }
     let row = store.open_row(&name)?;
-    let live = [State::Pending, State::Scheduled, State::Active];
+    let words: Vec<&[u8]> = states.iter().map(|s| s.as_bytes()).collect();
     let is = |field, words: &[&[u8]]| {
         store
             .field(&row, field)
             .is_some_and(|v| words.contains(&store.bytes(&v)))
     };
-    Ok(is(Field::State, &live.map(State::as_bytes)) && is(Field::Unique, &[key]))
+    Ok(is(Field::State, &words) && is(Field::Unique, &[key]))
+}
+
+/// Whether the sweep may delete an entry: no lookup honours it now, nor can one later. A dead
+/// holder's entry (no window) holds nothing now, but `EMQ.REQUEUE` brings the job back with its
+/// key, and then the entry holds again: it stays until the dead row goes (the dead set's
+/// retention, a purge), so whether a requeued job holds its key never depends on when the
+/// sweep ran.
+fn spent<S: Store>(store: &S, key: &[u8], entry: &Entry, now: i64) -> Result<bool, EmqError> {
+    if honoured(store, key, entry, now)? {
+        return Ok(false);
+    }
+    Ok(entry.until.is_some() || !holder_in(store, key, entry, &[State::Dead])?)
 }
 
 /// The caller's right to the table, checked before a lookup.
@@ -109,17 +136,18 @@ pub fn take<S: Store>(
 }
 
 /// One step of the timer's sweep from `cursor`: deletes the entries that hold their key no
-/// more (a window that ended, a job done, dead or gone, a value EchoMQ did not write), at most
+/// more and never will again (a window that ended, a job done or gone, a value EchoMQ did not
+/// write; a dead job's entry stays while its row does, as a requeue makes it hold again), at most
 /// [`SWEEP_BUDGET`] read. The next cursor (0: the sweep went round) and how many it deleted.
 pub fn sweep<S: Store>(store: &S, cursor: u64, now: i64) -> Result<(u64, usize), EmqError> {
     let (next, entries) = store.table_scan(Table::Unique, cursor, SWEEP_BUDGET)?;
     let mut stale = Vec::new();
     for (key, value) in entries.into_iter().take(SWEEP_BUDGET * 2) {
-        let held = match Entry::parse(&value) {
-            Some(entry) => honoured(store, &key, &entry, now)?,
-            None => false,
+        let gone = match Entry::parse(&value) {
+            Some(entry) => spent(store, &key, &entry, now)?,
+            None => true,
         };
-        if !held {
+        if gone {
             stale.push(key);
         }
     }

@@ -136,3 +136,25 @@ fn a_job_enqueued_again_under_the_holders_id_without_the_key_holds_nothing() {
     put(&m, 1, "again, without the key");
     assert_eq!(put_unique(&m, 2, "k", None), Ok(Added::New));
 }
+
+#[test]
+fn a_dead_holders_entry_outlives_the_sweep_so_a_requeue_holds_its_key_whenever_the_sweep_ran() {
+    use crate::queue::unique::sweep;
+    let m = Memory::at(NOW);
+    put_unique(&m, 1, "k", None).expect("put");
+    let member = id(1).1;
+    cancel(&m, &target(&m, 1, &member).expect("allowed")).expect("cancelled");
+    // Pending, so the cancel deleted the row: the entry holds nothing, ever again.
+    assert_eq!(sweep(&m, 0, NOW), Ok((0, 1)));
+    put_unique(&m, 1, "k", None).expect("put");
+    claim(&m, 1, 1_000).expect("claimed");
+    cancel(&m, &target(&m, 1, &member).expect("allowed")).expect("cancelled");
+    assert_eq!(m.field(&name(1), "state").as_deref(), Some("dead"));
+    // Dead: the key is free now, but the sweep keeps the entry while the dead row is there.
+    assert_eq!(sweep(&m, 0, NOW), Ok((0, 0)));
+    assert_eq!(
+        requeue(&m, &target(&m, 1, &member).expect("allowed")),
+        Ok(true)
+    );
+    assert_eq!(put_unique(&m, 2, "k", None), Ok(Added::Held(id(1).0)));
+}
