@@ -106,7 +106,7 @@ fn a_schedule_fires_its_payload_at_each_firing_until_it_is_removed() {
 
 #[test]
 fn a_schedule_that_missed_firings_fires_once_and_keeps_its_grid() {
-    let server = Server::start_or_external();
+    let server = Server::start(Options::learning());
     let mut con = server.conn();
     let q = unique_queue("missed");
     cron(&mut con, &q, "hourly", &["EVERY", "3600000"], "p");

@@ -111,7 +111,7 @@ fn the_timer_forgets_the_queues_of_a_flushed_database() {
 fn a_queue_whose_timed_sets_are_gone_is_unwatched_at_once() {
     // Deleted, expired or renamed away: a queue left with neither a `schedule` nor an `active`
     // set is forgotten when that happens, not at its next visit (a replica never visits).
-    let server = Server::start(Options::default());
+    let server = Server::start(Options::learning());
     let mut con = server.conn();
     for q in ["deleted", "expiring", "renamed", "kept"] {
         enqueue_delayed(&mut con, q, &job_id(1), "in an hour", 3_600_000);
@@ -157,7 +157,7 @@ fn delayed_jobs_come_due_wherever_a_command_puts_their_keys() {
     // Far enough ahead that no job comes due before the commands that move its keys are done,
     // even on a loaded machine where `DEBUG RELOAD` waits for its dump to reach the disk.
     const DUE_IN_MS: u64 = 2_000;
-    let server = Server::start(Options::default().arg("enable-debug-command", "local"));
+    let server = Server::start(Options::learning().arg("enable-debug-command", "local"));
     let mut con = server.conn();
     let mut db1 = server.conn();
     in_db(&mut db1, 1);
@@ -299,7 +299,7 @@ fn a_backlog_larger_than_a_visit_or_a_batch_is_promoted_in_full() {
     // The timer moves a bounded number of jobs per visit and spends a bounded time per tick:
     // a queue with over a thousand jobs coming due and over a thousand leases running out at
     // the same moment, and more queues than one batch reads, all end up pending, with no claim.
-    let server = Server::start(Options::default());
+    let server = Server::start(Options::learning());
     let mut con = server.conn();
     let in_an_hour = 3_600_000u64;
     let mut p = redis::pipe();
@@ -454,7 +454,7 @@ fn a_due_time_is_kept_exactly_and_one_a_score_cannot_hold_is_refused() {
 fn an_earlier_due_time_written_later_is_not_missed() {
     // The timer looks at a queue again at its earliest due time; a later write of an earlier
     // one (by this module or by any other writer) must bring that visit forward.
-    let server = Server::start_or_external();
+    let server = Server::start(Options::learning());
     let mut con = server.conn();
     let q = unique_queue("earlier");
     enqueue_delayed(&mut con, &q, &job_id(1), "far", 600_000);
@@ -505,7 +505,7 @@ fn ticks_over(con: &mut Connection, ms: u64) -> i64 {
 
 #[test]
 fn an_idle_timer_sleeps_until_the_next_due_time_and_an_earlier_one_wakes_it() {
-    let server = Server::start(Options::default());
+    let server = Server::start(Options::learning());
     let mut con = server.conn();
     // Nothing watched: past the tick at load, no tick at all (a busy timer ticks every 10 ms,
     // 100 in a second).

@@ -270,7 +270,7 @@ fn a_primary_restarted_with_replication_history_keeps_replicating() {
 
 #[test]
 fn commands_clients_poll_leave_the_gate_closed() {
-    let server = Server::start(Options::primary());
+    let server = Server::start(Options::primary().arg("emq.learn-foreign-writes", "yes"));
     let mut con = server.conn();
     wait_gate_closed(&mut con);
     let _: Vec<String> = cmd("CONFIG")

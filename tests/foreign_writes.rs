@@ -1,6 +1,6 @@
-//! `emq.learn-foreign-writes no`: EchoMQ subscribes to no zset or generic keyspace event on
-//! every key, and outside a cluster registers no command filter, so writes to other keys cost
-//! the server nothing more. EchoMQ's own writes still drive the timer, the registry and blocked
+//! `emq.learn-foreign-writes no`, the default: EchoMQ subscribes to no zset or generic keyspace
+//! event on every key, and outside a cluster registers no command filter, so writes to other
+//! keys cost the server nothing more (what Lua speakers keep: `lua_speakers`). EchoMQ's own writes still drive the timer, the registry and blocked
 //! claims; a queue written only by others (a Lua speaker, `COPY`, `RESTORE`, `ZADD` by hand) is
 //! learned at the next EchoMQ write to it, a load, a promotion or a slot import; on a cluster
 //! node a `RESTORE` (a legacy slot migration's import) is learned as it comes.
@@ -41,30 +41,31 @@ fn comes_pending(con: &mut Connection, queue: &str, id: &str) -> bool {
 }
 
 #[test]
-fn the_setting_is_yes_by_default_and_is_read_only_at_load() {
+fn the_setting_is_no_by_default_and_is_read_only_at_load() {
     let default = Server::start(Options::default());
     assert_eq!(
         setting(&mut default.conn()),
-        ["emq.learn-foreign-writes", "yes"]
+        ["emq.learn-foreign-writes", "no"]
     );
-    let server = Server::start(not_learning());
+    let server = Server::start(Options::learning());
     let mut con = server.conn();
-    assert_eq!(setting(&mut con), ["emq.learn-foreign-writes", "no"]);
+    assert_eq!(setting(&mut con), ["emq.learn-foreign-writes", "yes"]);
     let err = expect_err(
         &mut con,
         cmd("CONFIG")
             .arg("SET")
             .arg("emq.learn-foreign-writes")
-            .arg("yes"),
+            .arg("no"),
     );
     assert!(err.contains("immutable"), "{err}");
-    assert_eq!(setting(&mut con), ["emq.learn-foreign-writes", "no"]);
-    // Outside a cluster, nothing is left for a command filter to do.
+    assert_eq!(setting(&mut con), ["emq.learn-foreign-writes", "yes"]);
+    // Outside a cluster, nothing is left for a command filter to do unless every foreign
+    // write is learned.
     assert_eq!(
         info_int(&mut default.conn(), "emq", "emq_command_filter"),
-        1
+        0
     );
-    assert_eq!(info_int(&mut con, "emq", "emq_command_filter"), 0);
+    assert_eq!(info_int(&mut con, "emq", "emq_command_filter"), 1);
 }
 
 #[test]
@@ -208,7 +209,7 @@ fn on_a_cluster_node_a_restore_is_learned_as_it_comes() {
 
 /// Outside a cluster there is no command filter to stop the timer before `MODULE UNLOAD`: the
 /// server refuses to unload a module whose timer waits, and says why. Everything still runs,
-/// and a node that watches no queue (its timer unarmed after its first tick) unloads.
+/// and a node that watches no queue (its timer never armed) unloads.
 #[test]
 fn without_the_command_filter_the_server_refuses_to_unload_while_the_timer_waits() {
     let unloadable = || not_learning().arg("enable-module-command", "local");
@@ -226,15 +227,8 @@ fn without_the_command_filter_the_server_refuses_to_unload_while_the_timer_waits
 
     let idle = Server::start(unloadable());
     let mut con = idle.conn();
-    // The timer's first tick, armed at load, finds nothing to watch and arms nothing more.
-    assert!(
-        wait_until(Duration::from_secs(10), || info_int(
-            &mut con,
-            "emq",
-            "emq_timer_ticks"
-        ) >= 1),
-        "the first tick"
-    );
+    enqueue(&mut con, q, &job_id(1), "ready at once");
+    assert_eq!(info_int(&mut con, "emq", "emq_timer_ticks"), 0);
     let _: () = cmd("MODULE")
         .arg("UNLOAD")
         .arg("emq")

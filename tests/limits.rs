@@ -363,7 +363,7 @@ fn a_replica_without_the_module_ends_identical() {
 
 #[test]
 fn limits_written_by_hand_are_honoured_at_once_in_a_transaction_too() {
-    let server = Server::start_or_external();
+    let server = Server::start(Options::learning());
     let mut con = server.conn();
     let q = unique_queue("handlimit");
     enqueue_numbered(&mut con, &q, 10, "p");

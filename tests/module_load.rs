@@ -271,7 +271,7 @@ fn unload_is_refused_while_an_acl_rule_names_a_command() {
     // recomputing the rules): EchoMQ refuses, keeps running, and says why in the log. Valkey
     // 9.1 refuses such an unload itself before asking the module (valkey-io/valkey#3160), and
     // logs its own reason.
-    let server = Server::start(Options::default().arg("enable-module-command", "local"));
+    let server = Server::start(Options::learning().arg("enable-module-command", "local"));
     let mut con = server.conn();
     let _: () = cmd("ACL")
         .arg("SETUSER")
@@ -315,7 +315,7 @@ fn unload_is_refused_while_an_acl_rule_names_a_command() {
 fn unload_is_refused_while_a_claim_waits_and_the_waiter_is_still_served() {
     // The server refuses to unload a module with blocked clients. EchoMQ stopped its timer when
     // the unload arrived; it is armed again, so a delayed job still reaches the waiter.
-    let server = Server::start(Options::default().arg("enable-module-command", "local"));
+    let server = Server::start(Options::learning().arg("enable-module-command", "local"));
     let mut con = server.conn();
     let q = unique_queue("waiting");
     let claim = blocked_claim(&mut con, server.conn(), &q, 10_000);

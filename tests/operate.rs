@@ -497,7 +497,7 @@ fn a_meta_hash_written_by_hand_is_honoured_however_it_is_written() {
         ),
     ];
     for (q, commands) in writes {
-        let server = Server::start(Options::default());
+        let server = Server::start(Options::learning());
         let mut con = server.conn();
         enqueue(&mut con, q, &job_id(1), "p");
         assert_eq!(info_int(&mut con, "emq", "emq_meta_read"), 0, "{q}");

@@ -500,7 +500,7 @@ fn page_while_changing(count: usize) {
             .ignore();
     }
     pipe.query::<()>(&mut con).expect("2,500 queues");
-    assert_eq!(known(&mut con), 2500);
+    assert_eq!(all_queues(&mut con, 1000).len(), 2500);
     let mut rng = Rng::seeded(0x51ab_1e00 + count as u64);
     let mut removed = BTreeSet::new();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
@@ -518,7 +518,11 @@ fn page_while_changing(count: usize) {
         if next == "0" {
             break;
         }
-        assert_eq!(next, *names.last().expect("a full page"), "the last name");
+        let kept = next.starts_with('{') && next.ends_with('}');
+        assert!(
+            kept || names.last() == Some(&next),
+            "{next}: a kept place or the last name shown"
+        );
         cursor = next;
         // Between pages: one queue removed and one added, anywhere (behind or ahead).
         let gone = name(rng.below(2500) as usize * 2);
@@ -689,6 +693,10 @@ fn a_user_who_may_read_few_of_many_queues_pages_past_the_rest() {
     for q in ["h00000-mine", "h11999-mine"] {
         enqueue(&mut admin, q, &job_id(1), "p");
     }
+    // Every queue known: a listing's walk of the keyspace (10,000 keys a call) has passed every
+    // key by the second listing's start, which then lists them all.
+    all_queues(&mut admin, 1000);
+    assert_eq!(all_queues(&mut admin, 1000).len(), 12_002);
     let mut mine = user_with(&server, "mine", &["+@emq", "~emq:{*-mine}:*"]);
     let (mut cursor, mut got, mut calls) = ("0".to_string(), Vec::new(), 0);
     loop {

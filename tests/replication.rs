@@ -135,7 +135,7 @@ fn the_stream_carries_hset_and_zadd_in_one_transaction() {
 fn the_whole_lifecycle_replicates_to_a_replica_with_the_module() {
     // The replica loads the module too: its timer must stay idle and its data follow the
     // primary's effects exactly, including timer promotions and expired leases.
-    let (primary, replica) = primary_and_replica(Options::default());
+    let (primary, replica) = primary_and_replica(Options::learning());
     let mut p = primary.conn();
     let mut r = replica.conn();
     let q = unique_queue("life");

@@ -10,7 +10,7 @@ use super::cursor::{check_arity, syntax, ArgCursor};
 use super::{is_token, parse_queue, QUEUE};
 use crate::host::acl::{check_command, Access};
 use crate::host::block::{block_on_keys, ready_key, Waiter};
-use crate::host::client::{writes_paused, Flags};
+use crate::host::client::{selected_db, writes_paused, Flags};
 use crate::host::propagate::signal_ready;
 use crate::host::register::{
     Arg, ArgKind::Block, ArgKind::Integer as Int, ArgKind::String as Str, Command,
@@ -21,6 +21,7 @@ use crate::host::string::OwnedString;
 use crate::protocol::job::Claimed;
 use crate::protocol::{settings, slot, EmqError, KeyBuf, KeyType, Queue};
 use crate::queue::claim::{claim, plainly_ready, Outcome, MAX_COUNT};
+use crate::runtime::waiters::{self, Waiting};
 use crate::runtime::{cluster, owners, timer};
 
 struct Request<'a> {
@@ -180,7 +181,13 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     let mut keys = vec![pending, turns];
     keys.extend(wake_keys(ctx, &req.wake)?);
     let keys: Vec<_> = keys.iter().map(|k| k.as_str()).collect();
-    block_on_keys::<Blocked>(ctx, &keys, timeout)?;
+    let mut waited = vec![req.queue];
+    waited.extend_from_slice(&req.wake);
+    let held = waiters::blocked(selected_db(ctx), &waited);
+    block_on_keys::<Blocked>(ctx, &keys, timeout, held)?;
+    if let Some(at) = waiters::poll_at() {
+        timer::soon(at);
+    }
     if more_behind {
         go_on(ctx, &req);
     }
@@ -191,6 +198,13 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
 struct Blocked;
 
 impl Waiter for Blocked {
+    /// The queues it waits on, whose `schedule` heads the timer polls meanwhile.
+    type Held = Waiting;
+
+    fn released(held: Waiting) {
+        waiters::released(held);
+    }
+
     /// The pending set was signalled: claim for this waiter, or keep it waiting.
     fn ready(ctx: &Context, args: &Args) -> Option<CommandResult> {
         let req = match parse(args) {

@@ -1,5 +1,6 @@
 //! `EMQ.QUEUES [CURSOR <c>] [COUNT <n>]`: one page of the queues this node holds in the
-//! client's database, in name order, those whose `pending` set the caller may read.
+//! client's database, in name order, those whose `pending` set the caller may read (and a step
+//! of the walk that finds queues only others wrote, `runtime::queues::discover`).
 
 use valkey_module::Context;
 
@@ -46,7 +47,7 @@ pub const COMMAND: Command = Command {
     arity: -1,
     routes_by_queue: false,
     summary: c"Page through the queues this node holds in the client's database, in name order",
-    complexity: c"O(log(Q)+C) with Q queues known and C the names read (COUNT, more for a key-restricted user)",
+    complexity: c"O(log(Q)+C+K) with Q queues known, C the names read (COUNT, more for a key-restricted user) and K the keys walked past for queues only others wrote (at most 10000; none with emq.learn-foreign-writes yes)",
     args: &[
         Arg::token(c"cursor", c"CURSOR", Str),
         Arg::token(c"count", c"COUNT", Int),

@@ -232,22 +232,23 @@ unsafe extern "C" fn set_bool(
 fn register_bools(ctx: &Context) -> Result<(), String> {
     // The crate's `register_bool_configuration` boxes data it never frees (as above).
     let register = unsafe { raw::RedisModule_RegisterBoolConfig }.ok_or("no module configs API")?;
-    let bools: [(&std::ffi::CStr, &'static AtomicBool, u32); 2] = [
+    let bools: [(&std::ffi::CStr, &'static AtomicBool, bool, u32); 2] = [
         (
             c"learn-foreign-writes",
             &LEARN_FOREIGN_WRITES,
+            false,
             raw::REDISMODULE_CONFIG_IMMUTABLE,
         ),
-        (c"metrics", &METRICS, raw::REDISMODULE_CONFIG_DEFAULT),
+        (c"metrics", &METRICS, true, raw::REDISMODULE_CONFIG_DEFAULT),
     ];
-    for (name, flag, flags) in bools {
-        flag.store(true, Ordering::Relaxed);
+    for (name, flag, default, flags) in bools {
+        flag.store(default, Ordering::Relaxed);
         // SAFETY: OnLoad context; the callbacks read and write the static `flag` points to.
         let status = unsafe {
             register(
                 ctx.ctx,
                 name.as_ptr(),
-                1,
+                c_int::from(default),
                 flags as _,
                 Some(get_bool),
                 Some(set_bool),

@@ -3,7 +3,7 @@
 //! ([`key`]), the [`store::ServerStore`] that implements the protocol's `Store`, ACL checks
 //! ([`acl`]), keyspace events and replication by effect ([`propagate`]), blocking
 //! ([`block`]), the client and its context ([`client`]), what the server says of itself
-//! ([`server`]), events, the timer and the command filter ([`events`]), registration
+//! ([`server`]), a step of `SCAN` ([`scan`]), events, the timer and the command filter ([`events`]), registration
 //! ([`register`], [`load`]), what the store may skip of a queue's `meta` hash ([`meta_cache`]), the queues' metrics ([`metrics`]), and the
 //! one panic guard ([`guard`]).
 //!
@@ -51,6 +51,7 @@ pub mod propagate;
 pub mod ranked;
 pub mod register;
 pub mod reply;
+pub mod scan;
 pub mod server;
 pub mod store;
 pub mod string;

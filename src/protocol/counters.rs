@@ -51,6 +51,9 @@ pub static TICKS_AT_BUDGET: AtomicU64 = AtomicU64::new(0);
 /// Timer visits refused before writing (a key of the queue holds another type); the queue is
 /// tried again a second later.
 pub static VISITS_REFUSED: AtomicU64 = AtomicU64::new(0);
+/// Queues a claim waits on whose `schedule` and `active` heads the timer read
+/// (`runtime::waiters`).
+pub static POLLED: AtomicU64 = AtomicU64::new(0);
 
 /// The job counters of `INFO emq`, by field name.
 pub static JOB_COUNTERS: [(&str, &AtomicU64); 23] = [

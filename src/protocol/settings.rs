@@ -48,7 +48,7 @@ pub const DEAD_TTL_DEFAULT_MS: i64 = 180 * 86_400_000;
 /// Whether EchoMQ learns its queues from writes it did not make itself (a Lua speaker, the
 /// replication stream, a slot import, `RENAME`/`MOVE`/`RESTORE` by hand), through zset and
 /// generic keyspace events on every key: `emq.learn-foreign-writes`, a load-time setting.
-pub static LEARN_FOREIGN_WRITES: AtomicBool = AtomicBool::new(true);
+pub static LEARN_FOREIGN_WRITES: AtomicBool = AtomicBool::new(false);
 
 pub fn learn_foreign_writes() -> bool {
     LEARN_FOREIGN_WRITES.load(Ordering::Relaxed)

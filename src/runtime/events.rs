@@ -268,6 +268,8 @@ fn observe_restore(args: &FilterArgs, first: &[u8]) {
         return;
     };
     queues::note_written(args, key);
+    // A `meta` hash brought here (a slot's limits and pause): transitions read it again.
+    meta_watch::observe_key(key, b"restore");
     let Some(Decoded::Queue { queue, ty, .. }) = decode(key) else {
         return;
     };

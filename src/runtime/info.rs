@@ -7,11 +7,11 @@ use crate::host::events::InfoSection;
 use crate::host::meta_cache::meta_read;
 use crate::host::propagate::{gate_open, others_listen};
 use crate::protocol::counters::{
-    get, JOB_COUNTERS, REFUSALS, REFUSAL_REASONS, TICKS, TICKS_AT_BUDGET, VISITS_REFUSED,
+    get, JOB_COUNTERS, POLLED, REFUSALS, REFUSAL_REASONS, TICKS, TICKS_AT_BUDGET, VISITS_REFUSED,
 };
 use crate::protocol::PROTOCOL_VERSION;
 
-use super::{queues, timer};
+use super::{queues, timer, waiters};
 
 pub struct Info;
 
@@ -40,7 +40,9 @@ fn section(ctx: &InfoContext) -> ValkeyResult<()> {
         .field("timer_due_queues", timer::due_queues() as u64)?
         .field("timer_ticks", get(&TICKS))?
         .field("timer_ticks_at_budget", get(&TICKS_AT_BUDGET))?
-        .field("timer_visits_refused", get(&VISITS_REFUSED))?;
+        .field("timer_visits_refused", get(&VISITS_REFUSED))?
+        .field("waited_queues", waiters::count() as u64)?
+        .field("timer_polled", get(&POLLED))?;
     let (metered, running) = crate::host::metrics::sizes();
     s = s
         .field("metrics_queues", metered as u64)?

@@ -1,8 +1,8 @@
 //! What runs beside commands: the timer ([`timer`]), the keyspace and server events and the
 //! command filter ([`events`]), slot migration ([`cluster`]), the effects gate's policy
 //! ([`effects`]), the Valkey 8.1 database correction ([`client_db`]), the eviction warning
-//! ([`eviction`]), the registry of the node's queues ([`queues`]), who else takes keyspace
-//! events ([`listeners`]) and `INFO emq` ([`info`]).
+//! ([`eviction`]), the registry of the node's queues ([`queues`]), the queues claims wait on
+//! ([`waiters`]), who else takes keyspace events ([`listeners`]) and `INFO emq` ([`info`]).
 
 #![forbid(unsafe_code)]
 
@@ -18,6 +18,7 @@ pub mod meta_watch;
 pub mod owners;
 pub mod queues;
 pub mod timer;
+pub mod waiters;
 pub mod watchlist;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -183,7 +183,7 @@ pub fn due_queues() -> usize {
 /// Starts the timer (module load).
 pub fn start(ctx: &Context) {
     RUNNING.store(true, Ordering::SeqCst);
-    arm_in(ctx, TICK_MS as i64);
+    rearm(ctx);
 }
 
 /// Stops the timer and forgets the watched queues (module unload).
@@ -231,7 +231,11 @@ fn next_tick(ctx: &Context, now: i64) -> Option<i64> {
     if waiting {
         return Some(now);
     }
-    watched().earliest()
+    let earliest = watched().earliest();
+    match super::waiters::poll_at() {
+        Some(poll) => Some(earliest.map_or(poll, |at| at.min(poll))),
+        None => earliest,
+    }
 }
 
 /// Arms the timer to tick `delay_ms` from now (at least a tick, at most [`MAX_SLEEP_MS`]).
@@ -305,6 +309,9 @@ fn tick(ctx: &Context) {
     let original = selected_db(ctx);
     wake_deferred(ctx);
     find_tables(ctx);
+    for (db, name, at) in super::waiters::poll(ctx, now) {
+        watched().visit_by(db, &name, at);
+    }
     revisit_on_new_retention();
     'tick: loop {
         let batch = watched().due(now, QUEUES_PER_BATCH);

@@ -5,6 +5,7 @@
 //! "The queues a node holds".
 
 pub mod cursor;
+pub mod discover;
 pub mod noted;
 pub mod registry;
 
@@ -12,7 +13,7 @@ pub use cursor::Cursor;
 use cursor::{render, Kept};
 use noted::Noted;
 pub use noted::NOTED_FOR_MS;
-use registry::Registry;
+use registry::{Registry, Resume};
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -25,6 +26,7 @@ use crate::host::server::now_ms;
 use crate::host::string::{OwnedString, Str};
 use crate::host::words::words;
 use crate::protocol::keyspace::{RowPrefix, PREFIX};
+use crate::protocol::settings::learn_foreign_writes;
 use crate::protocol::{decode, Decoded, EmqError, Holds, KeyBuf, KeyType, Meta, Queue};
 
 // ---- the node's registry, kept from events ------------------------------------------------
@@ -58,6 +60,7 @@ pub fn start() {
 
 /// Forgets everything (module unload): the module's memory must be gone.
 pub fn stop() {
+    discover::forget();
     registry().clear();
     noted().clear();
     kept().clear();
@@ -364,11 +367,13 @@ pub fn on_cron(ctx: &Context, now: i64) -> bool {
 
 /// `SWAPDB a b`.
 pub fn swap_dbs(a: i32, b: i32) {
+    discover::forget();
     registry().swap_dbs(a, b);
 }
 
 /// A database was emptied (-1: all of them).
 pub fn forget_db(db: i32) {
+    discover::forget();
     registry().forget_db(db);
 }
 
@@ -389,12 +394,8 @@ impl Rebuild {
     /// A key of `queue`, of type `ty`, in `db`, expiring at `expires` (a key whose time ran
     /// out but that the server has not deleted yet counts for nothing).
     pub fn key(&mut self, db: i32, queue: Queue<'_>, ty: KeyType, expires: Option<i64>) {
-        match (ty, expires) {
-            (_, Some(at)) if at <= self.now => {}
-            (KeyType::Job, Some(at)) => self.registry.row_until(db, queue.as_bytes(), at),
-            (KeyType::Job, None) => {}
-            _ => self.registry.present(db, queue.as_bytes()),
-        }
+        self.registry
+            .learn_key(db, queue.as_bytes(), ty, expires, self.now);
     }
 
     /// The scan is over: its registry is the node's.
@@ -427,6 +428,13 @@ pub fn list(
     if !noted().is_empty() {
         look_for_noted_here(ctx, db);
     }
+    let lazy = !learn_foreign_writes();
+    if lazy {
+        let now = now_ms() as i64;
+        for (queue, ty, expires) in discover::walk_on(ctx, db) {
+            registry().learn_key(db, &queue, ty, expires, now);
+        }
+    }
     let page = registry().page(
         db,
         after.as_deref(),
@@ -438,12 +446,30 @@ pub fn list(
                 .is_some_and(|q| may_read(KeyBuf::queue(q, KeyType::Pending).as_bytes()))
         },
     );
-    let cursor = render(page.resume, &mut kept());
     // Looked at once the registry is let go: opening a key may expire it, and its event
     // comes back here.
     let mut names = page.names;
     names.retain(|name| !Queue::parse(name).is_some_and(|q| is_partition(ctx, q)));
+    if lazy {
+        names.retain(|name| still_there(ctx, db, name));
+    }
+    // A page whose last name was left out ends at a kept place, which names nothing.
+    let resume = match page.resume {
+        Resume::After(last) if names.last() != Some(&last) => Resume::Past(last),
+        resume => resume,
+    };
+    let cursor = render(resume, &mut kept());
     Ok((cursor, names))
+}
+
+/// Whether a queue the registry lists is still there, where no event says when its keys go
+/// (`emq.learn-foreign-writes no`): it has a key of its own, or rows not run out yet; if not,
+/// the registry drops it.
+fn still_there(ctx: &Context, db: i32, name: &[u8]) -> bool {
+    let Some(queue) = Queue::parse(name) else {
+        return false;
+    };
+    has_own_keys(ctx, queue) || !registry().gone(db, name, now_ms() as i64)
 }
 
 /// Whether `queue` is a partition of a partitioned queue (its `meta` says so), which the list

@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
+use crate::protocol::KeyType;
+
 /// What is known of one queue beyond its name.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Entry {
@@ -116,6 +118,19 @@ impl Registry {
 
     /// The queue's sets, meta hash and events stream are gone (as of `now`): it is dropped, or
     /// held until its last known row runs out. Whether it was dropped.
+    /// A key of queue `name`, of type `ty`, seen by a scan as of `now`, expiring at
+    /// `expires`: a set, hash or stream makes the queue present, a row holds it until it runs
+    /// out, a row without an expiry holds nothing (it belongs to no set), and a key whose time
+    /// ran out counts for nothing.
+    pub fn learn_key(&mut self, db: i32, name: &[u8], ty: KeyType, expires: Option<i64>, now: i64) {
+        match (ty, expires) {
+            (_, Some(at)) if at <= now => {}
+            (KeyType::Job, Some(at)) => self.row_until(db, name, at),
+            (KeyType::Job, None) => {}
+            _ => self.present(db, name),
+        }
+    }
+
     pub fn gone(&mut self, db: i32, name: &[u8], now: i64) -> bool {
         self.last_present = None;
         let Some(entry) = self.dbs.get_mut(&db).and_then(|q| q.get_mut(name)) else {

@@ -153,6 +153,13 @@ impl Options {
             .arg("repl-diskless-sync-delay", "0")
     }
 
+    /// The module learning every foreign write as it happens (`emq.learn-foreign-writes yes`):
+    /// for tests of what only that setting gives (a `COPY`, `RENAME`, `DEL` or hash written by
+    /// hand seen at once, a replica watching what its stream wrote).
+    pub fn learning() -> Self {
+        Self::default().arg("emq.learn-foreign-writes", "yes")
+    }
+
     pub fn arg(mut self, name: &str, value: &str) -> Self {
         self.args.push(format!("--{name}"));
         self.args.push(value.to_string());
