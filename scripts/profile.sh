@@ -44,11 +44,11 @@ cost() {
     awk -v f="???:$2" '!found { for (i = 2; i <= NF; i++) if ($i == f) { gsub(",", "", $1); print $1; found = 1 } } END { if (!found) print 0 }'
 }
 
-run() { # <mode> [replica|bare|own] -> $dir/<mode>[-replica|-bare|-own].out (bare: without the
-  # module; own: with emq.learn-foreign-writes no)
+run() { # <mode> [replica|bare|learning] -> $dir/<mode>[-replica|-bare|-learning].out (bare:
+  # without the module; learning: with emq.learn-foreign-writes yes)
   local mode="$1" out="$1${2:+-$2}" port rport rpid="" load=(--loadmodule "$module")
   [ "${2:-}" = bare ] && load=()
-  [ "${2:-}" = own ] && load+=(--emq.learn-foreign-writes no)
+  [ "${2:-}" = learning ] && load+=(--emq.learn-foreign-writes yes)
   port="$(free_port)"
   # No slow log: under callgrind every EMQ.MENQUEUE of 100 jobs (under a millisecond natively)
   # passes the 10 ms threshold and would pay for a slow-log entry a real run never writes.
@@ -135,13 +135,13 @@ if [ "${PROFILE_ONLY:-}" = policy ]; then
 fi
 foreign_rows() {
   echo "| other keys, whole requests per round of \`ZADD\` + \`SET ... EX\` + \`DEL\`: without EchoMQ | $(per_job "$(cost "$dir/foreign-bare.out" processInputBuffer)") |"
-  echo "| the same, EchoMQ loaded | $(per_job "$(cost "$dir/foreign.out" processInputBuffer)") |"
-  echo "| the same, EchoMQ loaded with \`emq.learn-foreign-writes no\` | $(per_job "$(cost "$dir/foreign-own.out" processInputBuffer)") |"
+  echo "| the same, EchoMQ loaded (default settings) | $(per_job "$(cost "$dir/foreign.out" processInputBuffer)") |"
+  echo "| the same, EchoMQ loaded with \`emq.learn-foreign-writes yes\` | $(per_job "$(cost "$dir/foreign-learning.out" processInputBuffer)") |"
 }
 if [ "${PROFILE_ONLY:-}" = foreign ]; then
   run foreign bare
   run foreign
-  run foreign own
+  run foreign learning
   echo "| where | instructions/round |"
   echo "|---|---|"
   foreign_rows
@@ -216,7 +216,7 @@ for mode in module batch native lua; do run "$mode"; done
 run module replica
 run foreign
 run foreign bare
-run foreign own
+run foreign learning
 run life
 run life-mack
 run life-next
