@@ -202,7 +202,8 @@ impl Waiter for Blocked {
     type Held = Waiting;
 
     fn released(held: Waiting) {
-        waiters::released(held);
+        // Dropped, it counts the claim out of its queues.
+        drop(held);
     }
 
     /// The pending set was signalled: claim for this waiter, or keep it waiting.

@@ -3,16 +3,19 @@
 //! - A module timer on primaries only promotes what is due on the queues it watches, starting
 //!   no visit after [`TICK_BUDGET`] into a tick. It ticks every [`TICK_MS`] while something is
 //!   due, and otherwise sleeps until the earliest due time, lease deadline or table step it
-//!   knows of; a write that brings one forward wakes it sooner ([`soon`]). With nothing to
-//!   wait for it is not armed at all, so an idle server wakes no more often than without
-//!   EchoMQ. The server's cron (which runs anyway) arms it again where a wake-up was missed,
-//!   within a second (EchoMQ's cron work runs once a second).
-//! - The watched queues (those with scheduled or active jobs) are learned from keyspace events
-//!   (see `events`) and rebuilt by one scan after the module loads and after the server loads
-//!   its data. The tick never scans the keyspace.
-//! - The server refuses `MODULE UNLOAD` while a module timer is armed, so the command filter
-//!   stops the timer when `MODULE UNLOAD emq` arrives, and the server's cron re-arms it if the
-//!   module is still loaded afterwards (an unload refused for another reason).
+//!   knows of; a write it learns of that brings one forward wakes it sooner ([`soon`]). While a
+//!   claim waits and foreign writes are not learned as they happen, it also ticks to poll the
+//!   waited-on queues (`waiters`). With nothing to wait for it is not armed at all, so an idle
+//!   server wakes no more often than without EchoMQ. The server's cron (which runs anyway)
+//!   arms it again where a wake-up was missed, within a second.
+//! - The watched queues (those with scheduled or active jobs) are learned from EchoMQ's own
+//!   writes, the keyspace events of others' with `emq.learn-foreign-writes yes` (see
+//!   `events`), the poll, and one scan after the module loads and after the server loads its
+//!   data. The tick never scans the keyspace.
+//! - The server refuses `MODULE UNLOAD` while a module timer is armed, so the command filter,
+//!   where there is one, stops the timer when `MODULE UNLOAD emq` arrives, and the server's
+//!   cron re-arms it if the module is still loaded afterwards (an unload refused for another
+//!   reason).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};

@@ -1,11 +1,12 @@
 //! The queues a claim waits on (`EMQ.CLAIM ... BLOCK`), per database. Where EchoMQ learns no
 //! foreign write as it happens (`emq.learn-foreign-writes no`, the default), the timer reads
-//! the heads of their `schedule` and `active` sets every [`POLL_MS`] while a claim waits, so a
-//! job that another writer (a Lua speaker) scheduled there, or a lease it cut short, comes due
-//! for the claim on time. The cost follows the waiting claims, not the server's writes, and
-//! nothing is read while no claim waits.
+//! the heads of their `schedule` and `active` sets every [`POLL_MS`] while a claim waits, at
+//! most [`POLL_BUDGET`] queues a poll, so a job that another writer (a Lua speaker) scheduled
+//! there, or a lease it cut short, comes due for the claim on time. The cost follows the
+//! waiting claims, not the server's writes, and nothing is read while no claim waits.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -19,19 +20,35 @@ use crate::protocol::settings::learn_foreign_writes;
 use crate::protocol::{KeyBuf, KeyType, Queue};
 
 /// How often the timer reads the waited-on queues' heads, in ms: a job another writer
-/// schedules for T comes due for a waiting claim by T + this.
+/// schedules for T comes due for a waiting claim by T + this (while at most [`POLL_BUDGET`]
+/// queues are waited on).
 pub const POLL_MS: i64 = 50;
+/// Most queues one poll reads (two key lookups each); the next poll goes on from there.
+pub const POLL_BUDGET: usize = 256;
 
-/// Each waited-on queue, as (db, name), with the number of claims waiting on it.
-static WAITING: Mutex<BTreeMap<(i32, Vec<u8>), u32>> = Mutex::new(BTreeMap::new());
-/// When the timer last read them (unix ms).
+/// A waited-on queue: how many claims wait on it, and the earliest due time or deadline the
+/// last poll read there (a poll brings the queue's visit forward only when it changed, so a
+/// visit put off after a refusal stays put off).
+struct Waited {
+    claims: u32,
+    head: Option<i64>,
+}
+
+type Id = (i32, Vec<u8>);
+
+/// Each waited-on queue, by (db, name).
+static WAITING: Mutex<BTreeMap<Id, Waited>> = Mutex::new(BTreeMap::new());
+/// When the timer last polled (unix ms), and the queue it stopped after (`None`: it read
+/// them all).
 static LAST_POLL_MS: AtomicI64 = AtomicI64::new(0);
+static POLLED_UP_TO: Mutex<Option<Id>> = Mutex::new(None);
 
-fn waiting() -> MutexGuard<'static, BTreeMap<(i32, Vec<u8>), u32>> {
+fn waiting() -> MutexGuard<'static, BTreeMap<Id, Waited>> {
     WAITING.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The queues one blocked claim waits on, until the server lets it go ([`released`]).
+/// The queues one blocked claim waits on: counted until the server lets the claim go (answered,
+/// timed out, unblocked or disconnected) and drops this.
 pub struct Waiting {
     db: i32,
     queues: Vec<Vec<u8>>,
@@ -43,20 +60,26 @@ pub fn blocked(db: i32, queues: &[Queue<'_>]) -> Waiting {
     let mut all = waiting();
     let queues: Vec<Vec<u8>> = queues.iter().map(|q| q.as_bytes().to_vec()).collect();
     for queue in &queues {
-        *all.entry((db, queue.clone())).or_insert(0) += 1;
+        all.entry((db, queue.clone()))
+            .or_insert(Waited {
+                claims: 0,
+                head: None,
+            })
+            .claims += 1;
     }
     Waiting { db, queues }
 }
 
-/// The claim is no longer blocked (answered, timed out, unblocked or disconnected).
-pub fn released(w: Waiting) {
-    let mut all = waiting();
-    for queue in w.queues {
-        let key = (w.db, queue);
-        if let Some(n) = all.get_mut(&key) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                all.remove(&key);
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut all = waiting();
+        for queue in std::mem::take(&mut self.queues) {
+            let id = (self.db, queue);
+            if let Some(w) = all.get_mut(&id) {
+                w.claims = w.claims.saturating_sub(1);
+                if w.claims == 0 {
+                    all.remove(&id);
+                }
             }
         }
     }
@@ -82,18 +105,34 @@ pub fn poll_at() -> Option<i64> {
     (polls() && !waiting().is_empty()).then(next_poll)
 }
 
-/// The timer's tick: if a poll is due, each waited-on queue with a scheduled job or a lease,
-/// as (db, name), with the earliest due time or deadline, by which the timer visits it (at once
-/// if it has passed). The caller restores the db.
+/// The timer's tick: if a poll is due, up to [`POLL_BUDGET`] waited-on queues, going on from
+/// where the last poll stopped; each whose earliest due time or lease deadline changed since
+/// it was last read, as (db, name, that time), for the timer to visit it by then (at once if
+/// it has passed). The caller restores the db.
 pub fn poll(ctx: &Context, now: i64) -> Vec<(i32, Vec<u8>, i64)> {
-    if !polls() || now < next_poll() {
+    let last = LAST_POLL_MS.load(Ordering::Relaxed);
+    // A wall clock set back polls at once rather than waiting the jump out.
+    if !polls() || (now >= last && now < next_poll()) {
         return Vec::new();
     }
     LAST_POLL_MS.store(now, Ordering::Relaxed);
-    let queues: Vec<(i32, Vec<u8>)> = waiting().keys().cloned().collect();
-    counters::count(&POLLED, queues.len() as u64);
+    let mut from = POLLED_UP_TO.lock().unwrap_or_else(|p| p.into_inner());
+    let batch: Vec<Id> = {
+        let all = waiting();
+        let after = match from.as_ref() {
+            Some(id) => Bound::Excluded(id),
+            None => Bound::Unbounded,
+        };
+        all.range((after, Bound::Unbounded))
+            .map(|(id, _)| id.clone())
+            .take(POLL_BUDGET)
+            .collect()
+    };
+    *from = batch.last().filter(|_| batch.len() == POLL_BUDGET).cloned();
+    drop(from);
+    counters::count(&POLLED, batch.len() as u64);
     let mut visits = Vec::new();
-    for (db, name) in queues {
+    for (db, name) in batch {
         let Some(queue) = Queue::parse(&name) else {
             continue;
         };
@@ -101,7 +140,15 @@ pub fn poll(ctx: &Context, now: i64) -> Vec<(i32, Vec<u8>, i64)> {
             continue;
         }
         let heads = [KeyType::Schedule, KeyType::Active].map(|ty| head(ctx, queue, ty));
-        if let Some(at) = heads.into_iter().flatten().min() {
+        let at = heads.into_iter().flatten().min();
+        let changed = match waiting().get_mut(&(db, name.clone())) {
+            Some(w) if w.head != at => {
+                w.head = at;
+                true
+            }
+            _ => false,
+        };
+        if let (true, Some(at)) = (changed, at) {
             visits.push((db, name, at));
         }
     }

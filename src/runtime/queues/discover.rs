@@ -1,9 +1,10 @@
 //! Queues only others wrote, found where EchoMQ lists its queues: where EchoMQ learns no
 //! foreign write as it happens (`emq.learn-foreign-writes no`, the default), each
-//! `EMQ.QUEUES` call walks on through the database's keys, at most [`KEYS_PER_CALL`] a call,
+//! `EMQ.QUEUES` call walks on through the database's keys, about [`KEYS_PER_CALL`] a call,
 //! from where the last call in that database stopped; each queue key it passes makes its queue
-//! known. A queue only a Lua speaker wrote is so listed within (keys in the database ÷
-//! [`KEYS_PER_CALL`]) calls, at once where the database holds fewer keys.
+//! known. A key there for a whole round of the walk is passed in that round, so a queue only a
+//! Lua speaker wrote is known within two rounds (keys in the database ÷ [`KEYS_PER_CALL`]
+//! calls each), at the first call where the database holds fewer keys.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -16,7 +17,7 @@ use crate::host::string::OwnedString;
 use crate::protocol::keyspace::PREFIX;
 use crate::protocol::{decode, Decoded, KeyType};
 
-/// Most keys one call walks past (about a millisecond of the server's time).
+/// Keys one call walks past, about (`SCAN`'s `COUNT` is a hint).
 pub const KEYS_PER_CALL: usize = 10_000;
 /// Keys one `SCAN` step is asked to look at.
 const KEYS_PER_STEP: usize = 1_000;
