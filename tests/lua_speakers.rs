@@ -199,3 +199,38 @@ fn the_walk_finds_a_scripts_queue_among_many_other_keys_within_its_bound() {
         assert!(calls <= 2 * round + 1, "not found within {calls} calls");
     }
 }
+
+#[test]
+fn a_claim_waiting_on_more_queues_than_a_poll_reads_sees_a_script_s_job_come_due_in_the_last() {
+    // One claim waits on 300 queues (its own and 299 by `WAKE`), more than a poll's 256: the
+    // polls go round them all, so a job a script schedules in the last comes due there.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let name = |i: usize| format!("w{i:03}");
+    let mut worker = server.conn();
+    let mut claim = cmd("EMQ.CLAIM");
+    claim
+        .arg(name(0))
+        .arg("BLOCK")
+        .arg(20_000)
+        .arg("WAKE")
+        .arg(299);
+    for i in 1..300 {
+        claim.arg(name(i));
+    }
+    let waiting = std::thread::spawn(move || claim.query::<redis::Value>(&mut worker));
+    assert!(wait_until(Duration::from_secs(5), || info_int(
+        &mut con,
+        "emq",
+        "emq_waited_queues"
+    ) == 300));
+    let id = job_id(1);
+    lua_schedule(&mut con, &name(299), &id, now_ms() + 200);
+    let reply = waiting.join().expect("claim thread").expect("claim");
+    let jobs: Vec<Job> = redis::from_redis_value(reply).expect("jobs");
+    assert!(jobs.is_empty(), "woken by another queue's job: {jobs:?}");
+    assert_eq!(
+        job_state(&mut con, &name(299), &id).as_deref(),
+        Some("pending")
+    );
+}
