@@ -50,6 +50,11 @@ fn is_listed(con: &mut Connection, queue: &str) -> bool {
     listed(con, queue).iter().any(|q| q == queue)
 }
 
+fn cursor_is_kept_or_last_shown(next: &str, names: &[String]) {
+    let kept = next.starts_with('{') && next.ends_with('}');
+    assert!(kept || names.last().is_some_and(|n| n == next));
+}
+
 fn known(con: &mut Connection) -> i64 {
     info_int(con, "emq", "emq_known_queues")
 }
@@ -518,11 +523,7 @@ fn page_while_changing(count: usize) {
         if next == "0" {
             break;
         }
-        let kept = next.starts_with('{') && next.ends_with('}');
-        assert!(
-            kept || names.last() == Some(&next),
-            "{next}: a kept place or the last name shown"
-        );
+        cursor_is_kept_or_last_shown(&next, &names);
         cursor = next;
         // Between pages: one queue removed and one added, anywhere (behind or ahead).
         let gone = name(rng.below(2500) as usize * 2);
@@ -680,7 +681,8 @@ fn a_user_sees_only_the_queues_it_may_read() {
 fn a_user_who_may_read_few_of_many_queues_pages_past_the_rest() {
     let server = Server::start(Options::default());
     let mut admin = server.conn();
-    // More hidden queues than one call reads (10,000), around two the user may read.
+    // More hidden queues than one call reads (10,000), around two the user may read; all known
+    // once a listing's walk (10,000 keys a call) passed every key: the second lists all.
     let mut pipe = redis::pipe();
     for i in 0..12_000 {
         pipe.cmd("ZADD")
@@ -693,8 +695,6 @@ fn a_user_who_may_read_few_of_many_queues_pages_past_the_rest() {
     for q in ["h00000-mine", "h11999-mine"] {
         enqueue(&mut admin, q, &job_id(1), "p");
     }
-    // Every queue known: a listing's walk of the keyspace (10,000 keys a call) has passed every
-    // key by the second listing's start, which then lists them all.
     all_queues(&mut admin, 1000);
     assert_eq!(all_queues(&mut admin, 1000).len(), 12_002);
     let mut mine = user_with(&server, "mine", &["+@emq", "~emq:{*-mine}:*"]);
@@ -706,11 +706,7 @@ fn a_user_who_may_read_few_of_many_queues_pages_past_the_rest() {
         if next == "0" {
             break;
         }
-        let kept = next.starts_with('{') && next.ends_with('}');
-        assert!(
-            kept || names.last() == Some(&next),
-            "{next}: a kept place or the last name shown"
-        );
+        cursor_is_kept_or_last_shown(&next, &names);
         assert!(!next.starts_with("h") || next.ends_with("-mine"), "{next}");
         cursor = next;
     }
