@@ -77,7 +77,7 @@ test: build test-modules python
 # the runner counts them as filtered out. Then the test that needs a server whose RM_Call
 # cannot block (ignored by `make test`), and the one test of the acl suite, which needs the
 # `emq` ACL category (Redis 7.4+), that needs no category.
-REDIS7_SUITES := span enqueue grammar interop replication effects menqueue delayed claim blocking_claim lease cancel_requeue timeouts groups events concurrency model hostile persistence module_load oom readme operate inspect queues priority limits unique cron
+REDIS7_SUITES := span enqueue grammar interop lua_speakers replication effects menqueue delayed claim blocking_claim lease cancel_requeue timeouts groups events concurrency model hostile persistence module_load oom readme operate inspect queues priority limits unique cron
 REDIS7_SKIP := a_dual_channel_replica_attaching_late_gets_every_write another_modules_blocking_call_of_claim_is_served_when_a_job_arrives keyspace_hits_and_misses_count_only_what_clients_read \
   a_user_limited_to_one_queue_inspects_it_and_gets_noperm_for_another a_queue_scoped_user_operates_its_queue_and_no_other \
   a_user_who_may_read_few_of_many_queues_pages_past_the_rest a_user_sees_only_the_queues_it_may_read the_command_is_a_keyless_read \
