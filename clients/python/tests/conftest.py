@@ -43,7 +43,12 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, extra: Optional[List[str]] = None) -> None:
+        # Not the port `extra` gives the cluster bus, which `free_port` may hand out again.
+        args = extra or []
+        bus = {args[i + 1] for i, a in enumerate(args[:-1]) if a == "--cluster-port"}
         self.port = free_port()
+        while str(self.port) in bus:
+            self.port = free_port()
         self.dir = tempfile.TemporaryDirectory()
         module = os.environ.get("ECHOMQ_MODULE", str(ROOT / "target/release/libechomq.so"))
         binary = os.environ.get("VALKEY_SERVER", "valkey-server")

@@ -38,7 +38,12 @@ export async function until(f, timeout = 10_000) {
 export class Server {
   /** Starts one server; `extra` are more `--name value` arguments. */
   static async start(extra = []) {
-    const server = new Server(await freePort(), extra);
+    // Not the port `extra` gives the cluster bus, which `freePort` may hand out again.
+    const at = extra.indexOf('--cluster-port');
+    const bus = at >= 0 ? extra[at + 1] : undefined;
+    let port = await freePort();
+    while (String(port) === bus) port = await freePort();
+    const server = new Server(port, extra);
     await server.ready();
     return server;
   }
