@@ -101,8 +101,10 @@ fn an_atomic_slot_migration_streams_echomqs_writes_and_holds_the_new_owners_time
     // Valkey 9.0's `CLUSTER MIGRATESLOTS`: the source keeps its slot and streams every write in
     // it to the target, which holds the keys hidden until ownership changes at once. Here the
     // source is kept from finishing (`DEBUG SLOTMIGRATION PREVENT-PAUSE`), so the migration
-    // stays in its streaming phase while jobs are enqueued, come due and lose their lease.
-    let cluster = Cluster::start(3, 0);
+    // stays in its streaming phase while jobs are enqueued, come due and lose their lease. The
+    // nodes learn every write as it happens, so the target knows the queue mid-import (by
+    // default it learns it from the scan at the import's end) and must still leave it be.
+    let cluster = Cluster::start_with(3, 0, &[("emq.learn-foreign-writes", "yes")]);
     require_atomic_migration(&mut cluster.nodes[0].conn());
     let queue = "atomic";
     let slot = slot_of(queue);
