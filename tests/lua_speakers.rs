@@ -234,3 +234,33 @@ fn a_claim_waiting_on_more_queues_than_a_poll_reads_sees_a_script_s_job_come_due
         Some("pending")
     );
 }
+
+#[test]
+fn a_job_a_script_schedules_again_at_the_same_time_as_a_cancelled_one_comes_due() {
+    // The poll asks the timer for each waited-on queue's head every time it reads it, so a
+    // job put back at the very due time of one EchoMQ cancelled (its visit then dropped) is not
+    // taken for one already booked.
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let q = "lua-again";
+    let claim = blocked_claim(&mut con, server.conn(), q, 20_000);
+    let due = now_ms() + 600;
+    lua_schedule(&mut con, q, &job_id(1), due);
+    let polled = info_int(&mut con, "emq", "emq_timer_polled");
+    assert!(wait_until(Duration::from_secs(5), || info_int(
+        &mut con,
+        "emq",
+        "emq_timer_polled"
+    ) > polled));
+    let cancelled: i64 = cmd("EMQ.CANCEL")
+        .arg(q)
+        .arg(job_id(1))
+        .query(&mut con)
+        .expect("EMQ.CANCEL");
+    assert_eq!(cancelled, 1);
+    lua_schedule(&mut con, q, &job_id(2), due);
+    let reply = claim.join().expect("claim thread").expect("claim");
+    let jobs: Vec<Job> = redis::from_redis_value(reply).expect("jobs");
+    assert_eq!(jobs.len(), 1, "the job put back came due");
+    assert_eq!(jobs[0].0, job_id(2));
+}

@@ -313,7 +313,7 @@ fn tick(ctx: &Context) {
     wake_deferred(ctx);
     find_tables(ctx);
     for (db, name, at) in super::waiters::poll(ctx, now) {
-        watched().visit_by(db, &name, at);
+        watched().visit_by_polled(db, &name, at);
     }
     revisit_on_new_retention();
     'tick: loop {
@@ -326,15 +326,18 @@ fn tick(ctx: &Context) {
                 counters::count(&TICKS_AT_BUDGET, 1);
                 break 'tick;
             }
-            let next = if select_db(ctx, db) {
-                promote(ctx, db, &name, now)
-                    .unwrap_or_else(|e| Some(refused(ctx, db, &name, &e, now)))
-            } else {
-                None
+            let visited = match select_db(ctx, db) {
+                true => promote(ctx, db, &name, now),
+                false => Ok(None),
             };
-            match next {
-                None => watched().forget(db, &name),
-                Some(next) => watched().visit_at(db, &name, next),
+            match visited {
+                Ok(None) => watched().forget(db, &name),
+                Ok(Some(next)) => watched().visit_at(db, &name, next),
+                // Retried in a second, however often a poll reads the queue's heads.
+                Err(e) => {
+                    let retry = refused(ctx, db, &name, &e, now);
+                    watched().hold_off(db, &name, retry);
+                }
             }
         }
     }

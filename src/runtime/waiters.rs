@@ -2,8 +2,9 @@
 //! foreign write as it happens (`emq.learn-foreign-writes no`, the default), the timer reads
 //! the heads of their `schedule` and `active` sets every [`POLL_MS`] while a claim waits, at
 //! most [`POLL_BUDGET`] queues a poll, so a job that another writer (a Lua speaker) scheduled
-//! there, or a lease it cut short, comes due for the claim on time. The cost follows the
-//! waiting claims, not the server's writes, and nothing is read while no claim waits.
+//! there, or a lease it cut short, comes due for the claim on time (a visit refused keeps its
+//! retry, `Watchlist::hold_off`). The cost follows the waiting claims, not the server's writes,
+//! and nothing is read while no claim waits.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -14,6 +15,7 @@ use valkey_module::Context;
 
 use crate::host::client::select_db;
 use crate::host::key::Key;
+use crate::host::server::now_ms;
 use crate::host::string::OwnedString;
 use crate::protocol::counters::{self, POLLED};
 use crate::protocol::settings::learn_foreign_writes;
@@ -26,24 +28,16 @@ pub const POLL_MS: i64 = 50;
 /// Most queues one poll reads (two key lookups each); the next poll goes on from there.
 pub const POLL_BUDGET: usize = 256;
 
-/// A waited-on queue: how many claims wait on it, and the earliest due time or deadline the
-/// last poll read there (a poll brings the queue's visit forward only when it changed, so a
-/// visit put off after a refusal stays put off).
-struct Waited {
-    claims: u32,
-    head: Option<i64>,
-}
-
 type Id = (i32, Vec<u8>);
 
-/// Each waited-on queue, by (db, name).
-static WAITING: Mutex<BTreeMap<Id, Waited>> = Mutex::new(BTreeMap::new());
+/// Each waited-on queue, by (db, name), with how many claims wait on it.
+static WAITING: Mutex<BTreeMap<Id, u32>> = Mutex::new(BTreeMap::new());
 /// When the timer last polled (unix ms), and the queue it stopped after (`None`: it read
 /// them all).
 static LAST_POLL_MS: AtomicI64 = AtomicI64::new(0);
 static POLLED_UP_TO: Mutex<Option<Id>> = Mutex::new(None);
 
-fn waiting() -> MutexGuard<'static, BTreeMap<Id, Waited>> {
+fn waiting() -> MutexGuard<'static, BTreeMap<Id, u32>> {
     WAITING.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -60,12 +54,7 @@ pub fn blocked(db: i32, queues: &[Queue<'_>]) -> Waiting {
     let mut all = waiting();
     let queues: Vec<Vec<u8>> = queues.iter().map(|q| q.as_bytes().to_vec()).collect();
     for queue in &queues {
-        all.entry((db, queue.clone()))
-            .or_insert(Waited {
-                claims: 0,
-                head: None,
-            })
-            .claims += 1;
+        *all.entry((db, queue.clone())).or_insert(0) += 1;
     }
     Waiting { db, queues }
 }
@@ -75,9 +64,9 @@ impl Drop for Waiting {
         let mut all = waiting();
         for queue in std::mem::take(&mut self.queues) {
             let id = (self.db, queue);
-            if let Some(w) = all.get_mut(&id) {
-                w.claims = w.claims.saturating_sub(1);
-                if w.claims == 0 {
+            if let Some(claims) = all.get_mut(&id) {
+                *claims = claims.saturating_sub(1);
+                if *claims == 0 {
                     all.remove(&id);
                 }
             }
@@ -100,15 +89,22 @@ fn next_poll() -> i64 {
     LAST_POLL_MS.load(Ordering::Relaxed).saturating_add(POLL_MS)
 }
 
-/// When the timer must next tick to poll (unix ms), if a claim waits.
+/// When the timer must next tick to poll (unix ms), if a claim waits: at once if the wall
+/// clock was set back past the last poll.
 pub fn poll_at() -> Option<i64> {
-    (polls() && !waiting().is_empty()).then(next_poll)
+    let now = now_ms() as i64;
+    let at = match now < LAST_POLL_MS.load(Ordering::Relaxed) {
+        true => now,
+        false => next_poll(),
+    };
+    (polls() && !waiting().is_empty()).then_some(at)
 }
 
 /// The timer's tick: if a poll is due, up to [`POLL_BUDGET`] waited-on queues, going on from
-/// where the last poll stopped; each whose earliest due time or lease deadline changed since
-/// it was last read, as (db, name, that time), for the timer to visit it by then (at once if
-/// it has passed). The caller restores the db.
+/// where the last poll stopped; each with a scheduled job or a lease, as (db, name, the
+/// earliest due time or deadline), for the timer to visit it by then (at once if it has
+/// passed; `Watchlist::visit_by_polled` keeps a refused visit's retry). The caller restores the
+/// db.
 pub fn poll(ctx: &Context, now: i64) -> Vec<(i32, Vec<u8>, i64)> {
     let last = LAST_POLL_MS.load(Ordering::Relaxed);
     // A wall clock set back polls at once rather than waiting the jump out.
@@ -117,7 +113,7 @@ pub fn poll(ctx: &Context, now: i64) -> Vec<(i32, Vec<u8>, i64)> {
     }
     LAST_POLL_MS.store(now, Ordering::Relaxed);
     let mut from = POLLED_UP_TO.lock().unwrap_or_else(|p| p.into_inner());
-    let batch: Vec<Id> = {
+    let mut batch: Vec<Id> = {
         let all = waiting();
         let after = match from.as_ref() {
             Some(id) => Bound::Excluded(id),
@@ -125,10 +121,17 @@ pub fn poll(ctx: &Context, now: i64) -> Vec<(i32, Vec<u8>, i64)> {
         };
         all.range((after, Bound::Unbounded))
             .map(|(id, _)| id.clone())
-            .take(POLL_BUDGET)
+            .take(POLL_BUDGET + 1)
             .collect()
     };
-    *from = batch.last().filter(|_| batch.len() == POLL_BUDGET).cloned();
+    // More behind this batch: the next poll goes on after it; else from the first again.
+    *from = match batch.len() > POLL_BUDGET {
+        true => {
+            batch.truncate(POLL_BUDGET);
+            batch.last().cloned()
+        }
+        false => None,
+    };
     drop(from);
     counters::count(&POLLED, batch.len() as u64);
     let mut visits = Vec::new();
@@ -140,15 +143,7 @@ pub fn poll(ctx: &Context, now: i64) -> Vec<(i32, Vec<u8>, i64)> {
             continue;
         }
         let heads = [KeyType::Schedule, KeyType::Active].map(|ty| head(ctx, queue, ty));
-        let at = heads.into_iter().flatten().min();
-        let changed = match waiting().get_mut(&(db, name.clone())) {
-            Some(w) if w.head != at => {
-                w.head = at;
-                true
-            }
-            _ => false,
-        };
-        if let (true, Some(at)) = (changed, at) {
+        if let Some(at) = heads.into_iter().flatten().min() {
             visits.push((db, name, at));
         }
     }

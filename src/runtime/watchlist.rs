@@ -35,11 +35,13 @@ impl Tables {
     };
 }
 
-/// Queues with their next visit time (unix ms; 0: at the next tick) and their tables.
+/// Queues with their next visit time (unix ms; 0: at the next tick) and their tables, and
+/// those whose visit was refused, held off until their retry.
 #[derive(Default)]
 pub struct Watchlist {
     by_queue: BTreeMap<Watched, (i64, Tables)>,
     by_time: BTreeSet<(i64, Watched)>,
+    held_off: BTreeSet<Watched>,
 }
 
 fn watched(db: i32, queue: &[u8]) -> Watched {
@@ -51,6 +53,7 @@ impl Watchlist {
         Watchlist {
             by_queue: BTreeMap::new(),
             by_time: BTreeSet::new(),
+            held_off: BTreeSet::new(),
         }
     }
 
@@ -62,9 +65,13 @@ impl Watchlist {
         self.by_queue.is_empty()
     }
 
-    /// Visits `queue` of `db` at `at`, watching it if it was not (its tables unread).
+    /// Visits `queue` of `db` at `at`, watching it if it was not (its tables unread); a queue
+    /// held off is so no more.
     pub fn visit_at(&mut self, db: i32, queue: &[u8], at: i64) {
         let key = watched(db, queue);
+        if !self.held_off.is_empty() {
+            self.held_off.remove(&key);
+        }
         match self.by_queue.get_mut(&key) {
             Some((old, _)) if *old == at => {}
             Some((old, _)) => {
@@ -94,9 +101,25 @@ impl Watchlist {
         self.visit_at(db, queue, at);
     }
 
+    /// Visits `queue` of `db` at `at`, a retry after a refused visit: until then (or another
+    /// visit is asked for by [`Watchlist::visit_at`]), [`Watchlist::visit_by_polled`] leaves it be.
+    pub fn hold_off(&mut self, db: i32, queue: &[u8], at: i64) {
+        self.visit_at(db, queue, at);
+        self.held_off.insert(watched(db, queue));
+    }
+
+    /// As [`Watchlist::visit_by`], for a poll of the queue's heads (`waiters`), which reads the
+    /// same heads again and again: a queue held off keeps its retry.
+    pub fn visit_by_polled(&mut self, db: i32, queue: &[u8], at: i64) {
+        if !self.held_off.contains(&watched(db, queue)) {
+            self.visit_by(db, queue, at);
+        }
+    }
+
     /// Stops watching `queue` of `db`, and forgets its tables.
     pub fn forget(&mut self, db: i32, queue: &[u8]) {
         let key = watched(db, queue);
+        self.held_off.remove(&key);
         if let Some((at, _)) = self.by_queue.remove(&key) {
             self.by_time.remove(&(at, key));
         }
@@ -155,12 +178,14 @@ impl Watchlist {
     pub fn clear(&mut self) {
         self.by_queue.clear();
         self.by_time.clear();
+        self.held_off.clear();
     }
 
     /// Stops watching every queue of `db` (every queue for -1): the database was emptied.
     pub fn forget_db(&mut self, db: i32) {
         self.by_queue.retain(|(d, _), _| db != -1 && *d != db);
         self.by_time.retain(|(_, (d, _))| db != -1 && *d != db);
+        self.held_off.retain(|(d, _)| db != -1 && *d != db);
     }
 
     /// `SWAPDB a b`: the queues watched in each database now live in the other.
@@ -172,6 +197,11 @@ impl Watchlist {
         };
         let entries = std::mem::take(&mut self.by_queue);
         self.by_time.clear();
+        let held_off = std::mem::take(&mut self.held_off);
+        self.held_off = held_off
+            .into_iter()
+            .map(|(db, queue)| (swapped(db), queue))
+            .collect();
         for ((db, queue), (at, tables)) in entries {
             let key = (swapped(db), queue);
             self.by_time.insert((at, key.clone()));
@@ -317,5 +347,33 @@ mod tests {
         );
         list.visit_at(1, b"zero", 20);
         assert_eq!(list.len(), 3, "updated in its new database");
+    }
+
+    #[test]
+    fn a_polled_head_brings_a_visit_forward_but_not_a_refused_visits_retry() {
+        let mut list = Watchlist::new();
+        list.visit_at(0, b"q", 500);
+        list.visit_by_polled(0, b"q", 100);
+        assert_eq!(list.earliest(), Some(100));
+        // Refused: retried at 1,100 however often the poll reads a head due at 100.
+        list.hold_off(0, b"q", 1_100);
+        list.visit_by_polled(0, b"q", 100);
+        assert_eq!(list.earliest(), Some(1_100));
+        // Any other visit asked for ends the hold; so does forgetting the queue.
+        list.visit_at(0, b"q", 900);
+        list.visit_by_polled(0, b"q", 100);
+        assert_eq!(list.earliest(), Some(100));
+        list.hold_off(0, b"q", 1_100);
+        list.forget(0, b"q");
+        list.visit_by_polled(0, b"q", 200);
+        assert_eq!(list.earliest(), Some(200));
+        // A hold follows its queue through `SWAPDB`, and goes with its database's flush.
+        list.hold_off(0, b"q", 1_100);
+        list.swap_dbs(0, 1);
+        list.visit_by_polled(1, b"q", 100);
+        assert_eq!(list.earliest(), Some(1_100));
+        list.forget_db(1);
+        list.visit_by_polled(1, b"q", 300);
+        assert_eq!(list.earliest(), Some(300));
     }
 }
