@@ -59,19 +59,6 @@ fn listed(con: &mut Connection) -> Vec<String> {
 }
 
 #[test]
-fn by_default_no_keyspace_event_and_no_command_filter_are_taken() {
-    let server = Server::start(Options::default());
-    let mut con = server.conn();
-    let setting: Vec<String> = cmd("CONFIG")
-        .arg("GET")
-        .arg("emq.learn-foreign-writes")
-        .query(&mut con)
-        .expect("CONFIG GET");
-    assert_eq!(setting, ["emq.learn-foreign-writes", "no"]);
-    assert_eq!(info_int(&mut con, "emq", "emq_command_filter"), 0);
-}
-
-#[test]
 fn a_waiting_claim_takes_a_scripts_job_before_the_script_s_caller_sends_again() {
     // The server signals a key a write creates, and serves the claims waiting on it before it
     // reads the next command of any client: each job is active by the time the script's

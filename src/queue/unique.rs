@@ -95,13 +95,13 @@ fn holder_in<S: Store>(
         return Ok(false);
     }
     let row = store.open_row(&name)?;
-    let words: Vec<&[u8]> = states.iter().map(|s| s.as_bytes()).collect();
-    let is = |field, words: &[&[u8]]| {
+    let is = |field, matches: &dyn Fn(&[u8]) -> bool| {
         store
             .field(&row, field)
-            .is_some_and(|v| words.contains(&store.bytes(&v)))
+            .is_some_and(|v| matches(store.bytes(&v)))
     };
-    Ok(is(Field::State, &words) && is(Field::Unique, &[key]))
+    let in_states = |v: &[u8]| states.iter().any(|s| s.as_bytes() == v);
+    Ok(is(Field::State, &in_states) && is(Field::Unique, &|v| v == key))
 }
 
 /// Whether the sweep may delete an entry: no lookup honours it now, nor can one later. A dead
