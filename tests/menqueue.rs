@@ -162,7 +162,7 @@ fn rows_are_dump_identical_to_single_enqueues() {
 }
 
 #[test]
-fn a_batch_replicates_in_one_transaction_with_one_zadd() {
+fn a_batch_replicates_in_one_transaction_with_one_zadd_of_its_members_greatest_first() {
     let server = Server::start(
         Options::default()
             .arg("appendonly", "yes")
@@ -190,12 +190,13 @@ fn a_batch_replicates_in_one_transaction_with_one_zadd() {
         &[
             set_key(&q, "pending").as_str(),
             "0",
-            &ids[0],
+            &ids[2],
             "0",
             &ids[1],
             "0",
-            &ids[2]
-        ]
+            &ids[0]
+        ],
+        "greatest first, as the batch went into the set"
     );
 }
 

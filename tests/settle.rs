@@ -360,8 +360,9 @@ fn a_batched_claim_moves_its_jobs_in_one_zrem_and_one_zadd() {
         .map(|(i, _)| i)
         .collect();
     assert_eq!(into_active.len(), 1, "one ZADD into active: {batch:?}");
-    // ZADD key score member score member score member: each id once, in order.
+    // ZADD key score member score member score member: each id once, greatest first (the
+    // claim's jobs share their score), as they went into the set.
     let zadd = &batch[into_active[0] + 2..into_active[0] + 8];
     let members: Vec<&String> = zadd.iter().skip(1).step_by(2).collect();
-    assert_eq!(members, ids.iter().collect::<Vec<_>>(), "{batch:?}");
+    assert_eq!(members, ids.iter().rev().collect::<Vec<_>>(), "{batch:?}");
 }

@@ -1,6 +1,6 @@
 //! A [`Store`] over memory, for the transitions' unit tests: a queue's four sets and its rows,
 //! keys that hold another type, permissions denied, and a log of every write (the effects a
-//! replica would receive), so a test sees exactly what a transition wrote.
+//! replica would receive; a variadic `ZADD`'s members as given), so a test sees what it wrote.
 //! The ranks the inspection commands read are in [`ranks`].
 
 mod groups;

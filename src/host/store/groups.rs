@@ -72,7 +72,8 @@ impl<'s, 'a> ServerStore<'s, 'a> {
         f(&*self.group_key(group)?)
     }
 
-    /// `ZADD key score member ...` in the order given: one event and one variadic effect.
+    /// `ZADD key score member ...`, into a small set greatest first: one event and one variadic
+    /// effect.
     pub(super) fn zadd_many(
         &self,
         key: &Key<'_>,
@@ -81,6 +82,17 @@ impl<'s, 'a> ServerStore<'s, 'a> {
         if members.is_empty() {
             return Ok(());
         }
+        // A small zset is a listpack, and the server walks it from its head to each new member's
+        // place: the batch's greatest first stops each walk where the batch begins, not past it.
+        // A larger one is a skiplist, where the order costs nothing and sorting would.
+        let sorted;
+        let members = match key.len().saturating_add(members.len() as u64) <= LISTPACK_MEMBERS {
+            true => {
+                sorted = greatest_first(members);
+                &sorted[..]
+            }
+            false => members,
+        };
         let zero = words()?.zero;
         // The scores other than 0 (a priority, a claim's time), made as strings for the effect,
         // one for each run of equal scores.
@@ -164,5 +176,74 @@ impl<'s, 'a> ServerStore<'s, 'a> {
             emit(self.ctx, c"ZREM", &args);
         }
         Ok(there)
+    }
+}
+
+/// The most members a zset keeps as a listpack: the server's default
+/// `zset-max-listpack-entries`. Another setting only moves where the sort stops paying.
+const LISTPACK_MEMBERS: u64 = 128;
+
+/// `members` as one `ZADD` would leave them, greatest first (by score, then member, the set's
+/// own order): a member given twice keeps its last score, as a native `ZADD`'s would.
+fn greatest_first<'m, T: AsMember>(members: &[(i64, &'m T)]) -> Vec<(i64, &'m T)> {
+    let mut given: Vec<(usize, i64, &T)> = members
+        .iter()
+        .enumerate()
+        .map(|(at, &(score, member))| (at, score, member))
+        .collect();
+    given.sort_unstable_by(|a, b| b.2.member().cmp(a.2.member()).then(b.0.cmp(&a.0)));
+    given.dedup_by(|later, kept| later.2.member() == kept.2.member());
+    given.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| b.2.member().cmp(a.2.member())));
+    given
+        .into_iter()
+        .map(|(_, score, member)| (score, member))
+        .collect()
+}
+
+/// A zset member's bytes.
+trait AsMember {
+    fn member(&self) -> &[u8];
+}
+
+impl AsMember for Text<'_> {
+    fn member(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{greatest_first, AsMember};
+
+    impl AsMember for &str {
+        fn member(&self) -> &[u8] {
+            self.as_bytes()
+        }
+    }
+
+    fn order<'m>(given: &[(i64, &'m &'m str)]) -> Vec<(i64, &'m str)> {
+        greatest_first(given)
+            .into_iter()
+            .map(|(s, m)| (s, *m))
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_goes_in_greatest_first_by_score_then_member() {
+        let (a, b, c, d, e) = (&"a", &"b", &"c", &"d", &"e");
+        assert_eq!(
+            order(&[(0, a), (0, c), (5, b), (0, e), (5, d)]),
+            vec![(5, "d"), (5, "b"), (0, "e"), (0, "c"), (0, "a")]
+        );
+    }
+
+    #[test]
+    fn a_member_given_twice_keeps_its_last_score_as_a_native_zadd_would() {
+        let (a, b) = (&"a", &"b");
+        assert_eq!(
+            order(&[(1, a), (9, b), (3, a), (2, b), (7, a)]),
+            vec![(7, "a"), (2, "b")]
+        );
+        assert_eq!(order(&[(4, a), (4, a)]), vec![(4, "a")]);
     }
 }
