@@ -33,7 +33,7 @@ const FREEZE_EVERY: Duration = Duration::from_secs(3);
 /// How long a worker has to stop after `SIGTERM` (its shutdown timeout is 5 s) before `SIGKILL`.
 const STOP_WAIT: Duration = Duration::from_secs(10);
 /// The lines of a worker's stderr kept, to say why it ended.
-const STDERR_LINES: usize = 20;
+const STDERR_LINES: usize = 80;
 
 /// The Python interpreter: `EMQ_CHAOS_PYTHON`, else the project's venv (`make python`).
 fn python() -> PathBuf {

@@ -768,6 +768,16 @@ fn run(a: &Args, rows: &mut Vec<report::Row>) -> bool {
             Err(e) => {
                 println!("{fault}: could not run: {e}");
                 passed = false;
+                // In the report too: a phase that did not run proved nothing.
+                rows.push(report::Row {
+                    seed: a.seed,
+                    fault: fault.clone(),
+                    what: "could not run".into(),
+                    report: check::Report {
+                        violations: vec![format!("could not run: {e}")],
+                        ..check::Report::default()
+                    },
+                });
             }
         }
     }

@@ -39,6 +39,57 @@ fn window(rows: &[Row]) -> String {
     )
 }
 
+/// The most of a violation's text the page keeps, and the most violations it lists a phase.
+const VIOLATION_CHARS: usize = 400;
+const VIOLATIONS_LISTED: usize = 5;
+
+/// Whether every phase passed, and else each failed phase's violations: a failed run's table
+/// must not read as a clean one.
+fn verdict(rows: &[Row]) -> String {
+    let failed: Vec<&Row> = rows
+        .iter()
+        .filter(|r| !r.report.violations.is_empty())
+        .collect();
+    if failed.is_empty() {
+        return format!(
+            "
+Every one of the {} phases passed.
+",
+            rows.len()
+        );
+    }
+    let mut out = format!(
+        "
+**This run failed**: {} of its {} phases found violations.
+
+",
+        failed.len(),
+        rows.len()
+    );
+    for row in failed {
+        let all = &row.report.violations;
+        for v in all.iter().take(VIOLATIONS_LISTED) {
+            let text: String = v.chars().take(VIOLATION_CHARS).collect();
+            let cut = if text.len() < v.len() { " …" } else { "" };
+            out.push_str(&format!(
+                "- seed {}, {}: {}{cut}\n",
+                row.seed,
+                row.fault,
+                text.replace(['\n', '|'], " ")
+            ));
+        }
+        if all.len() > VIOLATIONS_LISTED {
+            out.push_str(&format!(
+                "- seed {}, {}: and {} more\n",
+                row.seed,
+                row.fault,
+                all.len() - VIOLATIONS_LISTED
+            ));
+        }
+    }
+    out
+}
+
 pub fn write(path: &str, seeds: &[u64], jobs: usize, rows: &[Row]) -> Result<(), String> {
     let when = crate::docker::run("date", &["-u", "+%Y-%m-%d"]).unwrap_or_default();
     let page = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
@@ -91,6 +142,7 @@ pub fn write(path: &str, seeds: &[u64], jobs: usize, rows: &[Row]) -> Result<(),
             r.flows.batches_once
         ));
     }
+    out.push_str(&verdict(rows));
     out.push_str(&window(rows));
     out.push_str(CHECKS);
     let page = format!("{}{out}{}", &page[..a], &page[b..]);
@@ -146,11 +198,52 @@ mod tests {
         assert!(table[6].contains("| 4 `MISCONF` |"));
         assert!(table[6].ends_with("| 3, 2 (9), 2, 1 (1) |"), "{}", table[6]);
         assert!(page.contains("and 18 flows (12 acknowledged)"));
+        assert!(page.contains("Every one of the 6 phases passed."));
+        assert!(!page.contains("This run failed"));
         assert!(page.contains("on commit `"));
         assert!(
             page.contains("6 enqueues a primary answered were lost in its failover")
                 && page.contains("against 0 of the 54 a replica confirmed"),
             "the loss window without WAIT, summed over the rows"
         );
+    }
+
+    #[test]
+    fn a_failed_run_says_so_and_lists_each_failed_phase_s_violations() {
+        let path = std::env::temp_dir().join(format!("emq-chaos-failed-{}.md", std::process::id()));
+        std::fs::write(&path, format!("{BEGIN}\n{END}\n")).unwrap();
+        let row = |fault: &str, violations: Vec<String>| Row {
+            seed: 2,
+            fault: fault.into(),
+            what: "done".into(),
+            report: Report {
+                violations,
+                ..Report::default()
+            },
+        };
+        let long = format!("worker python-1 ended | {}", "x".repeat(1000));
+        let many: Vec<String> = (0..7).map(|i| format!("zombie {i}")).collect();
+        let rows = [
+            row("kill-primary", vec![]),
+            row("rolling-restart", vec![long]),
+            row("slow-primary", many),
+        ];
+        write(path.to_str().unwrap(), &[2], 10, &rows).unwrap();
+        let page = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(page.contains("**This run failed**: 2 of its 3 phases found violations."));
+        assert!(!page.contains("passed."));
+        let listed: Vec<&str> = page
+            .lines()
+            .filter(|l| l.starts_with("- seed 2, "))
+            .collect();
+        assert_eq!(listed.len(), 1 + 5 + 1, "{listed:?}");
+        assert!(listed[0].starts_with("- seed 2, rolling-restart: worker python-1 ended   xxx"));
+        assert!(
+            listed[0].ends_with(" …") && listed[0].len() < 500,
+            "cut short, no table bar"
+        );
+        assert_eq!(listed[1], "- seed 2, slow-primary: zombie 0");
+        assert_eq!(listed[6], "- seed 2, slow-primary: and 2 more");
     }
 }
