@@ -30,7 +30,7 @@ use crate::error::{transient, Error, Result};
 use crate::events::{default_name, Hook, OnEvent, WorkerEvent};
 // What a handler sees is job.rs's; `echomq_client::worker::Job` and the rest still name it.
 pub use crate::job::{Failure, Job, Outcome};
-use crate::queue::Queue;
+use crate::queue::{backoff, Queue};
 use crate::settle::send_acks;
 use crate::task::Runner;
 
@@ -197,10 +197,18 @@ where
     pub async fn run(self) -> Result<Counts> {
         let mut version = Cmd::new();
         version.arg("EMQ.VERSION");
-        let answer: Value = version
-            .query_async(&mut self.claims.clone())
-            .await
-            .map_err(Error::from_redis)?;
+        let mut attempt = 0;
+        let answer: Value = loop {
+            match version.query_async(&mut self.claims.clone()).await {
+                Ok(answer) => break answer,
+                // A node restarting or failing over while the worker starts: tried again.
+                Err(e) if transient(&e) && attempt < self.queue.retries => {
+                    tokio::time::sleep(backoff(attempt)).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(Error::from_redis(e)),
+            }
+        };
         check_version(&String::from_redis_value(answer).unwrap_or_default())?;
         let permits = Arc::new(Semaphore::new(self.concurrency));
         let closed = Arc::new(AtomicBool::new(false));

@@ -27,17 +27,34 @@ def moved(error: Any) -> bool:
 
 
 def refresh(client: Any) -> None:
-    """Has a cluster client read its map of the slots again (nothing for other clients)."""
+    """Has a cluster client read its map of the slots again (nothing for other clients). A read
+    that fails while the cluster changes (no node answers, the nodes disagree, a slot has no
+    primary yet) keeps the map it had: the next call that finds it stale reads it again."""
     nodes = getattr(client, "nodes_manager", None)
     if nodes is not None and hasattr(client, "get_node_from_key"):
-        nodes.initialize()
+        try:
+            nodes.initialize()
+        except Exception as e:
+            if not map_unread(e):
+                raise
 
 
 async def arefresh(client: Any) -> None:
     """``refresh`` for an asyncio cluster client."""
     nodes = getattr(client, "nodes_manager", None)
     if nodes is not None and hasattr(client, "get_node_from_key"):
-        await nodes.initialize()
+        try:
+            await nodes.initialize()
+        except Exception as e:
+            if not map_unread(e):
+                raise
+
+
+def map_unread(error: Exception) -> bool:
+    """Whether a cluster client's read of the slot map failed because the cluster is changing:
+    its own exceptions for that, or a lost connection."""
+    return bool(kinds(error) & {"RedisClusterException", "ValkeyClusterException",
+                                "ConnectionError", "TimeoutError", "SlotNotCoveredError"})
 
 
 def pipeline_on(client: Any, queue: str) -> Any:

@@ -13,7 +13,7 @@ from . import leases, outbox, rounds, tracing
 from ._replicas import arefresh, moved, pipelined_async
 from ._retry import backoff, server_full, transient
 from .aqueue import AsyncQueue
-from .claiming import Claiming, outcome, version_options
+from .claiming import Claiming, acheck_server, outcome
 from .errors import EmqSpannedError, translate
 from .events import Action, Ending, WorkerEvent, failure
 from .job import Job
@@ -91,7 +91,7 @@ class AsyncWorker(Claiming):
 
     async def run(self) -> None:
         client = self.queue.client
-        cmd.check_version(await client.execute_command(*cmd.version(), **version_options(client)))
+        await acheck_server(client, self.queue.retries)
         loop = asyncio.get_running_loop()
         signals: List[signal.Signals] = []
         for s in (signal.SIGTERM, signal.SIGINT):

@@ -5,12 +5,14 @@ returned, renewals, and what a handler's end means (``outcome``)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import commands as cmd
 from . import leases
+from ._retry import retry_after
 from .events import Ending, Hook, WorkerEvent, default_name
 from .job import Job, Retry
 from .rounds import Claim
@@ -50,6 +52,34 @@ def version_options(client: Any) -> Dict[str, Any]:
     if hasattr(client, "get_random_node"):
         return {"target_nodes": client.get_random_node()}
     return {}
+
+
+def check_server(client: Any, retries: int) -> None:
+    """Checks the server's protocol version before a worker starts, trying again (another node,
+    on a cluster) while a node restarts or fails over: the cluster client does not retry a
+    command sent to a node it was given."""
+    attempt = 0
+    while True:
+        try:
+            answer = client.execute_command(*cmd.version(), **version_options(client))
+            break
+        except Exception as e:
+            time.sleep(retry_after(e, attempt, retries))
+            attempt += 1
+    cmd.check_version(answer)
+
+
+async def acheck_server(client: Any, retries: int) -> None:
+    """``check_server`` for an asyncio client."""
+    attempt = 0
+    while True:
+        try:
+            answer = await client.execute_command(*cmd.version(), **version_options(client))
+            break
+        except Exception as e:
+            await asyncio.sleep(retry_after(e, attempt, retries))
+            attempt += 1
+    cmd.check_version(answer)
 
 class Claiming:
     """A worker's claiming settings, checked and in ms, its name, its ``on_event`` hook and

@@ -18,7 +18,7 @@ from . import commands as cmd
 from . import leases, outbox, rounds, tracing
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, server_full, transient
-from .claiming import MAX_ERROR, Claiming, jobs_of, outcome, version_options
+from .claiming import MAX_ERROR, Claiming, check_server, jobs_of, outcome, version_options
 from .errors import EmqSpannedError, translate
 from .events import Action, Ending, WorkerEvent, failure
 from .job import Job, Retry
@@ -162,7 +162,7 @@ class Worker(Claiming):
         ``SystemExit``...) fails its job and stops the worker as ``stop`` does; ``run`` raises it
         once the other running jobs are settled."""
         client = self.queue.client
-        cmd.check_version(client.execute_command(*cmd.version(), **version_options(client)))
+        check_server(client, self.queue.retries)
         restore = self._install_signals()
         renewer = threading.Thread(target=self._renew_loop, name="echomq-renew", daemon=True)
         renewer.start()
@@ -483,10 +483,17 @@ class Worker(Claiming):
                     batch.append(self._outcomes.get_nowait())
                 except Empty:
                     break
-            self._settle(batch)
-            with self._lock:
-                for job, *_ in batch:
-                    self._release(job)
+            try:
+                self._settle(batch)
+            except Exception:
+                # None that a settle foresees (a refusal, a lost connection, a slot on the move
+                # are each outcome's own): the batch's outcomes are dropped, their leases run
+                # out and their jobs run again, and this thread goes on settling the next.
+                pass
+            finally:
+                with self._lock:
+                    for job, *_ in batch:
+                        self._release(job)
 
     def _settle(self, batch: List[Tuple[Job, str, str, List[Any]]]) -> None:
         """Sends each outcome, unless its lease was lost, its attempt ended (cancelled, timed
