@@ -6,7 +6,6 @@ found the first)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any, List
 
 import pytest
@@ -14,6 +13,7 @@ from redis.exceptions import RedisClusterException, ResponseError, TimeoutError
 
 import echomq
 from conftest import Server, joined, until
+from test_worker import start_catching
 from echomq import worker as worker_module
 from echomq._replicas import arefresh, refresh
 from echomq.claiming import acheck_server
@@ -38,27 +38,13 @@ class VersionRefused:
         return self._client.execute_command(*args, **options)
 
 
-def run_catching(worker: echomq.Worker) -> tuple[threading.Thread, List[BaseException]]:
-    raised: List[BaseException] = []
-
-    def target() -> None:
-        try:
-            worker.run()
-        except BaseException as e:
-            raised.append(e)
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    return t, raised
-
-
 def test_a_worker_whose_node_times_out_while_it_starts_tries_again_and_runs(
     server: Server,
 ) -> None:
     client = VersionRefused(server.client(), TimeoutError("Timeout connecting to server"), 2)
     done: List[str] = []
     worker = echomq.Worker(client, "starting", lambda job: done.append(job.id))
-    t, raised = run_catching(worker)
+    t, raised = start_catching(worker)
     job = echomq.Queue(server.client(), "starting").enqueue(b"x")
     assert until(lambda: done == [job]), (raised, client.refused)
     worker.stop()
@@ -70,7 +56,7 @@ def test_a_server_without_the_protocol_still_stops_the_worker_at_once(server: Se
     refusal = ResponseError("unknown command 'EMQ.VERSION'")
     client = VersionRefused(server.client(), refusal, 1)
     worker = echomq.Worker(client, "starting", lambda job: None)
-    t, raised = run_catching(worker)
+    t, raised = start_catching(worker)
     assert joined(t)
     assert len(raised) == 1 and client.refused == 1, raised
 
@@ -158,7 +144,7 @@ def test_a_settle_that_fails_unforeseen_frees_its_slot_and_the_job_runs_again(
     worker = echomq.Worker(
         server.client(), "unforeseen", lambda job: runs.append(job.id), concurrency=1, lease=1.0,
     )
-    t, raised = run_catching(worker)
+    t, raised = start_catching(worker)
     # The lost outcome's lease runs out and the job runs again; the slot it held was freed, so
     # with a concurrency of one the next job runs too.
     assert until(lambda: runs.count(first) == 2), (runs, raised)
