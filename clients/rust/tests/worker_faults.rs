@@ -1,6 +1,7 @@
 //! The Rust worker through what a deployment does to it: a process stalled between a claim and
-//! its handler (the job's lease ran out meanwhile: its handler is not run), and a server out of
-//! memory refusing its claims (waited out, not the worker's end). Against real servers.
+//! its handler (the job's lease ran out meanwhile: its handler is not run), a server out of
+//! memory refusing its claims (waited out, not the worker's end), and a node that does not
+//! answer while the worker starts (asked again). Against real servers.
 
 mod common;
 
@@ -11,7 +12,10 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use std::time::Duration;
 
-use echomq_client::{EventKind, Job, Queue, WorkerEvent};
+use echomq_client::{EventKind, Job, Queue, Worker, WorkerEvent};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use support::{wait_until, Options};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,4 +104,102 @@ async fn a_claim_refused_for_want_of_memory_is_waited_out() {
     token.cancel();
     let counts = run.await.expect("task").expect("run");
     assert_eq!(counts.acked, 1, "{counts:?}");
+}
+
+/// A connection whose first `EMQ.VERSION` calls fail with `error`, as a restarting node's do.
+#[derive(Clone)]
+struct VersionRefused {
+    inner: MultiplexedConnection,
+    error: fn() -> RedisError,
+    left: Arc<AtomicUsize>,
+    refused: Arc<AtomicUsize>,
+}
+
+impl VersionRefused {
+    fn new(inner: MultiplexedConnection, error: fn() -> RedisError, times: usize) -> Self {
+        let left = Arc::new(AtomicUsize::new(times));
+        let refused = Arc::default();
+        VersionRefused {
+            inner,
+            error,
+            left,
+            refused,
+        }
+    }
+}
+
+impl ConnectionLike for VersionRefused {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let version = matches!(
+            cmd.args_iter().next(),
+            Some(redis::Arg::Simple(b"EMQ.VERSION"))
+        );
+        let take = |n: usize| n.checked_sub(1);
+        if version
+            && self
+                .left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, take)
+                .is_ok()
+        {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            let error = (self.error)();
+            return Box::pin(async move { Err(error) });
+        }
+        self.inner.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.inner.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
+fn timed_out() -> RedisError {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, "Timeout connecting to server").into()
+}
+
+fn unknown_command() -> RedisError {
+    let unknown = (
+        redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+        "unknown command 'EMQ.VERSION'",
+    );
+    RedisError::from(unknown)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_node_times_out_while_it_starts_asks_again_and_runs() {
+    let server = start(Options::default());
+    let claims = VersionRefused::new(conn(&server).await, timed_out, 2);
+    let refused = claims.refused.clone();
+    let calls = VersionRefused::new(conn(&server).await, timed_out, 0);
+    let worker = Worker::new(claims, calls, "starting", |_job: Job| async { Ok(None) });
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let q = Queue::new(conn(&server).await, "starting");
+    let id = q.enqueue(b"x").await.expect("enqueue");
+    let mut admin = server.conn();
+    let done = wait_until(Duration::from_secs(20), || {
+        support::job_state(&mut admin, "starting", &id).as_deref() == Some("done")
+    });
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert!(done && counts.acked == 1, "{counts:?}");
+    assert_eq!(refused.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_the_protocol_still_stops_the_worker_at_once() {
+    let server = start(Options::default());
+    let claims = VersionRefused::new(conn(&server).await, unknown_command, 1);
+    let calls = VersionRefused::new(conn(&server).await, unknown_command, 0);
+    let worker = Worker::new(claims, calls, "starting", |_job: Job| async { Ok(None) });
+    assert!(worker.run().await.is_err());
 }
