@@ -155,7 +155,10 @@ export class Worker extends EventEmitter {
     checkVersion(version);
     this.claims = this.queue.client.duplicate();
     this.claims.on?.('error', (/** @type {unknown} */ e) => this.report(e));
-    await this.claims.connect();
+    // A cluster client's connect reads the slot map from its root nodes, which a restart may
+    // leave without an answer for a moment (RootNodesUnavailableError): asked again.
+    await this.untilAnswered(() => this.claims.connect());
+    if (this.closing) return;
     if (this.signalHandler) for (const s of ['SIGTERM', 'SIGINT']) process.on(s, this.signalHandler);
     this.renewTimer = setInterval(() => void this.renewAll(), this.renewMs);
     await this.untilAnswered(() => knowWidth(this.queue));

@@ -34,14 +34,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let queue = env::var("EMQ_QUEUE").unwrap_or_else(|_| "orders".into());
     let concurrency = env::var("EMQ_CONCURRENCY").map_or(Ok(4), |c| c.parse())?;
     let client = redis::Client::open(format!("redis://{host}:{port}/"))?;
-    // No response timeout: a blocked claim waits in the server.
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    // Connections that come back after the server restarts; no response timeout: a blocked
+    // claim waits in the server.
+    let config = redis::aio::ConnectionManagerConfig::new().set_response_timeout(None);
     let claims = client
-        .get_multiplexed_async_connection_with_config(&config)
+        .get_connection_manager_with_config(config.clone())
         .await?;
-    let calls = client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?;
+    let calls = client.get_connection_manager_with_config(config).await?;
     let worker = Worker::new(claims, calls.clone(), queue.clone(), handle).concurrency(concurrency);
     let stop = worker.shutdown_token();
     shutdown_on_signal(stop.clone());

@@ -160,6 +160,8 @@ pub fn transient(e: &RedisError) -> bool {
         || e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_timeout()
+        // A cluster connection with no node to send to while the slot map changes.
+        || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
         || e.code().is_some_and(|c| TRANSIENT_CODES.contains(&c))
 }
 
@@ -171,3 +173,17 @@ pub fn server_full(e: &RedisError) -> bool {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::transient;
+    use redis::{ErrorKind, RedisError};
+
+    #[test]
+    fn a_cluster_connection_without_a_node_for_a_moment_is_tried_again_and_a_bad_call_is_not() {
+        let no_node = RedisError::from((ErrorKind::ClusterConnectionNotFound, "no node"));
+        assert!(transient(&no_node));
+        let bad = RedisError::from((ErrorKind::InvalidClientConfig, "bad url"));
+        assert!(!transient(&bad));
+    }
+}

@@ -203,3 +203,35 @@ async fn a_server_without_the_protocol_still_stops_the_worker_at_once() {
     let worker = Worker::new(claims, calls, "starting", |_job: Job| async { Ok(None) });
     assert!(worker.run().await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_on_connection_managers_goes_on_after_its_server_restarts() {
+    let mut server = start(Options::default().arg("appendonly", "yes"));
+    let client = redis::Client::open(server.url()).expect("client");
+    let config = redis::aio::ConnectionManagerConfig::new().set_response_timeout(None);
+    let manager = || client.get_connection_manager_with_config(config.clone());
+    let (claims, calls) = (
+        manager().await.expect("claims"),
+        manager().await.expect("calls"),
+    );
+    let worker = Worker::new(claims, calls, "restarted", |_job: Job| async { Ok(None) });
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut admin = server.conn();
+    let (first, second) = (support::job_id(1), support::job_id(2));
+    support::enqueue(&mut admin, "restarted", &first, "before");
+    let done = |admin: &mut redis::Connection, id: &str| {
+        wait_until(Duration::from_secs(20), || {
+            support::job_state(admin, "restarted", id).as_deref() == Some("done")
+        })
+    };
+    assert!(done(&mut admin, &first), "before the restart");
+    // A crash and a restart on the same port: every connection the worker held is gone.
+    server.restart(true);
+    let mut admin = server.conn();
+    support::enqueue(&mut admin, "restarted", &second, "after");
+    assert!(done(&mut admin, &second), "after the restart");
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert_eq!(counts.acked, 2, "{counts:?}");
+}
