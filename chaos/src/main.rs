@@ -679,7 +679,8 @@ fn main() {
         failed |= !run(&one, &mut rows);
     }
     if let Some(path) = &a.report {
-        if let Err(e) = report::write(path, &a.seeds, a.jobs, &rows) {
+        let phases = a.seeds.len() * a.faults.len();
+        if let Err(e) = report::write(path, &a.seeds, a.jobs, phases, &rows) {
             eprintln!("emq-chaos: {e}");
             failed = true;
         }

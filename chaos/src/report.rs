@@ -43,29 +43,24 @@ fn window(rows: &[Row]) -> String {
 const VIOLATION_CHARS: usize = 400;
 const VIOLATIONS_LISTED: usize = 5;
 
-/// Whether every phase passed, and else each failed phase's violations: a failed run's table
-/// must not read as a clean one.
-fn verdict(rows: &[Row]) -> String {
+/// Whether every one of the run's `phases` ran and passed, and else what did not: a failed
+/// run's table must not read as a clean one (a seed whose cluster never formed has no rows).
+fn verdict(rows: &[Row], phases: usize) -> String {
     let failed: Vec<&Row> = rows
         .iter()
         .filter(|r| !r.report.violations.is_empty())
         .collect();
-    if failed.is_empty() {
-        return format!(
-            "
-Every one of the {} phases passed.
-",
-            rows.len()
-        );
+    if failed.is_empty() && rows.len() == phases {
+        return format!("\nEvery one of the {phases} phases passed.\n");
     }
     let mut out = format!(
-        "
-**This run failed**: {} of its {} phases found violations.
-
-",
-        failed.len(),
-        rows.len()
+        "\n**This run failed**: {} of its {phases} phases found violations",
+        failed.len()
     );
+    if rows.len() < phases {
+        out.push_str(&format!(", and {} never ran", phases - rows.len()));
+    }
+    out.push_str(".\n\n");
     for row in failed {
         let all = &row.report.violations;
         for v in all.iter().take(VIOLATIONS_LISTED) {
@@ -90,7 +85,15 @@ Every one of the {} phases passed.
     out
 }
 
-pub fn write(path: &str, seeds: &[u64], jobs: usize, rows: &[Row]) -> Result<(), String> {
+/// Writes the run's section of `path`: `phases` is how many the run meant to run (seeds ×
+/// faults), of which `rows` holds those that ran.
+pub fn write(
+    path: &str,
+    seeds: &[u64],
+    jobs: usize,
+    phases: usize,
+    rows: &[Row],
+) -> Result<(), String> {
     let when = crate::docker::run("date", &["-u", "+%Y-%m-%d"]).unwrap_or_default();
     let page = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     let (Some(a), Some(b)) = (page.find(BEGIN), page.find(END)) else {
@@ -142,7 +145,7 @@ pub fn write(path: &str, seeds: &[u64], jobs: usize, rows: &[Row]) -> Result<(),
             r.flows.batches_once
         ));
     }
-    out.push_str(&verdict(rows));
+    out.push_str(&verdict(rows, phases));
     out.push_str(&window(rows));
     out.push_str(CHECKS);
     let page = format!("{}{out}{}", &page[..a], &page[b..]);
@@ -184,7 +187,7 @@ mod tests {
                 })
             })
             .collect();
-        write(path.to_str().unwrap(), &[1, 2, 3], 10, &rows).unwrap();
+        write(path.to_str().unwrap(), &[1, 2, 3], 10, 6, &rows).unwrap();
         let page = std::fs::read_to_string(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         assert!(page.starts_with("above\n") && page.ends_with(&format!("{END}\nbelow\n")));
@@ -228,10 +231,15 @@ mod tests {
             row("rolling-restart", vec![long]),
             row("slow-primary", many),
         ];
-        write(path.to_str().unwrap(), &[2], 10, &rows).unwrap();
+        write(path.to_str().unwrap(), &[2], 10, 3, &rows).unwrap();
         let page = std::fs::read_to_string(&path).unwrap();
-        let _ = std::fs::remove_file(&path);
         assert!(page.contains("**This run failed**: 2 of its 3 phases found violations."));
+        // A seed whose cluster never formed left no rows: the run did not pass.
+        write(path.to_str().unwrap(), &[2, 3], 10, 6, &rows[..1]).unwrap();
+        let short = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(short
+            .contains("**This run failed**: 0 of its 6 phases found violations, and 5 never ran."));
         assert!(!page.contains("passed."));
         let listed: Vec<&str> = page
             .lines()

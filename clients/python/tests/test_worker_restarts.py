@@ -126,7 +126,7 @@ def test_the_async_slot_map_read_keeps_the_old_one_too() -> None:
 
 
 def test_a_settle_that_fails_unforeseen_frees_its_slot_and_the_job_runs_again(
-    server: Server, monkeypatch: pytest.MonkeyPatch
+    server: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     settle = worker_module.Worker._settle
     failed: List[int] = []
@@ -154,3 +154,4 @@ def test_a_settle_that_fails_unforeseen_frees_its_slot_and_the_job_runs_again(
     worker.stop()
     assert joined(t)
     assert raised == [] and failed == [1]
+    assert "a settle of 1 outcomes failed; the worker goes on" in caplog.text

@@ -14,7 +14,8 @@ TRANSIENT_CODES = ("TRYAGAIN", "UNBLOCKED", "READONLY", "LOADING", "MASTERDOWN",
 # The client library's exceptions (redis-py's or valkey-py's, named alike) for a lost or refused
 # connection, a timeout, and the replies above its parser types. ClusterError: the cluster
 # client's own retries through MOVED, ASK and TRYAGAIN ran out ("TTL exhausted") while a slot
-# moved. SlotNotCoveredError: its map has no primary for a slot, as during a failover. The cluster client's parser strips the code from TRYAGAIN and MASTERDOWN, hence theirs.
+# moved. SlotNotCoveredError: its map has no primary for a slot, as during a failover. The
+# cluster client's parser strips the code from TRYAGAIN and MASTERDOWN, hence theirs.
 TRANSIENT_KINDS = frozenset(
     {"ConnectionError", "TimeoutError", "BusyLoadingError", "ReadOnlyError", "ClusterError",
      "TryAgainError", "MasterDownError", "SlotNotCoveredError"}

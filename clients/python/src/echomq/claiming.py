@@ -81,6 +81,7 @@ async def acheck_server(client: Any, retries: int) -> None:
             attempt += 1
     cmd.check_version(answer)
 
+
 class Claiming:
     """A worker's claiming settings, checked and in ms, its name, its ``on_event`` hook and
     what it counts (``Worker``'s and ``AsyncWorker``'s), and what both build and read of their

@@ -20,7 +20,7 @@ from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, server_full, transient
 from .claiming import MAX_ERROR, Claiming, check_server, jobs_of, outcome, version_options
 from .errors import EmqSpannedError, translate
-from .events import Action, Ending, WorkerEvent, failure
+from .events import Action, Ending, WorkerEvent, failure, log
 from .job import Job, Retry
 from .queue import Queue
 from .serializers import Serializer
@@ -487,9 +487,10 @@ class Worker(Claiming):
                 self._settle(batch)
             except Exception:
                 # None that a settle foresees (a refusal, a lost connection, a slot on the move
-                # are each outcome's own): the batch's outcomes are dropped, their leases run
-                # out and their jobs run again, and this thread goes on settling the next.
-                pass
+                # are each outcome's own): the outcomes not sent are dropped (their jobs run
+                # again once their leases run out), and this thread goes on settling the next.
+                log.exception("echomq: a settle of %d outcomes failed; the worker goes on",
+                              len(batch))
             finally:
                 with self._lock:
                     for job, *_ in batch:
