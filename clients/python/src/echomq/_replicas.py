@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
+from ._retry import CLUSTER_CLIENT_KINDS, transient
 from .errors import kinds
 
 
@@ -52,9 +53,8 @@ async def arefresh(client: Any) -> None:
 
 def map_unread(error: Exception) -> bool:
     """Whether a cluster client's read of the slot map failed because the cluster is changing:
-    its own exceptions for that, or a lost connection."""
-    return bool(kinds(error) & {"RedisClusterException", "ValkeyClusterException",
-                                "ConnectionError", "TimeoutError", "SlotNotCoveredError"})
+    a moment's failure (``transient``) or the cluster client's own exceptions for that."""
+    return transient(error) or bool(kinds(error) & CLUSTER_CLIENT_KINDS)
 
 
 def pipeline_on(client: Any, queue: str) -> Any:
