@@ -54,6 +54,14 @@ export function checkVersion(answer) {
   }
 }
 
+/** Whether a claim or a start-up read failing with `error` is asked again, after a backoff:
+ * a failover, a reshard, a lost connection, a server out of memory or disk, or a slot whose
+ * owners send node-redis on past its redirections (`MOVED`: their maps disagree while a
+ * failover or a migration settles). @param {unknown} error */
+function passing(error) {
+  return transient(error) || serverFull(error) || moved(error);
+}
+
 /** @typedef {import('./queue.js').Queue} Queue */
 /** @typedef {{job: Job, queue: Queue, controller: AbortController, finished: boolean, late?: ReturnType<typeof setTimeout>, lateRenewals: number}} RunState
  * `queue`: the one the job was claimed from (a partition of a partitioned queue) */
@@ -191,7 +199,7 @@ export class Worker extends EventEmitter {
       try {
         return await call();
       } catch (e) {
-        if (!transient(e) && !serverFull(e)) throw e;
+        if (!passing(e)) throw e;
         await sleep(backoff(failures), this.closingSignal());
       }
     }
@@ -230,7 +238,7 @@ export class Worker extends EventEmitter {
           return error.width;
         }
         // A failover, or a server out of memory or disk: not the worker's end.
-        if (!transient(e) && !serverFull(e)) throw error;
+        if (!passing(e)) throw error;
         await sleep(backoff(failures++), this.closingSignal());
         continue;
       }

@@ -150,6 +150,50 @@ async function queueOn(node, prefix) {
   for (let n = 0; ; n++) if ((await cluster.owner(`${prefix}-${n}`)) === node) return `${prefix}-${n}`;
 }
 
+test('a worker whose slot two primaries each send to the other (MOVED past node-redis\'s redirections) waits it out, at its start and as it claims', async () => {
+  const client = await cluster.connect();
+  const [home, away] = cluster.nodes;
+  const name = await queueOn(home, 'bounced');
+  const slot = queueSlot(name);
+  assert.equal(await home.cmd('CLUSTER', 'COUNTKEYSINSLOT', slot), 0, 'an empty slot can be given away');
+  const [homeId, awayId] = [String(await home.cmd('CLUSTER', 'MYID')), String(await away.cmd('CLUSTER', 'MYID'))];
+  // Only `home` is told: it sends the slot's commands to `away`, which sends them back.
+  const bounce = () => home.cmd('CLUSTER', 'SETSLOT', slot, 'NODE', awayId);
+  const settle = () => home.cmd('CLUSTER', 'SETSLOT', slot, 'NODE', homeId);
+  /** How many `command`s `home` redirected since its stats were reset (node-redis follows each
+   * call's redirections 8 times). @param {string} command */
+  const redirected = async (command) => {
+    const line = String(await home.cmd('INFO', 'commandstats')).split('\n').find((l) => l.startsWith(`cmdstat_${command}:`));
+    return Number(/rejected_calls=(\d+)/.exec(line ?? '')?.[1] ?? 0);
+  };
+  const queue = new Queue(client, name);
+  const errors = [];
+  await home.cmd('CONFIG', 'RESETSTAT');
+  await bounce();
+  const worker = new Worker(new Queue(client, name, { retries: 0 }), (job) => job.payload, { block: 100 });
+  worker.on('error', (e) => errors.push(e));
+  try {
+    assert.ok(await until(async () => (await redirected('emq.width')) >= 20, 30_000), 'EMQ.WIDTH asked again after each MOVED');
+    assert.deepEqual([worker.closing, errors], [false, []], 'the worker goes on');
+    await settle();
+    await queue.enqueue('first');
+    assert.ok(await until(() => worker.counts.acked === 1, 30_000), 'the worker starts once the slot is home');
+    // The slot is emptied again, to be given away: its keys are the acked job's.
+    for (const key of /** @type {string[]} */ (await home.cmd('CLUSTER', 'GETKEYSINSLOT', slot, 100))) await home.cmd('DEL', key);
+    await home.cmd('CONFIG', 'RESETSTAT');
+    await bounce();
+    assert.ok(await until(async () => (await redirected('emq.claim')) >= 20, 30_000), 'EMQ.CLAIM asked again after each MOVED');
+    assert.deepEqual([worker.closing, errors], [false, []], 'the worker goes on');
+    await settle();
+    await queue.enqueue('second');
+    assert.ok(await until(() => worker.counts.acked === 2, 30_000), 'the worker claims again once the slot is home');
+  } finally {
+    await settle();
+    await worker.close();
+  }
+  assert.deepEqual(errors, []);
+});
+
 // Last in the file: it gives the first primary a replica.
 test('waitReplicas on a cluster: WAIT goes to the node that took the write, the parent\'s for a hand-over', async () => {
   const client = await cluster.connect();
