@@ -135,8 +135,13 @@ pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<St
 
 /// One numeric field of `INFO <section>`; panics if it is missing or not a number.
 pub fn info_int(con: &mut Connection, section: &str, field: &str) -> i64 {
-    info_field(con, section, field)
-        .and_then(|v| v.parse().ok())
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query(con)
+        .unwrap_or_else(|e| panic!("INFO {section}: {e}"));
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("INFO {section} has no number {field}"))
 }
 

@@ -402,6 +402,9 @@ impl Server {
     }
 }
 
+/// The lines of a server's log a failing test prints.
+const LOG_TAIL: usize = 30;
+
 impl Drop for Server {
     fn drop(&mut self) {
         // Under valgrind the server must exit normally to write its leak report.
@@ -420,6 +423,25 @@ impl Drop for Server {
                 }
             }
         }
+        let exited = self
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten());
         self.kill();
+        // A failing test keeps its servers' logs, says where they are, and shows each one's end.
+        if std::thread::panicking() {
+            if let Some(dir) = self.dir.take() {
+                let log = dir.keep().join("server.log");
+                let how = exited.map_or("ran".to_string(), |s| format!("had exited ({s})"));
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = lines[lines.len().saturating_sub(LOG_TAIL)..].join("\n  ");
+                eprintln!(
+                    "the server on port {} {how}; its log, {}, ends:\n  {tail}",
+                    self.port,
+                    log.display()
+                );
+            }
+        }
     }
 }
