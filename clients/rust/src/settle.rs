@@ -1,7 +1,8 @@
-//! The worker's settler: acknowledgements batched into one `EMQ.MACK` a queue (followed by
-//! `WAIT` with `wait_replicas`), each job's own outcome handed back to its task and reported
-//! to the hook. A partitioned queue's jobs are acknowledged in their partitions.
+//! The worker's settlers, one a queue: acknowledgements batched into one `EMQ.MACK` (followed
+//! by `WAIT` with `wait_replicas`), each job's own outcome handed back to its task and reported
+//! to the hook. A partitioned queue's jobs are acknowledged in their partitions, each apart.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
@@ -22,11 +23,40 @@ pub(crate) struct Ack {
     pub outcome: oneshot::Sender<Result<()>>,
 }
 
-/// The settler: sends the acknowledgements waiting, up to [`SETTLE_BATCH`], as one
-/// `EMQ.MACK` for each queue they came from (followed by `WAIT` with `wait_replicas`), while
-/// the tasks behind them wait for their outcomes; under load one call carries many, alone it
-/// carries one. A settle event for each job, with its own answer.
+/// The settler: hands each acknowledgement to its queue's own settler (a partitioned queue's
+/// are its partitions'), started at the first, so a queue whose primary fails over holds up no
+/// other queue's settles. Each ends once the worker's acknowledgements end and it has sent its
+/// own.
 pub(crate) async fn send_acks<C>(
+    queue: Queue<C>,
+    mut waiting: mpsc::UnboundedReceiver<Ack>,
+    hook: Arc<Hook>,
+) where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let mut settlers: HashMap<String, mpsc::UnboundedSender<Ack>> = HashMap::new();
+    while let Some(ack) = waiting.recv().await {
+        let to = settlers.entry(ack.queue.clone()).or_insert_with(|| {
+            let (to, from) = mpsc::unbounded_channel();
+            let at = match ack.queue == queue.name {
+                true => queue.clone(),
+                false => queue.at(ack.queue.clone()),
+            };
+            tokio::spawn(settle_queue(at, from, hook.clone()));
+            to
+        });
+        if let Err(mpsc::error::SendError(ack)) = to.send(ack) {
+            let _ = ack
+                .outcome
+                .send(Err(Error::Batch("the settler stopped".into())));
+        }
+    }
+}
+
+/// One queue's settler: sends the acknowledgements waiting, up to [`SETTLE_BATCH`], as one
+/// `EMQ.MACK` (followed by `WAIT` with `wait_replicas`), while the tasks behind them wait for
+/// their outcomes; under load one call carries many, alone it carries one.
+async fn settle_queue<C>(
     queue: Queue<C>,
     mut waiting: mpsc::UnboundedReceiver<Ack>,
     hook: Arc<Hook>,
@@ -41,26 +71,8 @@ pub(crate) async fn send_acks<C>(
                 Err(_) => break,
             }
         }
-        for (name, batch) in by_queue(batch) {
-            let at = match name == queue.name {
-                true => queue.clone(),
-                false => queue.at(name),
-            };
-            settle(&at, batch, &hook).await;
-        }
+        settle(&queue, batch, &hook).await;
     }
-}
-
-/// `batch` split by the queue each came from, in the order each queue first comes.
-fn by_queue(batch: Vec<Ack>) -> Vec<(String, Vec<Ack>)> {
-    let mut out: Vec<(String, Vec<Ack>)> = Vec::new();
-    for ack in batch {
-        match out.iter_mut().find(|(q, _)| *q == ack.queue) {
-            Some((_, acks)) => acks.push(ack),
-            None => out.push((ack.queue.clone(), vec![ack])),
-        }
-    }
-    out
 }
 
 /// One `EMQ.MACK` of `batch`, all of `queue`; each job's outcome sent back, and its event.

@@ -1,7 +1,8 @@
 //! The Rust worker through what a deployment does to it: a process stalled between a claim and
 //! its handler (the job's lease ran out meanwhile: its handler is not run), a server out of
-//! memory refusing its claims (waited out, not the worker's end), and a node that does not
-//! answer while the worker starts (asked again). Against real servers.
+//! memory refusing its claims (waited out, not the worker's end), a node that does not answer
+//! while the worker starts (asked again), and a paused primary under a partitioned queue's
+//! settle (the other primaries' settles go on). Against real servers.
 
 mod common;
 
@@ -12,11 +13,14 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use std::time::Duration;
 
-use echomq_client::{EventKind, Job, Queue, Worker, WorkerEvent};
+use echomq_client::ids::mint;
+use echomq_client::partition::{name, route};
+use echomq_client::slot::slot;
+use echomq_client::{Enqueue, EventKind, Job, Queue, Worker, WorkerEvent};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use support::{wait_until, Options};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use support::{cluster::Cluster, wait_until, Options};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_lease_ran_out_before_its_handler_started_is_not_run() {
@@ -231,6 +235,91 @@ async fn a_worker_on_connection_managers_goes_on_after_its_server_restarts() {
     let mut admin = server.conn();
     support::enqueue(&mut admin, "restarted", &second, "after");
     assert!(done(&mut admin, &second), "after the restart");
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    assert_eq!(counts.acked, 2, "{counts:?}");
+}
+
+/// A worker of a queue partitioned over the primaries settles each partition apart: while one
+/// primary is paused (SIGSTOP) under an acknowledgement in flight, a job of the other primary's
+/// partition is acknowledged, and the paused one's once it resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_primary_holds_up_no_other_primary_s_settles() {
+    let cluster = Cluster::start(3, 0);
+    let q = Queue::new(cluster_conn(&cluster).await, "held");
+    assert!(q.span(4).await.expect("span"));
+    let owner = |i: u16| cluster.owner(slot(&name("held", i, 4).expect("name"))).port;
+    let other = (1..4)
+        .find(|i| owner(*i) != owner(0))
+        .expect("a partition elsewhere");
+    let id_in = |p: u16| {
+        (0..)
+            .map(|_| mint())
+            .find(|id| route(4, id) == p)
+            .expect("an id")
+    };
+    let (paused, elsewhere) = (id_in(0), id_in(other));
+    let how = |id: &String| Enqueue {
+        id: Some(id.clone()),
+        ..Enqueue::default()
+    };
+    q.enqueue_with(b"x", how(&paused)).await.expect("enqueue");
+    let release = Arc::new(AtomicBool::new(false));
+    let recorded: Recorded = Arc::new(Mutex::new(Vec::new()));
+    let (r, h, slow) = (release.clone(), recorded.clone(), paused.clone());
+    let worker = Worker::new(
+        cluster_conn(&cluster).await,
+        cluster_conn(&cluster).await,
+        "held",
+        move |job: Job| {
+            let (r, wait) = (r.clone(), job.id == slow);
+            async move {
+                while wait && !r.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Ok(None)
+            }
+        },
+    )
+    .concurrency(4)
+    .on_event(move |e: &WorkerEvent| h.lock().expect("lock").push(e.clone()));
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let seen = |kind: EventKind, id: &str| !events_of(&recorded, id).iter().all(|e| e.kind != kind);
+    assert!(wait_until(Duration::from_secs(30), || seen(
+        EventKind::HandlerStart,
+        &paused
+    )));
+    let node = cluster.node(owner(0));
+    node.signal("-STOP");
+    release.store(true, Ordering::SeqCst);
+    assert!(wait_until(Duration::from_secs(30), || seen(
+        EventKind::HandlerEnd,
+        &paused
+    )));
+    q.enqueue_with(b"y", how(&elsewhere))
+        .await
+        .expect("enqueue");
+    let settled = wait_until(Duration::from_secs(30), || {
+        seen(EventKind::Settle, &elsewhere)
+    });
+    let first = recorded
+        .lock()
+        .expect("lock")
+        .iter()
+        .find(|e| e.kind == EventKind::Settle)
+        .map(|e| e.id.clone());
+    node.signal("-CONT");
+    assert!(settled, "the other primary's job was settled");
+    assert_eq!(first, Some(elsewhere), "before the paused primary's");
+    let mut admin = node.conn();
+    assert!(wait_until(Duration::from_secs(30), || support::job_state(
+        &mut admin,
+        &name("held", 0, 4).expect("name"),
+        &paused
+    )
+    .as_deref()
+        == Some("done")));
     token.cancel();
     let counts = run.await.expect("task").expect("run");
     assert_eq!(counts.acked, 2, "{counts:?}");
