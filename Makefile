@@ -144,8 +144,8 @@ profile: build
 
 # The fault-injection harness (chaos/): ten faults under load, flows across primaries
 # included, on a 3+3 cluster in containers on a docker network of its own, each checked
-# against its history (zombie workers included); the workers are the shipped Python and Rust
-# clients' (the Python one on the venv's interpreter); `make chaos` runs three seeds, each on a
+# against its history (zombie workers included); the workers are the shipped Python, Rust and Node
+# clients' (the Python one on the venv's interpreter, Node on Debian's node-redis); `make chaos` runs three seeds, each on a
 # cluster of its own, and writes their table into docs/reliability.md. CHAOS_JOBS: enqueues
 # tried per fault (3 seeds x 10 faults x 3400 = 102,000), and a flow of 1 to 10 children built
 # for every 15 of them (6,780); CHAOS_SEEDS: the seeds. It cuts links inside the nodes' network namespaces and
@@ -161,14 +161,14 @@ $(CLOCK_SHIM): scripts/clock-shift-shim.c
 
 # The harness's workers are the shipped clients: the Python one runs in the venv.
 CHAOS_ENV = ECHOMQ_CLOCK_SHIM=$(CURDIR)/$(CLOCK_SHIM) EMQ_CHAOS_PYTHON=$(CURDIR)/$(PY_VENV)/bin/python
-chaos: docker-image python $(CLOCK_SHIM)
+chaos: docker-image python node-deps $(CLOCK_SHIM)
 	bash scripts/install-deps.sh --with-iptables
 	$(CARGO) build --release -p emq-chaos
 	$(CHAOS_ENV) target/release/emq-chaos --seeds $(CHAOS_SEEDS) --jobs $(CHAOS_JOBS) --report docs/reliability.md
 
 # The same faults and zombies, one seed, a few hundred jobs and a few dozen flows each,
 # nothing written (CI).
-chaos-short: docker-image python $(CLOCK_SHIM)
+chaos-short: docker-image python node-deps $(CLOCK_SHIM)
 	bash scripts/install-deps.sh --with-iptables
 	$(CARGO) build --release -p emq-chaos
 	$(CHAOS_ENV) target/release/emq-chaos --seed $(CHAOS_SEED) --jobs 400

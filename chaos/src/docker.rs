@@ -118,7 +118,7 @@ pub const FLOWS: Role = Role {
 /// outbox sweep every shipped worker runs), and WAIT; they cannot enqueue. Then what the
 /// shipped workers' cluster clients send besides: `EMQ.VERSION` and `EMQ.WIDTH` (whether the
 /// queue is a partitioned one) at start, the slot map
-/// (`CLUSTER SLOTS`), redis-py's command table (`COMMAND`), and the library's name on each
+/// (`CLUSTER SLOTS`; node-redis reads `CLUSTER NODES`), redis-py's command table (`COMMAND`), and the library's name on each
 /// connection (`CLIENT SETINFO`: both clients ignore its refusal, which the ACL log showed).
 pub const WORKER: Role = Role {
     name: "chaos-worker",
@@ -140,6 +140,7 @@ pub const WORKER: Role = Role {
         "+emq.version",
         "+emq.width",
         "+cluster|slots",
+        "+cluster|nodes",
         "+command",
         "+client|setinfo",
     ],

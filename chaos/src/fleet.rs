@@ -1,6 +1,7 @@
 //! The real workers of a phase: for each queue a shipped Python `Worker`
-//! (`chaos/workers/python_worker.py`, on the project's venv interpreter) and a shipped Rust
-//! `Worker` (`emq-chaos worker`, [`crate::worker`]), each a child process connected to the
+//! (`chaos/workers/python_worker.py`, on the project's venv interpreter), a shipped Rust
+//! `Worker` (`emq-chaos worker`, [`crate::worker`]) and a shipped Node `Worker`
+//! (`chaos/workers/node_worker.js`), each a child process connected to the
 //! cluster as the queue's worker ACL user. Each writes its `on_event` calls as JSON lines on its
 //! stdout, which a thread of the harness reads into the history as they come. Now and then a
 //! whole worker process with a handler running is frozen (`SIGSTOP`) past its lease, then
@@ -43,8 +44,22 @@ fn python() -> PathBuf {
     )
 }
 
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("workers/python_worker.py")
+/// Node: `EMQ_CHAOS_NODE`, else `node` on the PATH; node-redis from Debian's folder
+/// (`NODE_PATH`, as `make node-deps` sets up).
+fn node() -> PathBuf {
+    std::env::var_os("EMQ_CHAOS_NODE").map_or_else(|| PathBuf::from("node"), PathBuf::from)
+}
+
+/// A worker script of `chaos/workers/`.
+fn script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("workers")
+        .join(name)
+}
+
+/// Where node-redis's own packages are: `NODE_PATH`, else Debian's folder.
+fn node_path() -> String {
+    std::env::var("NODE_PATH").unwrap_or_else(|_| "/usr/share/nodejs".to_string())
 }
 
 /// What a worker process is doing now: its handlers running (started, not ended).
@@ -137,7 +152,8 @@ fn signal(pid: u32, sig: &str) -> Result<(), String> {
 }
 
 impl Fleet {
-    /// Starts a Python and a Rust worker on each of `queues`, and the freezer, seeded by `seed`.
+    /// Starts a Python, a Rust and a Node worker on each of `queues`, and the freezer, seeded
+    /// by `seed`.
     pub fn start(
         nodes: &[Node],
         queues: &Queues,
@@ -160,13 +176,16 @@ impl Fleet {
             for (lang, mut cmd) in [
                 ("python", Command::new(python())),
                 ("rust", Command::new(&exe)),
+                ("node", Command::new(node())),
             ] {
                 let name = format!("{lang}-{q}");
-                if lang == "python" {
-                    cmd.arg(script());
-                } else {
-                    cmd.arg("worker");
-                }
+                match lang {
+                    "python" => cmd.arg(script("python_worker.py")),
+                    "node" => cmd
+                        .arg(script("node_worker.js"))
+                        .env("NODE_PATH", node_path()),
+                    _ => cmd.arg("worker"),
+                };
                 cmd.args(["--queue", queue, "--user", &user.name])
                     .args(["--password", user.password, "--nodes", &addrs])
                     .args(["--seed", &(seed ^ (0x200 + 2 * q as u64)).to_string()])

@@ -1,7 +1,7 @@
 //! `make chaos`: EchoMQ under the faults a deployment meets. A 3-primary, 3-replica cluster runs
 //! in containers on a docker network of the harness's own; each fault is done under load
 //! (producers with `WAIT 1`; flows of a parent and 1–10 children on other primaries, each write
-//! confirmed with `WAIT 1`; the shipped Python and Rust workers, settling and handing over with
+//! confirmed with `WAIT 1`; the shipped Python, Rust and Node workers, settling and handing over with
 //! `WAIT 1`, now and then frozen past their lease), then healed; once every node is back and
 //! the cluster stable, the checker reads the history and the final state.
 //!
