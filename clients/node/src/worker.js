@@ -108,8 +108,12 @@ export class Worker extends EventEmitter {
     this.running = new Map();
     this.claimReserved = 0; // slots the claims in flight may fill
     this.mackReserved = 0; // slots the EMQ.MACK ... CLAIM in flight may fill, beyond its acks
-    this.acks = []; // finished handlers waiting to be acknowledged
-    this.flushing = null;
+    /** Finished handlers waiting to be acknowledged, by the queue (or partition) each came from.
+     * @type {Map<Queue, Array<{state: RunState, result: unknown}>>} */
+    this.acks = new Map();
+    /** Each queue's settles in progress: one a queue, so a queue whose primary fails over holds
+     * up no other's. @type {Map<Queue, Promise<void>>} */
+    this.flushing = new Map();
     this.closing = false;
     this.closed = false;
     this.wakers = new Set();
@@ -380,8 +384,10 @@ export class Worker extends EventEmitter {
       return;
     }
     if (!threw) {
-      this.acks.push({ state, result });
-      void this.flush();
+      const waiting = this.acks.get(state.queue);
+      if (waiting) waiting.push({ state, result });
+      else this.acks.set(state.queue, [{ state, result }]);
+      void this.flush(state.queue);
       return;
     }
     await this.fail(state, error);
@@ -461,20 +467,24 @@ export class Worker extends EventEmitter {
 
   // ---- settling ----
 
-  /** Sends the acknowledgements waiting, up to `SETTLE_BATCH` an `EMQ.MACK` of one queue (each
-   * partition's apart), one call at a time; each call also claims as many jobs as its
-   * acknowledgements and the free slots allow (of a partition, only on its group's turn). */
-  flush() {
-    this.flushing ??= (async () => {
+  /** Sends the acknowledgements of `queue` waiting, up to `SETTLE_BATCH` an `EMQ.MACK`, one call
+   * at a time, each queue's (each partition's) apart from the others'; each call also claims as
+   * many jobs as its acknowledgements and the free slots allow (of a partition, only on its
+   * group's turn). @param {Queue} queue */
+  flush(queue) {
+    let flushing = this.flushing.get(queue);
+    if (flushing) return flushing;
+    flushing = (async () => {
       // The handlers that end in this turn of the event loop go in the same call.
       await new Promise((resolve) => setImmediate(resolve));
-      while (this.acks.length > 0) {
-        const batch = this.acks.splice(0, SETTLE_BATCH);
-        for (const queue of new Set(batch.map((item) => item.state.queue))) await this.settle(queue, batch.filter((item) => item.state.queue === queue));
+      for (let waiting = this.acks.get(queue); waiting && waiting.length > 0; waiting = this.acks.get(queue)) {
+        await this.settle(queue, waiting.splice(0, SETTLE_BATCH));
       }
-      this.flushing = null;
+      this.acks.delete(queue);
+      this.flushing.delete(queue);
     })();
-    return this.flushing;
+    this.flushing.set(queue, flushing);
+    return flushing;
   }
 
   /** @param {Queue} queue @param {Array<{state: RunState, result: unknown}>} batch */
@@ -507,12 +517,13 @@ export class Worker extends EventEmitter {
     // A partition's claim takes its turn in its group's rotation, or none.
     if (next > 0 && this.spread && !this.spread.turn(queue.name)) next = 0;
     if (next > 0) args.push('CLAIM', String(next), 'LEASE', String(this.lease));
-    this.mackReserved = next > 0 ? next - kept.length : 0;
+    const reserved = Math.max(0, next - kept.length);
+    this.mackReserved += reserved;
     const sentAt = Date.now();
     const sentNs = this.hook ? nowNs() : 0n;
     const { reply, error, replicated } = await this.settleCall(queue, args, BYTES);
     if (error !== undefined) {
-      this.mackReserved = 0;
+      this.mackReserved -= reserved;
       const answeredNs = this.hook ? nowNs() : 0n;
       for (const item of kept) {
         this.hook?.emit('settle', item.state.job, sentNs, { answeredNs, action: 'ack', error, replicated });
@@ -529,7 +540,7 @@ export class Worker extends EventEmitter {
       this.counts.acked++;
       this.emit('completed', item.state.job, item.result);
     });
-    this.mackReserved = 0;
+    this.mackReserved -= reserved;
     for (const job of jobs) this.running.delete(job);
     if (isErrorReply(claimed)) {
       // Spanned since the claim: the claim loop learns it.
@@ -624,7 +635,7 @@ export class Worker extends EventEmitter {
   /** Resolves once no job runs and nothing waits to be settled, or after `timeout` ms. */
   async drained(timeout) {
     const deadline = Date.now() + timeout;
-    while ((this.running.size > 0 || this.flushing) && Date.now() < deadline) {
+    while ((this.running.size > 0 || this.flushing.size > 0) && Date.now() < deadline) {
       await Promise.race([this.room(), sleep(Math.min(50, Math.max(0, deadline - Date.now())))]);
     }
   }

@@ -583,6 +583,42 @@ describe('a partitioned queue on a cluster', () => {
     assert.ok([...runs.values()].every((n) => n === 1));
     assert.ok(ids.every((id) => queues.get(id) === parts[route(6, id)].name));
   });
+
+  test('a paused primary holds up no other primary\'s settles: each partition is settled apart', async () => {
+    const q = new Queue(client, 'held');
+    await q.span(4);
+    const owners = await Promise.all([0, 1, 2, 3].map((i) => cluster.owner(partitionName('held', i, 4))));
+    const other = owners.findIndex((o) => o !== owners[0]);
+    const idIn = (/** @type {number} */ p) => {
+      for (;;) {
+        const id = mint();
+        if (route(4, id) === p) return id;
+      }
+    };
+    const [paused, elsewhere] = [idIn(0), idIn(other)];
+    await q.enqueue('x', { id: paused });
+    /** @type {(value: string) => void} */
+    let finish = () => {};
+    const held = new Promise((resolve) => (finish = resolve));
+    const events = [];
+    const worker = new Worker(new Queue(client, 'held'), (job) => (job.id === paused ? held : 'ok'), { onEvent: (e) => events.push(e) });
+    const seen = (/** @type {string} */ kind, /** @type {string} */ id) => events.some((e) => e.kind === kind && e.id === id);
+    const node = owners[0];
+    try {
+      assert.ok(await until(() => seen('handler_start', paused), 30_000));
+      node.process.kill('SIGSTOP');
+      finish('done');
+      assert.ok(await until(() => seen('handler_end', paused), 30_000));
+      await q.enqueue('y', { id: elsewhere });
+      assert.ok(await until(() => seen('settle', elsewhere), 30_000), 'the other primary\'s job was settled');
+      assert.ok(!seen('settle', paused), 'the paused primary\'s ack is still in flight');
+    } finally {
+      node.process.kill('SIGCONT');
+    }
+    assert.ok(await until(() => seen('settle', paused), 30_000), 'settled once its primary resumed');
+    await worker.close();
+    assert.equal(worker.counts.acked, 2);
+  });
 });
 
 describe('a worker\'s start through a transient failure', () => {

@@ -199,14 +199,14 @@ describe('timeouts', () => {
       await sent('EMQ.MACK');
       await release(first);
       if (first === 'EMQ.MACK') {
-        await waitFor(() => worker.flushing === null, 'the ack to be settled');
+        await waitFor(() => worker.flushing.size === 0, 'the ack to be settled');
         assert.equal(worker.counts.lost, 1, 'the refused ack, alone, is a lost lease');
       } else {
         await renewed;
       }
       await release(first === 'EMQ.RENEW' ? 'EMQ.MACK' : 'EMQ.RENEW');
       await renewed;
-      await waitFor(() => worker.flushing === null && worker.running.size === 0, 'the ack to be settled, the slot freed');
+      await waitFor(() => worker.flushing.size === 0 && worker.running.size === 0, 'the ack to be settled, the slot freed');
       assert.deepEqual(worker.counts, { acked: 0, failed: 0, retried: 0, lost: 0, cancelled: 0, timedOut: 1 });
       assert.deepEqual(seen, ['timeout'], "one 'timeout' event, nothing else");
       assert.deepEqual(events.filter((k) => k === 'timed_out'), ['timed_out']);
