@@ -9,6 +9,7 @@ shared out, counts summed. Order and counts only: nothing here is timed."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 from typing import Any, Callable, Dict, List, Set, Tuple
@@ -22,6 +23,7 @@ import echomq
 from echomq import routing, spans
 from echomq.commands import pairs
 from echomq.aio import AsyncQueue, AsyncWorker
+from echomq.ids import mint
 from echomq.partitions import name, route
 from echomq.rounds import Claim, Ends, Rotation
 from echomq.slots import slot
@@ -675,6 +677,54 @@ def test_a_worker_drains_a_queue_over_every_primary_blocking_once_a_primary(
     assert worker.counts["lost"] == 0
     stats = q.stats()
     assert (stats["pending"], stats["active"]) == (0, 0)
+
+
+@pytest.mark.cluster
+def test_a_paused_primary_holds_up_no_other_primary_s_settles(cluster: Cluster) -> None:
+    """Each partition is settled by a thread of its own: while one primary is paused (SIGSTOP)
+    under an acknowledgement in flight, the other primary's partition's job is acknowledged."""
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    echomq.Queue(client, "held").span(4)
+    owner = owner_of(cluster)
+    ports = [owner(p) for p in spans.names("held", 4)]
+    other = next(i for i in range(4) if ports[i] != ports[0])
+
+    def id_in(partition: int) -> str:
+        return next(i for i in iter(mint, "") if route(4, i) == partition)
+
+    paused, elsewhere = id_in(0), id_in(other)
+    q = echomq.Queue(client, "held")
+    q.enqueue(b"x", id=paused)
+    release = threading.Event()
+    events: List[echomq.WorkerEvent] = []
+
+    def handle(job: echomq.Job) -> None:
+        if job.id == paused:
+            release.wait(30)
+
+    def seen(kind: str, job_id: str) -> bool:
+        return any(e.kind == kind and e.id == job_id for e in list(events))
+
+    worker = echomq.Worker(client, "held", handle, on_event=events.append)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    node = next(n for n in cluster.nodes if n.port == ports[0])
+    try:
+        assert until(lambda: seen("handler_start", paused), timeout=30)
+        node.process.send_signal(signal.SIGSTOP)
+        try:
+            release.set()
+            assert until(lambda: seen("handler_end", paused), timeout=30)
+            q.enqueue(b"y", id=elsewhere)
+            assert until(lambda: seen("settle", elsewhere), timeout=30), "the other job settled"
+            assert not seen("settle", paused), "the paused primary's ack is still in flight"
+        finally:
+            node.process.send_signal(signal.SIGCONT)
+        assert until(lambda: seen("settle", paused), timeout=30), "settled once it resumed"
+    finally:
+        worker.stop()
+        assert joined(t)
+    assert worker.counts["acked"] == 2
 
 
 @pytest.mark.cluster

@@ -34,6 +34,10 @@ __all__ = [
 #: Most outcomes (``ACK``, ``FAIL``) sent in one pipeline.
 SETTLE_BATCH = 100
 
+#: An outcome on its way to its queue's settler: the job, what it counts as, the settle
+#: command and its options.
+Settling = Tuple[Job, str, str, List[Any]]
+
 
 def settled(
     serializer: Serializer, job: Job, run: Callable[[Job], Any], provider: Any = None
@@ -135,7 +139,7 @@ class Worker(Claiming):
             queue, concurrency, lease, batch, block, renew_every, shutdown_timeout, name, on_event
         )
         self._running: Dict[str, Job] = {}
-        self._outcomes: "SimpleQueue[Tuple[Job, str, str, List[Any]]]" = SimpleQueue()
+        self._outcomes: "SimpleQueue[Settling]" = SimpleQueue()
         self._inbox: "SimpleQueue[Optional[Job]]" = SimpleQueue()
         self._lock = threading.Condition()
         self._stopping = threading.Event()
@@ -466,23 +470,48 @@ class Worker(Claiming):
                 ).start()
 
     def _settle_loop(self) -> None:
-        """Sends the handlers' outcomes, as many as are waiting in one pipeline, and frees their
-        slots once the server has them: the queue's `active` count never exceeds the
-        concurrency."""
+        """Hands each outcome to its queue's settler thread (a partitioned queue's partitions
+        each have one, started at the first), so a queue whose primary fails over holds up no
+        other queue's settles; ends them once the worker has stopped and no job runs."""
+        settlers: Dict[str, "SimpleQueue[Optional[Settling]]"] = {}
         while True:
             try:
-                first = self._outcomes.get(timeout=0.1)
+                one = self._outcomes.get(timeout=0.1)
             except Empty:
                 with self._lock:
                     if self._closed or (self._stopping.is_set() and not self._running):
-                        return
+                        break
                 continue
+            settler = settlers.get(one[0].queue)
+            if settler is None:
+                settler = settlers[one[0].queue] = SimpleQueue()
+                threading.Thread(
+                    target=self._settle_queue, args=(settler,),
+                    name=f"echomq-settle-{one[0].queue}", daemon=True,
+                ).start()
+            settler.put(one)
+        for settler in settlers.values():
+            settler.put(None)
+
+    def _settle_queue(self, waiting: "SimpleQueue[Optional[Settling]]") -> None:
+        """One queue's settler: sends the outcomes waiting, as many as are waiting in one
+        pipeline, and frees their slots once the server has them: the queue's `active` count
+        never exceeds the concurrency. Ends at ``None``."""
+        while True:
+            first = waiting.get()
+            if first is None:
+                return
             batch = [first]
+            last = False
             while len(batch) < SETTLE_BATCH:
                 try:
-                    batch.append(self._outcomes.get_nowait())
+                    more = waiting.get_nowait()
                 except Empty:
                     break
+                if more is None:
+                    last = True
+                    break
+                batch.append(more)
             try:
                 self._settle(batch)
             except Exception:
@@ -495,13 +524,15 @@ class Worker(Claiming):
                 with self._lock:
                     for job, *_ in batch:
                         self._release(job)
+            if last:
+                return
 
-    def _settle(self, batch: List[Tuple[Job, str, str, List[Any]]]) -> None:
+    def _settle(self, batch: List[Settling]) -> None:
         """Sends each outcome, unless its lease was lost, its attempt ended (cancelled, timed
         out: a renewal sent before the handler ended heard of it), or the worker shut down
         first. Each attempt is counted once (``tally``): a refusal of an attempt whose end was
         heard of counts nothing more."""
-        send: List[Tuple[Job, str, str, List[Any]]] = []
+        send: List[Settling] = []
         with self._lock:
             for one in batch:
                 job = one[0]
@@ -532,7 +563,7 @@ class Worker(Claiming):
             with self._lock:
                 self.settled(job, reply, counted)
 
-    def _send(self, send: List[Tuple[Job, str, str, List[Any]]]) -> List[Any]:
+    def _send(self, send: List[Settling]) -> List[Any]:
         """The outcomes in one pipeline (``_pipeline``), or with ``wait_replicas`` one a queue
         (a partitioned queue's jobs are in its partitions), each ``WAIT`` on that queue's node;
         the replies in the order of ``send`` (an exception for one that failed)."""
@@ -546,7 +577,7 @@ class Worker(Claiming):
         return replies
 
     def _pipeline(
-        self, send: List[Tuple[Job, str, str, List[Any]]], places: List[int], replies: List[Any]
+        self, send: List[Settling], places: List[int], replies: List[Any]
     ) -> None:
         """One pipeline of the outcomes at `places` of `send`: each queue's acknowledgements as
         one ``EMQ.MACK`` (each job's outcome in its place), each ``FAIL`` on its own, then
