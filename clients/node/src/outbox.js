@@ -9,7 +9,7 @@
 // parent's primary cannot then lose a count whose entry is gone.
 import { isErrorReply, translate } from './errors.js';
 import { nowNs } from './hook.js';
-import { sendWaited } from './replicas.js';
+import { moved, sendWaited } from './replicas.js';
 import { sleep, transient } from './retry.js';
 
 /** The longest wait between two sweeps, ms; a sweep that found entries and delivered them all is
@@ -32,6 +32,13 @@ const BYTES = { returnBuffers: true };
  *   and an error no caller receives
  */
 
+/** Whether a sweep's failure is left to the next sweep unreported: a failover, a lost
+ * connection, or a slot node-redis was sent back and forth for while the primaries' maps
+ * disagree (`MOVED`). @param {unknown} error */
+function passing(error) {
+  return transient(error) || moved(error);
+}
+
 /**
  * Sweeps `queue`'s outbox until `signal` aborts: a sweep at least every `SWEEP_EVERY` ms, and
  * again at once after one that found entries and delivered every one (a step that failed or
@@ -47,7 +54,7 @@ export async function sweepLoop(queue, signal, courier) {
       swept = await sweep(queue, courier);
     } catch (e) {
       if (unknownCommand(e)) return;
-      if (!transient(e)) courier.report(e);
+      if (!passing(e)) courier.report(e);
     }
     if (!(swept.found > 0 && swept.clean)) await sleep(SWEEP_EVERY, signal);
   }
@@ -91,7 +98,7 @@ export async function sweep(queue, courier) {
         const taken = await handOver(parent, handover, courier.wait);
         hook?.emit('handover', child, handedNs, { answeredNs: nowNs(), error: taken.error, replicated: taken.replicated });
         if (taken.error !== undefined) {
-          if (!transient(taken.error)) courier.report(taken.error);
+          if (!passing(taken.error)) courier.report(taken.error);
           return;
         }
         if (taken.replicated === false) return; // left for the next sweep: a failover could lose the count
@@ -103,7 +110,7 @@ export async function sweep(queue, courier) {
           hook?.emit('delivered', child, removedNs, { answeredNs: nowNs() });
         } catch (e) {
           hook?.emit('delivered', child, removedNs, { answeredNs: nowNs(), error: e });
-          if (!transient(e)) courier.report(e);
+          if (!passing(e)) courier.report(e);
           return;
         }
         done++;

@@ -70,8 +70,8 @@ export function moved(error) {
 }
 
 /** Has the cluster client read its map of the slots again: a keyed read through it, which its
- * own redirection handling follows to the slot's new owner. */
+ * own redirection handling follows to the slot's new owner. `EMQ.WIDTH`, which a worker's user
+ * may send (docs/configuration.md, "A worker's least ACL"), where a plain read may be refused. */
 export async function remap(client, queue) {
-  const key = routingKey(queue);
-  await client.sendCommand(key, false, ['EXISTS', key]).catch(() => {});
+  await client.sendCommand(routingKey(queue), false, ['EMQ.WIDTH', queue]).catch(() => {});
 }

@@ -478,7 +478,14 @@ export class Worker extends EventEmitter {
       // The handlers that end in this turn of the event loop go in the same call.
       await new Promise((resolve) => setImmediate(resolve));
       for (let waiting = this.acks.get(queue); waiting && waiting.length > 0; waiting = this.acks.get(queue)) {
-        await this.settle(queue, waiting.splice(0, SETTLE_BATCH));
+        const batch = waiting.splice(0, SETTLE_BATCH);
+        try {
+          await this.settle(queue, batch);
+        } catch (e) {
+          // A listener of 'completed' that threw, say: the batch's slots are freed all the same.
+          this.release(batch.map((item) => item.state.job));
+          this.report(e);
+        }
       }
       this.acks.delete(queue);
       this.flushing.delete(queue);
@@ -522,8 +529,10 @@ export class Worker extends EventEmitter {
     const sentAt = Date.now();
     const sentNs = this.hook ? nowNs() : 0n;
     const { reply, error, replicated } = await this.settleCall(queue, args, BYTES);
+    // Whatever follows, to the end of this call, runs without a wait: the claimed jobs take
+    // the slots reserved for them before any claim loop looks again.
+    this.mackReserved -= reserved;
     if (error !== undefined) {
-      this.mackReserved -= reserved;
       const answeredNs = this.hook ? nowNs() : 0n;
       for (const item of kept) {
         this.hook?.emit('settle', item.state.job, sentNs, { answeredNs, action: 'ack', error, replicated });
@@ -540,7 +549,6 @@ export class Worker extends EventEmitter {
       this.counts.acked++;
       this.emit('completed', item.state.job, item.result);
     });
-    this.mackReserved -= reserved;
     for (const job of jobs) this.running.delete(job);
     if (isErrorReply(claimed)) {
       // Spanned since the claim: the claim loop learns it.

@@ -585,25 +585,37 @@ describe('a partitioned queue on a cluster', () => {
   });
 
   test('a paused primary holds up no other primary\'s settles: each partition is settled apart', async () => {
-    const q = new Queue(client, 'held');
+    // Its primary cut off, the others serve their own slots still.
+    for (const n of cluster.nodes) await n.cmd('CONFIG', 'SET', 'cluster-require-full-coverage', 'no');
+    // A queue whose own slot (its width is read there) is not on the primary to be paused, a
+    // partition on that primary and one elsewhere.
+    let name = '';
+    let at = -1;
+    let away = -1;
+    for (let n = 0; at < 0 || away < 0; n++) {
+      name = `held-${n}`;
+      const home = await cluster.owner(name);
+      const owners = await Promise.all([0, 1, 2, 3].map((i) => cluster.owner(partitionName(name, i, 4))));
+      at = owners.findIndex((o) => o !== home);
+      away = owners.findIndex((o) => o === home);
+    }
+    const q = new Queue(client, name);
     await q.span(4);
-    const owners = await Promise.all([0, 1, 2, 3].map((i) => cluster.owner(partitionName('held', i, 4))));
-    const other = owners.findIndex((o) => o !== owners[0]);
     const idIn = (/** @type {number} */ p) => {
       for (;;) {
         const id = mint();
         if (route(4, id) === p) return id;
       }
     };
-    const [paused, elsewhere] = [idIn(0), idIn(other)];
+    const [paused, elsewhere] = [idIn(at), idIn(away)];
     await q.enqueue('x', { id: paused });
     /** @type {(value: string) => void} */
     let finish = () => {};
     const held = new Promise((resolve) => (finish = resolve));
     const events = [];
-    const worker = new Worker(new Queue(client, 'held'), (job) => (job.id === paused ? held : 'ok'), { onEvent: (e) => events.push(e) });
+    const worker = new Worker(new Queue(client, name), (job) => (job.id === paused ? held : 'ok'), { onEvent: (e) => events.push(e) });
     const seen = (/** @type {string} */ kind, /** @type {string} */ id) => events.some((e) => e.kind === kind && e.id === id);
-    const node = owners[0];
+    const node = await cluster.owner(partitionName(name, at, 4));
     try {
       assert.ok(await until(() => seen('handler_start', paused), 30_000));
       node.process.kill('SIGSTOP');

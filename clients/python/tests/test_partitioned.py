@@ -683,17 +683,26 @@ def test_a_worker_drains_a_queue_over_every_primary_blocking_once_a_primary(
 def test_a_paused_primary_holds_up_no_other_primary_s_settles(cluster: Cluster) -> None:
     """Each partition is settled by a thread of its own: while one primary is paused (SIGSTOP)
     under an acknowledgement in flight, the other primary's partition's job is acknowledged."""
+    for n in cluster.nodes:  # its primary cut off, the others serve their own slots still
+        n.cmd("CONFIG", "SET", "cluster-require-full-coverage", "no")
     client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
-    echomq.Queue(client, "held").span(4)
     owner = owner_of(cluster)
-    ports = [owner(p) for p in spans.names("held", 4)]
-    other = next(i for i in range(4) if ports[i] != ports[0])
+    # A queue whose own slot (its width is read there) is not on the primary to be paused, a
+    # partition on that primary and one elsewhere.
+    for number in range(1000):
+        queue = f"held-{number}"
+        ports = [owner(p) for p in spans.names(queue, 4)]
+        at = [i for i in range(4) if ports[i] != owner(queue)]
+        away = [i for i in range(4) if ports[i] == owner(queue)]
+        if at and away:
+            break
+    echomq.Queue(client, queue).span(4)
 
     def id_in(partition: int) -> str:
         return next(i for i in iter(mint, "") if route(4, i) == partition)
 
-    paused, elsewhere = id_in(0), id_in(other)
-    q = echomq.Queue(client, "held")
+    paused, elsewhere = id_in(at[0]), id_in(away[0])
+    q = echomq.Queue(client, queue)
     q.enqueue(b"x", id=paused)
     release = threading.Event()
     events: List[echomq.WorkerEvent] = []
@@ -705,10 +714,10 @@ def test_a_paused_primary_holds_up_no_other_primary_s_settles(cluster: Cluster) 
     def seen(kind: str, job_id: str) -> bool:
         return any(e.kind == kind and e.id == job_id for e in list(events))
 
-    worker = echomq.Worker(client, "held", handle, on_event=events.append)
+    worker = echomq.Worker(client, queue, handle, on_event=events.append)
     t = threading.Thread(target=worker.run, daemon=True)
     t.start()
-    node = next(n for n in cluster.nodes if n.port == ports[0])
+    node = next(n for n in cluster.nodes if n.port == ports[at[0]])
     try:
         assert until(lambda: seen("handler_start", paused), timeout=30)
         node.process.send_signal(signal.SIGSTOP)

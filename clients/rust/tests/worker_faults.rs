@@ -245,20 +245,30 @@ async fn a_worker_on_connection_managers_goes_on_after_its_server_restarts() {
 /// partition is acknowledged, and the paused one's once it resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_primary_holds_up_no_other_primary_s_settles() {
-    let cluster = Cluster::start(3, 0);
-    let q = Queue::new(cluster_conn(&cluster).await, "held");
+    // Its primary cut off, the others serve their own slots still.
+    let cluster = Cluster::start_with(3, 0, &[("cluster-require-full-coverage", "no")]);
+    let owner = |name: &str| cluster.owner(slot(name)).port;
+    let part = |queue: &str, i: u16| name(queue, i, 4).expect("name");
+    // A queue whose own slot (its width is read there) is not on the primary to be paused, a
+    // partition on that primary and one elsewhere.
+    let (queue, at, away) = (0..)
+        .find_map(|n| {
+            let queue = format!("held-{n}");
+            let home = owner(&queue);
+            let at = (0..4).find(|i| owner(&part(&queue, *i)) != home)?;
+            let away = (0..4).find(|i| owner(&part(&queue, *i)) == home)?;
+            Some((queue, at, away))
+        })
+        .expect("a queue");
+    let q = Queue::new(cluster_conn(&cluster).await, queue.as_str());
     assert!(q.span(4).await.expect("span"));
-    let owner = |i: u16| cluster.owner(slot(&name("held", i, 4).expect("name"))).port;
-    let other = (1..4)
-        .find(|i| owner(*i) != owner(0))
-        .expect("a partition elsewhere");
     let id_in = |p: u16| {
         (0..)
             .map(|_| mint())
             .find(|id| route(4, id) == p)
             .expect("an id")
     };
-    let (paused, elsewhere) = (id_in(0), id_in(other));
+    let (paused, elsewhere) = (id_in(at), id_in(away));
     let how = |id: &String| Enqueue {
         id: Some(id.clone()),
         ..Enqueue::default()
@@ -270,7 +280,7 @@ async fn a_paused_primary_holds_up_no_other_primary_s_settles() {
     let worker = Worker::new(
         cluster_conn(&cluster).await,
         cluster_conn(&cluster).await,
-        "held",
+        queue.as_str(),
         move |job: Job| {
             let (r, wait) = (r.clone(), job.id == slow);
             async move {
@@ -290,7 +300,7 @@ async fn a_paused_primary_holds_up_no_other_primary_s_settles() {
         EventKind::HandlerStart,
         &paused
     )));
-    let node = cluster.node(owner(0));
+    let node = cluster.node(owner(&part(&queue, at)));
     node.signal("-STOP");
     release.store(true, Ordering::SeqCst);
     assert!(wait_until(Duration::from_secs(30), || seen(
@@ -315,7 +325,7 @@ async fn a_paused_primary_holds_up_no_other_primary_s_settles() {
     let mut admin = node.conn();
     assert!(wait_until(Duration::from_secs(30), || support::job_state(
         &mut admin,
-        &name("held", 0, 4).expect("name"),
+        &part(&queue, at),
         &paused
     )
     .as_deref()
