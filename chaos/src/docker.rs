@@ -118,7 +118,8 @@ pub const FLOWS: Role = Role {
 /// outbox sweep every shipped worker runs), and WAIT; they cannot enqueue. Then what the
 /// shipped workers' cluster clients send besides: `EMQ.VERSION` and `EMQ.WIDTH` (whether the
 /// queue is a partitioned one) at start, the slot map
-/// (`CLUSTER SLOTS`; node-redis reads `CLUSTER NODES`), redis-py's command table (`COMMAND`), and the library's name on each
+/// (`CLUSTER SLOTS`; node-redis reads `CLUSTER NODES`), `ASKING` (each follows a slot's
+/// migration so), redis-py's command table (`COMMAND`), and the library's name on each
 /// connection (`CLIENT SETINFO`: both clients ignore its refusal, which the ACL log showed).
 pub const WORKER: Role = Role {
     name: "chaos-worker",
@@ -141,6 +142,7 @@ pub const WORKER: Role = Role {
         "+emq.width",
         "+cluster|slots",
         "+cluster|nodes",
+        "+asking",
         "+command",
         "+client|setinfo",
     ],

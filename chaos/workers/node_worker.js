@@ -66,7 +66,8 @@ const worker = new Worker(new Queue(client, a.queue), handle, {
   handleSignals: true,
   autorun: false,
 });
-worker.on('error', (e) => console.error('node worker:', e instanceof Error ? e.stack : e));
+// node-redis's error replies have no stack: the message, then the stack where there is one.
+worker.on('error', (e) => console.error('node worker:', e instanceof Error ? `${e.name}: ${e.message} ${e.stack ?? ''}` : e));
 let code = 0;
 try {
   await worker.run();
