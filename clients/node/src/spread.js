@@ -269,7 +269,11 @@ export class Spread {
     const queue = this.worker.queue;
     let width;
     try {
-      await knowWidth(queue);
+      // Waited for a claim's time at most: node-redis has no timeout of its own, and the
+      // queue's own primary cut off must not hold up the loops of the others.
+      const read = knowWidth(queue).then(() => true);
+      read.catch(() => {});
+      if (!(await Promise.race([read, sleep(this.worker.block).then(() => false)]))) return;
       width = queue.knownWidth ?? 0;
     } catch (e) {
       if (!transient(e)) this.worker.report(e);

@@ -631,6 +631,43 @@ describe('a partitioned queue on a cluster', () => {
     await worker.close();
     assert.equal(worker.counts.acked, 2);
   });
+
+  test('the queue\'s own primary paused: the loops of the others claim on (its width, read after an idle claim, is not waited for)', async () => {
+    for (const n of cluster.nodes) await n.cmd('CONFIG', 'SET', 'cluster-require-full-coverage', 'no');
+    // A queue with a partition on another primary than its own slot's; the owners found before
+    // the pause (the map is read on the first node).
+    let name = '';
+    let home;
+    let away = -1;
+    for (let n = 0; away < 0; n++) {
+      name = `own-${n}`;
+      home = await cluster.owner(name);
+      const owners = await Promise.all([0, 1, 2, 3].map((i) => cluster.owner(partitionName(name, i, 4))));
+      away = owners.findIndex((o) => o !== home);
+    }
+    const other = await cluster.owner(partitionName(name, away, 4));
+    const q = new Queue(client, name);
+    await q.span(4);
+    let id = mint();
+    while (route(4, id) !== away) id = mint();
+    const worker = new Worker(new Queue(client, name), () => 'ok', { block: 100 });
+    const claims = async () => (await commandStats(other, 'EMQ.CLAIM')).calls;
+    try {
+      await other.cmd('CONFIG', 'RESETSTAT');
+      assert.ok(await until(async () => (await claims()) >= 3, 30_000), 'idle, the loops block and time out');
+      home.process.kill('SIGSTOP');
+      try {
+        await other.cmd('CONFIG', 'RESETSTAT');
+        assert.ok(await until(async () => (await claims()) >= 5, 30_000), 'the other primary\'s loop claims on');
+        await q.enqueue('x', { id });
+        assert.ok(await until(() => worker.counts.acked === 1, 30_000), 'its job acked while the queue\'s own primary is paused');
+      } finally {
+        home.process.kill('SIGCONT');
+      }
+    } finally {
+      await worker.close();
+    }
+  });
 });
 
 describe('a worker\'s start through a transient failure', () => {
