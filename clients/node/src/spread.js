@@ -79,6 +79,8 @@ export class Spread {
     this.regroups = 0;
     /** Whether the partitions' outboxes are swept (from the first claim that went through). */
     this.swept = false;
+    /** The width's read in flight after an idle claim, which every loop waits on. @type {Promise<boolean> | null} */
+    this.reading = null;
   }
 
   /** Claims until the worker closes or the queue's width changes; the width then. A regrouping
@@ -271,7 +273,13 @@ export class Spread {
     try {
       // Waited for a claim's time at most: node-redis has no timeout of its own, and the
       // queue's own primary cut off must not hold up the loops of the others.
-      const read = knowWidth(queue).then(() => true);
+      // One read in flight for every loop: a primary that does not answer gets no pile of them.
+      this.reading ??= knowWidth(queue)
+        .then(() => true)
+        .finally(() => {
+          this.reading = null;
+        });
+      const read = this.reading;
       read.catch(() => {});
       if (!(await Promise.race([read, sleep(this.worker.block).then(() => false)]))) return;
       width = queue.knownWidth ?? 0;

@@ -257,7 +257,7 @@ export class Worker extends EventEmitter {
   sweepOn(queues) {
     for (const queue of queues) {
       if (this.sweeps.has(queue.name)) continue;
-      const delivered = (/** @type {import('./outbox.js').Handover} */ entry) => void this.emit('delivered', entry);
+      const delivered = (/** @type {import('./outbox.js').Handover} */ entry) => this.tell('delivered', entry);
       const courier = { hook: this.hook, wait: this.wait, delivered, report: (/** @type {unknown} */ e) => this.report(e) };
       this.sweeps.set(queue.name, sweepLoop(queue, this.sweeper.signal, courier));
     }
@@ -404,7 +404,7 @@ export class Worker extends EventEmitter {
     this.hook?.emit('settle', job, sentNs, { answeredNs: nowNs(), action: 'fail', error: sent.error, replicated: sent.replicated });
     if (sent.error !== undefined) return this.settleRefused(job, sent.error);
     this.counts[retried ? 'retried' : 'failed']++;
-    this.emit('failed', job, error);
+    this.tell('failed', job, error);
   }
 
   settleRefused(job, e) {
@@ -456,7 +456,7 @@ export class Worker extends EventEmitter {
     state?.controller.abort(error);
     if (state && !state.finished) this.release([job]);
     this.hook?.emit(timedOut ? 'timed_out' : 'cancelled', job, nowNs(), { failure: error });
-    this.emit(timedOut ? 'timeout' : 'cancelled', job, error);
+    this.tell(timedOut ? 'timeout' : 'cancelled', job, error);
   }
 
   /** Frees the slots of settled (or abandoned) jobs. */
@@ -520,7 +520,10 @@ export class Worker extends EventEmitter {
     }
     const jobs = batch.map((item) => item.state.job);
     if (kept.length === 0) return this.release(jobs);
-    let next = this.closing ? 0 : Math.min(MAX_CLAIM, this.free() + kept.length);
+    // Of a partitioned queue, a primary's share of the free slots at most: an ack's claim sent
+    // to a primary that stops answering holds no slot the others' loops could fill.
+    const share = this.spread ? Math.floor(this.free() / this.spread.groups.length) : this.free();
+    let next = this.closing ? 0 : Math.min(MAX_CLAIM, Math.max(0, share) + kept.length);
     // A partition's claim takes its turn in its group's rotation, or none.
     if (next > 0 && this.spread && !this.spread.turn(queue.name)) next = 0;
     if (next > 0) args.push('CLAIM', String(next), 'LEASE', String(this.lease));
@@ -542,12 +545,13 @@ export class Worker extends EventEmitter {
     }
     const answeredNs = this.hook ? nowNs() : 0n;
     const [places, claimed] = next > 0 ? reply : [reply, []];
+    const completed = [];
     kept.forEach((item, i) => {
       const place = places[i];
       this.hook?.emit('settle', item.state.job, sentNs, { answeredNs, action: 'ack', error: isErrorReply(place) ? place : undefined, replicated });
       if (isErrorReply(place)) return this.settleRefused(item.state.job, translate(place));
       this.counts.acked++;
-      this.emit('completed', item.state.job, item.result);
+      completed.push(item);
     });
     for (const job of jobs) this.running.delete(job);
     if (isErrorReply(claimed)) {
@@ -558,6 +562,8 @@ export class Worker extends EventEmitter {
       for (const raw of claimed) this.start(raw, sentAt, sentNs, queue);
     }
     this.wake();
+    // Last: the claimed jobs run whatever the listeners do.
+    for (const item of completed) this.tell('completed', item.state.job, item.result);
   }
 
   // ---- leases ----
@@ -645,6 +651,20 @@ export class Worker extends EventEmitter {
     const deadline = Date.now() + timeout;
     while ((this.running.size > 0 || this.flushing.size > 0) && Date.now() < deadline) {
       await Promise.race([this.room(), sleep(Math.min(50, Math.max(0, deadline - Date.now())))]);
+    }
+  }
+
+  /** Emits `event` to its listeners: one that throws is reported, and costs no job its run or
+   * its slot. @param {string} event @param {unknown[]} args */
+  tell(event, ...args) {
+    try {
+      this.emit(event, ...args);
+    } catch (e) {
+      try {
+        this.report(e);
+      } catch (again) {
+        console.error(`echomq worker: a listener of '${event}' threw, and so did one of 'error':`, e, again);
+      }
     }
   }
 

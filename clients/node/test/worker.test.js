@@ -93,6 +93,26 @@ describe('Worker', () => {
     assert.equal(worker.counts.acked, 50);
   });
 
+  test('a listener that throws costs no job its run: every job acked once, each throw reported', async () => {
+    const q = new Queue(client, 'throwing-listener');
+    await q.enqueueMany(Array.from({ length: 40 }, () => ({ payload: 'x' })));
+    const worker = new Worker(q, async () => sleep(1), { concurrency: 4 });
+    const completed = [];
+    const reported = [];
+    worker.on('completed', (job) => {
+      completed.push(job.id);
+      throw new Error('a listener of completed');
+    });
+    worker.on('error', (e) => reported.push(e.message));
+    assert.ok(await until(() => completed.length === 40, 30_000), `${completed.length} of 40 completed`);
+    await worker.close();
+    assert.equal(new Set(completed).size, 40);
+    assert.equal(worker.counts.acked, 40);
+    assert.deepEqual(new Set(reported), new Set(['a listener of completed']));
+    assert.equal(reported.length, 40);
+    assert.equal((await q.stats()).active, 0, 'no job left leased');
+  });
+
   test('a payload that is not text reaches the handler byte for byte, by claim and by claim-next', async () => {
     const q = new Queue(client, 'binary');
     const all = Buffer.from(Array.from({ length: 256 }, (_, n) => n));
