@@ -9,8 +9,8 @@
 // parent's primary cannot then lose a count whose entry is gone.
 import { isErrorReply, translate } from './errors.js';
 import { nowNs } from './hook.js';
-import { moved, sendWaited } from './replicas.js';
-import { sleep, transient } from './retry.js';
+import { sendWaited } from './replicas.js';
+import { passing, sleep } from './retry.js';
 
 /** The longest wait between two sweeps, ms; a sweep that found entries and delivered them all is
  * followed at once (more may be waiting), any other after this wait (as Python's `pause`). */
@@ -31,13 +31,6 @@ const BYTES = { returnBuffers: true };
  *   removed only once that many of the parent's replicas confirmed it), each entry delivered,
  *   and an error no caller receives
  */
-
-/** Whether a sweep's failure is left to the next sweep unreported: a failover, a lost
- * connection, or a slot node-redis was sent back and forth for while the primaries' maps
- * disagree (`MOVED`). @param {unknown} error */
-function passing(error) {
-  return transient(error) || moved(error);
-}
 
 /**
  * Sweeps `queue`'s outbox until `signal` aborts: a sweep at least every `SWEEP_EVERY` ms, and

@@ -4,6 +4,7 @@
 // command without a key), so `WAIT` counts the replicas that confirmed that write.
 import { isCluster, routingKey } from './connection.js';
 import { queueSlot } from './slot.js';
+import { moved } from './retry.js';
 
 /**
  * The worker's `waitReplicas` and `waitTimeout` (ms) checked: the count and `WAIT`'s timeout
@@ -64,10 +65,6 @@ function slotNode(client, queue) {
   }
 }
 
-/** Whether `error` is a node's `MOVED` or `ASK`: the slot is (going) elsewhere. */
-export function moved(error) {
-  return error instanceof Error && /^(MOVED|ASK) /.test(error.message);
-}
 
 /** Has the cluster client read its map of the slots again: a keyed read through it, which its
  * own redirection handling follows to the slot's new owner. `EMQ.WIDTH`, which a worker's user

@@ -23,6 +23,18 @@ export function transient(error) {
   return error.constructor.name === 'ErrorReply' && TRANSIENT_CODES.some((c) => error.message.startsWith(c));
 }
 
+/** Whether `error` is a node's `MOVED` or `ASK`: the slot is (going) elsewhere. */
+export function moved(error) {
+  return error instanceof Error && /^(MOVED|ASK) /.test(error.message);
+}
+
+/** Whether a call failing with `error` is tried again later rather than reported: a moment's
+ * failure, or a slot on the move (a `MOVED` node-redis gave up following while two primaries'
+ * maps disagree, or an `ASK`). */
+export function passing(error) {
+  return transient(error) || moved(error);
+}
+
 /** Replies of a server out of memory or of disk: a claim waits them out (the server takes no
  * write until an operator makes room), where an enqueue reports them to its caller. */
 export const FULL_CODES = ['OOM', 'MISCONF'];

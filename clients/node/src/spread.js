@@ -11,8 +11,8 @@
 import { isCluster, send } from './connection.js';
 import { translate } from './errors.js';
 import { nowNs } from './hook.js';
-import { moved, remap } from './replicas.js';
-import { backoff, serverFull, sleep, transient } from './retry.js';
+import { remap } from './replicas.js';
+import { backoff, moved, serverFull, sleep, transient } from './retry.js';
 import { queueSlot } from './slot.js';
 import { knowWidth } from './span.js';
 

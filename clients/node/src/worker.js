@@ -17,8 +17,8 @@ import { headerMap } from './headers.js';
 import { Hook, defaultName, nowNs } from './hook.js';
 import { Job, Retry } from './job.js';
 import { sweepLoop } from './outbox.js';
-import { moved, sendWaited, waitSettings } from './replicas.js';
-import { backoff, serverFull, sleep, transient } from './retry.js';
+import { sendWaited, waitSettings } from './replicas.js';
+import { backoff, passing, serverFull, sleep } from './retry.js';
 import { isPartition, knowWidth } from './span.js';
 import { Spread } from './spread.js';
 
@@ -52,14 +52,6 @@ export function checkVersion(answer) {
   if (!match || Number(match[1]) !== PROTOCOL_MAJOR) {
     throw new EmqVersionError(`the server speaks ${answer}; this client speaks echomq:${PROTOCOL_MAJOR}.x`);
   }
-}
-
-/** Whether a claim or a start-up read failing with `error` is asked again, after a backoff:
- * a failover, a reshard, a lost connection, a server out of memory or disk, or a slot whose
- * owners send node-redis on past its redirections (`MOVED`: their maps disagree while a
- * failover or a migration settles). @param {unknown} error */
-function passing(error) {
-  return transient(error) || serverFull(error) || moved(error);
 }
 
 /** @typedef {import('./queue.js').Queue} Queue */
@@ -203,7 +195,7 @@ export class Worker extends EventEmitter {
       try {
         return await call();
       } catch (e) {
-        if (!passing(e)) throw e;
+        if (!passing(e) && !serverFull(e)) throw e;
         await sleep(backoff(failures), this.closingSignal());
       }
     }
@@ -242,7 +234,7 @@ export class Worker extends EventEmitter {
           return error.width;
         }
         // A failover, or a server out of memory or disk: not the worker's end.
-        if (!passing(e)) throw error;
+        if (!passing(e) && !serverFull(e)) throw error;
         await sleep(backoff(failures++), this.closingSignal());
         continue;
       }
@@ -292,7 +284,7 @@ export class Worker extends EventEmitter {
       } catch (e) {
         failure = { error: e, replicated: false };
       }
-      if (!(transient(failure.error) || moved(failure.error)) || attempt >= queue.retries) {
+      if (!passing(failure.error) || attempt >= queue.retries) {
         return { error: translate(failure.error), replicated: failure.replicated };
       }
       await sleep(backoff(attempt));
@@ -482,7 +474,8 @@ export class Worker extends EventEmitter {
         try {
           await this.settle(queue, batch);
         } catch (e) {
-          // A listener of 'completed' that threw, say: the batch's slots are freed all the same.
+          // A failure none foresees (the listeners are told through tell()): the batch's slots
+          // are freed, and the queue's next acknowledgements are still sent.
           this.release(batch.map((item) => item.state.job));
           this.report(e);
         }

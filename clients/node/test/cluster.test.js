@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Queue, Worker, queueSlot } from '../src/index.js';
 import { Cluster } from './support/cluster.js';
+import { rejectedCalls } from './support/partitioned.js';
 import { until } from './support/server.js';
 
 /** @type {Cluster} */
@@ -160,12 +161,9 @@ test('a worker whose slot two primaries each send to the other (MOVED past node-
   // Only `home` is told: it sends the slot's commands to `away`, which sends them back.
   const bounce = () => home.cmd('CLUSTER', 'SETSLOT', slot, 'NODE', awayId);
   const settle = () => home.cmd('CLUSTER', 'SETSLOT', slot, 'NODE', homeId);
-  /** How many `command`s `home` redirected since its stats were reset (node-redis follows each
-   * call's redirections 8 times). @param {string} command */
-  const redirected = async (command) => {
-    const line = String(await home.cmd('INFO', 'commandstats')).split('\n').find((l) => l.startsWith(`cmdstat_${command}:`));
-    return Number(/rejected_calls=(\d+)/.exec(line ?? '')?.[1] ?? 0);
-  };
+  // How many `command`s `home` redirected since its stats were reset (node-redis follows each
+  // call's redirections 8 times).
+  const redirected = (/** @type {string} */ command) => rejectedCalls(home, command);
   const queue = new Queue(client, name);
   const errors = [];
   await home.cmd('CONFIG', 'RESETSTAT');

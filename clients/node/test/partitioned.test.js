@@ -13,7 +13,7 @@ import { readWidth } from '../src/span.js';
 import { Spread } from '../src/spread.js';
 import { Cluster } from './support/cluster.js';
 import { Server, freePort, until } from './support/server.js';
-import { commandStats, drain, idsIn } from './support/partitioned.js';
+import { commandStats, drain, idsIn, rejectedCalls } from './support/partitioned.js';
 
 /**
  * `total` jobs through a Queue that does not know the width yet: a quarter one by one in five
@@ -58,11 +58,12 @@ async function marks(queue) {
   return readWidth(await queue.send(['EMQ.WIDTH', queue.name], true));
 }
 
-/** How often `server` refused `command` before running it (`rejected_calls`: `MASTERDOWN`,
- * `CLUSTERDOWN`) since its last `CONFIG RESETSTAT`. */
-async function rejectedCalls(server, command) {
-  const line = String(await server.cmd('INFO', 'commandstats')).split('\n').find((l) => l.startsWith(`cmdstat_${command.toLowerCase()}:`));
-  return Number(/rejected_calls=(\d+)/.exec(line ?? '')?.[1] ?? 0);
+/** A fresh id that routes to partition `p` of `width`. @param {number} width @param {number} p */
+function idIn(width, p) {
+  for (;;) {
+    const id = mint();
+    if (route(width, id) === p) return id;
+  }
 }
 
 /** The server's `blocked_clients`. */
@@ -601,13 +602,7 @@ describe('a partitioned queue on a cluster', () => {
     }
     const q = new Queue(client, name);
     await q.span(4);
-    const idIn = (/** @type {number} */ p) => {
-      for (;;) {
-        const id = mint();
-        if (route(4, id) === p) return id;
-      }
-    };
-    const [paused, elsewhere] = [idIn(at), idIn(away)];
+    const [paused, elsewhere] = [idIn(4, at), idIn(4, away)];
     await q.enqueue('x', { id: paused });
     /** @type {(value: string) => void} */
     let finish = () => {};
@@ -648,8 +643,7 @@ describe('a partitioned queue on a cluster', () => {
     const other = await cluster.owner(partitionName(name, away, 4));
     const q = new Queue(client, name);
     await q.span(4);
-    let id = mint();
-    while (route(4, id) !== away) id = mint();
+    const id = idIn(4, away);
     const worker = new Worker(new Queue(client, name), () => 'ok', { block: 100 });
     const claims = async () => (await commandStats(other, 'EMQ.CLAIM')).calls;
     try {

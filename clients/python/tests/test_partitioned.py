@@ -23,7 +23,6 @@ import echomq
 from echomq import routing, spans
 from echomq.commands import pairs
 from echomq.aio import AsyncQueue, AsyncWorker
-from echomq.ids import mint
 from echomq.partitions import name, route
 from echomq.rounds import Claim, Ends, Rotation
 from echomq.slots import slot
@@ -699,7 +698,7 @@ def test_a_paused_primary_holds_up_no_other_primary_s_settles(cluster: Cluster) 
     echomq.Queue(client, queue).span(4)
 
     def id_in(partition: int) -> str:
-        return next(i for i in iter(mint, "") if route(4, i) == partition)
+        return next(i for i in iter(echomq.mint, "") if route(4, i) == partition)
 
     paused, elsewhere = id_in(at[0]), id_in(away[0])
     q = echomq.Queue(client, queue)

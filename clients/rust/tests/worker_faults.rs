@@ -295,7 +295,7 @@ async fn a_paused_primary_holds_up_no_other_primary_s_settles() {
     .on_event(move |e: &WorkerEvent| h.lock().expect("lock").push(e.clone()));
     let token = worker.shutdown_token();
     let run = tokio::spawn(worker.run());
-    let seen = |kind: EventKind, id: &str| !events_of(&recorded, id).iter().all(|e| e.kind != kind);
+    let seen = |kind: EventKind, id: &str| events_of(&recorded, id).iter().any(|e| e.kind == kind);
     assert!(wait_until(Duration::from_secs(30), || seen(
         EventKind::HandlerStart,
         &paused

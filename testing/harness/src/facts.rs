@@ -127,10 +127,14 @@ pub fn config_set(con: &mut Connection, name: &str, value: &str) {
 /// One field of `INFO <section>`.
 pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<String> {
     let info: String = redis::cmd("INFO").arg(section).query(con).ok()?;
-    info.lines().find_map(|l| {
-        l.strip_prefix(&format!("{field}:"))
-            .map(|v| v.trim().to_string())
-    })
+    field_of(&info, field).map(str::to_string)
+}
+
+/// One field's value in an `INFO` answer.
+fn field_of<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
 }
 
 /// One numeric field of `INFO <section>`; panics if it is missing or not a number.
@@ -139,9 +143,8 @@ pub fn info_int(con: &mut Connection, section: &str, field: &str) -> i64 {
         .arg(section)
         .query(con)
         .unwrap_or_else(|e| panic!("INFO {section}: {e}"));
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .and_then(|v| v.trim().parse().ok())
+    field_of(&info, field)
+        .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("INFO {section} has no number {field}"))
 }
 

@@ -57,3 +57,10 @@ async function commandStats(server, command) {
   const field = (name) => Number(new RegExp(`${name}=(\\d+)`).exec(line ?? '')?.[1] ?? 0);
   return { calls: field('calls'), failed: field('failed_calls') };
 }
+
+export /** How often `server` refused `command` before running it (`rejected_calls`: `MASTERDOWN`,
+ * `CLUSTERDOWN`, a redirection) since its last `CONFIG RESETSTAT`. */
+async function rejectedCalls(server, command) {
+  const line = String(await server.cmd('INFO', 'commandstats')).split('\n').find((l) => l.startsWith(`cmdstat_${command.toLowerCase()}:`));
+  return Number(/rejected_calls=(\d+)/.exec(line ?? '')?.[1] ?? 0);
+}
