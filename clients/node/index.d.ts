@@ -370,6 +370,10 @@ export interface QueueOptions {
   retries?: number;
   /** Called with a fresh carrier at each enqueue (once per `enqueueMany`). */
   inject?: Inject;
+  /** Replicas each enqueue waits for (`WAIT`, 0: none); fewer: `EmqNotReplicatedError`. */
+  waitReplicas?: number;
+  /** `WAIT`'s timeout, ms (1,000). */
+  waitTimeout?: number;
 }
 
 export declare class Queue {
@@ -378,6 +382,8 @@ export declare class Queue {
   readonly name: string;
   retries: number;
   readonly inject: Inject | undefined;
+  /** `waitReplicas` and `waitTimeout` (ms) checked; null without a wait. */
+  readonly wait: { replicas: number; timeout: number } | null;
   /** The partitions its jobs route over as far as this Queue knows: 0 for an ordinary queue or
    * a partition, undefined until learned (an enqueue or a `cron` learns it from the server's
    * `EMQSPANNED`; the calls on one job or on every partition ask `EMQ.WIDTH` once; `uncron`,
@@ -410,6 +416,9 @@ export declare class Queue {
   call(command: string, ...args: Array<string | number | Uint8Array>): Promise<any>;
   /** A whole command (queue included), routed by the queue. */
   send(args: Array<string | Uint8Array>, readonly?: boolean): Promise<any>;
+  /** `call` for a write: with `waitReplicas`, followed by `WAIT` on the queue's node; the reply
+   * and how many replicas confirmed it (null without a wait). */
+  write(command: string, ...args: Array<string | number | Uint8Array>): Promise<{ value: any; confirmed: number | null }>;
   /** Enqueues one job; its id. A partitioned queue's goes to the partition its group, or else its
    * id, routes to (the width learned from the first `EMQSPANNED`). */
   enqueue(payload: Payload, options?: EnqueueOptions): Promise<string>;
@@ -573,7 +582,7 @@ export interface WorkerOptions {
   renewEvery?: number;
   /** How long close() waits for running handlers, ms (30,000). */
   shutdownTimeout?: number;
-  /** The wait before a failed job's retry (`RETRY-IN`): default 1 s doubling, capped at 1 h. */
+  /** The wait before a failed job's retry (`RETRY-IN`); without it, the server's backoff. */
   backoff?: Backoff;
   /** Close gracefully on SIGTERM and SIGINT (false). */
   handleSignals?: boolean;
@@ -722,4 +731,15 @@ export declare class EmqSpannedError extends EmqError {
 /** `EMQSPAN`: a span of a queue that holds jobs or has another width or place, or an unspan of
  * a partition that holds jobs. */
 export declare class EmqSpanError extends EmqError {}
+/** A write the primary took that fewer replicas confirmed than the queue's `waitReplicas`
+ * (`WAIT` reported `replicas`): it may be lost in a failover. Not a server refusal (`code` ''). */
+export declare class EmqNotReplicatedError extends EmqError {
+  /** The jobs of the unconfirmed writes. */
+  readonly ids: string[];
+  /** The fewest replicas a write of them was confirmed by. */
+  readonly replicas: number;
+  readonly wanted: number;
+  /** Every job the call enqueued (each taken by the primary), in order. */
+  readonly enqueued: string[];
+}
 export declare class EmqVersionError extends Error {}

@@ -1,9 +1,7 @@
 // How long a failed job waits before its next attempt (`EMQ.FAIL ... RETRY-IN`), as BullMQ's
 // `backoff` option spells it: a number of ms, `{type: 'fixed' | 'exponential', delay}`, or a
-// function of the attempt that failed (1 for the first) and its error.
-
-/** The default: 1 s doubling per attempt, capped at an hour (the server's own default). */
-export const DEFAULT_BACKOFF = { type: 'exponential', delay: 1000 };
+// function of the attempt that failed (1 for the first) and its error. A worker without one
+// sends no `RETRY-IN`: the server's backoff applies, as for the other clients' workers.
 /** The longest wait any backoff gives (the server's `emq.backoff-max-ms` default). */
 export const MAX_BACKOFF = 3_600_000;
 

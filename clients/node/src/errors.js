@@ -61,6 +61,28 @@ export class EmqSpannedError extends EmqError {
  * `EMQ.UNSPAN` of a partition that holds jobs. */
 export class EmqSpanError extends EmqError {}
 
+/** A write the primary took that fewer replicas confirmed than the queue's `waitReplicas` asks
+ * (`WAIT` reported `replicas`): it may be lost in a failover. `ids`: the jobs of the
+ * unconfirmed writes; `enqueued`: every job the call enqueued (each taken by the primary), in
+ * order. Not a server refusal: its `code` is empty. */
+export class EmqNotReplicatedError extends EmqError {
+  /**
+   * @param {string[]} ids
+   * @param {number} replicas
+   * @param {number} wanted
+   * @param {string[]} [enqueued]
+   */
+  constructor(ids, replicas, wanted, enqueued = ids) {
+    const some = ids.slice(0, 3).join(', ') + (ids.length > 3 ? ', ...' : '');
+    super(`${ids.length} job(s) taken by the primary but confirmed by ${replicas} of the ${wanted} replicas asked: they may be lost in a failover (${some})`);
+    this.code = '';
+    this.ids = ids;
+    this.replicas = replicas;
+    this.wanted = wanted;
+    this.enqueued = enqueued;
+  }
+}
+
 /** The server speaks another major version of the protocol than this client (no reply code). */
 export class EmqVersionError extends Error {
   /** @param {string} message */

@@ -28,6 +28,7 @@ export {
   EmqParentError,
   EmqSpannedError,
   EmqSpanError,
+  EmqNotReplicatedError,
   EmqVersionError,
   translate,
 } from './errors.js';

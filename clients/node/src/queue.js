@@ -5,7 +5,7 @@
 import { cancelFlow } from './cancel.js';
 import { encode, ms, pairs } from './codec.js';
 import { send } from './connection.js';
-import { EmqParentError, translate } from './errors.js';
+import { EmqNotReplicatedError, EmqParentError, translate } from './errors.js';
 import { readEvents } from './events.js';
 import { adopt, familyArgs } from './family.js';
 import { carried, headerArgs, headerMap } from './headers.js';
@@ -13,7 +13,8 @@ import { batch, chain, flow } from './flow.js';
 import { mint } from './ids.js';
 import { parseMetrics, sumMetrics } from './metrics.js';
 import { partitionName, route } from './partition.js';
-import { backoff, sleep, transient } from './retry.js';
+import { sendWaited, waitSettings } from './replicas.js';
+import { backoff, passing, sleep, transient } from './retry.js';
 import { enqueueRows, knowWidth, readWidth, routed, span, splitLimits, sumStats, unspan } from './span.js';
 import { walk } from './walk.js';
 
@@ -47,16 +48,21 @@ export class Queue {
   /**
    * @param {any} client a connected node-redis client (`createClient`) or cluster (`createCluster`)
    * @param {string} name the queue
-   * @param {{retries?: number, inject?: (carrier: Record<string, string>) => void}} [options]
+   * @param {{retries?: number, inject?: (carrier: Record<string, string>) => void,
+   *   waitReplicas?: number, waitTimeout?: number}} [options]
    *   `retries`: how often a transient failure is tried again (8); `inject`: called with a
    *   fresh carrier at each enqueue, to write the trace context into the jobs' headers
-   *   (`(c) => propagation.inject(context.active(), c)` with @opentelemetry/api)
+   *   (`(c) => propagation.inject(context.active(), c)` with @opentelemetry/api);
+   *   `waitReplicas` n > 0: each enqueue is followed by `WAIT n` (`waitTimeout` ms, 1,000) on
+   *   the node that took it, and one fewer replicas confirmed is `EmqNotReplicatedError`
    */
   constructor(client, name, options = {}) {
     this.client = client;
     this.name = name;
     this.retries = options.retries ?? 8;
     this.inject = options.inject;
+    const wait = waitSettings(options.waitReplicas, options.waitTimeout);
+    this.wait = wait.replicas > 0 ? wait : null;
     /** The partitions its jobs route over as far as this Queue knows: 0 for an ordinary queue
      * (or a partition, which takes its jobs itself), undefined until learned. An enqueue
      * treats unknown as 0 and learns the width from the server's refusal (`EMQSPANNED`), as a
@@ -73,10 +79,34 @@ export class Queue {
     if (name === this.name) return this;
     let queue = this.#siblings.get(name);
     if (queue === undefined) {
-      queue = new Queue(this.client, name, { retries: this.retries, inject: this.inject });
+      queue = new Queue(this.client, name, this.#options());
       this.#siblings.set(name, queue);
     }
     return queue;
+  }
+
+  /** The options a sibling or a partition is made with: this Queue's. */
+  #options() {
+    const wait = this.wait ?? { replicas: 0, timeout: undefined };
+    return { retries: this.retries, inject: this.inject, waitReplicas: wait.replicas, waitTimeout: wait.timeout };
+  }
+
+  /** `call` for a write: with `waitReplicas`, the command and `WAIT` sent together on the
+   * queue's node, retried alike. The reply, and how many replicas confirmed the write (null
+   * without a wait). */
+  async write(command, ...args) {
+    const wait = this.wait;
+    if (wait === null) return { value: await this.call(command, ...args), confirmed: null };
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const { replies, confirmed } = await sendWaited(this.client, this.name, [[command, this.name, ...args.map(arg)]], wait);
+        if (replies[0].error !== undefined) throw replies[0].error;
+        return { value: replies[0].value, confirmed };
+      } catch (e) {
+        if (!passing(e) || attempt >= this.retries) throw translate(e);
+        await sleep(backoff(attempt));
+      }
+    }
   }
 
   /** `command <queue> ...args`, retried while the failure is transient; a refusal typed. */
@@ -119,7 +149,7 @@ export class Queue {
       for (let i = 0; i < width; i++) {
         const name = partitionName(this.name, i, width);
         if (name === null) throw new RangeError(`queue ${this.name} has no partition ${i} of ${width}`);
-        const part = new Queue(this.client, name, { retries: this.retries, inject: this.inject });
+        const part = new Queue(this.client, name, this.#options());
         part.knownWidth = 0;
         queues.push(part);
       }
@@ -242,12 +272,16 @@ export class Queue {
           async (target) => {
             queue = target.name;
             if (parents.length > 0) await adopt(target, id, parents);
-            return target.call('EMQ.ENQUEUE', ...all);
+            return target.write('EMQ.ENQUEUE', ...all);
           },
           parents.length > 0,
         );
         // 1 (written) or 0 (this id was enqueued already) is the job's own id; a string, the holder's.
-        return { id: typeof reply === 'string' ? reply : id, queue };
+        const out = typeof reply.value === 'string' ? reply.value : id;
+        if (this.wait !== null && reply.confirmed !== null && reply.confirmed < this.wait.replicas) {
+          throw new EmqNotReplicatedError([out], reply.confirmed, this.wait.replicas);
+        }
+        return { id: out, queue };
       } catch (e) {
         if (!(e instanceof EmqParentError)) throw e;
         // A retried child whose parent has moved on (finished, or all its children counted):
@@ -307,7 +341,8 @@ export class Queue {
         yield { id, args, at: ids.push(id) };
       }
     })();
-    await enqueueRows(this, rows, chunk);
+    const short = await enqueueRows(this, rows, chunk);
+    if (short !== null) throw new EmqNotReplicatedError(short.ids, short.fewest, short.wanted, ids);
     return ids;
   }
 

@@ -170,14 +170,19 @@ export async function unspan(queue) {
  * route to by the width `queue` knows; a refusal that names another width (`EMQSPANNED`) is
  * learned, and the jobs of that call and those not sent yet are routed again (at most
  * `MAX_REROUTES` times a call; a refusal stands as `routed` has it). A batch that was taken
- * stays where it went: its ids went there.
+ * stays where it went: its ids went there. With the queue's `waitReplicas`, each call waits:
+ * the jobs of the calls fewer replicas confirmed, the fewest confirmations and the count asked
+ * (null when every call was confirmed, or none waited).
  * @param {Queue} queue
  * @param {Iterable<Row>} rows
  * @param {number} chunk
+ * @returns {Promise<{ids: string[], fewest: number, wanted: number} | null>}
  */
 export async function enqueueRows(queue, rows, chunk) {
   /** @type {Map<Queue, Row[]>} */
   const waiting = new Map();
+  /** @type {{ids: string[], fewest: number, wanted: number} | null} */
+  let short = null;
   let reroutes = 0;
   /** @param {Row} row */
   const add = async (row) => {
@@ -191,7 +196,13 @@ export async function enqueueRows(queue, rows, chunk) {
     const batch = /** @type {Row[]} */ (waiting.get(target));
     waiting.delete(target);
     try {
-      await target.call('EMQ.MENQUEUE', ...batch.flatMap((row) => row.args));
+      const { confirmed } = await target.write('EMQ.MENQUEUE', ...batch.flatMap((row) => row.args));
+      const wanted = target.wait?.replicas ?? 0;
+      if (confirmed !== null && confirmed < wanted) {
+        short ??= { ids: [], fewest: confirmed, wanted };
+        short.ids.push(...batch.map((row) => row.id));
+        short.fewest = Math.min(short.fewest, confirmed);
+      }
     } catch (e) {
       if (!(e instanceof EmqSpannedError) || ++reroutes > MAX_REROUTES || isPartition(queue.name, e.width)) throw e;
       queue.knownWidth = e.width;
@@ -205,6 +216,7 @@ export async function enqueueRows(queue, rows, chunk) {
   };
   for (const row of rows) await add(row);
   while (waiting.size > 0) await send(/** @type {Queue} */ (waiting.keys().next().value));
+  return short;
 }
 
 /**

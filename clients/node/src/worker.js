@@ -9,7 +9,7 @@
 // (replicas.js). A partitioned queue's partitions are claimed by one loop a primary
 // (spread.js), and each job is settled, renewed and swept on the partition it came from.
 import { EventEmitter, setMaxListeners } from 'node:events';
-import { DEFAULT_BACKOFF, retryIn } from './backoff.js';
+import { retryIn } from './backoff.js';
 import { encode } from './codec.js';
 import { isCluster, routingKey } from './connection.js';
 import { EmqCancelledError, EmqLeaseError, EmqSpannedError, EmqTimeoutError, EmqVersionError, isErrorReply, translate } from './errors.js';
@@ -78,7 +78,8 @@ export class Worker extends EventEmitter {
     /** The time between two rounds of renewals, ms. */
     this.renewMs = Math.max(1, Math.round(this.lease * this.renewEvery));
     this.shutdownTimeout = Math.max(0, options.shutdownTimeout ?? 30_000);
-    this.backoff = options.backoff ?? DEFAULT_BACKOFF;
+    /** The worker's own wait before a failed job's retry; null: the server's backoff. */
+    this.backoff = options.backoff ?? null;
     /** Names the worker in its events. */
     this.name = options.name ?? defaultName();
     /** `onEvent`'s caller; null without one, so the jobs' way pays nothing for it. */
@@ -86,7 +87,8 @@ export class Worker extends EventEmitter {
     /** Runs each attempt's handler (`run`) inside the caller's own scope: a span of the trace the
      * job's headers carry, say. None: the handler runs as it is. */
     this.around = options.around ?? null;
-    const wait = waitSettings(options.waitReplicas, options.waitTimeout);
+    // The queue's own wait, unless the worker names one.
+    const wait = waitSettings(options.waitReplicas ?? queue.wait?.replicas, options.waitTimeout ?? queue.wait?.timeout);
     /** `WAIT`'s replicas and timeout (ms) after each settle and hand-over; null for none. */
     this.wait = wait.replicas > 0 ? wait : null;
     /** What happened, for logs and tests. */
@@ -389,9 +391,11 @@ export class Worker extends EventEmitter {
   /** @param {RunState} state @param {unknown} error */
   async fail({ job, queue }, error) {
     const retried = error instanceof Retry;
-    const wait = retried ? Math.max(0, Math.round(error.after)) : retryIn(this.backoff, job.attempt, error);
+    let wait = retried ? Math.max(0, Math.round(error.after)) : null;
+    if (wait === null && this.backoff !== null) wait = retryIn(this.backoff, job.attempt, error);
     const sentNs = this.hook ? nowNs() : 0n;
-    const args = ['EMQ.FAIL', queue.name, job.id, String(job.attempt), 'ERROR', retried ? error.message : errorText(error), 'RETRY-IN', String(wait)];
+    const args = ['EMQ.FAIL', queue.name, job.id, String(job.attempt), 'ERROR', retried ? error.message : errorText(error)];
+    if (wait !== null) args.push('RETRY-IN', String(wait));
     const sent = await this.settleCall(queue, args);
     this.hook?.emit('settle', job, sentNs, { answeredNs: nowNs(), action: 'fail', error: sent.error, replicated: sent.replicated });
     if (sent.error !== undefined) return this.settleRefused(job, sent.error);

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { createClient } from 'redis';
-import { Queue, Worker } from '../src/index.js';
+import { EmqNotReplicatedError, Queue, Worker } from '../src/index.js';
 import { sendWaited } from '../src/replicas.js';
 import { Server, until } from './support/server.js';
 
@@ -105,6 +105,40 @@ test('with the replica asked for absent: the hand-over is not delivered, its ent
   // entries wait for replicas that are not there.
   const row = await new Queue(client, 'parents').job(pid);
   assert.deepEqual([row.finished, row.state], [2, 'pending']);
+});
+
+test("a Queue's waitReplicas: enqueues the replica confirmed answer their ids", async () => {
+  const client = await primary.connect();
+  const queue = new Queue(client, 'produced', { waitReplicas: 1, waitTimeout: 10_000 });
+  const one = await queue.enqueue('one');
+  const many = await queue.enqueueMany(['a', 'b', 'c'].map((payload) => ({ payload })), { chunk: 2 });
+  // Confirmed means there already: the replica holds every row with no wait of ours.
+  for (const id of [one, ...many]) assert.equal(await replica.cmd('HGET', `emq:{produced}:job:${id}`, 'state'), 'pending', id);
+  // A worker on it waits as its queue does, unless told otherwise.
+  assert.deepEqual(new Worker(queue, () => undefined, { autorun: false }).wait, { replicas: 1, timeout: 10_000 });
+  assert.equal(new Worker(queue, () => undefined, { autorun: false, waitReplicas: 0 }).wait, null);
+});
+
+test("a Queue's waitReplicas with no replica: EmqNotReplicatedError, the jobs written all the same", async () => {
+  const client = await lone.connect();
+  const queue = new Queue(client, 'unconfirmed', { waitReplicas: 1, waitTimeout: 50 });
+  const one = await queue.enqueue('one').then(
+    () => assert.fail('an unconfirmed enqueue answered'),
+    (/** @type {any} */ e) => {
+      assert.ok(e instanceof EmqNotReplicatedError, String(e));
+      assert.deepEqual([e.code, e.replicas, e.wanted, e.ids.length], ['', 0, 1, 1]);
+      return e.ids[0];
+    },
+  );
+  assert.equal((await queue.job(one))?.state, 'pending', 'taken by the primary');
+  const payloads = ['x', 'y', 'z'];
+  const e = await queue.enqueueMany(payloads.map((payload) => ({ payload })), { chunk: 2 }).catch((/** @type {unknown} */ e) => e);
+  assert.ok(e instanceof EmqNotReplicatedError, String(e));
+  assert.equal(e.ids.length, 3, 'both chunks unconfirmed');
+  assert.deepEqual(e.enqueued, e.ids, 'every job enqueued, in order');
+  assert.deepEqual(await Promise.all(e.enqueued.map(async (id) => (await queue.job(id))?.payload)), payloads);
+  // A sibling (a flow's other queue) waits alike.
+  await assert.rejects(queue.sibling('other').enqueue('two'), EmqNotReplicatedError);
 });
 
 test('a WAIT pending on a lone primary holds up no other command of the client', async () => {

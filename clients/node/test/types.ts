@@ -6,6 +6,7 @@ import {
   EmqTimeoutError,
   EmqError,
   EmqLeaseError,
+  EmqNotReplicatedError,
   EmqParentError,
   EmqSpanError,
   EmqSpannedError,
@@ -176,6 +177,21 @@ export async function partitioned(): Promise<void> {
     if (e instanceof EmqSpannedError) console.log(e.width);
   }
   void [changed, width, known, id, perPartition, shares, parts, home, found, name, slots, hash];
+}
+
+export async function waited(): Promise<void> {
+  const client = createClient();
+  await client.connect();
+  const q = new Queue(client, 'emails', { waitReplicas: 1, waitTimeout: 500 });
+  try {
+    const ids: string[] = await q.enqueueMany([{ payload: 'a' }]);
+    void ids;
+  } catch (e) {
+    if (e instanceof EmqNotReplicatedError) console.log(e.ids, e.replicas, e.wanted, e.enqueued);
+  }
+  const { value, confirmed } = await q.write('EMQ.PAUSE');
+  const wait: { replicas: number; timeout: number } | null = q.wait;
+  void [value, confirmed, wait];
 }
 
 export async function worker(): Promise<void> {

@@ -159,6 +159,30 @@ describe('Worker', () => {
     }
   });
 
+  test("a worker without a backoff leaves the retry's wait to the server's, one with one sends its own", async () => {
+    await server.cmd('CONFIG', 'SET', 'emq.backoff-base-ms', '3600000');
+    try {
+      for (const [name, options, least, most] of [
+        ['server-backoff', {}, 3_000_000, Infinity],
+        ['own-backoff', { backoff: 60_000 }, 0, 600_000],
+      ]) {
+        const q = new Queue(client, name);
+        const id = await q.enqueue('boom');
+        const sent = Date.now();
+        const worker = new Worker(q, () => {
+          throw new Error('no');
+        }, options);
+        assert.ok(await until(async () => (await q.stats()).scheduled === 1), name);
+        await worker.close();
+        const row = await q.job(id);
+        const wait = Number(row.due) - sent;
+        assert.ok(wait > least && wait < most, `${name}: due ${wait} ms after the enqueue`);
+      }
+    } finally {
+      await server.cmd('CONFIG', 'SET', 'emq.backoff-base-ms', '1000');
+    }
+  });
+
   test('Retry fails the attempt for a retry after its own delay', async () => {
     const q = new Queue(client, 'retry');
     const id = await q.enqueue('later');

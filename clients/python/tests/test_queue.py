@@ -40,7 +40,7 @@ def test_batches_options_and_operations(server: Server) -> None:
     claimed = server.cmd("EMQ.CLAIM", "ops")
     assert claimed[0][0].decode() == urgent, "the lower priority first"
     assert q.pause() and not q.pause() and q.resume()
-    assert q.purge("pending", count=500) == 500
+    assert q.purge("pending", count=500) == 2500, "every pending job, 500 a call"
     limits = q.limit(concurrency=3, rate=10, per=1.5)
     assert (limits["concurrency"], limits["rate"], limits["rate-per"]) == (3, 10, 1500)
     assert q.limit(off=True)["concurrency"] is None

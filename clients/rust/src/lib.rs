@@ -18,6 +18,7 @@
 pub mod cancel;
 pub mod children;
 mod claims;
+pub mod clean;
 pub mod cron;
 mod deliver;
 pub mod enqueue;

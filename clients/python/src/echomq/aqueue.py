@@ -289,7 +289,16 @@ class AsyncQueue(Settings):
         return sum(map(cmd.count, await self._each(lambda q: cmd.requeue_dead(q, count))))
 
     async def purge(self, set_name: str, count: Optional[int] = None) -> int:
-        return sum(map(cmd.count, await self._each(lambda q: cmd.purge(q, set_name, count))))
+        """``Queue.purge``, awaited."""
+        step = count if count is not None else cmd.PURGE_COUNT
+        total = 0
+        for _ in range(cmd.purge_rounds((await self.stats()).get(set_name), step)):
+            replies = await self._each(lambda q: cmd.purge(q, set_name, step))
+            deleted = [cmd.count(r) for r in replies]
+            total += sum(deleted)
+            if all(n < step for n in deleted):
+                break
+        return total
 
     async def pause(self) -> bool:
         return any(map(cmd.flag, await self._each(cmd.pause)))

@@ -23,6 +23,8 @@ from .slots import slot
 PROTOCOL_MAJOR = 2
 #: Jobs one ``EMQ.MENQUEUE`` carries (the server takes up to 10,000).
 CHUNK = 1000
+#: Jobs one ``EMQ.PURGE`` deletes unless told otherwise (the server's default).
+PURGE_COUNT = 1000
 #: The two outcomes of a job's attempt (``settle``).
 ACK, FAIL = "EMQ.ACK", "EMQ.FAIL"
 #: Entries an ``EMQ.OUTBOX`` or an ``EMQ.CHILDREN`` page asks for.
@@ -206,6 +208,12 @@ def requeue_dead(queue: str, count: Optional[int]) -> List[Any]:
 
 def purge(queue: str, set_name: str, count: Optional[int]) -> List[Any]:
     return ["EMQ.PURGE", queue, set_name, *(["COUNT", count] if count is not None else [])]
+
+
+def purge_rounds(size: Optional[int], step: int) -> int:
+    """The most ``EMQ.PURGE`` calls of `step` jobs a purge makes of a set that held `size` when
+    it began: enough for those, and one more, so jobs that keep coming cannot hold it."""
+    return -(-max(size or 0, 0) // max(step, 1)) + 1
 
 
 def pause(queue: str) -> List[Any]:

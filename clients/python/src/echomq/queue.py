@@ -464,8 +464,19 @@ class Queue(Settings):
         return sum(map(cmd.count, self._each(lambda q: cmd.requeue_dead(q, count))))
 
     def purge(self, set_name: str, count: Optional[int] = None) -> int:
-        """Removes up to ``count`` jobs of the set (of each partition); how many."""
-        return sum(map(cmd.count, self._each(lambda q: cmd.purge(q, set_name, count))))
+        """Deletes the jobs of the set (``pending``, ``scheduled``, ``dead`` or ``waiting``;
+        ``active`` is refused, ``EmqSetError``): ``EMQ.PURGE ... COUNT`` of ``count`` (1,000)
+        jobs, of each partition of a partitioned queue, until no call deletes that many, or as
+        many rounds as the set's size at the start takes (so jobs that keep coming cannot hold
+        it in the loop); how many in all."""
+        step = count if count is not None else cmd.PURGE_COUNT
+        total = 0
+        for _ in range(cmd.purge_rounds(self.stats().get(set_name), step)):
+            deleted = [cmd.count(r) for r in self._each(lambda q: cmd.purge(q, set_name, step))]
+            total += sum(deleted)
+            if all(n < step for n in deleted):
+                break
+        return total
 
     def pause(self) -> bool:
         """Stops claims taking the queue's jobs (every partition's); whether it was not paused."""
