@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Tuple
 
 import pytest
@@ -300,6 +301,37 @@ def test_a_node_s_group_is_checked_before_anything_is_sent_and_taken_as_the_serv
     assert (parts.job(atree.children[1].id or "") or {}).get("group") == every
     assert "group" not in (parts.job(tree.children[0].id or "") or {}), "a node without one"
     assert reports.stats()["waiting"] == 2
+
+
+def test_a_node_s_priority_delay_and_due_time_are_its_job_s(server: Server) -> None:
+    q = echomq.Queue(server.client(), "reports")
+    at = time.time() + 7200
+    tree = q.flow(echomq.Node("reports", b"album", priority=-3, children=[
+        echomq.Node("images", b"now", priority=7),
+        echomq.Node("images", b"soon", delay=600),
+        echomq.Node("images", b"later", at=at),
+    ]))
+    images = echomq.Queue(server.client(), "images")
+    now, soon, later = (images.job(c.id or "") for c in tree.children)
+    assert now is not None and (now["set"], now["priority"]) == ("pending", 7)
+    assert soon is not None and soon["set"] == "scheduled"
+    assert later is not None and (later["set"], later["due"]) == ("scheduled", int(at * 1000))
+    parent = q.job(tree.id or "")
+    assert parent is not None and (parent["set"], parent["priority"]) == ("waiting", -3)
+    with pytest.raises(ValueError, match="not both"):
+        q.flow(echomq.Node("reports", b"bad", children=[echomq.Node("images", b"x", delay=1, at=at)]))
+    assert q.stats()["waiting"] == 1, "a refused flow sends nothing"
+
+    async def awaited() -> echomq.Node:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        try:
+            node = echomq.Node("reports", b"a", children=[echomq.Node("images", b"y", delay=600)])
+            return await AsyncQueue(client, "reports").flow(node)
+        finally:
+            await client.aclose()
+
+    waited = images.job(asyncio.run(awaited()).children[0].id or "")
+    assert waited is not None and waited["set"] == "scheduled", "the asyncio queue's flow alike"
 
 
 def test_the_asyncio_queue_and_worker_run_a_flow(server: Server) -> None:

@@ -2,7 +2,7 @@
 //! width from a refusal), a child adopted first by its parents out of reach.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::ConnectionLike;
 use redis::Value;
@@ -29,6 +29,9 @@ pub struct Enqueue {
     pub id: Option<String>,
     /// Due after this long.
     pub delay: Option<Duration>,
+    /// Due at this time (`AT`, unix ms; a time past is due now). With `delay` too, refused
+    /// before anything is sent ([`Error::Argument`]).
+    pub at: Option<SystemTime>,
     /// Ahead of (lower) or behind (higher) the default 0.
     pub priority: Option<i64>,
     /// Written only while no job holds this key (then the holder's id is the answer), for
@@ -100,6 +103,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         resolve: bool,
     ) -> Result<(String, String)> {
         flow::check(&how.parents)?;
+        if how.delay.is_some() && how.at.is_some() {
+            return Err(Error::Argument(
+                "give a delay or a time (at), not both".into(),
+            ));
+        }
         let timeout = how.timeout.map(timeout_ms).transpose()?;
         let id = how.id.unwrap_or_else(ids::mint);
         let key = how.group.clone().unwrap_or_else(|| id.clone());
@@ -107,6 +115,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         let ms = |d: Duration| millis(d).to_string().into_bytes();
         if let Some(d) = how.delay {
             args.extend([b"DELAY".to_vec(), ms(d)]);
+        }
+        if let Some(at) = how.at {
+            args.extend([b"AT".to_vec(), unix_ms(at)?.to_string().into_bytes()]);
         }
         if let Some(p) = how.priority {
             args.extend([b"PRIORITY".to_vec(), p.to_string().into_bytes()]);
@@ -293,4 +304,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             })
             .collect()
     }
+}
+/// `at` as unix ms, as `AT` takes it; a time before 1970 is refused ([`Error::Argument`]).
+pub(crate) fn unix_ms(at: SystemTime) -> Result<u64> {
+    at.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis().min(u128::from(u64::MAX)) as u64)
+        .map_err(|_| Error::Argument("a time before 1970".into()))
 }

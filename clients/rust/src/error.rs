@@ -32,6 +32,15 @@ pub enum Error {
     /// not taken.
     #[error("{0}")]
     Timeout(String),
+    /// `EMQTYPE`: an unknown key type.
+    #[error("{0}")]
+    Type(String),
+    /// `EMQKEY`: a key outside the grammar.
+    #[error("{0}")]
+    Key(String),
+    /// `EMQCURSOR`: a cursor no reply gave.
+    #[error("{0}")]
+    Cursor(String),
     /// `EMQSET`: an unknown set, or a purge of the active one.
     #[error("{0}")]
     Set(String),
@@ -63,7 +72,7 @@ pub enum Error {
     /// jobs, a partition marked as another queue's.
     #[error("{0}")]
     Span(String),
-    /// Another refusal of the catalogue (`EMQTYPE`, `EMQKEY`, `EMQCURSOR`).
+    /// `EMQSPANNED` without a width the client can read.
     #[error("{0}")]
     Emq(String),
     /// The server speaks another major version of the protocol than this client.
@@ -137,7 +146,9 @@ impl Error {
                 }
             }
             Some("EMQSPAN") => Error::Span(detail()),
-            Some("EMQTYPE" | "EMQKEY" | "EMQCURSOR") => Error::Emq(detail()),
+            Some("EMQTYPE") => Error::Type(detail()),
+            Some("EMQKEY") => Error::Key(detail()),
+            Some("EMQCURSOR") => Error::Cursor(detail()),
             _ => Error::Redis(e),
         }
     }

@@ -4,7 +4,7 @@
 //! (`EMQ.ADOPT`) when its queue's slot is not the child's. [`Flows`] builds trees, chains and
 //! batches, minting every missing id before it sends anything, so a retry is the same flow.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Value};
@@ -188,6 +188,14 @@ pub struct FlowJob {
     /// [`Error::Argument`]). In a partitioned queue the job goes to the partition its group
     /// routes to, and its children name that partition as their parent's queue.
     pub group: Option<String>,
+    /// Ahead of (lower) or behind (higher) the default 0 ([`Enqueue::priority`]).
+    pub priority: Option<i64>,
+    /// Due after this long once ready ([`Enqueue::delay`]): a parent, once its children have
+    /// finished.
+    pub delay: Option<Duration>,
+    /// Due at this time ([`Enqueue::at`]; with `delay` too, the flow is refused before any of
+    /// it is sent).
+    pub at: Option<SystemTime>,
     pub children: Vec<FlowJob>,
 }
 
@@ -224,6 +232,24 @@ impl FlowJob {
         self
     }
 
+    /// The job's priority ([`FlowJob::priority`]).
+    pub fn priority(mut self, priority: i64) -> FlowJob {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// The job's delay ([`FlowJob::delay`]).
+    pub fn delay(mut self, delay: Duration) -> FlowJob {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// The job's due time ([`FlowJob::at`]).
+    pub fn at(mut self, at: SystemTime) -> FlowJob {
+        self.at = Some(at);
+        self
+    }
+
     pub fn child(mut self, child: FlowJob) -> FlowJob {
         self.children.push(child);
         self
@@ -243,6 +269,14 @@ impl FlowJob {
     fn check(&self) -> Result<()> {
         if let Some(t) = self.timeout {
             timeout_ms(t)?;
+        }
+        if self.delay.is_some() && self.at.is_some() {
+            return Err(Error::Argument(
+                "give a delay or a time (at), not both".into(),
+            ));
+        }
+        if let Some(at) = self.at {
+            crate::enqueue::unix_ms(at)?;
         }
         if let Some(group) = self.group.as_deref().filter(|g| !is_name(g, MAX_GROUP_LEN)) {
             return Err(Error::Argument(format!(
@@ -309,6 +343,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Flows<C> {
                 parents: parent.into_iter().collect(),
                 timeout: job.timeout,
                 group: job.group.clone(),
+                priority: job.priority,
+                delay: job.delay,
+                at: job.at,
                 ..Enqueue::default()
             };
             let (queue, read) = queues

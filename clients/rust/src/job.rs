@@ -3,7 +3,7 @@
 //! what it ends in ([`Outcome`], [`Failure`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use redis::{FromRedisValue, Value};
@@ -28,6 +28,8 @@ pub struct Job {
     pub(crate) lost: Arc<AtomicBool>,
     pub(crate) cancelled: Arc<AtomicBool>,
     pub(crate) timed_out: Arc<AtomicBool>,
+    /// What the next renewal sends as the row's `progress` ([`Job::set_progress`]).
+    progress: Arc<Mutex<Option<Vec<u8>>>>,
     reader: Reader,
 }
 
@@ -57,6 +59,25 @@ impl Job {
     /// cancel; work handed elsewhere holding a clone of the job can check this to stop.
     pub fn timed_out(&self) -> bool {
         self.timed_out.load(Ordering::SeqCst)
+    }
+
+    /// Sets the job's progress (a fraction, a step, a JSON document: bytes as the handler
+    /// chooses, at most `emq.max-payload-bytes`): each renewal from now on sends it
+    /// (`EMQ.RENEW ... PROGRESS`), and the row's `progress` shows it ([`Queue::job`],
+    /// the console). Clones of the job share it.
+    ///
+    /// [`Queue::job`]: crate::Queue::job
+    pub fn set_progress(&self, progress: impl AsRef<[u8]>) {
+        *self.progress_slot() = Some(progress.as_ref().to_vec());
+    }
+
+    /// The progress the next renewal sends, if the handler set one.
+    pub(crate) fn progress(&self) -> Option<Vec<u8>> {
+        self.progress_slot().clone()
+    }
+
+    fn progress_slot(&self) -> MutexGuard<'_, Option<Vec<u8>>> {
+        self.progress.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The value of the header `key`, if the job has it.
@@ -121,6 +142,7 @@ pub(crate) fn jobs_of(reply: Value, reader: &Reader, queue: &str) -> Result<Vec<
                 lost: Arc::new(AtomicBool::new(false)),
                 cancelled: Arc::new(AtomicBool::new(false)),
                 timed_out: Arc::new(AtomicBool::new(false)),
+                progress: Arc::default(),
                 reader: reader.clone(),
             })
         })

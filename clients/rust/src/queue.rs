@@ -157,6 +157,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         self
     }
 
+    /// How often a call is tried again after a transient failure (a failover, a reshard, a
+    /// lost connection), with jittered backoff: 8 unless set. A worker on the queue retries
+    /// its start and its settles as often.
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -160,11 +160,14 @@ where
         if job.lease_lost() {
             return Ok(None);
         }
-        let args = [
+        let mut args = vec![
             job.id.clone().into_bytes(),
             job.attempt.to_string().into_bytes(),
             self.lease_ms.to_string().into_bytes(),
         ];
+        if let Some(progress) = job.progress() {
+            args.extend([b"PROGRESS".to_vec(), progress]);
+        }
         let sent = self
             .queue
             .send(&self.queue.command("EMQ.RENEW", &args), false)

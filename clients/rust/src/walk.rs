@@ -8,7 +8,7 @@
 //! end. Each item is visited once in a walk while the sets do not change. The client checks
 //! only a cursor's `<index>:` part: a cursor whose partition is not one of the queue's is
 //! refused ([`Error::Argument`]) before anything is sent; the server checks the rest
-//! (`EMQCURSOR`, [`Error::Emq`]).
+//! (`EMQCURSOR`, [`Error::Cursor`]).
 
 use std::fmt;
 use std::future::Future;
@@ -121,7 +121,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// A cursor whose partition is not one of the queue's is refused ([`Error::Argument`])
     /// before anything is sent (but the `EMQ.WIDTH` a handle that knows no width reads first):
     /// the client checks only the cursor's `<partition>:` part, the server the rest
-    /// (`EMQCURSOR`, [`Error::Emq`]). A user not allowed `EMQ.WIDTH` (or a server without it)
+    /// (`EMQCURSOR`, [`Error::Cursor`]). A user not allowed `EMQ.WIDTH` (or a server without it)
     /// reads width 0: an ordinary queue, its cursors the server's.
     pub async fn listing<T, F, Fut>(&self, cursor: &str, page: F) -> Result<(String, Vec<T>)>
     where

@@ -283,7 +283,7 @@ async fn an_ordinary_queue_s_listings_keep_the_server_s_cursors() {
     let (next, rest) = q.jobs("pending", &cursor, None, false).await.expect("jobs");
     assert_eq!((next.as_str(), rest.len()), ("0", 3));
     match q.jobs("pending", "x", None, false).await {
-        Err(Error::Emq(why)) => assert!(why.starts_with("EMQCURSOR"), "{why}"),
+        Err(Error::Cursor(why)) => assert!(why.starts_with("EMQCURSOR"), "{why}"),
         other => panic!("the server's refusal: {other:?}"),
     }
     let args = [

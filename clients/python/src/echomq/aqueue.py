@@ -152,7 +152,8 @@ class AsyncQueue(Settings):
         for step in steps(tree):
             parents = [p._replace(queue=went[(p.queue, p.id)]) for p in step.parents]
             _, went[(step.queue, step.id)] = await self._on(step.queue)._enqueue(
-                step.payload, step.id, None, None, None, None, None, step.children, parents,
+                step.payload, step.id, step.delay, step.at, step.priority, None, None,
+                step.children, parents,
                 step.timeout, step.group, None, step.queue in fresh, True,
             )
             if parents:

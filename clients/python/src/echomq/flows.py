@@ -61,8 +61,10 @@ def parents_of(given: Optional[Iterable[ParentLike]]) -> List[Parent]:
 class Node:
     """A job of a flow: its queue and payload, its id (minted when missing), what its failure
     does to its parent (``on_fail``; the root's is unused), the children it waits for, its
-    ``timeout`` (seconds: each attempt's limit, ``enqueue``'s) and its ``group`` (``enqueue``'s:
-    1 to 128 printable ASCII bytes without braces, checked before anything is sent). A node of
+    ``timeout`` (seconds: each attempt's limit, ``enqueue``'s), its ``group`` (``enqueue``'s:
+    1 to 128 printable ASCII bytes without braces, checked before anything is sent), and its
+    ``priority``, ``delay`` (seconds) or ``at`` (unix seconds), ``enqueue``'s (a parent's delay
+    runs once its children have finished; both a delay and a time: ``ValueError``). A node of
     a partitioned queue goes to the partition its group, or else its id, routes to, and its
     children name that partition as their parent's queue."""
 
@@ -73,11 +75,15 @@ class Node:
     children: Sequence["Node"] = ()
     timeout: Optional[float] = None
     group: Optional[str] = None
+    priority: Optional[int] = None
+    delay: Optional[float] = None
+    at: Optional[float] = None
 
     @classmethod
     def of(cls, node: NodeLike) -> Node:
         """A ``Node`` from a node or a mapping with the same keys (``{"queue", "payload",
-        "id"?, "on_fail"?, "children"?, "timeout"?, "group"?}``), its children too."""
+        "id"?, "on_fail"?, "children"?, "timeout"?, "group"?, "priority"?, "delay"?,
+        "at"?}``), its children too."""
         if isinstance(node, Node):
             fields = {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
         else:
@@ -110,8 +116,8 @@ def minted(tree: NodeLike) -> Node:
 
 class Step(NamedTuple):
     """One enqueue of a flow: the job, how many children it waits for (``None``: none), its
-    parent (``None`` for the root), its timeout (seconds, or ``None``) and its group (or
-    ``None``)."""
+    parent (``None`` for the root), its timeout (seconds, or ``None``), its group, priority,
+    delay (seconds) and due time (unix seconds), each ``None`` when not given."""
 
     queue: str
     id: str
@@ -120,14 +126,17 @@ class Step(NamedTuple):
     parents: List[Parent]
     timeout: Optional[float] = None
     group: Optional[str] = None
+    priority: Optional[int] = None
+    delay: Optional[float] = None
+    at: Optional[float] = None
 
 
 def steps(tree: Node) -> List[Step]:
     """The enqueues of a minted tree, top down: the root with ``CHILDREN``, then each child
     with its ``PARENT`` (and ``CHILDREN`` when it has its own), a parent always before its
     children, which the module checks it has. Every node is checked before any is sent: a
-    node the server would refuse (a bad ``on_fail`` or ``group``) would leave its parent
-    waiting for it."""
+    node the server would refuse (a bad ``on_fail`` or ``group``, a delay with a time) would
+    leave its parent waiting for it."""
     out: List[Step] = []
     for parent, node in tree.walk():
         assert node.id is not None, "steps takes a minted tree"
@@ -136,12 +145,14 @@ def steps(tree: Node) -> List[Step]:
                 f"a group is 1 to {MAX_GROUP_LEN} printable ASCII bytes without braces, "
                 f"not {node.group!r}"
             )
+        if node.delay is not None and node.at is not None:
+            raise ValueError("give delay or at, not both")
         above = [] if parent is None else [(parent.queue, parent.id or "", node.on_fail)]
         children = len(node.children) or None
         out.append(
             Step(
                 node.queue, node.id, node.payload, children, parents_of(above), node.timeout,
-                node.group,
+                node.group, node.priority, node.delay, node.at,
             )
         )
     return out

@@ -255,7 +255,8 @@ class Queue(Settings):
 
     def flow(self, tree: NodeLike) -> Node:
         """Enqueues a flow: a tree of ``Node``s (or mappings ``{"queue", "payload", "id"?,
-        "on_fail"?, "timeout"?, "group"?, "children"?}``), each job waiting for its children.
+        "on_fail"?, "timeout"?, "group"?, "priority"?, "delay"?, "at"?, "children"?}``), each
+        job waiting for its children.
         Every missing id is minted first; the tree with them is returned, and giving it again
         retries the flow without a job written twice (``flows.minted`` mints them ahead, for a
         retry after an exception). Every node is checked before anything is sent (a bad
@@ -268,7 +269,8 @@ class Queue(Settings):
         for step in steps(tree):
             parents = [p._replace(queue=went[(p.queue, p.id)]) for p in step.parents]
             _, went[(step.queue, step.id)] = self._on(step.queue)._enqueue(
-                step.payload, step.id, None, None, None, None, None, step.children, parents,
+                step.payload, step.id, step.delay, step.at, step.priority, None, None,
+                step.children, parents,
                 step.timeout, step.group, None, step.queue in fresh, True,
             )
             if parents:
