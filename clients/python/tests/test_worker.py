@@ -4,13 +4,16 @@ graceful stop."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from typing import Any, List, Tuple, Type
+from typing import Any, Callable, List, Tuple, Type
 
 import pytest
+import redis.asyncio
 
 import echomq
+from echomq.aio import AsyncWorker
 from conftest import Server, joined, until
 
 
@@ -95,6 +98,66 @@ def test_a_failure_keeps_the_traceback_and_retry_sets_the_delay(server: Server) 
     assert retried is not None and retried["error"] == "upstream busy"
     # Due 30 s after the failure, which came between `before` and `after` (one clock).
     assert before + 30_000 <= int(retried["due"]) <= after + 30_000, (before, retried["due"], after)
+
+
+def test_a_worker_s_backoff_is_its_own_wait_and_without_one_the_server_s(server: Server) -> None:
+    server.client().config_set("emq.backoff-base-ms", 3_600_000)
+
+    def boom(job: echomq.Job) -> None:
+        raise ValueError("no")
+
+    async def aboom(job: echomq.Job) -> None:
+        raise ValueError("no")
+
+    def due_after(queue: str, make: Callable[[str], None]) -> Tuple[int, int]:
+        """How long after its failure the failed job of `queue`, failed by `make`, is due (ms):
+        at least (counted from after it) and at most (from before it)."""
+        q = echomq.Queue(server.client(), queue)
+        job_id = q.enqueue(b"boom")
+        before = int(time.time() * 1000)
+        make(queue)
+        row = q.job(job_id)
+        assert row is not None and row["state"] == "scheduled", row
+        return int(row["due"]) - int(time.time() * 1000), int(row["due"]) - before
+
+    def threaded(**options: Any) -> Callable[[str], None]:
+        def run(queue: str) -> None:
+            worker = echomq.Worker(server.client(), queue, boom, **options)
+            t = start(worker)
+            assert until(lambda: worker.counts["failed"] == 1)
+            worker.stop()
+            assert joined(t)
+        return run
+
+    def awaited(**options: Any) -> Callable[[str], None]:
+        def run(queue: str) -> None:
+            async def main() -> None:
+                client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+                worker = AsyncWorker(client, queue, aboom, **options)
+                task = asyncio.create_task(worker.run())
+                while worker.counts["failed"] < 1:
+                    await asyncio.sleep(0.02)
+                worker.stop()
+                await asyncio.wait_for(task, 5)
+                await client.aclose()
+            asyncio.run(main())
+        return run
+
+    # Without a backoff of its own the server's applies: an hour.
+    least, most = due_after("server-backoff", threaded())
+    assert least > 3_000_000, least
+    least, most = due_after("server-backoff-aio", awaited())
+    assert least > 3_000_000, least
+    # Its own: ten minutes, or a function of the attempt (1) and the error.
+    for queue, make in [
+        ("own-backoff", threaded(backoff=600)),
+        ("own-backoff-aio", awaited(backoff=600)),
+        ("own-function", threaded(backoff=lambda attempt, e: 300.0 * attempt * 2)),
+    ]:
+        least, most = due_after(queue, make)
+        assert least <= 600_000 <= most, (queue, least, most)
+    with pytest.raises(ValueError):
+        echomq.Worker(server.client(), "bad", boom, backoff=-1)
 
 
 def test_a_long_handler_keeps_its_lease(server: Server) -> None:

@@ -5,6 +5,7 @@
 //! the job came from: a partitioned queue's partition.
 
 use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,6 +37,29 @@ pub(crate) struct Runner<H> {
     pub lease_ms: u64,
     /// Renewals come every this long.
     pub renew: Duration,
+    /// The worker's own wait before a failed job's retry ([`Worker::backoff`]).
+    ///
+    /// [`Worker::backoff`]: crate::Worker::backoff
+    pub backoff: Option<Backoff>,
+}
+
+/// A worker's wait before a failed job's retry, by the attempt that failed.
+pub(crate) type Backoff = Arc<dyn Fn(i64) -> Duration + Send + Sync + 'static>;
+
+/// The longest wait a worker's backoff sends (the server's `emq.backoff-max-ms` default).
+const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+
+/// `backoff`'s wait after failed attempt `attempt`, at most [`MAX_BACKOFF`]; `None` when the
+/// function panicked (the server's backoff then).
+fn retry_in(backoff: &Backoff, attempt: i64) -> Option<Duration> {
+    match catch_unwind(AssertUnwindSafe(|| backoff(attempt))) {
+        Ok(wait) => Some(wait.min(MAX_BACKOFF)),
+        Err(payload) => {
+            let message = crate::unwind::panic_message(payload.as_ref());
+            tracing::warn!(panic = %message, "the worker's backoff panicked; the server's backoff applies");
+            None
+        }
+    }
 }
 
 impl<C, H, F> Dispatch<C> for Runner<H>
@@ -68,6 +92,7 @@ where
             lease_ms: self.lease_ms,
             claimed_ns: sent_ns,
             renew: self.renew,
+            backoff: self.backoff.clone(),
         };
         tokio::spawn(task.run(job));
     }
@@ -89,6 +114,7 @@ struct Task<C, H> {
     /// When the claim that returned the job was sent: its lease began no sooner.
     claimed_ns: u64,
     renew: Duration,
+    backoff: Option<Backoff>,
 }
 
 impl<C, H, F> Task<C, H>
@@ -219,6 +245,13 @@ where
             }
             Err(Failure::Error(why)) => {
                 args.extend([b"ERROR".to_vec(), bounded(why)]);
+                let wait = self.backoff.as_ref().and_then(|b| retry_in(b, job.attempt));
+                if let Some(wait) = wait {
+                    args.extend([
+                        b"RETRY-IN".to_vec(),
+                        wait.as_millis().to_string().into_bytes(),
+                    ]);
+                }
                 ("EMQ.FAIL", |c| c.failed += 1)
             }
         };

@@ -32,7 +32,7 @@ use crate::events::{default_name, Hook, OnEvent, WorkerEvent};
 pub use crate::job::{Failure, Job, Outcome};
 use crate::queue::{backoff, Queue};
 use crate::settle::send_acks;
-use crate::task::Runner;
+use crate::task::{Backoff, Runner};
 
 /// The protocol major version this client speaks (`EMQ.VERSION` answers `echomq:<x.y.z>`).
 pub const PROTOCOL_MAJOR: u32 = 2;
@@ -114,6 +114,7 @@ pub struct Worker<C, H> {
     /// set with [`Worker::name`].
     pub name: String,
     on_event: Option<OnEvent>,
+    backoff: Option<Backoff>,
     shutdown: CancellationToken,
 }
 
@@ -138,6 +139,7 @@ where
             shutdown_timeout: Duration::from_secs(30),
             name: default_name(),
             on_event: None,
+            backoff: None,
             shutdown: CancellationToken::new(),
         }
     }
@@ -156,6 +158,16 @@ where
     /// worker goes on.
     pub fn on_event(mut self, f: impl Fn(&WorkerEvent) + Send + Sync + 'static) -> Self {
         self.on_event = Some(Arc::new(f));
+        self
+    }
+
+    /// The worker's own wait before a failed job's retry, a function of the attempt that failed
+    /// (1 for the first): sent with the failure (`RETRY-IN`, at most an hour). Without it the
+    /// server's backoff applies (`emq.backoff-base-ms` doubling), as for the other clients'
+    /// workers; [`Failure::Retry`] names its own wait either way. A function that panics
+    /// leaves that failure to the server's backoff.
+    pub fn backoff(mut self, f: impl Fn(i64) -> Duration + Send + Sync + 'static) -> Self {
+        self.backoff = Some(Arc::new(f));
         self
     }
 
@@ -229,6 +241,7 @@ where
             hook: hook.clone(),
             lease_ms,
             renew: self.lease.mul_f64(self.renew_every.clamp(0.05, 0.9)),
+            backoff: self.backoff.clone(),
         });
         // The sweeps stop with the worker, however `run` ends.
         let sweeping = self.shutdown.child_token();

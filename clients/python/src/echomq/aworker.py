@@ -13,7 +13,7 @@ from . import leases, outbox, rounds, tracing
 from ._replicas import arefresh, moved, pipelined_async
 from ._retry import backoff, server_full, transient
 from .aqueue import AsyncQueue
-from .claiming import Claiming, acheck_server, outcome
+from .claiming import Backoff, Claiming, acheck_server, outcome
 from .errors import EmqSpannedError, translate
 from .events import Action, Ending, WorkerEvent, failure
 from .job import Job
@@ -62,6 +62,7 @@ class AsyncWorker(Claiming):
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
         tracer_provider: Any = None,
+        backoff: Optional[Backoff] = None,
     ) -> None:
         self.queue = AsyncQueue(
             client, queue, serializer, wait_replicas=wait_replicas, wait_timeout=wait_timeout,
@@ -69,7 +70,8 @@ class AsyncWorker(Claiming):
         )
         self.handler = handler
         super().__init__(
-            queue, concurrency, lease, batch, block, renew_every, shutdown_timeout, name, on_event
+            queue, concurrency, lease, batch, block, renew_every, shutdown_timeout, name, on_event,
+            backoff,
         )
         self._running: Dict[str, "asyncio.Task[None]"] = {}
         self._jobs: Dict[str, Job] = {}
@@ -301,7 +303,7 @@ class AsyncWorker(Claiming):
                         raise
                     error = e  # cancelled by ``_ended``: the handler's end, nothing to send
                 except Exception as e:
-                    error, ended = e, outcome(serializer, error=e)
+                    error, ended = e, outcome(serializer, error=e, backoff=self.backoff, attempt=job.attempt)
                 except BaseException as e:
                     # KeyboardInterrupt, SystemExit...: the job fails with it and the worker
                     # stops (before the failure frees the slot, so nothing is claimed after
@@ -309,7 +311,7 @@ class AsyncWorker(Claiming):
                     if job._phase != "abandoned":
                         self._fatal = self._fatal or e
                         self.stop()
-                    error, ended = e, outcome(serializer, error=e)
+                    error, ended = e, outcome(serializer, error=e, backoff=self.backoff, attempt=job.attempt)
                 if ended is not None:
                     tracing.outcome(span, ended[0], error)
             self._event("handler_end", job.id, job.attempt, time.time_ns(), error=failure(error))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import commands as cmd
 from . import leases
@@ -20,19 +20,35 @@ from .serializers import Serializer
 
 #: Most bytes of an error (the exception and its traceback) sent with ``EMQ.FAIL``.
 MAX_ERROR = 4096
+#: The longest wait a worker's ``backoff`` gives, in ms (the server's ``emq.backoff-max-ms``
+#: default).
+MAX_BACKOFF_MS = 3_600_000
+
+#: A worker's own wait before a failed job's retry: seconds, or a function of the attempt that
+#: failed (1 for the first) and its exception giving seconds.
+Backoff = Union[float, Callable[[int, BaseException], float]]
+
+
+def retry_in(backoff: Backoff, attempt: int, error: BaseException) -> int:
+    """`backoff`'s wait after failed attempt `attempt`, in ms, 0 to ``MAX_BACKOFF_MS``."""
+    wait = backoff(attempt, error) if callable(backoff) else backoff
+    return max(0, min(MAX_BACKOFF_MS, round(float(wait) * 1000)))
 
 
 def outcome(
-    serializer: Serializer, result: Any = None, error: Optional[BaseException] = None
+    serializer: Serializer, result: Any = None, error: Optional[BaseException] = None,
+    backoff: Optional[Backoff] = None, attempt: int = 1,
 ) -> Tuple[str, str, List[Any]]:
     """What a handler's end means: its count's name, the command and its options after the
     token. A return is ``ACK`` (with ``RESULT`` when it returned a value), ``Retry`` a ``FAIL``
-    with ``RETRY-IN``, any other exception a ``FAIL`` with it and its traceback."""
+    with ``RETRY-IN``, any other exception a ``FAIL`` with it and its traceback, and with the
+    worker's `backoff` its wait after `attempt` (``RETRY-IN``; without, the server's backoff)."""
     if isinstance(error, Retry):
         return "retried", cmd.FAIL, cmd.fail_options(str(error), int(error.after * 1000))
     if error is not None:
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        return "failed", cmd.FAIL, cmd.fail_options(trace[-MAX_ERROR:])
+        wait = None if backoff is None else retry_in(backoff, attempt, error)
+        return "failed", cmd.FAIL, cmd.fail_options(trace[-MAX_ERROR:], wait)
     encoded = serializer.dumps(result) if result is not None else None
     return "acked", cmd.ACK, cmd.ack_options(encoded)
 
@@ -98,6 +114,7 @@ class Claiming:
         shutdown_timeout: float,
         name: Optional[str],
         on_event: Optional[Callable[[WorkerEvent], None]],
+        backoff: Optional[Backoff] = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency is at least 1")
@@ -110,6 +127,10 @@ class Claiming:
         #: Renewals come every `renew_every` of the lease.
         self.renew_interval = lease * renew_every
         self.shutdown_timeout = shutdown_timeout
+        if backoff is not None and not callable(backoff) and not backoff >= 0:
+            raise ValueError("backoff is 0 seconds or more, or a function of the attempt")
+        #: The worker's own wait before a failed job's retry; ``None``: the server's backoff.
+        self.backoff = backoff
         self.name = name or default_name()
         self._event = Hook(on_event, self.name, queue)
         #: Set once the worker shut down: an outcome not sent by then is left to its lease.

@@ -18,7 +18,9 @@ from . import commands as cmd
 from . import leases, outbox, rounds, tracing
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, server_full, transient
-from .claiming import MAX_ERROR, Claiming, check_server, jobs_of, outcome, version_options
+from .claiming import (
+    MAX_ERROR, Backoff, Claiming, check_server, jobs_of, outcome, version_options,
+)
 from .errors import EmqSpannedError, translate
 from .events import Action, Ending, WorkerEvent, failure, log
 from .job import Job, Retry
@@ -40,7 +42,8 @@ Settling = Tuple[Job, str, str, List[Any]]
 
 
 def settled(
-    serializer: Serializer, job: Job, run: Callable[[Job], Any], provider: Any = None
+    serializer: Serializer, job: Job, run: Callable[[Job], Any], provider: Any = None,
+    backoff: Optional[Backoff] = None,
 ) -> Tuple[Tuple[str, str, List[Any]], Optional[BaseException]]:
     """Decodes the job's payload, runs `run` (the handler) and says what its end means
     (``outcome``), in the attempt's span (``tracing.processing``): a payload that does not
@@ -48,23 +51,23 @@ def settled(
     second value is the exception it failed with; one that is not an ``Exception``
     (``KeyboardInterrupt``, ``SystemExit``...) stops the worker."""
     with tracing.processing(job.queue, job.id, job.attempt, job.headers, provider) as span:
-        ended, error = _settled(serializer, job, run)
+        ended, error = _settled(serializer, job, run, backoff)
         tracing.outcome(span, ended[0], error)
         return ended, error
 
 
 def _settled(
-    serializer: Serializer, job: Job, run: Callable[[Job], Any]
+    serializer: Serializer, job: Job, run: Callable[[Job], Any], backoff: Optional[Backoff]
 ) -> Tuple[Tuple[str, str, List[Any]], Optional[BaseException]]:
     try:
         job.payload = serializer.loads(job.payload)
         result = run(job)
     except BaseException as e:
-        return outcome(serializer, error=e), e
+        return outcome(serializer, error=e, backoff=backoff, attempt=job.attempt), e
     try:
         return outcome(serializer, result=result), None
     except Exception as e:
-        return outcome(serializer, error=e), e
+        return outcome(serializer, error=e, backoff=backoff, attempt=job.attempt), e
 
 
 def retryable(reply: Any) -> bool:
@@ -108,6 +111,8 @@ class Worker(Claiming):
     ``on_event`` is called with a ``WorkerEvent`` for each claim, renewal, settle, handler
     start and end, and hand-over. With ``wait_replicas`` n > 0, each settle pipeline ends with ``WAIT n``
     (``wait_timeout`` seconds); what it reported goes into the settle events' ``replicated``.
+    A handler's exception is retried after the server's backoff, or with ``backoff`` (seconds,
+    or a function of the attempt, 1 for the first, and the exception) after the worker's own.
     With ``opentelemetry-api`` installed, each attempt runs in a consumer span of the trace its
     job's headers carry (``tracing``), from ``tracer_provider`` (default: the global one).
     """
@@ -129,6 +134,7 @@ class Worker(Claiming):
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
         tracer_provider: Any = None,
+        backoff: Optional[Backoff] = None,
     ) -> None:
         self.queue = Queue(
             client, queue, serializer, wait_replicas=wait_replicas, wait_timeout=wait_timeout,
@@ -136,7 +142,8 @@ class Worker(Claiming):
         )
         self.handler = handler
         super().__init__(
-            queue, concurrency, lease, batch, block, renew_every, shutdown_timeout, name, on_event
+            queue, concurrency, lease, batch, block, renew_every, shutdown_timeout, name, on_event,
+            backoff,
         )
         self._running: Dict[str, Job] = {}
         self._outcomes: "SimpleQueue[Settling]" = SimpleQueue()
@@ -428,7 +435,7 @@ class Worker(Claiming):
             job._phase = "running"
         self._event("handler_start", job.id, job.attempt, time.time_ns())
         ended, error = settled(
-            self.queue.serializer, job, self.handler, self.queue.tracer_provider
+            self.queue.serializer, job, self.handler, self.queue.tracer_provider, self.backoff
         )
         self._event("handler_end", job.id, job.attempt, time.time_ns(), error=failure(error))
         with self._lock:
