@@ -48,6 +48,27 @@ def test_batches_options_and_operations(server: Server) -> None:
     assert q.uncron("tick") and not q.uncron("tick")
 
 
+def test_a_batch_s_jobs_carry_their_own_ids_priorities_and_headers(server: Server) -> None:
+    q = echomq.Queue(server.client(), "bulk")
+    given = echomq.mint()
+    jobs = [
+        echomq.BulkJob(b"urgent", id=given, priority=-5),
+        b"plain",
+        echomq.BulkJob(b"tagged", headers={"k": "v", "tenant": "mine"}),
+    ]
+    ids = q.enqueue_many(jobs, headers={"tenant": "acme"})
+    assert ids[0] == given and len(set(ids)) == 3
+    urgent, plain, tagged = (q.job(i) for i in ids)
+    assert urgent is not None and urgent["priority"] == -5
+    assert plain is not None and plain["headers"] == {"tenant": "acme"}
+    assert tagged is not None and tagged["headers"] == {"tenant": "mine", "k": "v"}
+    claimed = server.cmd("EMQ.CLAIM", "bulk")
+    assert claimed[0][0].decode() == given, "its priority first"
+    # Sent again with its id: written once.
+    assert q.enqueue_many([echomq.BulkJob(b"urgent", id=given)]) == [given]
+    assert q.stats()["pending"] == 2
+
+
 def test_pages_of_a_set_and_the_schedules(server: Server) -> None:
     q = echomq.Queue(server.client(), "pages")
     ids = q.enqueue_many(b"job %d" % n for n in range(5))

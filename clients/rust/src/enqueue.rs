@@ -61,6 +61,25 @@ pub struct Enqueue {
     pub parents: Vec<Parent>,
 }
 
+/// A job of [`Queue::enqueue_bulk`]: its payload, its id (minted when `None`), its priority
+/// and its headers ([`Enqueue`]'s).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BulkJob {
+    pub payload: Vec<u8>,
+    pub id: Option<String>,
+    pub priority: Option<i64>,
+    pub headers: Vec<(String, String)>,
+}
+
+impl BulkJob {
+    pub fn new(payload: impl AsRef<[u8]>) -> BulkJob {
+        BulkJob {
+            payload: payload.as_ref().to_vec(),
+            ..BulkJob::default()
+        }
+    }
+}
+
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// Enqueues one job now; its id.
     pub async fn enqueue(&self, payload: impl AsRef<[u8]>) -> Result<String> {
@@ -229,7 +248,40 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     ) -> Result<Vec<String>> {
         let sending = trace::Sending::start(&self.name, headers);
         let each = headers::args(&sending.headers);
-        let jobs: Vec<(String, P)> = payloads.into_iter().map(|p| (ids::mint(), p)).collect();
+        let jobs = payloads.into_iter().map(|p| {
+            let id = ids::mint();
+            let mut part = each.clone();
+            part.extend([id.clone().into_bytes(), p.as_ref().to_vec()]);
+            (id, part)
+        });
+        self.menqueue_all(jobs.collect()).await
+    }
+
+    /// [`Queue::enqueue_many`] of jobs each with its own id (minted where `None`: a job given
+    /// its id and sent again is written once), priority and headers (beside the call's trace
+    /// context, with the `otel` feature; the job's win).
+    pub async fn enqueue_bulk(
+        &self,
+        jobs: impl IntoIterator<Item = BulkJob>,
+    ) -> Result<Vec<String>> {
+        let sending = trace::Sending::start(&self.name, Vec::new());
+        let jobs = jobs.into_iter().map(|job| {
+            let id = job.id.unwrap_or_else(ids::mint);
+            let mut part = Vec::new();
+            if let Some(p) = job.priority {
+                part.extend([b"PRIORITY".to_vec(), p.to_string().into_bytes()]);
+            }
+            let own = headers::merged(sending.headers.clone(), job.headers);
+            part.extend(headers::args(&own));
+            part.extend([id.clone().into_bytes(), job.payload]);
+            (id, part)
+        });
+        self.menqueue_all(jobs.collect()).await
+    }
+
+    /// Sends `jobs` (each its id and its part of an `EMQ.MENQUEUE`) as the calls of
+    /// [`Queue::enqueue_many`] do; their ids, in order.
+    async fn menqueue_all(&self, jobs: Vec<(String, Vec<Vec<u8>>)>) -> Result<Vec<String>> {
         let mut unconfirmed = Vec::new();
         let mut fewest: Option<i64> = None;
         // Which jobs are written, and the reroutes so far.
@@ -244,8 +296,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             for (at, chunk) in &chunks {
                 let mut args = Vec::new();
                 for &i in chunk {
-                    args.extend(each.iter().cloned());
-                    args.extend([jobs[i].0.clone().into_bytes(), jobs[i].1.as_ref().to_vec()]);
+                    args.extend(jobs[i].1.iter().cloned());
                 }
                 match at.menqueue(args).await {
                     Ok(confirmed) => {

@@ -38,7 +38,6 @@ pub(crate) fn pairs_of(reply: &Value) -> Vec<(String, String)> {
 }
 
 /// `given` over `base`: each key of `base` not in `given`, then `given` (the caller's win).
-#[cfg(feature = "otel")]
 pub(crate) fn merged(
     base: Vec<(String, String)>,
     given: Vec<(String, String)>,

@@ -46,6 +46,7 @@ pub mod worker;
 
 pub use children::{ChildOutcome, ChildStatus, Children};
 pub use cron::{Schedule, When};
+pub use enqueue::BulkJob;
 pub use error::{Error, Result};
 pub use events::{EventKind, EventOutcome, SettleAction, WorkerEvent};
 pub use flow::{FlowJob, Flows, OnFail, Parent};

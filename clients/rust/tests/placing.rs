@@ -9,7 +9,7 @@ use emq_harness as support;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
-use echomq_client::{Enqueue, Error, FlowJob, Flows, Queue};
+use echomq_client::{BulkJob, Enqueue, Error, FlowJob, Flows, Queue};
 use support::Options;
 
 fn unix_ms(at: SystemTime) -> i64 {
@@ -97,6 +97,48 @@ async fn a_flows_jobs_carry_their_priority_delay_and_due_time() {
     ));
     assert!(bad.id.is_none(), "nothing minted, nothing sent");
     assert_eq!(reports.stats().await.expect("stats")["waiting"], Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batchs_jobs_carry_their_own_ids_priorities_and_headers() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "bulk");
+    let given = echomq_client::ids::mint();
+    let jobs = vec![
+        BulkJob {
+            id: Some(given.clone()),
+            priority: Some(-5),
+            ..BulkJob::new("urgent")
+        },
+        BulkJob::new("plain"),
+        BulkJob {
+            headers: vec![("k".into(), "v".into())],
+            ..BulkJob::new("tagged")
+        },
+    ];
+    let ids = q.enqueue_bulk(jobs).await.expect("bulk");
+    assert_eq!(ids.len(), 3);
+    assert_eq!(ids[0], given);
+    let urgent = q.job(&ids[0]).await.expect("job").expect("a row");
+    assert_eq!(urgent["priority"], "-5");
+    let tagged = q.job(&ids[2]).await.expect("job").expect("a row");
+    assert_eq!(tagged["headers"], "k:v");
+    let claimed: redis::Value = redis::cmd("EMQ.CLAIM")
+        .arg("bulk")
+        .query_async(&mut conn(&server).await)
+        .await
+        .expect("claim");
+    assert!(
+        format!("{claimed:?}").contains(&given),
+        "its priority first: {claimed:?}"
+    );
+    // Sent again with its id: written once.
+    let again = BulkJob {
+        id: Some(given.clone()),
+        ..BulkJob::new("urgent")
+    };
+    assert_eq!(q.enqueue_bulk([again]).await.expect("bulk"), vec![given]);
+    assert_eq!(q.stats().await.expect("stats")["pending"], Some(2));
 }
 
 /// The times the replica refused `EMQ.ENQUEUE` (`READONLY`), from its `commandstats`.

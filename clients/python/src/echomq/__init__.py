@@ -27,7 +27,7 @@ from .errors import (
     EmqTypeError,
     EmqVersionError,
 )
-from .commands import PROTOCOL_MAJOR, check_version
+from .commands import PROTOCOL_MAJOR, BulkJob, check_version
 from .events import WorkerEvent
 from .flows import Child, Children, Node, Parent, minted
 from .ids import mint
@@ -57,6 +57,7 @@ __all__ = [
     "EmqTimeout",
     "EmqTypeError",
     "EmqVersionError",
+    "BulkJob",
     "Child",
     "Children",
     "Job",

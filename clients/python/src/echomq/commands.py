@@ -140,15 +140,33 @@ def adoptions(queue: str, job_id: str, parents: Sequence[Parent]) -> List[List[A
     ]
 
 
+class BulkJob(NamedTuple):
+    """A job of ``enqueue_many`` with options of its own: its payload, its id (minted when
+    ``None``: a job given its id and sent again is written once), its priority and its headers
+    (beside the call's ``headers``; the job's win)."""
+
+    payload: Any
+    id: Optional[str] = None
+    priority: Optional[int] = None
+    headers: Optional[Mapping[str, str]] = None
+
+
 def entries(
     serializer: Serializer, payloads: Iterable[Any], headers: Optional[Mapping[str, str]] = None
 ) -> Iterator[Tuple[str, List[Any]]]:
-    """Each job of an ``EMQ.MENQUEUE``, as the payloads come: the id minted for it, and its
-    part of the command (its ``headers``, its id, its payload)."""
+    """Each job of an ``EMQ.MENQUEUE``, as the payloads come: its id (a ``BulkJob``'s, or one
+    minted for it), and its part of the command (its priority, its ``headers``, its id, its
+    payload)."""
     each = header_args(headers)
     for payload in payloads:
-        job_id = ids.mint()
-        yield job_id, [*each, job_id, serializer.dumps(payload)]
+        if not isinstance(payload, BulkJob):
+            job_id = ids.mint()
+            yield job_id, [*each, job_id, serializer.dumps(payload)]
+            continue
+        job_id = payload.id or ids.mint()
+        priority = [] if payload.priority is None else ["PRIORITY", payload.priority]
+        own = each if not payload.headers else header_args({**(headers or {}), **payload.headers})
+        yield job_id, [*priority, *own, job_id, serializer.dumps(payload.payload)]
 
 
 # ---- building: looking ----

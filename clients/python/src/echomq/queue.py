@@ -233,7 +233,8 @@ class Queue(Settings):
         headers: Optional[Mapping[str, str]] = None,
     ) -> List[str]:
         """Enqueues every payload, ``chunk`` to an atomic ``EMQ.MENQUEUE``; their ids, in order,
-        each job with ``headers`` (and the trace context, as ``enqueue``). With
+        each job with ``headers`` (and the trace context, as ``enqueue``). A ``BulkJob`` carries
+        its own id, priority and headers (the job's over the call's). With
         ``wait_replicas``, every chunk is written, then ``EmqNotReplicated`` names the jobs of
         the chunks fewer replicas confirmed (the fewest confirmations its count). A partitioned
         queue's jobs are split by partition, ``chunk`` to a command (``routing.enqueue_many``)."""
