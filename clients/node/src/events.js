@@ -19,13 +19,14 @@ export async function* readEvents(queue, options) {
   const count = String(options.count ?? 100);
   const reader = queue.client.duplicate();
   await reader.connect();
-  let last = options.from ?? '$';
+  /** @param {string[]} args */
+  const send = (args) => (isCluster(reader) ? reader.sendCommand(routingKey(queue.name), true, args) : reader.sendCommand(args));
   try {
+    // `$` read once as the id it stands for (the newest entry's; 0-0 for none): an entry
+    // appended between two reads that waited for nothing is read too.
+    let last = options.from ?? (await send(['XREVRANGE', key, '+', '-', 'COUNT', '1']))[0]?.[0] ?? '0-0';
     while (!options.signal?.aborted) {
-      const args = ['XREAD', 'COUNT', count, 'BLOCK', block, 'STREAMS', key, last];
-      const reply = isCluster(reader)
-        ? await reader.sendCommand(routingKey(queue.name), true, args)
-        : await reader.sendCommand(args);
+      const reply = await send(['XREAD', 'COUNT', count, 'BLOCK', block, 'STREAMS', key, last]);
       if (!reply) continue;
       for (const [, entries] of reply) {
         for (const [id, fields] of entries) {

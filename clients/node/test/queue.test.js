@@ -252,6 +252,16 @@ describe('Queue', () => {
     await worker.close();
     assert.deepEqual(seen.map((e) => [e.event, e.id]), [['enqueued', id], ['claimed', id], ['acked', id]]);
     assert.equal(seen[1].attempt, 1);
+    // From `$` (the newest entry when the reading starts): what comes after it, nothing before
+    // it, even after reads that waited for nothing.
+    await server.cmd('CONFIG', 'RESETSTAT');
+    const later = (async () => {
+      for await (const e of q.events({ block: 50 })) return e;
+    })();
+    assert.ok(await until(async () => (await calls('xread')) >= 2), 'a read waited for nothing, and another began');
+    const second = await q.enqueue('y');
+    const next = await later;
+    assert.deepEqual([next?.event, next?.id], ['enqueued', second]);
     assert.equal(await q.disableEvents(), true);
   });
 });

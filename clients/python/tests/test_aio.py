@@ -269,3 +269,21 @@ def test_an_async_queue_operates_its_queue_as_queue_does(server: Server) -> None
         await client.aclose()
 
     asyncio.run(main())
+
+
+def test_an_async_queue_reads_its_event_stream(server: Server) -> None:
+    async def main() -> List[echomq.QueueEvent]:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        q = AsyncQueue(client, "async-ev")
+        assert await q.enable_events()
+        job_id = await q.enqueue(b"x")
+        seen: List[echomq.QueueEvent] = []
+        async for event in q.events(start="0", block=0.05):
+            seen.append(event)
+            break
+        assert await q.disable_events()
+        await client.aclose()
+        assert [(e.event, e.id) for e in seen] == [("enqueued", job_id)]
+        return seen
+
+    assert len(asyncio.run(main())) == 1

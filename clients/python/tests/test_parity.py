@@ -27,6 +27,8 @@ def test_the_async_queue_has_each_call_of_the_queue_with_its_parameters() -> Non
     assert {"flow", "chain", "batch", "children"} <= set(sync)
     for name in sync:
         assert parameters(aio[name]) == parameters(sync[name]), name
-        assert inspect.iscoroutinefunction(aio[name]), f"AsyncQueue.{name} is awaited"
+        awaited = inspect.iscoroutinefunction(aio[name]) or inspect.isasyncgenfunction(aio[name])
+        assert awaited, f"AsyncQueue.{name} is awaited (or iterated with async for)"
         assert not inspect.iscoroutinefunction(sync[name]), f"Queue.{name} is not"
+        assert not inspect.isasyncgenfunction(sync[name]), f"Queue.{name} is not"
     assert parameters(AsyncQueue.__init__) == parameters(echomq.Queue.__init__)

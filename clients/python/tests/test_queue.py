@@ -3,14 +3,16 @@ options, typed errors, and the operations."""
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import List
 
 import pytest
 import redis
 
 import echomq
 from echomq import ids
-from conftest import Server
+from conftest import Server, until
 
 
 def test_minted_ids_are_job_ids_in_mint_order(server: Server) -> None:
@@ -157,3 +159,39 @@ def test_the_protocol_fence() -> None:
         echomq.check_version(b"echomq:3.0.0")
     with pytest.raises(echomq.EmqVersionError):
         echomq.check_version(b"something else")
+
+
+def test_the_event_stream_read_as_it_comes(server: Server) -> None:
+    q = echomq.Queue(server.client(), "ev")
+    assert q.enable_events(maxlen=1000) and not q.enable_events(maxlen=1000)
+    job_id = q.enqueue(b"x")
+    server.cmd("EMQ.CLAIM", "ev")
+    server.cmd("EMQ.ACK", "ev", job_id, 1)
+    seen = []
+    for event in q.events(start="0", block=0.1):
+        seen.append(event)
+        if len(seen) == 3:
+            break
+    assert [(e.event, e.id, e.attempt) for e in seen] == [
+        ("enqueued", job_id, 0), ("claimed", job_id, 1), ("acked", job_id, 1),
+    ]
+    # From "$" (the newest entry when the reading starts): what comes after it, nothing
+    # before it, even after reads that waited for nothing.
+    later: List[echomq.QueueEvent] = []
+    server.cmd("CONFIG", "RESETSTAT")
+
+    def listen() -> None:
+        later.append(next(q.events(block=0.05)))
+
+    t = threading.Thread(target=listen, daemon=True)
+    t.start()
+
+    def reads() -> int:
+        stats = server.client().info("commandstats").get("cmdstat_xread", {})
+        return int(stats.get("calls", 0))
+
+    assert until(lambda: reads() >= 2), "a read waited for nothing, and another began"
+    second = q.enqueue(b"y")
+    t.join(10)
+    assert [(e.event, e.id) for e in later] == [("enqueued", second)]
+    assert q.disable_events() and not q.disable_events()

@@ -35,6 +35,7 @@ from .job import Job, Retry
 from .metrics import Histogram, Metrics
 from .queue import Queue
 from .serializers import Json, Raw, Serializer
+from .stream import QueueEvent
 from .worker import Worker
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "Parent",
     "PROTOCOL_MAJOR",
     "Queue",
+    "QueueEvent",
     "Raw",
     "Retry",
     "Serializer",

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from typing import (
-    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union,
+    Any, AsyncIterator, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple,
+    TypeVar, Union,
 )
 
 from . import commands as cmd
-from . import ids, listings, routing, spans, tracing
+from . import ids, listings, routing, spans, stream, tracing
 from ._replicas import pipelined_async
 from ._retry import retry_after
 from .cancel import cancel as cancelling
@@ -257,6 +258,30 @@ class AsyncQueue(Settings):
             cursor = cmd.children_page(reply, found)
             if cursor == "0":
                 return found
+
+    # ---- the event stream ----
+
+    async def enable_events(self, maxlen: Optional[int] = None) -> bool:
+        """``Queue.enable_events``, awaited."""
+        return cmd.flag(await self._send(stream.switch(self.name, True, maxlen)))
+
+    async def disable_events(self) -> bool:
+        """``Queue.disable_events``, awaited."""
+        return cmd.flag(await self._send(stream.switch(self.name, False)))
+
+    async def events(
+        self, start: str = "$", block: float = 1.0, count: int = stream.READ_COUNT
+    ) -> AsyncIterator[stream.QueueEvent]:
+        """``Queue.events``, as an async iterator."""
+        # "$" read once as the id it stands for: an entry appended between two reads that
+        # waited for nothing is read too.
+        last = start if start != "$" else stream.newest_id(await self._send(stream.newest(self.name)))
+        while True:
+            reply = await self._send(stream.read(self.name, last, int(block * 1000), count))
+            found, end = stream.entries(reply)
+            for event in found:
+                yield event
+            last = end or last
 
     # ---- operating ----
 

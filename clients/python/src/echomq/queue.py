@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 from typing import (
-    Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union,
+    Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple,
+    TypeVar, Union,
 )
 
 from . import commands as cmd
-from . import ids, listings, routing, spans, tracing
+from . import ids, listings, routing, spans, stream, tracing
 from ._replicas import moved, pipelined, refresh, wait_settings
 from ._retry import backoff, retry_after
 from .cancel import cancel as cancelling
@@ -423,6 +424,35 @@ class Queue(Settings):
             cursor = cmd.children_page(reply, found)
             if cursor == "0":
                 return found
+
+    # ---- the event stream ----
+
+    def enable_events(self, maxlen: Optional[int] = None) -> bool:
+        """Turns the queue's event stream on (``EMQ.EVENTS ... ON``, capped near `maxlen`
+        entries, 10,000 unless given): from then on each transition appends an entry to
+        ``emq:{<queue>}:events``. Whether it changed."""
+        return cmd.flag(self._send(stream.switch(self.name, True, maxlen)))
+
+    def disable_events(self) -> bool:
+        """Turns the queue's event stream off (the stream stays); whether it changed."""
+        return cmd.flag(self._send(stream.switch(self.name, False)))
+
+    def events(
+        self, start: str = "$", block: float = 1.0, count: int = stream.READ_COUNT
+    ) -> Iterator[stream.QueueEvent]:
+        """The queue's events as they come, after `start` (a stream id: ``"0"`` from the
+        stream's first, ``"$"`` what comes next), until the caller stops iterating: an
+        ``XREAD BLOCK`` of `block` seconds at a time, retried as any call. A blocked read holds
+        a connection of the client's pool while it waits: give the client a ``socket_timeout``
+        past `block`."""
+        # "$" read once as the id it stands for: an entry appended between two reads that
+        # waited for nothing is read too.
+        last = start if start != "$" else stream.newest_id(self._send(stream.newest(self.name)))
+        while True:
+            reply = self._send(stream.read(self.name, last, int(block * 1000), count))
+            found, end = stream.entries(reply)
+            yield from found
+            last = end or last
 
     # ---- operating ----
 
