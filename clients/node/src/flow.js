@@ -4,6 +4,7 @@
 // same jobs, each once. The tree goes in top down, a level at a time: a child's enqueue finds
 // its parent there, named by the queue it went to (a partitioned queue's partition: the one its
 // group, or else its id, routes to).
+import { ms } from './codec.js';
 import { MAX_CHILDREN } from './family.js';
 import { mint } from './ids.js';
 
@@ -89,8 +90,26 @@ function isName(group) {
   return typeof group === 'string' && /^[\x21-\x7a\x7c\x7e]{1,128}$/.test(group);
 }
 
+/** The priorities a job may have, the longest delay (ms) and the latest due time (unix ms) the
+ * server takes. */
+export const PRIORITY_MIN = -1_000_000;
+export const PRIORITY_MAX = 1_000_000;
+export const MAX_DELAY = 365 * 86_400_000;
+export const MAX_AT = 2 ** 53 - 1;
+
+/** Throws what the server would refuse of a node's priority, delay or due time (`at`). */
+function checkWhen(node) {
+  if (node.delay !== undefined && node.at !== undefined) throw new TypeError('give delay or at, not both');
+  if (node.priority !== undefined && !(Number.isInteger(node.priority) && node.priority >= PRIORITY_MIN && node.priority <= PRIORITY_MAX)) {
+    throw new RangeError(`a priority is an integer from ${PRIORITY_MIN} to ${PRIORITY_MAX}, not ${String(node.priority)}`);
+  }
+  if (node.delay !== undefined && Number(ms(node.delay, 'delay')) > MAX_DELAY) throw new RangeError('a delay is at most 365 days');
+  if (node.at !== undefined && Number(ms(node.at, 'at')) > MAX_AT) throw new RangeError(`at is at most ${MAX_AT} unix ms`);
+}
+
 /** Checks every node and names it, before anything is sent: a node given twice, two nodes of
- * one job, or too many children would leave a parent waiting for a child never counted. */
+ * one job, too many children, or a priority, delay or time the server would refuse, would
+ * leave a parent waiting for a child never counted. */
 function prepare(queueName, tree) {
   const seen = new Set();
   const jobs = new Set();
@@ -99,6 +118,7 @@ function prepare(queueName, tree) {
     const node = /** @type {FlowNode} */ (stack.pop());
     if (seen.has(node)) throw new TypeError('a flow node appears twice in the tree');
     seen.add(node);
+    checkWhen(node);
     name(queueName, node);
     const key = `${node.queue}:${node.id}`;
     if (jobs.has(key)) throw new TypeError(`the job ${key} appears twice in the tree`);

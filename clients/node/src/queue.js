@@ -572,6 +572,7 @@ export class Queue {
     const parts = await this.partitions();
     if (parts.length > 0) return sum(await Promise.all(parts.map((p) => p.purge(set, options))));
     const count = options.count ?? PURGE_COUNT;
+    if (!Number.isInteger(count) || count < 1) throw new RangeError(`a purge deletes at least 1 job a call, not ${String(count)}`);
     const size = Number((await this.stats())[set]) || 0;
     const rounds = Math.ceil(size / count) + 1;
     let total = 0;
@@ -710,24 +711,33 @@ export class Queue {
     return reply.map(pairs);
   }
 
-  /** Turns the queue's event stream on (capped near `maxlen` entries); whether it changed. */
+  /** Turns the queue's event stream on (capped near `maxlen` entries; each partition's, of a
+   * partitioned queue); whether it changed. */
   async enableEvents(options = {}) {
+    const parts = await this.partitions();
+    if (parts.length > 0) return (await Promise.all(parts.map((p) => p.enableEvents(options)))).some(Boolean);
     const extra = options.maxlen === undefined ? [] : ['MAXLEN', options.maxlen];
     return (await this.call('EMQ.EVENTS', 'ON', ...extra)) === 1;
   }
 
-  /** Turns the queue's event stream off (the stream stays); whether it changed. */
+  /** Turns the queue's event stream off (the stream stays; each partition's); whether it
+   * changed. */
   async disableEvents() {
+    const parts = await this.partitions();
+    if (parts.length > 0) return (await Promise.all(parts.map((p) => p.disableEvents()))).some(Boolean);
     return (await this.call('EMQ.EVENTS', 'OFF')) === 1;
   }
 
   /**
    * The queue's events as they come (`XREAD BLOCK` on a connection of its own), from `from`
-   * (a stream id; default `$`, what comes next) until the loop breaks or `signal` aborts.
+   * (a stream id; default: the newest entry when the reading starts) until the loop breaks or
+   * `signal` aborts. A partitioned queue's events are in its partitions' streams, each read
+   * through its Queue (`partitions()`): its own name's is refused with a `RangeError`.
    * @param {{from?: string, block?: number, count?: number, signal?: AbortSignal}} [options]
    */
-  events(options = {}) {
-    return readEvents(this, options);
+  async *events(options = {}) {
+    if ((await this.routingWidth()) > 0) throw new RangeError(`queue ${this.name} is partitioned: read each partition's events`);
+    yield* readEvents(this, options);
   }
 }
 

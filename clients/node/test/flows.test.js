@@ -334,6 +334,10 @@ describe('flows', () => {
     await assert.rejects(q.flow({ payload: 'root', id: 'JOB00000000009', children: [{ payload: 'same', id: 'JOB00000000009' }] }), TypeError);
     await assert.rejects(q.chain([]), TypeError);
     await assert.rejects(q.batch([{ payload: 'x' }], /** @type {any} */ ({})), TypeError);
+    // A child's priority, delay or time the server would refuse, found before its parent goes.
+    for (const bad of [{ priority: 2_000_000 }, { priority: 1.5 }, { delay: -1 }, { delay: 366 * 86_400_000 }, { at: 2 ** 53 }, { delay: 1, at: Date.now() }]) {
+      await assert.rejects(q.flow({ payload: 'root', children: [{ payload: 'kid', ...bad }] }), Error, JSON.stringify(bad));
+    }
     assert.equal(await server.cmd('EXISTS', 'emq:{checked}:pending', 'emq:{checked}:waiting'), 0);
   });
 

@@ -26,6 +26,18 @@ describe('a partitioned queue\'s schedules and listings on one server', () => {
   });
   after(() => server.stop());
 
+  test('enableEvents and disableEvents act on each partition; the queue\'s own events are refused', async () => {
+    const q = new Queue(client, 'wide-ev');
+    await q.span(3);
+    assert.equal(await q.enableEvents(), true);
+    for (let n = 0; n < 3; n++) {
+      const part = /** @type {string} */ (partitionName('wide-ev', n, 3));
+      assert.equal(await server.cmd('EMQ.EVENTS', part, 'ON'), 0, `${part}'s stream is on`);
+    }
+    await assert.rejects(q.events().next(), RangeError);
+    assert.equal(await q.disableEvents(), true);
+  });
+
   test('a schedule set by a Queue that learned width 0 before the span, or holds a stale width, is routed once EMQSPANNED teaches the width', async () => {
     const name = 'cron-respanned';
     const late = new Queue(client, name);

@@ -320,6 +320,10 @@ def test_a_node_s_priority_delay_and_due_time_are_its_job_s(server: Server) -> N
     assert parent is not None and (parent["set"], parent["priority"]) == ("waiting", -3)
     with pytest.raises(ValueError, match="not both"):
         q.flow(echomq.Node("reports", b"bad", children=[echomq.Node("images", b"x", delay=1, at=at)]))
+    wrong: List[Dict[str, Any]] = [{"priority": 2_000_000}, {"delay": -1}, {"at": -5.0}]
+    for bad in wrong:
+        with pytest.raises(ValueError):
+            q.flow(echomq.Node("reports", b"bad", children=[echomq.Node("images", b"x", **bad)]))
     assert q.stats()["waiting"] == 1, "a refused flow sends nothing"
 
     async def awaited() -> echomq.Node:

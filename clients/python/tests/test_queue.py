@@ -43,6 +43,8 @@ def test_batches_options_and_operations(server: Server) -> None:
     assert claimed[0][0].decode() == urgent, "the lower priority first"
     assert q.pause() and not q.pause() and q.resume()
     assert q.purge("pending", count=500) == 2500, "every pending job, 500 a call"
+    with pytest.raises(ValueError):
+        q.purge("pending", count=0)
     limits = q.limit(concurrency=3, rate=10, per=1.5)
     assert (limits["concurrency"], limits["rate"], limits["rate-per"]) == (3, 10, 1500)
     assert q.limit(off=True)["concurrency"] is None
@@ -194,4 +196,20 @@ def test_the_event_stream_read_as_it_comes(server: Server) -> None:
     second = q.enqueue(b"y")
     t.join(10)
     assert [(e.event, e.id) for e in later] == [("enqueued", second)]
+    # Read over RESP3 alike.
+    resp3 = echomq.Queue(redis.Redis(port=server.port, protocol=3), "ev")
+    events = resp3.events(start="0", block=0.05)
+    assert [next(events).event for _ in range(4)] == ["enqueued", "claimed", "acked", "enqueued"]
     assert q.disable_events() and not q.disable_events()
+
+
+def test_a_partitioned_queue_s_events_are_its_partitions(server: Server) -> None:
+    q = echomq.Queue(server.client(), "wide-ev")
+    assert q.span(3)
+    assert q.enable_events()
+    for n in range(3):
+        part = echomq.partitions.name("wide-ev", n, 3)
+        assert server.cmd("EMQ.EVENTS", part, "ON") == 0, f"{part}'s stream is on"
+    with pytest.raises(ValueError, match="partitioned"):
+        next(q.events())
+    assert q.disable_events()

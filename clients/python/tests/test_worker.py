@@ -156,6 +156,13 @@ def test_a_worker_s_backoff_is_its_own_wait_and_without_one_the_server_s(server:
     ]:
         least, most = due_after(queue, make)
         assert least <= 600_000 <= most, (queue, least, most)
+    # A function that raises, or gives no number: logged, and the server's backoff applies.
+    for queue, make in [
+        ("raising", threaded(backoff=lambda attempt, e: 1 / 0)),
+        ("raising-aio", awaited(backoff=lambda attempt, e: float("nan"))),
+    ]:
+        least, most = due_after(queue, make)
+        assert least > 3_000_000, (queue, least)
     with pytest.raises(ValueError):
         echomq.Worker(server.client(), "bad", boom, backoff=-1)
 

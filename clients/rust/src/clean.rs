@@ -12,12 +12,18 @@ pub const PURGE_COUNT: u32 = 1000;
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// Deletes the jobs of `set` (`pending`, `scheduled`, `dead` or `waiting`; `active` is
-    /// refused, [`crate::Error::Set`]): `EMQ.PURGE ... COUNT <count>` (1,000 unless given) until
+    /// refused, [`crate::Error::Set`]): `EMQ.PURGE ... COUNT <count>` (1,000 unless given; 0 is
+    /// refused before anything is sent, [`crate::Error::Argument`]) until
     /// a call deletes fewer, or as many calls as the set's size at the start takes, so jobs that
     /// keep arriving cannot hold it in the loop; how many in all. A partitioned queue's
     /// partitions are purged each (its width asked first when this handle has not learned it).
     pub async fn purge(&self, set: &str, count: Option<u32>) -> Result<u64> {
-        let step = count.unwrap_or(PURGE_COUNT).max(1);
+        let step = count.unwrap_or(PURGE_COUNT);
+        if step == 0 {
+            return Err(Error::Argument(
+                "a purge deletes at least 1 job a call".into(),
+            ));
+        }
         self.resolved_width().await?;
         let mut total = 0;
         for part in self.parts()? {

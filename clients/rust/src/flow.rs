@@ -190,8 +190,8 @@ pub struct FlowJob {
     pub group: Option<String>,
     /// Ahead of (lower) or behind (higher) the default 0 ([`Enqueue::priority`]).
     pub priority: Option<i64>,
-    /// Due after this long once ready ([`Enqueue::delay`]): a parent, once its children have
-    /// finished.
+    /// Due after this long ([`Enqueue::delay`]): a parent's counts from its enqueue, and one
+    /// released after it is ready at once.
     pub delay: Option<Duration>,
     /// Due at this time ([`Enqueue::at`]; with `delay` too, the flow is refused before any of
     /// it is sent).
@@ -270,14 +270,7 @@ impl FlowJob {
         if let Some(t) = self.timeout {
             timeout_ms(t)?;
         }
-        if self.delay.is_some() && self.at.is_some() {
-            return Err(Error::Argument(
-                "give a delay or a time (at), not both".into(),
-            ));
-        }
-        if let Some(at) = self.at {
-            crate::enqueue::unix_ms(at)?;
-        }
+        check_when(self.priority, self.delay, self.at)?;
         if let Some(group) = self.group.as_deref().filter(|g| !is_name(g, MAX_GROUP_LEN)) {
             return Err(Error::Argument(format!(
                 "a group is 1 to {MAX_GROUP_LEN} printable ASCII bytes without braces, \
@@ -286,6 +279,45 @@ impl FlowJob {
         }
         self.children.iter().try_for_each(FlowJob::check)
     }
+}
+
+/// The priorities a job may have (the server's bounds).
+pub const PRIORITY_MIN: i64 = -1_000_000;
+pub const PRIORITY_MAX: i64 = 1_000_000;
+/// The longest delay the server takes: a year.
+pub const MAX_DELAY: Duration = Duration::from_secs(365 * 86_400);
+/// The latest due time the server takes, in unix ms.
+pub const MAX_AT_MS: u64 = (1 << 53) - 1;
+
+/// Refuses ([`Error::Argument`]) what the server would refuse of a flow's job: a priority out
+/// of [`PRIORITY_MIN`]..=[`PRIORITY_MAX`], a delay over [`MAX_DELAY`], a time before 1970 or
+/// past [`MAX_AT_MS`], or both a delay and a time.
+fn check_when(
+    priority: Option<i64>,
+    delay: Option<Duration>,
+    at: Option<SystemTime>,
+) -> Result<()> {
+    if delay.is_some() && at.is_some() {
+        return Err(Error::Argument(
+            "give a delay or a time (at), not both".into(),
+        ));
+    }
+    if priority.is_some_and(|p| !(PRIORITY_MIN..=PRIORITY_MAX).contains(&p)) {
+        return Err(Error::Argument(format!(
+            "a priority is {PRIORITY_MIN} to {PRIORITY_MAX}"
+        )));
+    }
+    if delay.is_some_and(|d| d > MAX_DELAY) {
+        return Err(Error::Argument("a delay is at most 365 days".into()));
+    }
+    if let Some(at) = at {
+        if crate::enqueue::unix_ms(at)? > MAX_AT_MS {
+            return Err(Error::Argument(format!(
+                "a time is at most {MAX_AT_MS} unix ms"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Enqueues flows on a connection (multiplexed, or a cluster's, which routes each call to

@@ -158,8 +158,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     }
 
     /// How often a call is tried again after a transient failure (a failover, a reshard, a
-    /// lost connection), with jittered backoff: 8 unless set. A worker on the queue retries
-    /// its start and its settles as often.
+    /// lost connection), with jittered backoff: 8 unless set ([`Worker::retries`] for a
+    /// worker's calls).
+    ///
+    /// [`Worker::retries`]: crate::Worker::retries
     pub fn retries(mut self, retries: u32) -> Self {
         self.retries = retries;
         self

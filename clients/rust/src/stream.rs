@@ -35,25 +35,46 @@ pub struct Events<C> {
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// Turns the queue's event stream on (`EMQ.EVENTS ... ON`, capped near `maxlen` entries,
     /// 10,000 unless given): from then on each transition appends an entry. Whether it changed.
+    /// A partitioned queue's partitions each (its width asked first when this handle has not
+    /// learned it).
     pub async fn enable_events(&self, maxlen: Option<u32>) -> Result<bool> {
         let mut args = vec![b"ON".to_vec()];
         if let Some(n) = maxlen {
             args.extend([b"MAXLEN".to_vec(), n.to_string().into_bytes()]);
         }
-        Ok(self.call("EMQ.EVENTS", &args).await? == Value::Int(1))
+        self.switch_events(&args).await
     }
 
-    /// Turns the queue's event stream off (the stream stays); whether it changed.
+    /// Turns the queue's event stream off (the stream stays; each partition's); whether it
+    /// changed.
     pub async fn disable_events(&self) -> Result<bool> {
-        Ok(self.call("EMQ.EVENTS", &[b"OFF".to_vec()]).await? == Value::Int(1))
+        self.switch_events(&[b"OFF".to_vec()]).await
+    }
+
+    /// `EMQ.EVENTS <queue> args...` on each partition of the width known, or on the queue.
+    async fn switch_events(&self, args: &[Vec<u8>]) -> Result<bool> {
+        self.resolved_width().await?;
+        let mut changed = false;
+        for part in self.parts()? {
+            changed |= self.at(part).call("EMQ.EVENTS", args).await? == Value::Int(1);
+        }
+        Ok(changed)
     }
 
     /// A reader of the queue's events after `from` (a stream id: `"0"` from the stream's first,
     /// `"$"` what comes after its newest entry now, read here once, so an entry appended
     /// between two reads that waited for nothing is read too). A blocked read holds its
     /// connection: give the queue a connection of its own for it (a multiplexed one would hold
-    /// its other calls behind the read).
+    /// its other calls behind the read), with no response timeout shorter than the reads'
+    /// `block`. A partitioned queue's events are in its partitions' streams, each read through
+    /// a handle of its name ([`Queue::partition_stats`] names them): [`Error::Argument`].
     pub async fn events(&self, from: &str) -> Result<Events<C>> {
+        if self.resolved_width().await? > 0 {
+            return Err(Error::Argument(format!(
+                "queue {} is partitioned: read each partition's events",
+                self.name
+            )));
+        }
         let key = format!("emq:{{{}}}:events", self.name);
         let last = match from {
             "$" => {

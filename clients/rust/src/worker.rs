@@ -180,6 +180,13 @@ where
         self
     }
 
+    /// How often the worker's calls (its start's version read, its settles and renewals) are
+    /// tried again after a transient failure: 8 unless set ([`Queue::retries`]).
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.queue = self.queue.retries(retries);
+        self
+    }
+
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.max(1);
         self

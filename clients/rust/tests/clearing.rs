@@ -53,6 +53,10 @@ async fn a_purge_empties_the_set_a_bounded_call_at_a_time() {
     assert_eq!(q.purge("pending", Some(3)).await.expect("purge"), 7);
     assert_eq!(q.purge("pending", Some(3)).await.expect("purge"), 0);
     assert!(matches!(q.purge("active", None).await, Err(Error::Set(_))));
+    assert!(matches!(
+        q.purge("pending", Some(0)).await,
+        Err(Error::Argument(_))
+    ));
     assert!(matches!(q.purge("nowhere", None).await, Err(Error::Set(_))));
 }
 

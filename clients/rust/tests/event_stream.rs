@@ -6,7 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use echomq_client::Queue;
+use echomq_client::partition::name;
+use echomq_client::{Error, Queue};
 use emq_harness::Options;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,4 +64,23 @@ async fn the_event_stream_is_read_on_from_the_last_entry() {
     assert_eq!(got, [("enqueued", Some(second.as_str()))]);
     assert!(q.disable_events().await.expect("off"));
     assert!(!q.disable_events().await.expect("off again"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_queues_events_are_its_partitions() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "wide-ev");
+    assert!(q.span(3).await.expect("span"));
+    assert!(q.enable_events(None).await.expect("on"));
+    for n in 0..3 {
+        let part = name("wide-ev", n, 3).expect("a partition");
+        let again: i64 = redis::cmd("EMQ.EVENTS")
+            .arg(&part)
+            .arg("ON")
+            .query(&mut server.conn())
+            .expect("on");
+        assert_eq!(again, 0, "{part}'s stream is on");
+    }
+    assert!(matches!(q.events("$").await, Err(Error::Argument(_))));
+    assert!(q.disable_events().await.expect("off"));
 }

@@ -96,6 +96,18 @@ async fn a_flows_jobs_carry_their_priority_delay_and_due_time() {
         Err(Error::Argument(_))
     ));
     assert!(bad.id.is_none(), "nothing minted, nothing sent");
+    // And a priority, a delay or a time the server would refuse.
+    for child in [
+        FlowJob::new("images", "p").priority(2_000_000),
+        FlowJob::new("images", "d").delay(Duration::from_secs(366 * 86_400)),
+        FlowJob::new("images", "a").at(UNIX_EPOCH + Duration::from_millis(1 << 53)),
+    ] {
+        let mut bad = FlowJob::new("reports", "bad").child(child);
+        assert!(matches!(
+            flows.flow(&mut bad).await,
+            Err(Error::Argument(_))
+        ));
+    }
     assert_eq!(reports.stats().await.expect("stats")["waiting"], Some(1));
 }
 

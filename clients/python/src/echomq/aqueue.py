@@ -263,16 +263,18 @@ class AsyncQueue(Settings):
 
     async def enable_events(self, maxlen: Optional[int] = None) -> bool:
         """``Queue.enable_events``, awaited."""
-        return cmd.flag(await self._send(stream.switch(self.name, True, maxlen)))
+        return any(map(cmd.flag, await self._each(lambda q: stream.switch(q, True, maxlen))))
 
     async def disable_events(self) -> bool:
         """``Queue.disable_events``, awaited."""
-        return cmd.flag(await self._send(stream.switch(self.name, False)))
+        return any(map(cmd.flag, await self._each(lambda q: stream.switch(q, False))))
 
     async def events(
         self, start: str = "$", block: float = 1.0, count: int = stream.READ_COUNT
     ) -> AsyncIterator[stream.QueueEvent]:
         """``Queue.events``, as an async iterator."""
+        if await self._width_known():
+            raise ValueError(f"queue {self.name} is partitioned: read each partition's events")
         # "$" read once as the id it stands for: an entry appended between two reads that
         # waited for nothing is read too.
         last = start if start != "$" else stream.newest_id(await self._send(stream.newest(self.name)))
@@ -316,7 +318,7 @@ class AsyncQueue(Settings):
 
     async def purge(self, set_name: str, count: Optional[int] = None) -> int:
         """``Queue.purge``, awaited."""
-        step = count if count is not None else cmd.PURGE_COUNT
+        step = cmd.purge_step(count)
         total = 0
         for _ in range(cmd.purge_rounds((await self.stats()).get(set_name), step)):
             replies = await self._each(lambda q: cmd.purge(q, set_name, step))

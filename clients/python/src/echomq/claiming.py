@@ -6,6 +6,8 @@ returned, renewals, and what a handler's end means (``outcome``)."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -18,6 +20,8 @@ from .job import Job, Retry
 from .rounds import Claim
 from .serializers import Serializer
 
+log = logging.getLogger("echomq")
+
 #: Most bytes of an error (the exception and its traceback) sent with ``EMQ.FAIL``.
 MAX_ERROR = 4096
 #: The longest wait a worker's ``backoff`` gives, in ms (the server's ``emq.backoff-max-ms``
@@ -29,10 +33,17 @@ MAX_BACKOFF_MS = 3_600_000
 Backoff = Union[float, Callable[[int, BaseException], float]]
 
 
-def retry_in(backoff: Backoff, attempt: int, error: BaseException) -> int:
-    """`backoff`'s wait after failed attempt `attempt`, in ms, 0 to ``MAX_BACKOFF_MS``."""
-    wait = backoff(attempt, error) if callable(backoff) else backoff
-    return max(0, min(MAX_BACKOFF_MS, round(float(wait) * 1000)))
+def retry_in(backoff: Backoff, attempt: int, error: BaseException) -> Optional[int]:
+    """`backoff`'s wait after failed attempt `attempt`, in ms, 0 to ``MAX_BACKOFF_MS``; ``None``
+    (the server's backoff) when the function raised or gave no number of seconds (logged)."""
+    try:
+        wait = float(backoff(attempt, error) if callable(backoff) else backoff)
+        if math.isnan(wait):
+            raise ValueError("not a number")
+    except Exception:
+        log.exception("echomq: the worker's backoff failed; the server's backoff applies")
+        return None
+    return int(max(0.0, min(float(MAX_BACKOFF_MS), wait * 1000)))
 
 
 def outcome(
@@ -127,7 +138,7 @@ class Claiming:
         #: Renewals come every `renew_every` of the lease.
         self.renew_interval = lease * renew_every
         self.shutdown_timeout = shutdown_timeout
-        if backoff is not None and not callable(backoff) and not backoff >= 0:
+        if backoff is not None and not callable(backoff) and not 0 <= backoff < math.inf:
             raise ValueError("backoff is 0 seconds or more, or a function of the attempt")
         #: The worker's own wait before a failed job's retry; ``None``: the server's backoff.
         self.backoff = backoff

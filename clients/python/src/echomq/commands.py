@@ -228,6 +228,16 @@ def purge(queue: str, set_name: str, count: Optional[int]) -> List[Any]:
     return ["EMQ.PURGE", queue, set_name, *(["COUNT", count] if count is not None else [])]
 
 
+def purge_step(count: Optional[int]) -> int:
+    """The jobs one ``EMQ.PURGE`` of a purge deletes: `count`, 1,000 unless given; less than 1
+    is refused (``ValueError``) before anything is sent."""
+    if count is None:
+        return PURGE_COUNT
+    if count < 1:
+        raise ValueError("a purge deletes at least 1 job a call")
+    return count
+
+
 def purge_rounds(size: Optional[int], step: int) -> int:
     """The most ``EMQ.PURGE`` calls of `step` jobs a purge makes of a set that held `size` when
     it began: enough for those, and one more, so jobs that keep coming cannot hold it."""

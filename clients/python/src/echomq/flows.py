@@ -63,8 +63,9 @@ class Node:
     does to its parent (``on_fail``; the root's is unused), the children it waits for, its
     ``timeout`` (seconds: each attempt's limit, ``enqueue``'s), its ``group`` (``enqueue``'s:
     1 to 128 printable ASCII bytes without braces, checked before anything is sent), and its
-    ``priority``, ``delay`` (seconds) or ``at`` (unix seconds), ``enqueue``'s (a parent's delay
-    runs once its children have finished; both a delay and a time: ``ValueError``). A node of
+    ``priority``, ``delay`` (seconds) or ``at`` (unix seconds), ``enqueue``'s (a parent's due
+    time counts from its enqueue: released later than that, it is ready at once; both a delay
+    and a time: ``ValueError``). A node of
     a partitioned queue goes to the partition its group, or else its id, routes to, and its
     children name that partition as their parent's queue."""
 
@@ -135,8 +136,8 @@ def steps(tree: Node) -> List[Step]:
     """The enqueues of a minted tree, top down: the root with ``CHILDREN``, then each child
     with its ``PARENT`` (and ``CHILDREN`` when it has its own), a parent always before its
     children, which the module checks it has. Every node is checked before any is sent: a
-    node the server would refuse (a bad ``on_fail`` or ``group``, a delay with a time) would
-    leave its parent waiting for it."""
+    node the server would refuse (a bad ``on_fail`` or ``group``, a priority, delay or time out
+    of range, a delay with a time) would leave its parent waiting for it."""
     out: List[Step] = []
     for parent, node in tree.walk():
         assert node.id is not None, "steps takes a minted tree"
@@ -145,8 +146,7 @@ def steps(tree: Node) -> List[Step]:
                 f"a group is 1 to {MAX_GROUP_LEN} printable ASCII bytes without braces, "
                 f"not {node.group!r}"
             )
-        if node.delay is not None and node.at is not None:
-            raise ValueError("give delay or at, not both")
+        check_when(node.priority, node.delay, node.at)
         above = [] if parent is None else [(parent.queue, parent.id or "", node.on_fail)]
         children = len(node.children) or None
         out.append(
@@ -156,6 +156,29 @@ def steps(tree: Node) -> List[Step]:
             )
         )
     return out
+
+
+#: The priorities a job may have (the server's bounds).
+PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
+#: The longest delay, in ms (a year), and the latest due time, in unix ms, the server takes.
+MAX_DELAY_MS, MAX_AT_MS = 365 * 86_400_000, (1 << 53) - 1
+
+
+def check_when(priority: Optional[int], delay: Optional[float], at: Optional[float]) -> None:
+    """Refuses (``ValueError``) what the server would refuse of a flow's job: a priority that is
+    not an integer from -1,000,000 to 1,000,000, a delay or a time out of its range, or both a
+    delay and a time."""
+    if delay is not None and at is not None:
+        raise ValueError("give delay or at, not both")
+    if priority is not None and (
+        isinstance(priority, bool) or not isinstance(priority, int)
+        or not PRIORITY_MIN <= priority <= PRIORITY_MAX
+    ):
+        raise ValueError(f"a priority is an integer from {PRIORITY_MIN} to {PRIORITY_MAX}")
+    if delay is not None and not 0 <= delay * 1000 <= MAX_DELAY_MS:
+        raise ValueError("a delay is 0 to 365 days")
+    if at is not None and not 0 <= at * 1000 <= MAX_AT_MS:
+        raise ValueError(f"a time (at) is 0 to {MAX_AT_MS} unix ms")
 
 
 def chained(jobs: Sequence[NodeLike]) -> Node:

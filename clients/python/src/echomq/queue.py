@@ -96,7 +96,9 @@ class Queue(Settings):
     a call on one job (``job``, ``cancel``, ``requeue``, ``children``) or one group to the
     partition its id or group routes to, a schedule (``cron``, ``uncron``) to the one its
     name routes to, and ``stats``, ``metrics``, ``crons``, ``limit``, ``pause``, ``resume``,
-    ``purge`` and ``requeue_dead`` act on every partition. ``jobs`` and ``groups`` page
+    ``purge``, ``requeue_dead``, ``enable_events`` and ``disable_events`` act on every
+    partition (``events`` reads one partition's stream, through a ``Queue`` of its name: the
+    queue's own is refused, ``ValueError``). ``jobs`` and ``groups`` page
     through the partitions in turn. The width is the one known (``EMQ.WIDTH`` read once, when
     not known yet), read afresh by ``uncron``, ``crons`` and a walk's start (cursor ``"0"``);
     a user the server will not tell it (no ``+emq.width``: ``NOPERM``) has ordinary queues
@@ -430,12 +432,14 @@ class Queue(Settings):
     def enable_events(self, maxlen: Optional[int] = None) -> bool:
         """Turns the queue's event stream on (``EMQ.EVENTS ... ON``, capped near `maxlen`
         entries, 10,000 unless given): from then on each transition appends an entry to
-        ``emq:{<queue>}:events``. Whether it changed."""
-        return cmd.flag(self._send(stream.switch(self.name, True, maxlen)))
+        ``emq:{<queue>}:events`` (each partition's own, of a partitioned queue). Whether it
+        changed (anywhere)."""
+        return any(map(cmd.flag, self._each(lambda q: stream.switch(q, True, maxlen))))
 
     def disable_events(self) -> bool:
-        """Turns the queue's event stream off (the stream stays); whether it changed."""
-        return cmd.flag(self._send(stream.switch(self.name, False)))
+        """Turns the queue's event stream off (the stream stays; each partition's); whether it
+        changed."""
+        return any(map(cmd.flag, self._each(lambda q: stream.switch(q, False))))
 
     def events(
         self, start: str = "$", block: float = 1.0, count: int = stream.READ_COUNT
@@ -444,7 +448,10 @@ class Queue(Settings):
         stream's first, ``"$"`` what comes next), until the caller stops iterating: an
         ``XREAD BLOCK`` of `block` seconds at a time, retried as any call. A blocked read holds
         a connection of the client's pool while it waits: give the client a ``socket_timeout``
-        past `block`."""
+        past `block`. A partitioned queue's events are in its partitions' streams, each read
+        on its own (a ``Queue`` of each name ``partition_stats`` gives): ``ValueError``."""
+        if self._width_known():
+            raise ValueError(f"queue {self.name} is partitioned: read each partition's events")
         # "$" read once as the id it stands for: an entry appended between two reads that
         # waited for nothing is read too.
         last = start if start != "$" else stream.newest_id(self._send(stream.newest(self.name)))
@@ -502,7 +509,7 @@ class Queue(Settings):
         jobs, of each partition of a partitioned queue, until no call deletes that many, or as
         many rounds as the set's size at the start takes (so jobs that keep coming cannot hold
         it in the loop); how many in all."""
-        step = count if count is not None else cmd.PURGE_COUNT
+        step = cmd.purge_step(count)
         total = 0
         for _ in range(cmd.purge_rounds(self.stats().get(set_name), step)):
             deleted = [cmd.count(r) for r in self._each(lambda q: cmd.purge(q, set_name, step))]

@@ -59,6 +59,9 @@ def entries(reply: Any) -> Tuple[List[QueueEvent], Optional[str]]:
     streams = reply.values() if isinstance(reply, dict) else (entries for _, entries in reply)
     out: List[QueueEvent] = []
     for found in streams:
+        # redis-py's RESP3 reading wraps a stream's entries in one more list.
+        if len(found) == 1 and isinstance(found[0], list) and found[0] and isinstance(found[0][0], (list, tuple)):
+            found = found[0]
         for stream_id, fields in found:
             pairs = fields if isinstance(fields, dict) else dict(zip(fields[::2], fields[1::2]))
             f = {str(text(k)): str(text(v)) for k, v in pairs.items()}
