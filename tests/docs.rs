@@ -133,3 +133,102 @@ fn the_citation_reader_finds_runs_and_the_section_reader_finds_headings() {
     let have = sections("# T\n## §1 Keys\n### §1.1 Names\ntext §7\n");
     assert_eq!(have.into_iter().collect::<Vec<_>>(), ["§1", "§1.1"]);
 }
+
+/// Every source file under `dir` (relative to the root) whose name ends in `ext`, read.
+fn sources(dir: &str, ext: &str) -> String {
+    let mut files = Vec::new();
+    walk(&root().join(dir), &mut files);
+    files
+        .iter()
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some(ext))
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `name` is defined in `text`: as one of `forms`, each with `{}` for the name, or as
+/// a line that starts with the name and one of `starts` (an enum's variant).
+fn defines(text: &str, name: &str, forms: &[&str], starts: &[&str]) -> bool {
+    forms.iter().any(|f| text.contains(&f.replace("{}", name)))
+        || text.lines().any(|l| {
+            let l = l.trim_start();
+            l.strip_prefix(name)
+                .is_some_and(|rest| starts.iter().any(|s| rest.starts_with(s)))
+        })
+}
+
+/// The backticked names of one cell of docs/clients.md's table, each its last path segment
+/// (`Queue.enqueue` -> `enqueue`, `Queue::enqueue_with` -> `enqueue_with`).
+fn names(cell: &str) -> Vec<String> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|n| n.rsplit([':', '.']).next().unwrap_or(n).to_string())
+        .collect()
+}
+
+#[test]
+fn every_name_the_clients_table_gives_is_defined_in_that_client() {
+    let table = std::fs::read_to_string(root().join("docs/clients.md")).expect("docs/clients.md");
+    let python = sources("clients/python/src", "py");
+    let rust = sources("clients/rust/src", "rs");
+    let node = std::fs::read_to_string(root().join("clients/node/index.d.ts")).expect("index.d.ts");
+    let mut rows = 0;
+    let mut missing = Vec::new();
+    for line in table
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| What"))
+    {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        assert_eq!(cells.len(), 4, "a row of four cells: {line}");
+        rows += 1;
+        for name in names(cells[1]) {
+            let forms = ["def {}(", "class {}(", "class {}:", " {}: ", "({}: "];
+            if !defines(&python, &name, &forms, &[]) {
+                missing.push(format!("Python {name}"));
+            }
+        }
+        for name in names(cells[2]) {
+            let forms = [
+                "fn {}(",
+                "fn {}<",
+                "struct {} ",
+                "struct {}<",
+                "enum {} ",
+                "pub {}: ",
+            ];
+            if !defines(&rust, &name, &forms, &["(", " {", ","]) {
+                missing.push(format!("Rust {name}"));
+            }
+        }
+        for name in names(cells[3].trim_end_matches(" |")) {
+            let forms = [
+                "class {} ",
+                "interface {} ",
+                "type {} ",
+                " {}(",
+                " {}?:",
+                " {}:",
+                " {}<",
+            ];
+            if !defines(&node, &name, &forms, &[]) {
+                missing.push(format!("Node {name}"));
+            }
+        }
+    }
+    assert!(rows >= 20, "the table has its rows ({rows})");
+    assert!(
+        missing.is_empty(),
+        "docs/clients.md names what a client does not define: {missing:?}"
+    );
+}
+
+#[test]
+fn the_clients_table_check_finds_a_name_a_client_lacks() {
+    let rust = "impl Queue {\n    pub async fn purge(&self) {}\n}\nenum Failure {\n    Retry(Duration),\n}";
+    let forms = ["fn {}(", "pub {}: "];
+    assert!(defines(rust, "purge", &forms, &["("]));
+    assert!(defines(rust, "Retry", &forms, &["("]));
+    assert!(!defines(rust, "requeue_dead", &forms, &["("]));
+    assert_eq!(names("`Queue.flow`, `Flows::chain`"), ["flow", "chain"]);
+}
