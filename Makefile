@@ -8,7 +8,7 @@
 #               and mypy --strict on the Python client
 #   make test-redis7  the core suites against redis-server 7.0
 #   make test-valkey-latest  every suite against the newest Valkey in Debian's archive
-#   make test-python-versions  the Python client's suite on Python 3.9 and 3.10, where found
+#   make test-python-versions  the Python client's suite on Python 3.9, where found
 #   make test-valgrind  the suites with valkey-server under valgrind memcheck
 #   make docker-image / docker-up / docker-down / docker-test
 #   make bench  EMQ.ENQUEUE against the reference Lua script and native commands
@@ -101,7 +101,7 @@ test-redis7: build test-modules python
 	ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(REDIS7_ENV) $(CARGO) test -p echomq-client -- $(addprefix --skip ,$(CLIENT_CLUSTER_TESTS))
 	cd clients/python && ECHOMQ_MODULE=$(CURDIR)/$(MODULE) $(REDIS7_ENV) ../../$(PY_VENV)/bin/pytest -q tests -m "not cluster"
 
-# The Python client's suite on Python 3.9 and 3.10, wherever an interpreter of each is found
+# The Python client's suite on Python 3.9, the oldest it declares, wherever an interpreter is found
 # (python3.X on PATH, or pyenv's); skipped, saying so, where none is (on CI a failure where
 # .ci/tiers says the machine has the tier).
 test-python-versions: build

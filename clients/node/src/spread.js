@@ -192,8 +192,11 @@ export class Spread {
         }
         const queue = group.take();
         // A blocked claim holds its slots up to `block` ms: it takes its group's share of them,
-        // so the other primaries' claims have room meanwhile.
-        const count = Math.min(block ? Math.max(1, Math.floor(free / this.groups.length)) : free, w.batch);
+        // so the other primaries' claims have room meanwhile; any claim takes at most the
+        // group's share of the concurrency, so a primary that stops answering under one (node-redis
+        // has no command timeout) keeps no more than that from the others.
+        const share = Math.max(1, Math.floor(w.concurrency / this.groups.length));
+        const count = Math.min(block ? Math.max(1, Math.floor(free / this.groups.length)) : free, share, w.batch);
         const args = ['EMQ.CLAIM', queue.name, 'COUNT', String(count), 'LEASE', String(w.lease)];
         if (block) {
           args.push('BLOCK', String(w.block));

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from echomq import routing, spans
+from echomq.claiming import Claiming
+from echomq.rounds import Claim
 from echomq.partitions import MAX_NAME_LEN, _named, name, route, share
 from echomq.slots import slot
 
@@ -60,3 +62,13 @@ def test_a_queue_s_partition_names_are_found_once_and_kept() -> None:
     assert name("q", 1, 4) is not None
     assert name("q", 1.0, 4) is None  # type: ignore[arg-type]
     assert name("q", True, 4) is None
+
+
+def test_a_claim_of_one_primary_s_loop_among_several_holds_at_most_its_share() -> None:
+    """A primary that stops answering under a claim keeps the slots the claim holds: one loop
+    of several holds its share of the concurrency at most, so the others keep room."""
+    worker = Claiming("q", 8, 30.0, None, 1.0, 1 / 3, 1.0, None, None)
+    assert worker.wants(Claim("p", None), 1) == 8, "alone, the whole batch"
+    assert worker.wants(Claim("p", None), 3) == 2, "one of three loops: 8 // 3"
+    assert worker.wants(Claim("p", ["q"]), 3) == 1, "blocking: one slot"
+    assert Claiming("q", 2, 30.0, None, 1.0, 1 / 3, 1.0, None, None).wants(Claim("p", None), 3) == 1

@@ -6,9 +6,10 @@
 //! queue blocks on it at every claim, as a worker of an ordinary queue always did.
 //!
 //! The worker's concurrency is one semaphore the loops share: a claim asks for as many jobs as
-//! it holds permits, each job keeps one until its task ends, and a blocked claim holds at most
-//! its loop's share, so every loop can block at once while the concurrency is at least the
-//! number of primaries (below it, the loops take turns, first come first served).
+//! it holds permits, each job keeps one until its task ends, and a claim holds at most its
+//! loop's share, so every loop can block at once while the concurrency is at least the number
+//! of primaries (below it, the loops take turns, first come first served), and a primary that
+//! stops answering under a claim keeps no more than its share from the others.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -164,10 +165,9 @@ where
     while !claims.stop.is_cancelled() && !regroup.is_cancelled() {
         let part = &parts[next];
         let blocking = parts.len() == 1 || misses >= parts.len();
-        let want = match blocking {
-            true => claims.batch.min(claims.share),
-            false => claims.batch,
-        };
+        // At most the loop's share, blocking or not: a primary that stops answering under a
+        // claim keeps no more than its share of the permits from the other loops.
+        let want = claims.batch.min(claims.share);
         let Some(mut held) = permits(&claims, want, &regroup).await else {
             break;
         };

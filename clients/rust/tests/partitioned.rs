@@ -50,6 +50,29 @@ fn reset_stats(con: &mut redis::Connection) {
 }
 
 /// Polls `done` every 20 ms, up to 30 s; whether it came true.
+/// The `EMQ.CLAIM`s the node's slow log holds (`slowlog-log-slower-than 0` logs each command
+/// with its arguments): each one's `COUNT`, and whether it blocked.
+fn claims_logged(con: &mut redis::Connection) -> Vec<(u64, bool)> {
+    let entries: Vec<Vec<redis::Value>> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query(con)
+        .expect("slowlog");
+    entries
+        .into_iter()
+        .filter_map(|e| {
+            let args: Vec<String> =
+                redis::FromRedisValue::from_redis_value(e.get(3)?.clone()).ok()?;
+            (args.first()?.eq_ignore_ascii_case("EMQ.CLAIM")).then_some(())?;
+            let count = args.iter().position(|a| a == "COUNT")?;
+            Some((
+                args.get(count + 1)?.parse().ok()?,
+                args.iter().any(|a| a == "BLOCK"),
+            ))
+        })
+        .collect()
+}
+
 async fn until(mut done: impl FnMut() -> bool) -> bool {
     for _ in 0..1500 {
         if done() {
@@ -221,6 +244,17 @@ async fn on_a_cluster_the_partitions_spread_over_every_primary_and_a_worker_bloc
         })
         .collect();
     assert_eq!(owners.len(), 3, "partitions on every primary");
+    let mut primaries: Vec<_> = owners.iter().map(|p| cluster.node(*p).conn()).collect();
+    for c in primaries.iter_mut() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(0)
+            .arg("slowlog-max-len")
+            .arg(100_000)
+            .query(c)
+            .expect("config");
+    }
     let q = Queue::new(cluster_conn(&cluster).await, "spread");
     let jobs = produce(&q, 150).await;
     assert_eq!(q.known_width(), Some(12));
@@ -241,7 +275,14 @@ async fn on_a_cluster_the_partitions_spread_over_every_primary_and_a_worker_bloc
         "{} of 300 handled",
         seen.count()
     );
-    let mut primaries: Vec<_> = owners.iter().map(|p| cluster.node(*p).conn()).collect();
+    // Each claim held at most its loop's share of the 6 slots (a third: one loop a primary),
+    // blocking or not: a primary that stops answering under a claim leaves the others room.
+    let claims: Vec<(u64, bool)> = primaries.iter_mut().flat_map(claims_logged).collect();
+    assert!(
+        claims.iter().any(|(_, blocking)| !blocking),
+        "claims that did not block"
+    );
+    assert!(claims.iter().all(|(count, _)| *count <= 2), "{claims:?}");
     assert!(
         until(|| primaries.iter_mut().all(|c| blocked_clients(c) == 1)).await,
         "idle, one blocked claim on each primary"

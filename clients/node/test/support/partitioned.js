@@ -64,3 +64,16 @@ async function rejectedCalls(server, command) {
   const line = String(await server.cmd('INFO', 'commandstats')).split('\n').find((l) => l.startsWith(`cmdstat_${command.toLowerCase()}:`));
   return Number(/rejected_calls=(\d+)/.exec(line ?? '')?.[1] ?? 0);
 }
+
+export /**
+ * The `EMQ.CLAIM`s `server`'s slow log holds (`slowlog-log-slower-than 0` logs each command
+ * with its arguments), each as its `COUNT` and whether it blocked.
+ * @param {import('./server.js').Server} server
+ */
+async function claimsLogged(server) {
+  const entries = /** @type {any[]} */ (await server.cmd('SLOWLOG', 'GET', '-1'));
+  return entries
+    .map((e) => e[3].map(String))
+    .filter((args) => args[0].toUpperCase() === 'EMQ.CLAIM')
+    .map((args) => ({ count: Number(args[args.indexOf('COUNT') + 1]), blocking: args.includes('BLOCK') }));
+}

@@ -163,9 +163,13 @@ class Claiming:
 
     def wants(self, claim: Claim, loops: int) -> int:
         """The slots a partition's claim (``rounds.Rotation``) holds from its sending until its
-        reply: ``batch``; but 1 for a blocking claim when several loops (one a primary) share
-        the concurrency, so an idle primary's blocked claim keeps one slot from the others."""
-        return 1 if claim.wake is not None and loops > 1 else self.batch
+        reply: ``batch``. When several loops (one a primary) share the concurrency, at most the
+        loop's share of it, so a primary that stops answering under a claim keeps no more than
+        its share from the others; and 1 for a blocking claim, so an idle primary's blocked
+        claim keeps one slot from them."""
+        if loops <= 1:
+            return self.batch
+        return 1 if claim.wake is not None else min(self.batch, max(1, self.concurrency // loops))
 
     def partition_claim(self, claim: Claim, count: int) -> List[Any]:
         """The ``EMQ.CLAIM`` of `count` jobs of a partition's turn: a blocking claim's with
