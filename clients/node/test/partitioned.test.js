@@ -558,6 +558,29 @@ describe('a partitioned queue on a cluster', () => {
     assert.deepEqual([stats.pending, stats.active, stats.waiting, stats.dead], [0, 0, 0, 0], 'the flow completed');
   });
 
+  test('each claim of a loop among several holds at most its primary\'s share of the concurrency', async () => {
+    // A claim to a primary that stops answering keeps the slots it holds (node-redis has no
+    // command timeout): one primary's claim must leave the others room.
+    await new Queue(client, 'shared').span(6);
+    const parts = await new Queue(client, 'shared').partitions();
+    const primaries = new Set(await Promise.all(parts.map(async (p) => (await cluster.owner(p.name)).port))).size;
+    assert.ok(primaries > 1);
+    for (const n of cluster.nodes) await n.cmd('CONFIG', 'SET', 'slowlog-log-slower-than', '0', 'slowlog-max-len', '10000');
+    try {
+      for (const n of cluster.nodes) await n.cmd('SLOWLOG', 'RESET');
+      await new Queue(client, 'shared').enqueueMany(Array.from({ length: 60 }, (_, i) => ({ payload: i })));
+      const { worker, done } = await drain(new Queue(client, 'shared'), 60, { concurrency: 6 });
+      await worker.close();
+      assert.ok(done);
+      const claims = (await Promise.all(cluster.nodes.map(claimsLogged))).flat();
+      assert.ok(claims.some((c) => !c.blocking), 'claims that did not block');
+      const share = Math.floor(6 / primaries);
+      assert.deepEqual(claims.filter((c) => c.count > share), [], `each at most ${share}`);
+    } finally {
+      for (const n of cluster.nodes) await n.cmd('CONFIG', 'SET', 'slowlog-log-slower-than', '10000');
+    }
+  });
+
   // Last: the slot map is no longer the one Cluster.owner knows.
   test('a partition moved to another primary while the worker waits: its loops regroup and claim it there', async () => {
     await new Queue(client, 'moving').span(6);
@@ -583,29 +606,6 @@ describe('a partitioned queue on a cluster', () => {
     assert.equal(runs.size, 40);
     assert.ok([...runs.values()].every((n) => n === 1));
     assert.ok(ids.every((id) => queues.get(id) === parts[route(6, id)].name));
-  });
-
-  test('each claim of a loop among several holds at most its primary\'s share of the concurrency', async () => {
-    // A claim to a primary that stops answering keeps the slots it holds (node-redis has no
-    // command timeout): one primary's claim must leave the others room.
-    await new Queue(client, 'shared').span(6);
-    const parts = await new Queue(client, 'shared').partitions();
-    const primaries = new Set(await Promise.all(parts.map(async (p) => (await cluster.owner(p.name)).port))).size;
-    assert.ok(primaries > 1);
-    for (const n of cluster.nodes) await n.cmd('CONFIG', 'SET', 'slowlog-log-slower-than', '0', 'slowlog-max-len', '10000');
-    try {
-      for (const n of cluster.nodes) await n.cmd('SLOWLOG', 'RESET');
-      await new Queue(client, 'shared').enqueueMany(Array.from({ length: 60 }, (_, i) => ({ payload: i })));
-      const { worker, done } = await drain(new Queue(client, 'shared'), 60, { concurrency: 6 });
-      await worker.close();
-      assert.ok(done);
-      const claims = (await Promise.all(cluster.nodes.map(claimsLogged))).flat();
-      assert.ok(claims.some((c) => !c.blocking), 'claims that did not block');
-      const share = Math.floor(6 / primaries);
-      assert.deepEqual(claims.filter((c) => c.count > share), [], `each at most ${share}`);
-    } finally {
-      for (const n of cluster.nodes) await n.cmd('CONFIG', 'SET', 'slowlog-log-slower-than', '10000');
-    }
   });
 
   test('a paused primary holds up no other primary\'s settles: each partition is settled apart', async () => {

@@ -49,7 +49,6 @@ fn reset_stats(con: &mut redis::Connection) {
         .expect("CONFIG RESETSTAT");
 }
 
-/// Polls `done` every 20 ms, up to 30 s; whether it came true.
 /// The `EMQ.CLAIM`s the node's slow log holds (`slowlog-log-slower-than 0` logs each command
 /// with its arguments): each one's `COUNT`, and whether it blocked.
 fn claims_logged(con: &mut redis::Connection) -> Vec<(u64, bool)> {
@@ -73,6 +72,7 @@ fn claims_logged(con: &mut redis::Connection) -> Vec<(u64, bool)> {
         .collect()
 }
 
+/// Polls `done` every 20 ms, up to 30 s; whether it came true.
 async fn until(mut done: impl FnMut() -> bool) -> bool {
     for _ in 0..1500 {
         if done() {
