@@ -180,8 +180,10 @@ fn drain(
                     if router.call(slot_of(p), &a, 20) != Ok(Value::Int(1)) {
                         continue;
                     }
+                    // Briefly: a primary whose replica is not back yet (a restarted node's full
+                    // sync) would hold each ack a second, and the drain past its deadline.
                     let mut w = cmd("WAIT");
-                    w.arg(1).arg(1000);
+                    w.arg(1).arg(100);
                     let confirmed = router.call(slot_of(p), &w, 20) == Ok(Value::Int(1));
                     acks.lock()
                         .expect("lock")
