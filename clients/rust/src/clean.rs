@@ -2,7 +2,7 @@
 //! to pending; each bounded a call by the server, a partitioned queue's partitions each in turn.
 
 use redis::aio::ConnectionLike;
-use redis::Value;
+use redis::{FromRedisValue, Value};
 
 use crate::error::{Error, Result};
 use crate::queue::Queue;
@@ -65,8 +65,5 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
 
 /// A reply that counts jobs.
 fn counted(reply: Value) -> Result<u64> {
-    match reply {
-        Value::Int(n) if n >= 0 => Ok(n as u64),
-        other => Err(Error::Reply(format!("{other:?}"))),
-    }
+    u64::from_redis_value(reply).map_err(|e| Error::Reply(e.to_string()))
 }

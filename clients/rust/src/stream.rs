@@ -121,17 +121,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Events<C> {
 
 /// The newest entry's id from an `XREVRANGE ... COUNT 1` reply; `0-0` for none.
 fn newest_id(reply: Value) -> Result<String> {
-    match reply {
-        Value::Array(items) => match items.into_iter().next() {
-            Some(Value::Array(entry)) => match entry.into_iter().next() {
-                Some(id) => text(id),
-                None => Err(Error::Reply("an entry without its id".into())),
-            },
-            Some(other) => Err(Error::Reply(format!("{other:?}"))),
-            None => Ok("0-0".into()),
-        },
-        other => Err(Error::Reply(format!("{other:?}"))),
-    }
+    let entries =
+        <Vec<(String, Value)>>::from_redis_value(reply).map_err(|e| Error::Reply(e.to_string()))?;
+    Ok(entries
+        .into_iter()
+        .next()
+        .map_or("0-0".into(), |(id, _)| id))
 }
 
 /// An `XREAD` reply's entries (RESP2: `[[key, entries]]`; RESP3: a map of key to entries).
@@ -166,8 +161,4 @@ fn entries(reply: Value) -> Result<Vec<QueueEvent>> {
         }
     }
     Ok(out)
-}
-
-fn text(value: Value) -> Result<String> {
-    String::from_redis_value(value).map_err(|e| Error::Reply(e.to_string()))
 }

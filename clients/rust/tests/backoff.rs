@@ -4,24 +4,17 @@
 
 mod common;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 use echomq_client::{Failure, Job, Queue, Worker};
-use emq_harness::{wait_until, Options, Server};
+use emq_harness::{config_set, now_ms, wait_until, Options, Server};
 use redis::aio::MultiplexedConnection;
 
 type Handler = fn(Job) -> std::future::Ready<echomq_client::Outcome>;
 
 fn boom(_job: Job) -> std::future::Ready<echomq_client::Outcome> {
     std::future::ready(Err(Failure::Error("no".into())))
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as i64
 }
 
 /// A job of `queue` failed once by `worker`: how long after its failure it is due (ms), at
@@ -51,12 +44,7 @@ async fn due_after(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workers_backoff_is_its_own_wait_and_without_one_the_servers() {
     let server = start(Options::default());
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("emq.backoff-base-ms")
-        .arg(3_600_000)
-        .query(&mut server.conn())
-        .expect("config");
+    config_set(&mut server.conn(), "emq.backoff-base-ms", "3600000");
     let worker = |queue: &str| {
         let server = &server;
         let queue = queue.to_string();

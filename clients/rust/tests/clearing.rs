@@ -6,35 +6,14 @@ mod common;
 use common::*;
 use echomq_client::partition::{name, route};
 use echomq_client::{Error, Queue};
-use emq_harness::Options;
+use emq_harness::{config_set, flow, Options, Server};
 
-/// A server whose jobs have one attempt each.
-async fn one_attempt(conn: &mut redis::aio::MultiplexedConnection) {
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("emq.max-attempts")
-        .arg(1)
-        .query_async(conn)
-        .await
-        .expect("config");
-}
-
-/// `id` claimed and failed by hand: its one attempt spent, it is dead.
-async fn kill(conn: &mut redis::aio::MultiplexedConnection, queue: &str, id: &str) {
-    let _: redis::Value = redis::cmd("EMQ.CLAIM")
-        .arg(queue)
-        .query_async(conn)
-        .await
-        .expect("claim");
-    let _: redis::Value = redis::cmd("EMQ.FAIL")
-        .arg(queue)
-        .arg(id)
-        .arg(1)
-        .arg("ERROR")
-        .arg("broken")
-        .query_async(conn)
-        .await
-        .expect("fail");
+/// `id` claimed and failed by hand (the only job ready in `queue`): its one attempt spent,
+/// it is dead.
+fn kill(server: &Server, queue: &str, id: &str) {
+    let mut c = server.conn();
+    let token = flow::claim_one(&mut c, queue, id);
+    flow::fail(&mut c, queue, id, token, "broken");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,12 +42,11 @@ async fn a_purge_empties_the_set_a_bounded_call_at_a_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requeue_dead_moves_the_oldest_dead_back_and_purge_clears_the_rest() {
     let server = start(Options::default());
-    let mut c = conn(&server).await;
-    one_attempt(&mut c).await;
-    let q = Queue::new(c.clone(), "graveyard");
+    config_set(&mut server.conn(), "emq.max-attempts", "1");
+    let q = Queue::new(conn(&server).await, "graveyard");
     let ids = q.enqueue_many(["a", "b", "c"]).await.expect("batch");
     for id in &ids {
-        kill(&mut c, "graveyard", id).await;
+        kill(&server, "graveyard", id);
     }
     assert_eq!(q.stats().await.expect("stats")["dead"], Some(3));
     assert_eq!(q.requeue_dead(Some(1)).await.expect("requeue"), 1);
@@ -83,9 +61,8 @@ async fn requeue_dead_moves_the_oldest_dead_back_and_purge_clears_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_queue_is_purged_and_requeued_in_every_partition() {
     let server = start(Options::default());
-    let mut c = conn(&server).await;
-    one_attempt(&mut c).await;
-    let q = Queue::new(c.clone(), "wide");
+    config_set(&mut server.conn(), "emq.max-attempts", "1");
+    let q = Queue::new(conn(&server).await, "wide");
     assert!(q.span(3).await.expect("span"));
     q.enqueue_many((0..30).map(|n| format!("job {n}")))
         .await
@@ -101,7 +78,7 @@ async fn a_partitioned_queue_is_purged_and_requeued_in_every_partition() {
     let dead = q.enqueue_many(["x", "y"]).await.expect("batch");
     for id in &dead {
         let home = name("wide", route(3, id), 3).expect("a partition");
-        kill(&mut c, &home, id).await;
+        kill(&server, &home, id);
     }
     assert_eq!(q.stats().await.expect("stats")["dead"], Some(2));
     assert_eq!(q.requeue_dead(None).await.expect("requeue"), 2);

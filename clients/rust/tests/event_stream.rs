@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::*;
 use echomq_client::partition::name;
 use echomq_client::{Error, Queue};
-use emq_harness::Options;
+use emq_harness::{flow, Options};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_event_stream_is_read_on_from_the_last_entry() {
@@ -17,16 +17,9 @@ async fn the_event_stream_is_read_on_from_the_last_entry() {
     assert!(q.enable_events(Some(1000)).await.expect("on"));
     assert!(!q.enable_events(Some(1000)).await.expect("on again"));
     let id = q.enqueue(b"x").await.expect("enqueue");
-    let _: redis::Value = redis::cmd("EMQ.CLAIM")
-        .arg("ev")
-        .query(&mut server.conn())
-        .expect("claim");
-    let _: redis::Value = redis::cmd("EMQ.ACK")
-        .arg("ev")
-        .arg(&id)
-        .arg(1)
-        .query(&mut server.conn())
-        .expect("ack");
+    let mut c = server.conn();
+    let token = flow::claim_one(&mut c, "ev", &id);
+    flow::ack(&mut c, "ev", &id, token, "done");
     let mut all = q.events("0").await.expect("reader");
     let seen = all.next(Duration::from_millis(50)).await.expect("read");
     let got: Vec<(&str, Option<&str>, Option<i64>)> = seen

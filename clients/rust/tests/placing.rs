@@ -155,14 +155,12 @@ async fn a_batchs_jobs_carry_their_own_ids_priorities_and_headers() {
 
 /// The times the replica refused `EMQ.ENQUEUE` (`READONLY`), from its `commandstats`.
 fn rejected(server: &support::Server) -> i64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .expect("info");
-    info.lines()
-        .find(|l| l.starts_with("cmdstat_emq.enqueue:"))
-        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("rejected_calls=")))
-        .map_or(0, |n| n.parse().expect("a count"))
+    support::info_field(&mut server.conn(), "commandstats", "cmdstat_emq.enqueue")
+        .and_then(|l| {
+            l.split(',')
+                .find_map(|f| f.strip_prefix("rejected_calls=")?.parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
