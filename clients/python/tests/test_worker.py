@@ -193,6 +193,30 @@ def test_a_long_handler_keeps_its_lease(server: Server) -> None:
     assert server.client().hget(f"emq:{{long}}:job:{job_id}", "attempts") == b"1"
 
 
+def test_a_handler_s_progress_reaches_the_row_while_it_runs(server: Server) -> None:
+    q = echomq.Queue(server.client(), "progress")
+    job_id = q.enqueue(b"import")
+    seen = threading.Event()
+
+    def handle(job: echomq.Job) -> None:
+        job.progress = b'{"rows":500}'
+        seen.wait(10)  # runs until the test has read the progress from the row
+
+    worker = echomq.Worker(server.client(), "progress", handle, lease=0.3)
+    t = start(worker)
+    key = f"emq:{{progress}}:job:{job_id}"
+    try:
+        shown = until(lambda: server.cmd("HGET", key, "progress") == b'{"rows":500}')
+        state = server.cmd("HGET", key, "state")
+    finally:
+        seen.set()
+    assert shown, "the row shows the progress"
+    assert state == b"active", "while the job ran"
+    assert until(lambda: worker.counts["acked"] == 1)
+    worker.stop()
+    assert joined(t)
+
+
 def test_a_lost_lease_is_reported_and_never_acked(server: Server) -> None:
     q = echomq.Queue(server.client(), "stolen")
     job_id = q.enqueue(b"x")
