@@ -416,9 +416,9 @@ export declare class Queue {
   call(command: string, ...args: Array<string | number | Uint8Array>): Promise<any>;
   /** A whole command (queue included), routed by the queue. */
   send(args: Array<string | Uint8Array>, readonly?: boolean): Promise<any>;
-  /** `call` for a write: with `waitReplicas`, followed by `WAIT` on the queue's node; the reply
-   * and how many replicas confirmed it (null without a wait). */
-  write(command: string, ...args: Array<string | number | Uint8Array>): Promise<{ value: any; confirmed: number | null }>;
+  /** `call` for a write: with `waitReplicas`, followed by `WAIT` on the queue's node; the reply,
+   * how many replicas confirmed it (null without a wait), and whether fewer than asked. */
+  write(command: string, ...args: Array<string | number | Uint8Array>): Promise<{ value: any; confirmed: number | null; short: boolean }>;
   /** Enqueues one job; its id. A partitioned queue's goes to the partition its group, or else its
    * id, routes to (the width learned from the first `EMQSPANNED`). */
   enqueue(payload: Payload, options?: EnqueueOptions): Promise<string>;

@@ -92,16 +92,16 @@ export class Queue {
   }
 
   /** `call` for a write: with `waitReplicas`, the command and `WAIT` sent together on the
-   * queue's node, retried alike. The reply, and how many replicas confirmed the write (null
-   * without a wait). */
+   * queue's node, retried alike. The reply, how many replicas confirmed the write (null
+   * without a wait), and whether that is fewer than `waitReplicas` asks (`short`). */
   async write(command, ...args) {
     const wait = this.wait;
-    if (wait === null) return { value: await this.call(command, ...args), confirmed: null };
+    if (wait === null) return { value: await this.call(command, ...args), confirmed: null, short: false };
     for (let attempt = 0; ; attempt++) {
       try {
         const { replies, confirmed } = await sendWaited(this.client, this.name, [[command, this.name, ...args.map(arg)]], wait);
         if (replies[0].error !== undefined) throw replies[0].error;
-        return { value: replies[0].value, confirmed };
+        return { value: replies[0].value, confirmed, short: confirmed < wait.replicas };
       } catch (e) {
         if (!passing(e) || attempt >= this.retries) throw translate(e);
         await sleep(backoff(attempt));
@@ -278,9 +278,7 @@ export class Queue {
         );
         // 1 (written) or 0 (this id was enqueued already) is the job's own id; a string, the holder's.
         const out = typeof reply.value === 'string' ? reply.value : id;
-        if (this.wait !== null && reply.confirmed !== null && reply.confirmed < this.wait.replicas) {
-          throw new EmqNotReplicatedError([out], reply.confirmed, this.wait.replicas);
-        }
+        if (reply.short) throw new EmqNotReplicatedError([out], Number(reply.confirmed), Number(this.wait?.replicas));
         return { id: out, queue };
       } catch (e) {
         if (!(e instanceof EmqParentError)) throw e;

@@ -196,10 +196,9 @@ export async function enqueueRows(queue, rows, chunk) {
     const batch = /** @type {Row[]} */ (waiting.get(target));
     waiting.delete(target);
     try {
-      const { confirmed } = await target.write('EMQ.MENQUEUE', ...batch.flatMap((row) => row.args));
-      const wanted = target.wait?.replicas ?? 0;
-      if (confirmed !== null && confirmed < wanted) {
-        short ??= { ids: [], fewest: confirmed, wanted };
+      const { confirmed, short: unconfirmed } = await target.write('EMQ.MENQUEUE', ...batch.flatMap((row) => row.args));
+      if (unconfirmed && confirmed !== null) {
+        short ??= { ids: [], fewest: confirmed, wanted: Number(target.wait?.replicas) };
         short.ids.push(...batch.map((row) => row.id));
         short.fewest = Math.min(short.fewest, confirmed);
       }
