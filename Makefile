@@ -229,7 +229,7 @@ lint: deps python
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p echomq-client --all-targets --features otel -- -D warnings
-	$(CARGO) test --test layers --test docs --test shape
+	$(CARGO) test --test layers --test docs --test clients_table --test shape
 	cd clients/python && ../../$(PY_VENV)/bin/mypy --strict src tests
 	@# The package supports Python 3.9+: its syntax and standard library, checked against 3.9 (mypy
 	@# checks types for the oldest Python it knows, pyproject.toml's python_version).
