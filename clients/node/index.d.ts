@@ -555,7 +555,8 @@ export function parseTraceparent(value: string | undefined): TraceContext | null
 /** A W3C `traceparent` (version 00); `sampled` defaults to true. */
 export function formatTraceparent(context: { traceId: string; spanId: string; sampled?: boolean }): string;
 
-/** Thrown by a handler: fail this attempt, to be retried after `after` ms. */
+/** Thrown by a handler: fail this attempt, to be retried after `after` ms (0 to 365 days; any
+ * other value throws a `RangeError` where the Retry is made). */
 export declare class Retry extends Error {
   constructor(after: number, reason?: string);
   readonly after: number;
@@ -569,6 +570,7 @@ export type Handler = (job: Job, context: { signal: AbortSignal }) => unknown;
 
 export type Backoff = number | { type: 'fixed' | 'exponential'; delay: number } | ((attempt: number, error: unknown) => number);
 
+/** A worker's options: each number given must be a finite number (a `TypeError` otherwise). */
 export interface WorkerOptions {
   /** Most handlers running at once (4). */
   concurrency?: number;

@@ -98,7 +98,7 @@ export const MAX_DELAY = 365 * 86_400_000;
 export const MAX_AT = 2 ** 53 - 1;
 
 /** Throws what the server would refuse of a node's priority, delay or due time (`at`). */
-function checkWhen(node) {
+export function checkWhen(node) {
   if (node.delay !== undefined && node.at !== undefined) throw new TypeError('give delay or at, not both');
   if (node.priority !== undefined && !(Number.isInteger(node.priority) && node.priority >= PRIORITY_MIN && node.priority <= PRIORITY_MAX)) {
     throw new RangeError(`a priority is an integer from ${PRIORITY_MIN} to ${PRIORITY_MAX}, not ${String(node.priority)}`);

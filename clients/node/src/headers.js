@@ -13,6 +13,7 @@ export const MAX_HEADERS = 32;
 export function headerArgs(headers) {
   const entries = Object.entries(headers ?? {});
   if (entries.length === 0) return [];
+  if (entries.length > MAX_HEADERS) throw new RangeError(`a job carries at most ${MAX_HEADERS} headers, not ${entries.length}`);
   const args = ['HEADERS', String(entries.length)];
   for (const [key, value] of entries) {
     if (typeof value !== 'string') throw new TypeError(`header ${key} is a string, not ${typeof value}`);

@@ -1,5 +1,6 @@
 // A claimed job as its handler sees it (its children's outcomes too, when it is a parent), and
 // how a handler asks for a retry at a time of its own.
+import { MAX_DELAY } from './flow.js';
 import { parseTraceparent } from './headers.js';
 
 export class Job {
@@ -66,6 +67,10 @@ export class Retry extends Error {
    * @param {string} [reason]
    */
   constructor(after, reason = 'retry') {
+    // What the server would refuse is refused here, where the handler sees it.
+    if (!(typeof after === 'number' && after >= 0 && after <= MAX_DELAY)) {
+      throw new RangeError(`a retry waits 0 to ${MAX_DELAY} ms, not ${String(after)}`);
+    }
     super(reason);
     this.name = 'Retry';
     this.after = after;

@@ -9,7 +9,7 @@ import { EmqNotReplicatedError, EmqParentError, translate } from './errors.js';
 import { readEvents } from './events.js';
 import { adopt, familyArgs } from './family.js';
 import { carried, headerArgs, headerMap } from './headers.js';
-import { batch, chain, flow } from './flow.js';
+import { batch, chain, checkWhen, flow } from './flow.js';
 import { mint } from './ids.js';
 import { parseMetrics, sumMetrics } from './metrics.js';
 import { partitionName, route } from './partition.js';
@@ -328,17 +328,20 @@ export class Queue {
     /** @type {string[]} */
     const ids = [];
     const context = carried(this.inject, undefined);
-    const rows = (function* () {
-      for (const job of jobs) {
-        const id = job.id ?? mint();
-        /** @type {Array<string | Buffer>} */
-        const args = [];
-        if (job.priority !== undefined) args.push('PRIORITY', String(job.priority));
-        args.push(...headerArgs(context ? { ...context, ...job.headers } : job.headers));
-        args.push(id, encode(job.payload));
-        yield { id, args, at: ids.push(id) };
-      }
-    })();
+    // Every row is made (and so checked) before the first is sent: a job that cannot be sent
+    // throws with nothing written, not after the chunks before it.
+    const rows = [];
+    for (const job of jobs) {
+      const id = job.id ?? mint();
+      checkWhen({ priority: job.priority });
+      /** @type {Array<string | Buffer>} */
+      const args = [];
+      if (job.priority !== undefined) args.push('PRIORITY', String(job.priority));
+      args.push(...headerArgs(context ? { ...context, ...job.headers } : job.headers));
+      args.push(id, encode(job.payload));
+      rows.push({ id, args, at: rows.length + 1 });
+    }
+    ids.push(...rows.map((row) => row.id));
     const short = await enqueueRows(this, rows, chunk);
     if (short !== null) throw new EmqNotReplicatedError(short.ids, short.fewest, short.wanted, ids);
     return ids;

@@ -213,6 +213,8 @@ export class Spread {
         } catch (e) {
           w.claimReserved -= count;
           w.wake();
+          // Closed while the claim waited for a primary that did not answer: dropped with it.
+          if (w.closed) return;
           // A partition, or one a claim's WAKE named, is on another primary now: the queue's
           // client reads the slot map again, and the loops regroup by it. (`ASK`, a slot on its
           // way, is waited out as `TRYAGAIN` is.)
@@ -259,12 +261,7 @@ export class Spread {
   /** Waits `ms`, or less once the worker closes: not less when another loop wakes the worker
    * (as each does when it frees slots), so the loops' backoffs stay theirs. */
   async pause(ms) {
-    const end = Date.now() + ms;
-    while (!this.worker.closing && Date.now() < end) {
-      const woken = new AbortController();
-      await Promise.race([sleep(end - Date.now(), woken.signal), this.worker.room()]);
-      woken.abort();
-    }
+    await sleep(ms, this.worker.closingSignal());
   }
 
   /** Reads the queue's width again (a blocked claim timed out: the queue was idle that long);
@@ -284,7 +281,7 @@ export class Spread {
         });
       const read = this.reading;
       read.catch(() => {});
-      if (!(await Promise.race([read, sleep(this.worker.block).then(() => false)]))) return;
+      if (!(await Promise.race([read, sleep(this.worker.block, this.worker.closingSignal()).then(() => false)]))) return;
       width = queue.knownWidth ?? 0;
     } catch (e) {
       if (!transient(e)) this.worker.report(e);

@@ -12,7 +12,7 @@ import { EventEmitter, setMaxListeners } from 'node:events';
 import { retryIn } from './backoff.js';
 import { encode } from './codec.js';
 import { isCluster, routingKey } from './connection.js';
-import { EmqCancelledError, EmqLeaseError, EmqSpannedError, EmqTimeoutError, EmqVersionError, isErrorReply, translate } from './errors.js';
+import { EmqCancelledError, EmqLeaseError, EmqPayloadError, EmqSpannedError, EmqTimeoutError, EmqVersionError, isErrorReply, translate } from './errors.js';
 import { headerMap } from './headers.js';
 import { Hook, defaultName, nowNs } from './hook.js';
 import { Job, Retry } from './job.js';
@@ -38,12 +38,27 @@ const BYTES = { returnBuffers: true };
 /** An error's text for `EMQ.FAIL`: its stack (which names it and its message), at most
  * `MAX_ERROR` bytes, its end kept, on a character boundary. */
 export function errorText(error) {
-  const text = error instanceof Error ? error.stack ?? `${error.name}: ${error.message}` : String(error);
+  let text;
+  try {
+    text = error instanceof Error ? error.stack ?? `${error.name}: ${error.message}` : String(error);
+  } catch {
+    // A thrown object without a string form (no prototype, a toString that throws).
+    text = `a thrown ${Object.prototype.toString.call(error)} without a string form`;
+  }
   const bytes = Buffer.from(text);
   if (bytes.length <= MAX_ERROR) return text;
   let start = bytes.length - MAX_ERROR;
   while (start < bytes.length && (bytes[start] & 0xc0) === 0x80) start++;
   return bytes.subarray(start).toString();
+}
+
+/** A worker's numeric option, `fallback` when not given; one that is not a finite number is
+ * refused (NaN would make every timer fire at once). @param {Record<string, unknown>} options
+ * @param {string} name @param {number} fallback @returns {number} */
+function option(options, name, fallback) {
+  const value = options[name] ?? fallback;
+  if (typeof value !== 'number' || !Number.isFinite(value)) throw new TypeError(`the worker's ${name} is a finite number, not ${String(value)}`);
+  return value;
 }
 
 /** Refuses a server that speaks another protocol major version than `PROTOCOL_MAJOR`. */
@@ -68,16 +83,16 @@ export class Worker extends EventEmitter {
     super();
     this.queue = queue;
     this.handler = handler;
-    this.concurrency = Math.max(1, Math.floor(options.concurrency ?? 4));
-    this.lease = Math.max(1, Math.round(options.lease ?? 30_000));
+    this.concurrency = Math.max(1, Math.floor(option(options, 'concurrency', 4)));
+    this.lease = Math.max(1, Math.round(option(options, 'lease', 30_000)));
     // At most half the lease: a job's handler is not started a lease after its claim was sent
     // (see start()), so a claim must not wait in the server for most of a lease.
-    this.block = Math.max(1, Math.min(Math.round(options.block ?? 1000), Math.floor(this.lease / 2)));
-    this.batch = Math.min(MAX_CLAIM, Math.max(1, options.batch ?? this.concurrency));
-    this.renewEvery = Math.min(0.9, Math.max(0.05, options.renewEvery ?? 1 / 3));
+    this.block = Math.max(1, Math.min(Math.round(option(options, 'block', 1000)), Math.floor(this.lease / 2)));
+    this.batch = Math.min(MAX_CLAIM, Math.max(1, Math.floor(option(options, 'batch', this.concurrency))));
+    this.renewEvery = Math.min(0.9, Math.max(0.05, option(options, 'renewEvery', 1 / 3)));
     /** The time between two rounds of renewals, ms. */
     this.renewMs = Math.max(1, Math.round(this.lease * this.renewEvery));
-    this.shutdownTimeout = Math.max(0, options.shutdownTimeout ?? 30_000);
+    this.shutdownTimeout = Math.max(0, option(options, 'shutdownTimeout', 30_000));
     /** The worker's own wait before a failed job's retry; null: the server's backoff. */
     this.backoff = options.backoff ?? null;
     /** Names the worker in its events. */
@@ -111,6 +126,9 @@ export class Worker extends EventEmitter {
     this.closing = false;
     this.closed = false;
     this.wakers = new Set();
+    /** Aborted once the worker closes: cuts its backoffs short. */
+    this.closer = new AbortController();
+    setMaxListeners(0, this.closer.signal); // a backoff a loop waits on it
     this.claims = null;
     this.renewTimer = null;
     this.sweeper = new AbortController(); // stops the outbox's sweeps, once the worker has closed
@@ -228,6 +246,8 @@ export class Worker extends EventEmitter {
         this.sweepOn([this.queue]);
       } catch (e) {
         this.claimReserved = 0;
+        // Closed while the claim waited for a server that did not answer: dropped with it.
+        if (this.closed) return 0;
         const error = translate(e);
         if (error instanceof EmqSpannedError) {
           // Learned, as an enqueue's refusal teaches it: a user whose width read the server
@@ -321,10 +341,7 @@ export class Worker extends EventEmitter {
   }
 
   closingSignal() {
-    const controller = new AbortController();
-    if (this.closing) controller.abort();
-    else this.room().then(() => controller.abort());
-    return controller.signal;
+    return this.closer.signal;
   }
 
   // ---- one job ----
@@ -384,19 +401,38 @@ export class Worker extends EventEmitter {
       void this.flush(state.queue);
       return;
     }
-    await this.fail(state, error);
-    this.release([job]);
+    try {
+      await this.fail(state, error);
+    } catch (e) {
+      // None that a settle foresees: reported, and the job runs again once its lease ends.
+      this.report(e);
+    } finally {
+      this.release([job]);
+    }
   }
 
-  /** @param {RunState} state @param {unknown} error */
-  async fail({ job, queue }, error) {
+  /** Fails the attempt with `error` (its text sent, `text` if given). An error text larger
+   * than the server takes is sent again without it: the attempt still fails.
+   * @param {RunState} state @param {unknown} error @param {string} [text] */
+  async fail({ job, queue }, error, text = undefined) {
     const retried = error instanceof Retry;
     let wait = retried ? Math.max(0, Math.round(error.after)) : null;
-    if (wait === null && this.backoff !== null) wait = retryIn(this.backoff, job.attempt, error);
+    if (wait === null && this.backoff !== null) {
+      try {
+        wait = retryIn(this.backoff, job.attempt, error);
+      } catch (e) {
+        // The server's backoff applies.
+        this.report(e);
+      }
+    }
     const sentNs = this.hook ? nowNs() : 0n;
-    const args = ['EMQ.FAIL', queue.name, job.id, String(job.attempt), 'ERROR', retried ? error.message : errorText(error)];
+    const args = ['EMQ.FAIL', queue.name, job.id, String(job.attempt)];
     if (wait !== null) args.push('RETRY-IN', String(wait));
-    const sent = await this.settleCall(queue, args);
+    let sent = await this.settleCall(queue, [...args, 'ERROR', text ?? (retried ? error.message : errorText(error))]);
+    if (sent.error instanceof EmqPayloadError) {
+      this.report(sent.error);
+      sent = await this.settleCall(queue, args);
+    }
     this.hook?.emit('settle', job, sentNs, { answeredNs: nowNs(), action: 'fail', error: sent.error, replicated: sent.replicated });
     if (sent.error !== undefined) return this.settleRefused(job, sent.error);
     this.counts[retried ? 'retried' : 'failed']++;
@@ -513,7 +549,7 @@ export class Worker extends EventEmitter {
       }
       args.push(item.state.job.id, String(item.state.job.attempt));
       if (result !== null) args.push('RESULT', result);
-      kept.push(item);
+      kept.push({ ...item, encoded: result });
     }
     const jobs = batch.map((item) => item.state.job);
     if (kept.length === 0) return this.release(jobs);
@@ -532,6 +568,12 @@ export class Worker extends EventEmitter {
     // Whatever follows, to the end of this call, runs without a wait: the claimed jobs take
     // the slots reserved for them before any claim loop looks again.
     this.mackReserved -= reserved;
+    if (error instanceof EmqPayloadError && kept.some((item) => item.encoded !== null)) {
+      // One result larger than the server takes refuses the whole call, and nothing of it was
+      // written: each job is acknowledged apart, so only the job with that result fails.
+      for (const item of kept) await this.ackApart(queue, item);
+      return this.release(jobs);
+    }
     if (error !== undefined) {
       const answeredNs = this.hook ? nowNs() : 0n;
       for (const item of kept) {
@@ -563,6 +605,29 @@ export class Worker extends EventEmitter {
     for (const item of completed) this.tell('completed', item.state.job, item.result);
   }
 
+  /** Acknowledges one job with its own `EMQ.MACK`; a result the server refuses as too large
+   * fails the attempt instead (retried, or dead, with an error saying so), rather than leaving
+   * the job to run again at its lease's end with nothing said.
+   * @param {Queue} queue @param {{state: RunState, result: unknown, encoded: string | Buffer | null}} item */
+  async ackApart(queue, item) {
+    const { job } = item.state;
+    /** @type {Array<string | Buffer>} */
+    const args = ['EMQ.MACK', queue.name, job.id, String(job.attempt)];
+    if (item.encoded !== null) args.push('RESULT', item.encoded);
+    const sentNs = this.hook ? nowNs() : 0n;
+    const { reply, error, replicated } = await this.settleCall(queue, args);
+    const refused = error ?? (isErrorReply(reply?.[0]) ? translate(reply[0]) : undefined);
+    this.hook?.emit('settle', job, sentNs, { answeredNs: nowNs(), action: 'ack', error: refused, replicated });
+    if (refused instanceof EmqPayloadError && item.encoded !== null) {
+      const size = typeof item.encoded === 'string' ? Buffer.byteLength(item.encoded) : item.encoded.length;
+      const text = `EMQPAYLOAD the handler's result (${size} bytes) is larger than the server takes: ${refused.message}`;
+      return this.fail(item.state, new EmqPayloadError(text), text);
+    }
+    if (refused !== undefined) return this.settleRefused(job, refused);
+    this.counts.acked++;
+    this.tell('completed', job, item.result);
+  }
+
   // ---- leases ----
 
   /** Renews the lease of every running handler (pipelined by node-redis). */
@@ -582,7 +647,8 @@ export class Worker extends EventEmitter {
    * has ended (`renewAt`). @param {RunState} state */
   async renew(state) {
     const { job, queue, controller } = state;
-    const extra = job.progress === undefined ? [] : ['PROGRESS', encode(job.progress)];
+    const progress = this.progressOf(job);
+    const extra = progress === undefined ? [] : ['PROGRESS', progress.bytes];
     const sentNs = this.hook ? nowNs() : 0n;
     try {
       const ends = await queue.call('EMQ.RENEW', job.id, String(job.attempt), String(this.lease), ...extra);
@@ -595,7 +661,27 @@ export class Worker extends EventEmitter {
       } else if (e instanceof EmqLeaseError) {
         job.leaseLost = true;
         controller.abort(e);
+      } else if (e instanceof EmqPayloadError && progress !== undefined) {
+        // Progress larger than the server takes: it is not sent again (unless the handler sets
+        // another), and the lease is renewed without it at once, not lost over it.
+        if (job.progress === progress.source) job.progress = undefined;
+        this.report(e);
+        if (this.renewing(state)) await this.renew(state);
       }
+    }
+  }
+
+  /** A running job's progress as the renewal sends it (and the value it came from), or
+   * undefined; one that cannot be encoded is reported and dropped. @param {Job} job
+   * @returns {{bytes: string | Buffer, source: unknown} | undefined} */
+  progressOf(job) {
+    if (job.progress === undefined) return undefined;
+    try {
+      return { bytes: encode(job.progress), source: job.progress };
+    } catch (e) {
+      this.report(e);
+      job.progress = undefined;
+      return undefined;
     }
   }
 
@@ -624,10 +710,16 @@ export class Worker extends EventEmitter {
 
   async shutdown(timeout) {
     this.closing = true;
+    this.closer.abort();
     this.wake();
-    // The claim in flight ends within `block` ms; its jobs run and are drained with the rest.
-    await this.loopPromise?.catch(() => {});
-    await this.drained(timeout);
+    const deadline = Date.now() + timeout;
+    // The claim in flight ends within `block` ms, and its jobs run and are drained with the
+    // rest; a claim its server does not answer is waited for up to the timeout (its jobs, if it
+    // is answered after, are left to their leases).
+    const waited = new AbortController();
+    await Promise.race([this.loopPromise?.catch(() => {}), sleep(timeout, waited.signal)]);
+    waited.abort();
+    await this.drained(Math.max(0, deadline - Date.now()));
     this.closed = true;
     for (const state of this.running.values()) {
       clearTimeout(state.late);
@@ -667,7 +759,11 @@ export class Worker extends EventEmitter {
 
   /** An error no call is there to receive: to the 'error' listeners, or stderr without one. */
   report(error) {
-    if (this.listenerCount('error') > 0) this.emit('error', error);
-    else console.error('echomq worker:', error);
+    try {
+      if (this.listenerCount('error') > 0) this.emit('error', error);
+      else console.error('echomq worker:', error);
+    } catch (again) {
+      console.error("echomq worker: an 'error' listener threw:", again, 'on', error);
+    }
   }
 }
