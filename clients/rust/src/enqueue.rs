@@ -265,18 +265,21 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         jobs: impl IntoIterator<Item = BulkJob>,
     ) -> Result<Vec<String>> {
         let sending = trace::Sending::start(&self.name, Vec::new());
+        // Every job is checked before the first is sent: a bad one at the end writes none.
         let jobs = jobs.into_iter().map(|job| {
+            crate::flow::check_when(job.priority, None, None)?;
             let id = job.id.unwrap_or_else(ids::mint);
             let mut part = Vec::new();
             if let Some(p) = job.priority {
                 part.extend([b"PRIORITY".to_vec(), p.to_string().into_bytes()]);
             }
             let own = headers::merged(sending.headers.clone(), job.headers);
+            headers::check(&own)?;
             part.extend(headers::args(&own));
             part.extend([id.clone().into_bytes(), job.payload]);
-            (id, part)
+            Ok((id, part))
         });
-        self.menqueue_all(jobs.collect()).await
+        self.menqueue_all(jobs.collect::<Result<_>>()?).await
     }
 
     /// Sends `jobs` (each its id and its part of an `EMQ.MENQUEUE`) as the calls of

@@ -292,7 +292,7 @@ pub const MAX_AT_MS: u64 = (1 << 53) - 1;
 /// Refuses ([`Error::Argument`]) what the server would refuse of a flow's job: a priority out
 /// of [`PRIORITY_MIN`]..=[`PRIORITY_MAX`], a delay over [`MAX_DELAY`], a time before 1970 or
 /// past [`MAX_AT_MS`], or both a delay and a time.
-fn check_when(
+pub(crate) fn check_when(
     priority: Option<i64>,
     delay: Option<Duration>,
     at: Option<SystemTime>,

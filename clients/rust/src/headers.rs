@@ -5,6 +5,21 @@
 use redis::Value;
 
 /// `HEADERS <n> <key> <value> ...`, or nothing for no headers.
+/// Most headers one job carries (the server's bound).
+pub const MAX_HEADERS: usize = 32;
+
+/// Refuses ([`crate::Error::Argument`]) more headers than [`MAX_HEADERS`], before anything is
+/// sent.
+pub(crate) fn check(headers: &[(String, String)]) -> crate::Result<()> {
+    match headers.len() > MAX_HEADERS {
+        true => Err(crate::Error::Argument(format!(
+            "a job carries at most {MAX_HEADERS} headers, not {}",
+            headers.len()
+        ))),
+        false => Ok(()),
+    }
+}
+
 pub(crate) fn args(headers: &[(String, String)]) -> Vec<Vec<u8>> {
     if headers.is_empty() {
         return Vec::new();

@@ -76,6 +76,14 @@ impl Job {
         self.progress_slot().clone()
     }
 
+    /// Drops the progress the server refused (too large), unless the handler set another since.
+    pub(crate) fn drop_progress(&self, refused: &[u8]) {
+        let mut slot = self.progress_slot();
+        if slot.as_deref() == Some(refused) {
+            *slot = None;
+        }
+    }
+
     fn progress_slot(&self) -> MutexGuard<'_, Option<Vec<u8>>> {
         self.progress.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -92,7 +100,8 @@ impl Job {
 /// How a handler ends other than well.
 #[derive(Debug)]
 pub enum Failure {
-    /// Fail this attempt, to be retried after this long (`RETRY-IN`).
+    /// Fail this attempt, to be retried after this long (`RETRY-IN`; at most a year, the
+    /// server's bound, to which a longer wait is cut).
     Retry(Duration, String),
     /// Fail it with this error; the server retries it with backoff, then buries it.
     Error(String),

@@ -106,6 +106,19 @@ where
                 let e = || Err(Error::Reply(why.clone()));
                 batch.iter().map(|_| (e(), EventOutcome::Unknown)).collect()
             }
+            Err(Error::Payload(_)) if batch.len() > 1 => {
+                // One result larger than the server takes refuses the whole call, and nothing
+                // of it was written: each job is acknowledged alone, so only that one's is
+                // refused.
+                for ack in batch {
+                    Box::pin(settle(queue, vec![ack], hook)).await;
+                }
+                return;
+            }
+            Err(e) if batch.len() == 1 => {
+                let outcome = outcome_of(&e, unsure);
+                vec![(Err(e), outcome)]
+            }
             Err(e) => {
                 // The call failed as a whole: its answer stands for each job.
                 let outcome = outcome_of(&e, unsure);

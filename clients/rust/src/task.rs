@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::claims::{Dispatch, Part};
 use crate::error::{Error, Result};
 use crate::events::{answer_of, now_ns, EventKind, Fields, Hook, SettleAction};
+use crate::flow::MAX_DELAY;
 use crate::job::{Failure, Job, Outcome};
 use crate::queue::Queue;
 use crate::renewals::Renewals;
@@ -186,18 +187,30 @@ where
         if job.lease_lost() {
             return Ok(None);
         }
-        let mut args = vec![
-            job.id.clone().into_bytes(),
-            job.attempt.to_string().into_bytes(),
-            self.lease_ms.to_string().into_bytes(),
-        ];
-        if let Some(progress) = job.progress() {
-            args.extend([b"PROGRESS".to_vec(), progress]);
-        }
-        let sent = self
-            .queue
-            .send(&self.queue.command("EMQ.RENEW", &args), false)
-            .await;
+        let mut progress = job.progress();
+        let sent = loop {
+            let mut args = vec![
+                job.id.clone().into_bytes(),
+                job.attempt.to_string().into_bytes(),
+                self.lease_ms.to_string().into_bytes(),
+            ];
+            if let Some(progress) = &progress {
+                args.extend([b"PROGRESS".to_vec(), progress.clone()]);
+            }
+            let sent = self
+                .queue
+                .send(&self.queue.command("EMQ.RENEW", &args), false)
+                .await;
+            match (&sent.reply, progress.take()) {
+                // Progress larger than the server takes: dropped, and the lease renewed without
+                // it at once, not lost over it.
+                (Err(Error::Payload(why)), Some(refused)) => {
+                    tracing::warn!(error = %why, id = %job.id, bytes = refused.len(), "the job's progress was refused");
+                    job.drop_progress(&refused);
+                }
+                _ => break sent,
+            }
+        };
         let (outcome, error) = answer_of(&sent);
         self.hook.emit(Fields {
             sent_ns: sent.sent_ns,
@@ -235,16 +248,17 @@ where
         let (command, counted): (&str, fn(&mut Counts)) = match outcome {
             Ok(result) => return self.ack(job, result).await,
             Err(Failure::Retry(after, why)) => {
+                // At most the server's longest wait, which refuses a longer one.
+                let after = after.min(MAX_DELAY);
                 args.extend([
-                    b"ERROR".to_vec(),
-                    bounded(why),
                     b"RETRY-IN".to_vec(),
                     after.as_millis().to_string().into_bytes(),
+                    b"ERROR".to_vec(),
+                    bounded(why),
                 ]);
                 ("EMQ.FAIL", |c| c.retried += 1)
             }
             Err(Failure::Error(why)) => {
-                args.extend([b"ERROR".to_vec(), bounded(why)]);
                 let wait = self.backoff.as_ref().and_then(|b| retry_in(b, job.attempt));
                 if let Some(wait) = wait {
                     args.extend([
@@ -252,13 +266,23 @@ where
                         wait.as_millis().to_string().into_bytes(),
                     ]);
                 }
+                args.extend([b"ERROR".to_vec(), bounded(why)]);
                 ("EMQ.FAIL", |c| c.failed += 1)
             }
         };
-        let sent = self
+        let mut sent = self
             .queue
             .send(&self.queue.command(command, &args), true)
             .await;
+        if let Err(Error::Payload(why)) = &sent.reply {
+            // An error text larger than the server takes: the attempt fails without it.
+            tracing::warn!(error = %why, id = %job.id, "the failure's text was refused");
+            args.truncate(args.len() - 2);
+            sent = self
+                .queue
+                .send(&self.queue.command(command, &args), true)
+                .await;
+        }
         let (outcome, error) = answer_of(&sent);
         self.hook.emit(Fields {
             sent_ns: sent.sent_ns,
@@ -272,9 +296,12 @@ where
         self.settled(job, sent.reply.map(|_| ()), counted);
     }
 
-    /// Acknowledges through the settler, and waits for the outcome.
+    /// Acknowledges through the settler, and waits for the outcome. A result the server
+    /// refuses as too large fails the attempt instead, saying so (retried, or dead), rather
+    /// than leaving the job to run again at its lease's end.
     async fn ack(&self, job: &Job, result: Option<Vec<u8>>) {
         let (outcome, back) = oneshot::channel();
+        let size = result.as_ref().map(Vec::len);
         let ack = Ack {
             queue: self.queue.name.clone(),
             id: job.id.clone(),
@@ -288,6 +315,12 @@ where
                 .unwrap_or_else(|_| Err(Error::Batch("the settler stopped".into()))),
             Err(_) => Err(Error::Batch("the settler stopped".into())),
         };
+        if let (Err(Error::Payload(why)), Some(size)) = (&sent, size) {
+            let text = format!(
+                "EMQPAYLOAD the handler's result ({size} bytes) is larger than the server takes: {why}"
+            );
+            return Box::pin(self.settle(job, Err(Failure::Error(text)))).await;
+        }
         self.settled(job, sent, |c| c.acked += 1);
     }
 

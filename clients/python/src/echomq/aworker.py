@@ -4,7 +4,6 @@ coroutine): handlers are coroutines, run as tasks, up to the worker's concurrenc
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
@@ -13,11 +12,12 @@ from . import leases, outbox, rounds, tracing
 from ._replicas import arefresh, moved, pipelined_async
 from ._retry import backoff, server_full, transient
 from .aqueue import AsyncQueue
-from .claiming import Backoff, Claiming, acheck_server, outcome
+from .claiming import Backoff, Claiming, acheck_server, outcome, refused_outcome
 from .errors import EmqSpannedError, translate
 from .events import Action, Ending, WorkerEvent, failure
 from .job import Job
 from .serializers import Serializer
+from .signals import stop_on_signals
 
 
 #: The message of the ``asyncio.CancelledError`` a handler whose attempt ended gets.
@@ -95,13 +95,7 @@ class AsyncWorker(Claiming):
         client = self.queue.client
         await acheck_server(client, self.queue.retries)
         loop = asyncio.get_running_loop()
-        signals: List[signal.Signals] = []
-        for s in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.add_signal_handler(s, self.stop)
-                signals.append(s)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass  # not the main thread's loop, or no signals here
+        restore = stop_on_signals(lambda: loop.call_soon_threadsafe(self.stop))
         renewer = asyncio.create_task(self._renew_loop())
         courier = asyncio.create_task(
             outbox.adeliver(
@@ -115,8 +109,7 @@ class AsyncWorker(Claiming):
             finally:
                 # Even when claiming failed for good: the running jobs' outcomes are sent.
                 self._stopping.set()
-                if self._running:
-                    await asyncio.wait(list(self._running.values()), timeout=self.shutdown_timeout)
+                await self._drain(loop.time() + self.shutdown_timeout)
         finally:
             # A handler still running now is left to its lease: its outcome is not sent.
             self._closed = True
@@ -124,10 +117,22 @@ class AsyncWorker(Claiming):
                 task.cancel()
             renewer.cancel()
             courier.cancel()
-            for s in signals:
-                loop.remove_signal_handler(s)
+            restore()
         if self._fatal is not None:
             raise self._fatal
+
+    async def _drain(self, deadline: float) -> None:
+        """Waits until no job runs, or `deadline` (the loop's time): a handler abandoned
+        meanwhile (cancelled, timed out) is no longer one of them, nor waited for."""
+        loop = asyncio.get_running_loop()
+        while self._running and deadline > loop.time():
+            self._room.clear()
+            room = asyncio.ensure_future(self._room.wait())
+            await asyncio.wait(
+                [*self._running.values(), room], timeout=deadline - loop.time(),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            room.cancel()
 
     async def _claim_loop(self) -> None:
         """``Worker._claim_loop``, awaited: an ordinary queue claimed as ever, a partitioned
@@ -299,9 +304,15 @@ class AsyncWorker(Claiming):
                     result = await self.handler(job)
                     ended = outcome(serializer, result=result)
                 except asyncio.CancelledError as e:
-                    if job._phase != "abandoned":
-                        raise
-                    error = e  # cancelled by ``_ended``: the handler's end, nothing to send
+                    if job._phase == "abandoned":
+                        error = e  # cancelled by ``_ended``: the handler's end, nothing to send
+                    elif self._closed:
+                        raise  # cancelled by ``run``'s end: left to its lease
+                    else:
+                        # A cancellation from within the handler (a task it awaited, say): its
+                        # failure, as any exception's.
+                        error = e
+                        ended = outcome(serializer, error=e, backoff=self.backoff, attempt=job.attempt)
                 except Exception as e:
                     error, ended = e, outcome(serializer, error=e, backoff=self.backoff, attempt=job.attempt)
                 except BaseException as e:
@@ -391,10 +402,20 @@ class AsyncWorker(Claiming):
             attempt += 1
             if job._end_seen:
                 return  # a renewal heard the attempt end meanwhile: that is its count
+        instead = refused_outcome(counted, command, options, reply)
         if cmd.cancelled(reply):
             self._ended(job, "cancelled")  # cancelled as it ended: not retried, not lost
+        elif instead is not None:
+            await self._settle(job, *instead)
         else:
             self.settled(job, reply, counted)
+
+    async def _renew(self, job: Job) -> Any:
+        """One renewal's reply, or the exception it failed with."""
+        try:
+            return await self.queue.client.execute_command(*self.renew_args(job))
+        except Exception as e:
+            return e
 
     async def _renew_loop(self) -> None:
         next_round = time.monotonic() + self.renew_interval
@@ -407,10 +428,9 @@ class AsyncWorker(Claiming):
                 if not leases.renewing(job):
                     continue  # its outcome went on its way (or its end was heard) meanwhile
                 sent = time.time_ns()
-                try:
-                    reply = await self.queue.client.execute_command(*self.renew_args(job))
-                except Exception as e:
-                    reply = e
+                reply = await self._renew(job)
+                if self.progress_refused(job, reply):
+                    reply = await self._renew(job)
                 why = self.renewed(job, sent, reply, next_round)
                 if why is not None:
                     self._ended(job, why)

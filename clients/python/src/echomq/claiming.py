@@ -64,6 +64,25 @@ def outcome(
     return "acked", cmd.ACK, cmd.ack_options(encoded)
 
 
+def refused_outcome(
+    counted: str, command: str, options: List[Any], reply: Any
+) -> Optional[Tuple[str, str, List[Any]]]:
+    """What an outcome the server refused as too large (``EMQPAYLOAD``) is sent as instead: an
+    acknowledgement's result, a ``FAIL`` that says so (the job retried, or dead, not left to run
+    again at its lease's end with nothing said); a ``FAIL``'s error text, the ``FAIL`` without
+    it. ``None`` for any other reply, and for an outcome with nothing left to drop."""
+    if not cmd.payload_refused(reply):
+        return None
+    if command == cmd.ACK and options:
+        size = len(options[1])
+        text = f"EMQPAYLOAD the handler's result ({size} bytes) is larger than the server takes: {reply}"
+        return "failed", cmd.FAIL, cmd.fail_options(text)
+    if command == cmd.FAIL and "ERROR" in options:
+        at = options.index("ERROR")
+        return counted, cmd.FAIL, options[:at] + options[at + 2:]
+    return None
+
+
 def jobs_of(queue: str, reply: Any) -> List[Job]:
     """The jobs an ``EMQ.CLAIM`` replied (``commands.claimed``), each payload still the bytes:
     it is decoded on the job's own path (``settled``), where a payload that does not decode is
@@ -222,6 +241,17 @@ class Claiming:
         if cmd.timed_out(reply):
             return "timed_out"
         return None
+
+    def progress_refused(self, job: Job, reply: Any) -> bool:
+        """Whether a renewal was refused for its progress, larger than the server takes
+        (``EMQPAYLOAD``): the progress is dropped (logged; a handler may set another), and the
+        renewal is to be sent again without it, so the lease is kept."""
+        if job.progress is None or not cmd.payload_refused(reply):
+            return False
+        log.warning("echomq: job %s's progress (%d bytes) was refused: %s", job.id,
+                    len(job.progress), reply)
+        job.progress = None
+        return True
 
     def tally(self, job: Job, outcome: str) -> None:
         """Counts the attempt as `outcome`, once: what comes after counts nothing more, but for

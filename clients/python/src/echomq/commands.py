@@ -13,9 +13,10 @@ from typing import (
 
 from . import ids
 from .errors import (
-    EmqCancelled, EmqLeaseLost, EmqNotReplicated, EmqTimeout, EmqVersionError, translate,
+    EmqCancelled, EmqLeaseLost, EmqNotReplicated, EmqPayloadError, EmqTimeout, EmqVersionError,
+    translate,
 )
-from .flows import MAX_CHILDREN, Child, Children, Parent
+from .flows import MAX_CHILDREN, Child, Children, Parent, check_when
 from .serializers import Serializer
 from .slots import slot
 
@@ -107,10 +108,17 @@ def enqueue(
     return job_id, args + header_args(headers)
 
 
+#: Most headers one job carries (the server's bound).
+MAX_HEADERS = 32
+
+
 def header_args(headers: Optional[Mapping[str, str]]) -> List[Any]:
-    """``HEADERS <n> <key> <value> ...``, or nothing for no headers."""
+    """``HEADERS <n> <key> <value> ...``, or nothing for no headers; more than ``MAX_HEADERS``
+    is refused (``ValueError``) before anything is sent."""
     if not headers:
         return []
+    if len(headers) > MAX_HEADERS:
+        raise ValueError(f"a job carries at most {MAX_HEADERS} headers, not {len(headers)}")
     args: List[Any] = ["HEADERS", len(headers)]
     for key, value in headers.items():
         args += [key, value]
@@ -153,20 +161,24 @@ class BulkJob(NamedTuple):
 
 def entries(
     serializer: Serializer, payloads: Iterable[Any], headers: Optional[Mapping[str, str]] = None
-) -> Iterator[Tuple[str, List[Any]]]:
-    """Each job of an ``EMQ.MENQUEUE``, as the payloads come: its id (a ``BulkJob``'s, or one
-    minted for it), and its part of the command (its priority, its ``headers``, its id, its
-    payload)."""
+) -> List[Tuple[str, List[Any]]]:
+    """Each job of an ``EMQ.MENQUEUE``: its id (a ``BulkJob``'s, or one minted for it), and its
+    part of the command (its priority, its ``headers``, its id, its payload). All are made, and
+    so checked (a payload that does not serialize, a priority or headers the server would
+    refuse), before the first chunk is sent: a bad job at the end writes none before it."""
     each = header_args(headers)
+    out: List[Tuple[str, List[Any]]] = []
     for payload in payloads:
         if not isinstance(payload, BulkJob):
             job_id = ids.mint()
-            yield job_id, [*each, job_id, serializer.dumps(payload)]
+            out.append((job_id, [*each, job_id, serializer.dumps(payload)]))
             continue
+        check_when(payload.priority, None, None)
         job_id = payload.id or ids.mint()
         priority = [] if payload.priority is None else ["PRIORITY", payload.priority]
         own = each if not payload.headers else header_args({**(headers or {}), **payload.headers})
-        yield job_id, [*priority, *own, job_id, serializer.dumps(payload.payload)]
+        out.append((job_id, [*priority, *own, job_id, serializer.dumps(payload.payload)]))
+    return out
 
 
 # ---- building: looking ----
@@ -564,6 +576,12 @@ class Written:
         if self.short:
             raise EmqNotReplicated(self.short, self.fewest or 0, self.wanted, enqueued=enqueued)
         return enqueued
+
+
+def payload_refused(reply: Any) -> bool:
+    """Whether a reply is ``EMQPAYLOAD``: a payload, result, progress or error text larger than
+    the server's ``emq.max-payload-bytes``."""
+    return isinstance(reply, Exception) and isinstance(translate(reply), EmqPayloadError)
 
 
 def lease_lost(reply: Any) -> bool:

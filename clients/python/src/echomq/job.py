@@ -13,10 +13,19 @@ from .events import Ending
 from .flows import Children
 
 
+#: The longest wait a ``Retry`` may ask, in seconds (the server's bound on ``RETRY-IN``).
+MAX_RETRY_AFTER = 365 * 86_400
+
+
 class Retry(Exception):
-    """Raised by a handler: fail this attempt and retry after ``after`` seconds."""
+    """Raised by a handler: fail this attempt and retry after ``after`` seconds (0 to 365 days;
+    anything else is refused with ``ValueError`` where the ``Retry`` is made)."""
 
     def __init__(self, after: float, reason: str = "retry") -> None:
+        if isinstance(after, bool) or not isinstance(after, (int, float)) or not (
+            0 <= after <= MAX_RETRY_AFTER
+        ):
+            raise ValueError(f"a retry waits 0 to {MAX_RETRY_AFTER} seconds, not {after!r}")
         super().__init__(reason)
         self.after = after
 

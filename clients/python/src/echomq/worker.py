@@ -7,11 +7,9 @@ SIGTERM or SIGINT. Its commands are built and their replies parsed by ``commands
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from queue import Empty, SimpleQueue
-from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import commands as cmd
@@ -19,10 +17,11 @@ from . import leases, outbox, rounds, tracing
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, server_full, transient
 from .claiming import (
-    MAX_ERROR, Backoff, Claiming, check_server, jobs_of, outcome, version_options,
+    MAX_ERROR, Backoff, Claiming, check_server, jobs_of, outcome, refused_outcome, version_options,
 )
 from .errors import EmqSpannedError, translate
 from .events import Action, Ending, WorkerEvent, failure, log
+from .signals import stop_on_signals
 from .job import Job, Retry
 from .queue import Queue
 from .serializers import Serializer
@@ -208,21 +207,7 @@ class Worker(Claiming):
             raise self._fatal
 
     def _install_signals(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-
-        def on_signal(signum: int, frame: Optional[FrameType]) -> None:
-            self.stop()
-
-        for s in previous:
-            signal.signal(s, on_signal)
-
-        def restore() -> None:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-
-        return restore
+        return stop_on_signals(self.stop)
 
     # ---- claiming ----
 
@@ -563,6 +548,15 @@ class Worker(Claiming):
                 time.sleep(backoff(attempt))
                 attempt += 1
                 replies[i] = self._send([one])[0]
+            # One result larger than the server takes refuses its whole EMQ.MACK, nothing of it
+            # written: each acknowledgement goes again alone, and only a refused one's changes.
+            if one[2] == cmd.ACK and cmd.payload_refused(replies[i]):
+                replies[i] = self._send([one])[0]
+            instead = refused_outcome(*one[1:], replies[i])
+            while instead is not None:
+                send[i] = one = (one[0], *instead)
+                replies[i] = self._send([one])[0]
+                instead = refused_outcome(*one[1:], replies[i])
         for (job, counted, _, _), reply in zip(send, replies):
             if cmd.cancelled(reply):
                 self._ended(job, "cancelled")  # cancelled as it ended: not retried, not lost
@@ -630,6 +624,13 @@ class Worker(Claiming):
 
     # ---- leases ----
 
+    def _renew(self, job: Job) -> Any:
+        """One renewal's reply, or the exception it failed with."""
+        try:
+            return self.queue.client.execute_command(*self.renew_args(job))
+        except Exception as e:
+            return e
+
     def _renew_loop(self) -> None:
         next_round = time.monotonic() + self.renew_interval
         while True:
@@ -650,10 +651,9 @@ class Worker(Claiming):
                 if not leases.renewing(job):
                     continue  # its outcome went on its way (or its end was heard) meanwhile
                 sent = time.time_ns()
-                try:
-                    reply = self.queue.client.execute_command(*self.renew_args(job))
-                except Exception as e:
-                    reply = e
+                reply = self._renew(job)
+                if self.progress_refused(job, reply):
+                    reply = self._renew(job)
                 why = self.renewed(job, sent, reply, next_round)
                 if why is not None:
                     self._ended(job, why)
