@@ -51,8 +51,10 @@ describe('Worker guards', () => {
     assert.deepEqual(ids.map((id) => runs.get(id)), [1, 1, 2, 1, 1], 'the others ran once');
   });
 
-  test('progress larger than the server takes is dropped, and the lease is kept', async () => {
-    const q = new Queue(client, 'bigprogress');
+  /** Runs one job whose handler sets `progress` and outlives its lease: it must run once, its
+   * lease kept by renewals, and the progress's refusal reported as `refused`. */
+  async function progressRun(name, progress, refused) {
+    const q = new Queue(client, name);
     await q.enqueue('p');
     let runs = 0;
     const errors = [];
@@ -60,7 +62,7 @@ describe('Worker guards', () => {
       q,
       async (job) => {
         runs++;
-        job.progress = big;
+        job.progress = progress;
         await sleep(1500); // past the lease: only renewals keep it
       },
       { concurrency: 2, lease: 600 },
@@ -70,29 +72,12 @@ describe('Worker guards', () => {
     await worker.close();
     assert.equal(runs, 1, 'run once: its lease never lapsed');
     assert.equal(worker.counts.lost, 0);
-    assert.ok(errors.some((e) => e instanceof EmqPayloadError), 'the refusal reported');
-  });
+    assert.ok(errors.some((e) => e instanceof refused), 'the refusal reported');
+  }
 
-  test('progress that cannot be encoded is reported, and renewals go on', async () => {
-    const q = new Queue(client, 'bigintprogress');
-    await q.enqueue('p');
-    let runs = 0;
-    const errors = [];
-    const worker = new Worker(
-      q,
-      async (job) => {
-        runs++;
-        job.progress = 10n;
-        await sleep(1500);
-      },
-      { concurrency: 2, lease: 600 },
-    );
-    worker.on('error', (e) => errors.push(e));
-    await eventually(() => worker.counts.acked === 1, () => JSON.stringify(worker.counts));
-    await worker.close();
-    assert.equal(runs, 1);
-    assert.ok(errors.some((e) => e instanceof TypeError), 'the encoding error reported');
-  });
+  test('progress larger than the server takes is dropped, and the lease is kept', () => progressRun('bigprogress', big, EmqPayloadError));
+
+  test('progress that cannot be encoded is reported, and renewals go on', () => progressRun('bigintprogress', 10n, TypeError));
 
   test("a backoff that throws is reported, and the server's backoff retries the job", async () => {
     const q = new Queue(client, 'badbackoff');
