@@ -604,6 +604,24 @@ fn groups_page_by_backlog_and_leave_no_keys_when_idle() {
 }
 
 #[test]
+fn a_group_whose_only_limit_of_its_own_is_a_rate_is_listed() {
+    let server = Server::start(Options::default());
+    let mut con = server.conn();
+    let q = unique_queue("ratelisted");
+    group_limit(&mut con, &q, "gx", &["RATE", "5", "PER", "100000"]);
+    let (_, page): (String, Vec<HashMap<String, Value>>) = cmd("EMQ.GROUPS")
+        .arg(&q)
+        .query(&mut con)
+        .expect("EMQ.GROUPS");
+    let listed: Vec<String> = page.iter().map(|g| text(&g["group"])).collect();
+    assert_eq!(listed, ["gx"]);
+    assert_eq!(stats(&mut con, &q)["groups"], 1);
+    // Its rate removed, it has nothing left and is forgotten.
+    group_limit(&mut con, &q, "gx", &["RATE", "OFF"]);
+    assert_eq!(stats(&mut con, &q)["groups"], 0);
+}
+
+#[test]
 fn a_group_at_its_rate_limit_waits_for_its_window_while_the_others_go_on() {
     let server = Server::start(Options::default());
     let mut con = server.conn();

@@ -1,7 +1,8 @@
 //! Hostile input: random argument vectors to every EMQ.* command, sent by a RESP2 or RESP3
 //! client or through another module's `RM_Call` with no user, never crash the server, and
-//! every reply is a typed error or a well-formed value. Lifecycle commands on a queue whose
-//! keys are overwritten at random are refused with nothing written, or succeed.
+//! every reply is a typed error or a well-formed value. Lifecycle commands (grouped jobs, group
+//! pauses among them) on a queue whose keys, a grouped queue's bookkeeping and groups included,
+//! are overwritten at random are refused with nothing written, or succeed.
 
 use emq_harness as support;
 
@@ -187,14 +188,33 @@ fn random_argument_vectors_never_crash_the_server() {
 
 /// One random overwrite of a key of queue `q`: any type, rows with odd fields, set members
 /// without a row, scores of ±inf, or the key deleted.
+/// The keys of a queue besides its rows that a command may read or write: its sets, hashes
+/// and stream, a grouped queue's bookkeeping and its groups' ready jobs.
+const QUEUE_KEYS: [&str; 17] = [
+    "pending", "active", "schedule", "dead", "meta", "events", "rate", "unique", "cron", "tally",
+    "quotas", "held", "pauses", "groups", "turns", "group:g1", "group:g2",
+];
+
+/// The type each of [`QUEUE_KEYS`] holds.
+fn wanted_type(key: &str) -> &'static str {
+    let hash = [":meta", ":unique", ":cron", ":tally", ":quotas"]
+        .iter()
+        .any(|t| key.ends_with(t));
+    if key.contains(":job:") || hash {
+        "hash"
+    } else if key.ends_with(":events") {
+        "stream"
+    } else {
+        "zset"
+    }
+}
+
 fn damage(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
     let key = match rng.below(10) {
         0..=4 => row_key(q, rng.pick(ids).as_str()),
         _ => {
-            let set = *rng.pick(&[
-                "pending", "active", "schedule", "dead", "meta", "events", "rate", "unique", "cron",
-            ]);
-            set_key(q, set)
+            let ty: &&str = rng.pick(&QUEUE_KEYS[..]);
+            set_key(q, ty)
         }
     };
     let member = if rng.below(4) == 0 {
@@ -250,6 +270,9 @@ fn lifecycle_command(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
                     c.arg("FOR").arg(600_000);
                 }
             }
+            if rng.below(2) == 0 {
+                c.arg("GROUP").arg(*rng.pick(&["g1", "g2"]));
+            }
             c
         }
         1 => cmd("EMQ.MENQUEUE")
@@ -280,6 +303,11 @@ fn lifecycle_command(rng: &mut Rng, q: &str, ids: &[String]) -> redis::Cmd {
                 c.arg("RETRY-IN").arg(rng.below(2) * 50);
             }
             c
+        }
+        6 if rng.below(3) == 0 => {
+            let verb = *rng.pick(&["EMQ.PAUSE", "EMQ.RESUME"]);
+            let group = *rng.pick(&["g1", "g2"]);
+            cmd(verb).arg(q).arg("GROUP").arg(group).clone()
         }
         6 => cmd("EMQ.CANCEL").arg(q).arg(&id).clone(),
         7 => cmd("EMQ.REQUEUE").arg(q).arg(&id).clone(),
@@ -370,26 +398,10 @@ fn on_a_damaged_queue_a_refused_command_changes_nothing() {
         if rng.below(8) == 0 {
             // Keys of another type deleted, as an operator would, so the queue works again.
             let mut keys: Vec<String> = ids.iter().map(|id| row_key(q, id)).collect();
-            keys.extend(
-                [
-                    "pending", "active", "schedule", "dead", "meta", "events", "rate", "unique",
-                    "cron",
-                ]
-                .map(|t| set_key(q, t)),
-            );
+            keys.extend(QUEUE_KEYS.map(|t| set_key(q, t)));
             for key in keys {
                 let ty: String = cmd("TYPE").arg(&key).query(&mut con).expect("type");
-                let hash = [":meta", ":unique", ":cron"]
-                    .iter()
-                    .any(|t| key.ends_with(t));
-                let wanted = if key.contains(":job:") || hash {
-                    "hash"
-                } else if key.ends_with(":events") {
-                    "stream"
-                } else {
-                    "zset"
-                };
-                if ty != wanted && ty != "none" {
+                if ty != wanted_type(&key) && ty != "none" {
                     let _: i64 = cmd("DEL").arg(&key).query(&mut con).expect("del");
                 }
             }
@@ -416,10 +428,19 @@ fn on_a_damaged_queue_a_refused_command_changes_nothing() {
         };
         check_reply(reply).unwrap_or_else(|e| panic!("step {step}: {e}"));
         if let Value::ServerError(e) = reply {
+            // The keys whose type is not theirs, for the message.
+            let damaged: Vec<String> = QUEUE_KEYS
+                .iter()
+                .map(|t| set_key(q, t))
+                .filter(|key| {
+                    let ty: String = cmd("TYPE").arg(key).query(&mut con).expect("type");
+                    ty != wanted_type(key) && ty != "none"
+                })
+                .collect();
             assert_eq!(
                 before,
                 after,
-                "step {step}: {:?} was refused ({e:?}) but changed the dataset",
+                "step {step}: {:?} was refused ({e:?}) but changed the dataset (damaged: {damaged:?})",
                 command
                     .args_iter()
                     .map(|a| match a {

@@ -176,6 +176,18 @@ fn priorities_out_of_range_or_given_twice_are_refused_and_write_nothing() {
         expect_err(&mut con, &c).starts_with("ERR "),
         "a priority with no job"
     );
+    for twice in [
+        &["PRIORITY", "1", "PRIORITY", "2"][..],
+        &["HEADERS", "1", "k", "v", "HEADERS", "1", "k", "w"],
+    ] {
+        let mut c = cmd("EMQ.MENQUEUE");
+        c.arg(&q).arg(twice).arg(job_id(1)).arg("p");
+        let err = expect_err(&mut con, &c);
+        assert!(
+            err.starts_with("ERR syntax error"),
+            "{twice:?} given twice: {err}"
+        );
+    }
     assert!(keys_of(&mut con, &q).is_empty());
 }
 

@@ -58,9 +58,15 @@ pub fn run(ctx: &Context, args: &Args) -> CommandResult {
         // A job's options, in either order, each once.
         let (mut priority, mut headers) = (None, None);
         loop {
-            if priority.is_none() && rest.next_is("PRIORITY") {
+            if rest.next_is("PRIORITY") {
+                if priority.is_some() {
+                    return Err(syntax("syntax error: PRIORITY given twice for one job"));
+                }
                 priority = Some(rest.next_int(PRIORITY_MIN, PRIORITY_MAX, "PRIORITY")?);
-            } else if headers.is_none() && rest.next_is("HEADERS") {
+            } else if rest.next_is("HEADERS") {
+                if headers.is_some() {
+                    return Err(syntax("syntax error: HEADERS given twice for one job"));
+                }
                 headers = Some(parse_headers(&mut rest)?);
             } else {
                 break;

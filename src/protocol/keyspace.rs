@@ -93,7 +93,7 @@ pub enum KeyType {
     /// The named groups the queue knows: with ready or active jobs, a limit of their own or a
     /// pause (zset, score = minus the group's ready jobs, so the largest backlog comes first).
     Groups,
-    /// The claims in the groups' rate windows (zset, member `<group> <id>:<attempt>`, score =
+    /// The claims in the groups' rate windows (zset, member `<group> <id>:<attempt>@<ms>`, score =
     /// when the claim leaves its window).
     Windows,
 }

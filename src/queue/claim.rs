@@ -122,6 +122,10 @@ fn claim_grouped<S: Store>(
     store.check_access(&rows)?;
     check_row_types(store, &due.rows().collect::<Vec<_>>())?;
     rounds::check(store)?;
+    if !due.is_empty() {
+        // The promotion writes first: what the claim would read after it is checked before.
+        rounds::dry_run(store, count, limits)?;
+    }
     due.promote(store, now, limits.timed)?;
     let room = limits.room(store.len(Set::Active), in_window);
     if room < count {

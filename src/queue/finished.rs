@@ -59,6 +59,9 @@ pub fn bury<S: Store>(
     error: Option<&[u8]>,
     parents: Option<&S::Text>,
 ) -> Result<(), EmqError> {
+    if from == Set::Active {
+        super::quota::ready_to_leave(store)?;
+    }
     store.remove(from, member)?;
     if from == Set::Active {
         let dead = crate::protocol::metrics::Ended::Dead;

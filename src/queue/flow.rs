@@ -379,7 +379,7 @@ pub fn delivered<S: Store>(store: &S, d: &Delivery, orphan: bool) -> Result<bool
     store.check_access(&[KeyRef::Table(Table::Outbox), KeyRef::Row(&name)])?;
     let there = store.table_del(Table::Outbox, &d.outbox_field())?;
     if there && orphan {
-        counters::count(&ORPHANED, 1);
+        // Counted by the parent's side, which refused it (`receive`).
         mark_orphan(store, d)?;
     }
     Ok(there)

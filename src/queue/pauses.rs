@@ -20,6 +20,9 @@ fn open<S: Store>(store: &S, group: &[u8]) -> Result<(), EmqError> {
         KeyRef::Group(group),
     ])?;
     store.open_sets(&[Set::Pauses, Set::Turns, Set::Held, Set::Groups])?;
+    // What a resume reads (the group's counts and limits), before its first write.
+    store.table_len(Table::Tally)?;
+    store.table_len(Table::Quotas)?;
     store.group_len(group).map(drop)
 }
 

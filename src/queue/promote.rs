@@ -93,6 +93,19 @@ impl<S: Store> Due<S> {
     /// fails the attempt with `timeout` ([`lease::time_out`]). Members without a row are
     /// dropped. Their rows' types were checked (`check_row_types`) before.
     pub fn promote(&self, store: &S, now: i64, timed: bool) -> Result<Moved, EmqError> {
+        if ready::grouped(store)? {
+            // Every job's group keys, and the groups' counts a lease's end writes, checked
+            // before the first move: a refusal leaves each job where it was.
+            if !self.expired.is_empty() {
+                quota::ready_to_leave(store)?;
+            }
+            for name in self.rows() {
+                let row = store.open_row(name)?;
+                if store.holds(&row) == Holds::Hash {
+                    ready::checked_group(store, &row)?;
+                }
+            }
+        }
         let mut moved = Moved::default();
         for member in &self.scheduled {
             moved.to_pending += move_to_pending(store, Set::Schedule, member)? as usize;
@@ -156,6 +169,9 @@ fn move_to_pending<S: Store>(store: &S, from: Set, member: &Member<S>) -> Result
         Some(row) => ready::checked_group(store, row)?,
         None => None,
     };
+    if from == Set::Active {
+        quota::ready_to_leave(store)?;
+    }
     store.remove(from, &member.text)?;
     let Some(row) = row else {
         count_dropped();

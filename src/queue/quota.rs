@@ -32,6 +32,18 @@ pub fn mark_grouped<S: Store>(store: &S) -> Result<(), EmqError> {
     }
 }
 
+/// Opens what [`left_active`] writes in a grouped queue (`tally`, `quotas`, `held`, `pauses`,
+/// `groups`, `turns`): called before a job leaves `active`, so a key of the wrong type refuses
+/// the call before its first write rather than after the job left the set.
+pub fn ready_to_leave<S: Store>(store: &S) -> Result<(), EmqError> {
+    if !ready::grouped(store)? {
+        return Ok(());
+    }
+    store.open_sets(&[Set::Held, Set::Pauses, Set::Groups, Set::Turns])?;
+    store.table_len(Table::Tally)?;
+    store.table_len(Table::Quotas).map(drop)
+}
+
 /// A job left `active`, its attempt `ended` (acked, failed, expired, timed out, cancelled): the
 /// metrics are told (`id`: the member's id where the caller parsed it), and in a grouped queue
 /// its group has one active job fewer, and a group held back by its limits takes its turn

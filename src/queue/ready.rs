@@ -110,6 +110,7 @@ pub fn forget_if_idle<S: Store>(store: &S, group: &S::Text) -> Result<(), EmqErr
         || store.group_len(name)? != 0
         || tally::active(store, name)? != 0
         || tally::own(store, name)?.is_some()
+        || tally::own_rate(store, name)?.is_some()
         || store.score(Set::Pauses, group).is_some()
     {
         return Ok(());

@@ -194,33 +194,13 @@ pub fn claim<S: Store>(
         // Claims that left their groups' windows make room before the plan reads it.
         quota::trim_windows(store, now, quota::READMIT_BUDGET)?;
     }
-    let default = store.text(b"")?;
-    // The default group's first turn comes after the others'.
-    let joins = store.len(Set::Pending) != 0
-        && store.score(Set::Turns, &default).is_none()
-        && store.score(Set::Held, &default).is_none();
-    let mut slots: Vec<Slot<S>> = Vec::new();
-    let (picks, more_behind) = plan(store, &mut slots, want, joins, quotas)?;
-
-    // Every check before the first write: the rows, their types, the groups' keys.
-    let mut keys: Vec<KeyRef<'_, S::Name>> = picks
-        .iter()
-        .filter_map(|&(s, i)| slots[s].read[i].row.as_ref().map(KeyRef::Row))
-        .collect();
-    keys.extend(
-        slots
-            .iter()
-            .filter(|s| s.named && s.valid && (s.used > 0 || s.emptied()))
-            .map(|s| KeyRef::Group(store.bytes(&s.name))),
-    );
-    store.check_access(&keys)?;
-    drop(keys);
-    if picks
-        .iter()
-        .any(|&(s, i)| !matches!(slots[s].read[i].holds, Holds::Nothing | Holds::Hash))
-    {
-        return Err(EmqError::WrongType);
-    }
+    let Planned {
+        default,
+        joins,
+        mut slots,
+        picks,
+        more_behind,
+    } = planned(store, want, quotas)?;
 
     // Out of where they waited, each group's at once.
     let mut named_taken = 0;
@@ -299,6 +279,74 @@ pub fn claim<S: Store>(
         claimed,
         more_behind,
     })
+}
+
+/// A claim's plan and its checks, made by reads alone: the default group's name, whether it
+/// joins the turns, the groups read, the picks, and whether the claim stopped at members
+/// without a row.
+struct Planned<S: Store> {
+    default: S::Text,
+    joins: bool,
+    slots: Vec<Slot<S>>,
+    picks: Vec<(usize, usize)>,
+    more_behind: bool,
+}
+
+/// Plans a claim of `want` jobs and checks all it would touch (the rows, their types, the
+/// groups' keys), reading only.
+fn planned<S: Store>(
+    store: &S,
+    want: usize,
+    quotas: Option<&GroupLimits>,
+) -> Result<Planned<S>, EmqError> {
+    let default = store.text(b"")?;
+    // The default group's first turn comes after the others'.
+    let joins = store.len(Set::Pending) != 0
+        && store.score(Set::Turns, &default).is_none()
+        && store.score(Set::Held, &default).is_none();
+    let mut slots: Vec<Slot<S>> = Vec::new();
+    let (picks, more_behind) = plan(store, &mut slots, want, joins, quotas)?;
+
+    // Every check before the first write: the rows, their types, the groups' keys.
+    let mut keys: Vec<KeyRef<'_, S::Name>> = picks
+        .iter()
+        .filter_map(|&(s, i)| slots[s].read[i].row.as_ref().map(KeyRef::Row))
+        .collect();
+    keys.extend(
+        slots
+            .iter()
+            .filter(|s| s.named && s.valid && (s.used > 0 || s.emptied()))
+            .map(|s| KeyRef::Group(store.bytes(&s.name))),
+    );
+    store.check_access(&keys)?;
+    drop(keys);
+    if picks
+        .iter()
+        .any(|&(s, i)| !matches!(slots[s].read[i].holds, Holds::Nothing | Holds::Hash))
+    {
+        return Err(EmqError::WrongType);
+    }
+
+    Ok(Planned {
+        default,
+        joins,
+        slots,
+        picks,
+        more_behind,
+    })
+}
+
+/// Checks, reading only, what a claim of `want` jobs would read and take now: for a claim whose
+/// promotion writes first, so a row of the wrong type or a key the caller may not use among
+/// the groups' heads refuses it before that write.
+pub fn dry_run<S: Store>(store: &S, want: usize, limits: &Limits) -> Result<(), EmqError> {
+    if want == 0 {
+        return Ok(());
+    }
+    check(store)?;
+    let defaults = GroupLimits::defaults(limits);
+    let quotas = quota::any(store, &defaults)?.then_some(&defaults);
+    planned(store, want, quotas).map(drop)
 }
 
 /// The round robin, read only: one live job from each group in turn until `want` are taken or

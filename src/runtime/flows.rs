@@ -3,7 +3,7 @@
 //! child queue's outbox, for a worker to deliver. A parent is in reach on a server that is no
 //! cluster node, and on a cluster node when its queue has the child's slot.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use valkey_module::Context;
 
@@ -24,11 +24,22 @@ use super::cluster;
 /// fails its own parents, and so on); a deeper one is left in the outbox.
 const MAX_DEPTH: usize = 8;
 
+/// Most hand-overs one call gives the parents in reach, however wide the parents above a
+/// failing child spread; past them the rest wait in the outbox, for a worker to deliver.
+pub const HANDOVER_BUDGET: usize = 1000;
+
+/// Most children one `EMQ.CANCEL` cancels with the job it names, however wide the tree below;
+/// the clients' cancel sends the rest their own (docs/flows.md).
+pub const CANCEL_BUDGET: usize = 1000;
+
 thread_local! {
     /// The queues whose stores are open in this call, outermost first: a parent's queue
     /// among them (but the innermost) is not opened a second time; its hand-over waits in the
     /// outbox.
     static OPEN: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    /// The hand-overs parents in reach took in this call, against [`HANDOVER_BUDGET`]; back to
+    /// 0 once no store is open ([`Opened`]'s drop).
+    static HANDED: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Whether the module reaches `parent`'s queue from a call on `child`'s.
@@ -69,7 +80,13 @@ impl Opened {
 
 impl Drop for Opened {
     fn drop(&mut self) {
-        OPEN.with_borrow_mut(|open| open.pop());
+        let outermost = OPEN.with_borrow_mut(|open| {
+            open.pop();
+            open.is_empty()
+        });
+        if outermost {
+            HANDED.set(0);
+        }
     }
 }
 
@@ -97,7 +114,11 @@ fn hand_over_round(store: &ServerStore<'_, '_>, deliveries: Vec<Delivery>, reach
     let ctx = store.ctx();
     let own = store.queue();
     for d in deliveries {
+        let reach = reach && HANDED.get() < HANDOVER_BUDGET;
         let reachable = Queue::parse(&d.parent.queue).is_some_and(|p| reach && in_reach(own, p));
+        if reachable {
+            HANDED.set(HANDED.get() + 1);
+        }
         // A hand-over parked before for the same child and parent goes instead: the first
         // outcome counts, and its entry goes once the parent answers.
         let (d, first) = match reachable {
@@ -165,19 +186,25 @@ pub fn adopting<R>(
 /// reach of `queue`; each cancels its own in turn, as deep as [`MAX_DEPTH`]. The others are
 /// left to finish (their hand-overs find no parent).
 pub fn cancel_children(ctx: &Context, queue: Queue<'_>, children: Vec<(Vec<u8>, BrandedId)>) {
-    cancel_below(ctx, queue, children, 1);
+    let mut budget = CANCEL_BUDGET;
+    cancel_below(ctx, queue, children, 1, &mut budget);
 }
 
+/// [`cancel_children`] at `depth`, while `budget` children are left to cancel.
 fn cancel_below(
     ctx: &Context,
     queue: Queue<'_>,
     children: Vec<(Vec<u8>, BrandedId)>,
     depth: usize,
+    budget: &mut usize,
 ) {
     if depth > MAX_DEPTH {
         return;
     }
     for (child_queue, child) in children {
+        if *budget == 0 {
+            return;
+        }
         let Some(child_queue) = Queue::parse(&child_queue) else {
             continue;
         };
@@ -199,8 +226,9 @@ fn cancel_below(
             job::cancel_job(store, &target, false)
         });
         if let Some(Ok(Some(grandchildren))) = cancelled {
+            *budget -= 1;
             if !grandchildren.is_empty() {
-                cancel_below(ctx, child_queue, grandchildren, depth + 1);
+                cancel_below(ctx, child_queue, grandchildren, depth + 1, budget);
             }
         }
     }
