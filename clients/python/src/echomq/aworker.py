@@ -27,6 +27,14 @@ REASONS: Dict[Ending, str] = {
 }
 
 
+def _on(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether the calling thread is running `loop`."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
 class AsyncWorker(Claiming):
     """``echomq.Worker`` for asyncio: ``await handler(job)`` for each job, as a task, up to
     ``concurrency`` at once, leases renewed by a background task, stopped by ``stop()`` or, on
@@ -86,15 +94,25 @@ class AsyncWorker(Claiming):
         self._queues = [queue]
         #: A partition's ``AsyncQueue``, for its jobs' ``achildren``.
         self._partitions: Dict[str, AsyncQueue] = {}
+        #: The loop ``run`` runs on, while it does: ``stop`` from another thread goes through it.
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
 
     def stop(self) -> None:
+        """Stops the worker gracefully (``run`` returns once its running jobs are settled);
+        safe from any thread."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and not _on(loop):
+            loop.call_soon_threadsafe(self.stop)
+            return
         self._stopping.set()
         self._room.set()
 
     async def run(self) -> None:
         client = self.queue.client
+        loop = self._loop = asyncio.get_running_loop()
         await acheck_server(client, self.queue.retries)
-        loop = asyncio.get_running_loop()
+        # A signal's handler runs between two steps of whatever the loop runs: it only asks the
+        # loop to stop the worker.
         restore = stop_on_signals(lambda: loop.call_soon_threadsafe(self.stop))
         renewer = asyncio.create_task(self._renew_loop())
         courier = asyncio.create_task(
