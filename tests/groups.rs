@@ -604,6 +604,38 @@ fn groups_page_by_backlog_and_leave_no_keys_when_idle() {
 }
 
 #[test]
+fn a_settle_refused_for_a_damaged_group_key_writes_nothing_and_goes_through_once_repaired() {
+    let server = Server::start(Options::default().arg("enable-debug-command", "local"));
+    let mut con = server.conn();
+    let q = unique_queue("damagedgroup");
+    enqueue_in(&mut con, &q, &job_id(1), "ga");
+    let jobs = claim(&mut con, &q, &["LEASE", "600000"]).expect("claim");
+    let token = jobs[0].2;
+    // The group's own key, then its count of active jobs, of another type: each refuses the
+    // ack before the job leaves `active`, and deleting the key lets it through.
+    for key in [set_key(&q, "group:ga"), set_key(&q, "tally")] {
+        let _: () = cmd("SET").arg(&key).arg("x").query(&mut con).expect("set");
+        let before = digest(&mut con);
+        let refused = cmd("EMQ.ACK")
+            .arg(&q)
+            .arg(job_id(1))
+            .arg(token)
+            .query::<Value>(&mut con)
+            .expect_err("refused");
+        assert_eq!(refused.code(), Some("WRONGTYPE"), "{key}");
+        assert_eq!(digest(&mut con), before, "{key}: nothing written");
+        let _: () = cmd("DEL").arg(&key).query(&mut con).expect("del");
+    }
+    let acked: i64 = cmd("EMQ.ACK")
+        .arg(&q)
+        .arg(job_id(1))
+        .arg(token)
+        .query(&mut con)
+        .expect("ack");
+    assert_eq!(acked, 1);
+}
+
+#[test]
 fn a_group_whose_only_limit_of_its_own_is_a_rate_is_listed() {
     let server = Server::start(Options::default());
     let mut con = server.conn();

@@ -36,6 +36,8 @@ pub const COMMAND: Command = Command {
 
 pub fn run(ctx: &Context, args: &Args) -> CommandResult {
     check_arity(args, &COMMAND)?;
+    // The job's own hand-overs and its children's walk count against one budget.
+    let _budget = flows::Budgeted::enter();
     let mut rest = ArgCursor::new(args, 3);
     let running = match rest.next_word() {
         None => true,

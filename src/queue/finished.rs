@@ -60,7 +60,7 @@ pub fn bury<S: Store>(
     parents: Option<&S::Text>,
 ) -> Result<(), EmqError> {
     if from == Set::Active {
-        super::quota::ready_to_leave(store)?;
+        super::quota::ready_to_leave(store, &[row])?;
     }
     store.remove(from, member)?;
     if from == Set::Active {

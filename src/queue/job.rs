@@ -122,7 +122,7 @@ fn cancel_running<S: Store>(store: &S, row: &S::Row<'_>, member: &S::Text) -> Re
     let (attempts, fence, _) = leased_fields(store, row, Field::State);
     let parents = finished::parents(store, row)?;
     let limits = limit::limits(store)?;
-    quota::ready_to_leave(store)?;
+    quota::ready_to_leave(store, &[row])?;
     store.remove(Set::Active, member)?;
     quota::left_active(
         store,

@@ -140,7 +140,7 @@ fn done<S: Store>(
     result: Option<&[u8]>,
     parents: Option<&S::Text>,
 ) -> Result<(), EmqError> {
-    quota::ready_to_leave(store)?;
+    quota::ready_to_leave(store, &[row])?;
     store.remove(Set::Active, job.member)?;
     quota::left_active(store, row, job.member, Some(job.id), Ended::Acked)?;
     finish(store, row, job.member, token, result, parents)
@@ -265,7 +265,9 @@ pub fn ack_many<S: Store>(
     // `ZREM`, one event, one effect. Its removal is the check that a job is there: one that
     // is not is refused and its row left as it was.
     let members: Vec<&S::Text> = leased.iter().map(|(_, _, s, _, _)| s.job.member).collect();
-    quota::ready_to_leave(store)?;
+    let leaving: Vec<&S::Row<'_>> = leased.iter().map(|(_, row, _, _, _)| *row).collect();
+    quota::ready_to_leave(store, &leaving)?;
+    drop(leaving);
     let there = store.remove_many(Set::Active, &members)?;
     let mut acked = 0u64;
     for ((at, row, s, token, parents), there) in leased.into_iter().zip(there) {
@@ -347,7 +349,7 @@ fn retry_or_bury<S: Store>(
         fields[n] = (Field::TimedOut, Value::Int(token));
         n += 1;
     }
-    quota::ready_to_leave(store)?;
+    quota::ready_to_leave(store, &[row])?;
     store.remove(Set::Active, member)?;
     let ended = match (timed_out, last) {
         (Some(_), _) => Ended::TimedOut,

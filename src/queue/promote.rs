@@ -97,7 +97,8 @@ impl<S: Store> Due<S> {
             // Every job's group keys, and the groups' counts a lease's end writes, checked
             // before the first move: a refusal leaves each job where it was.
             if !self.expired.is_empty() {
-                quota::ready_to_leave(store)?;
+                // (Each job's own group key is checked below, with its row.)
+                quota::ready_to_leave(store, &[])?;
             }
             for name in self.rows() {
                 let row = store.open_row(name)?;
@@ -170,7 +171,7 @@ fn move_to_pending<S: Store>(store: &S, from: Set, member: &Member<S>) -> Result
         None => None,
     };
     if from == Set::Active {
-        quota::ready_to_leave(store)?;
+        quota::ready_to_leave(store, &row.iter().collect::<Vec<_>>())?;
     }
     store.remove(from, &member.text)?;
     let Some(row) = row else {

@@ -32,16 +32,23 @@ pub fn mark_grouped<S: Store>(store: &S) -> Result<(), EmqError> {
     }
 }
 
-/// Opens what [`left_active`] writes in a grouped queue (`tally`, `quotas`, `held`, `pauses`,
-/// `groups`, `turns`): called before a job leaves `active`, so a key of the wrong type refuses
-/// the call before its first write rather than after the job left the set.
-pub fn ready_to_leave<S: Store>(store: &S) -> Result<(), EmqError> {
+/// Opens what [`left_active`] writes in a grouped queue for the jobs of `rows` (`tally`,
+/// `quotas`, `held`, `pauses`, `groups`, `turns`, and each job's group key): called before a
+/// job leaves `active`, so a key of the wrong type refuses the call before its first write
+/// rather than after the job left the set.
+pub fn ready_to_leave<S: Store>(store: &S, rows: &[&S::Row<'_>]) -> Result<(), EmqError> {
     if !ready::grouped(store)? {
         return Ok(());
     }
     store.open_sets(&[Set::Held, Set::Pauses, Set::Groups, Set::Turns])?;
     store.table_len(Table::Tally)?;
-    store.table_len(Table::Quotas).map(drop)
+    store.table_len(Table::Quotas)?;
+    for &row in rows {
+        if let Some(group) = ready::group_of(store, true, row) {
+            store.group_len(store.bytes(&group))?;
+        }
+    }
+    Ok(())
 }
 
 /// A job left `active`, its attempt `ended` (acked, failed, expired, timed out, cancelled): the

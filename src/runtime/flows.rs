@@ -38,8 +38,32 @@ thread_local! {
     /// outbox.
     static OPEN: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
     /// The hand-overs parents in reach took in this call, against [`HANDOVER_BUDGET`]; back to
-    /// 0 once no store is open ([`Opened`]'s drop).
+    /// 0 once the call's outermost [`Budgeted`] ends.
     static HANDED: Cell<usize> = const { Cell::new(0) };
+    /// How many [`Budgeted`] scopes are open.
+    static BUDGETED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A span of one call in which the hand-overs parents in reach take count against one
+/// [`HANDOVER_BUDGET`]: a call's hand-overs, or a cancel's whole walk of the children. The
+/// outermost one's drop (also when a panic unwinds through it) starts the next call at 0.
+pub struct Budgeted;
+
+impl Budgeted {
+    pub fn enter() -> Self {
+        BUDGETED.set(BUDGETED.get() + 1);
+        Budgeted
+    }
+}
+
+impl Drop for Budgeted {
+    fn drop(&mut self) {
+        let open = BUDGETED.get().saturating_sub(1);
+        BUDGETED.set(open);
+        if open == 0 {
+            HANDED.set(0);
+        }
+    }
 }
 
 /// Whether the module reaches `parent`'s queue from a call on `child`'s.
@@ -80,13 +104,7 @@ impl Opened {
 
 impl Drop for Opened {
     fn drop(&mut self) {
-        let outermost = OPEN.with_borrow_mut(|open| {
-            open.pop();
-            open.is_empty()
-        });
-        if outermost {
-            HANDED.set(0);
-        }
+        OPEN.with_borrow_mut(|open| open.pop());
     }
 }
 
@@ -98,6 +116,7 @@ pub fn hand_over(store: &ServerStore<'_, '_>, deliveries: Vec<Delivery>) {
     let innermost =
         OPEN.with_borrow(|open| open.last().is_some_and(|q| q.as_slice() == own.as_bytes()));
     let _open = (!innermost).then(|| Opened::push(own));
+    let _budget = Budgeted::enter();
     // A parent of this queue that a child fails keeps hand-overs of its own on this same store:
     // they are taken in the next round, as deep as MAX_DEPTH rounds, then parked.
     let mut batch = deliveries;
@@ -186,6 +205,7 @@ pub fn adopting<R>(
 /// reach of `queue`; each cancels its own in turn, as deep as [`MAX_DEPTH`]. The others are
 /// left to finish (their hand-overs find no parent).
 pub fn cancel_children(ctx: &Context, queue: Queue<'_>, children: Vec<(Vec<u8>, BrandedId)>) {
+    let _budget = Budgeted::enter();
     let mut budget = CANCEL_BUDGET;
     cancel_below(ctx, queue, children, 1, &mut budget);
 }
