@@ -354,7 +354,9 @@ export class Worker extends EventEmitter {
   start(raw, sentAt, sentNs = 0n, queue = this.queue) {
     const [id, payload, token, headers] = raw;
     this.hook?.emit('claim', { id: String(id), attempt: Number(token), queue: queue.name }, sentNs, { answeredNs: nowNs() });
-    if (Date.now() >= sentAt + this.lease) {
+    // Answered once the worker had closed (its server late), or a lease after it was sent: not
+    // started, left to its lease.
+    if (this.closed || Date.now() >= sentAt + this.lease) {
       this.counts.lost++;
       this.wake();
       return;
@@ -726,9 +728,12 @@ export class Worker extends EventEmitter {
       state.controller.abort(new Error('the worker closed before the job finished'));
     }
     clearInterval(this.renewTimer ?? undefined);
-    // The sweeps go on while the handlers drain, whose children may have parents to reach.
+    // The sweeps go on while the handlers drain, whose children may have parents to reach; a
+    // sweep its server does not answer is waited for no longer than the timeout.
     this.sweeper.abort();
-    await Promise.all(this.sweeps.values());
+    const swept = new AbortController();
+    await Promise.race([Promise.all(this.sweeps.values()), sleep(Math.max(0, deadline - Date.now()), swept.signal)]);
+    swept.abort();
     if (this.signalHandler) for (const s of ['SIGTERM', 'SIGINT']) process.off(s, this.signalHandler);
     // A cluster client has no `isOpen`; a client that never connected refuses disconnect().
     if (this.claims) await this.claims.disconnect().catch(() => {});

@@ -203,16 +203,19 @@ def test_async_workers_stop_together_on_one_signal_and_put_back_the_handlers(
             async def handle(job: echomq.Job) -> None:
                 return None
 
-            for name in ("sig-a", "sig-b"):
+            workers = {}
+            for name in ("sig-a", "sig-b", "sig-c"):
                 await AsyncQueue(client, name).enqueue(b"s")
-            a = AsyncWorker(client, "sig-a", handle, block=0.1)
-            b = AsyncWorker(client, "sig-b", handle, block=0.1)
-            tasks = [asyncio.create_task(a.run()), asyncio.create_task(b.run())]
+                workers[name] = AsyncWorker(client, name, handle, block=0.1)
+            tasks = {n: asyncio.create_task(w.run()) for n, w in workers.items()}
             # Each has run a job, so each has set its handlers first.
-            while a.counts["acked"] + b.counts["acked"] < 2:
+            while sum(w.counts["acked"] for w in workers.values()) < 3:
                 await asyncio.sleep(0.02)
+            # The first to start ends first: the others still hold the signal.
+            workers["sig-a"].stop()
+            await asyncio.wait_for(tasks["sig-a"], 10)
             os.kill(os.getpid(), signal.SIGTERM)
-            await asyncio.wait_for(asyncio.gather(*tasks), 10)
+            await asyncio.wait_for(asyncio.gather(tasks["sig-b"], tasks["sig-c"]), 10)
             await client.aclose()
 
         asyncio.run(main())

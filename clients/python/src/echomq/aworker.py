@@ -12,7 +12,7 @@ from . import leases, outbox, rounds, tracing
 from ._replicas import arefresh, moved, pipelined_async
 from ._retry import backoff, server_full, transient
 from .aqueue import AsyncQueue
-from .claiming import Backoff, Claiming, acheck_server, outcome, refused_outcome
+from .claiming import Backoff, Claiming, acheck_server, outcome
 from .errors import EmqSpannedError, translate
 from .events import Action, Ending, WorkerEvent, failure
 from .job import Job
@@ -420,7 +420,7 @@ class AsyncWorker(Claiming):
             attempt += 1
             if job._end_seen:
                 return  # a renewal heard the attempt end meanwhile: that is its count
-        instead = refused_outcome(counted, command, options, reply)
+        instead = self.refused(job, counted, command, options, reply)
         if cmd.cancelled(reply):
             self._ended(job, "cancelled")  # cancelled as it ended: not retried, not lost
         elif instead is not None:
@@ -446,8 +446,9 @@ class AsyncWorker(Claiming):
                 if not leases.renewing(job):
                     continue  # its outcome went on its way (or its end was heard) meanwhile
                 sent = time.time_ns()
+                progress = job.progress
                 reply = await self._renew(job)
-                if self.progress_refused(job, reply):
+                if self.progress_refused(job, reply, progress):
                     reply = await self._renew(job)
                 why = self.renewed(job, sent, reply, next_round)
                 if why is not None:

@@ -65,18 +65,19 @@ def outcome(
 
 
 def refused_outcome(
-    counted: str, command: str, options: List[Any], reply: Any
+    counted: str, command: str, options: List[Any], reply: Any, wait: Optional[int] = None
 ) -> Optional[Tuple[str, str, List[Any]]]:
     """What an outcome the server refused as too large (``EMQPAYLOAD``) is sent as instead: an
     acknowledgement's result, a ``FAIL`` that says so (the job retried, or dead, not left to run
     again at its lease's end with nothing said); a ``FAIL``'s error text, the ``FAIL`` without
-    it. ``None`` for any other reply, and for an outcome with nothing left to drop."""
+    it. ``None`` for any other reply, and for an outcome with nothing left to drop. `wait`: the
+    worker's backoff for that ``FAIL`` (ms; ``None``, the server's)."""
     if not cmd.payload_refused(reply):
         return None
     if command == cmd.ACK and options:
         size = len(options[1])
         text = f"EMQPAYLOAD the handler's result ({size} bytes) is larger than the server takes: {reply}"
-        return "failed", cmd.FAIL, cmd.fail_options(text)
+        return "failed", cmd.FAIL, cmd.fail_options(text, wait)
     if command == cmd.FAIL and "ERROR" in options:
         at = options.index("ERROR")
         return counted, cmd.FAIL, options[:at] + options[at + 2:]
@@ -242,15 +243,26 @@ class Claiming:
             return "timed_out"
         return None
 
-    def progress_refused(self, job: Job, reply: Any) -> bool:
-        """Whether a renewal was refused for its progress, larger than the server takes
-        (``EMQPAYLOAD``): the progress is dropped (logged; a handler may set another), and the
-        renewal is to be sent again without it, so the lease is kept."""
-        if job.progress is None or not cmd.payload_refused(reply):
+    def refused(
+        self, job: Job, counted: str, command: str, options: List[Any], reply: Any
+    ) -> Optional[Tuple[str, str, List[Any]]]:
+        """``refused_outcome`` of `job`'s outcome, a result refused failing it with the worker's
+        own backoff, as any failure does."""
+        wait = None
+        if self.backoff is not None and cmd.payload_refused(reply):
+            wait = retry_in(self.backoff, job.attempt, reply)
+        return refused_outcome(counted, command, options, reply, wait)
+
+    def progress_refused(self, job: Job, reply: Any, sent: Optional[bytes]) -> bool:
+        """Whether a renewal that sent `sent` as its progress was refused for it, larger than
+        the server takes (``EMQPAYLOAD``): the progress is dropped (logged), unless the handler
+        set another since, and the renewal is to be sent again, so the lease is kept."""
+        if sent is None or not cmd.payload_refused(reply):
             return False
-        log.warning("echomq: job %s's progress (%d bytes) was refused: %s", job.id,
-                    len(job.progress), reply)
-        job.progress = None
+        log.warning("echomq: job %s's progress (%d bytes) was refused: %s", job.id, len(sent),
+                    reply)
+        if job.progress is sent:
+            job.progress = None
         return True
 
     def tally(self, job: Job, outcome: str) -> None:

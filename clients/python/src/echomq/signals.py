@@ -1,38 +1,49 @@
-"""How a worker stops on SIGTERM and SIGINT while it runs: its handler stops it, and then the
-handler it replaced if that is another worker's, so one signal stops every worker of the
-process; the handlers that were there before come back when it ends. Only the main thread may
-set them: elsewhere nothing is set."""
+"""How workers stop on SIGTERM and SIGINT while they run: one handler for the process stops
+every worker running then, and the handlers that were there before the first came back when
+the last ends, whatever order they end in. Only the main thread may set them: elsewhere
+nothing is set, and such a worker stops by ``stop()``."""
 
 from __future__ import annotations
 
 import signal
 import threading
 from types import FrameType
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
+#: The running workers' stops, in the order they started.
+_stops: List[Callable[[], Any]] = []
+#: The handlers the first worker found, put back when the last ends.
+_previous: Dict[signal.Signals, Any] = {}
+
+
+def _on_signal(signum: int, frame: Optional[FrameType]) -> None:
+    for stop in list(_stops):
+        try:
+            stop()
+        except RuntimeError:
+            pass  # its loop has closed: that worker has ended
+
 
 def stop_on_signals(stop: Callable[[], Any]) -> Callable[[], None]:
-    """Has SIGTERM and SIGINT call `stop` (thread-safe, as a signal handler's work must be);
-    the function that puts back what was there before."""
+    """Has SIGTERM and SIGINT call `stop` (which a signal handler may call: thread-safe, no
+    waiting) while the worker runs; the function to call when it ends."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    previous = {s: signal.getsignal(s) for s in SIGNALS}
-
-    def on_signal(signum: int, frame: Optional[FrameType]) -> None:
-        stop()
-        before = previous.get(signal.Signals(signum))
-        if callable(before) and getattr(before, "echomq_worker", False):
-            before(signum, frame)
-
-    setattr(on_signal, "echomq_worker", True)
-    for s in SIGNALS:
-        signal.signal(s, on_signal)
+    if not _stops:
+        _previous.update({s: signal.getsignal(s) for s in SIGNALS})
+        for s in SIGNALS:
+            signal.signal(s, _on_signal)
+    _stops.append(stop)
 
     def restore() -> None:
-        for s, handler in previous.items():
-            if signal.getsignal(s) is on_signal:
+        _stops.remove(stop)
+        if _stops:
+            return
+        for s, handler in _previous.items():
+            if signal.getsignal(s) is _on_signal:
                 signal.signal(s, handler)
+        _previous.clear()
 
     return restore

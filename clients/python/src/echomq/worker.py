@@ -17,7 +17,7 @@ from . import leases, outbox, rounds, tracing
 from ._replicas import moved, pipelined, refresh
 from ._retry import backoff, server_full, transient
 from .claiming import (
-    MAX_ERROR, Backoff, Claiming, check_server, jobs_of, outcome, refused_outcome, version_options,
+    MAX_ERROR, Backoff, Claiming, check_server, jobs_of, outcome, version_options,
 )
 from .errors import EmqSpannedError, translate
 from .events import Action, Ending, WorkerEvent, failure, log
@@ -552,11 +552,11 @@ class Worker(Claiming):
             # written: each acknowledgement goes again alone, and only a refused one's changes.
             if one[2] == cmd.ACK and cmd.payload_refused(replies[i]):
                 replies[i] = self._send([one])[0]
-            instead = refused_outcome(*one[1:], replies[i])
+            instead = self.refused(*one, replies[i])
             while instead is not None:
                 send[i] = one = (one[0], *instead)
                 replies[i] = self._send([one])[0]
-                instead = refused_outcome(*one[1:], replies[i])
+                instead = self.refused(*one, replies[i])
         for (job, counted, _, _), reply in zip(send, replies):
             if cmd.cancelled(reply):
                 self._ended(job, "cancelled")  # cancelled as it ended: not retried, not lost
@@ -651,8 +651,9 @@ class Worker(Claiming):
                 if not leases.renewing(job):
                     continue  # its outcome went on its way (or its end was heard) meanwhile
                 sent = time.time_ns()
+                progress = job.progress
                 reply = self._renew(job)
-                if self.progress_refused(job, reply):
+                if self.progress_refused(job, reply, progress):
                     reply = self._renew(job)
                 why = self.renewed(job, sent, reply, next_round)
                 if why is not None:
