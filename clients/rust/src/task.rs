@@ -14,6 +14,7 @@ use redis::aio::ConnectionLike;
 use redis::FromRedisValue;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::claims::{Dispatch, Part};
 use crate::error::{Error, Result};
@@ -33,6 +34,9 @@ pub(crate) struct Runner<H> {
     pub handler: Arc<H>,
     /// Set once the worker stopped waiting for its tasks: an outcome then is not sent.
     pub closed: Arc<AtomicBool>,
+    /// Cancelled with `closed`: a handler still running then is dropped, its job left to its
+    /// lease (no more renewals).
+    pub abandon: CancellationToken,
     pub counts: Arc<Mutex<Counts>>,
     pub hook: Arc<Hook>,
     pub lease_ms: u64,
@@ -88,6 +92,7 @@ where
             handler: self.handler.clone(),
             _permit: permit,
             closed: self.closed.clone(),
+            abandon: self.abandon.clone(),
             counts: self.counts.clone(),
             hook: self.hook.clone(),
             lease_ms: self.lease_ms,
@@ -99,6 +104,10 @@ where
     }
 }
 
+/// A renewal in flight: when the lease now ends, or the attempt's end.
+type Renewal<'a> =
+    std::pin::Pin<Box<dyn Future<Output = std::result::Result<Option<i64>, Ended>> + Send + 'a>>;
+
 /// One job's task: the handler, its lease renewed beside it, then its outcome sent.
 struct Task<C, H> {
     /// The queue the job was claimed from (a partition, of a partitioned queue).
@@ -109,6 +118,7 @@ struct Task<C, H> {
     /// ends.
     _permit: OwnedSemaphorePermit,
     closed: Arc<AtomicBool>,
+    abandon: CancellationToken,
     counts: Arc<Mutex<Counts>>,
     hook: Arc<Hook>,
     lease_ms: u64,
@@ -145,16 +155,36 @@ where
             tokio::pin!(handler);
             let mut schedule = Renewals::new(self.renew);
             let mut next = Instant::now() + self.renew;
+            // The renewal in flight, polled beside the handler: a slow one (a failover's
+            // retries) does not hold the handler up.
+            let mut renewal: Option<Renewal<'_>> = None;
             loop {
                 tokio::select! {
                     outcome = &mut handler => break Ok(outcome),
-                    _ = tokio::time::sleep_until(next) => match self.renew(&job).await {
-                        Ok(ends) => {
-                            let now_ms = (now_ns() / 1_000_000) as i64;
-                            next = Instant::now() + schedule.after(ends, now_ms);
+                    // The worker gave up waiting for its handlers: dropped, left to its lease.
+                    _ = self.abandon.cancelled() => {
+                        job.lost.store(true, Ordering::SeqCst);
+                        self.count(|c| c.lost += 1);
+                        return;
+                    }
+                    _ = tokio::time::sleep_until(next), if renewal.is_none() => {
+                        renewal = Some(Box::pin(self.renew(&job)));
+                    }
+                    renewed = async {
+                        match renewal.as_mut() {
+                            Some(r) => r.await,
+                            None => std::future::pending().await,
                         }
-                        Err(ended) => break Err(ended),
-                    },
+                    }, if renewal.is_some() => {
+                        renewal = None;
+                        match renewed {
+                            Ok(ends) => {
+                                let now_ms = (now_ns() / 1_000_000) as i64;
+                                next = Instant::now() + schedule.after(ends, now_ms);
+                            }
+                            Err(ended) => break Err(ended),
+                        }
+                    }
                 }
             }
         };

@@ -44,6 +44,8 @@ pub const SETTLE_BATCH: usize = 100;
 /// again, to claim from the partitions as they are now (a queue spanned again over another
 /// width tells its workers nothing: its old partitions, retired, still answer their claims).
 pub const WATCH_EVERY: Duration = Duration::from_secs(5);
+/// Most jobs one claim takes (the server's bound on `COUNT`).
+pub const MAX_CLAIM: usize = 1000;
 
 /// What a worker did, for logs and tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -229,10 +231,17 @@ where
             }
         };
         check_version(&String::from_redis_value(answer).unwrap_or_default())?;
-        let permits = Arc::new(Semaphore::new(self.concurrency));
+        // The fields are public: what the builder's methods would refuse is mended here.
+        let concurrency = self.concurrency.max(1);
+        let renew_every = match self.renew_every.is_finite() {
+            true => self.renew_every.clamp(0.05, 0.9),
+            false => 1.0 / 3.0,
+        };
+        let permits = Arc::new(Semaphore::new(concurrency));
         let closed = Arc::new(AtomicBool::new(false));
+        let abandon = CancellationToken::new();
         let counts = Arc::new(Mutex::new(Counts::default()));
-        let lease_ms = self.lease.as_millis().max(1) as u64;
+        let lease_ms = u64::try_from(self.lease.as_millis().max(1)).unwrap_or(u64::MAX);
         let hook = Arc::new(Hook::new(
             self.on_event.clone(),
             &self.name,
@@ -244,10 +253,11 @@ where
             acks,
             handler: self.handler.clone(),
             closed: closed.clone(),
+            abandon: abandon.clone(),
             counts: counts.clone(),
             hook: hook.clone(),
             lease_ms,
-            renew: self.lease.mul_f64(self.renew_every.clamp(0.05, 0.9)),
+            renew: self.lease.mul_f64(renew_every),
             backoff: self.backoff.clone(),
         });
         // The sweeps stop with the worker, however `run` ends.
@@ -282,10 +292,18 @@ where
             regroups.answered(answered);
             self.pause(regroups.failed()).await;
         }
-        let deadline = Instant::now() + self.shutdown_timeout;
-        let all = u32::try_from(self.concurrency).unwrap_or(u32::MAX);
-        let _ = tokio::time::timeout_at(deadline, permits.acquire_many(all)).await;
+        let all = u32::try_from(concurrency).unwrap_or(u32::MAX);
+        // A timeout past what an instant holds waits as long as it takes.
+        match Instant::now().checked_add(self.shutdown_timeout) {
+            Some(deadline) => {
+                let _ = tokio::time::timeout_at(deadline, permits.acquire_many(all)).await;
+            }
+            None => {
+                let _ = permits.acquire_many(all).await;
+            }
+        }
         closed.store(true, Ordering::SeqCst);
+        abandon.cancel();
         let mut counts = counts.lock().map(|c| c.clone()).unwrap_or_default();
         counts.hook_panics = hook.panics();
         Ok(counts)
@@ -311,13 +329,13 @@ where
             // At most half the lease: a job's handler is not started a lease after its claim
             // was sent, so a claim must not wait in the server for most of a lease.
             block_ms: (self.block.as_millis() as u64).min(lease_ms / 2).max(1),
-            batch: if self.batch == 0 {
-                self.concurrency
-            } else {
-                self.batch
-            },
+            batch: match self.batch {
+                0 => self.concurrency,
+                n => n,
+            }
+            .clamp(1, MAX_CLAIM),
             permits: permits.clone(),
-            share: (self.concurrency / groups.len()).max(1),
+            share: (self.concurrency.max(1) / groups.len()).max(1),
             stop: self.shutdown.clone(),
             answered: AtomicBool::new(false),
         });
@@ -370,7 +388,7 @@ where
     /// was spanned again over another width (its old partitions, retired, answer them): this
     /// reading is what tells it.
     async fn watch(&self, parts: &[String], groups: &[Vec<String>], regroup: &CancellationToken) {
-        if parts.len() < 2 {
+        if matches!(parts, [only] if *only == self.queue.name) || parts.is_empty() {
             return; // an ordinary queue's claim learns of a span from its refusal
         }
         loop {

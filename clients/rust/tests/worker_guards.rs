@@ -1,17 +1,23 @@
 //! A Rust worker against values the server refuses as too large (`emq.max-payload-bytes`): a
 //! handler's result fails only its own job, the rest of its `EMQ.MACK` acknowledged; progress is
-//! dropped and the lease kept. And a batch with a bad job at its end writes none before it.
+//! dropped and the lease kept. A batch with a bad job at its end writes none before it. And
+//! settings past the server's bounds: a concurrency over a claim's 1,000, a shutdown timeout
+//! no instant holds; a handler the worker gave up on is dropped; a slow renewal does not hold
+//! its handler up.
 
 mod common;
 
 use emq_harness as support;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use common::*;
-use echomq_client::{BulkJob, Error, Job, Queue};
+use echomq_client::{BulkJob, Error, Job, Queue, Worker};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 use support::{wait_until, Options};
 
 /// A server that takes payloads, results, progress and error texts of 1,000 bytes at most.
@@ -133,4 +139,188 @@ async fn a_bulk_enqueue_checks_every_job_before_it_sends_any() {
     }
     let stats = q.stats().await.expect("stats");
     assert_eq!(stats["pending"], Some(0), "nothing written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_over_a_claims_thousand_claims_a_thousand_at_most() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "wide");
+    let id = q.enqueue(b"w").await.expect("enqueue");
+    let worker = worker_of(&server, "wide", |_job: Job| async { Ok(None) })
+        .await
+        .concurrency(2000)
+        .shutdown_timeout(Duration::MAX);
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let mut admin = server.conn();
+    assert!(wait_until(Duration::from_secs(20), || support::job_state(
+        &mut admin, "wide", &id
+    )
+    .as_deref()
+        == Some("done")));
+    // Stopped with a timeout no instant holds: it waits as long as it takes, and returns.
+    token.cancel();
+    let counts = run.await.expect("no panic").expect("run");
+    assert_eq!(counts.acked, 1);
+}
+
+/// Sets its flag when dropped: a handler's future holds one.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_the_worker_gave_up_on_is_dropped_and_renews_no_more() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "givenup");
+    q.enqueue(b"g").await.expect("enqueue");
+    let (started, dropped) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (s, d) = (started.clone(), dropped.clone());
+    let worker = worker_of(&server, "givenup", move |_job: Job| {
+        let flag = DropFlag(d.clone());
+        s.store(true, Ordering::SeqCst);
+        async move {
+            let _flag = flag;
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(None)
+        }
+    })
+    .await
+    .lease(Duration::from_millis(900))
+    .shutdown_timeout(Duration::from_millis(100));
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    assert!(wait_until(Duration::from_secs(20), || started.load(Ordering::SeqCst)));
+    token.cancel();
+    let counts = run.await.expect("task").expect("run");
+    // Its future is dropped as `run` returns: nothing renews the lease, the job goes back.
+    assert!(wait_until(Duration::from_secs(10), || dropped.load(Ordering::SeqCst)));
+    assert_eq!(counts.acked, 0, "{counts:?}");
+    let mut admin = server.conn();
+    assert!(wait_until(Duration::from_secs(20), || {
+        support::stats(&mut admin, "givenup")["pending"] == 1
+    }));
+}
+
+/// A connection whose `EMQ.RENEW` waits until `release` is set (`held` is set meanwhile).
+#[derive(Clone)]
+struct SlowRenewals {
+    inner: MultiplexedConnection,
+    held: Arc<AtomicBool>,
+    release: Arc<AtomicBool>,
+}
+
+impl ConnectionLike for SlowRenewals {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let renew = matches!(
+            cmd.args_iter().next(),
+            Some(redis::Arg::Simple(b"EMQ.RENEW"))
+        );
+        let (held, release) = (self.held.clone(), self.release.clone());
+        Box::pin(async move {
+            if renew {
+                held.store(true, Ordering::SeqCst);
+                while !release.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            self.inner.req_packed_command(cmd).await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.inner.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_goes_on_while_its_renewal_waits_for_an_answer() {
+    let server = start(Options::default());
+    let q = Queue::new(conn(&server).await, "slowrenew");
+    q.enqueue(b"s").await.expect("enqueue");
+    let slow = SlowRenewals {
+        inner: conn(&server).await,
+        held: Arc::default(),
+        release: Arc::default(),
+    };
+    let (held, release) = (slow.held.clone(), slow.release.clone());
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let (t, d) = (ticks.clone(), done.clone());
+    let claims = SlowRenewals {
+        inner: conn(&server).await,
+        ..slow.clone()
+    };
+    // One slot: a job claimed again once its lease ran out cannot tick in its place.
+    let worker = Worker::new(slow, claims, "slowrenew", move |_job: Job| {
+        let (t, d) = (t.clone(), d.clone());
+        async move {
+            while !d.load(Ordering::SeqCst) {
+                t.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Ok(None)
+        }
+    })
+    .concurrency(1)
+    .lease(Duration::from_millis(3000));
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    assert!(wait_until(Duration::from_secs(20), || held.load(Ordering::SeqCst)));
+    // The renewal waits; the handler still runs.
+    let at = ticks.load(Ordering::SeqCst);
+    let went_on = wait_until(Duration::from_secs(10), || {
+        ticks.load(Ordering::SeqCst) >= at + 20
+    });
+    release.store(true, Ordering::SeqCst);
+    done.store(true, Ordering::SeqCst);
+    assert!(went_on, "the handler stood still while its renewal waited");
+    let mut admin = server.conn();
+    assert!(wait_until(Duration::from_secs(20), || {
+        support::stats(&mut admin, "slowrenew")["active"] == 0
+    }));
+    token.cancel();
+    run.await.expect("task").expect("run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_on_a_queue_spanned_over_one_partition_learns_of_its_unspan() {
+    let server = start(Options::default());
+    let admin = Queue::new(conn(&server).await, "one");
+    assert!(admin.span(1).await.expect("span"));
+    let worker = worker_of(&server, "one", |_job: Job| async { Ok(None) }).await;
+    let token = worker.shutdown_token();
+    let run = tokio::spawn(worker.run());
+    let first = admin.enqueue(b"in the partition").await.expect("enqueue");
+    let mut con = server.conn();
+    let done = |con: &mut redis::Connection, q: &str, id: &str| {
+        support::job_state(con, q, id).as_deref() == Some("done")
+    };
+    assert!(wait_until(Duration::from_secs(20), || done(
+        &mut con, "one~0-0", &first
+    )));
+    // Unspanned: the queue's own name takes its jobs again, and the worker finds them there.
+    assert!(admin.unspan().await.expect("unspan"));
+    let second = admin.enqueue(b"in the queue").await.expect("enqueue");
+    assert!(wait_until(Duration::from_secs(30), || done(
+        &mut con, "one", &second
+    )));
+    token.cancel();
+    run.await.expect("task").expect("run");
 }
