@@ -222,3 +222,16 @@ def test_async_workers_stop_together_on_one_signal_and_put_back_the_handlers(
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_concurrency_over_a_claims_thousand_claims_a_thousand_at_most(server: Server) -> None:
+    q = echomq.Queue(server.client(), "wide")
+    job_id = q.enqueue(b"w")
+    worker = echomq.Worker(server.client(), "wide", lambda job: None, concurrency=2000)
+    assert worker.batch == 1000
+    thread, raised = start_catching(worker)
+    assert until(lambda: worker.counts["acked"] == 1, 30), (worker.counts, raised)
+    worker.stop()
+    assert joined(thread) and not raised
+    job = q.job(job_id)
+    assert job is None or job["state"] == "done"

@@ -46,6 +46,10 @@ def retry_in(backoff: Backoff, attempt: int, error: BaseException) -> Optional[i
     return int(max(0.0, min(float(MAX_BACKOFF_MS), wait * 1000)))
 
 
+#: Most jobs one claim takes (the server's bound on ``COUNT``).
+MAX_CLAIM = 1000
+
+
 def outcome(
     serializer: Serializer, result: Any = None, error: Optional[BaseException] = None,
     backoff: Optional[Backoff] = None, attempt: int = 1,
@@ -151,7 +155,8 @@ class Claiming:
             raise ValueError("concurrency is at least 1")
         self.concurrency = concurrency
         self.lease_ms = max(1, int(lease * 1000))
-        self.batch = batch or concurrency
+        # At most the server's bound on a claim's COUNT.
+        self.batch = max(1, min(batch or concurrency, MAX_CLAIM))
         # At most half the lease: a job's handler is not started a lease after its claim was
         # sent (`stale`), so a claim must not wait in the server for most of a lease.
         self.block_ms = max(1, min(int(block * 1000), self.lease_ms // 2))
