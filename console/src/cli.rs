@@ -38,6 +38,8 @@ pub struct Cli {
         long,
         global = true,
         env = "ECHOMQ_URL",
+        // A password in the URL stays out of `--help`.
+        hide_env_values = true,
         default_value = "redis://127.0.0.1:6379"
     )]
     pub url: String,
@@ -444,8 +446,10 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
             )
             .await?;
             let bar = progress(total, "purged");
-            let done =
-                overview::drain(dep, &queue, &["EMQ.PURGE", &set], |n| advance(&bar, n)).await?;
+            let done = overview::drain(dep, &queue, &["EMQ.PURGE", &set], &set, |n| {
+                advance(&bar, n)
+            })
+            .await?;
             bar.finish_and_clear();
             Output::ok(format!("{done} purged"), json!({ "purged": done }))
         }
@@ -475,8 +479,10 @@ async fn subcommand(dep: &Deployment, command: Command) -> Result<Output> {
             )
             .await?;
             let bar = progress(total, "requeued");
-            let done = overview::drain(dep, &queue, &["EMQ.REQUEUE", "DEAD"], |n| advance(&bar, n))
-                .await?;
+            let done = overview::drain(dep, &queue, &["EMQ.REQUEUE", "DEAD"], "dead", |n| {
+                advance(&bar, n)
+            })
+            .await?;
             bar.finish_and_clear();
             Output::ok(format!("{done} requeued"), json!({ "requeued": done }))
         }

@@ -416,25 +416,33 @@ pub fn age(ms: u64) -> String {
     }
 }
 
-/// Calls `command <queue> args...` (a bounded step: `EMQ.PURGE`, `EMQ.REQUEUE ... DEAD`) until
-/// it answers 0, telling `progress` how many jobs it has moved so far after each step; how many
-/// it moved in all.
+/// Calls `command <queue> args...` (a bounded step of up to 1,000 jobs: `EMQ.PURGE <set>`,
+/// `EMQ.REQUEUE DEAD`) on the queue, or on each partition of a partitioned one, until a step
+/// answers 0 or as many steps as `set`'s size there at the start takes (so jobs that keep
+/// arriving cannot hold it in the loop), telling `progress` how many jobs it has moved so far
+/// after each step; how many it moved in all.
 pub async fn drain(
     dep: &Deployment,
     queue: &str,
     command: &[&str],
+    set: &str,
     mut progress: impl FnMut(i64),
 ) -> Result<i64> {
     let q = dep.queue(queue);
+    q.width().await?;
     let args: Vec<Vec<u8>> = command[1..].iter().map(|a| a.as_bytes().to_vec()).collect();
     let mut done = 0;
-    loop {
-        let n = int(&q.call(command[0], &args).await?)?;
-        if n <= 0 {
-            break;
+    for (part, stats) in q.partition_stats().await? {
+        let size = stats.get(set).copied().flatten().unwrap_or(0).max(0);
+        let p = dep.queue(&part);
+        for _ in 0..size / 1000 + 2 {
+            let n = int(&p.call(command[0], &args).await?)?;
+            if n <= 0 {
+                break;
+            }
+            done += n;
+            progress(done);
         }
-        done += n;
-        progress(done);
     }
     Ok(done)
 }

@@ -568,3 +568,17 @@ fn an_acl_user_sees_and_does_only_what_the_server_lets_it() {
     let (code, _, err) = emq("redis://viewer:wrong@127.0.0.1:1", &["queues"]);
     assert_eq!(code, 1, "{err}");
 }
+
+#[test]
+fn help_shows_no_password_from_echomq_url() {
+    for args in [&["--help"][..], &["purge", "--help"]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_emq"))
+            .args(args)
+            .env("ECHOMQ_URL", "redis://ann:s3cret@db:6379")
+            .output()
+            .expect("run emq");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("ECHOMQ_URL"), "{text}");
+        assert!(!text.contains("s3cret"), "{args:?}: {text}");
+    }
+}

@@ -1,13 +1,14 @@
 //! A partitioned queue in the console, on a 3-primary cluster (docs/cluster.md): `emq span`
 //! spreads it, `emq enqueue` routes by the job's id, `emq queues` lists it once with its
 //! partitions' totals and each partition's primary, its web page lists the partitions, and
-//! `emq jobs` walks them, and `/metrics` adds up their latencies.
+//! `emq jobs` walks them, and `/metrics` adds up their latencies; `emq purge` and
+//! `emq requeue --dead` clear every partition.
 
 mod common;
 
 use std::collections::HashSet;
 
-use common::{emq, get, servers_load_the_module, web, Cluster};
+use common::{emq, get, kill_next, server, servers_load_the_module, web, Cluster};
 use serde_json::Value as Json;
 
 #[test]
@@ -95,4 +96,56 @@ fn a_partitioned_queue_is_one_row_of_totals_with_a_row_a_partition_and_its_prima
     );
     let (code, out, _) = emq(&url, &["unspan", "orders"]);
     assert_eq!(code, 1, "its partitions hold jobs: {out}");
+}
+
+#[test]
+fn purge_and_requeue_dead_reach_every_partition() {
+    servers_load_the_module();
+    let server = server();
+    let url = server.url();
+    let (code, _, err) = emq(&url, &["span", "big", "3"]);
+    assert_eq!(code, 0, "{err}");
+    for i in 0..30 {
+        let (code, _, err) = emq(&url, &["enqueue", "big", &format!("job {i}")]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let mut con = server.conn();
+    // A dead job in each partition that holds any (the ids route the jobs).
+    let (_, json, _) = emq(&url, &["--json", "queues"]);
+    let rows: Json = serde_json::from_str(&json).expect("json");
+    let parts: Vec<String> = rows[0]["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .filter_map(|p| p["name"].as_str().map(String::from))
+        .collect();
+    assert_eq!(parts.len(), 3);
+    let mut dead = 0;
+    for p in &parts {
+        if common::count(&mut con, p, "pending") > 0 {
+            kill_next(&mut con, p, "boom");
+            dead += 1;
+        }
+    }
+    assert!(dead >= 2, "30 jobs over 3 partitions: {dead} held any");
+    let pending = |url: &str| -> (i64, i64) {
+        let (_, json, _) = emq(url, &["--json", "queues"]);
+        let rows: Json = serde_json::from_str(&json).expect("json");
+        let row = &rows.as_array().expect("rows")[0];
+        (
+            row["pending"].as_i64().unwrap_or(-1),
+            row["dead"].as_i64().unwrap_or(-1),
+        )
+    };
+    assert_eq!(pending(&url), (30 - dead, dead));
+    let (code, out, err) = emq(&url, &["requeue", "big", "--dead", "--yes"]);
+    assert_eq!(
+        (code, out.trim()),
+        (0, format!("{dead} requeued").as_str()),
+        "{err}"
+    );
+    assert_eq!(pending(&url), (30, 0));
+    let (code, out, err) = emq(&url, &["purge", "big", "pending", "--yes"]);
+    assert_eq!((code, out.trim()), (0, "30 purged"), "{err}");
+    assert_eq!(pending(&url), (0, 0));
 }

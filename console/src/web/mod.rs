@@ -397,7 +397,7 @@ async fn requeue_dead(
     Form(form): Form<Action>,
 ) -> Page {
     checked(&app, &form.csrf)?;
-    let n = overview::drain(&app.dep, &queue, &["EMQ.REQUEUE", "DEAD"], |_| {}).await?;
+    let n = overview::drain(&app.dep, &queue, &["EMQ.REQUEUE", "DEAD"], "dead", |_| {}).await?;
     Ok(back_to(&queue, "dead", &format!("{n} requeued")))
 }
 
