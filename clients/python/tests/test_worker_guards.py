@@ -98,8 +98,11 @@ def test_progress_larger_than_the_server_takes_is_dropped_and_the_lease_kept(
 
     def handle(job: echomq.Job) -> None:
         runs.append(job.id)
-        job.progress = BIG
-        threading.Event().wait(1.5)  # past the lease: only renewals keep it
+        # Past the lease, only renewals keep it; the progress, too large each time, keeps
+        # changing meanwhile.
+        for n in range(30):
+            job.progress = BIG + b"%d" % n
+            threading.Event().wait(0.05)
 
     worker = echomq.Worker(small.client(), "bigprogress", handle, concurrency=2, lease=0.6)
     thread, raised = start_catching(worker)

@@ -257,7 +257,11 @@ where
             counts: counts.clone(),
             hook: hook.clone(),
             lease_ms,
-            renew: self.lease.mul_f64(renew_every),
+            // A lease of 0 is 1 ms (as it is sent): renewals never come back to back.
+            renew: self
+                .lease
+                .max(Duration::from_millis(1))
+                .mul_f64(renew_every),
             backoff: self.backoff.clone(),
         });
         // The sweeps stop with the worker, however `run` ends.

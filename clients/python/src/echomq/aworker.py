@@ -111,9 +111,6 @@ class AsyncWorker(Claiming):
         client = self.queue.client
         loop = self._loop = asyncio.get_running_loop()
         await acheck_server(client, self.queue.retries)
-        # A signal's handler runs between two steps of whatever the loop runs: it only asks the
-        # loop to stop the worker.
-        restore = stop_on_signals(lambda: loop.call_soon_threadsafe(self.stop))
         renewer = asyncio.create_task(self._renew_loop())
         courier = asyncio.create_task(
             outbox.adeliver(
@@ -121,6 +118,9 @@ class AsyncWorker(Claiming):
                 self.queue.wait_replicas, self.queue.wait_timeout_ms,
             )
         )
+        # A signal's handler runs between two steps of whatever the loop runs: it only asks the
+        # loop to stop the worker.
+        restore = stop_on_signals(lambda: loop.call_soon_threadsafe(self.stop))
         try:
             try:
                 await self._claim_loop()
@@ -428,10 +428,10 @@ class AsyncWorker(Claiming):
         else:
             self.settled(job, reply, counted)
 
-    async def _renew(self, job: Job) -> Any:
-        """One renewal's reply, or the exception it failed with."""
+    async def _renew(self, job: Job, progress: Optional[bytes]) -> Any:
+        """One renewal's reply (with `progress`), or the exception it failed with."""
         try:
-            return await self.queue.client.execute_command(*self.renew_args(job))
+            return await self.queue.client.execute_command(*self.renew_args(job, progress))
         except Exception as e:
             return e
 
@@ -447,9 +447,9 @@ class AsyncWorker(Claiming):
                     continue  # its outcome went on its way (or its end was heard) meanwhile
                 sent = time.time_ns()
                 progress = job.progress
-                reply = await self._renew(job)
+                reply = await self._renew(job, progress)
                 if self.progress_refused(job, reply, progress):
-                    reply = await self._renew(job)
+                    reply = await self._renew(job, None)
                 why = self.renewed(job, sent, reply, next_round)
                 if why is not None:
                     self._ended(job, why)

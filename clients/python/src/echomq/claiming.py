@@ -221,9 +221,9 @@ class Claiming:
         job.lease_lost.set()
         return True
 
-    def renew_args(self, job: Job) -> List[Any]:
-        """The ``EMQ.RENEW`` of a running job, with its progress when it has one."""
-        return cmd.renew(job.queue, job.id, job.attempt, self.lease_ms, job.progress)
+    def renew_args(self, job: Job, progress: Optional[bytes]) -> List[Any]:
+        """The ``EMQ.RENEW`` of a running job, with `progress` when there is one."""
+        return cmd.renew(job.queue, job.id, job.attempt, self.lease_ms, progress)
 
     def renewed(
         self, job: Job, sent_ns: int, reply: Any, next_round: float
@@ -261,7 +261,8 @@ class Claiming:
     def progress_refused(self, job: Job, reply: Any, sent: Optional[bytes]) -> bool:
         """Whether a renewal that sent `sent` as its progress was refused for it, larger than
         the server takes (``EMQPAYLOAD``): the progress is dropped (logged), unless the handler
-        set another since, and the renewal is to be sent again, so the lease is kept."""
+        set another since, and the renewal is to be sent again without any, so the lease is
+        kept."""
         if sent is None or not cmd.payload_refused(reply):
             return False
         log.warning("echomq: job %s's progress (%d bytes) was refused: %s", job.id, len(sent),

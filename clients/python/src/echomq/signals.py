@@ -31,19 +31,23 @@ def stop_on_signals(stop: Callable[[], Any]) -> Callable[[], None]:
     waiting) while the worker runs; the function to call when it ends."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    if not _stops:
+    # Listed before the handler is set, and the handlers put back before it is taken off the
+    # list: a signal in between still stops it.
+    first = not _stops
+    _stops.append(stop)
+    if first:
         _previous.update({s: signal.getsignal(s) for s in SIGNALS})
         for s in SIGNALS:
             signal.signal(s, _on_signal)
-    _stops.append(stop)
 
     def restore() -> None:
-        _stops.remove(stop)
-        if _stops:
-            return
-        for s, handler in _previous.items():
-            if signal.getsignal(s) is _on_signal:
-                signal.signal(s, handler)
-        _previous.clear()
+        if _stops == [stop]:
+            for s, handler in _previous.items():
+                # None: a handler set outside Python, which cannot be set again from here.
+                if handler is not None and signal.getsignal(s) is _on_signal:
+                    signal.signal(s, handler)
+            _previous.clear()
+        if stop in _stops:
+            _stops.remove(stop)
 
     return restore

@@ -173,7 +173,6 @@ class Worker(Claiming):
         once the other running jobs are settled."""
         client = self.queue.client
         check_server(client, self.queue.retries)
-        restore = self._install_signals()
         renewer = threading.Thread(target=self._renew_loop, name="echomq-renew", daemon=True)
         renewer.start()
         settler = threading.Thread(target=self._settle_loop, name="echomq-settle", daemon=True)
@@ -189,6 +188,7 @@ class Worker(Claiming):
         # handler still running past the shutdown timeout does not hold the process).
         for n in range(self.concurrency):
             threading.Thread(target=self._handler_loop, name=f"echomq-handler-{n}", daemon=True).start()
+        restore = self._install_signals()
         try:
             try:
                 self._claim_loop()
@@ -624,10 +624,10 @@ class Worker(Claiming):
 
     # ---- leases ----
 
-    def _renew(self, job: Job) -> Any:
-        """One renewal's reply, or the exception it failed with."""
+    def _renew(self, job: Job, progress: Optional[bytes]) -> Any:
+        """One renewal's reply (with `progress`), or the exception it failed with."""
         try:
-            return self.queue.client.execute_command(*self.renew_args(job))
+            return self.queue.client.execute_command(*self.renew_args(job, progress))
         except Exception as e:
             return e
 
@@ -652,9 +652,9 @@ class Worker(Claiming):
                     continue  # its outcome went on its way (or its end was heard) meanwhile
                 sent = time.time_ns()
                 progress = job.progress
-                reply = self._renew(job)
+                reply = self._renew(job, progress)
                 if self.progress_refused(job, reply, progress):
-                    reply = self._renew(job)
+                    reply = self._renew(job, None)
                 why = self.renewed(job, sent, reply, next_round)
                 if why is not None:
                     self._ended(job, why)
