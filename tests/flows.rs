@@ -532,17 +532,7 @@ fn a_user_who_may_not_touch_the_parent_leaves_the_hand_over_in_the_outbox() {
     // A worker that may reach both delivers it, once.
     let e = &entries[0];
     for want in ["counted", "duplicate"] {
-        let got: String = cmd("EMQ.HANDOVER")
-            .arg(&e[1])
-            .arg(&e[2])
-            .arg("c")
-            .arg(&e[0])
-            .arg(&e[3])
-            .arg(&e[4])
-            .arg(&e[5])
-            .query(&mut admin)
-            .expect("handover");
-        assert_eq!(got, want);
+        assert_eq!(hand_over_entry(&mut admin, "c", e), want);
     }
     let removed: i64 = cmd("EMQ.DELIVERED")
         .arg("c")

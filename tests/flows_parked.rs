@@ -154,9 +154,9 @@ fn enqueue_all(con: &mut Connection, q: &str, jobs: &[(String, Vec<String>)]) {
 /// Each entry of `q`'s outbox handed over to its parent and removed, as a worker's sweep
 /// does, walking its pages, until a whole walk finds none: how many.
 fn deliver_all(con: &mut Connection, q: &str) -> usize {
-    let mut delivered = 0;
+    let mut done = 0;
     loop {
-        let before = delivered;
+        let before = done;
         let mut cursor = "0".to_string();
         loop {
             let (next, entries): (String, Vec<Vec<String>>) = cmd("EMQ.OUTBOX")
@@ -166,33 +166,17 @@ fn deliver_all(con: &mut Connection, q: &str) -> usize {
                 .query(con)
                 .expect("outbox");
             for e in &entries {
-                let _: String = cmd("EMQ.HANDOVER")
-                    .arg(&e[1])
-                    .arg(&e[2])
-                    .arg(q)
-                    .arg(&e[0])
-                    .arg(&e[3])
-                    .arg(&e[4])
-                    .arg(&e[5])
-                    .query(con)
-                    .expect("handover");
-                let gone: i64 = cmd("EMQ.DELIVERED")
-                    .arg(q)
-                    .arg(&e[0])
-                    .arg(&e[1])
-                    .arg(&e[2])
-                    .query(con)
-                    .expect("delivered");
-                assert_eq!(gone, 1);
-                delivered += 1;
+                hand_over_entry(con, q, e);
+                assert_eq!(support::flow::delivered(con, q, e, false), 1);
+                done += 1;
             }
             if next == "0" {
                 break;
             }
             cursor = next;
         }
-        if delivered == before {
-            return delivered;
+        if done == before {
+            return done;
         }
     }
 }
@@ -295,26 +279,8 @@ fn a_parked_hand_over_its_parent_refuses_is_counted_once_as_an_orphan() {
     assert_eq!(cancel(&mut con, "o1", &job_id(1)), 1);
     let before = info_int(&mut con, "emq", "emq_orphaned");
     let e = &outbox(&mut con, "o2")[0];
-    let got: String = cmd("EMQ.HANDOVER")
-        .arg(&e[1])
-        .arg(&e[2])
-        .arg("o2")
-        .arg(&e[0])
-        .arg(&e[3])
-        .arg(&e[4])
-        .arg(&e[5])
-        .query(&mut con)
-        .expect("handover");
-    assert_eq!(got, "orphan");
-    let gone: i64 = cmd("EMQ.DELIVERED")
-        .arg("o2")
-        .arg(&e[0])
-        .arg(&e[1])
-        .arg(&e[2])
-        .arg("ORPHAN")
-        .query(&mut con)
-        .expect("delivered");
-    assert_eq!(gone, 1);
+    assert_eq!(hand_over_entry(&mut con, "o2", e), "orphan");
+    assert_eq!(support::flow::delivered(&mut con, "o2", e, true), 1);
     assert_eq!(info_int(&mut con, "emq", "emq_orphaned") - before, 1);
     assert!(row_field(&mut con, "o2", &job_id(2), "orphan").is_some());
 }

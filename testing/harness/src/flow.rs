@@ -111,3 +111,28 @@ pub fn outbox(con: &mut Connection, q: &str) -> Vec<Vec<String>> {
         cmd("EMQ.OUTBOX").arg(q).query(con).expect("outbox");
     entries
 }
+
+/// `EMQ.HANDOVER` of one entry of child queue `q`'s outbox (as `outbox` gives it), as a
+/// worker's delivery sends it: the parent's answer.
+pub fn hand_over_entry(con: &mut impl redis::ConnectionLike, q: &str, e: &[String]) -> String {
+    cmd("EMQ.HANDOVER")
+        .arg(&e[1])
+        .arg(&e[2])
+        .arg(q)
+        .arg(&e[0])
+        .arg(&e[3])
+        .arg(&e[4])
+        .arg(&e[5])
+        .query(con)
+        .expect("handover")
+}
+
+/// `EMQ.DELIVERED` of that entry (with `ORPHAN` when its parent refused it): `1` removed.
+pub fn delivered(con: &mut impl redis::ConnectionLike, q: &str, e: &[String], orphan: bool) -> i64 {
+    let mut c = cmd("EMQ.DELIVERED");
+    c.arg(q).arg(&e[0]).arg(&e[1]).arg(&e[2]);
+    if orphan {
+        c.arg("ORPHAN");
+    }
+    c.query(con).expect("delivered")
+}
