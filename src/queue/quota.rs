@@ -162,6 +162,9 @@ pub fn trim_windows<S: Store>(store: &S, now: i64, budget: usize) -> Result<Opti
         return Ok(None);
     }
     store.open_sets(&[Set::Held, Set::Turns, Set::Pauses])?;
+    // The counts and limits it reads and writes, before its first write.
+    store.table_len(Table::Tally)?;
+    store.table_len(Table::Quotas)?;
     let left = store.range(Set::Windows, f64::NEG_INFINITY, now as f64, budget)?;
     let members: Vec<&S::Text> = left.iter().map(|(m, _)| m).collect();
     store.remove_many(Set::Windows, &members)?;
