@@ -15,11 +15,15 @@ const CONNECTION_ERRORS = new Set([
   'SlotUnknownError', // ours (replicas.js): a cluster's map without the slot's primary yet
 ]);
 
+/** The socket's own errors for a peer gone or out of reach: a write to a node just killed
+ * (`EPIPE`), a connection refused, reset, aborted or timed out, a network unreachable. */
+const SOCKET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ECONNABORTED', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTCONN']);
+
 /** Whether trying the same call again, a moment later, may succeed. */
 export function transient(error) {
   if (!(error instanceof Error)) return false;
   if (CONNECTION_ERRORS.has(error.constructor.name)) return true;
-  if (/** @type {{code?: unknown}} */ (error).code === 'ECONNREFUSED' || /** @type {{code?: unknown}} */ (error).code === 'ECONNRESET') return true;
+  if (SOCKET_CODES.has(String(/** @type {{code?: unknown}} */ (error).code))) return true;
   return error.constructor.name === 'ErrorReply' && TRANSIENT_CODES.some((c) => error.message.startsWith(c));
 }
 

@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { EmqPayloadError, Queue, Retry, Worker } from '../src/index.js';
+import { passing } from '../src/retry.js';
 import { Server, until } from './support/server.js';
 
 /** @type {Server} */
@@ -126,6 +127,14 @@ describe('Worker guards', () => {
     await eventually(() => worker.counts.acked === 1, () => JSON.stringify(worker.counts));
     await worker.close();
     assert.ok(heard >= 1);
+  });
+
+  test("a socket's error for a node gone (a write to one just killed) is waited out, not fatal", () => {
+    for (const code of ['EPIPE', 'ECONNRESET', 'ECONNREFUSED', 'ETIMEDOUT', 'EHOSTUNREACH']) {
+      const e = Object.assign(new Error(`write ${code}`), { code, syscall: 'write' });
+      assert.ok(passing(e), code);
+    }
+    assert.ok(!passing(Object.assign(new Error('no such file'), { code: 'ENOENT' })));
   });
 
   test('a Retry out of bounds is refused where it is made', () => {
