@@ -454,6 +454,23 @@ fn lease_start<'e>(
         .max_by_key(|e| e.answered_ns)
 }
 
+/// When the lease claim `claim` began last ran from, by `before`: the claim's answer, or a
+/// later renewal of that token by the same worker.
+fn lease_from(events: &[&Event], claim: &Event, before: u64) -> u64 {
+    events
+        .iter()
+        .filter(|e| {
+            e.kind == Kind::Renew
+                && e.worker == claim.worker
+                && e.token == claim.token
+                && e.outcome == Outcome::Ok
+                && (claim.answered_ns..=before).contains(&e.answered_ns)
+        })
+        .map(|e| e.answered_ns)
+        .max()
+        .unwrap_or(claim.answered_ns)
+}
+
 /// Whether a lease that began at `since` still held at `at`, with the grace, and longer by what
 /// the primary's clock stepped back in between.
 fn held(input: &Input, since: u64, at: u64) -> bool {
@@ -479,8 +496,9 @@ fn zombies(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
             }
             r.zombies_tried += 1;
             // A failover that undid the zombie's claim (no replica confirmed it) let the new
-            // primary hand its token to another worker: a settle sent within that worker's
-            // lease holds it, as a stale token's.
+            // primary hand its token out again, to another worker or to the zombie itself: a
+            // settle that could reach the new primary within that claim's lease holds it, as a
+            // stale token's.
             let handed_again = || {
                 let claimed = events
                     .iter()
@@ -498,11 +516,11 @@ fn zombies(input: &Input, jobs: &BTreeMap<Job, Vec<&Event>>, r: &mut Report) {
                             e.kind == Kind::Claim
                                 && e.outcome == Outcome::Ok
                                 && e.token == s.token
-                                && e.worker != s.worker
+                                && !std::ptr::eq(*e, *c)
                                 && e.answered_ns > c.sent_ns
                                 && e.sent_ns < s.answered_ns
-                                && lease_start(events, &e.worker, s.token, s.sent_ns)
-                                    .is_none_or(|h| held(input, h.answered_ns, s.sent_ns))
+                                && (e.answered_ns > s.sent_ns
+                                    || held(input, lease_from(events, e, s.sent_ns), s.sent_ns))
                         })
                 })
             };

@@ -419,6 +419,40 @@ fn a_zombie_ack_taken_on_a_token_handed_out_again_is_excused_only_after_a_failov
 }
 
 #[test]
+fn a_zombie_settle_taken_on_its_own_token_handed_back_to_it_is_excused_only_within_that_lease() {
+    // `make chaos` seed 3, partition-primary: w2's claim of J2 with token 1 was undone by the
+    // failover; w2, frozen, sent its late ACK, which the new primary took once it had handed
+    // token 1 out again, to w2 itself, whose lease then held.
+    let mut case = Case::clean();
+    case.events.retain(|e| e.id != "J2");
+    let mut first = claim("w2", "J2", 1, 20, 21);
+    first.replicated = None;
+    case.events.push(first);
+    case.events.extend(handler("w2", "J2", 1, 22));
+    case.events.push(ack("w2", "J2", 1, 4_021, 8_819));
+    let mut again = claim("w2", "J2", 1, 6_752, 6_758);
+    again.replicated = None;
+    case.events.push(again);
+    case.failover = true;
+    let r = case.check();
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!((r.zombies_tried, r.zombies_refused), (1, 0));
+    let zombie = "zombie Some(Ack) by w2 with token 1 accepted";
+    // Answered before the token was handed out again: the new primary took a token it had not
+    // handed out, caught.
+    case.events.retain(|e| e.kind != Kind::Settle);
+    case.events.push(ack("w2", "J2", 1, 4_021, 4_300));
+    caught(&case, zombie);
+    // Handed back long before the ACK, its lease over when the ACK was sent: caught.
+    case.events
+        .retain(|e| !(e.kind == Kind::Claim && e.sent_ns > 21 * MS));
+    case.events.push(claim("w2", "J2", 1, 600, 601));
+    case.events.retain(|e| e.kind != Kind::Settle);
+    case.events.push(ack("w2", "J2", 1, 4_021, 8_819));
+    caught(&case, zombie);
+}
+
+#[test]
 fn a_late_settle_across_a_clock_step_back_is_no_zombie_but_one_past_the_step_is() {
     // J2's lease began at 21 ms; its primary's clock stepped back 30 s at 1 s, so the server
     // holds the lease until about 32 s: an ACK at 4 s is taken, and no violation.
