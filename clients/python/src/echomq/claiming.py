@@ -221,7 +221,7 @@ class Claiming:
         job.lease_lost.set()
         return True
 
-    def renew_args(self, job: Job, progress: Optional[bytes]) -> List[Any]:
+    def renew_args(self, job: Job, progress: Optional[bytes] = None) -> List[Any]:
         """The ``EMQ.RENEW`` of a running job, with `progress` when there is one."""
         return cmd.renew(job.queue, job.id, job.attempt, self.lease_ms, progress)
 
