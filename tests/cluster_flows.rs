@@ -10,6 +10,7 @@ use redis::cluster::ClusterConnection;
 use redis::{cmd, Value};
 use support::cluster::Cluster;
 use support::cluster_load::*;
+use support::flow::hand_over_entry;
 use support::*;
 
 /// A queue name of the same slot as `queue`.
@@ -79,36 +80,13 @@ fn outbox(con: &mut ClusterConnection, q: &str) -> Vec<Entry> {
     entries
 }
 
-fn hand_over(con: &mut ClusterConnection, q: &str, e: &Entry) -> String {
-    cmd("EMQ.HANDOVER")
-        .arg(&e[1])
-        .arg(&e[2])
-        .arg(q)
-        .arg(&e[0])
-        .arg(&e[3])
-        .arg(&e[4])
-        .arg(&e[5])
-        .query(con)
-        .expect("handover")
-}
-
-fn delivered(con: &mut ClusterConnection, q: &str, e: &Entry) -> i64 {
-    cmd("EMQ.DELIVERED")
-        .arg(q)
-        .arg(&e[0])
-        .arg(&e[1])
-        .arg(&e[2])
-        .query(con)
-        .expect("delivered")
-}
-
 /// A worker's sweep of `q`'s outbox: each entry handed over, then removed.
 fn sweep(con: &mut ClusterConnection, q: &str) -> Vec<String> {
     outbox(con, q)
         .iter()
         .map(|e| {
-            let answer = hand_over(con, q, e);
-            assert_eq!(delivered(con, q, e), 1);
+            let answer = hand_over_entry(con, q, e);
+            assert_eq!(support::flow::delivered(con, q, e, false), 1);
             answer
         })
         .collect()
@@ -194,7 +172,7 @@ fn a_worker_killed_at_either_step_of_a_hand_over_delays_the_parent_and_never_dou
     // Killed after the ack, before its hand-over: the entry stays for the next sweep. Killed
     // after the hand-over, before the outbox heard of it: the next sweep delivers it again,
     // and the parent answers that it counted it before.
-    assert_eq!(hand_over(&mut con, &c, &entries[0]), "counted");
+    assert_eq!(hand_over_entry(&mut con, &c, &entries[0]), "counted");
     assert_eq!(
         field(&cluster, p, &job_id(1), "finished").as_deref(),
         Some("1")
@@ -210,8 +188,11 @@ fn a_worker_killed_at_either_step_of_a_hand_over_delays_the_parent_and_never_dou
     assert_eq!(state(&cluster, p, &job_id(1)).as_deref(), Some("pending"));
     assert!(outbox(&mut con, &c).is_empty());
     // Delivering an entry again once it is gone changes nothing.
-    assert_eq!(hand_over(&mut con, &c, &entries[1]), "duplicate");
-    assert_eq!(delivered(&mut con, &c, &entries[1]), 0);
+    assert_eq!(hand_over_entry(&mut con, &c, &entries[1]), "duplicate");
+    assert_eq!(
+        support::flow::delivered(&mut con, &c, &entries[1], false),
+        0
+    );
 }
 
 #[test]
@@ -236,7 +217,7 @@ fn a_slot_migration_between_a_childs_ack_and_its_hand_over_loses_nothing() {
     let mut con = cluster.client();
     let entries = outbox(&mut con, &c);
     assert_eq!(entries.len(), 2, "the outbox moved with its slot");
-    assert_eq!(hand_over(&mut con, &c, &entries[0]), "counted");
+    assert_eq!(hand_over_entry(&mut con, &c, &entries[0]), "counted");
     // Then the parent's slot moves, between one child's hand-over and the other's.
     let from = cluster.owner(slot_of(p));
     let to = cluster.another_primary(&from);
@@ -288,7 +269,7 @@ fn queues_that_share_a_slot_hand_over_in_the_childs_own_call() {
     assert_eq!(r, 1);
     work(&mut con, &c);
     let entries = outbox(&mut con, &c);
-    assert_eq!(hand_over(&mut con, &c, &entries[0]), "orphan");
+    assert_eq!(hand_over_entry(&mut con, &c, &entries[0]), "orphan");
     let removed: i64 = cmd("EMQ.DELIVERED")
         .arg(&c)
         .arg(&entries[0][0])

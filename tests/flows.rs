@@ -599,24 +599,8 @@ fn a_failure_deeper_than_one_call_carries_waits_in_the_outbox_and_is_never_lost(
                 cmd("EMQ.OUTBOX").arg(q).query(&mut con).expect("outbox");
             for e in entries {
                 found += 1;
-                let got: String = cmd("EMQ.HANDOVER")
-                    .arg(&e[1])
-                    .arg(&e[2])
-                    .arg(q)
-                    .arg(&e[0])
-                    .arg(&e[3])
-                    .arg(&e[4])
-                    .arg(&e[5])
-                    .query(&mut con)
-                    .expect("handover");
-                assert_ne!(got, "orphan");
-                let _: i64 = cmd("EMQ.DELIVERED")
-                    .arg(q)
-                    .arg(&e[0])
-                    .arg(&e[1])
-                    .arg(&e[2])
-                    .query(&mut con)
-                    .expect("delivered");
+                assert_ne!(hand_over_entry(&mut con, q, &e), "orphan");
+                support::flow::delivered(&mut con, q, &e, false);
             }
         }
         if found == 0 {

@@ -118,17 +118,12 @@ async fn a_handler_outliving_its_lease_keeps_it_and_is_acked_once() {
     .lease(Duration::from_millis(400));
     let token = worker.shutdown_token();
     let run = tokio::spawn(worker.run());
-    let mut admin = server.conn();
-    assert!(wait_until(Duration::from_secs(10), || support::job_state(
-        &mut admin, "long", &id
-    )
-    .as_deref()
-        == Some("done")));
+    assert!(becomes_done(&server, "long", &id));
     token.cancel();
     let counts = run.await.expect("task").expect("run");
     assert_eq!((counts.acked, counts.lost), (1, 0));
     assert_eq!(
-        support::job_attempts(&mut admin, "long", &id).as_deref(),
+        support::job_attempts(&mut server.conn(), "long", &id).as_deref(),
         Some("1")
     );
 }

@@ -46,12 +46,7 @@ async fn a_job_whose_lease_ran_out_before_its_handler_started_is_not_run() {
     });
     let token = worker.shutdown_token();
     let run = tokio::spawn(worker.run());
-    let mut admin = server.conn();
-    assert!(wait_until(Duration::from_secs(20), || support::job_state(
-        &mut admin, "stalled", &id
-    )
-    .as_deref()
-        == Some("done")));
+    assert!(becomes_done(&server, "stalled", &id));
     token.cancel();
     let counts = run.await.expect("task").expect("run");
     assert_eq!((counts.acked, counts.lost), (1, 1), "{counts:?}");

@@ -100,14 +100,7 @@ async fn progress_larger_than_the_server_takes_is_dropped_and_the_lease_kept() {
     .lease(Duration::from_millis(600));
     let token = worker.shutdown_token();
     let run = tokio::spawn(worker.run());
-    let mut admin = server.conn();
-    assert!(wait_until(Duration::from_secs(30), || support::job_state(
-        &mut admin,
-        "bigprogress",
-        &id
-    )
-    .as_deref()
-        == Some("done")));
+    assert!(becomes_done(&server, "bigprogress", &id));
     token.cancel();
     let counts = run.await.expect("task").expect("run");
     assert_eq!(
@@ -152,12 +145,7 @@ async fn a_concurrency_over_a_claims_thousand_claims_a_thousand_at_most() {
         .shutdown_timeout(Duration::MAX);
     let token = worker.shutdown_token();
     let run = tokio::spawn(worker.run());
-    let mut admin = server.conn();
-    assert!(wait_until(Duration::from_secs(20), || support::job_state(
-        &mut admin, "wide", &id
-    )
-    .as_deref()
-        == Some("done")));
+    assert!(becomes_done(&server, "wide", &id));
     // Stopped with a timeout no instant holds: it waits as long as it takes, and returns.
     token.cancel();
     let counts = run.await.expect("no panic").expect("run");
@@ -308,19 +296,11 @@ async fn a_worker_on_a_queue_spanned_over_one_partition_learns_of_its_unspan() {
     let token = worker.shutdown_token();
     let run = tokio::spawn(worker.run());
     let first = admin.enqueue(b"in the partition").await.expect("enqueue");
-    let mut con = server.conn();
-    let done = |con: &mut redis::Connection, q: &str, id: &str| {
-        support::job_state(con, q, id).as_deref() == Some("done")
-    };
-    assert!(wait_until(Duration::from_secs(20), || done(
-        &mut con, "one~0-0", &first
-    )));
+    assert!(becomes_done(&server, "one~0-0", &first));
     // Unspanned: the queue's own name takes its jobs again, and the worker finds them there.
     assert!(admin.unspan().await.expect("unspan"));
     let second = admin.enqueue(b"in the queue").await.expect("enqueue");
-    assert!(wait_until(Duration::from_secs(30), || done(
-        &mut con, "one", &second
-    )));
+    assert!(becomes_done(&server, "one", &second));
     token.cancel();
     run.await.expect("task").expect("run");
 }

@@ -114,7 +114,11 @@ pub fn outbox(con: &mut Connection, q: &str) -> Vec<Vec<String>> {
 
 /// `EMQ.HANDOVER` of one entry of child queue `q`'s outbox (as `outbox` gives it), as a
 /// worker's delivery sends it: the parent's answer.
-pub fn hand_over_entry(con: &mut impl redis::ConnectionLike, q: &str, e: &[String]) -> String {
+pub fn hand_over_entry<E: redis::ToRedisArgs>(
+    con: &mut impl redis::ConnectionLike,
+    q: &str,
+    e: &[E],
+) -> String {
     cmd("EMQ.HANDOVER")
         .arg(&e[1])
         .arg(&e[2])
@@ -128,7 +132,12 @@ pub fn hand_over_entry(con: &mut impl redis::ConnectionLike, q: &str, e: &[Strin
 }
 
 /// `EMQ.DELIVERED` of that entry (with `ORPHAN` when its parent refused it): `1` removed.
-pub fn delivered(con: &mut impl redis::ConnectionLike, q: &str, e: &[String], orphan: bool) -> i64 {
+pub fn delivered<E: redis::ToRedisArgs>(
+    con: &mut impl redis::ConnectionLike,
+    q: &str,
+    e: &[E],
+    orphan: bool,
+) -> i64 {
     let mut c = cmd("EMQ.DELIVERED");
     c.arg(q).arg(&e[0]).arg(&e[1]).arg(&e[2]);
     if orphan {

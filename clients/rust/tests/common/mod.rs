@@ -77,3 +77,11 @@ where
     let [(id, _, token)]: [_; 1] = jobs.try_into().expect("one job claimed");
     (id, token)
 }
+
+/// Whether job `id` of `q` is done within 30 s (read on a connection of its own).
+pub fn becomes_done(server: &Server, q: &str, id: &str) -> bool {
+    let mut admin = server.conn();
+    emq_harness::wait_until(Duration::from_secs(30), || {
+        emq_harness::job_state(&mut admin, q, id).as_deref() == Some("done")
+    })
+}
