@@ -354,17 +354,23 @@ fn a_zombie_ack_accepted_is_caught_and_refused_ones_counted() {
     assert_eq!(case.check().zombies_tried, 0);
 }
 
+/// J2's history replaced by w2's claim of it with token 1, which no replica confirmed, and its
+/// handler's run.
+fn claimed_unconfirmed(case: &mut Case) {
+    case.events.retain(|e| e.id != "J2");
+    let mut first = claim("w2", "J2", 1, 20, 21);
+    first.replicated = None;
+    case.events.push(first);
+    case.events.extend(handler("w2", "J2", 1, 22));
+}
+
 #[test]
 fn a_zombie_ack_taken_on_a_token_handed_out_again_is_excused_only_after_a_failover() {
     let mut case = Case::clean();
     // w2's claim of J2 (no replica confirmed it: the workers wait on settles only) was undone
     // by a failover; the new primary handed token 1 out again to w3, and took w2's late ACK
     // on it.
-    case.events.retain(|e| e.id != "J2");
-    let mut first = claim("w2", "J2", 1, 20, 21);
-    first.replicated = None;
-    case.events.push(first);
-    case.events.extend(handler("w2", "J2", 1, 22));
+    claimed_unconfirmed(&mut case);
     let mut again = claim("w3", "J2", 1, 3_000, 3_001);
     again.replicated = None;
     case.events.push(again);
@@ -424,11 +430,7 @@ fn a_zombie_settle_taken_on_its_own_token_handed_back_to_it_is_excused_only_with
     // failover; w2, frozen, sent its late ACK, which the new primary took once it had handed
     // token 1 out again, to w2 itself, whose lease then held.
     let mut case = Case::clean();
-    case.events.retain(|e| e.id != "J2");
-    let mut first = claim("w2", "J2", 1, 20, 21);
-    first.replicated = None;
-    case.events.push(first);
-    case.events.extend(handler("w2", "J2", 1, 22));
+    claimed_unconfirmed(&mut case);
     case.events.push(ack("w2", "J2", 1, 4_021, 8_819));
     let mut again = claim("w2", "J2", 1, 6_752, 6_758);
     again.replicated = None;
