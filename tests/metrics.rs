@@ -10,7 +10,7 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use redis::{cmd, Value};
-use support::flow::fail;
+use support::flow::{ack, fail};
 use support::*;
 
 /// `EMQ.METRICS <q>` over RESP3, as (name, value) pairs.
@@ -155,6 +155,69 @@ fn each_event_and_each_attempt_is_counted_by_how_it_ended() {
     assert_eq!(field(&m, "oldest-pending-ms"), &Value::Nil);
     // One queue counted, and no attempt left in flight to time.
     assert_eq!(info_int(&mut con, "emq", "emq_metrics_queues"), 1);
+    assert_eq!(info_int(&mut con, "emq", "emq_metrics_running"), 0);
+}
+
+/// `EMQ.MACK`'s arguments for `jobs`: each id and its token.
+fn settles(jobs: &[&support::Job]) -> Vec<String> {
+    jobs.iter().flat_map(|j| [j.0.clone(), j.2.to_string()]).collect()
+}
+
+#[test]
+fn each_attempt_of_claims_of_many_is_timed_once_however_its_ends_come() {
+    let server = Server::start(Options::default().arg("emq.max-attempts", "3"));
+    let mut con = server.conn3();
+    for n in 0..40 {
+        enqueue_minted(&mut con, "b", &n.to_string(), &[]);
+    }
+    // Four claims of ten, each kept as one batch; the last one's leases run out.
+    let mut claims = (0..3).map(|_| claim(&mut con, "b", &["COUNT", "10"]).expect("claim"));
+    let (a, b, c) = (
+        claims.next().expect("a"),
+        claims.next().expect("b"),
+        claims.next().expect("c"),
+    );
+    let d = claim(&mut con, "b", &["COUNT", "10", "LEASE", "200"]).expect("d");
+    assert_eq!(info_int(&mut con, "emq", "emq_metrics_running"), 40);
+    // c: half renewed first; then a acked one at a time, last first, each before one of c's
+    // failures; b: two EMQ.MACKs, out of order, one naming a job twice.
+    for j in &c[..5] {
+        let _: i64 = cmd("EMQ.RENEW")
+            .arg("b")
+            .arg(&j.0)
+            .arg(j.2)
+            .arg(60_000)
+            .query(&mut con)
+            .expect("renew");
+    }
+    for (j, k) in a.iter().rev().zip(&c) {
+        ack(&mut con, "b", &j.0, j.2, "ok");
+        fail(&mut con, "b", &k.0, k.2, "no");
+    }
+    let odd: Vec<&support::Job> = [7, 2, 9, 2, 0, 5].map(|i| &b[i]).to_vec();
+    let rest: Vec<&support::Job> = [1, 3, 4, 6, 8].map(|i| &b[i]).to_vec();
+    mack(&mut con, "b", &settles(&odd)).expect("mack");
+    mack(&mut con, "b", &settles(&rest)).expect("mack");
+    assert_eq!(info_int(&mut con, "emq", "emq_metrics_running"), 10);
+    // d's leases run out: the server fails each attempt and the jobs are claimed again.
+    let mut again = Vec::new();
+    assert!(wait_until(Duration::from_secs(20), || {
+        again.extend(claim(&mut con, "b", &["COUNT", "10"]).unwrap_or_default());
+        again.len() == 10
+    }));
+    let ids = |jobs: &[support::Job]| {
+        let mut ids: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&again), ids(&d), "d's jobs came back");
+    let again: Vec<&support::Job> = again.iter().collect();
+    mack(&mut con, "b", &settles(&again)).expect("mack");
+
+    let m = metrics(&mut con, "b");
+    assert_eq!(histogram(run(&m, "acked"), 1).0, 30);
+    assert_eq!(histogram(run(&m, "failed"), 1).0, 20);
+    assert_eq!(event(&m, "acked"), 30);
     assert_eq!(info_int(&mut con, "emq", "emq_metrics_running"), 0);
 }
 
