@@ -165,7 +165,12 @@ fn settles(jobs: &[&support::Job]) -> Vec<String> {
 
 #[test]
 fn each_attempt_of_claims_of_many_is_timed_once_however_its_ends_come() {
-    let server = Server::start(Options::default().arg("emq.max-attempts", "3"));
+    // The failed jobs' retries are not due before the test ends.
+    let server = Server::start(
+        Options::default()
+            .arg("emq.max-attempts", "3")
+            .arg("emq.backoff-base-ms", "600000"),
+    );
     let mut con = server.conn3();
     for n in 0..40 {
         enqueue_minted(&mut con, "b", &n.to_string(), &[]);

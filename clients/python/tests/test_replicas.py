@@ -6,15 +6,38 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any, Iterator, List, Tuple
 
 import pytest
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.cluster
 
 import echomq
-from echomq.aio import AsyncQueue
+from echomq.aio import AsyncQueue, AsyncWorker
 from conftest import Cluster, Server, joined, until
+
+
+async def async_settle_events(client: Any, queue: str, n: int) -> List[echomq.WorkerEvent]:
+    """``settle_events`` for an ``AsyncWorker``."""
+    events: List[echomq.WorkerEvent] = []
+
+    async def handle(job: echomq.Job) -> None:
+        return None
+
+    worker = AsyncWorker(
+        client, queue, handle, wait_replicas=1, wait_timeout=0.2,
+        on_event=lambda e: events.append(e) if e.kind == "settle" else None,
+    )
+    task = asyncio.create_task(worker.run())
+    deadline = time.monotonic() + 30
+    while worker.counts["acked"] < n:
+        assert time.monotonic() < deadline and not task.done(), (task, worker.counts)
+        await asyncio.sleep(0.02)
+    worker.stop()
+    await asyncio.wait_for(task, 30)
+    return events
 
 
 @pytest.fixture
@@ -158,5 +181,23 @@ def test_on_a_cluster_the_wait_goes_to_the_node_that_took_the_write() -> None:
 
         assert [e.replicated for e in settle_events(client, lone, 1)] == [False]
         assert [e.replicated for e in settle_events(client, safe, 1)] == [True]
+
+        # The same through an asyncio cluster client: its WAIT on the queue's primary too.
+        async def on_asyncio() -> str:
+            aclient = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+            with pytest.raises(echomq.EmqNotReplicated) as ashort:
+                await AsyncQueue(aclient, lone, wait_replicas=1, wait_timeout=0.2).enqueue(b"x")
+            assert ashort.value.replicas == 0
+            job_id = await AsyncQueue(aclient, safe, wait_replicas=1, wait_timeout=30).enqueue(b"z")
+            assert [e.replicated for e in await async_settle_events(aclient, lone, 1)] == [False]
+            assert [e.replicated for e in await async_settle_events(aclient, safe, 1)] == [True]
+            await aclient.aclose()
+            return str(job_id)
+
+        job_id = asyncio.run(on_asyncio())
+        reads = kept.client().pipeline(transaction=False)
+        reads.execute_command("READONLY")
+        reads.execute_command("EXISTS", f"emq:{{{safe}}}:job:{job_id}")
+        assert reads.execute()[1] == 1, "confirmed by the replica of the queue's primary"
     finally:
         cluster.stop()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
+from redis.exceptions import ResponseError
+
 from ._retry import CLUSTER_CLIENT_KINDS, transient
 from .errors import kinds
 
@@ -25,6 +27,11 @@ def moved(error: Any) -> bool:
     (or is going) elsewhere; the cluster client's map is refreshed (``refresh``) and the write
     tried again."""
     return isinstance(error, BaseException) and bool(kinds(error) & {"MovedError", "AskError"})
+
+
+def retryable(reply: Any) -> bool:
+    """An outcome's reply worth sending again: a moment's failure, or a node's ``MOVED``."""
+    return isinstance(reply, Exception) and (transient(reply) or moved(reply))
 
 
 def refresh(client: Any) -> None:
@@ -93,7 +100,12 @@ def pipelined(
 async def pipelined_async(
     client: Any, queue: str, commands: Sequence[List[Any]], replicas: int, timeout_ms: int
 ) -> Tuple[List[Any], Optional[int]]:
-    """``pipelined`` for an asyncio client (``redis.asyncio.Redis``; not its cluster client)."""
+    """``pipelined`` for an asyncio client: on a cluster client, on one connection of the node
+    that serves `queue` (its pipelines route by key, and ``WAIT`` has none)."""
+    if replicas > 0 and hasattr(client, "get_node_from_key"):
+        await client.initialize()  # its map of the slots is read at its first use
+        node = client.get_node_from_key(f"emq:{{{queue}}}:pending")
+        return await _on_node(node, commands, replicas, timeout_ms)
     pipe = client.pipeline(transaction=False)
     for command in commands:
         pipe.execute_command(*command)
@@ -102,4 +114,29 @@ async def pipelined_async(
     answers = list(await pipe.execute(raise_on_error=False))
     if replicas <= 0:
         return answers, None
+    return answers[:-1], confirmations(answers[-1])
+
+
+async def _on_node(
+    node: Any, commands: Sequence[List[Any]], replicas: int, timeout_ms: int
+) -> Tuple[List[Any], Optional[int]]:
+    """`commands` then ``WAIT`` written at once on one connection of an asyncio cluster node
+    (``redis.asyncio.cluster.ClusterNode``), each reply read in its place (an error reply, a
+    ``MOVED`` among them, as its exception). A connection that fails is closed and the
+    failure raised."""
+    every = [list(command) for command in commands] + [["WAIT", replicas, timeout_ms]]
+    connection = node.acquire_connection()
+    try:
+        await connection.send_packed_command(connection.pack_commands(every))
+        answers: List[Any] = []
+        for command in every:
+            try:
+                answers.append(await node.parse_response(connection, command[0]))
+            except ResponseError as e:
+                answers.append(e)
+    except BaseException:
+        await connection.disconnect()
+        raise
+    finally:
+        node.release(connection)
     return answers[:-1], confirmations(answers[-1])

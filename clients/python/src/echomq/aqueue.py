@@ -11,8 +11,8 @@ from typing import (
 
 from . import commands as cmd
 from . import ids, listings, routing, spans, stream, tracing
-from ._replicas import pipelined_async
-from ._retry import retry_after
+from ._replicas import arefresh, moved, pipelined_async
+from ._retry import backoff, retry_after
 from .cancel import cancel as cancelling
 from .flows import (
     Children, Node, NodeLike, Parent, ParentLike, batched, chained, minted, parents_of, steps,
@@ -26,10 +26,8 @@ T = TypeVar("T")
 
 class AsyncQueue(Settings):
     """``echomq.Queue`` for asyncio: the same calls, awaited, retried the same way, and the
-    same ``wait_replicas`` (not with an asyncio cluster client: ``ValueError``). Each call
-    builds its command and parses the reply with ``commands``, as ``Queue``'s do."""
-
-    waits_on_cluster = False
+    same ``wait_replicas``. Each call builds its command and parses the reply with
+    ``commands``, as ``Queue``'s do."""
 
     async def call(self, command: str, *args: Any) -> Any:
         """``Queue.call``, awaited."""
@@ -61,7 +59,11 @@ class AsyncQueue(Settings):
                     raise reply
                 return reply, confirmed
             except Exception as e:
-                await asyncio.sleep(retry_after(e, attempt, self.retries))
+                if moved(e) and attempt < self.retries:
+                    await arefresh(self.client)
+                    await asyncio.sleep(backoff(attempt))
+                else:
+                    await asyncio.sleep(retry_after(e, attempt, self.retries))
                 attempt += 1
 
     # ---- producing ----

@@ -9,7 +9,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 from . import commands as cmd
 from . import leases, outbox, rounds, tracing
-from ._replicas import arefresh, moved, pipelined_async
+from ._replicas import arefresh, moved, pipelined_async, retryable
 from ._retry import backoff, server_full, transient
 from .aqueue import AsyncQueue
 from .claiming import Backoff, Claiming, acheck_server, outcome
@@ -414,8 +414,10 @@ class AsyncWorker(Claiming):
                 "settle", job.id, job.attempt, sent, time.time_ns(), reply=reply,
                 action=action, replicated=replicated,
             )
-            if not (isinstance(reply, Exception) and transient(reply)) or attempt >= self.queue.retries:
+            if not retryable(reply) or attempt >= self.queue.retries:
                 break
+            if moved(reply):
+                await arefresh(self.queue.client)
             await asyncio.sleep(backoff(attempt))
             attempt += 1
             if job._end_seen:

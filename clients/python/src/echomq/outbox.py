@@ -26,7 +26,7 @@ from typing import (
 )
 
 from . import commands as cmd
-from ._replicas import moved, pipelined, pipelined_async, refresh
+from ._replicas import arefresh, moved, pipelined, pipelined_async, refresh
 from .errors import EmqNotReplicated
 from .events import EventKind, Hook
 
@@ -201,16 +201,18 @@ ASend = Callable[[Sent], Awaitable[Tuple[Any, Optional[int]]]]
 
 
 def asender(client: Any, replicas: int, timeout_ms: int) -> ASend:
-    """``sender`` for an asyncio client (``wait_replicas`` on a single server only)."""
+    """``sender`` for an asyncio client."""
 
     async def send(sent: Sent) -> Tuple[Any, Optional[int]]:
         try:
             if sent.kind != "handover" or replicas <= 0:
                 return await client.execute_command(*sent.command), None
             pipe = await pipelined_async(client, sent.route, [sent.command], replicas, timeout_ms)
+            (reply,), confirmed = pipe
+            if moved(reply):
+                await arefresh(client)  # the parent's slot moved: the next sweep finds its new node
         except Exception as e:
             return e, None
-        (reply,), confirmed = pipe
         return reply, confirmed
 
     return send

@@ -38,9 +38,6 @@ class Settings:
     """A queue's settings, ``Queue``'s and ``AsyncQueue``'s: its client and name, how payloads
     are encoded, how often a call is tried again, and how many replicas a write waits for."""
 
-    #: Whether ``wait_replicas`` works over a cluster client.
-    waits_on_cluster = True
-
     def __init__(
         self,
         client: Any,
@@ -65,9 +62,6 @@ class Settings:
         #: Each queue's ``Router`` by name, this one's included, shared with the queues of
         #: ``_on``: where a parent's queue is partitioned (``routing.resolve``).
         self.routers: Dict[str, routing.Router] = {name: self.router}
-        cluster = hasattr(client, "get_node_from_key")
-        if self.wait_replicas > 0 and cluster and not self.waits_on_cluster:
-            raise ValueError("wait_replicas needs a single-server asyncio client (or Queue)")
 
     def _on(self: S, queue: str) -> S:
         """This queue's like for `queue` (a flow's jobs on other queues): the same client and

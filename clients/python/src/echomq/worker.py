@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import commands as cmd
 from . import leases, outbox, rounds, tracing
-from ._replicas import moved, pipelined, refresh
+from ._replicas import moved, pipelined, refresh, retryable
 from ._retry import backoff, server_full, transient
 from .claiming import (
     MAX_ERROR, Backoff, Claiming, check_server, jobs_of, outcome, version_options,
@@ -67,11 +67,6 @@ def _settled(
         return outcome(serializer, result=result), None
     except Exception as e:
         return outcome(serializer, error=e, backoff=backoff, attempt=job.attempt), e
-
-
-def retryable(reply: Any) -> bool:
-    """An outcome's reply worth sending again: a moment's failure, or a node's ``MOVED``."""
-    return isinstance(reply, Exception) and (transient(reply) or moved(reply))
 
 
 class Worker(Claiming):
