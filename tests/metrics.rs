@@ -160,7 +160,9 @@ fn each_event_and_each_attempt_is_counted_by_how_it_ended() {
 
 /// `EMQ.MACK`'s arguments for `jobs`: each id and its token.
 fn settles(jobs: &[&support::Job]) -> Vec<String> {
-    jobs.iter().flat_map(|j| [j.0.clone(), j.2.to_string()]).collect()
+    jobs.iter()
+        .flat_map(|j| [j.0.clone(), j.2.to_string()])
+        .collect()
 }
 
 #[test]
