@@ -36,13 +36,19 @@ export function familyArgs(options) {
     if (seen.has(key)) throw new TypeError(`the parent ${key} is given twice`);
     seen.add(key);
     args.push('PARENT', parent.queue, parent.id);
-    if (parent.onFail !== undefined) {
-      const policy = ON_FAIL[parent.onFail];
-      if (!policy) throw new TypeError(`onFail is 'fail' or 'ignore', not ${String(parent.onFail)}`);
-      args.push('ON-FAIL', policy);
-    }
+    if (parent.onFail !== undefined) args.push('ON-FAIL', checkOnFail(parent.onFail));
   }
   return args;
+}
+
+/** The `ON-FAIL` word of a child's `onFail` (`'fail'` when undefined); a TypeError for one that
+ * is neither `'fail'` nor `'ignore'`.
+ * @param {unknown} onFail
+ * @returns {string} */
+export function checkOnFail(onFail) {
+  if (onFail === undefined) return 'FAIL';
+  if (onFail === 'fail' || onFail === 'ignore') return ON_FAIL[onFail];
+  throw new TypeError(`onFail is 'fail' or 'ignore', not ${String(onFail)}`);
 }
 
 /**

@@ -4,8 +4,8 @@
 // same jobs, each once. The tree goes in top down, a level at a time: a child's enqueue finds
 // its parent there, named by the queue it went to (a partitioned queue's partition: the one its
 // group, or else its id, routes to).
-import { ms } from './codec.js';
-import { MAX_CHILDREN } from './family.js';
+import { encode, ms } from './codec.js';
+import { MAX_CHILDREN, checkOnFail } from './family.js';
 import { mint } from './ids.js';
 
 /** Enqueues of one level of a tree in flight at once. */
@@ -97,7 +97,7 @@ export const PRIORITY_MAX = 1_000_000;
 export const MAX_DELAY = 365 * 86_400_000;
 export const MAX_AT = 2 ** 53 - 1;
 
-/** Throws what the server would refuse of a node's priority, delay or due time (`at`). */
+/** Throws what the server would refuse of a node's priority, delay, due time (`at`) or timeout. */
 export function checkWhen(node) {
   if (node.delay !== undefined && node.at !== undefined) throw new TypeError('give delay or at, not both');
   if (node.priority !== undefined && !(Number.isInteger(node.priority) && node.priority >= PRIORITY_MIN && node.priority <= PRIORITY_MAX)) {
@@ -105,11 +105,14 @@ export function checkWhen(node) {
   }
   if (node.delay !== undefined && Number(ms(node.delay, 'delay')) > MAX_DELAY) throw new RangeError('a delay is at most 365 days');
   if (node.at !== undefined && Number(ms(node.at, 'at')) > MAX_AT) throw new RangeError(`at is at most ${MAX_AT} unix ms`);
+  const timeout = node.timeout === undefined ? undefined : Number(ms(node.timeout, 'timeout'));
+  if (timeout !== undefined && !(timeout >= 1 && timeout <= MAX_DELAY)) throw new RangeError(`a timeout is 1 ms to 365 days, not ${String(node.timeout)}`);
 }
 
 /** Checks every node and names it, before anything is sent: a node given twice, two nodes of
- * one job, too many children, or a priority, delay or time the server would refuse, would
- * leave a parent waiting for a child never counted. */
+ * one job, too many children, a payload that cannot be encoded, an `onFail` that is not one,
+ * or a priority, delay, time or timeout the server would refuse, would leave a parent waiting
+ * for a child never counted. */
 function prepare(queueName, tree) {
   const seen = new Set();
   const jobs = new Set();
@@ -119,6 +122,8 @@ function prepare(queueName, tree) {
     if (seen.has(node)) throw new TypeError('a flow node appears twice in the tree');
     seen.add(node);
     checkWhen(node);
+    encode(node.payload);
+    checkOnFail(node.onFail);
     name(queueName, node);
     const key = `${node.queue}:${node.id}`;
     if (jobs.has(key)) throw new TypeError(`the job ${key} appears twice in the tree`);

@@ -338,6 +338,11 @@ describe('flows', () => {
     for (const bad of [{ priority: 2_000_000 }, { priority: 1.5 }, { delay: -1 }, { delay: 366 * 86_400_000 }, { at: 2 ** 53 }, { delay: 1, at: Date.now() }]) {
       await assert.rejects(q.flow({ payload: 'root', children: [{ payload: 'kid', ...bad }] }), Error, JSON.stringify(bad));
     }
+    // So are its timeout, its onFail and its payload.
+    const kids = [{ timeout: 0.3 }, { timeout: -5 }, { timeout: 366 * 86_400_000 }, { onFail: 'never' }, { payload: 1n }, { payload: () => 1 }];
+    for (const bad of kids) {
+      await assert.rejects(q.flow({ payload: 'root', children: [{ payload: 'kid', ...bad }] }), Error, String(Object.keys(bad)));
+    }
     assert.equal(await server.cmd('EXISTS', 'emq:{checked}:pending', 'emq:{checked}:waiting'), 0);
   });
 

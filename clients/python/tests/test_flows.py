@@ -320,10 +320,20 @@ def test_a_node_s_priority_delay_and_due_time_are_its_job_s(server: Server) -> N
     assert parent is not None and (parent["set"], parent["priority"]) == ("waiting", -3)
     with pytest.raises(ValueError, match="not both"):
         q.flow(echomq.Node("reports", b"bad", children=[echomq.Node("images", b"x", delay=1, at=at)]))
-    wrong: List[Dict[str, Any]] = [{"priority": 2_000_000}, {"delay": -1}, {"at": -5.0}]
+    wrong: List[Dict[str, Any]] = [
+        {"priority": 2_000_000}, {"delay": -1}, {"at": -5.0},
+        {"timeout": 0.0003}, {"timeout": -5}, {"timeout": 366 * 86_400},
+    ]
     for bad in wrong:
         with pytest.raises(ValueError):
             q.flow(echomq.Node("reports", b"bad", children=[echomq.Node("images", b"x", **bad)]))
+    # A payload the serializer refuses, and one job named twice (its parent would wait for its
+    # duplicate), found before the parent goes too.
+    with pytest.raises(TypeError):
+        q.flow(echomq.Node("reports", b"bad", children=[echomq.Node("images", object())]))
+    twice = echomq.Node("images", b"x", id=echomq.ids.mint())
+    with pytest.raises(ValueError, match="twice"):
+        q.flow(echomq.Node("reports", b"bad", children=[twice, twice]))
     assert q.stats()["waiting"] == 1, "a refused flow sends nothing"
 
     async def awaited() -> echomq.Node:

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Value};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::ids;
@@ -263,12 +263,16 @@ impl FlowJob {
         self.id.get_or_insert_with(ids::mint).clone()
     }
 
-    /// Refuses a tree with a timeout the server would be sent as 0 ms, or a group it would
-    /// refuse, before any job of it is enqueued: a parent written without its child would wait
-    /// for it forever.
+    /// Refuses a tree with a timeout the server would refuse (under 1 ms or over
+    /// [`MAX_DELAY`]), or a group it would refuse, before any job of it is enqueued: a parent
+    /// written without its child would wait for it forever.
     fn check(&self) -> Result<()> {
         if let Some(t) = self.timeout {
-            timeout_ms(t)?;
+            if timeout_ms(t)? == 0 || t > MAX_DELAY {
+                return Err(Error::Argument(format!(
+                    "a timeout is 1 ms to a year, not {t:?}"
+                )));
+            }
         }
         check_when(self.priority, self.delay, self.at)?;
         if let Some(group) = self.group.as_deref().filter(|g| !is_name(g, MAX_GROUP_LEN)) {
@@ -278,6 +282,21 @@ impl FlowJob {
             )));
         }
         self.children.iter().try_for_each(FlowJob::check)
+    }
+
+    /// Refuses a minted tree that names one job twice: its parent would wait for two children
+    /// where the second enqueue is the first's duplicate.
+    fn check_distinct<'a>(&'a self, seen: &mut HashSet<(&'a str, &'a str)>) -> Result<()> {
+        let id = self.id.as_deref().unwrap_or_default();
+        if !seen.insert((&self.queue, id)) {
+            return Err(Error::Argument(format!(
+                "the job {} {id} appears twice in the tree",
+                self.queue
+            )));
+        }
+        self.children
+            .iter()
+            .try_for_each(|child| child.check_distinct(seen))
     }
 }
 
@@ -354,8 +373,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Flows<C> {
 
     /// Mints the tree's missing ids into it, then enqueues it top down: each job with
     /// `CHILDREN` (when it has children), `PARENT` (its parent's, with its `on_fail`) and
-    /// `GROUP` (when it has one); the root's id. Every job is checked first (its timeout and
-    /// group, [`Error::Argument`]), before any is sent. A call that failed part way is retried
+    /// `GROUP` (when it has one); the root's id. Every job is checked first (its timeout,
+    /// group, priority and times, and that no job is named twice: [`Error::Argument`]), before
+    /// any is sent. A call that failed part way is retried
     /// with the same tree: the jobs written already answer as duplicates, and each child is
     /// counted once. A job of a partitioned queue goes to its partition, the one its group, or
     /// else its id, routes to, and its children name that partition as their parent's queue
@@ -364,6 +384,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Flows<C> {
     pub async fn flow(&self, tree: &mut FlowJob) -> Result<String> {
         tree.check()?;
         let root = tree.mint_ids();
+        tree.check_distinct(&mut HashSet::new())?;
         // Each queue's handle, and whether its width was read in this call.
         let mut queues: HashMap<String, (Queue<C>, bool)> = HashMap::new();
         let mut todo: Vec<(&FlowJob, Option<Parent>)> = vec![(tree, None)];

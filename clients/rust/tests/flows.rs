@@ -425,6 +425,35 @@ async fn a_parent_that_refuses_a_child_is_a_typed_error() {
     assert_eq!(fetches.stats().await.expect("stats")["pending"], Some(1));
 }
 
+#[tokio::test]
+async fn a_tree_with_a_job_the_server_would_refuse_writes_no_job() {
+    let server = start(Options::default());
+    let flows = Flows::new(conn(&server).await);
+    let year = Duration::from_secs(365 * 86_400);
+    let kid = || FlowJob::new("refused-kids", b"kid");
+    let twice = echomq_client::ids::mint();
+    // A timeout of 0 or past a year, and one job named twice (the parent would wait for two
+    // children where the second is the first's duplicate).
+    let bad = [
+        vec![kid().timeout(Duration::ZERO)],
+        vec![kid().timeout(year + Duration::from_millis(1))],
+        vec![kid().id(twice.clone()), kid().id(twice.clone())],
+    ];
+    for children in bad {
+        let mut tree = FlowJob::new("refused", b"root");
+        for child in children {
+            tree = tree.child(child);
+        }
+        let refused = flows.flow(&mut tree).await;
+        assert!(matches!(refused, Err(Error::Argument(_))), "{refused:?}");
+    }
+    for queue in ["refused", "refused-kids"] {
+        let stats = Queue::new(conn(&server).await, queue).stats().await;
+        let stats = stats.expect("stats");
+        assert_eq!((stats["pending"], stats["waiting"]), (Some(0), Some(0)));
+    }
+}
+
 /// Where a job with this group, else this id, lives in `queue` over `width`.
 fn home(queue: &str, width: u16, key: &str) -> String {
     name(queue, route(width, key), width).expect("a partition")

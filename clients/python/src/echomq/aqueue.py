@@ -152,7 +152,7 @@ class AsyncQueue(Settings):
         tree = minted(tree)
         went: Dict[Tuple[str, str], str] = {}
         fresh: Set[str] = set()
-        for step in steps(tree):
+        for step in steps(tree, self.serializer.dumps):
             parents = [p._replace(queue=went[(p.queue, p.id)]) for p in step.parents]
             _, went[(step.queue, step.id)] = await self._on(step.queue)._enqueue(
                 step.payload, step.id, step.delay, step.at, step.priority, None, None,

@@ -6,7 +6,6 @@ these build, each its own way (blocking or awaited, alone or pipelined)."""
 from __future__ import annotations
 
 import enum
-import math
 from typing import (
     Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union,
 )
@@ -16,7 +15,7 @@ from .errors import (
     EmqCancelled, EmqLeaseLost, EmqNotReplicated, EmqPayloadError, EmqTimeout, EmqVersionError,
     translate,
 )
-from .flows import MAX_CHILDREN, Child, Children, Parent, check_when
+from .flows import MAX_CHILDREN, Child, Children, Parent, check_when, timeout_ms
 from .serializers import Serializer
 from .slots import slot
 
@@ -43,15 +42,6 @@ class Keep(enum.Enum):
 #: A ``limit`` not given: it stays as it is (``None`` removes it).
 KEEP = Keep.KEEP
 
-
-def timeout_ms(timeout: float, name: str = "timeout") -> int:
-    """A timeout (or another duration named `name`) in seconds as the protocol's ms, to the
-    nearest: one under half a ms would be sent as 0, which is no duration the server takes,
-    so it is refused here."""
-    ms = math.floor(timeout * 1000 + 0.5)
-    if timeout > 0 and ms < 1:
-        raise ValueError(f"{name}={timeout!r} s rounds to 0 ms: the server takes 1 ms at least")
-    return ms
 
 # ---- building: producing ----
 

@@ -6,10 +6,11 @@ flow's tree of ``Node``s and the order its jobs are enqueued in (``steps``), the
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import (
-    Any, Dict, Iterable, Iterator, List, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple,
-    Union, cast,
+    Any, Callable, Dict, Iterable, Iterator, List, Literal, Mapping, NamedTuple, Optional, Sequence, Set,
+    Tuple, Union, cast,
 )
 
 from . import ids
@@ -132,15 +133,24 @@ class Step(NamedTuple):
     at: Optional[float] = None
 
 
-def steps(tree: Node) -> List[Step]:
+def steps(tree: Node, encode: Callable[[Any], Any] = lambda payload: payload) -> List[Step]:
     """The enqueues of a minted tree, top down: the root with ``CHILDREN``, then each child
     with its ``PARENT`` (and ``CHILDREN`` when it has its own), a parent always before its
     children, which the module checks it has. Every node is checked before any is sent: a
-    node the server would refuse (a bad ``on_fail`` or ``group``, a priority, delay or time out
-    of range, a delay with a time) would leave its parent waiting for it."""
+    node the server would refuse (a bad ``on_fail`` or ``group``, a priority, delay, time or
+    timeout out of range, a delay with a time), a payload `encode` (the queue's serializer)
+    refuses, or a job named twice (its parent would wait for its duplicate) would leave its
+    parent waiting for it."""
     out: List[Step] = []
+    jobs: Set[Tuple[str, str]] = set()
     for parent, node in tree.walk():
         assert node.id is not None, "steps takes a minted tree"
+        if (node.queue, node.id) in jobs:
+            raise ValueError(f"the job {node.queue} {node.id} appears twice in the tree")
+        jobs.add((node.queue, node.id))
+        encode(node.payload)
+        if node.timeout is not None and not 1 <= timeout_ms(node.timeout) <= MAX_DELAY_MS:
+            raise ValueError(f"a timeout is 1 ms to 365 days, not {node.timeout!r} s")
         if node.group is not None and not is_name(node.group, MAX_GROUP_LEN):
             raise ValueError(
                 f"a group is 1 to {MAX_GROUP_LEN} printable ASCII bytes without braces, "
@@ -162,6 +172,16 @@ def steps(tree: Node) -> List[Step]:
 PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
 #: The longest delay, in ms (a year), and the latest due time, in unix ms, the server takes.
 MAX_DELAY_MS, MAX_AT_MS = 365 * 86_400_000, (1 << 53) - 1
+
+
+def timeout_ms(timeout: float, name: str = "timeout") -> int:
+    """A timeout (or another duration named `name`) in seconds as the protocol's ms, to the
+    nearest: one under half a ms would be sent as 0, which is no duration the server takes,
+    so it is refused here."""
+    ms = math.floor(timeout * 1000 + 0.5)
+    if timeout > 0 and ms < 1:
+        raise ValueError(f"{name}={timeout!r} s rounds to 0 ms: the server takes 1 ms at least")
+    return ms
 
 
 def check_when(priority: Optional[int], delay: Optional[float], at: Optional[float]) -> None:

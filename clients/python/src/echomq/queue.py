@@ -258,13 +258,14 @@ class Queue(Settings):
         Every missing id is minted first; the tree with them is returned, and giving it again
         retries the flow without a job written twice (``flows.minted`` mints them ahead, for a
         retry after an exception). Every node is checked before anything is sent (a bad
-        ``on_fail`` or ``group``: ``ValueError``). Jobs are enqueued top down, each parent
+        ``on_fail``, ``group``, priority, delay, time or timeout, or a job named twice:
+        ``ValueError``; a payload the serializer refuses: its error). Jobs are enqueued top down, each parent
         before its children, each in its ``group``, each child naming its parent by the queue
         (the partition: the one its group, or else its id, routes to) its parent went to."""
         tree = minted(tree)
         went: Dict[Tuple[str, str], str] = {}  # each job's queue: its partition, if any
         fresh: Set[str] = set()  # the queues whose width this flow read
-        for step in steps(tree):
+        for step in steps(tree, self.serializer.dumps):
             parents = [p._replace(queue=went[(p.queue, p.id)]) for p in step.parents]
             _, went[(step.queue, step.id)] = self._on(step.queue)._enqueue(
                 step.payload, step.id, step.delay, step.at, step.priority, None, None,
