@@ -238,3 +238,90 @@ def test_a_concurrency_over_a_claims_thousand_claims_a_thousand_at_most(server: 
     assert joined(thread) and not raised
     job = q.job(job_id)
     assert job is None or job["state"] == "done"
+
+
+@pytest.fixture
+def quick_retries() -> Any:
+    """A server whose failed attempts come back at once, three attempts a job."""
+    s = Server(["--emq.backoff-base-ms", "10", "--emq.max-attempts", "3"])
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def test_an_attempt_claimed_again_while_the_last_still_runs_takes_a_slot_of_its_own(
+    quick_retries: Server,
+) -> None:
+    # Each attempt may run 0.3 s; its handler waits to be told it ended (timed out, or its
+    # lease lost once a later attempt timed out too) at the worker's renewal round (every 3 s).
+    # The retry comes back at once and the same worker claims it while the attempt before
+    # still runs: each takes a slot of its own (at most `concurrency` at once), and each is
+    # renewed, so told.
+    for asynchronous in (False, True):
+        name = f"again-{int(asynchronous)}"
+        echomq.Queue(quick_retries.client(), name).enqueue(b"x", timeout=0.3)
+        running: List[echomq.Job] = []
+        most, told = [0], []
+        lock = threading.Lock()
+
+        def heard(job: echomq.Job) -> bool:
+            return job.timed_out or job.lease_lost.is_set()
+
+        # A slot is the worker's until it hears the attempt ended (a handler may run on a
+        # moment past that, its slot given to the next job): the most attempts not heard of
+        # that ran at once.
+        def started(job: echomq.Job) -> None:
+            with lock:
+                running.append(job)
+                most[0] = max(most[0], sum(not heard(j) for j in running))
+
+        def ended(job: echomq.Job) -> None:
+            with lock:
+                running.remove(job)
+                told.append(heard(job))
+
+        if asynchronous:
+            async def wait_told(job: echomq.Job) -> None:
+                started(job)
+                try:
+                    for _ in range(3000):
+                        if heard(job):
+                            break
+                        await asyncio.sleep(0.02)
+                finally:
+                    ended(job)
+
+            async def run() -> AsyncWorker:
+                client = redis.asyncio.Redis(host="127.0.0.1", port=quick_retries.port)
+                worker = AsyncWorker(client, name, wait_told, concurrency=2, lease=9, block=0.1)
+                task = asyncio.create_task(worker.run())
+                for _ in range(600):
+                    if len(told) >= 3:
+                        break
+                    await asyncio.sleep(0.05)
+                worker.stop()
+                await asyncio.wait_for(task, 30)
+                await client.aclose()
+                return worker
+
+            asyncio.run(run())
+        else:
+            def poll_told(job: echomq.Job) -> None:
+                started(job)
+                try:
+                    until(lambda: heard(job), timeout=60)
+                finally:
+                    ended(job)
+
+            worker = echomq.Worker(
+                quick_retries.client(), name, poll_told, concurrency=2, lease=9, block=0.1
+            )
+            t = threading.Thread(target=worker.run, daemon=True)
+            t.start()
+            assert until(lambda: len(told) >= 3, timeout=30), told
+            worker.stop()
+            assert joined(t)
+        assert told == [True, True, True], (asynchronous, told)
+        assert most[0] <= 2, (asynchronous, most[0])
+        assert echomq.Queue(quick_retries.client(), name).stats()["dead"] == 1

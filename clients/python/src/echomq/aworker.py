@@ -81,8 +81,10 @@ class AsyncWorker(Claiming):
             queue, concurrency, lease, batch, block, renew_every, shutdown_timeout, name, on_event,
             backoff,
         )
-        self._running: Dict[str, "asyncio.Task[None]"] = {}
-        self._jobs: Dict[str, Job] = {}
+        #: The attempts in flight, by job id and attempt: an attempt claimed again while an
+        #: earlier one still runs (its lease or deadline ran out) takes a slot of its own.
+        self._running: Dict[Tuple[str, int], "asyncio.Task[None]"] = {}
+        self._jobs: Dict[Tuple[str, int], Job] = {}
         #: The tasks of handlers whose attempt ended (cancelled, timed out) while they ran and
         #: not yet ended: no longer waited for, cancelled again when ``run`` ends.
         self._abandoned: Set["asyncio.Task[None]"] = set()
@@ -288,8 +290,8 @@ class AsyncWorker(Claiming):
         self._held -= held
         for job in jobs:
             job._achildren = self._queue_of(job.queue).children
-            self._jobs[job.id] = job
-            self._running[job.id] = asyncio.create_task(self._run_job(job))
+            self._jobs[(job.id, job.attempt)] = job
+            self._running[(job.id, job.attempt)] = asyncio.create_task(self._run_job(job))
         self._room.set()
 
     def _queue_of(self, queue: str) -> AsyncQueue:
@@ -349,11 +351,11 @@ class AsyncWorker(Claiming):
             job._phase = "ended"
             await self._settle(job, *ended)
         finally:
-            # Unless a later attempt of the same id holds the slot now.
-            if self._running.get(job.id) is task:
-                del self._running[job.id]
-            if self._jobs.get(job.id) is job:
-                del self._jobs[job.id]
+            # Unless its end, heard while it ran, freed the slot already.
+            if self._running.get((job.id, job.attempt)) is task:
+                del self._running[(job.id, job.attempt)]
+            if self._jobs.get((job.id, job.attempt)) is job:
+                del self._jobs[(job.id, job.attempt)]
             if task is not None:
                 self._abandoned.discard(task)
             self._room.set()
@@ -372,12 +374,13 @@ class AsyncWorker(Claiming):
         self._event(why, job.id, job.attempt, time.time_ns())
         job._end(why)
         self.tally(job, why)
-        task = self._running.get(job.id)
-        if job._phase != "running" or task is None or self._jobs.get(job.id) is not job:
+        key = (job.id, job.attempt)
+        task = self._running.get(key)
+        if job._phase != "running" or task is None or self._jobs.get(key) is not job:
             return  # not started (its task skips it) or ended (its settle drops it)
         job._phase = "abandoned"
-        del self._running[job.id]
-        del self._jobs[job.id]
+        del self._running[key]
+        del self._jobs[key]
         self._abandoned.add(task)
         task.cancel(REASONS[why])
         self._room.set()

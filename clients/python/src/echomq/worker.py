@@ -139,7 +139,9 @@ class Worker(Claiming):
             queue, concurrency, lease, batch, block, renew_every, shutdown_timeout, name, on_event,
             backoff,
         )
-        self._running: Dict[str, Job] = {}
+        #: The attempts in flight, by job id and attempt: an attempt claimed again while an
+        #: earlier one still runs (its lease or deadline ran out) takes a slot of its own.
+        self._running: Dict[Tuple[str, int], Job] = {}
         self._outcomes: "SimpleQueue[Settling]" = SimpleQueue()
         self._inbox: "SimpleQueue[Optional[Job]]" = SimpleQueue()
         self._lock = threading.Condition()
@@ -364,7 +366,7 @@ class Worker(Claiming):
         with self._lock:
             self._held -= held
             for job in jobs:
-                self._running[job.id] = job
+                self._running[(job.id, job.attempt)] = job
             self._lock.notify_all()
         for job in jobs:
             self._inbox.put(job)
@@ -394,9 +396,8 @@ class Worker(Claiming):
                 return  # ended while its handler ran: another thread took this slot
 
     def _release(self, job: Job) -> None:
-        """Frees `job`'s slot (under the lock): unless a later attempt of the same id holds it."""
-        if self._running.get(job.id) is job:
-            del self._running[job.id]
+        """Frees `job`'s slot (under the lock)."""
+        self._running.pop((job.id, job.attempt), None)
         self._lock.notify_all()
 
     def _run_job(self, job: Job) -> bool:
