@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import threading
 from typing import Any, Dict, List
 
@@ -325,3 +326,31 @@ def test_an_attempt_claimed_again_while_the_last_still_runs_takes_a_slot_of_its_
         assert told == [True, True, True], (asynchronous, told)
         assert most[0] <= 2, (asynchronous, most[0])
         assert echomq.Queue(quick_retries.client(), name).stats()["dead"] == 1
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.cancelling() is Python 3.11's")
+def test_an_event_loop_that_ends_with_the_async_worker_running_leaves_its_job_to_its_lease(
+    server: Server,
+) -> None:
+    # The program's main coroutine returns with the worker still running: asyncio.run cancels
+    # every task, the handler's with them. That is no failure of the job's: nothing is sent.
+    started: List[str] = []
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        await AsyncQueue(client, "loopend").enqueue(b"l")
+
+        async def handle(job: echomq.Job) -> None:
+            started.append(job.id)
+            await asyncio.sleep(60)
+
+        asyncio.get_running_loop().create_task(AsyncWorker(client, "loopend", handle).run())
+        for _ in range(600):
+            if started:
+                break
+            await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    job = echomq.Queue(server.client(), "loopend").job(started[0])
+    assert job is not None and (job["state"], job["attempts"]) == ("active", 1), job
+    assert "error" not in job, job

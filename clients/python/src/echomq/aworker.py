@@ -35,6 +35,13 @@ def _on(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
+def _cancelled_from_outside(task: "Optional[asyncio.Task[Any]]") -> bool:
+    """Whether the job's own task is being cancelled (``Task.cancelling``, Python 3.11 and
+    later), not a task its handler awaited: the worker cancels one only once it marked it."""
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is not None and cancelling() > 0
+
+
 class AsyncWorker(Claiming):
     """``echomq.Worker`` for asyncio: ``await handler(job)`` for each job, as a task, up to
     ``concurrency`` at once, leases renewed by a background task, stopped by ``stop()`` or, on
@@ -326,8 +333,10 @@ class AsyncWorker(Claiming):
                 except asyncio.CancelledError as e:
                     if job._phase == "abandoned":
                         error = e  # cancelled by ``_ended``: the handler's end, nothing to send
-                    elif self._closed:
-                        raise  # cancelled by ``run``'s end: left to its lease
+                    elif self._closed or _cancelled_from_outside(task):
+                        # Cancelled by ``run``'s end, or the job's own task by the program
+                        # (an event loop that ends with the worker running): left to its lease.
+                        raise
                     else:
                         # A cancellation from within the handler (a task it awaited, say): its
                         # failure, as any exception's.
