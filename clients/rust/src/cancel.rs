@@ -55,13 +55,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// may not read or cancel (`NOPERM`) is left as the module leaves it. An error after the
     /// job went is [`Error::CancelIncomplete`], naming the children not yet cancelled.
     pub async fn cancel_flow(&self, id: &str) -> Result<usize> {
-        self.placed(id).cancel_flow_of(id, false).await
+        self.located(id).await?.cancel_flow_of(id, false).await
     }
 
     /// [`Queue::cancel_flow`] of a job only while it has not started (`EMQ.CANCEL ...
     /// UNSTARTED`): a running job is left to run, and nothing goes (0).
     pub async fn cancel_unstarted(&self, id: &str) -> Result<usize> {
-        self.placed(id).cancel_flow_of(id, true).await
+        self.located(id).await?.cancel_flow_of(id, true).await
     }
 
     async fn cancel_flow_of(&self, id: &str, unstarted: bool) -> Result<usize> {

@@ -142,7 +142,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     pub async fn group_limit(&self, group: &str, change: GroupLimit) -> Result<GroupLimits> {
         let mut args = vec![b"GROUP".to_vec(), group.as_bytes().to_vec()];
         args.extend(change.options());
-        GroupLimits::from_reply(&self.placed(group).call("EMQ.LIMIT", &args).await?)
+        GroupLimits::from_reply(&self.located(group).await?.call("EMQ.LIMIT", &args).await?)
     }
 
     /// One group's limits and their use, changing nothing.
@@ -160,13 +160,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             let ms = duration_ms(d, "a pause")?;
             args.extend([b"FOR".to_vec(), ms.to_string().into_bytes()]);
         }
-        Ok(self.placed(group).call("EMQ.PAUSE", &args).await? == Value::Int(1))
+        Ok(self.located(group).await?.call("EMQ.PAUSE", &args).await? == Value::Int(1))
     }
 
     /// Lets claims take the group's jobs again; whether it was paused.
     pub async fn resume_group(&self, group: &str) -> Result<bool> {
         let args = [b"GROUP".to_vec(), group.as_bytes().to_vec()];
-        Ok(self.placed(group).call("EMQ.RESUME", &args).await? == Value::Int(1))
+        Ok(self.located(group).await?.call("EMQ.RESUME", &args).await? == Value::Int(1))
     }
 
     /// One page of the queue's named groups (`EMQ.GROUPS`), the largest backlog first, after

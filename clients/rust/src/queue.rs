@@ -294,7 +294,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
 
     /// The outcomes of a parent's children (`EMQ.CHILDREN`, paged to the end).
     pub async fn children(&self, id: &str) -> Result<Children> {
-        let at = self.placed(id);
+        let at = self.located(id).await?;
         let at = at.as_ref();
         read_children(|cursor| async move {
             let args = [id.as_bytes().to_vec(), b"CURSOR".to_vec(), cursor];
@@ -307,11 +307,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// ready job, grouped or not), how many named groups the queue knows (`groups`: with ready
     /// or active jobs, a limit of their own or a pause; [`Queue::groups`]), the pause flag,
     /// and the limits and their use, `timeout` in ms (`None`: not set); typed, [`Queue::limits`].
-    /// Of a queue this handle knows to be partitioned, the partitions' added up (the counts and
+    /// Of a partitioned queue (its width read first by a handle that knows none), the
+    /// partitions' added up (the counts and
     /// the concurrency and rate limits; `paused` when any is; the rest the first partition's;
     /// each one's: [`Queue::partition_stats`]).
     pub async fn stats(&self) -> Result<HashMap<String, Option<i64>>> {
-        if self.width.known().is_some_and(|w| w > 0) {
+        if self.resolved_width().await? > 0 {
             return Ok(summed(&self.partition_stats().await?));
         }
         self.own_stats().await
@@ -338,7 +339,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
 
     pub async fn requeue(&self, id: &str) -> Result<bool> {
         Ok(self
-            .placed(id)
+            .located(id)
+            .await?
             .call("EMQ.REQUEUE", &[id.as_bytes().to_vec()])
             .await?
             == Value::Int(1))
@@ -348,7 +350,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
     /// `key:value` line each); `None` when there is no such job.
     pub async fn job(&self, id: &str) -> Result<Option<HashMap<String, String>>> {
         let v = self
-            .placed(id)
+            .located(id)
+            .await?
             .call("EMQ.JOB", &[id.as_bytes().to_vec()])
             .await?;
         if v == Value::Nil {

@@ -208,6 +208,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         }
     }
 
+    /// [`Queue::placed`] once the width is known: read first ([`Queue::resolved_width`]) by a
+    /// handle that knows none yet, as the other clients do, so a fresh handle finds a job of a
+    /// partitioned queue in its partition.
+    pub(crate) async fn located(&self, key: &str) -> Result<Cow<'_, Queue<C>>> {
+        self.resolved_width().await?;
+        Ok(self.placed(key))
+    }
+
     /// Learns `width` from an `EMQSPANNED` refusal; whether the job is to be routed again. Not
     /// when this handle's queue is itself a partition of that width: it refused a job that
     /// routes to another of its queue's partitions, which routing by its name would not find.

@@ -189,12 +189,25 @@ async fn on_one_server_a_queue_learns_the_width_routes_every_job_and_a_worker_dr
             assert!(by_id.is_some(), "{id} reached through the queue by its id");
         }
     }
-    let own = Queue::new(conn(&server).await, "orders").stats().await;
+    let own = Queue::new(conn(&server).await, "orders")
+        .knowing_width(0)
+        .stats()
+        .await;
     assert_eq!(
         own.expect("its own stats")["pending"],
         Some(0),
         "the queue's own name holds none"
     );
+    // A fresh handle reads the width first: its stats add the partitions up, and a job is
+    // found by its id.
+    let fresh = Queue::new(conn(&server).await, "orders");
+    let (id, _) = jobs
+        .iter()
+        .find(|(id, key)| id == key)
+        .expect("a job by id");
+    assert!(fresh.job(id).await.expect("EMQ.JOB").is_some());
+    let fresh = Queue::new(conn(&server).await, "orders").stats().await;
+    assert_eq!(fresh.expect("stats")["pending"], Some(200));
     let each = q.partition_stats().await.expect("each");
     assert_eq!(each.len(), 4);
     assert!(each.iter().all(|(_, s)| s["pending"] > Some(0)), "{each:?}");
