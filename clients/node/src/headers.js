@@ -5,8 +5,14 @@
 /** Most headers one job carries (the server's bound). */
 export const MAX_HEADERS = 32;
 
+/** A header key: an HTTP token of 1 to 64 bytes (the server's bound). */
+const KEY = /^[A-Za-z0-9!#$%&'*+\-.^_`|~]{1,64}$/;
+
 /**
- * `HEADERS <n> <key> <value> ...` for an enqueue, or nothing for no headers.
+ * `HEADERS <n> <key> <value> ...` for an enqueue, or nothing for no headers. What the server
+ * would refuse throws before anything is sent: more than `MAX_HEADERS`, a key that is not 1 to
+ * 64 letters, digits or ``!#$%&'*+-.^_`|~``, a value that is not a string of at most 8,192
+ * bytes (UTF-8) without a line break, or more than 16,384 bytes in all.
  * @param {Record<string, string> | undefined} headers
  * @returns {string[]}
  */
@@ -15,10 +21,16 @@ export function headerArgs(headers) {
   if (entries.length === 0) return [];
   if (entries.length > MAX_HEADERS) throw new RangeError(`a job carries at most ${MAX_HEADERS} headers, not ${entries.length}`);
   const args = ['HEADERS', String(entries.length)];
+  let size = entries.length - 1; // the line breaks between them
   for (const [key, value] of entries) {
     if (typeof value !== 'string') throw new TypeError(`header ${key} is a string, not ${typeof value}`);
+    if (!KEY.test(key)) throw new RangeError(`a header key is 1 to 64 letters, digits or !#$%&'*+-.^_\`|~, not ${JSON.stringify(key)}`);
+    const bytes = Buffer.byteLength(value);
+    if (bytes > 8192 || /[\r\n]/.test(value)) throw new RangeError(`header ${key}'s value is at most 8,192 bytes, with no CR or LF`);
+    size += key.length + 1 + bytes;
     args.push(key, value);
   }
+  if (size > 16_384) throw new RangeError("a job's headers take at most 16,384 bytes");
   return args;
 }
 

@@ -157,6 +157,11 @@ describe('Worker guards', () => {
     const good = Array.from({ length: 2400 }, (_, n) => ({ payload: n }));
     const headers = Object.fromEntries(Array.from({ length: 33 }, (_, n) => [`h${n}`, 'v']));
     await assert.rejects(q.enqueueMany([...good, { payload: 'h', headers }]), RangeError);
+    // A key, a value and a size the server would refuse.
+    const wide = Object.fromEntries(Array.from({ length: 30 }, (_, n) => [`k${n}`, 'x'.repeat(600)]));
+    for (const bad of [{ 'a key': 'v' }, { k: 'a\nb' }, { k: 'x'.repeat(8193) }, wide]) {
+      await assert.rejects(q.enqueueMany([...good, { payload: 'h', headers: bad }]), RangeError, JSON.stringify(Object.keys(bad)));
+    }
     await assert.rejects(q.enqueueMany([...good, { payload: 'p', priority: 2.5 }]), RangeError);
     await assert.rejects(q.enqueueMany([...good, { payload: 1n }]), TypeError);
     assert.equal((await q.stats()).pending, 0, 'nothing written');

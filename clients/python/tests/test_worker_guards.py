@@ -127,9 +127,13 @@ def test_enqueue_many_checks_every_job_before_it_sends_any(server: Server) -> No
     good = [b"%d" % n for n in range(2400)]
     with pytest.raises(ValueError):
         q.enqueue_many([*good, echomq.BulkJob(b"p", priority=2_000_000)])
-    headers = {f"h{n}": "v" for n in range(33)}
-    with pytest.raises(ValueError):
-        q.enqueue_many([*good, echomq.BulkJob(b"h", headers=headers)])
+    wide = {f"k{n}": "x" * 600 for n in range(30)}
+    refused: List[Dict[str, str]] = [
+        {f"h{n}": "v" for n in range(33)}, {"a key": "v"}, {"k": "a\nb"}, {"k": "x" * 8193}, wide,
+    ]
+    for headers in refused:
+        with pytest.raises(ValueError):
+            q.enqueue_many([*good, echomq.BulkJob(b"h", headers=headers)])
     assert q.stats()["pending"] == 0, "nothing written"
 
 

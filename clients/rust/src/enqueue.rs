@@ -154,7 +154,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
             args.extend([b"GROUP".to_vec(), group.into_bytes()]);
         }
         let mut sending = trace::Sending::start(&self.name, how.headers);
-        args.extend(headers::args(&sending.headers));
+        args.extend(headers::args(&sending.headers)?);
         let mut parents = match resolve {
             true => self.resolve(&how.parents, false).await?,
             false => how.parents.clone(),
@@ -247,7 +247,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
         headers: Vec<(String, String)>,
     ) -> Result<Vec<String>> {
         let sending = trace::Sending::start(&self.name, headers);
-        let each = headers::args(&sending.headers);
+        let each = headers::args(&sending.headers)?;
         let jobs = payloads.into_iter().map(|p| {
             let id = ids::mint();
             let mut part = each.clone();
@@ -274,8 +274,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Queue<C> {
                 part.extend([b"PRIORITY".to_vec(), p.to_string().into_bytes()]);
             }
             let own = headers::merged(sending.headers.clone(), job.headers);
-            headers::check(&own)?;
-            part.extend(headers::args(&own));
+            part.extend(headers::args(&own)?);
             part.extend([id.clone().into_bytes(), job.payload]);
             Ok((id, part))
         });

@@ -4,25 +4,56 @@
 
 use redis::Value;
 
-/// `HEADERS <n> <key> <value> ...`, or nothing for no headers.
 /// Most headers one job carries (the server's bound).
 pub const MAX_HEADERS: usize = 32;
+/// Longest key, in bytes (the server's bound).
+pub const MAX_KEY_LEN: usize = 64;
+/// Longest value, in bytes (the server's bound).
+pub const MAX_VALUE_LEN: usize = 8192;
+/// Most bytes a job's headers take in its row, a `<key>:<value>` line each (the server's bound).
+pub const MAX_BYTES: usize = 16384;
 
-/// Refuses ([`crate::Error::Argument`]) more headers than [`MAX_HEADERS`], before anything is
-/// sent.
-pub(crate) fn check(headers: &[(String, String)]) -> crate::Result<()> {
-    match headers.len() > MAX_HEADERS {
-        true => Err(crate::Error::Argument(format!(
+/// Refuses ([`crate::Error::Argument`]) headers the server would refuse, before anything is
+/// sent: more than [`MAX_HEADERS`], a key that is not 1 to [`MAX_KEY_LEN`] letters, digits or
+/// ``!#$%&'*+-.^_`|~``, a value over [`MAX_VALUE_LEN`] bytes or with a line break, a key named
+/// twice, or more than [`MAX_BYTES`] in all.
+fn check(headers: &[(String, String)]) -> crate::Result<()> {
+    let refused = |why: String| Err(crate::Error::Argument(why));
+    if headers.len() > MAX_HEADERS {
+        return refused(format!(
             "a job carries at most {MAX_HEADERS} headers, not {}",
             headers.len()
-        ))),
-        false => Ok(()),
+        ));
     }
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    let mut bytes = 0;
+    for (i, (key, value)) in headers.iter().enumerate() {
+        if !(1..=MAX_KEY_LEN).contains(&key.len()) || !key.bytes().all(token) {
+            return refused(format!(
+                "a header key is 1 to {MAX_KEY_LEN} letters, digits or !#$%&'*+-.^_`|~, not {key:?}"
+            ));
+        }
+        if value.len() > MAX_VALUE_LEN || value.contains(['\r', '\n']) {
+            return refused(format!(
+                "header {key}'s value is at most {MAX_VALUE_LEN} bytes, with no CR or LF"
+            ));
+        }
+        if headers[..i].iter().any(|(k, _)| k == key) {
+            return refused(format!("the header {key} is given twice"));
+        }
+        bytes += usize::from(i > 0) + key.len() + 1 + value.len();
+    }
+    if bytes > MAX_BYTES {
+        return refused(format!("a job's headers take at most {MAX_BYTES} bytes"));
+    }
+    Ok(())
 }
 
-pub(crate) fn args(headers: &[(String, String)]) -> Vec<Vec<u8>> {
+/// `HEADERS <n> <key> <value> ...`, or nothing for no headers; checked first.
+pub(crate) fn args(headers: &[(String, String)]) -> crate::Result<Vec<Vec<u8>>> {
+    check(headers)?;
     if headers.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let mut out = Vec::with_capacity(2 + 2 * headers.len());
     out.push(b"HEADERS".to_vec());
@@ -31,7 +62,7 @@ pub(crate) fn args(headers: &[(String, String)]) -> Vec<Vec<u8>> {
         out.push(key.clone().into_bytes());
         out.push(value.clone().into_bytes());
     }
-    out
+    Ok(out)
 }
 
 /// The headers a claim or `EMQ.JOB` replies (a flat array under RESP2, a map under RESP3), in

@@ -126,7 +126,28 @@ async fn a_bulk_enqueue_checks_every_job_before_it_sends_any() {
             .collect(),
         ..BulkJob::new("h")
     };
-    for bad in [priority, headers] {
+    // A key, a value, a key given twice and a size the server would refuse.
+    let header = |pairs: &[(&str, String)]| BulkJob {
+        headers: pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+        ..BulkJob::new("h")
+    };
+    let wide: Vec<(String, String)> = (0..30)
+        .map(|n| (format!("k{n}"), "x".repeat(600)))
+        .collect();
+    let refused = [
+        header(&[("a key", "v".into())]),
+        header(&[("k", "a\nb".into())]),
+        header(&[("k", "x".repeat(8193))]),
+        header(&[("k", "v".into()), ("k", "w".into())]),
+        BulkJob {
+            headers: wide,
+            ..BulkJob::new("h")
+        },
+    ];
+    for bad in [priority, headers].into_iter().chain(refused) {
         let sent = q.enqueue_bulk(good().chain([bad])).await;
         assert!(matches!(sent, Err(Error::Argument(_))), "{sent:?}");
     }

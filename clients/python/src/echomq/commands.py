@@ -6,6 +6,7 @@ these build, each its own way (blocking or awaited, alone or pipelined)."""
 from __future__ import annotations
 
 import enum
+import re
 from typing import (
     Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union,
 )
@@ -102,16 +103,33 @@ def enqueue(
 MAX_HEADERS = 32
 
 
+#: A header key: an HTTP token of 1 to 64 bytes (the server's bound).
+HEADER_KEY = re.compile(r"[A-Za-z0-9!#$%&'*+\-.^_`|~]{1,64}")
+
+
 def header_args(headers: Optional[Mapping[str, str]]) -> List[Any]:
-    """``HEADERS <n> <key> <value> ...``, or nothing for no headers; more than ``MAX_HEADERS``
-    is refused (``ValueError``) before anything is sent."""
+    """``HEADERS <n> <key> <value> ...``, or nothing for no headers. What the server would
+    refuse is refused (``ValueError``) before anything is sent: more than ``MAX_HEADERS``, a key
+    that is not 1 to 64 letters, digits or ``!#$%&'*+-.^_`|~``, a value over 8,192 bytes (UTF-8)
+    or with a line break, or more than 16,384 bytes in all."""
     if not headers:
         return []
     if len(headers) > MAX_HEADERS:
         raise ValueError(f"a job carries at most {MAX_HEADERS} headers, not {len(headers)}")
     args: List[Any] = ["HEADERS", len(headers)]
+    size = len(headers) - 1  # the line breaks between them
     for key, value in headers.items():
+        if not isinstance(key, str) or not HEADER_KEY.fullmatch(key):
+            raise ValueError(
+                f"a header key is 1 to 64 letters, digits or !#$%&'*+-.^_`|~, not {key!r}"
+            )
+        data = value.encode() if isinstance(value, str) else None
+        if data is None or len(data) > 8192 or b"\r" in data or b"\n" in data:
+            raise ValueError(f"header {key}'s value is text of at most 8,192 bytes, no CR or LF")
+        size += len(key) + 1 + len(data)
         args += [key, value]
+    if size > 16384:
+        raise ValueError("a job's headers take at most 16,384 bytes")
     return args
 
 
