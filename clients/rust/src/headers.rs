@@ -106,7 +106,7 @@ mod tests {
             ("traceparent".to_string(), "00-ab".to_string()),
             ("k".into(), "v".into()),
         ];
-        let sent = args(&h);
+        let sent = args(&h).expect("args");
         assert_eq!(sent[..2], [b"HEADERS".to_vec(), b"2".to_vec()]);
         let flat = Value::Array(
             sent[2..]
@@ -115,7 +115,7 @@ mod tests {
                 .collect(),
         );
         assert_eq!(pairs_of(&flat), h);
-        assert!(args(&[]).is_empty());
+        assert!(args(&[]).expect("none").is_empty());
     }
 
     #[cfg(feature = "otel")]
