@@ -324,7 +324,9 @@ export class Queue {
    * @param {{chunk?: number}} [options]
    */
   async enqueueMany(jobs, options = {}) {
-    const chunk = Math.min(10_000, Math.max(1, options.chunk ?? CHUNK));
+    const asked = options.chunk ?? CHUNK;
+    if (!Number.isInteger(asked)) throw new RangeError(`chunk is a whole number of jobs, not ${String(options.chunk)}`);
+    const chunk = Math.min(10_000, Math.max(1, asked));
     /** @type {string[]} */
     const ids = [];
     const context = carried(this.inject, undefined);

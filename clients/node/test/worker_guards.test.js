@@ -164,6 +164,7 @@ describe('Worker guards', () => {
     }
     await assert.rejects(q.enqueueMany([...good, { payload: 'p', priority: 2.5 }]), RangeError);
     await assert.rejects(q.enqueueMany([...good, { payload: 1n }]), TypeError);
+    for (const chunk of [NaN, 2.5, Infinity]) await assert.rejects(q.enqueueMany(good, { chunk }), RangeError, String(chunk));
     assert.equal((await q.stats()).pending, 0, 'nothing written');
   });
 
