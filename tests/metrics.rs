@@ -159,8 +159,8 @@ fn each_event_and_each_attempt_is_counted_by_how_it_ended() {
 }
 
 /// `EMQ.MACK`'s arguments for `jobs`: each id and its token.
-fn settles(jobs: &[&support::Job]) -> Vec<String> {
-    jobs.iter()
+fn settles<'a>(jobs: impl IntoIterator<Item = &'a support::Job>) -> Vec<String> {
+    jobs.into_iter()
         .flat_map(|j| [j.0.clone(), j.2.to_string()])
         .collect()
 }
@@ -203,8 +203,8 @@ fn each_attempt_of_claims_of_many_is_timed_once_however_its_ends_come() {
     }
     let odd: Vec<&support::Job> = [7, 2, 9, 2, 0, 5].map(|i| &b[i]).to_vec();
     let rest: Vec<&support::Job> = [1, 3, 4, 6, 8].map(|i| &b[i]).to_vec();
-    mack(&mut con, "b", &settles(&odd)).expect("mack");
-    mack(&mut con, "b", &settles(&rest)).expect("mack");
+    mack(&mut con, "b", &settles(odd)).expect("mack");
+    mack(&mut con, "b", &settles(rest)).expect("mack");
     assert_eq!(info_int(&mut con, "emq", "emq_metrics_running"), 10);
     // d's leases run out: the server fails each attempt and the jobs are claimed again.
     let mut again = Vec::new();
@@ -218,7 +218,6 @@ fn each_attempt_of_claims_of_many_is_timed_once_however_its_ends_come() {
         ids
     };
     assert_eq!(ids(&again), ids(&d), "d's jobs came back");
-    let again: Vec<&support::Job> = again.iter().collect();
     mack(&mut con, "b", &settles(&again)).expect("mack");
 
     let m = metrics(&mut con, "b");
@@ -243,11 +242,7 @@ fn one_call_s_counts_are_all_there_when_it_answers_in_its_queue_and_in_a_parent_
     let m = metrics(&mut con, "c");
     assert_eq!(event(&m, "claimed"), 3);
     assert_eq!(int(field(&map_pairs(field(&m, "wait")), "count")), 3);
-    let args: Vec<String> = jobs
-        .iter()
-        .flat_map(|j| [j.0.clone(), j.2.to_string()])
-        .collect();
-    let Value::Array(slots) = mack(&mut con, "c", &args).expect("EMQ.MACK") else {
+    let Value::Array(slots) = mack(&mut con, "c", &settles(&jobs)).expect("EMQ.MACK") else {
         panic!("EMQ.MACK's reply")
     };
     assert_eq!(slots.len(), 3);
