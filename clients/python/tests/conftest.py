@@ -3,6 +3,7 @@ a directory of its own, stopped after the test."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -26,6 +27,18 @@ def until(f: Callable[[], Any], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+async def run_until_acked(worker: Any, acked: int) -> None:
+    """Runs an ``AsyncWorker`` until it has acknowledged `acked` jobs (30 s at most), then
+    stops it."""
+    task = asyncio.create_task(worker.run())
+    for _ in range(600):
+        if worker.counts["acked"] >= acked or task.done():
+            break
+        await asyncio.sleep(0.05)
+    worker.stop()
+    await asyncio.wait_for(task, 10)
 
 
 def joined(thread: threading.Thread, timeout: float = 30.0) -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any, Iterator, List, Tuple
 
 import pytest
@@ -16,7 +15,7 @@ import redis.cluster
 
 import echomq
 from echomq.aio import AsyncQueue, AsyncWorker
-from conftest import Cluster, Server, joined, until
+from conftest import Cluster, Server, joined, run_until_acked, until
 
 
 async def async_settle_events(client: Any, queue: str, n: int) -> List[echomq.WorkerEvent]:
@@ -30,13 +29,8 @@ async def async_settle_events(client: Any, queue: str, n: int) -> List[echomq.Wo
         client, queue, handle, wait_replicas=1, wait_timeout=0.2,
         on_event=lambda e: events.append(e) if e.kind == "settle" else None,
     )
-    task = asyncio.create_task(worker.run())
-    deadline = time.monotonic() + 30
-    while worker.counts["acked"] < n:
-        assert time.monotonic() < deadline and not task.done(), (task, worker.counts)
-        await asyncio.sleep(0.02)
-    worker.stop()
-    await asyncio.wait_for(task, 30)
+    await run_until_acked(worker, n)
+    assert worker.counts["acked"] == n, worker.counts
     return events
 
 

@@ -16,22 +16,11 @@ import pytest
 import redis.asyncio
 
 import echomq
-from conftest import Server, joined, until
+from conftest import Server, joined, run_until_acked, until
 from test_worker import start_catching
 from echomq.aio import AsyncQueue, AsyncWorker
 
 BIG = b"x" * 2000
-
-
-async def run_until_acked(worker: AsyncWorker, acked: int) -> None:
-    """Runs `worker` until it has acknowledged `acked` jobs (30 s at most), then stops it."""
-    task = asyncio.create_task(worker.run())
-    for _ in range(600):
-        if worker.counts["acked"] >= acked:
-            break
-        await asyncio.sleep(0.05)
-    worker.stop()
-    await asyncio.wait_for(task, 10)
 
 
 @pytest.fixture
