@@ -361,10 +361,11 @@ class AsyncWorker(Claiming):
             await self._settle(job, *ended)
         finally:
             # Unless its end, heard while it ran, freed the slot already.
-            if self._running.get((job.id, job.attempt)) is task:
-                del self._running[(job.id, job.attempt)]
-            if self._jobs.get((job.id, job.attempt)) is job:
-                del self._jobs[(job.id, job.attempt)]
+            key = (job.id, job.attempt)
+            if self._running.get(key) is task:
+                del self._running[key]
+            if self._jobs.get(key) is job:
+                del self._jobs[key]
             if task is not None:
                 self._abandoned.discard(task)
             self._room.set()
