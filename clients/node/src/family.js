@@ -41,7 +41,7 @@ export function familyArgs(options) {
   return args;
 }
 
-/** The `ON-FAIL` word of a child's `onFail` (`'fail'` when undefined); a TypeError for one that
+/** The `ON-FAIL` word of a child's `onFail` (`FAIL` when undefined); a TypeError for one that
  * is neither `'fail'` nor `'ignore'`.
  * @param {unknown} onFail
  * @returns {string} */
